@@ -1,0 +1,319 @@
+// JobSpec validation rules; the checks are grouped by section in the order of the schema.
+#include "common/config/job_validator.h"
+
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/config/proto_json_schema.h"
+
+namespace rlhfd::config {
+namespace {
+
+using v1::JobSpec;
+
+const char* const kRewardRules[] = {"gsm8k", "math", "exact_match"};
+const char* const kLoggers[] = {"console", "jsonl", "tensorboard"};
+const char* const kChatTemplates[] = {"auto", "chatml", "llama3", "none"};
+
+template <typename Range>
+bool Contains(const Range& names, const std::string& name) {
+  for (const char* candidate : names) {
+    if (name == candidate) return true;
+  }
+  return false;
+}
+
+template <typename Range>
+std::string Join(const Range& names) {
+  std::string out;
+  for (const char* name : names) absl::StrAppend(&out, out.empty() ? "" : ", ", name);
+  return out;
+}
+
+template <typename Enum>
+std::string Name(Enum value) {
+  const auto* descriptor = google::protobuf::GetEnumDescriptor<Enum>()->FindValueByNumber(value);
+  return descriptor ? EnumConfigName(*descriptor) : absl::StrCat(static_cast<int>(value));
+}
+
+class Checker {
+ public:
+  explicit Checker(ConfigErrors* errors) : errors_(errors) {}
+
+  void AtLeast(const std::string& path, double value, double low) {
+    if (value < low) errors_->Add(path, absl::StrCat(value, " must be >= ", low));
+  }
+  void Above(const std::string& path, double value, double low) {
+    if (!(value > low)) errors_->Add(path, absl::StrCat(value, " must be > ", low));
+  }
+  void Within(const std::string& path, double value, double low, double high) {
+    if (!(value >= low && value <= high)) {
+      errors_->Add(path, absl::StrCat(value, " must be in [", low, ", ", high, "]"));
+    }
+  }
+  void OpenInterval(const std::string& path, double value, double low, double high) {
+    if (!(value > low && value < high)) {
+      errors_->Add(path, absl::StrCat(value, " must be in (", low, ", ", high, ")"));
+    }
+  }
+  void Fail(const std::string& path, const std::string& message) { errors_->Add(path, message); }
+
+ private:
+  ConfigErrors* errors_;
+};
+
+bool IsValidJobName(const std::string& name) {
+  if (name.empty() || name.size() > 128) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(c) && c != '.' && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+// Derives dp from gpus / tp when unset, then checks the layout and batch arithmetic of one
+// training role. `samples_per_step` is prompts per step; `n` responses per prompt.
+void CheckTrain(Checker& check, const std::string& role, int gpus, v1::TrainSpec* train,
+                int64_t prompts_per_step, int n) {
+  const std::string path = "roles." + role + ".train";
+  check.AtLeast(path + ".tp", train->tp(), 1);
+  if (train->tp() < 1) return;
+  if (gpus % train->tp() != 0) {
+    check.Fail(path + ".tp", absl::StrCat(train->tp(), " does not divide roles.", role,
+                                          ".gpus (", gpus, ")"));
+    return;
+  }
+  if (train->dp() == 0) train->set_dp(gpus / train->tp());
+  if (train->dp() * train->tp() != gpus) {
+    check.Fail(path, absl::StrCat("dp (", train->dp(), ") x tp (", train->tp(), ") = ",
+                                  train->dp() * train->tp(), " but roles.", role, ".gpus is ",
+                                  gpus, "; set dp to ", gpus / train->tp(),
+                                  " or leave it out to derive it"));
+    return;
+  }
+  check.AtLeast(path + ".ppo_mini_batch_size", train->ppo_mini_batch_size(), 1);
+  check.AtLeast(path + ".ppo_micro_batch_size_per_gpu", train->ppo_micro_batch_size_per_gpu(), 1);
+  check.AtLeast(path + ".ppo_max_token_len_per_gpu", train->ppo_max_token_len_per_gpu(), 0);
+  check.Above(path + ".lr", train->lr(), 0);
+  check.AtLeast(path + ".lr_warmup_steps", train->lr_warmup_steps(), 0);
+  check.Within(path + ".min_lr_ratio", train->min_lr_ratio(), 0, 1);
+  check.AtLeast(path + ".weight_decay", train->weight_decay(), 0);
+  check.Within(path + ".adam_beta1", train->adam_beta1(), 0, 0.999999);
+  check.Within(path + ".adam_beta2", train->adam_beta2(), 0, 0.999999);
+  check.AtLeast(path + ".grad_clip", train->grad_clip(), 0);
+  check.AtLeast(path + ".ppo_epochs", train->ppo_epochs(), 1);
+  check.Above(path + ".cliprange_value", train->cliprange_value(), 0);
+  if (train->ppo_mini_batch_size() < 1 || train->ppo_micro_batch_size_per_gpu() < 1) return;
+
+  if (prompts_per_step % train->ppo_mini_batch_size() != 0) {
+    check.Fail(path + ".ppo_mini_batch_size",
+               absl::StrCat(train->ppo_mini_batch_size(),
+                            " does not divide data.train_batch_size (", prompts_per_step,
+                            "); choose a divisor of it"));
+    return;
+  }
+  const int64_t responses_per_mini_batch = int64_t{train->ppo_mini_batch_size()} * n;
+  if (responses_per_mini_batch % train->dp() != 0) {
+    check.Fail(path + ".ppo_mini_batch_size",
+               absl::StrCat(train->ppo_mini_batch_size(), " prompts x rollout.n (", n, ") = ",
+                            responses_per_mini_batch, " responses do not split evenly over dp (",
+                            train->dp(), ")"));
+    return;
+  }
+  const int64_t per_gpu = responses_per_mini_batch / train->dp();
+  if (train->ppo_max_token_len_per_gpu() == 0 &&
+      per_gpu % train->ppo_micro_batch_size_per_gpu() != 0) {
+    check.Fail(path + ".ppo_micro_batch_size_per_gpu",
+               absl::StrCat(train->ppo_micro_batch_size_per_gpu(),
+                            " does not divide the per-GPU mini-batch of ", per_gpu,
+                            " responses (ppo_mini_batch_size x n / dp)"));
+  }
+}
+
+// Role GPUs of 0 mean "derive": the actor's GPUs when colocated, else `split_default`.
+void CompleteRoleGpus(Checker& check, const std::string& path, bool colocated, int actor_gpus,
+                      int split_default, int32_t* gpus) {
+  if (*gpus == 0) {
+    *gpus = colocated ? actor_gpus : split_default;
+  } else if (colocated && *gpus != actor_gpus) {
+    check.Fail(path, absl::StrCat("placement colocated runs every role on the actor's ",
+                                  actor_gpus, " GPUs; remove this key or set it to ",
+                                  actor_gpus));
+  }
+  if (*gpus < 0) check.Fail(path, absl::StrCat(*gpus, " must be >= 1"));
+}
+
+}  // namespace
+
+int TotalGpus(const JobSpec& spec) {
+  const auto& roles = spec.roles();
+  if (spec.placement() == v1::PLACEMENT_COLOCATED) return roles.actor().gpus();
+  int total = roles.actor().gpus();
+  if (roles.has_critic()) total += roles.critic().gpus();
+  if (roles.has_reference()) total += roles.reference().gpus();
+  total += roles.reward().gpus();
+  return total;
+}
+
+void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors) {
+  Checker check(errors);
+  if (!IsValidJobName(spec->name())) {
+    check.Fail("name", spec->name().empty()
+                           ? "is required: give the job a name of letters, digits, '.', '_', '-'"
+                           : "use 1-128 letters, digits, '.', '_' or '-'");
+  }
+
+  // model
+  if (spec->model().path().empty()) {
+    check.Fail("model.path", "is required: the Hugging Face model directory to start from");
+  }
+  if (!Contains(kChatTemplates, spec->model().chat_template())) {
+    check.Fail("model.chat_template", absl::StrCat("'", spec->model().chat_template(),
+                                                   "' is not one of: ", Join(kChatTemplates)));
+  }
+
+  // data
+  const auto& data = spec->data();
+  if (data.train_files().empty()) {
+    check.Fail("data.train_files", "is required: list at least one JSONL file of prompts");
+  }
+  check.Within("data.max_prompt_length", data.max_prompt_length(), 1, 1 << 20);
+  check.Within("data.max_response_length", data.max_response_length(), 1, 1 << 20);
+  check.AtLeast("data.train_batch_size", data.train_batch_size(), 1);
+
+  // algorithm
+  auto* algorithm = spec->mutable_algorithm();
+  check.Within("algorithm.gamma", algorithm->gamma(), 0, 1);
+  check.Within("algorithm.lam", algorithm->lam(), 0, 1);
+  check.OpenInterval("algorithm.clip_ratio_low", algorithm->clip_ratio_low(), 0, 1);
+  check.OpenInterval("algorithm.clip_ratio_high", algorithm->clip_ratio_high(), 0, 10);
+  if (algorithm->clip_ratio_c() != 0 && !(algorithm->clip_ratio_c() > 1)) {
+    check.Fail("algorithm.clip_ratio_c",
+               absl::StrCat(algorithm->clip_ratio_c(), " must be > 1, or 0 to turn dual-clip off"));
+  }
+  check.AtLeast("algorithm.entropy_coeff", algorithm->entropy_coeff(), 0);
+  check.AtLeast("algorithm.kl.coef", algorithm->kl().coef(), 0);
+  check.Above("algorithm.kl.target", algorithm->kl().target(), 0);
+  check.AtLeast("algorithm.kl.horizon", algorithm->kl().horizon(), 1);
+
+  // roles
+  auto* roles = spec->mutable_roles();
+  const bool colocated = spec->placement() == v1::PLACEMENT_COLOCATED;
+  auto* actor = roles->mutable_actor();
+  check.AtLeast("roles.actor.gpus", actor->gpus(), 1);
+  const int actor_gpus = actor->gpus();
+  const auto& rollout = actor->rollout();
+  check.AtLeast("roles.actor.rollout.n", rollout.n(), 1);
+  check.AtLeast("roles.actor.rollout.temperature", rollout.temperature(), 0);
+  check.Within("roles.actor.rollout.top_p", rollout.top_p(), 1e-9, 1);
+  check.AtLeast("roles.actor.rollout.top_k", rollout.top_k(), -1);
+  check.AtLeast("roles.actor.rollout.max_num_seqs", rollout.max_num_seqs(), 1);
+  check.OpenInterval("roles.actor.rollout.gpu_memory_utilization",
+                     rollout.gpu_memory_utilization(), 0, 1);
+  check.Within("roles.actor.rollout.max_new_tokens", rollout.max_new_tokens(), 0,
+               data.max_response_length());
+  if (rollout.tp() < 1 || (actor_gpus >= 1 && actor_gpus % rollout.tp() != 0)) {
+    check.Fail("roles.actor.rollout.tp",
+               absl::StrCat(rollout.tp(), " must divide roles.actor.gpus (", actor_gpus, ")"));
+  }
+  const int n = std::max(rollout.n(), 1);
+  if (actor_gpus >= 1) {
+    CheckTrain(check, "actor", actor_gpus, actor->mutable_train(), data.train_batch_size(), n);
+  }
+
+  const auto estimator = algorithm->adv_estimator();
+  const bool group_estimator = estimator == v1::ADVANTAGE_ESTIMATOR_GRPO ||
+                               estimator == v1::ADVANTAGE_ESTIMATOR_RLOO ||
+                               estimator == v1::ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS_BASELINE;
+  if (group_estimator && rollout.n() < 2) {
+    check.Fail("roles.actor.rollout.n",
+               absl::StrCat(rollout.n(), " response per prompt leaves algorithm.adv_estimator ",
+                            Name(estimator), " no group to compare; set n >= 2"));
+  }
+  if (estimator == v1::ADVANTAGE_ESTIMATOR_GAE && !roles->has_critic()) {
+    check.Fail("roles.critic",
+               "is required by algorithm.adv_estimator gae (it needs a value model); add a critic "
+               "or use a critic-free estimator (grpo, rloo, reinforce_plus_plus, remax)");
+  }
+  if (estimator != v1::ADVANTAGE_ESTIMATOR_GAE && roles->has_critic()) {
+    check.Fail("roles.critic", absl::StrCat("is unused by algorithm.adv_estimator ",
+                                            Name(estimator), "; remove it, or use gae"));
+  }
+  if (roles->has_critic()) {
+    auto* critic = roles->mutable_critic();
+    int32_t gpus = critic->gpus();
+    CompleteRoleGpus(check, "roles.critic.gpus", colocated, actor_gpus, 1, &gpus);
+    critic->set_gpus(gpus);
+    if (gpus >= 1) {
+      CheckTrain(check, "critic", gpus, critic->mutable_train(), data.train_batch_size(), n);
+    }
+  }
+
+  const bool kl_used = algorithm->kl().mode() != v1::KL_MODE_NONE;
+  if (kl_used && !roles->has_reference()) {
+    check.Fail("roles.reference",
+               absl::StrCat("is required by algorithm.kl.mode ", Name(algorithm->kl().mode()),
+                            " (the KL needs reference log-probs); add `reference: {gpus: 1}` or "
+                            "set algorithm.kl.mode: none"));
+  }
+  if (!kl_used && roles->has_reference()) {
+    check.Fail("roles.reference", "is unused with algorithm.kl.mode none; remove it");
+  }
+  if (roles->has_reference()) {
+    auto* reference = roles->mutable_reference();
+    int32_t gpus = reference->gpus();
+    CompleteRoleGpus(check, "roles.reference.gpus", colocated, actor_gpus, 1, &gpus);
+    reference->set_gpus(gpus);
+    check.AtLeast("roles.reference.micro_batch_size_per_gpu",
+                  reference->micro_batch_size_per_gpu(), 1);
+  }
+
+  auto* reward = roles->mutable_reward();
+  const int reward_kinds =
+      !reward->rule().empty() + !reward->model().empty() + !reward->remote().empty();
+  if (reward_kinds != 1) {
+    check.Fail("roles.reward",
+               reward_kinds == 0 ? "is required: give one of rule (e.g. gsm8k), model (a reward "
+                                   "model directory) or remote (a scoring URL)"
+                                 : "give exactly one of rule, model or remote");
+  }
+  if (!reward->rule().empty() && !Contains(kRewardRules, reward->rule())) {
+    check.Fail("roles.reward.rule", absl::StrCat("'", reward->rule(), "' is not one of: ",
+                                                 Join(kRewardRules)));
+  }
+  if (!reward->remote().empty() && !absl::StartsWith(reward->remote(), "http://") &&
+      !absl::StartsWith(reward->remote(), "https://")) {
+    check.Fail("roles.reward.remote", "must be an http:// or https:// URL");
+  }
+  check.Above("roles.reward.remote_timeout_s", reward->remote_timeout_s(), 0);
+  if (!reward->model().empty()) {
+    int32_t gpus = reward->gpus();
+    CompleteRoleGpus(check, "roles.reward.gpus", colocated, actor_gpus, 1, &gpus);
+    reward->set_gpus(gpus);
+  } else if (reward->gpus() != 0) {
+    check.Fail("roles.reward.gpus", "only a reward model (roles.reward.model) uses GPUs; remove it");
+  }
+
+  // trainer
+  const auto& trainer = spec->trainer();
+  check.AtLeast("trainer.total_steps", trainer.total_steps(), 0);
+  check.AtLeast("trainer.total_epochs", trainer.total_epochs(), 1);
+  check.AtLeast("trainer.save_every", trainer.save_every(), 0);
+  check.AtLeast("trainer.val_every", trainer.val_every(), 0);
+  if (trainer.save_every() > 0 && trainer.checkpoint_dir().empty()) {
+    check.Fail("trainer.checkpoint_dir",
+               "is required when trainer.save_every is set: where should checkpoints go?");
+  }
+  if (trainer.val_every() > 0 && data.val_files().empty()) {
+    check.Fail("data.val_files", "is required when trainer.val_every is set");
+  }
+  for (int i = 0; i < trainer.loggers_size(); ++i) {
+    if (!Contains(kLoggers, trainer.loggers(i))) {
+      check.Fail(absl::StrCat("trainer.loggers[", i, "]"),
+                 absl::StrCat("'", trainer.loggers(i), "' is not one of: ", Join(kLoggers)));
+    }
+  }
+}
+
+}  // namespace rlhfd::config

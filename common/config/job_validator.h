@@ -1,0 +1,16 @@
+// Semantic checks of a JobSpec after defaults: ranges, and consistency between sections (GPU
+// counts vs layouts, batch divisibility, estimator vs roles). Each error says what to change.
+#pragma once
+
+#include "common/config/config_errors.h"
+#include "rlhfd/v1/job_spec.pb.h"
+
+namespace rlhfd::config {
+
+// Fills derived defaults (train dp = gpus / tp; role GPUs by placement), then validates.
+void CompleteAndValidateJobSpec(v1::JobSpec* spec, ConfigErrors* errors);
+
+// GPUs the job needs: the actor's alone when colocated, the sum over pools when split.
+int TotalGpus(const v1::JobSpec& spec);
+
+}  // namespace rlhfd::config

@@ -1,0 +1,267 @@
+// Schema walk over protobuf descriptors for config documents.
+#include "absl/strings/string_view.h"
+#include "common/config/proto_json_schema.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+
+namespace rlhfd::config {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::EnumDescriptor;
+using google::protobuf::FieldDescriptor;
+
+// Spellings users bring from verl / PyTorch for dtype values.
+const std::pair<const char*, const char*> kEnumAliases[] = {
+    {"bfloat16", "bf16"}, {"float16", "fp16"}, {"half", "fp16"}, {"float32", "fp32"},
+    {"float", "fp32"}};
+
+std::string JoinPath(absl::string_view parent, absl::string_view key) {
+  return parent.empty() ? std::string(key) : absl::StrCat(parent, ".", key);
+}
+
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string UnknownKeyMessage(absl::string_view key, const Descriptor& schema) {
+  std::vector<std::string> names;
+  std::string closest;
+  size_t best = 3;  // Suggest only names within two edits.
+  for (int i = 0; i < schema.field_count(); ++i) {
+    const std::string& name = schema.field(i)->name();
+    names.push_back(name);
+    const std::string lower = absl::AsciiStrToLower(key);
+    // A name that one is a prefix of ("trainer_config" for "trainer") counts as one edit away.
+    const bool prefix = name.size() >= 3 && (absl::StartsWith(lower, name) ||
+                                             absl::StartsWith(name, lower));
+    size_t distance = prefix ? 1 : EditDistance(lower, name);
+    if (distance < best) {
+      best = distance;
+      closest = name;
+    }
+  }
+  std::string message = "unknown key";
+  if (!closest.empty()) absl::StrAppend(&message, "; did you mean '", closest, "'?");
+  absl::StrAppend(&message, " (valid keys here: ", absl::StrJoin(names, ", "), ")");
+  return message;
+}
+
+// By proto name ("train_files") or JSON name ("trainFiles").
+const FieldDescriptor* FindField(const Descriptor& schema, const std::string& key) {
+  if (const FieldDescriptor* field = schema.FindFieldByName(key)) return field;
+  for (int i = 0; i < schema.field_count(); ++i) {
+    if (schema.field(i)->json_name() == key) return schema.field(i);
+  }
+  return nullptr;
+}
+
+std::string Describe(const nlohmann::json& value) {
+  std::string text = value.dump();
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
+
+// A scalar as text: YAML scalars arrive as strings, JSON ones as numbers or booleans.
+bool ScalarText(const nlohmann::json& value, std::string* text) {
+  if (value.is_string()) {
+    *text = value.get<std::string>();
+    return true;
+  }
+  if (value.is_number() || value.is_boolean()) {
+    *text = value.dump();
+    return true;
+  }
+  return false;
+}
+
+class SchemaWalker {
+ public:
+  explicit SchemaWalker(ConfigErrors* errors) : errors_(errors) {}
+
+  nlohmann::json Message(const nlohmann::json& object, const Descriptor& schema,
+                         const std::string& path) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [key, value] : object.items()) {
+      const std::string key_path = JoinPath(path, key);
+      const FieldDescriptor* field = FindField(schema, key);
+      if (field == nullptr) {
+        errors_->Add(key_path, UnknownKeyMessage(key, schema));
+        continue;
+      }
+      if (value.is_null() && field->type() != FieldDescriptor::TYPE_MESSAGE) {
+        errors_->Add(key_path, "has no value; give one or remove the key");
+        continue;
+      }
+      nlohmann::json normalized = Field(value, *field, key_path);
+      if (!normalized.is_discarded()) out[field->name()] = std::move(normalized);
+    }
+    return out;
+  }
+
+ private:
+  nlohmann::json Field(const nlohmann::json& value, const FieldDescriptor& field,
+                       const std::string& path) {
+    if (!field.is_repeated()) return Single(value, field, path);
+    // A single value where a list is expected is read as a list of one (train_files: a.jsonl).
+    const nlohmann::json items = value.is_array() ? value : nlohmann::json::array({value});
+    nlohmann::json out = nlohmann::json::array();
+    for (size_t i = 0; i < items.size(); ++i) {
+      nlohmann::json item = Single(items[i], field, absl::StrCat(path, "[", i, "]"));
+      if (!item.is_discarded()) out.push_back(std::move(item));
+    }
+    return out;
+  }
+
+  nlohmann::json Single(const nlohmann::json& value, const FieldDescriptor& field,
+                        const std::string& path) {
+    const nlohmann::json discarded = nlohmann::json::value_t::discarded;
+    std::string text;
+    switch (field.cpp_type()) {
+      case FieldDescriptor::CPPTYPE_MESSAGE:
+        if (value.is_null()) return nlohmann::json::object();  // "critic:" with nothing under it
+        if (!value.is_object()) {
+          errors_->Add(path, absl::StrCat("expected a mapping of keys, got ", Describe(value)));
+          return discarded;
+        }
+        return Message(value, *field.message_type(), path);
+      case FieldDescriptor::CPPTYPE_STRING:
+        if (!ScalarText(value, &text)) {
+          errors_->Add(path, absl::StrCat("expected a string, got ", Describe(value)));
+          return discarded;
+        }
+        return text;
+      case FieldDescriptor::CPPTYPE_BOOL: {
+        if (value.is_boolean()) return value;
+        if (ScalarText(value, &text)) {
+          std::string lower = absl::AsciiStrToLower(text);
+          if (lower == "true") return true;
+          if (lower == "false") return false;
+        }
+        errors_->Add(path, absl::StrCat("expected true or false, got ", Describe(value)));
+        return discarded;
+      }
+      case FieldDescriptor::CPPTYPE_INT32:
+      case FieldDescriptor::CPPTYPE_INT64:
+      case FieldDescriptor::CPPTYPE_UINT32:
+      case FieldDescriptor::CPPTYPE_UINT64:
+        return Integer(value, field, path);
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+      case FieldDescriptor::CPPTYPE_FLOAT: {
+        double number = 0;
+        if (value.is_number()) return value.get<double>();
+        if (value.is_string() && absl::SimpleAtod(value.get<std::string>(), &number) &&
+            std::isfinite(number)) {
+          return number;
+        }
+        errors_->Add(path, absl::StrCat("expected a number, got ", Describe(value)));
+        return discarded;
+      }
+      case FieldDescriptor::CPPTYPE_ENUM:
+        return Enum(value, *field.enum_type(), path);
+    }
+    errors_->Add(path, "unsupported field type");
+    return discarded;
+  }
+
+  nlohmann::json Integer(const nlohmann::json& value, const FieldDescriptor& field,
+                         const std::string& path) {
+    int64_t number = 0;
+    bool parsed = false;
+    if (value.is_number_integer()) {
+      number = value.get<int64_t>();
+      parsed = true;
+    } else if (value.is_number_float()) {
+      double d = value.get<double>();
+      parsed = std::floor(d) == d && std::fabs(d) < 9e18;
+      number = static_cast<int64_t>(d);
+    } else if (value.is_string()) {
+      parsed = absl::SimpleAtoi(value.get<std::string>(), &number);
+    }
+    if (!parsed) {
+      errors_->Add(path, absl::StrCat("expected a whole number, got ", Describe(value)));
+      return nlohmann::json::value_t::discarded;
+    }
+    int64_t low = std::numeric_limits<int64_t>::min(), high = std::numeric_limits<int64_t>::max();
+    if (field.cpp_type() == FieldDescriptor::CPPTYPE_INT32) {
+      low = std::numeric_limits<int32_t>::min();
+      high = std::numeric_limits<int32_t>::max();
+    } else if (field.cpp_type() == FieldDescriptor::CPPTYPE_UINT32) {
+      low = 0;
+      high = std::numeric_limits<uint32_t>::max();
+    } else if (field.cpp_type() == FieldDescriptor::CPPTYPE_UINT64) {
+      low = 0;
+    }
+    if (number < low || number > high) {
+      errors_->Add(path, absl::StrCat(number, " is out of range [", low, ", ", high, "]"));
+      return nlohmann::json::value_t::discarded;
+    }
+    return number;
+  }
+
+  nlohmann::json Enum(const nlohmann::json& value, const EnumDescriptor& type,
+                      const std::string& path) {
+    std::string text;
+    if (ScalarText(value, &text)) {
+      std::string wanted = absl::StrReplaceAll(absl::AsciiStrToLower(text), {{"-", "_"}});
+      for (const auto& [alias, name] : kEnumAliases) {
+        if (wanted == alias) wanted = name;
+      }
+      for (int i = 0; i < type.value_count(); ++i) {
+        const auto* candidate = type.value(i);
+        // Full names (ADVANTAGE_ESTIMATOR_GRPO) come from programs that print JobSpec as JSON.
+        if (candidate->number() != 0 && (EnumConfigName(*candidate) == wanted ||
+                                         absl::AsciiStrToLower(candidate->name()) == wanted)) {
+          return candidate->name();
+        }
+      }
+    }
+    std::vector<std::string> valid;
+    for (int i = 0; i < type.value_count(); ++i) {
+      if (type.value(i)->number() != 0) valid.push_back(EnumConfigName(*type.value(i)));
+    }
+    errors_->Add(path, absl::StrCat(Describe(value), " is not one of: ", absl::StrJoin(valid, ", ")));
+    return nlohmann::json::value_t::discarded;
+  }
+
+  ConfigErrors* errors_;
+};
+
+}  // namespace
+
+std::string EnumConfigName(const google::protobuf::EnumValueDescriptor& value) {
+  // Every enum's zero value is <PREFIX>_UNSPECIFIED (proto style); the prefix is dropped.
+  const std::string& zero = value.type()->value(0)->name();
+  const std::string prefix = zero.substr(0, zero.rfind("UNSPECIFIED"));
+  std::string name = value.name();
+  if (!prefix.empty() && name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
+  return absl::AsciiStrToLower(name);
+}
+
+nlohmann::json NormalizeToSchema(const nlohmann::json& document,
+                                 const google::protobuf::Descriptor& schema, ConfigErrors* errors) {
+  return SchemaWalker(errors).Message(document, schema, "");
+}
+
+}  // namespace rlhfd::config

@@ -1,0 +1,50 @@
+// EventLoop: one thread that runs posted tasks and timers in order. The controller's state is
+// owned by its loop, so state changes need no locks and RPC threads never block on them.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "absl/time/time.h"
+
+namespace rlhfd {
+
+class EventLoop {
+ public:
+  using Task = std::function<void()>;
+
+  EventLoop();
+  // Stops the loop; tasks not yet run are dropped (their captured state is destroyed).
+  ~EventLoop();
+  EventLoop(const EventLoop&) = delete;
+  EventLoop& operator=(const EventLoop&) = delete;
+
+  // Runs `task` on the loop thread after all tasks posted before it. Safe from any thread.
+  void Post(Task task);
+  // Runs `task` on the loop thread once `delay` has passed.
+  void PostAfter(absl::Duration delay, Task task);
+  // Runs `task` on the loop thread every `period` until the loop stops.
+  void PostEvery(absl::Duration period, Task task);
+  // Finishes the task in hand and joins the thread; later posts are ignored. Idempotent.
+  void Stop();
+
+  bool InLoopThread() const { return std::this_thread::get_id() == thread_.get_id(); }
+
+ private:
+  void Run();
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  // Due time → task; the sequence number keeps equal due times in posting order.
+  std::map<std::pair<absl::Time, uint64_t>, Task> tasks_;
+  uint64_t next_sequence_ = 0;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace rlhfd

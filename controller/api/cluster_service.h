@@ -1,0 +1,53 @@
+// gRPC adapters of ClusterService (public) and WorkerRegistry (internal) onto Controller.
+#pragma once
+
+#include "controller/api/service_context.h"
+#include "rlhfd/v1/cluster_service.grpc.pb.h"
+#include "rlhfd/v1/worker_service.grpc.pb.h"
+
+namespace rlhfd::controller {
+
+class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
+ public:
+  explicit ClusterServiceImpl(ServiceContext service) : service_(std::move(service)) {}
+
+  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* context,
+                                        const v1::ListWorkersRequest* request,
+                                        v1::ListWorkersReply* reply) override {
+    return DispatchUnary(service_, context, request, reply, &Controller::ListWorkers);
+  }
+  grpc::ServerUnaryReactor* GetCluster(grpc::CallbackServerContext* context,
+                                       const v1::GetClusterRequest* request,
+                                       v1::GetClusterReply* reply) override {
+    return DispatchUnary(service_, context, request, reply, &Controller::GetCluster);
+  }
+  grpc::ServerUnaryReactor* DrainWorker(grpc::CallbackServerContext* context,
+                                        const v1::DrainWorkerRequest* request,
+                                        v1::DrainWorkerReply* reply) override {
+    return DispatchUnary(service_, context, request, reply, &Controller::DrainWorker);
+  }
+
+ private:
+  ServiceContext service_;
+};
+
+class WorkerRegistryImpl final : public v1::WorkerRegistry::CallbackService {
+ public:
+  explicit WorkerRegistryImpl(ServiceContext service) : service_(std::move(service)) {}
+
+  grpc::ServerUnaryReactor* RegisterWorker(grpc::CallbackServerContext* context,
+                                           const v1::RegisterWorkerRequest* request,
+                                           v1::RegisterWorkerReply* reply) override {
+    return DispatchUnary(service_, context, request, reply, &Controller::RegisterWorker);
+  }
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
+                                      const v1::HeartbeatRequest* request,
+                                      v1::HeartbeatReply* reply) override {
+    return DispatchUnary(service_, context, request, reply, &Controller::Heartbeat);
+  }
+
+ private:
+  ServiceContext service_;
+};
+
+}  // namespace rlhfd::controller

@@ -1,0 +1,32 @@
+// gRPC adapter of the public JobService onto Controller.
+#pragma once
+
+#include "controller/api/service_context.h"
+#include "rlhfd/v1/job_service.grpc.pb.h"
+
+namespace rlhfd::controller {
+
+class JobServiceImpl final : public v1::JobService::CallbackService {
+ public:
+  explicit JobServiceImpl(ServiceContext service) : service_(std::move(service)) {}
+
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
+                                      const v1::SubmitJobRequest* request,
+                                      v1::SubmitJobReply* reply) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
+                                   const v1::GetJobRequest* request,
+                                   v1::GetJobReply* reply) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
+                                     const v1::ListJobsRequest* request,
+                                     v1::ListJobsReply* reply) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
+                                      const v1::CancelJobRequest* request,
+                                      v1::CancelJobReply* reply) override;
+  grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* context,
+                                                   const v1::WatchJobRequest* request) override;
+
+ private:
+  ServiceContext service_;
+};
+
+}  // namespace rlhfd::controller

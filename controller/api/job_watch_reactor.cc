@@ -1,0 +1,81 @@
+// WatchJob streaming; see job_watch_reactor.h.
+#include "controller/api/job_watch_reactor.h"
+
+namespace rlhfd::controller {
+
+JobWatchReactor::JobWatchReactor(ServiceContext service, const grpc::CallbackServerContext& context,
+                                 const v1::WatchJobRequest& request)
+    : service_(std::move(service)), stream_(std::make_shared<Stream>()) {
+  stream_->reactor = this;
+  if (grpc::Status auth = CheckToken(context, service_.token); !auth.ok()) {
+    std::lock_guard<std::recursive_mutex> lock(stream_->mutex);
+    FinishLocked(*stream_, auth);
+    return;
+  }
+  std::shared_ptr<Stream> stream = stream_;
+  Controller* controller = service_.controller;
+  service_.loop->Post([controller, request, stream] {
+    auto subscription = controller->WatchJob(
+        request, [stream](const v1::JobEvent& event) { Enqueue(stream, event); });
+    std::lock_guard<std::recursive_mutex> lock(stream->mutex);
+    if (subscription.ok()) {
+      stream->subscription = *subscription;
+    } else {
+      FinishLocked(*stream, ToGrpcStatus(subscription.status()));
+    }
+  });
+}
+
+void JobWatchReactor::Enqueue(const std::shared_ptr<Stream>& stream, const v1::JobEvent& event) {
+  std::lock_guard<std::recursive_mutex> lock(stream->mutex);
+  if (stream->reactor == nullptr || stream->finished) return;
+  stream->pending.push_back(event);
+  if (JobManager::IsTerminal(event.state())) stream->end_after_pending = true;
+  if (!stream->writing) {
+    stream->writing = true;
+    stream->reactor->StartWrite(&stream->pending.front());
+  }
+}
+
+void JobWatchReactor::OnWriteDone(bool ok) {
+  std::shared_ptr<Stream> stream = stream_;  // `this` may be deleted inside Finish.
+  std::lock_guard<std::recursive_mutex> lock(stream->mutex);
+  stream->pending.pop_front();
+  stream->writing = false;
+  if (!ok) {
+    FinishLocked(*stream, grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream broken"));
+  } else if (!stream->pending.empty() && !stream->finished) {
+    stream->writing = true;
+    StartWrite(&stream->pending.front());
+  } else if (stream->end_after_pending) {
+    FinishLocked(*stream, grpc::Status::OK);
+  }
+}
+
+void JobWatchReactor::OnCancel() {
+  std::shared_ptr<Stream> stream = stream_;
+  std::lock_guard<std::recursive_mutex> lock(stream->mutex);
+  FinishLocked(*stream, grpc::Status::CANCELLED);
+}
+
+void JobWatchReactor::FinishLocked(Stream& stream, const grpc::Status& status) {
+  if (stream.finished || stream.reactor == nullptr) return;
+  stream.finished = true;
+  stream.reactor->Finish(status);
+}
+
+void JobWatchReactor::OnDone() {
+  std::shared_ptr<Stream> stream = stream_;
+  {
+    std::lock_guard<std::recursive_mutex> lock(stream->mutex);
+    stream->reactor = nullptr;
+  }
+  Controller* controller = service_.controller;
+  // Subscription ids are set on the loop before this task runs there (posted earlier).
+  service_.loop->Post([controller, stream] {
+    if (stream->subscription != 0) controller->UnwatchJob(stream->subscription);
+  });
+  delete this;
+}
+
+}  // namespace rlhfd::controller

@@ -1,0 +1,109 @@
+// Controller logic; see controller.h.
+#include "controller/controller.h"
+
+#include "common/status/status_macros.h"
+
+namespace rlhfd::controller {
+
+absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(const ControllerOptions& options,
+                                                               Clock clock) {
+  if (options.state_dir.empty()) {
+    return absl::InvalidArgumentError("--state_dir is required: where the controller keeps jobs");
+  }
+  if (options.liveness.liveness_window <= options.liveness.heartbeat_interval) {
+    return absl::InvalidArgumentError(
+        "--liveness_window must be longer than --heartbeat_interval (3x or more is sensible)");
+  }
+  ASSIGN_OR_RETURN(JobStore store, JobStore::Open(options.state_dir));
+  return std::unique_ptr<Controller>(new Controller(options, std::move(clock), std::move(store)));
+}
+
+Controller::Controller(ControllerOptions options, Clock clock, JobStore store)
+    : options_(std::move(options)),
+      clock_(std::move(clock)),
+      start_time_ms_(clock_()),
+      workers_(options_.liveness),
+      jobs_(std::move(store)) {}
+
+absl::StatusOr<v1::SubmitJobReply> Controller::SubmitJob(const v1::SubmitJobRequest& request) {
+  v1::SubmitJobReply reply;
+  ASSIGN_OR_RETURN(*reply.mutable_job(), jobs_.Submit(request, clock_()));
+  return reply;
+}
+
+absl::StatusOr<v1::GetJobReply> Controller::GetJob(const v1::GetJobRequest& request) {
+  v1::GetJobReply reply;
+  ASSIGN_OR_RETURN(*reply.mutable_job(), jobs_.Get(request.job_id()));
+  return reply;
+}
+
+absl::StatusOr<v1::ListJobsReply> Controller::ListJobs(const v1::ListJobsRequest& request) {
+  std::vector<v1::JobState> states;
+  for (int state : request.states()) states.push_back(static_cast<v1::JobState>(state));
+  v1::ListJobsReply reply;
+  for (v1::Job& job : jobs_.List(states)) *reply.add_jobs() = std::move(job);
+  return reply;
+}
+
+absl::StatusOr<v1::CancelJobReply> Controller::CancelJob(const v1::CancelJobRequest& request) {
+  v1::CancelJobReply reply;
+  ASSIGN_OR_RETURN(*reply.mutable_job(), jobs_.Cancel(request.job_id(), clock_()));
+  return reply;
+}
+
+absl::StatusOr<int64_t> Controller::WatchJob(const v1::WatchJobRequest& request,
+                                             JobManager::EventSink sink) {
+  return jobs_.Watch(request.job_id(), std::move(sink));
+}
+
+void Controller::UnwatchJob(int64_t subscription) { jobs_.Unwatch(subscription); }
+
+absl::StatusOr<v1::ListWorkersReply> Controller::ListWorkers(const v1::ListWorkersRequest&) {
+  v1::ListWorkersReply reply;
+  for (v1::Worker& worker : workers_.List()) *reply.add_workers() = std::move(worker);
+  return reply;
+}
+
+absl::StatusOr<v1::GetClusterReply> Controller::GetCluster(const v1::GetClusterRequest&) {
+  v1::GetClusterReply reply;
+  for (const v1::Worker& worker : workers_.List()) {
+    switch (worker.state()) {
+      case v1::WORKER_STATE_ALIVE:
+        reply.set_workers_alive(reply.workers_alive() + 1);
+        if (worker.capacity().device_kind() == v1::DEVICE_KIND_CUDA) {
+          reply.set_gpus_alive(reply.gpus_alive() + 1);
+        }
+        break;
+      case v1::WORKER_STATE_LOST: reply.set_workers_lost(reply.workers_lost() + 1); break;
+      case v1::WORKER_STATE_DRAINING:
+        reply.set_workers_draining(reply.workers_draining() + 1);
+        break;
+      default: break;
+    }
+  }
+  for (const auto& [state, count] : jobs_.CountByState()) {
+    (*reply.mutable_jobs_by_state())[state] = count;
+  }
+  reply.set_controller_start_time_ms(start_time_ms_);
+  reply.set_controller_version(options_.version);
+  return reply;
+}
+
+absl::StatusOr<v1::DrainWorkerReply> Controller::DrainWorker(const v1::DrainWorkerRequest& request) {
+  v1::DrainWorkerReply reply;
+  ASSIGN_OR_RETURN(*reply.mutable_worker(), workers_.Drain(request.worker_id()));
+  return reply;
+}
+
+absl::StatusOr<v1::RegisterWorkerReply> Controller::RegisterWorker(
+    const v1::RegisterWorkerRequest& request) {
+  return workers_.Register(request, clock_());
+}
+
+absl::StatusOr<v1::HeartbeatReply> Controller::Heartbeat(const v1::HeartbeatRequest& request) {
+  return workers_.Heartbeat(request, clock_());
+}
+
+void Controller::SweepLiveness() { workers_.SweepLiveness(clock_()); }
+
+}  // namespace rlhfd::controller

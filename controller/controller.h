@@ -1,0 +1,67 @@
+// Controller: the logic of rlhfd-controller as plain methods over proto messages. It owns the
+// worker registry and the jobs; the gRPC services (controller/api) are thin adapters that run
+// these methods on the controller's event loop, and tests call them directly.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "controller/cluster/worker_registry.h"
+#include "controller/jobs/job_manager.h"
+#include "rlhfd/v1/cluster_service.pb.h"
+#include "rlhfd/v1/job_service.pb.h"
+#include "rlhfd/v1/worker_service.pb.h"
+
+namespace rlhfd::controller {
+
+struct ControllerOptions {
+  // Directory of the durable state (jobs, token); created if missing.
+  std::string state_dir;
+  LivenessOptions liveness;
+  std::string version = "0.1.0";
+};
+
+class Controller {
+ public:
+  // Milliseconds since the Unix epoch; injected so tests control time.
+  using Clock = std::function<int64_t()>;
+
+  static absl::StatusOr<std::unique_ptr<Controller>> Create(const ControllerOptions& options,
+                                                            Clock clock);
+
+  // JobService.
+  absl::StatusOr<v1::SubmitJobReply> SubmitJob(const v1::SubmitJobRequest& request);
+  absl::StatusOr<v1::GetJobReply> GetJob(const v1::GetJobRequest& request);
+  absl::StatusOr<v1::ListJobsReply> ListJobs(const v1::ListJobsRequest& request);
+  absl::StatusOr<v1::CancelJobReply> CancelJob(const v1::CancelJobRequest& request);
+  absl::StatusOr<int64_t> WatchJob(const v1::WatchJobRequest& request, JobManager::EventSink sink);
+  void UnwatchJob(int64_t subscription);
+
+  // ClusterService.
+  absl::StatusOr<v1::ListWorkersReply> ListWorkers(const v1::ListWorkersRequest& request);
+  absl::StatusOr<v1::GetClusterReply> GetCluster(const v1::GetClusterRequest& request);
+  absl::StatusOr<v1::DrainWorkerReply> DrainWorker(const v1::DrainWorkerRequest& request);
+
+  // WorkerRegistry.
+  absl::StatusOr<v1::RegisterWorkerReply> RegisterWorker(const v1::RegisterWorkerRequest& request);
+  absl::StatusOr<v1::HeartbeatReply> Heartbeat(const v1::HeartbeatRequest& request);
+
+  // Marks silent workers lost; run periodically by the event loop.
+  void SweepLiveness();
+
+  const ControllerOptions& options() const { return options_; }
+
+ private:
+  Controller(ControllerOptions options, Clock clock, JobStore store);
+
+  ControllerOptions options_;
+  Clock clock_;
+  int64_t start_time_ms_;
+  WorkerRegistry workers_;
+  JobManager jobs_;
+};
+
+}  // namespace rlhfd::controller

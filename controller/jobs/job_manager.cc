@@ -1,0 +1,161 @@
+// Job submission, lookup, cancellation and events.
+#include "controller/jobs/job_manager.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/config/job_config.h"
+#include "common/logging/logging.h"
+#include "common/status/status_macros.h"
+
+namespace rlhfd::controller {
+namespace {
+
+constexpr char kJobPrefix[] = "job-";
+// A config larger than this is not a config.
+constexpr size_t kMaxConfigBytes = 1 << 20;
+
+bool ParseJobNumber(const std::string& job_id, int64_t* number) {
+  return job_id.rfind(kJobPrefix, 0) == 0 &&
+         absl::SimpleAtoi(job_id.substr(sizeof(kJobPrefix) - 1), number) && *number > 0;
+}
+
+v1::JobEvent StateEvent(const v1::Job& job) {
+  v1::JobEvent event;
+  event.set_job_id(job.job_id());
+  event.set_state(job.state());
+  event.set_message(job.message());
+  event.set_time_ms(job.update_time_ms());
+  return event;
+}
+
+}  // namespace
+
+JobManager::JobManager(JobStore store) : store_(std::move(store)) {
+  for (v1::Job& job : store_.LoadAll()) {
+    int64_t number = 0;
+    if (!ParseJobNumber(job.job_id(), &number)) {
+      LOG(ERROR) << "job store: ignoring job with malformed id '" << job.job_id() << "'";
+      continue;
+    }
+    next_job_number_ = std::max(next_job_number_, number + 1);
+    jobs_.emplace(number, std::move(job));
+  }
+  if (!jobs_.empty()) LOG(INFO) << "job store: loaded " << jobs_.size() << " jobs";
+}
+
+bool JobManager::IsTerminal(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
+absl::StatusOr<v1::Job> JobManager::Submit(const v1::SubmitJobRequest& request, int64_t now_ms) {
+  const std::string source = request.config_name().empty() ? "request" : request.config_name();
+  if (request.config_text().size() > kMaxConfigBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": config is larger than ", kMaxConfigBytes, " bytes"));
+  }
+  absl::StatusOr<v1::JobSpec> spec =
+      !request.config_text().empty() ? config::ParseJobSpec(request.config_text(), source)
+      : request.has_spec()           ? config::CompleteJobSpec(request.spec(), source)
+                                     : absl::InvalidArgumentError(
+                                 "SubmitJob needs config_text (a YAML/JSON config) or spec");
+  if (!spec.ok()) {
+    LOG(INFO) << "job refused: " << spec.status().message();
+    return spec.status();
+  }
+
+  v1::Job job;
+  const int64_t number = next_job_number_;
+  job.set_job_id(absl::StrCat(kJobPrefix, number));
+  *job.mutable_spec() = *std::move(spec);
+  job.set_source(source);
+  job.set_submit_time_ms(now_ms);
+  // A valid submission is queued at once; placement arrives with the scheduler.
+  job.set_state(v1::JOB_STATE_QUEUED);
+  job.set_message("waiting for placement");
+  job.set_update_time_ms(now_ms);
+  RETURN_IF_ERROR(store_.Put(job));
+  ++next_job_number_;
+  LOG(INFO) << "job " << job.job_id() << " (" << job.spec().name() << ") queued from " << source;
+  return jobs_.emplace(number, std::move(job)).first->second;
+}
+
+const v1::Job* JobManager::Find(const std::string& job_id) const {
+  int64_t number = 0;
+  if (!ParseJobNumber(job_id, &number)) return nullptr;
+  auto it = jobs_.find(number);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
+  const v1::Job* job = Find(job_id);
+  if (job == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no job '", job_id, "'; see `rlhfctl jobs`"));
+  }
+  return *job;
+}
+
+std::vector<v1::Job> JobManager::List(const std::vector<v1::JobState>& states) const {
+  std::vector<v1::Job> out;
+  for (const auto& [number, job] : jobs_) {
+    if (states.empty() || std::find(states.begin(), states.end(), job.state()) != states.end()) {
+      out.push_back(job);
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, int64_t now_ms) {
+  v1::Job* job = const_cast<v1::Job*>(Find(job_id));
+  if (job == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no job '", job_id, "'; see `rlhfctl jobs`"));
+  }
+  if (IsTerminal(job->state())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " already ended (", v1::JobState_Name(job->state()), ")"));
+  }
+  RETURN_IF_ERROR(Transition(job, v1::JOB_STATE_CANCELLED, "cancelled by user", now_ms));
+  return *job;
+}
+
+absl::Status JobManager::Transition(v1::Job* job, v1::JobState state, const std::string& message,
+                                    int64_t now_ms) {
+  v1::Job updated = *job;
+  updated.set_state(state);
+  updated.set_message(message);
+  updated.set_update_time_ms(now_ms);
+  RETURN_IF_ERROR(store_.Put(updated));
+  *job = std::move(updated);
+  LOG(INFO) << "job " << job->job_id() << " -> " << v1::JobState_Name(state) << ": " << message;
+  const v1::JobEvent event = StateEvent(*job);
+  // A sink may Unwatch while we iterate; copy the matching sinks first.
+  std::vector<EventSink> sinks;
+  for (const auto& [id, watcher] : watchers_) {
+    if (watcher.job_id == job->job_id()) sinks.push_back(watcher.sink);
+  }
+  for (const EventSink& sink : sinks) sink(event);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> JobManager::Watch(const std::string& job_id, EventSink sink) {
+  const v1::Job* job = Find(job_id);
+  if (job == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no job '", job_id, "'; see `rlhfctl jobs`"));
+  }
+  sink(StateEvent(*job));
+  const int64_t subscription = next_subscription_++;
+  watchers_.emplace(subscription, Watcher{job_id, std::move(sink)});
+  return subscription;
+}
+
+void JobManager::Unwatch(int64_t subscription) { watchers_.erase(subscription); }
+
+std::map<std::string, int32_t> JobManager::CountByState() const {
+  std::map<std::string, int32_t> counts;
+  for (const auto& [number, job] : jobs_) ++counts[v1::JobState_Name(job.state())];
+  return counts;
+}
+
+}  // namespace rlhfd::controller

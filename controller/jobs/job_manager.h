@@ -1,0 +1,67 @@
+// JobManager: the controller's jobs and their lifecycle. It validates submissions with the
+// config loader, persists every change through JobStore before acknowledging it, and tells
+// watchers about each transition. Lives on the controller's event loop (not thread-safe).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "controller/store/job_store.h"
+#include "rlhfd/v1/job_service.pb.h"
+
+namespace rlhfd::controller {
+
+class JobManager {
+ public:
+  // Receives events on the event loop; must not block.
+  using EventSink = std::function<void(const v1::JobEvent&)>;
+
+  // Loads every job the store holds.
+  explicit JobManager(JobStore store);
+
+  // Validates the config (text or spec), stores the job and queues it. INVALID_ARGUMENT lists
+  // each problem with its file and key; the job is not created.
+  absl::StatusOr<v1::Job> Submit(const v1::SubmitJobRequest& request, int64_t now_ms);
+
+  absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
+
+  // Oldest first; all states when `states` is empty.
+  std::vector<v1::Job> List(const std::vector<v1::JobState>& states) const;
+
+  // Ends a job that has not ended. FAILED_PRECONDITION for a finished job.
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id, int64_t now_ms);
+
+  // Sends `sink` the job's current state now and every later event of the job. Returns the
+  // subscription for Unwatch.
+  absl::StatusOr<int64_t> Watch(const std::string& job_id, EventSink sink);
+  void Unwatch(int64_t subscription);
+
+  // Number of jobs per state name.
+  std::map<std::string, int32_t> CountByState() const;
+
+  static bool IsTerminal(v1::JobState state);
+
+ private:
+  // Persists the new state before it takes effect, then notifies watchers.
+  absl::Status Transition(v1::Job* job, v1::JobState state, const std::string& message,
+                          int64_t now_ms);
+  const v1::Job* Find(const std::string& job_id) const;
+
+  struct Watcher {
+    std::string job_id;
+    EventSink sink;
+  };
+
+  JobStore store_;
+  // Keyed by the number in "job-<n>", so iteration is submission order.
+  std::map<int64_t, v1::Job> jobs_;
+  int64_t next_job_number_ = 1;
+  std::map<int64_t, Watcher> watchers_;
+  int64_t next_subscription_ = 1;
+};
+
+}  // namespace rlhfd::controller

@@ -1,0 +1,108 @@
+// rlhfd-controller: the composition root. Flags → options → controller state on an event loop →
+// gRPC services → serve until SIGTERM/SIGINT, then drain within --shutdown_deadline.
+#include <cstdio>
+#include <memory>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/time/time.h"
+#include "common/logging/logging.h"
+#include "common/rpc/auth.h"
+#include "common/rpc/rpc_flags.h"
+#include "common/rpc/rpc_server.h"
+#include "common/util/clock.h"
+#include "common/util/event_loop.h"
+#include "common/util/signals.h"
+#include "controller/api/cluster_service.h"
+#include "controller/api/job_service.h"
+#include "controller/controller.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "host:port for the gRPC API; 0.0.0.0:PORT to serve other hosts, port 0 for any free one");
+ABSL_FLAG(std::string, state_dir, "/var/lib/rlhfd",
+          "Durable state: jobs and the cluster token (created on first start)");
+ABSL_FLAG(std::string, port_file, "", "Write the bound port here once serving (for port 0)");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2), "How often workers heartbeat");
+ABSL_FLAG(absl::Duration, liveness_window, absl::Seconds(10),
+          "A worker silent this long is marked lost");
+ABSL_FLAG(absl::Duration, shutdown_deadline, absl::Seconds(10),
+          "On SIGTERM, time given to calls in flight before they are cancelled");
+ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
+
+namespace rlhfd {
+namespace {
+
+int Run() {
+  logging::SetProcessName("controller");
+  logging::Severity severity;
+  if (!logging::ParseSeverity(absl::GetFlag(FLAGS_log_level), &severity)) {
+    std::fprintf(stderr, "--log_level must be debug, info, warning or error\n");
+    return 2;
+  }
+  logging::SetMinSeverity(severity);
+
+  controller::ControllerOptions options;
+  options.state_dir = absl::GetFlag(FLAGS_state_dir);
+  options.liveness.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  options.liveness.liveness_window = absl::GetFlag(FLAGS_liveness_window);
+
+  auto created = controller::Controller::Create(options, NowUnixMillis);
+  if (!created.ok()) {
+    LOG(ERROR) << created.status().message();
+    return 1;
+  }
+  std::unique_ptr<controller::Controller> controller = *std::move(created);
+
+  std::string token = TokenFlag();
+  if (token.empty()) {
+    auto stored = LoadOrCreateToken(options.state_dir);
+    if (!stored.ok()) {
+      LOG(ERROR) << "cannot set up the cluster token: " << stored.status().message();
+      return 1;
+    }
+    token = *stored;
+  }
+
+  EventLoop loop;
+  controller::ServiceContext context{controller.get(), &loop, token};
+  controller::JobServiceImpl job_service(context);
+  controller::ClusterServiceImpl cluster_service(context);
+  controller::WorkerRegistryImpl registry_service(context);
+  auto server = RpcServer::Start(absl::GetFlag(FLAGS_listen), RpcOptionsFromFlags(),
+                                 {&job_service, &cluster_service, &registry_service});
+  if (!server.ok()) {
+    LOG(ERROR) << server.status().message();
+    return 1;
+  }
+  loop.PostEvery(options.liveness.heartbeat_interval / 2,
+                 [&controller] { controller->SweepLiveness(); });
+  if (const std::string port_file = absl::GetFlag(FLAGS_port_file); !port_file.empty()) {
+    if (auto written = WritePortFile(port_file, (*server)->port()); !written.ok()) {
+      LOG(ERROR) << written.message();
+      return 1;
+    }
+  }
+  LOG(INFO) << "serving on port " << (*server)->port() << ", state in " << options.state_dir
+            << ", token in " << options.state_dir << "/token";
+
+  const int signal_number = WaitForTerminationSignal();
+  LOG(INFO) << "signal " << signal_number << ": draining (deadline "
+            << absl::FormatDuration(absl::GetFlag(FLAGS_shutdown_deadline)) << ")";
+  // The loop keeps running while the server drains, so calls in flight can finish.
+  (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_deadline));
+  loop.Stop();
+  LOG(INFO) << "stopped";
+  return 0;
+}
+
+}  // namespace
+}  // namespace rlhfd
+
+int main(int argc, char** argv) {
+  rlhfd::BlockTerminationSignals();
+  absl::SetProgramUsageMessage(
+      "rlhfd-controller --state_dir=DIR [--listen=HOST:PORT]: the rlhfd cluster controller");
+  absl::ParseCommandLine(argc, argv);
+  return rlhfd::Run();
+}

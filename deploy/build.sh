@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Configures (once) and builds rlhfd with Ninja and ccache. Needs deploy/setup.sh to have run.
+#   RLHFD_BUILD_DIR=build   where to build
+#   RLHFD_BUILD_TYPE=RelWithDebInfo
+#   RLHFD_JOBS=N            parallel compile jobs (default: cores)
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build_dir="${RLHFD_BUILD_DIR:-${repo_root}/build}"
+jobs="${RLHFD_JOBS:-$(nproc)}"
+
+# ccache keeps warm builds (and CI re-runs) to seconds; the compiler check must not defeat it.
+export CCACHE_DIR="${CCACHE_DIR:-${HOME}/.cache/ccache}"
+export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
+export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
+
+if [[ ! -f "${build_dir}/build.ninja" ]]; then
+  cmake -S "${repo_root}" -B "${build_dir}" -G Ninja \
+    -DCMAKE_BUILD_TYPE="${RLHFD_BUILD_TYPE:-RelWithDebInfo}" ${RLHFD_CMAKE_ARGS:-}
+fi
+cmake --build "${build_dir}" -j "${jobs}"

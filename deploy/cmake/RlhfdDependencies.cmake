@@ -1,0 +1,60 @@
+# Finds every third-party dependency once, so component CMakeLists only name targets.
+find_package(Threads REQUIRED)
+find_package(absl CONFIG REQUIRED)
+find_package(Protobuf REQUIRED)
+find_package(gRPC CONFIG REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(yaml-cpp REQUIRED)
+find_package(Catch2 2 REQUIRED)
+
+find_program(RLHFD_PROTOC protoc REQUIRED)
+find_program(RLHFD_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
+
+# CUDA runtime (static, so CPU-only hosts run the same binaries) and NCCL, when present.
+set(RLHFD_HAVE_CUDA OFF)
+if(RLHFD_WITH_CUDA)
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND)
+    find_path(RLHFD_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    find_library(RLHFD_NCCL_LIBRARY NAMES nccl HINTS ${CUDAToolkit_LIBRARY_DIR}
+                 "${CUDAToolkit_LIBRARY_ROOT}/lib")
+    if(RLHFD_NCCL_INCLUDE_DIR AND RLHFD_NCCL_LIBRARY)
+      set(RLHFD_HAVE_CUDA ON)
+      add_library(rlhfd_nccl INTERFACE)
+      target_include_directories(rlhfd_nccl INTERFACE ${RLHFD_NCCL_INCLUDE_DIR})
+      target_link_libraries(rlhfd_nccl INTERFACE ${RLHFD_NCCL_LIBRARY} CUDA::cudart)
+    endif()
+  endif()
+endif()
+message(STATUS "rlhfd: CUDA + NCCL ${RLHFD_HAVE_CUDA}")
+
+# LibTorch from the project's virtualenv (torch==2.11.0 wheel); only worker/ and GPU tests use it.
+set(RLHFD_HAVE_TORCH OFF)
+if(RLHFD_WITH_TORCH)
+  if(NOT EXISTS "${RLHFD_PYTHON}")
+    message(FATAL_ERROR "rlhfd: ${RLHFD_PYTHON} not found. Run deploy/setup.sh, or configure with "
+                        "-DRLHFD_PYTHON=<python with torch> or -DRLHFD_WITH_TORCH=OFF.")
+  endif()
+  execute_process(
+    COMMAND "${RLHFD_PYTHON}" -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
+    OUTPUT_VARIABLE RLHFD_TORCH_PREFIX OUTPUT_STRIP_TRAILING_WHITESPACE
+    RESULT_VARIABLE torch_rc)
+  if(NOT torch_rc EQUAL 0)
+    message(FATAL_ERROR "rlhfd: ${RLHFD_PYTHON} cannot import torch. Run deploy/setup.sh.")
+  endif()
+  list(APPEND CMAKE_PREFIX_PATH "${RLHFD_TORCH_PREFIX}")
+  if(NOT RLHFD_HAVE_CUDA)
+    # A CUDA wheel's config looks for the toolkit; without one use its CPU libraries only.
+    set(USE_CUDA OFF)
+  endif()
+  # Naming the architecture stops the wheel's config from compiling a GPU probe; Hopper (H100,
+  # H200) is what we ship for. Our own CUDA code sets its architectures separately.
+  if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+    set(ENV{TORCH_CUDA_ARCH_LIST} "9.0")
+  endif()
+  find_package(Torch REQUIRED)
+  # The wheel's config pulls in CUDA compile flags; we only need its targets.
+  set(RLHFD_HAVE_TORCH ON)
+  get_filename_component(RLHFD_TORCH_LIB_DIR "${TORCH_LIBRARY}" DIRECTORY)
+endif()
+message(STATUS "rlhfd: LibTorch ${RLHFD_HAVE_TORCH}")

@@ -1,0 +1,49 @@
+# rlhfd_library / rlhfd_test: the two helpers every component CMakeLists uses (in the spirit of
+# Abseil's absl_cc_library), so per-folder files stay a few lines long.
+
+# rlhfd_library(NAME name SRCS ... [DEPS ...] [TORCH])
+# A static library; TORCH marks targets that include LibTorch and gives them its precompiled
+# header, so only those targets pay for it.
+function(rlhfd_library)
+  cmake_parse_arguments(ARG "TORCH" "NAME" "SRCS;DEPS" ${ARGN})
+  add_library(${ARG_NAME} STATIC ${ARG_SRCS})
+  target_include_directories(${ARG_NAME} PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+  target_link_libraries(${ARG_NAME} PUBLIC ${ARG_DEPS})
+  target_compile_options(${ARG_NAME} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  if(ARG_TORCH)
+    rlhfd_use_torch(${ARG_NAME})
+  endif()
+endfunction()
+
+# Links LibTorch with a shared precompiled header of the narrow ATen headers.
+function(rlhfd_use_torch target)
+  target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES})
+  target_precompile_headers(${target} REUSE_FROM rlhfd_torch_pch)
+endfunction()
+
+# rlhfd_test(NAME name SRCS ... [DEPS ...] [GPU] [TORCH] [LABELS ...])
+# A Catch2 v2 test binary registered with CTest as one test. Binaries are never run at build time.
+# GPU binaries use tests/support/gpu_test_main.cc, which exits 77 (CTest "skipped") with no GPU.
+function(rlhfd_test)
+  cmake_parse_arguments(ARG "GPU;TORCH" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SRCS})
+  target_include_directories(${ARG_NAME} PRIVATE ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+  if(ARG_GPU)
+    target_link_libraries(${ARG_NAME} PRIVATE rlhfd_gpu_test_main ${ARG_DEPS})
+  else()
+    target_link_libraries(${ARG_NAME} PRIVATE rlhfd_test_main ${ARG_DEPS})
+  endif()
+  if(ARG_TORCH OR ARG_GPU)
+    rlhfd_use_torch(${ARG_NAME})
+  endif()
+  add_test(NAME ${ARG_NAME} COMMAND ${ARG_NAME})
+  set(labels ${ARG_LABELS})
+  if(ARG_GPU)
+    list(APPEND labels gpu)
+    set_tests_properties(${ARG_NAME} PROPERTIES SKIP_RETURN_CODE 77)
+  endif()
+  if(labels)
+    set_tests_properties(${ARG_NAME} PROPERTIES LABELS "${labels}")
+  endif()
+  set_tests_properties(${ARG_NAME} PROPERTIES TIMEOUT 300)
+endfunction()

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The README's main job: a local cluster on this machine — one controller and two workers (CPU,
+# or the GPUs when present) on loopback — shows the workers registered and submits the example
+# job, which is queued. Daemons stop when the script ends; their logs stay in the state dir.
+#   RLHFD_DEMO_DIR=DIR      state and logs (default: a new temp dir)
+#   RLHFD_DEMO_CONFIG=FILE  job to submit (default: configs/tiny-cpu-demo.yaml)
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build_dir="${RLHFD_BUILD_DIR:-${repo_root}/build}"
+"${repo_root}/deploy/setup.sh"
+"${repo_root}/deploy/build.sh"
+
+bin="${build_dir}"
+demo_dir="${RLHFD_DEMO_DIR:-$(mktemp -d /tmp/rlhfd-demo-XXXXXX)}"
+config="${RLHFD_DEMO_CONFIG:-${repo_root}/configs/tiny-cpu-demo.yaml}"
+mkdir -p "${demo_dir}"
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -TERM "${pid}" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  echo "demo: stopped; logs in ${demo_dir}"
+}
+trap cleanup EXIT
+
+"${bin}/controller/rlhfd-controller" --listen=127.0.0.1:0 --state_dir="${demo_dir}/state" \
+  --port_file="${demo_dir}/controller.port" >"${demo_dir}/controller.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do [[ -s "${demo_dir}/controller.port" ]] && break; sleep 0.1; done
+[[ -s "${demo_dir}/controller.port" ]] || { cat "${demo_dir}/controller.log"; exit 1; }
+export RLHFD_CONTROLLER="127.0.0.1:$(cat "${demo_dir}/controller.port")"
+export RLHFD_TOKEN_FILE="${demo_dir}/state/token"
+
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l || true)
+for i in 0 1; do
+  device=cpu
+  if ((gpus > i)); then device="cuda:${i}"; fi
+  "${bin}/worker/rlhfd-worker" --controller="${RLHFD_CONTROLLER}" --device="${device}" \
+    --worker_id="demo-worker-${i}" >"${demo_dir}/worker${i}.log" 2>&1 &
+  pids+=($!)
+done
+
+ctl="${bin}/controller/rlhfctl"
+for _ in $(seq 100); do
+  [[ $("${ctl}" --json workers | grep -c WORKER_STATE_ALIVE) -ge 2 ]] && break
+  sleep 0.1
+done
+echo "== rlhfctl workers"
+"${ctl}" workers
+echo "== rlhfctl submit ${config}"
+"${ctl}" submit "${config}"
+echo "== rlhfctl jobs"
+"${ctl}" jobs
+echo "== rlhfctl cluster"
+"${ctl}" cluster

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs everything rlhfd needs to build and test on a fresh Debian 12 machine. Idempotent:
+# re-running it only checks what is already there.
+#   deploy/setup.sh            system packages + project virtualenv with LibTorch
+#   RLHFD_SKIP_APT=1 ...       skip apt (no root, packages installed by an administrator)
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${RLHFD_VENV:-${repo_root}/.venv}"
+torch_version="2.11.0"
+
+apt_packages=(
+  build-essential cmake ninja-build ccache pkg-config git python3-venv
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libabsl-dev nlohmann-json3-dev libyaml-cpp-dev catch2
+)
+
+install_apt() {
+  local missing=()
+  for p in "${apt_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]} == 0)); then
+    echo "setup: Debian packages present"
+    return
+  fi
+  echo "setup: installing Debian packages: ${missing[*]}"
+  local sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+install_torch() {
+  if [[ -x "${venv}/bin/python" ]] &&
+     "${venv}/bin/python" -c "import numpy, torch, sys; sys.exit(torch.__version__.split('+')[0] != '${torch_version}')" 2>/dev/null; then
+    echo "setup: torch ${torch_version} present in ${venv}"
+    return
+  fi
+  echo "setup: creating ${venv} with torch==${torch_version} (large download on first run)"
+  python3 -m venv "${venv}"
+  "${venv}/bin/pip" install -q --upgrade pip
+  "${venv}/bin/pip" install -q "torch==${torch_version}" numpy
+}
+
+[[ "${RLHFD_SKIP_APT:-0}" == 1 ]] || install_apt
+install_torch
+echo "setup: done; LibTorch at $("${venv}/bin/python" -W ignore -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"

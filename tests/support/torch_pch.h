@@ -1,0 +1,5 @@
+// The precompiled header of every LibTorch target: the narrow ATen/torch headers they share.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/types.h>

@@ -1,0 +1,274 @@
+// Config loading: every example in configs/ loads, defaults apply, and each class of error
+// (syntax, unknown key, wrong type, out of range, bad enum, inconsistent sections) is refused
+// with the file, the key path and a fix.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <string>
+
+#include "common/config/config_errors.h"
+#include "common/config/job_config.h"
+#include "common/config/job_defaults.h"
+#include "common/config/job_validator.h"
+#include "common/config/proto_json_schema.h"
+
+namespace rlhfd::config {
+namespace {
+
+// A valid GRPO config; tests add or override one key to break it.
+constexpr char kValidYaml[] = R"(
+name: unit-test-job
+model: {path: /models/tiny}
+data: {train_files: [train.jsonl], train_batch_size: 16}
+algorithm: {adv_estimator: grpo}
+roles:
+  actor:
+    gpus: 2
+    train: {ppo_mini_batch_size: 8, ppo_micro_batch_size_per_gpu: 4}
+    rollout: {n: 4}
+  reference: {}
+  reward: {rule: gsm8k}
+)";
+
+std::string ErrorOf(const std::string& text, const std::string& source = "job.yaml") {
+  auto spec = ParseJobSpec(text, source);
+  REQUIRE_FALSE(spec.ok());
+  CHECK(spec.status().code() == absl::StatusCode::kInvalidArgument);
+  return std::string(spec.status().message());
+}
+
+std::string With(const std::string& extra) { return std::string(kValidYaml) + extra; }
+
+// `text` with the first `from` replaced by `to`; `from` must occur.
+std::string Replace(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+TEST_CASE("every example config in configs/ loads and validates", "[config]") {
+  int loaded = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(RLHFD_CONFIGS_DIR)) {
+    const std::string path = entry.path().string();
+    INFO(path);
+    auto spec = LoadJobSpecFile(path);
+    REQUIRE(spec.ok());
+    CHECK_FALSE(spec->name().empty());
+    CHECK(spec->roles().actor().train().dp() >= 1);
+    ++loaded;
+  }
+  CHECK(loaded >= 4);
+}
+
+TEST_CASE("defaults fill what the config leaves out and keep what it says", "[config]") {
+  auto spec = ParseJobSpec(With("trainer: {seed: 0}\n"), "job.yaml");
+  REQUIRE(spec.ok());
+  CHECK(spec->model().dtype() == v1::DTYPE_BF16);
+  CHECK(spec->data().max_prompt_length() == 512);
+  CHECK(spec->data().shuffle());
+  CHECK(spec->algorithm().kl().mode() == v1::KL_MODE_LOSS);
+  CHECK(spec->algorithm().kl().estimator() == v1::KL_ESTIMATOR_K3);
+  CHECK(spec->algorithm().clip_ratio_high() == Approx(0.2));
+  CHECK(spec->roles().actor().train().lr() == Approx(1e-6));
+  CHECK(spec->roles().actor().rollout().top_p() == Approx(1.0));
+  CHECK(spec->placement() == v1::PLACEMENT_SPLIT);
+  CHECK(spec->trainer().loggers_size() == 1);
+  // Derived: dp = gpus / tp; reference GPUs = 1 under split placement.
+  CHECK(spec->roles().actor().train().dp() == 2);
+  CHECK(spec->roles().reference().gpus() == 1);
+  // A value written as 0 stays 0 (seed's default is 1).
+  CHECK(spec->trainer().seed() == 0);
+  CHECK(TotalGpus(*spec) == 3);
+}
+
+TEST_CASE("JSON and YAML of the same job give the same spec", "[config]") {
+  const std::string json = R"({"name": "unit-test-job", "model": {"path": "/models/tiny"},
+    "data": {"train_files": ["train.jsonl"], "train_batch_size": 16},
+    "algorithm": {"adv_estimator": "grpo"},
+    "roles": {"actor": {"gpus": 2, "train": {"ppo_mini_batch_size": 8,
+              "ppo_micro_batch_size_per_gpu": 4}, "rollout": {"n": 4}},
+              "reference": {}, "reward": {"rule": "gsm8k"}}})";
+  auto from_json = ParseJobSpec(json, "job.json");
+  auto from_yaml = ParseJobSpec(kValidYaml, "job.yaml");
+  REQUIRE(from_json.ok());
+  REQUIRE(from_yaml.ok());
+  CHECK(from_json->SerializeAsString() == from_yaml->SerializeAsString());
+}
+
+TEST_CASE("enum names: short, hyphenated, aliased and full forms", "[config]") {
+  auto spec = ParseJobSpec(With("placement: colocated\n"), "job.yaml");
+  REQUIRE(spec.ok());
+  CHECK(spec->placement() == v1::PLACEMENT_COLOCATED);
+  // Colocated: the reference shares the actor's GPUs.
+  CHECK(spec->roles().reference().gpus() == 2);
+
+  const std::string yaml = R"(
+name: enums
+model: {path: /m, dtype: bfloat16}
+data: {train_files: a.jsonl, train_batch_size: 4}
+algorithm: {adv_estimator: REINFORCE_PLUS_PLUS, loss_agg_mode: seq-mean-token-sum-norm, kl: {mode: none}}
+roles: {actor: {train: {ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 4}}, reward: {remote: "http://rm:8000/score"}}
+)";
+  auto enums = ParseJobSpec(yaml, "enums.yaml");
+  REQUIRE(enums.ok());
+  CHECK(enums->model().dtype() == v1::DTYPE_BF16);
+  CHECK(enums->algorithm().adv_estimator() == v1::ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS);
+  CHECK(enums->algorithm().loss_agg_mode() == v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM_NORM);
+  // A single file where a list is expected is a list of one.
+  REQUIRE(enums->data().train_files_size() == 1);
+  CHECK(enums->data().train_files(0) == "a.jsonl");
+}
+
+TEST_CASE("syntax errors name the file and position", "[config][errors]") {
+  CHECK_THAT(ErrorOf("name: [unclosed\n"), Catch::Contains("job.yaml: invalid YAML at line"));
+  CHECK_THAT(ErrorOf("{\"name\": \"x\",,}", "job.json"),
+             Catch::Contains("job.json: invalid JSON at byte"));
+  CHECK_THAT(ErrorOf("- a\n- b\n"), Catch::Contains("top level must be a mapping"));
+  CHECK_THAT(ErrorOf("name: a\nname: b\n"), Catch::Contains("key 'name' appears twice"));
+}
+
+TEST_CASE("unknown keys are named with their path and a suggestion", "[config][errors]") {
+  const std::string error = ErrorOf(R"(
+name: x
+model: {path: /m}
+roles: {actor: {train: {lrr: 0.1}}}
+)");
+  CHECK_THAT(error, Catch::Contains("job.yaml: roles.actor.train.lrr: unknown key; did you mean 'lr'?"));
+  CHECK_THAT(ErrorOf(With("trainer_config: {}\n")),
+             Catch::Contains("trainer_config: unknown key; did you mean 'trainer'?"));
+}
+
+TEST_CASE("wrong types are named with the value found", "[config][errors]") {
+  CHECK_THAT(ErrorOf(With("trainer: {total_steps: many}\n")),
+             Catch::Contains("trainer.total_steps: expected a whole number, got \"many\""));
+  CHECK_THAT(ErrorOf(With("trainer: {resume: sometimes}\n")),
+             Catch::Contains("trainer.resume: expected true or false"));
+  CHECK_THAT(ErrorOf(With("data_: 1\n")), Catch::Contains("did you mean 'data'?"));
+  CHECK_THAT(ErrorOf(R"(name: x
+model: /models/tiny
+)"),
+             Catch::Contains("model: expected a mapping of keys"));
+  CHECK_THAT(ErrorOf(With("trainer: {total_steps: 1.5}\n")),
+             Catch::Contains("expected a whole number, got \"1.5\""));
+  CHECK_THAT(ErrorOf(With("trainer: {save_every: 99999999999}\n")),
+             Catch::Contains("trainer.save_every: 99999999999 is out of range"));
+  CHECK_THAT(ErrorOf(With("trainer: {seed: }\n")), Catch::Contains("trainer.seed: has no value"));
+}
+
+TEST_CASE("bad enum values list the valid names", "[config][errors]") {
+  CHECK_THAT(ErrorOf(With("placement: scattered\n")),
+             Catch::Contains("placement: \"scattered\" is not one of: split, colocated"));
+  const std::string error = ErrorOf(R"(
+name: x
+algorithm: {adv_estimator: ppo}
+)");
+  CHECK_THAT(error, Catch::Contains("algorithm.adv_estimator: \"ppo\" is not one of: gae, grpo"));
+}
+
+TEST_CASE("out-of-range values say the allowed range", "[config][errors]") {
+  const std::string yaml = kValidYaml;
+  CHECK_THAT(ErrorOf(With("trainer: {total_epochs: 0}\n")),
+             Catch::Contains("trainer.total_epochs: 0 must be >= 1"));
+  CHECK_THAT(ErrorOf(Replace(yaml, "adv_estimator: grpo}", "adv_estimator: grpo, gamma: 1.5}")),
+             Catch::Contains("algorithm.gamma: 1.5 must be in [0, 1]"));
+  CHECK_THAT(ErrorOf(Replace(yaml, "rollout: {n: 4}", "rollout: {n: 4, top_p: 0}")),
+             Catch::Contains("roles.actor.rollout.top_p: 0 must be in"));
+  CHECK_THAT(ErrorOf(Replace(yaml, "rollout: {n: 4}", "rollout: {n: 4, gpu_memory_utilization: 1.5}")),
+             Catch::Contains("roles.actor.rollout.gpu_memory_utilization: 1.5 must be in (0, 1)"));
+  CHECK_THAT(ErrorOf(Replace(yaml, "adv_estimator: grpo}", "adv_estimator: grpo, clip_ratio_c: 0.5}")),
+             Catch::Contains("algorithm.clip_ratio_c: 0.5 must be > 1, or 0"));
+  CHECK_THAT(ErrorOf(Replace(yaml, "name: unit-test-job", "name: \"has spaces\"")),
+             Catch::Contains("name: use 1-128 letters"));
+}
+
+TEST_CASE("inconsistent sections are refused with the fix", "[config][errors]") {
+  const std::string yaml = kValidYaml;
+  // GPU counts vs layouts.
+  CHECK_THAT(ErrorOf(Replace(yaml, "train: {", "train: {dp: 3, ")),
+             Catch::Contains("roles.actor.train: dp (3) x tp (1) = 3 but roles.actor.gpus is 2; "
+                             "set dp to 2"));
+  CHECK_THAT(ErrorOf(Replace(yaml, "train: {", "train: {tp: 4, ")),
+             Catch::Contains("roles.actor.train.tp: 4 does not divide roles.actor.gpus (2)"));
+  CHECK_THAT(ErrorOf(Replace(yaml, "rollout: {n: 4}", "rollout: {n: 4, tp: 4}")),
+             Catch::Contains("roles.actor.rollout.tp: 4 must divide roles.actor.gpus (2)"));
+  // Batch arithmetic.
+  CHECK_THAT(ErrorOf(Replace(yaml, "train_batch_size: 16", "train_batch_size: 12")),
+             Catch::Contains("ppo_mini_batch_size: 8 does not divide data.train_batch_size (12)"));
+  CHECK_THAT(ErrorOf(Replace(yaml, "micro_batch_size_per_gpu: 4", "micro_batch_size_per_gpu: 5")),
+             Catch::Contains("5 does not divide the per-GPU mini-batch of 16 responses"));
+  CHECK_THAT(ErrorOf(Replace(Replace(yaml, "gpus: 2", "gpus: 3"), "rollout: {n: 4}",
+                             "rollout: {n: 2}")),
+             Catch::Contains("8 prompts x rollout.n (2) = 16 responses do not split evenly over "
+                             "dp (3)"));
+  // Estimator vs roles.
+  CHECK_THAT(ErrorOf(Replace(yaml, "adv_estimator: grpo", "adv_estimator: gae")),
+             Catch::Contains("roles.critic: is required by algorithm.adv_estimator gae"));
+  CHECK_THAT(ErrorOf(With("  critic: {gpus: 1}\n")),
+             Catch::Contains("roles.critic: is unused by algorithm.adv_estimator grpo"));
+  CHECK_THAT(ErrorOf(Replace(yaml, "rollout: {n: 4}", "rollout: {n: 1}")),
+             Catch::Contains("roles.actor.rollout.n: 1 response per prompt leaves"));
+  CHECK_THAT(ErrorOf(Replace(yaml, "  reference: {}\n", "")),
+             Catch::Contains("roles.reference: is required by algorithm.kl.mode loss"));
+  CHECK_THAT(ErrorOf(Replace(yaml, "{rule: gsm8k}", "{rule: gsm8k, remote: http://x}")),
+             Catch::Contains("roles.reward: give exactly one of rule, model or remote"));
+  CHECK_THAT(ErrorOf(Replace(yaml, "{rule: gsm8k}", "{rule: vibes}")),
+             Catch::Contains("roles.reward.rule: 'vibes' is not one of: gsm8k"));
+  CHECK_THAT(ErrorOf(Replace(yaml, "reference: {}", "reference: {gpus: 1}") +
+                     "placement: colocated\n"),
+             Catch::Contains("roles.reference.gpus: placement colocated runs every role on the "
+                             "actor's 2 GPUs"));
+  CHECK_THAT(ErrorOf(With("trainer: {save_every: 5}\n")),
+             Catch::Contains("trainer.checkpoint_dir: is required when trainer.save_every"));
+}
+
+TEST_CASE("every problem in a config is reported at once", "[config][errors]") {
+  const std::string error = ErrorOf(R"(
+name: x
+model: {path: /m, dtyp: bf16}
+trainer: {seeds: 1}
+)");
+  CHECK_THAT(error, Catch::Contains("2 problems in job.yaml"));
+  CHECK_THAT(error, Catch::Contains("model.dtyp: unknown key"));
+  CHECK_THAT(error, Catch::Contains("trainer.seeds: unknown key"));
+}
+
+TEST_CASE("a spec built by a program gets defaults and validation", "[config]") {
+  v1::JobSpec spec;
+  spec.set_name("from-code");
+  spec.mutable_model()->set_path("/m");
+  spec.mutable_data()->add_train_files("a.jsonl");
+  spec.mutable_data()->set_train_batch_size(8);
+  spec.mutable_algorithm()->mutable_kl()->set_mode(v1::KL_MODE_NONE);
+  spec.mutable_roles()->mutable_actor()->mutable_rollout()->set_n(2);
+  spec.mutable_roles()->mutable_actor()->mutable_train()->set_ppo_mini_batch_size(8);
+  spec.mutable_roles()->mutable_reward()->set_rule("math");
+  auto completed = CompleteJobSpec(spec, "request");
+  REQUIRE(completed.ok());
+  CHECK(completed->algorithm().adv_estimator() == v1::ADVANTAGE_ESTIMATOR_GRPO);
+  CHECK(completed->roles().actor().gpus() == 1);
+
+  spec.mutable_roles()->mutable_actor()->mutable_rollout()->set_n(1);
+  auto refused = CompleteJobSpec(spec, "request");
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(std::string(refused.status().message()),
+             Catch::Contains("request: roles.actor.rollout.n"));
+}
+
+TEST_CASE("the defaults document matches the schema", "[config]") {
+  ConfigErrors errors("defaults");
+  NormalizeToSchema(JobSpecDefaults(), *v1::JobSpec::descriptor(), &errors);
+  INFO(errors.ToStatus().ToString());
+  CHECK(errors.empty());
+}
+
+TEST_CASE("a missing config file is a clear error", "[config][errors]") {
+  auto spec = LoadJobSpecFile("/nonexistent/job.yaml");
+  REQUIRE_FALSE(spec.ok());
+  CHECK(spec.status().code() == absl::StatusCode::kNotFound);
+  CHECK_THAT(std::string(spec.status().message()),
+             Catch::Contains("cannot read job config: cannot open /nonexistent/job.yaml"));
+}
+
+}  // namespace rlhfd::config

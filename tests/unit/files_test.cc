@@ -1,0 +1,49 @@
+// File helpers: atomic replacement, size caps and error messages that name the path.
+#include <catch2/catch.hpp>
+#include <sys/stat.h>
+
+#include <filesystem>
+
+#include "common/util/files.h"
+#include "tests/support/subprocess.h"
+
+namespace rlhfd {
+
+TEST_CASE("WriteFileAtomically replaces the file and sets its mode", "[files]") {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/state.json";
+  REQUIRE(WriteFileAtomically(path, "first", 0600).ok());
+  REQUIRE(WriteFileAtomically(path, "second").ok());
+  auto contents = ReadFileToString(path);
+  REQUIRE(contents.ok());
+  CHECK(*contents == "second");
+  struct stat st;
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0644);
+  // No temporary files are left behind.
+  int entries = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    (void)entry;
+    ++entries;
+  }
+  CHECK(entries == 1);
+}
+
+TEST_CASE("ReadFileToString errors name the path and refuse oversized files", "[files]") {
+  testing::TempDir dir;
+  auto missing = ReadFileToString(dir.path() + "/nope");
+  CHECK(absl::IsNotFound(missing.status()));
+  CHECK_THAT(std::string(missing.status().message()), Catch::Contains("/nope"));
+  const std::string path = dir.path() + "/big";
+  REQUIRE(WriteFileAtomically(path, std::string(2000, 'x')).ok());
+  CHECK(absl::IsResourceExhausted(ReadFileToString(path, 1000).status()));
+  CHECK(absl::IsInvalidArgument(ReadFileToString(dir.path()).status()));
+}
+
+TEST_CASE("WriteFileAtomically into a missing directory fails cleanly", "[files]") {
+  auto status = WriteFileAtomically("/nonexistent-dir/x", "data");
+  CHECK_FALSE(status.ok());
+  CHECK_THAT(std::string(status.message()), Catch::Contains("/nonexistent-dir"));
+}
+
+}  // namespace rlhfd

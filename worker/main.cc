@@ -1,0 +1,120 @@
+// rlhfd-worker: the composition root of a worker. Flags → device probe → WorkerService server →
+// controller link (register + heartbeat) → serve until SIGTERM/SIGINT, then drain.
+#include <cstdio>
+#include <memory>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/logging/logging.h"
+#include "common/rpc/auth.h"
+#include "common/rpc/rpc_flags.h"
+#include "common/rpc/rpc_server.h"
+#include "common/util/clock.h"
+#include "common/util/signals.h"
+#include "worker/device/device_probe.h"
+#include "worker/service/controller_link.h"
+#include "worker/service/worker_service.h"
+
+ABSL_FLAG(std::string, controller, "127.0.0.1:50051", "host:port of rlhfd-controller");
+ABSL_FLAG(std::string, listen, "127.0.0.1:0",
+          "host:port for this worker's gRPC service; port 0 picks a free one");
+ABSL_FLAG(std::string, advertise_address, "",
+          "host:port the controller should call; default: the listen host and bound port");
+ABSL_FLAG(std::string, device, "auto", "auto (GPU --gpu_index if present, else CPU), cpu, cuda:N");
+ABSL_FLAG(int, gpu_index, 0, "GPU used by --device=auto");
+ABSL_FLAG(std::string, worker_id, "",
+          "Stable id; default <host>-cuda<N> for a GPU, <host>-cpu-<port> for a CPU worker");
+ABSL_FLAG(std::string, port_file, "", "Write the bound port here once serving");
+ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(5), "Deadline of each call to the controller");
+ABSL_FLAG(absl::Duration, shutdown_deadline, absl::Seconds(10),
+          "On SIGTERM, time given to calls in flight");
+ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
+
+namespace rlhfd {
+namespace {
+
+std::string AdvertisedAddress(const std::string& listen, int port, const std::string& host) {
+  if (!absl::GetFlag(FLAGS_advertise_address).empty()) return absl::GetFlag(FLAGS_advertise_address);
+  std::string listen_host = listen.substr(0, listen.rfind(':'));
+  if (listen_host.empty() || listen_host == "0.0.0.0" || listen_host == "[::]") listen_host = host;
+  return absl::StrCat(listen_host, ":", port);
+}
+
+int Run() {
+  logging::Severity severity;
+  if (!logging::ParseSeverity(absl::GetFlag(FLAGS_log_level), &severity)) {
+    std::fprintf(stderr, "--log_level must be debug, info, warning or error\n");
+    return 2;
+  }
+  logging::SetMinSeverity(severity);
+  logging::SetProcessName("worker");
+
+  auto capacity = worker::ProbeDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_gpu_index));
+  if (!capacity.ok()) {
+    LOG(ERROR) << capacity.status().message();
+    return 1;
+  }
+  auto token = ResolveClientToken(TokenFlag(), TokenFileFlag());
+  if (!token.ok()) {
+    LOG(ERROR) << token.status().message();
+    return 1;
+  }
+  const RpcOptions rpc_options = RpcOptionsFromFlags();
+  auto channel = MakeChannel(absl::GetFlag(FLAGS_controller), rpc_options);
+  if (!channel.ok()) {
+    LOG(ERROR) << channel.status().message();
+    return 1;
+  }
+
+  worker::ControllerLinkOptions link_options;
+  link_options.token = *token;
+  link_options.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
+  worker::ControllerLink link(v1::WorkerRegistry::NewStub(*channel), link_options, *capacity);
+  worker::WorkerServiceImpl service(&link, *token, NowUnixMillis());
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  auto server = RpcServer::Start(listen, rpc_options, {&service});
+  if (!server.ok()) {
+    LOG(ERROR) << server.status().message();
+    return 1;
+  }
+  const int port = (*server)->port();
+
+  // The default id of a CPU worker includes its port, which is known only once bound.
+  std::string worker_id = absl::GetFlag(FLAGS_worker_id);
+  if (worker_id.empty()) {
+    worker_id = capacity->device_kind() == v1::DEVICE_KIND_CUDA
+                    ? absl::StrCat(capacity->host(), "-cuda", capacity->device_index())
+                    : absl::StrCat(capacity->host(), "-cpu-", port);
+  }
+  logging::SetProcessName(absl::StrCat("worker/", worker_id));
+  link.Start(worker_id, AdvertisedAddress(listen, port, capacity->host()));
+  if (const std::string port_file = absl::GetFlag(FLAGS_port_file); !port_file.empty()) {
+    if (auto written = WritePortFile(port_file, port); !written.ok()) {
+      LOG(ERROR) << written.message();
+      return 1;
+    }
+  }
+  LOG(INFO) << "serving on port " << port << " (" << capacity->device_name()
+            << "), controller " << absl::GetFlag(FLAGS_controller);
+
+  const int signal_number = WaitForTerminationSignal();
+  LOG(INFO) << "signal " << signal_number << ": draining";
+  link.Stop();
+  (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_deadline));
+  LOG(INFO) << "stopped";
+  return 0;
+}
+
+}  // namespace
+}  // namespace rlhfd
+
+int main(int argc, char** argv) {
+  rlhfd::BlockTerminationSignals();
+  absl::SetProgramUsageMessage(
+      "rlhfd-worker --controller=HOST:PORT --token_file=FILE [--device=auto|cpu|cuda:N]");
+  absl::ParseCommandLine(argc, argv);
+  return rlhfd::Run();
+}

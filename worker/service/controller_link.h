@@ -1,0 +1,68 @@
+// ControllerLink: keeps a worker registered with its controller. It registers (retrying with
+// exponential backoff while the controller is away), heartbeats at the interval the controller
+// asks for, and registers again whenever the controller does not know it any more (a controller
+// restart, or being marked lost).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/time/time.h"
+#include "rlhfd/v1/worker_service.grpc.pb.h"
+
+namespace rlhfd::worker {
+
+struct ControllerLinkOptions {
+  std::string token;
+  // Deadline of each RPC to the controller.
+  absl::Duration rpc_timeout = absl::Seconds(5);
+  absl::Duration initial_backoff = absl::Milliseconds(100);
+  absl::Duration max_backoff = absl::Seconds(5);
+};
+
+class ControllerLink {
+ public:
+  // Snapshot of the registration, for GetWorkerStatus.
+  struct State {
+    std::string worker_id;
+    bool registered = false;
+    int64_t incarnation = 0;
+  };
+
+  ControllerLink(std::shared_ptr<v1::WorkerRegistry::StubInterface> registry,
+                 ControllerLinkOptions options, v1::WorkerCapacity capacity);
+  // Stops the thread.
+  ~ControllerLink();
+  ControllerLink(const ControllerLink&) = delete;
+  ControllerLink& operator=(const ControllerLink&) = delete;
+
+  // Starts registering as `worker_id`, reachable at `advertised_address` (host:port).
+  void Start(std::string worker_id, std::string advertised_address);
+  void Stop();
+  State state() const;
+  const v1::WorkerCapacity& capacity() const { return capacity_; }
+
+ private:
+  void Run();
+  // Registers, retrying until it succeeds or the link stops. Returns the heartbeat interval.
+  bool RegisterWithBackoff(absl::Duration* heartbeat_interval);
+  // Sleeps for `duration` unless stopped first; false once stopping.
+  bool SleepFor(absl::Duration duration);
+
+  std::shared_ptr<v1::WorkerRegistry::StubInterface> registry_;
+  ControllerLinkOptions options_;
+  v1::WorkerCapacity capacity_;
+  std::string advertised_address_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  State state_;
+  std::thread thread_;
+};
+
+}  // namespace rlhfd::worker
