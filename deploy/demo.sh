@@ -4,14 +4,23 @@
 # job, which is queued. Daemons stop when the script ends; their logs stay in the state dir.
 #   RLHFD_DEMO_DIR=DIR      state and logs (default: a new temp dir)
 #   RLHFD_DEMO_CONFIG=FILE  job to submit (default: configs/tiny-cpu-demo.yaml)
+#   RLHFD_BIN_DIR=DIR       use these binaries (a deploy/bundle.sh bin/) instead of building
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build_dir="${RLHFD_BUILD_DIR:-${repo_root}/build}"
-"${repo_root}/deploy/setup.sh"
-"${repo_root}/deploy/build.sh"
+if [[ -n "${RLHFD_BIN_DIR:-}" ]]; then
+  controller_bin="${RLHFD_BIN_DIR}/rlhfd-controller"
+  worker_bin="${RLHFD_BIN_DIR}/rlhfd-worker"
+  ctl="${RLHFD_BIN_DIR}/rlhfctl"
+else
+  build_dir="${RLHFD_BUILD_DIR:-${repo_root}/build}"
+  "${repo_root}/deploy/setup.sh"
+  "${repo_root}/deploy/build.sh"
+  controller_bin="${build_dir}/controller/rlhfd-controller"
+  worker_bin="${build_dir}/worker/rlhfd-worker"
+  ctl="${build_dir}/controller/rlhfctl"
+fi
 
-bin="${build_dir}"
 demo_dir="${RLHFD_DEMO_DIR:-$(mktemp -d /tmp/rlhfd-demo-XXXXXX)}"
 config="${RLHFD_DEMO_CONFIG:-${repo_root}/configs/tiny-cpu-demo.yaml}"
 mkdir -p "${demo_dir}"
@@ -23,7 +32,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"${bin}/controller/rlhfd-controller" --listen=127.0.0.1:0 --state_dir="${demo_dir}/state" \
+"${controller_bin}" --listen=127.0.0.1:0 --state_dir="${demo_dir}/state" \
   --port_file="${demo_dir}/controller.port" >"${demo_dir}/controller.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do [[ -s "${demo_dir}/controller.port" ]] && break; sleep 0.1; done
@@ -35,12 +44,11 @@ gpus=$(nvidia-smi -L 2>/dev/null | wc -l || true)
 for i in 0 1; do
   device=cpu
   if ((gpus > i)); then device="cuda:${i}"; fi
-  "${bin}/worker/rlhfd-worker" --controller="${RLHFD_CONTROLLER}" --device="${device}" \
+  "${worker_bin}" --controller="${RLHFD_CONTROLLER}" --device="${device}" \
     --worker_id="demo-worker-${i}" >"${demo_dir}/worker${i}.log" 2>&1 &
   pids+=($!)
 done
 
-ctl="${bin}/controller/rlhfctl"
 for _ in $(seq 100); do
   [[ $("${ctl}" --json workers | grep -c WORKER_STATE_ALIVE) -ge 2 ]] && break
   sleep 0.1

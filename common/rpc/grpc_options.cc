@@ -64,6 +64,9 @@ void ApplyServerOptions(const RpcOptions& options, grpc::ServerBuilder* builder)
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& target,
                                                            const RpcOptions& options) {
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("a client certificate needs both --tls_cert and --tls_key");
+  }
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   if (options.tls()) {
     grpc::SslCredentialsOptions ssl;

@@ -122,6 +122,60 @@ TEST_CASE("controller, workers and rlhfctl on loopback", "[integration]") {
   CHECK(cluster.worker(0).running());
 }
 
+// Makes a CA, and a server and a client certificate it signs, with openssl.
+void MakeCertificates(const std::string& dir) {
+  auto openssl = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), "/usr/bin/openssl");
+    CommandResult result = RunCommand(args);
+    INFO(result.err);
+    REQUIRE(result.exit_code == 0);
+  };
+  REQUIRE(WriteFileAtomically(dir + "/san.cnf", "subjectAltName=IP:127.0.0.1,DNS:localhost\n").ok());
+  openssl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", dir + "/ca.key", "-out",
+           dir + "/ca.pem", "-days", "1", "-subj", "/CN=rlhfd-test-ca"});
+  for (const std::string name : {"server", "client"}) {
+    openssl({"req", "-newkey", "rsa:2048", "-nodes", "-keyout", dir + "/" + name + ".key", "-out",
+             dir + "/" + name + ".csr", "-subj", "/CN=localhost"});
+    openssl({"x509", "-req", "-in", dir + "/" + name + ".csr", "-CA", dir + "/ca.pem", "-CAkey",
+             dir + "/ca.key", "-CAcreateserial", "-out", dir + "/" + name + ".pem", "-days", "1",
+             "-extfile", dir + "/san.cnf"});
+  }
+}
+
+TEST_CASE("mutual TLS: certified clients get in, plaintext and uncertified ones do not",
+          "[integration][tls]") {
+  TempDir certs;
+  MakeCertificates(certs.path());
+  const std::string dir = certs.path();
+  LocalCluster cluster(Binaries(), kHeartbeat, kLivenessWindow);
+  cluster.SetExtraFlags({"--tls_cert=" + dir + "/server.pem", "--tls_key=" + dir + "/server.key",
+                         "--tls_ca=" + dir + "/ca.pem", "--tls_require_client_cert"},
+                        {"--tls_ca=" + dir + "/ca.pem", "--tls_cert=" + dir + "/client.pem",
+                         "--tls_key=" + dir + "/client.key"});
+  std::string error;
+  REQUIRE(cluster.StartController(&error));
+  cluster.StartWorker();
+  REQUIRE(WaitFor([&] { return WorkerStates(cluster)["cpu-worker-0"] == "WORKER_STATE_ALIVE"; },
+                  absl::Seconds(20)));
+
+  const std::vector<std::string> base = {RLHFD_CTL_BIN, "--controller=" + cluster.address(),
+                                         "--token_file=" + cluster.state_dir() + "/token",
+                                         "--timeout=3s"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv = base;
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.push_back("workers");
+    return RunCommand(argv);
+  };
+  CHECK(with({}).exit_code == 1);                                  // Plaintext.
+  CHECK(with({"--tls_ca=" + dir + "/ca.pem"}).exit_code == 1);     // No client certificate.
+  CHECK(with({"--tls_ca=" + dir + "/ca.pem", "--tls_cert=" + dir + "/client.pem",
+              "--tls_key=" + dir + "/client.key"})
+            .exit_code == 0);
+  CommandResult half = with({"--tls_ca=" + dir + "/ca.pem", "--tls_cert=" + dir + "/client.pem"});
+  CHECK(half.exit_code != 0);
+}
+
 TEST_CASE("the controller refuses to start where it cannot listen", "[integration]") {
   LocalCluster first(Binaries(), kHeartbeat, kLivenessWindow);
   std::string error;

@@ -46,13 +46,13 @@ bool LocalCluster::StartController(std::string* error) {
   const std::string port_file = dir_.path() + "/controller.port";
   std::filesystem::remove(port_file);
   const std::string log = absl::StrCat(dir_.path(), "/controller.", ++controller_starts_, ".log");
-  controller_ = std::make_unique<Subprocess>(
-      std::vector<std::string>{binaries_.controller, absl::StrCat("--listen=", address()),
-                               "--state_dir=" + state_dir_, "--port_file=" + port_file,
-                               Flag("heartbeat_interval", heartbeat_interval_),
-                               Flag("liveness_window", liveness_window_),
-                               "--shutdown_deadline=2s"},
-      log);
+  std::vector<std::string> argv = {binaries_.controller, absl::StrCat("--listen=", address()),
+                                   "--state_dir=" + state_dir_, "--port_file=" + port_file,
+                                   Flag("heartbeat_interval", heartbeat_interval_),
+                                   Flag("liveness_window", liveness_window_),
+                                   "--shutdown_deadline=2s"};
+  argv.insert(argv.end(), server_flags_.begin(), server_flags_.end());
+  controller_ = std::make_unique<Subprocess>(argv, log);
   const bool up = WaitFor([&] { return ReadPort(port_file) > 0 || !controller_->running(); },
                           absl::Seconds(20));
   if (!up || !controller_->running()) {
@@ -69,18 +69,20 @@ std::optional<int> LocalCluster::StopController(int signal) {
 
 size_t LocalCluster::StartWorker() {
   const size_t index = workers_.size();
-  workers_.push_back(std::make_unique<Subprocess>(
-      std::vector<std::string>{binaries_.worker, "--controller=" + address(), "--device=cpu",
-                               "--token_file=" + state_dir_ + "/token",
-                               absl::StrCat("--worker_id=cpu-worker-", index),
-                               "--rpc_timeout=2s"},
-      absl::StrCat(dir_.path(), "/worker", index, ".log")));
+  std::vector<std::string> argv = {binaries_.worker, "--controller=" + address(), "--device=cpu",
+                                   "--token_file=" + state_dir_ + "/token",
+                                   absl::StrCat("--worker_id=cpu-worker-", index),
+                                   "--rpc_timeout=2s"};
+  argv.insert(argv.end(), client_flags_.begin(), client_flags_.end());
+  workers_.push_back(
+      std::make_unique<Subprocess>(argv, absl::StrCat(dir_.path(), "/worker", index, ".log")));
   return index;
 }
 
 CommandResult LocalCluster::Ctl(const std::vector<std::string>& args) const {
   std::vector<std::string> argv = {binaries_.ctl, "--controller=" + address(),
                                    "--token_file=" + state_dir_ + "/token"};
+  argv.insert(argv.end(), client_flags_.begin(), client_flags_.end());
   argv.insert(argv.end(), args.begin(), args.end());
   return RunCommand(argv);
 }

@@ -23,6 +23,12 @@ class LocalCluster {
                absl::Duration liveness_window);
   ~LocalCluster();
 
+  // Flags added to the controller (`server`) and to workers and rlhfctl (`client`), e.g. TLS.
+  void SetExtraFlags(std::vector<std::string> server, std::vector<std::string> client) {
+    server_flags_ = std::move(server);
+    client_flags_ = std::move(client);
+  }
+
   // Starts the controller (on a free port the first time, on the same port after a restart)
   // and waits for it to serve. False (with its log in `error`) if it does not come up.
   bool StartController(std::string* error);
@@ -48,6 +54,8 @@ class LocalCluster {
   absl::Duration liveness_window_;
   TempDir dir_;
   std::string state_dir_;
+  std::vector<std::string> server_flags_;
+  std::vector<std::string> client_flags_;
   int port_ = 0;
   int controller_starts_ = 0;
   std::unique_ptr<Subprocess> controller_;

@@ -49,6 +49,10 @@ bool ControllerLink::SleepFor(absl::Duration duration) {
 bool ControllerLink::RegisterWithBackoff(absl::Duration* heartbeat_interval) {
   absl::Duration backoff = options_.initial_backoff;
   while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) return false;
+    }
     v1::RegisterWorkerRequest request;
     request.set_worker_id(state().worker_id);
     request.set_address(advertised_address_);
