@@ -1,2 +1,2 @@
 // Anchor source of the rlhfd_torch_pch target, whose precompiled header others reuse.
-#include "tests/support/torch_pch.h"
+#include "worker/torch_pch.h"

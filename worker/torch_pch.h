@@ -2,4 +2,6 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
 #include <torch/types.h>

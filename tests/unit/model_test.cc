@@ -1,0 +1,165 @@
+// The transformer against Hugging Face transformers: logits of every architecture fixture in
+// fp32 on CPU within 1e-4, score heads, packed sequences, KV-cached decoding, and strict loading.
+#include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
+#include <torch/types.h>
+
+#include <filesystem>
+
+#include "worker/model/model_loader.h"
+#include "worker/model/state_dict.h"
+
+namespace rlhfd::model {
+namespace {
+
+const std::string kModels = std::string(RLHFD_FIXTURES_DIR) + "/models/";
+
+struct Golden {
+  at::Tensor input_ids, attention_mask, logits, token_scores;
+};
+
+Golden LoadGolden(const std::string& name) {
+  auto dict = StateDict::Load(kModels + name + "/golden.safetensors");
+  REQUIRE(dict.ok());
+  Golden golden;
+  golden.input_ids = dict->Get("input_ids")->clone();
+  golden.attention_mask = dict->Get("attention_mask")->clone();
+  golden.logits = dict->Get("logits")->clone();
+  if (dict->contains("token_scores")) golden.token_scores = dict->Get("token_scores")->clone();
+  return golden;
+}
+
+Transformer Load(const std::string& name) {
+  auto model = LoadModel(kModels + name, {});
+  INFO(model.status().ToString());
+  REQUIRE(model.ok());
+  return *model;
+}
+
+// Largest |a - b| over the positions the mask marks as tokens. a, b: (B, T, X).
+double MaxDiffOnTokens(const at::Tensor& a, const at::Tensor& b, const at::Tensor& mask) {
+  at::Tensor keep = mask.to(at::kBool).unsqueeze(-1).expand_as(a);
+  return (a - b).abs().masked_select(keep).max().item<double>();
+}
+
+}  // namespace
+
+TEST_CASE("causal-LM logits match transformers in fp32 (max |diff| <= 1e-4)", "[model]") {
+  torch::NoGradGuard no_grad;
+  for (const std::string name :
+       {"tiny-llama", "tiny-llama3-rope", "tiny-qwen2", "tiny-qwen3", "tiny-mistral"}) {
+    INFO(name);
+    Transformer model = Load(name);
+    Golden golden = LoadGolden(name);
+    at::Tensor hidden = model->Hidden({golden.input_ids, golden.attention_mask});
+    at::Tensor logits = model->Logits(hidden);
+    REQUIRE(logits.sizes() == golden.logits.sizes());
+    const double diff = MaxDiffOnTokens(logits, golden.logits, golden.attention_mask);
+    INFO("max |diff| = " << diff << ", logit scale " << golden.logits.abs().max().item<double>());
+    CHECK(diff <= 1e-4);
+  }
+}
+
+TEST_CASE("score heads match transformers' classification outputs", "[model]") {
+  torch::NoGradGuard no_grad;
+  SECTION("sequence classification: pooled last token and per-token values") {
+    Transformer model = Load("tiny-qwen2-rm");
+    Golden golden = LoadGolden("tiny-qwen2-rm");
+    at::Tensor scores = model->Scores(model->Hidden({golden.input_ids, golden.attention_mask}));
+    CHECK(MaxDiffOnTokens(scores, golden.token_scores, golden.attention_mask) <= 1e-4);
+    at::Tensor last = golden.attention_mask.sum(1) - 1;  // Right padding.
+    at::Tensor pooled = scores.index({at::arange(scores.size(0)), last});  // (B, L)
+    CHECK((pooled - golden.logits).abs().max().item<double>() <= 1e-4);
+  }
+  SECTION("token classification") {
+    Transformer model = Load("tiny-llama-value");
+    Golden golden = LoadGolden("tiny-llama-value");
+    at::Tensor scores = model->Scores(model->Hidden({golden.input_ids, golden.attention_mask}));
+    CHECK(MaxDiffOnTokens(scores, golden.logits, golden.attention_mask) <= 1e-4);
+  }
+}
+
+TEST_CASE("packed sequences give the same logits as the padded batch", "[model]") {
+  torch::NoGradGuard no_grad;
+  Transformer model = Load("tiny-qwen3");
+  Golden golden = LoadGolden("tiny-qwen3");
+  std::vector<at::Tensor> pieces, expected;
+  std::vector<int64_t> starts = {0};
+  for (int64_t b = 0; b < golden.input_ids.size(0); ++b) {
+    const int64_t n = golden.attention_mask[b].sum().item<int64_t>();
+    pieces.push_back(golden.input_ids[b].narrow(0, 0, n));
+    expected.push_back(golden.logits[b].narrow(0, 0, n));
+    starts.push_back(starts.back() + n);
+  }
+  ForwardBatch packed;
+  packed.input_ids = at::cat(pieces).unsqueeze(0);  // (1, N)
+  packed.cu_seqlens = at::tensor(starts, at::kLong);
+  at::Tensor logits = model->Logits(model->Hidden(packed)).squeeze(0);  // (N, V)
+  CHECK((logits - at::cat(expected)).abs().max().item<double>() <= 1e-4);
+}
+
+TEST_CASE("left padding and KV-cached decoding match the full forward", "[model]") {
+  torch::NoGradGuard no_grad;
+  Transformer model = Load("tiny-llama3-rope");
+  Golden golden = LoadGolden("tiny-llama3-rope");
+  // Sequence 1 (7 tokens) left-padded to 11.
+  const int64_t n = 7, t = 11;
+  at::Tensor ids = at::zeros({1, t}, at::kLong);
+  ids.narrow(1, t - n, n).copy_(golden.input_ids[1].narrow(0, 0, n));
+  at::Tensor mask = at::zeros({1, t}, at::kLong);
+  mask.narrow(1, t - n, n).fill_(1);
+  at::Tensor left = model->Logits(model->Hidden({ids, mask})).squeeze(0).narrow(0, t - n, n);
+  CHECK((left - golden.logits[1].narrow(0, 0, n)).abs().max().item<double>() <= 1e-4);
+
+  // Prefill 4 tokens, then decode the rest one at a time through the cache.
+  KvCache cache(model->config(), /*batch=*/1, /*capacity=*/16, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor sequence = golden.input_ids[1].narrow(0, 0, n).unsqueeze(0);
+  std::vector<at::Tensor> steps = {model->Logits(model->Hidden({sequence.narrow(1, 0, 4)}, &cache))};
+  for (int64_t i = 4; i < n; ++i) {
+    steps.push_back(model->Logits(model->Hidden({sequence.narrow(1, i, 1)}, &cache)));
+  }
+  CHECK(cache.length() == n);
+  at::Tensor cached = at::cat(steps, 1).squeeze(0);
+  CHECK((cached - golden.logits[1].narrow(0, 0, n)).abs().max().item<double>() <= 1e-4);
+}
+
+TEST_CASE("loading is strict and names the tensors that do not fit", "[model]") {
+  auto config = LoadModelConfig(kModels + "tiny-llama");
+  REQUIRE(config.ok());
+  auto weights = StateDict::Load(kModels + "tiny-qwen2");  // Has q/k/v biases, tied head.
+  REQUIRE(weights.ok());
+  Transformer model(*config);
+  auto status = LoadWeights(model, *weights);
+  REQUIRE_FALSE(status.ok());
+  const std::string message(status.message());
+  CHECK_THAT(message, Catch::Contains("missing: lm_head.weight"));
+  CHECK_THAT(message, Catch::Contains("unexpected: model.layers.0.self_attn.k_proj.bias"));
+
+  ModelConfig wide = *config;
+  wide.intermediate_size = 64;
+  Transformer narrow_model(wide);
+  auto mismatch = LoadWeights(narrow_model, *StateDict::Load(kModels + "tiny-llama"));
+  REQUIRE_FALSE(mismatch.ok());
+  CHECK_THAT(std::string(mismatch.message()),
+             Catch::Contains("wrong shape: ") &&
+                 Catch::Contains("model.layers.0.mlp.down_proj.weight (file [64, 160], model "
+                                 "[64, 64])"));
+}
+
+TEST_CASE("StateDict: shards, selection and tensor-parallel slices", "[model]") {
+  auto sharded = StateDict::Load(kModels + "tiny-qwen3");  // Saved as 7 shards + index.
+  REQUIRE(sharded.ok());
+  CHECK(sharded->contains("model.layers.1.self_attn.q_norm.weight"));
+  StateDict layer = sharded->Select("model.layers.0.");
+  CHECK(layer.contains("self_attn.q_proj.weight"));
+  CHECK_FALSE(layer.contains("model.norm.weight"));
+  at::Tensor full = *sharded->Get("model.layers.0.self_attn.q_proj.weight");  // (128, 64)
+  at::Tensor part = *sharded->Sharded("model.layers.0.self_attn.q_proj.weight", 0, 1, 2);
+  CHECK(part.size(0) == 64);
+  CHECK(at::equal(part, full.narrow(0, 64, 64)));
+  CHECK_FALSE(sharded->Sharded("model.layers.0.self_attn.q_proj.weight", 0, 0, 3).ok());
+  CHECK(absl::IsNotFound(sharded->Get("nope").status()));
+}
+
+}  // namespace rlhfd::model

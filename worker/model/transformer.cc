@@ -1,0 +1,234 @@
+// Transformer forward; see transformer.h for the shape legend.
+#include "worker/model/transformer.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/options/linear.h>
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "worker/model/rope.h"
+#include "worker/model/state_dict.h"
+
+namespace rlhfd::model {
+namespace {
+
+torch::nn::Linear MakeLinear(int64_t in, int64_t out, bool bias) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+}
+
+// Default positions: the index among the sequence's real tokens (so left padding works), offset
+// by what the cache already holds.
+at::Tensor DefaultPositions(const ForwardBatch& batch, int64_t past, int64_t tokens) {
+  const auto options = at::TensorOptions().dtype(at::kLong).device(batch.input_ids.device());
+  if (!batch.attention_mask.defined()) {
+    return at::arange(past, past + tokens, options).unsqueeze(0).expand({batch.input_ids.size(0), tokens});
+  }
+  at::Tensor mask = batch.attention_mask.to(at::kLong);
+  at::Tensor positions = (mask.cumsum(1) - 1).clamp_min(0);
+  return positions.narrow(1, positions.size(1) - tokens, tokens);
+}
+
+}  // namespace
+
+KvCache::KvCache(const ModelConfig& config, int64_t batch, int64_t capacity,
+                 at::TensorOptions options)
+    : capacity_(capacity) {
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    keys_.push_back(at::zeros({batch, config.num_kv_heads, capacity, config.head_dim}, options));
+    values_.push_back(at::zeros({batch, config.num_kv_heads, capacity, config.head_dim}, options));
+  }
+}
+
+RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", at::ones({dim}));
+}
+
+at::Tensor RmsNormImpl::forward(const at::Tensor& x) {
+  // In float32, as transformers does, then back to the input dtype before the weight.
+  at::Tensor x32 = x.to(at::kFloat);
+  at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return weight * normed.to(x.scalar_type());
+}
+
+AttentionImpl::AttentionImpl(const ModelConfig& config, int64_t layer)
+    : layer_(layer),
+      heads_(config.num_heads),
+      kv_heads_(config.num_kv_heads),
+      head_dim_(config.head_dim) {
+  const int64_t c = config.hidden_size;
+  q_proj = register_module("q_proj", MakeLinear(c, heads_ * head_dim_, config.attention_bias));
+  k_proj = register_module("k_proj", MakeLinear(c, kv_heads_ * head_dim_, config.attention_bias));
+  v_proj = register_module("v_proj", MakeLinear(c, kv_heads_ * head_dim_, config.attention_bias));
+  o_proj = register_module("o_proj", MakeLinear(heads_ * head_dim_, c, config.output_bias));
+  if (config.qk_norm) {
+    q_norm = register_module("q_norm", RmsNorm(head_dim_, config.rms_norm_eps));
+    k_norm = register_module("k_norm", RmsNorm(head_dim_, config.rms_norm_eps));
+  }
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x, const AttentionContext& context) {
+  const int64_t b = x.size(0), t = x.size(1);
+  at::Tensor q = q_proj(x).view({b, t, heads_, head_dim_});     // (B, T, H, D)
+  at::Tensor k = k_proj(x).view({b, t, kv_heads_, head_dim_});  // (B, T, K, D)
+  at::Tensor v = v_proj(x).view({b, t, kv_heads_, head_dim_});
+  if (q_norm) {
+    q = q_norm(q);
+    k = k_norm(k);
+  }
+  q = ApplyRope(q.transpose(1, 2), context.cos, context.sin);  // (B, H, T, D)
+  k = ApplyRope(k.transpose(1, 2), context.cos, context.sin);  // (B, K, T, D)
+  v = v.transpose(1, 2);
+  if (context.cache != nullptr) {
+    KvCache& cache = *context.cache;
+    const int64_t past = cache.length();
+    cache.key(layer_).narrow(2, past, t).copy_(k);
+    cache.value(layer_).narrow(2, past, t).copy_(v);
+    k = cache.key(layer_).narrow(2, 0, past + t);  // (B, K, S, D)
+    v = cache.value(layer_).narrow(2, 0, past + t);
+  }
+  at::Tensor out = at::scaled_dot_product_attention(q, k, v, context.mask, /*dropout_p=*/0.0,
+                                                    /*is_causal=*/false, /*scale=*/std::nullopt,
+                                                    /*enable_gqa=*/kv_heads_ != heads_);
+  return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));  // (B, T, C)
+}
+
+MlpImpl::MlpImpl(const ModelConfig& config) {
+  const int64_t c = config.hidden_size, f = config.intermediate_size;
+  gate_proj = register_module("gate_proj", MakeLinear(c, f, config.mlp_bias));
+  up_proj = register_module("up_proj", MakeLinear(c, f, config.mlp_bias));
+  down_proj = register_module("down_proj", MakeLinear(f, c, config.mlp_bias));
+}
+
+at::Tensor MlpImpl::forward(const at::Tensor& x) {
+  return down_proj(at::silu(gate_proj(x)) * up_proj(x));
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, int64_t layer) {
+  self_attn = register_module("self_attn", Attention(config, layer));
+  mlp = register_module("mlp", Mlp(config));
+  input_layernorm =
+      register_module("input_layernorm", RmsNorm(config.hidden_size, config.rms_norm_eps));
+  post_attention_layernorm = register_module(
+      "post_attention_layernorm", RmsNorm(config.hidden_size, config.rms_norm_eps));
+}
+
+at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const AttentionContext& context) {
+  at::Tensor h = x + self_attn(input_layernorm(x), context);
+  return h + mlp(post_attention_layernorm(h));
+}
+
+DecoderImpl::DecoderImpl(const ModelConfig& config) {
+  embed_tokens = register_module(
+      "embed_tokens", torch::nn::Embedding(config.vocab_size, config.hidden_size));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.num_layers; ++i) layers->push_back(DecoderLayer(config, i));
+  norm = register_module("norm", RmsNorm(config.hidden_size, config.rms_norm_eps));
+}
+
+TransformerImpl::TransformerImpl(const ModelConfig& config)
+    : config_(config), inv_freq_(RopeInverseFrequencies(config.rope, config.head_dim)) {
+  model = register_module("model", Decoder(config));
+  if (config.head == HeadKind::kCausalLm) {
+    if (!config.tie_word_embeddings) {
+      lm_head = register_module("lm_head",
+                                MakeLinear(config.hidden_size, config.vocab_size, /*bias=*/false));
+    }
+  } else {
+    score = register_module("score",
+                            MakeLinear(config.hidden_size, config.num_labels, config.score_bias));
+  }
+}
+
+at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, KvCache* cache) {
+  const at::Tensor& ids = batch.input_ids;  // (B, T)
+  const int64_t b = ids.size(0), t = ids.size(1);
+  const int64_t past = cache != nullptr ? cache->length() : 0;
+  const int64_t s = past + t;
+  const auto long_options = at::TensorOptions().dtype(at::kLong).device(ids.device());
+
+  at::Tensor positions = batch.position_ids;
+  at::Tensor allowed;  // (B, T, S) bool
+  at::Tensor query_index = at::arange(past, s, long_options).view({t, 1});
+  at::Tensor key_index = at::arange(0, s, long_options).view({1, s});
+  at::Tensor causal = (key_index <= query_index).unsqueeze(0);  // (1, T, S)
+  if (batch.cu_seqlens.defined()) {
+    // Packed: sequence id of each token; attention within a sequence; positions restart.
+    at::Tensor starts = batch.cu_seqlens.to(long_options.device()).to(at::kLong);
+    at::Tensor token = at::arange(0, t, long_options);
+    at::Tensor sequence = at::searchsorted(starts, token, /*out_int32=*/false, /*right=*/true) - 1;
+    if (!positions.defined()) positions = (token - starts.index_select(0, sequence)).unsqueeze(0);
+    allowed = causal.logical_and(sequence.view({t, 1}) == sequence.view({1, t}));
+  } else {
+    if (!positions.defined()) positions = DefaultPositions(batch, past, t);
+    allowed = causal.expand({b, t, s});
+    if (batch.attention_mask.defined()) {
+      at::Tensor key_valid = batch.attention_mask.to(at::kBool);  // (B, S) or (B, T)
+      if (key_valid.size(1) == t && past > 0) {
+        key_valid = at::cat({at::ones({b, past}, key_valid.options()), key_valid}, 1);
+      }
+      allowed = allowed.logical_and(key_valid.unsqueeze(1));
+    }
+  }
+  // Every query may see itself, so rows of padding never become all-masked (NaN).
+  allowed = allowed.logical_or((key_index == query_index).unsqueeze(0));
+
+  at::Tensor x = model->embed_tokens(ids);  // (B, T, C)
+  auto [cos, sin] = RopeCosSin(inv_freq_, positions, x.scalar_type());
+  AttentionContext context{cos, sin, allowed.unsqueeze(1), cache};
+  for (const auto& layer : *model->layers) x = layer->as<DecoderLayer>()->forward(x, context);
+  if (cache != nullptr) cache->Advance(t);
+  return model->norm(x);
+}
+
+at::Tensor TransformerImpl::Logits(const at::Tensor& hidden) {
+  TORCH_CHECK(config_.head == HeadKind::kCausalLm, "Logits needs a causal-LM model");
+  const at::Tensor& weight = lm_head ? lm_head->weight : model->embed_tokens->weight;  // (V, C)
+  return at::matmul(hidden, weight.t());
+}
+
+at::Tensor TransformerImpl::Scores(const at::Tensor& hidden) {
+  TORCH_CHECK(score, "Scores needs a score head (*ForSequenceClassification / TokenClassification)");
+  return score(hidden);
+}
+
+absl::Status LoadWeights(Transformer& model, const StateDict& weights) {
+  std::vector<std::string> missing, mismatched, unexpected;
+  std::set<std::string> expected;
+  torch::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters()) {
+    const std::string& name = item.key();
+    at::Tensor& parameter = item.value();
+    expected.insert(name);
+    auto tensor = weights.Get(name);
+    if (!tensor.ok()) {
+      missing.push_back(name);
+      continue;
+    }
+    if (tensor->sizes() != parameter.sizes()) {
+      mismatched.push_back(absl::StrCat(name, " (file ", ShapeString(tensor->sizes()),
+                                        ", model ", ShapeString(parameter.sizes()), ")"));
+      continue;
+    }
+    parameter.copy_(*tensor);
+  }
+  for (const std::string& name : weights.names()) {
+    // Tied checkpoints sometimes still carry the head; the embeddings are the weight used.
+    if (name == "lm_head.weight" && model->config().tie_word_embeddings) continue;
+    if (!expected.count(name)) unexpected.push_back(name);
+  }
+  if (missing.empty() && mismatched.empty() && unexpected.empty()) return absl::OkStatus();
+  std::string message = "checkpoint does not match the model:";
+  if (!missing.empty()) absl::StrAppend(&message, "\n  missing: ", absl::StrJoin(missing, ", "));
+  if (!unexpected.empty()) {
+    absl::StrAppend(&message, "\n  unexpected: ", absl::StrJoin(unexpected, ", "));
+  }
+  if (!mismatched.empty()) {
+    absl::StrAppend(&message, "\n  wrong shape: ", absl::StrJoin(mismatched, ", "));
+  }
+  return absl::InvalidArgumentError(message);
+}
+
+}  // namespace rlhfd::model

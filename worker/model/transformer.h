@@ -1,0 +1,143 @@
+// Decoder-only transformer of the Llama / Mistral / Qwen2 / Qwen3 family in LibTorch, with
+// parameter names equal to Hugging Face's so checkpoints load by name.
+//
+// Shapes: B = batch, T = new tokens per sequence, S = keys attended (cache + new), C = hidden,
+// H = query heads, K = key/value heads, D = head dim, F = MLP width, V = vocab, L = score labels.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "worker/model/model_config.h"
+
+namespace rlhfd::model {
+
+class StateDict;
+
+// Keys and values of every layer for incremental decoding: one preallocated (B, K, capacity, D)
+// buffer per layer, filled up to length().
+class KvCache {
+ public:
+  KvCache(const ModelConfig& config, int64_t batch, int64_t capacity, at::TensorOptions options);
+  int64_t length() const { return length_; }
+  int64_t capacity() const { return capacity_; }
+  at::Tensor& key(int64_t layer) { return keys_[layer]; }
+  at::Tensor& value(int64_t layer) { return values_[layer]; }
+  // Called by the model after every layer has written `tokens` new positions.
+  void Advance(int64_t tokens) { length_ += tokens; }
+
+ private:
+  std::vector<at::Tensor> keys_;
+  std::vector<at::Tensor> values_;
+  int64_t capacity_;
+  int64_t length_ = 0;
+};
+
+// Inputs of one forward pass.
+struct ForwardBatch {
+  at::Tensor input_ids;  // (B, T) int64
+  // (B, T), or (B, S) covering the cache too: 1 for tokens, 0 for padding. Empty: all tokens.
+  at::Tensor attention_mask;
+  // (B, T) int64; empty: derived from the mask (the cache length is added when caching).
+  at::Tensor position_ids;
+  // Packed variable-length sequences: B = 1 and cu_seqlens (N + 1) int64 marks where each of
+  // the N sequences starts; attention stays within a sequence and positions restart.
+  at::Tensor cu_seqlens;
+};
+
+class RmsNormImpl : public torch::nn::Module {
+ public:
+  RmsNormImpl(int64_t dim, double eps);
+  at::Tensor forward(const at::Tensor& x);  // (..., dim)
+  at::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RmsNorm);
+
+// Per-forward data shared by every layer's attention.
+struct AttentionContext {
+  at::Tensor cos, sin;  // (B, T, D)
+  at::Tensor mask;      // (B, 1, T, S) bool: true where a query may attend a key
+  KvCache* cache = nullptr;
+};
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(const ModelConfig& config, int64_t layer);
+  at::Tensor forward(const at::Tensor& x, const AttentionContext& context);  // (B, T, C)
+
+ private:
+  int64_t layer_, heads_, kv_heads_, head_dim_;
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RmsNorm q_norm{nullptr}, k_norm{nullptr};
+};
+TORCH_MODULE(Attention);
+
+class MlpImpl : public torch::nn::Module {
+ public:
+  explicit MlpImpl(const ModelConfig& config);
+  at::Tensor forward(const at::Tensor& x);  // (B, T, C) → (B, T, C) via (B, T, F)
+
+ private:
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  DecoderLayerImpl(const ModelConfig& config, int64_t layer);
+  at::Tensor forward(const at::Tensor& x, const AttentionContext& context);
+
+ private:
+  Attention self_attn{nullptr};
+  Mlp mlp{nullptr};
+  RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+// Hugging Face's "model": embeddings, layers, final norm.
+class DecoderImpl : public torch::nn::Module {
+ public:
+  explicit DecoderImpl(const ModelConfig& config);
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RmsNorm norm{nullptr};
+};
+TORCH_MODULE(Decoder);
+
+class TransformerImpl : public torch::nn::Module {
+ public:
+  explicit TransformerImpl(const ModelConfig& config);
+
+  // Final hidden states (B, T, C). With a cache, keys/values of the new tokens are appended.
+  at::Tensor Hidden(const ForwardBatch& batch, KvCache* cache = nullptr);
+  // Next-token logits (B, T, V) in the hidden states' dtype. Causal-LM head only.
+  at::Tensor Logits(const at::Tensor& hidden);
+  // Per-token scores (B, T, L). Score heads only.
+  at::Tensor Scores(const at::Tensor& hidden);
+
+  const ModelConfig& config() const { return config_; }
+
+ private:
+  ModelConfig config_;
+  at::Tensor inv_freq_;  // (D/2) float32, not a parameter
+  Decoder model{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // Absent when tied to the embeddings.
+  torch::nn::Linear score{nullptr};
+};
+TORCH_MODULE(Transformer);
+
+// Copies every parameter from `weights` (strict: lists missing, unexpected and mismatched
+// tensors, each by name, in one error). Converts dtype and device as it copies.
+absl::Status LoadWeights(Transformer& model, const StateDict& weights);
+
+}  // namespace rlhfd::model
