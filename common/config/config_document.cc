@@ -67,16 +67,11 @@ absl::StatusOr<nlohmann::json> YamlToJson(const YAML::Node& node, absl::string_v
 absl::StatusOr<nlohmann::json> ParseConfigDocument(absl::string_view text, absl::string_view source) {
   nlohmann::json document;
   if (absl::EndsWith(source, ".json")) {
-    document = nlohmann::json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/false);
-    if (document.is_discarded()) {
-      // Re-parse with exceptions only to get the position of the error for the message.
-      try {
-        (void)nlohmann::json::parse(text);
-      } catch (const nlohmann::json::parse_error& error) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(source, ": invalid JSON at byte ", error.byte, ": ", error.what()));
-      }
-      return absl::InvalidArgumentError(absl::StrCat(source, ": invalid JSON"));
+    try {
+      document = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error& error) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": invalid JSON at byte ", error.byte, ": ", error.what()));
     }
   } else {
     YAML::Node root;

@@ -39,6 +39,11 @@ class LogLine {
   std::ostringstream stream_;
 };
 
+// Turns a streamed LogLine into void, so LOG(...) is one expression (no dangling else).
+struct Voidify {
+  void operator&(const LogLine&) {}
+};
+
 // True once every `seconds` per call site; `last_ns` is that call site's state.
 bool ShouldLogEvery(std::atomic<int64_t>* last_ns, double seconds);
 
@@ -50,14 +55,21 @@ bool ShouldLogEvery(std::atomic<int64_t>* last_ns, double seconds);
 #define RLHFD_LOG_SEVERITY_ERROR ::rlhfd::logging::Severity::kError
 
 // LOG(INFO) << "worker " << id << " registered";
-#define LOG(level)                                                              \
-  if (RLHFD_LOG_SEVERITY_##level < ::rlhfd::logging::MinSeverity()) {          \
-  } else                                                                        \
-    ::rlhfd::logging::LogLine(RLHFD_LOG_SEVERITY_##level, __FILE__, __LINE__)
+#define LOG(level)                                                             \
+  !(RLHFD_LOG_SEVERITY_##level >= ::rlhfd::logging::MinSeverity())             \
+      ? (void)0                                                                \
+      : ::rlhfd::logging::Voidify() &                                          \
+            ::rlhfd::logging::LogLine(RLHFD_LOG_SEVERITY_##level, __FILE__, __LINE__)
 
-// At most one line per `seconds` from this call site.
+// At most one line per `seconds` from this call site (each expansion has its own state).
 #define LOG_EVERY_N_SEC(level, seconds)                                                    \
-  if (static std::atomic<int64_t> rlhfd_log_last_ns{0};                                    \
-      !::rlhfd::logging::ShouldLogEvery(&rlhfd_log_last_ns, seconds)) {                    \
-  } else                                                                                   \
-    LOG(level)
+  !(RLHFD_LOG_SEVERITY_##level >= ::rlhfd::logging::MinSeverity() &&                       \
+    ::rlhfd::logging::ShouldLogEvery(                                                      \
+        &[]() -> std::atomic<int64_t>& {                                                   \
+          static std::atomic<int64_t> last_ns{0};                                          \
+          return last_ns;                                                                  \
+        }(),                                                                               \
+        seconds))                                                                          \
+      ? (void)0                                                                            \
+      : ::rlhfd::logging::Voidify() &                                                      \
+            ::rlhfd::logging::LogLine(RLHFD_LOG_SEVERITY_##level, __FILE__, __LINE__)
