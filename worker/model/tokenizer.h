@@ -1,0 +1,64 @@
+// Tokenizer: Hugging Face tokenizer.json byte-level BPE as the Llama 3 / Qwen2 families use it
+// (NFC normaliser, regex Split + ByteLevel pre-tokenizers, merges, added and special tokens,
+// TemplateProcessing), and their chat templates (ChatML, Llama 3 headers). No LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace rlhfd::model {
+
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+enum class ChatTemplate { kNone, kChatMl, kLlama3 };
+
+class Tokenizer {
+ public:
+  // Parses tokenizer.json text; `source` names the file in errors. Refuses models, normalisers,
+  // pre-tokenizers and post-processors other than those these families use, by name.
+  static absl::StatusOr<Tokenizer> FromJson(absl::string_view json, absl::string_view source);
+  // <dir>/tokenizer.json, with the chat template from tokenizer_config.json or
+  // chat_template.jinja.
+  static absl::StatusOr<Tokenizer> Load(const std::string& dir);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  // INVALID_ARGUMENT for text that is not UTF-8.
+  absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text,
+                                              bool add_special_tokens = false) const;
+  // Invalid UTF-8 from byte-level pieces becomes U+FFFD, as in Hugging Face.
+  std::string Decode(absl::Span<const int32_t> ids, bool skip_special_tokens = false) const;
+
+  // -1 when unknown.
+  int32_t TokenToId(absl::string_view token) const;
+  int64_t vocab_size() const;
+
+  // The prompt text for `messages` in the model's chat format; INVALID_ARGUMENT without one.
+  absl::StatusOr<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
+                                                bool add_generation_prompt) const;
+  ChatTemplate chat_template() const;
+  void set_chat_template(ChatTemplate chat_template, std::string default_system = "");
+
+ private:
+  struct Impl;
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// "chatml", "llama3", "none" or "auto" (detected from the template text `jinja`).
+absl::StatusOr<ChatTemplate> ChooseChatTemplate(absl::string_view name, absl::string_view jinja);
+
+}  // namespace rlhfd::model
