@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"

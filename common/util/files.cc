@@ -8,7 +8,9 @@
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
+#include <dirent.h>
+
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 
@@ -69,9 +71,10 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path, size_t max
 }
 
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents, int mode) {
-  const std::filesystem::path target(path);
-  const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
-  std::string tmp = absl::StrCat(dir, "/.", target.filename().string(), ".tmp.XXXXXX");
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  std::string tmp = absl::StrCat(dir, "/.", base, ".tmp.XXXXXX");
   FileDescriptor fd(::mkstemp(tmp.data()));
   if (fd.get() < 0) return ErrnoStatus(errno, "cannot create a temporary file in", dir);
   auto fail = [&](int err, absl::string_view what) {
@@ -97,10 +100,56 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
 }
 
 absl::Status MakeDirectories(const std::string& path, int mode) {
-  std::error_code error;
-  std::filesystem::create_directories(path, error);
-  if (error) {
-    return absl::InternalError(absl::StrCat("cannot create directory ", path, ": ", error.message()));
+  for (size_t end = path.find('/', 1);; end = path.find('/', end + 1)) {
+    const std::string prefix = path.substr(0, end);
+    if (!prefix.empty() && ::mkdir(prefix.c_str(), mode) != 0 && errno != EEXIST) {
+      return ErrnoStatus(errno, "cannot create directory", prefix);
+    }
+    if (end == std::string::npos) break;
+  }
+  if (!IsDirectory(path)) {
+    return absl::FailedPreconditionError(absl::StrCat(path, " exists and is not a directory"));
+  }
+  return absl::OkStatus();
+}
+
+bool PathExists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& path) {
+  DIR* dir = ::opendir(path.c_str());
+  if (dir == nullptr) return ErrnoStatus(errno, "cannot list", path);
+  std::vector<std::string> names;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  ::closedir(dir);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+absl::Status RemoveTree(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    return errno == ENOENT ? absl::OkStatus() : ErrnoStatus(errno, "cannot stat", path);
+  }
+  if (S_ISDIR(st.st_mode)) {
+    auto names = ListDirectory(path);
+    if (!names.ok()) return names.status();
+    for (const std::string& name : *names) {
+      if (absl::Status removed = RemoveTree(path + "/" + name); !removed.ok()) return removed;
+    }
+    if (::rmdir(path.c_str()) != 0) return ErrnoStatus(errno, "cannot remove", path);
+  } else if (::unlink(path.c_str()) != 0) {
+    return ErrnoStatus(errno, "cannot remove", path);
   }
   return absl::OkStatus();
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -20,5 +21,14 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
 
 // Creates `path` and its parents if missing.
 absl::Status MakeDirectories(const std::string& path, int mode = 0755);
+
+// These use POSIX calls, not std::filesystem: LibTorch's shared libraries export their own
+// std::filesystem symbols, which interpose on ours and crash in processes that link both.
+bool PathExists(const std::string& path);
+bool IsDirectory(const std::string& path);
+// Names of the entries of a directory (no "." or ".."), sorted.
+absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& path);
+// Removes a file or a directory tree; a missing path is not an error.
+absl::Status RemoveTree(const std::string& path);
 
 }  // namespace rlhfd

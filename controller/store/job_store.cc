@@ -3,7 +3,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
-#include <filesystem>
+#include <cstdio>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -21,10 +21,14 @@ absl::StatusOr<JobStore> JobStore::Open(const std::string& state_dir) {
 
 std::vector<v1::Job> JobStore::LoadAll() const {
   std::vector<v1::Job> jobs;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(jobs_dir_, error)) {
-    const std::string path = entry.path().string();
-    if (!entry.is_regular_file() || !absl::EndsWith(path, ".json")) continue;
+  auto names = ListDirectory(jobs_dir_);
+  if (!names.ok()) {
+    LOG(ERROR) << "job store: " << names.status().message();
+    return jobs;
+  }
+  for (const std::string& name : *names) {
+    const std::string path = jobs_dir_ + "/" + name;
+    if (!absl::EndsWith(name, ".json") || IsDirectory(path)) continue;
     auto text = ReadFileToString(path);
     v1::Job job;
     absl::Status status = text.status();
@@ -36,12 +40,11 @@ std::vector<v1::Job> JobStore::LoadAll() const {
     if (!status.ok()) {
       LOG(ERROR) << "job store: " << path << " is unreadable (" << status
                  << "); moved aside to " << path << ".corrupt";
-      std::filesystem::rename(path, path + ".corrupt", error);
+      ::rename(path.c_str(), (path + ".corrupt").c_str());
       continue;
     }
     jobs.push_back(std::move(job));
   }
-  if (error) LOG(ERROR) << "job store: cannot list " << jobs_dir_ << ": " << error.message();
   return jobs;
 }
 

@@ -4,12 +4,12 @@
 
 #include <signal.h>
 
-#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/util/files.h"
 
 namespace rlhfd::testing {
 namespace {
@@ -44,7 +44,7 @@ std::string LocalCluster::address() const { return absl::StrCat("127.0.0.1:", po
 
 bool LocalCluster::StartController(std::string* error) {
   const std::string port_file = dir_.path() + "/controller.port";
-  std::filesystem::remove(port_file);
+  (void)RemoveTree(port_file);
   const std::string log = absl::StrCat(dir_.path(), "/controller.", ++controller_starts_, ".log");
   std::vector<std::string> argv = {binaries_.controller, absl::StrCat("--listen=", address()),
                                    "--state_dir=" + state_dir_, "--port_file=" + port_file,

@@ -7,11 +7,11 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/util/files.h"
 
 namespace rlhfd::testing {
 namespace {
@@ -109,8 +109,7 @@ TempDir::TempDir() {
 }
 
 TempDir::~TempDir() {
-  std::error_code error;
-  if (!path_.empty()) std::filesystem::remove_all(path_, error);
+  if (!path_.empty()) (void)RemoveTree(path_);
 }
 
 }  // namespace rlhfd::testing

@@ -3,7 +3,6 @@
 // with the file, the key path and a fix.
 #include <catch2/catch.hpp>
 
-#include <filesystem>
 #include <string>
 
 #include "common/config/config_errors.h"
@@ -11,6 +10,7 @@
 #include "common/config/job_defaults.h"
 #include "common/config/job_validator.h"
 #include "common/config/proto_json_schema.h"
+#include "common/util/files.h"
 
 namespace rlhfd::config {
 namespace {
@@ -50,8 +50,10 @@ std::string Replace(std::string text, const std::string& from, const std::string
 
 TEST_CASE("every example config in configs/ loads and validates", "[config]") {
   int loaded = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(RLHFD_CONFIGS_DIR)) {
-    const std::string path = entry.path().string();
+  auto names = ListDirectory(RLHFD_CONFIGS_DIR);
+  REQUIRE(names.ok());
+  for (const std::string& name : *names) {
+    const std::string path = std::string(RLHFD_CONFIGS_DIR) + "/" + name;
     INFO(path);
     auto spec = LoadJobSpecFile(path);
     REQUIRE(spec.ok());

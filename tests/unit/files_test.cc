@@ -2,7 +2,6 @@
 #include <catch2/catch.hpp>
 #include <sys/stat.h>
 
-#include <filesystem>
 
 #include "common/util/files.h"
 #include "tests/support/subprocess.h"
@@ -21,12 +20,7 @@ TEST_CASE("WriteFileAtomically replaces the file and sets its mode", "[files]") 
   REQUIRE(::stat(path.c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0644);
   // No temporary files are left behind.
-  int entries = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
-    (void)entry;
-    ++entries;
-  }
-  CHECK(entries == 1);
+  CHECK(*ListDirectory(dir.path()) == std::vector<std::string>{"state.json"});
 }
 
 TEST_CASE("ReadFileToString errors name the path and refuse oversized files", "[files]") {
@@ -38,6 +32,22 @@ TEST_CASE("ReadFileToString errors name the path and refuse oversized files", "[
   REQUIRE(WriteFileAtomically(path, std::string(2000, 'x')).ok());
   CHECK(absl::IsResourceExhausted(ReadFileToString(path, 1000).status()));
   CHECK(absl::IsInvalidArgument(ReadFileToString(dir.path()).status()));
+}
+
+TEST_CASE("directories are made, listed and removed", "[files]") {
+  testing::TempDir dir;
+  const std::string tree = dir.path() + "/a/b/c";
+  REQUIRE(MakeDirectories(tree).ok());
+  REQUIRE(MakeDirectories(tree).ok());  // Idempotent.
+  CHECK(IsDirectory(tree));
+  REQUIRE(WriteFileAtomically(tree + "/f", "x").ok());
+  CHECK(PathExists(tree + "/f"));
+  CHECK_FALSE(IsDirectory(tree + "/f"));
+  CHECK(absl::IsFailedPrecondition(MakeDirectories(tree + "/f")));
+  REQUIRE(RemoveTree(dir.path() + "/a").ok());
+  CHECK_FALSE(PathExists(dir.path() + "/a"));
+  CHECK(RemoveTree(dir.path() + "/a").ok());  // Already gone.
+  CHECK(absl::IsNotFound(ListDirectory(dir.path() + "/a").status()));
 }
 
 TEST_CASE("WriteFileAtomically into a missing directory fails cleanly", "[files]") {

@@ -2,7 +2,6 @@
 // and events, driven directly (no RPC).
 #include <catch2/catch.hpp>
 
-#include <filesystem>
 
 #include "common/util/files.h"
 #include "controller/controller.h"
@@ -97,7 +96,7 @@ TEST_CASE("a corrupt job file is set aside, not fatal", "[jobs]") {
   REQUIRE(WriteFileAtomically(dir.path() + "/jobs/job-7.json", "{ not json").ok());
   auto controller = MakeController(dir.path(), &now);
   CHECK(controller->ListJobs({})->jobs_size() == 0);
-  CHECK(std::filesystem::exists(dir.path() + "/jobs/job-7.json.corrupt"));
+  CHECK(PathExists(dir.path() + "/jobs/job-7.json.corrupt"));
 }
 
 TEST_CASE("watchers get the current state and every transition", "[jobs]") {

@@ -5,8 +5,11 @@
 #include <ATen/ATen.h>
 #include <torch/types.h>
 
-#include <filesystem>
 
+#include "common/util/files.h"
+
+#include "tests/support/subprocess.h"
+#include "worker/model/model_export.h"
 #include "worker/model/model_loader.h"
 #include "worker/model/state_dict.h"
 
@@ -160,6 +163,29 @@ TEST_CASE("StateDict: shards, selection and tensor-parallel slices", "[model]") 
   CHECK(at::equal(part, full.narrow(0, 64, 64)));
   CHECK_FALSE(sharded->Sharded("model.layers.0.self_attn.q_proj.weight", 0, 0, 3).ok());
   CHECK(absl::IsNotFound(sharded->Get("nope").status()));
+}
+
+TEST_CASE("an exported directory loads back with the same logits", "[model][export]") {
+  torch::NoGradGuard no_grad;
+  Transformer model = Load("tiny-qwen2");
+  testing::TempDir out;
+  REQUIRE(ExportHuggingFaceDirectory(model, kModels + "tiny-qwen2", out.path(), at::kFloat).ok());
+  CHECK(PathExists(out.path() + "/tokenizer.json"));
+  auto reloaded = LoadModel(out.path(), {});
+  REQUIRE(reloaded.ok());
+  Golden golden = LoadGolden("tiny-qwen2");
+  at::Tensor logits = (*reloaded)->Logits((*reloaded)->Hidden({golden.input_ids, golden.attention_mask}));
+  CHECK(MaxDiffOnTokens(logits, golden.logits, golden.attention_mask) <= 1e-4);
+
+  // A bf16 export holds bf16 tensors and says so in config.json.
+  testing::TempDir bf16;
+  REQUIRE(ExportHuggingFaceDirectory(model, kModels + "tiny-qwen2", bf16.path(), at::kBFloat16).ok());
+  auto weights = StateDict::Load(bf16.path());
+  REQUIRE(weights.ok());
+  CHECK(weights->Get("model.norm.weight")->scalar_type() == at::kBFloat16);
+  auto config = ReadFileToString(bf16.path() + "/config.json");
+  REQUIRE(config.ok());
+  CHECK_THAT(*config, Catch::Contains("\"dtype\": \"bfloat16\""));
 }
 
 }  // namespace rlhfd::model

@@ -3,7 +3,6 @@
 
 #include <ATen/ops/from_blob.h>
 
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -52,12 +51,12 @@ absl::Status StateDict::AddFile(const std::string& path) {
 absl::StatusOr<StateDict> StateDict::Load(const std::string& path) {
   StateDict dict;
   dict.source_ = path;
-  if (!std::filesystem::is_directory(path)) {
+  if (!IsDirectory(path)) {
     RETURN_IF_ERROR(dict.AddFile(path));
     return dict;
   }
   const std::string index_path = path + "/model.safetensors.index.json";
-  if (std::filesystem::exists(index_path)) {
+  if (PathExists(index_path)) {
     ASSIGN_OR_RETURN(std::string text, ReadFileToString(index_path));
     const nlohmann::json index = nlohmann::json::parse(text, nullptr, false);
     if (index.is_discarded() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
@@ -85,7 +84,7 @@ absl::StatusOr<StateDict> StateDict::Load(const std::string& path) {
     return dict;
   }
   const std::string single = path + "/model.safetensors";
-  if (!std::filesystem::exists(single)) {
+  if (!PathExists(single)) {
     return absl::NotFoundError(absl::StrCat(path, " has neither model.safetensors nor "
                                                   "model.safetensors.index.json"));
   }
