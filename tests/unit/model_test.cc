@@ -150,6 +150,17 @@ TEST_CASE("loading is strict and names the tensors that do not fit", "[model]") 
                                  "[64, 64])"));
 }
 
+TEST_CASE("EOS and pad ids come from generation_config.json when present", "[model]") {
+  auto qwen2 = LoadModelConfig(kModels + "tiny-qwen2");
+  REQUIRE(qwen2.ok());
+  CHECK(qwen2->eos_token_ids == std::vector<int64_t>{511, 509});
+  CHECK(qwen2->pad_token_id == 509);
+  auto rm = LoadModelConfig(kModels + "tiny-qwen2-rm");
+  REQUIRE(rm.ok());
+  CHECK(rm->head == HeadKind::kSequenceScore);
+  CHECK(rm->pad_token_id == 0);
+}
+
 TEST_CASE("StateDict: shards, selection and tensor-parallel slices", "[model]") {
   auto sharded = StateDict::Load(kModels + "tiny-qwen3");  // Saved as 7 shards + index.
   REQUIRE(sharded.ok());

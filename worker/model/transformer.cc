@@ -116,8 +116,10 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, int64_t layer) {
 }
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const AttentionContext& context) {
-  at::Tensor h = x + self_attn(input_layernorm(x), context);
-  return h + mlp(post_attention_layernorm(h));
+  // x is the float32 residual stream; the sublayers compute in the weights' dtype.
+  const at::ScalarType compute = input_layernorm->weight.scalar_type();
+  at::Tensor h = x + self_attn(input_layernorm(x).to(compute), context);
+  return h + mlp(post_attention_layernorm(h).to(compute));
 }
 
 DecoderImpl::DecoderImpl(const ModelConfig& config) {
@@ -175,23 +177,41 @@ at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, KvCache* cache) {
   // Every query may see itself, so rows of padding never become all-masked (NaN).
   allowed = allowed.logical_or((key_index == query_index).unsqueeze(0));
 
-  at::Tensor x = model->embed_tokens(ids);  // (B, T, C)
-  auto [cos, sin] = RopeCosSin(inv_freq_, positions, x.scalar_type());
+  // The residual stream stays in float32 whatever the weights' dtype: in bf16 its rounding, added
+  // up over the layers, costs more accuracy than the matmuls do (docs/architecture.md).
+  const at::ScalarType compute = model->embed_tokens->weight.scalar_type();
+  at::Tensor x = model->embed_tokens(ids).to(at::kFloat);  // (B, T, C)
+  auto [cos, sin] = RopeCosSin(inv_freq_, positions, compute);
   AttentionContext context{cos, sin, allowed.unsqueeze(1), cache};
   for (const auto& layer : *model->layers) x = layer->as<DecoderLayer>()->forward(x, context);
   if (cache != nullptr) cache->Advance(t);
-  return model->norm(x);
+  return model->norm(x).to(compute);
 }
 
 at::Tensor TransformerImpl::Logits(const at::Tensor& hidden) {
   TORCH_CHECK(config_.head == HeadKind::kCausalLm, "Logits needs a causal-LM model");
   const at::Tensor& weight = lm_head ? lm_head->weight : model->embed_tokens->weight;  // (V, C)
-  return at::matmul(hidden, weight.t());
+  // Logits come out in float32: rounding them to bf16 alone would cost ~0.4% relative error.
+  // On the GPU the matmul reads bf16 and writes float32 (no float32 copy of the weight).
+  at::Tensor flat = hidden.reshape({-1, hidden.size(-1)});  // (B*T, C)
+  at::Tensor logits;
+  if (weight.scalar_type() == at::kFloat) {
+    logits = at::mm(flat, weight.t());
+  } else if (weight.is_cuda()) {
+    logits = at::mm(flat, weight.t(), at::kFloat);
+  } else {
+    logits = at::mm(flat.to(at::kFloat), weight.t().to(at::kFloat));
+  }
+  std::vector<int64_t> shape = hidden.sizes().vec();
+  shape.back() = weight.size(0);
+  return logits.view(shape);  // (B, T, V)
 }
 
 at::Tensor TransformerImpl::Scores(const at::Tensor& hidden) {
   TORCH_CHECK(score, "Scores needs a score head (*ForSequenceClassification / TokenClassification)");
-  return score(hidden);
+  // L is tiny, so the head runs in float32 outright.
+  return at::linear(hidden.to(at::kFloat), score->weight.to(at::kFloat),
+                    score->bias.defined() ? score->bias.to(at::kFloat) : at::Tensor());
 }
 
 absl::Status LoadWeights(Transformer& model, const StateDict& weights) {

@@ -120,9 +120,9 @@ class TransformerImpl : public torch::nn::Module {
 
   // Final hidden states (B, T, C). With a cache, keys/values of the new tokens are appended.
   at::Tensor Hidden(const ForwardBatch& batch, KvCache* cache = nullptr);
-  // Next-token logits (B, T, V) in the hidden states' dtype. Causal-LM head only.
+  // Next-token logits (B, T, V), float32. Causal-LM head only.
   at::Tensor Logits(const at::Tensor& hidden);
-  // Per-token scores (B, T, L). Score heads only.
+  // Per-token scores (B, T, L), float32. Score heads only.
   at::Tensor Scores(const at::Tensor& hidden);
 
   const ModelConfig& config() const { return config_; }

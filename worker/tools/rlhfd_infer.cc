@@ -2,6 +2,7 @@
 //   rlhfd-infer tokenize --model DIR --text "..." [--chat] [--add_special_tokens]
 //   rlhfd-infer logprobs --model DIR --text "..." [--prompt "..."] [--dtype fp32|bf16]
 //                        [--device cpu|cuda]
+//   rlhfd-infer export --model DIR --out DIR [--dtype fp32|bf16]
 // Exit codes: 0 success, 1 the model or input is unusable (the message says why), 2 usage.
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
@@ -18,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "worker/model/model_export.h"
 #include "worker/model/model_loader.h"
 #include "worker/model/tokenizer.h"
 
@@ -29,6 +31,7 @@ ABSL_FLAG(bool, chat, false, "tokenize: wrap --text as one user turn in the chat
 ABSL_FLAG(bool, add_special_tokens, false, "tokenize: add the post-processor's special tokens");
 ABSL_FLAG(std::string, dtype, "fp32", "logprobs: fp32 or bf16");
 ABSL_FLAG(std::string, device, "cpu", "logprobs: cpu or cuda");
+ABSL_FLAG(std::string, out, "", "export: directory to write");
 
 namespace rlhfd {
 namespace {
@@ -36,6 +39,7 @@ namespace {
 constexpr char kUsage[] = R"(rlhfd-infer COMMAND --model DIR --text TEXT [flags]
   tokenize   token ids of the text (--chat, --add_special_tokens)
   logprobs   log-probability of every token of the text under the model (--prompt, --dtype, --device)
+  export     re-write the model as a Hugging Face directory (--out, --dtype)
 )";
 
 absl::StatusOr<nlohmann::json> Tokenize(const std::string& dir) {
@@ -89,6 +93,16 @@ absl::StatusOr<nlohmann::json> Logprobs(const std::string& dir) {
                         {"device", device}};
 }
 
+absl::StatusOr<nlohmann::json> Export(const std::string& dir) {
+  const std::string out = absl::GetFlag(FLAGS_out), dtype = absl::GetFlag(FLAGS_dtype);
+  if (out.empty()) return absl::InvalidArgumentError("export needs --out=DIR");
+  if (dtype != "fp32" && dtype != "bf16") return absl::InvalidArgumentError("--dtype: fp32 or bf16");
+  ASSIGN_OR_RETURN(model::Transformer model, model::LoadModel(dir, {}));
+  RETURN_IF_ERROR(model::ExportHuggingFaceDirectory(model, dir, out,
+                                                    dtype == "bf16" ? at::kBFloat16 : at::kFloat));
+  return nlohmann::json{{"exported", out}, {"dtype", dtype}};
+}
+
 }  // namespace
 }  // namespace rlhfd
 
@@ -103,14 +117,13 @@ int main(int argc, char** argv) {
   absl::StatusOr<nlohmann::json> result =
       command == "tokenize"   ? rlhfd::Tokenize(absl::GetFlag(FLAGS_model))
       : command == "logprobs" ? rlhfd::Logprobs(absl::GetFlag(FLAGS_model))
+      : command == "export"   ? rlhfd::Export(absl::GetFlag(FLAGS_model))
                               : absl::InvalidArgumentError(absl::StrCat("unknown command '", command,
                                                                         "'\n", rlhfd::kUsage));
   if (!result.ok()) {
     std::cerr << "error: " << result.status().message() << "\n";
-    return absl::IsInvalidArgument(result.status()) && command != "tokenize" &&
-                   command != "logprobs"
-               ? 2
-               : 1;
+    const bool known = command == "tokenize" || command == "logprobs" || command == "export";
+    return known ? 1 : 2;
   }
   std::cout << result->dump(1) << "\n";
   return 0;
