@@ -11,6 +11,8 @@ jobs="${RLHFD_JOBS:-$(nproc)}"
 
 # ccache keeps warm builds (and CI re-runs) to seconds; the compiler check must not defeat it.
 export CCACHE_DIR="${CCACHE_DIR:-${HOME}/.cache/ccache}"
+# Paths relative to the checkout, so a fresh clone elsewhere (as CI makes) still hits the cache.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-${repo_root}}"
 export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
 export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 

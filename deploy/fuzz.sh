@@ -12,6 +12,8 @@ if ! command -v clang++ >/dev/null; then
   exit 0
 fi
 export CCACHE_DIR="${CCACHE_DIR:-${HOME}/.cache/ccache}"
+# Paths relative to the checkout, so a fresh clone elsewhere (as CI makes) still hits the cache.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-${repo_root}}"
 if [[ ! -f "${build_dir}/build.ninja" ]]; then
   cmake -S "${repo_root}" -B "${build_dir}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DRLHFD_FUZZ=ON \
