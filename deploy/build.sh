@@ -13,6 +13,8 @@ jobs="${RLHFD_JOBS:-$(nproc)}"
 export CCACHE_DIR="${CCACHE_DIR:-${HOME}/.cache/ccache}"
 # Paths relative to the checkout, so a fresh clone elsewhere (as CI makes) still hits the cache.
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-${repo_root}}"
+# -g makes ccache hash the working directory unless told not to; a clone elsewhere would miss.
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
 export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
 export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 

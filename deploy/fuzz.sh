@@ -14,6 +14,8 @@ fi
 export CCACHE_DIR="${CCACHE_DIR:-${HOME}/.cache/ccache}"
 # Paths relative to the checkout, so a fresh clone elsewhere (as CI makes) still hits the cache.
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-${repo_root}}"
+# -g makes ccache hash the working directory unless told not to; a clone elsewhere would miss.
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
 if [[ ! -f "${build_dir}/build.ninja" ]]; then
   cmake -S "${repo_root}" -B "${build_dir}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DRLHFD_FUZZ=ON \
