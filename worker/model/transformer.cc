@@ -31,6 +31,25 @@ at::Tensor DefaultPositions(const ForwardBatch& batch, int64_t past, int64_t tok
   return positions.narrow(1, positions.size(1) - tokens, tokens);
 }
 
+// y = x W^T + b with x rounded to the weight's dtype (the GEMM's input) and y in float32: the
+// GEMM accumulates in float32 anyway, and not rounding its output to bf16 removes one of the two
+// roundings every linear layer adds. (B, T, in) → (B, T, out) float32.
+at::Tensor Project(const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x) {
+  // weight (out, in); bias (out) or undefined.
+  if (weight.scalar_type() == at::kFloat) return at::linear(x.to(at::kFloat), weight, bias);
+  at::Tensor flat = x.reshape({-1, x.size(-1)}).to(weight.scalar_type());
+  at::Tensor y = weight.is_cuda() ? at::mm(flat, weight.t(), at::kFloat)
+                                  : at::mm(flat.to(at::kFloat), weight.t().to(at::kFloat));
+  if (bias.defined()) y = y + bias.to(at::kFloat);
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = weight.size(0);
+  return y.view(shape);
+}
+
+at::Tensor Project(torch::nn::Linear& layer, const at::Tensor& x) {
+  return Project(layer->weight, layer->bias, x);
+}
+
 }  // namespace
 
 KvCache::KvCache(const ModelConfig& config, int64_t batch, int64_t capacity,
@@ -71,16 +90,18 @@ AttentionImpl::AttentionImpl(const ModelConfig& config, int64_t layer)
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const AttentionContext& context) {
   const int64_t b = x.size(0), t = x.size(1);
-  at::Tensor q = q_proj(x).view({b, t, heads_, head_dim_});     // (B, T, H, D)
-  at::Tensor k = k_proj(x).view({b, t, kv_heads_, head_dim_});  // (B, T, K, D)
-  at::Tensor v = v_proj(x).view({b, t, kv_heads_, head_dim_});
+  // Projections come out float32; attention runs in the weights' dtype.
+  const at::ScalarType compute = q_proj->weight.scalar_type();
+  at::Tensor q = Project(q_proj, x).view({b, t, heads_, head_dim_});     // (B, T, H, D)
+  at::Tensor k = Project(k_proj, x).view({b, t, kv_heads_, head_dim_});  // (B, T, K, D)
+  at::Tensor v = Project(v_proj, x).view({b, t, kv_heads_, head_dim_});
   if (q_norm) {
     q = q_norm(q);
     k = k_norm(k);
   }
-  q = ApplyRope(q.transpose(1, 2), context.cos, context.sin);  // (B, H, T, D)
-  k = ApplyRope(k.transpose(1, 2), context.cos, context.sin);  // (B, K, T, D)
-  v = v.transpose(1, 2);
+  q = ApplyRope(q.transpose(1, 2), context.cos, context.sin).to(compute);  // (B, H, T, D)
+  k = ApplyRope(k.transpose(1, 2), context.cos, context.sin).to(compute);  // (B, K, T, D)
+  v = v.transpose(1, 2).to(compute);
   if (context.cache != nullptr) {
     KvCache& cache = *context.cache;
     const int64_t past = cache.length();
@@ -92,7 +113,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const AttentionContext& c
   at::Tensor out = at::scaled_dot_product_attention(q, k, v, context.mask, /*dropout_p=*/0.0,
                                                     /*is_causal=*/false, /*scale=*/std::nullopt,
                                                     /*enable_gqa=*/kv_heads_ != heads_);
-  return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));  // (B, T, C)
+  return Project(o_proj, out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));  // (B, T, C)
 }
 
 MlpImpl::MlpImpl(const ModelConfig& config) {
@@ -103,7 +124,7 @@ MlpImpl::MlpImpl(const ModelConfig& config) {
 }
 
 at::Tensor MlpImpl::forward(const at::Tensor& x) {
-  return down_proj(at::silu(gate_proj(x)) * up_proj(x));
+  return Project(down_proj, at::silu(Project(gate_proj, x)) * Project(up_proj, x));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, int64_t layer) {
@@ -116,10 +137,10 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, int64_t layer) {
 }
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const AttentionContext& context) {
-  // x is the float32 residual stream; the sublayers compute in the weights' dtype.
-  const at::ScalarType compute = input_layernorm->weight.scalar_type();
-  at::Tensor h = x + self_attn(input_layernorm(x).to(compute), context);
-  return h + mlp(post_attention_layernorm(h).to(compute));
+  // x is the float32 residual stream; the sublayers round to the weights' dtype where their
+  // GEMMs read it and return float32.
+  at::Tensor h = x + self_attn(input_layernorm(x), context);
+  return h + mlp(post_attention_layernorm(h));
 }
 
 DecoderImpl::DecoderImpl(const ModelConfig& config) {
@@ -179,32 +200,18 @@ at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, KvCache* cache) {
 
   // The residual stream stays in float32 whatever the weights' dtype: in bf16 its rounding, added
   // up over the layers, costs more accuracy than the matmuls do (docs/architecture.md).
-  const at::ScalarType compute = model->embed_tokens->weight.scalar_type();
   at::Tensor x = model->embed_tokens(ids).to(at::kFloat);  // (B, T, C)
-  auto [cos, sin] = RopeCosSin(inv_freq_, positions, compute);
+  auto [cos, sin] = RopeCosSin(inv_freq_, positions, at::kFloat);
   AttentionContext context{cos, sin, allowed.unsqueeze(1), cache};
   for (const auto& layer : *model->layers) x = layer->as<DecoderLayer>()->forward(x, context);
   if (cache != nullptr) cache->Advance(t);
-  return model->norm(x).to(compute);
+  return model->norm(x).to(at::kFloat);
 }
 
 at::Tensor TransformerImpl::Logits(const at::Tensor& hidden) {
   TORCH_CHECK(config_.head == HeadKind::kCausalLm, "Logits needs a causal-LM model");
-  const at::Tensor& weight = lm_head ? lm_head->weight : model->embed_tokens->weight;  // (V, C)
   // Logits come out in float32: rounding them to bf16 alone would cost ~0.4% relative error.
-  // On the GPU the matmul reads bf16 and writes float32 (no float32 copy of the weight).
-  at::Tensor flat = hidden.reshape({-1, hidden.size(-1)});  // (B*T, C)
-  at::Tensor logits;
-  if (weight.scalar_type() == at::kFloat) {
-    logits = at::mm(flat, weight.t());
-  } else if (weight.is_cuda()) {
-    logits = at::mm(flat, weight.t(), at::kFloat);
-  } else {
-    logits = at::mm(flat.to(at::kFloat), weight.t().to(at::kFloat));
-  }
-  std::vector<int64_t> shape = hidden.sizes().vec();
-  shape.back() = weight.size(0);
-  return logits.view(shape);  // (B, T, V)
+  return Project(lm_head ? lm_head->weight : model->embed_tokens->weight, at::Tensor(), hidden);
 }
 
 at::Tensor TransformerImpl::Scores(const at::Tensor& hidden) {

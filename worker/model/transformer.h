@@ -118,7 +118,8 @@ class TransformerImpl : public torch::nn::Module {
  public:
   explicit TransformerImpl(const ModelConfig& config);
 
-  // Final hidden states (B, T, C). With a cache, keys/values of the new tokens are appended.
+  // Final hidden states (B, T, C), float32. With a cache, keys/values of the new tokens are
+  // appended.
   at::Tensor Hidden(const ForwardBatch& batch, KvCache* cache = nullptr);
   // Next-token logits (B, T, V), float32. Causal-LM head only.
   at::Tensor Logits(const at::Tensor& hidden);
