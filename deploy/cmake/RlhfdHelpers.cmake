@@ -16,7 +16,7 @@ endfunction()
 
 # Links LibTorch with a shared precompiled header of the narrow ATen headers.
 function(rlhfd_use_torch target)
-  target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES})
+  target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES} Threads::Threads)
   target_precompile_headers(${target} REUSE_FROM rlhfd_torch_pch)
 endfunction()
 

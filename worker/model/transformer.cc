@@ -31,12 +31,19 @@ at::Tensor DefaultPositions(const ForwardBatch& batch, int64_t past, int64_t tok
   return positions.narrow(1, positions.size(1) - tokens, tokens);
 }
 
+// float64 stays float64 (gradient checks); everything narrower accumulates in float32.
+at::ScalarType AccumulationType(at::ScalarType type) {
+  return type == at::kDouble ? at::kDouble : at::kFloat;
+}
+
 // y = x W^T + b with x rounded to the weight's dtype (the GEMM's input) and y in float32: the
 // GEMM accumulates in float32 anyway, and not rounding its output to bf16 removes one of the two
 // roundings every linear layer adds. (B, T, in) → (B, T, out) float32.
 at::Tensor Project(const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x) {
   // weight (out, in); bias (out) or undefined.
-  if (weight.scalar_type() == at::kFloat) return at::linear(x.to(at::kFloat), weight, bias);
+  if (at::isFloatingType(weight.scalar_type()) && weight.element_size() >= 4) {
+    return at::linear(x.to(weight.scalar_type()), weight, bias);
+  }
   at::Tensor flat = x.reshape({-1, x.size(-1)}).to(weight.scalar_type());
   at::Tensor y = weight.is_cuda() ? at::mm(flat, weight.t(), at::kFloat)
                                   : at::mm(flat.to(at::kFloat), weight.t().to(at::kFloat));
@@ -66,8 +73,8 @@ RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
 }
 
 at::Tensor RmsNormImpl::forward(const at::Tensor& x) {
-  // In float32, as transformers does, then back to the input dtype before the weight.
-  at::Tensor x32 = x.to(at::kFloat);
+  // In float32 (or wider), as transformers does, then back to the input dtype before the weight.
+  at::Tensor x32 = x.to(AccumulationType(x.scalar_type()));
   at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps_);
   return weight * normed.to(x.scalar_type());
 }
@@ -200,12 +207,13 @@ at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, KvCache* cache) {
 
   // The residual stream stays in float32 whatever the weights' dtype: in bf16 its rounding, added
   // up over the layers, costs more accuracy than the matmuls do (docs/architecture.md).
-  at::Tensor x = model->embed_tokens(ids).to(at::kFloat);  // (B, T, C)
-  auto [cos, sin] = RopeCosSin(inv_freq_, positions, at::kFloat);
+  const at::ScalarType residual = AccumulationType(model->embed_tokens->weight.scalar_type());
+  at::Tensor x = model->embed_tokens(ids).to(residual);  // (B, T, C)
+  auto [cos, sin] = RopeCosSin(inv_freq_, positions, residual);
   AttentionContext context{cos, sin, allowed.unsqueeze(1), cache};
   for (const auto& layer : *model->layers) x = layer->as<DecoderLayer>()->forward(x, context);
   if (cache != nullptr) cache->Advance(t);
-  return model->norm(x).to(at::kFloat);
+  return model->norm(x).to(residual);
 }
 
 at::Tensor TransformerImpl::Logits(const at::Tensor& hidden) {
@@ -217,8 +225,9 @@ at::Tensor TransformerImpl::Logits(const at::Tensor& hidden) {
 at::Tensor TransformerImpl::Scores(const at::Tensor& hidden) {
   TORCH_CHECK(score, "Scores needs a score head (*ForSequenceClassification / TokenClassification)");
   // L is tiny, so the head runs in float32 outright.
-  return at::linear(hidden.to(at::kFloat), score->weight.to(at::kFloat),
-                    score->bias.defined() ? score->bias.to(at::kFloat) : at::Tensor());
+  const at::ScalarType type = AccumulationType(score->weight.scalar_type());
+  return at::linear(hidden.to(type), score->weight.to(type),
+                    score->bias.defined() ? score->bias.to(type) : at::Tensor());
 }
 
 absl::Status LoadWeights(Transformer& model, const StateDict& weights) {

@@ -1,0 +1,430 @@
+// Losses, KL estimators, aggregation modes and advantage estimators against hand-worked cases and
+// an independent float64 reference written here with plain loops (no ATen), with masks, padding,
+// groups whose rewards are all equal, single-response groups and length-1 responses. Then the
+// policy-loss path through a tiny transformer: finite-difference gradients in float64, and the
+// direction of one update.
+#include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
+#include <torch/types.h>
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "worker/model/model_loader.h"
+#include "worker/train/advantage.h"
+#include "worker/train/log_probs.h"
+#include "worker/train/losses.h"
+
+namespace rlhfd::train {
+namespace {
+
+using Matrix = std::vector<std::vector<double>>;
+
+at::Tensor ToTensor(const Matrix& m) {
+  at::Tensor t = at::zeros({static_cast<int64_t>(m.size()), static_cast<int64_t>(m[0].size())},
+                           at::kDouble);
+  for (size_t i = 0; i < m.size(); ++i) {
+    for (size_t j = 0; j < m[i].size(); ++j) t[i][j] = m[i][j];
+  }
+  return t;
+}
+
+Matrix ToMatrix(const at::Tensor& t) {
+  at::Tensor c = t.to(at::kDouble).contiguous();
+  Matrix m(c.size(0), std::vector<double>(c.size(1)));
+  for (int64_t i = 0; i < c.size(0); ++i) {
+    for (int64_t j = 0; j < c.size(1); ++j) m[i][j] = c[i][j].item<double>();
+  }
+  return m;
+}
+
+void CheckClose(const Matrix& actual, const Matrix& expected, double tolerance) {
+  REQUIRE(actual.size() == expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) {
+    for (size_t j = 0; j < actual[i].size(); ++j) {
+      INFO("[" << i << "][" << j << "] " << actual[i][j] << " vs " << expected[i][j]);
+      CHECK(std::abs(actual[i][j] - expected[i][j]) <= tolerance);
+    }
+  }
+}
+
+// Four responses, right-padded to T = 5, lengths 5, 3, 1 (a length-1 response) and 4.
+const Matrix kMask = {{1, 1, 1, 1, 1}, {1, 1, 1, 0, 0}, {1, 0, 0, 0, 0}, {1, 1, 1, 1, 0}};
+// The sequence reward sits on each response's last token; one token carries a shaping term.
+const Matrix kRewards = {{0, 0, 0.3, 0, 1.0}, {0, 0, 0.0, 0, 0}, {0.5, 0, 0, 0, 0}, {0, 0, 0, 2, 0}};
+const Matrix kValues = {{0.1, 0.2, 0.3, 0.4, 0.5}, {0.5, 0.4, 0.3, 9, 9}, {0.2, 9, 9, 9, 9},
+                        {0.0, -0.1, 0.2, 0.1, 9}};
+
+// float64 reference of masked whitening (unbiased variance).
+Matrix RefWhiten(const Matrix& x, const Matrix& mask) {
+  double n = 0, sum = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    for (size_t j = 0; j < x[i].size(); ++j) n += mask[i][j], sum += x[i][j] * mask[i][j];
+  const double mean = sum / n;
+  double sq = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    for (size_t j = 0; j < x[i].size(); ++j) sq += (x[i][j] - mean) * (x[i][j] - mean) * mask[i][j];
+  const double scale = 1 / std::sqrt(sq / (n - 1) + 1e-8);
+  Matrix out = x;
+  for (size_t i = 0; i < x.size(); ++i)
+    for (size_t j = 0; j < x[i].size(); ++j) out[i][j] = (x[i][j] - mean) * scale * mask[i][j];
+  return out;
+}
+
+std::vector<double> RefScores(const Matrix& rewards, const Matrix& mask) {
+  std::vector<double> scores;
+  for (size_t i = 0; i < rewards.size(); ++i) {
+    double s = 0;
+    for (size_t j = 0; j < rewards[i].size(); ++j) s += rewards[i][j] * mask[i][j];
+    scores.push_back(s);
+  }
+  return scores;
+}
+
+Matrix Broadcast(const std::vector<double>& per_sequence, const Matrix& mask) {
+  Matrix out = mask;
+  for (size_t i = 0; i < mask.size(); ++i)
+    for (size_t j = 0; j < mask[i].size(); ++j) out[i][j] = per_sequence[i] * mask[i][j];
+  return out;
+}
+
+AdvantageOutput Run(v1::AdvantageEstimator estimator, AdvantageInput input) {
+  auto made = MakeAdvantageEstimator(estimator);
+  REQUIRE(made.ok());
+  auto out = (*made)->Compute(input);
+  REQUIRE(out.ok());
+  return *out;
+}
+
+AdvantageInput Input(const std::vector<int64_t>& groups) {
+  AdvantageInput input;
+  input.token_rewards = ToTensor(kRewards);
+  input.mask = ToTensor(kMask);
+  input.values = ToTensor(kValues);
+  input.group = at::tensor(groups, at::kLong);
+  return input;
+}
+
+}  // namespace
+
+TEST_CASE("GAE: hand-worked case and float64 reference with padding", "[train][advantage]") {
+  // Hand-worked, T = 2, γ = λ = 1: r = [0, 1], V = [0.5, 0.2]. δ1 = 1 - 0.2 = 0.8, A1 = 0.8;
+  // δ0 = 0 + 0.2 - 0.5 = -0.3, A0 = -0.3 + 0.8 = 0.5; returns = A + V = [1.0, 1.0].
+  AdvantageInput tiny;
+  tiny.token_rewards = ToTensor({{0, 1}});
+  tiny.values = ToTensor({{0.5, 0.2}});
+  tiny.mask = ToTensor({{1, 1}});
+  CheckClose(ToMatrix(Run(v1::ADVANTAGE_ESTIMATOR_GAE, tiny).returns), {{1.0, 1.0}}, 1e-12);
+
+  for (const auto& [gamma, lam] : {std::pair{1.0, 1.0}, std::pair{0.99, 0.95}}) {
+    AdvantageInput input = Input({0, 0, 1, 1});
+    input.gamma = gamma;
+    input.lam = lam;
+    AdvantageOutput out = Run(v1::ADVANTAGE_ESTIMATOR_GAE, input);
+    // Reference: backwards over each sequence's real tokens only.
+    Matrix advantages = kMask, returns = kMask;
+    for (size_t i = 0; i < kMask.size(); ++i) {
+      double next_value = 0, gae = 0;
+      for (int t = static_cast<int>(kMask[i].size()) - 1; t >= 0; --t) {
+        if (kMask[i][t] == 0) {
+          advantages[i][t] = gae;  // Padding carries nothing (gae is 0 until the sequence ends).
+          continue;
+        }
+        const double delta = kRewards[i][t] + gamma * next_value - kValues[i][t];
+        gae = delta + gamma * lam * gae;
+        next_value = kValues[i][t];
+        advantages[i][t] = gae;
+        returns[i][t] = gae + kValues[i][t];
+      }
+    }
+    Matrix actual_returns = ToMatrix(out.returns * input.mask);
+    Matrix expected_returns = returns;
+    for (size_t i = 0; i < kMask.size(); ++i)
+      for (size_t j = 0; j < kMask[i].size(); ++j) expected_returns[i][j] *= kMask[i][j];
+    CheckClose(actual_returns, expected_returns, 1e-12);
+    CheckClose(ToMatrix(out.advantages), RefWhiten(advantages, kMask), 1e-9);
+  }
+  AdvantageInput no_values = Input({0, 0, 1, 1});
+  no_values.values = at::Tensor();
+  auto estimator = MakeAdvantageEstimator(v1::ADVANTAGE_ESTIMATOR_GAE);
+  CHECK_FALSE((*estimator)->Compute(no_values).ok());
+}
+
+TEST_CASE("GRPO: group mean and std, equal rewards, single responses", "[train][advantage]") {
+  // Hand-worked: scores 1.3 and 0 in group 0 → mean 0.65, std sqrt(0.845) = 0.919239;
+  // advantages ±0.65 / (0.919239 + 1e-6).
+  AdvantageOutput out = Run(v1::ADVANTAGE_ESTIMATOR_GRPO, Input({0, 0, 1, 1}));
+  const double a = 0.65 / (std::sqrt(0.845) + 1e-6);
+  CHECK(ToMatrix(out.advantages)[0][0] == Approx(a).epsilon(1e-12));
+  CHECK(ToMatrix(out.advantages)[1][2] == Approx(-a).epsilon(1e-12));
+  CHECK(ToMatrix(out.advantages)[1][3] == 0.0);  // Padding.
+
+  // float64 reference for all four, with and without std normalisation.
+  for (bool norm : {true, false}) {
+    AdvantageInput input = Input({0, 0, 1, 1});
+    input.norm_adv_by_std = norm;
+    const std::vector<double> s = RefScores(kRewards, kMask);
+    std::vector<double> expected(4);
+    for (int g = 0; g < 2; ++g) {
+      const double x = s[2 * g], y = s[2 * g + 1], mean = (x + y) / 2;
+      const double std = std::sqrt(((x - mean) * (x - mean) + (y - mean) * (y - mean)) / 1);
+      expected[2 * g] = norm ? (x - mean) / (std + 1e-6) : x - mean;
+      expected[2 * g + 1] = norm ? (y - mean) / (std + 1e-6) : y - mean;
+    }
+    CheckClose(ToMatrix(Run(v1::ADVANTAGE_ESTIMATOR_GRPO, input).advantages),
+               Broadcast(expected, kMask), 1e-12);
+  }
+
+  // All-equal rewards in a group (std 0) give zero advantages, not NaN; a group of one gets its
+  // raw score (mean 0, std 1).
+  AdvantageInput equal = Input({0, 0, 1, 2});
+  equal.token_rewards = ToTensor({{0, 0, 0, 0, 1}, {0, 0, 1, 0, 0}, {0.5, 0, 0, 0, 0}, {0, 0, 0, 2, 0}});
+  Matrix advantages = ToMatrix(Run(v1::ADVANTAGE_ESTIMATOR_GRPO, equal).advantages);
+  CHECK(advantages[0][0] == 0.0);
+  CHECK(advantages[1][0] == 0.0);
+  CHECK(advantages[2][0] == Approx(0.5 / (1 + 1e-6)));
+  CHECK(advantages[3][0] == Approx(2.0 / (1 + 1e-6)));
+}
+
+TEST_CASE("RLOO: leave-one-out baseline", "[train][advantage]") {
+  // Hand-worked: scores [1, 0, 0] in one group: 1 - mean(0, 0) = 1; 0 - mean(1, 0) = -0.5.
+  AdvantageInput input;
+  input.token_rewards = ToTensor({{1}, {0}, {0}});
+  input.mask = ToTensor({{1}, {1}, {1}});
+  input.group = at::tensor(std::vector<int64_t>{0, 0, 0}, at::kLong);
+  CheckClose(ToMatrix(Run(v1::ADVANTAGE_ESTIMATOR_RLOO, input).advantages), {{1}, {-0.5}, {-0.5}},
+             1e-12);
+  // float64 reference on the padded batch; group 1 = responses 2, 3; response 3 alone in 2.
+  AdvantageInput padded = Input({0, 0, 1, 2});
+  const std::vector<double> s = RefScores(kRewards, kMask);
+  const std::vector<double> expected = {s[0] - s[1], s[1] - s[0], s[2], s[3]};
+  CheckClose(ToMatrix(Run(v1::ADVANTAGE_ESTIMATOR_RLOO, padded).advantages),
+             Broadcast(expected, kMask), 1e-12);
+}
+
+TEST_CASE("REINFORCE++, its baseline variant and ReMax", "[train][advantage]") {
+  const double gamma = 0.9;
+  AdvantageInput input = Input({0, 0, 1, 1});
+  input.gamma = gamma;
+  Matrix returns = kMask;
+  for (size_t i = 0; i < kMask.size(); ++i) {
+    double running = 0;
+    for (int t = static_cast<int>(kMask[i].size()) - 1; t >= 0; --t) {
+      running = kRewards[i][t] * kMask[i][t] + gamma * running * kMask[i][t];
+      returns[i][t] = running * kMask[i][t];
+    }
+  }
+  AdvantageOutput plus = Run(v1::ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS, input);
+  CheckClose(ToMatrix(plus.returns * input.mask), returns, 1e-12);
+  CheckClose(ToMatrix(plus.advantages), RefWhiten(returns, kMask), 1e-9);
+
+  const std::vector<double> s = RefScores(kRewards, kMask);
+  const std::vector<double> centered = {s[0] - (s[0] + s[1]) / 2, s[1] - (s[0] + s[1]) / 2,
+                                        s[2] - (s[2] + s[3]) / 2, s[3] - (s[2] + s[3]) / 2};
+  CheckClose(ToMatrix(Run(v1::ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS_BASELINE, input).advantages),
+             RefWhiten(Broadcast(centered, kMask), kMask), 1e-9);
+
+  AdvantageInput remax = Input({0, 0, 1, 1});
+  remax.baseline = at::tensor(std::vector<double>{0.5, 0.5, 0.2, 1.0}, at::kDouble);
+  Matrix expected = kMask;
+  for (size_t i = 0; i < kMask.size(); ++i) {
+    double running = 0;
+    for (int t = static_cast<int>(kMask[i].size()) - 1; t >= 0; --t) {
+      running += kRewards[i][t] * kMask[i][t];
+      expected[i][t] = (running - remax.baseline[i].item<double>()) * kMask[i][t];
+    }
+  }
+  CheckClose(ToMatrix(Run(v1::ADVANTAGE_ESTIMATOR_REMAX, remax).advantages), expected, 1e-12);
+  CHECK_FALSE(MakeAdvantageEstimator(v1::ADVANTAGE_ESTIMATOR_UNSPECIFIED).ok());
+}
+
+TEST_CASE("PPO policy loss: clip, clip-higher and dual clip, hand-worked", "[train][loss]") {
+  PolicyLossOptions options;
+  options.clip_ratio_low = 0.2;
+  options.clip_ratio_high = 0.28;
+  options.clip_ratio_c = 3.0;
+  auto one = [&](double log_prob, double advantage) {
+    return ComputePolicyLoss(ToTensor({{log_prob}}), ToTensor({{0.0}}), ToTensor({{advantage}}),
+                             ToTensor({{1.0}}), options);
+  };
+  // A = 1, ratio 1.5: clipped at 1 + 0.28 → loss = max(-1.5, -1.28) = -1.28, clip active.
+  PolicyLoss up = one(std::log(1.5), 1.0);
+  CHECK(up.loss.item<double>() == Approx(-1.28));
+  CHECK(up.clip_fraction.item<double>() == 1.0);
+  // A = 1, ratio 0.5: max(-0.5, -0.8) = -0.5, no clip.
+  CHECK(one(std::log(0.5), 1.0).loss.item<double>() == Approx(-0.5));
+  // A = -1, ratio 4: PPO gives max(4, 1.28) = 4; the dual clip caps it at -A·c = 3.
+  PolicyLoss dual = one(std::log(4.0), -1.0);
+  CHECK(dual.loss.item<double>() == Approx(3.0));
+  CHECK(dual.clip_fraction_low.item<double>() == 1.0);
+  // A = -1, ratio 0.5: max(0.5, 0.8) = 0.8 (clip at 1 - 0.2).
+  CHECK(one(std::log(0.5), -1.0).loss.item<double>() == Approx(0.8));
+  // approx_kl = mean(old - new).
+  CHECK(up.approx_kl.item<double>() == Approx(-std::log(1.5)));
+}
+
+TEST_CASE("PPO policy loss against a float64 reference on a padded batch", "[train][loss]") {
+  const Matrix log_prob = {{-1.0, -0.5, -2.0, -0.1, -3.0}, {-0.2, -0.9, -1.1, 0, 0},
+                           {-0.05, 0, 0, 0, 0}, {-1.5, -1.2, -0.3, -0.7, 0}};
+  const Matrix old = {{-1.2, -0.4, -1.0, -0.1, -3.5}, {-0.1, -1.4, -1.0, 0, 0},
+                      {-1.0, 0, 0, 0, 0}, {-1.4, -1.3, -0.9, -0.2, 0}};
+  const Matrix advantages = {{1.0, -0.5, 2.0, -1.5, 0.3}, {-2.0, 0.7, 0.1, 5, 5},
+                             {-1.0, 5, 5, 5, 5}, {0.4, -0.8, 1.2, -0.3, 5}};
+  const double low = 0.2, high = 0.28, c = 3.0;
+  Matrix per_token = kMask;
+  for (size_t i = 0; i < kMask.size(); ++i) {
+    for (size_t j = 0; j < kMask[i].size(); ++j) {
+      const double ratio = std::exp(log_prob[i][j] - old[i][j]);
+      const double a = advantages[i][j];
+      double loss = std::max(-a * ratio, -a * std::min(std::max(ratio, 1 - low), 1 + high));
+      if (a < 0) loss = std::min(loss, -a * c);
+      per_token[i][j] = loss;
+    }
+  }
+  const std::map<v1::LossAggregation, double> expected = [&] {
+    double sum = 0, tokens = 0, seq_sum = 0, seq_mean = 0;
+    for (size_t i = 0; i < kMask.size(); ++i) {
+      double s = 0, n = 0;
+      for (size_t j = 0; j < kMask[i].size(); ++j) s += per_token[i][j] * kMask[i][j], n += kMask[i][j];
+      sum += s, tokens += n, seq_sum += s / kMask.size(), seq_mean += s / n / kMask.size();
+    }
+    return std::map<v1::LossAggregation, double>{
+        {v1::LOSS_AGGREGATION_TOKEN_MEAN, sum / tokens},
+        {v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM, seq_sum},
+        {v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_MEAN, seq_mean},
+        {v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM_NORM, sum / 5.0}};
+  }();
+  for (const auto& [mode, value] : expected) {
+    INFO(v1::LossAggregation_Name(mode));
+    PolicyLossOptions options{low, high, c, mode};
+    PolicyLoss loss = ComputePolicyLoss(ToTensor(log_prob), ToTensor(old), ToTensor(advantages),
+                                        ToTensor(kMask), options);
+    CHECK(loss.loss.item<double>() == Approx(value).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("value loss with value clipping, hand-worked", "[train][loss]") {
+  // v = 1.0, old = 0.2, R = 1.2, cliprange 0.5: unclipped (1 - 1.2)² = 0.04; clipped v = 0.7,
+  // (0.7 - 1.2)² = 0.25; loss = 0.5 · max = 0.125, clip active. Second token: v = 0.3, old 0.2,
+  // R = 0: 0.09 vs 0.09 → 0.045, not counted as clipped. Token mean: (0.125 + 0.045) / 2.
+  ValueLoss loss = ComputeValueLoss(ToTensor({{1.0, 0.3, 7}}), ToTensor({{0.2, 0.2, 7}}),
+                                    ToTensor({{1.2, 0.0, 0}}), ToTensor({{1, 1, 0}}), 0.5,
+                                    v1::LOSS_AGGREGATION_TOKEN_MEAN);
+  CHECK(loss.loss.item<double>() == Approx((0.125 + 0.045) / 2));
+  CHECK(loss.clip_fraction.item<double>() == Approx(0.5));
+}
+
+TEST_CASE("KL estimators k1, k2, k3 and the adaptive coefficient", "[train][kl]") {
+  // p = 1, ref = 0.5 (log-probs 0 and log 0.5): k1 = log 2; k2 = ½ log² 2; k3 = 0.5 + log 0.5·(-1) - 1.
+  const at::Tensor lp = ToTensor({{0.0}}), ref = ToTensor({{std::log(0.5)}});
+  CHECK(KlEstimate(lp, ref, v1::KL_ESTIMATOR_K1).item<double>() == Approx(std::log(2.0)));
+  CHECK(KlEstimate(lp, ref, v1::KL_ESTIMATOR_K2).item<double>() ==
+        Approx(0.5 * std::log(2.0) * std::log(2.0)));
+  CHECK(KlEstimate(lp, ref, v1::KL_ESTIMATOR_K3).item<double>() == Approx(0.5 + std::log(2.0) - 1));
+  // k3 is clamped: a log-ratio of 50 saturates at 20 before exp, and the result at 10.
+  CHECK(KlEstimate(ToTensor({{-50.0}}), ToTensor({{0.0}}), v1::KL_ESTIMATOR_K3).item<double>() == 10.0);
+  // k3 is never negative and is 0 where the policies agree.
+  CHECK(KlEstimate(ref, ref, v1::KL_ESTIMATOR_K3).item<double>() == 0.0);
+
+  v1::KlSpec spec;
+  spec.set_coef(0.1);
+  spec.set_target(6.0);
+  spec.set_horizon(10000);
+  spec.set_controller(v1::KL_CONTROLLER_ADAPTIVE);
+  KlCoefficient adaptive(spec);
+  adaptive.Update(/*kl=*/12.0, /*samples=*/256);  // error clipped to +0.2
+  CHECK(adaptive.value() == Approx(0.1 * (1 + 0.2 * 256 / 10000.0)));
+  adaptive.Update(/*kl=*/5.4, /*samples=*/100);  // error -0.1
+  CHECK(adaptive.value() == Approx(0.1 * (1 + 0.2 * 256 / 10000.0) * (1 - 0.1 * 100 / 10000.0)));
+  spec.set_controller(v1::KL_CONTROLLER_FIXED);
+  KlCoefficient fixed(spec);
+  fixed.Update(100.0, 256);
+  CHECK(fixed.value() == 0.1);
+}
+
+TEST_CASE("the policy-loss path through a tiny transformer", "[train][gradient]") {
+  auto loaded = model::LoadModel(std::string(RLHFD_FIXTURES_DIR) + "/models/tiny-qwen2", {at::kDouble, at::kCPU});
+  REQUIRE(loaded.ok());
+  model::Transformer net = *loaded;
+  at::manual_seed(3);
+  const at::Tensor ids = at::randint(3, 500, {2, 6}, at::kLong);
+  const at::Tensor mask = at::ones({2, 5}, at::kDouble);
+  const at::Tensor targets = ids.narrow(1, 1, 5);
+  auto token_log_probs = [&] {
+    at::Tensor logits = net->Logits(net->Hidden({ids})).narrow(1, 0, 5);  // (2, 5, V)
+    return TokenLogProbs(logits, targets);                                // (2, 5)
+  };
+  at::Tensor old;
+  {
+    torch::NoGradGuard no_grad;
+    old = token_log_probs() - 0.05;  // A slightly different behaviour policy.
+  }
+  const at::Tensor advantages = ToTensor({{1.0, -0.5, 0.3, -1.0, 0.8}, {-0.2, 0.6, -1.2, 0.4, 1.0}});
+  PolicyLossOptions options{0.2, 0.28, 3.0, v1::LOSS_AGGREGATION_TOKEN_MEAN};
+  auto loss_value = [&] {
+    return ComputePolicyLoss(token_log_probs(), old, advantages, mask, options).loss;
+  };
+
+  SECTION("finite-difference gradients match autograd in float64") {
+    at::Tensor loss = loss_value();
+    loss.backward();
+    auto params = net->named_parameters();
+    for (const std::string name : {"model.layers.0.self_attn.q_proj.weight",
+                                   "model.layers.1.mlp.down_proj.weight", "model.norm.weight",
+                                   "model.embed_tokens.weight"}) {
+      at::Tensor p = params[name];
+      at::Tensor grad = p.grad().clone();
+      const double eps = 1e-6;
+      for (int64_t k : {0, 7, 31}) {
+        torch::NoGradGuard no_grad;
+        at::Tensor flat = p.view({-1});
+        const int64_t index = (k * 997) % flat.numel();
+        const double saved = flat[index].item<double>();
+        flat[index] = saved + eps;
+        const double plus = loss_value().item<double>();
+        flat[index] = saved - eps;
+        const double minus = loss_value().item<double>();
+        flat[index] = saved;
+        const double numeric = (plus - minus) / (2 * eps);
+        const double analytic = grad.view({-1})[index].item<double>();
+        INFO(name << "[" << index << "] numeric " << numeric << " autograd " << analytic);
+        CHECK(std::abs(numeric - analytic) <= 1e-6 + 1e-5 * std::abs(analytic));
+      }
+    }
+  }
+
+  SECTION("one update raises log-probs where A > 0, lowers them where A < 0, and flips with A") {
+    for (const double sign : {1.0, -1.0}) {
+      auto fresh = model::LoadModel(std::string(RLHFD_FIXTURES_DIR) + "/models/tiny-qwen2", {at::kDouble, at::kCPU});
+      REQUIRE(fresh.ok());
+      net = *fresh;
+      at::Tensor before;
+      {
+        torch::NoGradGuard no_grad;
+        before = token_log_probs();
+      }
+      const at::Tensor signed_advantages =
+          sign * ToTensor({{1.0, -1.0, 1.0, -1.0, 1.0}, {-1.0, 1.0, -1.0, 1.0, -1.0}});
+      ComputePolicyLoss(token_log_probs(), before, signed_advantages, mask, options).loss.backward();
+      {
+        torch::NoGradGuard no_grad;
+        for (auto& p : net->parameters()) p.sub_(1e-3 * p.grad());
+      }
+      at::Tensor delta;
+      {
+        torch::NoGradGuard no_grad;
+        delta = token_log_probs() - before;
+      }
+      // Summed over the tokens of each sign, the update moves log-probs the advantage's way.
+      const double up = (delta * signed_advantages.gt(0)).sum().item<double>();
+      const double down = (delta * signed_advantages.lt(0)).sum().item<double>();
+      INFO("sign " << sign << ": positive-A tokens " << up << ", negative-A tokens " << down);
+      CHECK(up > 0);
+      CHECK(down < 0);
+    }
+  }
+}
+
+}  // namespace rlhfd::train

@@ -1,0 +1,166 @@
+// The advantage estimators and their registry.
+#include "worker/train/advantage.h"
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace rlhfd::train {
+namespace {
+
+absl::Status Need(const at::Tensor& tensor, const char* name, const char* estimator) {
+  if (tensor.defined()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(estimator, " needs ", name));
+}
+
+// Sequence scores: the sum of each sequence's token rewards. (B)
+at::Tensor Scores(const AdvantageInput& input) { return (input.token_rewards * input.mask).sum(-1); }
+
+// Per-sequence mean, unbiased std and size of its group. Each (B).
+struct GroupStats {
+  at::Tensor mean, std, size;
+};
+
+GroupStats ComputeGroupStats(const at::Tensor& scores, const at::Tensor& group) {
+  const int64_t groups = group.max().item<int64_t>() + 1;
+  const auto options = scores.options();
+  at::Tensor count = at::zeros({groups}, options).index_add_(0, group, at::ones_like(scores));
+  at::Tensor sum = at::zeros({groups}, options).index_add_(0, group, scores);
+  at::Tensor mean = sum / count.clamp_min(1);
+  at::Tensor centered = scores - mean.index_select(0, group);
+  at::Tensor sq = at::zeros({groups}, options).index_add_(0, group, centered.pow(2));
+  at::Tensor std = (sq / (count - 1).clamp_min(1)).sqrt();
+  GroupStats stats{mean.index_select(0, group), std.index_select(0, group),
+                   count.index_select(0, group)};
+  // A group of one has no spread to compare against: verl uses mean 0, std 1 there.
+  const at::Tensor single = stats.size.le(1);
+  stats.mean = at::where(single, at::zeros_like(stats.mean), stats.mean);
+  stats.std = at::where(single, at::ones_like(stats.std), stats.std);
+  return stats;
+}
+
+// Discounted reward-to-go within each sequence, skipping padding. (B, T)
+at::Tensor DiscountedReturns(const at::Tensor& rewards, const at::Tensor& mask, double gamma) {
+  at::Tensor returns = at::zeros_like(rewards);
+  at::Tensor running = at::zeros({rewards.size(0)}, rewards.options());
+  for (int64_t t = rewards.size(1) - 1; t >= 0; --t) {
+    running = rewards.select(1, t) + gamma * running;
+    returns.select(1, t).copy_(running);
+    running = running * mask.select(1, t);  // Padding after a sequence does not leak back.
+  }
+  return returns;
+}
+
+class Gae final : public AdvantageEstimator {
+ public:
+  absl::StatusOr<AdvantageOutput> Compute(const AdvantageInput& in) const override {
+    if (auto s = Need(in.values, "critic values", "gae"); !s.ok()) return s;
+    const at::Tensor& r = in.token_rewards;
+    const at::Tensor& v = in.values;
+    const at::Tensor& m = in.mask;
+    at::Tensor advantages = at::zeros_like(r);
+    at::Tensor next_value = at::zeros({r.size(0)}, r.options());
+    at::Tensor last_gae = at::zeros({r.size(0)}, r.options());
+    for (int64_t t = r.size(1) - 1; t >= 0; --t) {
+      const at::Tensor mt = m.select(1, t);
+      const at::Tensor delta = r.select(1, t) + in.gamma * next_value - v.select(1, t);
+      const at::Tensor gae = delta + in.gamma * in.lam * last_gae;
+      // Padding tokens pass the next real token's value and advantage through unchanged.
+      next_value = v.select(1, t) * mt + (1 - mt) * next_value;
+      last_gae = gae * mt + (1 - mt) * last_gae;
+      advantages.select(1, t).copy_(last_gae);
+    }
+    AdvantageOutput out;
+    out.returns = advantages + v;
+    out.advantages = MaskedWhiten(advantages, m) * m;
+    return out;
+  }
+};
+
+class Grpo final : public AdvantageEstimator {
+ public:
+  absl::StatusOr<AdvantageOutput> Compute(const AdvantageInput& in) const override {
+    if (auto s = Need(in.group, "the group of each response", "grpo"); !s.ok()) return s;
+    const at::Tensor scores = Scores(in);
+    const GroupStats stats = ComputeGroupStats(scores, in.group);
+    at::Tensor advantage = scores - stats.mean;
+    if (in.norm_adv_by_std) advantage = advantage / (stats.std + in.epsilon);
+    at::Tensor tokens = advantage.unsqueeze(-1) * in.mask;
+    return AdvantageOutput{tokens, tokens};
+  }
+};
+
+class Rloo final : public AdvantageEstimator {
+ public:
+  absl::StatusOr<AdvantageOutput> Compute(const AdvantageInput& in) const override {
+    if (auto s = Need(in.group, "the group of each response", "rloo"); !s.ok()) return s;
+    const at::Tensor scores = Scores(in);
+    const GroupStats stats = ComputeGroupStats(scores, in.group);
+    // score minus the mean of the other responses to the same prompt: n/(n-1)·(score - mean).
+    const at::Tensor n = stats.size;
+    at::Tensor advantage = at::where(n.gt(1), (scores - stats.mean) * n / (n - 1).clamp_min(1), scores);
+    at::Tensor tokens = advantage.unsqueeze(-1) * in.mask;
+    return AdvantageOutput{tokens, tokens};
+  }
+};
+
+class ReinforcePlusPlus final : public AdvantageEstimator {
+ public:
+  absl::StatusOr<AdvantageOutput> Compute(const AdvantageInput& in) const override {
+    at::Tensor returns = DiscountedReturns(in.token_rewards, in.mask, in.gamma);
+    return AdvantageOutput{MaskedWhiten(returns, in.mask) * in.mask, returns};
+  }
+};
+
+class ReinforcePlusPlusBaseline final : public AdvantageEstimator {
+ public:
+  absl::StatusOr<AdvantageOutput> Compute(const AdvantageInput& in) const override {
+    if (auto s = Need(in.group, "the group of each response", "reinforce_plus_plus_baseline");
+        !s.ok()) {
+      return s;
+    }
+    const at::Tensor scores = Scores(in);
+    const GroupStats stats = ComputeGroupStats(scores, in.group);
+    at::Tensor tokens = (scores - stats.mean).unsqueeze(-1) * in.mask;
+    at::Tensor whitened = MaskedWhiten(tokens, in.mask) * in.mask;
+    return AdvantageOutput{whitened, whitened};
+  }
+};
+
+class Remax final : public AdvantageEstimator {
+ public:
+  absl::StatusOr<AdvantageOutput> Compute(const AdvantageInput& in) const override {
+    if (auto s = Need(in.baseline, "the greedy baseline reward of each prompt", "remax"); !s.ok()) {
+      return s;
+    }
+    at::Tensor returns = DiscountedReturns(in.token_rewards, in.mask, /*gamma=*/1.0) * in.mask;
+    return AdvantageOutput{(returns - in.baseline.unsqueeze(-1)) * in.mask, returns};
+  }
+};
+
+}  // namespace
+
+at::Tensor MaskedWhiten(const at::Tensor& x, const at::Tensor& mask) {
+  const at::Tensor count = mask.sum();
+  const at::Tensor mean = (x * mask).sum() / count.clamp_min(1);
+  const at::Tensor variance = ((x - mean).pow(2) * mask).sum() / (count - 1).clamp_min(1);
+  return (x - mean) * at::rsqrt(variance + 1e-8);
+}
+
+absl::StatusOr<std::unique_ptr<AdvantageEstimator>> MakeAdvantageEstimator(
+    v1::AdvantageEstimator estimator) {
+  switch (estimator) {
+    case v1::ADVANTAGE_ESTIMATOR_GAE: return std::make_unique<Gae>();
+    case v1::ADVANTAGE_ESTIMATOR_GRPO: return std::make_unique<Grpo>();
+    case v1::ADVANTAGE_ESTIMATOR_RLOO: return std::make_unique<Rloo>();
+    case v1::ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS: return std::make_unique<ReinforcePlusPlus>();
+    case v1::ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS_BASELINE:
+      return std::make_unique<ReinforcePlusPlusBaseline>();
+    case v1::ADVANTAGE_ESTIMATOR_REMAX: return std::make_unique<Remax>();
+    default: break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("no advantage estimator registered for ", v1::AdvantageEstimator_Name(estimator)));
+}
+
+}  // namespace rlhfd::train

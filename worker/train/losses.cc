@@ -1,0 +1,96 @@
+// RL losses; see losses.h.
+#include "worker/train/losses.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+namespace rlhfd::train {
+
+at::Tensor MaskedMean(const at::Tensor& x, const at::Tensor& mask) {
+  return (x * mask).sum() / mask.sum().clamp_min(1);
+}
+
+at::Tensor AggregateLoss(const at::Tensor& loss, const at::Tensor& mask, v1::LossAggregation mode) {
+  at::Tensor masked = loss * mask;
+  switch (mode) {
+    case v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM:
+      return masked.sum(-1).mean();
+    case v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_MEAN:
+      return (masked.sum(-1) / mask.sum(-1).clamp_min(1)).mean();
+    case v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM_NORM:
+      return masked.sum() / loss.size(-1);
+    case v1::LOSS_AGGREGATION_TOKEN_MEAN:
+    default:
+      return MaskedMean(loss, mask);
+  }
+}
+
+PolicyLoss ComputePolicyLoss(const at::Tensor& log_prob, const at::Tensor& old_log_prob,
+                             const at::Tensor& advantages, const at::Tensor& mask,
+                             const PolicyLossOptions& options) {
+  const at::Tensor log_ratio = (log_prob - old_log_prob).clamp(-20.0, 20.0);
+  const at::Tensor ratio = log_ratio.exp();
+  const at::Tensor unclipped = -advantages * ratio;
+  const at::Tensor clipped =
+      -advantages * ratio.clamp(1.0 - options.clip_ratio_low, 1.0 + options.clip_ratio_high);
+  const at::Tensor ppo = at::maximum(unclipped, clipped);
+  PolicyLoss out;
+  out.clip_fraction = MaskedMean(clipped.gt(unclipped).to(mask.scalar_type()), mask).detach();
+  at::Tensor per_token = ppo;
+  if (options.clip_ratio_c > 0) {
+    const at::Tensor dual = -advantages * options.clip_ratio_c;
+    const at::Tensor negative = advantages.lt(0);
+    per_token = at::where(negative, at::minimum(ppo, dual), ppo);
+    out.clip_fraction_low =
+        MaskedMean(ppo.gt(dual).logical_and(negative).to(mask.scalar_type()), mask).detach();
+  } else {
+    out.clip_fraction_low = at::zeros({}, mask.options());
+  }
+  out.loss = AggregateLoss(per_token, mask, options.aggregation);
+  out.approx_kl = MaskedMean(-log_ratio, mask).detach();
+  return out;
+}
+
+ValueLoss ComputeValueLoss(const at::Tensor& values, const at::Tensor& old_values,
+                           const at::Tensor& returns, const at::Tensor& mask, double cliprange,
+                           v1::LossAggregation aggregation) {
+  const at::Tensor clipped = at::clamp(values, old_values - cliprange, old_values + cliprange);
+  const at::Tensor loss_unclipped = (values - returns).pow(2);
+  const at::Tensor loss_clipped = (clipped - returns).pow(2);
+  ValueLoss out;
+  out.loss = 0.5 * AggregateLoss(at::maximum(loss_unclipped, loss_clipped), mask, aggregation);
+  out.clip_fraction =
+      MaskedMean(loss_clipped.gt(loss_unclipped).to(mask.scalar_type()), mask).detach();
+  return out;
+}
+
+at::Tensor KlEstimate(const at::Tensor& log_prob, const at::Tensor& ref_log_prob,
+                      v1::KlEstimator estimator) {
+  const at::Tensor diff = log_prob - ref_log_prob;
+  switch (estimator) {
+    case v1::KL_ESTIMATOR_K2:
+      return 0.5 * diff.pow(2);
+    case v1::KL_ESTIMATOR_K3: {
+      const at::Tensor kl = (-diff).clamp(-20.0, 20.0);  // log(ref / p)
+      return (kl.exp() - kl - 1).clamp(-10.0, 10.0);
+    }
+    case v1::KL_ESTIMATOR_K1:
+    default:
+      return diff;
+  }
+}
+
+KlCoefficient::KlCoefficient(const v1::KlSpec& spec)
+    : adaptive_(spec.controller() == v1::KL_CONTROLLER_ADAPTIVE),
+      value_(spec.coef()),
+      target_(spec.target()),
+      horizon_(static_cast<double>(spec.horizon())) {}
+
+void KlCoefficient::Update(double kl, int64_t samples) {
+  if (!adaptive_) return;
+  const double error = std::clamp(kl / target_ - 1.0, -0.2, 0.2);
+  value_ *= 1.0 + error * static_cast<double>(samples) / horizon_;
+}
+
+}  // namespace rlhfd::train

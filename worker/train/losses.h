@@ -1,0 +1,76 @@
+// RL losses on token tensors, following verl's definitions so a verl run translates one to one:
+// loss aggregation, the PPO clipped policy loss (clip-higher, dual clip), the clipped value loss,
+// KL estimators and the fixed/adaptive KL coefficient.
+//
+// Shapes: B = sequences, T = response tokens (right-padded); `mask` (B, T) is 1 on real tokens.
+#pragma once
+
+#include <ATen/Tensor.h>
+
+#include "rlhfd/v1/job_spec.pb.h"
+
+namespace rlhfd::train {
+
+// Reduces per-token `loss` (B, T) to a scalar:
+//   token-mean: sum(loss·mask) / sum(mask)
+//   seq-mean-token-sum: mean over sequences of sum(loss·mask)
+//   seq-mean-token-mean: mean over sequences of sum(loss·mask) / sum(mask)
+//   seq-mean-token-sum-norm: sum(loss·mask) / T   (T = the padded length, as verl does)
+at::Tensor AggregateLoss(const at::Tensor& loss, const at::Tensor& mask, v1::LossAggregation mode);
+
+// sum(x·mask) / sum(mask), a scalar.
+at::Tensor MaskedMean(const at::Tensor& x, const at::Tensor& mask);
+
+struct PolicyLossOptions {
+  double clip_ratio_low = 0.2;
+  double clip_ratio_high = 0.2;
+  double clip_ratio_c = 3.0;  // Dual clip for negative advantages; 0 turns it off.
+  v1::LossAggregation aggregation = v1::LOSS_AGGREGATION_TOKEN_MEAN;
+};
+
+struct PolicyLoss {
+  at::Tensor loss;               // scalar, differentiable in log_prob
+  at::Tensor clip_fraction;      // share of tokens where the (1±ε) clip was active
+  at::Tensor clip_fraction_low;  // share of tokens where the dual clip (c) was active
+  at::Tensor approx_kl;          // masked mean of old_log_prob - log_prob
+};
+
+// PPO's clipped surrogate: ratio = exp(log_prob - old_log_prob) (log-ratio clamped to ±20);
+// per token max(-A·ratio, -A·clip(ratio, 1 - low, 1 + high)), and for A < 0 at most -A·c.
+PolicyLoss ComputePolicyLoss(const at::Tensor& log_prob, const at::Tensor& old_log_prob,
+                             const at::Tensor& advantages, const at::Tensor& mask,
+                             const PolicyLossOptions& options);
+
+struct ValueLoss {
+  at::Tensor loss;           // scalar: 0.5 · aggregate(max((v - R)², (clip(v) - R)²))
+  at::Tensor clip_fraction;  // share of tokens where the clipped term was larger
+};
+
+// Value clipping around the values the rollout was scored with: clip(v, old ± cliprange).
+ValueLoss ComputeValueLoss(const at::Tensor& values, const at::Tensor& old_values,
+                           const at::Tensor& returns, const at::Tensor& mask, double cliprange,
+                           v1::LossAggregation aggregation);
+
+// Per-token KL(policy ‖ reference) estimate from log-probs (B, T):
+//   k1: lp - ref;  k2: ½(lp - ref)²;  k3: exp(ref - lp) - (ref - lp) - 1, with ref - lp clamped to
+//   ±20 and the result to [-10, 10] (verl's low_var_kl).
+at::Tensor KlEstimate(const at::Tensor& log_prob, const at::Tensor& ref_log_prob,
+                      v1::KlEstimator estimator);
+
+// The KL coefficient: fixed, or adapted towards a target KL (Ziegler et al.; verl's
+// AdaptiveKLController): coef *= 1 + clip(kl / target - 1, -0.2, 0.2) · samples / horizon.
+class KlCoefficient {
+ public:
+  explicit KlCoefficient(const v1::KlSpec& spec);
+  double value() const { return value_; }
+  // After a step that observed mean KL `kl` over `samples` sequences.
+  void Update(double kl, int64_t samples);
+
+ private:
+  bool adaptive_;
+  double value_;
+  double target_;
+  double horizon_;
+};
+
+}  // namespace rlhfd::train
