@@ -10,7 +10,7 @@ venv="${RLHFD_VENV:-${repo_root}/.venv}"
 torch_version="2.11.0"
 
 apt_packages=(
-  build-essential cmake ninja-build ccache pkg-config git python3-venv
+  build-essential cmake ninja-build ccache pkg-config git python3-venv openssl clang
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libabsl-dev nlohmann-json3-dev libyaml-cpp-dev catch2 patchelf libpcre2-dev libutf8proc-dev
 )
