@@ -16,6 +16,7 @@
 #include "worker/train/advantage.h"
 #include "worker/train/log_probs.h"
 #include "worker/train/losses.h"
+#include "worker/train/lr_schedule.h"
 
 namespace rlhfd::train {
 namespace {
@@ -425,6 +426,28 @@ TEST_CASE("the policy-loss path through a tiny transformer", "[train][gradient]"
       CHECK(down < 0);
     }
   }
+}
+
+TEST_CASE("learning-rate schedules: warm-up, constant, cosine, linear", "[train][lr]") {
+  v1::TrainSpec train;
+  train.set_lr(1e-3);
+  train.set_lr_warmup_steps(10);
+  train.set_min_lr_ratio(0.1);
+  train.set_lr_schedule(v1::LR_SCHEDULE_CONSTANT);
+  LrSchedule constant(train, 110);
+  CHECK(constant.At(0) == 0.0);
+  CHECK(constant.At(5) == Approx(5e-4));
+  CHECK(constant.At(10) == Approx(1e-3));
+  CHECK(constant.At(109) == Approx(1e-3));
+  train.set_lr_schedule(v1::LR_SCHEDULE_COSINE);
+  LrSchedule cosine(train, 110);
+  // Halfway through the 100 decay steps: 0.1 + 0.9 · ½(1 + cos(π/2)) = 0.55 of the peak.
+  CHECK(cosine.At(60) == Approx(0.55e-3));
+  CHECK(cosine.At(110) == Approx(1e-4));
+  CHECK(cosine.At(500) == Approx(1e-4));  // Past the end stays at the floor.
+  train.set_lr_schedule(v1::LR_SCHEDULE_LINEAR);
+  LrSchedule linear(train, 110);
+  CHECK(linear.At(35) == Approx(1e-3 * (0.1 + 0.9 * 0.75)));
 }
 
 TEST_CASE("packed sequences give the same loss and gradients as the padded batch",
