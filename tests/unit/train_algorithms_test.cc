@@ -17,6 +17,9 @@
 #include "worker/train/log_probs.h"
 #include "worker/train/losses.h"
 #include "worker/train/lr_schedule.h"
+#include "worker/train/optimizer.h"
+
+#include <torch/optim/adamw.h>
 
 namespace rlhfd::train {
 namespace {
@@ -448,6 +451,43 @@ TEST_CASE("learning-rate schedules: warm-up, constant, cosine, linear", "[train]
   train.set_lr_schedule(v1::LR_SCHEDULE_LINEAR);
   LrSchedule linear(train, 110);
   CHECK(linear.At(35) == Approx(1e-3 * (0.1 + 0.9 * 0.75)));
+}
+
+TEST_CASE("fused AdamW matches LibTorch's own AdamW; clipping bounds the global norm",
+          "[train][optimizer]") {
+  at::manual_seed(5);
+  std::vector<at::Tensor> ours, reference;
+  for (auto shape : {std::vector<int64_t>{7, 3}, std::vector<int64_t>{11}, std::vector<int64_t>{2, 2, 2}}) {
+    at::Tensor init = at::randn(shape);
+    ours.push_back(init.clone().set_requires_grad(true));
+    reference.push_back(init.clone().set_requires_grad(true));
+  }
+  AdamW optimizer(ours, {0.9, 0.95, 1e-8, 0.1});
+  torch::optim::AdamW libtorch(reference, torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
+  for (int step = 0; step < 5; ++step) {
+    for (size_t i = 0; i < ours.size(); ++i) {
+      at::Tensor grad = at::randn(ours[i].sizes());
+      ours[i].mutable_grad() = grad.clone();
+      reference[i].mutable_grad() = grad.clone();
+    }
+    optimizer.Step(1e-2);
+    libtorch.step();
+  }
+  for (size_t i = 0; i < ours.size(); ++i) {
+    CHECK((ours[i] - reference[i]).abs().max().item<double>() <= 1e-6);
+  }
+
+  // Global norm of gradients (3, 4) and (12): sqrt(9 + 16 + 144) = 13; clipped to 6.5.
+  ours[0].mutable_grad() = at::zeros({7, 3});
+  ours[0].mutable_grad()[0][0] = 3.0;
+  ours[0].mutable_grad()[1][0] = 4.0;
+  ours[1].mutable_grad() = at::zeros({11});
+  ours[1].mutable_grad()[0] = 12.0;
+  ours[2].mutable_grad().reset();
+  CHECK(optimizer.ClipGradNorm(6.5) == Approx(13.0));
+  CHECK(optimizer.ClipGradNorm(0.0) == Approx(6.5).epsilon(1e-5));
+  optimizer.ZeroGrad();
+  CHECK_FALSE(ours[0].grad().defined());
 }
 
 TEST_CASE("packed sequences give the same loss and gradients as the padded batch",

@@ -1,0 +1,58 @@
+// AdamW via at::_fused_adamw_; see optimizer.h.
+#include "worker/train/optimizer.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+namespace rlhfd::train {
+
+AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options)
+    : params_(std::move(params)), options_(options) {
+  for (const at::Tensor& p : params_) {
+    TORCH_CHECK(p.scalar_type() == at::kFloat, "AdamW keeps float32 master parameters");
+    exp_avg_.push_back(at::zeros_like(p));
+    exp_avg_sq_.push_back(at::zeros_like(p));
+    steps_.push_back(at::zeros({}, p.options()));
+  }
+}
+
+double AdamW::ClipGradNorm(double max_norm) {
+  std::vector<at::Tensor> grads;
+  for (const at::Tensor& p : params_) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  if (grads.empty()) return 0.0;
+  // One norm per tensor in one launch, then the norm of norms: the global L2 norm.
+  const double norm = at::stack(at::_foreach_norm(grads, 2)).norm().item<double>();
+  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) {
+    at::_foreach_mul_(grads, max_norm / (norm + 1e-6));
+  }
+  return norm;
+}
+
+void AdamW::Step(double lr) {
+  std::vector<at::Tensor> params, grads, exp_avg, exp_avg_sq, steps;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].grad().defined()) continue;
+    params.push_back(params_[i]);
+    grads.push_back(params_[i].grad());
+    exp_avg.push_back(exp_avg_[i]);
+    exp_avg_sq.push_back(exp_avg_sq_[i]);
+    steps.push_back(steps_[i]);
+  }
+  if (params.empty()) return;
+  at::NoGradGuard no_grad;
+  at::_foreach_add_(steps, 1);
+  at::_fused_adamw_(params, grads, exp_avg, exp_avg_sq, /*max_exp_avg_sqs=*/{}, steps, lr,
+                    options_.beta1, options_.beta2, options_.weight_decay, options_.eps,
+                    /*amsgrad=*/false, /*maximize=*/false);
+}
+
+void AdamW::ZeroGrad() {
+  for (at::Tensor& p : params_) {
+    if (p.grad().defined()) p.mutable_grad().reset();
+  }
+}
+
+}  // namespace rlhfd::train
