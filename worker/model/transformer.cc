@@ -117,8 +117,11 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const AttentionContext& c
     k = cache.key(layer_).narrow(2, 0, past + t);  // (B, K, S, D)
     v = cache.value(layer_).narrow(2, 0, past + t);
   }
-  at::Tensor out = at::scaled_dot_product_attention(q, k, v, context.mask, /*dropout_p=*/0.0,
-                                                    /*is_causal=*/false, /*scale=*/std::nullopt,
+  const bool causal = !context.mask.defined();
+  const std::optional<at::Tensor> mask =
+      causal ? std::nullopt : std::optional<at::Tensor>(context.mask);
+  at::Tensor out = at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0,
+                                                    /*is_causal=*/causal, /*scale=*/std::nullopt,
                                                     /*enable_gqa=*/kv_heads_ != heads_);
   return Project(o_proj, out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));  // (B, T, C)
 }
@@ -172,14 +175,18 @@ TransformerImpl::TransformerImpl(const ModelConfig& config)
   }
 }
 
-at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, KvCache* cache) {
+// Positions (B, T) and the attention mask (B, 1, T, S) of a batch; the mask is undefined for a
+// plain causal batch (no padding, packing or cache), so SDPA can use its fused causal kernels.
+static std::pair<at::Tensor, at::Tensor> PositionsAndMask(const ForwardBatch& batch,
+                                                          int64_t past) {
   const at::Tensor& ids = batch.input_ids;  // (B, T)
-  const int64_t b = ids.size(0), t = ids.size(1);
-  const int64_t past = cache != nullptr ? cache->length() : 0;
-  const int64_t s = past + t;
+  const int64_t b = ids.size(0), t = ids.size(1), s = past + t;
   const auto long_options = at::TensorOptions().dtype(at::kLong).device(ids.device());
-
   at::Tensor positions = batch.position_ids;
+  if (!batch.attention_mask.defined() && !batch.cu_seqlens.defined() && past == 0) {
+    if (!positions.defined()) positions = DefaultPositions(batch, past, t);
+    return {positions, at::Tensor()};
+  }
   at::Tensor allowed;  // (B, T, S) bool
   at::Tensor query_index = at::arange(past, s, long_options).view({t, 1});
   at::Tensor key_index = at::arange(0, s, long_options).view({1, s});
@@ -204,15 +211,20 @@ at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, KvCache* cache) {
   }
   // Every query may see itself, so rows of padding never become all-masked (NaN).
   allowed = allowed.logical_or((key_index == query_index).unsqueeze(0));
+  return {positions, allowed.unsqueeze(1)};
+}
 
+at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, KvCache* cache) {
+  const int64_t past = cache != nullptr ? cache->length() : 0;
+  auto [positions, mask] = PositionsAndMask(batch, past);
   // The residual stream stays in float32 whatever the weights' dtype: in bf16 its rounding, added
   // up over the layers, costs more accuracy than the matmuls do (docs/architecture.md).
   const at::ScalarType residual = AccumulationType(model->embed_tokens->weight.scalar_type());
-  at::Tensor x = model->embed_tokens(ids).to(residual);  // (B, T, C)
+  at::Tensor x = model->embed_tokens(batch.input_ids).to(residual);  // (B, T, C)
   auto [cos, sin] = RopeCosSin(inv_freq_, positions, residual);
-  AttentionContext context{cos, sin, allowed.unsqueeze(1), cache};
+  AttentionContext context{cos, sin, mask, cache};
   for (const auto& layer : *model->layers) x = layer->as<DecoderLayer>()->forward(x, context);
-  if (cache != nullptr) cache->Advance(t);
+  if (cache != nullptr) cache->Advance(batch.input_ids.size(1));
   return model->norm(x).to(residual);
 }
 

@@ -66,7 +66,9 @@ TORCH_MODULE(RmsNorm);
 // Per-forward data shared by every layer's attention.
 struct AttentionContext {
   at::Tensor cos, sin;  // (B, T, D)
-  at::Tensor mask;      // (B, 1, T, S) bool: true where a query may attend a key
+  // (B, 1, T, S) bool: true where a query may attend a key. Undefined for a plain causal batch
+  // (no padding, packing or cache), which lets SDPA pick its fused causal kernels.
+  at::Tensor mask;
   KvCache* cache = nullptr;
 };
 
