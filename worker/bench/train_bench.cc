@@ -1,0 +1,99 @@
+// train_bench: tokens/s and MFU of one training step (forward, backward, AdamW) of a preset model
+// shape in bf16 autocast over float32 master weights, on the GPU. Prints a JSON line and a table.
+//   train_bench --preset=qwen2.5-0.5b --micro_batch=16 --seq_len=1024 --steps=10 --warmup=3
+// FLOPs per token are counted as 6·N + 12·L·T·C (N parameters, L layers, T sequence length,
+// C hidden size), the formula the transformers baseline uses; the peak is --peak_tflops.
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/cuda.h>
+#include <torch/types.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "worker/bench/model_presets.h"
+#include "worker/model/transformer.h"
+#include "worker/train/optimizer.h"
+
+ABSL_FLAG(std::string, preset, "qwen2.5-0.5b", "qwen2.5-0.5b, qwen2.5-1.5b or qwen2.5-7b");
+ABSL_FLAG(int, micro_batch, 16, "Sequences per step");
+ABSL_FLAG(int, seq_len, 1024, "Tokens per sequence");
+ABSL_FLAG(int, steps, 10, "Timed steps");
+ABSL_FLAG(int, warmup, 3, "Untimed steps first");
+ABSL_FLAG(double, peak_tflops, 791.0, "bf16 dense peak used for MFU (measured on the H200)");
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  if (!torch::cuda::is_available()) {
+    std::cerr << "train_bench needs a CUDA GPU\n";
+    return 1;
+  }
+  auto config = rlhfd::bench::PresetConfig(absl::GetFlag(FLAGS_preset));
+  if (!config.ok()) {
+    std::cerr << config.status().message() << "\n";
+    return 2;
+  }
+  const int64_t b = absl::GetFlag(FLAGS_micro_batch), t = absl::GetFlag(FLAGS_seq_len);
+  at::manual_seed(0);
+  rlhfd::model::Transformer model(*config);
+  for (auto& p : model->parameters()) {
+    at::NoGradGuard no_grad;
+    p.normal_(0, 0.02);
+  }
+  model->to(at::Device(at::kCUDA, 0), at::kFloat);  // float32 masters
+  model->train();
+  rlhfd::train::AdamW optimizer(model->parameters(), {});
+  int64_t params = 0;
+  for (const auto& p : model->parameters()) params += p.numel();
+
+  const auto options = at::TensorOptions().dtype(at::kLong).device(at::kCUDA);
+  auto step = [&] {
+    at::Tensor ids = at::randint(0, config->vocab_size, {b, t + 1}, options);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    at::Tensor hidden = model->Hidden({ids.narrow(1, 0, t)});
+    at::Tensor logits = model->Logits(hidden);  // (B, T, V)
+    at::Tensor loss = at::cross_entropy_loss(logits.view({b * t, -1}),
+                                             ids.narrow(1, 1, t).reshape({b * t}));
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+    at::autocast::clear_cache();
+    loss.backward();
+    optimizer.ClipGradNorm(1.0);
+    optimizer.Step(1e-5);
+    optimizer.ZeroGrad();
+    return loss;
+  };
+  for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) step();
+  c10::cuda::device_synchronize();
+  c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+  const auto start = std::chrono::steady_clock::now();
+  at::Tensor loss;
+  for (int i = 0; i < absl::GetFlag(FLAGS_steps); ++i) loss = step();
+  c10::cuda::device_synchronize();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double tokens = static_cast<double>(b * t) * absl::GetFlag(FLAGS_steps);
+  const double flops_per_token =
+      6.0 * params + 12.0 * config->num_layers * t * config->hidden_size;
+  const double tflops = tokens / seconds * flops_per_token / 1e12;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+  const double peak_gib = static_cast<double>(stats.allocated_bytes[0].peak) / (1 << 30);
+  nlohmann::json result = {
+      {"bench", "train_step"}, {"preset", absl::GetFlag(FLAGS_preset)}, {"micro_batch", b},
+      {"seq_len", t}, {"steps", absl::GetFlag(FLAGS_steps)}, {"params", params},
+      {"tokens_per_s", tokens / seconds}, {"ms_per_step", seconds * 1e3 / absl::GetFlag(FLAGS_steps)},
+      {"tflops", tflops}, {"mfu", tflops / absl::GetFlag(FLAGS_peak_tflops)},
+      {"peak_memory_gib", peak_gib},
+      {"final_loss", loss.item<double>()}};
+  std::cout << result.dump() << "\n";
+  std::printf("%-14s %8s %12s %10s %8s %6s\n", "preset", "tokens", "tokens/s", "ms/step", "TFLOP/s", "MFU");
+  std::printf("%-14s %8ld %12.0f %10.1f %8.1f %5.1f%%\n", absl::GetFlag(FLAGS_preset).c_str(),
+              static_cast<long>(b * t), tokens / seconds, seconds * 1e3 / absl::GetFlag(FLAGS_steps),
+              tflops, 100 * tflops / absl::GetFlag(FLAGS_peak_tflops));
+  return 0;
+}
