@@ -27,6 +27,8 @@ ABSL_FLAG(int, seq_len, 1024, "Tokens per sequence");
 ABSL_FLAG(int, steps, 10, "Timed steps");
 ABSL_FLAG(int, warmup, 3, "Untimed steps first");
 ABSL_FLAG(double, peak_tflops, 791.0, "bf16 dense peak used for MFU (measured on the H200)");
+ABSL_FLAG(bool, breakdown, false,
+          "Also time forward+loss, backward and optimizer separately (synchronising between them)");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -53,7 +55,18 @@ int main(int argc, char** argv) {
   for (const auto& p : model->parameters()) params += p.numel();
 
   const auto options = at::TensorOptions().dtype(at::kLong).device(at::kCUDA);
+  // Seconds spent in forward+loss, backward, optimizer (only with --breakdown).
+  double phase[3] = {0, 0, 0};
+  bool timing_phases = false;
+  auto mark = [&](int index, std::chrono::steady_clock::time_point& since) {
+    if (!timing_phases) return;
+    c10::cuda::device_synchronize();
+    const auto now = std::chrono::steady_clock::now();
+    phase[index] += std::chrono::duration<double>(now - since).count();
+    since = now;
+  };
   auto step = [&] {
+    auto since = std::chrono::steady_clock::now();
     at::Tensor ids = at::randint(0, config->vocab_size, {b, t + 1}, options);
     at::autocast::set_autocast_enabled(at::kCUDA, true);
     at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
@@ -63,10 +76,13 @@ int main(int argc, char** argv) {
                                              ids.narrow(1, 1, t).reshape({b * t}));
     at::autocast::set_autocast_enabled(at::kCUDA, false);
     at::autocast::clear_cache();
+    mark(0, since);
     loss.backward();
+    mark(1, since);
     optimizer.ClipGradNorm(1.0);
     optimizer.Step(1e-5);
     optimizer.ZeroGrad();
+    mark(2, since);
     return loss;
   };
   for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) step();
@@ -95,5 +111,15 @@ int main(int argc, char** argv) {
   std::printf("%-14s %8ld %12.0f %10.1f %8.1f %5.1f%%\n", absl::GetFlag(FLAGS_preset).c_str(),
               static_cast<long>(b * t), tokens / seconds, seconds * 1e3 / absl::GetFlag(FLAGS_steps),
               tflops, 100 * tflops / absl::GetFlag(FLAGS_peak_tflops));
+  if (absl::GetFlag(FLAGS_breakdown)) {
+    timing_phases = true;
+    for (int i = 0; i < absl::GetFlag(FLAGS_steps); ++i) step();
+    const double n = absl::GetFlag(FLAGS_steps);
+    nlohmann::json breakdown = {{"bench", "train_step_breakdown"},
+                                {"forward_and_loss_ms", phase[0] * 1e3 / n},
+                                {"backward_ms", phase[1] * 1e3 / n},
+                                {"clip_and_optimizer_ms", phase[2] * 1e3 / n}};
+    std::cout << breakdown.dump() << "\n";
+  }
   return 0;
 }
