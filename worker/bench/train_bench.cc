@@ -7,6 +7,7 @@
 #include <ATen/autocast_mode.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/cuda.h>
 #include <torch/types.h>
 
@@ -27,6 +28,7 @@ ABSL_FLAG(int, seq_len, 1024, "Tokens per sequence");
 ABSL_FLAG(int, steps, 10, "Timed steps");
 ABSL_FLAG(int, warmup, 3, "Untimed steps first");
 ABSL_FLAG(double, peak_tflops, 791.0, "bf16 dense peak used for MFU (measured on the H200)");
+ABSL_FLAG(std::string, profile, "", "Write a Chrome trace of two more steps to this file");
 ABSL_FLAG(bool, breakdown, false,
           "Also time forward+loss, backward and optimizer separately (synchronising between them)");
 
@@ -111,6 +113,17 @@ int main(int argc, char** argv) {
   std::printf("%-14s %8ld %12.0f %10.1f %8.1f %5.1f%%\n", absl::GetFlag(FLAGS_preset).c_str(),
               static_cast<long>(b * t), tokens / seconds, seconds * 1e3 / absl::GetFlag(FLAGS_steps),
               tflops, 100 * tflops / absl::GetFlag(FLAGS_peak_tflops));
+  if (const std::string path = absl::GetFlag(FLAGS_profile); !path.empty()) {
+    namespace profiler = torch::autograd::profiler;
+    const profiler::ProfilerConfig config(profiler::ProfilerState::KINETO);
+    const std::set<torch::profiler::impl::ActivityType> activities = {
+        torch::profiler::impl::ActivityType::CPU, torch::profiler::impl::ActivityType::CUDA};
+    profiler::prepareProfiler(config, activities);
+    profiler::enableProfiler(config, activities);
+    for (int i = 0; i < 2; ++i) step();
+    c10::cuda::device_synchronize();
+    profiler::disableProfiler()->save(path);
+  }
   if (absl::GetFlag(FLAGS_breakdown)) {
     timing_phases = true;
     for (int i = 0; i < absl::GetFlag(FLAGS_steps); ++i) step();

@@ -2,6 +2,7 @@
 #include "worker/model/transformer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/options/linear.h>
 
@@ -29,6 +30,14 @@ at::Tensor DefaultPositions(const ForwardBatch& batch, int64_t past, int64_t tok
   at::Tensor mask = batch.attention_mask.to(at::kLong);
   at::Tensor positions = (mask.cumsum(1) - 1).clamp_min(0);
   return positions.narrow(1, positions.size(1) - tokens, tokens);
+}
+
+// The dtype the GEMMs run in: the autocast dtype inside an autocast region (training with float32
+// masters), else the weights' own.
+at::ScalarType ComputeType(const at::Tensor& weight) {
+  const at::DeviceType device = weight.device().type();
+  return at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device)
+                                                   : weight.scalar_type();
 }
 
 // float64 stays float64 (gradient checks); everything narrower accumulates in float32.
@@ -101,7 +110,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& config, int64_t layer)
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const AttentionContext& context) {
   const int64_t b = x.size(0), t = x.size(1);
   // Projections come out float32; attention runs in the weights' dtype.
-  const at::ScalarType compute = q_proj->weight.scalar_type();
+  const at::ScalarType compute = ComputeType(q_proj->weight);
   at::Tensor q = Project(q_proj, x).view({b, t, heads_, head_dim_});     // (B, T, H, D)
   at::Tensor k = Project(k_proj, x).view({b, t, kv_heads_, head_dim_});  // (B, T, K, D)
   at::Tensor v = Project(v_proj, x).view({b, t, kv_heads_, head_dim_});
@@ -224,7 +233,11 @@ at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, KvCache* cache) {
   // up over the layers, costs more accuracy than the matmuls do (docs/architecture.md).
   const at::ScalarType residual = AccumulationType(model->embed_tokens->weight.scalar_type());
   at::Tensor x = model->embed_tokens(batch.input_ids).to(residual);  // (B, T, C)
-  auto [cos, sin] = RopeCosSin(inv_freq_, positions, residual);
+  // Under autocast the projections arrive in bf16; rotating them in float32 would only add casts.
+  const at::ScalarType compute = ComputeType(model->embed_tokens->weight);
+  auto [cos, sin] = RopeCosSin(inv_freq_, positions,
+                               compute == model->embed_tokens->weight.scalar_type() ? residual
+                                                                                     : compute);
   AttentionContext context{cos, sin, mask, cache};
   for (const auto& layer : *model->layers) x = layer->as<DecoderLayer>()->forward(x, context);
   if (cache != nullptr) cache->Advance(batch.input_ids.size(1));
