@@ -51,7 +51,10 @@ at::ScalarType AccumulationType(at::ScalarType type) {
 at::Tensor Project(const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x) {
   // weight (out, in); bias (out) or undefined.
   if (at::isFloatingType(weight.scalar_type()) && weight.element_size() >= 4) {
-    return at::linear(x.to(weight.scalar_type()), weight, bias);
+    // Under autocast, at::linear casts to the autocast dtype itself; widening a bf16 input to
+    // float32 first would only add a round trip.
+    const bool autocast = at::autocast::is_autocast_enabled(weight.device().type());
+    return at::linear(autocast ? x : x.to(weight.scalar_type()), weight, bias);
   }
   at::Tensor flat = x.reshape({-1, x.size(-1)}).to(weight.scalar_type());
   at::Tensor y = weight.is_cuda() ? at::mm(flat, weight.t(), at::kFloat)
