@@ -112,11 +112,13 @@ AttentionImpl::AttentionImpl(const ModelConfig& config, int64_t layer)
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const AttentionContext& context) {
   const int64_t b = x.size(0), t = x.size(1);
-  // Projections come out float32; attention runs in the weights' dtype.
+  // Projections come out float32; attention runs in the GEMMs' dtype. The input is narrowed once
+  // for all three projections rather than once by each.
   const at::ScalarType compute = ComputeType(q_proj->weight);
-  at::Tensor q = Project(q_proj, x).view({b, t, heads_, head_dim_});     // (B, T, H, D)
-  at::Tensor k = Project(k_proj, x).view({b, t, kv_heads_, head_dim_});  // (B, T, K, D)
-  at::Tensor v = Project(v_proj, x).view({b, t, kv_heads_, head_dim_});
+  const at::Tensor input = x.to(compute);
+  at::Tensor q = Project(q_proj, input).view({b, t, heads_, head_dim_});     // (B, T, H, D)
+  at::Tensor k = Project(k_proj, input).view({b, t, kv_heads_, head_dim_});  // (B, T, K, D)
+  at::Tensor v = Project(v_proj, input).view({b, t, kv_heads_, head_dim_});
   if (q_norm) {
     q = q_norm(q);
     k = k_norm(k);
@@ -149,7 +151,8 @@ MlpImpl::MlpImpl(const ModelConfig& config) {
 }
 
 at::Tensor MlpImpl::forward(const at::Tensor& x) {
-  return Project(down_proj, at::silu(Project(gate_proj, x)) * Project(up_proj, x));
+  const at::Tensor input = x.to(ComputeType(gate_proj->weight));  // Narrowed once for both.
+  return Project(down_proj, at::silu(Project(gate_proj, input)) * Project(up_proj, input));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, int64_t layer) {
