@@ -14,6 +14,7 @@
 
 #include "worker/model/model_loader.h"
 #include "worker/train/advantage.h"
+#include "worker/train/chunked_log_probs.h"
 #include "worker/train/log_probs.h"
 #include "worker/train/losses.h"
 #include "worker/train/lr_schedule.h"
@@ -488,6 +489,37 @@ TEST_CASE("fused AdamW matches LibTorch's own AdamW; clipping bounds the global 
   CHECK(optimizer.ClipGradNorm(0.0) == Approx(6.5).epsilon(1e-5));
   optimizer.ZeroGrad();
   CHECK_FALSE(ours[0].grad().defined());
+}
+
+TEST_CASE("chunked log-probs and entropy equal the full-logits computation, values and gradients",
+          "[train][log_probs]") {
+  at::manual_seed(13);
+  for (const at::ScalarType dtype : {at::kDouble, at::kFloat}) {
+    const double tolerance = dtype == at::kDouble ? 1e-10 : 2e-5;
+    const at::Tensor hidden0 = at::randn({37, 8}, dtype);
+    const at::Tensor weight0 = at::randn({50, 8}, dtype);
+    const at::Tensor targets = at::randint(0, 50, {37}, at::kLong);
+    const at::Tensor a = at::randn({37}, dtype), b = at::randn({37}, dtype);
+
+    at::Tensor hidden = hidden0.clone().set_requires_grad(true);
+    at::Tensor weight = weight0.clone().set_requires_grad(true);
+    at::Tensor logits = at::mm(hidden, weight.t()).unsqueeze(0);  // (1, N, V)
+    at::Tensor lp = TokenLogProbs(logits, targets.unsqueeze(0)).squeeze(0);
+    at::Tensor entropy = TokenEntropy(logits).squeeze(0);
+    ((a * lp).sum() + (b * entropy).sum()).backward();
+
+    for (const int64_t chunk : {5, 64}) {
+      INFO("dtype " << dtype << ", chunk " << chunk);
+      at::Tensor h = hidden0.clone().set_requires_grad(true);
+      at::Tensor w = weight0.clone().set_requires_grad(true);
+      auto [chunked_lp, chunked_entropy] = ChunkedLogProbs(h, w, targets, chunk);
+      ((a * chunked_lp).sum() + (b * chunked_entropy).sum()).backward();
+      CHECK((chunked_lp - lp).abs().max().item<double>() <= tolerance);
+      CHECK((chunked_entropy - entropy).abs().max().item<double>() <= tolerance);
+      CHECK((h.grad() - hidden.grad()).abs().max().item<double>() <= tolerance);
+      CHECK((w.grad() - weight.grad()).abs().max().item<double>() <= tolerance);
+    }
+  }
 }
 
 TEST_CASE("packed sequences give the same loss and gradients as the padded batch",

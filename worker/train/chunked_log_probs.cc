@@ -1,0 +1,89 @@
+// Chunked log-probs as a custom autograd function; see chunked_log_probs.h.
+//
+// For a chunk with logits z (n, V), p = softmax(z), L = logsumexp(z):
+//   log p(t) = z_t - L                 d/dz = onehot(t) - p
+//   H = L - Σ p·z                      d/dz = -p · (log p + H)
+#include "worker/train/chunked_log_probs.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+namespace rlhfd::train {
+namespace {
+
+at::ScalarType WideType(const at::Tensor& t) {
+  return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+// Logits of hidden rows [begin, begin + n) in the wide dtype: (n, V).
+at::Tensor ChunkLogits(const at::Tensor& hidden, const at::Tensor& weight, int64_t begin, int64_t n) {
+  const at::Tensor rows = hidden.narrow(0, begin, n);
+  if (weight.is_cuda() && weight.scalar_type() != WideType(weight)) {
+    return at::mm(rows.to(weight.scalar_type()), weight.t(), at::kFloat);  // bf16 in, fp32 out
+  }
+  return at::mm(rows.to(WideType(weight)), weight.t().to(WideType(weight)));
+}
+
+class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbsFunction> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                const at::Tensor& hidden, const at::Tensor& weight,
+                                                const at::Tensor& targets, int64_t chunk) {
+    const int64_t n = hidden.size(0);
+    at::Tensor log_prob = at::empty({n}, hidden.options().dtype(WideType(weight)));
+    at::Tensor entropy = at::empty_like(log_prob);
+    for (int64_t begin = 0; begin < n; begin += chunk) {
+      const int64_t size = std::min(chunk, n - begin);
+      const at::Tensor z = ChunkLogits(hidden, weight, begin, size);  // (n, V)
+      const at::Tensor lse = at::logsumexp(z, -1);
+      const at::Tensor p = at::softmax(z, -1);
+      log_prob.narrow(0, begin, size)
+          .copy_(z.gather(-1, targets.narrow(0, begin, size).unsqueeze(-1)).squeeze(-1) - lse);
+      entropy.narrow(0, begin, size).copy_(lse - (p * z).sum(-1));
+    }
+    ctx->save_for_backward({hidden, weight, targets, entropy});
+    ctx->saved_data["chunk"] = chunk;
+    return {log_prob, entropy};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& hidden = saved[0];
+    const at::Tensor& weight = saved[1];
+    const at::Tensor& targets = saved[2];
+    const at::Tensor& entropy = saved[3];
+    const int64_t chunk = ctx->saved_data["chunk"].toInt();
+    const int64_t n = hidden.size(0);
+    const at::ScalarType wide = WideType(weight);
+    const at::Tensor g_lp = grads[0].defined() ? grads[0].to(wide) : at::zeros({n}, entropy.options());
+    const at::Tensor g_h = grads[1].defined() ? grads[1].to(wide) : at::zeros({n}, entropy.options());
+    at::Tensor grad_hidden = at::empty(hidden.sizes(), hidden.options());
+    at::Tensor grad_weight = at::zeros(weight.sizes(), weight.options().dtype(wide));
+    const at::Tensor weight_wide = weight.to(wide);
+    for (int64_t begin = 0; begin < n; begin += chunk) {
+      const int64_t size = std::min(chunk, n - begin);
+      const at::Tensor z = ChunkLogits(hidden, weight, begin, size);
+      const at::Tensor log_p = at::log_softmax(z, -1);
+      const at::Tensor p = log_p.exp();
+      at::Tensor grad_z = -p * (g_lp.narrow(0, begin, size).unsqueeze(-1) +
+                                g_h.narrow(0, begin, size).unsqueeze(-1) *
+                                    (log_p + entropy.narrow(0, begin, size).unsqueeze(-1)));
+      grad_z.scatter_add_(-1, targets.narrow(0, begin, size).unsqueeze(-1),
+                          g_lp.narrow(0, begin, size).unsqueeze(-1));
+      grad_hidden.narrow(0, begin, size).copy_(at::mm(grad_z, weight_wide));
+      grad_weight.add_(at::mm(grad_z.t(), hidden.narrow(0, begin, size).to(wide)));
+    }
+    return {grad_hidden, grad_weight.to(weight.scalar_type()), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+std::pair<at::Tensor, at::Tensor> ChunkedLogProbs(const at::Tensor& hidden, const at::Tensor& weight,
+                                                  const at::Tensor& targets, int64_t chunk) {
+  auto out = ChunkedLogProbsFunction::apply(hidden, weight, targets, std::max<int64_t>(chunk, 1));
+  return {out[0], out[1]};
+}
+
+}  // namespace rlhfd::train
