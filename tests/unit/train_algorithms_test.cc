@@ -19,6 +19,7 @@
 #include "worker/train/losses.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/optimizer.h"
+#include "worker/train/policy_update.h"
 
 #include <torch/optim/adamw.h>
 
@@ -520,6 +521,65 @@ TEST_CASE("chunked log-probs and entropy equal the full-logits computation, valu
       CHECK((w.grad() - weight.grad()).abs().max().item<double>() <= tolerance);
     }
   }
+}
+
+TEST_CASE("policy update: accumulation over micro-batches equals one big batch; epochs and metrics",
+          "[train][update]") {
+  const std::string dir = std::string(RLHFD_FIXTURES_DIR) + "/models/tiny-qwen2";
+  auto load = [&] {
+    auto loaded = model::LoadModel(dir, {at::kDouble, at::kCPU});
+    REQUIRE(loaded.ok());
+    return *loaded;
+  };
+  at::manual_seed(21);
+  const int64_t b = 4, t = 8;
+  PolicyUpdateBatch batch;
+  batch.input_ids = at::randint(3, 500, {b, t}, at::kLong);
+  batch.attention_mask = at::ones({b, t}, at::kLong);
+  batch.response_mask = at::zeros({b, t - 1}, at::kDouble);
+  batch.response_mask.narrow(1, 3, 4).fill_(1);
+  batch.response_mask[2][6] = 0;  // Responses of different lengths.
+  batch.advantages = at::randn({b, t - 1}, at::kDouble) * batch.response_mask;
+  {
+    model::Transformer reference = load();
+    torch::NoGradGuard no_grad;
+    at::Tensor logits = reference->Logits(reference->Hidden({batch.input_ids})).narrow(1, 0, t - 1);
+    batch.old_log_probs = TokenLogProbs(logits, batch.input_ids.narrow(1, 1, t - 1)) - 0.02;
+  }
+  batch.ref_log_probs = batch.old_log_probs + 0.01;
+
+  PolicyUpdateOptions options;
+  options.mini_batch = 4;
+  options.entropy_coeff = 0.01;
+  options.kl_coef = 0.1;
+  options.lr = 1e-3;
+  auto run = [&](int64_t micro_batch) {
+    model::Transformer net = load();
+    AdamW optimizer(net->parameters(), {});
+    PolicyUpdateOptions o = options;
+    o.micro_batch = micro_batch;
+    UpdateMetrics metrics = UpdatePolicy(net, optimizer, batch, o);
+    return std::make_pair(net, metrics);
+  };
+  auto [whole, whole_metrics] = run(4);
+  auto [accumulated, accumulated_metrics] = run(1);
+  double worst = 0;
+  auto a = whole->parameters(), c = accumulated->parameters();
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - c[i]).abs().max().item<double>());
+  INFO("largest parameter difference " << worst);
+  CHECK(worst <= 1e-10);
+  CHECK(whole_metrics.at("grad_norm") == Approx(accumulated_metrics.at("grad_norm")).epsilon(1e-9));
+  CHECK(whole_metrics.at("optimizer_steps") == 1);
+  for (const char* name : {"policy_loss", "clip_fraction", "clip_fraction_low", "approx_kl",
+                           "entropy", "kl_loss", "grad_norm", "lr", "response_tokens_per_s"}) {
+    CHECK(whole_metrics.count(name) == 1);
+  }
+  CHECK(whole_metrics.at("entropy") > 0);
+
+  options.mini_batch = 2;
+  options.epochs = 2;
+  auto [epochs, epoch_metrics] = run(1);
+  CHECK(epoch_metrics.at("optimizer_steps") == 4);
 }
 
 TEST_CASE("packed sequences give the same loss and gradients as the padded batch",

@@ -128,6 +128,11 @@ class TransformerImpl : public torch::nn::Module {
   // Per-token scores (B, T, L), float32. Score heads only.
   at::Tensor Scores(const at::Tensor& hidden);
 
+  // The (V, C) weight that Logits multiplies by: the LM head, or the embeddings when tied.
+  const at::Tensor& HeadWeight() const {
+    return lm_head ? lm_head->weight : model->embed_tokens->weight;
+  }
+
   const ModelConfig& config() const { return config_; }
 
  private:

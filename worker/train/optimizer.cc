@@ -10,7 +10,8 @@ namespace rlhfd::train {
 AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options)
     : params_(std::move(params)), options_(options) {
   for (const at::Tensor& p : params_) {
-    TORCH_CHECK(p.scalar_type() == at::kFloat, "AdamW keeps float32 master parameters");
+    TORCH_CHECK(p.scalar_type() == at::kFloat || p.scalar_type() == at::kDouble,
+                "AdamW keeps float32 (or float64) master parameters");
     exp_avg_.push_back(at::zeros_like(p));
     exp_avg_sq_.push_back(at::zeros_like(p));
     steps_.push_back(at::zeros({}, p.options()));

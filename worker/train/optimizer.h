@@ -17,7 +17,8 @@ struct AdamWOptions {
 
 class AdamW {
  public:
-  // `params` must be float32 leaf tensors of one device; their .grad() is read at each step.
+  // `params` must be float32 (float64 in tests) leaf tensors of one device; their .grad() is
+  // read at each step.
   AdamW(std::vector<at::Tensor> params, AdamWOptions options);
 
   // Scales gradients so their global L2 norm is at most `max_norm` (0 leaves them) and returns

@@ -1,0 +1,50 @@
+// One PPO-style actor update over a rollout batch: PPO epochs over shuffled mini-batches, each an
+// optimiser step accumulated over micro-batches, with the policy loss, optional KL loss and
+// entropy bonus, gradient clipping, and the metrics verl reports per update.
+//
+// Shapes: B = sequences, T = prompt + response tokens (right-padded). Token t+1 is predicted at
+// position t, so per-token tensors are (B, T-1).
+#pragma once
+
+#include <ATen/Tensor.h>
+
+#include <map>
+#include <string>
+
+#include "worker/model/transformer.h"
+#include "worker/train/losses.h"
+#include "worker/train/optimizer.h"
+
+namespace rlhfd::train {
+
+struct PolicyUpdateBatch {
+  at::Tensor input_ids;       // (B, T) int64
+  at::Tensor attention_mask;  // (B, T)
+  at::Tensor response_mask;   // (B, T-1): 1 where the predicted token is a response token
+  at::Tensor old_log_probs;   // (B, T-1) under the rollout policy
+  at::Tensor advantages;      // (B, T-1)
+  at::Tensor ref_log_probs;   // (B, T-1), only with a KL loss
+};
+
+struct PolicyUpdateOptions {
+  int64_t mini_batch = 8;   // sequences per optimiser step
+  int64_t micro_batch = 2;  // sequences per forward/backward
+  int64_t epochs = 1;
+  int64_t seed = 1;
+  PolicyLossOptions policy;
+  double entropy_coeff = 0.0;
+  double kl_coef = 0.0;  // KL loss weight; 0 disables it
+  v1::KlEstimator kl_estimator = v1::KL_ESTIMATOR_K3;
+  double grad_clip = 1.0;
+  double lr = 1e-6;
+};
+
+// Means over the update's micro-batches (grad_norm over optimiser steps).
+using UpdateMetrics = std::map<std::string, double>;
+
+// Updates `model` in place. Token-mean aggregation is exact across micro-batches: each
+// micro-batch's loss is weighted by its share of the mini-batch's response tokens.
+UpdateMetrics UpdatePolicy(model::Transformer& model, AdamW& optimizer,
+                           const PolicyUpdateBatch& batch, const PolicyUpdateOptions& options);
+
+}  // namespace rlhfd::train
