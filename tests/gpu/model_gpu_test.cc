@@ -24,9 +24,7 @@ TEST_CASE("bf16 on the GPU matches fp32 on the CPU within 1e-2 relative error", 
     REQUIRE(golden.ok());
     ForwardBatch batch{golden->Get("input_ids")->clone(), golden->Get("attention_mask")->clone()};
     auto cpu = LoadModel(models + name, {at::kFloat, at::kCPU});
-    // RLHFD_TEST_CPU_BF16=1 runs the same comparison with bf16 on the CPU (no GPU needed).
-    const bool cpu_bf16 = std::getenv("RLHFD_TEST_CPU_BF16") != nullptr;
-    const at::Device device = cpu_bf16 ? at::Device(at::kCPU) : at::Device(at::kCUDA, 0);
+    const at::Device device(at::kCUDA, 0);
     auto gpu = LoadModel(models + name, {at::kBFloat16, device});
     REQUIRE(cpu.ok());
     REQUIRE(gpu.ok());

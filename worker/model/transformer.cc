@@ -239,11 +239,13 @@ at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, KvCache* cache) {
   // up over the layers, costs more accuracy than the matmuls do (docs/architecture.md).
   const at::ScalarType residual = AccumulationType(model->embed_tokens->weight.scalar_type());
   at::Tensor x = model->embed_tokens(batch.input_ids).to(residual);  // (B, T, C)
-  // Under autocast the projections arrive in bf16; rotating them in float32 would only add casts.
-  const at::ScalarType compute = ComputeType(model->embed_tokens->weight);
-  auto [cos, sin] = RopeCosSin(inv_freq_, positions,
-                               compute == model->embed_tokens->weight.scalar_type() ? residual
-                                                                                     : compute);
+  // Under autocast the projections arrive in the autocast dtype; rotating them in float32 would
+  // only add casts. Outside it, rotation runs in float32 for accuracy.
+  const at::DeviceType device = batch.input_ids.device().type();
+  const at::ScalarType rope_dtype = at::autocast::is_autocast_enabled(device)
+                                        ? at::autocast::get_autocast_dtype(device)
+                                        : residual;
+  auto [cos, sin] = RopeCosSin(inv_freq_, positions, rope_dtype);
   AttentionContext context{cos, sin, mask, cache};
   for (const auto& layer : *model->layers) x = layer->as<DecoderLayer>()->forward(x, context);
   if (cache != nullptr) cache->Advance(batch.input_ids.size(1));
@@ -252,7 +254,8 @@ at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, KvCache* cache) {
 
 at::Tensor TransformerImpl::Logits(const at::Tensor& hidden) {
   TORCH_CHECK(config_.head == HeadKind::kCausalLm, "Logits needs a causal-LM model");
-  // Logits come out in float32: rounding them to bf16 alone would cost ~0.4% relative error.
+  // Outside autocast, logits come out in float32: rounding them to bf16 alone would cost ~0.4%
+  // relative error.
   return Project(lm_head ? lm_head->weight : model->embed_tokens->weight, at::Tensor(), hidden);
 }
 

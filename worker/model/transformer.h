@@ -123,7 +123,8 @@ class TransformerImpl : public torch::nn::Module {
   // Final hidden states (B, T, C), float32. With a cache, keys/values of the new tokens are
   // appended.
   at::Tensor Hidden(const ForwardBatch& batch, KvCache* cache = nullptr);
-  // Next-token logits (B, T, V), float32. Causal-LM head only.
+  // Next-token logits (B, T, V), float32 (in the autocast dtype inside an autocast region).
+  // Causal-LM head only.
   at::Tensor Logits(const at::Tensor& hidden);
   // Per-token scores (B, T, L), float32. Score heads only.
   at::Tensor Scores(const at::Tensor& hidden);
