@@ -80,6 +80,23 @@ KvCache::KvCache(const ModelConfig& config, int64_t batch, int64_t capacity,
   }
 }
 
+at::Tensor KvCache::Attend(int64_t layer, const at::Tensor& q, const at::Tensor& k,
+                          const at::Tensor& v, const at::Tensor& mask) {
+  const int64_t t = k.size(2);
+  keys_[layer].narrow(2, length_, t).copy_(k);
+  values_[layer].narrow(2, length_, t).copy_(v);
+  return ScaledDotProductAttention(q, keys_[layer].narrow(2, 0, length_ + t),  // (B, K, S, D)
+                                   values_[layer].narrow(2, 0, length_ + t), mask);
+}
+
+at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const at::Tensor& mask) {
+  const bool causal = !mask.defined();
+  return at::scaled_dot_product_attention(
+      q, k, v, causal ? std::nullopt : std::optional<at::Tensor>(mask), /*dropout_p=*/0.0,
+      /*is_causal=*/causal, /*scale=*/std::nullopt, /*enable_gqa=*/k.size(1) != q.size(1));
+}
+
 RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", at::ones({dim}));
 }
@@ -126,20 +143,8 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const AttentionContext& c
   q = ApplyRope(q.transpose(1, 2), context.cos, context.sin).to(compute);  // (B, H, T, D)
   k = ApplyRope(k.transpose(1, 2), context.cos, context.sin).to(compute);  // (B, K, T, D)
   v = v.transpose(1, 2).to(compute);
-  if (context.cache != nullptr) {
-    KvCache& cache = *context.cache;
-    const int64_t past = cache.length();
-    cache.key(layer_).narrow(2, past, t).copy_(k);
-    cache.value(layer_).narrow(2, past, t).copy_(v);
-    k = cache.key(layer_).narrow(2, 0, past + t);  // (B, K, S, D)
-    v = cache.value(layer_).narrow(2, 0, past + t);
-  }
-  const bool causal = !context.mask.defined();
-  const std::optional<at::Tensor> mask =
-      causal ? std::nullopt : std::optional<at::Tensor>(context.mask);
-  at::Tensor out = at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0,
-                                                    /*is_causal=*/causal, /*scale=*/std::nullopt,
-                                                    /*enable_gqa=*/kv_heads_ != heads_);
+  at::Tensor out = context.cache != nullptr ? context.cache->Attend(layer_, q, k, v, context.mask)
+                                            : ScaledDotProductAttention(q, k, v, context.mask);
   return Project(o_proj, out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));  // (B, T, C)
 }
 
@@ -232,8 +237,8 @@ static std::pair<at::Tensor, at::Tensor> PositionsAndMask(const ForwardBatch& ba
   return {positions, allowed.unsqueeze(1)};
 }
 
-at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, KvCache* cache) {
-  const int64_t past = cache != nullptr ? cache->length() : 0;
+at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, AttentionCache* cache) {
+  const int64_t past = cache != nullptr ? cache->past_length() : 0;
   auto [positions, mask] = PositionsAndMask(batch, past);
   // The residual stream stays in float32 whatever the weights' dtype: in bf16 its rounding, added
   // up over the layers, costs more accuracy than the matmuls do (docs/architecture.md).
@@ -245,6 +250,8 @@ at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, KvCache* cache) {
   const at::ScalarType rope_dtype = at::autocast::is_autocast_enabled(device)
                                         ? at::autocast::get_autocast_dtype(device)
                                         : residual;
+  // Kept on the inputs' device once there, so decode steps (and CUDA graphs of them) copy nothing.
+  if (inv_freq_.device() != positions.device()) inv_freq_ = inv_freq_.to(positions.device());
   auto [cos, sin] = RopeCosSin(inv_freq_, positions, rope_dtype);
   AttentionContext context{cos, sin, mask, cache};
   for (const auto& layer : *model->layers) x = layer->as<DecoderLayer>()->forward(x, context);

@@ -21,17 +21,40 @@ namespace rlhfd::model {
 
 class StateDict;
 
-// Keys and values of every layer for incremental decoding: one preallocated (B, K, capacity, D)
-// buffer per layer, filled up to length().
-class KvCache {
+// Where attention keeps keys and values across forward passes (incremental decoding). The model
+// hands every layer's new keys/values to the cache, which stores them and attends over what it
+// holds.
+class AttentionCache {
+ public:
+  virtual ~AttentionCache() = default;
+  // Positions already cached ahead of this forward's tokens, the same for every sequence; a cache
+  // that tracks a length per sequence returns 0 and its caller passes explicit position ids.
+  virtual int64_t past_length() const = 0;
+  // q (B, H, T, D) and k/v (B, K, T, D) of the new tokens, rotated; `mask` as in AttentionContext.
+  // Returns the attention output (B, H, T, D).
+  virtual at::Tensor Attend(int64_t layer, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& v, const at::Tensor& mask) = 0;
+  // Called after every layer has run over `tokens` new positions.
+  virtual void Advance(int64_t tokens) = 0;
+};
+
+// Softmax attention of q (B, H, T, D) over k/v (B, K, S, D) with grouped-query heads: causal when
+// `mask` is undefined, else only where the (B, 1, T, S) bool mask is true.
+at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const at::Tensor& mask);
+
+// One contiguous cache for a batch decoded in lockstep: a preallocated (B, K, capacity, D) buffer
+// per layer, filled up to length().
+class KvCache : public AttentionCache {
  public:
   KvCache(const ModelConfig& config, int64_t batch, int64_t capacity, at::TensorOptions options);
   int64_t length() const { return length_; }
   int64_t capacity() const { return capacity_; }
-  at::Tensor& key(int64_t layer) { return keys_[layer]; }
-  at::Tensor& value(int64_t layer) { return values_[layer]; }
-  // Called by the model after every layer has written `tokens` new positions.
-  void Advance(int64_t tokens) { length_ += tokens; }
+
+  int64_t past_length() const override { return length_; }
+  at::Tensor Attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                    const at::Tensor& mask) override;
+  void Advance(int64_t tokens) override { length_ += tokens; }
 
  private:
   std::vector<at::Tensor> keys_;
@@ -69,7 +92,7 @@ struct AttentionContext {
   // (B, 1, T, S) bool: true where a query may attend a key. Undefined for a plain causal batch
   // (no padding, packing or cache), which lets SDPA pick its fused causal kernels.
   at::Tensor mask;
-  KvCache* cache = nullptr;
+  AttentionCache* cache = nullptr;
 };
 
 class AttentionImpl : public torch::nn::Module {
@@ -122,7 +145,7 @@ class TransformerImpl : public torch::nn::Module {
 
   // Final hidden states (B, T, C), float32. With a cache, keys/values of the new tokens are
   // appended.
-  at::Tensor Hidden(const ForwardBatch& batch, KvCache* cache = nullptr);
+  at::Tensor Hidden(const ForwardBatch& batch, AttentionCache* cache = nullptr);
   // Next-token logits (B, T, V), float32 (in the autocast dtype inside an autocast region).
   // Causal-LM head only.
   at::Tensor Logits(const at::Tensor& hidden);
@@ -138,7 +161,7 @@ class TransformerImpl : public torch::nn::Module {
 
  private:
   ModelConfig config_;
-  at::Tensor inv_freq_;  // (D/2) float32, not a parameter
+  at::Tensor inv_freq_;  // (D/2) float32, not a parameter; moved to the inputs' device on use
   Decoder model{nullptr};
   torch::nn::Linear lm_head{nullptr};  // Absent when tied to the embeddings.
   torch::nn::Linear score{nullptr};

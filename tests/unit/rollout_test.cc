@@ -1,0 +1,347 @@
+// The generation engine on CPU (fp32): greedy output against transformers' generate, sampling
+// statistics, top-k / top-p sets, seeds, continuous batching, shared prefills, log-probs against
+// a full forward, stop conditions and bad requests.
+#include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
+#include <torch/types.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "worker/model/model_loader.h"
+#include "worker/rollout/engine.h"
+#include "worker/rollout/sampler.h"
+
+namespace rlhfd::rollout {
+namespace {
+
+const std::string kModels = std::string(RLHFD_FIXTURES_DIR) + "/models/";
+
+model::Transformer Load(const std::string& name) {
+  auto model = model::LoadModel(kModels + name, {});
+  INFO(model.status().ToString());
+  REQUIRE(model.ok());
+  return *model;
+}
+
+std::unique_ptr<GenerationEngine> MakeEngine(model::Transformer model, EngineOptions options = {}) {
+  if (options.max_model_len == 0) options.max_model_len = 64;
+  auto engine = GenerationEngine::Create(std::move(model), options);
+  INFO(engine.status().ToString());
+  REQUIRE(engine.ok());
+  return std::move(*engine);
+}
+
+std::vector<GenerationResult> MustGenerate(GenerationEngine& engine,
+                                           const std::vector<GenerationRequest>& requests) {
+  auto results = engine.Generate(requests);
+  INFO(results.status().ToString());
+  REQUIRE(results.ok());
+  REQUIRE(results->size() == requests.size());
+  return std::move(*results);
+}
+
+GenerationRequest Greedy(std::vector<int64_t> prompt, int64_t max_new_tokens) {
+  GenerationRequest request{std::move(prompt), {}};
+  request.sampling.temperature = 0;
+  request.sampling.max_new_tokens = max_new_tokens;
+  return request;
+}
+
+std::vector<int64_t> Prompt(int64_t length, int64_t offset) {
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < length; ++i) ids.push_back(3 + (offset * 37 + i * 101) % 500);
+  return ids;
+}
+
+// Pearson's statistic of `counts` against probabilities `p` (cells with p > 0).
+double ChiSquare(const std::vector<int64_t>& counts, const std::vector<double>& p, int64_t total) {
+  double statistic = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (p[i] == 0) continue;
+    const double expected = p[i] * static_cast<double>(total);
+    statistic += (counts[i] - expected) * (counts[i] - expected) / expected;
+  }
+  return statistic;
+}
+
+// Draws `draws` tokens from one row of logits with one seed and counters 0..draws-1.
+std::vector<int64_t> Histogram(const at::Tensor& row, double temperature, int64_t top_k,
+                               double top_p, int64_t draws, int64_t seed) {
+  const int64_t vocab = row.size(0);
+  SamplingRows rows{at::full({draws}, temperature, at::kFloat), at::full({draws}, seed, at::kLong),
+                    at::arange(draws, at::kLong)};
+  if (top_k > 0 || top_p < 1) {
+    rows.top_k = at::full({draws}, top_k, at::kLong);
+    rows.top_p = at::full({draws}, top_p, at::kFloat);
+  }
+  const SampledTokens drawn = SampleTokens(row.unsqueeze(0).expand({draws, vocab}), rows);
+  std::vector<int64_t> counts(vocab, 0);
+  for (int64_t i = 0; i < draws; ++i) counts[drawn.tokens[i].item<int64_t>()] += 1;
+  return counts;
+}
+
+}  // namespace
+
+TEST_CASE("greedy generation equals transformers' greedy generate (CPU, fp32)", "[rollout]") {
+  for (const std::string name :
+       {"tiny-llama", "tiny-llama3-rope", "tiny-qwen2", "tiny-qwen3", "tiny-mistral"}) {
+    INFO(name);
+    std::ifstream file(kModels + name + "/generate_golden.json");
+    const nlohmann::json golden = nlohmann::json::parse(file);
+    model::Transformer model = Load(name);
+    CHECK(model->config().eos_token_ids == golden["eos_token_id"].get<std::vector<int64_t>>());
+    auto engine = MakeEngine(model);
+    std::vector<GenerationRequest> requests;
+    for (const auto& c : golden["cases"]) {
+      requests.push_back(Greedy(c["prompt"].get<std::vector<int64_t>>(),
+                                golden["max_new_tokens"].get<int64_t>()));
+    }
+    const auto results = MustGenerate(*engine, requests);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      INFO("prompt " << i);
+      CHECK(results[i].samples[0].token_ids ==
+            golden["cases"][i]["output"].get<std::vector<int64_t>>());
+    }
+  }
+}
+
+TEST_CASE("log-probs equal a full forward's over prompt + response", "[rollout]") {
+  torch::NoGradGuard no_grad;
+  model::Transformer model = Load("tiny-qwen2");
+  auto engine = MakeEngine(model);
+  GenerationRequest greedy = Greedy(Prompt(6, 1), 10);
+  GenerationRequest sampled{Prompt(9, 2), {}};
+  sampled.sampling.temperature = 0.7;
+  sampled.sampling.top_k = 40;
+  sampled.sampling.top_p = 0.9;
+  sampled.sampling.seed = 5;
+  sampled.sampling.max_new_tokens = 10;
+  sampled.sampling.ignore_eos = true;
+  const auto results = MustGenerate(*engine, {greedy, sampled});
+  for (size_t r = 0; r < 2; ++r) {
+    const GenerationRequest& request = r == 0 ? greedy : sampled;
+    const Completion& completion = results[r].samples[0];
+    std::vector<int64_t> ids = request.prompt_ids;
+    ids.insert(ids.end(), completion.token_ids.begin(), completion.token_ids.end());
+    const int64_t prompt = static_cast<int64_t>(request.prompt_ids.size());
+    const int64_t response = static_cast<int64_t>(completion.token_ids.size());
+    at::Tensor logits = model->Logits(model->Hidden({at::tensor(ids).unsqueeze(0)}))[0];
+    logits = logits.narrow(0, prompt - 1, response);  // Row i predicts response token i.
+    const double t = request.sampling.temperature > 0 ? request.sampling.temperature : 1.0;
+    at::Tensor rows = logits / t;
+    if (request.sampling.top_k > 0) {
+      rows = FilterTopKTopP(logits, at::full({response}, request.sampling.temperature),
+                            at::full({response}, request.sampling.top_k),
+                            at::full({response}, request.sampling.top_p, at::kFloat)) / t;
+    }
+    const at::Tensor expected = at::log_softmax(rows, -1).gather(
+        1, at::tensor(completion.token_ids).unsqueeze(1)).squeeze(1);
+    const at::Tensor actual = at::tensor(completion.logprobs);
+    INFO("request " << r);
+    CHECK((expected - actual).abs().max().item<double>() < 1e-4);
+    if (r == 0) {  // Greedy picks the argmax of the full forward every time.
+      CHECK(at::equal(logits.argmax(-1), at::tensor(completion.token_ids)));
+    }
+  }
+}
+
+TEST_CASE("sampled tokens follow softmax(logits / T): chi-square", "[rollout]") {
+  const at::Tensor logits = at::tensor({1.5f, 0.2f, -0.7f, 2.1f, 0.0f, -2.0f, 1.0f, 0.4f});
+  const int64_t draws = 40000;
+  const double temperature = 0.8;
+  const auto counts = Histogram(logits, temperature, 0, 1.0, draws, /*seed=*/1234);
+  const at::Tensor p = at::softmax(logits.to(at::kDouble) / temperature, 0);
+  std::vector<double> probs(p.data_ptr<double>(), p.data_ptr<double>() + p.numel());
+  // 7 degrees of freedom: the 0.1% critical value is 24.32.
+  CHECK(ChiSquare(counts, probs, draws) < 24.32);
+  // Greedy (temperature 0) is the argmax every time.
+  const auto greedy = Histogram(logits, 0.0, 0, 1.0, 100, 1);
+  CHECK(greedy[3] == 100);
+}
+
+TEST_CASE("top-k and top-p keep exactly the right tokens", "[rollout]") {
+  // Probabilities 0.40, 0.25, 0.15, 0.10, 0.06, 0.04 (ranked), shuffled over the vocabulary.
+  const std::vector<double> ranked = {0.40, 0.25, 0.15, 0.10, 0.06, 0.04};
+  const std::vector<int64_t> where = {4, 0, 5, 2, 1, 3};  // Vocabulary id of each rank.
+  at::Tensor logits = at::empty({6});
+  for (size_t i = 0; i < ranked.size(); ++i) logits[where[i]] = std::log(ranked[i]);
+  const auto kept = [&](int64_t top_k, double top_p) {
+    const at::Tensor filtered = FilterTopKTopP(logits.unsqueeze(0), at::ones({1}),
+                                               at::full({1}, top_k, at::kLong),
+                                               at::full({1}, top_p, at::kFloat))[0];
+    std::set<int64_t> ids;
+    for (int64_t v = 0; v < 6; ++v) {
+      if (filtered[v].item<float>() != -INFINITY) ids.insert(v);
+    }
+    return ids;
+  };
+  CHECK(kept(3, 1.0) == std::set<int64_t>{4, 0, 5});
+  CHECK(kept(1, 1.0) == std::set<int64_t>{4});
+  CHECK(kept(0, 0.6) == std::set<int64_t>{4, 0});      // 0.40 + 0.25 covers 0.6.
+  CHECK(kept(0, 0.66) == std::set<int64_t>{4, 0, 5});  // 0.65 falls short of 0.66.
+  CHECK(kept(0, 0.3) == std::set<int64_t>{4});         // The top token always stays.
+  // top-p after top-k, on the renormalised top-k mass: 0.40/0.80 = 0.5 < 0.55 → two tokens.
+  CHECK(kept(3, 0.55) == std::set<int64_t>{4, 0});
+  CHECK(kept(0, 1.0).size() == 6);
+
+  // Draws from a filtered distribution: only kept tokens, at their renormalised frequencies.
+  const int64_t draws = 30000;
+  const auto counts = Histogram(logits, 1.0, 3, 1.0, draws, /*seed=*/99);
+  std::vector<double> expected(6, 0.0);
+  for (int i = 0; i < 3; ++i) expected[where[i]] = ranked[i] / 0.80;
+  for (int i = 3; i < 6; ++i) CHECK(counts[where[i]] == 0);
+  CHECK(ChiSquare(counts, expected, draws) < 13.82);  // 2 degrees of freedom, 0.1%.
+}
+
+TEST_CASE("the same seed gives the same output, whatever shares the batch", "[rollout]") {
+  auto engine = MakeEngine(Load("tiny-llama"));
+  GenerationRequest request{Prompt(7, 3), {}};
+  request.sampling.temperature = 1.0;
+  request.sampling.seed = 42;
+  request.sampling.max_new_tokens = 16;
+  request.sampling.ignore_eos = true;
+  const auto alone = MustGenerate(*engine, {request});
+  const auto again = MustGenerate(*engine, {Greedy(Prompt(4, 9), 5), request, Greedy(Prompt(11, 1), 9)});
+  CHECK(alone[0].samples[0].token_ids == again[1].samples[0].token_ids);
+  // Log-probs agree to float rounding (the batch shape changes the GEMMs' summation order).
+  CHECK(at::allclose(at::tensor(alone[0].samples[0].logprobs),
+                     at::tensor(again[1].samples[0].logprobs), 1e-5, 1e-5));
+  request.sampling.seed = 43;
+  const auto other = MustGenerate(*engine, {request});
+  CHECK(other[0].samples[0].token_ids != alone[0].samples[0].token_ids);
+}
+
+TEST_CASE("continuous batching gives each prompt's output alone", "[rollout]") {
+  model::Transformer model = Load("tiny-mistral");
+  std::vector<GenerationRequest> requests;
+  for (int64_t i = 0; i < 7; ++i) {
+    GenerationRequest request = Greedy(Prompt(3 + 2 * i, i), 4 + 3 * (i % 4));
+    if (i % 2 == 1) {  // Sampled ones too: seeds make them comparable.
+      request.sampling.temperature = 0.9;
+      request.sampling.seed = 100 + i;
+      request.sampling.ignore_eos = true;
+    }
+    requests.push_back(request);
+  }
+  auto alone_engine = MakeEngine(model);
+  std::vector<Completion> alone;
+  for (const auto& request : requests) {
+    alone.push_back(MustGenerate(*alone_engine, {request})[0].samples[0]);
+  }
+  // Two slots and small prefills: sequences join as others finish, at different steps.
+  EngineOptions options;
+  options.max_num_seqs = 2;
+  options.max_prefill_tokens = 8;
+  auto engine = MakeEngine(model, options);
+  const auto together = MustGenerate(*engine, requests);
+  CHECK(engine->stats().cache_slots == 2);
+  CHECK(engine->stats().prompts == 7);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    INFO("request " << i);
+    CHECK(together[i].samples[0].token_ids == alone[i].token_ids);
+    CHECK(at::allclose(at::tensor(together[i].samples[0].logprobs), at::tensor(alone[i].logprobs),
+                       1e-5, 1e-5));
+  }
+}
+
+TEST_CASE("n samples share one prefill and equal n separate prompts", "[rollout]") {
+  auto engine = MakeEngine(Load("tiny-qwen3"));
+  GenerationRequest shared = Greedy(Prompt(10, 5), 8);
+  shared.sampling.n = 3;
+  const auto results = MustGenerate(*engine, {shared});
+  CHECK(engine->stats().prompts == 1);  // One prefill for the three samples.
+  const auto separate = MustGenerate(*engine, {Greedy(Prompt(10, 5), 8), Greedy(Prompt(10, 5), 8),
+                                               Greedy(Prompt(10, 5), 8)});
+  REQUIRE(results[0].samples.size() == 3);
+  for (int j = 0; j < 3; ++j) {
+    CHECK(results[0].samples[j].token_ids == separate[j].samples[0].token_ids);
+  }
+  // Sampled: the n samples differ from each other, and each is reproducible.
+  GenerationRequest sampled{Prompt(10, 5), {}};
+  sampled.sampling.n = 4;
+  sampled.sampling.seed = 7;
+  sampled.sampling.max_new_tokens = 12;
+  sampled.sampling.ignore_eos = true;
+  const auto first = MustGenerate(*engine, {sampled});
+  const auto second = MustGenerate(*engine, {sampled});
+  std::set<std::vector<int64_t>> distinct;
+  for (int j = 0; j < 4; ++j) {
+    distinct.insert(first[0].samples[j].token_ids);
+    CHECK(first[0].samples[j].token_ids == second[0].samples[j].token_ids);
+  }
+  CHECK(distinct.size() == 4);
+}
+
+TEST_CASE("stop tokens, EOS and max_new_tokens end a response", "[rollout]") {
+  model::Transformer model = Load("tiny-llama");
+  auto engine = MakeEngine(model);
+  const Completion free_run = MustGenerate(*engine, {Greedy(Prompt(5, 4), 10)})[0].samples[0];
+  REQUIRE(free_run.token_ids.size() == 10);
+  CHECK(free_run.finish_reason == FinishReason::kLength);
+  // The 4th token as a stop token: the response ends with it (or earlier, if it came before).
+  GenerationRequest stopped = Greedy(Prompt(5, 4), 10);
+  stopped.sampling.stop_token_ids = {free_run.token_ids[3]};
+  const Completion stop = MustGenerate(*engine, {stopped})[0].samples[0];
+  CHECK(stop.finish_reason == FinishReason::kStop);
+  CHECK(stop.token_ids.back() == free_run.token_ids[3]);
+  CHECK(stop.token_ids.size() <= 4);
+  // The same token as EOS through the options, and ignore_eos running on past it.
+  EngineOptions options;
+  options.eos_token_ids = {free_run.token_ids[3]};
+  auto eos_engine = MakeEngine(model, options);
+  CHECK(MustGenerate(*eos_engine, {Greedy(Prompt(5, 4), 10)})[0].samples[0].token_ids ==
+        stop.token_ids);
+  GenerationRequest ignoring = Greedy(Prompt(5, 4), 10);
+  ignoring.sampling.ignore_eos = true;
+  CHECK(MustGenerate(*eos_engine, {ignoring})[0].samples[0].token_ids == free_run.token_ids);
+}
+
+TEST_CASE("bad requests are refused with the field to fix; the engine carries on", "[rollout]") {
+  auto engine = MakeEngine(Load("tiny-qwen2"));
+  const auto refused = [&](GenerationRequest bad, const std::string& says) {
+    auto result = engine->Generate({Greedy(Prompt(3, 0), 2), bad});
+    REQUIRE_FALSE(result.ok());
+    INFO(result.status().ToString());
+    CHECK_THAT(std::string(result.status().message()), Catch::Contains("request 1"));
+    CHECK_THAT(std::string(result.status().message()), Catch::Contains(says));
+  };
+  refused(Greedy({}, 4), "empty prompt");
+  refused(Greedy({1, 2, 512}, 4), "outside the vocabulary");
+  refused(Greedy(Prompt(60, 0), 10), "exceeds max_model_len 64");
+  GenerationRequest bad = Greedy(Prompt(3, 0), 4);
+  bad.sampling.top_p = 0;
+  refused(bad, "top_p");
+  bad = Greedy(Prompt(3, 0), 4);
+  bad.sampling.n = 0;
+  refused(bad, "n must be");
+  bad = Greedy(Prompt(3, 0), 4);
+  bad.sampling.temperature = -1;
+  refused(bad, "temperature");
+  bad = Greedy(Prompt(3, 0), 0);
+  refused(bad, "max_new_tokens");
+  CHECK(MustGenerate(*engine, {Greedy(Prompt(3, 0), 2)})[0].samples[0].token_ids.size() == 2);
+
+  EngineOptions options;
+  options.max_model_len = 64;
+  options.cpu_cache_bytes = 1024;  // Not even two slots.
+  auto small = GenerationEngine::Create(Load("tiny-qwen2"), options);
+  REQUIRE(small.ok());
+  auto result = (*small)->Generate({Greedy(Prompt(3, 0), 2)});
+  REQUIRE_FALSE(result.ok());
+  CHECK_THAT(std::string(result.status().message()), Catch::Contains("cpu_cache_bytes"));
+}
+
+TEST_CASE("release frees the cache and the next generate rebuilds it", "[rollout]") {
+  auto engine = MakeEngine(Load("tiny-llama3-rope"));
+  const auto before = MustGenerate(*engine, {Greedy(Prompt(6, 2), 6)});
+  CHECK(engine->holds_memory());
+  engine->Release();
+  CHECK_FALSE(engine->holds_memory());
+  const auto after = MustGenerate(*engine, {Greedy(Prompt(6, 2), 6)});
+  CHECK(before[0].samples[0].token_ids == after[0].samples[0].token_ids);
+}
+
+}  // namespace rlhfd::rollout

@@ -1,0 +1,54 @@
+#include "worker/rollout/decode_attention.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "worker/model/transformer.h"
+#if RLHFD_HAVE_CUDA
+#include <c10/cuda/CUDAStream.h>
+
+#include "worker/rollout/kernels.h"
+#endif
+
+namespace rlhfd::rollout {
+
+at::Tensor DecodeAttentionReference(const at::Tensor& q, const at::Tensor& k_cache,
+                                    const at::Tensor& v_cache, const at::Tensor& slots,
+                                    const at::Tensor& positions) {
+  const int64_t capacity = k_cache.size(2);
+  const at::Tensor keys = k_cache.index_select(0, slots);  // (B, K, capacity, D)
+  const at::Tensor values = v_cache.index_select(0, slots);
+  const at::Tensor key_index = at::arange(capacity, positions.options()).unsqueeze(0);
+  const at::Tensor mask = (key_index <= positions.unsqueeze(1)).view({-1, 1, 1, capacity});
+  return model::ScaledDotProductAttention(q, keys, values, mask);
+}
+
+at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,
+                           const at::Tensor& v_cache, const at::Tensor& slots,
+                           const at::Tensor& positions) {
+#if RLHFD_HAVE_CUDA
+  const int64_t batch = q.size(0), heads = q.size(1), head_dim = q.size(3);
+  const bool supported = q.is_cuda() && q.scalar_type() == at::kBFloat16 &&
+                         k_cache.scalar_type() == at::kBFloat16 && k_cache.is_contiguous() &&
+                         v_cache.is_contiguous() && q.size(2) == 1 &&
+                         slots.scalar_type() == at::kLong && positions.scalar_type() == at::kLong;
+  if (supported) {
+    const at::Tensor query = q.contiguous();
+    const at::Tensor slot_ids = slots.contiguous(), new_positions = positions.contiguous();
+    at::Tensor out = at::empty_like(query);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    if (kernels::DecodeAttention(query.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+                                 slot_ids.data_ptr<int64_t>(), new_positions.data_ptr<int64_t>(),
+                                 out.data_ptr(), static_cast<int>(batch), static_cast<int>(heads),
+                                 static_cast<int>(k_cache.size(1)), static_cast<int>(head_dim),
+                                 static_cast<int>(k_cache.size(2)), scale,
+                                 c10::cuda::getCurrentCUDAStream(q.device().index()))) {
+      return out;
+    }
+  }
+#endif
+  return DecodeAttentionReference(q, k_cache, v_cache, slots, positions);
+}
+
+}  // namespace rlhfd::rollout

@@ -1,0 +1,126 @@
+#include "worker/rollout/device_support.h"
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#if RLHFD_HAVE_CUDA
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace rlhfd::rollout {
+
+#if RLHFD_HAVE_CUDA
+
+DeviceMemory QueryDeviceMemory(const at::Device& device) {
+  if (!device.is_cuda()) return {};
+  c10::cuda::CUDAGuard guard(device);
+  size_t free = 0, total = 0;
+  C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  constexpr auto kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  DeviceMemory memory;
+  memory.allocated_bytes = stats.allocated_bytes[kAll].current;
+  memory.peak_allocated_bytes = stats.allocated_bytes[kAll].peak;
+  memory.reserved_bytes = stats.reserved_bytes[kAll].current;
+  memory.free_bytes =
+      static_cast<int64_t>(free) + memory.reserved_bytes - memory.allocated_bytes;
+  return memory;
+}
+
+void ResetPeakMemory(const at::Device& device) {
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+}
+
+void ReleaseCachedMemory(const at::Device& device) {
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+}
+
+void Synchronize(const at::Device& device) {
+  if (device.is_cuda()) c10::cuda::getCurrentCUDAStream(device.index()).synchronize();
+}
+
+struct DecodeGraphs::Graphs {
+  at::cuda::MempoolId_t pool = at::cuda::graph_pool_handle();
+  // batch → (graph, output)
+  std::map<int64_t, std::pair<std::unique_ptr<at::cuda::CUDAGraph>, at::Tensor>> by_batch;
+};
+
+DecodeGraphs::DecodeGraphs(const at::Device& device)
+    : device_(device), graphs_(Available(device) ? std::make_unique<Graphs>() : nullptr) {}
+
+DecodeGraphs::~DecodeGraphs() { Clear(); }
+
+bool DecodeGraphs::Available(const at::Device& device) { return device.is_cuda(); }
+
+absl::Status DecodeGraphs::Capture(int64_t batch, const std::function<at::Tensor()>& step) {
+  if (!graphs_) return absl::FailedPreconditionError("CUDA graphs need a CUDA device");
+  c10::cuda::CUDAGuard device_guard(device_);
+  // Capture runs on a side stream; the warm-up there first initialises cuBLAS workspaces and
+  // anything else lazy, which capture would not allow.
+  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false,
+                                                             device_.index());
+  c10::cuda::getCurrentCUDAStream(device_.index()).synchronize();
+  try {
+    c10::cuda::CUDAStreamGuard stream_guard(side);
+    step();
+    side.synchronize();
+    auto graph = std::make_unique<at::cuda::CUDAGraph>();
+    graph->capture_begin(graphs_->pool);
+    at::Tensor output = step();
+    graph->capture_end();
+    side.synchronize();
+    graphs_->by_batch[batch] = {std::move(graph), std::move(output)};
+  } catch (const c10::Error& error) {
+    return absl::InternalError(
+        absl::StrCat("capturing the decode step for batch ", batch, ": ", error.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
+
+int64_t DecodeGraphs::BucketFor(int64_t rows) const {
+  if (!graphs_) return 0;
+  auto it = graphs_->by_batch.lower_bound(rows);
+  return it == graphs_->by_batch.end() ? 0 : it->first;
+}
+
+const at::Tensor& DecodeGraphs::Replay(int64_t batch) {
+  auto& [graph, output] = graphs_->by_batch.at(batch);
+  graph->replay();
+  return output;
+}
+
+void DecodeGraphs::Clear() {
+  if (graphs_) graphs_->by_batch.clear();
+}
+
+bool DecodeGraphs::empty() const { return !graphs_ || graphs_->by_batch.empty(); }
+
+#else  // No CUDA: CPU devices only.
+
+DeviceMemory QueryDeviceMemory(const at::Device&) { return {}; }
+void ResetPeakMemory(const at::Device&) {}
+void ReleaseCachedMemory(const at::Device&) {}
+void Synchronize(const at::Device&) {}
+
+struct DecodeGraphs::Graphs {};
+DecodeGraphs::DecodeGraphs(const at::Device& device) : device_(device) {}
+DecodeGraphs::~DecodeGraphs() = default;
+bool DecodeGraphs::Available(const at::Device&) { return false; }
+absl::Status DecodeGraphs::Capture(int64_t, const std::function<at::Tensor()>&) {
+  return absl::FailedPreconditionError("built without CUDA: no CUDA graphs");
+}
+int64_t DecodeGraphs::BucketFor(int64_t) const { return 0; }
+const at::Tensor& DecodeGraphs::Replay(int64_t) {
+  static const at::Tensor kNone;
+  return kNone;
+}
+void DecodeGraphs::Clear() {}
+bool DecodeGraphs::empty() const { return true; }
+
+#endif
+
+}  // namespace rlhfd::rollout

@@ -1,0 +1,54 @@
+// The CUDA pieces the generation engine needs, behind an interface that also builds and runs
+// without CUDA (where they report nothing and capture nothing): device memory figures and CUDA
+// graphs of the decode step.
+#pragma once
+
+#include <ATen/Tensor.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+
+#include "absl/status/status.h"
+
+namespace rlhfd::rollout {
+
+struct DeviceMemory {
+  int64_t free_bytes = 0;       // Free on the device plus what our allocator caches unused.
+  int64_t allocated_bytes = 0;  // Held by live tensors.
+  int64_t peak_allocated_bytes = 0;
+  int64_t reserved_bytes = 0;   // Allocated plus cached.
+};
+
+// All zero for a CPU device.
+DeviceMemory QueryDeviceMemory(const at::Device& device);
+void ResetPeakMemory(const at::Device& device);
+// Returns the allocator's cached blocks to the driver.
+void ReleaseCachedMemory(const at::Device& device);
+void Synchronize(const at::Device& device);
+
+// CUDA graphs of one step function, one per batch size, sharing one memory pool. Capture the
+// largest batch first: smaller graphs then fit in the memory it reserved.
+class DecodeGraphs {
+ public:
+  explicit DecodeGraphs(const at::Device& device);
+  ~DecodeGraphs();
+
+  static bool Available(const at::Device& device);
+  // Runs `step` once to warm up, then captures it; the returned tensor lives in the pool and is
+  // refilled by every replay.
+  absl::Status Capture(int64_t batch, const std::function<at::Tensor()>& step);
+  // The smallest captured batch size >= rows, or 0 when none is.
+  int64_t BucketFor(int64_t rows) const;
+  // Replays the graph of `batch` on the current stream; returns its output.
+  const at::Tensor& Replay(int64_t batch);
+  void Clear();
+  bool empty() const;
+
+ private:
+  struct Graphs;
+  at::Device device_;
+  std::unique_ptr<Graphs> graphs_;
+};
+
+}  // namespace rlhfd::rollout

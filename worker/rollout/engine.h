@@ -1,0 +1,88 @@
+// The generation engine: batched, KV-cached generation with continuous batching. Sequences join
+// (prefill) whenever cache slots are free and leave as soon as they finish; on CUDA every decode
+// step replays a CUDA graph captured for the smallest batch size that holds the running rows.
+//
+// Threading: one caller at a time (the worker's actor role drives it).
+#pragma once
+
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/model/transformer.h"
+#include "worker/rollout/device_support.h"
+#include "worker/rollout/request.h"
+#include "worker/rollout/slot_kv_cache.h"
+
+namespace rlhfd::rollout {
+
+struct EngineOptions {
+  int64_t max_num_seqs = 256;  // Sequences decoded together at most (cache slots).
+  // Longest prompt + response a slot holds; 0 = the model's max_position_embeddings, at most 4096.
+  int64_t max_model_len = 0;
+  // KV cache budget on a GPU: this fraction of the memory free when the cache is allocated
+  // (after the weights), like vLLM's gpu_memory_utilization. The rest stays for activations.
+  double gpu_memory_utilization = 0.5;
+  int64_t cpu_cache_bytes = int64_t{256} << 20;  // KV cache budget on the CPU.
+  int64_t max_prefill_tokens = 16384;            // Padded prompt tokens per prefill forward.
+  bool cuda_graphs = true;
+  std::vector<int64_t> eos_token_ids;  // Empty: the model's (config / generation_config).
+  uint64_t seed = 0;                   // Seeds the seeds of requests that bring none.
+};
+
+struct EngineStats {
+  int64_t cache_slots = 0;
+  int64_t cache_bytes = 0;
+  int64_t prompts = 0;
+  int64_t prefill_tokens = 0;  // Real prompt tokens prefilled.
+  int64_t decode_steps = 0;
+  int64_t generated_tokens = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+  int64_t peak_memory_bytes = 0;  // GPU: the allocator's peak since the engine was created.
+  std::vector<int64_t> graph_batch_sizes;
+};
+
+class GenerationEngine {
+ public:
+  // `model` is shared, not copied: the actor trains the same module between rollouts.
+  static absl::StatusOr<std::unique_ptr<GenerationEngine>> Create(model::Transformer model,
+                                                                  EngineOptions options);
+  ~GenerationEngine();
+
+  // Generates for every request; results in request order. Bad requests are refused before any
+  // work with an error naming the request and the field to fix.
+  absl::StatusOr<std::vector<GenerationResult>> Generate(
+      const std::vector<GenerationRequest>& requests);
+
+  // Frees the cache, the CUDA graphs and their workspace; the next Generate allocates them again.
+  void Release();
+  bool holds_memory() const { return cache_ != nullptr; }
+
+  const EngineStats& stats() const { return stats_; }
+  const EngineOptions& options() const { return options_; }
+
+ private:
+  struct Sequence;
+  class Run;
+  GenerationEngine(model::Transformer model, EngineOptions options);
+
+  absl::Status ValidateRequests(const std::vector<GenerationRequest>& requests) const;
+  absl::Status Prepare();  // Allocates the cache and captures the graphs.
+  at::Tensor DecodeForward(int64_t rows);
+
+  model::Transformer model_;
+  EngineOptions options_;
+  at::Device device_;
+  at::ScalarType dtype_;
+  std::mt19937_64 seed_sequence_;
+  std::unique_ptr<SlotKvCache> cache_;
+  int64_t usable_slots_ = 0;  // The cache's last slot is scratch for graph padding rows.
+  DecodeGraphs graphs_;
+  // Decode inputs (3, usable_slots): token, position, slot of each row; graphs read them here.
+  at::Tensor step_inputs_;
+  EngineStats stats_;
+};
+
+}  // namespace rlhfd::rollout

@@ -1,0 +1,31 @@
+// Launchers of the rollout engine's CUDA kernels. Plain pointers and a stream, so the kernels
+// compile with nvcc alone (no LibTorch headers); decode_attention.cc and sampler.cc hold the
+// tensor-level checks and call these only for inputs they have validated.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace rlhfd::rollout::kernels {
+
+// Decode attention over a slot cache for one new token per sequence.
+//   q        (B, H, D) bf16, contiguous, rotated
+//   k_cache, v_cache (slots, K, capacity, D) bf16, contiguous
+//   slots    (B) int64: each row's cache slot
+//   positions (B) int64: each row's new-token position; keys [0, position] are attended
+//   out      (B, H, D) bf16
+// Supports D in {64, 128} and H / K <= 8; returns false (and launches nothing) otherwise.
+bool DecodeAttention(const void* q, const void* k_cache, const void* v_cache, const int64_t* slots,
+                     const int64_t* positions, void* out, int batch, int heads, int kv_heads,
+                     int head_dim, int capacity, float scale, cudaStream_t stream);
+
+// One token per row of float32 `logits` (B, V) with row stride `row_stride`: the argmax where
+// temperature is 0, else a Gumbel-max draw from softmax(logits / temperature) keyed by
+// (seed, counter, vocabulary id). `logprobs` gets the drawn token's log-probability under the
+// distribution it was drawn from (softmax(logits) for greedy rows).
+void SampleRows(const float* logits, int64_t row_stride, int batch, int vocab,
+                const float* temperature, const int64_t* seeds, const int64_t* counters,
+                int64_t* tokens, float* logprobs, cudaStream_t stream);
+
+}  // namespace rlhfd::rollout::kernels

@@ -1,0 +1,48 @@
+// What a caller asks the generation engine for, and what it gets back.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace rlhfd::rollout {
+
+struct SamplingParams {
+  double temperature = 1.0;  // 0 = greedy (argmax).
+  int64_t top_k = 0;         // Keep the k most likely tokens; 0 = all.
+  double top_p = 1.0;        // Keep the smallest set of top tokens with this much mass; 1 = all.
+  // Same seed, same prompt, same parameters: same output, whatever else shares the batch. Unset:
+  // drawn from the engine's seed sequence.
+  std::optional<uint64_t> seed;
+  int64_t max_new_tokens = 16;
+  std::vector<int64_t> stop_token_ids;  // Besides EOS; the stop token ends the response.
+  bool ignore_eos = false;              // Run to max_new_tokens (benchmarks).
+  int64_t n = 1;                        // Samples per prompt, sharing the prompt's prefill.
+};
+
+struct GenerationRequest {
+  std::vector<int64_t> prompt_ids;
+  SamplingParams sampling;
+};
+
+enum class FinishReason { kStop, kLength };  // kStop: EOS or a stop token (kept in the output).
+
+constexpr std::string_view FinishReasonName(FinishReason reason) {
+  return reason == FinishReason::kStop ? "stop" : "length";
+}
+
+struct Completion {
+  std::vector<int64_t> token_ids;
+  // Log-probability of each token under the distribution it was drawn from: softmax of the
+  // logits over temperature, restricted to the top-k / top-p set (plain softmax for greedy).
+  std::vector<float> logprobs;
+  FinishReason finish_reason = FinishReason::kLength;
+};
+
+// One per request, in request order; `samples` has n entries.
+struct GenerationResult {
+  std::vector<Completion> samples;
+};
+
+}  // namespace rlhfd::rollout
