@@ -77,4 +77,41 @@ TEST_CASE("rlhfd-infer refuses bad input with a reason", "[infer]") {
   CHECK_THAT(dtype.err, Catch::Contains("--dtype"));
 }
 
+TEST_CASE("rlhfd-infer generate prints one JSON line per sample", "[infer]") {
+  TempDir dir;
+  auto golden_text = ReadFileToString(kModel + "/generate_golden.json");
+  REQUIRE(golden_text.ok());
+  const nlohmann::json golden = nlohmann::json::parse(*golden_text);
+  const std::string prompts = dir.path() + "/prompts.jsonl";
+  REQUIRE(WriteFileAtomically(
+              prompts, nlohmann::json{{"prompt_ids", golden["cases"][0]["prompt"]}}.dump() + "\n" +
+                           R"({"messages": [{"role": "user", "content": "What is 2 + 3?"}]})" +
+                           "\n" + R"({"prompt": "Hello, world"})" + "\n")
+              .ok());
+  CommandResult result = RunCommand({RLHFD_INFER_BIN, "generate", "--model=" + kModel,
+                                     "--prompts=" + prompts, "--temperature=0",
+                                     "--max_new_tokens=12", "--n=2"});
+  INFO(result.err);
+  REQUIRE(result.exit_code == 0);
+  std::vector<nlohmann::json> lines;
+  std::istringstream out(result.out);
+  for (std::string line; std::getline(out, line);) lines.push_back(nlohmann::json::parse(line));
+  REQUIRE(lines.size() == 6);  // 3 prompts x 2 samples.
+  CHECK(lines[0]["index"] == 0);
+  CHECK(lines[1]["sample"] == 1);
+  CHECK(lines[0]["token_ids"] == golden["cases"][0]["output"]);  // transformers' greedy output.
+  CHECK(lines[1]["token_ids"] == golden["cases"][0]["output"]);
+  for (const auto& line : lines) {
+    CHECK(line["logprobs"].size() == line["token_ids"].size());
+    CHECK((line["finish_reason"] == "stop" || line["finish_reason"] == "length"));
+  }
+  CHECK_THAT(result.err, Catch::Contains("generated_tokens"));
+
+  REQUIRE(WriteFileAtomically(prompts, "{\"prompt\": \"ok\"}\n{\"prompt\": 3}\n").ok());
+  CommandResult bad = RunCommand(
+      {RLHFD_INFER_BIN, "generate", "--model=" + kModel, "--prompts=" + prompts});
+  CHECK(bad.exit_code == 1);
+  CHECK_THAT(bad.err, Catch::Contains("prompts.jsonl:2"));
+}
+
 }  // namespace rlhfd::testing

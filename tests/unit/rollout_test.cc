@@ -231,13 +231,17 @@ TEST_CASE("continuous batching gives each prompt's output alone", "[rollout]") {
   for (const auto& request : requests) {
     alone.push_back(MustGenerate(*alone_engine, {request})[0].samples[0]);
   }
-  // Two slots and small prefills: sequences join as others finish, at different steps.
+  // Fewer slots than prompts: sequences join as others finish, at different steps. With a small
+  // prefill budget one prompt joins at a time; with a large one a prefill fills every free slot.
+  const auto [slots, prefill_tokens] = GENERATE(std::pair<int64_t, int64_t>{2, 8},
+                                                std::pair<int64_t, int64_t>{3, 16384});
+  INFO(slots << " slots, prefill budget " << prefill_tokens);
   EngineOptions options;
-  options.max_num_seqs = 2;
-  options.max_prefill_tokens = 8;
+  options.max_num_seqs = slots;
+  options.max_prefill_tokens = prefill_tokens;
   auto engine = MakeEngine(model, options);
   const auto together = MustGenerate(*engine, requests);
-  CHECK(engine->stats().cache_slots == 2);
+  CHECK(engine->stats().cache_slots == slots);
   CHECK(engine->stats().prompts == 7);
   for (size_t i = 0; i < requests.size(); ++i) {
     INFO("request " << i);

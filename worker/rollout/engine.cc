@@ -68,17 +68,18 @@ class GenerationEngine::Run {
   void Prefill() {
     const auto start = std::chrono::steady_clock::now();
     std::vector<size_t> admitted;
-    int64_t longest = 0;
+    int64_t longest = 0, reserved = 0;
     while (!waiting_.empty()) {
       const GenerationRequest& request = requests_[waiting_.front()];
       const int64_t n = request.sampling.n;
       const int64_t length = static_cast<int64_t>(request.prompt_ids.size());
       const int64_t padded = std::max(longest, length) * static_cast<int64_t>(admitted.size() + 1);
-      if (static_cast<int64_t>(free_slots_.size()) < n) break;
+      if (static_cast<int64_t>(free_slots_.size()) - reserved < n) break;
       if (!admitted.empty() && padded > engine_.options_.max_prefill_tokens) break;
       admitted.push_back(waiting_.front());
       waiting_.pop_front();
       longest = std::max(longest, length);
+      reserved += n;
     }
     if (admitted.empty()) return;  // No free slots: the running sequences decode first.
 
@@ -342,6 +343,7 @@ absl::Status GenerationEngine::Prepare() {
     usable_slots_ = slots;
     step_inputs_ = at::zeros({3, slots}, at::TensorOptions().dtype(at::kLong).device(device_));
     step_inputs_[2].fill_(slots);
+    if (FusedDecoder::Supports(model_)) fused_ = std::make_unique<FusedDecoder>(model_);
     stats_.cache_slots = slots;
     stats_.cache_bytes = per_slot * (slots + 1);
     stats_.graph_batch_sizes.clear();
@@ -366,7 +368,9 @@ absl::Status GenerationEngine::Prepare() {
 at::Tensor GenerationEngine::DecodeForward(int64_t rows) {
   const at::Tensor tokens = step_inputs_[0].narrow(0, 0, rows);
   const at::Tensor positions = step_inputs_[1].narrow(0, 0, rows);
-  cache_->BeginDecode(step_inputs_[2].narrow(0, 0, rows), positions);
+  const at::Tensor slots = step_inputs_[2].narrow(0, 0, rows);
+  if (fused_) return fused_->Forward(tokens, positions, slots, *cache_);
+  cache_->BeginDecode(slots, positions);
   model::ForwardBatch batch{tokens.view({rows, 1}), at::Tensor(), positions.view({rows, 1})};
   const at::Tensor hidden = model_->Hidden(batch, cache_.get());
   return model_->Logits(hidden).view({rows, -1});
@@ -395,6 +399,7 @@ absl::StatusOr<std::vector<GenerationResult>> GenerationEngine::Generate(
 
 void GenerationEngine::Release() {
   graphs_.Clear();
+  fused_.reset();
   cache_.reset();
   step_inputs_ = at::Tensor();
   usable_slots_ = 0;

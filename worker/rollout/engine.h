@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "worker/model/transformer.h"
 #include "worker/rollout/device_support.h"
+#include "worker/rollout/fused_decoder.h"
 #include "worker/rollout/request.h"
 #include "worker/rollout/slot_kv_cache.h"
 
@@ -78,6 +79,7 @@ class GenerationEngine {
   at::ScalarType dtype_;
   std::mt19937_64 seed_sequence_;
   std::unique_ptr<SlotKvCache> cache_;
+  std::unique_ptr<FusedDecoder> fused_;  // CUDA + bf16: the decode step; else the module forward.
   int64_t usable_slots_ = 0;  // The cache's last slot is scratch for graph padding rows.
   DecodeGraphs graphs_;
   // Decode inputs (3, usable_slots): token, position, slot of each row; graphs read them here.

@@ -28,4 +28,23 @@ void SampleRows(const float* logits, int64_t row_stride, int batch, int vocab,
                 const float* temperature, const int64_t* seeds, const int64_t* counters,
                 int64_t* tokens, float* logprobs, cudaStream_t stream);
 
+// The fused decode step's elementwise kernels (bf16 activations, float32 residual stream):
+
+// residual (rows, hidden) float32 += delta (or = delta when `assign`); out (rows, hidden) bf16 =
+// weight * residual / rms(residual).
+void AddRmsNorm(float* residual, const void* delta, bool assign, const void* weight, void* out,
+                int rows, int hidden, float eps, cudaStream_t stream);
+
+// qkv (rows, (H + 2K) * D) bf16, the fused projection's output (q heads, k heads, v heads).
+// Queries (after q_norm, when given) rotated into q_out (rows, H, D); keys (after k_norm) rotated
+// and values written to the caches (slots, K, capacity, D) at [slots[r], :, positions[r]].
+// inv_freq (D / 2) float32. Supports D in {64, 128}; returns false otherwise.
+bool RopeAppend(const void* qkv, const int64_t* positions, const int64_t* slots,
+                const float* inv_freq, const void* q_norm, const void* k_norm, float eps,
+                void* q_out, void* k_cache, void* v_cache, int rows, int heads, int kv_heads,
+                int head_dim, int capacity, cudaStream_t stream);
+
+// gate_up (rows, 2 * width) bf16 → out (rows, width) bf16 = silu(gate) * up.
+void SiluMul(const void* gate_up, void* out, int64_t rows, int width, cudaStream_t stream);
+
 }  // namespace rlhfd::rollout::kernels

@@ -22,6 +22,8 @@ class SlotKvCache : public model::AttentionCache {
 
   int64_t slots() const { return slots_; }
   int64_t capacity() const { return capacity_; }
+  at::Tensor& key(int64_t layer) { return keys_[layer]; }  // (slots, K, capacity, D)
+  at::Tensor& value(int64_t layer) { return values_[layer]; }
 
   // The next forward is a prefill of whole prompts (right-padded), row b written to slot
   // slots[b] from position 0.

@@ -1,0 +1,202 @@
+// [gpu] The rollout engine's CUDA path: the decode-attention kernel against ATen's attention, the
+// sampling kernel against its CPU twin, greedy bf16 generation (with CUDA graphs) against the
+// model's own full forward, graphs against eager decoding, and memory returned on release.
+#include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
+#include <torch/types.h>
+
+#include <iostream>
+
+#include "worker/model/transformer.h"
+#include "worker/rollout/decode_attention.h"
+#include "worker/rollout/device_support.h"
+#include "worker/rollout/engine.h"
+#include "worker/rollout/fused_decoder.h"
+#include "worker/rollout/sampler.h"
+
+namespace rlhfd::rollout {
+namespace {
+
+const at::Device kGpu(at::kCUDA, 0);
+
+// Random-initialised models the fused decode path serves, small enough to be quick: a Qwen2-like
+// one (q/k/v bias, head dim 64, 7 query heads per key/value head) and a Qwen3-like one (q/k
+// RMSNorm, no bias, head dim 128).
+model::Transformer SmallModel(bool qwen3 = false) {
+  model::ModelConfig c;
+  c.architecture = qwen3 ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM";
+  c.family = qwen3 ? model::ModelFamily::kQwen3 : model::ModelFamily::kQwen2;
+  c.attention_bias = !qwen3;
+  c.qk_norm = qwen3;
+  c.vocab_size = 2048;
+  c.hidden_size = 448;
+  c.intermediate_size = 1024;
+  c.num_layers = 3;
+  c.num_heads = qwen3 ? 8 : 7;
+  c.num_kv_heads = qwen3 ? 2 : 1;
+  c.head_dim = qwen3 ? 128 : 64;
+  c.max_position_embeddings = 1024;
+  c.tie_word_embeddings = !qwen3;
+  at::manual_seed(3);
+  model::Transformer model(c);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->parameters()) p.normal_(0, 0.05);
+  for (auto& item : model->named_parameters()) {
+    if (item.key().find("norm") != std::string::npos) item.value().normal_(1.0, 0.1);
+  }
+  model->to(kGpu, at::kBFloat16);
+  return model;
+}
+
+std::vector<GenerationRequest> Prompts(int count, int64_t max_new_tokens) {
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < count; ++i) {
+    GenerationRequest request;
+    for (int t = 0; t < 5 + (i * 7) % 40; ++t) request.prompt_ids.push_back((i * 131 + t * 17) % 2048);
+    request.sampling.temperature = 0;
+    request.sampling.max_new_tokens = max_new_tokens;
+    request.sampling.ignore_eos = true;
+    requests.push_back(request);
+  }
+  return requests;
+}
+
+}  // namespace
+
+TEST_CASE("decode-attention kernel matches ATen's attention", "[gpu][rollout]") {
+  torch::NoGradGuard no_grad;
+  for (auto [heads, kv_heads, head_dim] : {std::tuple{14, 2, 64}, std::tuple{28, 4, 128},
+                                           std::tuple{8, 8, 64}, std::tuple{32, 4, 128}}) {
+    INFO("heads " << heads << " kv_heads " << kv_heads << " head_dim " << head_dim);
+    const int64_t slots = 9, capacity = 700, batch = 6;
+    const auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(kGpu);
+    at::Tensor k_cache = at::randn({slots, kv_heads, capacity, head_dim}, bf16);
+    at::Tensor v_cache = at::randn({slots, kv_heads, capacity, head_dim}, bf16);
+    at::Tensor q = at::randn({batch, heads, 1, head_dim}, bf16);
+    const auto longs = at::TensorOptions().dtype(at::kLong).device(kGpu);
+    at::Tensor slot_ids = at::tensor({3, 0, 8, 5, 1, 7}, longs);
+    at::Tensor positions = at::tensor({0, 1, 31, 32, 399, 699}, longs);  // Lengths 1 .. capacity.
+    const at::Tensor out = DecodeAttention(q, k_cache, v_cache, slot_ids, positions);
+    const at::Tensor expected =
+        DecodeAttentionReference(q.to(at::kFloat), k_cache.to(at::kFloat), v_cache.to(at::kFloat),
+                                 slot_ids, positions);
+    const double max_diff = (out.to(at::kFloat) - expected).abs().max().item<double>();
+    std::cout << "rollout_gpu: decode attention H=" << heads << " K=" << kv_heads
+              << " D=" << head_dim << " max |diff| vs fp32 " << max_diff << "\n";
+    CHECK(max_diff < 2e-2);  // bf16 output rounding of values of magnitude ~1.
+  }
+}
+
+TEST_CASE("sampling kernel draws what the CPU sampler draws", "[gpu][rollout]") {
+  const int64_t rows = 512, vocab = 5000;
+  at::Tensor logits = at::randn({rows, vocab}) * 3;
+  SamplingRows cpu_rows{at::rand({rows}) * 1.5, at::randint(0, 1 << 30, {rows}, at::kLong),
+                        at::randint(0, 100, {rows}, at::kLong)};
+  cpu_rows.temperature.narrow(0, 0, 32).zero_();  // Some greedy rows.
+  const SampledTokens cpu = SampleTokens(logits, cpu_rows);
+  SamplingRows gpu_rows{cpu_rows.temperature.to(kGpu), cpu_rows.seeds.to(kGpu),
+                        cpu_rows.counters.to(kGpu)};
+  const SampledTokens gpu = SampleTokens(logits.to(kGpu), gpu_rows);
+  CHECK(at::equal(gpu.tokens.cpu(), cpu.tokens));
+  CHECK((gpu.logprobs.cpu() - cpu.logprobs).abs().max().item<double>() < 1e-4);
+}
+
+TEST_CASE("bf16 greedy generation follows the model's own full forward", "[gpu][rollout]") {
+  torch::NoGradGuard no_grad;
+  const bool qwen3 = GENERATE(false, true);
+  INFO((qwen3 ? "qwen3-like" : "qwen2-like"));
+  model::Transformer model = SmallModel(qwen3);
+  REQUIRE(FusedDecoder::Supports(model));
+  EngineOptions options;
+  options.max_model_len = 128;
+  options.max_num_seqs = 24;
+  auto engine = GenerationEngine::Create(model, options);
+  REQUIRE(engine.ok());
+  const auto requests = Prompts(40, 24);  // More prompts than slots: continuous batching.
+  auto results = (*engine)->Generate(requests);
+  INFO(results.status().ToString());
+  REQUIRE(results.ok());
+  CHECK_FALSE((*engine)->stats().graph_batch_sizes.empty());
+  double worst_gap = 0, worst_logprob = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Completion& sample = (*results)[i].samples[0];
+    REQUIRE(sample.token_ids.size() == 24);
+    std::vector<int64_t> ids = requests[i].prompt_ids;
+    ids.insert(ids.end(), sample.token_ids.begin(), sample.token_ids.end());
+    const int64_t prompt = static_cast<int64_t>(requests[i].prompt_ids.size());
+    at::Tensor logits =
+        model->Logits(model->Hidden({at::tensor(ids).unsqueeze(0).to(kGpu)}))[0].to(at::kFloat);
+    logits = logits.narrow(0, prompt - 1, 24).cpu();
+    const at::Tensor chosen = at::tensor(sample.token_ids).unsqueeze(1);
+    // The chosen token is the full forward's argmax up to bf16 noise in the logits.
+    const double gap = (logits.amax(1) - logits.gather(1, chosen).squeeze(1)).max().item<double>();
+    const double logprob_diff = (at::log_softmax(logits, -1).gather(1, chosen).squeeze(1) -
+                                 at::tensor(sample.logprobs)).abs().max().item<double>();
+    worst_gap = std::max(worst_gap, gap);
+    worst_logprob = std::max(worst_logprob, logprob_diff);
+  }
+  std::cout << "rollout_gpu: " << (qwen3 ? "qwen3-like" : "qwen2-like")
+            << " greedy vs full forward: worst argmax gap " << worst_gap
+            << ", worst log-prob diff " << worst_logprob << "\n";
+  CHECK(worst_gap < 0.05);
+  CHECK(worst_logprob < 0.05);
+}
+
+TEST_CASE("CUDA-graph decoding equals eager decoding", "[gpu][rollout]") {
+  model::Transformer model = SmallModel();
+  EngineOptions options;
+  options.max_model_len = 128;
+  options.max_num_seqs = 16;
+  auto graphs = GenerationEngine::Create(model, options);
+  options.cuda_graphs = false;
+  auto eager = GenerationEngine::Create(model, options);
+  REQUIRE(graphs.ok());
+  REQUIRE(eager.ok());
+  auto requests = Prompts(16, 20);
+  for (size_t i = 0; i < requests.size(); i += 2) {
+    requests[i].sampling.temperature = 1.0;
+    requests[i].sampling.seed = i;
+  }
+  auto a = (*graphs)->Generate(requests);
+  auto b = (*eager)->Generate(requests);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK((*eager)->stats().graph_batch_sizes.empty());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    CHECK((*a)[i].samples[0].token_ids == (*b)[i].samples[0].token_ids);
+  }
+}
+
+TEST_CASE("after release the engine holds no GPU memory beyond the weights", "[gpu][rollout]") {
+  model::Transformer model = SmallModel();
+  {
+    torch::NoGradGuard no_grad;  // One forward first: the model's own lazy state (rotary table).
+    model->Hidden({at::ones({1, 4}, at::TensorOptions().dtype(at::kLong).device(kGpu))});
+  }
+  Synchronize(kGpu);
+  ReleaseCachedMemory(kGpu);
+  const DeviceMemory weights = QueryDeviceMemory(kGpu);
+  EngineOptions options;
+  options.gpu_memory_utilization = 0.05;
+  options.max_model_len = 512;
+  auto engine = GenerationEngine::Create(model, options);
+  REQUIRE(engine.ok());
+  REQUIRE((*engine)->Generate(Prompts(64, 32)).ok());
+  const DeviceMemory during = QueryDeviceMemory(kGpu);
+  (*engine)->Release();
+  const DeviceMemory released = QueryDeviceMemory(kGpu);
+  std::cout << "rollout_gpu: allocated MiB: weights " << (weights.allocated_bytes >> 20)
+            << ", engine holding cache+graphs " << (during.allocated_bytes >> 20) << " (peak "
+            << ((*engine)->stats().peak_memory_bytes >> 20) << ", cache "
+            << ((*engine)->stats().cache_bytes >> 20) << "), after release "
+            << (released.allocated_bytes >> 20) << "; reserved after release "
+            << (released.reserved_bytes >> 20) << "\n";
+  CHECK(during.allocated_bytes > weights.allocated_bytes + (*engine)->stats().cache_bytes / 2);
+  CHECK(released.allocated_bytes == weights.allocated_bytes);
+  CHECK(released.reserved_bytes <= weights.reserved_bytes);
+  // And it generates again after release.
+  CHECK((*engine)->Generate(Prompts(4, 4)).ok());
+}
+
+}  // namespace rlhfd::rollout

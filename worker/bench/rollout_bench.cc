@@ -1,0 +1,163 @@
+// rollout_bench: generation throughput of the rollout engine for a preset model shape with random
+// weights in bf16 on the GPU. B prompts of P random tokens, every response run to N new tokens.
+// Prints a JSON line and a table: tokens/s, ms per decode step, prefill time, and the share of
+// the memory-bandwidth roofline (bytes a decode step must read over the device-to-device copy
+// bandwidth measured in the same run).
+//   rollout_bench --preset=qwen2.5-0.5b --batch=256 --prompt_len=256 --new_tokens=256
+#include <ATen/ATen.h>
+#include <torch/cuda.h>
+#include <torch/types.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "worker/bench/model_presets.h"
+#include "worker/rollout/device_support.h"
+#include "worker/rollout/engine.h"
+
+ABSL_FLAG(std::string, preset, "qwen2.5-0.5b", "qwen2.5-0.5b, qwen2.5-1.5b or qwen2.5-7b");
+ABSL_FLAG(int64_t, batch, 256, "Prompts (B)");
+ABSL_FLAG(int64_t, prompt_len, 256, "Tokens per prompt (P)");
+ABSL_FLAG(int64_t, new_tokens, 256, "New tokens per response (N); EOS is ignored");
+ABSL_FLAG(double, temperature, 1.0, "0 = greedy");
+ABSL_FLAG(bool, cuda_graphs, true, "Replay decode steps as CUDA graphs");
+ABSL_FLAG(double, gpu_memory_utilization, 0.6, "Share of free GPU memory for the KV cache");
+ABSL_FLAG(int64_t, repeat, 2, "Timed runs; the best is reported");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Device-to-device copy bandwidth (bytes read + written per second) of a 1 GiB buffer.
+double CopyBandwidth(const at::Device& device) {
+  const int64_t bytes = int64_t{1} << 30;
+  at::Tensor src = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(device));
+  at::Tensor dst = at::empty_like(src);
+  dst.copy_(src);
+  rlhfd::rollout::Synchronize(device);
+  const int reps = 20;
+  const auto start = Clock::now();
+  for (int i = 0; i < reps; ++i) dst.copy_(src);
+  rlhfd::rollout::Synchronize(device);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return 2.0 * bytes * reps / seconds;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  if (!torch::cuda::is_available()) {
+    std::cerr << "rollout_bench needs a CUDA GPU\n";
+    return 1;
+  }
+  auto config = rlhfd::bench::PresetConfig(absl::GetFlag(FLAGS_preset));
+  if (!config.ok()) {
+    std::cerr << config.status().message() << "\n";
+    return 2;
+  }
+  const int64_t b = absl::GetFlag(FLAGS_batch), p = absl::GetFlag(FLAGS_prompt_len),
+                n = absl::GetFlag(FLAGS_new_tokens);
+  const at::Device device(at::kCUDA, 0);
+  torch::NoGradGuard no_grad;
+  at::manual_seed(0);
+  rlhfd::model::Transformer model(*config);
+  for (auto& parameter : model->parameters()) parameter.normal_(0, 0.02);
+  model->to(device, at::kBFloat16);
+  int64_t weight_bytes = 0;
+  for (const auto& parameter : model->parameters()) weight_bytes += parameter.nbytes();
+
+  rlhfd::rollout::EngineOptions options;
+  options.max_num_seqs = b;
+  options.max_model_len = p + n;
+  options.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
+  options.gpu_memory_utilization = absl::GetFlag(FLAGS_gpu_memory_utilization);
+  auto engine = rlhfd::rollout::GenerationEngine::Create(model, options);
+  if (!engine.ok()) {
+    std::cerr << engine.status().message() << "\n";
+    return 1;
+  }
+  std::vector<rlhfd::rollout::GenerationRequest> requests(b);
+  at::Tensor prompts = at::randint(0, config->vocab_size, {b, p}, at::kLong);
+  for (int64_t i = 0; i < b; ++i) {
+    const int64_t* row = prompts[i].data_ptr<int64_t>();
+    requests[i].prompt_ids.assign(row, row + p);
+    requests[i].sampling.temperature = absl::GetFlag(FLAGS_temperature);
+    requests[i].sampling.seed = i;
+    requests[i].sampling.max_new_tokens = n;
+    requests[i].sampling.ignore_eos = true;
+  }
+  // Warm-up (allocates the cache and captures the graphs), then timed runs.
+  auto warmup = requests;
+  for (auto& request : warmup) request.sampling.max_new_tokens = 4;
+  if (auto status = (*engine)->Generate(warmup); !status.ok()) {
+    std::cerr << status.status().message() << "\n";
+    return 1;
+  }
+  if ((*engine)->stats().cache_slots < b) {
+    std::cerr << "the KV cache holds " << (*engine)->stats().cache_slots << " sequences, not "
+              << b << "; raise --gpu_memory_utilization\n";
+    return 1;
+  }
+  double best_seconds = 1e30, prefill_seconds = 0, decode_seconds = 0;
+  int64_t decode_steps = 0;
+  for (int64_t r = 0; r < absl::GetFlag(FLAGS_repeat); ++r) {
+    const rlhfd::rollout::EngineStats before = (*engine)->stats();
+    const auto start = Clock::now();
+    auto results = (*engine)->Generate(requests);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (!results.ok()) {
+      std::cerr << results.status().message() << "\n";
+      return 1;
+    }
+    const rlhfd::rollout::EngineStats& after = (*engine)->stats();
+    if (seconds < best_seconds) {
+      best_seconds = seconds;
+      prefill_seconds = after.prefill_seconds - before.prefill_seconds;
+      decode_seconds = after.decode_seconds - before.decode_seconds;
+      decode_steps = after.decode_steps - before.decode_steps;
+    }
+  }
+  const double bandwidth = CopyBandwidth(device);
+  // A decode step reads every weight once (the tied embedding as the LM head) and each
+  // sequence's cached keys and values; positions grow from P + 1 to P + N - 1 over the steps.
+  const auto& c = *config;
+  const double kv_bytes_per_position = 2.0 * c.num_layers * c.num_kv_heads * c.head_dim * 2;
+  const double mean_length = p + n / 2.0;
+  const double step_bytes = weight_bytes + b * mean_length * kv_bytes_per_position;
+  const double roofline_step = step_bytes / bandwidth;
+  const double tokens_per_second = b * n / best_seconds;
+  const double step_ms = 1e3 * decode_seconds / std::max<int64_t>(decode_steps, 1);
+  const double roofline_tokens_per_second = b / roofline_step;
+  nlohmann::json out = {{"preset", absl::GetFlag(FLAGS_preset)},
+                        {"batch", b},
+                        {"prompt_len", p},
+                        {"new_tokens", n},
+                        {"cuda_graphs", options.cuda_graphs},
+                        {"temperature", absl::GetFlag(FLAGS_temperature)},
+                        {"tokens_per_second", tokens_per_second},
+                        {"seconds", best_seconds},
+                        {"prefill_seconds", prefill_seconds},
+                        {"decode_ms_per_step", step_ms},
+                        {"decode_steps", decode_steps},
+                        {"copy_bandwidth_gbps", bandwidth / 1e9},
+                        {"bytes_per_step", step_bytes},
+                        {"roofline_ms_per_step", 1e3 * roofline_step},
+                        {"roofline_tokens_per_second", roofline_tokens_per_second},
+                        {"roofline_share_decode", 1e3 * roofline_step / step_ms},
+                        {"roofline_share_overall", tokens_per_second / roofline_tokens_per_second},
+                        {"peak_memory_gib", (*engine)->stats().peak_memory_bytes / double(1 << 30)},
+                        {"cache_slots", (*engine)->stats().cache_slots}};
+  std::cout << out.dump() << "\n";
+  std::printf("%-14s B=%-4ld P=%-4ld N=%-4ld | %9.0f tok/s | prefill %7.1f ms | decode %6.2f ms/step"
+              " | roofline %5.2f ms/step (%4.1f%% of it in decode, %4.1f%% overall) | %.0f GB/s\n",
+              absl::GetFlag(FLAGS_preset).c_str(), b, p, n, tokens_per_second,
+              1e3 * prefill_seconds, step_ms, 1e3 * roofline_step,
+              100.0 * 1e3 * roofline_step / step_ms, 100.0 * tokens_per_second / roofline_tokens_per_second,
+              bandwidth / 1e9);
+  return 0;
+}

@@ -1,0 +1,120 @@
+#include "worker/rollout/fused_decoder.h"
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "worker/model/rope.h"
+#if RLHFD_HAVE_CUDA
+#include <c10/cuda/CUDAStream.h>
+
+#include "worker/rollout/kernels.h"
+#endif
+
+namespace rlhfd::rollout {
+namespace {
+
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  return bias.defined() ? at::addmm(bias, x, weight.t()) : at::mm(x, weight.t());
+}
+
+at::Tensor Concat(const std::vector<at::Tensor>& parts) {
+  for (const at::Tensor& part : parts) {
+    if (!part.defined()) return at::Tensor();
+  }
+  return at::cat(parts, 0);
+}
+
+}  // namespace
+
+bool FusedDecoder::Supports(const model::Transformer& model) {
+#if !RLHFD_HAVE_CUDA
+  return false;  // The kernels are CUDA's.
+#endif
+  const model::ModelConfig& c = model->config();
+  const at::Tensor& head = model->HeadWeight();
+  return head.is_cuda() && head.scalar_type() == at::kBFloat16 &&
+         (c.head_dim == 64 || c.head_dim == 128) && c.num_heads % c.num_kv_heads == 0 &&
+         c.num_heads / c.num_kv_heads <= 8;
+}
+
+FusedDecoder::FusedDecoder(model::Transformer& model) : config_(model->config()) {
+  auto parameters = model->named_parameters();
+  const auto get = [&](const std::string& name) {
+    const at::Tensor* found = parameters.find(name);
+    return found != nullptr ? found->detach() : at::Tensor();
+  };
+  at::NoGradGuard no_grad;
+  embed_ = get("model.embed_tokens.weight");
+  final_norm_ = get("model.norm.weight");
+  head_ = model->HeadWeight().detach();
+  inv_freq_ = model::RopeInverseFrequencies(config_.rope, config_.head_dim).to(head_.device());
+  for (int64_t i = 0; i < config_.num_layers; ++i) {
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    const std::string attention = p + "self_attn.", mlp = p + "mlp.";
+    Layer layer;
+    layer.input_norm = get(p + "input_layernorm.weight");
+    layer.post_norm = get(p + "post_attention_layernorm.weight");
+    layer.q_norm = get(attention + "q_norm.weight");
+    layer.k_norm = get(attention + "k_norm.weight");
+    layer.qkv_weight = Concat({get(attention + "q_proj.weight"), get(attention + "k_proj.weight"),
+                               get(attention + "v_proj.weight")});
+    layer.qkv_bias = Concat({get(attention + "q_proj.bias"), get(attention + "k_proj.bias"),
+                             get(attention + "v_proj.bias")});
+    layer.o_weight = get(attention + "o_proj.weight");
+    layer.o_bias = get(attention + "o_proj.bias");
+    layer.gate_up_weight = Concat({get(mlp + "gate_proj.weight"), get(mlp + "up_proj.weight")});
+    layer.gate_up_bias = Concat({get(mlp + "gate_proj.bias"), get(mlp + "up_proj.bias")});
+    layer.down_weight = get(mlp + "down_proj.weight");
+    layer.down_bias = get(mlp + "down_proj.bias");
+    layers_.push_back(std::move(layer));
+  }
+}
+
+at::Tensor FusedDecoder::Forward(const at::Tensor& tokens, const at::Tensor& positions,
+                                 const at::Tensor& slots, SlotKvCache& cache) {
+#if !RLHFD_HAVE_CUDA
+  TORCH_CHECK(false, "FusedDecoder needs CUDA (check Supports() first)");
+#else
+  const int64_t rows = tokens.size(0), hidden = config_.hidden_size;
+  const int64_t heads = config_.num_heads, kv_heads = config_.num_kv_heads, d = config_.head_dim;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(tokens.device().index());
+  const auto bf16 = head_.options();
+  at::Tensor residual = at::empty({rows, hidden}, bf16.dtype(at::kFloat));
+  at::Tensor h = at::empty({rows, hidden}, bf16);
+  at::Tensor q = at::empty({rows, heads, d}, bf16);
+  at::Tensor attention = at::empty({rows, heads, d}, bf16);
+  const at::Tensor embedded = at::embedding(embed_, tokens);  // (B, C) bf16
+  kernels::AddRmsNorm(residual.data_ptr<float>(), embedded.data_ptr(), /*assign=*/true,
+                      layers_[0].input_norm.data_ptr(), h.data_ptr(), rows, hidden, eps, stream);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& layer = layers_[i];
+    const at::Tensor qkv = Linear(h, layer.qkv_weight, layer.qkv_bias);
+    kernels::RopeAppend(qkv.data_ptr(), positions.data_ptr<int64_t>(), slots.data_ptr<int64_t>(),
+                        inv_freq_.data_ptr<float>(),
+                        layer.q_norm.defined() ? layer.q_norm.data_ptr() : nullptr,
+                        layer.k_norm.defined() ? layer.k_norm.data_ptr() : nullptr, eps,
+                        q.data_ptr(), cache.key(i).data_ptr(), cache.value(i).data_ptr(), rows,
+                        heads, kv_heads, d, cache.capacity(), stream);
+    kernels::DecodeAttention(q.data_ptr(), cache.key(i).data_ptr(), cache.value(i).data_ptr(),
+                             slots.data_ptr<int64_t>(), positions.data_ptr<int64_t>(),
+                             attention.data_ptr(), rows, heads, kv_heads, d, cache.capacity(),
+                             scale, stream);
+    const at::Tensor o = Linear(attention.view({rows, heads * d}), layer.o_weight, layer.o_bias);
+    kernels::AddRmsNorm(residual.data_ptr<float>(), o.data_ptr(), /*assign=*/false,
+                        layer.post_norm.data_ptr(), h.data_ptr(), rows, hidden, eps, stream);
+    const at::Tensor gate_up = Linear(h, layer.gate_up_weight, layer.gate_up_bias);
+    at::Tensor activated = at::empty({rows, gate_up.size(1) / 2}, bf16);
+    kernels::SiluMul(gate_up.data_ptr(), activated.data_ptr(), rows, activated.size(1), stream);
+    const at::Tensor down = Linear(activated, layer.down_weight, layer.down_bias);
+    const at::Tensor& next_norm =
+        i + 1 < layers_.size() ? layers_[i + 1].input_norm : final_norm_;
+    kernels::AddRmsNorm(residual.data_ptr<float>(), down.data_ptr(), /*assign=*/false,
+                        next_norm.data_ptr(), h.data_ptr(), rows, hidden, eps, stream);
+  }
+  return at::mm(h, head_.t(), at::kFloat);  // (B, V) float32
+#endif
+}
+
+}  // namespace rlhfd::rollout
