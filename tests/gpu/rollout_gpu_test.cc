@@ -118,7 +118,8 @@ TEST_CASE("bf16 greedy generation follows the model's own full forward", "[gpu][
   INFO(results.status().ToString());
   REQUIRE(results.ok());
   CHECK_FALSE((*engine)->stats().graph_batch_sizes.empty());
-  double worst_gap = 0, worst_logprob = 0;
+  double worst_gap = 0, worst_logprob = 0, total_logprob_diff = 0;
+  int64_t tokens = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     const Completion& sample = (*results)[i].samples[0];
     REQUIRE(sample.token_ids.size() == 24);
@@ -131,16 +132,24 @@ TEST_CASE("bf16 greedy generation follows the model's own full forward", "[gpu][
     const at::Tensor chosen = at::tensor(sample.token_ids).unsqueeze(1);
     // The chosen token is the full forward's argmax up to bf16 noise in the logits.
     const double gap = (logits.amax(1) - logits.gather(1, chosen).squeeze(1)).max().item<double>();
-    const double logprob_diff = (at::log_softmax(logits, -1).gather(1, chosen).squeeze(1) -
-                                 at::tensor(sample.logprobs)).abs().max().item<double>();
+    const at::Tensor logprob_diff = (at::log_softmax(logits, -1).gather(1, chosen).squeeze(1) -
+                                     at::tensor(sample.logprobs)).abs();
     worst_gap = std::max(worst_gap, gap);
-    worst_logprob = std::max(worst_logprob, logprob_diff);
+    worst_logprob = std::max(worst_logprob, logprob_diff.max().item<double>());
+    total_logprob_diff += logprob_diff.sum().item<double>();
+    tokens += logprob_diff.numel();
   }
   std::cout << "rollout_gpu: " << (qwen3 ? "qwen3-like" : "qwen2-like")
             << " greedy vs full forward: worst argmax gap " << worst_gap
-            << ", worst log-prob diff " << worst_logprob << "\n";
-  CHECK(worst_gap < 0.05);
-  CHECK(worst_logprob < 0.05);
+            << ", log-prob diff worst " << worst_logprob << " mean "
+            << total_logprob_diff / tokens << "\n";
+  // Both sides are bf16 forwards that round differently: the module keeps GEMM outputs in
+  // float32, the fused engine rounds them to bf16 (as vLLM does). Measured on the H200: argmax
+  // gaps up to 0.044 and log-prob differences up to 0.052 (mean ~0.01); a wrong kernel gives
+  // differences of order 1.
+  CHECK(worst_gap < 0.1);
+  CHECK(worst_logprob < 0.1);
+  CHECK(total_logprob_diff / tokens < 0.02);
 }
 
 TEST_CASE("CUDA-graph decoding equals eager decoding", "[gpu][rollout]") {
@@ -182,7 +191,11 @@ TEST_CASE("after release the engine holds no GPU memory beyond the weights", "[g
   options.max_model_len = 512;
   auto engine = GenerationEngine::Create(model, options);
   REQUIRE(engine.ok());
-  REQUIRE((*engine)->Generate(Prompts(64, 32)).ok());
+  {
+    auto results = (*engine)->Generate(Prompts(64, 32));
+    INFO(results.status().ToString());
+    REQUIRE(results.ok());
+  }
   const DeviceMemory during = QueryDeviceMemory(kGpu);
   (*engine)->Release();
   const DeviceMemory released = QueryDeviceMemory(kGpu);
@@ -193,10 +206,12 @@ TEST_CASE("after release the engine holds no GPU memory beyond the weights", "[g
             << (released.allocated_bytes >> 20) << "; reserved after release "
             << (released.reserved_bytes >> 20) << "\n";
   CHECK(during.allocated_bytes > weights.allocated_bytes + (*engine)->stats().cache_bytes / 2);
-  CHECK(released.allocated_bytes == weights.allocated_bytes);
+  CHECK(released.allocated_bytes <= weights.allocated_bytes);
   CHECK(released.reserved_bytes <= weights.reserved_bytes);
   // And it generates again after release.
-  CHECK((*engine)->Generate(Prompts(4, 4)).ok());
+  auto again = (*engine)->Generate(Prompts(4, 4));
+  INFO(again.status().ToString());
+  CHECK(again.ok());
 }
 
 }  // namespace rlhfd::rollout

@@ -3,8 +3,9 @@
 // Prints a JSON line and a table: tokens/s, ms per decode step, prefill time, and the share of
 // the memory-bandwidth roofline (bytes a decode step must read over the device-to-device copy
 // bandwidth measured in the same run).
-//   rollout_bench --preset=qwen2.5-0.5b --batch=256 --prompt_len=256 --new_tokens=256
+//   rollout_bench --preset=qwen2.5-0.5b --batch=256,64 --prompt_len=256 --new_tokens=256
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/cuda.h>
 #include <torch/types.h>
 
@@ -15,18 +16,23 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "worker/bench/model_presets.h"
 #include "worker/rollout/device_support.h"
 #include "worker/rollout/engine.h"
 
 ABSL_FLAG(std::string, preset, "qwen2.5-0.5b", "qwen2.5-0.5b, qwen2.5-1.5b or qwen2.5-7b");
-ABSL_FLAG(int64_t, batch, 256, "Prompts (B)");
+ABSL_FLAG(std::vector<std::string>, batch, {"256"}, "Prompts (B); a comma-separated list runs each");
 ABSL_FLAG(int64_t, prompt_len, 256, "Tokens per prompt (P)");
 ABSL_FLAG(int64_t, new_tokens, 256, "New tokens per response (N); EOS is ignored");
 ABSL_FLAG(double, temperature, 1.0, "0 = greedy");
 ABSL_FLAG(bool, cuda_graphs, true, "Replay decode steps as CUDA graphs");
 ABSL_FLAG(double, gpu_memory_utilization, 0.6, "Share of free GPU memory for the KV cache");
 ABSL_FLAG(int64_t, repeat, 2, "Timed runs; the best is reported");
+ABSL_FLAG(std::string, profile, "",
+          "Also write Chrome traces of one more run per batch with 32 new tokens to PREFIX.bB.json "
+          "(summarise with tests/bench/summarize_trace.py FILE 32)");
 
 namespace {
 
@@ -47,30 +53,11 @@ double CopyBandwidth(const at::Device& device) {
   return 2.0 * bytes * reps / seconds;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  if (!torch::cuda::is_available()) {
-    std::cerr << "rollout_bench needs a CUDA GPU\n";
-    return 1;
-  }
-  auto config = rlhfd::bench::PresetConfig(absl::GetFlag(FLAGS_preset));
-  if (!config.ok()) {
-    std::cerr << config.status().message() << "\n";
-    return 2;
-  }
-  const int64_t b = absl::GetFlag(FLAGS_batch), p = absl::GetFlag(FLAGS_prompt_len),
-                n = absl::GetFlag(FLAGS_new_tokens);
-  const at::Device device(at::kCUDA, 0);
-  torch::NoGradGuard no_grad;
-  at::manual_seed(0);
-  rlhfd::model::Transformer model(*config);
-  for (auto& parameter : model->parameters()) parameter.normal_(0, 0.02);
-  model->to(device, at::kBFloat16);
-  int64_t weight_bytes = 0;
-  for (const auto& parameter : model->parameters()) weight_bytes += parameter.nbytes();
-
+// One batch size: a fresh engine, a warm-up (cache and graphs), then the best of --repeat runs.
+// Returns false (after printing why) when it cannot run.
+bool RunBatch(rlhfd::model::Transformer& model, const rlhfd::model::ModelConfig& config,
+              int64_t weight_bytes, double bandwidth, int64_t b) {
+  const int64_t p = absl::GetFlag(FLAGS_prompt_len), n = absl::GetFlag(FLAGS_new_tokens);
   rlhfd::rollout::EngineOptions options;
   options.max_num_seqs = b;
   options.max_model_len = p + n;
@@ -79,10 +66,10 @@ int main(int argc, char** argv) {
   auto engine = rlhfd::rollout::GenerationEngine::Create(model, options);
   if (!engine.ok()) {
     std::cerr << engine.status().message() << "\n";
-    return 1;
+    return false;
   }
   std::vector<rlhfd::rollout::GenerationRequest> requests(b);
-  at::Tensor prompts = at::randint(0, config->vocab_size, {b, p}, at::kLong);
+  at::Tensor prompts = at::randint(0, config.vocab_size, {b, p}, at::kLong);
   for (int64_t i = 0; i < b; ++i) {
     const int64_t* row = prompts[i].data_ptr<int64_t>();
     requests[i].prompt_ids.assign(row, row + p);
@@ -91,17 +78,16 @@ int main(int argc, char** argv) {
     requests[i].sampling.max_new_tokens = n;
     requests[i].sampling.ignore_eos = true;
   }
-  // Warm-up (allocates the cache and captures the graphs), then timed runs.
   auto warmup = requests;
   for (auto& request : warmup) request.sampling.max_new_tokens = 4;
   if (auto status = (*engine)->Generate(warmup); !status.ok()) {
     std::cerr << status.status().message() << "\n";
-    return 1;
+    return false;
   }
   if ((*engine)->stats().cache_slots < b) {
     std::cerr << "the KV cache holds " << (*engine)->stats().cache_slots << " sequences, not "
               << b << "; raise --gpu_memory_utilization\n";
-    return 1;
+    return false;
   }
   double best_seconds = 1e30, prefill_seconds = 0, decode_seconds = 0;
   int64_t decode_steps = 0;
@@ -112,7 +98,7 @@ int main(int argc, char** argv) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (!results.ok()) {
       std::cerr << results.status().message() << "\n";
-      return 1;
+      return false;
     }
     const rlhfd::rollout::EngineStats& after = (*engine)->stats();
     if (seconds < best_seconds) {
@@ -122,13 +108,26 @@ int main(int argc, char** argv) {
       decode_steps = after.decode_steps - before.decode_steps;
     }
   }
-  const double bandwidth = CopyBandwidth(device);
+  if (const std::string path = absl::GetFlag(FLAGS_profile); !path.empty()) {
+    namespace profiler = torch::autograd::profiler;
+    const profiler::ProfilerConfig profile_config(profiler::ProfilerState::KINETO);
+    const std::set<torch::profiler::impl::ActivityType> activities = {
+        torch::profiler::impl::ActivityType::CPU, torch::profiler::impl::ActivityType::CUDA};
+    auto short_run = requests;
+    for (auto& request : short_run) request.sampling.max_new_tokens = 32;
+    profiler::prepareProfiler(profile_config, activities);
+    profiler::enableProfiler(profile_config, activities);
+    if (auto status = (*engine)->Generate(short_run); !status.ok()) {
+      std::cerr << status.status().message() << "\n";
+      return false;
+    }
+    profiler::disableProfiler()->save(absl::StrCat(path, ".b", b, ".json"));
+  }
   // A decode step reads every weight once (the tied embedding as the LM head) and each
   // sequence's cached keys and values; positions grow from P + 1 to P + N - 1 over the steps.
-  const auto& c = *config;
-  const double kv_bytes_per_position = 2.0 * c.num_layers * c.num_kv_heads * c.head_dim * 2;
-  const double mean_length = p + n / 2.0;
-  const double step_bytes = weight_bytes + b * mean_length * kv_bytes_per_position;
+  const double kv_bytes_per_position = 2.0 * config.num_layers * config.num_kv_heads *
+                                       config.head_dim * 2;
+  const double step_bytes = weight_bytes + b * (p + n / 2.0) * kv_bytes_per_position;
   const double roofline_step = step_bytes / bandwidth;
   const double tokens_per_second = b * n / best_seconds;
   const double step_ms = 1e3 * decode_seconds / std::max<int64_t>(decode_steps, 1);
@@ -157,7 +156,45 @@ int main(int argc, char** argv) {
               " | roofline %5.2f ms/step (%4.1f%% of it in decode, %4.1f%% overall) | %.0f GB/s\n",
               absl::GetFlag(FLAGS_preset).c_str(), b, p, n, tokens_per_second,
               1e3 * prefill_seconds, step_ms, 1e3 * roofline_step,
-              100.0 * 1e3 * roofline_step / step_ms, 100.0 * tokens_per_second / roofline_tokens_per_second,
-              bandwidth / 1e9);
+              100.0 * 1e3 * roofline_step / step_ms,
+              100.0 * tokens_per_second / roofline_tokens_per_second, bandwidth / 1e9);
+  std::fflush(stdout);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  if (!torch::cuda::is_available()) {
+    std::cerr << "rollout_bench needs a CUDA GPU\n";
+    return 1;
+  }
+  auto config = rlhfd::bench::PresetConfig(absl::GetFlag(FLAGS_preset));
+  if (!config.ok()) {
+    std::cerr << config.status().message() << "\n";
+    return 2;
+  }
+  std::vector<int64_t> batches;
+  for (const std::string& text : absl::GetFlag(FLAGS_batch)) {
+    int64_t b = 0;
+    if (!absl::SimpleAtoi(text, &b) || b < 1) {
+      std::cerr << "--batch: '" << text << "' is not a positive count\n";
+      return 2;
+    }
+    batches.push_back(b);
+  }
+  const at::Device device(at::kCUDA, 0);
+  torch::NoGradGuard no_grad;
+  at::manual_seed(0);
+  rlhfd::model::Transformer model(*config);
+  model->to(device, at::kBFloat16);  // Random values drawn on the GPU: faster for 7B.
+  for (auto& parameter : model->parameters()) parameter.normal_(0, 0.02);
+  int64_t weight_bytes = 0;
+  for (const auto& parameter : model->parameters()) weight_bytes += parameter.nbytes();
+  const double bandwidth = CopyBandwidth(device);
+  for (int64_t b : batches) {
+    if (!RunBatch(model, *config, weight_bytes, bandwidth, b)) return 1;
+  }
   return 0;
 }

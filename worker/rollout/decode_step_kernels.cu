@@ -51,7 +51,8 @@ __global__ void __launch_bounds__(32)
                      const int64_t* __restrict__ slots, const float* __restrict__ inv_freq,
                      const __nv_bfloat16* __restrict__ q_norm,
                      const __nv_bfloat16* __restrict__ k_norm, float eps,
-                     __nv_bfloat16* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cache,
+                     __nv_bfloat16* __restrict__ q_out, __nv_bfloat16* __restrict__ k_out,
+                     __nv_bfloat16* __restrict__ k_cache,
                      __nv_bfloat16* __restrict__ v_cache, int heads, int kv_heads, int capacity) {
   constexpr int kPairs = D / 64;
   const int row = blockIdx.x, head = blockIdx.y, lane = threadIdx.x;
@@ -90,26 +91,39 @@ __global__ void __launch_bounds__(32)
   }
   __nv_bfloat16* out = is_q ? q_out + (static_cast<size_t>(row) * heads + head) * D
                             : k_cache + cache_offset;
+  // Keys also to k_out when asked (a prefill attends its own keys straight away).
+  __nv_bfloat16* copy = !is_q && k_out != nullptr
+                            ? k_out + (static_cast<size_t>(row) * kv_heads + kv_head) * D
+                            : nullptr;
 #pragma unroll
   for (int j = 0; j < kPairs; ++j) {
     // As transformers: angle = position * inv_freq in float32, then cos and sin.
     float sin, cos;
     sincosf(static_cast<float>(position) * inv_freq[lane + 32 * j], &sin, &cos);
-    out[lane + 32 * j] = __float2bfloat16(x1[j] * cos - x2[j] * sin);
-    out[lane + 32 * j + D / 2] = __float2bfloat16(x2[j] * cos + x1[j] * sin);
+    const __nv_bfloat16 first = __float2bfloat16(x1[j] * cos - x2[j] * sin);
+    const __nv_bfloat16 second = __float2bfloat16(x2[j] * cos + x1[j] * sin);
+    out[lane + 32 * j] = first;
+    out[lane + 32 * j + D / 2] = second;
+    if (copy != nullptr) {
+      copy[lane + 32 * j] = first;
+      copy[lane + 32 * j + D / 2] = second;
+    }
   }
 }
 
+// Grid (column blocks, rows); each thread takes two adjacent columns.
 __global__ void SiluMulKernel(const __nv_bfloat16* __restrict__ gate_up,
-                              __nv_bfloat16* __restrict__ out, int64_t rows, int width) {
-  const int64_t total = rows * width;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t row = i / width, column = i % width;
-    const float gate = __bfloat162float(gate_up[row * 2 * width + column]);
-    const float up = __bfloat162float(gate_up[row * 2 * width + width + column]);
-    out[i] = __float2bfloat16(gate / (1.f + __expf(-gate)) * up);
-  }
+                              __nv_bfloat16* __restrict__ out, int width) {
+  const int row = blockIdx.y, column = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
+  if (column >= width) return;
+  const __nv_bfloat16* in = gate_up + static_cast<size_t>(row) * 2 * width;
+  const float2 gate = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(in + column));
+  const float2 up =
+      __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(in + width + column));
+  const float a = gate.x / (1.f + __expf(-gate.x)) * up.x;
+  const float b = gate.y / (1.f + __expf(-gate.y)) * up.y;
+  *reinterpret_cast<__nv_bfloat162*>(out + static_cast<size_t>(row) * width + column) =
+      __floats2bfloat162_rn(a, b);
 }
 
 }  // namespace
@@ -124,8 +138,8 @@ void AddRmsNorm(float* residual, const void* delta, bool assign, const void* wei
 
 bool RopeAppend(const void* qkv, const int64_t* positions, const int64_t* slots,
                 const float* inv_freq, const void* q_norm, const void* k_norm, float eps,
-                void* q_out, void* k_cache, void* v_cache, int rows, int heads, int kv_heads,
-                int head_dim, int capacity, cudaStream_t stream) {
+                void* q_out, void* k_out, void* k_cache, void* v_cache, int rows, int heads,
+                int kv_heads, int head_dim, int capacity, cudaStream_t stream) {
   if (head_dim != 64 && head_dim != 128) return false;
   if (rows == 0) return true;
   const dim3 grid(rows, heads + 2 * kv_heads);
@@ -133,25 +147,26 @@ bool RopeAppend(const void* qkv, const int64_t* positions, const int64_t* slots,
   const auto* qn = static_cast<const __nv_bfloat16*>(q_norm);
   const auto* kn = static_cast<const __nv_bfloat16*>(k_norm);
   auto* q = static_cast<__nv_bfloat16*>(q_out);
+  auto* k_copy = static_cast<__nv_bfloat16*>(k_out);
   auto* k = static_cast<__nv_bfloat16*>(k_cache);
   auto* v = static_cast<__nv_bfloat16*>(v_cache);
   if (head_dim == 64) {
     RopeAppendKernel<64><<<grid, 32, 0, stream>>>(in, positions, slots, inv_freq, qn, kn, eps, q,
-                                                  k, v, heads, kv_heads, capacity);
+                                                  k_copy, k, v, heads, kv_heads, capacity);
   } else {
     RopeAppendKernel<128><<<grid, 32, 0, stream>>>(in, positions, slots, inv_freq, qn, kn, eps,
-                                                   q, k, v, heads, kv_heads, capacity);
+                                                   q, k_copy, k, v, heads, kv_heads, capacity);
   }
   return true;
 }
 
 void SiluMul(const void* gate_up, void* out, int64_t rows, int width, cudaStream_t stream) {
-  const int64_t total = rows * width;
-  if (total == 0) return;
+  if (rows == 0 || width == 0) return;
+  // Two columns per thread: the width is even for every model we load (checked by the caller).
   const int threads = 256;
-  const int blocks = static_cast<int>(std::min<int64_t>((total + threads - 1) / threads, 4096));
-  SiluMulKernel<<<blocks, threads, 0, stream>>>(static_cast<const __nv_bfloat16*>(gate_up),
-                                                static_cast<__nv_bfloat16*>(out), rows, width);
+  const dim3 grid((width / 2 + threads - 1) / threads, static_cast<unsigned>(rows));
+  SiluMulKernel<<<grid, threads, 0, stream>>>(static_cast<const __nv_bfloat16*>(gate_up),
+                                              static_cast<__nv_bfloat16*>(out), width);
 }
 
 }  // namespace rlhfd::rollout::kernels

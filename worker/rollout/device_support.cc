@@ -2,8 +2,12 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #if RLHFD_HAVE_CUDA
+#include <ATen/cuda/CUDAContextLight.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -36,15 +40,37 @@ void ResetPeakMemory(const at::Device& device) {
 }
 
 void ReleaseCachedMemory(const at::Device& device) {
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+  if (!device.is_cuda()) return;
+  // cuBLAS keeps a workspace per (handle, stream), ours among them; they come back on next use.
+  at::cuda::clearCublasWorkspaces();
+  c10::cuda::CUDACachingAllocator::emptyCache();
 }
 
 void Synchronize(const at::Device& device) {
   if (device.is_cuda()) c10::cuda::getCurrentCUDAStream(device.index()).synchronize();
 }
 
+struct StreamMarker::Event {
+  at::cuda::CUDAEvent event;
+};
+
+StreamMarker::StreamMarker(const at::Device& device) {
+  if (!device.is_cuda()) return;
+  event_ = std::make_unique<Event>();
+  event_->event.record(c10::cuda::getCurrentCUDAStream(device.index()));
+}
+
+StreamMarker::~StreamMarker() = default;
+
+void StreamMarker::Wait() {
+  if (event_) event_->event.synchronize();
+}
+
 struct DecodeGraphs::Graphs {
-  at::cuda::MempoolId_t pool = at::cuda::graph_pool_handle();
+  // The first graph's private pool, shared by the later ones; freed with the last of them.
+  std::optional<at::cuda::MempoolId_t> pool;
+  // One capture stream for all (each stream would get its own cuBLAS workspace).
+  std::optional<c10::cuda::CUDAStream> stream;
   // batch → (graph, output)
   std::map<int64_t, std::pair<std::unique_ptr<at::cuda::CUDAGraph>, at::Tensor>> by_batch;
 };
@@ -61,17 +87,20 @@ absl::Status DecodeGraphs::Capture(int64_t batch, const std::function<at::Tensor
   c10::cuda::CUDAGuard device_guard(device_);
   // Capture runs on a side stream; the warm-up there first initialises cuBLAS workspaces and
   // anything else lazy, which capture would not allow.
-  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false,
-                                                             device_.index());
+  if (!graphs_->stream) {
+    graphs_->stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+  }
+  c10::cuda::CUDAStream side = *graphs_->stream;
   c10::cuda::getCurrentCUDAStream(device_.index()).synchronize();
   try {
     c10::cuda::CUDAStreamGuard stream_guard(side);
     step();
     side.synchronize();
     auto graph = std::make_unique<at::cuda::CUDAGraph>();
-    graph->capture_begin(graphs_->pool);
+    graph->capture_begin(graphs_->pool.value_or(at::cuda::MempoolId_t{0, 0}));
     at::Tensor output = step();
     graph->capture_end();
+    if (!graphs_->pool) graphs_->pool = graph->pool();
     side.synchronize();
     graphs_->by_batch[batch] = {std::move(graph), std::move(output)};
   } catch (const c10::Error& error) {
@@ -94,7 +123,9 @@ const at::Tensor& DecodeGraphs::Replay(int64_t batch) {
 }
 
 void DecodeGraphs::Clear() {
-  if (graphs_) graphs_->by_batch.clear();
+  if (!graphs_) return;
+  graphs_->by_batch.clear();
+  graphs_->pool.reset();
 }
 
 bool DecodeGraphs::empty() const { return !graphs_ || graphs_->by_batch.empty(); }
@@ -105,6 +136,11 @@ DeviceMemory QueryDeviceMemory(const at::Device&) { return {}; }
 void ResetPeakMemory(const at::Device&) {}
 void ReleaseCachedMemory(const at::Device&) {}
 void Synchronize(const at::Device&) {}
+
+struct StreamMarker::Event {};
+StreamMarker::StreamMarker(const at::Device&) {}
+StreamMarker::~StreamMarker() = default;
+void StreamMarker::Wait() {}
 
 struct DecodeGraphs::Graphs {};
 DecodeGraphs::DecodeGraphs(const at::Device& device) : device_(device) {}

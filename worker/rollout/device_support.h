@@ -27,6 +27,19 @@ void ResetPeakMemory(const at::Device& device);
 void ReleaseCachedMemory(const at::Device& device);
 void Synchronize(const at::Device& device);
 
+// A point in the current stream's work, recorded on construction; Wait() blocks the host until
+// the work before it is done. Immediate on a CPU device.
+class StreamMarker {
+ public:
+  explicit StreamMarker(const at::Device& device);
+  ~StreamMarker();
+  void Wait();
+
+ private:
+  struct Event;
+  std::unique_ptr<Event> event_;
+};
+
 // CUDA graphs of one step function, one per batch size, sharing one memory pool. Capture the
 // largest batch first: smaller graphs then fit in the memory it reserved.
 class DecodeGraphs {

@@ -39,6 +39,13 @@ struct GenerationEngine::Sequence {
 };
 
 // The state of one Generate call: the waiting queue, the running sequences and the free slots.
+//
+// Decode steps are pipelined: step k+1 is launched before the host reads step k's tokens, so the
+// host's bookkeeping and the graph launch overlap the GPU's work. While the running set stays the
+// same, each step's inputs (last token, position, sampling counter) are advanced on the device.
+// A sequence that finished at step k has computed one more token in step k+1, which is dropped;
+// when any finished (or new ones join), the host waits for the steps in flight, retires the
+// finished and rebuilds the inputs.
 class GenerationEngine::Run {
  public:
   Run(GenerationEngine& engine, const std::vector<GenerationRequest>& requests)
@@ -55,14 +62,36 @@ class GenerationEngine::Run {
   }
 
   std::vector<GenerationResult> Execute() {
+    const auto start = std::chrono::steady_clock::now();
+    const double prefill_before = engine_.stats_.prefill_seconds;
     while (!waiting_.empty() || !running_.empty()) {
-      if (!waiting_.empty()) Prefill();
-      if (!running_.empty()) Decode();
+      if (!waiting_.empty() && (CanAdmit() || any_finished_)) {
+        CollectAll();
+        Retire();
+        if (CanAdmit()) Prefill();
+      }
+      if (running_.empty()) continue;
+      LaunchDecode();
+      if (in_flight_.size() > 1) CollectOldest();
     }
+    // Decode time: all but the prefills (steps overlap, so they are not timed one by one).
+    engine_.stats_.decode_seconds +=
+        Seconds(start) - (engine_.stats_.prefill_seconds - prefill_before);
     return std::move(results_);
   }
 
  private:
+  struct Step {
+    int64_t rows;
+    int buffer;  // Which pinned output buffer its tokens land in.
+    std::unique_ptr<StreamMarker> done;
+  };
+
+  bool CanAdmit() const {
+    return !waiting_.empty() &&
+           static_cast<int64_t>(free_slots_.size()) >= requests_[waiting_.front()].sampling.n;
+  }
+
   // Admits waiting requests while slots are free and the padded prompt tokens fit the prefill
   // budget (one request always fits), prefills them together and draws each sample's first token.
   void Prefill() {
@@ -123,32 +152,80 @@ class GenerationEngine::Run {
       return at::tensor(values, at::kLong).to(device);
     };
     SlotKvCache& cache = *engine_.cache_;
-    cache.BeginPrefill(on_device(first_slots));
-    model::ForwardBatch forward{ids.to(device), ragged ? mask.to(device) : at::Tensor()};
-    at::Tensor hidden = engine_.model_->Hidden(forward, &cache);  // (B, T, C)
-    at::Tensor last = hidden.index({at::arange(batch, hidden.options().dtype(at::kLong)),
-                                    last_index.to(device)});      // (B, C)
-    at::Tensor logits = engine_.model_->Logits(last.unsqueeze(1)).squeeze(1);  // (B, V)
+    at::Tensor logits;  // (B, V) after each prompt's last token
+    if (engine_.fused_) {
+      logits = engine_.fused_->Prefill(ids.to(device), (last_index + 1).to(device),
+                                       on_device(first_slots), engine_.usable_slots_, cache);
+    } else {
+      cache.BeginPrefill(on_device(first_slots));
+      model::ForwardBatch forward{ids.to(device), ragged ? mask.to(device) : at::Tensor()};
+      const at::Tensor hidden = engine_.model_->Hidden(forward, &cache);  // (B, T, C)
+      const at::Tensor last = hidden.index({at::arange(batch, hidden.options().dtype(at::kLong)),
+                                            last_index.to(device)});     // (B, C)
+      logits = engine_.model_->Logits(last.unsqueeze(1)).squeeze(1);
+    }
     if (!copy_to.empty()) cache.CopyPrefix(on_device(copy_from), on_device(copy_to), longest);
-    SampleAndAppend(logits.index_select(0, on_device(sample_rows)), first_sequence);
+    // Every sample's first token, drawn now (the host needs them before any decode step).
+    const int64_t samples = static_cast<int64_t>(sample_rows.size());
+    UploadSamplingRows(first_sequence, samples);
+    const SampledTokens drawn =
+        SampleTokens(logits.index_select(0, on_device(sample_rows)), DeviceSamplingRows(samples));
+    const int buffer = CopyToHost(drawn, samples);
+    Synchronize(device);
+    Append(first_sequence, samples, buffer);
+    device_inputs_valid_ = false;
 
     engine_.stats_.prompts += batch;
     engine_.stats_.prefill_tokens += std::count(mask_data, mask_data + batch * longest, 1);
     engine_.stats_.prefill_seconds += Seconds(start);
   }
 
-  // One decode step over every running sequence.
-  void Decode() {
-    const auto start = std::chrono::steady_clock::now();
+  // Launches one decode step over every running sequence. Inputs come from the device when the
+  // running set is unchanged since the last step, else from the host (after collecting).
+  void LaunchDecode() {
+    if (any_finished_ || !device_inputs_valid_) {
+      CollectAll();
+      Retire();
+      if (running_.empty()) return;
+      UploadStepInputs();
+      UploadSamplingRows(0, static_cast<int64_t>(running_.size()));
+      device_inputs_valid_ = true;
+    }
     const int64_t rows = static_cast<int64_t>(running_.size());
     const int64_t bucket = engine_.graphs_.empty() ? rows : engine_.graphs_.BucketFor(rows);
-    // Rows past `rows` (graph padding) decode a dummy token into the scratch slot.
-    const int64_t scratch = engine_.usable_slots_;
-    at::Tensor host = at::zeros({3, engine_.usable_slots_}, HostOptions(engine_.device_, at::kLong));
-    host[2].fill_(scratch);
-    int64_t* token = host[0].data_ptr<int64_t>();
-    int64_t* position = host[1].data_ptr<int64_t>();
-    int64_t* slot = host[2].data_ptr<int64_t>();
+    const at::Tensor logits = engine_.graphs_.empty() ? engine_.DecodeForward(bucket)
+                                                      : engine_.graphs_.Replay(bucket);
+    const SampledTokens drawn = SampleTokens(logits.narrow(0, 0, rows), DeviceSamplingRows(rows));
+    // The next step's inputs, advanced on the device: this token, one position on, next counter.
+    engine_.step_inputs_[0].narrow(0, 0, rows).copy_(drawn.tokens);
+    engine_.step_inputs_[1].narrow(0, 0, rows).add_(1);
+    engine_.device_ints_[1].narrow(0, 0, rows).add_(1);
+    const int buffer = CopyToHost(drawn, rows);
+    in_flight_.push_back({rows, buffer, std::make_unique<StreamMarker>(engine_.device_)});
+    engine_.stats_.decode_steps += 1;
+  }
+
+  void CollectOldest() {
+    Step step = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    step.done->Wait();
+    Append(0, step.rows, step.buffer);
+  }
+
+  void CollectAll() {
+    while (!in_flight_.empty()) CollectOldest();
+  }
+
+  // Decode inputs of running_ (token, position, slot per row) into step_inputs_. Rows past
+  // running_ (graph padding) decode a dummy token into the scratch slot.
+  void UploadStepInputs() {
+    const int64_t rows = static_cast<int64_t>(running_.size()), slots = engine_.usable_slots_;
+    int64_t* token = engine_.host_inputs_.data_ptr<int64_t>();
+    int64_t* position = token + slots;
+    int64_t* slot = position + slots;
+    std::fill_n(token + rows, slots - rows, 0);
+    std::fill_n(position + rows, slots - rows, 0);
+    std::fill_n(slot + rows, slots - rows, slots);
     for (int64_t i = 0; i < rows; ++i) {
       const Sequence& sequence = running_[i];
       const int64_t generated = static_cast<int64_t>(sequence.completion.token_ids.size());
@@ -156,26 +233,19 @@ class GenerationEngine::Run {
       position[i] = sequence.prompt_length + generated - 1;
       slot[i] = sequence.slot;
     }
-    engine_.step_inputs_.copy_(host, /*non_blocking=*/true);
-    const at::Tensor logits = engine_.graphs_.empty() ? engine_.DecodeForward(bucket)
-                                                      : engine_.graphs_.Replay(bucket);
-    SampleAndAppend(logits.narrow(0, 0, rows), 0);
-    engine_.stats_.decode_steps += 1;
-    engine_.stats_.decode_seconds += Seconds(start);
+    engine_.step_inputs_.copy_(engine_.host_inputs_, /*non_blocking=*/true);
   }
 
-  // Draws the next token of running_[first..] from logits (one row each), appends it, and retires
-  // the sequences that finished.
-  void SampleAndAppend(const at::Tensor& logits, size_t first) {
-    const int64_t rows = logits.size(0);
-    at::Tensor ints = at::empty({3, rows}, HostOptions(engine_.device_, at::kLong));
-    at::Tensor floats = at::empty({2, rows}, HostOptions(engine_.device_, at::kFloat));
-    int64_t* seed = ints.data_ptr<int64_t>();
-    int64_t* counter = seed + rows;
-    int64_t* top_k = counter + rows;
-    float* temperature = floats.data_ptr<float>();
-    float* top_p = temperature + rows;
-    bool filtered = false;
+  // Sampling parameters of running_[first, first + rows) into rows [0, rows) of the device
+  // buffers: seed, counter (the next token's index), top-k / temperature, top-p.
+  void UploadSamplingRows(size_t first, int64_t rows) {
+    const int64_t slots = engine_.usable_slots_;
+    int64_t* seed = engine_.host_ints_.data_ptr<int64_t>();
+    int64_t* counter = seed + slots;
+    int64_t* top_k = counter + slots;
+    float* temperature = engine_.host_floats_.data_ptr<float>();
+    float* top_p = temperature + slots;
+    filtered_ = false;
     for (int64_t i = 0; i < rows; ++i) {
       const Sequence& sequence = running_[first + i];
       const SamplingParams& sampling = requests_[sequence.request].sampling;
@@ -184,39 +254,63 @@ class GenerationEngine::Run {
       top_k[i] = sampling.top_k;
       temperature[i] = static_cast<float>(sampling.temperature);
       top_p[i] = static_cast<float>(sampling.top_p);
-      filtered |= sampling.top_k > 0 || sampling.top_p < 1.0;
+      filtered_ |= sampling.top_k > 0 || sampling.top_p < 1.0;
     }
-    const at::Tensor device_ints = ints.to(engine_.device_, /*non_blocking=*/true);
-    const at::Tensor device_floats = floats.to(engine_.device_, /*non_blocking=*/true);
-    SamplingRows parameters{device_floats[0], device_ints[0], device_ints[1]};
-    if (filtered) {
-      parameters.top_k = device_ints[2];
-      parameters.top_p = device_floats[1];
+    engine_.device_ints_.copy_(engine_.host_ints_, /*non_blocking=*/true);
+    engine_.device_floats_.copy_(engine_.host_floats_, /*non_blocking=*/true);
+  }
+
+  SamplingRows DeviceSamplingRows(int64_t rows) const {
+    const auto view = [rows](const at::Tensor& buffer, int64_t index) {
+      return buffer[index].narrow(0, 0, rows);
+    };
+    SamplingRows parameters{view(engine_.device_floats_, 0), view(engine_.device_ints_, 0),
+                            view(engine_.device_ints_, 1)};
+    if (filtered_) {
+      parameters.top_k = view(engine_.device_ints_, 2);
+      parameters.top_p = view(engine_.device_floats_, 1);
     }
-    const SampledTokens drawn = SampleTokens(logits, parameters);
-    const at::Tensor tokens = drawn.tokens.to(at::kCPU);
-    const at::Tensor logprobs = drawn.logprobs.to(at::kCPU);
-    const int64_t* token = tokens.data_ptr<int64_t>();
-    const float* logprob = logprobs.data_ptr<float>();
+    return parameters;
+  }
+
+  // Starts copying drawn tokens and log-probs to the next pinned output buffer; returns it.
+  int CopyToHost(const SampledTokens& drawn, int64_t rows) {
+    const int buffer = next_buffer_;
+    next_buffer_ = 1 - next_buffer_;
+    engine_.host_tokens_[buffer].narrow(0, 0, rows).copy_(drawn.tokens, /*non_blocking=*/true);
+    engine_.host_logprobs_[buffer].narrow(0, 0, rows).copy_(drawn.logprobs, /*non_blocking=*/true);
+    return buffer;
+  }
+
+  // Appends the tokens of output `buffer` to running_[first, first + rows), skipping sequences
+  // already finished, and marks those that finish now.
+  void Append(size_t first, int64_t rows, int buffer) {
+    const int64_t* token = engine_.host_tokens_[buffer].data_ptr<int64_t>();
+    const float* logprob = engine_.host_logprobs_[buffer].data_ptr<float>();
     for (int64_t i = 0; i < rows; ++i) {
       Sequence& sequence = running_[first + i];
+      if (sequence.finished) continue;  // A token past the end, computed by the pipeline.
       const SamplingParams& sampling = requests_[sequence.request].sampling;
       sequence.completion.token_ids.push_back(token[i]);
       sequence.completion.logprobs.push_back(logprob[i]);
+      engine_.stats_.generated_tokens += 1;
       const bool eos = !sampling.ignore_eos && std::count(eos_.begin(), eos_.end(), token[i]);
       const bool stop = std::count(sampling.stop_token_ids.begin(),
                                    sampling.stop_token_ids.end(), token[i]) > 0;
       if (eos || stop) {
         sequence.completion.finish_reason = FinishReason::kStop;
-        sequence.finished = true;
-      } else if (static_cast<int64_t>(sequence.completion.token_ids.size()) >=
+      } else if (static_cast<int64_t>(sequence.completion.token_ids.size()) <
                  sampling.max_new_tokens) {
-        sequence.completion.finish_reason = FinishReason::kLength;
-        sequence.finished = true;
+        continue;
       }
+      sequence.finished = true;
+      any_finished_ = true;
     }
-    engine_.stats_.generated_tokens += rows;
-    // Retire finished sequences: their slots free up for the next admission.
+  }
+
+  // Moves finished sequences to the results and frees their slots. No step may be in flight.
+  void Retire() {
+    if (!any_finished_) return;
     std::vector<Sequence> still_running;
     still_running.reserve(running_.size());
     for (Sequence& sequence : running_) {
@@ -228,6 +322,8 @@ class GenerationEngine::Run {
       results_[sequence.request].samples[sequence.sample] = std::move(sequence.completion);
     }
     running_ = std::move(still_running);
+    any_finished_ = false;
+    device_inputs_valid_ = false;
   }
 
   GenerationEngine& engine_;
@@ -238,6 +334,11 @@ class GenerationEngine::Run {
   std::deque<size_t> waiting_;
   std::vector<Sequence> running_;
   std::vector<int64_t> free_slots_;
+  std::deque<Step> in_flight_;
+  bool any_finished_ = false;
+  bool device_inputs_valid_ = false;  // step_inputs_ and the sampling rows match running_.
+  bool filtered_ = false;             // Some row of the uploaded sampling rows uses top-k / top-p.
+  int next_buffer_ = 0;
 };
 
 GenerationEngine::GenerationEngine(model::Transformer model, EngineOptions options)
@@ -341,8 +442,16 @@ absl::Status GenerationEngine::Prepare() {
     cache_ = std::make_unique<SlotKvCache>(config, slots + 1, options_.max_model_len,
                                            at::TensorOptions().dtype(dtype_).device(device_));
     usable_slots_ = slots;
-    step_inputs_ = at::zeros({3, slots}, at::TensorOptions().dtype(at::kLong).device(device_));
+    const auto on_device = at::TensorOptions().device(device_);
+    step_inputs_ = at::zeros({3, slots}, on_device.dtype(at::kLong));
     step_inputs_[2].fill_(slots);
+    host_inputs_ = at::zeros({3, slots}, HostOptions(device_, at::kLong));
+    host_ints_ = at::zeros({3, slots}, HostOptions(device_, at::kLong));
+    host_floats_ = at::zeros({2, slots}, HostOptions(device_, at::kFloat));
+    device_ints_ = at::zeros({3, slots}, on_device.dtype(at::kLong));
+    device_floats_ = at::zeros({2, slots}, on_device.dtype(at::kFloat));
+    host_tokens_ = at::zeros({2, slots}, HostOptions(device_, at::kLong));
+    host_logprobs_ = at::zeros({2, slots}, HostOptions(device_, at::kFloat));
     if (FusedDecoder::Supports(model_)) fused_ = std::make_unique<FusedDecoder>(model_);
     stats_.cache_slots = slots;
     stats_.cache_bytes = per_slot * (slots + 1);
@@ -369,7 +478,7 @@ at::Tensor GenerationEngine::DecodeForward(int64_t rows) {
   const at::Tensor tokens = step_inputs_[0].narrow(0, 0, rows);
   const at::Tensor positions = step_inputs_[1].narrow(0, 0, rows);
   const at::Tensor slots = step_inputs_[2].narrow(0, 0, rows);
-  if (fused_) return fused_->Forward(tokens, positions, slots, *cache_);
+  if (fused_) return fused_->Decode(tokens, positions, slots, *cache_);
   cache_->BeginDecode(slots, positions);
   model::ForwardBatch batch{tokens.view({rows, 1}), at::Tensor(), positions.view({rows, 1})};
   const at::Tensor hidden = model_->Hidden(batch, cache_.get());
@@ -401,7 +510,10 @@ void GenerationEngine::Release() {
   graphs_.Clear();
   fused_.reset();
   cache_.reset();
-  step_inputs_ = at::Tensor();
+  for (at::Tensor* buffer : {&step_inputs_, &host_inputs_, &host_ints_, &host_floats_,
+                             &device_ints_, &device_floats_, &host_tokens_, &host_logprobs_}) {
+    *buffer = at::Tensor();
+  }
   usable_slots_ = 0;
   Synchronize(device_);
   ReleaseCachedMemory(device_);

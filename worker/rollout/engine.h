@@ -84,6 +84,12 @@ class GenerationEngine {
   DecodeGraphs graphs_;
   // Decode inputs (3, usable_slots): token, position, slot of each row; graphs read them here.
   at::Tensor step_inputs_;
+  // Per-step staging, allocated with the cache and reused (pinned on GPU hosts): the host side
+  // of step_inputs_, the sampling parameters (seed, counter, top_k / temperature, top_p per row)
+  // with their device twins, and (2, usable_slots) the drawn tokens with their log-probs of the
+  // two steps that can be in flight.
+  at::Tensor host_inputs_, host_ints_, host_floats_, device_ints_, device_floats_;
+  at::Tensor host_tokens_, host_logprobs_;
   EngineStats stats_;
 };
 

@@ -33,7 +33,8 @@ bool FusedDecoder::Supports(const model::Transformer& model) {
   const model::ModelConfig& c = model->config();
   const at::Tensor& head = model->HeadWeight();
   return head.is_cuda() && head.scalar_type() == at::kBFloat16 &&
-         (c.head_dim == 64 || c.head_dim == 128) && c.num_heads % c.num_kv_heads == 0 &&
+         (c.head_dim == 64 || c.head_dim == 128) && c.intermediate_size % 2 == 0 &&
+         c.num_heads % c.num_kv_heads == 0 &&
          c.num_heads / c.num_kv_heads <= 8;
 }
 
@@ -70,11 +71,11 @@ FusedDecoder::FusedDecoder(model::Transformer& model) : config_(model->config())
   }
 }
 
-at::Tensor FusedDecoder::Forward(const at::Tensor& tokens, const at::Tensor& positions,
-                                 const at::Tensor& slots, SlotKvCache& cache) {
-#if !RLHFD_HAVE_CUDA
-  TORCH_CHECK(false, "FusedDecoder needs CUDA (check Supports() first)");
-#else
+#if RLHFD_HAVE_CUDA
+
+at::Tensor FusedDecoder::Layers(const at::Tensor& tokens, const at::Tensor& positions,
+                                const at::Tensor& slots, SlotKvCache& cache, bool keep_keys,
+                                const AttendFn& attend) {
   const int64_t rows = tokens.size(0), hidden = config_.hidden_size;
   const int64_t heads = config_.num_heads, kv_heads = config_.num_kv_heads, d = config_.head_dim;
   const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -83,25 +84,22 @@ at::Tensor FusedDecoder::Forward(const at::Tensor& tokens, const at::Tensor& pos
   at::Tensor residual = at::empty({rows, hidden}, bf16.dtype(at::kFloat));
   at::Tensor h = at::empty({rows, hidden}, bf16);
   at::Tensor q = at::empty({rows, heads, d}, bf16);
-  at::Tensor attention = at::empty({rows, heads, d}, bf16);
-  const at::Tensor embedded = at::embedding(embed_, tokens);  // (B, C) bf16
+  at::Tensor k = keep_keys ? at::empty({rows, kv_heads, d}, bf16) : at::Tensor();
+  const at::Tensor embedded = at::embedding(embed_, tokens);  // (N, C) bf16
   kernels::AddRmsNorm(residual.data_ptr<float>(), embedded.data_ptr(), /*assign=*/true,
                       layers_[0].input_norm.data_ptr(), h.data_ptr(), rows, hidden, eps, stream);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = layers_[i];
-    const at::Tensor qkv = Linear(h, layer.qkv_weight, layer.qkv_bias);
+    const at::Tensor qkv = Linear(h, layer.qkv_weight, layer.qkv_bias);  // (N, (H + 2K) D)
     kernels::RopeAppend(qkv.data_ptr(), positions.data_ptr<int64_t>(), slots.data_ptr<int64_t>(),
                         inv_freq_.data_ptr<float>(),
                         layer.q_norm.defined() ? layer.q_norm.data_ptr() : nullptr,
                         layer.k_norm.defined() ? layer.k_norm.data_ptr() : nullptr, eps,
-                        q.data_ptr(), cache.key(i).data_ptr(), cache.value(i).data_ptr(), rows,
-                        heads, kv_heads, d, cache.capacity(), stream);
-    kernels::DecodeAttention(q.data_ptr(), cache.key(i).data_ptr(), cache.value(i).data_ptr(),
-                             slots.data_ptr<int64_t>(), positions.data_ptr<int64_t>(),
-                             attention.data_ptr(), rows, heads, kv_heads, d, cache.capacity(),
-                             scale, stream);
-    const at::Tensor o = Linear(attention.view({rows, heads * d}), layer.o_weight, layer.o_bias);
+                        q.data_ptr(), keep_keys ? k.data_ptr() : nullptr, cache.key(i).data_ptr(),
+                        cache.value(i).data_ptr(), rows, heads, kv_heads, d, cache.capacity(),
+                        stream);
+    const at::Tensor attention = attend(i, q, k, qkv);  // (N, H D)
+    const at::Tensor o = Linear(attention, layer.o_weight, layer.o_bias);
     kernels::AddRmsNorm(residual.data_ptr<float>(), o.data_ptr(), /*assign=*/false,
                         layer.post_norm.data_ptr(), h.data_ptr(), rows, hidden, eps, stream);
     const at::Tensor gate_up = Linear(h, layer.gate_up_weight, layer.gate_up_bias);
@@ -113,8 +111,81 @@ at::Tensor FusedDecoder::Forward(const at::Tensor& tokens, const at::Tensor& pos
     kernels::AddRmsNorm(residual.data_ptr<float>(), down.data_ptr(), /*assign=*/false,
                         next_norm.data_ptr(), h.data_ptr(), rows, hidden, eps, stream);
   }
-  return at::mm(h, head_.t(), at::kFloat);  // (B, V) float32
-#endif
+  return h;  // (N, C) bf16, after the final norm.
 }
+
+at::Tensor FusedDecoder::Decode(const at::Tensor& tokens, const at::Tensor& positions,
+                                const at::Tensor& slots, SlotKvCache& cache) {
+  const int64_t rows = tokens.size(0), heads = config_.num_heads, d = config_.head_dim;
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(tokens.device().index());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  at::Tensor attention = at::empty({rows, heads * d}, head_.options());
+  const at::Tensor workspace = at::empty(
+      {kernels::DecodeAttentionWorkspaceBytes(static_cast<int>(rows), static_cast<int>(heads),
+                                              static_cast<int>(d),
+                                              static_cast<int>(cache.capacity()))},
+      head_.options().dtype(at::kByte));
+  const auto attend = [&](size_t layer, const at::Tensor& q, const at::Tensor&,
+                          const at::Tensor&) {
+    kernels::DecodeAttention(q.data_ptr(), cache.key(layer).data_ptr(),
+                             cache.value(layer).data_ptr(), slots.data_ptr<int64_t>(),
+                             positions.data_ptr<int64_t>(), attention.data_ptr(),
+                             workspace.data_ptr(), rows, heads, config_.num_kv_heads, d,
+                             cache.capacity(), scale, stream);
+    return attention;
+  };
+  const at::Tensor h = Layers(tokens, positions, slots, cache, /*keep_keys=*/false, attend);
+  return at::mm(h, head_.t(), at::kFloat);  // (B, V) float32
+}
+
+at::Tensor FusedDecoder::Prefill(const at::Tensor& ids, const at::Tensor& lengths,
+                                 const at::Tensor& slots, int64_t scratch_slot,
+                                 SlotKvCache& cache) {
+  const int64_t batch = ids.size(0), t = ids.size(1), rows = batch * t;
+  const int64_t heads = config_.num_heads, kv_heads = config_.num_kv_heads, d = config_.head_dim;
+  // Token (b, i) goes to position i of slot slots[b]; padding goes to the scratch slot.
+  const at::Tensor index = at::arange(t, lengths.options()).unsqueeze(0);  // (1, T)
+  const at::Tensor real = index < lengths.unsqueeze(1);                    // (B, T)
+  const at::Tensor positions = at::where(real, index, at::zeros_like(index)).reshape({rows});
+  const at::Tensor token_slots =
+      at::where(real, slots.unsqueeze(1), at::full_like(slots.unsqueeze(1), scratch_slot))
+          .reshape({rows});
+  // Right padding: keys past a sequence's length are masked; a plain batch runs SDPA's causal
+  // kernels unmasked.
+  const bool ragged = !real.all().item<bool>();
+  at::Tensor mask;
+  if (ragged) {
+    const at::Tensor causal = index.view({t, 1}) >= index.view({1, t});  // (T, T) query ≥ key
+    mask = causal.unsqueeze(0).logical_and(real.unsqueeze(1))            // (B, T, T)
+               .logical_or(at::eye(t, real.options()).unsqueeze(0))      // Padding sees itself.
+               .unsqueeze(1);
+  }
+  const auto attend = [&](size_t, const at::Tensor& q, const at::Tensor& k,
+                          const at::Tensor& qkv) {
+    const at::Tensor v = qkv.view({batch, t, heads + 2 * kv_heads, d}).narrow(2, heads + kv_heads,
+                                                                           kv_heads);
+    const at::Tensor out = model::ScaledDotProductAttention(
+        q.view({batch, t, heads, d}).transpose(1, 2), k.view({batch, t, kv_heads, d}).transpose(1, 2),
+        v.transpose(1, 2), mask);                                            // (B, H, T, D)
+    return out.transpose(1, 2).reshape({rows, heads * d});
+  };
+  const at::Tensor h =
+      Layers(ids.reshape({rows}), positions, token_slots, cache, /*keep_keys=*/true, attend);
+  const at::Tensor last = (at::arange(batch, lengths.options()) * t + lengths - 1);
+  return at::mm(h.index_select(0, last), head_.t(), at::kFloat);  // (B, V) float32
+}
+
+#else  // Built without CUDA: Supports() is false and these are never called.
+
+at::Tensor FusedDecoder::Decode(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                SlotKvCache&) {
+  TORCH_CHECK(false, "FusedDecoder needs CUDA");
+}
+at::Tensor FusedDecoder::Prefill(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
+                                 SlotKvCache&) {
+  TORCH_CHECK(false, "FusedDecoder needs CUDA");
+}
+
+#endif
 
 }  // namespace rlhfd::rollout

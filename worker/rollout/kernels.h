@@ -15,18 +15,22 @@ namespace rlhfd::rollout::kernels {
 //   slots    (B) int64: each row's cache slot
 //   positions (B) int64: each row's new-token position; keys [0, position] are attended
 //   out      (B, H, D) bf16
+//   workspace DecodeAttentionWorkspaceBytes(...) bytes of device memory (float-aligned)
 // Supports D in {64, 128} and H / K <= 8; returns false (and launches nothing) otherwise.
+int64_t DecodeAttentionWorkspaceBytes(int batch, int heads, int head_dim, int capacity);
 bool DecodeAttention(const void* q, const void* k_cache, const void* v_cache, const int64_t* slots,
-                     const int64_t* positions, void* out, int batch, int heads, int kv_heads,
-                     int head_dim, int capacity, float scale, cudaStream_t stream);
+                     const int64_t* positions, void* out, void* workspace, int batch, int heads,
+                     int kv_heads, int head_dim, int capacity, float scale, cudaStream_t stream);
 
 // One token per row of float32 `logits` (B, V) with row stride `row_stride`: the argmax where
 // temperature is 0, else a Gumbel-max draw from softmax(logits / temperature) keyed by
 // (seed, counter, vocabulary id). `logprobs` gets the drawn token's log-probability under the
-// distribution it was drawn from (softmax(logits) for greedy rows).
+// distribution it was drawn from (softmax(logits) for greedy rows). `workspace`:
+// SampleRowsWorkspaceBytes(B) bytes of device memory.
+int64_t SampleRowsWorkspaceBytes(int batch);
 void SampleRows(const float* logits, int64_t row_stride, int batch, int vocab,
                 const float* temperature, const int64_t* seeds, const int64_t* counters,
-                int64_t* tokens, float* logprobs, cudaStream_t stream);
+                int64_t* tokens, float* logprobs, void* workspace, cudaStream_t stream);
 
 // The fused decode step's elementwise kernels (bf16 activations, float32 residual stream):
 
@@ -37,14 +41,15 @@ void AddRmsNorm(float* residual, const void* delta, bool assign, const void* wei
 
 // qkv (rows, (H + 2K) * D) bf16, the fused projection's output (q heads, k heads, v heads).
 // Queries (after q_norm, when given) rotated into q_out (rows, H, D); keys (after k_norm) rotated
-// and values written to the caches (slots, K, capacity, D) at [slots[r], :, positions[r]].
-// inv_freq (D / 2) float32. Supports D in {64, 128}; returns false otherwise.
+// and values written to the caches (slots, K, capacity, D) at [slots[r], :, positions[r]], the
+// rotated keys also to k_out (rows, K, D) unless it is null. inv_freq (D / 2) float32. Supports
+// D in {64, 128}; returns false otherwise.
 bool RopeAppend(const void* qkv, const int64_t* positions, const int64_t* slots,
                 const float* inv_freq, const void* q_norm, const void* k_norm, float eps,
-                void* q_out, void* k_cache, void* v_cache, int rows, int heads, int kv_heads,
-                int head_dim, int capacity, cudaStream_t stream);
+                void* q_out, void* k_out, void* k_cache, void* v_cache, int rows, int heads,
+                int kv_heads, int head_dim, int capacity, cudaStream_t stream);
 
-// gate_up (rows, 2 * width) bf16 → out (rows, width) bf16 = silu(gate) * up.
+// gate_up (rows, 2 * width) bf16 → out (rows, width) bf16 = silu(gate) * up. `width` even.
 void SiluMul(const void* gate_up, void* out, int64_t rows, int width, cudaStream_t stream);
 
 }  // namespace rlhfd::rollout::kernels

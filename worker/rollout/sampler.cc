@@ -31,6 +31,8 @@ void SampleRowsOnCpu(const at::Tensor& logits, const SamplingRows& rows, const a
       const float* x = x_all + row * logits.stride(0);
       const bool greedy = !(temperature[row] > 0.f);
       const float inverse_t = greedy ? 1.f : 1.f / temperature[row];
+      const uint64_t key = DrawKey(static_cast<uint64_t>(seeds[row]),
+                                   static_cast<uint64_t>(counters[row]));
       float max = -INFINITY, sum = 0.f, best = -INFINITY;
       int64_t best_index = vocab;
       for (int64_t v = 0; v < vocab; ++v) {
@@ -42,10 +44,9 @@ void SampleRowsOnCpu(const at::Tensor& logits, const SamplingRows& rows, const a
         } else {
           sum += std::exp(z - max);
         }
-        const float key = greedy ? z : z + Gumbel(static_cast<uint64_t>(seeds[row]),
-                                                  static_cast<uint64_t>(counters[row]), v);
-        if (key > best) {
-          best = key;
+        const float draw = greedy ? z : z + Gumbel(key, static_cast<uint32_t>(v));
+        if (draw > best) {
+          best = draw;
           best_index = v;
         }
       }
@@ -95,11 +96,13 @@ SampledTokens SampleTokens(const at::Tensor& logits, const SamplingRows& rows) {
   const at::Tensor seeds = rows.seeds.contiguous(), counters = rows.counters.contiguous();
 #if RLHFD_HAVE_CUDA
   if (x.is_cuda()) {
+    const at::Tensor workspace = at::empty(
+        {kernels::SampleRowsWorkspaceBytes(static_cast<int>(batch))}, x.options().dtype(at::kByte));
     kernels::SampleRows(x.data_ptr<float>(), x.stride(0), static_cast<int>(batch),
                         static_cast<int>(x.size(1)), temperature.data_ptr<float>(),
                         seeds.data_ptr<int64_t>(), counters.data_ptr<int64_t>(),
                         out.tokens.data_ptr<int64_t>(), out.logprobs.data_ptr<float>(),
-                        c10::cuda::getCurrentCUDAStream(x.device().index()));
+                        workspace.data_ptr(), c10::cuda::getCurrentCUDAStream(x.device().index()));
     return out;
   }
 #endif
