@@ -1,11 +1,10 @@
 // [gpu] The rollout engine's CUDA path: the decode-attention kernel against ATen's attention, the
 // sampling kernel against its CPU twin, greedy bf16 generation (with CUDA graphs) against the
 // model's own full forward, graphs against eager decoding, and memory returned on release.
-#include <catch2/catch.hpp>
-
 #include <ATen/ATen.h>
 #include <torch/types.h>
 
+#include <catch2/catch.hpp>
 #include <iostream>
 
 #include "worker/model/transformer.h"
@@ -53,7 +52,8 @@ std::vector<GenerationRequest> Prompts(int count, int64_t max_new_tokens) {
   std::vector<GenerationRequest> requests;
   for (int i = 0; i < count; ++i) {
     GenerationRequest request;
-    for (int t = 0; t < 5 + (i * 7) % 40; ++t) request.prompt_ids.push_back((i * 131 + t * 17) % 2048);
+    for (int t = 0; t < 5 + (i * 7) % 40; ++t)
+      request.prompt_ids.push_back((i * 131 + t * 17) % 2048);
     request.sampling.temperature = 0;
     request.sampling.max_new_tokens = max_new_tokens;
     request.sampling.ignore_eos = true;
@@ -78,9 +78,8 @@ TEST_CASE("decode-attention kernel matches ATen's attention", "[gpu][rollout]") 
     at::Tensor slot_ids = at::tensor({3, 0, 8, 5, 1, 7}, longs);
     at::Tensor positions = at::tensor({0, 1, 31, 32, 399, 699}, longs);  // Lengths 1 .. capacity.
     const at::Tensor out = DecodeAttention(q, k_cache, v_cache, slot_ids, positions);
-    const at::Tensor expected =
-        DecodeAttentionReference(q.to(at::kFloat), k_cache.to(at::kFloat), v_cache.to(at::kFloat),
-                                 slot_ids, positions);
+    const at::Tensor expected = DecodeAttentionReference(
+        q.to(at::kFloat), k_cache.to(at::kFloat), v_cache.to(at::kFloat), slot_ids, positions);
     const double max_diff = (out.to(at::kFloat) - expected).abs().max().item<double>();
     std::cout << "rollout_gpu: decode attention H=" << heads << " K=" << kv_heads
               << " D=" << head_dim << " max |diff| vs fp32 " << max_diff << "\n";
@@ -132,17 +131,17 @@ TEST_CASE("bf16 greedy generation follows the model's own full forward", "[gpu][
     const at::Tensor chosen = at::tensor(sample.token_ids).unsqueeze(1);
     // The chosen token is the full forward's argmax up to bf16 noise in the logits.
     const double gap = (logits.amax(1) - logits.gather(1, chosen).squeeze(1)).max().item<double>();
-    const at::Tensor logprob_diff = (at::log_softmax(logits, -1).gather(1, chosen).squeeze(1) -
-                                     at::tensor(sample.logprobs)).abs();
+    const at::Tensor logprob_diff =
+        (at::log_softmax(logits, -1).gather(1, chosen).squeeze(1) - at::tensor(sample.logprobs))
+            .abs();
     worst_gap = std::max(worst_gap, gap);
     worst_logprob = std::max(worst_logprob, logprob_diff.max().item<double>());
     total_logprob_diff += logprob_diff.sum().item<double>();
     tokens += logprob_diff.numel();
   }
   std::cout << "rollout_gpu: " << (qwen3 ? "qwen3-like" : "qwen2-like")
-            << " greedy vs full forward: worst argmax gap " << worst_gap
-            << ", log-prob diff worst " << worst_logprob << " mean "
-            << total_logprob_diff / tokens << "\n";
+            << " greedy vs full forward: worst argmax gap " << worst_gap << ", log-prob diff worst "
+            << worst_logprob << " mean " << total_logprob_diff / tokens << "\n";
   // Both sides are bf16 forwards that round differently: the module keeps GEMM outputs in
   // float32, the fused engine rounds them to bf16 (as vLLM does). Measured on the H200: argmax
   // gaps up to 0.044 and log-prob differences up to 0.052 (mean ~0.01); a wrong kernel gives

@@ -1,10 +1,9 @@
 // rlhfd-infer as a user runs it: tokenize gives Hugging Face's ids, logprobs gives the model's
 // per-token log-probabilities, bad input exits non-zero with a reason.
-#include <catch2/catch.hpp>
-
 #include <ATen/ATen.h>
 #include <torch/types.h>
 
+#include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include "common/util/files.h"
@@ -29,12 +28,13 @@ nlohmann::json Infer(const std::vector<std::string>& args) {
 }  // namespace
 
 TEST_CASE("rlhfd-infer tokenize prints Hugging Face's ids", "[infer]") {
-  auto golden_text = ReadFileToString(std::string(RLHFD_FIXTURES_DIR) +
-                                      "/tokenizers/qwen2-style/golden.json");
+  auto golden_text =
+      ReadFileToString(std::string(RLHFD_FIXTURES_DIR) + "/tokenizers/qwen2-style/golden.json");
   REQUIRE(golden_text.ok());
   const nlohmann::json golden = nlohmann::json::parse(*golden_text);
   const auto& entry = golden["encode"][1];
-  nlohmann::json out = Infer({"tokenize", "--model=" + kModel, "--text=" + entry["text"].get<std::string>()});
+  nlohmann::json out =
+      Infer({"tokenize", "--model=" + kModel, "--text=" + entry["text"].get<std::string>()});
   CHECK(out["ids"] == entry["ids"]);
   CHECK(out["count"] == entry["ids"].size());
 }
@@ -66,13 +66,14 @@ TEST_CASE("rlhfd-infer logprobs equals the model's log-softmax", "[infer]") {
 }
 
 TEST_CASE("rlhfd-infer refuses bad input with a reason", "[infer]") {
-  CommandResult missing = RunCommand({RLHFD_INFER_BIN, "logprobs", "--model=/nonexistent", "--text=x"});
+  CommandResult missing =
+      RunCommand({RLHFD_INFER_BIN, "logprobs", "--model=/nonexistent", "--text=x"});
   CHECK(missing.exit_code == 1);
   CHECK_THAT(missing.err, Catch::Contains("/nonexistent/tokenizer.json"));
   CommandResult usage = RunCommand({RLHFD_INFER_BIN, "tokenize"});
   CHECK(usage.exit_code == 2);
-  CommandResult dtype = RunCommand({RLHFD_INFER_BIN, "logprobs", "--model=" + kModel, "--text=x y",
-                                    "--dtype=int4"});
+  CommandResult dtype =
+      RunCommand({RLHFD_INFER_BIN, "logprobs", "--model=" + kModel, "--text=x y", "--dtype=int4"});
   CHECK(dtype.exit_code != 0);
   CHECK_THAT(dtype.err, Catch::Contains("--dtype"));
 }
@@ -88,9 +89,9 @@ TEST_CASE("rlhfd-infer generate prints one JSON line per sample", "[infer]") {
                            R"({"messages": [{"role": "user", "content": "What is 2 + 3?"}]})" +
                            "\n" + R"({"prompt": "Hello, world"})" + "\n")
               .ok());
-  CommandResult result = RunCommand({RLHFD_INFER_BIN, "generate", "--model=" + kModel,
-                                     "--prompts=" + prompts, "--temperature=0",
-                                     "--max_new_tokens=12", "--n=2"});
+  CommandResult result =
+      RunCommand({RLHFD_INFER_BIN, "generate", "--model=" + kModel, "--prompts=" + prompts,
+                  "--temperature=0", "--max_new_tokens=12", "--n=2"});
   INFO(result.err);
   REQUIRE(result.exit_code == 0);
   std::vector<nlohmann::json> lines;
@@ -108,8 +109,8 @@ TEST_CASE("rlhfd-infer generate prints one JSON line per sample", "[infer]") {
   CHECK_THAT(result.err, Catch::Contains("generated_tokens"));
 
   REQUIRE(WriteFileAtomically(prompts, "{\"prompt\": \"ok\"}\n{\"prompt\": 3}\n").ok());
-  CommandResult bad = RunCommand(
-      {RLHFD_INFER_BIN, "generate", "--model=" + kModel, "--prompts=" + prompts});
+  CommandResult bad =
+      RunCommand({RLHFD_INFER_BIN, "generate", "--model=" + kModel, "--prompts=" + prompts});
   CHECK(bad.exit_code == 1);
   CHECK_THAT(bad.err, Catch::Contains("prompts.jsonl:2"));
 }

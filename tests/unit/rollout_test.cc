@@ -1,11 +1,10 @@
 // The generation engine on CPU (fp32): greedy output against transformers' generate, sampling
 // statistics, top-k / top-p sets, seeds, continuous batching, shared prefills, log-probs against
 // a full forward, stop conditions and bad requests.
-#include <catch2/catch.hpp>
-
 #include <ATen/ATen.h>
 #include <torch/types.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -96,8 +95,8 @@ TEST_CASE("greedy generation equals transformers' greedy generate (CPU, fp32)", 
     auto engine = MakeEngine(model);
     std::vector<GenerationRequest> requests;
     for (const auto& c : golden["cases"]) {
-      requests.push_back(Greedy(c["prompt"].get<std::vector<int64_t>>(),
-                                golden["max_new_tokens"].get<int64_t>()));
+      requests.push_back(
+          Greedy(c["prompt"].get<std::vector<int64_t>>(), golden["max_new_tokens"].get<int64_t>()));
     }
     const auto results = MustGenerate(*engine, requests);
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -135,10 +134,12 @@ TEST_CASE("log-probs equal a full forward's over prompt + response", "[rollout]"
     if (request.sampling.top_k > 0) {
       rows = FilterTopKTopP(logits, at::full({response}, request.sampling.temperature),
                             at::full({response}, request.sampling.top_k),
-                            at::full({response}, request.sampling.top_p, at::kFloat)) / t;
+                            at::full({response}, request.sampling.top_p, at::kFloat)) /
+             t;
     }
-    const at::Tensor expected = at::log_softmax(rows, -1).gather(
-        1, at::tensor(completion.token_ids).unsqueeze(1)).squeeze(1);
+    const at::Tensor expected = at::log_softmax(rows, -1)
+                                    .gather(1, at::tensor(completion.token_ids).unsqueeze(1))
+                                    .squeeze(1);
     const at::Tensor actual = at::tensor(completion.logprobs);
     INFO("request " << r);
     CHECK((expected - actual).abs().max().item<double>() < 1e-4);
@@ -169,9 +170,9 @@ TEST_CASE("top-k and top-p keep exactly the right tokens", "[rollout]") {
   at::Tensor logits = at::empty({6});
   for (size_t i = 0; i < ranked.size(); ++i) logits[where[i]] = std::log(ranked[i]);
   const auto kept = [&](int64_t top_k, double top_p) {
-    const at::Tensor filtered = FilterTopKTopP(logits.unsqueeze(0), at::ones({1}),
-                                               at::full({1}, top_k, at::kLong),
-                                               at::full({1}, top_p, at::kFloat))[0];
+    const at::Tensor filtered =
+        FilterTopKTopP(logits.unsqueeze(0), at::ones({1}), at::full({1}, top_k, at::kLong),
+                       at::full({1}, top_p, at::kFloat))[0];
     std::set<int64_t> ids;
     for (int64_t v = 0; v < 6; ++v) {
       if (filtered[v].item<float>() != -INFINITY) ids.insert(v);
@@ -204,7 +205,8 @@ TEST_CASE("the same seed gives the same output, whatever shares the batch", "[ro
   request.sampling.max_new_tokens = 16;
   request.sampling.ignore_eos = true;
   const auto alone = MustGenerate(*engine, {request});
-  const auto again = MustGenerate(*engine, {Greedy(Prompt(4, 9), 5), request, Greedy(Prompt(11, 1), 9)});
+  const auto again =
+      MustGenerate(*engine, {Greedy(Prompt(4, 9), 5), request, Greedy(Prompt(11, 1), 9)});
   CHECK(alone[0].samples[0].token_ids == again[1].samples[0].token_ids);
   // Log-probs agree to float rounding (the batch shape changes the GEMMs' summation order).
   CHECK(at::allclose(at::tensor(alone[0].samples[0].logprobs),
@@ -233,8 +235,8 @@ TEST_CASE("continuous batching gives each prompt's output alone", "[rollout]") {
   }
   // Fewer slots than prompts: sequences join as others finish, at different steps. With a small
   // prefill budget one prompt joins at a time; with a large one a prefill fills every free slot.
-  const auto [slots, prefill_tokens] = GENERATE(std::pair<int64_t, int64_t>{2, 8},
-                                                std::pair<int64_t, int64_t>{3, 16384});
+  const auto [slots, prefill_tokens] =
+      GENERATE(std::pair<int64_t, int64_t>{2, 8}, std::pair<int64_t, int64_t>{3, 16384});
   INFO(slots << " slots, prefill budget " << prefill_tokens);
   EngineOptions options;
   options.max_num_seqs = slots;
@@ -257,8 +259,8 @@ TEST_CASE("n samples share one prefill and equal n separate prompts", "[rollout]
   shared.sampling.n = 3;
   const auto results = MustGenerate(*engine, {shared});
   CHECK(engine->stats().prompts == 1);  // One prefill for the three samples.
-  const auto separate = MustGenerate(*engine, {Greedy(Prompt(10, 5), 8), Greedy(Prompt(10, 5), 8),
-                                               Greedy(Prompt(10, 5), 8)});
+  const auto separate = MustGenerate(
+      *engine, {Greedy(Prompt(10, 5), 8), Greedy(Prompt(10, 5), 8), Greedy(Prompt(10, 5), 8)});
   REQUIRE(results[0].samples.size() == 3);
   for (int j = 0; j < 3; ++j) {
     CHECK(results[0].samples[j].token_ids == separate[j].samples[0].token_ids);

@@ -23,7 +23,8 @@
 #include "worker/rollout/engine.h"
 
 ABSL_FLAG(std::string, preset, "qwen2.5-0.5b", "qwen2.5-0.5b, qwen2.5-1.5b or qwen2.5-7b");
-ABSL_FLAG(std::vector<std::string>, batch, {"256"}, "Prompts (B); a comma-separated list runs each");
+ABSL_FLAG(std::vector<std::string>, batch, {"256"},
+          "Prompts (B); a comma-separated list runs each");
 ABSL_FLAG(int64_t, prompt_len, 256, "Tokens per prompt (P)");
 ABSL_FLAG(int64_t, new_tokens, 256, "New tokens per response (N); EOS is ignored");
 ABSL_FLAG(double, temperature, 1.0, "0 = greedy");
@@ -85,8 +86,8 @@ bool RunBatch(rlhfd::model::Transformer& model, const rlhfd::model::ModelConfig&
     return false;
   }
   if ((*engine)->stats().cache_slots < b) {
-    std::cerr << "the KV cache holds " << (*engine)->stats().cache_slots << " sequences, not "
-              << b << "; raise --gpu_memory_utilization\n";
+    std::cerr << "the KV cache holds " << (*engine)->stats().cache_slots << " sequences, not " << b
+              << "; raise --gpu_memory_utilization\n";
     return false;
   }
   double best_seconds = 1e30, prefill_seconds = 0, decode_seconds = 0;
@@ -125,8 +126,8 @@ bool RunBatch(rlhfd::model::Transformer& model, const rlhfd::model::ModelConfig&
   }
   // A decode step reads every weight once (the tied embedding as the LM head) and each
   // sequence's cached keys and values; positions grow from P + 1 to P + N - 1 over the steps.
-  const double kv_bytes_per_position = 2.0 * config.num_layers * config.num_kv_heads *
-                                       config.head_dim * 2;
+  const double kv_bytes_per_position =
+      2.0 * config.num_layers * config.num_kv_heads * config.head_dim * 2;
   const double step_bytes = weight_bytes + b * (p + n / 2.0) * kv_bytes_per_position;
   const double roofline_step = step_bytes / bandwidth;
   const double tokens_per_second = b * n / best_seconds;
@@ -152,12 +153,12 @@ bool RunBatch(rlhfd::model::Transformer& model, const rlhfd::model::ModelConfig&
                         {"peak_memory_gib", (*engine)->stats().peak_memory_bytes / double(1 << 30)},
                         {"cache_slots", (*engine)->stats().cache_slots}};
   std::cout << out.dump() << "\n";
-  std::printf("%-14s B=%-4ld P=%-4ld N=%-4ld | %9.0f tok/s | prefill %7.1f ms | decode %6.2f ms/step"
-              " | roofline %5.2f ms/step (%4.1f%% of it in decode, %4.1f%% overall) | %.0f GB/s\n",
-              absl::GetFlag(FLAGS_preset).c_str(), b, p, n, tokens_per_second,
-              1e3 * prefill_seconds, step_ms, 1e3 * roofline_step,
-              100.0 * 1e3 * roofline_step / step_ms,
-              100.0 * tokens_per_second / roofline_tokens_per_second, bandwidth / 1e9);
+  std::printf(
+      "%-14s B=%-4ld P=%-4ld N=%-4ld | %9.0f tok/s | prefill %7.1f ms | decode %6.2f ms/step"
+      " | roofline %5.2f ms/step (%4.1f%% of it in decode, %4.1f%% overall) | %.0f GB/s\n",
+      absl::GetFlag(FLAGS_preset).c_str(), b, p, n, tokens_per_second, 1e3 * prefill_seconds,
+      step_ms, 1e3 * roofline_step, 100.0 * 1e3 * roofline_step / step_ms,
+      100.0 * tokens_per_second / roofline_tokens_per_second, bandwidth / 1e9);
   std::fflush(stdout);
   return true;
 }

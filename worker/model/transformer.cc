@@ -25,7 +25,9 @@ torch::nn::Linear MakeLinear(int64_t in, int64_t out, bool bias) {
 at::Tensor DefaultPositions(const ForwardBatch& batch, int64_t past, int64_t tokens) {
   const auto options = at::TensorOptions().dtype(at::kLong).device(batch.input_ids.device());
   if (!batch.attention_mask.defined()) {
-    return at::arange(past, past + tokens, options).unsqueeze(0).expand({batch.input_ids.size(0), tokens});
+    return at::arange(past, past + tokens, options)
+        .unsqueeze(0)
+        .expand({batch.input_ids.size(0), tokens});
   }
   at::Tensor mask = batch.attention_mask.to(at::kLong);
   at::Tensor positions = (mask.cumsum(1) - 1).clamp_min(0);
@@ -81,7 +83,7 @@ KvCache::KvCache(const ModelConfig& config, int64_t batch, int64_t capacity,
 }
 
 at::Tensor KvCache::Attend(int64_t layer, const at::Tensor& q, const at::Tensor& k,
-                          const at::Tensor& v, const at::Tensor& mask) {
+                           const at::Tensor& v, const at::Tensor& mask) {
   const int64_t t = k.size(2);
   keys_[layer].narrow(2, length_, t).copy_(k);
   values_[layer].narrow(2, length_, t).copy_(v);
@@ -165,8 +167,8 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, int64_t layer) {
   mlp = register_module("mlp", Mlp(config));
   input_layernorm =
       register_module("input_layernorm", RmsNorm(config.hidden_size, config.rms_norm_eps));
-  post_attention_layernorm = register_module(
-      "post_attention_layernorm", RmsNorm(config.hidden_size, config.rms_norm_eps));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", RmsNorm(config.hidden_size, config.rms_norm_eps));
 }
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const AttentionContext& context) {
@@ -177,8 +179,8 @@ at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const AttentionContext
 }
 
 DecoderImpl::DecoderImpl(const ModelConfig& config) {
-  embed_tokens = register_module(
-      "embed_tokens", torch::nn::Embedding(config.vocab_size, config.hidden_size));
+  embed_tokens =
+      register_module("embed_tokens", torch::nn::Embedding(config.vocab_size, config.hidden_size));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.num_layers; ++i) layers->push_back(DecoderLayer(config, i));
   norm = register_module("norm", RmsNorm(config.hidden_size, config.rms_norm_eps));
@@ -200,8 +202,7 @@ TransformerImpl::TransformerImpl(const ModelConfig& config)
 
 // Positions (B, T) and the attention mask (B, 1, T, S) of a batch; the mask is undefined for a
 // plain causal batch (no padding, packing or cache), so SDPA can use its fused causal kernels.
-static std::pair<at::Tensor, at::Tensor> PositionsAndMask(const ForwardBatch& batch,
-                                                          int64_t past) {
+static std::pair<at::Tensor, at::Tensor> PositionsAndMask(const ForwardBatch& batch, int64_t past) {
   const at::Tensor& ids = batch.input_ids;  // (B, T)
   const int64_t b = ids.size(0), t = ids.size(1), s = past + t;
   const auto long_options = at::TensorOptions().dtype(at::kLong).device(ids.device());
@@ -267,7 +268,8 @@ at::Tensor TransformerImpl::Logits(const at::Tensor& hidden) {
 }
 
 at::Tensor TransformerImpl::Scores(const at::Tensor& hidden) {
-  TORCH_CHECK(score, "Scores needs a score head (*ForSequenceClassification / TokenClassification)");
+  TORCH_CHECK(score,
+              "Scores needs a score head (*ForSequenceClassification / TokenClassification)");
   // L is tiny, so the head runs in float32 outright.
   const at::ScalarType type = AccumulationType(score->weight.scalar_type());
   return at::linear(hidden.to(type), score->weight.to(type),
@@ -288,8 +290,8 @@ absl::Status LoadWeights(Transformer& model, const StateDict& weights) {
       continue;
     }
     if (tensor->sizes() != parameter.sizes()) {
-      mismatched.push_back(absl::StrCat(name, " (file ", ShapeString(tensor->sizes()),
-                                        ", model ", ShapeString(parameter.sizes()), ")"));
+      mismatched.push_back(absl::StrCat(name, " (file ", ShapeString(tensor->sizes()), ", model ",
+                                        ShapeString(parameter.sizes()), ")"));
       continue;
     }
     parameter.copy_(*tensor);

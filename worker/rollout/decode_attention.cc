@@ -38,18 +38,17 @@ at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,
     const at::Tensor slot_ids = slots.contiguous(), new_positions = positions.contiguous();
     at::Tensor out = at::empty_like(query);
     const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-    const at::Tensor workspace = at::empty(
-        {kernels::DecodeAttentionWorkspaceBytes(static_cast<int>(batch), static_cast<int>(heads),
-                                                static_cast<int>(head_dim),
-                                                static_cast<int>(k_cache.size(2)))},
-        q.options().dtype(at::kByte));
+    const at::Tensor workspace =
+        at::empty({kernels::DecodeAttentionWorkspaceBytes(
+                      static_cast<int>(batch), static_cast<int>(heads), static_cast<int>(head_dim),
+                      static_cast<int>(k_cache.size(2)))},
+                  q.options().dtype(at::kByte));
     if (kernels::DecodeAttention(query.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
                                  slot_ids.data_ptr<int64_t>(), new_positions.data_ptr<int64_t>(),
                                  out.data_ptr(), workspace.data_ptr(), static_cast<int>(batch),
-                                 static_cast<int>(heads),
-                                 static_cast<int>(k_cache.size(1)), static_cast<int>(head_dim),
-                                 static_cast<int>(k_cache.size(2)), scale,
-                                 c10::cuda::getCurrentCUDAStream(q.device().index()))) {
+                                 static_cast<int>(heads), static_cast<int>(k_cache.size(1)),
+                                 static_cast<int>(head_dim), static_cast<int>(k_cache.size(2)),
+                                 scale, c10::cuda::getCurrentCUDAStream(q.device().index()))) {
       return out;
     }
   }

@@ -19,7 +19,8 @@ constexpr int kMaxGroup = 8;  // Query heads per key/value head served by one bl
 int Splits(int capacity) { return (capacity + kKeysPerSplit - 1) / kKeysPerSplit; }
 
 __device__ __forceinline__ float WarpMax(float x) {
-  for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, offset));
+  for (int offset = 16; offset > 0; offset /= 2)
+    x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, offset));
   return x;
 }
 
@@ -132,7 +133,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       float v[kPerLane];
 #pragma unroll
       for (int e = 0; e < kPerLane; e += 2) {
-        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(value_row + e));
+        const float2 f =
+            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(value_row + e));
         v[e] = f.x;
         v[e + 1] = f.y;
       }
@@ -226,13 +228,13 @@ bool DecodeAttention(const void* q, const void* k_cache, const void* v_cache, co
   const auto* kb = static_cast<const __nv_bfloat16*>(k_cache);
   const auto* vb = static_cast<const __nv_bfloat16*>(v_cache);
   if (head_dim == 64) {
-    DecodeAttentionKernel<64><<<grid, kWarps * 32, 0, stream>>>(
-        qb, kb, vb, slots, positions, partial_m, partial_l, partial_acc, heads, kv_heads, capacity,
-        scale_log2);
+    DecodeAttentionKernel<64>
+        <<<grid, kWarps * 32, 0, stream>>>(qb, kb, vb, slots, positions, partial_m, partial_l,
+                                           partial_acc, heads, kv_heads, capacity, scale_log2);
   } else {
-    DecodeAttentionKernel<128><<<grid, kWarps * 32, 0, stream>>>(
-        qb, kb, vb, slots, positions, partial_m, partial_l, partial_acc, heads, kv_heads, capacity,
-        scale_log2);
+    DecodeAttentionKernel<128>
+        <<<grid, kWarps * 32, 0, stream>>>(qb, kb, vb, slots, positions, partial_m, partial_l,
+                                           partial_acc, heads, kv_heads, capacity, scale_log2);
   }
   MergeSplitsKernel<<<dim3(batch, heads), head_dim, 0, stream>>>(
       partial_m, partial_l, partial_acc, static_cast<__nv_bfloat16*>(out), heads, splits, head_dim);

@@ -52,8 +52,8 @@ __global__ void __launch_bounds__(32)
                      const __nv_bfloat16* __restrict__ q_norm,
                      const __nv_bfloat16* __restrict__ k_norm, float eps,
                      __nv_bfloat16* __restrict__ q_out, __nv_bfloat16* __restrict__ k_out,
-                     __nv_bfloat16* __restrict__ k_cache,
-                     __nv_bfloat16* __restrict__ v_cache, int heads, int kv_heads, int capacity) {
+                     __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
+                     int heads, int kv_heads, int capacity) {
   constexpr int kPairs = D / 64;
   const int row = blockIdx.x, head = blockIdx.y, lane = threadIdx.x;
   const int width = (heads + 2 * kv_heads) * D;
@@ -89,8 +89,8 @@ __global__ void __launch_bounds__(32)
       x2[j] = __bfloat162float(norm[lane + 32 * j + D / 2]) * (x2[j] * scale);
     }
   }
-  __nv_bfloat16* out = is_q ? q_out + (static_cast<size_t>(row) * heads + head) * D
-                            : k_cache + cache_offset;
+  __nv_bfloat16* out =
+      is_q ? q_out + (static_cast<size_t>(row) * heads + head) * D : k_cache + cache_offset;
   // Keys also to k_out when asked (a prefill attends its own keys straight away).
   __nv_bfloat16* copy = !is_q && k_out != nullptr
                             ? k_out + (static_cast<size_t>(row) * kv_heads + kv_head) * D
@@ -154,8 +154,8 @@ bool RopeAppend(const void* qkv, const int64_t* positions, const int64_t* slots,
     RopeAppendKernel<64><<<grid, 32, 0, stream>>>(in, positions, slots, inv_freq, qn, kn, eps, q,
                                                   k_copy, k, v, heads, kv_heads, capacity);
   } else {
-    RopeAppendKernel<128><<<grid, 32, 0, stream>>>(in, positions, slots, inv_freq, qn, kn, eps,
-                                                   q, k_copy, k, v, heads, kv_heads, capacity);
+    RopeAppendKernel<128><<<grid, 32, 0, stream>>>(in, positions, slots, inv_freq, qn, kn, eps, q,
+                                                   k_copy, k, v, heads, kv_heads, capacity);
   }
   return true;
 }

@@ -30,8 +30,7 @@ DeviceMemory QueryDeviceMemory(const at::Device& device) {
   memory.allocated_bytes = stats.allocated_bytes[kAll].current;
   memory.peak_allocated_bytes = stats.allocated_bytes[kAll].peak;
   memory.reserved_bytes = stats.reserved_bytes[kAll].current;
-  memory.free_bytes =
-      static_cast<int64_t>(free) + memory.reserved_bytes - memory.allocated_bytes;
+  memory.free_bytes = static_cast<int64_t>(free) + memory.reserved_bytes - memory.allocated_bytes;
   return memory;
 }
 
@@ -104,8 +103,8 @@ absl::Status DecodeGraphs::Capture(int64_t batch, const std::function<at::Tensor
     side.synchronize();
     graphs_->by_batch[batch] = {std::move(graph), std::move(output)};
   } catch (const c10::Error& error) {
-    return absl::InternalError(
-        absl::StrCat("capturing the decode step for batch ", batch, ": ", error.what_without_backtrace()));
+    return absl::InternalError(absl::StrCat("capturing the decode step for batch ", batch, ": ",
+                                            error.what_without_backtrace()));
   }
   return absl::OkStatus();
 }

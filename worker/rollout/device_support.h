@@ -17,7 +17,7 @@ struct DeviceMemory {
   int64_t free_bytes = 0;       // Free on the device plus what our allocator caches unused.
   int64_t allocated_bytes = 0;  // Held by live tensors.
   int64_t peak_allocated_bytes = 0;
-  int64_t reserved_bytes = 0;   // Allocated plus cached.
+  int64_t reserved_bytes = 0;  // Allocated plus cached.
 };
 
 // All zero for a CPU device.

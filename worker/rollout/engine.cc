@@ -160,8 +160,8 @@ class GenerationEngine::Run {
       cache.BeginPrefill(on_device(first_slots));
       model::ForwardBatch forward{ids.to(device), ragged ? mask.to(device) : at::Tensor()};
       const at::Tensor hidden = engine_.model_->Hidden(forward, &cache);  // (B, T, C)
-      const at::Tensor last = hidden.index({at::arange(batch, hidden.options().dtype(at::kLong)),
-                                            last_index.to(device)});     // (B, C)
+      const at::Tensor last = hidden.index(
+          {at::arange(batch, hidden.options().dtype(at::kLong)), last_index.to(device)});  // (B, C)
       logits = engine_.model_->Logits(last.unsqueeze(1)).squeeze(1);
     }
     if (!copy_to.empty()) cache.CopyPrefix(on_device(copy_from), on_device(copy_to), longest);
@@ -193,8 +193,8 @@ class GenerationEngine::Run {
     }
     const int64_t rows = static_cast<int64_t>(running_.size());
     const int64_t bucket = engine_.graphs_.empty() ? rows : engine_.graphs_.BucketFor(rows);
-    const at::Tensor logits = engine_.graphs_.empty() ? engine_.DecodeForward(bucket)
-                                                      : engine_.graphs_.Replay(bucket);
+    const at::Tensor logits =
+        engine_.graphs_.empty() ? engine_.DecodeForward(bucket) : engine_.graphs_.Replay(bucket);
     const SampledTokens drawn = SampleTokens(logits.narrow(0, 0, rows), DeviceSamplingRows(rows));
     // The next step's inputs, advanced on the device: this token, one position on, next counter.
     engine_.step_inputs_[0].narrow(0, 0, rows).copy_(drawn.tokens);
@@ -295,8 +295,8 @@ class GenerationEngine::Run {
       sequence.completion.logprobs.push_back(logprob[i]);
       engine_.stats_.generated_tokens += 1;
       const bool eos = !sampling.ignore_eos && std::count(eos_.begin(), eos_.end(), token[i]);
-      const bool stop = std::count(sampling.stop_token_ids.begin(),
-                                   sampling.stop_token_ids.end(), token[i]) > 0;
+      const bool stop =
+          std::count(sampling.stop_token_ids.begin(), sampling.stop_token_ids.end(), token[i]) > 0;
       if (eos || stop) {
         sequence.completion.finish_reason = FinishReason::kStop;
       } else if (static_cast<int64_t>(sequence.completion.token_ids.size()) <
@@ -351,18 +351,19 @@ GenerationEngine::GenerationEngine(model::Transformer model, EngineOptions optio
 
 GenerationEngine::~GenerationEngine() = default;
 
-absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::Create(
-    model::Transformer model, EngineOptions options) {
+absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::Create(model::Transformer model,
+                                                                           EngineOptions options) {
   if (model->config().head != model::HeadKind::kCausalLm) {
-    return absl::InvalidArgumentError("generation needs a causal-LM model (this one has a score head)");
+    return absl::InvalidArgumentError(
+        "generation needs a causal-LM model (this one has a score head)");
   }
   if (options.max_num_seqs < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_num_seqs must be at least 1, got ", options.max_num_seqs));
   }
   if (!(options.gpu_memory_utilization > 0 && options.gpu_memory_utilization < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gpu_memory_utilization must be in (0, 1), got ", options.gpu_memory_utilization));
+    return absl::InvalidArgumentError(absl::StrCat("gpu_memory_utilization must be in (0, 1), got ",
+                                                   options.gpu_memory_utilization));
   }
   if (options.max_prefill_tokens < 1) {
     return absl::InvalidArgumentError("max_prefill_tokens must be at least 1");
@@ -374,8 +375,8 @@ absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::Create(
                                                    "] (max_position_embeddings), got ",
                                                    options.max_model_len));
   }
-  auto engine = std::unique_ptr<GenerationEngine>(
-      new GenerationEngine(std::move(model), std::move(options)));
+  auto engine =
+      std::unique_ptr<GenerationEngine>(new GenerationEngine(std::move(model), std::move(options)));
   ResetPeakMemory(engine->device_);
   return engine;
 }
@@ -391,23 +392,24 @@ absl::Status GenerationEngine::ValidateRequests(
     if (length == 0) return absl::InvalidArgumentError(where + "empty prompt");
     for (int64_t id : request.prompt_ids) {
       if (id < 0 || id >= vocab) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, "prompt token id ", id, " outside the vocabulary [0, ", vocab, ")"));
+        return absl::InvalidArgumentError(absl::StrCat(where, "prompt token id ", id,
+                                                       " outside the vocabulary [0, ", vocab, ")"));
       }
     }
     if (sampling.max_new_tokens < 1) {
       return absl::InvalidArgumentError(where + "max_new_tokens must be at least 1");
     }
     if (length + sampling.max_new_tokens > options_.max_model_len) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, "prompt (", length, " tokens) + max_new_tokens (", sampling.max_new_tokens,
-          ") exceeds max_model_len ", options_.max_model_len,
-          "; shorten the prompt, lower max_new_tokens or raise max_model_len"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "prompt (", length, " tokens) + max_new_tokens (",
+                       sampling.max_new_tokens, ") exceeds max_model_len ", options_.max_model_len,
+                       "; shorten the prompt, lower max_new_tokens or raise max_model_len"));
     }
     if (!(sampling.temperature >= 0)) {
       return absl::InvalidArgumentError(where + "temperature must be >= 0 (0 = greedy)");
     }
-    if (sampling.top_k < 0) return absl::InvalidArgumentError(where + "top_k must be >= 0 (0 = off)");
+    if (sampling.top_k < 0)
+      return absl::InvalidArgumentError(where + "top_k must be >= 0 (0 = off)");
     if (!(sampling.top_p > 0 && sampling.top_p <= 1)) {
       return absl::InvalidArgumentError(where + "top_p must be in (0, 1]");
     }

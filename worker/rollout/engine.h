@@ -24,7 +24,7 @@ struct EngineOptions {
   int64_t max_model_len = 0;
   // KV cache budget on a GPU: this fraction of the memory free when the cache is allocated
   // (after the weights), like vLLM's gpu_memory_utilization. The rest stays for activations.
-  double gpu_memory_utilization = 0.5;
+  double gpu_memory_utilization = 0.6;
   int64_t cpu_cache_bytes = int64_t{256} << 20;  // KV cache budget on the CPU.
   int64_t max_prefill_tokens = 16384;            // Padded prompt tokens per prefill forward.
   bool cuda_graphs = true;
@@ -80,7 +80,7 @@ class GenerationEngine {
   std::mt19937_64 seed_sequence_;
   std::unique_ptr<SlotKvCache> cache_;
   std::unique_ptr<FusedDecoder> fused_;  // CUDA + bf16: the decode step; else the module forward.
-  int64_t usable_slots_ = 0;  // The cache's last slot is scratch for graph padding rows.
+  int64_t usable_slots_ = 0;             // The cache's last slot is scratch for graph padding rows.
   DecodeGraphs graphs_;
   // Decode inputs (3, usable_slots): token, position, slot of each row; graphs read them here.
   at::Tensor step_inputs_;

@@ -34,8 +34,7 @@ bool FusedDecoder::Supports(const model::Transformer& model) {
   const at::Tensor& head = model->HeadWeight();
   return head.is_cuda() && head.scalar_type() == at::kBFloat16 &&
          (c.head_dim == 64 || c.head_dim == 128) && c.intermediate_size % 2 == 0 &&
-         c.num_heads % c.num_kv_heads == 0 &&
-         c.num_heads / c.num_kv_heads <= 8;
+         c.num_heads % c.num_kv_heads == 0 && c.num_heads / c.num_kv_heads <= 8;
 }
 
 FusedDecoder::FusedDecoder(model::Transformer& model) : config_(model->config()) {
@@ -91,13 +90,12 @@ at::Tensor FusedDecoder::Layers(const at::Tensor& tokens, const at::Tensor& posi
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = layers_[i];
     const at::Tensor qkv = Linear(h, layer.qkv_weight, layer.qkv_bias);  // (N, (H + 2K) D)
-    kernels::RopeAppend(qkv.data_ptr(), positions.data_ptr<int64_t>(), slots.data_ptr<int64_t>(),
-                        inv_freq_.data_ptr<float>(),
-                        layer.q_norm.defined() ? layer.q_norm.data_ptr() : nullptr,
-                        layer.k_norm.defined() ? layer.k_norm.data_ptr() : nullptr, eps,
-                        q.data_ptr(), keep_keys ? k.data_ptr() : nullptr, cache.key(i).data_ptr(),
-                        cache.value(i).data_ptr(), rows, heads, kv_heads, d, cache.capacity(),
-                        stream);
+    kernels::RopeAppend(
+        qkv.data_ptr(), positions.data_ptr<int64_t>(), slots.data_ptr<int64_t>(),
+        inv_freq_.data_ptr<float>(), layer.q_norm.defined() ? layer.q_norm.data_ptr() : nullptr,
+        layer.k_norm.defined() ? layer.k_norm.data_ptr() : nullptr, eps, q.data_ptr(),
+        keep_keys ? k.data_ptr() : nullptr, cache.key(i).data_ptr(), cache.value(i).data_ptr(),
+        rows, heads, kv_heads, d, cache.capacity(), stream);
     const at::Tensor attention = attend(i, q, k, qkv);  // (N, H D)
     const at::Tensor o = Linear(attention, layer.o_weight, layer.o_bias);
     kernels::AddRmsNorm(residual.data_ptr<float>(), o.data_ptr(), /*assign=*/false,
@@ -106,8 +104,7 @@ at::Tensor FusedDecoder::Layers(const at::Tensor& tokens, const at::Tensor& posi
     at::Tensor activated = at::empty({rows, gate_up.size(1) / 2}, bf16);
     kernels::SiluMul(gate_up.data_ptr(), activated.data_ptr(), rows, activated.size(1), stream);
     const at::Tensor down = Linear(activated, layer.down_weight, layer.down_bias);
-    const at::Tensor& next_norm =
-        i + 1 < layers_.size() ? layers_[i + 1].input_norm : final_norm_;
+    const at::Tensor& next_norm = i + 1 < layers_.size() ? layers_[i + 1].input_norm : final_norm_;
     kernels::AddRmsNorm(residual.data_ptr<float>(), down.data_ptr(), /*assign=*/false,
                         next_norm.data_ptr(), h.data_ptr(), rows, hidden, eps, stream);
   }
@@ -120,13 +117,12 @@ at::Tensor FusedDecoder::Decode(const at::Tensor& tokens, const at::Tensor& posi
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(tokens.device().index());
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   at::Tensor attention = at::empty({rows, heads * d}, head_.options());
-  const at::Tensor workspace = at::empty(
-      {kernels::DecodeAttentionWorkspaceBytes(static_cast<int>(rows), static_cast<int>(heads),
-                                              static_cast<int>(d),
-                                              static_cast<int>(cache.capacity()))},
-      head_.options().dtype(at::kByte));
-  const auto attend = [&](size_t layer, const at::Tensor& q, const at::Tensor&,
-                          const at::Tensor&) {
+  const at::Tensor workspace =
+      at::empty({kernels::DecodeAttentionWorkspaceBytes(
+                    static_cast<int>(rows), static_cast<int>(heads), static_cast<int>(d),
+                    static_cast<int>(cache.capacity()))},
+                head_.options().dtype(at::kByte));
+  const auto attend = [&](size_t layer, const at::Tensor& q, const at::Tensor&, const at::Tensor&) {
     kernels::DecodeAttention(q.data_ptr(), cache.key(layer).data_ptr(),
                              cache.value(layer).data_ptr(), slots.data_ptr<int64_t>(),
                              positions.data_ptr<int64_t>(), attention.data_ptr(),
@@ -156,17 +152,17 @@ at::Tensor FusedDecoder::Prefill(const at::Tensor& ids, const at::Tensor& length
   at::Tensor mask;
   if (ragged) {
     const at::Tensor causal = index.view({t, 1}) >= index.view({1, t});  // (T, T) query ≥ key
-    mask = causal.unsqueeze(0).logical_and(real.unsqueeze(1))            // (B, T, T)
-               .logical_or(at::eye(t, real.options()).unsqueeze(0))      // Padding sees itself.
+    mask = causal.unsqueeze(0)
+               .logical_and(real.unsqueeze(1))                       // (B, T, T)
+               .logical_or(at::eye(t, real.options()).unsqueeze(0))  // Padding sees itself.
                .unsqueeze(1);
   }
-  const auto attend = [&](size_t, const at::Tensor& q, const at::Tensor& k,
-                          const at::Tensor& qkv) {
-    const at::Tensor v = qkv.view({batch, t, heads + 2 * kv_heads, d}).narrow(2, heads + kv_heads,
-                                                                           kv_heads);
+  const auto attend = [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& qkv) {
+    const at::Tensor v =
+        qkv.view({batch, t, heads + 2 * kv_heads, d}).narrow(2, heads + kv_heads, kv_heads);
     const at::Tensor out = model::ScaledDotProductAttention(
-        q.view({batch, t, heads, d}).transpose(1, 2), k.view({batch, t, kv_heads, d}).transpose(1, 2),
-        v.transpose(1, 2), mask);                                            // (B, H, T, D)
+        q.view({batch, t, heads, d}).transpose(1, 2),
+        k.view({batch, t, kv_heads, d}).transpose(1, 2), v.transpose(1, 2), mask);  // (B, H, T, D)
     return out.transpose(1, 2).reshape({rows, heads * d});
   };
   const at::Tensor h =

@@ -25,8 +25,8 @@ class FusedDecoder {
 
   // tokens, positions, slots (B) int64 on the device → next-token logits (B, V) float32. Writes
   // each row's key and value into `cache`.
-  at::Tensor Decode(const at::Tensor& tokens, const at::Tensor& positions,
-                    const at::Tensor& slots, SlotKvCache& cache);
+  at::Tensor Decode(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& slots,
+                    SlotKvCache& cache);
   // Whole prompts: ids (B, T) right-padded, lengths (B) and slots (B) int64 on the device. Writes
   // the prompts' keys and values to positions [0, length) of their slots (padding to
   // `scratch_slot`) and returns the logits after each prompt's last token (B, V) float32.
@@ -38,17 +38,16 @@ class FusedDecoder {
     at::Tensor input_norm, post_norm, q_norm, k_norm;  // q_norm/k_norm: Qwen3 only.
     at::Tensor qkv_weight, qkv_bias;                   // (H + 2K) * D rows; bias optional.
     at::Tensor o_weight, o_bias;
-    at::Tensor gate_up_weight, gate_up_bias;           // 2F rows.
+    at::Tensor gate_up_weight, gate_up_bias;  // 2F rows.
     at::Tensor down_weight, down_bias;
   };
   // attend(layer, q (N, H, D), k (N, K, D) or undefined, qkv (N, (H + 2K) D)) → (N, H D).
-  using AttendFn = std::function<at::Tensor(size_t, const at::Tensor&, const at::Tensor&,
-                                            const at::Tensor&)>;
+  using AttendFn =
+      std::function<at::Tensor(size_t, const at::Tensor&, const at::Tensor&, const at::Tensor&)>;
   // Embedding, every layer (keys and values into `cache`) and the final norm over N tokens; keeps
   // the rotated keys for `attend` when asked. Returns (N, C) bf16.
-  at::Tensor Layers(const at::Tensor& tokens, const at::Tensor& positions,
-                    const at::Tensor& slots, SlotKvCache& cache, bool keep_keys,
-                    const AttendFn& attend);
+  at::Tensor Layers(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& slots,
+                    SlotKvCache& cache, bool keep_keys, const AttendFn& attend);
 
   model::ModelConfig config_;
   at::Tensor embed_, final_norm_, head_, inv_freq_;

@@ -31,8 +31,8 @@ void SampleRowsOnCpu(const at::Tensor& logits, const SamplingRows& rows, const a
       const float* x = x_all + row * logits.stride(0);
       const bool greedy = !(temperature[row] > 0.f);
       const float inverse_t = greedy ? 1.f : 1.f / temperature[row];
-      const uint64_t key = DrawKey(static_cast<uint64_t>(seeds[row]),
-                                   static_cast<uint64_t>(counters[row]));
+      const uint64_t key =
+          DrawKey(static_cast<uint64_t>(seeds[row]), static_cast<uint64_t>(counters[row]));
       float max = -INFINITY, sum = 0.f, best = -INFINITY;
       int64_t best_index = vocab;
       for (int64_t v = 0; v < vocab; ++v) {
@@ -78,7 +78,8 @@ at::Tensor FilterTopKTopP(const at::Tensor& logits, const at::Tensor& temperatur
   const at::Tensor probs = at::softmax(sorted.masked_fill(remove, -INFINITY), -1);
   const at::Tensor mass_above = probs.cumsum(-1) - probs;
   // Rows with top_p = 1 skip it: rounding can push the mass above the last tokens to 1.
-  remove = remove.logical_or((mass_above >= top_p.unsqueeze(1)).logical_and((top_p < 1).unsqueeze(1)));
+  remove =
+      remove.logical_or((mass_above >= top_p.unsqueeze(1)).logical_and((top_p < 1).unsqueeze(1)));
   const at::Tensor drop = at::zeros_like(remove).scatter(1, order, remove);
   return logits.masked_fill(drop, -INFINITY);
 }

@@ -69,7 +69,8 @@ __global__ void __launch_bounds__(kThreads)
   const float t = temperature[row];
   const bool greedy = !(t > 0.f);
   const float inverse_t = greedy ? 1.f : 1.f / t;
-  const uint64_t key = DrawKey(static_cast<uint64_t>(seeds[row]), static_cast<uint64_t>(counters[row]));
+  const uint64_t key =
+      DrawKey(static_cast<uint64_t>(seeds[row]), static_cast<uint64_t>(counters[row]));
   const int span = (vocab + kSplits - 1) / kSplits;
   const int end = min(vocab, (split + 1) * span);
 

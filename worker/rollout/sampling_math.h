@@ -47,7 +47,8 @@ RLHFD_HOST_DEVICE uint64_t DrawKey(uint64_t seed, uint64_t counter) {
 
 // Uniform in (0, 1), never 0 or 1, from 24 random bits of (draw key, vocabulary id).
 RLHFD_HOST_DEVICE float UniformOpen(uint64_t key, uint32_t index) {
-  const uint32_t bits = Mix32(Mix32(index ^ static_cast<uint32_t>(key)) + static_cast<uint32_t>(key >> 32));
+  const uint32_t bits =
+      Mix32(Mix32(index ^ static_cast<uint32_t>(key)) + static_cast<uint32_t>(key >> 32));
   return (static_cast<float>(bits >> 8) + 0.5f) * (1.0f / 16777216.0f);
 }
 

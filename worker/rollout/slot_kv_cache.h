@@ -41,7 +41,7 @@ class SlotKvCache : public model::AttentionCache {
 
  private:
   enum class Mode { kNone, kPrefill, kDecode };
-  std::vector<at::Tensor> keys_;    // Per layer (slots, K, capacity, D).
+  std::vector<at::Tensor> keys_;  // Per layer (slots, K, capacity, D).
   std::vector<at::Tensor> values_;
   int64_t slots_, capacity_;
   Mode mode_ = Mode::kNone;

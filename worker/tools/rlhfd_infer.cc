@@ -10,6 +10,7 @@
 #include <torch/cuda.h>
 #include <torch/types.h>
 
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -27,8 +28,6 @@
 #include "worker/model/tokenizer.h"
 #include "worker/rollout/engine.h"
 
-#include <fstream>
-
 ABSL_FLAG(std::string, model, "", "Hugging Face model directory");
 ABSL_FLAG(std::string, text, "", "Text to tokenize or score");
 ABSL_FLAG(std::string, prompt, "",
@@ -43,14 +42,16 @@ ABSL_FLAG(std::string, prompts, "",
 ABSL_FLAG(double, temperature, 1.0, "generate: 0 = greedy");
 ABSL_FLAG(int64_t, top_k, 0, "generate: 0 = off");
 ABSL_FLAG(double, top_p, 1.0, "generate: 1 = off");
-ABSL_FLAG(int64_t, seed, -1, "generate: seed of the first prompt (prompt i gets seed + i); -1 = random");
+ABSL_FLAG(int64_t, seed, -1,
+          "generate: seed of the first prompt (prompt i gets seed + i); -1 = random");
 ABSL_FLAG(int64_t, max_new_tokens, 64, "generate: tokens per response at most");
 ABSL_FLAG(int64_t, n, 1, "generate: samples per prompt");
 ABSL_FLAG(std::vector<std::string>, stop_token_ids, {}, "generate: comma-separated token ids");
 ABSL_FLAG(bool, ignore_eos, false, "generate: run every response to --max_new_tokens");
 ABSL_FLAG(int64_t, max_num_seqs, 256, "generate: sequences decoded together at most");
 ABSL_FLAG(int64_t, max_model_len, 0, "generate: prompt + response tokens per sequence at most");
-ABSL_FLAG(double, gpu_memory_utilization, 0.5, "generate: share of free GPU memory for the KV cache");
+ABSL_FLAG(double, gpu_memory_utilization, 0.6,
+          "generate: share of free GPU memory for the KV cache");
 ABSL_FLAG(std::string, out, "", "export: directory to write");
 
 namespace rlhfd {
@@ -80,7 +81,8 @@ absl::StatusOr<nlohmann::json> Tokenize(const std::string& dir) {
 absl::StatusOr<model::LoadOptions> DeviceOptions() {
   model::LoadOptions options;
   const std::string dtype = absl::GetFlag(FLAGS_dtype), device = absl::GetFlag(FLAGS_device);
-  if (dtype != "fp32" && dtype != "bf16") return absl::InvalidArgumentError("--dtype: fp32 or bf16");
+  if (dtype != "fp32" && dtype != "bf16")
+    return absl::InvalidArgumentError("--dtype: fp32 or bf16");
   options.dtype = dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   if (device == "cuda") {
     if (!torch::cuda::is_available()) return absl::FailedPreconditionError("--device=cuda: no GPU");
@@ -104,7 +106,7 @@ absl::StatusOr<nlohmann::json> Logprobs(const std::string& dir) {
     return absl::InvalidArgumentError("need at least two tokens, and some --text to score");
   }
   torch::NoGradGuard no_grad;
-  at::Tensor input = at::tensor(ids, at::kLong).unsqueeze(0).to(options.device);  // (1, T)
+  at::Tensor input = at::tensor(ids, at::kLong).unsqueeze(0).to(options.device);        // (1, T)
   at::Tensor logits = model->Logits(model->Hidden({input})).to(at::kFloat).squeeze(0);  // (T, V)
   at::Tensor logp = at::log_softmax(logits, -1).cpu();
   nlohmann::json tokens = nlohmann::json::array();
@@ -114,11 +116,12 @@ absl::StatusOr<nlohmann::json> Logprobs(const std::string& dir) {
   for (size_t i = first; i < ids.size(); ++i) {
     const double value = logp[i - 1][ids[i]].item<double>();
     total += value;
-    tokens.push_back({{"id", ids[i]}, {"token", tokenizer.Decode({static_cast<int32_t>(ids[i])})},
+    tokens.push_back({{"id", ids[i]},
+                      {"token", tokenizer.Decode({static_cast<int32_t>(ids[i])})},
                       {"logprob", value}});
   }
-  return nlohmann::json{{"tokens", tokens}, {"total_logprob", total}, {"dtype", dtype},
-                        {"device", device}};
+  return nlohmann::json{
+      {"tokens", tokens}, {"total_logprob", total}, {"dtype", dtype}, {"device", device}};
 }
 
 // One prompt line of --prompts as token ids.
@@ -142,7 +145,8 @@ absl::StatusOr<std::vector<int64_t>> PromptIds(const nlohmann::json& line,
           !message["role"].is_string() || !message["content"].is_string()) {
         return absl::InvalidArgumentError("messages: each needs string role and content");
       }
-      messages.push_back({message["role"].get<std::string>(), message["content"].get<std::string>()});
+      messages.push_back(
+          {message["role"].get<std::string>(), message["content"].get<std::string>()});
     }
     ASSIGN_OR_RETURN(text, tokenizer.ApplyChatTemplate(messages, /*add_generation_prompt=*/true));
   } else if (line.contains("prompt") && line["prompt"].is_string()) {
@@ -213,7 +217,8 @@ absl::StatusOr<nlohmann::json> Generate(const std::string& dir) {
                                   {"text", tokenizer.Decode(ids)},
                                   {"token_ids", sample.token_ids},
                                   {"logprobs", sample.logprobs},
-                                  {"finish_reason", rollout::FinishReasonName(sample.finish_reason)}}
+                                  {"finish_reason",
+                                   rollout::FinishReasonName(sample.finish_reason)}}
                        .dump()
                 << "\n";
     }
@@ -230,7 +235,8 @@ absl::StatusOr<nlohmann::json> Generate(const std::string& dir) {
 absl::StatusOr<nlohmann::json> Export(const std::string& dir) {
   const std::string out = absl::GetFlag(FLAGS_out), dtype = absl::GetFlag(FLAGS_dtype);
   if (out.empty()) return absl::InvalidArgumentError("export needs --out=DIR");
-  if (dtype != "fp32" && dtype != "bf16") return absl::InvalidArgumentError("--dtype: fp32 or bf16");
+  if (dtype != "fp32" && dtype != "bf16")
+    return absl::InvalidArgumentError("--dtype: fp32 or bf16");
   ASSIGN_OR_RETURN(model::Transformer model, model::LoadModel(dir, {}));
   RETURN_IF_ERROR(model::ExportHuggingFaceDirectory(model, dir, out,
                                                     dtype == "bf16" ? at::kBFloat16 : at::kFloat));
@@ -253,8 +259,8 @@ int main(int argc, char** argv) {
       : command == "logprobs" ? rlhfd::Logprobs(absl::GetFlag(FLAGS_model))
       : command == "generate" ? rlhfd::Generate(absl::GetFlag(FLAGS_model))
       : command == "export"   ? rlhfd::Export(absl::GetFlag(FLAGS_model))
-                              : absl::InvalidArgumentError(absl::StrCat("unknown command '", command,
-                                                                        "'\n", rlhfd::kUsage));
+                              : absl::InvalidArgumentError(
+                                    absl::StrCat("unknown command '", command, "'\n", rlhfd::kUsage));
   if (!result.ok()) {
     std::cerr << "error: " << result.status().message() << "\n";
     const bool known = command == "tokenize" || command == "logprobs" || command == "generate" ||
