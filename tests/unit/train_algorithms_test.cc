@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <torch/types.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <vector>
@@ -19,6 +20,8 @@
 #include "worker/train/losses.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/optimizer.h"
+#include "worker/train/batching.h"
+#include "worker/train/critic_update.h"
 #include "worker/train/policy_update.h"
 
 #include <torch/optim/adamw.h>
@@ -523,7 +526,7 @@ TEST_CASE("chunked log-probs and entropy equal the full-logits computation, valu
   }
 }
 
-TEST_CASE("policy update: accumulation over micro-batches equals one big batch; epochs and metrics",
+TEST_CASE("policy update: accumulation, token budgets, packing and checkpointing change nothing",
           "[train][update]") {
   const std::string dir = std::string(RLHFD_FIXTURES_DIR) + "/models/tiny-qwen2";
   auto load = [&] {
@@ -533,42 +536,62 @@ TEST_CASE("policy update: accumulation over micro-batches equals one big batch; 
   };
   at::manual_seed(21);
   const int64_t b = 4, t = 8;
+  const std::vector<int64_t> lengths = {8, 6, 8, 5};  // Right-padded rows of different lengths.
   PolicyUpdateBatch batch;
   batch.input_ids = at::randint(3, 500, {b, t}, at::kLong);
-  batch.attention_mask = at::ones({b, t}, at::kLong);
+  batch.attention_mask = at::zeros({b, t}, at::kLong);
   batch.response_mask = at::zeros({b, t - 1}, at::kDouble);
-  batch.response_mask.narrow(1, 3, 4).fill_(1);
-  batch.response_mask[2][6] = 0;  // Responses of different lengths.
+  for (int64_t i = 0; i < b; ++i) {
+    batch.attention_mask[i].narrow(0, 0, lengths[i]).fill_(1);
+    batch.response_mask[i].narrow(0, 3, lengths[i] - 4).fill_(1);  // Response after 4 tokens.
+  }
   batch.advantages = at::randn({b, t - 1}, at::kDouble) * batch.response_mask;
   {
     model::Transformer reference = load();
     torch::NoGradGuard no_grad;
-    at::Tensor logits = reference->Logits(reference->Hidden({batch.input_ids})).narrow(1, 0, t - 1);
+    at::Tensor logits = reference->Logits(reference->Hidden({batch.input_ids, batch.attention_mask}))
+                            .narrow(1, 0, t - 1);
     batch.old_log_probs = TokenLogProbs(logits, batch.input_ids.narrow(1, 1, t - 1)) - 0.02;
   }
   batch.ref_log_probs = batch.old_log_probs + 0.01;
 
   PolicyUpdateOptions options;
-  options.mini_batch = 4;
+  options.loop.mini_batch = 4;
   options.entropy_coeff = 0.01;
   options.kl_coef = 0.1;
-  options.lr = 1e-3;
-  auto run = [&](int64_t micro_batch) {
+  options.loop.lr = 1e-3;
+  auto run = [&](MicroBatching micro) {
     model::Transformer net = load();
     AdamW optimizer(net->parameters(), {});
     PolicyUpdateOptions o = options;
-    o.micro_batch = micro_batch;
+    o.loop.micro = micro;
     UpdateMetrics metrics = UpdatePolicy(net, optimizer, batch, o);
     return std::make_pair(net, metrics);
   };
-  auto [whole, whole_metrics] = run(4);
-  auto [accumulated, accumulated_metrics] = run(1);
-  double worst = 0;
-  auto a = whole->parameters(), c = accumulated->parameters();
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - c[i]).abs().max().item<double>());
-  INFO("largest parameter difference " << worst);
-  CHECK(worst <= 1e-10);
-  CHECK(whole_metrics.at("grad_norm") == Approx(accumulated_metrics.at("grad_norm")).epsilon(1e-9));
+  auto [whole, whole_metrics] = run({.micro_batch = 4});
+  const auto largest_difference = [&](model::Transformer& other) {
+    double worst = 0;
+    auto a = whole->parameters(), c = other->parameters();
+    for (size_t i = 0; i < a.size(); ++i) {
+      worst = std::max(worst, (a[i] - c[i]).abs().max().item<double>());
+    }
+    return worst;
+  };
+  // float64: 1e-10 states that each variant computes the same update.
+  const std::vector<std::pair<const char*, MicroBatching>> variants = {
+      {"one row per micro-batch", {.micro_batch = 1}},
+      {"token budget of 14", {.micro_batch_tokens = 14}},
+      {"packed, two rows", {.micro_batch = 2, .packed = true}},
+      {"packed with a token budget", {.micro_batch_tokens = 16, .packed = true}},
+      {"activation checkpointing", {.micro_batch = 2, .activation_checkpointing = true}},
+  };
+  for (const auto& [name, micro] : variants) {
+    INFO(name);
+    auto [net, metrics] = run(micro);
+    CHECK(largest_difference(net) <= 1e-10);
+    CHECK(metrics.at("grad_norm") == Approx(whole_metrics.at("grad_norm")).epsilon(1e-9));
+    CHECK_FALSE(net->activation_checkpointing());  // Restored after the update.
+  }
   CHECK(whole_metrics.at("optimizer_steps") == 1);
   for (const char* name : {"policy_loss", "clip_fraction", "clip_fraction_low", "approx_kl",
                            "entropy", "kl_loss", "grad_norm", "lr", "response_tokens_per_s"}) {
@@ -576,10 +599,137 @@ TEST_CASE("policy update: accumulation over micro-batches equals one big batch; 
   }
   CHECK(whole_metrics.at("entropy") > 0);
 
-  options.mini_batch = 2;
-  options.epochs = 2;
-  auto [epochs, epoch_metrics] = run(1);
+  options.loop.mini_batch = 2;
+  options.loop.epochs = 2;
+  auto [epochs, epoch_metrics] = run({.micro_batch = 1});
   CHECK(epoch_metrics.at("optimizer_steps") == 4);
+}
+
+TEST_CASE("micro-batches by a token budget", "[train][update]") {
+  const std::vector<int64_t> tokens = {5, 9, 3, 7, 2, 12, 4};
+  const std::vector<int64_t> rows = {6, 0, 1, 2, 3, 4, 5};
+  const auto batches = SplitMicroBatches(rows, tokens, /*rows_per_micro_batch=*/2, /*budget=*/10);
+  std::vector<int64_t> seen;
+  for (const auto& batch : batches) {
+    int64_t sum = 0;
+    for (int64_t row : batch) sum += tokens[row];
+    CHECK((sum <= 10 || batch.size() == 1));  // Row 5 (12 tokens) goes alone.
+    // Rows keep the input order inside a micro-batch.
+    std::vector<size_t> where;
+    for (int64_t row : batch) where.push_back(std::find(rows.begin(), rows.end(), row) - rows.begin());
+    CHECK(std::is_sorted(where.begin(), where.end()));
+    seen.insert(seen.end(), batch.begin(), batch.end());
+  }
+  std::sort(seen.begin(), seen.end());
+  CHECK(seen == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6});  // Every row exactly once.
+  // First-fit by decreasing tokens: 12 | 9 | 7+3 | 5+4 | 2.
+  CHECK(batches.size() == 5);
+  // Without a budget: fixed row counts, in order.
+  CHECK(SplitMicroBatches(rows, tokens, 3, 0) ==
+        std::vector<std::vector<int64_t>>{{6, 0, 1}, {2, 3, 4}, {5}});
+}
+
+TEST_CASE("activation checkpointing gives the same gradients (float64)", "[train][checkpoint]") {
+  auto loaded = model::LoadModel(std::string(RLHFD_FIXTURES_DIR) + "/models/tiny-qwen3",
+                                 {at::kDouble, at::kCPU});
+  REQUIRE(loaded.ok());
+  model::Transformer net = *loaded;
+  at::manual_seed(5);
+  const at::Tensor ids = at::randint(3, 500, {2, 9}, at::kLong);
+  const at::Tensor mask = at::ones({2, 9}, at::kLong).index_put_({1, at::indexing::Slice(6)}, 0);
+  const at::Tensor weights = at::randn({2, 9, net->config().vocab_size}, at::kDouble);
+  const auto gradients = [&](bool checkpointing) {
+    net->set_activation_checkpointing(checkpointing);
+    net->zero_grad();
+    (net->Logits(net->Hidden({ids, mask})) * weights).sum().backward();
+    std::vector<at::Tensor> grads;
+    for (const auto& p : net->parameters()) grads.push_back(p.grad().clone());
+    return grads;
+  };
+  const auto plain = gradients(false);
+  const auto recomputed = gradients(true);
+  double worst = 0;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    worst = std::max(worst, (plain[i] - recomputed[i]).abs().max().item<double>());
+  }
+  INFO("largest gradient difference " << worst);
+  CHECK(worst <= 1e-12);
+}
+
+TEST_CASE("explained variance, hand-worked", "[train][critic]") {
+  const at::Tensor returns = ToTensor({{1, 2, 3, 4, 9}});
+  const at::Tensor mask = ToTensor({{1, 1, 1, 1, 0}});
+  // error = r - v = (0, 0, 0, -1): its variance 0.1875, the returns' 1.25.
+  CHECK(ExplainedVariance(ToTensor({{1, 2, 3, 5, 0}}), returns, mask) == Approx(0.85));
+  CHECK(ExplainedVariance(returns, returns, mask) == Approx(1.0));
+  CHECK(ExplainedVariance(at::full_like(returns, 2.5), returns, mask) == Approx(0.0));
+  CHECK(ExplainedVariance(returns, at::ones_like(returns), mask) == 0.0);  // Constant returns.
+}
+
+TEST_CASE("critic update: value loss falls, accumulation and packing change nothing",
+          "[train][critic]") {
+  const std::string dir = std::string(RLHFD_FIXTURES_DIR) + "/models/tiny-llama-value";
+  auto load = [&] {
+    auto loaded = model::LoadModel(dir, {at::kDouble, at::kCPU});
+    REQUIRE(loaded.ok());
+    return *loaded;
+  };
+  at::manual_seed(8);
+  const int64_t b = 4, t = 7;
+  CriticUpdateBatch batch;
+  batch.input_ids = at::randint(3, 500, {b, t}, at::kLong);
+  batch.attention_mask = at::ones({b, t}, at::kLong);
+  batch.attention_mask[3].narrow(0, 5, 2).fill_(0);
+  batch.response_mask = at::zeros({b, t - 1}, at::kDouble);
+  batch.response_mask.narrow(1, 2, 4).fill_(1);
+  batch.response_mask[3].narrow(0, 4, 2).fill_(0);
+  batch.returns = at::randn({b, t - 1}, at::kDouble) * batch.response_mask;
+  {
+    model::Transformer reference = load();
+    torch::NoGradGuard no_grad;
+    batch.old_values = reference->Scores(reference->Hidden({batch.input_ids, batch.attention_mask}))
+                           .squeeze(-1)
+                           .narrow(1, 0, t - 1);
+  }
+  CriticUpdateOptions options;
+  options.loop.mini_batch = 4;
+  options.loop.lr = 1e-2;
+  options.value_clip = 10.0;  // Let the values move freely here.
+  auto run = [&](MicroBatching micro, int64_t epochs) {
+    model::Transformer net = load();
+    AdamW optimizer(net->parameters(), {});
+    CriticUpdateOptions o = options;
+    o.loop.micro = micro;
+    o.loop.epochs = epochs;
+    UpdateMetrics metrics = UpdateCritic(net, optimizer, batch, o);
+    return std::make_pair(net, metrics);
+  };
+  auto [whole, whole_metrics] = run({.micro_batch = 4}, 1);
+  for (MicroBatching micro : {MicroBatching{.micro_batch = 1},
+                              MicroBatching{.micro_batch = 2, .packed = true}}) {
+    auto [net, metrics] = run(micro, 1);
+    double worst = 0;
+    auto a = whole->parameters(), c = net->parameters();
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - c[i]).abs().max().item<double>());
+    CHECK(worst <= 1e-10);
+    CHECK(metrics.at("explained_variance") ==
+          Approx(whole_metrics.at("explained_variance")).epsilon(1e-9));
+  }
+  for (const char* name : {"value_loss", "value_clip_fraction", "values", "explained_variance",
+                           "grad_norm", "lr", "optimizer_steps", "response_tokens_per_s"}) {
+    CHECK(whole_metrics.count(name) == 1);
+  }
+  // Twenty epochs on the same batch: the values fit the returns better.
+  auto [trained, trained_metrics] = run({.micro_batch = 4}, 20);
+  torch::NoGradGuard no_grad;
+  const at::Tensor values = trained->Scores(trained->Hidden({batch.input_ids, batch.attention_mask}))
+                                .squeeze(-1)
+                                .narrow(1, 0, t - 1);
+  const double before = ExplainedVariance(batch.old_values, batch.returns, batch.response_mask);
+  const double after = ExplainedVariance(values, batch.returns, batch.response_mask);
+  INFO("explained variance " << before << " -> " << after);
+  CHECK(after > before + 0.3);
+  CHECK(trained_metrics.at("value_loss") < whole_metrics.at("value_loss"));
 }
 
 TEST_CASE("packed sequences give the same loss and gradients as the padded batch",

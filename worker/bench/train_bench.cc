@@ -29,6 +29,8 @@ ABSL_FLAG(int, steps, 10, "Timed steps");
 ABSL_FLAG(int, warmup, 3, "Untimed steps first");
 ABSL_FLAG(double, peak_tflops, 791.0, "bf16 dense peak used for MFU (measured on the H200)");
 ABSL_FLAG(std::string, profile, "", "Write a Chrome trace of two more steps to this file");
+ABSL_FLAG(bool, activation_checkpointing, false,
+          "Recompute each decoder layer in backward (less activation memory, more compute)");
 ABSL_FLAG(bool, breakdown, false,
           "Also time forward+loss, backward and optimizer separately (synchronising between them)");
 
@@ -52,6 +54,7 @@ int main(int argc, char** argv) {
   }
   model->to(at::Device(at::kCUDA, 0), at::kFloat);  // float32 masters
   model->train();
+  model->set_activation_checkpointing(absl::GetFlag(FLAGS_activation_checkpointing));
   rlhfd::train::AdamW optimizer(model->parameters(), {});
   int64_t params = 0;
   for (const auto& p : model->parameters()) params += p.numel();
@@ -107,12 +110,14 @@ int main(int argc, char** argv) {
       {"tokens_per_s", tokens / seconds}, {"ms_per_step", seconds * 1e3 / absl::GetFlag(FLAGS_steps)},
       {"tflops", tflops}, {"mfu", tflops / absl::GetFlag(FLAGS_peak_tflops)},
       {"peak_memory_gib", peak_gib},
+      {"activation_checkpointing", absl::GetFlag(FLAGS_activation_checkpointing)},
       {"final_loss", loss.item<double>()}};
   std::cout << result.dump() << "\n";
-  std::printf("%-14s %8s %12s %10s %8s %6s\n", "preset", "tokens", "tokens/s", "ms/step", "TFLOP/s", "MFU");
-  std::printf("%-14s %8ld %12.0f %10.1f %8.1f %5.1f%%\n", absl::GetFlag(FLAGS_preset).c_str(),
+  std::printf("%-14s %8s %12s %10s %8s %6s %9s\n", "preset", "tokens", "tokens/s", "ms/step",
+              "TFLOP/s", "MFU", "peak GiB");
+  std::printf("%-14s %8ld %12.0f %10.1f %8.1f %5.1f%% %9.1f\n", absl::GetFlag(FLAGS_preset).c_str(),
               static_cast<long>(b * t), tokens / seconds, seconds * 1e3 / absl::GetFlag(FLAGS_steps),
-              tflops, 100 * tflops / absl::GetFlag(FLAGS_peak_tflops));
+              tflops, 100 * tflops / absl::GetFlag(FLAGS_peak_tflops), peak_gib);
   if (const std::string path = absl::GetFlag(FLAGS_profile); !path.empty()) {
     namespace profiler = torch::autograd::profiler;
     const profiler::ProfilerConfig config(profiler::ProfilerState::KINETO);

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
+#include <torch/autograd.h>
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/options/linear.h>
 
@@ -200,6 +201,51 @@ TransformerImpl::TransformerImpl(const ModelConfig& config)
   }
 }
 
+// Activation checkpointing of one decoder layer, reentrant as torch.utils.checkpoint's default:
+// the forward runs without recording a graph and keeps only the layer's input; the backward runs
+// the layer again with grad on (under the autocast state of the forward) and back-propagates
+// through it, which accumulates the parameters' gradients and yields the input's.
+class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            DecoderLayerImpl* layer, const AttentionContext& context) {
+    // The layer outlives the step; its address rides in the context as an integer.
+    ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
+    ctx->saved_data["cos"] = context.cos;
+    ctx->saved_data["sin"] = context.sin;
+    ctx->saved_data["mask"] = context.mask;
+    const at::DeviceType device = x.device().type();
+    ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(device);
+    ctx->saved_data["autocast_dtype"] = at::autocast::get_autocast_dtype(device);
+    ctx->save_for_backward({x});
+    return layer->forward(x, context);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    auto* layer = reinterpret_cast<DecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
+    const AttentionContext context{ctx->saved_data["cos"].toTensor(),
+                                   ctx->saved_data["sin"].toTensor(),
+                                   ctx->saved_data["mask"].toTensor(), nullptr};
+    const at::Tensor input = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    const at::DeviceType device = input.device().type();
+    // The backward may run on another thread: restore the forward's autocast state there.
+    const bool autocast_before = at::autocast::is_autocast_enabled(device);
+    const at::ScalarType dtype_before = at::autocast::get_autocast_dtype(device);
+    at::autocast::set_autocast_enabled(device, ctx->saved_data["autocast"].toBool());
+    at::autocast::set_autocast_dtype(device, ctx->saved_data["autocast_dtype"].toScalarType());
+    at::Tensor output;
+    {
+      at::AutoGradMode grad(true);
+      output = layer->forward(input, context);
+    }
+    at::autocast::set_autocast_enabled(device, autocast_before);
+    at::autocast::set_autocast_dtype(device, dtype_before);
+    torch::autograd::backward({output}, {grad_outputs[0]});
+    return {input.grad(), at::Tensor(), at::Tensor()};
+  }
+};
+
 // Positions (B, T) and the attention mask (B, 1, T, S) of a batch; the mask is undefined for a
 // plain causal batch (no padding, packing or cache), so SDPA can use its fused causal kernels.
 static std::pair<at::Tensor, at::Tensor> PositionsAndMask(const ForwardBatch& batch, int64_t past) {
@@ -255,7 +301,12 @@ at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, AttentionCache* ca
   if (inv_freq_.device() != positions.device()) inv_freq_ = inv_freq_.to(positions.device());
   auto [cos, sin] = RopeCosSin(inv_freq_, positions, rope_dtype);
   AttentionContext context{cos, sin, mask, cache};
-  for (const auto& layer : *model->layers) x = layer->as<DecoderLayer>()->forward(x, context);
+  const bool checkpoint = activation_checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
+  for (const auto& layer : *model->layers) {
+    DecoderLayerImpl* decoder_layer = layer->as<DecoderLayer>();
+    x = checkpoint ? CheckpointedLayer::apply(x, decoder_layer, context)
+                   : decoder_layer->forward(x, context);
+  }
   if (cache != nullptr) cache->Advance(batch.input_ids.size(1));
   return model->norm(x).to(residual);
 }

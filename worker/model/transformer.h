@@ -159,8 +159,14 @@ class TransformerImpl : public torch::nn::Module {
 
   const ModelConfig& config() const { return config_; }
 
+  // Training: keep only each decoder layer's input and recompute the layer in backward (when
+  // grad mode is on and no cache is used), trading compute for activation memory.
+  void set_activation_checkpointing(bool on) { activation_checkpointing_ = on; }
+  bool activation_checkpointing() const { return activation_checkpointing_; }
+
  private:
   ModelConfig config_;
+  bool activation_checkpointing_ = false;
   at::Tensor inv_freq_;  // (D/2) float32, not a parameter; moved to the inputs' device on use
   Decoder model{nullptr};
   torch::nn::Linear lm_head{nullptr};  // Absent when tied to the embeddings.

@@ -57,7 +57,9 @@ class GenerationEngine {
   absl::StatusOr<std::vector<GenerationResult>> Generate(
       const std::vector<GenerationRequest>& requests);
 
-  // Frees the cache, the CUDA graphs and their workspace; the next Generate allocates them again.
+  // Frees the cache, the CUDA graphs, the fused weight copies and the workspaces; the next
+  // Generate allocates them again. The GPU path reads the model's weights when it allocates, so
+  // call Release() after changing them (the actor does, before training).
   void Release();
   bool holds_memory() const { return cache_ != nullptr; }
 

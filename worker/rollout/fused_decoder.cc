@@ -13,10 +13,7 @@
 namespace rlhfd::rollout {
 namespace {
 
-at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  return bias.defined() ? at::addmm(bias, x, weight.t()) : at::mm(x, weight.t());
-}
-
+// The parts stacked along dim 0, or undefined when any is (e.g. biases a model does not have).
 at::Tensor Concat(const std::vector<at::Tensor>& parts) {
   for (const at::Tensor& part : parts) {
     if (!part.defined()) return at::Tensor();
@@ -71,6 +68,14 @@ FusedDecoder::FusedDecoder(model::Transformer& model) : config_(model->config())
 }
 
 #if RLHFD_HAVE_CUDA
+
+namespace {
+
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  return bias.defined() ? at::addmm(bias, x, weight.t()) : at::mm(x, weight.t());
+}
+
+}  // namespace
 
 at::Tensor FusedDecoder::Layers(const at::Tensor& tokens, const at::Tensor& positions,
                                 const at::Tensor& slots, SlotKvCache& cache, bool keep_keys,

@@ -8,12 +8,10 @@
 
 #include <ATen/Tensor.h>
 
-#include <map>
-#include <string>
-
 #include "worker/model/transformer.h"
 #include "worker/train/losses.h"
 #include "worker/train/optimizer.h"
+#include "worker/train/update_loop.h"
 
 namespace rlhfd::train {
 
@@ -27,23 +25,17 @@ struct PolicyUpdateBatch {
 };
 
 struct PolicyUpdateOptions {
-  int64_t mini_batch = 8;   // sequences per optimiser step
-  int64_t micro_batch = 2;  // sequences per forward/backward
-  int64_t epochs = 1;
-  int64_t seed = 1;
+  UpdateLoopOptions loop;  // mini-batches, micro-batches, epochs, clipping, learning rate
   PolicyLossOptions policy;
   double entropy_coeff = 0.0;
   double kl_coef = 0.0;  // KL loss weight; 0 disables it
   v1::KlEstimator kl_estimator = v1::KL_ESTIMATOR_K3;
-  double grad_clip = 1.0;
-  double lr = 1e-6;
 };
-
-// Means over the update's micro-batches (grad_norm over optimiser steps).
-using UpdateMetrics = std::map<std::string, double>;
 
 // Updates `model` in place. Token-mean aggregation is exact across micro-batches: each
 // micro-batch's loss is weighted by its share of the mini-batch's response tokens.
+// Metrics: policy_loss, clip_fraction(_low), approx_kl, entropy, kl_loss, grad_norm, lr,
+// optimizer_steps, response_tokens_per_s.
 UpdateMetrics UpdatePolicy(model::Transformer& model, AdamW& optimizer,
                            const PolicyUpdateBatch& batch, const PolicyUpdateOptions& options);
 
