@@ -20,6 +20,7 @@
 #include "absl/flags/parse.h"
 #include "worker/bench/model_presets.h"
 #include "worker/model/transformer.h"
+#include "worker/train/chunked_log_probs.h"
 #include "worker/train/optimizer.h"
 
 ABSL_FLAG(std::string, preset, "qwen2.5-0.5b", "qwen2.5-0.5b, qwen2.5-1.5b or qwen2.5-7b");
@@ -29,6 +30,10 @@ ABSL_FLAG(int, steps, 10, "Timed steps");
 ABSL_FLAG(int, warmup, 3, "Untimed steps first");
 ABSL_FLAG(double, peak_tflops, 791.0, "bf16 dense peak used for MFU (measured on the H200)");
 ABSL_FLAG(std::string, profile, "", "Write a Chrome trace of two more steps to this file");
+ABSL_FLAG(std::string, loss, "full",
+          "full: logits, then at::cross_entropy_loss (as the transformers baseline); chunked: "
+          "next-token log-probs and entropy through ChunkedLogProbs, as the actor update computes "
+          "them (no (B, T, V) logits tensor)");
 ABSL_FLAG(bool, activation_checkpointing, false,
           "Recompute each decoder layer in backward (less activation memory, more compute)");
 ABSL_FLAG(bool, breakdown, false,
@@ -46,6 +51,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int64_t b = absl::GetFlag(FLAGS_micro_batch), t = absl::GetFlag(FLAGS_seq_len);
+  const std::string loss_kind = absl::GetFlag(FLAGS_loss);
+  if (loss_kind != "chunked" && loss_kind != "full") {
+    std::cerr << "--loss must be chunked or full\n";
+    return 2;
+  }
+  const bool chunked_loss = loss_kind == "chunked";
   at::manual_seed(0);
   rlhfd::model::Transformer model(*config);
   for (auto& p : model->parameters()) {
@@ -76,9 +87,16 @@ int main(int argc, char** argv) {
     at::autocast::set_autocast_enabled(at::kCUDA, true);
     at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
     at::Tensor hidden = model->Hidden({ids.narrow(1, 0, t)});
-    at::Tensor logits = model->Logits(hidden);  // (B, T, V)
-    at::Tensor loss = at::cross_entropy_loss(logits.view({b * t, -1}),
-                                             ids.narrow(1, 1, t).reshape({b * t}));
+    const at::Tensor targets = ids.narrow(1, 1, t).reshape({b * t});
+    at::Tensor loss;
+    if (chunked_loss) {
+      loss = -rlhfd::train::ChunkedLogProbs(hidden.reshape({b * t, -1}), model->HeadWeight(),
+                                            targets)
+                  .first.mean();
+    } else {
+      at::Tensor logits = model->Logits(hidden);  // (B, T, V)
+      loss = at::cross_entropy_loss(logits.view({b * t, -1}), targets);
+    }
     at::autocast::set_autocast_enabled(at::kCUDA, false);
     at::autocast::clear_cache();
     mark(0, since);
@@ -111,6 +129,7 @@ int main(int argc, char** argv) {
       {"tflops", tflops}, {"mfu", tflops / absl::GetFlag(FLAGS_peak_tflops)},
       {"peak_memory_gib", peak_gib},
       {"activation_checkpointing", absl::GetFlag(FLAGS_activation_checkpointing)},
+      {"loss", loss_kind},
       {"final_loss", loss.item<double>()}};
   std::cout << result.dump() << "\n";
   std::printf("%-14s %8s %12s %10s %8s %6s %9s\n", "preset", "tokens", "tokens/s", "ms/step",

@@ -6,6 +6,7 @@
 #include "worker/train/chunked_log_probs.h"
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 
 namespace rlhfd::train {
@@ -15,13 +16,27 @@ at::ScalarType WideType(const at::Tensor& t) {
   return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
+// The GEMMs' input dtype: the autocast dtype inside an autocast region (training over float32
+// masters), else the weight's own. Saved by the forward, so the backward (which runs outside
+// the region) multiplies in the same dtype instead of falling back to float32 GEMMs.
+at::ScalarType ComputeType(const at::Tensor& weight) {
+  const at::DeviceType device = weight.device().type();
+  return at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device)
+                                                   : weight.scalar_type();
+}
+
+// a (m, k) x b (k, n) with float32 (or float64) output: on the GPU with a narrow compute dtype,
+// the inputs are rounded to it and cuBLAS accumulates in float32.
+at::Tensor WideMatmul(const at::Tensor& a, const at::Tensor& b, at::ScalarType compute) {
+  const at::ScalarType wide = compute == at::kDouble ? at::kDouble : at::kFloat;
+  if (a.is_cuda() && compute != wide) return at::mm(a.to(compute), b.to(compute), wide);
+  return at::mm(a.to(wide), b.to(wide));
+}
+
 // Logits of hidden rows [begin, begin + n) in the wide dtype: (n, V).
-at::Tensor ChunkLogits(const at::Tensor& hidden, const at::Tensor& weight, int64_t begin, int64_t n) {
-  const at::Tensor rows = hidden.narrow(0, begin, n);
-  if (weight.is_cuda() && weight.scalar_type() != WideType(weight)) {
-    return at::mm(rows.to(weight.scalar_type()), weight.t(), at::kFloat);  // bf16 in, fp32 out
-  }
-  return at::mm(rows.to(WideType(weight)), weight.t().to(WideType(weight)));
+at::Tensor ChunkLogits(const at::Tensor& hidden, const at::Tensor& weight, int64_t begin, int64_t n,
+                       at::ScalarType compute) {
+  return WideMatmul(hidden.narrow(0, begin, n), weight.t(), compute);
 }
 
 class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbsFunction> {
@@ -30,11 +45,14 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
                                                 const at::Tensor& hidden, const at::Tensor& weight,
                                                 const at::Tensor& targets, int64_t chunk) {
     const int64_t n = hidden.size(0);
+    const at::ScalarType compute = ComputeType(weight);
+    // One cast of the weight for all chunks (autocast would cast it per GEMM).
+    const at::Tensor weight_compute = weight.to(compute);
     at::Tensor log_prob = at::empty({n}, hidden.options().dtype(WideType(weight)));
     at::Tensor entropy = at::empty_like(log_prob);
     for (int64_t begin = 0; begin < n; begin += chunk) {
       const int64_t size = std::min(chunk, n - begin);
-      const at::Tensor z = ChunkLogits(hidden, weight, begin, size);  // (n, V)
+      const at::Tensor z = ChunkLogits(hidden, weight_compute, begin, size, compute);  // (n, V)
       const at::Tensor lse = at::logsumexp(z, -1);
       const at::Tensor p = at::softmax(z, -1);
       log_prob.narrow(0, begin, size)
@@ -43,6 +61,7 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
     }
     ctx->save_for_backward({hidden, weight, targets, entropy});
     ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["compute"] = compute;
     return {log_prob, entropy};
   }
 
@@ -60,10 +79,11 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
     const at::Tensor g_h = grads[1].defined() ? grads[1].to(wide) : at::zeros({n}, entropy.options());
     at::Tensor grad_hidden = at::empty(hidden.sizes(), hidden.options());
     at::Tensor grad_weight = at::zeros(weight.sizes(), weight.options().dtype(wide));
-    const at::Tensor weight_wide = weight.to(wide);
+    const at::ScalarType compute = ctx->saved_data["compute"].toScalarType();
+    const at::Tensor weight_compute = weight.to(compute);
     for (int64_t begin = 0; begin < n; begin += chunk) {
       const int64_t size = std::min(chunk, n - begin);
-      const at::Tensor z = ChunkLogits(hidden, weight, begin, size);
+      const at::Tensor z = ChunkLogits(hidden, weight_compute, begin, size, compute);
       const at::Tensor log_p = at::log_softmax(z, -1);
       const at::Tensor p = log_p.exp();
       at::Tensor grad_z = -p * (g_lp.narrow(0, begin, size).unsqueeze(-1) +
@@ -71,8 +91,8 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
                                     (log_p + entropy.narrow(0, begin, size).unsqueeze(-1)));
       grad_z.scatter_add_(-1, targets.narrow(0, begin, size).unsqueeze(-1),
                           g_lp.narrow(0, begin, size).unsqueeze(-1));
-      grad_hidden.narrow(0, begin, size).copy_(at::mm(grad_z, weight_wide));
-      grad_weight.add_(at::mm(grad_z.t(), hidden.narrow(0, begin, size).to(wide)));
+      grad_hidden.narrow(0, begin, size).copy_(WideMatmul(grad_z, weight_compute, compute));
+      grad_weight.add_(WideMatmul(grad_z.t(), hidden.narrow(0, begin, size), compute));
     }
     return {grad_hidden, grad_weight.to(weight.scalar_type()), at::Tensor(), at::Tensor()};
   }
