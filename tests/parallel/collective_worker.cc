@@ -1,0 +1,193 @@
+// One rank of the multi-process communicator tests (tests/unit/parallel_test.cc starts several):
+//   collective_worker --rank R --size N --master HOST:PORT --scenario NAME [--timeout_ms T]
+// Scenarios:
+//   collectives  every operation against a reference each rank computes from all ranks' inputs
+//   hang         rank 1 stops responding after the rendezvous; the others must time out
+//   exit         rank 1 exits after the rendezvous; the others must fail fast
+// Exit code 0: the scenario's expectations held on this rank; messages on stderr otherwise.
+#include <ATen/ATen.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "worker/parallel/socket_communicator.h"
+
+ABSL_FLAG(int, rank, 0, "This process's rank");
+ABSL_FLAG(int, size, 2, "Ranks in all");
+ABSL_FLAG(std::string, master, "127.0.0.1:29500", "Rendezvous address");
+ABSL_FLAG(std::string, scenario, "collectives", "collectives, hang or exit");
+ABSL_FLAG(int, timeout_ms, 20000, "Timeout of every operation");
+
+namespace rlhfd::parallel {
+namespace {
+
+int failures = 0;
+
+void Expect(bool condition, const std::string& what) {
+  if (!condition) {
+    ++failures;
+    std::cerr << "rank " << absl::GetFlag(FLAGS_rank) << ": FAILED " << what << "\n";
+  }
+}
+
+void ExpectOk(const absl::Status& status, const std::string& what) {
+  Expect(status.ok(), absl::StrCat(what, ": ", status.ToString()));
+}
+
+// Rank r's input of a collective: deterministic, so every rank can compute the reference.
+at::Tensor Input(int r, int64_t n, at::ScalarType type) {
+  at::Tensor values = at::arange(n, at::kDouble) * 0.25 + r * 10 + 1;
+  values = values * (r % 2 == 0 ? 1 : -1);
+  return values.to(type);
+}
+
+void Collectives(Communicator& comm) {
+  const int rank = comm.rank(), size = comm.size();
+  for (at::ScalarType type : {at::kFloat, at::kDouble, at::kBFloat16, at::kLong}) {
+    const std::string name = absl::StrCat(" (", c10::toString(type), ")");
+    // All-reduce, every op, against the reduction of all ranks' inputs in rank order.
+    for (auto [op, label] : {std::pair{ReduceOp::kSum, "sum"}, std::pair{ReduceOp::kMax, "max"},
+                             std::pair{ReduceOp::kMin, "min"}, std::pair{ReduceOp::kAvg, "avg"}}) {
+      at::Tensor tensor = Input(rank, 1000, type);
+      ExpectOk(comm.AllReduce(tensor, op), absl::StrCat("all-reduce ", label, name));
+      at::Tensor expected = Input(0, 1000, type);
+      for (int r = 1; r < size; ++r) {
+        const at::Tensor other = Input(r, 1000, type);
+        expected = op == ReduceOp::kMax   ? at::maximum(expected, other)
+                   : op == ReduceOp::kMin ? at::minimum(expected, other)
+                                          : expected + other;
+      }
+      if (op == ReduceOp::kAvg) {
+        expected = at::isFloatingType(type) ? expected / size : expected.div(size, "floor");
+      }
+      Expect(at::equal(tensor, expected.to(type)), absl::StrCat("all-reduce ", label, name));
+    }
+    // All-gather and reduce-scatter.
+    at::Tensor gathered = at::empty({7 * size, 3}, type);
+    ExpectOk(comm.AllGather(Input(rank, 21, type).view({7, 3}), gathered), "all-gather" + name);
+    for (int r = 0; r < size; ++r) {
+      Expect(at::equal(gathered.narrow(0, 7 * r, 7), Input(r, 21, type).view({7, 3})),
+             absl::StrCat("all-gather slice ", r, name));
+    }
+    at::Tensor scattered = at::empty({5}, type);
+    ExpectOk(comm.ReduceScatter(Input(rank, 5 * size, type), scattered, ReduceOp::kSum),
+             "reduce-scatter" + name);
+    at::Tensor expected = at::zeros({5}, type);
+    for (int r = 0; r < size; ++r)
+      expected = expected + Input(r, 5 * size, type).narrow(0, 5 * rank, 5);
+    Expect(at::equal(scattered, expected), "reduce-scatter" + name);
+    // Broadcast from the last rank.
+    at::Tensor broadcast = rank == size - 1 ? Input(size - 1, 33, type) : at::zeros({33}, type);
+    ExpectOk(comm.Broadcast(broadcast, size - 1), "broadcast" + name);
+    Expect(at::equal(broadcast, Input(size - 1, 33, type)), "broadcast" + name);
+  }
+  // Point to point: a ring, then an all-to-all of different sizes in one grouped call.
+  at::Tensor from_left = at::empty({64}, at::kFloat);
+  std::vector<PeerTransfer> ring = {
+      {PeerTransfer::Direction::kSend, (rank + 1) % size, Input(rank, 64, at::kFloat)},
+      {PeerTransfer::Direction::kRecv, (rank + size - 1) % size, from_left}};
+  ExpectOk(comm.SendRecv(ring), "ring");
+  Expect(at::equal(from_left, Input((rank + size - 1) % size, 64, at::kFloat)), "ring");
+  std::vector<PeerTransfer> all_to_all;
+  std::vector<at::Tensor> received(size);
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    // Big enough (4 MB) that a send-all-then-receive-all order would block on socket buffers.
+    all_to_all.push_back(
+        {PeerTransfer::Direction::kSend, r, Input(rank * 100 + r, 1 << 20, at::kFloat)});
+    received[r] = at::empty({1 << 20}, at::kFloat);
+    all_to_all.push_back({PeerTransfer::Direction::kRecv, r, received[r]});
+  }
+  ExpectOk(comm.SendRecv(all_to_all), "all-to-all");
+  for (int r = 0; r < size; ++r) {
+    if (r != rank)
+      Expect(at::equal(received[r], Input(r * 100 + rank, 1 << 20, at::kFloat)), "all-to-all");
+  }
+  // Split into even and odd ranks (reversed by key) and reduce inside each.
+  auto half = comm.Split(rank % 2, -rank);
+  ExpectOk(half.status(), "split");
+  if (half.ok() && *half) {
+    Communicator& sub = **half;
+    Expect(sub.size() == (size + 1 - rank % 2) / 2, "split size");
+    at::Tensor value = at::full({1}, static_cast<int64_t>(rank), at::kLong);
+    ExpectOk(sub.AllReduce(value, ReduceOp::kSum), "split all-reduce");
+    int64_t expected_sum = 0;
+    for (int r = rank % 2; r < size; r += 2) expected_sum += r;
+    Expect(value.item<int64_t>() == expected_sum, "split all-reduce value");
+    // Highest rank first (key = -rank): the same-parity ranks above this one come before it.
+    Expect(sub.rank() == (size - 1 - rank) / 2, "split rank order");
+  }
+  auto none = comm.Split(rank == 0 ? -1 : 0, 0);
+  Expect(none.ok() && ((rank == 0) == (*none == nullptr)), "split with a negative color");
+  ExpectOk(comm.Barrier(), "barrier");
+  // Mismatched shapes, last (the receiver aborts): an error naming the sizes, not a hang.
+  if (rank == 0) {
+    (void)comm.Send(at::zeros({10}), 1);
+  } else if (rank == 1) {
+    const absl::Status status = comm.Recv(at::empty({20}), 0);
+    Expect(status.code() == absl::StatusCode::kInvalidArgument &&
+               status.message().find("mismatched shapes") != std::string::npos,
+           absl::StrCat("mismatched shapes: ", status.ToString()));
+  }
+}
+
+int Run() {
+  const int rank = absl::GetFlag(FLAGS_rank), size = absl::GetFlag(FLAGS_size);
+  const std::string scenario = absl::GetFlag(FLAGS_scenario);
+  SocketOptions options;
+  options.master = absl::GetFlag(FLAGS_master);
+  options.timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  auto comm = CreateSocketCommunicator(rank, size, options);
+  if (!comm.ok()) {
+    std::cerr << "rank " << rank << ": rendezvous failed: " << comm.status() << "\n";
+    return 1;
+  }
+  if (scenario == "collectives") {
+    Collectives(**comm);
+  } else if (scenario == "hang" || scenario == "exit") {
+    if (rank == 1) {
+      if (scenario == "exit") _exit(0);
+      while (true) pause();  // Stops responding; the test kills it.
+    }
+    at::Tensor tensor = at::ones({16});
+    const auto start = std::chrono::steady_clock::now();
+    const absl::Status status = (*comm)->AllReduce(tensor, ReduceOp::kSum);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cout << "rank " << rank << ": " << status << " after " << seconds << " s\n";
+    const double limit = absl::GetFlag(FLAGS_timeout_ms) / 1000.0;
+    Expect(!status.ok(), "the operation must fail");
+    if (scenario == "hang") {
+      Expect(status.code() == absl::StatusCode::kDeadlineExceeded ||
+                 status.code() == absl::StatusCode::kUnavailable,
+             "hang: deadline exceeded (or a peer that aborted)");
+      Expect(seconds < limit + 1.0, "hang: within the timeout");
+    } else {
+      Expect(status.code() == absl::StatusCode::kUnavailable ||
+                 status.code() == absl::StatusCode::kDeadlineExceeded,
+             "exit: unavailable");
+      Expect(seconds < limit + 1.0, "exit: within the timeout");
+    }
+    // Aborted: later calls refuse at once.
+    const absl::Status again = (*comm)->Barrier();
+    Expect(again.code() == absl::StatusCode::kFailedPrecondition, "aborted communicator refuses");
+  } else {
+    std::cerr << "unknown scenario " << scenario << "\n";
+    return 2;
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace rlhfd::parallel
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return rlhfd::parallel::Run();
+}

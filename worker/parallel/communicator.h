@@ -1,0 +1,59 @@
+// The data plane's collective interface. Two backends: NCCL (nccl_communicator.h) for GPUs and
+// sockets (socket_communicator.h) for CPU-only runs and tests. Every rank of a communicator calls
+// each operation in the same order with matching shapes.
+//
+// Failure model: every operation returns within the communicator's timeout. A peer that died or
+// stopped responding makes the operation fail on every live rank (DEADLINE_EXCEEDED when nothing
+// arrived in time, UNAVAILABLE when a peer closed its connections); the communicator is then
+// aborted and refuses further calls (FAILED_PRECONDITION), so a hang becomes an error instead of
+// a stuck cluster.
+#pragma once
+
+#include <ATen/Tensor.h>
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace rlhfd::parallel {
+
+enum class ReduceOp { kSum, kAvg, kMax, kMin };
+
+// One side of a point-to-point transfer in a grouped SendRecv.
+struct PeerTransfer {
+  enum class Direction { kSend, kRecv };
+  Direction direction;
+  int peer;
+  at::Tensor tensor;  // Received into in place.
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // In place on `tensor`.
+  virtual absl::Status AllReduce(const at::Tensor& tensor, ReduceOp op) = 0;
+  // output (size · n, ...) receives every rank's input (n, ...) in rank order.
+  virtual absl::Status AllGather(const at::Tensor& input, const at::Tensor& output) = 0;
+  // input (size · n, ...): rank r gets the reduction of every rank's r-th slice in output (n, ...).
+  virtual absl::Status ReduceScatter(const at::Tensor& input, const at::Tensor& output,
+                                     ReduceOp op) = 0;
+  // In place: every rank ends with the root's tensor.
+  virtual absl::Status Broadcast(const at::Tensor& tensor, int root) = 0;
+  virtual absl::Status Send(const at::Tensor& tensor, int peer) = 0;
+  virtual absl::Status Recv(const at::Tensor& tensor, int peer) = 0;
+  // Sends and receives that progress together, so their order cannot deadlock (an all-to-all is
+  // one call). Transfers to the same peer arrive in the order given.
+  virtual absl::Status SendRecv(const std::vector<PeerTransfer>& transfers) = 0;
+  virtual absl::Status Barrier() = 0;
+  // Ranks passing the same color form a new communicator, ranked by (key, rank). A negative
+  // color joins none (the result is null). Every rank must call it.
+  virtual absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) = 0;
+};
+
+}  // namespace rlhfd::parallel
