@@ -1,0 +1,87 @@
+// [gpu] The NCCL communicator across processes, one GPU each: every collective against the
+// reference, and (with two GPUs) a rank that stops responding surfacing as a timeout on the
+// other. With one GPU only the single-rank collectives run. Set RLHFD_COLLECTIVE_WORKER to run a
+// bundled worker binary.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <torch/cuda.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "tests/support/subprocess.h"
+
+namespace rlhfd::parallel {
+namespace {
+
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  socklen_t length = sizeof(address);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+std::vector<std::unique_ptr<testing::Subprocess>> Start(const testing::TempDir& dir,
+                                                        const std::string& scenario, int size,
+                                                        int timeout_ms) {
+  const char* env = std::getenv("RLHFD_COLLECTIVE_WORKER");
+  const std::string worker = env != nullptr ? env : RLHFD_COLLECTIVE_WORKER;
+  const std::string master = absl::StrCat("127.0.0.1:", FreePort());
+  std::vector<std::unique_ptr<testing::Subprocess>> ranks;
+  for (int rank = 0; rank < size; ++rank) {
+    ranks.push_back(std::make_unique<testing::Subprocess>(
+        std::vector<std::string>{worker, absl::StrCat("--rank=", rank),
+                                 absl::StrCat("--size=", size), "--master=" + master,
+                                 "--scenario=" + scenario, "--backend=nccl",
+                                 absl::StrCat("--timeout_ms=", timeout_ms)},
+        absl::StrCat(dir.path(), "/", scenario, rank, ".log")));
+  }
+  return ranks;
+}
+
+}  // namespace
+
+TEST_CASE("NCCL communicator: collectives on every GPU (up to two), and a hung rank times out",
+          "[gpu][parallel]") {
+  const int size = std::min<int>(2, static_cast<int>(torch::cuda::device_count()));
+  testing::TempDir dir;
+  {
+    auto ranks = Start(dir, "collectives", size, 60000);
+    for (int rank = 0; rank < size; ++rank) {
+      const auto status = ranks[rank]->Wait(absl::Seconds(120));
+      const std::string log = ranks[rank]->ReadLog();
+      std::cout << "nccl_test collectives, " << size << " rank(s), rank " << rank << ": exit "
+                << (status ? *status : -1) << "\n"
+                << log;
+      INFO(log);
+      REQUIRE(status.has_value());
+      CHECK(*status == 0);
+    }
+  }
+  if (size < 2) {
+    std::cout << "nccl_test: one GPU; the two-rank hang case needs two\n";
+    return;
+  }
+  const int timeout_ms = 5000;
+  auto ranks = Start(dir, "hang", 2, timeout_ms);
+  const auto status = ranks[0]->Wait(absl::Seconds(60));
+  const std::string log = ranks[0]->ReadLog();
+  std::cout << "nccl_test hang rank 0:\n" << log;
+  INFO(log);
+  REQUIRE(status.has_value());
+  CHECK(*status == 0);  // The worker checked: DEADLINE_EXCEEDED within the timeout + 1 s.
+  ranks[1]->Stop(SIGKILL, absl::Seconds(5));
+}
+
+}  // namespace rlhfd::parallel
