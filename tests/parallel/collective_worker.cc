@@ -6,6 +6,8 @@
 //   collectives  every operation against a reference each rank computes from all ranks' inputs
 //   hang         rank 1 stops responding after the rendezvous; the others must time out
 //   exit         rank 1 exits after the rendezvous; the others must fail fast
+//   transfer     cross-pool transfers (contiguous DP splits of different sizes, overlapping
+//                pools, a shuffled plan): every destination gets exactly its rows
 // Exit code 0: the scenario's expectations held on this rank; messages on stderr otherwise.
 #include <ATen/ATen.h>
 #include <unistd.h>
@@ -20,6 +22,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "worker/parallel/socket_communicator.h"
+#include "worker/parallel/transfer.h"
 #if RLHFD_HAVE_CUDA
 #include "worker/parallel/nccl_communicator.h"
 #endif
@@ -161,6 +164,44 @@ void Collectives(Communicator& comm, const at::Device& device) {
   }
 }
 
+// Row i of the batch is a (3) vector (i, i + 0.5, -i): a destination can tell which rows it got.
+at::Tensor Rows(const std::vector<int64_t>& rows, const at::Device& device) {
+  at::Tensor ids = at::tensor(rows, at::kLong).to(at::kFloat).unsqueeze(1);
+  return at::cat({ids, ids + 0.5, -ids}, 1).to(device);
+}
+
+void Transfers(Communicator& world, const at::Device& device) {
+  const int size = world.size(), me = world.rank();
+  std::vector<int> all(size), upper;
+  for (int r = 0; r < size; ++r) all[r] = r;
+  for (int r = size / 2; r < size; ++r) upper.push_back(r);
+  // Plans: all ranks → the upper half; the upper half → all ranks (sizes differ both ways, and
+  // the pools overlap); a shuffled assignment of 23 rows.
+  std::vector<std::pair<std::string, TransferPlan>> plans = {
+      {"all to upper", TransferPlan::Contiguous(17, all, upper)},
+      {"upper to all", TransferPlan::Contiguous(17, upper, all)}};
+  TransferPlan shuffled;
+  for (int64_t i = 0; i < 23; ++i) {
+    shuffled.source.push_back(static_cast<int>((i * 7) % size));
+    shuffled.destination.push_back(static_cast<int>((i * 3 + 1) % size));
+  }
+  plans.emplace_back("shuffled", shuffled);
+  for (const auto& [name, plan] : plans) {
+    const std::vector<int64_t> mine = plan.SourceRows(me), wanted = plan.DestinationRows(me);
+    const at::Tensor local = mine.empty() ? at::Tensor() : Rows(mine, device);
+    auto got = ExecuteTransfer(world, plan, local, {3},
+                               at::TensorOptions().dtype(at::kFloat).device(device));
+    ExpectOk(got.status(), "transfer " + name);
+    if (!got.ok()) continue;
+    if (wanted.empty()) {
+      Expect(!got->defined(), "transfer " + name + ": nothing for a rank that needs nothing");
+    } else {
+      Expect(got->defined() && at::equal(got->cpu(), Rows(wanted, at::kCPU)),
+             "transfer " + name + ": exactly this rank's rows, in order");
+    }
+  }
+}
+
 int Run() {
   const int rank = absl::GetFlag(FLAGS_rank), size = absl::GetFlag(FLAGS_size);
   const std::string scenario = absl::GetFlag(FLAGS_scenario);
@@ -206,6 +247,8 @@ int Run() {
   }
   if (scenario == "collectives") {
     Collectives(**comm, device);
+  } else if (scenario == "transfer") {
+    Transfers(**comm, device);
   } else if (scenario == "hang" || scenario == "exit") {
     if (rank == 1) {
       if (scenario == "exit") _exit(0);

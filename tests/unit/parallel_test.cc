@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "tests/support/subprocess.h"
 #include "worker/parallel/layout.h"
+#include "worker/parallel/transfer.h"
 
 namespace rlhfd::parallel {
 namespace {
@@ -84,6 +85,28 @@ TEST_CASE("socket communicator: every collective against a reference, 2 and 4 ra
     REQUIRE(status.has_value());
     CHECK(*status == 0);
   }
+}
+
+TEST_CASE("cross-pool transfers deliver every row exactly once, 2 and 4 ranks", "[parallel]") {
+  const int size = GENERATE(2, 4);
+  INFO(size << " ranks");
+  auto ranks = StartRanks(size, "transfer", 20000);
+  for (int rank = 0; rank < size; ++rank) {
+    const auto status = ranks->processes[rank]->Wait(absl::Seconds(60));
+    INFO("rank " << rank << " log:\n" << ranks->processes[rank]->ReadLog());
+    REQUIRE(status.has_value());
+    CHECK(*status == 0);
+  }
+}
+
+TEST_CASE("transfer plans: contiguous DP splits", "[parallel]") {
+  const TransferPlan plan = TransferPlan::Contiguous(10, {0, 1}, {2, 3, 4});
+  CHECK(plan.SourceRows(0) == std::vector<int64_t>{0, 1, 2, 3, 4});
+  CHECK(plan.SourceRows(1) == std::vector<int64_t>{5, 6, 7, 8, 9});
+  CHECK(plan.DestinationRows(2) == std::vector<int64_t>{0, 1, 2, 3});
+  CHECK(plan.DestinationRows(3) == std::vector<int64_t>{4, 5, 6});
+  CHECK(plan.DestinationRows(4) == std::vector<int64_t>{7, 8, 9});
+  CHECK(plan.DestinationRows(0).empty());
 }
 
 TEST_CASE("a rank that hangs or exits becomes an error on every other rank in time", "[parallel]") {
