@@ -6,6 +6,8 @@
 //   collectives  every operation against a reference each rank computes from all ranks' inputs
 //   hang         rank 1 stops responding after the rendezvous; the others must time out
 //   exit         rank 1 exits after the rendezvous; the others must fail fast
+//   reshard      training shards (dp x tp) → rollout slices (tp_g x dp_g) for every pair of
+//                layouts of the world size, against direct slices of the full weights
 //   transfer     cross-pool transfers (contiguous DP splits of different sizes, overlapping
 //                pools, a shuffled plan): every destination gets exactly its rows
 // Exit code 0: the scenario's expectations held on this rank; messages on stderr otherwise.
@@ -21,6 +23,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "worker/parallel/reshard.h"
 #include "worker/parallel/socket_communicator.h"
 #include "worker/parallel/transfer.h"
 #if RLHFD_HAVE_CUDA
@@ -202,6 +205,49 @@ void Transfers(Communicator& world, const at::Device& device) {
   }
 }
 
+void Reshards(Communicator& world, const at::Device& device) {
+  const int size = world.size(), me = world.rank();
+  const std::vector<ShardedParameter> parameters = {{"q_proj.weight", {16, 12}, 0},
+                                                    {"o_proj.weight", {12, 16}, 1},
+                                                    {"q_proj.bias", {16}, 0},
+                                                    {"norm.weight", {12}, -1},
+                                                    {"odd", {8, 7}, 0}};
+  std::vector<at::Tensor> full;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    int64_t numel = 1;
+    for (int64_t d : parameters[i].shape) numel *= d;
+    full.push_back(
+        (at::arange(numel, at::kFloat) + 1000.0 * i).view(parameters[i].shape).to(device));
+  }
+  std::vector<std::pair<int, int>> factorings;  // (a, b) with a · b = size
+  for (int a = 1; a <= size; ++a) {
+    if (size % a == 0) factorings.emplace_back(a, size / a);
+  }
+  for (const auto& [train_dp, train_tp] : factorings) {
+    for (const auto& [rollout_tp, rollout_dp] : factorings) {
+      const TrainLayout train{train_dp, train_tp};
+      const RolloutLayout rollout{rollout_tp, rollout_dp};
+      const std::string name = absl::StrCat("reshard dp ", train_dp, " tp ", train_tp, " -> tp_g ",
+                                            rollout_tp, " dp_g ", rollout_dp);
+      std::vector<at::Tensor> shards;
+      for (size_t i = 0; i < parameters.size(); ++i) {
+        shards.push_back(TrainShard(full[i], parameters[i], train, me));
+      }
+      auto slices = Reshard(world, parameters, shards, train, rollout);
+      ExpectOk(slices.status(), name);
+      if (!slices.ok()) continue;
+      for (size_t i = 0; i < parameters.size(); ++i) {
+        const at::Tensor expected = RolloutSlice(full[i], parameters[i], rollout, me);
+        Expect(at::equal((*slices)[i].cpu(), expected.cpu()),
+               absl::StrCat(name, ": ", parameters[i].name, " equals the direct slice"));
+        // Zero redundancy: only this rank's slice, a full replica only when tp_g = 1.
+        const int parts = parameters[i].tp_dim < 0 ? 1 : rollout_tp;
+        Expect((*slices)[i].numel() == full[i].numel() / parts, name + ": slice size");
+      }
+    }
+  }
+}
+
 int Run() {
   const int rank = absl::GetFlag(FLAGS_rank), size = absl::GetFlag(FLAGS_size);
   const std::string scenario = absl::GetFlag(FLAGS_scenario);
@@ -249,6 +295,8 @@ int Run() {
     Collectives(**comm, device);
   } else if (scenario == "transfer") {
     Transfers(**comm, device);
+  } else if (scenario == "reshard") {
+    Reshards(**comm, device);
   } else if (scenario == "hang" || scenario == "exit") {
     if (rank == 1) {
       if (scenario == "exit") _exit(0);
