@@ -10,6 +10,8 @@
 //                layouts of the world size, against direct slices of the full weights
 //   zero2        three steps of ZeRO-2 data-parallel training of a tiny float64 transformer equal
 //                three single-process steps on the whole batch
+//   tensor_parallel  ZeRO shards resharded to tp = 2 groups, whose tensor-parallel forward,
+//                log-probs and greedy generation equal the single-rank model's
 //   transfer     cross-pool transfers (contiguous DP splits of different sizes, overlapping
 //                pools, a shuffled plan): every destination gets exactly its rows
 // Exit code 0: the scenario's expectations held on this rank; messages on stderr otherwise.
@@ -22,6 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -31,6 +34,7 @@
 #include "worker/parallel/reshard.h"
 #include "worker/parallel/sharded_optimizer.h"
 #include "worker/parallel/socket_communicator.h"
+#include "worker/parallel/tensor_parallel.h"
 #include "worker/parallel/transfer.h"
 #if RLHFD_HAVE_CUDA
 #include "worker/parallel/nccl_communicator.h"
@@ -313,6 +317,58 @@ void Zero2(Communicator& world) {
   Expect(worst <= 1e-10, "ZeRO-2 steps equal single-process steps");
 }
 
+void TensorParallel(Communicator& world) {
+  const int size = world.size(), me = world.rank();
+  at::NoGradGuard no_grad;
+  model::Transformer full = TinyModel();
+  const model::ModelConfig& config = full->config();
+  // Training layout: ZeRO shards over the whole world; rollout layout: tp = 2 groups.
+  const std::vector<ShardedParameter> specs = TensorParallelSpecs(config);
+  auto parameters = full->named_parameters();
+  std::vector<at::Tensor> shards;
+  for (const ShardedParameter& spec : specs) {
+    shards.push_back(TrainShard(parameters[spec.name], spec, {size, 1}, me));
+  }
+  auto slices = Reshard(world, specs, shards, {size, 1}, {2, size / 2});
+  ExpectOk(slices.status(), "reshard to tp = 2");
+  auto group = world.Split(me / 2, me);
+  ExpectOk(group.status(), "tp group");
+  if (!slices.ok() || !group.ok()) return;
+  std::map<std::string, at::Tensor> named;
+  for (size_t i = 0; i < specs.size(); ++i) named[specs[i].name] = (*slices)[i];
+  auto tp = TensorParallelTransformer::Create(config, named, **group);
+  ExpectOk(tp.status(), "tensor-parallel model");
+  if (!tp.ok()) return;
+
+  at::manual_seed(9);
+  const at::Tensor ids = at::randint(0, config.vocab_size, {3, 11}, at::kLong);
+  const at::Tensor reference_hidden = full->Hidden({ids});
+  auto hidden = tp->Hidden(ids);
+  ExpectOk(hidden.status(), "tp forward");
+  if (!hidden.ok()) return;
+  const double hidden_diff = (*hidden - reference_hidden).abs().max().item<double>();
+  Expect(hidden_diff <= 1e-10, absl::StrCat("tp hidden states (max diff ", hidden_diff, ")"));
+  const at::Tensor targets = ids.narrow(1, 1, 10);
+  const at::Tensor reference_logp = at::log_softmax(full->Logits(reference_hidden), -1)
+                                        .narrow(1, 0, 10)
+                                        .gather(-1, targets.unsqueeze(-1))
+                                        .squeeze(-1);
+  auto logp = tp->TokenLogProbs(hidden->narrow(1, 0, 10), targets);
+  Expect(logp.ok() && (*logp - reference_logp).abs().max().item<double>() <= 1e-10,
+         "tp parallel log-softmax");
+  // Greedy: 8 tokens, the full model by argmax of full forwards.
+  const at::Tensor prompt = ids.narrow(0, 0, 1).narrow(1, 0, 5);
+  std::vector<int64_t> expected;
+  at::Tensor running = prompt;
+  for (int i = 0; i < 8; ++i) {
+    const at::Tensor next = full->Logits(full->Hidden({running})).select(1, -1).argmax(-1);
+    expected.push_back(next.item<int64_t>());
+    running = at::cat({running, next.view({1, 1})}, 1);
+  }
+  auto greedy = tp->Greedy(prompt, 8);
+  Expect(greedy.ok() && *greedy == expected, "tp greedy generation equals tp = 1");
+}
+
 int Run() {
   const int rank = absl::GetFlag(FLAGS_rank), size = absl::GetFlag(FLAGS_size);
   const std::string scenario = absl::GetFlag(FLAGS_scenario);
@@ -364,6 +420,8 @@ int Run() {
     Reshards(**comm, device);
   } else if (scenario == "zero2") {
     Zero2(**comm);
+  } else if (scenario == "tensor_parallel") {
+    TensorParallel(**comm);
   } else if (scenario == "hang" || scenario == "exit") {
     if (rank == 1) {
       if (scenario == "exit") _exit(0);

@@ -124,6 +124,19 @@ TEST_CASE("ZeRO-2 training over 2 and 4 ranks equals single-process training", "
   }
 }
 
+TEST_CASE("tensor parallelism (tp = 2, fed by reshard) equals tp = 1: forward, log-probs, greedy",
+          "[parallel]") {
+  const int size = GENERATE(2, 4);
+  INFO(size << " ranks");
+  auto ranks = StartRanks(size, "tensor_parallel", 20000);
+  for (int rank = 0; rank < size; ++rank) {
+    const auto status = ranks->processes[rank]->Wait(absl::Seconds(60));
+    INFO("rank " << rank << " log:\n" << ranks->processes[rank]->ReadLog());
+    REQUIRE(status.has_value());
+    CHECK(*status == 0);
+  }
+}
+
 TEST_CASE("transfer plans: contiguous DP splits", "[parallel]") {
   const TransferPlan plan = TransferPlan::Contiguous(10, {0, 1}, {2, 3, 4});
   CHECK(plan.SourceRows(0) == std::vector<int64_t>{0, 1, 2, 3, 4});

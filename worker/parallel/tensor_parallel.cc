@@ -1,0 +1,204 @@
+#include "worker/parallel/tensor_parallel.h"
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+#include "worker/model/rope.h"
+
+namespace rlhfd::parallel {
+namespace {
+
+// As the model's RmsNorm: in float32 (float64 stays), then the weight.
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  const at::Tensor wide = x.scalar_type() == at::kDouble ? x : x.to(at::kFloat);
+  return weight * at::rms_norm(wide, {x.size(-1)}, std::nullopt, eps).to(x.scalar_type());
+}
+
+}  // namespace
+
+std::vector<ShardedParameter> TensorParallelSpecs(const model::ModelConfig& c) {
+  const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  std::vector<ShardedParameter> specs = {
+      {"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, 0},
+      {"model.norm.weight", {c.hidden_size}, -1}};
+  if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {c.vocab_size, c.hidden_size}, 0});
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    specs.push_back({p + "input_layernorm.weight", {c.hidden_size}, -1});
+    specs.push_back({p + "post_attention_layernorm.weight", {c.hidden_size}, -1});
+    specs.push_back({p + "self_attn.q_proj.weight", {q, c.hidden_size}, 0});
+    specs.push_back({p + "self_attn.k_proj.weight", {kv, c.hidden_size}, 0});
+    specs.push_back({p + "self_attn.v_proj.weight", {kv, c.hidden_size}, 0});
+    specs.push_back({p + "self_attn.o_proj.weight", {c.hidden_size, q}, 1});
+    if (c.attention_bias) {
+      specs.push_back({p + "self_attn.q_proj.bias", {q}, 0});
+      specs.push_back({p + "self_attn.k_proj.bias", {kv}, 0});
+      specs.push_back({p + "self_attn.v_proj.bias", {kv}, 0});
+    }
+    if (c.output_bias) specs.push_back({p + "self_attn.o_proj.bias", {c.hidden_size}, -1});
+    if (c.qk_norm) {
+      specs.push_back({p + "self_attn.q_norm.weight", {c.head_dim}, -1});
+      specs.push_back({p + "self_attn.k_norm.weight", {c.head_dim}, -1});
+    }
+    specs.push_back({p + "mlp.gate_proj.weight", {c.intermediate_size, c.hidden_size}, 0});
+    specs.push_back({p + "mlp.up_proj.weight", {c.intermediate_size, c.hidden_size}, 0});
+    specs.push_back({p + "mlp.down_proj.weight", {c.hidden_size, c.intermediate_size}, 1});
+    if (c.mlp_bias) {
+      specs.push_back({p + "mlp.gate_proj.bias", {c.intermediate_size}, 0});
+      specs.push_back({p + "mlp.up_proj.bias", {c.intermediate_size}, 0});
+      specs.push_back({p + "mlp.down_proj.bias", {c.hidden_size}, -1});
+    }
+  }
+  return specs;
+}
+
+TensorParallelTransformer::TensorParallelTransformer(const model::ModelConfig& config,
+                                                     std::map<std::string, at::Tensor> slices,
+                                                     Communicator& group)
+    : config_(config), w_(std::move(slices)), group_(&group) {
+  const at::Tensor& embed = W("model.embed_tokens.weight");
+  vocab_size_ = embed.size(0);
+  vocab_begin_ = group.rank() * vocab_size_;
+  inv_freq_ = model::RopeInverseFrequencies(config.rope, config.head_dim).to(embed.device());
+}
+
+absl::StatusOr<TensorParallelTransformer> TensorParallelTransformer::Create(
+    const model::ModelConfig& config, std::map<std::string, at::Tensor> slices,
+    Communicator& group) {
+  const int tp = group.size();
+  if (config.head != model::HeadKind::kCausalLm) {
+    return absl::InvalidArgumentError("tensor parallelism here serves causal-LM models");
+  }
+  for (const auto& [what, value] : {std::pair{"num_attention_heads", config.num_heads},
+                                    std::pair{"num_key_value_heads", config.num_kv_heads},
+                                    std::pair{"intermediate_size", config.intermediate_size},
+                                    std::pair{"vocab_size", config.vocab_size}}) {
+    if (value % tp != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " (", value, ") does not divide by tensor-parallel size ", tp));
+    }
+  }
+  for (const ShardedParameter& spec : TensorParallelSpecs(config)) {
+    auto it = slices.find(spec.name);
+    if (it == slices.end()) return absl::InvalidArgumentError("missing slice " + spec.name);
+    std::vector<int64_t> shape = spec.shape;
+    if (spec.tp_dim >= 0) shape[spec.tp_dim] /= tp;
+    if (it->second.sizes() != at::IntArrayRef(shape)) {
+      return absl::InvalidArgumentError("slice " + spec.name + " has the wrong shape");
+    }
+  }
+  return TensorParallelTransformer(config, std::move(slices), group);
+}
+
+const at::Tensor& TensorParallelTransformer::W(const std::string& name) const {
+  static const at::Tensor kNone;
+  auto it = w_.find(name);
+  return it == w_.end() ? kNone : it->second;
+}
+
+at::Tensor TensorParallelTransformer::Linear(const at::Tensor& x, const std::string& prefix) const {
+  return at::linear(x, W(prefix + ".weight"), W(prefix + ".bias"));
+}
+
+absl::StatusOr<at::Tensor> TensorParallelTransformer::Hidden(const at::Tensor& ids) {
+  const int64_t b = ids.size(0), t = ids.size(1), d = config_.head_dim;
+  const int64_t heads = config_.num_heads / group_->size();
+  const int64_t kv_heads = config_.num_kv_heads / group_->size();
+  // Vocabulary-parallel embedding: rows of other ranks' ranges are zero here; the sum is the row.
+  const at::Tensor local_ids = ids - vocab_begin_;
+  const at::Tensor mine = (local_ids >= 0).logical_and(local_ids < vocab_size_);
+  at::Tensor x =
+      at::embedding(W("model.embed_tokens.weight"), local_ids.clamp(0, vocab_size_ - 1)) *
+      mine.unsqueeze(-1).to(W("model.embed_tokens.weight").scalar_type());
+  RETURN_IF_ERROR(group_->AllReduce(x, ReduceOp::kSum));
+  const at::Tensor positions = at::arange(t, ids.options()).unsqueeze(0).expand({b, t});
+  auto [cos, sin] = model::RopeCosSin(inv_freq_, positions, x.scalar_type());
+  const double eps = config_.rms_norm_eps;
+  for (int64_t i = 0; i < config_.num_layers; ++i) {
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    const at::Tensor h = RmsNorm(x, W(p + "input_layernorm.weight"), eps);
+    at::Tensor q = Linear(h, p + "self_attn.q_proj").view({b, t, heads, d});
+    at::Tensor k = Linear(h, p + "self_attn.k_proj").view({b, t, kv_heads, d});
+    const at::Tensor v = Linear(h, p + "self_attn.v_proj").view({b, t, kv_heads, d});
+    if (config_.qk_norm) {
+      q = RmsNorm(q, W(p + "self_attn.q_norm.weight"), eps);
+      k = RmsNorm(k, W(p + "self_attn.k_norm.weight"), eps);
+    }
+    q = model::ApplyRope(q.transpose(1, 2), cos, sin);
+    k = model::ApplyRope(k.transpose(1, 2), cos, sin);
+    const at::Tensor attention =
+        model::ScaledDotProductAttention(q, k, v.transpose(1, 2), at::Tensor());  // (B, h, T, D)
+    // Row-parallel o_proj: partial sums, then the all-reduce; its bias (replicated) once after.
+    at::Tensor o = at::linear(attention.transpose(1, 2).reshape({b, t, heads * d}),
+                              W(p + "self_attn.o_proj.weight"));
+    RETURN_IF_ERROR(group_->AllReduce(o, ReduceOp::kSum));
+    if (W(p + "self_attn.o_proj.bias").defined()) o = o + W(p + "self_attn.o_proj.bias");
+    x = x + o;
+    const at::Tensor h2 = RmsNorm(x, W(p + "post_attention_layernorm.weight"), eps);
+    const at::Tensor act =
+        at::silu(Linear(h2, p + "mlp.gate_proj")) * Linear(h2, p + "mlp.up_proj");
+    at::Tensor down = at::linear(act, W(p + "mlp.down_proj.weight"));
+    RETURN_IF_ERROR(group_->AllReduce(down, ReduceOp::kSum));
+    if (W(p + "mlp.down_proj.bias").defined()) down = down + W(p + "mlp.down_proj.bias");
+    x = x + down;
+  }
+  return RmsNorm(x, W("model.norm.weight"), eps);
+}
+
+at::Tensor TensorParallelTransformer::LocalLogits(const at::Tensor& hidden) const {
+  const at::Tensor& head =
+      config_.tie_word_embeddings ? W("model.embed_tokens.weight") : W("lm_head.weight");
+  return at::linear(hidden, head);  // (B, T, V / tp)
+}
+
+absl::StatusOr<at::Tensor> TensorParallelTransformer::TokenLogProbs(const at::Tensor& hidden,
+                                                                    const at::Tensor& targets) {
+  const at::Tensor logits = LocalLogits(hidden);
+  // Parallel log-softmax: the global max, then the global sum of exponentials.
+  at::Tensor max = std::get<0>(logits.max(-1));
+  RETURN_IF_ERROR(group_->AllReduce(max, ReduceOp::kMax));
+  at::Tensor sum = (logits - max.unsqueeze(-1)).exp().sum(-1);
+  RETURN_IF_ERROR(group_->AllReduce(sum, ReduceOp::kSum));
+  // The target's logit lives on one rank; the others contribute zero.
+  const at::Tensor local = targets - vocab_begin_;
+  const at::Tensor mine = (local >= 0).logical_and(local < vocab_size_);
+  at::Tensor target_logit =
+      logits.gather(-1, local.clamp(0, vocab_size_ - 1).unsqueeze(-1)).squeeze(-1) *
+      mine.to(logits.scalar_type());
+  RETURN_IF_ERROR(group_->AllReduce(target_logit, ReduceOp::kSum));
+  return target_logit - max - sum.log();
+}
+
+absl::StatusOr<at::Tensor> TensorParallelTransformer::Argmax(const at::Tensor& hidden) {
+  const at::Tensor logits = LocalLogits(hidden);
+  auto [value, index] = logits.max(-1);
+  // Every rank's best (value, global id); the winner is the largest value, lowest id on ties.
+  const int tp = group_->size();
+  at::Tensor candidates = at::stack({value.to(at::kDouble), (index + vocab_begin_).to(at::kDouble)})
+                              .contiguous();  // (2, B, T)
+  at::Tensor all = at::empty({tp * 2, hidden.size(0), hidden.size(1)}, candidates.options());
+  RETURN_IF_ERROR(group_->AllGather(candidates, all));
+  all = all.view({tp, 2, hidden.size(0), hidden.size(1)});
+  const at::Tensor values = all.select(1, 0), ids = all.select(1, 1);  // (tp, B, T)
+  const at::Tensor best = std::get<0>(values.max(0));
+  // Lowest id among the ranks reaching the best value (ranks hold increasing id ranges).
+  const at::Tensor reaching = values == best.unsqueeze(0);
+  const at::Tensor chosen = at::where(reaching, ids, at::full_like(ids, 1e18));
+  return std::get<0>(chosen.min(0)).to(at::kLong);
+}
+
+absl::StatusOr<std::vector<int64_t>> TensorParallelTransformer::Greedy(const at::Tensor& prompt,
+                                                                       int64_t new_tokens) {
+  at::Tensor ids = prompt;
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < new_tokens; ++i) {
+    ASSIGN_OR_RETURN(const at::Tensor hidden, Hidden(ids));
+    ASSIGN_OR_RETURN(const at::Tensor next, Argmax(hidden.narrow(1, ids.size(1) - 1, 1)));
+    out.push_back(next.item<int64_t>());
+    ids = at::cat({ids, next.view({1, 1}).to(ids.device())}, 1);
+  }
+  return out;
+}
+
+}  // namespace rlhfd::parallel

@@ -1,0 +1,60 @@
+// Tensor parallelism (Megatron style) for the decoder: column-parallel q/k/v and gate/up (each
+// rank holds heads / tp query and key/value heads and F / tp MLP columns), row-parallel o and
+// down projections followed by an all-reduce, a vocabulary-parallel embedding (each rank looks up
+// the ids in its vocabulary range; an all-reduce assembles the rows) and a vocabulary-parallel LM
+// head with a parallel log-softmax and argmax, so no rank ever holds (B, T, V) logits.
+//
+// Weights are the rollout slices of reshard.h (TensorParallelSpecs gives every parameter's
+// split), so resharding feeds this directly. Plain ATen ops on any device; padded right batches.
+#pragma once
+
+#include <ATen/Tensor.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/model/transformer.h"
+#include "worker/parallel/communicator.h"
+#include "worker/parallel/reshard.h"
+
+namespace rlhfd::parallel {
+
+// How each parameter of `config`'s model splits under tensor parallelism.
+std::vector<ShardedParameter> TensorParallelSpecs(const model::ModelConfig& config);
+
+class TensorParallelTransformer {
+ public:
+  // `slices`: this rank's slice of every parameter (by Hugging Face name), as RolloutSlice or
+  // Reshard produce them for `group.size()`-way tensor parallelism. Heads, key/value heads, the
+  // MLP width and the vocabulary must divide by it.
+  static absl::StatusOr<TensorParallelTransformer> Create(const model::ModelConfig& config,
+                                                          std::map<std::string, at::Tensor> slices,
+                                                          Communicator& group);
+
+  // Final hidden states (B, T, C) of ids (B, T), replicated on every rank.
+  absl::StatusOr<at::Tensor> Hidden(const at::Tensor& ids);
+  // Log-probability of `targets` (B, T) under the next-token distribution at each position.
+  absl::StatusOr<at::Tensor> TokenLogProbs(const at::Tensor& hidden, const at::Tensor& targets);
+  // The argmax token at each position (B, T).
+  absl::StatusOr<at::Tensor> Argmax(const at::Tensor& hidden);
+  // Greedy continuation of one prompt (1, P) by `new_tokens` tokens (full forward per token).
+  absl::StatusOr<std::vector<int64_t>> Greedy(const at::Tensor& prompt, int64_t new_tokens);
+
+ private:
+  TensorParallelTransformer(const model::ModelConfig& config,
+                            std::map<std::string, at::Tensor> slices, Communicator& group);
+  const at::Tensor& W(const std::string& name) const;
+  at::Tensor Linear(const at::Tensor& x, const std::string& prefix) const;
+  // Local logits (B, T, V / tp) of this rank's vocabulary range.
+  at::Tensor LocalLogits(const at::Tensor& hidden) const;
+
+  model::ModelConfig config_;
+  std::map<std::string, at::Tensor> w_;
+  Communicator* group_;
+  at::Tensor inv_freq_;
+  int64_t vocab_begin_ = 0, vocab_size_ = 0;  // This rank's vocabulary range.
+};
+
+}  // namespace rlhfd::parallel
