@@ -56,15 +56,15 @@ TEST_CASE("NCCL communicator: collectives on every GPU (up to two), and a hung r
           "[gpu][parallel]") {
   const int size = std::min<int>(2, static_cast<int>(torch::cuda::device_count()));
   testing::TempDir dir;
-  {
-    auto ranks = Start(dir, "collectives", size, 60000);
+  for (const std::string scenario : {"collectives", "transfer", "reshard"}) {
+    auto ranks = Start(dir, scenario, size, 60000);
     for (int rank = 0; rank < size; ++rank) {
       const auto status = ranks[rank]->Wait(absl::Seconds(120));
       const std::string log = ranks[rank]->ReadLog();
-      std::cout << "nccl_test collectives, " << size << " rank(s), rank " << rank << ": exit "
-                << (status ? *status : -1) << "\n"
+      std::cout << "nccl_test " << scenario << ", " << size << " rank(s), rank " << rank
+                << ": exit " << (status ? *status : -1) << "\n"
                 << log;
-      INFO(log);
+      INFO(scenario << ": " << log);
       REQUIRE(status.has_value());
       CHECK(*status == 0);
     }
