@@ -10,6 +10,7 @@
 //                layouts of the world size, against direct slices of the full weights
 //   zero2        three steps of ZeRO-2 data-parallel training of a tiny float64 transformer equal
 //                three single-process steps on the whole batch
+//   zero3        the same with fully sharded parameters (ZeRO-3: layers gathered around use)
 //   tensor_parallel  ZeRO shards resharded to tp = 2 groups, whose tensor-parallel forward,
 //                log-probs and greedy generation equal the single-rank model's
 //   transfer     cross-pool transfers (contiguous DP splits of different sizes, overlapping
@@ -31,6 +32,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "worker/model/transformer.h"
+#include "worker/parallel/fully_sharded.h"
 #include "worker/parallel/reshard.h"
 #include "worker/parallel/sharded_optimizer.h"
 #include "worker/parallel/socket_communicator.h"
@@ -317,6 +319,43 @@ void Zero2(Communicator& world) {
   Expect(worst <= 1e-10, "ZeRO-2 steps equal single-process steps");
 }
 
+void Zero3(Communicator& world) {
+  const int size = world.size(), me = world.rank();
+  at::manual_seed(5);
+  const at::Tensor ids = at::randint(0, 96, {8, 10}, at::kLong);
+  const int64_t rows = 8 / size;
+  model::Transformer reference = TinyModel(), sharded = TinyModel();
+  train::AdamW full_optimizer(reference->parameters(), {});
+  FullyShardedModel fsdp(sharded, world, {});
+  // Between steps the model holds no layer parameters at all.
+  int64_t held = 0;
+  for (const auto& p : sharded->parameters()) held += p.numel();
+  Expect(held == 0, "parameters sharded away between steps");
+  for (int step = 0; step < 3; ++step) {
+    full_optimizer.ZeroGrad();
+    Loss(reference, ids).backward();
+    const double full_norm = full_optimizer.ClipGradNorm(0.5);
+    full_optimizer.Step(1e-2);
+    ExpectOk(fsdp.BeginStep(), "begin step");
+    Loss(sharded, ids.narrow(0, me * rows, rows)).backward();
+    auto norm = fsdp.FinishStep(1e-2, 0.5);
+    ExpectOk(norm.status(), "finish step");
+    if (norm.ok()) {
+      Expect(std::abs(*norm - full_norm) <= 1e-10 * std::max(1.0, full_norm), "gradient norm");
+    }
+  }
+  auto full = fsdp.FullParameters();
+  ExpectOk(full.status(), "gather parameters");
+  if (!full.ok()) return;
+  double worst = 0;
+  auto a = reference->parameters();
+  for (size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, (a[i] - (*full)[i]).abs().max().item<double>());
+  std::cout << "rank " << me << ": ZeRO-3 largest parameter difference after 3 steps " << worst
+            << "\n";
+  Expect(worst <= 1e-10, "ZeRO-3 steps equal single-process steps");
+}
+
 void TensorParallel(Communicator& world) {
   const int size = world.size(), me = world.rank();
   at::NoGradGuard no_grad;
@@ -420,6 +459,8 @@ int Run() {
     Reshards(**comm, device);
   } else if (scenario == "zero2") {
     Zero2(**comm);
+  } else if (scenario == "zero3") {
+    Zero3(**comm);
   } else if (scenario == "tensor_parallel") {
     TensorParallel(**comm);
   } else if (scenario == "hang" || scenario == "exit") {

@@ -112,10 +112,12 @@ TEST_CASE("reshard equals a direct slice of the full weights, every layout pair 
   }
 }
 
-TEST_CASE("ZeRO-2 training over 2 and 4 ranks equals single-process training", "[parallel]") {
+TEST_CASE("ZeRO-2 and ZeRO-3 training over 2 and 4 ranks equal single-process training",
+          "[parallel]") {
   const int size = GENERATE(2, 4);
-  INFO(size << " ranks");
-  auto ranks = StartRanks(size, "zero2", 20000);
+  const std::string scenario = GENERATE("zero2", "zero3");
+  INFO(size << " ranks, " << scenario);
+  auto ranks = StartRanks(size, scenario, 20000);
   for (int rank = 0; rank < size; ++rank) {
     const auto status = ranks->processes[rank]->Wait(absl::Seconds(60));
     INFO("rank " << rank << " log:\n" << ranks->processes[rank]->ReadLog());

@@ -301,11 +301,15 @@ at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, AttentionCache* ca
   if (inv_freq_.device() != positions.device()) inv_freq_ = inv_freq_.to(positions.device());
   auto [cos, sin] = RopeCosSin(inv_freq_, positions, rope_dtype);
   AttentionContext context{cos, sin, mask, cache};
-  const bool checkpoint = activation_checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
+  const bool checkpoint =
+      activation_checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
+  int64_t index = 0;
   for (const auto& layer : *model->layers) {
     DecoderLayerImpl* decoder_layer = layer->as<DecoderLayer>();
-    x = checkpoint ? CheckpointedLayer::apply(x, decoder_layer, context)
-                   : decoder_layer->forward(x, context);
+    x = layer_runner_ ? layer_runner_(index, *decoder_layer, x, context)
+        : checkpoint  ? CheckpointedLayer::apply(x, decoder_layer, context)
+                      : decoder_layer->forward(x, context);
+    ++index;
   }
   if (cache != nullptr) cache->Advance(batch.input_ids.size(1));
   return model->norm(x).to(residual);

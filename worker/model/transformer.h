@@ -11,6 +11,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -164,9 +165,17 @@ class TransformerImpl : public torch::nn::Module {
   void set_activation_checkpointing(bool on) { activation_checkpointing_ = on; }
   bool activation_checkpointing() const { return activation_checkpointing_; }
 
+  // Runs every decoder layer through `runner` instead of calling it directly (fully sharded
+  // data parallelism gathers the layer's parameters around it). Empty: direct calls.
+  using LayerRunner =
+      std::function<at::Tensor(int64_t index, DecoderLayerImpl& layer, const at::Tensor& x,
+                               const AttentionContext& context)>;
+  void set_layer_runner(LayerRunner runner) { layer_runner_ = std::move(runner); }
+
  private:
   ModelConfig config_;
   bool activation_checkpointing_ = false;
+  LayerRunner layer_runner_;
   at::Tensor inv_freq_;  // (D/2) float32, not a parameter; moved to the inputs' device on use
   Decoder model{nullptr};
   torch::nn::Linear lm_head{nullptr};  // Absent when tied to the embeddings.

@@ -1,0 +1,211 @@
+#include "worker/parallel/fully_sharded.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+
+namespace rlhfd::parallel {
+
+struct FullyShardedModel::Unit {
+  std::vector<at::Tensor> params;  // The module's tensors; emptied between uses.
+  std::vector<std::vector<int64_t>> shapes;
+  at::TensorOptions param_options;
+  int64_t total = 0, shard_size = 0;
+  at::Tensor master;  // This rank's shard (padded flat), wide dtype.
+  Communicator* group = nullptr;
+
+  void Init(std::vector<at::Tensor> tensors, Communicator& communicator) {
+    group = &communicator;
+    params = std::move(tensors);
+    param_options = params.front().options();
+    std::vector<at::Tensor> flat;
+    for (const at::Tensor& p : params) {
+      shapes.push_back(p.sizes().vec());
+      flat.push_back(p.detach().reshape({-1}));
+      total += p.numel();
+    }
+    const at::ScalarType wide = param_options.dtype() == at::kDouble ? at::kDouble : at::kFloat;
+    shard_size = (total + group->size() - 1) / group->size();
+    at::Tensor padded = at::zeros({shard_size * group->size()}, param_options.dtype(wide));
+    padded.narrow(0, 0, total).copy_(at::cat(flat));
+    master = padded.narrow(0, group->rank() * shard_size, shard_size).clone();
+    Release();
+  }
+
+  // Materialises the full parameters (in their own dtype) from every rank's shard.
+  absl::Status Gather() {
+    at::NoGradGuard no_grad;
+    at::Tensor full = at::empty({shard_size * group->size()}, param_options);
+    RETURN_IF_ERROR(group->AllGather(master.to(param_options.dtype()), full));
+    int64_t offset = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      int64_t n = 1;
+      for (int64_t d : shapes[i]) n *= d;
+      params[i].set_data(full.narrow(0, offset, n).view(shapes[i]));
+      offset += n;
+    }
+    return absl::OkStatus();
+  }
+
+  // Frees the full parameters and their gradients.
+  void Release() {
+    at::NoGradGuard no_grad;
+    for (at::Tensor& p : params) {
+      p.set_data(at::empty({0}, param_options));
+      p.mutable_grad() = at::Tensor();
+    }
+  }
+
+  // Averages the full gradients over the group into master's gradient (accumulating), then
+  // frees them.
+  absl::Status ScatterGradients() {
+    at::NoGradGuard no_grad;
+    at::Tensor flat = at::zeros({shard_size * group->size()}, master.options());
+    int64_t offset = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const int64_t n = params[i].numel();
+      if (params[i].grad().defined()) {
+        flat.narrow(0, offset, n).copy_(params[i].grad().reshape({-1}));
+      }
+      offset += n;
+    }
+    at::Tensor shard = at::empty({shard_size}, master.options());
+    RETURN_IF_ERROR(group->ReduceScatter(flat, shard, ReduceOp::kAvg));
+    if (master.grad().defined()) {
+      master.mutable_grad().add_(shard);
+    } else {
+      master.mutable_grad() = shard;
+    }
+    return absl::OkStatus();
+  }
+};
+
+namespace {
+
+absl::Status Throwing(const absl::Status& status) {
+  TORCH_CHECK(status.ok(), "fully sharded layer: ", std::string(status.message()));
+  return status;
+}
+
+// A decoder layer whose parameters are gathered around its forward and its recomputation in
+// backward (see the header).
+class GatheredLayer : public torch::autograd::Function<GatheredLayer> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            FullyShardedModel::Unit* unit, model::DecoderLayerImpl* layer,
+                            const model::AttentionContext& context) {
+    // Both outlive the step; their addresses ride in the context as integers.
+    ctx->saved_data["unit"] = reinterpret_cast<int64_t>(unit);
+    ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
+    ctx->saved_data["cos"] = context.cos;
+    ctx->saved_data["sin"] = context.sin;
+    ctx->saved_data["mask"] = context.mask;
+    ctx->save_for_backward({x});
+    Throwing(unit->Gather());
+    at::Tensor out = layer->forward(x, context);
+    unit->Release();
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    auto* unit = reinterpret_cast<FullyShardedModel::Unit*>(ctx->saved_data["unit"].toInt());
+    auto* layer = reinterpret_cast<model::DecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
+    const model::AttentionContext context{ctx->saved_data["cos"].toTensor(),
+                                          ctx->saved_data["sin"].toTensor(),
+                                          ctx->saved_data["mask"].toTensor(), nullptr};
+    const at::Tensor input = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    Throwing(unit->Gather());
+    at::Tensor output;
+    {
+      at::AutoGradMode grad(true);
+      output = layer->forward(input, context);
+    }
+    torch::autograd::backward({output}, {grad_outputs[0]});
+    Throwing(unit->ScatterGradients());
+    unit->Release();
+    return {input.grad(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+FullyShardedModel::FullyShardedModel(model::Transformer model, Communicator& group,
+                                     train::AdamWOptions options)
+    : model_(std::move(model)), group_(group) {
+  std::vector<at::Tensor> root, masters;
+  std::vector<std::vector<at::Tensor>> per_layer(model_->config().num_layers);
+  for (auto& item : model_->named_parameters()) {
+    const std::string& name = item.key();
+    const std::string prefix = "model.layers.";
+    if (name.rfind(prefix, 0) == 0) {
+      const int64_t layer = std::stoll(name.substr(prefix.size()));
+      per_layer[layer].push_back(item.value());
+    } else {
+      root.push_back(item.value());
+    }
+  }
+  for (auto& tensors : per_layer) {
+    layers_.push_back(std::make_unique<Unit>());
+    layers_.back()->Init(std::move(tensors), group);
+    masters.push_back(layers_.back()->master);
+  }
+  root_ = std::make_unique<Unit>();
+  root_->Init(std::move(root), group);
+  masters.push_back(root_->master);
+  optimizer_ = std::make_unique<train::AdamW>(masters, options);
+  model_->set_layer_runner([this](int64_t index, model::DecoderLayerImpl& layer,
+                                  const at::Tensor& x, const model::AttentionContext& context) {
+    return GatheredLayer::apply(x, layers_[index].get(), &layer, context);
+  });
+}
+
+FullyShardedModel::~FullyShardedModel() { model_->set_layer_runner({}); }
+
+absl::Status FullyShardedModel::BeginStep() { return root_->Gather(); }
+
+absl::StatusOr<double> FullyShardedModel::FinishStep(double lr, double max_norm) {
+  RETURN_IF_ERROR(root_->ScatterGradients());
+  root_->Release();
+  std::vector<Unit*> units;
+  for (auto& unit : layers_) units.push_back(unit.get());
+  units.push_back(root_.get());
+  at::Tensor squares = at::zeros({1}, root_->master.options());
+  for (Unit* unit : units) {
+    if (unit->master.grad().defined()) squares += unit->master.grad().pow(2).sum();
+  }
+  RETURN_IF_ERROR(group_.AllReduce(squares, ReduceOp::kSum));
+  const double norm = std::sqrt(squares.item<double>());
+  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) {
+    for (Unit* unit : units) {
+      if (unit->master.grad().defined()) unit->master.mutable_grad().mul_(max_norm / (norm + 1e-6));
+    }
+  }
+  optimizer_->Step(lr);
+  optimizer_->ZeroGrad();
+  return norm;
+}
+
+absl::StatusOr<std::vector<at::Tensor>> FullyShardedModel::FullParameters() {
+  std::map<const void*, at::Tensor> gathered;  // Module tensor → its full value.
+  for (Unit* unit : [&] {
+         std::vector<Unit*> all;
+         for (auto& layer : layers_) all.push_back(layer.get());
+         all.push_back(root_.get());
+         return all;
+       }()) {
+    RETURN_IF_ERROR(unit->Gather());
+    for (at::Tensor& p : unit->params) gathered[p.unsafeGetTensorImpl()] = p.detach().clone();
+    unit->Release();
+  }
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& p : model_->parameters())
+    out.push_back(gathered.at(p.unsafeGetTensorImpl()));
+  return out;
+}
+
+}  // namespace rlhfd::parallel
