@@ -28,19 +28,6 @@ struct Grid {
 
 int Parts(const ShardedParameter& p, int tp) { return p.tp_dim < 0 ? 1 : tp; }
 
-// Full-tensor (row, column) of flat positions `flat` (int64) inside part `part` of `parts`.
-std::pair<at::Tensor, at::Tensor> FullCoordinates(const Grid& grid, int parts, int part,
-                                                  const at::Tensor& flat) {
-  const auto [part_rows, part_columns] = grid.PartShape(parts);
-  at::Tensor row = flat.div(part_columns, "floor");
-  at::Tensor column = flat.remainder(part_columns);
-  if (grid.dim == 0)
-    row = row + part * part_rows;
-  else
-    column = column + part * part_columns;
-  return {row, column};
-}
-
 // The flat positions [begin, end) of part `t`'s padded flattening that training rank (d, t)
 // holds, clipped to the part's real elements.
 std::pair<int64_t, int64_t> ShardRange(const Grid& grid, int parts, int dp, int d) {
@@ -58,39 +45,83 @@ absl::Status CheckDivisible(const ShardedParameter& p, const Grid& grid, int par
   return absl::OkStatus();
 }
 
-// The elements training rank `source` sends to rollout rank `destination` for one parameter:
-// positions in the source's shard and in the destination's slice (flat), in the same order.
-std::pair<at::Tensor, at::Tensor> Piece(const ShardedParameter& p, const TrainLayout& train,
-                                        const RolloutLayout& rollout, int source, int destination) {
+// A rectangle of elements moving from a training shard to a rollout slice: `rows` x `columns`,
+// starting at flat offsets in each, with each side's row stride.
+struct Block {
+  int64_t rows, columns;
+  int64_t source_offset, source_stride;
+  int64_t destination_offset, destination_stride;
+  int64_t numel() const { return rows * columns; }
+};
+
+// The blocks training rank `source` sends to rollout rank `destination` for one parameter, in an
+// order both sides compute alike. A shard is a run of a part's row-major elements, so it is at
+// most three rectangles (a partial first row, full rows, a partial last row); each is clipped to
+// the destination's slice. No per-element index is ever built.
+std::vector<Block> Blocks(const ShardedParameter& p, const TrainLayout& train,
+                          const RolloutLayout& rollout, int source, int destination) {
   const Grid grid = Grid::Of(p);
   const int train_parts = Parts(p, train.tp), rollout_parts = Parts(p, rollout.tp);
-  const int t = train_parts == 1 ? 0 : source % train.tp, d = source / train.tp;
-  // A replicated parameter's single part is sharded over all W ranks' dp index only when
-  // tp = 1; with tp > 1 every tp rank holds the same shards: source only from tp rank 0.
+  // A replicated parameter is held alike by every tensor-parallel rank: tp rank 0 sends it.
   if (train_parts == 1 && train.tp > 1 && source % train.tp != 0) return {};
+  const int t = train_parts == 1 ? 0 : source % train.tp, d = source / train.tp;
   const int j = rollout_parts == 1 ? 0 : destination % rollout.tp;
   const auto [begin, end] = ShardRange(grid, train_parts, train.dp, d);
   if (begin >= end) return {};
-  const at::Tensor flat = at::arange(begin, end, at::kLong);
-  auto [row, column] = FullCoordinates(grid, train_parts, t, flat);
-  // Keep what falls in rollout part j, and locate it there.
+  const auto [part_rows, part_columns] = grid.PartShape(train_parts);
   const auto [slice_rows, slice_columns] = grid.PartShape(rollout_parts);
-  at::Tensor local_row = row, local_column = column;
-  at::Tensor inside;
-  if (grid.dim == 0) {
-    local_row = row - j * slice_rows;
-    inside = (local_row >= 0).logical_and(local_row < slice_rows);
+  // Where the part and the slice sit in the full (rows, columns) matrix.
+  const int64_t part_row0 = grid.dim == 0 ? t * part_rows : 0;
+  const int64_t part_column0 = grid.dim == 1 ? t * part_columns : 0;
+  const int64_t slice_row0 = grid.dim == 0 ? j * slice_rows : 0;
+  const int64_t slice_column0 = grid.dim == 1 ? j * slice_columns : 0;
+  // The shard's run [begin, end) of the part as rectangles in part coordinates.
+  struct Rect {
+    int64_t row, rows, column, columns;
+  };
+  std::vector<Rect> rects;
+  const int64_t first_row = begin / part_columns, last_row = (end - 1) / part_columns;
+  const int64_t first_column = begin % part_columns, end_column = (end - 1) % part_columns + 1;
+  if (first_row == last_row) {
+    rects.push_back({first_row, 1, first_column, end_column - first_column});
   } else {
-    local_column = column - j * slice_columns;
-    inside = (local_column >= 0).logical_and(local_column < slice_columns);
+    rects.push_back({first_row, 1, first_column, part_columns - first_column});
+    if (last_row - first_row > 1)
+      rects.push_back({first_row + 1, last_row - first_row - 1, 0, part_columns});
+    rects.push_back({last_row, 1, 0, end_column});
   }
-  const at::Tensor keep = inside.nonzero().view({-1});
-  if (keep.numel() == 0) return {};
-  return {(flat - begin).index_select(0, keep),
-          (local_row * slice_columns + local_column).index_select(0, keep)};
+  std::vector<Block> blocks;
+  for (const Rect& r : rects) {
+    // Full coordinates, clipped to the slice.
+    const int64_t row_lo = std::max(r.row + part_row0, slice_row0);
+    const int64_t row_hi = std::min(r.row + r.rows + part_row0, slice_row0 + slice_rows);
+    const int64_t column_lo = std::max(r.column + part_column0, slice_column0);
+    const int64_t column_hi =
+        std::min(r.column + r.columns + part_column0, slice_column0 + slice_columns);
+    if (row_lo >= row_hi || column_lo >= column_hi) continue;
+    blocks.push_back(
+        {row_hi - row_lo, column_hi - column_lo,
+         (row_lo - part_row0) * part_columns + (column_lo - part_column0) - begin, part_columns,
+         (row_lo - slice_row0) * slice_columns + (column_lo - slice_column0), slice_columns});
+  }
+  return blocks;
+}
+
+at::Tensor SourceView(const at::Tensor& shard, const Block& b) {
+  return shard.as_strided({b.rows, b.columns}, {b.source_stride, 1}, b.source_offset);
+}
+
+at::Tensor DestinationView(const at::Tensor& slice, const Block& b) {
+  return slice.as_strided({b.rows, b.columns}, {b.destination_stride, 1}, b.destination_offset);
 }
 
 }  // namespace
+
+int64_t TrainShardNumel(const ShardedParameter& parameter, const TrainLayout& layout) {
+  const Grid grid = Grid::Of(parameter);
+  const int64_t part = grid.numel() / Parts(parameter, layout.tp);
+  return (part + layout.dp - 1) / layout.dp;
+}
 
 at::Tensor TrainShard(const at::Tensor& full, const ShardedParameter& parameter,
                       const TrainLayout& layout, int rank) {
@@ -120,36 +151,47 @@ absl::StatusOr<std::vector<at::Tensor>> Reshard(Communicator& world,
                                                 const std::vector<ShardedParameter>& parameters,
                                                 const std::vector<at::Tensor>& train_shards,
                                                 const TrainLayout& train,
-                                                const RolloutLayout& rollout) {
+                                                const RolloutLayout& rollout,
+                                                ReshardStats* stats) {
   const int size = world.size(), me = world.rank();
+  ReshardStats moved;
   if (train.dp * train.tp != size || rollout.tp * rollout.dp != size) {
     return absl::InvalidArgumentError(
         absl::StrCat("reshard: train dp ", train.dp, " x tp ", train.tp, " and rollout tp ",
                      rollout.tp, " x dp ", rollout.dp, " must both equal the ", size, " ranks"));
   }
-  if (train_shards.size() != parameters.size()) {
+  if (train_shards.size() != parameters.size() || parameters.empty()) {
     return absl::InvalidArgumentError("reshard: one training shard per parameter");
   }
-  // One buffer per peer and direction for the whole bucket: parameters in order, each piece's
-  // elements in the order Piece() lists them (both sides compute the same lists).
-  std::vector<std::vector<at::Tensor>> outgoing(size);
-  std::vector<std::vector<std::pair<size_t, at::Tensor>>> incoming(size);  // (parameter, positions)
+  const at::TensorOptions options = train_shards.front().options();
   std::vector<at::Tensor> slices;
+  // Per peer: what we send (packed now) and where what we receive lands.
+  std::vector<std::vector<at::Tensor>> outgoing(size);
+  std::vector<std::vector<std::pair<size_t, Block>>> incoming(size);
+  std::vector<int64_t> incoming_numel(size, 0);
   for (size_t i = 0; i < parameters.size(); ++i) {
     const ShardedParameter& p = parameters[i];
     const Grid grid = Grid::Of(p);
     RETURN_IF_ERROR(CheckDivisible(p, grid, Parts(p, train.tp)));
     RETURN_IF_ERROR(CheckDivisible(p, grid, Parts(p, rollout.tp)));
     const auto [rows, columns] = grid.PartShape(Parts(p, rollout.tp));
-    slices.push_back(at::empty({rows * columns}, train_shards[i].options()));
+    slices.push_back(at::empty({rows * columns}, options));
     for (int peer = 0; peer < size; ++peer) {
-      const auto [send_from, unused] = Piece(p, train, rollout, me, peer);
-      if (send_from.defined()) {
-        outgoing[peer].push_back(
-            train_shards[i].index_select(0, send_from.to(train_shards[i].device())));
+      for (const Block& b : Blocks(p, train, rollout, me, peer)) {
+        if (peer == me) {
+          DestinationView(slices[i], b).copy_(SourceView(train_shards[i], b));
+          moved.local += b.numel();
+        } else {
+          outgoing[peer].push_back(SourceView(train_shards[i], b).reshape({-1}));
+          moved.sent += b.numel();
+        }
       }
-      const auto [unused_from, land_at] = Piece(p, train, rollout, peer, me);
-      if (land_at.defined()) incoming[peer].emplace_back(i, land_at);
+      if (peer == me) continue;
+      for (const Block& b : Blocks(p, train, rollout, peer, me)) {
+        incoming[peer].emplace_back(i, b);
+        incoming_numel[peer] += b.numel();
+        moved.received += b.numel();
+      }
     }
   }
   std::vector<PeerTransfer> transfers;
@@ -159,31 +201,29 @@ absl::StatusOr<std::vector<at::Tensor>> Reshard(Communicator& world,
     if (!outgoing[peer].empty()) {
       transfers.push_back({PeerTransfer::Direction::kSend, peer, at::cat(outgoing[peer])});
     }
-    int64_t count = 0;
-    for (const auto& [unused, positions] : incoming[peer]) count += positions.numel();
-    if (count > 0) {
-      received[peer] = at::empty(
-          {count}, train_shards.empty() ? at::TensorOptions() : train_shards[0].options());
+    outgoing[peer].clear();
+    if (incoming_numel[peer] > 0) {
+      received[peer] = at::empty({incoming_numel[peer]}, options);
       transfers.push_back({PeerTransfer::Direction::kRecv, peer, received[peer]});
     }
   }
   RETURN_IF_ERROR(world.SendRecv(transfers));
+  transfers.clear();
   for (int peer = 0; peer < size; ++peer) {
-    // Our own pieces come from our own shard, not the network.
-    const at::Tensor source =
-        peer == me ? (outgoing[me].empty() ? at::Tensor() : at::cat(outgoing[me])) : received[peer];
     int64_t offset = 0;
-    for (const auto& [i, positions] : incoming[peer]) {
-      const int64_t n = positions.numel();
-      slices[i].index_copy_(0, positions.to(slices[i].device()), source.narrow(0, offset, n));
-      offset += n;
+    for (const auto& [i, b] : incoming[peer]) {
+      DestinationView(slices[i], b)
+          .copy_(received[peer].narrow(0, offset, b.numel()).view({b.rows, b.columns}));
+      offset += b.numel();
     }
+    received[peer] = at::Tensor();
   }
   for (size_t i = 0; i < parameters.size(); ++i) {
     std::vector<int64_t> shape = parameters[i].shape;
     if (parameters[i].tp_dim >= 0) shape[parameters[i].tp_dim] /= Parts(parameters[i], rollout.tp);
     slices[i] = slices[i].view(shape);
   }
+  if (stats != nullptr) *stats = moved;
   return slices;
 }
 

@@ -38,18 +38,30 @@ struct RolloutLayout {
 
 // This rank's training shard of `full` (flat, padded with zeros) and its rollout slice, sliced
 // directly from the full tensor: how shards are made at load time, and the tests' reference.
+// TrainShardNumel is the shard's length without building it.
+int64_t TrainShardNumel(const ShardedParameter& parameter, const TrainLayout& layout);
 at::Tensor TrainShard(const at::Tensor& full, const ShardedParameter& parameter,
                       const TrainLayout& layout, int rank);
 at::Tensor RolloutSlice(const at::Tensor& full, const ShardedParameter& parameter,
                         const RolloutLayout& layout, int rank);
 
+// What one Reshard call moved for this rank, in elements.
+struct ReshardStats {
+  int64_t sent = 0;
+  int64_t received = 0;
+  int64_t local = 0;  // Copied from this rank's own shard.
+};
+
 // Gathers this rank's rollout slice of every parameter (a bucket: call it layer by layer) from the
 // training shards of all ranks, in one grouped send/recv. `train_shards[i]` is this rank's shard
 // of parameters[i]. Every rank of `world` (the actor pool) calls it with the same parameters.
+// Plans are range arithmetic: a shard is at most three rectangles of its tensor-parallel piece,
+// clipped to each destination's slice, so planning costs nothing per element.
 absl::StatusOr<std::vector<at::Tensor>> Reshard(Communicator& world,
                                                 const std::vector<ShardedParameter>& parameters,
                                                 const std::vector<at::Tensor>& train_shards,
                                                 const TrainLayout& train,
-                                                const RolloutLayout& rollout);
+                                                const RolloutLayout& rollout,
+                                                ReshardStats* stats = nullptr);
 
 }  // namespace rlhfd::parallel
