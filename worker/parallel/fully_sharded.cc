@@ -86,9 +86,9 @@ struct FullyShardedModel::Unit {
 
 namespace {
 
-absl::Status Throwing(const absl::Status& status) {
+// Inside autograd functions errors travel as c10::Error (see the header).
+void ThrowIfError(const absl::Status& status) {
   TORCH_CHECK(status.ok(), "fully sharded layer: ", std::string(status.message()));
-  return status;
 }
 
 // A decoder layer whose parameters are gathered around its forward and its recomputation in
@@ -105,7 +105,7 @@ class GatheredLayer : public torch::autograd::Function<GatheredLayer> {
     ctx->saved_data["sin"] = context.sin;
     ctx->saved_data["mask"] = context.mask;
     ctx->save_for_backward({x});
-    Throwing(unit->Gather());
+    ThrowIfError(unit->Gather());
     at::Tensor out = layer->forward(x, context);
     unit->Release();
     return out;
@@ -119,14 +119,14 @@ class GatheredLayer : public torch::autograd::Function<GatheredLayer> {
                                           ctx->saved_data["sin"].toTensor(),
                                           ctx->saved_data["mask"].toTensor(), nullptr};
     const at::Tensor input = ctx->get_saved_variables()[0].detach().requires_grad_(true);
-    Throwing(unit->Gather());
+    ThrowIfError(unit->Gather());
     at::Tensor output;
     {
       at::AutoGradMode grad(true);
       output = layer->forward(input, context);
     }
     torch::autograd::backward({output}, {grad_outputs[0]});
-    Throwing(unit->ScatterGradients());
+    ThrowIfError(unit->ScatterGradients());
     unit->Release();
     return {input.grad(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
