@@ -2,8 +2,6 @@
 // reference, and (with two GPUs) a rank that stops responding surfacing as a timeout on the
 // other. With one GPU only the single-rank collectives run. Set RLHFD_COLLECTIVE_WORKER to run a
 // bundled worker binary.
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <torch/cuda.h>
 #include <unistd.h>
 
@@ -20,24 +18,12 @@
 namespace rlhfd::parallel {
 namespace {
 
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-  socklen_t length = sizeof(address);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
-
 std::vector<std::unique_ptr<testing::Subprocess>> Start(const testing::TempDir& dir,
                                                         const std::string& scenario, int size,
                                                         int timeout_ms) {
   const char* env = std::getenv("RLHFD_COLLECTIVE_WORKER");
   const std::string worker = env != nullptr ? env : RLHFD_COLLECTIVE_WORKER;
-  const std::string master = absl::StrCat("127.0.0.1:", FreePort());
+  const std::string master = absl::StrCat("127.0.0.1:", testing::FreeLoopbackPort());
   std::vector<std::unique_ptr<testing::Subprocess>> ranks;
   for (int rank = 0; rank < size; ++rank) {
     ranks.push_back(std::make_unique<testing::Subprocess>(

@@ -58,6 +58,9 @@ bool WaitFor(Condition condition, absl::Duration timeout) {
   return condition();
 }
 
+// A loopback TCP port nothing listens on right now (for a server a test is about to start).
+int FreeLoopbackPort();
+
 // A fresh empty directory under $TMPDIR, removed on destruction.
 class TempDir {
  public:

@@ -1,8 +1,6 @@
 // The data plane's layout, and the socket communicator across real processes on loopback: every
 // collective against a reference with 2 and 4 ranks, and a rank that hangs or exits surfacing as
 // an error on all the others within the timeout.
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -17,19 +15,6 @@
 namespace rlhfd::parallel {
 namespace {
 
-// A TCP port nothing listens on right now.
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-  socklen_t length = sizeof(address);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
-
 struct Ranks {
   testing::TempDir dir;
   std::vector<std::unique_ptr<testing::Subprocess>> processes;
@@ -37,7 +22,7 @@ struct Ranks {
 
 std::unique_ptr<Ranks> StartRanks(int size, const std::string& scenario, int timeout_ms) {
   auto ranks = std::make_unique<Ranks>();
-  const std::string master = absl::StrCat("127.0.0.1:", FreePort());
+  const std::string master = absl::StrCat("127.0.0.1:", testing::FreeLoopbackPort());
   for (int rank = 0; rank < size; ++rank) {
     ranks->processes.push_back(std::make_unique<testing::Subprocess>(
         std::vector<std::string>{RLHFD_COLLECTIVE_WORKER, absl::StrCat("--rank=", rank),
@@ -47,6 +32,18 @@ std::unique_ptr<Ranks> StartRanks(int size, const std::string& scenario, int tim
         absl::StrCat(ranks->dir.path(), "/rank", rank, ".log")));
   }
   return ranks;
+}
+
+// Starts `size` ranks of `scenario` and checks each exits 0 (the worker checks the scenario).
+void ExpectAllRanksPass(int size, const std::string& scenario) {
+  auto ranks = StartRanks(size, scenario, 20000);
+  for (int rank = 0; rank < size; ++rank) {
+    const auto status = ranks->processes[rank]->Wait(absl::Seconds(60));
+    INFO(scenario << ", rank " << rank << " of " << size << ", log:\n"
+                  << ranks->processes[rank]->ReadLog());
+    REQUIRE(status.has_value());
+    CHECK(*status == 0);
+  }
 }
 
 }  // namespace
@@ -77,66 +74,31 @@ TEST_CASE("layout: pools, tensor- and data-parallel groups", "[parallel]") {
 TEST_CASE("socket communicator: every collective against a reference, 2 and 4 ranks",
           "[parallel]") {
   const int size = GENERATE(2, 4);
-  INFO(size << " ranks");
-  auto ranks = StartRanks(size, "collectives", 20000);
-  for (int rank = 0; rank < size; ++rank) {
-    const auto status = ranks->processes[rank]->Wait(absl::Seconds(60));
-    INFO("rank " << rank << " log:\n" << ranks->processes[rank]->ReadLog());
-    REQUIRE(status.has_value());
-    CHECK(*status == 0);
-  }
+  ExpectAllRanksPass(size, "collectives");
 }
 
 TEST_CASE("cross-pool transfers deliver every row exactly once, 2 and 4 ranks", "[parallel]") {
   const int size = GENERATE(2, 4);
-  INFO(size << " ranks");
-  auto ranks = StartRanks(size, "transfer", 20000);
-  for (int rank = 0; rank < size; ++rank) {
-    const auto status = ranks->processes[rank]->Wait(absl::Seconds(60));
-    INFO("rank " << rank << " log:\n" << ranks->processes[rank]->ReadLog());
-    REQUIRE(status.has_value());
-    CHECK(*status == 0);
-  }
+  ExpectAllRanksPass(size, "transfer");
 }
 
 TEST_CASE("reshard equals a direct slice of the full weights, every layout pair of 2 and 4 ranks",
           "[parallel]") {
   const int size = GENERATE(2, 4);
-  INFO(size << " ranks");
-  auto ranks = StartRanks(size, "reshard", 20000);
-  for (int rank = 0; rank < size; ++rank) {
-    const auto status = ranks->processes[rank]->Wait(absl::Seconds(60));
-    INFO("rank " << rank << " log:\n" << ranks->processes[rank]->ReadLog());
-    REQUIRE(status.has_value());
-    CHECK(*status == 0);
-  }
+  ExpectAllRanksPass(size, "reshard");
 }
 
 TEST_CASE("ZeRO-2 and ZeRO-3 training over 2 and 4 ranks equal single-process training",
           "[parallel]") {
   const int size = GENERATE(2, 4);
   const std::string scenario = GENERATE("zero2", "zero3");
-  INFO(size << " ranks, " << scenario);
-  auto ranks = StartRanks(size, scenario, 20000);
-  for (int rank = 0; rank < size; ++rank) {
-    const auto status = ranks->processes[rank]->Wait(absl::Seconds(60));
-    INFO("rank " << rank << " log:\n" << ranks->processes[rank]->ReadLog());
-    REQUIRE(status.has_value());
-    CHECK(*status == 0);
-  }
+  ExpectAllRanksPass(size, scenario);
 }
 
 TEST_CASE("tensor parallelism (tp = 2, fed by reshard) equals tp = 1: forward, log-probs, greedy",
           "[parallel]") {
   const int size = GENERATE(2, 4);
-  INFO(size << " ranks");
-  auto ranks = StartRanks(size, "tensor_parallel", 20000);
-  for (int rank = 0; rank < size; ++rank) {
-    const auto status = ranks->processes[rank]->Wait(absl::Seconds(60));
-    INFO("rank " << rank << " log:\n" << ranks->processes[rank]->ReadLog());
-    REQUIRE(status.has_value());
-    CHECK(*status == 0);
-  }
+  ExpectAllRanksPass(size, "tensor_parallel");
 }
 
 TEST_CASE("transfer plans: contiguous DP splits", "[parallel]") {
