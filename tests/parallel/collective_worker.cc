@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <thread>
@@ -290,70 +291,69 @@ at::Tensor Loss(model::Transformer& model, const at::Tensor& ids) {
   return -at::log_softmax(logits, -1).gather(-1, ids.narrow(1, 1, t - 1).unsqueeze(-1)).mean();
 }
 
-void Zero2(Communicator& world) {
+// Three steps of `sharded_step` (this rank's share of the batch → the gradient norm), against
+// three single-process AdamW steps on the whole batch; then the parameters must agree.
+void CompareWithSingleProcess(
+    Communicator& world, const std::string& name,
+    const std::function<absl::StatusOr<double>(const at::Tensor& local_ids)>& sharded_step,
+    const std::function<absl::StatusOr<std::vector<at::Tensor>>()>& sharded_parameters) {
   const int size = world.size(), me = world.rank();
   at::manual_seed(5);
   const at::Tensor ids = at::randint(0, 96, {8, 10}, at::kLong);
   const int64_t rows = 8 / size;
-  model::Transformer reference = TinyModel(), sharded = TinyModel();
+  model::Transformer reference = TinyModel();
   train::AdamW full_optimizer(reference->parameters(), {});
-  ShardedAdamW sharded_optimizer(sharded->parameters(), world, {});
-  Expect(sharded_optimizer.shard_size() * size >= 1, "shard size");
   for (int step = 0; step < 3; ++step) {
     full_optimizer.ZeroGrad();
     Loss(reference, ids).backward();
     const double full_norm = full_optimizer.ClipGradNorm(0.5);
     full_optimizer.Step(1e-2);
-    Loss(sharded, ids.narrow(0, me * rows, rows)).backward();
-    auto norm = sharded_optimizer.Step(1e-2, 0.5);
-    ExpectOk(norm.status(), "sharded step");
+    auto norm = sharded_step(ids.narrow(0, me * rows, rows));
+    ExpectOk(norm.status(), name + " step");
     if (norm.ok()) {
       Expect(std::abs(*norm - full_norm) <= 1e-10 * std::max(1.0, full_norm), "gradient norm");
     }
   }
+  auto parameters = sharded_parameters();
+  ExpectOk(parameters.status(), name + " parameters");
+  if (!parameters.ok()) return;
   double worst = 0;
-  auto a = reference->parameters(), b = sharded->parameters();
-  for (size_t i = 0; i < a.size(); ++i)
-    worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
-  std::cout << "rank " << me << ": largest parameter difference after 3 steps " << worst << "\n";
-  Expect(worst <= 1e-10, "ZeRO-2 steps equal single-process steps");
+  const auto expected = reference->parameters();
+  for (size_t i = 0; i < expected.size(); ++i) {
+    worst = std::max(worst, (expected[i] - (*parameters)[i]).abs().max().item<double>());
+  }
+  std::cout << "rank " << me << ": " << name << " largest parameter difference after 3 steps "
+            << worst << "\n";
+  Expect(worst <= 1e-10, name + " steps equal single-process steps");
+}
+
+void Zero2(Communicator& world) {
+  model::Transformer model = TinyModel();
+  ShardedAdamW optimizer(model->parameters(), world, {});
+  CompareWithSingleProcess(
+      world, "ZeRO-2",
+      [&](const at::Tensor& local_ids) {
+        Loss(model, local_ids).backward();
+        return optimizer.Step(1e-2, 0.5);
+      },
+      [&]() -> absl::StatusOr<std::vector<at::Tensor>> { return model->parameters(); });
 }
 
 void Zero3(Communicator& world) {
-  const int size = world.size(), me = world.rank();
-  at::manual_seed(5);
-  const at::Tensor ids = at::randint(0, 96, {8, 10}, at::kLong);
-  const int64_t rows = 8 / size;
-  model::Transformer reference = TinyModel(), sharded = TinyModel();
-  train::AdamW full_optimizer(reference->parameters(), {});
-  FullyShardedModel fsdp(sharded, world, {});
-  // Between steps the model holds no layer parameters at all.
+  model::Transformer model = TinyModel();
+  FullyShardedModel fsdp(model, world, {});
+  // Between steps the model holds no parameters at all.
   int64_t held = 0;
-  for (const auto& p : sharded->parameters()) held += p.numel();
+  for (const auto& p : model->parameters()) held += p.numel();
   Expect(held == 0, "parameters sharded away between steps");
-  for (int step = 0; step < 3; ++step) {
-    full_optimizer.ZeroGrad();
-    Loss(reference, ids).backward();
-    const double full_norm = full_optimizer.ClipGradNorm(0.5);
-    full_optimizer.Step(1e-2);
-    ExpectOk(fsdp.BeginStep(), "begin step");
-    Loss(sharded, ids.narrow(0, me * rows, rows)).backward();
-    auto norm = fsdp.FinishStep(1e-2, 0.5);
-    ExpectOk(norm.status(), "finish step");
-    if (norm.ok()) {
-      Expect(std::abs(*norm - full_norm) <= 1e-10 * std::max(1.0, full_norm), "gradient norm");
-    }
-  }
-  auto full = fsdp.FullParameters();
-  ExpectOk(full.status(), "gather parameters");
-  if (!full.ok()) return;
-  double worst = 0;
-  auto a = reference->parameters();
-  for (size_t i = 0; i < a.size(); ++i)
-    worst = std::max(worst, (a[i] - (*full)[i]).abs().max().item<double>());
-  std::cout << "rank " << me << ": ZeRO-3 largest parameter difference after 3 steps " << worst
-            << "\n";
-  Expect(worst <= 1e-10, "ZeRO-3 steps equal single-process steps");
+  CompareWithSingleProcess(
+      world, "ZeRO-3",
+      [&](const at::Tensor& local_ids) -> absl::StatusOr<double> {
+        if (absl::Status begun = fsdp.BeginStep(); !begun.ok()) return begun;
+        Loss(model, local_ids).backward();
+        return fsdp.FinishStep(1e-2, 0.5);
+      },
+      [&] { return fsdp.FullParameters(); });
 }
 
 void TensorParallel(Communicator& world) {
