@@ -1,5 +1,6 @@
-// [gpu] The NCCL communicator across processes, one GPU each: every collective against the
-// reference, and (with two GPUs) a rank that stops responding surfacing as a timeout on the
+// [gpu] The NCCL communicator across processes, one GPU each: the equality tests of
+// tests/unit/parallel_test.cc (collectives, transfers, reshard, ZeRO-2/3, tensor parallelism)
+// over NCCL, and (with two GPUs) a rank that stops responding surfacing as a timeout on the
 // other. With one GPU only the single-rank collectives run. Set RLHFD_COLLECTIVE_WORKER to run a
 // bundled worker binary.
 #include <torch/cuda.h>
@@ -42,7 +43,9 @@ TEST_CASE("NCCL communicator: collectives on every GPU (up to two), and a hung r
           "[gpu][parallel]") {
   const int size = std::min<int>(2, static_cast<int>(torch::cuda::device_count()));
   testing::TempDir dir;
-  for (const std::string scenario : {"collectives", "transfer", "reshard"}) {
+  std::vector<std::string> scenarios = {"collectives", "transfer", "reshard", "zero2", "zero3"};
+  if (size >= 2) scenarios.push_back("tensor_parallel");  // tp = 2 groups.
+  for (const std::string& scenario : scenarios) {
     auto ranks = Start(dir, scenario, size, 60000);
     for (int rank = 0; rank < size; ++rank) {
       const auto status = ranks[rank]->Wait(absl::Seconds(120));

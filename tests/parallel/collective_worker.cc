@@ -261,8 +261,8 @@ void Reshards(Communicator& world, const at::Device& device) {
   }
 }
 
-// A small random float64 transformer, the same on every rank.
-model::Transformer TinyModel() {
+// A small random float64 transformer, the same on every rank, on `device`.
+model::Transformer TinyModel(const at::Device& device) {
   model::ModelConfig c;
   c.architecture = "Qwen2ForCausalLM";
   c.family = model::ModelFamily::kQwen2;
@@ -280,7 +280,8 @@ model::Transformer TinyModel() {
   model::Transformer model(c);
   model->to(at::kDouble);
   at::NoGradGuard no_grad;
-  for (auto& p : model->parameters()) p.normal_(0, 0.2);
+  for (auto& p : model->parameters()) p.normal_(0, 0.2);  // Drawn on the CPU: alike everywhere.
+  model->to(device);
   return model;
 }
 
@@ -294,14 +295,14 @@ at::Tensor Loss(model::Transformer& model, const at::Tensor& ids) {
 // Three steps of `sharded_step` (this rank's share of the batch → the gradient norm), against
 // three single-process AdamW steps on the whole batch; then the parameters must agree.
 void CompareWithSingleProcess(
-    Communicator& world, const std::string& name,
+    Communicator& world, const at::Device& device, const std::string& name,
     const std::function<absl::StatusOr<double>(const at::Tensor& local_ids)>& sharded_step,
     const std::function<absl::StatusOr<std::vector<at::Tensor>>()>& sharded_parameters) {
   const int size = world.size(), me = world.rank();
   at::manual_seed(5);
-  const at::Tensor ids = at::randint(0, 96, {8, 10}, at::kLong);
+  const at::Tensor ids = at::randint(0, 96, {8, 10}, at::kLong).to(device);
   const int64_t rows = 8 / size;
-  model::Transformer reference = TinyModel();
+  model::Transformer reference = TinyModel(device);
   train::AdamW full_optimizer(reference->parameters(), {});
   for (int step = 0; step < 3; ++step) {
     full_optimizer.ZeroGrad();
@@ -320,18 +321,18 @@ void CompareWithSingleProcess(
   double worst = 0;
   const auto expected = reference->parameters();
   for (size_t i = 0; i < expected.size(); ++i) {
-    worst = std::max(worst, (expected[i] - (*parameters)[i]).abs().max().item<double>());
+    worst = std::max(worst, (expected[i] - (*parameters)[i]).abs().max().cpu().item<double>());
   }
   std::cout << "rank " << me << ": " << name << " largest parameter difference after 3 steps "
             << worst << "\n";
   Expect(worst <= 1e-10, name + " steps equal single-process steps");
 }
 
-void Zero2(Communicator& world) {
-  model::Transformer model = TinyModel();
+void Zero2(Communicator& world, const at::Device& device) {
+  model::Transformer model = TinyModel(device);
   ShardedAdamW optimizer(model->parameters(), world, {});
   CompareWithSingleProcess(
-      world, "ZeRO-2",
+      world, device, "ZeRO-2",
       [&](const at::Tensor& local_ids) {
         Loss(model, local_ids).backward();
         return optimizer.Step(1e-2, 0.5);
@@ -339,15 +340,15 @@ void Zero2(Communicator& world) {
       [&]() -> absl::StatusOr<std::vector<at::Tensor>> { return model->parameters(); });
 }
 
-void Zero3(Communicator& world) {
-  model::Transformer model = TinyModel();
+void Zero3(Communicator& world, const at::Device& device) {
+  model::Transformer model = TinyModel(device);
   FullyShardedModel fsdp(model, world, {});
   // Between steps the model holds no parameters at all.
   int64_t held = 0;
   for (const auto& p : model->parameters()) held += p.numel();
   Expect(held == 0, "parameters sharded away between steps");
   CompareWithSingleProcess(
-      world, "ZeRO-3",
+      world, device, "ZeRO-3",
       [&](const at::Tensor& local_ids) -> absl::StatusOr<double> {
         if (absl::Status begun = fsdp.BeginStep(); !begun.ok()) return begun;
         Loss(model, local_ids).backward();
@@ -356,10 +357,10 @@ void Zero3(Communicator& world) {
       [&] { return fsdp.FullParameters(); });
 }
 
-void TensorParallel(Communicator& world) {
+void TensorParallel(Communicator& world, const at::Device& device) {
   const int size = world.size(), me = world.rank();
   at::NoGradGuard no_grad;
-  model::Transformer full = TinyModel();
+  model::Transformer full = TinyModel(device);
   const model::ModelConfig& config = full->config();
   // Training layout: ZeRO shards over the whole world; rollout layout: tp = 2 groups.
   const std::vector<ShardedParameter> specs = TensorParallelSpecs(config);
@@ -380,7 +381,7 @@ void TensorParallel(Communicator& world) {
   if (!tp.ok()) return;
 
   at::manual_seed(9);
-  const at::Tensor ids = at::randint(0, config.vocab_size, {3, 11}, at::kLong);
+  const at::Tensor ids = at::randint(0, config.vocab_size, {3, 11}, at::kLong).to(device);
   const at::Tensor reference_hidden = full->Hidden({ids});
   auto hidden = tp->Hidden(ids);
   ExpectOk(hidden.status(), "tp forward");
@@ -458,11 +459,11 @@ int Run() {
   } else if (scenario == "reshard") {
     Reshards(**comm, device);
   } else if (scenario == "zero2") {
-    Zero2(**comm);
+    Zero2(**comm, device);
   } else if (scenario == "zero3") {
-    Zero3(**comm);
+    Zero3(**comm, device);
   } else if (scenario == "tensor_parallel") {
-    TensorParallel(**comm);
+    TensorParallel(**comm, device);
   } else if (scenario == "hang" || scenario == "exit") {
     if (rank == 1) {
       if (scenario == "exit") _exit(0);
