@@ -151,8 +151,7 @@ absl::StatusOr<std::vector<at::Tensor>> Reshard(Communicator& world,
                                                 const std::vector<ShardedParameter>& parameters,
                                                 const std::vector<at::Tensor>& train_shards,
                                                 const TrainLayout& train,
-                                                const RolloutLayout& rollout,
-                                                ReshardStats* stats) {
+                                                const RolloutLayout& rollout, ReshardStats* stats) {
   const int size = world.size(), me = world.rank();
   ReshardStats moved;
   if (train.dp * train.tp != size || rollout.tp * rollout.dp != size) {
@@ -164,11 +163,12 @@ absl::StatusOr<std::vector<at::Tensor>> Reshard(Communicator& world,
     return absl::InvalidArgumentError("reshard: one training shard per parameter");
   }
   const at::TensorOptions options = train_shards.front().options();
+  // One message per block, in the order both sides enumerate them. A block that is one run of
+  // memory is sent from the shard and received into the slice as it is; only strided blocks
+  // (row-parallel weights cut by columns) go through a temporary copy.
   std::vector<at::Tensor> slices;
-  // Per peer: what we send (packed now) and where what we receive lands.
-  std::vector<std::vector<at::Tensor>> outgoing(size);
-  std::vector<std::vector<std::pair<size_t, Block>>> incoming(size);
-  std::vector<int64_t> incoming_numel(size, 0);
+  std::vector<PeerTransfer> sends, receives;
+  std::vector<std::pair<at::Tensor, at::Tensor>> unpack;  // (received copy, its place)
   for (size_t i = 0; i < parameters.size(); ++i) {
     const ShardedParameter& p = parameters[i];
     const Grid grid = Grid::Of(p);
@@ -178,46 +178,33 @@ absl::StatusOr<std::vector<at::Tensor>> Reshard(Communicator& world,
     slices.push_back(at::empty({rows * columns}, options));
     for (int peer = 0; peer < size; ++peer) {
       for (const Block& b : Blocks(p, train, rollout, me, peer)) {
+        const at::Tensor from = SourceView(train_shards[i], b);
         if (peer == me) {
-          DestinationView(slices[i], b).copy_(SourceView(train_shards[i], b));
+          DestinationView(slices[i], b).copy_(from);
           moved.local += b.numel();
-        } else {
-          outgoing[peer].push_back(SourceView(train_shards[i], b).reshape({-1}));
-          moved.sent += b.numel();
+          continue;
         }
+        sends.push_back({PeerTransfer::Direction::kSend, peer,
+                         from.is_contiguous() ? from : from.contiguous()});
+        moved.sent += b.numel();
       }
       if (peer == me) continue;
       for (const Block& b : Blocks(p, train, rollout, peer, me)) {
-        incoming[peer].emplace_back(i, b);
-        incoming_numel[peer] += b.numel();
+        const at::Tensor to = DestinationView(slices[i], b);
+        if (to.is_contiguous()) {
+          receives.push_back({PeerTransfer::Direction::kRecv, peer, to});
+        } else {
+          at::Tensor staging = at::empty({b.rows, b.columns}, options);
+          receives.push_back({PeerTransfer::Direction::kRecv, peer, staging});
+          unpack.emplace_back(staging, to);
+        }
         moved.received += b.numel();
       }
     }
   }
-  std::vector<PeerTransfer> transfers;
-  std::vector<at::Tensor> received(size);
-  for (int peer = 0; peer < size; ++peer) {
-    if (peer == me) continue;
-    if (!outgoing[peer].empty()) {
-      transfers.push_back({PeerTransfer::Direction::kSend, peer, at::cat(outgoing[peer])});
-    }
-    outgoing[peer].clear();
-    if (incoming_numel[peer] > 0) {
-      received[peer] = at::empty({incoming_numel[peer]}, options);
-      transfers.push_back({PeerTransfer::Direction::kRecv, peer, received[peer]});
-    }
-  }
-  RETURN_IF_ERROR(world.SendRecv(transfers));
-  transfers.clear();
-  for (int peer = 0; peer < size; ++peer) {
-    int64_t offset = 0;
-    for (const auto& [i, b] : incoming[peer]) {
-      DestinationView(slices[i], b)
-          .copy_(received[peer].narrow(0, offset, b.numel()).view({b.rows, b.columns}));
-      offset += b.numel();
-    }
-    received[peer] = at::Tensor();
-  }
+  sends.insert(sends.end(), receives.begin(), receives.end());
+  RETURN_IF_ERROR(world.SendRecv(sends));
+  for (auto& [staging, to] : unpack) to.copy_(staging);
   for (size_t i = 0; i < parameters.size(); ++i) {
     std::vector<int64_t> shape = parameters[i].shape;
     if (parameters[i].tp_dim >= 0) shape[parameters[i].tp_dim] /= Parts(parameters[i], rollout.tp);
