@@ -10,7 +10,9 @@ import json
 import time
 
 import torch
-from transformers import AutoModelForCausalLM, Qwen2Config
+from transformers import AutoModelForCausalLM
+
+from hf_train_baseline import qwen25_05b_config  # Same directory: the shared shape.
 
 
 def main():
@@ -19,9 +21,7 @@ def main():
     parser.add_argument("--prompt_len", type=int, default=256)
     parser.add_argument("--new_tokens", type=int, default=256)
     args = parser.parse_args()
-    config = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                         num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
-                         rope_theta=1000000.0, tie_word_embeddings=True)
+    config = qwen25_05b_config()
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=torch.bfloat16).cuda().eval()
     b, p, n = args.batch, args.prompt_len, args.new_tokens

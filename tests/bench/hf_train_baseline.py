@@ -13,6 +13,13 @@ import torch
 from transformers import AutoModelForCausalLM, Qwen2Config
 
 
+def qwen25_05b_config():
+    """The Qwen2.5-0.5B shape of worker/bench/model_presets.h (random weights: shape is all that matters)."""
+    return Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                       num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
+                       rope_theta=1000000.0, tie_word_embeddings=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--micro_batch", type=int, default=16)
@@ -21,9 +28,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--peak_tflops", type=float, default=791.0)
     args = parser.parse_args()
-    config = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                         num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
-                         rope_theta=1000000.0, tie_word_embeddings=True)
+    config = qwen25_05b_config()
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=torch.float32).cuda()
     model.train()

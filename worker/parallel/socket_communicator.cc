@@ -374,10 +374,8 @@ class SocketCommunicator : public Communicator {
       if (ready < 0 && errno == EINTR) continue;
       if (ready < 0) return Errno("poll");
       if (ready == 0) {
-        std::vector<int> waiting;
-        for (int r : peers) waiting.push_back(r);
         return absl::DeadlineExceededError(absl::StrCat(
-            "rank ", rank_, ": no progress from rank(s) ", absl::StrJoin(waiting, ", "), " within ",
+            "rank ", rank_, ": no progress from rank(s) ", absl::StrJoin(peers, ", "), " within ",
             mesh_->timeout.count(), " ms; a peer died or hangs"));
       }
       for (size_t i = 0; i < polls.size(); ++i) {

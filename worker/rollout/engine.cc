@@ -8,7 +8,6 @@
 #include <deque>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/status/status_macros.h"
 #include "worker/rollout/sampler.h"
 #include "worker/rollout/sampling_math.h"
