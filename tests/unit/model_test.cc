@@ -1,13 +1,11 @@
 // The transformer against Hugging Face transformers: logits of every architecture fixture in
 // fp32 on CPU within 1e-4, score heads, packed sequences, KV-cached decoding, and strict loading.
-#include <catch2/catch.hpp>
-
 #include <ATen/ATen.h>
 #include <torch/types.h>
 
+#include <catch2/catch.hpp>
 
 #include "common/util/files.h"
-
 #include "tests/support/subprocess.h"
 #include "worker/model/model_export.h"
 #include "worker/model/model_loader.h"
@@ -71,7 +69,7 @@ TEST_CASE("score heads match transformers' classification outputs", "[model]") {
     Golden golden = LoadGolden("tiny-qwen2-rm");
     at::Tensor scores = model->Scores(model->Hidden({golden.input_ids, golden.attention_mask}));
     CHECK(MaxDiffOnTokens(scores, golden.token_scores, golden.attention_mask) <= 1e-4);
-    at::Tensor last = golden.attention_mask.sum(1) - 1;  // Right padding.
+    at::Tensor last = golden.attention_mask.sum(1) - 1;                    // Right padding.
     at::Tensor pooled = scores.index({at::arange(scores.size(0)), last});  // (B, L)
     CHECK((pooled - golden.logits).abs().max().item<double>() <= 1e-4);
   }
@@ -80,6 +78,36 @@ TEST_CASE("score heads match transformers' classification outputs", "[model]") {
     Golden golden = LoadGolden("tiny-llama-value");
     at::Tensor scores = model->Scores(model->Hidden({golden.input_ids, golden.attention_mask}));
     CHECK(MaxDiffOnTokens(scores, golden.logits, golden.attention_mask) <= 1e-4);
+  }
+}
+
+TEST_CASE("bf16 on the CPU is within 1e-2 relative error of fp32; norm weights stay fp32",
+          "[model]") {
+  // The [gpu] model test checks the same bound for bf16 on the GPU; this one runs everywhere.
+  torch::NoGradGuard no_grad;
+  for (const std::string name : {"tiny-llama", "tiny-llama3-rope", "tiny-qwen2", "tiny-qwen3",
+                                 "tiny-mistral", "tiny-qwen2-rm", "tiny-llama-value"}) {
+    INFO(name);
+    Golden golden = LoadGolden(name);
+    Transformer wide = Load(name);
+    auto narrow = LoadModel(kModels + name, {at::kBFloat16, at::kCPU});
+    REQUIRE(narrow.ok());
+    auto parameters = (*narrow)->named_parameters();
+    CHECK(parameters["model.layers.0.self_attn.q_proj.weight"].scalar_type() == at::kBFloat16);
+    CHECK(parameters["model.norm.weight"].scalar_type() == at::kFloat);
+    const ForwardBatch batch{golden.input_ids, golden.attention_mask};
+    const bool lm = wide->config().head == HeadKind::kCausalLm;
+    const at::Tensor reference =
+        lm ? wide->Logits(wide->Hidden(batch)) : wide->Scores(wide->Hidden(batch));
+    const at::Tensor hidden = (*narrow)->Hidden(batch);
+    const at::Tensor out =
+        (lm ? (*narrow)->Logits(hidden) : (*narrow)->Scores(hidden)).to(at::kFloat);
+    const at::Tensor keep = golden.attention_mask.to(at::kBool).unsqueeze(-1).expand_as(reference);
+    const double relative =
+        ((out - reference).masked_select(keep).norm() / reference.masked_select(keep).norm())
+            .item<double>();
+    INFO("relative error " << relative);
+    CHECK(relative <= 1e-2);
   }
 }
 
@@ -116,9 +144,11 @@ TEST_CASE("left padding and KV-cached decoding match the full forward", "[model]
   CHECK((left - golden.logits[1].narrow(0, 0, n)).abs().max().item<double>() <= 1e-4);
 
   // Prefill 4 tokens, then decode the rest one at a time through the cache.
-  KvCache cache(model->config(), /*batch=*/1, /*capacity=*/16, at::TensorOptions().dtype(at::kFloat));
+  KvCache cache(model->config(), /*batch=*/1, /*capacity=*/16,
+                at::TensorOptions().dtype(at::kFloat));
   at::Tensor sequence = golden.input_ids[1].narrow(0, 0, n).unsqueeze(0);
-  std::vector<at::Tensor> steps = {model->Logits(model->Hidden({sequence.narrow(1, 0, 4)}, &cache))};
+  std::vector<at::Tensor> steps = {
+      model->Logits(model->Hidden({sequence.narrow(1, 0, 4)}, &cache))};
   for (int64_t i = 4; i < n; ++i) {
     steps.push_back(model->Logits(model->Hidden({sequence.narrow(1, i, 1)}, &cache)));
   }
@@ -185,12 +215,14 @@ TEST_CASE("an exported directory loads back with the same logits", "[model][expo
   auto reloaded = LoadModel(out.path(), {});
   REQUIRE(reloaded.ok());
   Golden golden = LoadGolden("tiny-qwen2");
-  at::Tensor logits = (*reloaded)->Logits((*reloaded)->Hidden({golden.input_ids, golden.attention_mask}));
+  at::Tensor logits =
+      (*reloaded)->Logits((*reloaded)->Hidden({golden.input_ids, golden.attention_mask}));
   CHECK(MaxDiffOnTokens(logits, golden.logits, golden.attention_mask) <= 1e-4);
 
   // A bf16 export holds bf16 tensors and says so in config.json.
   testing::TempDir bf16;
-  REQUIRE(ExportHuggingFaceDirectory(model, kModels + "tiny-qwen2", bf16.path(), at::kBFloat16).ok());
+  REQUIRE(
+      ExportHuggingFaceDirectory(model, kModels + "tiny-qwen2", bf16.path(), at::kBFloat16).ok());
   auto weights = StateDict::Load(bf16.path());
   REQUIRE(weights.ok());
   CHECK(weights->Get("model.norm.weight")->scalar_type() == at::kBFloat16);

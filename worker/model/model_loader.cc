@@ -6,12 +6,29 @@
 #include "worker/model/state_dict.h"
 
 namespace rlhfd::model {
+namespace {
+
+// RMSNorm weights stay float32 in a bf16 / fp16 model (Megatron's mixed-dtype norms): they are
+// a few kilobytes, the norms compute in float32 anyway, and rounding them is a needless error
+// on every token (docs/architecture.md).
+void KeepNormWeightsWide(Transformer& model) {
+  at::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters()) {
+    at::Tensor& weight = item.value();
+    const std::string& name = item.key();
+    const bool norm = name.size() >= 11 && name.compare(name.size() - 11, 11, "norm.weight") == 0;
+    if (norm && weight.element_size() < 4) weight.set_data(weight.to(at::kFloat));
+  }
+}
+
+}  // namespace
 
 absl::StatusOr<Transformer> LoadModel(const std::string& dir, const LoadOptions& options) {
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
   ASSIGN_OR_RETURN(StateDict weights, StateDict::Load(dir));
   Transformer model(config);
   model->to(options.device, options.dtype);
+  KeepNormWeightsWide(model);
   model->eval();
   if (absl::Status loaded = LoadWeights(model, weights); !loaded.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(dir, ": ", loaded.message()));

@@ -9,10 +9,12 @@
 namespace rlhfd::parallel {
 namespace {
 
-// As the model's RmsNorm: in float32 (float64 stays), then the weight.
+// As the model's RmsNorm: in float32 (float64 stays), then the weight (float32 in a loaded
+// bf16 model), in x's dtype.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   const at::Tensor wide = x.scalar_type() == at::kDouble ? x : x.to(at::kFloat);
-  return weight * at::rms_norm(wide, {x.size(-1)}, std::nullopt, eps).to(x.scalar_type());
+  return (weight * at::rms_norm(wide, {x.size(-1)}, std::nullopt, eps).to(x.scalar_type()))
+      .to(x.scalar_type());
 }
 
 }  // namespace

@@ -40,19 +40,24 @@ FusedDecoder::FusedDecoder(model::Transformer& model) : config_(model->config())
     const at::Tensor* found = parameters.find(name);
     return found != nullptr ? found->detach() : at::Tensor();
   };
+  // The kernels read bf16 norm weights; loaded models keep theirs in float32 (model_loader.cc).
+  const auto get_norm = [&](const std::string& name) {
+    const at::Tensor weight = get(name);
+    return weight.defined() ? weight.to(at::kBFloat16) : weight;
+  };
   at::NoGradGuard no_grad;
   embed_ = get("model.embed_tokens.weight");
-  final_norm_ = get("model.norm.weight");
+  final_norm_ = get_norm("model.norm.weight");
   head_ = model->HeadWeight().detach();
   inv_freq_ = model::RopeInverseFrequencies(config_.rope, config_.head_dim).to(head_.device());
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     const std::string p = absl::StrCat("model.layers.", i, ".");
     const std::string attention = p + "self_attn.", mlp = p + "mlp.";
     Layer layer;
-    layer.input_norm = get(p + "input_layernorm.weight");
-    layer.post_norm = get(p + "post_attention_layernorm.weight");
-    layer.q_norm = get(attention + "q_norm.weight");
-    layer.k_norm = get(attention + "k_norm.weight");
+    layer.input_norm = get_norm(p + "input_layernorm.weight");
+    layer.post_norm = get_norm(p + "post_attention_layernorm.weight");
+    layer.q_norm = get_norm(attention + "q_norm.weight");
+    layer.k_norm = get_norm(attention + "k_norm.weight");
     layer.qkv_weight = Concat({get(attention + "q_proj.weight"), get(attention + "k_proj.weight"),
                                get(attention + "v_proj.weight")});
     layer.qkv_bias = Concat({get(attention + "q_proj.bias"), get(attention + "k_proj.bias"),
