@@ -31,6 +31,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "worker/model/transformer.h"
 #include "worker/parallel/fully_sharded.h"
@@ -224,41 +225,62 @@ void Reshards(Communicator& world, const at::Device& device) {
                                                     {"o_proj.weight", {12, 16}, 1},
                                                     {"q_proj.bias", {16}, 0},
                                                     {"norm.weight", {12}, -1},
-                                                    {"odd", {8, 7}, 0}};
+                                                    {"odd", {8, 7}, 0},
+                                                    {"odd_bf16", {6, 12}, 1}};
   std::vector<at::Tensor> full;
   for (size_t i = 0; i < parameters.size(); ++i) {
     int64_t numel = 1;
     for (int64_t d : parameters[i].shape) numel *= d;
+    // The last parameter is bf16 (odd element offsets: 2-byte aligned copies); its values are
+    // small integers, exact in bf16.
+    const at::ScalarType type = i + 1 == parameters.size() ? at::kBFloat16 : at::kFloat;
     full.push_back(
-        (at::arange(numel, at::kFloat) + 1000.0 * i).view(parameters[i].shape).to(device));
+        (at::arange(numel, at::kFloat) + 100.0 * i).view(parameters[i].shape).to(device, type));
   }
   std::vector<std::pair<int, int>> factorings;  // (a, b) with a · b = size
   for (int a = 1; a <= size; ++a) {
     if (size % a == 0) factorings.emplace_back(a, size / a);
   }
-  for (const auto& [train_dp, train_tp] : factorings) {
-    for (const auto& [rollout_tp, rollout_dp] : factorings) {
-      const TrainLayout train{train_dp, train_tp};
-      const RolloutLayout rollout{rollout_tp, rollout_dp};
-      const std::string name = absl::StrCat("reshard dp ", train_dp, " tp ", train_tp, " -> tp_g ",
-                                            rollout_tp, " dp_g ", rollout_dp);
-      std::vector<at::Tensor> shards;
-      for (size_t i = 0; i < parameters.size(); ++i) {
-        shards.push_back(TrainShard(full[i], parameters[i], train, me));
-      }
-      auto slices = Reshard(world, parameters, shards, train, rollout);
-      ExpectOk(slices.status(), name);
-      if (!slices.ok()) continue;
-      for (size_t i = 0; i < parameters.size(); ++i) {
-        const at::Tensor expected = RolloutSlice(full[i], parameters[i], rollout, me);
-        Expect(at::equal((*slices)[i].cpu(), expected.cpu()),
-               absl::StrCat(name, ": ", parameters[i].name, " equals the direct slice"));
-        // Zero redundancy: only this rank's slice, a full replica only when tp_g = 1.
-        const int parts = parameters[i].tp_dim < 0 ? 1 : rollout_tp;
-        Expect((*slices)[i].numel() == full[i].numel() / parts, name + ": slice size");
+  // Default buckets (one), and 200-byte buckets: parameters cut into row ranges, many buckets.
+  for (const int64_t bucket_bytes : {int64_t{256} << 20, int64_t{200}}) {
+    for (const auto& [train_dp, train_tp] : factorings) {
+      for (const auto& [rollout_tp, rollout_dp] : factorings) {
+        const TrainLayout train{train_dp, train_tp};
+        const RolloutLayout rollout{rollout_tp, rollout_dp};
+        const std::string name =
+            absl::StrCat("reshard dp ", train_dp, " tp ", train_tp, " -> tp_g ", rollout_tp,
+                         " dp_g ", rollout_dp, ", buckets of ", bucket_bytes, " bytes");
+        std::vector<at::Tensor> shards;
+        for (size_t i = 0; i < parameters.size(); ++i) {
+          shards.push_back(TrainShard(full[i], parameters[i], train, me));
+        }
+        ReshardStats stats;
+        auto slices = Reshard(world, parameters, shards, train, rollout, {bucket_bytes}, &stats);
+        ExpectOk(slices.status(), name);
+        if (!slices.ok()) continue;
+        Expect(bucket_bytes > 1000 ? stats.buckets == 1 : stats.buckets > 2,
+               absl::StrCat(name, ": ", stats.buckets, " buckets"));
+        for (size_t i = 0; i < parameters.size(); ++i) {
+          const at::Tensor expected = RolloutSlice(full[i], parameters[i], rollout, me);
+          Expect((*slices)[i].scalar_type() == expected.scalar_type() &&
+                     at::equal((*slices)[i].cpu(), expected.cpu()),
+                 absl::StrCat(name, ": ", parameters[i].name, " equals the direct slice"));
+          // Zero redundancy: only this rank's slice, a full replica only when tp_g = 1.
+          const int parts = parameters[i].tp_dim < 0 ? 1 : rollout_tp;
+          Expect((*slices)[i].numel() == full[i].numel() / parts, name + ": slice size");
+        }
       }
     }
   }
+  // A shard of the wrong size is refused on every rank, naming the parameter.
+  std::vector<at::Tensor> wrong;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    wrong.push_back(TrainShard(full[i], parameters[i], {size, 1}, me));
+  }
+  wrong[1] = wrong[1].narrow(0, 0, wrong[1].numel() - 1);
+  auto refused = Reshard(world, parameters, wrong, {size, 1}, {size, 1});
+  Expect(!refused.ok() && absl::StrContains(refused.status().message(), "o_proj.weight"),
+         "reshard refuses a wrong-sized shard, naming it");
 }
 
 // A small random float64 transformer, the same on every rank, on `device`.

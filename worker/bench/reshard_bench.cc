@@ -1,9 +1,11 @@
 // reshard_bench: time to reshard actor weights of a preset shape from the training layout
 // (dp = ranks, flat ZeRO shards) to rollout layouts (tp_g = ranks, and tp_g = 1), over NCCL, one
-// process per GPU, layer by layer; beside the bound measured in the same run: the bytes that must
-// reach each rank over the GPU link, over the all-gather bandwidth the link gives. Also the extra
-// GPU memory the reshard takes, against one rollout shard plus one bucket. Prints JSON and a table.
-//   reshard_bench --preset=qwen2.5-7b --ranks=2      (starts one process per GPU itself)
+// process per GPU, the whole model in one call at each bucket size; beside the bound measured in
+// the same run: the bytes that must reach each rank over the GPU link, over the all-gather
+// bandwidth the link gives. Also the extra GPU memory the reshard takes beyond the rollout copy,
+// against one bucket. Prints JSON and a table.
+//   reshard_bench --preset=qwen2.5-7b --ranks=2 --bucket_mib=64,256
+//   (starts one process per GPU itself)
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -16,12 +18,13 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
-#include <map>
 #include <nlohmann/json.hpp>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "worker/bench/model_presets.h"
 #include "worker/parallel/nccl_communicator.h"
 #include "worker/parallel/reshard.h"
@@ -33,6 +36,7 @@ ABSL_FLAG(int, ranks, 2, "GPUs (processes)");
 ABSL_FLAG(int, rank, -1, "Internal: this process's rank (-1 starts all of them)");
 ABSL_FLAG(std::string, master, "127.0.0.1:29711", "Rendezvous address");
 ABSL_FLAG(int, repeat, 3, "Timed reshards per layout; the best is reported");
+ABSL_FLAG(std::string, bucket_mib, "256", "Bucket sizes to measure (comma-separated MiB)");
 
 namespace {
 
@@ -93,92 +97,106 @@ int RunRank(int rank, int ranks) {
   Communicator& world = **nccl;
   const auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(device);
 
-  // The link's all-gather bandwidth: each rank receives (ranks - 1) GiB-sized pieces.
+  // The link's bandwidths: all-gather (each rank receives (ranks - 1) GiB-sized pieces) and a
+  // pairwise send/recv exchange of the same size (what Reshard's messages use).
   const int64_t piece = int64_t{1} << 29;  // 512 Mi bf16 elements = 1 GiB
+  double allgather_bandwidth = 0, exchange_bandwidth = 0;
   {
     at::Tensor input = at::ones({piece}, bf16), output = at::empty({piece * ranks}, bf16);
     (void)world.AllGather(input, output);
-    const auto start = Clock::now();
+    auto start = Clock::now();
     for (int i = 0; i < 5; ++i) (void)world.AllGather(input, output);
-    const double seconds = Seconds(start) / 5;
-    const double received_per_s = 2.0 * piece * (ranks - 1) / seconds;
-    const double bandwidth = MaxOver(**sockets, -received_per_s) * -1;  // The slowest rank.
-    nlohmann::json buckets_json;
-    // Training shards (dp = ranks, tp = 1), random values, bucketed by layer.
-    const rlhfd::parallel::TrainLayout train{ranks, 1};
-    std::map<std::string, std::vector<rlhfd::parallel::ShardedParameter>> buckets;
-    for (const auto& spec : rlhfd::parallel::TensorParallelSpecs(*config)) {
-      const std::string prefix = "model.layers.";
-      std::string bucket = "root:" + spec.name;  // Embeddings and heads: a bucket each.
-      if (spec.name.rfind(prefix, 0) == 0) bucket = spec.name.substr(0, spec.name.find('.', prefix.size()));
-      if (spec.name == "model.norm.weight") bucket = "root:norm";
-      buckets[bucket].push_back(spec);
+    double seconds = Seconds(start) / 5;
+    allgather_bandwidth = -MaxOver(**sockets, -2.0 * piece * (ranks - 1) / seconds);
+    // Exchange: every rank sends the same piece to, and receives one from, every other rank.
+    std::vector<rlhfd::parallel::PeerTransfer> transfers;
+    for (int peer = 0; peer < ranks; ++peer) {
+      if (peer == rank) continue;
+      transfers.push_back({rlhfd::parallel::PeerTransfer::Direction::kSend, peer, input});
+      transfers.push_back({rlhfd::parallel::PeerTransfer::Direction::kRecv, peer,
+                           output.narrow(0, peer * piece, piece)});
     }
-    std::map<std::string, std::vector<at::Tensor>> shards;
-    int64_t largest_bucket = 0;
-    for (const auto& [name, specs] : buckets) {
-      int64_t bucket_bytes = 0;
-      for (const auto& spec : specs) {
-        shards[name].push_back(at::randn({rlhfd::parallel::TrainShardNumel(spec, train)}, bf16));
-        int64_t numel = 1;
-        for (int64_t d : spec.shape) numel *= d;
-        bucket_bytes += numel * 2;
+    (void)world.SendRecv(transfers);
+    start = Clock::now();
+    for (int i = 0; i < 5; ++i) (void)world.SendRecv(transfers);
+    seconds = Seconds(start) / 5;
+    exchange_bandwidth = -MaxOver(**sockets, -2.0 * piece * (ranks - 1) / seconds);
+  }
+  c10::cuda::CUDACachingAllocator::emptyCache();
+
+  // Training shards (dp = ranks, tp = 1), random values, in the model's order.
+  const rlhfd::parallel::TrainLayout train{ranks, 1};
+  const std::vector<rlhfd::parallel::ShardedParameter> specs =
+      rlhfd::parallel::TensorParallelSpecs(*config);
+  std::vector<at::Tensor> shards;
+  int64_t model_bytes = 0;
+  for (const auto& spec : specs) {
+    shards.push_back(at::randn({rlhfd::parallel::TrainShardNumel(spec, train)}, bf16));
+    int64_t numel = 1;
+    for (int64_t d : spec.shape) numel *= d;
+    model_bytes += numel * 2;
+  }
+  c10::cuda::device_synchronize();
+  for (const rlhfd::parallel::RolloutLayout rollout :
+       {rlhfd::parallel::RolloutLayout{ranks, 1}, rlhfd::parallel::RolloutLayout{1, ranks}}) {
+    for (const absl::string_view mib : absl::StrSplit(absl::GetFlag(FLAGS_bucket_mib), ',')) {
+      rlhfd::parallel::ReshardOptions options;
+      int bucket_mib = 0;
+      if (!absl::SimpleAtoi(mib, &bucket_mib) || bucket_mib <= 0) {
+        std::cerr << "--bucket_mib: positive integers, got " << mib << "\n";
+        return 2;
       }
-      largest_bucket = std::max(largest_bucket, bucket_bytes);
-    }
-    c10::cuda::device_synchronize();
-    for (const rlhfd::parallel::RolloutLayout rollout :
-         {rlhfd::parallel::RolloutLayout{ranks, 1}, rlhfd::parallel::RolloutLayout{1, ranks}}) {
+      options.bucket_bytes = int64_t{bucket_mib} << 20;
       double best = 1e30, extra = 0;
-      int64_t received = 0, rollout_bytes = 0;
+      rlhfd::parallel::ReshardStats stats;
+      int64_t rollout_bytes = 0;
       for (int r = 0; r <= absl::GetFlag(FLAGS_repeat); ++r) {  // r = 0: warm-up
-        std::vector<at::Tensor> rollout_copy;
         c10::cuda::device_synchronize();
         c10::cuda::CUDACachingAllocator::resetPeakStats(rank);
         const int64_t base = Allocated();
         const auto start = Clock::now();
-        received = 0;
-        for (const auto& [name, specs] : buckets) {
-          rlhfd::parallel::ReshardStats stats;
-          auto slices = rlhfd::parallel::Reshard(world, specs, shards[name], train, rollout, &stats);
-          if (!slices.ok()) {
-            std::cerr << slices.status() << "\n";
-            return 1;
-          }
-          received += stats.received;
-          for (at::Tensor& slice : *slices) rollout_copy.push_back(std::move(slice));
+        auto slices =
+            rlhfd::parallel::Reshard(world, specs, shards, train, rollout, options, &stats);
+        if (!slices.ok()) {
+          std::cerr << slices.status() << "\n";
+          return 1;
         }
         c10::cuda::device_synchronize();
         const double seconds = MaxOver(**sockets, Seconds(start));
-        rollout_bytes = 0;
-        for (const at::Tensor& t : rollout_copy) rollout_bytes += t.nbytes();
+        rollout_bytes = Allocated() - base;  // The slices' one allocation.
         if (r > 0 && seconds < best) {
           best = seconds;
           extra = MaxOver(**sockets, static_cast<double>(Peak() - base - rollout_bytes));
         }
       }
-      const double bytes_in = MaxOver(**sockets, 2.0 * received);
-      const double bound = bytes_in / bandwidth;
+      const double bytes_in = MaxOver(**sockets, static_cast<double>(stats.received_bytes));
+      const double bound = bytes_in / allgather_bandwidth;
       if (rank == 0) {
         nlohmann::json out = {{"preset", absl::GetFlag(FLAGS_preset)},
                               {"ranks", ranks},
                               {"train_dp", ranks},
                               {"rollout_tp", rollout.tp},
                               {"rollout_dp", rollout.dp},
+                              {"bucket_mib", bucket_mib},
+                              {"buckets", stats.buckets},
                               {"seconds", best},
                               {"bytes_received_per_rank", bytes_in},
-                              {"allgather_receive_gbps", bandwidth / 1e9},
+                              {"allgather_receive_gbps", allgather_bandwidth / 1e9},
+                              {"exchange_receive_gbps", exchange_bandwidth / 1e9},
                               {"bound_seconds", bound},
                               {"ratio_to_bound", best / bound},
+                              {"model_gib", model_bytes / double(1 << 30)},
                               {"rollout_shard_gib", rollout_bytes / double(1 << 30)},
-                              {"extra_memory_gib", extra / double(1 << 30)},
-                              {"largest_bucket_gib", largest_bucket / double(1 << 30)}};
+                              {"extra_memory_gib", extra / double(1 << 30)}};
         std::cout << out.dump() << "\n";
-        std::printf("%-13s dp %d -> tp_g %d dp_g %d | %7.1f ms | bound %7.1f ms (%5.1f GB in at %5.1f GB/s) | %4.2fx | extra %.2f GiB beyond the %.2f GiB rollout shard (bucket %.2f GiB)\n",
-                    absl::GetFlag(FLAGS_preset).c_str(), ranks, rollout.tp, rollout.dp,
-                    1e3 * best, 1e3 * bound, bytes_in / 1e9, bandwidth / 1e9, best / bound,
-                    extra / double(1 << 30), rollout_bytes / double(1 << 30),
-                    largest_bucket / double(1 << 30));
+        std::printf(
+            "%-13s dp %d -> tp_g %d dp_g %d | bucket %5d MiB x %3lld | %7.2f ms | bound %6.2f ms "
+            "(%5.2f GB in; all-gather %5.1f GB/s, send/recv %5.1f GB/s) | %5.2fx | extra %.3f GiB "
+            "beyond the %.2f GiB rollout shard\n",
+            absl::GetFlag(FLAGS_preset).c_str(), ranks, rollout.tp, rollout.dp, bucket_mib,
+            static_cast<long long>(stats.buckets), 1e3 * best, 1e3 * bound, bytes_in / 1e9,
+            allgather_bandwidth / 1e9, exchange_bandwidth / 1e9, best / bound,
+            extra / double(1 << 30), rollout_bytes / double(1 << 30));
         std::fflush(stdout);
       }
     }
@@ -199,11 +217,13 @@ int main(int argc, char** argv) {
   // Start one process per GPU (this binary again, with --rank).
   std::vector<pid_t> children;
   for (int r = 0; r < ranks; ++r) {
-    std::vector<std::string> args = {"/proc/self/exe", absl::StrCat("--rank=", r),
+    std::vector<std::string> args = {"/proc/self/exe",
+                                     absl::StrCat("--rank=", r),
                                      absl::StrCat("--ranks=", ranks),
                                      "--preset=" + absl::GetFlag(FLAGS_preset),
                                      "--master=" + absl::GetFlag(FLAGS_master),
-                                     absl::StrCat("--repeat=", absl::GetFlag(FLAGS_repeat))};
+                                     absl::StrCat("--repeat=", absl::GetFlag(FLAGS_repeat)),
+                                     "--bucket_mib=" + absl::GetFlag(FLAGS_bucket_mib)};
     std::vector<char*> argv_c;
     for (std::string& a : args) argv_c.push_back(a.data());
     argv_c.push_back(nullptr);

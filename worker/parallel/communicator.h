@@ -50,6 +50,16 @@ class Communicator {
   // Sends and receives that progress together, so their order cannot deadlock (an all-to-all is
   // one call). Transfers to the same peer arrive in the order given.
   virtual absl::Status SendRecv(const std::vector<PeerTransfer>& transfers) = 0;
+  // SendRecv that returns once the transfers are queued on the device's current stream instead
+  // of waiting for them (NCCL), so the host can queue more work behind them: later work on that
+  // stream sees their results. Synchronize() waits for everything queued, within the timeout;
+  // the tensors must stay valid until the stream reaches the transfers (memory freed to the
+  // caching allocator is, for later work on the same stream). Backends without streams
+  // complete the transfers before returning.
+  virtual absl::Status SendRecvQueued(const std::vector<PeerTransfer>& transfers) {
+    return SendRecv(transfers);
+  }
+  virtual absl::Status Synchronize() { return absl::OkStatus(); }
   virtual absl::Status Barrier() = 0;
   // Ranks passing the same color form a new communicator, ranked by (key, rank). A negative
   // color joins none (the result is null). Every rank must call it.

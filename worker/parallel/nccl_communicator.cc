@@ -82,17 +82,24 @@ class NcclComm {
 
   // Waits until NCCL's non-blocking call state leaves ncclInProgress (init, split, group end).
   absl::Status WaitReady(const std::string& what) {
-    const auto deadline = Clock::now() + timeout_;
+    const auto start = Clock::now(), deadline = start + timeout_;
     ncclResult_t state = ncclInProgress;
     while (true) {
       if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) state = ncclInternalError;
       if (state != ncclInProgress) break;
-      if (Clock::now() >= deadline) {
+      const auto now = Clock::now();
+      if (now >= deadline) {
         Abort(what + " timed out");
         return absl::DeadlineExceededError(absl::StrCat(
             what, ": not done within ", timeout_.count(), " ms; a peer died or hangs"));
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      // Launches finish quickly: poll without sleeping (a sleep costs >= 50 us of timer slack)
+      // for the first millisecond.
+      if (now - start < std::chrono::milliseconds(1)) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
     }
     if (state != ncclSuccess) {
       const std::string message = absl::StrCat(what, ": ", ncclGetErrorString(state));
@@ -220,29 +227,18 @@ class NcclCommunicator : public Communicator {
   }
 
   absl::Status SendRecv(const std::vector<PeerTransfer>& transfers) override {
-    std::vector<ncclDataType_t> types;
-    for (const PeerTransfer& transfer : transfers) {
-      RETURN_IF_ERROR(Check(transfer.tensor));
-      if (transfer.peer < 0 || transfer.peer >= size_ || transfer.peer == rank_) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("peer ", transfer.peer, " is not another rank"));
-      }
-      ASSIGN_OR_RETURN(const ncclDataType_t type, NcclType(transfer.tensor.scalar_type()));
-      types.push_back(type);
-    }
-    return Run("send/recv", [&](cudaStream_t stream) {
-      ncclResult_t result = ncclGroupStart();
-      for (size_t i = 0; i < transfers.size() && result == ncclSuccess; ++i) {
-        const PeerTransfer& t = transfers[i];
-        result = t.direction == PeerTransfer::Direction::kSend
-                     ? ncclSend(t.tensor.data_ptr(), t.tensor.numel(), types[i], t.peer,
-                                comm_->get(), stream)
-                     : ncclRecv(t.tensor.data_ptr(), t.tensor.numel(), types[i], t.peer,
-                                comm_->get(), stream);
-      }
-      const ncclResult_t end = ncclGroupEnd();
-      return result != ncclSuccess ? result : end;
-    });
+    return GroupedSendRecv(transfers, /*wait=*/true);
+  }
+
+  absl::Status SendRecvQueued(const std::vector<PeerTransfer>& transfers) override {
+    return GroupedSendRecv(transfers, /*wait=*/false);
+  }
+
+  absl::Status Synchronize() override {
+    RETURN_IF_ERROR(CheckAlive());
+    c10::cuda::CUDAGuard guard(comm_->device());
+    return comm_->WaitStream(c10::cuda::getCurrentCUDAStream(comm_->device().index()),
+                             "synchronize");
   }
 
   absl::Status Barrier() override {
@@ -274,6 +270,35 @@ class NcclCommunicator : public Communicator {
   }
 
  private:
+  absl::Status GroupedSendRecv(const std::vector<PeerTransfer>& transfers, bool wait) {
+    std::vector<ncclDataType_t> types;
+    for (const PeerTransfer& transfer : transfers) {
+      RETURN_IF_ERROR(Check(transfer.tensor));
+      if (transfer.peer < 0 || transfer.peer >= size_ || transfer.peer == rank_) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("peer ", transfer.peer, " is not another rank"));
+      }
+      ASSIGN_OR_RETURN(const ncclDataType_t type, NcclType(transfer.tensor.scalar_type()));
+      types.push_back(type);
+    }
+    return Run(
+        "send/recv",
+        [&](cudaStream_t stream) {
+          ncclResult_t result = ncclGroupStart();
+          for (size_t i = 0; i < transfers.size() && result == ncclSuccess; ++i) {
+            const PeerTransfer& t = transfers[i];
+            result = t.direction == PeerTransfer::Direction::kSend
+                         ? ncclSend(t.tensor.data_ptr(), t.tensor.numel(), types[i], t.peer,
+                                    comm_->get(), stream)
+                         : ncclRecv(t.tensor.data_ptr(), t.tensor.numel(), types[i], t.peer,
+                                    comm_->get(), stream);
+          }
+          const ncclResult_t end = ncclGroupEnd();
+          return result != ncclSuccess ? result : end;
+        },
+        wait);
+  }
+
   absl::Status CheckAlive() const {
     if (comm_->aborted()) {
       return absl::FailedPreconditionError(
@@ -297,8 +322,11 @@ class NcclCommunicator : public Communicator {
     tensor.copy_(tensor.div(size_, "floor"));
   }
 
+  // Enqueues on the current stream, then waits for the work to finish, or with `wait` false only
+  // until NCCL has put it on the stream (a non-blocking communicator may still be launching it
+  // when the call returns, and work queued behind it must come after it).
   template <typename Enqueue>
-  absl::Status Run(const std::string& what, Enqueue enqueue) {
+  absl::Status Run(const std::string& what, Enqueue enqueue, bool wait = true) {
     c10::cuda::CUDAGuard guard(comm_->device());
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(comm_->device().index());
     const ncclResult_t result = enqueue(stream);
@@ -307,7 +335,7 @@ class NcclCommunicator : public Communicator {
       comm_->Abort(message);
       return absl::InternalError(message);
     }
-    return comm_->WaitStream(stream, what);
+    return wait ? comm_->WaitStream(stream, what) : comm_->WaitReady(what);
   }
 
   std::unique_ptr<NcclComm> comm_;

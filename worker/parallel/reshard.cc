@@ -2,8 +2,15 @@
 
 #include <ATen/ATen.h>
 
+#include <cstring>
+
+#ifdef RLHFD_HAVE_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "worker/parallel/block_copy.h"
 
 namespace rlhfd::parallel {
 namespace {
@@ -54,11 +61,17 @@ struct Block {
   int64_t numel() const { return rows * columns; }
 };
 
-// The blocks training rank `source` sends to rollout rank `destination` for one parameter, in an
+// Rows [row_begin, row_end) of a parameter's (rows, columns) matrix: a unit of work.
+struct Piece {
+  size_t index;
+  int64_t row_begin, row_end;
+};
+
+// The blocks training rank `source` sends to rollout rank `destination` for one piece, in an
 // order both sides compute alike. A shard is a run of a part's row-major elements, so it is at
 // most three rectangles (a partial first row, full rows, a partial last row); each is clipped to
-// the destination's slice. No per-element index is ever built.
-std::vector<Block> Blocks(const ShardedParameter& p, const TrainLayout& train,
+// the destination's slice and the piece's rows. No per-element index is ever built.
+std::vector<Block> Blocks(const ShardedParameter& p, const Piece& piece, const TrainLayout& train,
                           const RolloutLayout& rollout, int source, int destination) {
   const Grid grid = Grid::Of(p);
   const int train_parts = Parts(p, train.tp), rollout_parts = Parts(p, rollout.tp);
@@ -93,8 +106,9 @@ std::vector<Block> Blocks(const ShardedParameter& p, const TrainLayout& train,
   std::vector<Block> blocks;
   for (const Rect& r : rects) {
     // Full coordinates, clipped to the slice.
-    const int64_t row_lo = std::max(r.row + part_row0, slice_row0);
-    const int64_t row_hi = std::min(r.row + r.rows + part_row0, slice_row0 + slice_rows);
+    const int64_t row_lo = std::max({r.row + part_row0, slice_row0, piece.row_begin});
+    const int64_t row_hi =
+        std::min({r.row + r.rows + part_row0, slice_row0 + slice_rows, piece.row_end});
     const int64_t column_lo = std::max(r.column + part_column0, slice_column0);
     const int64_t column_hi =
         std::min(r.column + r.columns + part_column0, slice_column0 + slice_columns);
@@ -107,13 +121,77 @@ std::vector<Block> Blocks(const ShardedParameter& p, const TrainLayout& train,
   return blocks;
 }
 
-at::Tensor SourceView(const at::Tensor& shard, const Block& b) {
-  return shard.as_strided({b.rows, b.columns}, {b.source_stride, 1}, b.source_offset);
+// The packed bytes any rank sends and receives per row of a parameter, at most: a row of its
+// slice arrives, and each element of its shard goes to every other rank whose slice holds it.
+// The same on every rank, so all ranks cut the same buckets.
+int64_t BytesPerRow(const ShardedParameter& p, const TrainLayout& train,
+                    const RolloutLayout& rollout, int64_t element_bytes) {
+  const Grid grid = Grid::Of(p);
+  const int train_parts = Parts(p, train.tp), rollout_parts = Parts(p, rollout.tp);
+  const int world = train.dp * train.tp;
+  const int64_t received = grid.dim == 1 ? grid.columns / rollout_parts : grid.columns;
+  const int64_t held = grid.dim == 1 ? grid.columns / train_parts : grid.columns;
+  const int64_t readers = std::min(world / rollout_parts, world - 1);
+  return element_bytes * (received + held * readers);
 }
 
-at::Tensor DestinationView(const at::Tensor& slice, const Block& b) {
-  return slice.as_strided({b.rows, b.columns}, {b.destination_stride, 1}, b.destination_offset);
+// Consecutive pieces whose packed bytes stay within the budget; a parameter larger than the
+// budget is cut into row ranges (at least one row each).
+std::vector<std::vector<Piece>> Buckets(const std::vector<ShardedParameter>& parameters,
+                                        const std::vector<at::Tensor>& shards,
+                                        const TrainLayout& train, const RolloutLayout& rollout,
+                                        int64_t budget) {
+  std::vector<std::vector<Piece>> buckets(1);
+  int64_t used = 0;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const int64_t rows = Grid::Of(parameters[i]).rows;
+    const int64_t row_bytes =
+        std::max<int64_t>(1, BytesPerRow(parameters[i], train, rollout, shards[i].element_size()));
+    for (int64_t row = 0; row < rows;) {
+      int64_t take = std::min(rows - row, (budget - used) / row_bytes);
+      if (take <= 0 && used > 0) {  // Full: start the next bucket.
+        buckets.emplace_back();
+        used = 0;
+        continue;
+      }
+      take = std::max<int64_t>(take, 1);
+      buckets.back().push_back({i, row, row + take});
+      used += take * row_bytes;
+      row += take;
+    }
+  }
+  return buckets;
 }
+
+// Runs planned copies on the tensors' device: one kernel on the current stream for a GPU, row by
+// row on the host for a CPU.
+absl::Status RunCopies(std::vector<BlockCopy> copies, const at::Device& device) {
+  const int64_t tiles = PlanBlockCopies(copies);
+  if (copies.empty()) return absl::OkStatus();
+  if (device.is_cpu()) {
+    CopyBlocksOnHost(copies);
+    return absl::OkStatus();
+  }
+#ifdef RLHFD_HAVE_CUDA
+  const int64_t bytes = static_cast<int64_t>(copies.size() * sizeof(BlockCopy));
+  // Pinned, so the upload is asynchronous; the caching host allocator keeps the buffer until the
+  // upload has run.
+  at::Tensor host = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+  std::memcpy(host.data_ptr(), copies.data(), bytes);
+  const at::Tensor descriptors = host.to(device, /*non_blocking=*/true);
+  const cudaError_t error = CopyBlocksOnDevice(
+      static_cast<const BlockCopy*>(descriptors.const_data_ptr()),
+      static_cast<int64_t>(copies.size()), tiles, c10::cuda::getCurrentCUDAStream(device.index()));
+  if (error != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("reshard copy kernel: ", cudaGetErrorString(error)));
+  }
+  return absl::OkStatus();
+#else
+  return absl::FailedPreconditionError("reshard: this build has no CUDA support");
+#endif
+}
+
+std::byte* Bytes(const at::Tensor& t) { return static_cast<std::byte*>(t.data_ptr()); }
 
 }  // namespace
 
@@ -147,13 +225,11 @@ at::Tensor RolloutSlice(const at::Tensor& full, const ShardedParameter& paramete
   return slice.contiguous().view(shape);
 }
 
-absl::StatusOr<std::vector<at::Tensor>> Reshard(Communicator& world,
-                                                const std::vector<ShardedParameter>& parameters,
-                                                const std::vector<at::Tensor>& train_shards,
-                                                const TrainLayout& train,
-                                                const RolloutLayout& rollout, ReshardStats* stats) {
+absl::StatusOr<std::vector<at::Tensor>> Reshard(
+    Communicator& world, const std::vector<ShardedParameter>& parameters,
+    const std::vector<at::Tensor>& train_shards, const TrainLayout& train,
+    const RolloutLayout& rollout, const ReshardOptions& options, ReshardStats* stats) {
   const int size = world.size(), me = world.rank();
-  ReshardStats moved;
   if (train.dp * train.tp != size || rollout.tp * rollout.dp != size) {
     return absl::InvalidArgumentError(
         absl::StrCat("reshard: train dp ", train.dp, " x tp ", train.tp, " and rollout tp ",
@@ -162,53 +238,126 @@ absl::StatusOr<std::vector<at::Tensor>> Reshard(Communicator& world,
   if (train_shards.size() != parameters.size() || parameters.empty()) {
     return absl::InvalidArgumentError("reshard: one training shard per parameter");
   }
-  const at::TensorOptions options = train_shards.front().options();
-  // One message per block, in the order both sides enumerate them. A block that is one run of
-  // memory is sent from the shard and received into the slice as it is; only strided blocks
-  // (row-parallel weights cut by columns) go through a temporary copy.
-  std::vector<at::Tensor> slices;
-  std::vector<PeerTransfer> sends, receives;
-  std::vector<std::pair<at::Tensor, at::Tensor>> unpack;  // (received copy, its place)
+  if (options.bucket_bytes <= 0) {
+    return absl::InvalidArgumentError("reshard: bucket_bytes must be positive");
+  }
+  const at::Device device = train_shards.front().device();
   for (size_t i = 0; i < parameters.size(); ++i) {
     const ShardedParameter& p = parameters[i];
     const Grid grid = Grid::Of(p);
     RETURN_IF_ERROR(CheckDivisible(p, grid, Parts(p, train.tp)));
     RETURN_IF_ERROR(CheckDivisible(p, grid, Parts(p, rollout.tp)));
-    const auto [rows, columns] = grid.PartShape(Parts(p, rollout.tp));
-    slices.push_back(at::empty({rows * columns}, options));
-    for (int peer = 0; peer < size; ++peer) {
-      for (const Block& b : Blocks(p, train, rollout, me, peer)) {
-        const at::Tensor from = SourceView(train_shards[i], b);
-        if (peer == me) {
-          DestinationView(slices[i], b).copy_(from);
-          moved.local += b.numel();
-          continue;
-        }
-        sends.push_back({PeerTransfer::Direction::kSend, peer,
-                         from.is_contiguous() ? from : from.contiguous()});
-        moved.sent += b.numel();
-      }
-      if (peer == me) continue;
-      for (const Block& b : Blocks(p, train, rollout, peer, me)) {
-        const at::Tensor to = DestinationView(slices[i], b);
-        if (to.is_contiguous()) {
-          receives.push_back({PeerTransfer::Direction::kRecv, peer, to});
-        } else {
-          at::Tensor staging = at::empty({b.rows, b.columns}, options);
-          receives.push_back({PeerTransfer::Direction::kRecv, peer, staging});
-          unpack.emplace_back(staging, to);
-        }
-        moved.received += b.numel();
-      }
+    const at::Tensor& shard = train_shards[i];
+    if (!shard.defined() || shard.device() != device || !shard.is_contiguous() ||
+        shard.numel() != TrainShardNumel(p, train)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "reshard: the training shard of ", p.name, " must be a contiguous tensor of ",
+          TrainShardNumel(p, train), " elements on ", device.str()));
     }
   }
-  sends.insert(sends.end(), receives.begin(), receives.end());
-  RETURN_IF_ERROR(world.SendRecv(sends));
-  for (auto& [staging, to] : unpack) to.copy_(staging);
+  // The rollout copy: every slice in one allocation, each 256-byte aligned.
+  std::vector<int64_t> slice_offsets;
+  int64_t total = 0;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    slice_offsets.push_back(total);
+    const auto [rows, columns] =
+        Grid::Of(parameters[i]).PartShape(Parts(parameters[i], rollout.tp));
+    total += (rows * columns * train_shards[i].element_size() + 255) / 256 * 256;
+  }
+  const at::Tensor copy = at::empty({total}, at::TensorOptions().dtype(at::kByte).device(device));
+
+  ReshardStats moved;
+  const auto message_offset = [](int64_t bytes) { return (bytes + 15) / 16 * 16; };
+  for (const std::vector<Piece>& bucket :
+       Buckets(parameters, train_shards, train, rollout, options.bucket_bytes)) {
+    // Each peer's message is its blocks back to back (16-byte aligned) in piece order, which
+    // sender and receiver enumerate alike.
+    struct Planned {
+      size_t index;
+      Block block;
+      int64_t offset;  // In the message.
+    };
+    std::vector<std::vector<Planned>> sends(size), receives(size);
+    std::vector<int64_t> send_bytes(size, 0), receive_bytes(size, 0);
+    std::vector<BlockCopy> before, after;  // Packing and local copies; unpacking.
+    for (const Piece& piece : bucket) {
+      const ShardedParameter& p = parameters[piece.index];
+      const int64_t element = train_shards[piece.index].element_size();
+      std::byte* const slice = Bytes(copy) + slice_offsets[piece.index];
+      std::byte* const shard = Bytes(train_shards[piece.index]);
+      for (int peer = 0; peer < size; ++peer) {
+        for (const Block& b : Blocks(p, piece, train, rollout, me, peer)) {
+          const int64_t bytes = b.numel() * element;
+          if (peer == me) {
+            before.push_back({shard + b.source_offset * element,
+                              slice + b.destination_offset * element, b.rows, b.columns * element,
+                              b.source_stride * element, b.destination_stride * element});
+            moved.local_bytes += bytes;
+            continue;
+          }
+          sends[peer].push_back({piece.index, b, send_bytes[peer]});
+          send_bytes[peer] = message_offset(send_bytes[peer] + bytes);
+          moved.sent_bytes += bytes;
+        }
+        if (peer == me) continue;
+        for (const Block& b : Blocks(p, piece, train, rollout, peer, me)) {
+          receives[peer].push_back({piece.index, b, receive_bytes[peer]});
+          receive_bytes[peer] = message_offset(receive_bytes[peer] + b.numel() * element);
+          moved.received_bytes += b.numel() * element;
+        }
+      }
+    }
+    // One send and one receive buffer for all peers.
+    std::vector<int64_t> send_start(size + 1, 0), receive_start(size + 1, 0);
+    for (int peer = 0; peer < size; ++peer) {
+      send_start[peer + 1] = send_start[peer] + send_bytes[peer];
+      receive_start[peer + 1] = receive_start[peer] + receive_bytes[peer];
+    }
+    const auto bytes_options = at::TensorOptions().dtype(at::kByte).device(device);
+    const at::Tensor outbox = at::empty({send_start[size]}, bytes_options);
+    const at::Tensor inbox = at::empty({receive_start[size]}, bytes_options);
+    std::vector<PeerTransfer> transfers;
+    for (int peer = 0; peer < size; ++peer) {
+      for (const Planned& s : sends[peer]) {
+        const int64_t element = train_shards[s.index].element_size();
+        before.push_back({Bytes(train_shards[s.index]) + s.block.source_offset * element,
+                          Bytes(outbox) + send_start[peer] + s.offset, s.block.rows,
+                          s.block.columns * element, s.block.source_stride * element,
+                          s.block.columns * element});
+      }
+      for (const Planned& r : receives[peer]) {
+        const int64_t element = train_shards[r.index].element_size();
+        after.push_back(
+            {Bytes(inbox) + receive_start[peer] + r.offset,
+             Bytes(copy) + slice_offsets[r.index] + r.block.destination_offset * element,
+             r.block.rows, r.block.columns * element, r.block.columns * element,
+             r.block.destination_stride * element});
+      }
+      if (send_bytes[peer] > 0) {
+        transfers.push_back({PeerTransfer::Direction::kSend, peer,
+                             outbox.narrow(0, send_start[peer], send_bytes[peer])});
+      }
+      if (receive_bytes[peer] > 0) {
+        transfers.push_back({PeerTransfer::Direction::kRecv, peer,
+                             inbox.narrow(0, receive_start[peer], receive_bytes[peer])});
+      }
+    }
+    RETURN_IF_ERROR(RunCopies(std::move(before), device));
+    if (!transfers.empty()) RETURN_IF_ERROR(world.SendRecvQueued(transfers));
+    RETURN_IF_ERROR(RunCopies(std::move(after), device));
+    ++moved.buckets;
+  }
+  RETURN_IF_ERROR(world.Synchronize());
+
+  std::vector<at::Tensor> slices;
   for (size_t i = 0; i < parameters.size(); ++i) {
     std::vector<int64_t> shape = parameters[i].shape;
     if (parameters[i].tp_dim >= 0) shape[parameters[i].tp_dim] /= Parts(parameters[i], rollout.tp);
-    slices[i] = slices[i].view(shape);
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    slices.push_back(copy.narrow(0, slice_offsets[i], numel * train_shards[i].element_size())
+                         .view(train_shards[i].scalar_type())
+                         .view(shape));
   }
   if (stats != nullptr) *stats = moved;
   return slices;

@@ -45,23 +45,35 @@ at::Tensor TrainShard(const at::Tensor& full, const ShardedParameter& parameter,
 at::Tensor RolloutSlice(const at::Tensor& full, const ShardedParameter& parameter,
                         const RolloutLayout& layout, int rank);
 
-// What one Reshard call moved for this rank, in elements.
-struct ReshardStats {
-  int64_t sent = 0;
-  int64_t received = 0;
-  int64_t local = 0;  // Copied from this rank's own shard.
+struct ReshardOptions {
+  // Work is cut into buckets (whole parameters, or row ranges of large ones) whose packed send
+  // and receive buffers take at most this many bytes on any rank: the reshard's transient
+  // memory beyond the rollout copy. Buckets are queued back to back without host waits.
+  int64_t bucket_bytes = int64_t{256} << 20;
 };
 
-// Gathers this rank's rollout slice of every parameter (a bucket: call it layer by layer) from the
-// training shards of all ranks, in one grouped send/recv. `train_shards[i]` is this rank's shard
-// of parameters[i]. Every rank of `world` (the actor pool) calls it with the same parameters.
-// Plans are range arithmetic: a shard is at most three rectangles of its tensor-parallel piece,
-// clipped to each destination's slice, so planning costs nothing per element.
+// What one Reshard call moved for this rank.
+struct ReshardStats {
+  int64_t sent_bytes = 0;
+  int64_t received_bytes = 0;
+  int64_t local_bytes = 0;  // Copied from this rank's own shard.
+  int64_t buckets = 0;
+};
+
+// Gathers this rank's rollout slice of every parameter from the training shards of all ranks.
+// `train_shards[i]` is this rank's shard of parameters[i]; every rank of `world` (the actor
+// pool) calls it with the same parameters, dtypes and options. Per bucket: one kernel packs the
+// blocks each peer needs into one message per peer (and copies the local blocks), one grouped
+// send/recv moves the messages, one kernel unpacks them into the slices. Plans are range
+// arithmetic: a shard is at most three rectangles of its tensor-parallel piece, clipped to each
+// destination's slice, so planning costs nothing per element. The slices share one allocation
+// (the rollout copy); the call returns when they are complete.
 absl::StatusOr<std::vector<at::Tensor>> Reshard(Communicator& world,
                                                 const std::vector<ShardedParameter>& parameters,
                                                 const std::vector<at::Tensor>& train_shards,
                                                 const TrainLayout& train,
                                                 const RolloutLayout& rollout,
+                                                const ReshardOptions& options = {},
                                                 ReshardStats* stats = nullptr);
 
 }  // namespace rlhfd::parallel
