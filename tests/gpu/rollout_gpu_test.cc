@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <iostream>
 
+#include "worker/model/model_loader.h"
 #include "worker/model/transformer.h"
 #include "worker/rollout/decode_attention.h"
 #include "worker/rollout/device_support.h"
@@ -45,6 +46,7 @@ model::Transformer SmallModel(bool qwen3 = false) {
     if (item.key().find("norm") != std::string::npos) item.value().normal_(1.0, 0.1);
   }
   model->to(kGpu, at::kBFloat16);
+  model::KeepNormWeightsWide(model);  // As loaded models are (values already bf16-exact).
   return model;
 }
 

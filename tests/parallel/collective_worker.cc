@@ -254,20 +254,38 @@ void Reshards(Communicator& world, const at::Device& device) {
         for (size_t i = 0; i < parameters.size(); ++i) {
           shards.push_back(TrainShard(full[i], parameters[i], train, me));
         }
-        ReshardStats stats;
-        auto slices = Reshard(world, parameters, shards, train, rollout, {bucket_bytes}, &stats);
-        ExpectOk(slices.status(), name);
-        if (!slices.ok()) continue;
-        Expect(bucket_bytes > 1000 ? stats.buckets == 1 : stats.buckets > 2,
-               absl::StrCat(name, ": ", stats.buckets, " buckets"));
-        for (size_t i = 0; i < parameters.size(); ++i) {
-          const at::Tensor expected = RolloutSlice(full[i], parameters[i], rollout, me);
-          Expect((*slices)[i].scalar_type() == expected.scalar_type() &&
-                     at::equal((*slices)[i].cpu(), expected.cpu()),
-                 absl::StrCat(name, ": ", parameters[i].name, " equals the direct slice"));
-          // Zero redundancy: only this rank's slice, a full replica only when tp_g = 1.
-          const int parts = parameters[i].tp_dim < 0 ? 1 : rollout_tp;
-          Expect((*slices)[i].numel() == full[i].numel() / parts, name + ": slice size");
+        std::vector<at::ScalarType> dtypes;
+        for (const at::Tensor& shard : shards) dtypes.push_back(shard.scalar_type());
+        auto plan =
+            ReshardPlan::Create(world, parameters, dtypes, train, rollout, device, {bucket_bytes});
+        ExpectOk(plan.status(), name + ": plan");
+        if (!plan.ok()) continue;
+        // Buckets bound the send and receive buffers: a bucket holds at least one piece (a row
+        // of a parameter here: at most 3 peers x 2 directions x 64 bytes = 384 bytes).
+        const ReshardStats& stats = plan->stats();
+        if (bucket_bytes > 1000) {
+          Expect(stats.buckets == 1, absl::StrCat(name, ": ", stats.buckets, " buckets"));
+        } else {
+          Expect(stats.buffer_bytes <= 384,
+                 absl::StrCat(name, ": buffers of ", stats.buffer_bytes, " bytes"));
+          Expect(stats.sent_bytes + stats.received_bytes <= 3 * 384 || stats.buckets > 2,
+                 absl::StrCat(name, ": ", stats.buckets, " buckets"));
+        }
+        // A plan runs again and again (once per RL step) with the same result.
+        for (int run = 0; run < 2; ++run) {
+          auto slices = plan->Run(world, shards);
+          ExpectOk(slices.status(), name);
+          if (!slices.ok()) continue;
+          for (size_t i = 0; i < parameters.size(); ++i) {
+            const at::Tensor expected = RolloutSlice(full[i], parameters[i], rollout, me);
+            Expect((*slices)[i].scalar_type() == expected.scalar_type() &&
+                       at::equal((*slices)[i].cpu(), expected.cpu()),
+                   absl::StrCat(name, ", run ", run, ": ", parameters[i].name,
+                                " equals the direct slice"));
+            // Zero redundancy: only this rank's slice, a full replica only when tp_g = 1.
+            const int parts = parameters[i].tp_dim < 0 ? 1 : rollout_tp;
+            Expect((*slices)[i].numel() == full[i].numel() / parts, name + ": slice size");
+          }
         }
       }
     }
@@ -334,7 +352,9 @@ void CompareWithSingleProcess(
     auto norm = sharded_step(ids.narrow(0, me * rows, rows));
     ExpectOk(norm.status(), name + " step");
     if (norm.ok()) {
-      Expect(std::abs(*norm - full_norm) <= 1e-10 * std::max(1.0, full_norm), "gradient norm");
+      Expect(std::abs(*norm - full_norm) <= 1e-10 * std::max(1.0, full_norm),
+             absl::StrCat(name, " step ", step, ": gradient norm ", *norm, ", single process ",
+                          full_norm));
     }
   }
   auto parameters = sharded_parameters();

@@ -147,16 +147,24 @@ int RunRank(int rank, int ranks) {
         return 2;
       }
       options.bucket_bytes = int64_t{bucket_mib} << 20;
+      std::vector<at::ScalarType> dtypes(specs.size(), at::kBFloat16);
+      const auto plan_start = Clock::now();
+      auto plan = rlhfd::parallel::ReshardPlan::Create(world, specs, dtypes, train, rollout, device,
+                                                       options);
+      const double plan_seconds = MaxOver(**sockets, Seconds(plan_start));
+      if (!plan.ok()) {
+        std::cerr << plan.status() << "\n";
+        return 1;
+      }
+      const rlhfd::parallel::ReshardStats& stats = plan->stats();
       double best = 1e30, extra = 0;
-      rlhfd::parallel::ReshardStats stats;
       int64_t rollout_bytes = 0;
       for (int r = 0; r <= absl::GetFlag(FLAGS_repeat); ++r) {  // r = 0: warm-up
         c10::cuda::device_synchronize();
         c10::cuda::CUDACachingAllocator::resetPeakStats(rank);
         const int64_t base = Allocated();
         const auto start = Clock::now();
-        auto slices =
-            rlhfd::parallel::Reshard(world, specs, shards, train, rollout, options, &stats);
+        auto slices = plan->Run(world, shards);
         if (!slices.ok()) {
           std::cerr << slices.status() << "\n";
           return 1;
@@ -179,6 +187,7 @@ int RunRank(int rank, int ranks) {
                               {"rollout_dp", rollout.dp},
                               {"bucket_mib", bucket_mib},
                               {"buckets", stats.buckets},
+                              {"plan_seconds", plan_seconds},
                               {"seconds", best},
                               {"bytes_received_per_rank", bytes_in},
                               {"allgather_receive_gbps", allgather_bandwidth / 1e9},
@@ -187,16 +196,17 @@ int RunRank(int rank, int ranks) {
                               {"ratio_to_bound", best / bound},
                               {"model_gib", model_bytes / double(1 << 30)},
                               {"rollout_shard_gib", rollout_bytes / double(1 << 30)},
-                              {"extra_memory_gib", extra / double(1 << 30)}};
+                              {"extra_memory_gib", extra / double(1 << 30)},
+                              {"buffer_gib", stats.buffer_bytes / double(1 << 30)}};
         std::cout << out.dump() << "\n";
         std::printf(
             "%-13s dp %d -> tp_g %d dp_g %d | bucket %5d MiB x %3lld | %7.2f ms | bound %6.2f ms "
             "(%5.2f GB in; all-gather %5.1f GB/s, send/recv %5.1f GB/s) | %5.2fx | extra %.3f GiB "
-            "beyond the %.2f GiB rollout shard\n",
+            "beyond the %.2f GiB rollout shard | plan %.1f ms\n",
             absl::GetFlag(FLAGS_preset).c_str(), ranks, rollout.tp, rollout.dp, bucket_mib,
             static_cast<long long>(stats.buckets), 1e3 * best, 1e3 * bound, bytes_in / 1e9,
             allgather_bandwidth / 1e9, exchange_bandwidth / 1e9, best / bound,
-            extra / double(1 << 30), rollout_bytes / double(1 << 30));
+            extra / double(1 << 30), rollout_bytes / double(1 << 30), 1e3 * plan_seconds);
         std::fflush(stdout);
       }
     }

@@ -6,11 +6,7 @@
 #include "worker/model/state_dict.h"
 
 namespace rlhfd::model {
-namespace {
 
-// RMSNorm weights stay float32 in a bf16 / fp16 model (Megatron's mixed-dtype norms): they are
-// a few kilobytes, the norms compute in float32 anyway, and rounding them is a needless error
-// on every token (docs/architecture.md).
 void KeepNormWeightsWide(Transformer& model) {
   at::NoGradGuard no_grad;
   for (auto& item : model->named_parameters()) {
@@ -20,8 +16,6 @@ void KeepNormWeightsWide(Transformer& model) {
     if (norm && weight.element_size() < 4) weight.set_data(weight.to(at::kFloat));
   }
 }
-
-}  // namespace
 
 absl::StatusOr<Transformer> LoadModel(const std::string& dir, const LoadOptions& options) {
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));

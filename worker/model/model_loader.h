@@ -13,6 +13,11 @@ struct LoadOptions {
   at::Device device = at::kCPU;
 };
 
+// RMSNorm weights stay float32 in a bf16 / fp16 model (Megatron's mixed-dtype norms): they are
+// a few kilobytes, the norms compute in float32 anyway, and rounding them is a needless error on
+// every token. LoadModel applies it; call it after converting a model built in place.
+void KeepNormWeightsWide(Transformer& model);
+
 // Errors name the directory and what is wrong with it (config, files, tensors).
 absl::StatusOr<Transformer> LoadModel(const std::string& dir, const LoadOptions& options);
 

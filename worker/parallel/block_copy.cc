@@ -1,6 +1,7 @@
 #include "worker/parallel/block_copy.h"
 
 #include <cstring>
+#include <span>
 
 namespace rlhfd::parallel {
 
@@ -14,8 +15,8 @@ int64_t PlanBlockCopies(std::vector<BlockCopy>& copies) {
       copy.source_pitch = copy.destination_pitch = copy.row_bytes;
       copy.rows = 1;
     }
-    const uint64_t alignment = reinterpret_cast<uintptr_t>(copy.source) |
-                               reinterpret_cast<uintptr_t>(copy.destination) |
+    const uint64_t alignment = static_cast<uint64_t>(copy.source_offset) |
+                               static_cast<uint64_t>(copy.destination_offset) |
                                static_cast<uint64_t>(copy.row_bytes) |
                                static_cast<uint64_t>(copy.rows > 1 ? copy.source_pitch : 0) |
                                static_cast<uint64_t>(copy.rows > 1 ? copy.destination_pitch : 0);
@@ -29,11 +30,13 @@ int64_t PlanBlockCopies(std::vector<BlockCopy>& copies) {
   return tiles;
 }
 
-void CopyBlocksOnHost(const std::vector<BlockCopy>& copies) {
-  for (const BlockCopy& copy : copies) {
+void CopyBlocksOnHost(const BlockCopy* copies, int64_t count, std::byte* const* regions) {
+  for (const BlockCopy& copy : std::span(copies, count)) {
+    const std::byte* source = regions[copy.source_region] + copy.source_offset;
+    std::byte* destination = regions[copy.destination_region] + copy.destination_offset;
     for (int64_t row = 0; row < copy.rows; ++row) {
-      std::memcpy(copy.destination + row * copy.destination_pitch,
-                  copy.source + row * copy.source_pitch, copy.row_bytes);
+      std::memcpy(destination + row * copy.destination_pitch, source + row * copy.source_pitch,
+                  copy.row_bytes);
     }
   }
 }

@@ -13,10 +13,13 @@ namespace {
 constexpr int kThreads = 256;
 
 template <typename Word>
-__device__ void CopyTile(const BlockCopy& copy, int64_t begin, int64_t end) {
+__device__ void CopyTile(const BlockCopy& copy, std::byte* const* regions, int64_t begin,
+                         int64_t end) {
   const int64_t width = sizeof(Word);
-  const Word* source = reinterpret_cast<const Word*>(copy.source);
-  Word* destination = reinterpret_cast<Word*>(copy.destination);
+  const Word* source =
+      reinterpret_cast<const Word*>(regions[copy.source_region] + copy.source_offset);
+  Word* destination =
+      reinterpret_cast<Word*>(regions[copy.destination_region] + copy.destination_offset);
   if (copy.rows == 1) {
     for (int64_t i = begin / width + threadIdx.x; i < end / width; i += kThreads) {
       destination[i] = source[i];
@@ -33,7 +36,8 @@ __device__ void CopyTile(const BlockCopy& copy, int64_t begin, int64_t end) {
 }
 
 __global__ void __launch_bounds__(kThreads)
-    CopyBlocksKernel(const BlockCopy* __restrict__ copies, int64_t count, int64_t tiles) {
+    CopyBlocksKernel(const BlockCopy* __restrict__ copies, int64_t count, int64_t tiles,
+                     std::byte* const* __restrict__ regions, int64_t max_vector_bytes) {
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     // The last copy whose first tile is <= tile.
     int64_t low = 0, high = count - 1;
@@ -49,34 +53,35 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t total = copy.rows * copy.row_bytes;
     const int64_t begin = (tile - copy.first_tile) * kBlockCopyTileBytes;
     const int64_t end = min(total, begin + kBlockCopyTileBytes);
-    switch (copy.vector_bytes) {
+    switch (min(copy.vector_bytes, max_vector_bytes)) {
       case 16:
-        CopyTile<uint4>(copy, begin, end);
+        CopyTile<uint4>(copy, regions, begin, end);
         break;
       case 8:
-        CopyTile<uint2>(copy, begin, end);
+        CopyTile<uint2>(copy, regions, begin, end);
         break;
       case 4:
-        CopyTile<uint32_t>(copy, begin, end);
+        CopyTile<uint32_t>(copy, regions, begin, end);
         break;
       case 2:
-        CopyTile<uint16_t>(copy, begin, end);
+        CopyTile<uint16_t>(copy, regions, begin, end);
         break;
       default:
-        CopyTile<uint8_t>(copy, begin, end);
+        CopyTile<uint8_t>(copy, regions, begin, end);
     }
   }
 }
 
 }  // namespace
 
-cudaError_t CopyBlocksOnDevice(const BlockCopy* device_copies, int64_t count, int64_t tiles,
+cudaError_t CopyBlocksOnDevice(const BlockCopy* copies, int64_t count, int64_t tiles,
+                               std::byte* const* regions, int64_t max_vector_bytes,
                                cudaStream_t stream) {
   if (count == 0 || tiles == 0) return cudaSuccess;
   // Enough blocks to fill the GPU several times over; the loop covers the rest.
   const int64_t grid = std::min<int64_t>(tiles, 4096);
-  CopyBlocksKernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(device_copies, count,
-                                                                         tiles);
+  CopyBlocksKernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(copies, count, tiles,
+                                                                         regions, max_vector_bytes);
   return cudaGetLastError();
 }
 

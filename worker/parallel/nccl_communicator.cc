@@ -118,7 +118,7 @@ class NcclComm {
       if (done != nullptr) cudaEventDestroy(done);
       return absl::InternalError(absl::StrCat(what, ": cudaEventRecord failed"));
     }
-    const auto deadline = Clock::now() + timeout_;
+    const auto start = Clock::now(), deadline = start + timeout_;
     absl::Status status;
     while (true) {
       const cudaError_t query = cudaEventQuery(done);
@@ -134,12 +134,17 @@ class NcclComm {
             absl::StrCat(what, ": ", ncclGetErrorString(state), " (a peer failed)"));
         break;
       }
-      if (Clock::now() >= deadline) {
+      const auto now = Clock::now();
+      if (now >= deadline) {
         status = absl::DeadlineExceededError(absl::StrCat(
             what, ": not done within ", timeout_.count(), " ms; a peer died or hangs"));
         break;
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (now - start < std::chrono::milliseconds(1)) {  // As in WaitReady.
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
     }
     if (!status.ok()) Abort(std::string(status.message()));  // Ends the stuck kernel too.
     cudaEventDestroy(done);

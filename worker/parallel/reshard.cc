@@ -5,12 +5,12 @@
 #include <cstring>
 
 #ifdef RLHFD_HAVE_CUDA
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
-#include "worker/parallel/block_copy.h"
 
 namespace rlhfd::parallel {
 namespace {
@@ -121,77 +121,19 @@ std::vector<Block> Blocks(const ShardedParameter& p, const Piece& piece, const T
   return blocks;
 }
 
-// The packed bytes any rank sends and receives per row of a parameter, at most: a row of its
-// slice arrives, and each element of its shard goes to every other rank whose slice holds it.
-// The same on every rank, so all ranks cut the same buckets.
-int64_t BytesPerRow(const ShardedParameter& p, const TrainLayout& train,
-                    const RolloutLayout& rollout, int64_t element_bytes) {
-  const Grid grid = Grid::Of(p);
-  const int train_parts = Parts(p, train.tp), rollout_parts = Parts(p, rollout.tp);
-  const int world = train.dp * train.tp;
-  const int64_t received = grid.dim == 1 ? grid.columns / rollout_parts : grid.columns;
-  const int64_t held = grid.dim == 1 ? grid.columns / train_parts : grid.columns;
-  const int64_t readers = std::min(world / rollout_parts, world - 1);
-  return element_bytes * (received + held * readers);
+int64_t Aligned(int64_t bytes, int64_t alignment) {
+  return (bytes + alignment - 1) / alignment * alignment;
 }
 
-// Consecutive pieces whose packed bytes stay within the budget; a parameter larger than the
-// budget is cut into row ranges (at least one row each).
-std::vector<std::vector<Piece>> Buckets(const std::vector<ShardedParameter>& parameters,
-                                        const std::vector<at::Tensor>& shards,
-                                        const TrainLayout& train, const RolloutLayout& rollout,
-                                        int64_t budget) {
-  std::vector<std::vector<Piece>> buckets(1);
-  int64_t used = 0;
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    const int64_t rows = Grid::Of(parameters[i]).rows;
-    const int64_t row_bytes =
-        std::max<int64_t>(1, BytesPerRow(parameters[i], train, rollout, shards[i].element_size()));
-    for (int64_t row = 0; row < rows;) {
-      int64_t take = std::min(rows - row, (budget - used) / row_bytes);
-      if (take <= 0 && used > 0) {  // Full: start the next bucket.
-        buckets.emplace_back();
-        used = 0;
-        continue;
-      }
-      take = std::max<int64_t>(take, 1);
-      buckets.back().push_back({i, row, row + take});
-      used += take * row_bytes;
-      row += take;
-    }
-  }
-  return buckets;
-}
-
-// Runs planned copies on the tensors' device: one kernel on the current stream for a GPU, row by
-// row on the host for a CPU.
-absl::Status RunCopies(std::vector<BlockCopy> copies, const at::Device& device) {
-  const int64_t tiles = PlanBlockCopies(copies);
-  if (copies.empty()) return absl::OkStatus();
-  if (device.is_cpu()) {
-    CopyBlocksOnHost(copies);
-    return absl::OkStatus();
-  }
-#ifdef RLHFD_HAVE_CUDA
-  const int64_t bytes = static_cast<int64_t>(copies.size() * sizeof(BlockCopy));
-  // Pinned, so the upload is asynchronous; the caching host allocator keeps the buffer until the
-  // upload has run.
-  at::Tensor host = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
-  std::memcpy(host.data_ptr(), copies.data(), bytes);
-  const at::Tensor descriptors = host.to(device, /*non_blocking=*/true);
-  const cudaError_t error = CopyBlocksOnDevice(
-      static_cast<const BlockCopy*>(descriptors.const_data_ptr()),
-      static_cast<int64_t>(copies.size()), tiles, c10::cuda::getCurrentCUDAStream(device.index()));
-  if (error != cudaSuccess) {
-    return absl::InternalError(absl::StrCat("reshard copy kernel: ", cudaGetErrorString(error)));
-  }
-  return absl::OkStatus();
-#else
-  return absl::FailedPreconditionError("reshard: this build has no CUDA support");
-#endif
-}
-
-std::byte* Bytes(const at::Tensor& t) { return static_cast<std::byte*>(t.data_ptr()); }
+// Region numbers of a plan's copies: the shards are 0 .. P-1, then these.
+struct Regions {
+  int32_t slices, outbox, inbox, count;
+  explicit Regions(size_t parameters)
+      : slices(static_cast<int32_t>(parameters)),
+        outbox(slices + 1),
+        inbox(slices + 2),
+        count(slices + 3) {}
+};
 
 }  // namespace
 
@@ -225,142 +167,298 @@ at::Tensor RolloutSlice(const at::Tensor& full, const ShardedParameter& paramete
   return slice.contiguous().view(shape);
 }
 
-absl::StatusOr<std::vector<at::Tensor>> Reshard(
+absl::StatusOr<ReshardPlan> ReshardPlan::Create(
     Communicator& world, const std::vector<ShardedParameter>& parameters,
-    const std::vector<at::Tensor>& train_shards, const TrainLayout& train,
-    const RolloutLayout& rollout, const ReshardOptions& options, ReshardStats* stats) {
+    const std::vector<at::ScalarType>& dtypes, const TrainLayout& train,
+    const RolloutLayout& rollout, const at::Device& device, const ReshardOptions& options) {
   const int size = world.size(), me = world.rank();
   if (train.dp * train.tp != size || rollout.tp * rollout.dp != size) {
     return absl::InvalidArgumentError(
         absl::StrCat("reshard: train dp ", train.dp, " x tp ", train.tp, " and rollout tp ",
                      rollout.tp, " x dp ", rollout.dp, " must both equal the ", size, " ranks"));
   }
-  if (train_shards.size() != parameters.size() || parameters.empty()) {
-    return absl::InvalidArgumentError("reshard: one training shard per parameter");
+  if (dtypes.size() != parameters.size() || parameters.empty()) {
+    return absl::InvalidArgumentError("reshard: one dtype per parameter, at least one parameter");
   }
   if (options.bucket_bytes <= 0) {
     return absl::InvalidArgumentError("reshard: bucket_bytes must be positive");
   }
-  const at::Device device = train_shards.front().device();
+  ReshardPlan plan;
+  plan.parameters_ = parameters;
+  plan.dtypes_ = dtypes;
+  plan.train_ = train;
+  plan.rollout_ = rollout;
+  plan.device_ = device;
+  std::vector<int64_t> element_bytes;
   for (size_t i = 0; i < parameters.size(); ++i) {
     const ShardedParameter& p = parameters[i];
     const Grid grid = Grid::Of(p);
     RETURN_IF_ERROR(CheckDivisible(p, grid, Parts(p, train.tp)));
     RETURN_IF_ERROR(CheckDivisible(p, grid, Parts(p, rollout.tp)));
-    const at::Tensor& shard = train_shards[i];
-    if (!shard.defined() || shard.device() != device || !shard.is_contiguous() ||
-        shard.numel() != TrainShardNumel(p, train)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "reshard: the training shard of ", p.name, " must be a contiguous tensor of ",
-          TrainShardNumel(p, train), " elements on ", device.str()));
+    element_bytes.push_back(static_cast<int64_t>(c10::elementSize(dtypes[i])));
+    // The rollout copy: every slice in one allocation, each 256-byte aligned.
+    plan.slice_offsets_.push_back(plan.slice_bytes_);
+    plan.slice_bytes_ += Aligned(grid.numel() / Parts(p, rollout.tp) * element_bytes[i], 256);
+  }
+
+  // Pieces: parameters cut into row ranges of at most an eighth of a bucket (full-tensor bytes),
+  // the same on every rank; this rank's packed bytes per piece (each block 16-byte aligned in
+  // its message), then the largest over the ranks, so every rank cuts the same buckets.
+  std::vector<Piece> pieces;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const Grid grid = Grid::Of(parameters[i]);
+    const int64_t row_bytes = grid.columns * element_bytes[i];
+    const int64_t rows_per_piece = std::max<int64_t>(1, options.bucket_bytes / 8 / row_bytes);
+    for (int64_t row = 0; row < grid.rows; row += rows_per_piece) {
+      pieces.push_back({i, row, std::min(grid.rows, row + rows_per_piece)});
     }
   }
-  // The rollout copy: every slice in one allocation, each 256-byte aligned.
-  std::vector<int64_t> slice_offsets;
-  int64_t total = 0;
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    slice_offsets.push_back(total);
-    const auto [rows, columns] =
-        Grid::Of(parameters[i]).PartShape(Parts(parameters[i], rollout.tp));
-    total += (rows * columns * train_shards[i].element_size() + 255) / 256 * 256;
+  at::Tensor packed = at::zeros({static_cast<int64_t>(pieces.size())}, at::kLong);
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const Piece& piece = pieces[k];
+    const ShardedParameter& p = parameters[piece.index];
+    int64_t bytes = 0;
+    for (int peer = 0; peer < size; ++peer) {
+      if (peer == me) continue;
+      for (const Block& b : Blocks(p, piece, train, rollout, me, peer)) {
+        bytes += Aligned(b.numel() * element_bytes[piece.index], 16);
+      }
+      for (const Block& b : Blocks(p, piece, train, rollout, peer, me)) {
+        bytes += Aligned(b.numel() * element_bytes[piece.index], 16);
+      }
+    }
+    packed.data_ptr<int64_t>()[k] = bytes;
   }
-  const at::Tensor copy = at::empty({total}, at::TensorOptions().dtype(at::kByte).device(device));
+  at::Tensor agreed = packed.to(device);
+  RETURN_IF_ERROR(world.AllReduce(agreed, ReduceOp::kMax));
+  agreed = agreed.cpu();
+  const int64_t* piece_bytes = agreed.data_ptr<int64_t>();
 
-  ReshardStats moved;
-  const auto message_offset = [](int64_t bytes) { return (bytes + 15) / 16 * 16; };
-  for (const std::vector<Piece>& bucket :
-       Buckets(parameters, train_shards, train, rollout, options.bucket_bytes)) {
-    // Each peer's message is its blocks back to back (16-byte aligned) in piece order, which
-    // sender and receiver enumerate alike.
-    struct Planned {
-      size_t index;
-      Block block;
-      int64_t offset;  // In the message.
-    };
-    std::vector<std::vector<Planned>> sends(size), receives(size);
-    std::vector<int64_t> send_bytes(size, 0), receive_bytes(size, 0);
-    std::vector<BlockCopy> before, after;  // Packing and local copies; unpacking.
-    for (const Piece& piece : bucket) {
-      const ShardedParameter& p = parameters[piece.index];
-      const int64_t element = train_shards[piece.index].element_size();
-      std::byte* const slice = Bytes(copy) + slice_offsets[piece.index];
-      std::byte* const shard = Bytes(train_shards[piece.index]);
-      for (int peer = 0; peer < size; ++peer) {
+  // Copies of one launch, planned and appended to the plan's list.
+  const auto add_launch = [&plan](std::vector<BlockCopy> copies) {
+    Launch launch;
+    launch.tiles = PlanBlockCopies(copies);
+    launch.begin = static_cast<int64_t>(plan.copies_.size());
+    plan.copies_.insert(plan.copies_.end(), copies.begin(), copies.end());
+    launch.end = static_cast<int64_t>(plan.copies_.size());
+    return launch;
+  };
+  // A block as a copy between regions; offsets in bytes, pitches in elements.
+  const auto copy_of = [&](const Piece& piece, const Block& b, int32_t from, int64_t from_offset,
+                           int64_t from_pitch, int32_t to, int64_t to_offset, int64_t to_pitch) {
+    const int64_t element = element_bytes[piece.index];
+    BlockCopy copy;
+    copy.source_region = from;
+    copy.destination_region = to;
+    copy.source_offset = from_offset;
+    copy.destination_offset = to_offset;
+    copy.rows = b.rows;
+    copy.row_bytes = b.columns * element;
+    copy.source_pitch = from_pitch * element;
+    copy.destination_pitch = to_pitch * element;
+    return copy;
+  };
+  const Regions regions(parameters.size());
+  std::vector<BlockCopy> local;
+  for (size_t first = 0; first < pieces.size();) {
+    // Consecutive pieces within the budget (at least one).
+    size_t last = first + 1;
+    int64_t used = piece_bytes[first];
+    while (last < pieces.size() && used + piece_bytes[last] <= options.bucket_bytes) {
+      used += piece_bytes[last++];
+    }
+    Bucket bucket;
+    bucket.send_bytes.assign(size, 0);
+    bucket.receive_bytes.assign(size, 0);
+    std::vector<BlockCopy> pack, unpack;
+    int64_t send_offset = 0, receive_offset = 0;
+    for (int peer = 0; peer < size; ++peer) {
+      // Each peer's message: its blocks back to back (16-byte aligned) in piece order, which
+      // sender and receiver enumerate alike.
+      const int64_t send_start = send_offset, receive_start = receive_offset;
+      for (size_t k = first; k < last; ++k) {
+        const Piece& piece = pieces[k];
+        const ShardedParameter& p = parameters[piece.index];
+        const int32_t shard = static_cast<int32_t>(piece.index);
+        const int64_t element = element_bytes[piece.index];
+        const int64_t slice = plan.slice_offsets_[piece.index];
         for (const Block& b : Blocks(p, piece, train, rollout, me, peer)) {
-          const int64_t bytes = b.numel() * element;
           if (peer == me) {
-            before.push_back({shard + b.source_offset * element,
-                              slice + b.destination_offset * element, b.rows, b.columns * element,
-                              b.source_stride * element, b.destination_stride * element});
-            moved.local_bytes += bytes;
+            local.push_back(copy_of(piece, b, shard, b.source_offset * element, b.source_stride,
+                                    regions.slices, slice + b.destination_offset * element,
+                                    b.destination_stride));
+            plan.stats_.local_bytes += b.numel() * element;
             continue;
           }
-          sends[peer].push_back({piece.index, b, send_bytes[peer]});
-          send_bytes[peer] = message_offset(send_bytes[peer] + bytes);
-          moved.sent_bytes += bytes;
+          pack.push_back(copy_of(piece, b, shard, b.source_offset * element, b.source_stride,
+                                 regions.outbox, send_offset, b.columns));
+          send_offset += Aligned(b.numel() * element, 16);
+          plan.stats_.sent_bytes += b.numel() * element;
         }
         if (peer == me) continue;
         for (const Block& b : Blocks(p, piece, train, rollout, peer, me)) {
-          receives[peer].push_back({piece.index, b, receive_bytes[peer]});
-          receive_bytes[peer] = message_offset(receive_bytes[peer] + b.numel() * element);
-          moved.received_bytes += b.numel() * element;
+          unpack.push_back(copy_of(piece, b, regions.inbox, receive_offset, b.columns,
+                                   regions.slices, slice + b.destination_offset * element,
+                                   b.destination_stride));
+          receive_offset += Aligned(b.numel() * element, 16);
+          plan.stats_.received_bytes += b.numel() * element;
         }
       }
+      bucket.send_bytes[peer] = send_offset - send_start;
+      bucket.receive_bytes[peer] = receive_offset - receive_start;
     }
-    // One send and one receive buffer for all peers.
-    std::vector<int64_t> send_start(size + 1, 0), receive_start(size + 1, 0);
-    for (int peer = 0; peer < size; ++peer) {
-      send_start[peer + 1] = send_start[peer] + send_bytes[peer];
-      receive_start[peer + 1] = receive_start[peer] + receive_bytes[peer];
+    bucket.pack = add_launch(std::move(pack));
+    bucket.unpack = add_launch(std::move(unpack));
+    plan.outbox_bytes_ = std::max(plan.outbox_bytes_, send_offset);
+    plan.inbox_bytes_ = std::max(plan.inbox_bytes_, receive_offset);
+    plan.buckets_.push_back(std::move(bucket));
+    first = last;
+  }
+  plan.local_ = add_launch(std::move(local));
+  plan.stats_.buckets = static_cast<int64_t>(plan.buckets_.size());
+  plan.stats_.buffer_bytes = plan.outbox_bytes_ + plan.inbox_bytes_;
+  if (device.is_cuda() && !plan.copies_.empty()) {
+    const int64_t bytes = static_cast<int64_t>(plan.copies_.size() * sizeof(BlockCopy));
+    at::Tensor host = at::empty({bytes}, at::kByte);
+    std::memcpy(host.data_ptr(), plan.copies_.data(), bytes);
+    plan.device_copies_ = host.to(device);
+  }
+  return plan;
+}
+
+absl::StatusOr<std::vector<at::Tensor>> ReshardPlan::Run(
+    Communicator& world, const std::vector<at::Tensor>& train_shards) const {
+  if (train_shards.size() != parameters_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reshard: ", parameters_.size(), " training shards expected, got ", train_shards.size()));
+  }
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const at::Tensor& shard = train_shards[i];
+    const int64_t numel = TrainShardNumel(parameters_[i], train_);
+    if (!shard.defined() || shard.device() != device_ || !shard.is_contiguous() ||
+        shard.numel() != numel || shard.scalar_type() != dtypes_[i]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "reshard: the training shard of ", parameters_[i].name, " must be a contiguous ",
+          c10::toString(dtypes_[i]), " tensor of ", numel, " elements on ", device_.str()));
     }
-    const auto bytes_options = at::TensorOptions().dtype(at::kByte).device(device);
-    const at::Tensor outbox = at::empty({send_start[size]}, bytes_options);
-    const at::Tensor inbox = at::empty({receive_start[size]}, bytes_options);
+  }
+  const auto bytes = at::TensorOptions().dtype(at::kByte).device(device_);
+  const at::Tensor copy = at::empty({slice_bytes_}, bytes);
+  const at::Tensor outbox = at::empty({outbox_bytes_}, bytes);
+  const at::Tensor inbox = at::empty({inbox_bytes_}, bytes);
+  const Regions numbering(parameters_.size());
+  std::vector<std::byte*> regions(numbering.count);
+  for (size_t i = 0; i < train_shards.size(); ++i) {
+    regions[i] = static_cast<std::byte*>(train_shards[i].data_ptr());
+  }
+  regions[numbering.slices] = static_cast<std::byte*>(copy.data_ptr());
+  regions[numbering.outbox] = static_cast<std::byte*>(outbox.data_ptr());
+  regions[numbering.inbox] = static_cast<std::byte*>(inbox.data_ptr());
+  // Each bucket's messages: one send and one receive per peer with bytes to move.
+  const auto messages = [&](const Bucket& bucket) {
     std::vector<PeerTransfer> transfers;
-    for (int peer = 0; peer < size; ++peer) {
-      for (const Planned& s : sends[peer]) {
-        const int64_t element = train_shards[s.index].element_size();
-        before.push_back({Bytes(train_shards[s.index]) + s.block.source_offset * element,
-                          Bytes(outbox) + send_start[peer] + s.offset, s.block.rows,
-                          s.block.columns * element, s.block.source_stride * element,
-                          s.block.columns * element});
-      }
-      for (const Planned& r : receives[peer]) {
-        const int64_t element = train_shards[r.index].element_size();
-        after.push_back(
-            {Bytes(inbox) + receive_start[peer] + r.offset,
-             Bytes(copy) + slice_offsets[r.index] + r.block.destination_offset * element,
-             r.block.rows, r.block.columns * element, r.block.columns * element,
-             r.block.destination_stride * element});
-      }
-      if (send_bytes[peer] > 0) {
+    int64_t send_offset = 0, receive_offset = 0;
+    for (int peer = 0; peer < world.size(); ++peer) {
+      if (bucket.send_bytes[peer] > 0) {
         transfers.push_back({PeerTransfer::Direction::kSend, peer,
-                             outbox.narrow(0, send_start[peer], send_bytes[peer])});
+                             outbox.narrow(0, send_offset, bucket.send_bytes[peer])});
       }
-      if (receive_bytes[peer] > 0) {
+      if (bucket.receive_bytes[peer] > 0) {
         transfers.push_back({PeerTransfer::Direction::kRecv, peer,
-                             inbox.narrow(0, receive_start[peer], receive_bytes[peer])});
+                             inbox.narrow(0, receive_offset, bucket.receive_bytes[peer])});
       }
+      send_offset += bucket.send_bytes[peer];
+      receive_offset += bucket.receive_bytes[peer];
     }
-    RETURN_IF_ERROR(RunCopies(std::move(before), device));
-    if (!transfers.empty()) RETURN_IF_ERROR(world.SendRecvQueued(transfers));
-    RETURN_IF_ERROR(RunCopies(std::move(after), device));
-    ++moved.buckets;
+    return transfers;
+  };
+
+  if (device_.is_cpu()) {
+    const auto run = [&](const Launch& launch) {
+      CopyBlocksOnHost(copies_.data() + launch.begin, launch.end - launch.begin, regions.data());
+    };
+    run(local_);
+    for (const Bucket& bucket : buckets_) {
+      run(bucket.pack);
+      const std::vector<PeerTransfer> transfers = messages(bucket);
+      if (!transfers.empty()) RETURN_IF_ERROR(world.SendRecvQueued(transfers));
+      run(bucket.unpack);
+    }
+  } else {
+#ifdef RLHFD_HAVE_CUDA
+    // Accesses as wide as the regions' alignment allows (allocations are 512-byte aligned).
+    int64_t max_vector_bytes = 16;
+    for (std::byte* region : regions) {
+      while (reinterpret_cast<uintptr_t>(region) % max_vector_bytes != 0) max_vector_bytes /= 2;
+    }
+    const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device_.index());
+    at::Tensor region_table =
+        at::empty({numbering.count}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+    std::memcpy(region_table.data_ptr(), regions.data(), regions.size() * sizeof(std::byte*));
+    region_table = region_table.to(device_, /*non_blocking=*/true);
+    const auto* table = static_cast<std::byte* const*>(region_table.const_data_ptr());
+    const auto* copies = static_cast<const BlockCopy*>(device_copies_.const_data_ptr());
+    const auto run = [&](const Launch& launch, cudaStream_t on) -> absl::Status {
+      const cudaError_t error = CopyBlocksOnDevice(copies + launch.begin, launch.end - launch.begin,
+                                                   launch.tiles, table, max_vector_bytes, on);
+      if (error != cudaSuccess) {
+        return absl::InternalError(
+            absl::StrCat("reshard copy kernel: ", cudaGetErrorString(error)));
+      }
+      return absl::OkStatus();
+    };
+    // The local blocks (most of the bytes when little moves) on a side stream, overlapping the
+    // transfers; the current stream waits for them at the end.
+    const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device_.index());
+    at::cuda::CUDAEvent inputs_ready, local_done;
+    inputs_ready.record(stream);
+    inputs_ready.block(side);
+    RETURN_IF_ERROR(run(local_, side));
+    local_done.record(side);
+    for (const Bucket& bucket : buckets_) {
+      RETURN_IF_ERROR(run(bucket.pack, stream));
+      const std::vector<PeerTransfer> transfers = messages(bucket);
+      if (!transfers.empty()) RETURN_IF_ERROR(world.SendRecvQueued(transfers));
+      RETURN_IF_ERROR(run(bucket.unpack, stream));
+    }
+    local_done.block(stream);
+#else
+    return absl::FailedPreconditionError("reshard: this build has no CUDA support");
+#endif
   }
   RETURN_IF_ERROR(world.Synchronize());
 
   std::vector<at::Tensor> slices;
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    std::vector<int64_t> shape = parameters[i].shape;
-    if (parameters[i].tp_dim >= 0) shape[parameters[i].tp_dim] /= Parts(parameters[i], rollout.tp);
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    std::vector<int64_t> shape = parameters_[i].shape;
+    if (parameters_[i].tp_dim >= 0) {
+      shape[parameters_[i].tp_dim] /= Parts(parameters_[i], rollout_.tp);
+    }
     int64_t numel = 1;
     for (int64_t d : shape) numel *= d;
-    slices.push_back(copy.narrow(0, slice_offsets[i], numel * train_shards[i].element_size())
-                         .view(train_shards[i].scalar_type())
-                         .view(shape));
+    const int64_t length = numel * static_cast<int64_t>(c10::elementSize(dtypes_[i]));
+    slices.push_back(copy.narrow(0, slice_offsets_[i], length).view(dtypes_[i]).view(shape));
   }
-  if (stats != nullptr) *stats = moved;
   return slices;
+}
+
+absl::StatusOr<std::vector<at::Tensor>> Reshard(
+    Communicator& world, const std::vector<ShardedParameter>& parameters,
+    const std::vector<at::Tensor>& train_shards, const TrainLayout& train,
+    const RolloutLayout& rollout, const ReshardOptions& options, ReshardStats* stats) {
+  if (train_shards.size() != parameters.size() || parameters.empty()) {
+    return absl::InvalidArgumentError("reshard: one training shard per parameter");
+  }
+  std::vector<at::ScalarType> dtypes;
+  for (const at::Tensor& shard : train_shards) {
+    if (!shard.defined()) return absl::InvalidArgumentError("reshard: undefined training shard");
+    dtypes.push_back(shard.scalar_type());
+  }
+  ASSIGN_OR_RETURN(const ReshardPlan plan,
+                   ReshardPlan::Create(world, parameters, dtypes, train, rollout,
+                                       train_shards.front().device(), options));
+  if (stats != nullptr) *stats = plan.stats();
+  return plan.Run(world, train_shards);
 }
 
 }  // namespace rlhfd::parallel

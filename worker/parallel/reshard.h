@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/parallel/block_copy.h"
 #include "worker/parallel/communicator.h"
 
 namespace rlhfd::parallel {
@@ -46,28 +47,73 @@ at::Tensor RolloutSlice(const at::Tensor& full, const ShardedParameter& paramete
                         const RolloutLayout& layout, int rank);
 
 struct ReshardOptions {
-  // Work is cut into buckets (whole parameters, or row ranges of large ones) whose packed send
-  // and receive buffers take at most this many bytes on any rank: the reshard's transient
-  // memory beyond the rollout copy. Buckets are queued back to back without host waits.
+  // Work is cut into buckets (parameters, and row ranges of large ones) whose packed send and
+  // receive buffers take at most this many bytes on any rank: the reshard's transient memory
+  // beyond the rollout copy. Larger buckets mean fewer, longer transfers.
   int64_t bucket_bytes = int64_t{256} << 20;
 };
 
-// What one Reshard call moved for this rank.
+// What a reshard moves for this rank.
 struct ReshardStats {
   int64_t sent_bytes = 0;
   int64_t received_bytes = 0;
   int64_t local_bytes = 0;  // Copied from this rank's own shard.
   int64_t buckets = 0;
+  int64_t buffer_bytes = 0;  // The send and receive buffers (the transient memory).
 };
 
-// Gathers this rank's rollout slice of every parameter from the training shards of all ranks.
-// `train_shards[i]` is this rank's shard of parameters[i]; every rank of `world` (the actor
-// pool) calls it with the same parameters, dtypes and options. Per bucket: one kernel packs the
-// blocks each peer needs into one message per peer (and copies the local blocks), one grouped
-// send/recv moves the messages, one kernel unpacks them into the slices. Plans are range
-// arithmetic: a shard is at most three rectangles of its tensor-parallel piece, clipped to each
-// destination's slice, so planning costs nothing per element. The slices share one allocation
-// (the rollout copy); the call returns when they are complete.
+// How weights move from the training layout to the rollout layout, planned once per model and
+// pair of layouts and run every time they move (each RL step). Planning is range arithmetic: a
+// shard is at most three rectangles of its tensor-parallel piece, clipped to each destination's
+// slice, so it costs nothing per element; the ranks agree on the buckets with one all-reduce.
+// A run allocates the rollout copy (every slice in one allocation), copies the local blocks in
+// one kernel on a side stream, and per bucket: one kernel packs the blocks each peer needs into
+// one message per peer, one grouped send/recv moves the messages, one kernel unpacks them. The
+// buckets are queued back to back; the host waits once, at the end.
+class ReshardPlan {
+ public:
+  // Every rank of `world` (the actor pool) calls it with the same parameters, dtypes, layouts
+  // and options; `device` is where the shards live.
+  static absl::StatusOr<ReshardPlan> Create(Communicator& world,
+                                            const std::vector<ShardedParameter>& parameters,
+                                            const std::vector<at::ScalarType>& dtypes,
+                                            const TrainLayout& train, const RolloutLayout& rollout,
+                                            const at::Device& device,
+                                            const ReshardOptions& options = {});
+
+  // This rank's rollout slice of every parameter; `train_shards[i]` is this rank's shard of
+  // parameters[i]. Every rank of `world` calls it. Returns when the slices are complete.
+  absl::StatusOr<std::vector<at::Tensor>> Run(Communicator& world,
+                                              const std::vector<at::Tensor>& train_shards) const;
+
+  const ReshardStats& stats() const { return stats_; }
+
+ private:
+  struct Launch {
+    int64_t begin = 0, end = 0, tiles = 0;  // Copies [begin, end) of copies_.
+  };
+  struct Bucket {
+    Launch pack, unpack;
+    std::vector<int64_t> send_bytes, receive_bytes;  // Per peer.
+  };
+
+  ReshardPlan() = default;
+
+  std::vector<ShardedParameter> parameters_;
+  std::vector<at::ScalarType> dtypes_;
+  TrainLayout train_;
+  RolloutLayout rollout_;
+  at::Device device_ = at::kCPU;
+  std::vector<int64_t> slice_offsets_;  // In the rollout copy, bytes.
+  int64_t slice_bytes_ = 0, outbox_bytes_ = 0, inbox_bytes_ = 0;
+  std::vector<BlockCopy> copies_;  // Every launch's, on the host.
+  at::Tensor device_copies_;       // The same on the device (GPU plans).
+  Launch local_;
+  std::vector<Bucket> buckets_;
+  ReshardStats stats_;
+};
+
+// Plans and runs a reshard once (ReshardPlan::Create, then Run).
 absl::StatusOr<std::vector<at::Tensor>> Reshard(Communicator& world,
                                                 const std::vector<ShardedParameter>& parameters,
                                                 const std::vector<at::Tensor>& train_shards,
