@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cstring>
+#include <map>
 
 #ifdef RLHFD_HAVE_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -127,13 +128,33 @@ int64_t Aligned(int64_t bytes, int64_t alignment) {
 
 // Region numbers of a plan's copies: the shards are 0 .. P-1, then these.
 struct Regions {
-  int32_t slices, outbox, inbox, count;
+  int32_t slices, buffer, count;
   explicit Regions(size_t parameters)
-      : slices(static_cast<int32_t>(parameters)),
-        outbox(slices + 1),
-        inbox(slices + 2),
-        count(slices + 3) {}
+      : slices(static_cast<int32_t>(parameters)), buffer(slices + 1), count(slices + 2) {}
 };
+
+// Where this rank's whole slice of `p` is one run of its own shard (nothing to receive, one
+// stride-free span), the span's start in the shard, in elements; else -1. The slice can then be a
+// view of the shard: the layouts coincide there (column-parallel weights from dp = tp_g shards).
+int64_t SliceInOwnShard(const ShardedParameter& p, const TrainLayout& train,
+                        const RolloutLayout& rollout, int me, int size) {
+  const Grid grid = Grid::Of(p);
+  const Piece whole{0, 0, grid.rows};
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer != me && !Blocks(p, whole, train, rollout, peer, me).empty()) return -1;
+  }
+  const auto [rows, columns] = grid.PartShape(Parts(p, rollout.tp));
+  int64_t start = -1, covered = 0;
+  for (const Block& b : Blocks(p, whole, train, rollout, me, me)) {
+    const bool contiguous =
+        b.rows == 1 || (b.source_stride == b.columns && b.destination_stride == b.columns);
+    const int64_t delta = b.source_offset - b.destination_offset;
+    if (!contiguous || delta < 0 || (start >= 0 && delta != start)) return -1;
+    start = delta;
+    covered += b.numel();
+  }
+  return covered == rows * columns ? start : -1;
+}
 
 }  // namespace
 
@@ -196,9 +217,16 @@ absl::StatusOr<ReshardPlan> ReshardPlan::Create(
     RETURN_IF_ERROR(CheckDivisible(p, grid, Parts(p, train.tp)));
     RETURN_IF_ERROR(CheckDivisible(p, grid, Parts(p, rollout.tp)));
     element_bytes.push_back(static_cast<int64_t>(c10::elementSize(dtypes[i])));
-    // The rollout copy: every slice in one allocation, each 256-byte aligned.
+    // The rollout copy: every slice that is not a view of the shard in one allocation, each
+    // 256-byte aligned.
+    plan.shard_views_.push_back(SliceInOwnShard(p, train, rollout, me, size));
     plan.slice_offsets_.push_back(plan.slice_bytes_);
-    plan.slice_bytes_ += Aligned(grid.numel() / Parts(p, rollout.tp) * element_bytes[i], 256);
+    const int64_t slice_bytes = grid.numel() / Parts(p, rollout.tp) * element_bytes[i];
+    if (plan.shard_views_[i] >= 0) {
+      plan.stats_.shared_bytes += slice_bytes;
+    } else {
+      plan.slice_bytes_ += Aligned(slice_bytes, 256);
+    }
   }
 
   // Pieces: parameters cut into row ranges of at most an eighth of a bucket (full-tensor bytes),
@@ -271,6 +299,7 @@ absl::StatusOr<ReshardPlan> ReshardPlan::Create(
     bucket.send_bytes.assign(size, 0);
     bucket.receive_bytes.assign(size, 0);
     std::vector<BlockCopy> pack, unpack;
+    // The bucket's buffer: every peer's outgoing message, then every peer's incoming one.
     int64_t send_offset = 0, receive_offset = 0;
     for (int peer = 0; peer < size; ++peer) {
       // Each peer's message: its blocks back to back (16-byte aligned) in piece order, which
@@ -284,6 +313,7 @@ absl::StatusOr<ReshardPlan> ReshardPlan::Create(
         const int64_t slice = plan.slice_offsets_[piece.index];
         for (const Block& b : Blocks(p, piece, train, rollout, me, peer)) {
           if (peer == me) {
+            if (plan.shard_views_[piece.index] >= 0) continue;  // Nothing to copy.
             local.push_back(copy_of(piece, b, shard, b.source_offset * element, b.source_stride,
                                     regions.slices, slice + b.destination_offset * element,
                                     b.destination_stride));
@@ -291,13 +321,13 @@ absl::StatusOr<ReshardPlan> ReshardPlan::Create(
             continue;
           }
           pack.push_back(copy_of(piece, b, shard, b.source_offset * element, b.source_stride,
-                                 regions.outbox, send_offset, b.columns));
+                                 regions.buffer, send_offset, b.columns));
           send_offset += Aligned(b.numel() * element, 16);
           plan.stats_.sent_bytes += b.numel() * element;
         }
         if (peer == me) continue;
         for (const Block& b : Blocks(p, piece, train, rollout, peer, me)) {
-          unpack.push_back(copy_of(piece, b, regions.inbox, receive_offset, b.columns,
+          unpack.push_back(copy_of(piece, b, regions.buffer, receive_offset, b.columns,
                                    regions.slices, slice + b.destination_offset * element,
                                    b.destination_stride));
           receive_offset += Aligned(b.numel() * element, 16);
@@ -307,16 +337,17 @@ absl::StatusOr<ReshardPlan> ReshardPlan::Create(
       bucket.send_bytes[peer] = send_offset - send_start;
       bucket.receive_bytes[peer] = receive_offset - receive_start;
     }
+    bucket.send_total = send_offset;
+    for (BlockCopy& copy : unpack) copy.source_offset += send_offset;
     bucket.pack = add_launch(std::move(pack));
     bucket.unpack = add_launch(std::move(unpack));
-    plan.outbox_bytes_ = std::max(plan.outbox_bytes_, send_offset);
-    plan.inbox_bytes_ = std::max(plan.inbox_bytes_, receive_offset);
+    plan.buffer_bytes_ = std::max(plan.buffer_bytes_, send_offset + receive_offset);
     plan.buckets_.push_back(std::move(bucket));
     first = last;
   }
   plan.local_ = add_launch(std::move(local));
   plan.stats_.buckets = static_cast<int64_t>(plan.buckets_.size());
-  plan.stats_.buffer_bytes = plan.outbox_bytes_ + plan.inbox_bytes_;
+  plan.stats_.buffer_bytes = plan.buffer_bytes_;
   if (device.is_cuda() && !plan.copies_.empty()) {
     const int64_t bytes = static_cast<int64_t>(plan.copies_.size() * sizeof(BlockCopy));
     at::Tensor host = at::empty({bytes}, at::kByte);
@@ -344,28 +375,26 @@ absl::StatusOr<std::vector<at::Tensor>> ReshardPlan::Run(
   }
   const auto bytes = at::TensorOptions().dtype(at::kByte).device(device_);
   const at::Tensor copy = at::empty({slice_bytes_}, bytes);
-  const at::Tensor outbox = at::empty({outbox_bytes_}, bytes);
-  const at::Tensor inbox = at::empty({inbox_bytes_}, bytes);
+  const at::Tensor buffer = at::empty({buffer_bytes_}, bytes);
   const Regions numbering(parameters_.size());
   std::vector<std::byte*> regions(numbering.count);
   for (size_t i = 0; i < train_shards.size(); ++i) {
     regions[i] = static_cast<std::byte*>(train_shards[i].data_ptr());
   }
   regions[numbering.slices] = static_cast<std::byte*>(copy.data_ptr());
-  regions[numbering.outbox] = static_cast<std::byte*>(outbox.data_ptr());
-  regions[numbering.inbox] = static_cast<std::byte*>(inbox.data_ptr());
+  regions[numbering.buffer] = static_cast<std::byte*>(buffer.data_ptr());
   // Each bucket's messages: one send and one receive per peer with bytes to move.
   const auto messages = [&](const Bucket& bucket) {
     std::vector<PeerTransfer> transfers;
-    int64_t send_offset = 0, receive_offset = 0;
+    int64_t send_offset = 0, receive_offset = bucket.send_total;
     for (int peer = 0; peer < world.size(); ++peer) {
       if (bucket.send_bytes[peer] > 0) {
         transfers.push_back({PeerTransfer::Direction::kSend, peer,
-                             outbox.narrow(0, send_offset, bucket.send_bytes[peer])});
+                             buffer.narrow(0, send_offset, bucket.send_bytes[peer])});
       }
       if (bucket.receive_bytes[peer] > 0) {
         transfers.push_back({PeerTransfer::Direction::kRecv, peer,
-                             inbox.narrow(0, receive_offset, bucket.receive_bytes[peer])});
+                             buffer.narrow(0, receive_offset, bucket.receive_bytes[peer])});
       }
       send_offset += bucket.send_bytes[peer];
       receive_offset += bucket.receive_bytes[peer];
@@ -426,19 +455,30 @@ absl::StatusOr<std::vector<at::Tensor>> ReshardPlan::Run(
     return absl::FailedPreconditionError("reshard: this build has no CUDA support");
 #endif
   }
-  RETURN_IF_ERROR(world.Synchronize());
-
+  // The slices' views, made while the device works (one as_strided each: a few hundred views
+  // cost a noticeable fraction of a millisecond).
   std::vector<at::Tensor> slices;
+  std::map<at::ScalarType, at::Tensor> typed;  // The rollout copy viewed in each dtype.
   for (size_t i = 0; i < parameters_.size(); ++i) {
     std::vector<int64_t> shape = parameters_[i].shape;
     if (parameters_[i].tp_dim >= 0) {
       shape[parameters_[i].tp_dim] /= Parts(parameters_[i], rollout_.tp);
     }
-    int64_t numel = 1;
-    for (int64_t d : shape) numel *= d;
-    const int64_t length = numel * static_cast<int64_t>(c10::elementSize(dtypes_[i]));
-    slices.push_back(copy.narrow(0, slice_offsets_[i], length).view(dtypes_[i]).view(shape));
+    std::vector<int64_t> strides(shape.size(), 1);
+    for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) {
+      strides[d] = strides[d + 1] * shape[d + 1];
+    }
+    if (shard_views_[i] >= 0) {
+      const at::Tensor& shard = train_shards[i];
+      slices.push_back(shard.as_strided(shape, strides, shard.storage_offset() + shard_views_[i]));
+      continue;
+    }
+    auto [view, inserted] = typed.try_emplace(dtypes_[i]);
+    if (inserted) view->second = copy.view(dtypes_[i]);
+    const int64_t element = static_cast<int64_t>(c10::elementSize(dtypes_[i]));
+    slices.push_back(view->second.as_strided(shape, strides, slice_offsets_[i] / element));
   }
+  RETURN_IF_ERROR(world.Synchronize());
   return slices;
 }
 

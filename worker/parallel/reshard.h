@@ -57,7 +57,8 @@ struct ReshardOptions {
 struct ReshardStats {
   int64_t sent_bytes = 0;
   int64_t received_bytes = 0;
-  int64_t local_bytes = 0;  // Copied from this rank's own shard.
+  int64_t local_bytes = 0;   // Copied from this rank's own shard.
+  int64_t shared_bytes = 0;  // Slices that are views of this rank's shard: nothing copied.
   int64_t buckets = 0;
   int64_t buffer_bytes = 0;  // The send and receive buffers (the transient memory).
 };
@@ -66,10 +67,12 @@ struct ReshardStats {
 // pair of layouts and run every time they move (each RL step). Planning is range arithmetic: a
 // shard is at most three rectangles of its tensor-parallel piece, clipped to each destination's
 // slice, so it costs nothing per element; the ranks agree on the buckets with one all-reduce.
-// A run allocates the rollout copy (every slice in one allocation), copies the local blocks in
-// one kernel on a side stream, and per bucket: one kernel packs the blocks each peer needs into
-// one message per peer, one grouped send/recv moves the messages, one kernel unpacks them. The
-// buckets are queued back to back; the host waits once, at the end.
+// A run allocates the rollout copy (the slices in one allocation; a slice that is one run of this
+// rank's own shard is a view of it instead, as the layouts coincide there: the rollout copy must
+// then be dropped before training changes the shards, as it must be anyway), copies the local
+// blocks in one kernel on a side stream, and per bucket: one kernel packs the blocks each peer
+// needs into one message per peer, one grouped send/recv moves the messages, one kernel unpacks
+// them. The buckets are queued back to back; the host waits once, at the end.
 class ReshardPlan {
  public:
   // Every rank of `world` (the actor pool) calls it with the same parameters, dtypes, layouts
@@ -95,6 +98,7 @@ class ReshardPlan {
   struct Bucket {
     Launch pack, unpack;
     std::vector<int64_t> send_bytes, receive_bytes;  // Per peer.
+    int64_t send_total = 0;                          // Where the incoming messages start.
   };
 
   ReshardPlan() = default;
@@ -105,7 +109,8 @@ class ReshardPlan {
   RolloutLayout rollout_;
   at::Device device_ = at::kCPU;
   std::vector<int64_t> slice_offsets_;  // In the rollout copy, bytes.
-  int64_t slice_bytes_ = 0, outbox_bytes_ = 0, inbox_bytes_ = 0;
+  std::vector<int64_t> shard_views_;    // Elements into the shard, or -1 (see Run).
+  int64_t slice_bytes_ = 0, buffer_bytes_ = 0;
   std::vector<BlockCopy> copies_;  // Every launch's, on the host.
   at::Tensor device_copies_;       // The same on the device (GPU plans).
   Launch local_;

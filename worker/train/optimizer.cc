@@ -14,7 +14,9 @@ AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options)
                 "AdamW keeps float32 (or float64) master parameters");
     exp_avg_.push_back(at::zeros_like(p));
     exp_avg_sq_.push_back(at::zeros_like(p));
-    steps_.push_back(at::zeros({}, p.options()));
+    // Float32 whatever the parameters' dtype, as torch.optim keeps steps for the fused kernels:
+    // with float64 steps (float64 parameters) the CUDA kernel produced NaN.
+    steps_.push_back(at::zeros({}, p.options().dtype(at::kFloat)));
   }
 }
 
