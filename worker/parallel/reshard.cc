@@ -220,6 +220,7 @@ absl::StatusOr<ReshardPlan> ReshardPlan::Create(
     // The rollout copy: every slice that is not a view of the shard in one allocation, each
     // 256-byte aligned.
     plan.shard_views_.push_back(SliceInOwnShard(p, train, rollout, me, size));
+    plan.shard_numel_.push_back(TrainShardNumel(p, train));
     plan.slice_offsets_.push_back(plan.slice_bytes_);
     const int64_t slice_bytes = grid.numel() / Parts(p, rollout.tp) * element_bytes[i];
     if (plan.shard_views_[i] >= 0) {
@@ -365,7 +366,7 @@ absl::StatusOr<std::vector<at::Tensor>> ReshardPlan::Run(
   }
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const at::Tensor& shard = train_shards[i];
-    const int64_t numel = TrainShardNumel(parameters_[i], train_);
+    const int64_t numel = shard_numel_[i];
     if (!shard.defined() || shard.device() != device_ || !shard.is_contiguous() ||
         shard.numel() != numel || shard.scalar_type() != dtypes_[i]) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -421,11 +422,26 @@ absl::StatusOr<std::vector<at::Tensor>> ReshardPlan::Run(
       while (reinterpret_cast<uintptr_t>(region) % max_vector_bytes != 0) max_vector_bytes /= 2;
     }
     const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device_.index());
-    at::Tensor region_table =
-        at::empty({numbering.count}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
-    std::memcpy(region_table.data_ptr(), regions.data(), regions.size() * sizeof(std::byte*));
-    region_table = region_table.to(device_, /*non_blocking=*/true);
-    const auto* table = static_cast<std::byte* const*>(region_table.const_data_ptr());
+    // The kernels' table of region addresses, uploaded only when an address changed (shards
+    // persist and the caching allocator tends to hand back the same blocks). The previous run
+    // has finished (Run waits), so the pinned mirror is free to rewrite.
+    const int64_t table_bytes = numbering.count * static_cast<int64_t>(sizeof(std::byte*));
+    if (!device_regions_.defined()) {
+      host_regions_ =
+          at::empty({table_bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+      device_regions_ = at::empty({table_bytes}, bytes);
+    }
+    if (uploaded_regions_ != regions) {
+      std::memcpy(host_regions_.data_ptr(), regions.data(), table_bytes);
+      const cudaError_t error =
+          cudaMemcpyAsync(device_regions_.data_ptr(), host_regions_.data_ptr(), table_bytes,
+                          cudaMemcpyHostToDevice, stream);
+      if (error != cudaSuccess) {
+        return absl::InternalError(absl::StrCat("reshard: ", cudaGetErrorString(error)));
+      }
+      uploaded_regions_ = regions;
+    }
+    const auto* table = static_cast<std::byte* const*>(device_regions_.const_data_ptr());
     const auto* copies = static_cast<const BlockCopy*>(device_copies_.const_data_ptr());
     const auto run = [&](const Launch& launch, cudaStream_t on) -> absl::Status {
       const cudaError_t error = CopyBlocksOnDevice(copies + launch.begin, launch.end - launch.begin,
@@ -437,20 +453,23 @@ absl::StatusOr<std::vector<at::Tensor>> ReshardPlan::Run(
       return absl::OkStatus();
     };
     // The local blocks (most of the bytes when little moves) on a side stream, overlapping the
-    // transfers; the current stream waits for them at the end.
-    const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device_.index());
+    // transfers, queued after the first transfers (which are on the critical path); the current
+    // stream waits for them at the end.
     at::cuda::CUDAEvent inputs_ready, local_done;
     inputs_ready.record(stream);
-    inputs_ready.block(side);
-    RETURN_IF_ERROR(run(local_, side));
-    local_done.record(side);
-    for (const Bucket& bucket : buckets_) {
-      RETURN_IF_ERROR(run(bucket.pack, stream));
-      const std::vector<PeerTransfer> transfers = messages(bucket);
+    for (size_t k = 0; k < buckets_.size(); ++k) {
+      RETURN_IF_ERROR(run(buckets_[k].pack, stream));
+      const std::vector<PeerTransfer> transfers = messages(buckets_[k]);
       if (!transfers.empty()) RETURN_IF_ERROR(world.SendRecvQueued(transfers));
-      RETURN_IF_ERROR(run(bucket.unpack, stream));
+      RETURN_IF_ERROR(run(buckets_[k].unpack, stream));
+      if (k == 0 && local_.end > local_.begin) {
+        const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device_.index());
+        inputs_ready.block(side);
+        RETURN_IF_ERROR(run(local_, side));
+        local_done.record(side);
+      }
     }
-    local_done.block(stream);
+    if (local_done.isCreated()) local_done.block(stream);
 #else
     return absl::FailedPreconditionError("reshard: this build has no CUDA support");
 #endif

@@ -85,7 +85,8 @@ class ReshardPlan {
                                             const ReshardOptions& options = {});
 
   // This rank's rollout slice of every parameter; `train_shards[i]` is this rank's shard of
-  // parameters[i]. Every rank of `world` calls it. Returns when the slices are complete.
+  // parameters[i]. Every rank of `world` calls it. Returns when the slices are complete. One
+  // run of a plan at a time.
   absl::StatusOr<std::vector<at::Tensor>> Run(Communicator& world,
                                               const std::vector<at::Tensor>& train_shards) const;
 
@@ -110,12 +111,16 @@ class ReshardPlan {
   at::Device device_ = at::kCPU;
   std::vector<int64_t> slice_offsets_;  // In the rollout copy, bytes.
   std::vector<int64_t> shard_views_;    // Elements into the shard, or -1 (see Run).
+  std::vector<int64_t> shard_numel_;
   int64_t slice_bytes_ = 0, buffer_bytes_ = 0;
   std::vector<BlockCopy> copies_;  // Every launch's, on the host.
   at::Tensor device_copies_;       // The same on the device (GPU plans).
   Launch local_;
   std::vector<Bucket> buckets_;
   ReshardStats stats_;
+  // The region table the device copies last received (GPU plans; see Run).
+  mutable std::vector<std::byte*> uploaded_regions_;
+  mutable at::Tensor host_regions_, device_regions_;
 };
 
 // Plans and runs a reshard once (ReshardPlan::Create, then Run).
