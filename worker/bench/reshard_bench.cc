@@ -158,13 +158,14 @@ int RunRank(int rank, int ranks) {
       }
       const rlhfd::parallel::ReshardStats& stats = plan->stats();
       double best = 1e30, extra = 0;
+      rlhfd::parallel::ReshardTiming timing, best_timing;
       int64_t rollout_bytes = 0;
       for (int r = 0; r <= absl::GetFlag(FLAGS_repeat); ++r) {  // r = 0: warm-up
         c10::cuda::device_synchronize();
         c10::cuda::CUDACachingAllocator::resetPeakStats(rank);
         const int64_t base = Allocated();
         const auto start = Clock::now();
-        auto slices = plan->Run(world, shards);
+        auto slices = plan->Run(world, shards, &timing);
         if (!slices.ok()) {
           std::cerr << slices.status() << "\n";
           return 1;
@@ -174,30 +175,36 @@ int RunRank(int rank, int ranks) {
         rollout_bytes = Allocated() - base;  // The slices' one allocation.
         if (r > 0 && seconds < best) {
           best = seconds;
+          best_timing = timing;
           extra = MaxOver(**sockets, static_cast<double>(Peak() - base - rollout_bytes));
         }
       }
       const double bytes_in = MaxOver(**sockets, static_cast<double>(stats.received_bytes));
       const double bound = bytes_in / allgather_bandwidth;
       if (rank == 0) {
-        nlohmann::json out = {{"preset", absl::GetFlag(FLAGS_preset)},
-                              {"ranks", ranks},
-                              {"train_dp", ranks},
-                              {"rollout_tp", rollout.tp},
-                              {"rollout_dp", rollout.dp},
-                              {"bucket_mib", bucket_mib},
-                              {"buckets", stats.buckets},
-                              {"plan_seconds", plan_seconds},
-                              {"seconds", best},
-                              {"bytes_received_per_rank", bytes_in},
-                              {"allgather_receive_gbps", allgather_bandwidth / 1e9},
-                              {"exchange_receive_gbps", exchange_bandwidth / 1e9},
-                              {"bound_seconds", bound},
-                              {"ratio_to_bound", best / bound},
-                              {"model_gib", model_bytes / double(1 << 30)},
-                              {"rollout_shard_gib", rollout_bytes / double(1 << 30)},
-                              {"extra_memory_gib", extra / double(1 << 30)},
-                              {"buffer_gib", stats.buffer_bytes / double(1 << 30)}};
+        nlohmann::json out = {
+            {"preset", absl::GetFlag(FLAGS_preset)},
+            {"ranks", ranks},
+            {"train_dp", ranks},
+            {"rollout_tp", rollout.tp},
+            {"rollout_dp", rollout.dp},
+            {"bucket_mib", bucket_mib},
+            {"buckets", stats.buckets},
+            {"plan_seconds", plan_seconds},
+            {"seconds", best},
+            {"bytes_received_per_rank", bytes_in},
+            {"allgather_receive_gbps", allgather_bandwidth / 1e9},
+            {"exchange_receive_gbps", exchange_bandwidth / 1e9},
+            {"bound_seconds", bound},
+            {"ratio_to_bound", best / bound},
+            {"model_gib", model_bytes / double(1 << 30)},
+            {"rollout_shard_gib", rollout_bytes / double(1 << 30)},
+            {"extra_memory_gib", extra / double(1 << 30)},
+            {"buffer_gib", stats.buffer_bytes / double(1 << 30)},
+            {"rank0_first_pack_queued_ms", 1e3 * best_timing.first_pack_queued},
+            {"rank0_first_transfer_queued_ms", 1e3 * best_timing.first_transfer_queued},
+            {"rank0_all_queued_ms", 1e3 * best_timing.all_queued},
+            {"rank0_done_ms", 1e3 * best_timing.done}};
         std::cout << out.dump() << "\n";
         std::printf(
             "%-13s dp %d -> tp_g %d dp_g %d | bucket %5d MiB x %3lld | %7.2f ms | bound %6.2f ms "
@@ -207,6 +214,11 @@ int RunRank(int rank, int ranks) {
             static_cast<long long>(stats.buckets), 1e3 * best, 1e3 * bound, bytes_in / 1e9,
             allgather_bandwidth / 1e9, exchange_bandwidth / 1e9, best / bound,
             extra / double(1 << 30), rollout_bytes / double(1 << 30), 1e3 * plan_seconds);
+        std::printf(
+            "    rank 0 host: first pack queued %.3f ms, its transfer %.3f ms, all queued %.3f ms, "
+            "done %.3f ms\n",
+            1e3 * best_timing.first_pack_queued, 1e3 * best_timing.first_transfer_queued,
+            1e3 * best_timing.all_queued, 1e3 * best_timing.done);
         std::fflush(stdout);
       }
     }

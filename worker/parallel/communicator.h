@@ -11,6 +11,7 @@
 
 #include <ATen/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -55,9 +56,14 @@ class Communicator {
   // stream sees their results. Synchronize() waits for everything queued, within the timeout;
   // the tensors must stay valid until the stream reaches the transfers (memory freed to the
   // caching allocator is, for later work on the same stream). Backends without streams
-  // complete the transfers before returning.
-  virtual absl::Status SendRecvQueued(const std::vector<PeerTransfer>& transfers) {
-    return SendRecv(transfers);
+  // complete the transfers before returning. `meanwhile` (may be empty) runs on this thread
+  // while the transfers are being queued (a non-blocking NCCL communicator queues them from a
+  // thread of its own, which takes a while); it must not use this communicator.
+  virtual absl::Status SendRecvQueued(const std::vector<PeerTransfer>& transfers,
+                                      const std::function<void()>& meanwhile) {
+    absl::Status status = SendRecv(transfers);
+    if (status.ok() && meanwhile) meanwhile();
+    return status;
   }
   virtual absl::Status Synchronize() { return absl::OkStatus(); }
   virtual absl::Status Barrier() = 0;

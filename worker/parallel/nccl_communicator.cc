@@ -232,11 +232,12 @@ class NcclCommunicator : public Communicator {
   }
 
   absl::Status SendRecv(const std::vector<PeerTransfer>& transfers) override {
-    return GroupedSendRecv(transfers, /*wait=*/true);
+    return GroupedSendRecv(transfers, /*wait=*/true, {});
   }
 
-  absl::Status SendRecvQueued(const std::vector<PeerTransfer>& transfers) override {
-    return GroupedSendRecv(transfers, /*wait=*/false);
+  absl::Status SendRecvQueued(const std::vector<PeerTransfer>& transfers,
+                              const std::function<void()>& meanwhile) override {
+    return GroupedSendRecv(transfers, /*wait=*/false, meanwhile);
   }
 
   absl::Status Synchronize() override {
@@ -275,7 +276,8 @@ class NcclCommunicator : public Communicator {
   }
 
  private:
-  absl::Status GroupedSendRecv(const std::vector<PeerTransfer>& transfers, bool wait) {
+  absl::Status GroupedSendRecv(const std::vector<PeerTransfer>& transfers, bool wait,
+                               const std::function<void()>& meanwhile) {
     std::vector<ncclDataType_t> types;
     for (const PeerTransfer& transfer : transfers) {
       RETURN_IF_ERROR(Check(transfer.tensor));
@@ -301,7 +303,7 @@ class NcclCommunicator : public Communicator {
           const ncclResult_t end = ncclGroupEnd();
           return result != ncclSuccess ? result : end;
         },
-        wait);
+        wait, meanwhile);
   }
 
   absl::Status CheckAlive() const {
@@ -329,9 +331,11 @@ class NcclCommunicator : public Communicator {
 
   // Enqueues on the current stream, then waits for the work to finish, or with `wait` false only
   // until NCCL has put it on the stream (a non-blocking communicator may still be launching it
-  // when the call returns, and work queued behind it must come after it).
+  // when the call returns, and work queued behind it must come after it), running `meanwhile`
+  // first.
   template <typename Enqueue>
-  absl::Status Run(const std::string& what, Enqueue enqueue, bool wait = true) {
+  absl::Status Run(const std::string& what, Enqueue enqueue, bool wait = true,
+                   const std::function<void()>& meanwhile = {}) {
     c10::cuda::CUDAGuard guard(comm_->device());
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(comm_->device().index());
     const ncclResult_t result = enqueue(stream);
@@ -340,7 +344,9 @@ class NcclCommunicator : public Communicator {
       comm_->Abort(message);
       return absl::InternalError(message);
     }
-    return wait ? comm_->WaitStream(stream, what) : comm_->WaitReady(what);
+    if (wait) return comm_->WaitStream(stream, what);
+    if (meanwhile) meanwhile();
+    return comm_->WaitReady(what);
   }
 
   std::unique_ptr<NcclComm> comm_;

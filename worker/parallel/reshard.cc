@@ -1,7 +1,9 @@
 #include "worker/parallel/reshard.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/TensorImpl.h>
 
+#include <chrono>
 #include <cstring>
 #include <map>
 
@@ -132,6 +134,17 @@ struct Regions {
   explicit Regions(size_t parameters)
       : slices(static_cast<int32_t>(parameters)), buffer(slices + 1), count(slices + 2) {}
 };
+
+// A tensor over `base`'s storage with the given geometry, made directly: as_strided goes through
+// the dispatcher and autograd's view tracking, about 4x the time, and a model has hundreds of
+// slices. The slices are weights for generation, not part of any autograd graph.
+at::Tensor StorageView(const at::Tensor& base, at::IntArrayRef shape, at::IntArrayRef strides,
+                       int64_t offset) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(base.storage()), base.key_set(),
+                                                   base.dtype());
+  impl->set_sizes_and_strides(shape, strides, offset);
+  return at::Tensor(std::move(impl));
+}
 
 // Where this rank's whole slice of `p` is one run of its own shard (nothing to receive, one
 // stride-free span), the span's start in the shard, in elements; else -1. The slice can then be a
@@ -359,7 +372,12 @@ absl::StatusOr<ReshardPlan> ReshardPlan::Create(
 }
 
 absl::StatusOr<std::vector<at::Tensor>> ReshardPlan::Run(
-    Communicator& world, const std::vector<at::Tensor>& train_shards) const {
+    Communicator& world, const std::vector<at::Tensor>& train_shards, ReshardTiming* timing) const {
+  const auto start = std::chrono::steady_clock::now();
+  ReshardTiming times;
+  const auto since_start = [&start]() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
   if (train_shards.size() != parameters_.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "reshard: ", parameters_.size(), " training shards expected, got ", train_shards.size()));
@@ -403,6 +421,32 @@ absl::StatusOr<std::vector<at::Tensor>> ReshardPlan::Run(
     return transfers;
   };
 
+  // The slices' views (on the GPU, made while the device works).
+  std::vector<at::Tensor> slices;
+  const auto make_views = [&]() {
+    std::map<at::ScalarType, at::Tensor> typed;  // The rollout copy viewed in each dtype.
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      std::vector<int64_t> shape = parameters_[i].shape;
+      if (parameters_[i].tp_dim >= 0) {
+        shape[parameters_[i].tp_dim] /= Parts(parameters_[i], rollout_.tp);
+      }
+      std::vector<int64_t> strides(shape.size(), 1);
+      for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) {
+        strides[d] = strides[d + 1] * shape[d + 1];
+      }
+      if (shard_views_[i] >= 0) {
+        const at::Tensor& shard = train_shards[i];
+        slices.push_back(
+            StorageView(shard, shape, strides, shard.storage_offset() + shard_views_[i]));
+        continue;
+      }
+      auto [view, inserted] = typed.try_emplace(dtypes_[i]);
+      if (inserted) view->second = copy.view(dtypes_[i]);
+      const int64_t element = static_cast<int64_t>(c10::elementSize(dtypes_[i]));
+      slices.push_back(StorageView(view->second, shape, strides, slice_offsets_[i] / element));
+    }
+  };
+
   if (device_.is_cpu()) {
     const auto run = [&](const Launch& launch) {
       CopyBlocksOnHost(copies_.data() + launch.begin, launch.end - launch.begin, regions.data());
@@ -411,9 +455,10 @@ absl::StatusOr<std::vector<at::Tensor>> ReshardPlan::Run(
     for (const Bucket& bucket : buckets_) {
       run(bucket.pack);
       const std::vector<PeerTransfer> transfers = messages(bucket);
-      if (!transfers.empty()) RETURN_IF_ERROR(world.SendRecvQueued(transfers));
+      if (!transfers.empty()) RETURN_IF_ERROR(world.SendRecvQueued(transfers, {}));
       run(bucket.unpack);
     }
+    make_views();
   } else {
 #ifdef RLHFD_HAVE_CUDA
     // Accesses as wide as the regions' alignment allows (allocations are 512-byte aligned).
@@ -452,52 +497,48 @@ absl::StatusOr<std::vector<at::Tensor>> ReshardPlan::Run(
       }
       return absl::OkStatus();
     };
-    // The local blocks (most of the bytes when little moves) on a side stream, overlapping the
-    // transfers, queued after the first transfers (which are on the critical path); the current
-    // stream waits for them at the end.
+    // The local blocks (most of the bytes when little moves) go on a side stream, overlapping
+    // the transfers; they and the slices' views are queued and made while NCCL queues the first
+    // transfers, which are on the critical path. The current stream waits for the side stream at
+    // the end.
     at::cuda::CUDAEvent inputs_ready, local_done;
     inputs_ready.record(stream);
-    for (size_t k = 0; k < buckets_.size(); ++k) {
-      RETURN_IF_ERROR(run(buckets_[k].pack, stream));
-      const std::vector<PeerTransfer> transfers = messages(buckets_[k]);
-      if (!transfers.empty()) RETURN_IF_ERROR(world.SendRecvQueued(transfers));
-      RETURN_IF_ERROR(run(buckets_[k].unpack, stream));
-      if (k == 0 && local_.end > local_.begin) {
+    absl::Status local_status;
+    const auto meanwhile = [&]() {
+      if (local_.end > local_.begin) {
         const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device_.index());
         inputs_ready.block(side);
-        RETURN_IF_ERROR(run(local_, side));
+        local_status = run(local_, side);
         local_done.record(side);
       }
+      make_views();
+    };
+    for (size_t k = 0; k < buckets_.size(); ++k) {
+      RETURN_IF_ERROR(run(buckets_[k].pack, stream));
+      if (k == 0) times.first_pack_queued = since_start();
+      const std::vector<PeerTransfer> transfers = messages(buckets_[k]);
+      if (k == 0) {
+        if (!transfers.empty()) {
+          RETURN_IF_ERROR(world.SendRecvQueued(transfers, meanwhile));
+        } else {
+          meanwhile();
+        }
+        RETURN_IF_ERROR(local_status);
+        times.first_transfer_queued = since_start();
+      } else if (!transfers.empty()) {
+        RETURN_IF_ERROR(world.SendRecvQueued(transfers, {}));
+      }
+      RETURN_IF_ERROR(run(buckets_[k].unpack, stream));
     }
     if (local_done.isCreated()) local_done.block(stream);
+    times.all_queued = since_start();
 #else
     return absl::FailedPreconditionError("reshard: this build has no CUDA support");
 #endif
   }
-  // The slices' views, made while the device works (one as_strided each: a few hundred views
-  // cost a noticeable fraction of a millisecond).
-  std::vector<at::Tensor> slices;
-  std::map<at::ScalarType, at::Tensor> typed;  // The rollout copy viewed in each dtype.
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    std::vector<int64_t> shape = parameters_[i].shape;
-    if (parameters_[i].tp_dim >= 0) {
-      shape[parameters_[i].tp_dim] /= Parts(parameters_[i], rollout_.tp);
-    }
-    std::vector<int64_t> strides(shape.size(), 1);
-    for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) {
-      strides[d] = strides[d + 1] * shape[d + 1];
-    }
-    if (shard_views_[i] >= 0) {
-      const at::Tensor& shard = train_shards[i];
-      slices.push_back(shard.as_strided(shape, strides, shard.storage_offset() + shard_views_[i]));
-      continue;
-    }
-    auto [view, inserted] = typed.try_emplace(dtypes_[i]);
-    if (inserted) view->second = copy.view(dtypes_[i]);
-    const int64_t element = static_cast<int64_t>(c10::elementSize(dtypes_[i]));
-    slices.push_back(view->second.as_strided(shape, strides, slice_offsets_[i] / element));
-  }
   RETURN_IF_ERROR(world.Synchronize());
+  times.done = since_start();
+  if (timing != nullptr) *timing = times;
   return slices;
 }
 

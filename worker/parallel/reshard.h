@@ -63,6 +63,14 @@ struct ReshardStats {
   int64_t buffer_bytes = 0;  // The send and receive buffers (the transient memory).
 };
 
+// Where one run's host time went, in seconds from its start (for benchmarks).
+struct ReshardTiming {
+  double first_pack_queued = 0;      // Checks, allocations and the first pack kernel queued.
+  double first_transfer_queued = 0;  // Its send/recv queued (the local copies and views meanwhile).
+  double all_queued = 0;             // Every bucket queued.
+  double done = 0;                   // The device finished.
+};
+
 // How weights move from the training layout to the rollout layout, planned once per model and
 // pair of layouts and run every time they move (each RL step). Planning is range arithmetic: a
 // shard is at most three rectangles of its tensor-parallel piece, clipped to each destination's
@@ -88,7 +96,8 @@ class ReshardPlan {
   // parameters[i]. Every rank of `world` calls it. Returns when the slices are complete. One
   // run of a plan at a time.
   absl::StatusOr<std::vector<at::Tensor>> Run(Communicator& world,
-                                              const std::vector<at::Tensor>& train_shards) const;
+                                              const std::vector<at::Tensor>& train_shards,
+                                              ReshardTiming* timing = nullptr) const;
 
   const ReshardStats& stats() const { return stats_; }
 
