@@ -36,7 +36,7 @@ ABSL_FLAG(int, ranks, 2, "GPUs (processes)");
 ABSL_FLAG(int, rank, -1, "Internal: this process's rank (-1 starts all of them)");
 ABSL_FLAG(std::string, master, "127.0.0.1:29711", "Rendezvous address");
 ABSL_FLAG(int, repeat, 3, "Timed reshards per layout; the best is reported");
-ABSL_FLAG(std::string, bucket_mib, "256", "Bucket sizes to measure (comma-separated MiB)");
+ABSL_FLAG(std::string, bucket_mib, "1024", "Bucket sizes to measure (comma-separated MiB)");
 
 namespace {
 

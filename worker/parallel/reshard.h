@@ -50,7 +50,7 @@ struct ReshardOptions {
   // Work is cut into buckets (parameters, and row ranges of large ones) whose packed send and
   // receive buffers take at most this many bytes on any rank: the reshard's transient memory
   // beyond the rollout copy. Larger buckets mean fewer, longer transfers.
-  int64_t bucket_bytes = int64_t{256} << 20;
+  int64_t bucket_bytes = int64_t{1} << 30;
 };
 
 // What a reshard moves for this rank.
