@@ -1,12 +1,12 @@
 // Tokenizer against Hugging Face tokenizers: ids on a corpus with Unicode, emoji, CJK, digits,
 // whitespace runs, newlines and special tokens; decode(encode(x)) round trips; chat templates;
 // malformed tokenizer.json files are refused with a reason.
-#include <catch2/catch.hpp>
+#include "worker/model/tokenizer.h"
 
+#include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include "common/util/files.h"
-#include "worker/model/tokenizer.h"
 
 namespace rlhfd::model {
 namespace {
@@ -62,6 +62,21 @@ TEST_CASE("ids, decoding and chat prompts equal Hugging Face's", "[tokenizer]") 
   }
 }
 
+TEST_CASE("added tokens that lstrip / rstrip take the whitespace beside them, as HF's do",
+          "[tokenizer]") {
+  auto tokenizer = Tokenizer::Load(kFixtures + "/tokenizers/qwen2-stripping");
+  INFO(tokenizer.status().ToString());
+  REQUIRE(tokenizer.ok());
+  for (const auto& entry : Golden("qwen2-stripping")["encode"]) {
+    const std::string text = entry["text"];
+    INFO("text: " << text);
+    auto ids = tokenizer->Encode(text);
+    REQUIRE(ids.ok());
+    CHECK(*ids == entry["ids"].get<std::vector<int32_t>>());
+    CHECK(tokenizer->Decode(*ids) == entry["decoded"].get<std::string>());
+  }
+}
+
 TEST_CASE("special tokens: lookup, skipping on decode", "[tokenizer]") {
   auto tokenizer = Tokenizer::Load(kFixtures + "/tokenizers/qwen2-style");
   REQUIRE(tokenizer.ok());
@@ -77,8 +92,7 @@ TEST_CASE("special tokens: lookup, skipping on decode", "[tokenizer]") {
   CHECK(tokenizer->Decode({-5, 100000}) == "");
 }
 
-TEST_CASE("invalid UTF-8 text is refused; invalid byte sequences decode to U+FFFD",
-          "[tokenizer]") {
+TEST_CASE("invalid UTF-8 text is refused; invalid byte sequences decode to U+FFFD", "[tokenizer]") {
   auto tokenizer = Tokenizer::Load(kFixtures + "/tokenizers/llama3-style");
   REQUIRE(tokenizer.ok());
   CHECK(absl::IsInvalidArgument(tokenizer->Encode("bad \xC3\x28 byte").status()));
@@ -106,7 +120,8 @@ TEST_CASE("malformed tokenizer.json files are refused with the reason", "[tokeni
   CHECK_THAT(ErrorOf("{not json"), Catch::Contains("tokenizer.json: not a JSON object"));
   CHECK_THAT(ErrorOf(R"({"model": {"type": "WordPiece", "vocab": {}}})"),
              Catch::Contains("model must be a BPE model"));
-  const std::string bpe = R"("model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": )";
+  const std::string bpe =
+      R"("model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": )";
   CHECK_THAT(ErrorOf("{" + bpe + R"([["a"]]}})"), Catch::Contains("merge 0 is malformed"));
   CHECK_THAT(ErrorOf(R"({"model": {"type": "BPE", "vocab": {"a": -1}, "merges": []}})"),
              Catch::Contains("vocab id of 'a' is invalid"));
@@ -114,9 +129,11 @@ TEST_CASE("malformed tokenizer.json files are refused with the reason", "[tokeni
              Catch::Contains("normalizer 'Lowercase' is not supported"));
   CHECK_THAT(ErrorOf("{" + bpe + R"(["a b"]}, "pre_tokenizer": {"type": "Whitespace"}})"),
              Catch::Contains("pre-tokenizer 'Whitespace' is not supported"));
-  CHECK_THAT(ErrorOf("{" + bpe +
-                     R"(["a b"]}, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"}})"),
-             Catch::Contains("pattern does not compile"));
+  CHECK_THAT(
+      ErrorOf(
+          "{" + bpe +
+          R"(["a b"]}, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"}})"),
+      Catch::Contains("pattern does not compile"));
   CHECK_THAT(ErrorOf("{" + bpe + R"(["a b"]}, "added_tokens": [{"id": "x"}]})"),
              Catch::Contains("malformed added token"));
   CHECK_THAT(ErrorOf("{" + bpe + R"(["a b"]}, "decoder": {"type": "WordPiece"}})"),

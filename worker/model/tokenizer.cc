@@ -137,7 +137,8 @@ absl::StatusOr<Regex> CompileRegex(const std::string& pattern, absl::string_view
   if (code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
-    return absl::InvalidArgumentError(absl::StrCat(source, ": pre-tokenizer pattern does not compile at ",
+    return absl::InvalidArgumentError(absl::StrCat(source,
+                                                   ": pre-tokenizer pattern does not compile at ",
                                                    offset, ": ", reinterpret_cast<char*>(message)));
   }
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // Falls back to the interpreter if unavailable.
@@ -180,7 +181,48 @@ struct AddedToken {
   int32_t id;
   std::string content;
   bool special;
+  bool lstrip = false;  // The whitespace right before it belongs to the token (is dropped).
+  bool rstrip = false;  // The whitespace right after it does.
 };
+
+// Unicode White_Space (what tokenizers' lstrip / rstrip test, Rust's char::is_whitespace).
+bool IsWhitespace(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
+}
+
+// The code point starting at byte `i` of valid UTF-8 `text`, and its length.
+std::pair<uint32_t, size_t> CodePointAt(absl::string_view text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<uint8_t>(text[k]); };
+  const uint8_t lead = byte(i);
+  if (lead < 0x80) return {lead, 1};
+  const size_t length = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+  uint32_t c = lead & (0x7F >> length);
+  for (size_t k = 1; k < length; ++k) c = (c << 6) | (byte(i + k) & 0x3F);
+  return {c, length};
+}
+
+// Where the whitespace run ending at `end` starts, not before `floor`.
+size_t WhitespaceRunStart(absl::string_view text, size_t floor, size_t end) {
+  while (end > floor) {
+    size_t start = end - 1;
+    while (start > floor && (static_cast<uint8_t>(text[start]) & 0xC0) == 0x80) --start;
+    if (!IsWhitespace(CodePointAt(text, start).first)) break;
+    end = start;
+  }
+  return end;
+}
+
+// Where the whitespace run starting at `begin` ends.
+size_t WhitespaceRunEnd(absl::string_view text, size_t begin) {
+  while (begin < text.size()) {
+    const auto [c, length] = CodePointAt(text, begin);
+    if (!IsWhitespace(c)) break;
+    begin += length;
+  }
+  return begin;
+}
 
 std::string TokenContent(const nlohmann::json& value) {
   if (value.is_string()) return value.get<std::string>();
@@ -220,7 +262,8 @@ absl::Status Tokenizer::Impl::ParseNormalizer(const nlohmann::json& normalizer,
   if (type == "NFC") {
     nfc = true;
   } else if (type == "Sequence" && normalizer.contains("normalizers")) {
-    for (const auto& inner : normalizer["normalizers"]) RETURN_IF_ERROR(ParseNormalizer(inner, source));
+    for (const auto& inner : normalizer["normalizers"])
+      RETURN_IF_ERROR(ParseNormalizer(inner, source));
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": normalizer '", type, "' is not supported (NFC, Sequence)"));
@@ -233,18 +276,21 @@ absl::Status Tokenizer::Impl::ParsePreTokenizer(const nlohmann::json& step,
   if (step.is_null()) return absl::OkStatus();
   const std::string type = step.value("type", "");
   if (type == "Sequence" && step.contains("pretokenizers")) {
-    for (const auto& inner : step["pretokenizers"]) RETURN_IF_ERROR(ParsePreTokenizer(inner, source));
+    for (const auto& inner : step["pretokenizers"])
+      RETURN_IF_ERROR(ParsePreTokenizer(inner, source));
     return absl::OkStatus();
   }
   if (type == "Split") {
     if (!step.contains("pattern") || !step["pattern"].is_object() ||
         !step["pattern"].contains("Regex") || step.value("behavior", "") != "Isolated" ||
         step.value("invert", false)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          source, ": only Split pre-tokenizers with a Regex pattern, behavior Isolated and no "
-                  "invert are supported"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(source,
+                       ": only Split pre-tokenizers with a Regex pattern, behavior Isolated and no "
+                       "invert are supported"));
     }
-    ASSIGN_OR_RETURN(Regex regex, CompileRegex(step["pattern"]["Regex"].get<std::string>(), source));
+    ASSIGN_OR_RETURN(Regex regex,
+                     CompileRegex(step["pattern"]["Regex"].get<std::string>(), source));
     pre.push_back({PreTokenizerStep::kSplit, regex, false});
     return absl::OkStatus();
   }
@@ -345,7 +391,8 @@ void Tokenizer::Impl::Bpe(const std::string& piece, std::vector<int32_t>* ids) c
 void Tokenizer::Impl::EncodeSegment(absl::string_view text, std::vector<int32_t>* ids) const {
   std::string normalized(text);
   if (nfc && !normalized.empty()) {
-    utf8proc_uint8_t* composed = utf8proc_NFC(reinterpret_cast<const utf8proc_uint8_t*>(normalized.c_str()));
+    utf8proc_uint8_t* composed =
+        utf8proc_NFC(reinterpret_cast<const utf8proc_uint8_t*>(normalized.c_str()));
     if (composed != nullptr) {
       normalized = reinterpret_cast<char*>(composed);
       std::free(composed);
@@ -392,7 +439,8 @@ absl::StatusOr<Tokenizer> Tokenizer::FromJson(absl::string_view json, absl::stri
   int32_t max_id = -1;
   for (const auto& [token, id] : model["vocab"].items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > (1 << 24)) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": vocab id of '", token, "' is invalid"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": vocab id of '", token, "' is invalid"));
     }
     impl->vocab[token] = id.get<int32_t>();
     max_id = std::max(max_id, id.get<int32_t>());
@@ -402,7 +450,8 @@ absl::StatusOr<Tokenizer> Tokenizer::FromJson(absl::string_view json, absl::stri
     std::string key;
     if (merge.is_string()) {
       key = merge.get<std::string>();
-    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
+    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
+               merge[1].is_string()) {
       key = merge[0].get<std::string>() + " " + merge[1].get<std::string>();
     } else {
       return absl::InvalidArgumentError(absl::StrCat(source, ": merge ", rank, " is malformed"));
@@ -426,16 +475,16 @@ absl::StatusOr<Tokenizer> Tokenizer::FromJson(absl::string_view json, absl::stri
         return absl::InvalidArgumentError(absl::StrCat(source, ": malformed added token"));
       }
       const AddedToken added{token["id"].get<int32_t>(), token["content"].get<std::string>(),
-                             token.value("special", false)};
+                             token.value("special", false), token.value("lstrip", false),
+                             token.value("rstrip", false)};
       impl->vocab[added.content] = added.id;
       max_id = std::max(max_id, added.id);
       impl->added.push_back(added);
     }
   }
-  std::stable_sort(impl->added.begin(), impl->added.end(),
-                   [](const AddedToken& a, const AddedToken& b) {
-                     return a.content.size() > b.content.size();
-                   });
+  std::stable_sort(
+      impl->added.begin(), impl->added.end(),
+      [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
   for (size_t i = 0; i < impl->added.size(); ++i) impl->added_index[impl->added[i].id] = i;
   impl->id_to_token.assign(max_id + 1, "");
   for (const auto& [token, id] : impl->vocab) impl->id_to_token[id] = token;
@@ -445,9 +494,9 @@ absl::StatusOr<Tokenizer> Tokenizer::FromJson(absl::string_view json, absl::stri
   RETURN_IF_ERROR(impl->ParsePostProcessor(root.value("post_processor", nlohmann::json()), source));
   if (root.contains("decoder") && !root["decoder"].is_null() &&
       root["decoder"].value("type", "") != "ByteLevel") {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": decoder '", root["decoder"].value("type", ""),
-                     "' is not supported (ByteLevel)"));
+    return absl::InvalidArgumentError(absl::StrCat(source, ": decoder '",
+                                                   root["decoder"].value("type", ""),
+                                                   "' is not supported (ByteLevel)"));
   }
   return Tokenizer(std::move(impl));
 }
@@ -464,15 +513,18 @@ absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& dir) {
       if (config.contains("chat_template") && config["chat_template"].is_string()) {
         jinja = config["chat_template"].get<std::string>();
       }
-      if (config.contains("bos_token")) tokenizer.impl_->bos_token = TokenContent(config["bos_token"]);
+      if (config.contains("bos_token"))
+        tokenizer.impl_->bos_token = TokenContent(config["bos_token"]);
     }
   }
   if (jinja.empty()) {
-    if (auto file = ReadFileToString(dir + "/chat_template.jinja", 1 << 20); file.ok()) jinja = *file;
+    if (auto file = ReadFileToString(dir + "/chat_template.jinja", 1 << 20); file.ok())
+      jinja = *file;
   }
   ASSIGN_OR_RETURN(ChatTemplate chat, ChooseChatTemplate("auto", jinja));
   // Qwen2.5's template adds this system prompt when the conversation has none.
-  constexpr char kQwenSystem[] = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+  constexpr char kQwenSystem[] =
+      "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
   tokenizer.set_chat_template(chat, absl::StrContains(jinja, kQwenSystem) ? kQwenSystem : "");
   return tokenizer;
 }
@@ -482,8 +534,9 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(absl::string_view text,
   if (!IsValidUtf8(text)) return absl::InvalidArgumentError("text is not valid UTF-8");
   std::vector<int32_t> ids;
   if (add_special_tokens) ids = impl_->prefix_ids;
-  // Added tokens are matched in the raw text first (leftmost, longest); the text between them
-  // is normalised, pre-tokenised and merged.
+  // Added tokens are matched in the raw text first (leftmost, longest), taking the whitespace
+  // beside them where they lstrip / rstrip; the text between them is normalised, pre-tokenised
+  // and merged.
   size_t segment = 0;
   for (size_t i = 0; i < text.size();) {
     const AddedToken* found = nullptr;
@@ -497,9 +550,11 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(absl::string_view text,
       ++i;
       continue;
     }
-    impl_->EncodeSegment(text.substr(segment, i - segment), &ids);
+    const size_t before = found->lstrip ? WhitespaceRunStart(text, segment, i) : i;
+    impl_->EncodeSegment(text.substr(segment, before - segment), &ids);
     ids.push_back(found->id);
     i += found->content.size();
+    if (found->rstrip) i = WhitespaceRunEnd(text, i);
     segment = i;
   }
   impl_->EncodeSegment(text.substr(segment), &ids);
