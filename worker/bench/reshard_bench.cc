@@ -172,7 +172,7 @@ int RunRank(int rank, int ranks) {
         }
         c10::cuda::device_synchronize();
         const double seconds = MaxOver(**sockets, Seconds(start));
-        rollout_bytes = Allocated() - base;  // The slices' one allocation.
+        rollout_bytes = Allocated() - base;  // The slices' one allocation (the rest are views).
         if (r > 0 && seconds < best) {
           best = seconds;
           best_timing = timing;
@@ -198,7 +198,8 @@ int RunRank(int rank, int ranks) {
             {"bound_seconds", bound},
             {"ratio_to_bound", best / bound},
             {"model_gib", model_bytes / double(1 << 30)},
-            {"rollout_shard_gib", rollout_bytes / double(1 << 30)},
+            {"rollout_copy_gib", rollout_bytes / double(1 << 30)},
+            {"shard_view_gib", stats.shared_bytes / double(1 << 30)},
             {"extra_memory_gib", extra / double(1 << 30)},
             {"buffer_gib", stats.buffer_bytes / double(1 << 30)},
             {"rank0_first_pack_queued_ms", 1e3 * best_timing.first_pack_queued},
@@ -209,11 +210,13 @@ int RunRank(int rank, int ranks) {
         std::printf(
             "%-13s dp %d -> tp_g %d dp_g %d | bucket %5d MiB x %3lld | %7.2f ms | bound %6.2f ms "
             "(%5.2f GB in; all-gather %5.1f GB/s, send/recv %5.1f GB/s) | %5.2fx | extra %.3f GiB "
-            "beyond the %.2f GiB rollout shard | plan %.1f ms\n",
+            "beyond the rollout copy (%.2f GiB allocated + %.2f GiB views of the shard) | plan "
+            "%.1f ms\n",
             absl::GetFlag(FLAGS_preset).c_str(), ranks, rollout.tp, rollout.dp, bucket_mib,
             static_cast<long long>(stats.buckets), 1e3 * best, 1e3 * bound, bytes_in / 1e9,
             allgather_bandwidth / 1e9, exchange_bandwidth / 1e9, best / bound,
-            extra / double(1 << 30), rollout_bytes / double(1 << 30), 1e3 * plan_seconds);
+            extra / double(1 << 30), rollout_bytes / double(1 << 30),
+            stats.shared_bytes / double(1 << 30), 1e3 * plan_seconds);
         std::printf(
             "    rank 0 host: first pack queued %.3f ms, its transfer %.3f ms, all queued %.3f ms, "
             "done %.3f ms\n",
