@@ -260,14 +260,13 @@ void Reshards(Communicator& world, const at::Device& device) {
             ReshardPlan::Create(world, parameters, dtypes, train, rollout, device, {bucket_bytes});
         ExpectOk(plan.status(), name + ": plan");
         if (!plan.ok()) continue;
-        // Buckets bound the send and receive buffers: two buckets' buffers, each at most half
-        // the budget unless one piece exceeds it (a row of a parameter here: at most 3 peers x 2
-        // directions x 64 bytes = 384 bytes).
+        // Buckets bound the send and receive buffers: a bucket holds at least one piece (a row
+        // of a parameter here: at most 3 peers x 2 directions x 64 bytes = 384 bytes).
         const ReshardStats& stats = plan->stats();
         if (bucket_bytes > 1000) {
           Expect(stats.buckets == 1, absl::StrCat(name, ": ", stats.buckets, " buckets"));
         } else {
-          Expect(stats.buffer_bytes <= 2 * 384,
+          Expect(stats.buffer_bytes <= 384,
                  absl::StrCat(name, ": buffers of ", stats.buffer_bytes, " bytes"));
           Expect(stats.sent_bytes + stats.received_bytes <= 3 * 384 || stats.buckets > 2,
                  absl::StrCat(name, ": ", stats.buckets, " buckets"));

@@ -129,12 +129,10 @@ int64_t Aligned(int64_t bytes, int64_t alignment) {
 }
 
 // Region numbers of a plan's copies: the shards are 0 .. P-1, then these.
-// Buckets alternate between two buffers (buffer and buffer + 1), so that one bucket's transfer
-// and the next one's packing can be in flight together.
 struct Regions {
   int32_t slices, buffer, count;
   explicit Regions(size_t parameters)
-      : slices(static_cast<int32_t>(parameters)), buffer(slices + 1), count(slices + 3) {}
+      : slices(static_cast<int32_t>(parameters)), buffer(slices + 1), count(slices + 2) {}
 };
 
 // A tensor over `base`'s storage with the given geometry, made directly: as_strided goes through
@@ -304,16 +302,13 @@ absl::StatusOr<ReshardPlan> ReshardPlan::Create(
   };
   const Regions regions(parameters.size());
   std::vector<BlockCopy> local;
-  // Two buckets are in flight at a time: each gets half the budget.
-  const int64_t bucket_budget = std::max<int64_t>(1, options.bucket_bytes / 2);
   for (size_t first = 0; first < pieces.size();) {
     // Consecutive pieces within the budget (at least one).
     size_t last = first + 1;
     int64_t used = piece_bytes[first];
-    while (last < pieces.size() && used + piece_bytes[last] <= bucket_budget) {
+    while (last < pieces.size() && used + piece_bytes[last] <= options.bucket_bytes) {
       used += piece_bytes[last++];
     }
-    const int32_t buffer = regions.buffer + static_cast<int32_t>(plan.buckets_.size() % 2);
     Bucket bucket;
     bucket.send_bytes.assign(size, 0);
     bucket.receive_bytes.assign(size, 0);
@@ -340,14 +335,15 @@ absl::StatusOr<ReshardPlan> ReshardPlan::Create(
             continue;
           }
           pack.push_back(copy_of(piece, b, shard, b.source_offset * element, b.source_stride,
-                                 buffer, send_offset, b.columns));
+                                 regions.buffer, send_offset, b.columns));
           send_offset += Aligned(b.numel() * element, 16);
           plan.stats_.sent_bytes += b.numel() * element;
         }
         if (peer == me) continue;
         for (const Block& b : Blocks(p, piece, train, rollout, peer, me)) {
-          unpack.push_back(copy_of(piece, b, buffer, receive_offset, b.columns, regions.slices,
-                                   slice + b.destination_offset * element, b.destination_stride));
+          unpack.push_back(copy_of(piece, b, regions.buffer, receive_offset, b.columns,
+                                   regions.slices, slice + b.destination_offset * element,
+                                   b.destination_stride));
           receive_offset += Aligned(b.numel() * element, 16);
           plan.stats_.received_bytes += b.numel() * element;
         }
@@ -365,7 +361,7 @@ absl::StatusOr<ReshardPlan> ReshardPlan::Create(
   }
   plan.local_ = add_launch(std::move(local));
   plan.stats_.buckets = static_cast<int64_t>(plan.buckets_.size());
-  plan.stats_.buffer_bytes = plan.buffer_bytes_ * std::min<int64_t>(2, plan.buckets_.size());
+  plan.stats_.buffer_bytes = plan.buffer_bytes_;
   if (device.is_cuda() && !plan.copies_.empty()) {
     const int64_t bytes = static_cast<int64_t>(plan.copies_.size() * sizeof(BlockCopy));
     at::Tensor host = at::empty({bytes}, at::kByte);
@@ -398,20 +394,16 @@ absl::StatusOr<std::vector<at::Tensor>> ReshardPlan::Run(
   }
   const auto bytes = at::TensorOptions().dtype(at::kByte).device(device_);
   const at::Tensor copy = at::empty({slice_bytes_}, bytes);
-  // The two buffers in one allocation (one buffer when there is one bucket).
-  const at::Tensor buffers = at::empty({stats_.buffer_bytes}, bytes);
+  const at::Tensor buffer = at::empty({buffer_bytes_}, bytes);
   const Regions numbering(parameters_.size());
   std::vector<std::byte*> regions(numbering.count);
   for (size_t i = 0; i < train_shards.size(); ++i) {
     regions[i] = static_cast<std::byte*>(train_shards[i].data_ptr());
   }
   regions[numbering.slices] = static_cast<std::byte*>(copy.data_ptr());
-  regions[numbering.buffer] = static_cast<std::byte*>(buffers.data_ptr());
-  regions[numbering.buffer + 1] = regions[numbering.buffer] + buffer_bytes_;
-  // Bucket k's messages: one send and one receive per peer with bytes to move, in buffer k % 2.
-  const auto messages = [&](size_t k) {
-    const Bucket& bucket = buckets_[k];
-    const at::Tensor buffer = buffers.narrow(0, (k % 2) * buffer_bytes_, buffer_bytes_);
+  regions[numbering.buffer] = static_cast<std::byte*>(buffer.data_ptr());
+  // Each bucket's messages: one send and one receive per peer with bytes to move.
+  const auto messages = [&](const Bucket& bucket) {
     std::vector<PeerTransfer> transfers;
     int64_t send_offset = 0, receive_offset = bucket.send_total;
     for (int peer = 0; peer < world.size(); ++peer) {
@@ -460,11 +452,11 @@ absl::StatusOr<std::vector<at::Tensor>> ReshardPlan::Run(
       CopyBlocksOnHost(copies_.data() + launch.begin, launch.end - launch.begin, regions.data());
     };
     run(local_);
-    for (size_t k = 0; k < buckets_.size(); ++k) {
-      run(buckets_[k].pack);
-      const std::vector<PeerTransfer> transfers = messages(k);
+    for (const Bucket& bucket : buckets_) {
+      run(bucket.pack);
+      const std::vector<PeerTransfer> transfers = messages(bucket);
       if (!transfers.empty()) RETURN_IF_ERROR(world.SendRecvQueued(transfers, {}));
-      run(buckets_[k].unpack);
+      run(bucket.unpack);
     }
     make_views();
   } else {
@@ -505,18 +497,12 @@ absl::StatusOr<std::vector<at::Tensor>> ReshardPlan::Run(
       }
       return absl::OkStatus();
     };
-    // Packing and unpacking run on a copy stream, the transfers on the current stream, with
-    // events between them, so bucket k + 1 is packed (into the other buffer) while bucket k
-    // moves; a buffer is packed again only after its previous unpacking, which followed its
-    // transfer. The local blocks (most of the bytes when little moves) go on a side stream. The
-    // local copies and the slices' views are queued and made while NCCL queues the first
-    // transfers, which are on the critical path. The current stream waits for both streams at
+    // The local blocks (most of the bytes when little moves) go on a side stream, overlapping
+    // the transfers; they and the slices' views are queued and made while NCCL queues the first
+    // transfers, which are on the critical path. The current stream waits for the side stream at
     // the end.
-    const c10::cuda::CUDAStream copy_stream = c10::cuda::getStreamFromPool(false, device_.index());
-    std::vector<at::cuda::CUDAEvent> packed(buckets_.size()), moved(buckets_.size());
-    at::cuda::CUDAEvent inputs_ready, local_done, copies_done;
+    at::cuda::CUDAEvent inputs_ready, local_done;
     inputs_ready.record(stream);
-    inputs_ready.block(copy_stream);
     absl::Status local_status;
     const auto meanwhile = [&]() {
       if (local_.end > local_.begin) {
@@ -527,12 +513,10 @@ absl::StatusOr<std::vector<at::Tensor>> ReshardPlan::Run(
       }
       make_views();
     };
-    RETURN_IF_ERROR(run(buckets_[0].pack, copy_stream));
-    packed[0].record(copy_stream);
-    times.first_pack_queued = since_start();
     for (size_t k = 0; k < buckets_.size(); ++k) {
-      packed[k].block(stream);
-      const std::vector<PeerTransfer> transfers = messages(k);
+      RETURN_IF_ERROR(run(buckets_[k].pack, stream));
+      if (k == 0) times.first_pack_queued = since_start();
+      const std::vector<PeerTransfer> transfers = messages(buckets_[k]);
       if (k == 0) {
         if (!transfers.empty()) {
           RETURN_IF_ERROR(world.SendRecvQueued(transfers, meanwhile));
@@ -544,16 +528,8 @@ absl::StatusOr<std::vector<at::Tensor>> ReshardPlan::Run(
       } else if (!transfers.empty()) {
         RETURN_IF_ERROR(world.SendRecvQueued(transfers, {}));
       }
-      moved[k].record(stream);
-      if (k + 1 < buckets_.size()) {
-        RETURN_IF_ERROR(run(buckets_[k + 1].pack, copy_stream));
-        packed[k + 1].record(copy_stream);
-      }
-      moved[k].block(copy_stream);
-      RETURN_IF_ERROR(run(buckets_[k].unpack, copy_stream));
+      RETURN_IF_ERROR(run(buckets_[k].unpack, stream));
     }
-    copies_done.record(copy_stream);
-    copies_done.block(stream);
     if (local_done.isCreated()) local_done.block(stream);
     times.all_queued = since_start();
 #else

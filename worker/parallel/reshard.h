@@ -47,10 +47,9 @@ at::Tensor RolloutSlice(const at::Tensor& full, const ShardedParameter& paramete
                         const RolloutLayout& layout, int rank);
 
 struct ReshardOptions {
-  // The reshard's transient memory beyond the rollout copy, on any rank: work is cut into
-  // buckets (parameters, and row ranges of large ones) whose packed send and receive buffers
-  // take at most half of it, as two buckets are in flight at a time. Larger buckets mean fewer,
-  // longer transfers.
+  // Work is cut into buckets (parameters, and row ranges of large ones) whose packed send and
+  // receive buffers take at most this many bytes on any rank: the reshard's transient memory
+  // beyond the rollout copy. Larger buckets mean fewer, longer transfers.
   int64_t bucket_bytes = int64_t{1} << 30;
 };
 
@@ -61,7 +60,7 @@ struct ReshardStats {
   int64_t local_bytes = 0;   // Copied from this rank's own shard.
   int64_t shared_bytes = 0;  // Slices that are views of this rank's shard: nothing copied.
   int64_t buckets = 0;
-  int64_t buffer_bytes = 0;  // The buckets' send and receive buffers (the transient memory).
+  int64_t buffer_bytes = 0;  // The send and receive buffers (the transient memory).
 };
 
 // Where one run's host time went, in seconds from its start (for benchmarks).
@@ -81,8 +80,7 @@ struct ReshardTiming {
 // then be dropped before training changes the shards, as it must be anyway), copies the local
 // blocks in one kernel on a side stream, and per bucket: one kernel packs the blocks each peer
 // needs into one message per peer, one grouped send/recv moves the messages, one kernel unpacks
-// them, the next bucket's packing overlapping this one's transfer. The buckets are queued back
-// to back; the host waits once, at the end.
+// them. The buckets are queued back to back; the host waits once, at the end.
 class ReshardPlan {
  public:
   // Every rank of `world` (the actor pool) calls it with the same parameters, dtypes, layouts
@@ -123,9 +121,9 @@ class ReshardPlan {
   std::vector<int64_t> slice_offsets_;  // In the rollout copy, bytes.
   std::vector<int64_t> shard_views_;    // Elements into the shard, or -1 (see Run).
   std::vector<int64_t> shard_numel_;
-  int64_t slice_bytes_ = 0, buffer_bytes_ = 0;  // buffer_bytes_: one bucket's buffer.
-  std::vector<BlockCopy> copies_;               // Every launch's, on the host.
-  at::Tensor device_copies_;                    // The same on the device (GPU plans).
+  int64_t slice_bytes_ = 0, buffer_bytes_ = 0;
+  std::vector<BlockCopy> copies_;  // Every launch's, on the host.
+  at::Tensor device_copies_;       // The same on the device (GPU plans).
   Launch local_;
   std::vector<Bucket> buckets_;
   ReshardStats stats_;
