@@ -1,6 +1,7 @@
 #include "worker/parallel/tensor_parallel.h"
 
 #include <ATen/ATen.h>
+#include <torch/autograd.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
@@ -17,7 +18,57 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
       .to(x.scalar_type());
 }
 
+// Megatron's conjugate operators, so the tensor-parallel forward trains: g (all-reduce forward,
+// identity backward) after the row-parallel layers and the vocabulary-parallel embedding and
+// sums, and f (identity forward, all-reduce backward) before the column-parallel layers, where a
+// replicated input fans out into per-rank partial gradients. The context outlives the graph; a
+// failed all-reduce is recorded there (exceptions must not leave the autograd engine's threads).
+class ReduceFromTensorParallel : public torch::autograd::Function<ReduceFromTensorParallel> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* /*ctx*/, const at::Tensor& x,
+                            int64_t context) {
+    auto* tp = reinterpret_cast<TensorParallelContext*>(context);
+    at::Tensor sum = x.clone();
+    if (tp->status.ok()) tp->status = tp->group->AllReduce(sum, ReduceOp::kSum);
+    return sum;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* /*ctx*/,
+                                                 torch::autograd::variable_list grad) {
+    return {grad[0], at::Tensor()};
+  }
+};
+
+class CopyToTensorParallel : public torch::autograd::Function<CopyToTensorParallel> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            int64_t context) {
+    ctx->saved_data["context"] = context;
+    return x.view_as(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    auto* tp = reinterpret_cast<TensorParallelContext*>(ctx->saved_data["context"].toInt());
+    at::Tensor sum = grad[0].clone();
+    if (tp->status.ok()) tp->status = tp->group->AllReduce(sum, ReduceOp::kSum);
+    return {sum, at::Tensor()};
+  }
+};
+
 }  // namespace
+
+at::Tensor TensorParallelTransformer::ReduceFrom(const at::Tensor& x) const {
+  return ReduceFromTensorParallel::apply(x, reinterpret_cast<int64_t>(context_.get()));
+}
+
+at::Tensor TensorParallelTransformer::CopyTo(const at::Tensor& x) const {
+  return CopyToTensorParallel::apply(x, reinterpret_cast<int64_t>(context_.get()));
+}
+
+absl::Status TensorParallelTransformer::TakeStatus() {
+  absl::Status status = std::move(context_->status);
+  context_->status = absl::OkStatus();
+  return status;
+}
 
 std::vector<ShardedParameter> TensorParallelSpecs(const model::ModelConfig& c) {
   const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
@@ -58,7 +109,10 @@ std::vector<ShardedParameter> TensorParallelSpecs(const model::ModelConfig& c) {
 TensorParallelTransformer::TensorParallelTransformer(const model::ModelConfig& config,
                                                      std::map<std::string, at::Tensor> slices,
                                                      Communicator& group)
-    : config_(config), w_(std::move(slices)), group_(&group) {
+    : config_(config),
+      w_(std::move(slices)),
+      group_(&group),
+      context_(std::make_unique<TensorParallelContext>(TensorParallelContext{&group})) {
   const at::Tensor& embed = W("model.embed_tokens.weight");
   vocab_size_ = embed.size(0);
   vocab_begin_ = group.rank() * vocab_size_;
@@ -110,16 +164,15 @@ absl::StatusOr<at::Tensor> TensorParallelTransformer::Hidden(const at::Tensor& i
   // Vocabulary-parallel embedding: rows of other ranks' ranges are zero here; the sum is the row.
   const at::Tensor local_ids = ids - vocab_begin_;
   const at::Tensor mine = (local_ids >= 0).logical_and(local_ids < vocab_size_);
-  at::Tensor x =
+  at::Tensor x = ReduceFrom(
       at::embedding(W("model.embed_tokens.weight"), local_ids.clamp(0, vocab_size_ - 1)) *
-      mine.unsqueeze(-1).to(W("model.embed_tokens.weight").scalar_type());
-  RETURN_IF_ERROR(group_->AllReduce(x, ReduceOp::kSum));
+      mine.unsqueeze(-1).to(W("model.embed_tokens.weight").scalar_type()));
   const at::Tensor positions = at::arange(t, ids.options()).unsqueeze(0).expand({b, t});
   auto [cos, sin] = model::RopeCosSin(inv_freq_, positions, x.scalar_type());
   const double eps = config_.rms_norm_eps;
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     const std::string p = absl::StrCat("model.layers.", i, ".");
-    const at::Tensor h = RmsNorm(x, W(p + "input_layernorm.weight"), eps);
+    const at::Tensor h = CopyTo(RmsNorm(x, W(p + "input_layernorm.weight"), eps));
     at::Tensor q = Linear(h, p + "self_attn.q_proj").view({b, t, heads, d});
     at::Tensor k = Linear(h, p + "self_attn.k_proj").view({b, t, kv_heads, d});
     const at::Tensor v = Linear(h, p + "self_attn.v_proj").view({b, t, kv_heads, d});
@@ -132,43 +185,42 @@ absl::StatusOr<at::Tensor> TensorParallelTransformer::Hidden(const at::Tensor& i
     const at::Tensor attention =
         model::ScaledDotProductAttention(q, k, v.transpose(1, 2), at::Tensor());  // (B, h, T, D)
     // Row-parallel o_proj: partial sums, then the all-reduce; its bias (replicated) once after.
-    at::Tensor o = at::linear(attention.transpose(1, 2).reshape({b, t, heads * d}),
-                              W(p + "self_attn.o_proj.weight"));
-    RETURN_IF_ERROR(group_->AllReduce(o, ReduceOp::kSum));
+    at::Tensor o = ReduceFrom(at::linear(attention.transpose(1, 2).reshape({b, t, heads * d}),
+                                         W(p + "self_attn.o_proj.weight")));
     if (W(p + "self_attn.o_proj.bias").defined()) o = o + W(p + "self_attn.o_proj.bias");
     x = x + o;
-    const at::Tensor h2 = RmsNorm(x, W(p + "post_attention_layernorm.weight"), eps);
+    const at::Tensor h2 = CopyTo(RmsNorm(x, W(p + "post_attention_layernorm.weight"), eps));
     const at::Tensor act =
         at::silu(Linear(h2, p + "mlp.gate_proj")) * Linear(h2, p + "mlp.up_proj");
-    at::Tensor down = at::linear(act, W(p + "mlp.down_proj.weight"));
-    RETURN_IF_ERROR(group_->AllReduce(down, ReduceOp::kSum));
+    at::Tensor down = ReduceFrom(at::linear(act, W(p + "mlp.down_proj.weight")));
     if (W(p + "mlp.down_proj.bias").defined()) down = down + W(p + "mlp.down_proj.bias");
     x = x + down;
   }
+  RETURN_IF_ERROR(TakeStatus());
   return RmsNorm(x, W("model.norm.weight"), eps);
 }
 
 at::Tensor TensorParallelTransformer::LocalLogits(const at::Tensor& hidden) const {
   const at::Tensor& head =
       config_.tie_word_embeddings ? W("model.embed_tokens.weight") : W("lm_head.weight");
-  return at::linear(hidden, head);  // (B, T, V / tp)
+  return at::linear(CopyTo(hidden), head);  // (B, T, V / tp)
 }
 
 absl::StatusOr<at::Tensor> TensorParallelTransformer::TokenLogProbs(const at::Tensor& hidden,
                                                                     const at::Tensor& targets) {
   const at::Tensor logits = LocalLogits(hidden);
-  // Parallel log-softmax: the global max, then the global sum of exponentials.
-  at::Tensor max = std::get<0>(logits.max(-1));
+  // Parallel log-softmax: the global max (a constant for the gradient: it cancels), then the
+  // global sum of exponentials.
+  at::Tensor max = std::get<0>(logits.detach().max(-1));
   RETURN_IF_ERROR(group_->AllReduce(max, ReduceOp::kMax));
-  at::Tensor sum = (logits - max.unsqueeze(-1)).exp().sum(-1);
-  RETURN_IF_ERROR(group_->AllReduce(sum, ReduceOp::kSum));
+  const at::Tensor sum = ReduceFrom((logits - max.unsqueeze(-1)).exp().sum(-1));
   // The target's logit lives on one rank; the others contribute zero.
   const at::Tensor local = targets - vocab_begin_;
   const at::Tensor mine = (local >= 0).logical_and(local < vocab_size_);
-  at::Tensor target_logit =
-      logits.gather(-1, local.clamp(0, vocab_size_ - 1).unsqueeze(-1)).squeeze(-1) *
-      mine.to(logits.scalar_type());
-  RETURN_IF_ERROR(group_->AllReduce(target_logit, ReduceOp::kSum));
+  const at::Tensor target_logit =
+      ReduceFrom(logits.gather(-1, local.clamp(0, vocab_size_ - 1).unsqueeze(-1)).squeeze(-1) *
+                 mine.to(logits.scalar_type()));
+  RETURN_IF_ERROR(TakeStatus());
   return target_logit - max - sum.log();
 }
 

@@ -6,11 +6,14 @@
 //
 // Weights are the rollout slices of reshard.h (TensorParallelSpecs gives every parameter's
 // split), so resharding feeds this directly. Plain ATen ops on any device; padded right batches.
+// It trains too: with slices that require grad, backward through TokenLogProbs gives every rank
+// the gradient of its own slices (Megatron's f / g operators around the parallel layers).
 #pragma once
 
 #include <ATen/Tensor.h>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +23,13 @@
 #include "worker/parallel/reshard.h"
 
 namespace rlhfd::parallel {
+
+// What the tensor-parallel autograd functions share: the group, and the first failure of an
+// all-reduce run inside them (forward or backward).
+struct TensorParallelContext {
+  Communicator* group;
+  absl::Status status;
+};
 
 // How each parameter of `config`'s model splits under tensor parallelism.
 std::vector<ShardedParameter> TensorParallelSpecs(const model::ModelConfig& config);
@@ -41,6 +51,9 @@ class TensorParallelTransformer {
   absl::StatusOr<at::Tensor> Argmax(const at::Tensor& hidden);
   // Greedy continuation of one prompt (1, P) by `new_tokens` tokens (full forward per token).
   absl::StatusOr<std::vector<int64_t>> Greedy(const at::Tensor& prompt, int64_t new_tokens);
+  // After a backward pass: whether its all-reduces succeeded (then the gradients are whole).
+  // Clears the recorded failure.
+  absl::Status TakeStatus();
 
  private:
   TensorParallelTransformer(const model::ModelConfig& config,
@@ -49,10 +62,14 @@ class TensorParallelTransformer {
   at::Tensor Linear(const at::Tensor& x, const std::string& prefix) const;
   // Local logits (B, T, V / tp) of this rank's vocabulary range.
   at::Tensor LocalLogits(const at::Tensor& hidden) const;
+  // g and f (see TensorParallelContext).
+  at::Tensor ReduceFrom(const at::Tensor& x) const;
+  at::Tensor CopyTo(const at::Tensor& x) const;
 
   model::ModelConfig config_;
   std::map<std::string, at::Tensor> w_;
   Communicator* group_;
+  std::unique_ptr<TensorParallelContext> context_;  // Stable address for the autograd graph.
   at::Tensor inv_freq_;
   int64_t vocab_begin_ = 0, vocab_size_ = 0;  // This rank's vocabulary range.
 };
