@@ -494,6 +494,46 @@ void TensorParallel(Communicator& world, const at::Device& device) {
   std::cout << "rank " << me << ": tp = 2 gradients, largest difference from tp = 1 " << worst
             << "\n";
   Expect(worst <= 1e-10, "tp = 2 gradients equal the tp = 1 gradients' slices");
+
+  // Three AdamW steps with clipping at tp = 2 equal three at tp = 1 (sliced).
+  train::AdamW full_optimizer(full->parameters(), {});
+  std::vector<at::Tensor> leaf_list;
+  for (const ShardedParameter& spec : specs) leaf_list.push_back(leaves[spec.name]);
+  train::AdamW tp_optimizer(leaf_list, {});
+  for (int step = 0; step < 3; ++step) {
+    full_optimizer.ZeroGrad();
+    tp_optimizer.ZeroGrad();
+    const at::Tensor full_loss = -at::log_softmax(full->Logits(full->Hidden({ids})), -1)
+                                      .narrow(1, 0, 10)
+                                      .gather(-1, targets.unsqueeze(-1))
+                                      .mean();
+    full_loss.backward();
+    const double full_norm = full_optimizer.ClipGradNorm(0.5);
+    full_optimizer.Step(1e-2);
+    auto step_hidden = trainable->Hidden(ids);
+    if (!step_hidden.ok()) return ExpectOk(step_hidden.status(), "tp step forward");
+    auto step_logp = trainable->TokenLogProbs(step_hidden->narrow(1, 0, 10), targets);
+    if (!step_logp.ok()) return ExpectOk(step_logp.status(), "tp step log-probs");
+    (-step_logp->mean()).backward();
+    ExpectOk(trainable->TakeStatus(), "tp step backward");
+    auto norm = ClipTensorParallelGradNorm(specs, leaves, **group, 0.5);
+    ExpectOk(norm.status(), "tp gradient clipping");
+    Expect(norm.ok() && std::abs(*norm - full_norm) <= 1e-10 * std::max(1.0, full_norm),
+           absl::StrCat("tp step ", step, ": gradient norm ", norm.ok() ? *norm : -1.0, ", tp = 1 ",
+                        full_norm));
+    tp_optimizer.Step(1e-2);
+  }
+  double worst_parameter = 0;
+  for (const ShardedParameter& spec : specs) {
+    const at::Tensor expected_slice =
+        RolloutSlice(parameters[spec.name].detach(), spec, {2, size / 2}, me);
+    const double difference =
+        (leaves[spec.name].detach() - expected_slice).abs().max().cpu().item<double>();
+    if (!(difference <= worst_parameter)) worst_parameter = difference;  // NaN sticks.
+  }
+  std::cout << "rank " << me << ": tp = 2 training, largest parameter difference after 3 steps "
+            << worst_parameter << "\n";
+  Expect(worst_parameter <= 1e-10, "tp = 2 training steps equal tp = 1 steps");
 }
 
 int Run() {

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "worker/model/rope.h"
@@ -104,6 +106,37 @@ std::vector<ShardedParameter> TensorParallelSpecs(const model::ModelConfig& c) {
     }
   }
   return specs;
+}
+
+absl::StatusOr<double> ClipTensorParallelGradNorm(const std::vector<ShardedParameter>& specs,
+                                                  const std::map<std::string, at::Tensor>& slices,
+                                                  Communicator& group, double max_norm) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> split, replicated;
+  for (const ShardedParameter& spec : specs) {
+    auto it = slices.find(spec.name);
+    if (it == slices.end()) return absl::InvalidArgumentError("missing slice " + spec.name);
+    const at::Tensor& grad = it->second.grad();
+    if (grad.defined()) (spec.tp_dim >= 0 ? split : replicated).push_back(grad);
+  }
+  if (split.empty() && replicated.empty()) return 0.0;
+  const at::TensorOptions options =
+      (split.empty() ? replicated : split).front().options().dtype(at::kDouble);
+  // One norm per tensor in one launch (as train::AdamW), then the sum of their squares.
+  const auto squares = [&options](const std::vector<at::Tensor>& grads) {
+    if (grads.empty()) return at::zeros({1}, options);
+    return at::stack(at::_foreach_norm(grads, 2)).to(at::kDouble).pow(2).sum().reshape({1});
+  };
+  at::Tensor total = squares(split);
+  RETURN_IF_ERROR(group.AllReduce(total, ReduceOp::kSum));
+  const double norm = std::sqrt((total + squares(replicated)).item<double>());
+  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) {
+    // As torch's clip_grad_norm_ and train::AdamW.
+    for (auto* grads : {&split, &replicated}) {
+      for (at::Tensor& g : *grads) g.mul_(max_norm / (norm + 1e-6));
+    }
+  }
+  return norm;
 }
 
 TensorParallelTransformer::TensorParallelTransformer(const model::ModelConfig& config,

@@ -34,6 +34,14 @@ struct TensorParallelContext {
 // How each parameter of `config`'s model splits under tensor parallelism.
 std::vector<ShardedParameter> TensorParallelSpecs(const model::ModelConfig& config);
 
+// Scales the gradients of a tensor-parallel model's slices so their global L2 norm is at most
+// `max_norm` (0: no scaling), as clipping the tp = 1 model would: the squares of split slices
+// are summed over the group, those of replicated ones (alike on every rank) counted once.
+// Returns the norm before scaling, the same on every rank. Every rank of `group` calls it.
+absl::StatusOr<double> ClipTensorParallelGradNorm(const std::vector<ShardedParameter>& specs,
+                                                  const std::map<std::string, at::Tensor>& slices,
+                                                  Communicator& group, double max_norm);
+
 class TensorParallelTransformer {
  public:
   // `slices`: this rank's slice of every parameter (by Hugging Face name), as RolloutSlice or
