@@ -57,6 +57,16 @@ ncclRedOp_t NcclOp(ReduceOp op, const at::Tensor& tensor) {
   return ncclSum;
 }
 
+// Between two polls of a wait: most waits end quickly, so the first millisecond yields instead
+// of sleeping (a sleep costs >= 50 us of timer slack); longer waits sleep `sleep`.
+void PauseBetweenPolls(Clock::duration waited, std::chrono::microseconds sleep) {
+  if (waited < std::chrono::milliseconds(1)) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(sleep);
+  }
+}
+
 // The NCCL state shared by a communicator and its waits.
 class NcclComm {
  public:
@@ -93,13 +103,7 @@ class NcclComm {
         return absl::DeadlineExceededError(absl::StrCat(
             what, ": not done within ", timeout_.count(), " ms; a peer died or hangs"));
       }
-      // Launches finish quickly: poll without sleeping (a sleep costs >= 50 us of timer slack)
-      // for the first millisecond.
-      if (now - start < std::chrono::milliseconds(1)) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-      }
+      PauseBetweenPolls(now - start, std::chrono::microseconds(100));
     }
     if (state != ncclSuccess) {
       const std::string message = absl::StrCat(what, ": ", ncclGetErrorString(state));
@@ -140,11 +144,7 @@ class NcclComm {
             what, ": not done within ", timeout_.count(), " ms; a peer died or hangs"));
         break;
       }
-      if (now - start < std::chrono::milliseconds(1)) {  // As in WaitReady.
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
-      }
+      PauseBetweenPolls(now - start, std::chrono::microseconds(50));
     }
     if (!status.ok()) Abort(std::string(status.message()));  // Ends the stuck kernel too.
     cudaEventDestroy(done);

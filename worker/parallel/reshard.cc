@@ -220,7 +220,6 @@ absl::StatusOr<ReshardPlan> ReshardPlan::Create(
   ReshardPlan plan;
   plan.parameters_ = parameters;
   plan.dtypes_ = dtypes;
-  plan.train_ = train;
   plan.rollout_ = rollout;
   plan.device_ = device;
   std::vector<int64_t> element_bytes;

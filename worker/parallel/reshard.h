@@ -115,7 +115,6 @@ class ReshardPlan {
 
   std::vector<ShardedParameter> parameters_;
   std::vector<at::ScalarType> dtypes_;
-  TrainLayout train_;
   RolloutLayout rollout_;
   at::Device device_ = at::kCPU;
   std::vector<int64_t> slice_offsets_;  // In the rollout copy, bytes.
