@@ -2,6 +2,8 @@
 #include "controller/controller.h"
 
 #include "common/status/status_macros.h"
+#include "common/util/files.h"
+#include "absl/strings/str_cat.h"
 
 namespace rlhfd::controller {
 
@@ -14,20 +16,30 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(const ControllerO
     return absl::InvalidArgumentError(
         "--liveness_window must be longer than --heartbeat_interval (3x or more is sensible)");
   }
+  // The state directory holds the cluster token and every job's config: owner only.
+  RETURN_IF_ERROR(MakePrivateDirectory(options.state_dir));
   ASSIGN_OR_RETURN(JobStore store, JobStore::Open(options.state_dir));
-  return std::unique_ptr<Controller>(new Controller(options, std::move(clock), std::move(store)));
+  ASSIGN_OR_RETURN(DrainStore drains, DrainStore::Open(options.state_dir));
+  return std::unique_ptr<Controller>(
+      new Controller(options, std::move(clock), std::move(store), std::move(drains)));
 }
 
-Controller::Controller(ControllerOptions options, Clock clock, JobStore store)
+Controller::Controller(ControllerOptions options, Clock clock, JobStore store, DrainStore drains)
     : options_(std::move(options)),
       clock_(std::move(clock)),
       start_time_ms_(clock_()),
-      workers_(options_.liveness),
+      drains_(std::move(drains)),
+      workers_(options_.liveness, drains_.drained()),
       jobs_(std::move(store)) {}
 
 absl::StatusOr<v1::SubmitJobReply> Controller::SubmitJob(const v1::SubmitJobRequest& request) {
+  ASSIGN_OR_RETURN(JobManager::Submission submission, JobManager::Prepare(request));
+  return SubmitPrepared(std::move(submission));
+}
+
+absl::StatusOr<v1::SubmitJobReply> Controller::SubmitPrepared(JobManager::Submission submission) {
   v1::SubmitJobReply reply;
-  ASSIGN_OR_RETURN(*reply.mutable_job(), jobs_.Submit(request, clock_()));
+  ASSIGN_OR_RETURN(*reply.mutable_job(), jobs_.Submit(std::move(submission), clock_()));
   return reply;
 }
 
@@ -38,6 +50,10 @@ absl::StatusOr<v1::GetJobReply> Controller::GetJob(const v1::GetJobRequest& requ
 }
 
 absl::StatusOr<v1::ListJobsReply> Controller::ListJobs(const v1::ListJobsRequest& request) {
+  if (request.states_size() > v1::JobState_ARRAYSIZE) {
+    return absl::InvalidArgumentError(absl::StrCat("ListJobs takes at most ",
+                                                   v1::JobState_ARRAYSIZE, " states"));
+  }
   std::vector<v1::JobState> states;
   for (int state : request.states()) states.push_back(static_cast<v1::JobState>(state));
   v1::ListJobsReply reply;
@@ -91,7 +107,25 @@ absl::StatusOr<v1::GetClusterReply> Controller::GetCluster(const v1::GetClusterR
 
 absl::StatusOr<v1::DrainWorkerReply> Controller::DrainWorker(const v1::DrainWorkerRequest& request) {
   v1::DrainWorkerReply reply;
+  if (workers_.Contains(request.worker_id())) {
+    // Durable before it is acknowledged.
+    std::set<std::string> drained = workers_.drained();
+    drained.insert(request.worker_id());
+    RETURN_IF_ERROR(drains_.Save(drained));
+  }
   ASSIGN_OR_RETURN(*reply.mutable_worker(), workers_.Drain(request.worker_id()));
+  return reply;
+}
+
+absl::StatusOr<v1::UndrainWorkerReply> Controller::UndrainWorker(
+    const v1::UndrainWorkerRequest& request) {
+  v1::UndrainWorkerReply reply;
+  if (workers_.drained().count(request.worker_id())) {
+    std::set<std::string> drained = workers_.drained();
+    drained.erase(request.worker_id());
+    RETURN_IF_ERROR(drains_.Save(drained));
+  }
+  ASSIGN_OR_RETURN(*reply.mutable_worker(), workers_.Undrain(request.worker_id()));
   return reply;
 }
 

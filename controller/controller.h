@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "controller/cluster/worker_registry.h"
 #include "controller/jobs/job_manager.h"
+#include "controller/store/drain_store.h"
 #include "rlhfd/v1/cluster_service.pb.h"
 #include "rlhfd/v1/job_service.pb.h"
 #include "rlhfd/v1/worker_service.pb.h"
@@ -32,8 +33,10 @@ class Controller {
   static absl::StatusOr<std::unique_ptr<Controller>> Create(const ControllerOptions& options,
                                                             Clock clock);
 
-  // JobService.
+  // JobService. SubmitJob = JobManager::Prepare (thread-safe, run by the RPC adapter off the
+  // loop) + SubmitPrepared (on the loop).
   absl::StatusOr<v1::SubmitJobReply> SubmitJob(const v1::SubmitJobRequest& request);
+  absl::StatusOr<v1::SubmitJobReply> SubmitPrepared(JobManager::Submission submission);
   absl::StatusOr<v1::GetJobReply> GetJob(const v1::GetJobRequest& request);
   absl::StatusOr<v1::ListJobsReply> ListJobs(const v1::ListJobsRequest& request);
   absl::StatusOr<v1::CancelJobReply> CancelJob(const v1::CancelJobRequest& request);
@@ -44,6 +47,7 @@ class Controller {
   absl::StatusOr<v1::ListWorkersReply> ListWorkers(const v1::ListWorkersRequest& request);
   absl::StatusOr<v1::GetClusterReply> GetCluster(const v1::GetClusterRequest& request);
   absl::StatusOr<v1::DrainWorkerReply> DrainWorker(const v1::DrainWorkerRequest& request);
+  absl::StatusOr<v1::UndrainWorkerReply> UndrainWorker(const v1::UndrainWorkerRequest& request);
 
   // WorkerRegistry.
   absl::StatusOr<v1::RegisterWorkerReply> RegisterWorker(const v1::RegisterWorkerRequest& request);
@@ -55,11 +59,12 @@ class Controller {
   const ControllerOptions& options() const { return options_; }
 
  private:
-  Controller(ControllerOptions options, Clock clock, JobStore store);
+  Controller(ControllerOptions options, Clock clock, JobStore store, DrainStore drains);
 
   ControllerOptions options_;
   Clock clock_;
   int64_t start_time_ms_;
+  DrainStore drains_;
   WorkerRegistry workers_;
   JobManager jobs_;
 };

@@ -1,6 +1,7 @@
 // rlhfd-controller: the composition root. Flags → options → controller state on an event loop →
 // gRPC services → serve until SIGTERM/SIGINT, then drain within --shutdown_deadline.
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "absl/flags/flag.h"
@@ -26,6 +27,8 @@ ABSL_FLAG(std::string, port_file, "", "Write the bound port here once serving (f
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2), "How often workers heartbeat");
 ABSL_FLAG(absl::Duration, liveness_window, absl::Seconds(10),
           "A worker silent this long is marked lost");
+ABSL_FLAG(absl::Duration, lost_worker_retention, absl::Hours(1),
+          "A lost worker is forgotten (leaves `rlhfctl workers`) this long after it was lost");
 ABSL_FLAG(absl::Duration, shutdown_deadline, absl::Seconds(10),
           "On SIGTERM, time given to calls in flight before they are cancelled");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
@@ -46,10 +49,11 @@ int Run() {
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
   options.liveness.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.liveness.liveness_window = absl::GetFlag(FLAGS_liveness_window);
+  options.liveness.lost_retention = absl::GetFlag(FLAGS_lost_worker_retention);
 
   auto created = controller::Controller::Create(options, NowUnixMillis);
   if (!created.ok()) {
-    LOG(ERROR) << created.status().message();
+    RLOG(ERROR) << created.status().message();
     return 1;
   }
   std::unique_ptr<controller::Controller> controller = *std::move(created);
@@ -58,7 +62,7 @@ int Run() {
   if (token.empty()) {
     auto stored = LoadOrCreateToken(options.state_dir);
     if (!stored.ok()) {
-      LOG(ERROR) << "cannot set up the cluster token: " << stored.status().message();
+      RLOG(ERROR) << "cannot set up the cluster token: " << stored.status().message();
       return 1;
     }
     token = *stored;
@@ -69,30 +73,44 @@ int Run() {
   controller::JobServiceImpl job_service(context);
   controller::ClusterServiceImpl cluster_service(context);
   controller::WorkerRegistryImpl registry_service(context);
-  auto server = RpcServer::Start(absl::GetFlag(FLAGS_listen), RpcOptionsFromFlags(),
+  const RpcOptions rpc_options = RpcOptionsFromFlags();
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  if (!rpc_options.tls() && !IsLoopbackAddress(listen)) {
+    RLOG(WARNING) << "serving " << listen << " without TLS: tokens and configs cross the network "
+                  << "in the clear; set --tls_cert/--tls_key (docs/operations.md)";
+  }
+  auto server = RpcServer::Start(listen, rpc_options,
                                  {&job_service, &cluster_service, &registry_service});
   if (!server.ok()) {
-    LOG(ERROR) << server.status().message();
+    RLOG(ERROR) << server.status().message();
     return 1;
   }
   loop.PostEvery(options.liveness.heartbeat_interval / 2,
                  [&controller] { controller->SweepLiveness(); });
   if (const std::string port_file = absl::GetFlag(FLAGS_port_file); !port_file.empty()) {
     if (auto written = WritePortFile(port_file, (*server)->port()); !written.ok()) {
-      LOG(ERROR) << written.message();
+      RLOG(ERROR) << written.message();
       return 1;
     }
   }
-  LOG(INFO) << "serving on port " << (*server)->port() << ", state in " << options.state_dir
+  RLOG(INFO) << "serving on port " << (*server)->port() << ", state in " << options.state_dir
             << ", token in " << options.state_dir << "/token";
 
   const int signal_number = WaitForTerminationSignal();
-  LOG(INFO) << "signal " << signal_number << ": draining (deadline "
+  RLOG(INFO) << "signal " << signal_number << ": draining (deadline "
             << absl::FormatDuration(absl::GetFlag(FLAGS_shutdown_deadline)) << ")";
-  // The loop keeps running while the server drains, so calls in flight can finish.
+  // Watch streams never end by themselves: end them first, so they do not hold the drain.
+  job_service.EndWatches();
+  // The loop keeps running while the server drains, so calls in flight can finish; calls the
+  // loop has not answered by the deadline are cancelled (and answered CANCELLED) by gRPC.
   (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_deadline));
-  loop.Stop();
-  LOG(INFO) << "stopped";
+  if (!loop.StopWithin(absl::Seconds(2))) {
+    // Every change was made durable before it was acknowledged, so nothing is lost by leaving
+    // now; destroying the controller under a running task is what must not happen.
+    RLOG(ERROR) << "the event loop is still busy after the shutdown deadline; exiting without it";
+    std::_Exit(1);
+  }
+  RLOG(INFO) << "stopped";
   return 0;
 }
 

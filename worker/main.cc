@@ -54,18 +54,18 @@ int Run() {
 
   auto capacity = worker::ProbeDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_gpu_index));
   if (!capacity.ok()) {
-    LOG(ERROR) << capacity.status().message();
+    RLOG(ERROR) << capacity.status().message();
     return 1;
   }
   auto token = ResolveClientToken(TokenFlag(), TokenFileFlag());
   if (!token.ok()) {
-    LOG(ERROR) << token.status().message();
+    RLOG(ERROR) << token.status().message();
     return 1;
   }
   const RpcOptions rpc_options = RpcOptionsFromFlags();
   auto channel = MakeChannel(absl::GetFlag(FLAGS_controller), rpc_options);
   if (!channel.ok()) {
-    LOG(ERROR) << channel.status().message();
+    RLOG(ERROR) << channel.status().message();
     return 1;
   }
 
@@ -77,7 +77,7 @@ int Run() {
   const std::string listen = absl::GetFlag(FLAGS_listen);
   auto server = RpcServer::Start(listen, rpc_options, {&service});
   if (!server.ok()) {
-    LOG(ERROR) << server.status().message();
+    RLOG(ERROR) << server.status().message();
     return 1;
   }
   const int port = (*server)->port();
@@ -93,18 +93,18 @@ int Run() {
   link.Start(worker_id, AdvertisedAddress(listen, port, capacity->host()));
   if (const std::string port_file = absl::GetFlag(FLAGS_port_file); !port_file.empty()) {
     if (auto written = WritePortFile(port_file, port); !written.ok()) {
-      LOG(ERROR) << written.message();
+      RLOG(ERROR) << written.message();
       return 1;
     }
   }
-  LOG(INFO) << "serving on port " << port << " (" << capacity->device_name()
+  RLOG(INFO) << "serving on port " << port << " (" << capacity->device_name()
             << "), controller " << absl::GetFlag(FLAGS_controller);
 
   const int signal_number = WaitForTerminationSignal();
-  LOG(INFO) << "signal " << signal_number << ": draining";
+  RLOG(INFO) << "signal " << signal_number << ": draining";
   link.Stop();
   (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_deadline));
-  LOG(INFO) << "stopped";
+  RLOG(INFO) << "stopped";
   return 0;
 }
 

@@ -1,19 +1,36 @@
 // Parses a config file's text (YAML or JSON) into a JSON document. YAML plain scalars stay
 // strings: the schema walker (proto_json_schema.h) gives them their type from the field they
 // fill, so `name: 2024` is a name and `lr: 1e-6` a number.
+//
+// Config text comes from users and from the network, so parsing is bounded: the text's size,
+// the nesting depth, and the number of values and scalar bytes after YAML aliases are expanded
+// (an alias "bomb" of a kilobyte can otherwise stand for billions of values). Every key and
+// string must be valid UTF-8, and a key may appear once per mapping, in JSON as in YAML.
 #pragma once
 
-#include <string>
-#include "absl/strings/string_view.h"
+#include <cstddef>
+#include <cstdint>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace rlhfd::config {
 
+struct DocumentLimits {
+  size_t max_text_bytes = 1 << 20;
+  int max_depth = 32;
+  // Values (mappings, lists and scalars) in the expanded document.
+  int64_t max_values = 100'000;
+  // Bytes of all keys and scalars in the expanded document.
+  int64_t max_scalar_bytes = 4 << 20;
+};
+
 // `source` names the file in errors; a ".json" suffix selects the strict JSON parser, anything
-// else YAML (which also reads JSON). The top level must be a mapping.
-absl::StatusOr<nlohmann::json> ParseConfigDocument(absl::string_view text, absl::string_view source);
+// else YAML (which also reads JSON). The top level must be a mapping. Never throws.
+absl::StatusOr<nlohmann::json> ParseConfigDocument(absl::string_view text,
+                                                   absl::string_view source,
+                                                   const DocumentLimits& limits = {});
 
 }  // namespace rlhfd::config

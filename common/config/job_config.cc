@@ -12,6 +12,7 @@
 #include "common/config/proto_json_schema.h"
 #include "common/status/status_macros.h"
 #include "common/util/files.h"
+#include "common/util/text.h"
 
 namespace rlhfd::config {
 namespace {
@@ -38,11 +39,26 @@ absl::StatusOr<v1::JobSpec> SpecFromDocument(const nlohmann::json& document,
   return spec;
 }
 
+// The loader's boundary: whatever a library throws on hostile input becomes a Status here, so no
+// exception reaches the caller's thread (the controller's event loop, an RPC thread).
+template <typename Body>
+absl::StatusOr<v1::JobSpec> Guarded(absl::string_view source, Body body) {
+  try {
+    return body();
+  } catch (const std::exception& error) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": the config could not be processed (", SanitizeForDisplay(error.what(), 200),
+        "); please report this with the file"));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, absl::string_view source) {
-  ASSIGN_OR_RETURN(nlohmann::json document, ParseConfigDocument(text, source));
-  return SpecFromDocument(document, source);
+  return Guarded(source, [&]() -> absl::StatusOr<v1::JobSpec> {
+    ASSIGN_OR_RETURN(nlohmann::json document, ParseConfigDocument(text, source));
+    return SpecFromDocument(document, source);
+  });
 }
 
 absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
@@ -55,12 +71,20 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
 }
 
 absl::StatusOr<v1::JobSpec> CompleteJobSpec(const v1::JobSpec& spec, absl::string_view source) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  auto printed = google::protobuf::util::MessageToJsonString(spec, &json, options);
-  if (!printed.ok()) return absl::InternalError(printed.ToString());
-  return SpecFromDocument(nlohmann::json::parse(json), source);
+  return Guarded(source, [&]() -> absl::StatusOr<v1::JobSpec> {
+    std::string json;
+    google::protobuf::util::JsonPrintOptions options;
+    options.preserve_proto_field_names = true;
+    auto printed = google::protobuf::util::MessageToJsonString(spec, &json, options);
+    if (!printed.ok()) {
+      // Protobuf refuses to print strings that are not UTF-8.
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": the spec cannot be read (", printed.ToString(), "); strings must be UTF-8"));
+    }
+    ASSIGN_OR_RETURN(nlohmann::json document,
+                     ParseConfigDocument(json, absl::StrCat(source, ".json")));
+    return SpecFromDocument(document, source);
+  });
 }
 
 }  // namespace rlhfd::config

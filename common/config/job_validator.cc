@@ -1,6 +1,8 @@
 // JobSpec validation rules; the checks are grouped by section in the order of the schema.
 #include "common/config/job_validator.h"
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "absl/strings/ascii.h"
@@ -16,6 +18,15 @@ using v1::JobSpec;
 const char* const kRewardRules[] = {"gsm8k", "math", "exact_match"};
 const char* const kLoggers[] = {"console", "jsonl", "tensorboard"};
 const char* const kChatTemplates[] = {"auto", "chatml", "llama3", "none"};
+
+// Upper bounds far past any real job, so that arithmetic on counts cannot overflow and a typo of
+// three extra zeros is caught here rather than as an allocation failure on a worker.
+constexpr int kMaxGpus = 65536;
+constexpr int kMaxBatch = 1 << 24;
+constexpr int kMaxTokens = 1 << 30;
+constexpr int kMaxSamplesPerPrompt = 1024;
+constexpr int kMaxVocabulary = 1 << 24;
+constexpr double kMaxSteps = 1e9;
 
 template <typename Range>
 bool Contains(const Range& names, const std::string& name) {
@@ -38,24 +49,36 @@ std::string Name(Enum value) {
   return descriptor ? EnumConfigName(*descriptor) : absl::StrCat(static_cast<int>(value));
 }
 
+// Whole numbers as integers (1000000, not 1e+06), others as StrCat prints them.
+std::string Number(double value) {
+  if (std::floor(value) == value && std::fabs(value) < 1e15) {
+    return absl::StrCat(static_cast<int64_t>(value));
+  }
+  return absl::StrCat(value);
+}
+
 class Checker {
  public:
   explicit Checker(ConfigErrors* errors) : errors_(errors) {}
 
   void AtLeast(const std::string& path, double value, double low) {
-    if (value < low) errors_->Add(path, absl::StrCat(value, " must be >= ", low));
+    if (value < low) errors_->Add(path, absl::StrCat(Number(value), " must be >= ", Number(low)));
   }
   void Above(const std::string& path, double value, double low) {
-    if (!(value > low)) errors_->Add(path, absl::StrCat(value, " must be > ", low));
+    if (!(value > low)) {
+      errors_->Add(path, absl::StrCat(Number(value), " must be > ", Number(low)));
+    }
   }
   void Within(const std::string& path, double value, double low, double high) {
     if (!(value >= low && value <= high)) {
-      errors_->Add(path, absl::StrCat(value, " must be in [", low, ", ", high, "]"));
+      errors_->Add(path, absl::StrCat(Number(value), " must be in [", Number(low), ", ",
+                                      Number(high), "]"));
     }
   }
   void OpenInterval(const std::string& path, double value, double low, double high) {
     if (!(value > low && value < high)) {
-      errors_->Add(path, absl::StrCat(value, " must be in (", low, ", ", high, ")"));
+      errors_->Add(path, absl::StrCat(Number(value), " must be in (", Number(low), ", ",
+                                      Number(high), ")"));
     }
   }
   void Fail(const std::string& path, const std::string& message) { errors_->Add(path, message); }
@@ -77,34 +100,44 @@ bool IsValidJobName(const std::string& name) {
 void CheckTrain(Checker& check, const std::string& role, int gpus, v1::TrainSpec* train,
                 int64_t prompts_per_step, int n) {
   const std::string path = "roles." + role + ".train";
-  check.AtLeast(path + ".tp", train->tp(), 1);
-  if (train->tp() < 1) return;
+  check.Within(path + ".tp", train->tp(), 1, kMaxGpus);
+  check.Within(path + ".dp", train->dp(), 0, kMaxGpus);
+  if (train->tp() < 1 || train->tp() > kMaxGpus || train->dp() < 0 || train->dp() > kMaxGpus) {
+    return;
+  }
   if (gpus % train->tp() != 0) {
     check.Fail(path + ".tp", absl::StrCat(train->tp(), " does not divide roles.", role,
                                           ".gpus (", gpus, ")"));
     return;
   }
   if (train->dp() == 0) train->set_dp(gpus / train->tp());
-  if (train->dp() * train->tp() != gpus) {
+  // Both are at most kMaxGpus, so the product cannot overflow in 64 bits.
+  const int64_t layout_gpus = int64_t{train->dp()} * train->tp();
+  if (layout_gpus != gpus) {
     check.Fail(path, absl::StrCat("dp (", train->dp(), ") x tp (", train->tp(), ") = ",
-                                  train->dp() * train->tp(), " but roles.", role, ".gpus is ",
+                                  layout_gpus, " but roles.", role, ".gpus is ",
                                   gpus, "; set dp to ", gpus / train->tp(),
                                   " or leave it out to derive it"));
     return;
   }
-  check.AtLeast(path + ".ppo_mini_batch_size", train->ppo_mini_batch_size(), 1);
-  check.AtLeast(path + ".ppo_micro_batch_size_per_gpu", train->ppo_micro_batch_size_per_gpu(), 1);
-  check.AtLeast(path + ".ppo_max_token_len_per_gpu", train->ppo_max_token_len_per_gpu(), 0);
+  check.Within(path + ".ppo_mini_batch_size", train->ppo_mini_batch_size(), 1, kMaxBatch);
+  check.Within(path + ".ppo_micro_batch_size_per_gpu", train->ppo_micro_batch_size_per_gpu(), 1,
+               kMaxBatch);
+  check.Within(path + ".ppo_max_token_len_per_gpu", train->ppo_max_token_len_per_gpu(), 0,
+               kMaxTokens);
   check.Above(path + ".lr", train->lr(), 0);
-  check.AtLeast(path + ".lr_warmup_steps", train->lr_warmup_steps(), 0);
+  check.Within(path + ".lr_warmup_steps", train->lr_warmup_steps(), 0, kMaxSteps);
   check.Within(path + ".min_lr_ratio", train->min_lr_ratio(), 0, 1);
   check.AtLeast(path + ".weight_decay", train->weight_decay(), 0);
   check.Within(path + ".adam_beta1", train->adam_beta1(), 0, 0.999999);
   check.Within(path + ".adam_beta2", train->adam_beta2(), 0, 0.999999);
   check.AtLeast(path + ".grad_clip", train->grad_clip(), 0);
-  check.AtLeast(path + ".ppo_epochs", train->ppo_epochs(), 1);
+  check.Within(path + ".ppo_epochs", train->ppo_epochs(), 1, 1000);
   check.Above(path + ".cliprange_value", train->cliprange_value(), 0);
-  if (train->ppo_mini_batch_size() < 1 || train->ppo_micro_batch_size_per_gpu() < 1) return;
+  if (train->ppo_mini_batch_size() < 1 || train->ppo_micro_batch_size_per_gpu() < 1 ||
+      train->ppo_mini_batch_size() > kMaxBatch) {
+    return;
+  }
 
   if (prompts_per_step % train->ppo_mini_batch_size() != 0) {
     check.Fail(path + ".ppo_mini_batch_size",
@@ -141,7 +174,9 @@ void CompleteRoleGpus(Checker& check, const std::string& path, bool colocated, i
                                   actor_gpus, " GPUs; remove this key or set it to ",
                                   actor_gpus));
   }
-  if (*gpus < 0) check.Fail(path, absl::StrCat(*gpus, " must be >= 1"));
+  if (*gpus < 0 || *gpus > kMaxGpus) {
+    check.Fail(path, absl::StrCat(*gpus, " must be in [1, ", kMaxGpus, "]"));
+  }
 }
 
 }  // namespace
@@ -180,7 +215,7 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors) {
   }
   check.Within("data.max_prompt_length", data.max_prompt_length(), 1, 1 << 20);
   check.Within("data.max_response_length", data.max_response_length(), 1, 1 << 20);
-  check.AtLeast("data.train_batch_size", data.train_batch_size(), 1);
+  check.Within("data.train_batch_size", data.train_batch_size(), 1, kMaxBatch);
 
   // algorithm
   auto* algorithm = spec->mutable_algorithm();
@@ -195,29 +230,34 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors) {
   check.AtLeast("algorithm.entropy_coeff", algorithm->entropy_coeff(), 0);
   check.AtLeast("algorithm.kl.coef", algorithm->kl().coef(), 0);
   check.Above("algorithm.kl.target", algorithm->kl().target(), 0);
-  check.AtLeast("algorithm.kl.horizon", algorithm->kl().horizon(), 1);
+  check.Within("algorithm.kl.horizon", algorithm->kl().horizon(), 1, 1e15);
 
   // roles
   auto* roles = spec->mutable_roles();
   const bool colocated = spec->placement() == v1::PLACEMENT_COLOCATED;
   auto* actor = roles->mutable_actor();
-  check.AtLeast("roles.actor.gpus", actor->gpus(), 1);
-  const int actor_gpus = actor->gpus();
+  check.Within("roles.actor.gpus", actor->gpus(), 1, kMaxGpus);
+  const int actor_gpus = actor->gpus() <= kMaxGpus ? actor->gpus() : 0;
   const auto& rollout = actor->rollout();
-  check.AtLeast("roles.actor.rollout.n", rollout.n(), 1);
+  check.Within("roles.actor.rollout.n", rollout.n(), 1, kMaxSamplesPerPrompt);
   check.AtLeast("roles.actor.rollout.temperature", rollout.temperature(), 0);
   check.Within("roles.actor.rollout.top_p", rollout.top_p(), 1e-9, 1);
-  check.AtLeast("roles.actor.rollout.top_k", rollout.top_k(), -1);
-  check.AtLeast("roles.actor.rollout.max_num_seqs", rollout.max_num_seqs(), 1);
+  check.Within("roles.actor.rollout.top_k", rollout.top_k(), -1, kMaxVocabulary);
+  check.Within("roles.actor.rollout.max_num_seqs", rollout.max_num_seqs(), 1, kMaxBatch);
+  for (int i = 0; i < rollout.stop_token_ids_size(); ++i) {
+    check.Within(absl::StrCat("roles.actor.rollout.stop_token_ids[", i, "]"),
+                 rollout.stop_token_ids(i), 0, kMaxVocabulary);
+  }
   check.OpenInterval("roles.actor.rollout.gpu_memory_utilization",
                      rollout.gpu_memory_utilization(), 0, 1);
   check.Within("roles.actor.rollout.max_new_tokens", rollout.max_new_tokens(), 0,
                data.max_response_length());
-  if (rollout.tp() < 1 || (actor_gpus >= 1 && actor_gpus % rollout.tp() != 0)) {
+  if (rollout.tp() < 1 || rollout.tp() > kMaxGpus ||
+      (actor_gpus >= 1 && actor_gpus % rollout.tp() != 0)) {
     check.Fail("roles.actor.rollout.tp",
                absl::StrCat(rollout.tp(), " must divide roles.actor.gpus (", actor_gpus, ")"));
   }
-  const int n = std::max(rollout.n(), 1);
+  const int n = std::clamp(rollout.n(), 1, kMaxSamplesPerPrompt);
   if (actor_gpus >= 1) {
     CheckTrain(check, "actor", actor_gpus, actor->mutable_train(), data.train_batch_size(), n);
   }
@@ -265,8 +305,8 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors) {
     int32_t gpus = reference->gpus();
     CompleteRoleGpus(check, "roles.reference.gpus", colocated, actor_gpus, 1, &gpus);
     reference->set_gpus(gpus);
-    check.AtLeast("roles.reference.micro_batch_size_per_gpu",
-                  reference->micro_batch_size_per_gpu(), 1);
+    check.Within("roles.reference.micro_batch_size_per_gpu",
+                 reference->micro_batch_size_per_gpu(), 1, kMaxBatch);
   }
 
   auto* reward = roles->mutable_reward();
@@ -286,7 +326,7 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors) {
       !absl::StartsWith(reward->remote(), "https://")) {
     check.Fail("roles.reward.remote", "must be an http:// or https:// URL");
   }
-  check.Above("roles.reward.remote_timeout_s", reward->remote_timeout_s(), 0);
+  check.Within("roles.reward.remote_timeout_s", reward->remote_timeout_s(), 1e-3, 3600);
   if (!reward->model().empty()) {
     int32_t gpus = reward->gpus();
     CompleteRoleGpus(check, "roles.reward.gpus", colocated, actor_gpus, 1, &gpus);
@@ -297,10 +337,10 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors) {
 
   // trainer
   const auto& trainer = spec->trainer();
-  check.AtLeast("trainer.total_steps", trainer.total_steps(), 0);
-  check.AtLeast("trainer.total_epochs", trainer.total_epochs(), 1);
-  check.AtLeast("trainer.save_every", trainer.save_every(), 0);
-  check.AtLeast("trainer.val_every", trainer.val_every(), 0);
+  check.Within("trainer.total_steps", trainer.total_steps(), 0, kMaxSteps);
+  check.Within("trainer.total_epochs", trainer.total_epochs(), 1, 1e6);
+  check.Within("trainer.save_every", trainer.save_every(), 0, kMaxSteps);
+  check.Within("trainer.val_every", trainer.val_every(), 0, kMaxSteps);
   if (trainer.save_every() > 0 && trainer.checkpoint_dir().empty()) {
     check.Fail("trainer.checkpoint_dir",
                "is required when trainer.save_every is set: where should checkpoints go?");

@@ -11,8 +11,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "common/util/text.h"
 
 namespace rlhfd::config {
 namespace {
@@ -21,13 +23,19 @@ using google::protobuf::Descriptor;
 using google::protobuf::EnumDescriptor;
 using google::protobuf::FieldDescriptor;
 
+// Bounds on what one config value may hold; a job's paths and names are far shorter.
+constexpr size_t kMaxStringBytes = 4096;
+constexpr size_t kMaxListItems = 1024;
+
 // Spellings users bring from verl / PyTorch for dtype values.
 const std::pair<const char*, const char*> kEnumAliases[] = {
     {"bfloat16", "bf16"}, {"float16", "fp16"}, {"half", "fp16"}, {"float32", "fp32"},
     {"float", "fp32"}};
 
+// Keys are the user's text: shown sanitised and cut, so an error message stays one short line.
 std::string JoinPath(absl::string_view parent, absl::string_view key) {
-  return parent.empty() ? std::string(key) : absl::StrCat(parent, ".", key);
+  const std::string shown = SanitizeForDisplay(key, 80);
+  return parent.empty() ? shown : absl::StrCat(parent, ".", shown);
 }
 
 size_t EditDistance(absl::string_view a, absl::string_view b) {
@@ -49,9 +57,12 @@ std::string UnknownKeyMessage(absl::string_view key, const Descriptor& schema) {
   std::vector<std::string> names;
   std::string closest;
   size_t best = 3;  // Suggest only names within two edits.
+  // A long key is no typo of a field name; and edit distances are quadratic.
+  const bool suggest = key.size() <= 64;
   for (int i = 0; i < schema.field_count(); ++i) {
     const std::string& name = schema.field(i)->name();
     names.push_back(name);
+    if (!suggest) continue;
     const std::string lower = absl::AsciiStrToLower(key);
     // A name that one is a prefix of ("trainer_config" for "trainer") counts as one edit away.
     const bool prefix = name.size() >= 3 && (absl::StartsWith(lower, name) ||
@@ -77,10 +88,10 @@ const FieldDescriptor* FindField(const Descriptor& schema, const std::string& ke
   return nullptr;
 }
 
+// Never throws: bytes that are not UTF-8 are replaced rather than refused by the writer.
 std::string Describe(const nlohmann::json& value) {
-  std::string text = value.dump();
-  if (text.size() > 60) text = text.substr(0, 57) + "...";
-  return text;
+  return SanitizeForDisplay(
+      value.dump(-1, ' ', /*ensure_ascii=*/false, nlohmann::json::error_handler_t::replace), 60);
 }
 
 // A scalar as text: YAML scalars arrive as strings, JSON ones as numbers or booleans.
@@ -126,6 +137,11 @@ class SchemaWalker {
     if (!field.is_repeated()) return Single(value, field, path);
     // A single value where a list is expected is read as a list of one (train_files: a.jsonl).
     const nlohmann::json items = value.is_array() ? value : nlohmann::json::array({value});
+    if (items.size() > kMaxListItems) {
+      errors_->Add(path, absl::StrCat("has ", items.size(), " items; at most ", kMaxListItems,
+                                      " are accepted"));
+      return nlohmann::json::value_t::discarded;
+    }
     nlohmann::json out = nlohmann::json::array();
     for (size_t i = 0; i < items.size(); ++i) {
       nlohmann::json item = Single(items[i], field, absl::StrCat(path, "[", i, "]"));
@@ -151,7 +167,7 @@ class SchemaWalker {
           errors_->Add(path, absl::StrCat("expected a string, got ", Describe(value)));
           return discarded;
         }
-        return text;
+        return String(std::move(text), path);
       case FieldDescriptor::CPPTYPE_BOOL: {
         if (value.is_boolean()) return value;
         if (ScalarText(value, &text)) {
@@ -170,13 +186,22 @@ class SchemaWalker {
       case FieldDescriptor::CPPTYPE_DOUBLE:
       case FieldDescriptor::CPPTYPE_FLOAT: {
         double number = 0;
-        if (value.is_number()) return value.get<double>();
-        if (value.is_string() && absl::SimpleAtod(value.get<std::string>(), &number) &&
-            std::isfinite(number)) {
-          return number;
+        const bool parsed =
+            value.is_number()
+                ? (number = value.get<double>(), true)
+                : value.is_string() && absl::SimpleAtod(value.get<std::string>(), &number);
+        if (!parsed) {
+          errors_->Add(path, absl::StrCat("expected a number, got ", Describe(value)));
+          return discarded;
         }
-        errors_->Add(path, absl::StrCat("expected a number, got ", Describe(value)));
-        return discarded;
+        const double limit = field.cpp_type() == FieldDescriptor::CPPTYPE_FLOAT
+                                 ? std::numeric_limits<float>::max()
+                                 : std::numeric_limits<double>::max();
+        if (!std::isfinite(number) || std::fabs(number) > limit) {
+          errors_->Add(path, absl::StrCat(Describe(value), " is not a finite number"));
+          return discarded;
+        }
+        return number;
       }
       case FieldDescriptor::CPPTYPE_ENUM:
         return Enum(value, *field.enum_type(), path);
@@ -189,15 +214,30 @@ class SchemaWalker {
                          const std::string& path) {
     int64_t number = 0;
     bool parsed = false;
-    if (value.is_number_integer()) {
+    bool too_large = false;
+    if (value.is_number_unsigned()) {
+      // get<int64_t> would wrap values past int64 around to negative numbers.
+      const uint64_t unsigned_number = value.get<uint64_t>();
+      too_large = unsigned_number > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+      number = static_cast<int64_t>(unsigned_number);
+      parsed = !too_large;
+    } else if (value.is_number_integer()) {
       number = value.get<int64_t>();
       parsed = true;
     } else if (value.is_number_float()) {
       double d = value.get<double>();
       parsed = std::floor(d) == d && std::fabs(d) < 9e18;
-      number = static_cast<int64_t>(d);
+      too_large = std::floor(d) == d && !parsed;
+      if (parsed) number = static_cast<int64_t>(d);
     } else if (value.is_string()) {
       parsed = absl::SimpleAtoi(value.get<std::string>(), &number);
+      double d = 0;
+      too_large = !parsed && absl::SimpleAtod(value.get<std::string>(), &d) &&
+                  std::floor(d) == d && std::fabs(d) >= 9e18;
+    }
+    if (too_large) {
+      errors_->Add(path, absl::StrCat(Describe(value), " is out of range"));
+      return nlohmann::json::value_t::discarded;
     }
     if (!parsed) {
       errors_->Add(path, absl::StrCat("expected a whole number, got ", Describe(value)));
@@ -218,6 +258,24 @@ class SchemaWalker {
       return nlohmann::json::value_t::discarded;
     }
     return number;
+  }
+
+  nlohmann::json String(std::string text, const std::string& path) {
+    if (text.size() > kMaxStringBytes) {
+      errors_->Add(path, absl::StrCat("is ", text.size(), " bytes long; at most ", kMaxStringBytes,
+                                      " are accepted"));
+      return nlohmann::json::value_t::discarded;
+    }
+    if (!IsValidUtf8(text)) {
+      errors_->Add(path, "is not valid UTF-8");
+      return nlohmann::json::value_t::discarded;
+    }
+    if (const int control = FirstControlCharacter(text); control >= 0) {
+      errors_->Add(path, absl::StrFormat("contains the control character U+%04X; remove it",
+                                         control));
+      return nlohmann::json::value_t::discarded;
+    }
+    return text;
   }
 
   nlohmann::json Enum(const nlohmann::json& value, const EnumDescriptor& type,

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -36,7 +37,17 @@ char SeverityLetter(Severity severity) {
   return '?';
 }
 
+thread_local LogContext t_context;
+
 }  // namespace
+
+ScopedLogContext::ScopedLogContext(LogContext context) : previous_(std::move(t_context)) {
+  t_context = std::move(context);
+}
+
+ScopedLogContext::~ScopedLogContext() { t_context = std::move(previous_); }
+
+const LogContext& CurrentLogContext() { return t_context; }
 
 void SetMinSeverity(Severity severity) { g_min_severity = static_cast<int>(severity); }
 Severity MinSeverity() { return static_cast<Severity>(g_min_severity.load()); }
@@ -66,6 +77,18 @@ LogLine::LogLine(Severity severity, const char* file, int line) : severity_(seve
   stream_ << SeverityLetter(severity) << ' '
           << absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()) << ' '
           << process << ' ' << (base ? base + 1 : file) << ':' << line << "] ";
+  const LogContext& context = t_context;
+  if (!context.job.empty() || !context.role.empty() || context.rank >= 0 || context.step >= 0) {
+    std::string fields;
+    const auto add = [&fields](absl::string_view name, const std::string& value) {
+      absl::StrAppend(&fields, fields.empty() ? "" : " ", name, "=", value);
+    };
+    if (!context.job.empty()) add("job", context.job);
+    if (!context.role.empty()) add("role", context.role);
+    if (context.rank >= 0) add("rank", std::to_string(context.rank));
+    if (context.step >= 0) add("step", std::to_string(context.step));
+    stream_ << '[' << fields << "] ";
+  }
 }
 
 LogLine::~LogLine() {

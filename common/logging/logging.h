@@ -1,5 +1,7 @@
-// The logging facade of every rlhfd process: leveled, timestamped lines on stderr with optional
-// structured fields (job, role, rank, step), and a rate-limited variant for hot loops.
+// The logging facade of every rlhfd process: leveled, timestamped lines on stderr with the
+// structured fields (job, role, rank, step) of the work in hand, and a rate-limited variant for
+// hot loops. The macros are RLOG / RLOG_EVERY_N_SEC, not LOG: LibTorch defines its own LOG, and
+// worker files include both.
 #pragma once
 
 #include <atomic>
@@ -19,6 +21,31 @@ Severity MinSeverity();
 bool ParseSeverity(absl::string_view text, Severity* severity);
 // Name of this process in every line, e.g. "controller" or "worker/host-cuda0".
 void SetProcessName(std::string name);
+
+// The work a thread is doing, printed in each of its lines as "[job=job-3 role=actor rank=1
+// step=7]"; empty fields are left out.
+struct LogContext {
+  std::string job;
+  std::string role;
+  int rank = -1;
+  int64_t step = -1;
+};
+
+// Sets this thread's context for its lifetime and restores the previous one after, so a task
+// or an RPC handler names its job in every line it logs.
+class ScopedLogContext {
+ public:
+  explicit ScopedLogContext(LogContext context);
+  ~ScopedLogContext();
+  ScopedLogContext(const ScopedLogContext&) = delete;
+  ScopedLogContext& operator=(const ScopedLogContext&) = delete;
+
+ private:
+  LogContext previous_;
+};
+
+// This thread's current context.
+const LogContext& CurrentLogContext();
 
 // Collects one line and writes it atomically on destruction.
 class LogLine {
@@ -54,15 +81,15 @@ bool ShouldLogEvery(std::atomic<int64_t>* last_ns, double seconds);
 #define RLHFD_LOG_SEVERITY_WARNING ::rlhfd::logging::Severity::kWarning
 #define RLHFD_LOG_SEVERITY_ERROR ::rlhfd::logging::Severity::kError
 
-// LOG(INFO) << "worker " << id << " registered";
-#define LOG(level)                                                             \
+// RLOG(INFO) << "worker " << id << " registered";
+#define RLOG(level)                                                             \
   !(RLHFD_LOG_SEVERITY_##level >= ::rlhfd::logging::MinSeverity())             \
       ? (void)0                                                                \
       : ::rlhfd::logging::Voidify() &                                          \
             ::rlhfd::logging::LogLine(RLHFD_LOG_SEVERITY_##level, __FILE__, __LINE__)
 
 // At most one line per `seconds` from this call site (each expansion has its own state).
-#define LOG_EVERY_N_SEC(level, seconds)                                                    \
+#define RLOG_EVERY_N_SEC(level, seconds)                                                    \
   !(RLHFD_LOG_SEVERITY_##level >= ::rlhfd::logging::MinSeverity() &&                       \
     ::rlhfd::logging::ShouldLogEvery(                                                      \
         &[]() -> std::atomic<int64_t>& {                                                   \

@@ -2,6 +2,7 @@
 #include "common/rpc/grpc_options.h"
 
 #include <grpcpp/create_channel.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/support/channel_arguments.h>
 
 #include "absl/strings/str_cat.h"
@@ -51,8 +52,11 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 }
 
 void ApplyServerOptions(const RpcOptions& options, grpc::ServerBuilder* builder) {
-  builder->SetMaxReceiveMessageSize(options.max_message_bytes);
-  builder->SetMaxSendMessageSize(options.max_message_bytes);
+  builder->SetMaxReceiveMessageSize(options.max_request_bytes);
+  builder->SetMaxSendMessageSize(options.max_reply_bytes);
+  grpc::ResourceQuota quota("rlhfd-server");
+  quota.Resize(static_cast<size_t>(options.server_memory_bytes));
+  builder->SetResourceQuota(quota);
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, options.keepalive_time_ms);
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, options.keepalive_timeout_ms);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
@@ -82,8 +86,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& ta
     credentials = grpc::InsecureChannelCredentials();
   }
   grpc::ChannelArguments arguments;
-  arguments.SetMaxReceiveMessageSize(options.max_message_bytes);
-  arguments.SetMaxSendMessageSize(options.max_message_bytes);
+  arguments.SetMaxReceiveMessageSize(options.max_reply_bytes);
+  arguments.SetMaxSendMessageSize(options.max_request_bytes);
   arguments.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, options.keepalive_time_ms);
   arguments.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, options.keepalive_timeout_ms);
   arguments.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);

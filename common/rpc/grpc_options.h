@@ -2,6 +2,7 @@
 // servers and clients of all three programs are configured the same way.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -22,8 +23,14 @@ struct RpcOptions {
   std::string tls_ca_file;
   // Server only: demand and verify client certificates against tls_ca_file.
   bool tls_require_client_cert = false;
-  // Largest message either way.
-  int max_message_bytes = 256 << 20;
+  // Largest request a server reads (and a client sends). Messages are read before their token
+  // is checked, so this bounds what an unauthenticated peer can make a server hold; a
+  // control-plane request is at most a 1 MiB config.
+  int max_request_bytes = 4 << 20;
+  // Largest reply a server sends (and a client reads): job and worker lists.
+  int max_reply_bytes = 64 << 20;
+  // Memory a server's gRPC core may use for all its connections and calls together.
+  int64_t server_memory_bytes = int64_t{1} << 30;
   // Keepalive pings on idle connections, so a dead peer is noticed.
   int keepalive_time_ms = 30'000;
   int keepalive_timeout_ms = 10'000;

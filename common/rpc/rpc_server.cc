@@ -4,6 +4,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/server_builder.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "common/util/files.h"
@@ -38,6 +39,11 @@ void RpcServer::Shutdown(absl::Duration deadline) {
   shut_down_ = true;
   server_->Shutdown(absl::ToChronoTime(absl::Now() + deadline));
   server_->Wait();
+}
+
+bool IsLoopbackAddress(const std::string& address) {
+  const std::string host = address.substr(0, address.rfind(':'));
+  return host == "localhost" || host == "[::1]" || absl::StartsWith(host, "127.");
 }
 
 absl::Status WritePortFile(const std::string& path, int port) {

@@ -40,6 +40,9 @@ class RpcServer {
   bool shut_down_ = false;
 };
 
+// Whether `address` (host:port) binds loopback only: 127.x.x.x, [::1] or localhost.
+bool IsLoopbackAddress(const std::string& address);
+
 // Writes `port` to `path` atomically, so a supervisor or test can find a server started on
 // port 0.
 absl::Status WritePortFile(const std::string& path, int port);

@@ -1,13 +1,15 @@
 // Implementation of EventLoop on one std::thread and a time-ordered task map.
 #include "common/util/event_loop.h"
 
+#include <exception>
 #include <memory>
 
 #include "absl/time/clock.h"
+#include "common/logging/logging.h"
 
 namespace rlhfd {
 
-EventLoop::EventLoop() : thread_([this] { Run(); }) {}
+EventLoop::EventLoop() : thread_([this] { Run(); }) { thread_id_ = thread_.get_id(); }
 
 EventLoop::~EventLoop() { Stop(); }
 
@@ -28,20 +30,31 @@ void EventLoop::PostEvery(absl::Duration period, Task task) {
   auto repeat = std::make_shared<Task>();
   std::weak_ptr<Task> weak_repeat = repeat;
   *repeat = [this, period, shared, weak_repeat] {
-    (*shared)();
+    // Re-posted first, so a repetition that throws does not end the repeating.
     if (auto self = weak_repeat.lock()) PostAfter(period, [self] { (*self)(); });
+    (*shared)();
   };
   PostAfter(period, [repeat] { (*repeat)(); });
 }
 
-void EventLoop::Stop() {
+void EventLoop::Stop() { StopWithin(absl::InfiniteDuration()); }
+
+bool EventLoop::StopWithin(absl::Duration timeout) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_ && !thread_.joinable()) return;
+    std::unique_lock<std::mutex> lock(mutex_);
     stopping_ = true;
+    wake_.notify_one();
+    if (!thread_.joinable() || InLoopThread()) return true;
+    const auto exited = [this] { return exited_; };
+    if (timeout == absl::InfiniteDuration()) {
+      exited_cv_.wait(lock, exited);  // wait_for(max) would overflow the clock.
+    } else if (!exited_cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), exited)) {
+      thread_.detach();
+      return false;
+    }
   }
-  wake_.notify_one();
-  if (thread_.joinable() && !InLoopThread()) thread_.join();
+  thread_.join();
+  return true;
 }
 
 void EventLoop::Run() {
@@ -61,11 +74,20 @@ void EventLoop::Run() {
     Task task = std::move(first->second);
     tasks_.erase(first);
     lock.unlock();
-    task();
+    // No exception may end the loop (and with it the daemon): a task's failure is its own.
+    try {
+      task();
+    } catch (const std::exception& error) {
+      RLOG(ERROR) << "event loop task threw: " << error.what();
+    } catch (...) {
+      RLOG(ERROR) << "event loop task threw a non-standard exception";
+    }
     task = nullptr;  // Destroy captures outside the lock.
     lock.lock();
   }
   tasks_.clear();
+  exited_ = true;
+  exited_cv_.notify_all();
 }
 
 }  // namespace rlhfd

@@ -24,7 +24,8 @@ class EventLoop {
   EventLoop(const EventLoop&) = delete;
   EventLoop& operator=(const EventLoop&) = delete;
 
-  // Runs `task` on the loop thread after all tasks posted before it. Safe from any thread.
+  // Runs `task` on the loop thread after all tasks posted before it. Safe from any thread. A task
+  // that throws is logged and the loop goes on.
   void Post(Task task);
   // Runs `task` on the loop thread once `delay` has passed.
   void PostAfter(absl::Duration delay, Task task);
@@ -32,19 +33,26 @@ class EventLoop {
   void PostEvery(absl::Duration period, Task task);
   // Finishes the task in hand and joins the thread; later posts are ignored. Idempotent.
   void Stop();
+  // As Stop, but waits at most `timeout` for the task in hand. False when it is still running:
+  // the thread is then left behind, and the caller must end the process rather than destroy
+  // what the task uses.
+  bool StopWithin(absl::Duration timeout);
 
-  bool InLoopThread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  bool InLoopThread() const { return std::this_thread::get_id() == thread_id_; }
 
  private:
   void Run();
 
   std::mutex mutex_;
   std::condition_variable wake_;
+  std::condition_variable exited_cv_;
   // Due time → task; the sequence number keeps equal due times in posting order.
   std::map<std::pair<absl::Time, uint64_t>, Task> tasks_;
   uint64_t next_sequence_ = 0;
   bool stopping_ = false;
+  bool exited_ = false;
   std::thread thread_;
+  std::thread::id thread_id_;
 };
 
 }  // namespace rlhfd

@@ -113,6 +113,29 @@ absl::Status MakeDirectories(const std::string& path, int mode) {
   return absl::OkStatus();
 }
 
+absl::Status MakePrivateDirectory(const std::string& path) {
+  if (absl::Status made = MakeDirectories(path, 0700); !made.ok()) return made;
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, "cannot stat", path);
+  if ((st.st_mode & 0077) != 0 && ::chmod(path.c_str(), 0700) != 0) {
+    return ErrnoStatus(errno, "cannot make private (chmod 0700)", path);
+  }
+  return absl::OkStatus();
+}
+
+int RemoveStaleTemporaries(const std::string& dir) {
+  auto names = ListDirectory(dir);
+  if (!names.ok()) return 0;
+  int removed = 0;
+  for (const std::string& name : *names) {
+    if (name.size() > 1 && name[0] == '.' && name.find(".tmp.") != std::string::npos &&
+        ::unlink((dir + "/" + name).c_str()) == 0) {
+      ++removed;
+    }
+  }
+  return removed;
+}
+
 bool PathExists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;

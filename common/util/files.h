@@ -22,6 +22,14 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
 // Creates `path` and its parents if missing.
 absl::Status MakeDirectories(const std::string& path, int mode = 0755);
 
+// Creates `path` (and parents) if missing and makes it 0700: state directories hold tokens and
+// job files. An existing directory with wider permissions is tightened.
+absl::Status MakePrivateDirectory(const std::string& path);
+
+// Removes the temporary files WriteFileAtomically leaves in `dir` when a process dies between
+// creating and renaming one (".<name>.tmp.XXXXXX"); returns how many it removed.
+int RemoveStaleTemporaries(const std::string& dir);
+
 // These use POSIX calls, not std::filesystem: LibTorch's shared libraries export their own
 // std::filesystem symbols, which interpose on ours and crash in processes that link both.
 bool PathExists(const std::string& path);

@@ -26,6 +26,11 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
                                         v1::DrainWorkerReply* reply) override {
     return DispatchUnary(service_, context, request, reply, &Controller::DrainWorker);
   }
+  grpc::ServerUnaryReactor* UndrainWorker(grpc::CallbackServerContext* context,
+                                          const v1::UndrainWorkerRequest* request,
+                                          v1::UndrainWorkerReply* reply) override {
+    return DispatchUnary(service_, context, request, reply, &Controller::UndrainWorker);
+  }
 
  private:
   ServiceContext service_;

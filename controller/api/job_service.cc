@@ -5,10 +5,29 @@
 
 namespace rlhfd::controller {
 
+// The config is parsed and validated here on the RPC thread (bounded work that needs no
+// controller state), so a large config never holds up the loop; only storing it runs there.
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* context,
                                                     const v1::SubmitJobRequest* request,
                                                     v1::SubmitJobReply* reply) {
-  return DispatchUnary(service_, context, request, reply, &Controller::SubmitJob);
+  PendingUnary<v1::SubmitJobReply> call(reply);
+  auto done = call.completer();
+  if (grpc::Status auth = CheckToken(*context, service_.token); !auth.ok()) {
+    done.Finish(FromGrpcStatus(auth));
+    return call.reactor();
+  }
+  auto prepared = CatchAll<JobManager::Submission>(
+      "SubmitJob", [&] { return JobManager::Prepare(*request); });
+  if (!prepared.ok()) {
+    done.Finish(prepared.status());
+    return call.reactor();
+  }
+  Controller* controller = service_.controller;
+  service_.loop->Post([controller, submission = *std::move(prepared), done]() mutable {
+    done.Finish(CatchAll<v1::SubmitJobReply>(
+        "SubmitJob", [&] { return controller->SubmitPrepared(std::move(submission)); }));
+  });
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
@@ -31,7 +50,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
 
 grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(
     grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
-  return new JobWatchReactor(service_, *context, *request);  // Deletes itself in OnDone.
+  return new JobWatchReactor(service_, watches_, *context, *request);  // Deletes itself in OnDone.
 }
 
 }  // namespace rlhfd::controller

@@ -1,6 +1,9 @@
 // gRPC adapter of the public JobService onto Controller.
 #pragma once
 
+#include <memory>
+
+#include "controller/api/job_watch_reactor.h"
 #include "controller/api/service_context.h"
 #include "rlhfd/v1/job_service.grpc.pb.h"
 
@@ -8,7 +11,11 @@ namespace rlhfd::controller {
 
 class JobServiceImpl final : public v1::JobService::CallbackService {
  public:
-  explicit JobServiceImpl(ServiceContext service) : service_(std::move(service)) {}
+  explicit JobServiceImpl(ServiceContext service)
+      : service_(std::move(service)), watches_(std::make_shared<JobWatchReactor::Registry>()) {}
+
+  // Ends every WatchJob stream now and refuses new ones: the first step of a shutdown.
+  void EndWatches() { watches_->EndAll(); }
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const v1::SubmitJobRequest* request,
@@ -27,6 +34,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
 
  private:
   ServiceContext service_;
+  std::shared_ptr<JobWatchReactor::Registry> watches_;
 };
 
 }  // namespace rlhfd::controller

@@ -3,13 +3,50 @@
 
 namespace rlhfd::controller {
 
-JobWatchReactor::JobWatchReactor(ServiceContext service, const grpc::CallbackServerContext& context,
+namespace {
+
+const grpc::Status& ShuttingDown() {
+  static const grpc::Status status(grpc::StatusCode::UNAVAILABLE,
+                                   "the controller is shutting down; watch again once it is back");
+  return status;
+}
+
+}  // namespace
+
+void JobWatchReactor::Registry::EndAll() {
+  std::set<std::shared_ptr<Stream>> streams;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ended_ = true;
+    streams.swap(streams_);
+  }
+  for (const std::shared_ptr<Stream>& stream : streams) {
+    std::lock_guard<std::recursive_mutex> lock(stream->mutex);
+    FinishLocked(*stream, ShuttingDown());
+  }
+}
+
+JobWatchReactor::JobWatchReactor(ServiceContext service, std::shared_ptr<Registry> registry,
+                                 const grpc::CallbackServerContext& context,
                                  const v1::WatchJobRequest& request)
-    : service_(std::move(service)), stream_(std::make_shared<Stream>()) {
+    : service_(std::move(service)),
+      registry_(std::move(registry)),
+      stream_(std::make_shared<Stream>()) {
   stream_->reactor = this;
   if (grpc::Status auth = CheckToken(context, service_.token); !auth.ok()) {
     std::lock_guard<std::recursive_mutex> lock(stream_->mutex);
     FinishLocked(*stream_, auth);
+    return;
+  }
+  bool ended;
+  {
+    std::lock_guard<std::mutex> lock(registry_->mutex_);
+    ended = registry_->ended_;
+    if (!ended) registry_->streams_.insert(stream_);
+  }
+  if (ended) {
+    std::lock_guard<std::recursive_mutex> lock(stream_->mutex);
+    FinishLocked(*stream_, ShuttingDown());
     return;
   }
   std::shared_ptr<Stream> stream = stream_;
@@ -66,6 +103,10 @@ void JobWatchReactor::FinishLocked(Stream& stream, const grpc::Status& status) {
 
 void JobWatchReactor::OnDone() {
   std::shared_ptr<Stream> stream = stream_;
+  {
+    std::lock_guard<std::mutex> lock(registry_->mutex_);
+    registry_->streams_.erase(stream);
+  }
   {
     std::lock_guard<std::recursive_mutex> lock(stream->mutex);
     stream->reactor = nullptr;

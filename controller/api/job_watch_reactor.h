@@ -5,6 +5,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <set>
 
 #include <grpcpp/support/server_callback.h>
 
@@ -14,9 +15,25 @@
 namespace rlhfd::controller {
 
 class JobWatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
+  struct Stream;
+
  public:
-  JobWatchReactor(ServiceContext service, const grpc::CallbackServerContext& context,
-                  const v1::WatchJobRequest& request);
+  // The open watch streams, so a shutdown can end them at once instead of waiting out its
+  // deadline for streams that would never end by themselves.
+  class Registry {
+   public:
+    // Ends every open stream with UNAVAILABLE, and every later one as it starts.
+    void EndAll();
+
+   private:
+    friend class JobWatchReactor;
+    std::mutex mutex_;
+    bool ended_ = false;
+    std::set<std::shared_ptr<Stream>> streams_;
+  };
+
+  JobWatchReactor(ServiceContext service, std::shared_ptr<Registry> registry,
+                  const grpc::CallbackServerContext& context, const v1::WatchJobRequest& request);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -41,6 +58,7 @@ class JobWatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
   static void FinishLocked(Stream& stream, const grpc::Status& status);
 
   ServiceContext service_;
+  std::shared_ptr<Registry> registry_;
   std::shared_ptr<Stream> stream_;
 };
 

@@ -44,7 +44,8 @@ Commands:
   status JOB       show one job
   cancel JOB       cancel a job
   watch JOB        follow a job's events until it ends
-  drain WORKER     send a worker no new work
+  drain WORKER     send a worker no new work (lasts across restarts)
+  undrain WORKER   lift a drain: the worker takes new work again
 
 Flags: --controller=HOST:PORT --token_file=FILE (or $RLHFD_TOKEN) --json --timeout=10s
 )";
@@ -294,19 +295,33 @@ int Watch(Client& client, const std::string& job_id) {
   return kExitOk;
 }
 
-int Drain(Client& client, const std::string& worker_id) {
-  v1::DrainWorkerRequest request;
-  request.set_worker_id(worker_id);
+// drain and undrain: the same call shape on two RPCs.
+int SetDrained(Client& client, const std::string& worker_id, bool drained) {
   grpc::ClientContext context;
   client.Prepare(&context);
-  v1::DrainWorkerReply reply;
-  if (auto status = client.cluster().DrainWorker(&context, request, &reply); !status.ok()) {
-    return Fail(status);
-  }
-  if (absl::GetFlag(FLAGS_json)) {
-    std::cout << ToJson(reply) << "\n";
+  v1::Worker worker;
+  std::string json;
+  grpc::Status status;
+  if (drained) {
+    v1::DrainWorkerRequest request;
+    request.set_worker_id(worker_id);
+    v1::DrainWorkerReply reply;
+    status = client.cluster().DrainWorker(&context, request, &reply);
+    worker = reply.worker();
+    json = ToJson(reply);
   } else {
-    std::cout << "draining " << reply.worker().worker_id() << "\n";
+    v1::UndrainWorkerRequest request;
+    request.set_worker_id(worker_id);
+    v1::UndrainWorkerReply reply;
+    status = client.cluster().UndrainWorker(&context, request, &reply);
+    worker = reply.worker();
+    json = ToJson(reply);
+  }
+  if (!status.ok()) return Fail(status);
+  if (absl::GetFlag(FLAGS_json)) {
+    std::cout << json << "\n";
+  } else {
+    std::cout << (drained ? "draining " : "undrained ") << worker.worker_id() << "\n";
   }
   return kExitOk;
 }
@@ -315,7 +330,7 @@ int Run(const std::vector<char*>& args) {
   // Command → number of arguments it takes.
   static const std::map<std::string, size_t> kCommands = {
       {"workers", 0}, {"cluster", 0}, {"jobs", 0},  {"submit", 1},
-      {"status", 1},  {"cancel", 1},  {"watch", 1}, {"drain", 1}};
+      {"status", 1},  {"cancel", 1},  {"watch", 1}, {"drain", 1}, {"undrain", 1}};
   if (args.size() < 2) {
     std::cerr << kUsage;
     return kExitUsage;
@@ -348,7 +363,7 @@ int Run(const std::vector<char*>& args) {
   if (command == "status") return Status(client, args[2]);
   if (command == "cancel") return Cancel(client, args[2]);
   if (command == "watch") return Watch(client, args[2]);
-  return Drain(client, args[2]);
+  return SetDrained(client, args[2], /*drained=*/command == "drain");
 }
 
 }  // namespace

@@ -8,17 +8,19 @@
 #include "common/config/job_config.h"
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
+#include "common/util/text.h"
 
 namespace rlhfd::controller {
 namespace {
 
-constexpr char kJobPrefix[] = "job-";
 // A config larger than this is not a config.
 constexpr size_t kMaxConfigBytes = 1 << 20;
+// Config names are file names, shown in every error and kept with the job.
+constexpr size_t kMaxConfigNameBytes = 256;
 
-bool ParseJobNumber(const std::string& job_id, int64_t* number) {
-  return job_id.rfind(kJobPrefix, 0) == 0 &&
-         absl::SimpleAtoi(job_id.substr(sizeof(kJobPrefix) - 1), number) && *number > 0;
+std::string NoSuchJob(const std::string& job_id) {
+  return absl::StrCat("no job '", SanitizeForDisplay(job_id, 64),
+                      "'; job ids look like job-12 (see `rlhfctl jobs`)");
 }
 
 v1::JobEvent StateEvent(const v1::Job& job) {
@@ -35,14 +37,9 @@ v1::JobEvent StateEvent(const v1::Job& job) {
 JobManager::JobManager(JobStore store) : store_(std::move(store)) {
   for (v1::Job& job : store_.LoadAll()) {
     int64_t number = 0;
-    if (!ParseJobNumber(job.job_id(), &number)) {
-      LOG(ERROR) << "job store: ignoring job with malformed id '" << job.job_id() << "'";
-      continue;
-    }
-    next_job_number_ = std::max(next_job_number_, number + 1);
-    jobs_.emplace(number, std::move(job));
+    if (ParseJobId(job.job_id(), &number)) jobs_.emplace(number, std::move(job));
   }
-  if (!jobs_.empty()) LOG(INFO) << "job store: loaded " << jobs_.size() << " jobs";
+  if (!jobs_.empty()) RLOG(INFO) << "job store: loaded " << jobs_.size() << " jobs";
 }
 
 bool JobManager::IsTerminal(v1::JobState state) {
@@ -50,11 +47,28 @@ bool JobManager::IsTerminal(v1::JobState state) {
          state == v1::JOB_STATE_CANCELLED;
 }
 
-absl::StatusOr<v1::Job> JobManager::Submit(const v1::SubmitJobRequest& request, int64_t now_ms) {
-  const std::string source = request.config_name().empty() ? "request" : request.config_name();
+absl::StatusOr<JobManager::Submission> JobManager::Prepare(const v1::SubmitJobRequest& request) {
+  if (request.config_name().size() > kMaxConfigNameBytes ||
+      !IsValidUtf8(request.config_name()) || FirstControlCharacter(request.config_name()) >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config_name must be a file name of at most ", kMaxConfigNameBytes,
+        " bytes of UTF-8 without control characters (got ", request.config_name().size(),
+        " bytes: '", SanitizeForDisplay(request.config_name(), 64), "')"));
+  }
+  Submission submission;
+  submission.source = request.config_name().empty() ? "request" : request.config_name();
+  const std::string& source = submission.source;
   if (request.config_text().size() > kMaxConfigBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": config is ",
+                                                   request.config_text().size(),
+                                                   " bytes; at most ", kMaxConfigBytes));
+  }
+  if (!request.config_text().empty() && request.has_spec()) {
+    return absl::InvalidArgumentError("SubmitJob takes config_text or spec, not both");
+  }
+  if (request.has_spec() && request.spec().ByteSizeLong() > kMaxConfigBytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat(source, ": config is larger than ", kMaxConfigBytes, " bytes"));
+        absl::StrCat(source, ": spec is larger than ", kMaxConfigBytes, " bytes"));
   }
   absl::StatusOr<v1::JobSpec> spec =
       !request.config_text().empty() ? config::ParseJobSpec(request.config_text(), source)
@@ -62,29 +76,38 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::SubmitJobRequest& request, 
                                      : absl::InvalidArgumentError(
                                  "SubmitJob needs config_text (a YAML/JSON config) or spec");
   if (!spec.ok()) {
-    LOG(INFO) << "job refused: " << spec.status().message();
+    RLOG(INFO) << "job refused: " << SanitizeForDisplay(spec.status().message(), 500);
     return spec.status();
   }
+  submission.spec = *std::move(spec);
+  return submission;
+}
 
+absl::StatusOr<v1::Job> JobManager::Submit(const v1::SubmitJobRequest& request, int64_t now_ms) {
+  ASSIGN_OR_RETURN(Submission submission, Prepare(request));
+  return Submit(std::move(submission), now_ms);
+}
+
+absl::StatusOr<v1::Job> JobManager::Submit(Submission submission, int64_t now_ms) {
+  ASSIGN_OR_RETURN(const int64_t number, store_.ReserveJobNumber());
   v1::Job job;
-  const int64_t number = next_job_number_;
-  job.set_job_id(absl::StrCat(kJobPrefix, number));
-  *job.mutable_spec() = *std::move(spec);
-  job.set_source(source);
+  job.set_job_id(JobId(number));
+  *job.mutable_spec() = std::move(submission.spec);
+  job.set_source(std::move(submission.source));
   job.set_submit_time_ms(now_ms);
   // A valid submission is queued at once; placement arrives with the scheduler.
   job.set_state(v1::JOB_STATE_QUEUED);
   job.set_message("waiting for placement");
   job.set_update_time_ms(now_ms);
   RETURN_IF_ERROR(store_.Put(job));
-  ++next_job_number_;
-  LOG(INFO) << "job " << job.job_id() << " (" << job.spec().name() << ") queued from " << source;
+  RLOG(INFO) << "job " << job.job_id() << " (" << job.spec().name() << ") queued from "
+            << job.source();
   return jobs_.emplace(number, std::move(job)).first->second;
 }
 
 const v1::Job* JobManager::Find(const std::string& job_id) const {
   int64_t number = 0;
-  if (!ParseJobNumber(job_id, &number)) return nullptr;
+  if (!ParseJobId(job_id, &number)) return nullptr;
   auto it = jobs_.find(number);
   return it == jobs_.end() ? nullptr : &it->second;
 }
@@ -92,7 +115,7 @@ const v1::Job* JobManager::Find(const std::string& job_id) const {
 absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
   const v1::Job* job = Find(job_id);
   if (job == nullptr) {
-    return absl::NotFoundError(absl::StrCat("no job '", job_id, "'; see `rlhfctl jobs`"));
+    return absl::NotFoundError(NoSuchJob(job_id));
   }
   return *job;
 }
@@ -110,7 +133,7 @@ std::vector<v1::Job> JobManager::List(const std::vector<v1::JobState>& states) c
 absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, int64_t now_ms) {
   v1::Job* job = const_cast<v1::Job*>(Find(job_id));
   if (job == nullptr) {
-    return absl::NotFoundError(absl::StrCat("no job '", job_id, "'; see `rlhfctl jobs`"));
+    return absl::NotFoundError(NoSuchJob(job_id));
   }
   if (IsTerminal(job->state())) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -128,7 +151,7 @@ absl::Status JobManager::Transition(v1::Job* job, v1::JobState state, const std:
   updated.set_update_time_ms(now_ms);
   RETURN_IF_ERROR(store_.Put(updated));
   *job = std::move(updated);
-  LOG(INFO) << "job " << job->job_id() << " -> " << v1::JobState_Name(state) << ": " << message;
+  RLOG(INFO) << "job " << job->job_id() << " -> " << v1::JobState_Name(state) << ": " << message;
   const v1::JobEvent event = StateEvent(*job);
   // A sink may Unwatch while we iterate; copy the matching sinks first.
   std::vector<EventSink> sinks;
@@ -142,7 +165,7 @@ absl::Status JobManager::Transition(v1::Job* job, v1::JobState state, const std:
 absl::StatusOr<int64_t> JobManager::Watch(const std::string& job_id, EventSink sink) {
   const v1::Job* job = Find(job_id);
   if (job == nullptr) {
-    return absl::NotFoundError(absl::StrCat("no job '", job_id, "'; see `rlhfctl jobs`"));
+    return absl::NotFoundError(NoSuchJob(job_id));
   }
   sink(StateEvent(*job));
   const int64_t subscription = next_subscription_++;

@@ -23,8 +23,19 @@ class JobManager {
   // Loads every job the store holds.
   explicit JobManager(JobStore store);
 
-  // Validates the config (text or spec), stores the job and queues it. INVALID_ARGUMENT lists
-  // each problem with its file and key; the job is not created.
+  // A submission checked and parsed: bounded work that needs none of the manager's state, so it
+  // runs on the calling RPC thread and never stalls the event loop.
+  struct Submission {
+    v1::JobSpec spec;
+    std::string source;
+  };
+  // Checks the request's fields and parses and validates the config (text or spec).
+  // INVALID_ARGUMENT lists each problem with its file and key. Thread-safe.
+  static absl::StatusOr<Submission> Prepare(const v1::SubmitJobRequest& request);
+
+  // Stores the job and queues it.
+  absl::StatusOr<v1::Job> Submit(Submission submission, int64_t now_ms);
+  // Prepare, then Submit.
   absl::StatusOr<v1::Job> Submit(const v1::SubmitJobRequest& request, int64_t now_ms);
 
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
@@ -59,7 +70,6 @@ class JobManager {
   JobStore store_;
   // Keyed by the number in "job-<n>", so iteration is submission order.
   std::map<int64_t, v1::Job> jobs_;
-  int64_t next_job_number_ = 1;
   std::map<int64_t, Watcher> watchers_;
   int64_t next_subscription_ = 1;
 };

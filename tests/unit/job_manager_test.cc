@@ -130,6 +130,7 @@ TEST_CASE("cluster summary counts workers and jobs", "[jobs]") {
   gpu.set_worker_id("gpu0");
   gpu.set_address("h:1");
   gpu.mutable_capacity()->set_device_kind(v1::DEVICE_KIND_CUDA);
+  gpu.mutable_capacity()->set_compute_capability("9.0");
   REQUIRE(controller->RegisterWorker(gpu).ok());
   REQUIRE(controller->SubmitJob(FromFile("tiny-cpu-demo.yaml")).ok());
   auto cluster = controller->GetCluster({});

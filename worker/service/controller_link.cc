@@ -4,6 +4,9 @@
 #include <grpcpp/client_context.h>
 
 #include <algorithm>
+#include <random>
+
+#include "absl/strings/str_format.h"
 
 #include "common/logging/logging.h"
 #include "common/rpc/auth.h"
@@ -11,9 +14,22 @@
 
 namespace rlhfd::worker {
 
+namespace {
+
+// Tells this process apart from another that registers under the same worker id.
+std::string NewInstanceId() {
+  std::random_device random;
+  return absl::StrFormat("%08x%08x%08x", random(), random(), random());
+}
+
+}  // namespace
+
 ControllerLink::ControllerLink(std::shared_ptr<v1::WorkerRegistry::StubInterface> registry,
                                ControllerLinkOptions options, v1::WorkerCapacity capacity)
-    : registry_(std::move(registry)), options_(std::move(options)), capacity_(std::move(capacity)) {}
+    : registry_(std::move(registry)),
+      options_(std::move(options)),
+      capacity_(std::move(capacity)),
+      instance_id_(NewInstanceId()) {}
 
 ControllerLink::~ControllerLink() { Stop(); }
 
@@ -59,6 +75,7 @@ bool ControllerLink::RegisterWithBackoff(absl::Duration* heartbeat_interval) {
     *request.mutable_capacity() = capacity_;
     request.mutable_capacity()->set_memory_free_bytes(FreeDeviceMemory(capacity_));
     request.set_worker_version("0.1.0");
+    request.set_instance_id(instance_id_);
     v1::RegisterWorkerReply reply;
     grpc::ClientContext context;
     AttachToken(&context, options_.token);
@@ -71,16 +88,17 @@ bool ControllerLink::RegisterWithBackoff(absl::Duration* heartbeat_interval) {
         state_.incarnation = reply.incarnation();
       }
       *heartbeat_interval = absl::Milliseconds(std::max<int64_t>(reply.heartbeat_interval_ms(), 10));
-      LOG(INFO) << "registered as " << request.worker_id() << " (incarnation "
+      RLOG(INFO) << "registered as " << request.worker_id() << " (incarnation "
                 << reply.incarnation() << ", heartbeat every "
                 << absl::FormatDuration(*heartbeat_interval) << ")";
       return true;
     }
     if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
-        status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
-      LOG_EVERY_N_SEC(ERROR, 10) << "controller refused registration: " << status.error_message();
+        status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+        status.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
+      RLOG_EVERY_N_SEC(ERROR, 10) << "controller refused registration: " << status.error_message();
     } else {
-      LOG_EVERY_N_SEC(WARNING, 10) << "cannot register (" << status.error_message()
+      RLOG_EVERY_N_SEC(WARNING, 10) << "cannot register (" << status.error_message()
                                    << "); retrying with backoff";
     }
     if (!SleepFor(backoff)) return false;
@@ -106,12 +124,12 @@ void ControllerLink::Run() {
       if (status.ok()) continue;
       if (status.error_code() == grpc::StatusCode::NOT_FOUND ||
           status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
-        LOG(WARNING) << "controller no longer knows this worker (" << status.error_message()
+        RLOG(WARNING) << "controller no longer knows this worker (" << status.error_message()
                      << "); registering again";
         break;
       }
       // The controller may be restarting: keep heartbeating; it answers NOT_FOUND once back.
-      LOG_EVERY_N_SEC(WARNING, 10) << "heartbeat failed: " << status.error_message();
+      RLOG_EVERY_N_SEC(WARNING, 10) << "heartbeat failed: " << status.error_message();
     }
     std::lock_guard<std::mutex> lock(mutex_);
     state_.registered = false;

@@ -56,6 +56,7 @@ class ControllerLink {
   std::shared_ptr<v1::WorkerRegistry::StubInterface> registry_;
   ControllerLinkOptions options_;
   v1::WorkerCapacity capacity_;
+  const std::string instance_id_;
   std::string advertised_address_;
 
   mutable std::mutex mutex_;
