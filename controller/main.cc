@@ -1,5 +1,7 @@
 // rlhfd-controller: the composition root. Flags → options → controller state on an event loop →
 // gRPC services → serve until SIGTERM/SIGINT, then drain within --shutdown_deadline.
+#include <malloc.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -87,6 +89,9 @@ int Run() {
   }
   loop.PostEvery(options.liveness.heartbeat_interval / 2,
                  [&controller] { controller->SweepLiveness(); });
+  // gRPC frees what a burst of large requests took, but malloc keeps the pages; hand them back,
+  // so the daemon's footprint returns to its working size.
+  loop.PostEvery(absl::Seconds(1), [] { malloc_trim(0); });
   if (const std::string port_file = absl::GetFlag(FLAGS_port_file); !port_file.empty()) {
     if (auto written = WritePortFile(port_file, (*server)->port()); !written.ok()) {
       RLOG(ERROR) << written.message();

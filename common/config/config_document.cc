@@ -1,9 +1,13 @@
-// YAML (yaml-cpp) and JSON (nlohmann, through a bounded SAX builder) front ends of the config
-// loader.
+// YAML (yaml-cpp's event parser) and JSON (nlohmann's SAX parser) front ends of the config
+// loader, each building the document within a budget.
 #include "common/config/config_document.h"
 
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
 #include <yaml-cpp/yaml.h>
 
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -22,18 +26,19 @@ class Budget {
   Budget(const DocumentLimits& limits, absl::string_view source)
       : limits_(limits), source_(source) {}
 
-  // One more value at `depth`, holding `scalar_bytes` of text.
-  absl::Status Take(int depth, size_t scalar_bytes) {
+  // `values` more values at `depth`, holding `scalar_bytes` of text.
+  absl::Status Take(int depth, int64_t values, int64_t scalar_bytes) {
     if (depth > limits_.max_depth) {
       return absl::InvalidArgumentError(absl::StrCat(
           source_, ": nested deeper than ", limits_.max_depth, " levels; a job config is flat"));
     }
-    if (++values_ > limits_.max_values) {
+    values_ += values;
+    if (values_ > limits_.max_values) {
       return absl::InvalidArgumentError(absl::StrCat(
           source_, ": more than ", limits_.max_values,
           " values (after expanding YAML aliases); a job config holds a few hundred"));
     }
-    scalar_bytes_ += static_cast<int64_t>(scalar_bytes);
+    scalar_bytes_ += scalar_bytes;
     if (scalar_bytes_ > limits_.max_scalar_bytes) {
       return absl::InvalidArgumentError(
           absl::StrCat(source_, ": more than ", limits_.max_scalar_bytes,
@@ -51,67 +56,149 @@ class Budget {
 
 std::string LineOf(const YAML::Mark& mark) { return absl::StrCat("line ", mark.line + 1); }
 
-absl::Status CheckUtf8(absl::string_view text, absl::string_view source, const YAML::Mark& mark,
-                       absl::string_view what) {
-  if (IsValidUtf8(text)) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(source, ": ", LineOf(mark), ": ", what,
-                   " is not valid UTF-8 (a YAML escape such as \\_ or \\N, or a file in another "
-                   "encoding); save the file as UTF-8"));
-}
+// Stops a YAML parse from inside the event handler (yaml-cpp's handlers return nothing); caught
+// in ParseYaml and turned back into the status it carries.
+struct YamlRefusal {
+  absl::Status status;
+};
 
-absl::StatusOr<Json> YamlToJson(const YAML::Node& node, absl::string_view source, int depth,
-                                Budget& budget) {
-  switch (node.Type()) {
-    case YAML::NodeType::Undefined:
-    case YAML::NodeType::Null:
-      if (auto taken = budget.Take(depth, 0); !taken.ok()) return taken;
-      return Json(nullptr);
-    case YAML::NodeType::Scalar: {
-      const std::string& text = node.Scalar();
-      if (auto taken = budget.Take(depth, text.size()); !taken.ok()) return taken;
-      if (auto valid = CheckUtf8(text, source, node.Mark(), "a value"); !valid.ok()) return valid;
-      // Plain "~" / "null" are YAML nulls; quoted ones are strings.
-      if (node.Tag() == "?" && (text == "~" || text == "null")) return Json(nullptr);
-      return Json(text);
+// Builds the JSON document from yaml-cpp's parse events, never its node graph: the budget is
+// charged as values arrive and before an alias is copied, so neither a long document nor an
+// alias bomb is ever built in memory. Anchored values are kept with their sizes for aliases.
+class BoundedYamlBuilder final : public YAML::EventHandler {
+ public:
+  BoundedYamlBuilder(absl::string_view source, Budget& budget) : source_(source), budget_(budget) {}
+
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override { done_ = true; }
+
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    Value(mark, Json(nullptr), 0, anchor);
+  }
+  void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+                const std::string& value) override {
+    if (!IsValidUtf8(value)) Refuse(mark, NotUtf8(expecting_key() ? "a key" : "a value"));
+    // Plain "~" / "null" are YAML nulls; quoted ones are strings.
+    const bool null = tag == "?" && (value == "~" || value == "null");
+    Value(mark, null ? Json(nullptr) : Json(value), value.size(), anchor);
+  }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    auto it = anchors_.find(anchor);
+    if (it == anchors_.end()) Refuse(mark, "an alias refers to an anchor that is not complete");
+    const Anchored& anchored = it->second;
+    // Charged in full before the copy is made.
+    Charge(mark, anchored.values, anchored.bytes);
+    Place(mark, Json(anchored.value));
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    Open(mark, Json::array(), anchor);
+  }
+  void OnSequenceEnd() override { Close(); }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    Open(mark, Json::object(), anchor);
+  }
+  void OnMapEnd() override { Close(); }
+
+  absl::StatusOr<Json> Take() && {
+    if (!done_) return absl::InvalidArgumentError(absl::StrCat(source_, ": the YAML is empty"));
+    return std::move(root_);
+  }
+
+ private:
+  struct Frame {
+    Json* container;
+    YAML::anchor_t anchor;
+    int64_t values_at_start;
+    int64_t bytes_at_start;
+    bool expecting_key = true;  // Mappings alternate key, value.
+    std::string key;
+  };
+  struct Anchored {
+    Json value;
+    int64_t values;
+    int64_t bytes;
+  };
+
+  [[noreturn]] void Refuse(const YAML::Mark& mark, absl::string_view message) {
+    throw YamlRefusal{
+        absl::InvalidArgumentError(absl::StrCat(source_, ": ", LineOf(mark), ": ", message))};
+  }
+  static std::string NotUtf8(absl::string_view what) {
+    return absl::StrCat(what,
+                        " is not valid UTF-8 (a YAML escape such as \\_ or \\N, or a file in "
+                        "another encoding); save the file as UTF-8");
+  }
+  bool expecting_key() const {
+    return !stack_.empty() && stack_.back().container->is_object() && stack_.back().expecting_key;
+  }
+  void Charge(const YAML::Mark& mark, int64_t values, int64_t bytes) {
+    absl::Status taken = budget_.Take(static_cast<int>(stack_.size()), values, bytes);
+    if (!taken.ok()) throw YamlRefusal{taken};
+    values_ += values;
+    bytes_ += bytes;
+  }
+  // Puts a charged value where the document is at: the root, the next item of a list, a
+  // mapping's key, or the value of the key before it. Returns where it landed (null for a key).
+  Json* Place(const YAML::Mark& mark, Json value) {
+    if (stack_.empty()) {
+      root_ = std::move(value);
+      return &root_;
     }
-    case YAML::NodeType::Sequence: {
-      if (auto taken = budget.Take(depth, 0); !taken.ok()) return taken;
-      Json array = Json::array();
-      for (const YAML::Node& item : node) {
-        auto value = YamlToJson(item, source, depth + 1, budget);
-        if (!value.ok()) return value.status();
-        array.push_back(*std::move(value));
-      }
-      return array;
+    Frame& frame = stack_.back();
+    Json& container = *frame.container;
+    if (container.is_array()) {
+      container.push_back(std::move(value));
+      return &container.back();
     }
-    case YAML::NodeType::Map: {
-      if (auto taken = budget.Take(depth, 0); !taken.ok()) return taken;
-      Json object = Json::object();
-      for (const auto& entry : node) {
-        if (!entry.first.IsScalar()) {
-          return absl::InvalidArgumentError(absl::StrCat(source, ": ", LineOf(entry.first.Mark()),
-                                                         ": keys must be plain names"));
-        }
-        const std::string& key = entry.first.Scalar();
-        if (auto taken = budget.Take(depth + 1, key.size()); !taken.ok()) return taken;
-        if (auto valid = CheckUtf8(key, source, entry.first.Mark(), "a key"); !valid.ok()) {
-          return valid;
-        }
-        if (object.contains(key)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(source, ": ", LineOf(entry.first.Mark()), ": key '",
-                           SanitizeForDisplay(key, 80), "' appears twice"));
-        }
-        auto value = YamlToJson(entry.second, source, depth + 1, budget);
-        if (!value.ok()) return value.status();
-        object[key] = *std::move(value);
+    if (frame.expecting_key) {
+      if (!value.is_string()) Refuse(mark, "keys must be plain names");
+      std::string key = value.get<std::string>();
+      if (container.contains(key)) {
+        Refuse(mark, absl::StrCat("key '", SanitizeForDisplay(key, 80), "' appears twice"));
       }
-      return object;
+      frame.key = std::move(key);
+      frame.expecting_key = false;
+      return nullptr;
+    }
+    frame.expecting_key = true;
+    Json& slot = container[frame.key];
+    slot = std::move(value);
+    return &slot;
+  }
+  void Value(const YAML::Mark& mark, Json value, size_t bytes, YAML::anchor_t anchor) {
+    Charge(mark, 1, static_cast<int64_t>(bytes));
+    Json* placed = Place(mark, std::move(value));
+    if (anchor != 0) {
+      if (placed == nullptr) Refuse(mark, "anchors on keys are not supported");
+      anchors_[anchor] = {*placed, 1, static_cast<int64_t>(bytes)};
     }
   }
-  return absl::InternalError("unknown YAML node type");
-}
+  void Open(const YAML::Mark& mark, Json container, YAML::anchor_t anchor) {
+    if (expecting_key()) Refuse(mark, "keys must be plain names");
+    const int64_t values_before = values_, bytes_before = bytes_;
+    Charge(mark, 1, 0);
+    stack_.push_back({Place(mark, std::move(container)), anchor, values_before, bytes_before});
+  }
+  void Close() {
+    Frame frame = std::move(stack_.back());
+    stack_.pop_back();
+    if (frame.anchor != 0) {
+      anchors_[frame.anchor] = {*frame.container, values_ - frame.values_at_start,
+                                bytes_ - frame.bytes_at_start};
+    }
+  }
+
+  absl::string_view source_;
+  Budget& budget_;
+  Json root_;
+  bool done_ = false;
+  std::vector<Frame> stack_;
+  std::map<YAML::anchor_t, Anchored> anchors_;
+  int64_t values_ = 0;
+  int64_t bytes_ = 0;
+};
 
 // Builds the DOM like nlohmann's own builder, but within the budget and refusing duplicate keys;
 // returning false stops the parse at once.
@@ -161,7 +248,8 @@ class BoundedJsonBuilder final : public nlohmann::json_sax<Json> {
 
  private:
   bool Take(size_t bytes) {
-    absl::Status taken = budget_.Take(static_cast<int>(stack_.size()), bytes);
+    absl::Status taken =
+        budget_.Take(static_cast<int>(stack_.size()), 1, static_cast<int64_t>(bytes));
     if (!taken.ok()) status_ = taken;
     return taken.ok();
   }
@@ -219,15 +307,19 @@ absl::StatusOr<Json> ParseJson(absl::string_view text, absl::string_view source,
 }
 
 absl::StatusOr<Json> ParseYaml(absl::string_view text, absl::string_view source, Budget& budget) {
-  YAML::Node root;
+  std::istringstream stream{std::string(text)};
+  BoundedYamlBuilder builder(source, budget);
   try {
-    root = YAML::Load(std::string(text));
+    YAML::Parser parser(stream);
+    parser.HandleNextDocument(builder);
+  } catch (const YamlRefusal& refusal) {
+    return refusal.status;
   } catch (const YAML::Exception& error) {
     return absl::InvalidArgumentError(absl::StrCat(
         source, ": invalid YAML at line ", error.mark.line + 1, ", column ", error.mark.column + 1,
         ": ", SanitizeForDisplay(error.msg, 300)));
   }
-  return YamlToJson(root, source, 0, budget);
+  return std::move(builder).Take();
 }
 
 }  // namespace

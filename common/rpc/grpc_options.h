@@ -30,7 +30,7 @@ struct RpcOptions {
   // Largest reply a server sends (and a client reads): job and worker lists.
   int max_reply_bytes = 64 << 20;
   // Memory a server's gRPC core may use for all its connections and calls together.
-  int64_t server_memory_bytes = int64_t{1} << 30;
+  int64_t server_memory_bytes = int64_t{256} << 20;
   // Keepalive pings on idle connections, so a dead peer is noticed.
   int keepalive_time_ms = 30'000;
   int keepalive_timeout_ms = 10'000;

@@ -67,11 +67,13 @@ std::optional<int> LocalCluster::StopController(int signal) {
   return controller_->Stop(signal, absl::Seconds(15));
 }
 
-size_t LocalCluster::StartWorker() {
+size_t LocalCluster::StartWorker(const std::string& worker_id) {
   const size_t index = workers_.size();
   std::vector<std::string> argv = {binaries_.worker, "--controller=" + address(), "--device=cpu",
                                    "--token_file=" + state_dir_ + "/token",
-                                   absl::StrCat("--worker_id=cpu-worker-", index),
+                                   "--worker_id=" + (worker_id.empty()
+                                                         ? absl::StrCat("cpu-worker-", index)
+                                                         : worker_id),
                                    "--rpc_timeout=2s"};
   argv.insert(argv.end(), client_flags_.begin(), client_flags_.end());
   workers_.push_back(

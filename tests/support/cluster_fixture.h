@@ -35,8 +35,8 @@ class LocalCluster {
   // SIGTERM (or `signal`), then waits for exit; returns the exit status.
   std::optional<int> StopController(int signal);
 
-  // Starts a CPU worker; returns its index.
-  size_t StartWorker();
+  // Starts a CPU worker (id cpu-worker-<index> unless given); returns its index.
+  size_t StartWorker(const std::string& worker_id = "");
   Subprocess& worker(size_t index) { return *workers_.at(index); }
 
   // Runs rlhfctl with this cluster's address and token plus `args`.
