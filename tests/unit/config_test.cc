@@ -274,3 +274,59 @@ TEST_CASE("a missing config file is a clear error", "[config][errors]") {
 }
 
 }  // namespace rlhfd::config
+
+namespace rlhfd::config {
+
+TEST_CASE("hostile documents are refused within bounds, with the reason", "[config][limits]") {
+  // YAML escapes that produce bytes which are not UTF-8, naming the line.
+  CHECK_THAT(ErrorOf(Replace(kValidYaml, "name: unit-test-job", "name: \"\\_\"")),
+             Catch::Contains("line 2: a value is not valid UTF-8"));
+  CHECK_THAT(ErrorOf(With("\"\\N\": 1\n")), Catch::Contains("a key is not valid UTF-8"));
+  // Aliases are charged before they are copied: a kilobyte cannot stand for millions of values.
+  std::string bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int level = 1; level < 9; ++level) {
+    bomb += "a" + std::to_string(level) + ": &a" + std::to_string(level) + " [";
+    for (int i = 0; i < 10; ++i) bomb += (i ? ", *a" : "*a") + std::to_string(level - 1);
+    bomb += "]\n";
+  }
+  CHECK_THAT(ErrorOf(bomb), Catch::Contains("more than 100000 values (after expanding YAML aliases)"));
+  // Small aliases still work: the expanded document is what is validated.
+  auto aliased = ParseJobSpec(Replace(kValidYaml, "data: {train_files: [train.jsonl], train_batch_size: 16}",
+                                      "data: {train_files: &files [a.jsonl, b.jsonl], val_files: *files, "
+                                      "train_batch_size: 16}"),
+                              "job.yaml");
+  REQUIRE(aliased.ok());
+  CHECK(aliased->data().val_files_size() == 2);
+  // Depth, in both syntaxes.
+  CHECK_THAT(ErrorOf(std::string(40, '[') + std::string(40, ']')), Catch::Contains("nested deeper than 32"));
+  CHECK_THAT(ErrorOf("{\"a\":" + std::string(40, '[') + std::string(40, ']') + "}", "job.json"),
+             Catch::Contains("nested deeper than 32"));
+  // Numbers past what they may hold.
+  CHECK_THAT(ErrorOf(R"({"algorithm": {"gamma": 1e400}})", "job.json"), Catch::Contains("number overflow"));
+  CHECK_THAT(ErrorOf(Replace(kValidYaml, "gpus: 2", "gpus: 99999999999999999999")),
+             Catch::Contains("roles.actor.gpus: \"99999999999999999999\" is out of range"));
+  CHECK_THAT(ErrorOf(R"({"roles": {"actor": {"rollout": {"top_k": 18446744073709551615}}}})", "job.json"),
+             Catch::Contains("roles.actor.rollout.top_k: 18446744073709551615 is out of range"));
+  CHECK_THAT(ErrorOf(Replace(kValidYaml, "adv_estimator: grpo", "adv_estimator: grpo, lam: inf")),
+             Catch::Contains("algorithm.lam: \"inf\" is not a finite number"));
+  // Duplicate keys in JSON as in YAML.
+  CHECK_THAT(ErrorOf(R"({"name": "a", "name": "b"})", "job.json"), Catch::Contains("key 'name' appears twice"));
+  // Control characters and overlong strings in values.
+  CHECK_THAT(ErrorOf(Replace(kValidYaml, "path: /models/tiny", "path: \"/m\\e[2J\"")),
+             Catch::Contains("model.path: contains the control character U+001B"));
+  CHECK_THAT(ErrorOf(Replace(kValidYaml, "path: /models/tiny", "path: /" + std::string(5000, 'p'))),
+             Catch::Contains("model.path: is 5001 bytes long; at most 4096"));
+  // Counts far past any real job, and layouts whose product would overflow.
+  CHECK_THAT(ErrorOf(Replace(kValidYaml, "gpus: 2", "gpus: 2147483647")),
+             Catch::Contains("roles.actor.gpus: 2147483647 must be in [1, 65536]"));
+  CHECK_THAT(ErrorOf(Replace(kValidYaml, "train: {", "train: {dp: -2147483647, tp: 2, ")),
+             Catch::Contains("roles.actor.train.dp: -2147483647 must be in [0, 65536]"));
+  // Thousands of problems are summarised after the first fifty.
+  std::string many = kValidYaml;
+  for (int i = 0; i < 2000; ++i) many += "unknown_" + std::to_string(i) + ": 1\n";
+  const std::string error = ErrorOf(many);
+  CHECK_THAT(error, Catch::Contains("2000 problems") && Catch::Contains("... and 1950 more"));
+  CHECK(error.size() < 64 * 1024);
+}
+
+}  // namespace rlhfd::config

@@ -1,6 +1,7 @@
 // JobManager and Controller: submission, validation, persistence across restarts, cancellation
 // and events, driven directly (no RPC).
 #include <catch2/catch.hpp>
+#include <sys/stat.h>
 
 
 #include "common/util/files.h"
@@ -97,6 +98,111 @@ TEST_CASE("a corrupt job file is set aside, not fatal", "[jobs]") {
   auto controller = MakeController(dir.path(), &now);
   CHECK(controller->ListJobs({})->jobs_size() == 0);
   CHECK(PathExists(dir.path() + "/jobs/job-7.json.corrupt"));
+}
+
+TEST_CASE("job ids are never reused, whatever happens to the files", "[jobs]") {
+  testing::TempDir dir;
+  int64_t now = 0;
+  auto controller = MakeController(dir.path(), &now);
+  REQUIRE(controller->SubmitJob(FromFile("tiny-cpu-demo.yaml"))->job().job_id() == "job-1");
+  REQUIRE(controller->SubmitJob(FromFile("tiny-cpu-demo.yaml"))->job().job_id() == "job-2");
+  REQUIRE(controller->SubmitJob(FromFile("tiny-cpu-demo.yaml"))->job().job_id() == "job-3");
+  controller.reset();
+  const std::string jobs = dir.path() + "/jobs";
+  // job-3 is torn, job-2 grew past what the loader reads, job-1 vanished.
+  REQUIRE(WriteFileAtomically(jobs + "/job-3.json", "{\"job_id\": \"job-3\", ").ok());
+  REQUIRE(WriteFileAtomically(jobs + "/job-2.json", std::string(9 << 20, ' ')).ok());
+  REQUIRE(RemoveTree(jobs + "/job-1.json").ok());
+  // And a crash left a temporary file behind.
+  REQUIRE(WriteFileAtomically(jobs + "/.job-4.json.tmp.AbC123", "partial").ok());
+
+  auto restarted = MakeController(dir.path(), &now);
+  CHECK(restarted->ListJobs({})->jobs_size() == 0);
+  CHECK(PathExists(jobs + "/job-3.json.corrupt"));
+  CHECK(PathExists(jobs + "/job-2.json.corrupt"));
+  CHECK_FALSE(PathExists(jobs + "/.job-4.json.tmp.AbC123"));
+  CHECK(restarted->SubmitJob(FromFile("tiny-cpu-demo.yaml"))->job().job_id() == "job-4");
+
+  // Without the counter file, the highest file name (corrupt ones too) still counts.
+  restarted.reset();
+  REQUIRE(RemoveTree(jobs + "/next_job_number").ok());
+  REQUIRE(RemoveTree(jobs + "/job-4.json").ok());
+  REQUIRE(WriteFileAtomically(jobs + "/job-9.json.corrupt", "x").ok());
+  auto again = MakeController(dir.path(), &now);
+  CHECK(again->SubmitJob(FromFile("tiny-cpu-demo.yaml"))->job().job_id() == "job-10");
+}
+
+TEST_CASE("only canonical job ids name a job", "[jobs]") {
+  testing::TempDir dir;
+  int64_t now = 0;
+  auto controller = MakeController(dir.path(), &now);
+  REQUIRE(controller->SubmitJob(FromFile("tiny-cpu-demo.yaml")).ok());
+  v1::GetJobRequest get;
+  get.set_job_id("job-1");
+  CHECK(controller->GetJob(get).ok());
+  for (const char* alias : {"job-01", "job-+1", "job- 1", "job-1\n", "job-1 ", "JOB-1", "job-1.0",
+                            "job-", "job-0", "job-99999999999999999999", "1"}) {
+    INFO(alias);
+    get.set_job_id(alias);
+    CHECK(absl::IsNotFound(controller->GetJob(get).status()));
+  }
+}
+
+TEST_CASE("submission fields are bounded before anything is stored", "[jobs]") {
+  testing::TempDir dir;
+  int64_t now = 0;
+  auto controller = MakeController(dir.path(), &now);
+  v1::SubmitJobRequest request = FromFile("tiny-cpu-demo.yaml");
+  request.set_config_name(std::string(70 << 20, 'n'));
+  auto refused = controller->SubmitJob(request);
+  CHECK(absl::IsInvalidArgument(refused.status()));
+  CHECK(refused.status().message().size() < 500);
+  request.set_config_name("evil\x1b[2J.yaml");
+  CHECK(absl::IsInvalidArgument(controller->SubmitJob(request).status()));
+  CHECK(controller->ListJobs({})->jobs_size() == 0);
+}
+
+TEST_CASE("the state directory is private", "[jobs]") {
+  testing::TempDir dir;
+  const std::string state = dir.path() + "/state";
+  REQUIRE(MakeDirectories(state, 0755).ok());
+  int64_t now = 0;
+  auto controller = MakeController(state, &now);
+  struct stat st;
+  REQUIRE(::stat(state.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+}
+
+TEST_CASE("a drain survives a controller restart until it is lifted", "[jobs]") {
+  testing::TempDir dir;
+  int64_t now = 0;
+  v1::RegisterWorkerRequest worker;
+  worker.set_worker_id("w0");
+  worker.set_address("h:1");
+  worker.set_instance_id("i0");
+  worker.mutable_capacity()->set_device_kind(v1::DEVICE_KIND_CPU);
+  worker.mutable_capacity()->set_device_index(-1);
+  v1::DrainWorkerRequest drain;
+  drain.set_worker_id("w0");
+  v1::UndrainWorkerRequest undrain;
+  undrain.set_worker_id("w0");
+  {
+    auto controller = MakeController(dir.path(), &now);
+    REQUIRE(controller->RegisterWorker(worker).ok());
+    REQUIRE(controller->DrainWorker(drain).ok());
+  }
+  {
+    auto controller = MakeController(dir.path(), &now);
+    REQUIRE(controller->RegisterWorker(worker).ok());
+    CHECK(controller->ListWorkers({})->workers(0).state() == v1::WORKER_STATE_DRAINING);
+    auto lifted = controller->UndrainWorker(undrain);
+    REQUIRE(lifted.ok());
+    CHECK(lifted->worker().state() == v1::WORKER_STATE_ALIVE);
+    CHECK(absl::IsNotFound(controller->UndrainWorker(undrain).status()));
+  }
+  auto controller = MakeController(dir.path(), &now);
+  REQUIRE(controller->RegisterWorker(worker).ok());
+  CHECK(controller->ListWorkers({})->workers(0).state() == v1::WORKER_STATE_ALIVE);
 }
 
 TEST_CASE("watchers get the current state and every transition", "[jobs]") {
