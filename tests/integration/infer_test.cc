@@ -6,6 +6,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <functional>
+
 #include "common/util/files.h"
 #include "tests/support/subprocess.h"
 #include "worker/model/model_loader.h"
@@ -39,30 +41,88 @@ TEST_CASE("rlhfd-infer tokenize prints Hugging Face's ids", "[infer]") {
   CHECK(out["count"] == entry["ids"].size());
 }
 
-TEST_CASE("rlhfd-infer logprobs equals the model's log-softmax", "[infer]") {
-  nlohmann::json out =
-      Infer({"logprobs", "--model=" + kModel, "--prompt=The answer is", "--text= 42, not 7."});
-  auto tokenizer = model::Tokenizer::Load(kModel);
-  auto transformer = model::LoadModel(kModel, {});
-  REQUIRE(tokenizer.ok());
-  REQUIRE(transformer.ok());
-  std::vector<int32_t> prompt = *tokenizer->Encode("The answer is");
-  std::vector<int32_t> text = *tokenizer->Encode(" 42, not 7.");
-  std::vector<int64_t> ids(prompt.begin(), prompt.end());
-  ids.insert(ids.end(), text.begin(), text.end());
-  torch::NoGradGuard no_grad;
-  at::Tensor input = at::tensor(ids, at::kLong).unsqueeze(0);
-  at::Tensor logp = at::log_softmax((*transformer)->Logits((*transformer)->Hidden({input}))[0], -1);
-  REQUIRE(out["tokens"].size() == text.size());
-  double total = 0;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const size_t position = prompt.size() + i;
-    const double expected = logp[position - 1][ids[position]].item<double>();
-    CHECK(out["tokens"][i]["id"] == text[i]);
-    CHECK(out["tokens"][i]["logprob"].get<double>() == Approx(expected).margin(1e-5));
-    total += expected;
+TEST_CASE("rlhfd-infer logprobs equals transformers' log-softmax", "[infer]") {
+  auto golden_text = ReadFileToString(kModel + "/logprobs_golden.json");
+  REQUIRE(golden_text.ok());
+  const nlohmann::json golden = nlohmann::json::parse(*golden_text);
+  nlohmann::json out = Infer({"logprobs", "--model=" + kModel,
+                              "--prompt=" + golden["prompt"].get<std::string>(),
+                              "--text=" + golden["text"].get<std::string>()});
+  REQUIRE(out["tokens"].size() == golden["text_ids"].size());
+  for (size_t i = 0; i < out["tokens"].size(); ++i) {
+    CHECK(out["tokens"][i]["id"] == golden["text_ids"][i]);
+    CHECK(out["tokens"][i]["logprob"].get<double>() ==
+          Approx(golden["logprobs"][i].get<double>()).margin(1e-5));
   }
-  CHECK(out["total_logprob"].get<double>() == Approx(total).margin(1e-4));
+  CHECK(out["total_logprob"].get<double>() ==
+        Approx(golden["total_logprob"].get<double>()).margin(1e-4));
+}
+
+// A copy of a fixture model directory whose `file` is replaced by `edit(json)`.
+std::string EditedModel(const TempDir& dir, const std::string& fixture, const std::string& file,
+                        const std::function<void(nlohmann::json&)>& edit) {
+  const std::string from = std::string(RLHFD_FIXTURES_DIR) + "/models/" + fixture;
+  const std::string to = dir.path() + "/" + fixture;
+  REQUIRE(MakeDirectories(to).ok());
+  auto names = ListDirectory(from);
+  REQUIRE(names.ok());
+  for (const std::string& name : *names) {
+    auto text = ReadFileToString(from + "/" + name);
+    REQUIRE(text.ok());
+    std::string contents = *text;
+    if (name == file) {
+      nlohmann::json json = nlohmann::json::parse(contents);
+      edit(json);
+      contents = json.dump();
+    }
+    REQUIRE(WriteFileAtomically(to + "/" + name, contents).ok());
+  }
+  return to;
+}
+
+TEST_CASE("rlhfd-infer refuses ids past the vocabulary instead of aborting", "[infer]") {
+  TempDir dir;
+  // The tokenizer has a token (id 700) the 512-row embedding has no row for.
+  const std::string model = EditedModel(dir, "tiny-qwen2", "tokenizer.json", [](nlohmann::json& json) {
+    json["added_tokens"].push_back({{"id", 700}, {"content", "<|extra|>"}, {"special", true},
+                                    {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                                    {"normalized", false}});
+  });
+  CommandResult result =
+      RunCommand({RLHFD_INFER_BIN, "logprobs", "--model=" + model, "--text=a <|extra|> b"});
+  CHECK(result.exit_code == 1);
+  CHECK_THAT(result.err, Catch::Contains("the tokenizer has ids up to 700 but config.json's "
+                                         "vocab_size is 512"));
+  // Prompt ids given directly are checked too.
+  const std::string prompts = dir.path() + "/prompts.jsonl";
+  REQUIRE(WriteFileAtomically(prompts, R"({"prompt_ids": [5, 9999, 7]})" "\n").ok());
+  result = RunCommand({RLHFD_INFER_BIN, "generate", "--model=" + kModel, "--prompts=" + prompts,
+                       "--max_new_tokens=2"});
+  CHECK(result.exit_code == 1);
+  CHECK_THAT(result.err, Catch::Contains("9999"));
+}
+
+TEST_CASE("a sliding-window model runs where its sequences fit in the window", "[infer]") {
+  TempDir dir;
+  const std::string model = EditedModel(dir, "tiny-mistral", "config.json",
+                                        [](nlohmann::json& json) { json["sliding_window"] = 64; });
+  const std::string tokenizer_dir = std::string(RLHFD_FIXTURES_DIR) + "/tokenizers/qwen2-style";
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
+    auto text = ReadFileToString(tokenizer_dir + "/" + file);
+    REQUIRE(text.ok());
+    REQUIRE(WriteFileAtomically(model + "/" + file, *text).ok());
+  }
+  CommandResult fits =
+      RunCommand({RLHFD_INFER_BIN, "logprobs", "--model=" + model, "--text=short enough"});
+  INFO(fits.err);
+  CHECK(fits.exit_code == 0);
+  std::string long_text;
+  for (int i = 0; i < 80; ++i) long_text += " w" + std::to_string(i);
+  CommandResult longer =
+      RunCommand({RLHFD_INFER_BIN, "logprobs", "--model=" + model, "--text=" + long_text});
+  CHECK(longer.exit_code == 1);
+  CHECK_THAT(longer.err, Catch::Contains("window of 64 tokens") &&
+                             Catch::Contains("--prompt and --text together reach"));
 }
 
 TEST_CASE("rlhfd-infer refuses bad input with a reason", "[infer]") {

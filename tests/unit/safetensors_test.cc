@@ -89,10 +89,22 @@ TEST_CASE("config.json: unsupported architectures and options are refused by nam
     "num_hidden_layers": 1, "num_attention_heads": 2)";
   CHECK_THAT(error(R"({"architectures": ["GPT2LMHeadModel"], )" + base + "}"),
              Catch::Contains("architecture 'GPT2LMHeadModel' is not supported"));
-  CHECK_THAT(error(R"({"architectures": ["MistralForCausalLM"], "sliding_window": 4096, )" + base + "}"),
-             Catch::Contains("sliding-window attention is not supported"));
-  CHECK_THAT(error(R"({"architectures": ["Qwen2ForCausalLM"], "use_sliding_window": true, )" + base + "}"),
-             Catch::Contains("sliding-window attention is not supported"));
+  // Wrong types name the key instead of throwing; sizes are bounded.
+  CHECK_THAT(error(R"({"architectures": ["LlamaForCausalLM"], "hidden_act": 7, )" + base + "}"),
+             Catch::Contains("'hidden_act' must be a string, not 7"));
+  CHECK_THAT(error(R"({"architectures": ["LlamaForSequenceClassification"], "num_labels": "1", )" + base + "}"),
+             Catch::Contains("'num_labels' must be a whole number in [1, 65536], not \"1\""));
+  CHECK_THAT(error(R"({"architectures": ["LlamaForCausalLM"], "rms_norm_eps": "tiny", )" + base + "}"),
+             Catch::Contains("'rms_norm_eps' must be a number"));
+  CHECK_THAT(error(R"({"architectures": ["LlamaForCausalLM"], "tie_word_embeddings": 1, )" + base + "}"),
+             Catch::Contains("'tie_word_embeddings' must be true or false"));
+  CHECK_THAT(error(R"({"architectures": ["LlamaForCausalLM"], "rope_scaling": {"rope_type": 5}, )" + base + "}"),
+             Catch::Contains("'rope_type' must be a string"));
+  CHECK_THAT(error(R"({"architectures": ["LlamaForCausalLM"], "eos_token_id": ["x"], )" + base + "}"),
+             Catch::Contains("'eos_token_id' must be token ids"));
+  CHECK_THAT(error(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 99999999999, "hidden_size": 16,
+    "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2})"),
+             Catch::Contains("'vocab_size' must be a whole number in [1, 16777216]"));
   CHECK_THAT(error(R"({"architectures": ["LlamaForCausalLM"], "num_local_experts": 8, )" + base + "}"),
              Catch::Contains("mixture-of-experts"));
   CHECK_THAT(error(R"({"architectures": ["LlamaForCausalLM"], "hidden_act": "gelu", )" + base + "}"),
@@ -102,13 +114,50 @@ TEST_CASE("config.json: unsupported architectures and options are refused by nam
   CHECK_THAT(error(R"({"architectures": ["LlamaForCausalLM"], "num_key_value_heads": 3, )" + base + "}"),
              Catch::Contains("must be a multiple of num_key_value_heads"));
   CHECK_THAT(error(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 0})"),
-             Catch::Contains("'vocab_size' must be a positive integer"));
+             Catch::Contains("'vocab_size' must be a whole number in [1,"));
   CHECK_THAT(error("[]"), Catch::Contains("config.json: not a JSON object"));
   auto ok = ParseModelConfig(R"({"architectures": ["Qwen3ForTokenClassification"], "num_labels": 1, )" + base + "}",
                              "config.json");
   REQUIRE(ok.ok());
   CHECK(ok->head == HeadKind::kTokenScore);
   CHECK(ok->qk_norm);
+}
+
+TEST_CASE("sliding windows are accepted when every sequence fits inside them",
+          "[model_config]") {
+  const std::string base = R"("vocab_size": 32, "hidden_size": 16, "intermediate_size": 32,
+    "num_hidden_layers": 1, "num_attention_heads": 2)";
+  // Mistral-7B-v0.1 has sliding_window 4096.
+  auto mistral = ParseModelConfig(R"({"architectures": ["MistralForCausalLM"], "sliding_window": 4096, )" +
+                                      base + "}",
+                                  "config.json");
+  REQUIRE(mistral.ok());
+  CHECK(mistral->sliding_window == 4096);
+  CHECK(CheckSequenceFits(*mistral, 512 + 1024, "max_prompt_length + max_response_length").ok());
+  CHECK(CheckSequenceFits(*mistral, 4096, "the sequences").ok());
+  const absl::Status longer = CheckSequenceFits(*mistral, 4097, "max_prompt_length + max_response_length");
+  CHECK(absl::IsInvalidArgument(longer));
+  CHECK_THAT(std::string(longer.message()),
+             Catch::Contains("window of 4096 tokens") &&
+                 Catch::Contains("max_prompt_length + max_response_length reach 4097 tokens"));
+  // Qwen2 slides only with use_sliding_window; its sliding_window alone means nothing.
+  auto qwen = ParseModelConfig(R"({"architectures": ["Qwen2ForCausalLM"], "sliding_window": 32768, )" +
+                                   base + "}",
+                               "config.json");
+  REQUIRE(qwen.ok());
+  CHECK(qwen->sliding_window == 0);
+  auto sliding_qwen = ParseModelConfig(
+      R"({"architectures": ["Qwen2ForCausalLM"], "use_sliding_window": true, "sliding_window": 128, )" +
+          base + "}",
+      "config.json");
+  REQUIRE(sliding_qwen.ok());
+  CHECK(sliding_qwen->sliding_window == 128);
+  // Mistral with sliding_window: null attends fully.
+  auto full = ParseModelConfig(R"({"architectures": ["MistralForCausalLM"], "sliding_window": null, )" +
+                                   base + "}",
+                               "config.json");
+  REQUIRE(full.ok());
+  CHECK(full->sliding_window == 0);
 }
 
 }  // namespace rlhfd::model

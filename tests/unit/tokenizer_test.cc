@@ -77,6 +77,19 @@ TEST_CASE("added tokens that lstrip / rstrip take the whitespace beside them, as
   }
 }
 
+TEST_CASE("add_prefix_space drops empty pieces as HF does", "[tokenizer]") {
+  auto tokenizer = Tokenizer::Load(kFixtures + "/tokenizers/gpt2-prefix-space");
+  INFO(tokenizer.status().ToString());
+  REQUIRE(tokenizer.ok());
+  for (const auto& entry : Golden("gpt2-prefix-space")["encode"]) {
+    const std::string text = entry["text"];
+    INFO("text: '" << text << "'");
+    auto ids = tokenizer->Encode(text);
+    REQUIRE(ids.ok());
+    CHECK(*ids == entry["ids"].get<std::vector<int32_t>>());
+  }
+}
+
 TEST_CASE("special tokens: lookup, skipping on decode", "[tokenizer]") {
   auto tokenizer = Tokenizer::Load(kFixtures + "/tokenizers/qwen2-style");
   REQUIRE(tokenizer.ok());
@@ -117,7 +130,10 @@ TEST_CASE("the tokenizer of a model directory carries its chat template", "[toke
 }
 
 TEST_CASE("malformed tokenizer.json files are refused with the reason", "[tokenizer][errors]") {
-  CHECK_THAT(ErrorOf("{not json"), Catch::Contains("tokenizer.json: not a JSON object"));
+  CHECK_THAT(ErrorOf("{not json"), Catch::Contains("tokenizer.json: not valid JSON"));
+  CHECK_THAT(ErrorOf("[1, 2]"), Catch::Contains("tokenizer.json: not a JSON object"));
+  CHECK_THAT(ErrorOf(std::string(100, '[') + std::string(100, ']')),
+             Catch::Contains("nested deeper than 64 levels"));
   CHECK_THAT(ErrorOf(R"({"model": {"type": "WordPiece", "vocab": {}}})"),
              Catch::Contains("model must be a BPE model"));
   const std::string bpe =

@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "common/util/files.h"
+#include "common/util/text.h"
+#include "worker/model/json_fields.h"
 
 namespace rlhfd::model {
 namespace {
@@ -15,33 +17,46 @@ absl::Status Invalid(absl::string_view source, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(source, ": ", what));
 }
 
-// An integer key that must be present and positive.
-absl::Status ReadPositive(const nlohmann::json& config, const char* key, absl::string_view source,
-                          int64_t* out) {
-  if (!config.contains(key) || !config[key].is_number_integer() || config[key].get<int64_t>() <= 0) {
-    return Invalid(source, absl::StrCat("'", key, "' must be a positive integer"));
-  }
-  *out = config[key].get<int64_t>();
-  return absl::OkStatus();
+// Bounds far past any released model, so that a typo'd or hostile config.json cannot make the
+// module's constructor ask for terabytes.
+constexpr int64_t kMaxVocabulary = 1 << 24;
+constexpr int64_t kMaxHidden = 1 << 16;
+constexpr int64_t kMaxIntermediate = 1 << 20;
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxHeads = 1024;
+constexpr int64_t kMaxPositions = 1 << 24;
+
+// A size that must be present and positive.
+absl::Status ReadPositive(const JsonFields& fields, const char* key, int64_t high,
+                          absl::string_view source, int64_t* out) {
+  if (!fields.Has(key)) return Invalid(source, absl::StrCat("'", key, "' is required"));
+  return fields.Int(key, 0, 1, high, out);
 }
 
-// Token ids: an integer, a list of integers, or null.
-std::vector<int64_t> ReadIds(const nlohmann::json& value) {
+// Token ids: an integer, a list of integers, or null; other entries are errors.
+absl::StatusOr<std::vector<int64_t>> ReadIds(const nlohmann::json& value, absl::string_view source,
+                                             absl::string_view key) {
   std::vector<int64_t> ids;
-  if (value.is_number_integer()) ids.push_back(value.get<int64_t>());
-  if (value.is_array()) {
-    for (const auto& id : value) {
-      if (id.is_number_integer()) ids.push_back(id.get<int64_t>());
+  const auto add = [&](const nlohmann::json& id) -> absl::Status {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kMaxVocabulary) {
+      return Invalid(source, absl::StrCat("'", key, "' must be token ids (0..", kMaxVocabulary,
+                                          ")"));
     }
+    ids.push_back(id.get<int64_t>());
+    return absl::OkStatus();
+  };
+  if (value.is_null()) return ids;
+  if (value.is_array()) {
+    for (const auto& id : value) RETURN_IF_ERROR(add(id));
+  } else {
+    RETURN_IF_ERROR(add(value));
   }
   return ids;
 }
 
-}  // namespace
-
-absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json, absl::string_view source) {
-  const nlohmann::json config = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded() || !config.is_object()) return Invalid(source, "not a JSON object");
+absl::StatusOr<ModelConfig> Parse(const nlohmann::json& config, absl::string_view source) {
+  if (!config.is_object()) return Invalid(source, "not a JSON object");
+  const JsonFields fields(config, source);
   ModelConfig out;
   if (!config.contains("architectures") || !config["architectures"].is_array() ||
       config["architectures"].size() != 1 || !config["architectures"][0].is_string()) {
@@ -71,7 +86,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json, absl::strin
     }
   }
   if (!known) {
-    return Invalid(source, absl::StrCat("architecture '", arch,
+    return Invalid(source, absl::StrCat("architecture '", SanitizeForDisplay(arch, 80),
                                         "' is not supported; supported: Llama, Mistral, Qwen2, "
                                         "Qwen3 with ForCausalLM, ForSequenceClassification or "
                                         "ForTokenClassification"));
@@ -79,39 +94,41 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json, absl::strin
   if (config.contains("num_experts") || config.contains("num_local_experts")) {
     return Invalid(source, "mixture-of-experts models are not supported");
   }
-  const std::string act = config.value("hidden_act", std::string("silu"));
+  std::string act;
+  RETURN_IF_ERROR(fields.String("hidden_act", "silu", &act));
   if (act != "silu") {
-    return Invalid(source, absl::StrCat("hidden_act '", act, "' is not supported (only silu)"));
+    return Invalid(source, absl::StrCat("hidden_act '", SanitizeForDisplay(act, 40),
+                                        "' is not supported (only silu)"));
   }
-  const bool sliding = config.value("use_sliding_window", false) ||
-                       (out.family == ModelFamily::kMistral && config.contains("sliding_window") &&
-                        !config["sliding_window"].is_null());
-  if (sliding) {
-    return Invalid(source, "sliding-window attention is not supported; set sliding_window: null "
-                           "only if the model was trained without it");
+  // Mistral slides whenever sliding_window is set; Qwen2 / Qwen3 only with use_sliding_window.
+  bool use_sliding = out.family == ModelFamily::kMistral && fields.Has("sliding_window");
+  if (out.family == ModelFamily::kQwen2 || out.family == ModelFamily::kQwen3) {
+    RETURN_IF_ERROR(fields.Bool("use_sliding_window", false, &use_sliding));
   }
-  RETURN_IF_ERROR(ReadPositive(config, "vocab_size", source, &out.vocab_size));
-  RETURN_IF_ERROR(ReadPositive(config, "hidden_size", source, &out.hidden_size));
-  RETURN_IF_ERROR(ReadPositive(config, "intermediate_size", source, &out.intermediate_size));
-  RETURN_IF_ERROR(ReadPositive(config, "num_hidden_layers", source, &out.num_layers));
-  RETURN_IF_ERROR(ReadPositive(config, "num_attention_heads", source, &out.num_heads));
-  out.num_kv_heads = out.num_heads;
-  if (config.contains("num_key_value_heads") && !config["num_key_value_heads"].is_null()) {
-    RETURN_IF_ERROR(ReadPositive(config, "num_key_value_heads", source, &out.num_kv_heads));
+  if (use_sliding) {
+    RETURN_IF_ERROR(fields.Int("sliding_window", 4096, 1, kMaxPositions, &out.sliding_window));
   }
+  RETURN_IF_ERROR(ReadPositive(fields, "vocab_size", kMaxVocabulary, source, &out.vocab_size));
+  RETURN_IF_ERROR(ReadPositive(fields, "hidden_size", kMaxHidden, source, &out.hidden_size));
+  RETURN_IF_ERROR(
+      ReadPositive(fields, "intermediate_size", kMaxIntermediate, source, &out.intermediate_size));
+  RETURN_IF_ERROR(ReadPositive(fields, "num_hidden_layers", kMaxLayers, source, &out.num_layers));
+  RETURN_IF_ERROR(ReadPositive(fields, "num_attention_heads", kMaxHeads, source, &out.num_heads));
+  RETURN_IF_ERROR(
+      fields.Int("num_key_value_heads", out.num_heads, 1, kMaxHeads, &out.num_kv_heads));
   if (out.num_heads % out.num_kv_heads != 0) {
     return Invalid(source, absl::StrCat("num_attention_heads (", out.num_heads,
                                         ") must be a multiple of num_key_value_heads (",
                                         out.num_kv_heads, ")"));
   }
-  out.head_dim = out.hidden_size / out.num_heads;
-  if (config.contains("head_dim") && !config["head_dim"].is_null()) {
-    RETURN_IF_ERROR(ReadPositive(config, "head_dim", source, &out.head_dim));
+  RETURN_IF_ERROR(fields.Int("head_dim", out.hidden_size / out.num_heads, 0, 4096, &out.head_dim));
+  if (out.head_dim < 2 || out.head_dim % 2 != 0) {
+    return Invalid(source, absl::StrCat("head_dim ", out.head_dim, " must be even and >= 2 for RoPE"));
   }
-  if (out.head_dim % 2 != 0) return Invalid(source, "head_dim must be even for RoPE");
-  out.max_position_embeddings = config.value("max_position_embeddings", int64_t{4096});
-  out.rms_norm_eps = config.value("rms_norm_eps", 1e-6);
-  out.tie_word_embeddings = config.value("tie_word_embeddings", false);
+  RETURN_IF_ERROR(fields.Int("max_position_embeddings", 4096, 1, kMaxPositions,
+                             &out.max_position_embeddings));
+  RETURN_IF_ERROR(fields.Number("rms_norm_eps", 1e-6, 1e-30, 1.0, &out.rms_norm_eps));
+  RETURN_IF_ERROR(fields.Bool("tie_word_embeddings", false, &out.tie_word_embeddings));
 
   // RoPE: transformers 5 writes rope_parameters; older files rope_theta + rope_scaling.
   nlohmann::json rope = config.contains("rope_parameters") && config["rope_parameters"].is_object()
@@ -120,16 +137,23 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json, absl::strin
   if (config.contains("rope_scaling") && config["rope_scaling"].is_object()) {
     rope.update(config["rope_scaling"]);
   }
-  out.rope.theta = rope.value("rope_theta", config.value("rope_theta", 10000.0));
-  out.rope.type = rope.value("rope_type", rope.value("type", std::string("default")));
+  const JsonFields rope_fields(rope, source);
+  double theta = 10000.0;
+  RETURN_IF_ERROR(fields.Number("rope_theta", 10000.0, 1e-6, 1e15, &theta));
+  RETURN_IF_ERROR(rope_fields.Number("rope_theta", theta, 1e-6, 1e15, &out.rope.theta));
+  std::string type;
+  RETURN_IF_ERROR(rope_fields.String("type", "default", &type));
+  RETURN_IF_ERROR(rope_fields.String("rope_type", type, &out.rope.type));
   if (out.rope.type == "llama3") {
-    out.rope.factor = rope.value("factor", 8.0);
-    out.rope.low_freq_factor = rope.value("low_freq_factor", 1.0);
-    out.rope.high_freq_factor = rope.value("high_freq_factor", 4.0);
-    out.rope.original_max_position_embeddings =
-        rope.value("original_max_position_embeddings", int64_t{8192});
+    RETURN_IF_ERROR(rope_fields.Number("factor", 8.0, 1e-6, 1e6, &out.rope.factor));
+    RETURN_IF_ERROR(
+        rope_fields.Number("low_freq_factor", 1.0, 1e-6, 1e6, &out.rope.low_freq_factor));
+    RETURN_IF_ERROR(
+        rope_fields.Number("high_freq_factor", 4.0, 1e-6, 1e6, &out.rope.high_freq_factor));
+    RETURN_IF_ERROR(rope_fields.Int("original_max_position_embeddings", 8192, 1, kMaxPositions,
+                                    &out.rope.original_max_position_embeddings));
   } else if (out.rope.type != "default") {
-    return Invalid(source, absl::StrCat("rope type '", out.rope.type,
+    return Invalid(source, absl::StrCat("rope type '", SanitizeForDisplay(out.rope.type, 40),
                                         "' is not supported (default, llama3)"));
   }
 
@@ -139,33 +163,67 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json, absl::strin
       break;
     case ModelFamily::kQwen3:
       out.qk_norm = true;
-      out.attention_bias = config.value("attention_bias", false);
+      RETURN_IF_ERROR(fields.Bool("attention_bias", false, &out.attention_bias));
       out.output_bias = out.attention_bias;
       break;
     case ModelFamily::kLlama:
     case ModelFamily::kMistral:
-      out.attention_bias = config.value("attention_bias", false);
+      RETURN_IF_ERROR(fields.Bool("attention_bias", false, &out.attention_bias));
       out.output_bias = out.attention_bias;
-      out.mlp_bias = config.value("mlp_bias", false);
+      RETURN_IF_ERROR(fields.Bool("mlp_bias", false, &out.mlp_bias));
       break;
   }
   if (out.head != HeadKind::kCausalLm) {
-    if (config.contains("num_labels")) {
-      out.num_labels = config["num_labels"].get<int64_t>();
-    } else if (config.contains("id2label") && config["id2label"].is_object()) {
-      out.num_labels = static_cast<int64_t>(config["id2label"].size());
+    int64_t labels = 1;
+    if (config.contains("id2label") && config["id2label"].is_object()) {
+      labels = static_cast<int64_t>(config["id2label"].size());
     }
-    if (out.num_labels < 1) return Invalid(source, "num_labels must be >= 1");
+    RETURN_IF_ERROR(fields.Int("num_labels", labels, 1, 1 << 16, &out.num_labels));
     out.score_bias = out.head == HeadKind::kTokenScore;
   }
-  if (config.contains("pad_token_id") && config["pad_token_id"].is_number_integer()) {
-    out.pad_token_id = config["pad_token_id"].get<int64_t>();
+  RETURN_IF_ERROR(fields.Int("pad_token_id", -1, -1, kMaxVocabulary, &out.pad_token_id));
+  RETURN_IF_ERROR(fields.Int("bos_token_id", -1, -1, kMaxVocabulary, &out.bos_token_id));
+  if (config.contains("eos_token_id")) {
+    ASSIGN_OR_RETURN(out.eos_token_ids, ReadIds(config["eos_token_id"], source, "eos_token_id"));
   }
-  if (config.contains("bos_token_id") && config["bos_token_id"].is_number_integer()) {
-    out.bos_token_id = config["bos_token_id"].get<int64_t>();
-  }
-  if (config.contains("eos_token_id")) out.eos_token_ids = ReadIds(config["eos_token_id"]);
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json, absl::string_view source) {
+  ASSIGN_OR_RETURN(const nlohmann::json config, ParseModelJson(json, source));
+  try {
+    return Parse(config, source);
+  } catch (const std::exception& error) {
+    // Every read above is typed; this is the boundary that keeps it so.
+    return Invalid(source, absl::StrCat("cannot be read (", SanitizeForDisplay(error.what(), 200), ")"));
+  }
+}
+
+absl::Status CheckSequenceFits(const ModelConfig& config, int64_t tokens, absl::string_view what) {
+  if (config.sliding_window == 0 || tokens <= config.sliding_window) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the model uses sliding-window attention with a window of ", config.sliding_window,
+      " tokens, which rlhfd does not implement; ", what, " reach ", tokens,
+      " tokens. Keep sequences within the window (they then attend exactly as in full "
+      "attention)"));
+}
+
+absl::Status ApplyGenerationConfig(absl::string_view text, absl::string_view source,
+                                   ModelConfig* config) {
+  ASSIGN_OR_RETURN(const nlohmann::json json, ParseModelJson(text, source));
+  if (!json.is_object()) return Invalid(source, "not a JSON object");
+  try {
+    if (json.contains("eos_token_id")) {
+      ASSIGN_OR_RETURN(std::vector<int64_t> ids, ReadIds(json["eos_token_id"], source, "eos_token_id"));
+      if (!ids.empty()) config->eos_token_ids = ids;
+    }
+    return JsonFields(json, source)
+        .Int("pad_token_id", config->pad_token_id, -1, kMaxVocabulary, &config->pad_token_id);
+  } catch (const std::exception& error) {
+    return Invalid(source, absl::StrCat("cannot be read (", SanitizeForDisplay(error.what(), 200), ")"));
+  }
 }
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
@@ -173,18 +231,12 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, 1 << 20));
   ASSIGN_OR_RETURN(ModelConfig config, ParseModelConfig(text, path));
   // generation_config.json, when present, is what generation uses for EOS and padding.
-  auto generation = ReadFileToString(dir + "/generation_config.json", 1 << 20);
+  const std::string generation_path = dir + "/generation_config.json";
+  auto generation = ReadFileToString(generation_path, 1 << 20);
   if (generation.ok()) {
-    const nlohmann::json json = nlohmann::json::parse(*generation, nullptr, false);
-    if (json.is_object()) {
-      if (json.contains("eos_token_id")) {
-        std::vector<int64_t> ids = ReadIds(json["eos_token_id"]);
-        if (!ids.empty()) config.eos_token_ids = ids;
-      }
-      if (json.contains("pad_token_id") && json["pad_token_id"].is_number_integer()) {
-        config.pad_token_id = json["pad_token_id"].get<int64_t>();
-      }
-    }
+    RETURN_IF_ERROR(ApplyGenerationConfig(*generation, generation_path, &config));
+  } else if (!absl::IsNotFound(generation.status())) {
+    return generation.status();
   }
   return config;
 }

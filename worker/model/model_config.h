@@ -50,11 +50,23 @@ struct ModelConfig {
   int64_t pad_token_id = -1;
   std::vector<int64_t> eos_token_ids;
   int64_t bos_token_id = -1;
+  // Sliding-window attention's window in tokens; 0 when attention is full. rlhfd computes full
+  // attention, which is the same as long as no sequence is longer than the window.
+  int64_t sliding_window = 0;
 };
 
-// Parses config.json text; `source` names the file in errors. Refuses sliding-window attention,
-// mixture-of-experts, activations other than SiLU and unknown architectures or RoPE types.
+// Parses config.json text; `source` names the file in errors, and every wrong type or size
+// names its key. Refuses mixture-of-experts, activations other than SiLU and unknown
+// architectures or RoPE types.
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json, absl::string_view source);
+
+// Whether sequences of `tokens` tokens run exactly with this model: refused (naming the window
+// and `what`, e.g. "max_prompt_length + max_response_length") past a sliding window.
+absl::Status CheckSequenceFits(const ModelConfig& config, int64_t tokens, absl::string_view what);
+
+// Takes EOS and pad ids from generation_config.json text into `config`.
+absl::Status ApplyGenerationConfig(absl::string_view text, absl::string_view source,
+                                   ModelConfig* config);
 
 // Reads <dir>/config.json, then EOS/pad ids from <dir>/generation_config.json when present.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);

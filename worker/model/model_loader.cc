@@ -19,15 +19,48 @@ void KeepNormWeightsWide(Transformer& model) {
 
 absl::StatusOr<Transformer> LoadModel(const std::string& dir, const LoadOptions& options) {
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
-  ASSIGN_OR_RETURN(StateDict weights, StateDict::Load(dir));
-  Transformer model(config);
-  model->to(options.device, options.dtype);
-  KeepNormWeightsWide(model);
-  model->eval();
-  if (absl::Status loaded = LoadWeights(model, weights); !loaded.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(dir, ": ", loaded.message()));
+  const bool causal = config.head == HeadKind::kCausalLm;
+  if ((options.head == HeadNeed::kCausalLm && !causal) ||
+      (options.head == HeadNeed::kScore && causal)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, ": ", config.architecture, " has ", causal ? "a language-model head" : "a score head",
+        "; this role needs ",
+        options.head == HeadNeed::kCausalLm ? "a *ForCausalLM model"
+                                            : "a *ForSequenceClassification or "
+                                              "*ForTokenClassification model (num_labels: 1)"));
   }
-  return model;
+  if (options.head == HeadNeed::kScore && config.num_labels != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": num_labels is ", config.num_labels, "; a value or reward head has 1"));
+  }
+  if (options.max_sequence_length == 0 && config.sliding_window > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, ": the model uses sliding-window attention (window ", config.sliding_window,
+        " tokens); say how long its sequences get so rlhfd can check they fit in the window"));
+  }
+  if (absl::Status fits = options.max_sequence_length == LoadOptions::kNoForward
+                              ? absl::OkStatus()
+                              : CheckSequenceFits(config, options.max_sequence_length,
+                                                  options.sequence_what);
+      !fits.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, ": ", fits.message()));
+  }
+  ASSIGN_OR_RETURN(StateDict weights, StateDict::Load(dir));
+  try {
+    Transformer model(config);
+    model->to(options.device, options.dtype);
+    KeepNormWeightsWide(model);
+    model->eval();
+    if (absl::Status loaded = LoadWeights(model, weights); !loaded.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(dir, ": ", loaded.message()));
+    }
+    return model;
+  } catch (const std::exception& error) {
+    // Allocating the module on the device is where a model too large for it fails.
+    return absl::ResourceExhaustedError(absl::StrCat(
+        dir, ": cannot build the model on ", options.device.str(), " (",
+        std::string(error.what()).substr(0, 300), ")"));
+  }
 }
 
 }  // namespace rlhfd::model

@@ -15,6 +15,8 @@
 #include "absl/strings/strip.h"
 #include "common/status/status_macros.h"
 #include "common/util/files.h"
+#include "common/util/text.h"
+#include "worker/model/json_fields.h"
 
 namespace rlhfd::model {
 namespace {
@@ -258,15 +260,18 @@ struct Tokenizer::Impl {
 absl::Status Tokenizer::Impl::ParseNormalizer(const nlohmann::json& normalizer,
                                               absl::string_view source) {
   if (normalizer.is_null()) return absl::OkStatus();
-  const std::string type = normalizer.value("type", "");
+  std::string type;
+  RETURN_IF_ERROR(JsonFields(normalizer, source).String("type", "", &type));
   if (type == "NFC") {
     nfc = true;
-  } else if (type == "Sequence" && normalizer.contains("normalizers")) {
+  } else if (type == "Sequence" && normalizer.contains("normalizers") &&
+             normalizer["normalizers"].is_array()) {
     for (const auto& inner : normalizer["normalizers"])
       RETURN_IF_ERROR(ParseNormalizer(inner, source));
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat(source, ": normalizer '", type, "' is not supported (NFC, Sequence)"));
+        absl::StrCat(source, ": normalizer '", SanitizeForDisplay(type, 40),
+                     "' is not supported (NFC, Sequence)"));
   }
   return absl::OkStatus();
 }
@@ -274,16 +279,22 @@ absl::Status Tokenizer::Impl::ParseNormalizer(const nlohmann::json& normalizer,
 absl::Status Tokenizer::Impl::ParsePreTokenizer(const nlohmann::json& step,
                                                 absl::string_view source) {
   if (step.is_null()) return absl::OkStatus();
-  const std::string type = step.value("type", "");
-  if (type == "Sequence" && step.contains("pretokenizers")) {
+  const JsonFields fields(step, source);
+  std::string type;
+  RETURN_IF_ERROR(fields.String("type", "", &type));
+  if (type == "Sequence" && step.contains("pretokenizers") && step["pretokenizers"].is_array()) {
     for (const auto& inner : step["pretokenizers"])
       RETURN_IF_ERROR(ParsePreTokenizer(inner, source));
     return absl::OkStatus();
   }
   if (type == "Split") {
+    std::string behavior;
+    bool invert = false;
+    RETURN_IF_ERROR(fields.String("behavior", "", &behavior));
+    RETURN_IF_ERROR(fields.Bool("invert", false, &invert));
     if (!step.contains("pattern") || !step["pattern"].is_object() ||
-        !step["pattern"].contains("Regex") || step.value("behavior", "") != "Isolated" ||
-        step.value("invert", false)) {
+        !step["pattern"].contains("Regex") || !step["pattern"]["Regex"].is_string() ||
+        behavior != "Isolated" || invert) {
       return absl::InvalidArgumentError(
           absl::StrCat(source,
                        ": only Split pre-tokenizers with a Regex pattern, behavior Isolated and no "
@@ -295,24 +306,29 @@ absl::Status Tokenizer::Impl::ParsePreTokenizer(const nlohmann::json& step,
     return absl::OkStatus();
   }
   if (type == "ByteLevel") {
-    PreTokenizerStep byte_level{PreTokenizerStep::kByteLevel, nullptr,
-                                step.value("add_prefix_space", false)};
-    if (step.value("use_regex", true)) {
+    PreTokenizerStep byte_level{PreTokenizerStep::kByteLevel, nullptr, false};
+    bool use_regex = true;
+    RETURN_IF_ERROR(fields.Bool("add_prefix_space", false, &byte_level.add_prefix_space));
+    RETURN_IF_ERROR(fields.Bool("use_regex", true, &use_regex));
+    if (use_regex) {
       ASSIGN_OR_RETURN(byte_level.regex, CompileRegex(kGpt2Pattern, source));
     }
     pre.push_back(byte_level);
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      source, ": pre-tokenizer '", type, "' is not supported (Split, ByteLevel, Sequence)"));
+      source, ": pre-tokenizer '", SanitizeForDisplay(type, 40),
+      "' is not supported (Split, ByteLevel, Sequence)"));
 }
 
 absl::Status Tokenizer::Impl::ParsePostProcessor(const nlohmann::json& processor,
                                                  absl::string_view source) {
   if (processor.is_null()) return absl::OkStatus();
-  const std::string type = processor.value("type", "");
+  std::string type;
+  RETURN_IF_ERROR(JsonFields(processor, source).String("type", "", &type));
   if (type == "ByteLevel") return absl::OkStatus();  // Offsets only; ids unchanged.
-  if (type == "Sequence" && processor.contains("processors")) {
+  if (type == "Sequence" && processor.contains("processors") &&
+      processor["processors"].is_array()) {
     for (const auto& inner : processor["processors"]) {
       RETURN_IF_ERROR(ParsePostProcessor(inner, source));
     }
@@ -322,14 +338,21 @@ absl::Status Tokenizer::Impl::ParsePostProcessor(const nlohmann::json& processor
       processor["single"].is_array()) {
     bool seen_sequence = false;
     for (const auto& piece : processor["single"]) {
+      if (!piece.is_object()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(source, ": post-processor pieces must be objects"));
+      }
       if (piece.contains("Sequence")) {
         seen_sequence = true;
-      } else if (piece.contains("SpecialToken") && piece["SpecialToken"].contains("id")) {
+      } else if (piece.contains("SpecialToken") && piece["SpecialToken"].is_object() &&
+                 piece["SpecialToken"].contains("id") &&
+                 piece["SpecialToken"]["id"].is_string()) {
         const std::string name = piece["SpecialToken"]["id"].get<std::string>();
         auto it = vocab.find(name);
         if (it == vocab.end()) {
           return absl::InvalidArgumentError(
-              absl::StrCat(source, ": post-processor names unknown token '", name, "'"));
+              absl::StrCat(source, ": post-processor names unknown token '",
+                           SanitizeForDisplay(name, 60), "'"));
         }
         (seen_sequence ? suffix_ids : prefix_ids).push_back(it->second);
       }
@@ -337,7 +360,8 @@ absl::Status Tokenizer::Impl::ParsePostProcessor(const nlohmann::json& processor
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      source, ": post-processor '", type, "' is not supported (ByteLevel, TemplateProcessing)"));
+      source, ": post-processor '", SanitizeForDisplay(type, 40),
+      "' is not supported (ByteLevel, TemplateProcessing)"));
 }
 
 void Tokenizer::Impl::Bpe(const std::string& piece, std::vector<int32_t>* ids) const {
@@ -389,6 +413,9 @@ void Tokenizer::Impl::Bpe(const std::string& piece, std::vector<int32_t>* ids) c
 }
 
 void Tokenizer::Impl::EncodeSegment(absl::string_view text, std::vector<int32_t>* ids) const {
+  // HF drops empty pieces before pre-tokenizing, so text that is empty (between two added
+  // tokens, or once lstrip / rstrip took its whitespace) gets no prefix space.
+  if (text.empty()) return;
   std::string normalized(text);
   if (nfc && !normalized.empty()) {
     utf8proc_uint8_t* composed =
@@ -402,6 +429,7 @@ void Tokenizer::Impl::EncodeSegment(absl::string_view text, std::vector<int32_t>
   for (const PreTokenizerStep& step : pre) {
     std::vector<std::string> next;
     for (std::string& piece : pieces) {
+      if (piece.empty()) continue;
       if (step.kind == PreTokenizerStep::kByteLevel && step.add_prefix_space &&
           !absl::StartsWith(piece, " ")) {
         piece.insert(0, " ");
@@ -425,13 +453,26 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 absl::StatusOr<Tokenizer> Tokenizer::FromJson(absl::string_view json, absl::string_view source) {
-  const nlohmann::json root = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded() || !root.is_object()) {
+  ASSIGN_OR_RETURN(const nlohmann::json root, ParseModelJson(json, source));
+  try {
+    return FromParsedJson(root, source);
+  } catch (const std::exception& error) {
+    // Every read is typed; this boundary keeps a file from ever throwing past it.
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": cannot be read (", SanitizeForDisplay(error.what(), 200), ")"));
+  }
+}
+
+absl::StatusOr<Tokenizer> Tokenizer::FromParsedJson(const nlohmann::json& root,
+                                                    absl::string_view source) {
+  if (!root.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": not a JSON object"));
   }
   auto impl = std::make_unique<Impl>();
   const nlohmann::json& model = root.contains("model") ? root["model"] : nlohmann::json();
-  if (!model.is_object() || model.value("type", "") != "BPE" || !model.contains("vocab") ||
+  std::string model_type;
+  if (model.is_object()) RETURN_IF_ERROR(JsonFields(model, source).String("type", "", &model_type));
+  if (!model.is_object() || model_type != "BPE" || !model.contains("vocab") ||
       !model["vocab"].is_object() || !model.contains("merges") || !model["merges"].is_array()) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": model must be a BPE model with vocab and merges"));
@@ -440,7 +481,7 @@ absl::StatusOr<Tokenizer> Tokenizer::FromJson(absl::string_view json, absl::stri
   for (const auto& [token, id] : model["vocab"].items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > (1 << 24)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(source, ": vocab id of '", token, "' is invalid"));
+          absl::StrCat(source, ": vocab id of '", SanitizeForDisplay(token, 60), "' is invalid"));
     }
     impl->vocab[token] = id.get<int32_t>();
     max_id = std::max(max_id, id.get<int32_t>());
@@ -458,8 +499,10 @@ absl::StatusOr<Tokenizer> Tokenizer::FromJson(absl::string_view json, absl::stri
     }
     impl->merge_rank.emplace(std::move(key), rank++);
   }
-  impl->ignore_merges = model.value("ignore_merges", false);
-  if (model.value("byte_fallback", false)) {
+  bool byte_fallback = false;
+  RETURN_IF_ERROR(JsonFields(model, source).Bool("ignore_merges", false, &impl->ignore_merges));
+  RETURN_IF_ERROR(JsonFields(model, source).Bool("byte_fallback", false, &byte_fallback));
+  if (byte_fallback) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": byte_fallback BPE (SentencePiece-style) is not supported"));
   }
@@ -474,9 +517,11 @@ absl::StatusOr<Tokenizer> Tokenizer::FromJson(absl::string_view json, absl::stri
           token["id"].get<int64_t>() > (1 << 24)) {
         return absl::InvalidArgumentError(absl::StrCat(source, ": malformed added token"));
       }
-      const AddedToken added{token["id"].get<int32_t>(), token["content"].get<std::string>(),
-                             token.value("special", false), token.value("lstrip", false),
-                             token.value("rstrip", false)};
+      AddedToken added{token["id"].get<int32_t>(), token["content"].get<std::string>(), false};
+      const JsonFields fields(token, source);
+      RETURN_IF_ERROR(fields.Bool("special", false, &added.special));
+      RETURN_IF_ERROR(fields.Bool("lstrip", false, &added.lstrip));
+      RETURN_IF_ERROR(fields.Bool("rstrip", false, &added.rstrip));
       impl->vocab[added.content] = added.id;
       max_id = std::max(max_id, added.id);
       impl->added.push_back(added);
@@ -489,34 +534,53 @@ absl::StatusOr<Tokenizer> Tokenizer::FromJson(absl::string_view json, absl::stri
   impl->id_to_token.assign(max_id + 1, "");
   for (const auto& [token, id] : impl->vocab) impl->id_to_token[id] = token;
 
-  RETURN_IF_ERROR(impl->ParseNormalizer(root.value("normalizer", nlohmann::json()), source));
-  RETURN_IF_ERROR(impl->ParsePreTokenizer(root.value("pre_tokenizer", nlohmann::json()), source));
-  RETURN_IF_ERROR(impl->ParsePostProcessor(root.value("post_processor", nlohmann::json()), source));
-  if (root.contains("decoder") && !root["decoder"].is_null() &&
-      root["decoder"].value("type", "") != "ByteLevel") {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": decoder '",
-                                                   root["decoder"].value("type", ""),
-                                                   "' is not supported (ByteLevel)"));
+  const auto section = [&root](const char* key) {
+    return root.contains(key) ? root[key] : nlohmann::json();
+  };
+  RETURN_IF_ERROR(impl->ParseNormalizer(section("normalizer"), source));
+  RETURN_IF_ERROR(impl->ParsePreTokenizer(section("pre_tokenizer"), source));
+  RETURN_IF_ERROR(impl->ParsePostProcessor(section("post_processor"), source));
+  if (const nlohmann::json decoder = section("decoder"); !decoder.is_null()) {
+    std::string type;
+    RETURN_IF_ERROR(JsonFields(decoder, source).String("type", "", &type));
+    if (type != "ByteLevel") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": decoder '", SanitizeForDisplay(type, 40), "' is not supported (ByteLevel)"));
+    }
   }
   return Tokenizer(std::move(impl));
+}
+
+absl::StatusOr<TokenizerConfig> ParseTokenizerConfig(absl::string_view text,
+                                                     absl::string_view source) {
+  ASSIGN_OR_RETURN(const nlohmann::json config, ParseModelJson(text, source));
+  if (!config.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not a JSON object"));
+  }
+  TokenizerConfig out;
+  // A list of named templates (some repositories) is read as no template: pick one with
+  // model.chat_template.
+  if (config.contains("chat_template") && config["chat_template"].is_string()) {
+    out.chat_template = config["chat_template"].get<std::string>();
+  }
+  if (config.contains("bos_token")) out.bos_token = TokenContent(config["bos_token"]);
+  return out;
 }
 
 absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& dir) {
   const std::string path = dir + "/tokenizer.json";
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, 256 << 20));
   ASSIGN_OR_RETURN(Tokenizer tokenizer, FromJson(text, path));
-  std::string jinja;
-  auto config_text = ReadFileToString(dir + "/tokenizer_config.json", 64 << 20);
+  const std::string config_path = dir + "/tokenizer_config.json";
+  TokenizerConfig config;
+  auto config_text = ReadFileToString(config_path, 64 << 20);
   if (config_text.ok()) {
-    const nlohmann::json config = nlohmann::json::parse(*config_text, nullptr, false);
-    if (config.is_object()) {
-      if (config.contains("chat_template") && config["chat_template"].is_string()) {
-        jinja = config["chat_template"].get<std::string>();
-      }
-      if (config.contains("bos_token"))
-        tokenizer.impl_->bos_token = TokenContent(config["bos_token"]);
-    }
+    ASSIGN_OR_RETURN(config, ParseTokenizerConfig(*config_text, config_path));
+  } else if (!absl::IsNotFound(config_text.status())) {
+    return config_text.status();
   }
+  std::string jinja = config.chat_template;
+  tokenizer.impl_->bos_token = config.bos_token;
   if (jinja.empty()) {
     if (auto file = ReadFileToString(dir + "/chat_template.jinja", 1 << 20); file.ok())
       jinja = *file;
@@ -631,6 +695,16 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(const std::vector<ChatM
   return absl::InvalidArgumentError(
       "this tokenizer has no chat template; set model.chat_template (chatml, llama3) or give "
       "plain-text prompts");
+}
+
+absl::Status CheckTokenizerFitsModel(const Tokenizer& tokenizer, int64_t model_vocab_size,
+                                     absl::string_view dir) {
+  if (tokenizer.vocab_size() <= model_vocab_size) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      dir, ": the tokenizer has ids up to ", tokenizer.vocab_size() - 1,
+      " but config.json's vocab_size is ", model_vocab_size,
+      "; the model has no embedding for the rest. Use the tokenizer the model was trained with, "
+      "or resize the embeddings"));
 }
 
 absl::StatusOr<ChatTemplate> ChooseChatTemplate(absl::string_view name, absl::string_view jinja) {

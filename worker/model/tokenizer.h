@@ -3,6 +3,8 @@
 // TemplateProcessing), and their chat templates (ChatML, Llama 3 headers). No LibTorch.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -44,6 +46,7 @@ class Tokenizer {
 
   // -1 when unknown.
   int32_t TokenToId(absl::string_view token) const;
+  // One past the largest token id the tokenizer can produce (vocabulary and added tokens).
   int64_t vocab_size() const;
 
   // The prompt text for `messages` in the model's chat format; INVALID_ARGUMENT without one.
@@ -55,8 +58,24 @@ class Tokenizer {
  private:
   struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
+  static absl::StatusOr<Tokenizer> FromParsedJson(const nlohmann::json& root,
+                                                  absl::string_view source);
   std::unique_ptr<Impl> impl_;
 };
+
+// What rlhfd reads of tokenizer_config.json.
+struct TokenizerConfig {
+  std::string chat_template;  // Jinja text; empty when none (or a list of named templates)
+  std::string bos_token;
+};
+absl::StatusOr<TokenizerConfig> ParseTokenizerConfig(absl::string_view text,
+                                                     absl::string_view source);
+
+// A model whose tokenizer can produce ids the embedding has no row for would read out of bounds
+// on the first such token: refused when the two are loaded together. `model_vocab_size` is
+// config.json's vocab_size; `dir` names the model in the error.
+absl::Status CheckTokenizerFitsModel(const Tokenizer& tokenizer, int64_t model_vocab_size,
+                                     absl::string_view dir);
 
 // "chatml", "llama3", "none" or "auto" (detected from the template text `jinja`).
 absl::StatusOr<ChatTemplate> ChooseChatTemplate(absl::string_view name, absl::string_view jinja);

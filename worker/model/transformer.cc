@@ -331,6 +331,19 @@ at::Tensor TransformerImpl::Scores(const at::Tensor& hidden) {
                     score->bias.defined() ? score->bias.to(type) : at::Tensor());
 }
 
+absl::Status CheckTokenIds(const at::Tensor& ids, int64_t vocab_size, absl::string_view what) {
+  if (!ids.defined() || ids.numel() == 0) return absl::OkStatus();
+  if (ids.scalar_type() != at::kLong) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": token ids must be int64"));
+  }
+  const at::Tensor outside = ids.lt(0).logical_or(ids.ge(vocab_size));
+  if (!outside.any().item<bool>()) return absl::OkStatus();
+  const int64_t first = ids.flatten().index({outside.flatten()})[0].item<int64_t>();
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, ": token id ", first, " is outside the model's vocabulary [0, ", vocab_size,
+      "); was the text tokenized with another model's tokenizer?"));
+}
+
 absl::Status LoadWeights(Transformer& model, const StateDict& weights) {
   std::vector<std::string> missing, mismatched, unexpected;
   std::set<std::string> expected;

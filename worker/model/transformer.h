@@ -187,4 +187,9 @@ TORCH_MODULE(Transformer);
 // tensors, each by name, in one error). Converts dtype and device as it copies.
 absl::Status LoadWeights(Transformer& model, const StateDict& weights);
 
+// Token ids must index the embedding: every entry of `ids` (int64, any shape) in [0,
+// vocab_size). INVALID_ARGUMENT naming `what` and the first id out of range otherwise; call it
+// wherever ids from outside (a file, a peer, a user) enter a forward.
+absl::Status CheckTokenIds(const at::Tensor& ids, int64_t vocab_size, absl::string_view what);
+
 }  // namespace rlhfd::model

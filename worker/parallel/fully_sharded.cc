@@ -4,6 +4,7 @@
 #include <torch/autograd.h>
 
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
@@ -17,9 +18,19 @@ struct FullyShardedModel::Unit {
   int64_t total = 0, shard_size = 0;
   at::Tensor master;  // This rank's shard (padded flat), wide dtype.
   Communicator* group = nullptr;
+  absl::Status* failure = nullptr;  // The model's first failure (see RecordFailure).
 
-  void Init(std::vector<at::Tensor> tensors, Communicator& communicator) {
+  // Keeps the first failure of a collective inside autograd, which must not throw: a peer's
+  // failure is a Status for FinishStep / TakeStatus, never an exception through the engine.
+  bool Failed(const absl::Status& status) {
+    if (status.ok()) return false;
+    if (failure->ok()) *failure = status;
+    return true;
+  }
+
+  void Init(std::vector<at::Tensor> tensors, Communicator& communicator, absl::Status* first) {
     group = &communicator;
+    failure = first;
     params = std::move(tensors);
     param_options = params.front().options();
     std::vector<at::Tensor> flat;
@@ -86,11 +97,6 @@ struct FullyShardedModel::Unit {
 
 namespace {
 
-// Inside autograd functions errors travel as c10::Error (see the header).
-void ThrowIfError(const absl::Status& status) {
-  TORCH_CHECK(status.ok(), "fully sharded layer: ", std::string(status.message()));
-}
-
 // A decoder layer whose parameters are gathered around its forward and its recomputation in
 // backward (see the header).
 class GatheredLayer : public torch::autograd::Function<GatheredLayer> {
@@ -105,7 +111,9 @@ class GatheredLayer : public torch::autograd::Function<GatheredLayer> {
     ctx->saved_data["sin"] = context.sin;
     ctx->saved_data["mask"] = context.mask;
     ctx->save_for_backward({x});
-    ThrowIfError(unit->Gather());
+    // After a failure the step's result is void (FinishStep reports the failure); the layer
+    // passes its input through so the graph stays well-formed.
+    if (unit->Failed(unit->Gather())) return x.clone();
     at::Tensor out = layer->forward(x, context);
     unit->Release();
     return out;
@@ -119,14 +127,16 @@ class GatheredLayer : public torch::autograd::Function<GatheredLayer> {
                                           ctx->saved_data["sin"].toTensor(),
                                           ctx->saved_data["mask"].toTensor(), nullptr};
     const at::Tensor input = ctx->get_saved_variables()[0].detach().requires_grad_(true);
-    ThrowIfError(unit->Gather());
+    if (unit->Failed(unit->Gather())) {
+      return {at::zeros_like(input), at::Tensor(), at::Tensor(), at::Tensor()};
+    }
     at::Tensor output;
     {
       at::AutoGradMode grad(true);
       output = layer->forward(input, context);
     }
     torch::autograd::backward({output}, {grad_outputs[0]});
-    ThrowIfError(unit->ScatterGradients());
+    unit->Failed(unit->ScatterGradients());
     unit->Release();
     return {input.grad(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
@@ -151,11 +161,11 @@ FullyShardedModel::FullyShardedModel(model::Transformer model, Communicator& gro
   }
   for (auto& tensors : per_layer) {
     layers_.push_back(std::make_unique<Unit>());
-    layers_.back()->Init(std::move(tensors), group);
+    layers_.back()->Init(std::move(tensors), group, &failure_);
     masters.push_back(layers_.back()->master);
   }
   root_ = std::make_unique<Unit>();
-  root_->Init(std::move(root), group);
+  root_->Init(std::move(root), group, &failure_);
   masters.push_back(root_->master);
   optimizer_ = std::make_unique<train::AdamW>(masters, options);
   model_->set_layer_runner([this](int64_t index, model::DecoderLayerImpl& layer,
@@ -168,7 +178,14 @@ FullyShardedModel::~FullyShardedModel() { model_->set_layer_runner({}); }
 
 absl::Status FullyShardedModel::BeginStep() { return root_->Gather(); }
 
+absl::Status FullyShardedModel::TakeStatus() { return std::exchange(failure_, absl::OkStatus()); }
+
 absl::StatusOr<double> FullyShardedModel::FinishStep(double lr, double max_norm) {
+  if (absl::Status failed = TakeStatus(); !failed.ok()) {
+    root_->Release();
+    optimizer_->ZeroGrad();
+    return failed;
+  }
   RETURN_IF_ERROR(root_->ScatterGradients());
   root_->Release();
   std::vector<Unit*> units;

@@ -7,8 +7,9 @@
 // reduce-scattered (averaged) into the unit's shard and freed. The root unit is gathered for the
 // whole step. AdamW state exists for the shards only.
 //
-// Communicator failures inside forward or backward surface as c10::Error from those calls (the
-// autograd engine's channel); BeginStep / FinishStep return them as statuses.
+// A communicator failure inside forward or backward (a peer lost, a timeout) never throws
+// through the autograd engine: the first one is recorded, the step's result is void, and
+// FinishStep (or TakeStatus, for a forward alone) returns it.
 #pragma once
 
 #include <ATen/Tensor.h>
@@ -37,6 +38,8 @@ class FullyShardedModel {
   // (max_norm > 0), steps AdamW on the shards and frees the root. Returns the norm before
   // clipping.
   absl::StatusOr<double> FinishStep(double lr, double max_norm);
+  // The first failure inside forward or backward since the last call; clears it.
+  absl::Status TakeStatus();
   // The full parameters, in the model's parameter order (an all-gather of every unit).
   absl::StatusOr<std::vector<at::Tensor>> FullParameters();
 
@@ -49,6 +52,7 @@ class FullyShardedModel {
   std::vector<std::unique_ptr<Unit>> layers_;
   std::unique_ptr<Unit> root_;
   std::unique_ptr<train::AdamW> optimizer_;
+  absl::Status failure_;
 };
 
 }  // namespace rlhfd::parallel

@@ -10,6 +10,7 @@
 #include <torch/cuda.h>
 #include <torch/types.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -95,9 +96,8 @@ absl::StatusOr<model::LoadOptions> DeviceOptions() {
 
 absl::StatusOr<nlohmann::json> Logprobs(const std::string& dir) {
   ASSIGN_OR_RETURN(model::Tokenizer tokenizer, model::Tokenizer::Load(dir));
-  ASSIGN_OR_RETURN(const model::LoadOptions options, DeviceOptions());
+  ASSIGN_OR_RETURN(model::LoadOptions options, DeviceOptions());
   const std::string dtype = absl::GetFlag(FLAGS_dtype), device = absl::GetFlag(FLAGS_device);
-  ASSIGN_OR_RETURN(model::Transformer model, model::LoadModel(dir, options));
   ASSIGN_OR_RETURN(std::vector<int32_t> prompt_ids, tokenizer.Encode(absl::GetFlag(FLAGS_prompt)));
   ASSIGN_OR_RETURN(std::vector<int32_t> text_ids, tokenizer.Encode(absl::GetFlag(FLAGS_text)));
   std::vector<int64_t> ids(prompt_ids.begin(), prompt_ids.end());
@@ -105,8 +105,15 @@ absl::StatusOr<nlohmann::json> Logprobs(const std::string& dir) {
   if (ids.size() < 2 || text_ids.empty()) {
     return absl::InvalidArgumentError("need at least two tokens, and some --text to score");
   }
+  options.head = model::HeadNeed::kCausalLm;
+  options.max_sequence_length = static_cast<int64_t>(ids.size());
+  options.sequence_what = "--prompt and --text together";
+  ASSIGN_OR_RETURN(model::Transformer model, model::LoadModel(dir, options));
+  RETURN_IF_ERROR(model::CheckTokenizerFitsModel(tokenizer, model->config().vocab_size, dir));
+  const at::Tensor id_tensor = at::tensor(ids, at::kLong);
+  RETURN_IF_ERROR(model::CheckTokenIds(id_tensor, model->config().vocab_size, "--text"));
   torch::NoGradGuard no_grad;
-  at::Tensor input = at::tensor(ids, at::kLong).unsqueeze(0).to(options.device);        // (1, T)
+  at::Tensor input = id_tensor.unsqueeze(0).to(options.device);                          // (1, T)
   at::Tensor logits = model->Logits(model->Hidden({input})).to(at::kFloat).squeeze(0);  // (T, V)
   at::Tensor logp = at::log_softmax(logits, -1).cpu();
   nlohmann::json tokens = nlohmann::json::array();
@@ -199,8 +206,19 @@ absl::StatusOr<nlohmann::json> Generate(const std::string& dir) {
   }
   if (requests.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no prompts"));
 
-  ASSIGN_OR_RETURN(const model::LoadOptions options, DeviceOptions());
+  ASSIGN_OR_RETURN(model::LoadOptions options, DeviceOptions());
+  options.head = model::HeadNeed::kCausalLm;
+  size_t longest_prompt = 0;
+  for (const rollout::GenerationRequest& request : requests) {
+    longest_prompt = std::max(longest_prompt, request.prompt_ids.size());
+  }
+  options.max_sequence_length =
+      absl::GetFlag(FLAGS_max_model_len) > 0
+          ? absl::GetFlag(FLAGS_max_model_len)
+          : static_cast<int64_t>(longest_prompt) + absl::GetFlag(FLAGS_max_new_tokens);
+  options.sequence_what = "the longest prompt + --max_new_tokens (or --max_model_len)";
   ASSIGN_OR_RETURN(model::Transformer model, model::LoadModel(dir, options));
+  RETURN_IF_ERROR(model::CheckTokenizerFitsModel(tokenizer, model->config().vocab_size, dir));
   rollout::EngineOptions engine_options;
   engine_options.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   engine_options.max_model_len = absl::GetFlag(FLAGS_max_model_len);
@@ -237,7 +255,9 @@ absl::StatusOr<nlohmann::json> Export(const std::string& dir) {
   if (out.empty()) return absl::InvalidArgumentError("export needs --out=DIR");
   if (dtype != "fp32" && dtype != "bf16")
     return absl::InvalidArgumentError("--dtype: fp32 or bf16");
-  ASSIGN_OR_RETURN(model::Transformer model, model::LoadModel(dir, {}));
+  model::LoadOptions options;
+  options.max_sequence_length = model::LoadOptions::kNoForward;
+  ASSIGN_OR_RETURN(model::Transformer model, model::LoadModel(dir, options));
   RETURN_IF_ERROR(model::ExportHuggingFaceDirectory(model, dir, out,
                                                     dtype == "bf16" ? at::kBFloat16 : at::kFloat));
   return nlohmann::json{{"exported", out}, {"dtype", dtype}};
@@ -254,13 +274,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string command = args[1];
-  absl::StatusOr<nlohmann::json> result =
-      command == "tokenize"   ? rlhfd::Tokenize(absl::GetFlag(FLAGS_model))
-      : command == "logprobs" ? rlhfd::Logprobs(absl::GetFlag(FLAGS_model))
-      : command == "generate" ? rlhfd::Generate(absl::GetFlag(FLAGS_model))
-      : command == "export"   ? rlhfd::Export(absl::GetFlag(FLAGS_model))
-                              : absl::InvalidArgumentError(
-                                    absl::StrCat("unknown command '", command, "'\n", rlhfd::kUsage));
+  absl::StatusOr<nlohmann::json> result;
+  // The tool's boundary: a library error (an allocation, a kernel) ends the command with its
+  // message, never with a signal.
+  try {
+    result = command == "tokenize"   ? rlhfd::Tokenize(absl::GetFlag(FLAGS_model))
+             : command == "logprobs" ? rlhfd::Logprobs(absl::GetFlag(FLAGS_model))
+             : command == "generate" ? rlhfd::Generate(absl::GetFlag(FLAGS_model))
+             : command == "export"   ? rlhfd::Export(absl::GetFlag(FLAGS_model))
+                                     : absl::InvalidArgumentError(absl::StrCat(
+                                         "unknown command '", command, "'\n", rlhfd::kUsage));
+  } catch (const std::exception& error) {
+    result = absl::InternalError(std::string(error.what()).substr(0, 2000));
+  }
   if (!result.ok()) {
     std::cerr << "error: " << result.status().message() << "\n";
     const bool known = command == "tokenize" || command == "logprobs" || command == "generate" ||

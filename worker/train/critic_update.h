@@ -37,7 +37,9 @@ double ExplainedVariance(const at::Tensor& values, const at::Tensor& returns,
 // Updates a score-head model (one label) in place. Metrics: value_loss, value_clip_fraction,
 // values (mean), explained_variance (of the values the micro-batches computed, before their
 // step; the last epoch's), grad_norm, lr, optimizer_steps, response_tokens_per_s.
-UpdateMetrics UpdateCritic(model::Transformer& model, AdamW& optimizer,
-                           const CriticUpdateBatch& batch, const CriticUpdateOptions& options);
+// INVALID_ARGUMENT for a model without a one-label score head or a batch of the wrong shape.
+absl::StatusOr<UpdateMetrics> UpdateCritic(model::Transformer& model, AdamW& optimizer,
+                                           const CriticUpdateBatch& batch,
+                                           const CriticUpdateOptions& options);
 
 }  // namespace rlhfd::train

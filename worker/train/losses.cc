@@ -11,24 +11,39 @@ at::Tensor MaskedMean(const at::Tensor& x, const at::Tensor& mask) {
   return (x * mask).sum() / mask.sum().clamp_min(1);
 }
 
-at::Tensor AggregateLoss(const at::Tensor& loss, const at::Tensor& mask, v1::LossAggregation mode) {
-  at::Tensor masked = loss * mask;
+LossScale LossScaleOf(const at::Tensor& mask, double horizon) {
+  const at::Tensor per_row = mask.sum(-1);
+  LossScale scale;
+  scale.tokens = per_row.sum().item<double>();
+  scale.sequences = per_row.gt(0).sum().item<double>();
+  scale.horizon = horizon > 0 ? horizon : static_cast<double>(mask.size(-1));
+  return scale;
+}
+
+at::Tensor AggregateLoss(const at::Tensor& loss, const at::Tensor& mask, v1::LossAggregation mode,
+                         const std::optional<LossScale>& given) {
+  const LossScale scale = given ? *given : LossScaleOf(mask);
+  // Empty denominators give a zero loss rather than NaN.
+  const double sequences = std::max(scale.sequences, 1.0);
+  const at::Tensor masked = loss * mask;
   switch (mode) {
     case v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM:
-      return masked.sum(-1).mean();
+      return masked.sum() / sequences;
     case v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_MEAN:
-      return (masked.sum(-1) / mask.sum(-1).clamp_min(1)).mean();
+      // Rows without tokens have a zero sum, so clamping their count only avoids 0 / 0.
+      return (masked.sum(-1) / mask.sum(-1).clamp_min(1)).sum() / sequences;
     case v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM_NORM:
-      return masked.sum() / loss.size(-1);
+      return masked.sum() / (sequences * std::max(scale.horizon, 1.0));
     case v1::LOSS_AGGREGATION_TOKEN_MEAN:
     default:
-      return MaskedMean(loss, mask);
+      return masked.sum() / std::max(scale.tokens, 1.0);
   }
 }
 
 PolicyLoss ComputePolicyLoss(const at::Tensor& log_prob, const at::Tensor& old_log_prob,
                              const at::Tensor& advantages, const at::Tensor& mask,
-                             const PolicyLossOptions& options) {
+                             const PolicyLossOptions& options,
+                             const std::optional<LossScale>& scale) {
   const at::Tensor log_ratio = (log_prob - old_log_prob).clamp(-20.0, 20.0);
   const at::Tensor ratio = log_ratio.exp();
   const at::Tensor unclipped = -advantages * ratio;
@@ -47,19 +62,20 @@ PolicyLoss ComputePolicyLoss(const at::Tensor& log_prob, const at::Tensor& old_l
   } else {
     out.clip_fraction_low = at::zeros({}, mask.options());
   }
-  out.loss = AggregateLoss(per_token, mask, options.aggregation);
+  out.loss = AggregateLoss(per_token, mask, options.aggregation, scale);
   out.approx_kl = MaskedMean(-log_ratio, mask).detach();
   return out;
 }
 
 ValueLoss ComputeValueLoss(const at::Tensor& values, const at::Tensor& old_values,
                            const at::Tensor& returns, const at::Tensor& mask, double cliprange,
-                           v1::LossAggregation aggregation) {
+                           v1::LossAggregation aggregation, const std::optional<LossScale>& scale) {
   const at::Tensor clipped = at::clamp(values, old_values - cliprange, old_values + cliprange);
   const at::Tensor loss_unclipped = (values - returns).pow(2);
   const at::Tensor loss_clipped = (clipped - returns).pow(2);
   ValueLoss out;
-  out.loss = 0.5 * AggregateLoss(at::maximum(loss_unclipped, loss_clipped), mask, aggregation);
+  out.loss =
+      0.5 * AggregateLoss(at::maximum(loss_unclipped, loss_clipped), mask, aggregation, scale);
   out.clip_fraction =
       MaskedMean(loss_clipped.gt(loss_unclipped).to(mask.scalar_type()), mask).detach();
   return out;

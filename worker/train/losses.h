@@ -2,21 +2,42 @@
 // loss aggregation, the PPO clipped policy loss (clip-higher, dual clip), the clipped value loss,
 // KL estimators and the fixed/adaptive KL coefficient.
 //
+// Aggregation follows verl >= 0.9 (core_algos.agg_loss with global batch information, verl PR
+// #4510): the denominators are those of the whole mini-batch, whatever micro-batches (and, with
+// data parallelism, ranks) it is cut into, and sequences without a response token count in none.
+//
 // Shapes: B = sequences, T = response tokens (right-padded); `mask` (B, T) is 1 on real tokens.
 #pragma once
 
 #include <ATen/Tensor.h>
 
+#include <optional>
+
 #include "rlhfd/v1/job_spec.pb.h"
 
 namespace rlhfd::train {
 
-// Reduces per-token `loss` (B, T) to a scalar:
-//   token-mean: sum(loss·mask) / sum(mask)
-//   seq-mean-token-sum: mean over sequences of sum(loss·mask)
-//   seq-mean-token-mean: mean over sequences of sum(loss·mask) / sum(mask)
-//   seq-mean-token-sum-norm: sum(loss·mask) / T   (T = the padded length, as verl does)
-at::Tensor AggregateLoss(const at::Tensor& loss, const at::Tensor& mask, v1::LossAggregation mode);
+// The denominators of an aggregated loss, counted over a whole mini-batch.
+struct LossScale {
+  double tokens = 0;     // response tokens
+  double sequences = 0;  // sequences with at least one response token
+  // T of seq-mean-token-sum-norm: verl's loss_scale_factor, by default its padded response
+  // length (data.max_response_length).
+  double horizon = 0;
+};
+
+// The scale of `mask` (B, T) taken as a whole mini-batch; `horizon` 0 means mask's T.
+LossScale LossScaleOf(const at::Tensor& mask, double horizon = 0);
+
+// Reduces per-token `loss` (B, T) of one micro-batch to its share of the mini-batch's loss, so
+// the shares of all micro-batches sum to (with n_i = row i's tokens, rows with n_i = 0 left out):
+//   token-mean: Σ loss·mask / tokens
+//   seq-mean-token-sum: Σ_i Σ_t loss·mask / sequences
+//   seq-mean-token-mean: Σ_i (Σ_t loss·mask / n_i) / sequences
+//   seq-mean-token-sum-norm: Σ loss·mask / (sequences · horizon)   (Dr. GRPO)
+// Without a scale the batch is its own mini-batch.
+at::Tensor AggregateLoss(const at::Tensor& loss, const at::Tensor& mask, v1::LossAggregation mode,
+                         const std::optional<LossScale>& scale = std::nullopt);
 
 // sum(x·mask) / sum(mask), a scalar.
 at::Tensor MaskedMean(const at::Tensor& x, const at::Tensor& mask);
@@ -37,9 +58,12 @@ struct PolicyLoss {
 
 // PPO's clipped surrogate: ratio = exp(log_prob - old_log_prob) (log-ratio clamped to ±20);
 // per token max(-A·ratio, -A·clip(ratio, 1 - low, 1 + high)), and for A < 0 at most -A·c.
+// `loss` is aggregated with `scale` (see AggregateLoss); the fractions and the KL are this
+// micro-batch's token means.
 PolicyLoss ComputePolicyLoss(const at::Tensor& log_prob, const at::Tensor& old_log_prob,
                              const at::Tensor& advantages, const at::Tensor& mask,
-                             const PolicyLossOptions& options);
+                             const PolicyLossOptions& options,
+                             const std::optional<LossScale>& scale = std::nullopt);
 
 struct ValueLoss {
   at::Tensor loss;           // scalar: 0.5 · aggregate(max((v - R)², (clip(v) - R)²))
@@ -49,7 +73,8 @@ struct ValueLoss {
 // Value clipping around the values the rollout was scored with: clip(v, old ± cliprange).
 ValueLoss ComputeValueLoss(const at::Tensor& values, const at::Tensor& old_values,
                            const at::Tensor& returns, const at::Tensor& mask, double cliprange,
-                           v1::LossAggregation aggregation);
+                           v1::LossAggregation aggregation,
+                           const std::optional<LossScale>& scale = std::nullopt);
 
 // Per-token KL(policy ‖ reference) estimate from log-probs (B, T):
 //   k1: lp - ref;  k2: ½(lp - ref)²;  k3: exp(ref - lp) - (ref - lp) - 1, with ref - lp clamped to

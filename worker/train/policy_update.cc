@@ -3,16 +3,31 @@
 
 #include <ATen/ATen.h>
 
+#include "common/status/status_macros.h"
+#include "worker/train/batch_checks.h"
 #include "worker/train/chunked_log_probs.h"
 
 namespace rlhfd::train {
 
-UpdateMetrics UpdatePolicy(model::Transformer& model, AdamW& optimizer,
-                           const PolicyUpdateBatch& batch, const PolicyUpdateOptions& options) {
+absl::StatusOr<UpdateMetrics> UpdatePolicy(model::Transformer& model, AdamW& optimizer,
+                                           const PolicyUpdateBatch& batch,
+                                           const PolicyUpdateOptions& options) {
+  if (model->config().head != model::HeadKind::kCausalLm) {
+    return absl::InvalidArgumentError("the actor update needs a causal-LM model");
+  }
+  BatchChecker check("actor update", batch.input_ids, model->config().vocab_size);
+  check.Mask("attention_mask", batch.attention_mask);
+  check.PerToken("response_mask", batch.response_mask);
+  check.PerToken("old_log_probs", batch.old_log_probs);
+  check.PerToken("advantages", batch.advantages);
+  check.PerToken("ref_log_probs", batch.ref_log_probs, /*required=*/options.kl_coef != 0);
+  RETURN_IF_ERROR(check.status());
   const auto rows_of = [](const at::Tensor& t, const at::Tensor& rows) {
     return t.defined() ? t.index_select(0, rows) : t;
   };
-  const MicroStep step = [&](const at::Tensor& rows, double weight, UpdateMetrics& sums) {
+  const v1::LossAggregation mode = options.policy.aggregation;
+  const MicroStep step = [&](const MicroBatch& micro, UpdateMetrics& sums) -> absl::Status {
+    const at::Tensor& rows = micro.rows;
     const at::Tensor mask = batch.response_mask.index_select(0, rows);
     const ScoredPositions scored =
         ForwardMicroBatch(model, batch.input_ids.index_select(0, rows),
@@ -23,25 +38,28 @@ UpdateMetrics UpdatePolicy(model::Transformer& model, AdamW& optimizer,
     const at::Tensor entropy = scored.Unflatten(flat_entropy);
     const PolicyLoss policy =
         ComputePolicyLoss(log_prob, batch.old_log_probs.index_select(0, rows),
-                          batch.advantages.index_select(0, rows), mask, options.policy);
+                          batch.advantages.index_select(0, rows), mask, options.policy, micro.scale);
+    // As verl's actor: the entropy bonus and the KL loss aggregate like the policy loss.
     at::Tensor loss = policy.loss;
-    const at::Tensor mean_entropy = MaskedMean(entropy, mask);
-    if (options.entropy_coeff != 0) loss = loss - options.entropy_coeff * mean_entropy;
-    double kl_value = 0;
-    if (options.kl_coef != 0 && batch.ref_log_probs.defined()) {
-      const at::Tensor kl = MaskedMean(
-          KlEstimate(log_prob, batch.ref_log_probs.index_select(0, rows), options.kl_estimator),
-          mask);
-      loss = loss + options.kl_coef * kl;
-      kl_value = kl.item<double>();
+    if (options.entropy_coeff != 0) {
+      loss = loss - options.entropy_coeff * AggregateLoss(entropy, mask, mode, micro.scale);
     }
-    (loss * weight).backward();
+    if (options.kl_coef != 0) {
+      const at::Tensor kl = AggregateLoss(
+          KlEstimate(log_prob, batch.ref_log_probs.index_select(0, rows), options.kl_estimator),
+          mask, mode, micro.scale);
+      loss = loss + options.kl_coef * kl;
+      sums["kl_loss"] += kl.item<double>();
+    } else {
+      sums["kl_loss"] += 0;
+    }
+    loss.backward();
     sums["policy_loss"] += policy.loss.item<double>();
-    sums["clip_fraction"] += policy.clip_fraction.item<double>();
-    sums["clip_fraction_low"] += policy.clip_fraction_low.item<double>();
-    sums["approx_kl"] += policy.approx_kl.item<double>();
-    sums["entropy"] += mean_entropy.item<double>();
-    sums["kl_loss"] += kl_value;
+    sums["clip_fraction"] += policy.clip_fraction.item<double>() * micro.token_share;
+    sums["clip_fraction_low"] += policy.clip_fraction_low.item<double>() * micro.token_share;
+    sums["approx_kl"] += policy.approx_kl.item<double>() * micro.token_share;
+    sums["entropy"] += MaskedMean(entropy, mask).item<double>() * micro.token_share;
+    return absl::OkStatus();
   };
   return RunUpdateLoop(model, optimizer, batch.response_mask, batch.attention_mask, options.loop,
                        step);

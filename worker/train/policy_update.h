@@ -21,7 +21,7 @@ struct PolicyUpdateBatch {
   at::Tensor response_mask;   // (B, T-1): 1 where the predicted token is a response token
   at::Tensor old_log_probs;   // (B, T-1) under the rollout policy
   at::Tensor advantages;      // (B, T-1)
-  at::Tensor ref_log_probs;   // (B, T-1), only with a KL loss
+  at::Tensor ref_log_probs;   // (B, T-1), required with a KL loss
 };
 
 struct PolicyUpdateOptions {
@@ -32,11 +32,14 @@ struct PolicyUpdateOptions {
   v1::KlEstimator kl_estimator = v1::KL_ESTIMATOR_K3;
 };
 
-// Updates `model` in place. Token-mean aggregation is exact across micro-batches: each
-// micro-batch's loss is weighted by its share of the mini-batch's response tokens.
-// Metrics: policy_loss, clip_fraction(_low), approx_kl, entropy, kl_loss, grad_norm, lr,
-// optimizer_steps, response_tokens_per_s.
-UpdateMetrics UpdatePolicy(model::Transformer& model, AdamW& optimizer,
-                           const PolicyUpdateBatch& batch, const PolicyUpdateOptions& options);
+// Updates `model` in place. The policy loss, the entropy bonus and the KL loss aggregate as
+// verl's actor does (options.policy.aggregation over each whole mini-batch), whatever the
+// micro-batching. Metrics, means over optimiser steps: policy_loss and kl_loss (aggregated),
+// clip_fraction(_low), approx_kl and entropy (token means), grad_norm, lr, optimizer_steps,
+// response_tokens_per_s. INVALID_ARGUMENT names a batch tensor of the wrong shape or an id
+// outside the vocabulary.
+absl::StatusOr<UpdateMetrics> UpdatePolicy(model::Transformer& model, AdamW& optimizer,
+                                           const PolicyUpdateBatch& batch,
+                                           const PolicyUpdateOptions& options);
 
 }  // namespace rlhfd::train

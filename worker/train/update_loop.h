@@ -8,13 +8,15 @@
 #include <map>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "worker/model/transformer.h"
 #include "worker/train/batching.h"
+#include "worker/train/losses.h"
 #include "worker/train/optimizer.h"
 
 namespace rlhfd::train {
 
-// Means over the update's micro-batches (grad_norm over optimiser steps).
+// Means over the update's optimiser steps.
 using UpdateMetrics = std::map<std::string, double>;
 
 // How mini-batches become micro-batches and forwards.
@@ -32,18 +34,31 @@ struct UpdateLoopOptions {
   MicroBatching micro;
   double grad_clip = 1.0;
   double lr = 1e-6;
+  // T of seq-mean-token-sum-norm (verl's loss_scale_factor): data.max_response_length, as verl
+  // uses. 0: the longest response in the batch.
+  double loss_horizon = 0;
 };
 
-// One micro-batch: the rows (int64 indices into the batch) and the weight its loss gets (its
-// share of the mini-batch's response tokens, which makes token-mean losses exact across
-// micro-batches). It runs forward and backward and adds its metrics to `sums`.
-using MicroStep = std::function<void(const at::Tensor& rows, double weight, UpdateMetrics& sums)>;
+// One micro-batch of a mini-batch.
+struct MicroBatch {
+  at::Tensor rows;     // int64 indices into the batch
+  LossScale scale;     // the mini-batch's loss denominators (AggregateLoss)
+  double token_share;  // this micro-batch's share of the mini-batch's response tokens
+};
+
+// Runs forward and backward of one micro-batch, its loss aggregated with `micro.scale` so that
+// the micro-batches' losses add up to the mini-batch's. It adds to `sums` what the mini-batch's
+// metric is the sum of: aggregated losses as they are, token means weighted by token_share.
+using MicroStep = std::function<absl::Status(const MicroBatch& micro, UpdateMetrics& sums)>;
 
 // response_mask (B, T-1) and attention_mask (B, T) (undefined: all tokens) size the batches.
-// Returns the micro-step metrics' means plus grad_norm, lr, optimizer_steps and
-// response_tokens_per_s.
-UpdateMetrics RunUpdateLoop(model::Transformer& model, AdamW& optimizer,
-                            const at::Tensor& response_mask, const at::Tensor& attention_mask,
-                            const UpdateLoopOptions& options, const MicroStep& micro_step);
+// Returns the micro-steps' metrics (per optimiser step, averaged) plus grad_norm, lr,
+// optimizer_steps and response_tokens_per_s. The first failing micro-step's status ends it; so
+// does anything LibTorch throws (out of memory, say), as a status.
+absl::StatusOr<UpdateMetrics> RunUpdateLoop(model::Transformer& model, AdamW& optimizer,
+                                            const at::Tensor& response_mask,
+                                            const at::Tensor& attention_mask,
+                                            const UpdateLoopOptions& options,
+                                            const MicroStep& micro_step);
 
 }  // namespace rlhfd::train
