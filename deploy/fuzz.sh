@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (ASan + UBSan) and runs each for a short time on a seed
-# corpus from the fixtures. Skips (exit 0) where clang is not installed.
+# corpus from configs/ and the fixtures. Skips (exit 0) where clang is not installed.
 #   RLHFD_FUZZ_SECONDS=20   time per target
+#   RLHFD_FUZZ_TARGETS="config_fuzz model_files_fuzz"   a subset (default: all four)
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,21 +22,39 @@ if [[ ! -f "${build_dir}/build.ninja" ]]; then
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DRLHFD_FUZZ=ON \
     -DRLHFD_WITH_TORCH=OFF -DRLHFD_WITH_CUDA=OFF >/dev/null
 fi
-cmake --build "${build_dir}" --target safetensors_header_fuzz tokenizer_fuzz -j "$(nproc)"
+targets="${RLHFD_FUZZ_TARGETS:-safetensors_header_fuzz tokenizer_fuzz config_fuzz model_files_fuzz}"
+# shellcheck disable=SC2086
+cmake --build "${build_dir}" --target ${targets} -j "$(nproc)"
 
 corpus="${build_dir}/corpus"
-mkdir -p "${corpus}/safetensors" "${corpus}/tokenizer"
-cp "${repo_root}"/tests/fixtures/models/*/golden.safetensors "${corpus}/safetensors/" 2>/dev/null || true
+mkdir -p "${corpus}/safetensors_header_fuzz" "${corpus}/tokenizer_fuzz" "${corpus}/config_fuzz" \
+  "${corpus}/model_files_fuzz"
 for f in "${repo_root}"/tests/fixtures/models/*/golden.safetensors; do
-  cp "$f" "${corpus}/safetensors/$(basename "$(dirname "$f")").safetensors"
+  cp "$f" "${corpus}/safetensors_header_fuzz/$(basename "$(dirname "$f")").safetensors"
 done
-printf 'Hello, world! 12345 日本語 😀\n\t  x' > "${corpus}/tokenizer/seed-text"
-cp "${repo_root}/tests/fixtures/tokenizers/qwen2-style/tokenizer.json" "${corpus}/tokenizer/seed.json"
+printf 'Hello, world! 12345 日本語 😀\n\t  x' > "${corpus}/tokenizer_fuzz/seed-text"
+cp "${repo_root}/tests/fixtures/tokenizers/qwen2-style/tokenizer.json" "${corpus}/tokenizer_fuzz/seed.json"
+# The first byte picks the syntax (even: YAML, odd: JSON), and for model files which file.
+for f in "${repo_root}"/configs/*.yaml; do
+  { printf '\x00'; cat "$f"; } > "${corpus}/config_fuzz/$(basename "$f")"
+done
+for f in "${repo_root}"/configs/*.json; do
+  { printf '\x01'; cat "$f"; } > "${corpus}/config_fuzz/$(basename "$f")"
+done
+for dir in "${repo_root}"/tests/fixtures/models/*/; do
+  name="$(basename "${dir}")"
+  { printf '\x00'; cat "${dir}/config.json"; } > "${corpus}/model_files_fuzz/${name}-config"
+  if [[ -f "${dir}/generation_config.json" ]]; then
+    { printf '\x01'; cat "${dir}/generation_config.json"; } > "${corpus}/model_files_fuzz/${name}-generation"
+  fi
+done
+for f in "${repo_root}"/tests/fixtures/tokenizers/*/tokenizer_config.json; do
+  { printf '\x02'; cat "$f"; } > "${corpus}/model_files_fuzz/$(basename "$(dirname "$f")")-tokenizer-config"
+done
 
-for target in safetensors_header_fuzz:safetensors tokenizer_fuzz:tokenizer; do
-  name="${target%%:*}"
+for name in ${targets}; do
   echo "fuzz: ${name} for ${seconds}s"
   "${build_dir}/tests/fuzz/${name}" -max_total_time="${seconds}" -max_len=65536 -print_final_stats=1 \
-    "${corpus}/${target##*:}" 2>&1 | tail -n 4
+    "${corpus}/${name}" 2>&1 | tail -n 4
 done
 echo "fuzz: no crashes"

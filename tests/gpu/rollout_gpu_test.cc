@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 #include <iostream>
+#include <limits>
 
 #include "worker/model/model_loader.h"
 #include "worker/model/transformer.h"
@@ -91,6 +92,7 @@ TEST_CASE("decode-attention kernel matches ATen's attention", "[gpu][rollout]") 
 
 TEST_CASE("sampling kernel draws what the CPU sampler draws", "[gpu][rollout]") {
   const int64_t rows = 512, vocab = 5000;
+  at::manual_seed(19);
   at::Tensor logits = at::randn({rows, vocab}) * 3;
   SamplingRows cpu_rows{at::rand({rows}) * 1.5, at::randint(0, 1 << 30, {rows}, at::kLong),
                         at::randint(0, 100, {rows}, at::kLong)};
@@ -100,7 +102,13 @@ TEST_CASE("sampling kernel draws what the CPU sampler draws", "[gpu][rollout]") 
                         cpu_rows.counters.to(kGpu)};
   const SampledTokens gpu = SampleTokens(logits.to(kGpu), gpu_rows);
   CHECK(at::equal(gpu.tokens.cpu(), cpu.tokens));
-  CHECK((gpu.logprobs.cpu() - cpu.logprobs).abs().max().item<double>() < 1e-4);
+  // float32 log-sum-exps of z = logits / T differ by rounding, which grows with |z| (T down to
+  // ~0 makes |z| large): a few float32 epsilons of the row's largest |z|.
+  const at::Tensor t = at::where(cpu_rows.temperature > 0, cpu_rows.temperature,
+                                 at::ones_like(cpu_rows.temperature));
+  const at::Tensor scale = (logits / t.unsqueeze(1)).abs().amax(1);
+  const at::Tensor allowed = 4 * std::numeric_limits<float>::epsilon() * scale + 1e-5;
+  CHECK(((gpu.logprobs.cpu() - cpu.logprobs).abs() <= allowed).all().item<bool>());
 }
 
 TEST_CASE("bf16 greedy generation follows the model's own full forward", "[gpu][rollout]") {
