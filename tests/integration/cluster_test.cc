@@ -105,10 +105,20 @@ TEST_CASE("controller, workers and rlhfctl on loopback", "[integration]") {
   CHECK(cluster.Ctl({"cancel", "job-1"}).exit_code == 1);  // Already ended.
   CHECK(cluster.Ctl({"status", "job-404"}).exit_code == 1);
 
+  // A drained worker stays drained through a controller restart, until undrained.
+  CHECK(cluster.Ctl({"drain", "cpu-worker-0"}).exit_code == 0);
+  CHECK(WorkerStates(cluster)["cpu-worker-0"] == "WORKER_STATE_DRAINING");
+
   // SIGTERM drains and exits 0; a restarted controller gets both workers and the job back.
   REQUIRE(cluster.StopController(SIGTERM) == std::optional<int>(0));
   REQUIRE(cluster.StartController(&error));
+  CHECK(WaitFor([&] { return WorkerStates(cluster).size() == 2; }, absl::Seconds(20)));
+  CHECK(WorkerStates(cluster)["cpu-worker-0"] == "WORKER_STATE_DRAINING");
+  CommandResult undrained = cluster.Ctl({"undrain", "cpu-worker-0"});
+  CHECK(undrained.exit_code == 0);
+  CHECK_THAT(undrained.out, Catch::Contains("undrained cpu-worker-0"));
   CHECK(WaitFor([&] { return BothAlive(cluster); }, absl::Seconds(20)));
+  CHECK(cluster.Ctl({"undrain", "cpu-worker-0"}).exit_code == 1);  // Not drained any more.
   nlohmann::json status = CtlJson(cluster, {"status", "job-1"});
   CHECK(status["job"]["state"] == "JOB_STATE_CANCELLED");
 

@@ -3,7 +3,9 @@
 
 #include <atomic>
 #include <future>
+#include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -62,6 +64,36 @@ TEST_CASE("repeating tasks repeat until the loop stops", "[event_loop]") {
     loop.Post([&] { runs += 1000; });  // Ignored after Stop.
   }
   CHECK(runs.load() < 1000);
+}
+
+TEST_CASE("a task that throws is logged and the loop goes on", "[event_loop]") {
+  EventLoop loop;
+  std::promise<void> done;
+  loop.Post([] { throw std::runtime_error("a task's own failure"); });
+  loop.Post([] { throw 42; });
+  loop.Post([&] { done.set_value(); });
+  REQUIRE(done.get_future().wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+}
+
+TEST_CASE("StopWithin gives up on a task that does not finish", "[event_loop]") {
+  std::atomic<bool> release{false};
+  auto loop = std::make_unique<EventLoop>();
+  std::promise<void> started;
+  loop->Post([&] {
+    started.set_value();
+    while (!release) absl::SleepFor(absl::Milliseconds(5));
+  });
+  started.get_future().wait();
+  const absl::Time start = absl::Now();
+  CHECK_FALSE(loop->StopWithin(absl::Milliseconds(100)));
+  CHECK(absl::Now() - start < absl::Seconds(1));
+  // The task can still end; the loop thread then exits on its own.
+  release = true;
+  absl::SleepFor(absl::Milliseconds(50));
+  loop.reset();
+  // A loop that is idle stops at once.
+  EventLoop idle;
+  CHECK(idle.StopWithin(absl::Milliseconds(100)));
 }
 
 }  // namespace rlhfd

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 
 namespace rlhfd::parallel {
@@ -24,7 +25,10 @@ struct FullyShardedModel::Unit {
   // failure is a Status for FinishStep / TakeStatus, never an exception through the engine.
   bool Failed(const absl::Status& status) {
     if (status.ok()) return false;
-    if (failure->ok()) *failure = status;
+    if (failure->ok()) {
+      RLOG(WARNING) << "fully sharded step failed inside autograd: " << status;
+      *failure = status;
+    }
     return true;
   }
 

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 
 namespace rlhfd::train {
@@ -86,12 +87,14 @@ absl::StatusOr<UpdateMetrics> RunUpdateLoop(model::Transformer& model, AdamW& op
   try {
     metrics = Loop(model, optimizer, response_mask, attention_mask, options, micro_step);
   } catch (const c10::OutOfMemoryError& error) {
+    RLOG(ERROR) << "update ran out of device memory: " << error.what_without_backtrace();
     metrics = absl::ResourceExhaustedError(absl::StrCat(
         "update ran out of device memory: ", std::string(error.what()).substr(0, 300),
         "; lower ppo_micro_batch_size_per_gpu or ppo_max_token_len_per_gpu, or turn on "
         "gradient_checkpointing"));
     optimizer.ZeroGrad();
   } catch (const std::exception& error) {
+    RLOG(ERROR) << "update failed: " << std::string(error.what()).substr(0, 500);
     metrics = absl::InternalError(
         absl::StrCat("update failed: ", std::string(error.what()).substr(0, 500)));
     optimizer.ZeroGrad();

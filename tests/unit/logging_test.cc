@@ -1,0 +1,86 @@
+// The logging facade: one line per call on stderr, with the context fields of the work in hand,
+// restored when a scope ends; the rate-limited variant; text checks of common/util/text.h.
+#include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "common/logging/logging.h"
+#include "common/util/files.h"
+#include "common/util/text.h"
+#include "tests/support/subprocess.h"
+
+namespace rlhfd {
+namespace {
+
+// What `body` writes to stderr.
+template <typename Body>
+std::string CaptureStderr(Body body) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/stderr";
+  const int file = ::open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0600);
+  REQUIRE(file >= 0);
+  const int saved = ::dup(STDERR_FILENO);
+  ::dup2(file, STDERR_FILENO);
+  body();
+  ::dup2(saved, STDERR_FILENO);
+  ::close(saved);
+  ::close(file);
+  auto text = ReadFileToString(path);
+  REQUIRE(text.ok());
+  return *text;
+}
+
+}  // namespace
+
+TEST_CASE("log lines carry the job, role, rank and step of their scope", "[logging]") {
+  const std::string out = CaptureStderr([] {
+    RLOG(INFO) << "before";
+    {
+      logging::ScopedLogContext job({.job = "job-3", .role = "actor", .rank = 1, .step = 7});
+      RLOG(WARNING) << "inside";
+      {
+        logging::ScopedLogContext inner({.job = "job-4"});
+        RLOG(ERROR) << "nested";
+      }
+      RLOG(INFO) << "restored";
+    }
+    RLOG(INFO) << "after";
+    RLOG(DEBUG) << "below the threshold";
+  });
+  CHECK_THAT(out, Catch::Contains("] before\n"));
+  CHECK_THAT(out, Catch::Contains("[job=job-3 role=actor rank=1 step=7] inside\n"));
+  CHECK_THAT(out, Catch::Contains("[job=job-4] nested\n"));
+  CHECK_THAT(out, Catch::Contains("[job=job-3 role=actor rank=1 step=7] restored\n"));
+  CHECK_THAT(out, Catch::Contains("] after\n"));
+  CHECK_THAT(out, !Catch::Contains("below the threshold"));
+  CHECK_THAT(out, Catch::StartsWith("I ") && Catch::Contains("\nW ") && Catch::Contains("\nE "));
+}
+
+TEST_CASE("rate-limited lines are written once per interval", "[logging]") {
+  const std::string out = CaptureStderr([] {
+    for (int i = 0; i < 100; ++i) RLOG_EVERY_N_SEC(INFO, 60) << "hot loop " << i;
+  });
+  CHECK_THAT(out, Catch::Contains("hot loop 0"));
+  CHECK_THAT(out, !Catch::Contains("hot loop 1"));
+}
+
+TEST_CASE("text from outside is checked and made safe to show", "[text]") {
+  CHECK(IsValidUtf8("plain ascii"));
+  CHECK(IsValidUtf8("日本語 😀"));
+  CHECK_FALSE(IsValidUtf8("\xA0"));          // a lone continuation byte (YAML's \_ escape)
+  CHECK_FALSE(IsValidUtf8("\xC0\xAF"));      // overlong '/'
+  CHECK_FALSE(IsValidUtf8("\xED\xA0\x80"));  // a surrogate
+  CHECK_FALSE(IsValidUtf8("\xF4\x90\x80\x80"));  // past U+10FFFF
+  CHECK(FirstInvalidUtf8("ok\xFFok") == 2);
+  CHECK(FirstControlCharacter("tab\there") == '\t');
+  CHECK(FirstControlCharacter("esc\x1b[2J") == 0x1b);
+  CHECK(FirstControlCharacter("c1 \xC2\x85") == 0x85);
+  CHECK(FirstControlCharacter("fine") == -1);
+  CHECK(SanitizeForDisplay("a\x1b[31mred\xFFz") == "a\\x1B[31mred\xEF\xBF\xBDz");
+  CHECK(SanitizeForDisplay(std::string(500, 'x'), 10) == "xxxxxxxxxx...");
+  CHECK(TruncateUtf8("日本", 4) == "日");  // Never half a character.
+}
+
+}  // namespace rlhfd
