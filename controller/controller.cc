@@ -39,8 +39,20 @@ absl::StatusOr<v1::SubmitJobReply> Controller::SubmitJob(const v1::SubmitJobRequ
 
 absl::StatusOr<v1::SubmitJobReply> Controller::SubmitPrepared(JobManager::Submission submission) {
   v1::SubmitJobReply reply;
+  int64_t registered = 0;
+  for (const v1::Worker& worker : workers_.List()) {
+    registered += worker.state() != v1::WORKER_STATE_LOST ? 1 : 0;
+  }
+  for (std::string& warning : jobs_.Warnings(submission.spec, registered)) {
+    reply.add_warnings(std::move(warning));
+  }
   ASSIGN_OR_RETURN(*reply.mutable_job(), jobs_.Submit(std::move(submission), clock_()));
   return reply;
+}
+
+absl::StatusOr<v1::DeleteJobReply> Controller::DeleteJob(const v1::DeleteJobRequest& request) {
+  RETURN_IF_ERROR(jobs_.Delete(request.job_id()));
+  return v1::DeleteJobReply();
 }
 
 absl::StatusOr<v1::GetJobReply> Controller::GetJob(const v1::GetJobRequest& request) {

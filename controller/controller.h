@@ -40,6 +40,7 @@ class Controller {
   absl::StatusOr<v1::GetJobReply> GetJob(const v1::GetJobRequest& request);
   absl::StatusOr<v1::ListJobsReply> ListJobs(const v1::ListJobsRequest& request);
   absl::StatusOr<v1::CancelJobReply> CancelJob(const v1::CancelJobRequest& request);
+  absl::StatusOr<v1::DeleteJobReply> DeleteJob(const v1::DeleteJobRequest& request);
   absl::StatusOr<int64_t> WatchJob(const v1::WatchJobRequest& request, JobManager::EventSink sink);
   void UnwatchJob(int64_t subscription);
 

@@ -16,6 +16,7 @@
 #include "common/rpc/rpc_server.h"
 #include "common/util/clock.h"
 #include "common/util/event_loop.h"
+#include "common/util/program_help.h"
 #include "common/util/signals.h"
 #include "controller/api/cluster_service.h"
 #include "controller/api/job_service.h"
@@ -124,8 +125,12 @@ int Run() {
 
 int main(int argc, char** argv) {
   rlhfd::BlockTerminationSignals();
-  absl::SetProgramUsageMessage(
-      "rlhfd-controller --state_dir=DIR [--listen=HOST:PORT]: the rlhfd cluster controller");
+  constexpr char kUsage[] =
+      "rlhfd-controller --state_dir=DIR [--listen=HOST:PORT] [flags]\n"
+      "The rlhfd cluster controller: worker registry, job queue and store, the public API.\n"
+      "Workers and rlhfctl find it at --listen and authenticate with <state_dir>/token.";
+  rlhfd::HandleHelp(argc, argv, kUsage);
+  absl::SetProgramUsageMessage(kUsage);
   absl::ParseCommandLine(argc, argv);
   return rlhfd::Run();
 }

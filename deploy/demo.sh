@@ -56,7 +56,8 @@ done
 echo "== rlhfctl workers"
 "${ctl}" workers
 echo "== rlhfctl submit ${config}"
-"${ctl}" submit "${config}"
+# The example's paths are relative to the checkout; rlhfctl resolves them against its directory.
+(cd "${repo_root}" && "${ctl}" submit "${config}")
 echo "== rlhfctl jobs"
 "${ctl}" jobs
 echo "== rlhfctl cluster"

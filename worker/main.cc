@@ -13,6 +13,7 @@
 #include "common/rpc/rpc_flags.h"
 #include "common/rpc/rpc_server.h"
 #include "common/util/clock.h"
+#include "common/util/program_help.h"
 #include "common/util/signals.h"
 #include "worker/device/device_probe.h"
 #include "worker/service/controller_link.h"
@@ -113,8 +114,12 @@ int Run() {
 
 int main(int argc, char** argv) {
   rlhfd::BlockTerminationSignals();
-  absl::SetProgramUsageMessage(
-      "rlhfd-worker --controller=HOST:PORT --token_file=FILE [--device=auto|cpu|cuda:N]");
+  constexpr char kUsage[] =
+      "rlhfd-worker --controller=HOST:PORT --token_file=FILE [--device=auto|cpu|cuda:N] [flags]\n"
+      "An rlhfd worker: one per GPU (or CPU slot); registers with the controller and runs the\n"
+      "roles it is given. The token is the controller's <state_dir>/token ($RLHFD_TOKEN_FILE).";
+  rlhfd::HandleHelp(argc, argv, kUsage);
+  absl::SetProgramUsageMessage(kUsage);
   absl::ParseCommandLine(argc, argv);
   return rlhfd::Run();
 }

@@ -9,6 +9,7 @@
 #include "common/config/config_errors.h"
 #include "common/config/job_defaults.h"
 #include "common/config/job_validator.h"
+#include "common/config/overrides.h"
 #include "common/config/proto_json_schema.h"
 #include "common/status/status_macros.h"
 #include "common/util/files.h"
@@ -17,32 +18,39 @@
 namespace rlhfd::config {
 namespace {
 
-absl::StatusOr<v1::JobSpec> SpecFromDocument(const nlohmann::json& document,
-                                             absl::string_view source) {
-  ConfigErrors errors{std::string(source)};
-  nlohmann::json normalized = NormalizeToSchema(document, *v1::JobSpec::descriptor(), &errors);
-  RETURN_IF_ERROR(errors.ToStatus());
-  MergeJobSpecDefaults(&normalized);
+absl::StatusOr<LoadedConfig> SpecFromDocument(const nlohmann::json& document,
+                                              absl::string_view source) {
+  ConfigErrors schema_errors{std::string(source)};
+  nlohmann::json normalized =
+      NormalizeToSchema(document, *v1::JobSpec::descriptor(), &schema_errors);
+  LoadedConfig loaded;
+  MergeJobSpecDefaults(&normalized, &loaded.defaulted);
 
-  v1::JobSpec spec;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
-  auto parsed = google::protobuf::util::JsonStringToMessage(normalized.dump(), &spec, options);
+  auto parsed =
+      google::protobuf::util::JsonStringToMessage(normalized.dump(), &loaded.spec, options);
   if (!parsed.ok()) {
+    RETURN_IF_ERROR(schema_errors.ToStatus());
     // The schema walk should have caught everything the parser refuses.
     return absl::InternalError(
         absl::StrCat(source, ": config passed the schema check but not protobuf's parser (",
                      parsed.ToString(), "); please report this"));
   }
-  CompleteAndValidateJobSpec(&spec, &errors);
-  RETURN_IF_ERROR(errors.ToStatus());
-  return spec;
+  // The checks run even after schema errors, so one pass reports everything; what follows from
+  // a value already refused (its default stood in) is left out.
+  ConfigErrors errors{std::string(source)};
+  errors.SuppressConsequencesOf(schema_errors);
+  CompleteAndValidateJobSpec(&loaded.spec, &errors, &loaded.derived);
+  schema_errors.Append(errors);
+  RETURN_IF_ERROR(schema_errors.ToStatus());
+  return loaded;
 }
 
 // The loader's boundary: whatever a library throws on hostile input becomes a Status here, so no
 // exception reaches the caller's thread (the controller's event loop, an RPC thread).
-template <typename Body>
-absl::StatusOr<v1::JobSpec> Guarded(absl::string_view source, Body body) {
+template <typename Result, typename Body>
+absl::StatusOr<Result> Guarded(absl::string_view source, Body body) {
   try {
     return body();
   } catch (const std::exception& error) {
@@ -54,11 +62,24 @@ absl::StatusOr<v1::JobSpec> Guarded(absl::string_view source, Body body) {
 
 }  // namespace
 
-absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, absl::string_view source) {
-  return Guarded(source, [&]() -> absl::StatusOr<v1::JobSpec> {
-    ASSIGN_OR_RETURN(nlohmann::json document, ParseConfigDocument(text, source));
+absl::StatusOr<LoadedConfig> LoadConfig(absl::string_view text, absl::string_view source,
+                                        const std::vector<std::string>& overrides) {
+  return Guarded<LoadedConfig>(source, [&]() -> absl::StatusOr<LoadedConfig> {
+    nlohmann::json document = nlohmann::json::object();
+    if (!text.empty()) {
+      ASSIGN_OR_RETURN(document, ParseConfigDocument(text, source));
+    }
+    if (absl::Status applied = ApplyOverrides(overrides, &document); !applied.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": ", applied.message()));
+    }
     return SpecFromDocument(document, source);
   });
+}
+
+absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, absl::string_view source,
+                                         const std::vector<std::string>& overrides) {
+  ASSIGN_OR_RETURN(LoadedConfig loaded, LoadConfig(text, source, overrides));
+  return std::move(loaded.spec);
 }
 
 absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
@@ -71,7 +92,7 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
 }
 
 absl::StatusOr<v1::JobSpec> CompleteJobSpec(const v1::JobSpec& spec, absl::string_view source) {
-  return Guarded(source, [&]() -> absl::StatusOr<v1::JobSpec> {
+  return Guarded<v1::JobSpec>(source, [&]() -> absl::StatusOr<v1::JobSpec> {
     std::string json;
     google::protobuf::util::JsonPrintOptions options;
     options.preserve_proto_field_names = true;
@@ -83,7 +104,8 @@ absl::StatusOr<v1::JobSpec> CompleteJobSpec(const v1::JobSpec& spec, absl::strin
     }
     ASSIGN_OR_RETURN(nlohmann::json document,
                      ParseConfigDocument(json, absl::StrCat(source, ".json")));
-    return SpecFromDocument(document, source);
+    ASSIGN_OR_RETURN(LoadedConfig loaded, SpecFromDocument(document, source));
+    return std::move(loaded.spec);
   });
 }
 

@@ -1,17 +1,35 @@
-// Loading a job config: YAML/JSON text → schema check → defaults → JobSpec → validation.
-// Every error is INVALID_ARGUMENT and names the file, the key path and the fix.
+// Loading a job config: YAML/JSON text → overrides → schema check → defaults → JobSpec →
+// validation. Every error is INVALID_ARGUMENT and names the file, the key path and the fix; all
+// of a config's problems are reported together.
 #pragma once
 
+#include <set>
 #include <string>
-#include "absl/strings/string_view.h"
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "rlhfd/v1/job_spec.pb.h"
 
 namespace rlhfd::config {
 
-// Parses and validates config text; `source` (the file name) appears in every error.
-absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, absl::string_view source);
+// A loaded config with what `rlhfctl validate` shows about it.
+struct LoadedConfig {
+  v1::JobSpec spec;
+  // Dotted key paths whose value came from the defaults, and those computed from other keys
+  // (train dp, role GPUs, the KL estimator, the experiment name).
+  std::set<std::string> defaulted;
+  std::set<std::string> derived;
+};
+
+// Parses `text` (empty: an empty mapping), applies `overrides` (overrides.h), and validates.
+// `source` (the file name) appears in every error.
+absl::StatusOr<LoadedConfig> LoadConfig(absl::string_view text, absl::string_view source,
+                                        const std::vector<std::string>& overrides = {});
+
+// LoadConfig's spec.
+absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, absl::string_view source,
+                                         const std::vector<std::string>& overrides = {});
 
 // Reads `path` and parses it as above.
 absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);

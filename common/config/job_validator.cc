@@ -2,6 +2,8 @@
 #include "common/config/job_validator.h"
 
 #include <algorithm>
+#include <iterator>
+#include <set>
 #include <cmath>
 #include <string>
 
@@ -15,7 +17,8 @@ namespace {
 
 using v1::JobSpec;
 
-const char* const kRewardRules[] = {"gsm8k", "math", "exact_match"};
+const char* const kRewardRules[] = {"gsm8k", "math", "exact_match", "countdown", "arithmetic",
+                                    "auto"};
 const char* const kLoggers[] = {"console", "jsonl", "tensorboard"};
 const char* const kChatTemplates[] = {"auto", "chatml", "llama3", "none"};
 
@@ -87,6 +90,11 @@ class Checker {
   ConfigErrors* errors_;
 };
 
+// Records a derived key path.
+void Derived(std::set<std::string>* derived, const std::string& path) {
+  if (derived != nullptr) derived->insert(path);
+}
+
 bool IsValidJobName(const std::string& name) {
   if (name.empty() || name.size() > 128) return false;
   for (char c : name) {
@@ -98,7 +106,7 @@ bool IsValidJobName(const std::string& name) {
 // Derives dp from gpus / tp when unset, then checks the layout and batch arithmetic of one
 // training role. `samples_per_step` is prompts per step; `n` responses per prompt.
 void CheckTrain(Checker& check, const std::string& role, int gpus, v1::TrainSpec* train,
-                int64_t prompts_per_step, int n) {
+                int64_t prompts_per_step, int n, std::set<std::string>* derived) {
   const std::string path = "roles." + role + ".train";
   check.Within(path + ".tp", train->tp(), 1, kMaxGpus);
   check.Within(path + ".dp", train->dp(), 0, kMaxGpus);
@@ -110,7 +118,16 @@ void CheckTrain(Checker& check, const std::string& role, int gpus, v1::TrainSpec
                                           ".gpus (", gpus, ")"));
     return;
   }
-  if (train->dp() == 0) train->set_dp(gpus / train->tp());
+  if (train->tp() > 1) {
+    check.Fail(path + ".tp",
+               absl::StrCat(train->tp(), ": the actor and critic updates run tensor-parallel "
+                                         "size 1 for now; set it to 1 (shard with dp instead)"));
+    return;
+  }
+  if (train->dp() == 0) {
+    train->set_dp(gpus / train->tp());
+    Derived(derived, path + ".dp");
+  }
   // Both are at most kMaxGpus, so the product cannot overflow in 64 bits.
   const int64_t layout_gpus = int64_t{train->dp()} * train->tp();
   if (layout_gpus != gpus) {
@@ -123,8 +140,11 @@ void CheckTrain(Checker& check, const std::string& role, int gpus, v1::TrainSpec
   check.Within(path + ".ppo_mini_batch_size", train->ppo_mini_batch_size(), 1, kMaxBatch);
   check.Within(path + ".ppo_micro_batch_size_per_gpu", train->ppo_micro_batch_size_per_gpu(), 1,
                kMaxBatch);
-  check.Within(path + ".ppo_max_token_len_per_gpu", train->ppo_max_token_len_per_gpu(), 0,
+  check.Within(path + ".ppo_max_token_len_per_gpu", train->ppo_max_token_len_per_gpu(), 1,
                kMaxTokens);
+  if (train->zero_stage() != 2 && train->zero_stage() != 3) {
+    check.Fail(path + ".zero_stage", absl::StrCat(train->zero_stage(), " must be 2 or 3"));
+  }
   check.Above(path + ".lr", train->lr(), 0);
   check.Within(path + ".lr_warmup_steps", train->lr_warmup_steps(), 0, kMaxSteps);
   check.Within(path + ".min_lr_ratio", train->min_lr_ratio(), 0, 1);
@@ -155,8 +175,7 @@ void CheckTrain(Checker& check, const std::string& role, int gpus, v1::TrainSpec
     return;
   }
   const int64_t per_gpu = responses_per_mini_batch / train->dp();
-  if (train->ppo_max_token_len_per_gpu() == 0 &&
-      per_gpu % train->ppo_micro_batch_size_per_gpu() != 0) {
+  if (!train->use_dynamic_bsz() && per_gpu % train->ppo_micro_batch_size_per_gpu() != 0) {
     check.Fail(path + ".ppo_micro_batch_size_per_gpu",
                absl::StrCat(train->ppo_micro_batch_size_per_gpu(),
                             " does not divide the per-GPU mini-batch of ", per_gpu,
@@ -166,9 +185,10 @@ void CheckTrain(Checker& check, const std::string& role, int gpus, v1::TrainSpec
 
 // Role GPUs of 0 mean "derive": the actor's GPUs when colocated, else `split_default`.
 void CompleteRoleGpus(Checker& check, const std::string& path, bool colocated, int actor_gpus,
-                      int split_default, int32_t* gpus) {
+                      int split_default, int32_t* gpus, std::set<std::string>* derived) {
   if (*gpus == 0) {
     *gpus = colocated ? actor_gpus : split_default;
+    Derived(derived, path);
   } else if (colocated && *gpus != actor_gpus) {
     check.Fail(path, absl::StrCat("placement colocated runs every role on the actor's ",
                                   actor_gpus, " GPUs; remove this key or set it to ",
@@ -191,7 +211,13 @@ int TotalGpus(const JobSpec& spec) {
   return total;
 }
 
-void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors) {
+const std::vector<std::string>& RewardRuleNames() {
+  static const std::vector<std::string> names(std::begin(kRewardRules), std::end(kRewardRules));
+  return names;
+}
+
+void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
+                                std::set<std::string>* derived) {
   Checker check(errors);
   if (!IsValidJobName(spec->name())) {
     check.Fail("name", spec->name().empty()
@@ -216,6 +242,12 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors) {
   check.Within("data.max_prompt_length", data.max_prompt_length(), 1, 1 << 20);
   check.Within("data.max_response_length", data.max_response_length(), 1, 1 << 20);
   check.Within("data.train_batch_size", data.train_batch_size(), 1, kMaxBatch);
+  if (data.answer_key().empty() || absl::StrContains(data.answer_key(), "..") ||
+      absl::StartsWith(data.answer_key(), ".") || absl::EndsWith(data.answer_key(), ".")) {
+    check.Fail("data.answer_key",
+               absl::StrCat("'", data.answer_key(), "' must be a key or a dotted path of keys, "
+                            "e.g. reward_model.ground_truth"));
+  }
 
   // algorithm
   auto* algorithm = spec->mutable_algorithm();
@@ -229,6 +261,13 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors) {
   }
   check.AtLeast("algorithm.entropy_coeff", algorithm->entropy_coeff(), 0);
   check.AtLeast("algorithm.kl.coef", algorithm->kl().coef(), 0);
+  if (algorithm->kl().estimator() == v1::KL_ESTIMATOR_UNSPECIFIED) {
+    // verl's defaults: kl_penalty "kl" for the reward, kl_loss_type "low_var_kl" for the loss.
+    algorithm->mutable_kl()->set_estimator(algorithm->kl().mode() == v1::KL_MODE_IN_REWARD
+                                               ? v1::KL_ESTIMATOR_K1
+                                               : v1::KL_ESTIMATOR_K3);
+    Derived(derived, "algorithm.kl.estimator");
+  }
   check.Above("algorithm.kl.target", algorithm->kl().target(), 0);
   check.Within("algorithm.kl.horizon", algorithm->kl().horizon(), 1, 1e15);
 
@@ -256,10 +295,22 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors) {
       (actor_gpus >= 1 && actor_gpus % rollout.tp() != 0)) {
     check.Fail("roles.actor.rollout.tp",
                absl::StrCat(rollout.tp(), " must divide roles.actor.gpus (", actor_gpus, ")"));
+  } else if (rollout.tp() > 1) {
+    check.Fail("roles.actor.rollout.tp",
+               absl::StrCat(rollout.tp(), ": the rollout engine runs tensor-parallel size 1 for "
+                                          "now; set it to 1 (each GPU then runs a replica)"));
   }
+  check.Within("roles.actor.rollout.log_prob_micro_batch_size_per_gpu",
+               rollout.log_prob_micro_batch_size_per_gpu(), 1, kMaxBatch);
+  const auto& val = rollout.val_kwargs();
+  check.AtLeast("roles.actor.rollout.val_kwargs.temperature", val.temperature(), 0);
+  check.Within("roles.actor.rollout.val_kwargs.top_p", val.top_p(), 1e-9, 1);
+  check.Within("roles.actor.rollout.val_kwargs.top_k", val.top_k(), -1, kMaxVocabulary);
+  check.Within("roles.actor.rollout.val_kwargs.n", val.n(), 1, kMaxSamplesPerPrompt);
   const int n = std::clamp(rollout.n(), 1, kMaxSamplesPerPrompt);
   if (actor_gpus >= 1) {
-    CheckTrain(check, "actor", actor_gpus, actor->mutable_train(), data.train_batch_size(), n);
+    CheckTrain(check, "actor", actor_gpus, actor->mutable_train(), data.train_batch_size(), n,
+               derived);
   }
 
   const auto estimator = algorithm->adv_estimator();
@@ -283,10 +334,11 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors) {
   if (roles->has_critic()) {
     auto* critic = roles->mutable_critic();
     int32_t gpus = critic->gpus();
-    CompleteRoleGpus(check, "roles.critic.gpus", colocated, actor_gpus, 1, &gpus);
+    CompleteRoleGpus(check, "roles.critic.gpus", colocated, actor_gpus, 1, &gpus, derived);
     critic->set_gpus(gpus);
     if (gpus >= 1) {
-      CheckTrain(check, "critic", gpus, critic->mutable_train(), data.train_batch_size(), n);
+      CheckTrain(check, "critic", gpus, critic->mutable_train(), data.train_batch_size(), n,
+                 derived);
     }
   }
 
@@ -303,10 +355,10 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors) {
   if (roles->has_reference()) {
     auto* reference = roles->mutable_reference();
     int32_t gpus = reference->gpus();
-    CompleteRoleGpus(check, "roles.reference.gpus", colocated, actor_gpus, 1, &gpus);
+    CompleteRoleGpus(check, "roles.reference.gpus", colocated, actor_gpus, 1, &gpus, derived);
     reference->set_gpus(gpus);
-    check.Within("roles.reference.micro_batch_size_per_gpu",
-                 reference->micro_batch_size_per_gpu(), 1, kMaxBatch);
+    check.Within("roles.reference.log_prob_micro_batch_size_per_gpu",
+                 reference->log_prob_micro_batch_size_per_gpu(), 1, kMaxBatch);
   }
 
   auto* reward = roles->mutable_reward();
@@ -329,18 +381,34 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors) {
   check.Within("roles.reward.remote_timeout_s", reward->remote_timeout_s(), 1e-3, 3600);
   if (!reward->model().empty()) {
     int32_t gpus = reward->gpus();
-    CompleteRoleGpus(check, "roles.reward.gpus", colocated, actor_gpus, 1, &gpus);
+    CompleteRoleGpus(check, "roles.reward.gpus", colocated, actor_gpus, 1, &gpus, derived);
     reward->set_gpus(gpus);
   } else if (reward->gpus() != 0) {
     check.Fail("roles.reward.gpus", "only a reward model (roles.reward.model) uses GPUs; remove it");
   }
 
   // trainer
-  const auto& trainer = spec->trainer();
+  auto* trainer_spec = spec->mutable_trainer();
+  const auto& trainer = *trainer_spec;
   check.Within("trainer.total_steps", trainer.total_steps(), 0, kMaxSteps);
   check.Within("trainer.total_epochs", trainer.total_epochs(), 1, 1e6);
-  check.Within("trainer.save_every", trainer.save_every(), 0, kMaxSteps);
-  check.Within("trainer.val_every", trainer.val_every(), 0, kMaxSteps);
+  check.Within("trainer.save_every", trainer.save_every(), -1, kMaxSteps);
+  check.Within("trainer.val_every", trainer.val_every(), -1, kMaxSteps);
+  check.Within("trainer.critic_warmup", trainer.critic_warmup(), 0, kMaxSteps);
+  if (trainer.critic_warmup() > 0 && !roles->has_critic()) {
+    check.Fail("trainer.critic_warmup", "warms up a critic; this job has none (roles.critic)");
+  }
+  if (trainer.experiment_name().empty()) {
+    trainer_spec->set_experiment_name(spec->name());
+    Derived(derived, "trainer.experiment_name");
+  }
+  for (const auto& [path, value] : {std::pair{"trainer.project_name", trainer.project_name()},
+                                    std::pair{"trainer.experiment_name",
+                                              trainer.experiment_name()}}) {
+    if (!IsValidJobName(value)) {
+      check.Fail(path, "use 1-128 letters, digits, '.', '_' or '-' (it names log directories)");
+    }
+  }
   if (trainer.save_every() > 0 && trainer.checkpoint_dir().empty()) {
     check.Fail("trainer.checkpoint_dir",
                "is required when trainer.save_every is set: where should checkpoints go?");
@@ -348,10 +416,18 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors) {
   if (trainer.val_every() > 0 && data.val_files().empty()) {
     check.Fail("data.val_files", "is required when trainer.val_every is set");
   }
+  std::set<std::string> loggers;
   for (int i = 0; i < trainer.loggers_size(); ++i) {
-    if (!Contains(kLoggers, trainer.loggers(i))) {
-      check.Fail(absl::StrCat("trainer.loggers[", i, "]"),
-                 absl::StrCat("'", trainer.loggers(i), "' is not one of: ", Join(kLoggers)));
+    const std::string path = absl::StrCat("trainer.loggers[", i, "]");
+    std::string logger = trainer.loggers(i);
+    if (logger == "file") trainer_spec->set_loggers(i, logger = "jsonl");  // verl's name for it.
+    if (logger == "wandb") {
+      check.Fail(path, "wandb is not supported: it needs an account and network access; use "
+                       "tensorboard (event files on disk) or jsonl");
+    } else if (!Contains(kLoggers, logger)) {
+      check.Fail(path, absl::StrCat("'", logger, "' is not one of: ", Join(kLoggers)));
+    } else if (!loggers.insert(logger).second) {
+      check.Fail(path, absl::StrCat("'", logger, "' is listed twice"));
     }
   }
 }

@@ -2,6 +2,8 @@
 #include "absl/strings/string_view.h"
 #include "common/config/proto_json_schema.h"
 
+#include <google/protobuf/descriptor.pb.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -27,10 +29,24 @@ using google::protobuf::FieldDescriptor;
 constexpr size_t kMaxStringBytes = 4096;
 constexpr size_t kMaxListItems = 1024;
 
-// Spellings users bring from verl / PyTorch for dtype values.
-const std::pair<const char*, const char*> kEnumAliases[] = {
-    {"bfloat16", "bf16"}, {"float16", "fp16"}, {"half", "fp16"}, {"float32", "fp32"},
-    {"float", "fp32"}};
+// Spellings users bring from verl and PyTorch, per enum: dtype names, and verl's names of the KL
+// estimators (kl_penalty / kl_loss_type).
+struct EnumAlias {
+  const char* enum_name;
+  const char* alias;
+  const char* name;
+};
+const EnumAlias kEnumAliases[] = {
+    {"rlhfd.v1.DType", "bfloat16", "bf16"},         {"rlhfd.v1.DType", "float16", "fp16"},
+    {"rlhfd.v1.DType", "half", "fp16"},             {"rlhfd.v1.DType", "float32", "fp32"},
+    {"rlhfd.v1.DType", "float", "fp32"},            {"rlhfd.v1.KlEstimator", "kl", "k1"},
+    {"rlhfd.v1.KlEstimator", "mse", "k2"},          {"rlhfd.v1.KlEstimator", "low_var_kl", "k3"},
+};
+
+// Fields kept in the schema for stored jobs but renamed in configs.
+const std::pair<const char*, const char*> kRenamedFields[] = {
+    {"rlhfd.v1.ReferenceSpec.micro_batch_size_per_gpu", "log_prob_micro_batch_size_per_gpu"},
+};
 
 // Keys are the user's text: shown sanitised and cut, so an error message stays one short line.
 std::string JoinPath(absl::string_view parent, absl::string_view key) {
@@ -119,6 +135,14 @@ class SchemaWalker {
       const FieldDescriptor* field = FindField(schema, key);
       if (field == nullptr) {
         errors_->Add(key_path, UnknownKeyMessage(key, schema));
+        continue;
+      }
+      if (field->options().deprecated()) {
+        std::string renamed = "a current key";
+        for (const auto& [old_name, new_name] : kRenamedFields) {
+          if (field->full_name() == old_name) renamed = absl::StrCat("'", new_name, "'");
+        }
+        errors_->Add(key_path, absl::StrCat("was renamed; use ", renamed));
         continue;
       }
       if (value.is_null() && field->type() != FieldDescriptor::TYPE_MESSAGE) {
@@ -283,13 +307,15 @@ class SchemaWalker {
     std::string text;
     if (ScalarText(value, &text)) {
       std::string wanted = absl::StrReplaceAll(absl::AsciiStrToLower(text), {{"-", "_"}});
-      for (const auto& [alias, name] : kEnumAliases) {
-        if (wanted == alias) wanted = name;
+      for (const EnumAlias& alias : kEnumAliases) {
+        if (type.full_name() == alias.enum_name && wanted == alias.alias) wanted = alias.name;
       }
       for (int i = 0; i < type.value_count(); ++i) {
         const auto* candidate = type.value(i);
         // Full names (ADVANTAGE_ESTIMATOR_GRPO) come from programs that print JobSpec as JSON.
-        if (candidate->number() != 0 && (EnumConfigName(*candidate) == wanted ||
+        const std::string short_name =
+            absl::StrReplaceAll(EnumConfigName(*candidate), {{"-", "_"}});
+        if (candidate->number() != 0 && (short_name == wanted ||
                                          absl::AsciiStrToLower(candidate->name()) == wanted)) {
           return candidate->name();
         }
@@ -314,7 +340,12 @@ std::string EnumConfigName(const google::protobuf::EnumValueDescriptor& value) {
   const std::string prefix = zero.substr(0, zero.rfind("UNSPECIFIED"));
   std::string name = value.name();
   if (!prefix.empty() && name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
-  return absl::AsciiStrToLower(name);
+  name = absl::AsciiStrToLower(name);
+  // verl writes loss aggregation modes with hyphens (token-mean); '-' and '_' both parse.
+  if (value.type()->full_name() == "rlhfd.v1.LossAggregation") {
+    name = absl::StrReplaceAll(name, {{"_", "-"}});
+  }
+  return name;
 }
 
 nlohmann::json NormalizeToSchema(const nlohmann::json& document,

@@ -4,10 +4,11 @@
 #include "absl/flags/flag.h"
 
 ABSL_FLAG(std::string, token, "",
-          "Bearer token for control-plane RPCs (prefer --token_file or $RLHFD_TOKEN: flags show "
-          "in `ps`)");
+          "Bearer token for control-plane RPCs (prefer --token_file or $RLHFD_TOKEN_FILE: flags "
+          "show in `ps`; $RLHFD_TOKEN also works)");
 ABSL_FLAG(std::string, token_file, "",
-          "File holding the bearer token, e.g. <controller state dir>/token");
+          "File holding the bearer token, e.g. <controller state dir>/token; default "
+          "$RLHFD_TOKEN_FILE");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate: the server's, or the client's for mTLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key matching --tls_cert");
 ABSL_FLAG(std::string, tls_ca, "",

@@ -70,6 +70,29 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path, size_t max
   return contents;
 }
 
+absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, size_t max_bytes) {
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoStatus(errno, "cannot open", path);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "cannot stat", path);
+  if (S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is a directory, not a file"));
+  }
+  std::string contents(max_bytes, '\0');
+  size_t filled = 0;
+  while (filled < max_bytes) {
+    ssize_t n = ::read(fd.get(), contents.data() + filled, max_bytes - filled);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "cannot read", path);
+    }
+    if (n == 0) break;
+    filled += static_cast<size_t>(n);
+  }
+  contents.resize(filled);
+  return contents;
+}
+
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents, int mode) {
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);

@@ -14,6 +14,9 @@ namespace rlhfd {
 absl::StatusOr<std::string> ReadFileToString(const std::string& path,
                                              size_t max_bytes = 64 << 20);
 
+// At most the first `max_bytes` of a file (for peeking at large files: a data file's first line).
+absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, size_t max_bytes);
+
 // Writes `contents` to `path` atomically: a temporary file in the same directory, fsync, rename,
 // fsync of the directory. `mode` is applied to the new file before data is written.
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents,

@@ -29,6 +29,11 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
                                       const v1::CancelJobRequest* request,
                                       v1::CancelJobReply* reply) override;
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* context,
+                                      const v1::DeleteJobRequest* request,
+                                      v1::DeleteJobReply* reply) override {
+    return DispatchUnary(service_, context, request, reply, &Controller::DeleteJob);
+  }
   grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* context,
                                                    const v1::WatchJobRequest* request) override;
 

@@ -3,8 +3,12 @@
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/client_context.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,14 +19,21 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "common/config/config_printer.h"
+#include "common/config/job_config.h"
+#include "common/config/job_defaults.h"
 #include "common/config/job_validator.h"
 #include "common/config/proto_json_schema.h"
+#include "common/config/verl_import.h"
 #include "common/rpc/auth.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/rpc_flags.h"
 #include "common/util/clock.h"
+#include "common/status/status_macros.h"
 #include "common/util/files.h"
+#include "common/util/program_help.h"
 #include "controller/cli/table.h"
+#include "controller/jobs/submit_checks.h"
 #include "rlhfd/v1/cluster_service.grpc.pb.h"
 #include "rlhfd/v1/job_service.grpc.pb.h"
 
@@ -34,20 +45,32 @@ ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "Deadline of each call");
 namespace rlhfd::cli {
 namespace {
 
-constexpr char kUsage[] = R"(rlhfctl [flags] COMMAND [ARGS]
+constexpr char kUsage[] = R"(rlhfctl [flags] COMMAND [ARGS]: the command line of an rlhfd cluster.
 
-Commands:
-  workers          list registered workers
-  cluster          counts of workers, GPUs and jobs
-  submit FILE      validate a job config (YAML/JSON) and queue the job
-  jobs             list jobs
-  status JOB       show one job
-  cancel JOB       cancel a job
-  watch JOB        follow a job's events until it ends
-  drain WORKER     send a worker no new work (lasts across restarts)
-  undrain WORKER   lift a drain: the worker takes new work again
+Jobs:
+  submit FILE [key=value ...]       validate a job config (YAML/JSON) on the controller and queue
+                                    it; key.path=value overrides (Hydra style, ~key removes one)
+  submit --from-verl FILE|- [k=v ...]   the same from a verl config and verl overrides
+  validate FILE [key=value ...]     check a config here, offline: every problem at once, or the
+                                    effective config with defaults and derived values marked
+  convert-verl FILE|- [k=v ...]     print the rlhfd config a verl config (and overrides) means;
+                                    what is not supported goes to stderr ('-': verl's defaults)
+  jobs                              list jobs
+  status JOB                        one job, and why it is in its state
+  watch JOB                         follow a job's events until it ends
+  cancel JOB                        cancel a job that has not ended
+  delete JOB                        forget an ended job
+Cluster:
+  workers                           registered workers
+  cluster                           counts of workers, GPUs and jobs
+  drain WORKER                      send a worker no new work (lasts across restarts)
+  undrain WORKER                    lift a drain
 
-Flags: --controller=HOST:PORT --token_file=FILE (or $RLHFD_TOKEN) --json --timeout=10s
+The controller is --controller or $RLHFD_CONTROLLER (default 127.0.0.1:50051). The token is read
+from --token_file or $RLHFD_TOKEN_FILE (the controller's <state_dir>/token); --token and
+$RLHFD_TOKEN give it directly (they show in `ps`). With TLS: --tls_ca=CA.pem, and for mTLS
+--tls_cert=CERT.pem --tls_key=KEY.pem. Exit codes: 0 success, 1 refused or unreachable (the
+message says why), 2 usage.
 )";
 
 constexpr int kExitOk = 0;
@@ -186,27 +209,147 @@ int Cluster(Client& client) {
   return kExitOk;
 }
 
-int Submit(Client& client, const std::string& path) {
+// A config file's text, or empty for "-" (a verl config given by overrides alone).
+absl::StatusOr<std::string> ConfigText(const std::string& path, bool verl) {
+  if (verl && path == "-") return std::string();
   auto text = ReadFileToString(path, 1 << 20);
+  if (!text.ok()) return absl::Status(text.status().code(), text.status().message());
+  return text;
+}
+
+void PrintConversionReport(const config::VerlConversion& conversion) {
+  for (const std::string& warning : conversion.warnings) std::cerr << "warning: " << warning << "\n";
+  for (const std::string& error : conversion.errors) std::cerr << "error: " << error << "\n";
+}
+
+// The rlhfd config text a submission sends: the file as it is, or the conversion of a verl
+// config (the verl overrides are consumed by the conversion).
+absl::StatusOr<std::string> SubmittedText(const std::string& path, bool from_verl,
+                                          std::vector<std::string>* overrides) {
+  ASSIGN_OR_RETURN(std::string text, ConfigText(path, from_verl));
+  if (!from_verl) return text;
+  ASSIGN_OR_RETURN(config::VerlConversion conversion,
+                   config::ConvertVerlConfig(text, path, *overrides));
+  PrintConversionReport(conversion);
+  if (!conversion.errors.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": ", conversion.errors.size(),
+        " verl settings are not supported (above); change them, or convert with `rlhfctl "
+        "convert-verl` and edit the result"));
+  }
+  overrides->clear();
+  return conversion.config.dump();
+}
+
+int Submit(Client& client, const std::string& path, bool from_verl,
+           std::vector<std::string> overrides) {
+  auto text = SubmittedText(path, from_verl, &overrides);
   if (!text.ok()) {
     std::cerr << "error: " << text.status().message() << "\n";
-    return kExitUsage;
+    return absl::IsInvalidArgument(text.status()) ? kExitFailed : kExitUsage;
   }
   v1::SubmitJobRequest request;
   request.set_config_text(*text);
-  request.set_config_name(path);
+  // A converted config is JSON; the name says where it came from.
+  request.set_config_name(from_verl ? absl::StrCat(path == "-" ? "verl" : path, ".json") : path);
+  for (const std::string& item : overrides) request.add_overrides(item);
+  if (char cwd[4096]; ::getcwd(cwd, sizeof(cwd)) != nullptr) request.set_base_dir(cwd);
   grpc::ClientContext context;
   client.Prepare(&context);
   v1::SubmitJobReply reply;
   if (auto status = client.jobs().SubmitJob(&context, request, &reply); !status.ok()) {
     return Fail(status);
   }
+  for (const std::string& warning : reply.warnings()) std::cerr << "warning: " << warning << "\n";
   if (absl::GetFlag(FLAGS_json)) {
     std::cout << ToJson(reply) << "\n";
   } else {
     std::cout << "submitted " << reply.job().job_id() << " (" << reply.job().spec().name()
               << "): " << ShortEnum(v1::JobState_descriptor(), reply.job().state()) << "\n";
   }
+  return kExitOk;
+}
+
+// Offline: the whole config as it will run, each value that came from a default or was derived
+// marked so (with how it compares to verl's default), or every problem at once.
+int Validate(const std::string& path, bool from_verl, std::vector<std::string> overrides) {
+  auto text = SubmittedText(path, from_verl, &overrides);
+  if (!text.ok()) {
+    std::cerr << "error: " << text.status().message() << "\n";
+    return absl::IsInvalidArgument(text.status()) ? kExitFailed : kExitUsage;
+  }
+  const std::string source = from_verl ? absl::StrCat(path, ".json") : path;
+  auto loaded = config::LoadConfig(*text, source, overrides);
+  if (loaded.ok()) {
+    char cwd[4096];
+    const std::string base_dir = ::getcwd(cwd, sizeof(cwd)) != nullptr ? cwd : "";
+    if (absl::Status files = controller::ResolveAndCheckFiles(base_dir, source, &loaded->spec);
+        !files.ok()) {
+      loaded = files;
+    }
+  }
+  if (!loaded.ok()) {
+    std::cerr << "error: " << loaded.status().message() << "\n";
+    return kExitFailed;
+  }
+  if (absl::GetFlag(FLAGS_json)) {
+    std::cout << config::SpecToDocument(loaded->spec).dump(1) << "\n";
+    return kExitOk;
+  }
+  const auto& notes = config::VerlDefaultNotes();
+  std::cout << "# " << path << ": valid; " << loaded->defaulted.size() << " values from defaults, "
+            << loaded->derived.size() << " derived\n";
+  std::cout << config::ToYaml(config::SpecToDocument(loaded->spec), [&](const std::string& key) {
+    std::string note;
+    if (loaded->defaulted.count(key)) note = "(default)";
+    if (loaded->derived.count(key)) note = "(derived)";
+    if (!note.empty()) {
+      if (auto it = notes.find(key); it != notes.end()) {
+        note = absl::StrCat(note.substr(0, note.size() - 1), "; ", it->second, ")");
+      }
+    }
+    return note;
+  });
+  return kExitOk;
+}
+
+int ConvertVerl(const std::string& path, const std::vector<std::string>& overrides) {
+  auto text = ConfigText(path, /*verl=*/true);
+  if (!text.ok()) {
+    std::cerr << "error: " << text.status().message() << "\n";
+    return kExitUsage;
+  }
+  auto conversion = config::ConvertVerlConfig(*text, path, overrides);
+  if (!conversion.ok()) {
+    std::cerr << "error: " << conversion.status().message() << "\n";
+    return kExitFailed;
+  }
+  if (absl::GetFlag(FLAGS_json)) {
+    std::cout << nlohmann::json{{"config", conversion->config},
+                                {"mapped", conversion->mapped},
+                                {"warnings", conversion->warnings},
+                                {"errors", conversion->errors}}
+                     .dump(1)
+              << "\n";
+  } else {
+    std::cout << "# converted from " << (path == "-" ? "verl's defaults" : path)
+              << "; check it with `rlhfctl validate`\n"
+              << config::ToYaml(conversion->config);
+    PrintConversionReport(*conversion);
+  }
+  return conversion->errors.empty() ? kExitOk : kExitFailed;
+}
+
+int Delete(Client& client, const std::string& job_id) {
+  v1::DeleteJobRequest request;
+  request.set_job_id(job_id);
+  grpc::ClientContext context;
+  client.Prepare(&context);
+  v1::DeleteJobReply reply;
+  if (auto status = client.jobs().DeleteJob(&context, request, &reply); !status.ok()) {
+    return Fail(status);
+  }
+  std::cout << "deleted " << job_id << "\n";
   return kExitOk;
 }
 
@@ -326,11 +469,17 @@ int SetDrained(Client& client, const std::string& worker_id, bool drained) {
   return kExitOk;
 }
 
-int Run(const std::vector<char*>& args) {
-  // Command → number of arguments it takes.
-  static const std::map<std::string, size_t> kCommands = {
-      {"workers", 0}, {"cluster", 0}, {"jobs", 0},  {"submit", 1},
-      {"status", 1},  {"cancel", 1},  {"watch", 1}, {"drain", 1}, {"undrain", 1}};
+int Run(const std::vector<char*>& args, bool from_verl) {
+  // Command → (arguments it takes; whether key=value overrides may follow).
+  struct Shape {
+    size_t arguments;
+    bool overrides;
+  };
+  static const std::map<std::string, Shape> kCommands = {
+      {"workers", {0, false}},  {"cluster", {0, false}}, {"jobs", {0, false}},
+      {"submit", {1, true}},    {"validate", {1, true}}, {"convert-verl", {1, true}},
+      {"status", {1, false}},   {"cancel", {1, false}},  {"delete", {1, false}},
+      {"watch", {1, false}},    {"drain", {1, false}},   {"undrain", {1, false}}};
   if (args.size() < 2) {
     std::cerr << kUsage;
     return kExitUsage;
@@ -341,10 +490,21 @@ int Run(const std::vector<char*>& args) {
     std::cerr << "unknown command '" << command << "'\n\n" << kUsage;
     return kExitUsage;
   }
-  if (args.size() != 2 + known->second) {
-    std::cerr << "usage: rlhfctl " << command << (known->second ? " ARG" : "") << "\n";
+  const Shape shape = known->second;
+  if (args.size() < 2 + shape.arguments || (!shape.overrides && args.size() != 2 + shape.arguments)) {
+    std::cerr << "usage: rlhfctl " << command << (shape.arguments ? " ARG" : "")
+              << (shape.overrides ? " [key=value ...]" : "") << "\n";
     return kExitUsage;
   }
+  if (from_verl && command != "submit" && command != "validate") {
+    std::cerr << "--from-verl goes with submit and validate\n";
+    return kExitUsage;
+  }
+  const std::vector<std::string> overrides(args.begin() + 2 + std::min<size_t>(shape.arguments, 1),
+                                           args.end());
+  // Offline commands need no controller.
+  if (command == "validate") return Validate(args[2], from_verl, overrides);
+  if (command == "convert-verl") return ConvertVerl(args[2], overrides);
   auto token = ResolveClientToken(TokenFlag(), TokenFileFlag());
   if (!token.ok()) {
     std::cerr << "error: " << token.status().message() << "\n";
@@ -359,9 +519,10 @@ int Run(const std::vector<char*>& args) {
   if (command == "workers") return Workers(client);
   if (command == "cluster") return Cluster(client);
   if (command == "jobs") return Jobs(client);
-  if (command == "submit") return Submit(client, args[2]);
+  if (command == "submit") return Submit(client, args[2], from_verl, overrides);
   if (command == "status") return Status(client, args[2]);
   if (command == "cancel") return Cancel(client, args[2]);
+  if (command == "delete") return Delete(client, args[2]);
   if (command == "watch") return Watch(client, args[2]);
   return SetDrained(client, args[2], /*drained=*/command == "drain");
 }
@@ -370,7 +531,18 @@ int Run(const std::vector<char*>& args) {
 }  // namespace rlhfd::cli
 
 int main(int argc, char** argv) {
+  rlhfd::HandleHelp(argc, argv, rlhfd::cli::kUsage);
+  // --from-verl is spelled as verl users type it, which Abseil flag names cannot be.
+  bool from_verl = false;
+  std::vector<char*> kept;
+  for (int i = 0; i < argc; ++i) {
+    if (std::string(argv[i]) == "--from-verl" || std::string(argv[i]) == "--from_verl") {
+      from_verl = true;
+    } else {
+      kept.push_back(argv[i]);
+    }
+  }
   absl::SetProgramUsageMessage(rlhfd::cli::kUsage);
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  return rlhfd::cli::Run(args);
+  std::vector<char*> args = absl::ParseCommandLine(static_cast<int>(kept.size()), kept.data());
+  return rlhfd::cli::Run(args, from_verl);
 }

@@ -6,6 +6,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/config/job_config.h"
+#include "common/config/job_validator.h"
+#include "controller/jobs/submit_checks.h"
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 #include "common/util/text.h"
@@ -58,6 +60,10 @@ absl::StatusOr<JobManager::Submission> JobManager::Prepare(const v1::SubmitJobRe
   Submission submission;
   submission.source = request.config_name().empty() ? "request" : request.config_name();
   const std::string& source = submission.source;
+  if (request.base_dir().size() > 4096 || !IsValidUtf8(request.base_dir()) ||
+      FirstControlCharacter(request.base_dir()) >= 0) {
+    return absl::InvalidArgumentError("base_dir must be a directory path of UTF-8 text");
+  }
   if (request.config_text().size() > kMaxConfigBytes) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": config is ",
                                                    request.config_text().size(),
@@ -70,11 +76,23 @@ absl::StatusOr<JobManager::Submission> JobManager::Prepare(const v1::SubmitJobRe
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": spec is larger than ", kMaxConfigBytes, " bytes"));
   }
+  if (request.has_spec() && request.overrides_size() > 0) {
+    return absl::InvalidArgumentError("overrides apply to config_text, not to spec");
+  }
+  const std::vector<std::string> overrides(request.overrides().begin(), request.overrides().end());
   absl::StatusOr<v1::JobSpec> spec =
-      !request.config_text().empty() ? config::ParseJobSpec(request.config_text(), source)
-      : request.has_spec()           ? config::CompleteJobSpec(request.spec(), source)
-                                     : absl::InvalidArgumentError(
+      !request.config_text().empty() || !overrides.empty()
+          ? config::ParseJobSpec(request.config_text(), source, overrides)
+      : request.has_spec() ? config::CompleteJobSpec(request.spec(), source)
+                           : absl::InvalidArgumentError(
                                  "SubmitJob needs config_text (a YAML/JSON config) or spec");
+  if (spec.ok()) {
+    // Files are checked here, at once, rather than by a worker hours later.
+    if (absl::Status files = ResolveAndCheckFiles(request.base_dir(), source, &*spec);
+        !files.ok()) {
+      spec = files;
+    }
+  }
   if (!spec.ok()) {
     RLOG(INFO) << "job refused: " << SanitizeForDisplay(spec.status().message(), 500);
     return spec.status();
@@ -118,6 +136,40 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
     return absl::NotFoundError(NoSuchJob(job_id));
   }
   return *job;
+}
+
+absl::Status JobManager::Delete(const std::string& job_id) {
+  int64_t number = 0;
+  const v1::Job* job = Find(job_id);
+  if (job == nullptr || !ParseJobId(job_id, &number)) return absl::NotFoundError(NoSuchJob(job_id));
+  if (!IsTerminal(job->state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " is ", v1::JobState_Name(job->state()),
+                     "; cancel it first (rlhfctl cancel ", job_id, ")"));
+  }
+  RETURN_IF_ERROR(store_.Remove(job_id));
+  jobs_.erase(number);
+  RLOG(INFO) << "job " << job_id << " deleted";
+  return absl::OkStatus();
+}
+
+std::vector<std::string> JobManager::Warnings(const v1::JobSpec& spec,
+                                              int64_t workers_registered) const {
+  std::vector<std::string> warnings;
+  const int needed = config::TotalGpus(spec);
+  if (needed > workers_registered) {
+    warnings.push_back(absl::StrCat("the job needs ", needed, " workers (one per GPU) and ",
+                                    workers_registered,
+                                    " are registered: it stays queued until more register"));
+  }
+  for (const auto& [number, job] : jobs_) {
+    if (!IsTerminal(job.state()) && job.spec().name() == spec.name()) {
+      warnings.push_back(absl::StrCat("job ", job.job_id(), " (",
+                                      v1::JobState_Name(job.state()),
+                                      ") has the same name, '", spec.name(), "'"));
+    }
+  }
+  return warnings;
 }
 
 std::vector<v1::Job> JobManager::List(const std::vector<v1::JobState>& states) const {

@@ -29,8 +29,9 @@ class JobManager {
     v1::JobSpec spec;
     std::string source;
   };
-  // Checks the request's fields and parses and validates the config (text or spec).
-  // INVALID_ARGUMENT lists each problem with its file and key. Thread-safe.
+  // Checks the request's fields, parses the config (text with its overrides, or a spec),
+  // validates it, resolves its relative paths against request.base_dir and checks its model and
+  // data files. INVALID_ARGUMENT lists each problem with its file and key. Thread-safe.
   static absl::StatusOr<Submission> Prepare(const v1::SubmitJobRequest& request);
 
   // Stores the job and queues it.
@@ -45,6 +46,13 @@ class JobManager {
 
   // Ends a job that has not ended. FAILED_PRECONDITION for a finished job.
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, int64_t now_ms);
+
+  // Forgets an ended job. FAILED_PRECONDITION for a job that has not ended.
+  absl::Status Delete(const std::string& job_id);
+
+  // What to tell the submitter of `spec` without refusing it: a job larger than the
+  // `workers_registered` workers, a name another live job has.
+  std::vector<std::string> Warnings(const v1::JobSpec& spec, int64_t workers_registered) const;
 
   // Sends `sink` the job's current state now and every later event of the job. Returns the
   // subscription for Unwatch.

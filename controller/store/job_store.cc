@@ -111,6 +111,10 @@ absl::StatusOr<int64_t> JobStore::ReserveJobNumber() {
   return number;
 }
 
+absl::Status JobStore::Remove(const std::string& job_id) const {
+  return RemoveTree(absl::StrCat(jobs_dir_, "/", job_id, ".json"));
+}
+
 absl::Status JobStore::Put(const v1::Job& job) const {
   std::string json;
   google::protobuf::util::JsonPrintOptions options;

@@ -37,6 +37,8 @@ class JobStore {
 
   // Writes (or replaces) the job's file. INVALID_ARGUMENT for a job too large to read back.
   absl::Status Put(const v1::Job& job) const;
+  // Deletes the job's file (its number stays used).
+  absl::Status Remove(const std::string& job_id) const;
 
  private:
   JobStore(std::string jobs_dir, int64_t next_number)

@@ -73,7 +73,12 @@ TEST_CASE("controller, workers and rlhfctl on loopback", "[integration]") {
 
   // An example config is accepted and queued.
   CommandResult submitted =
-      cluster.Ctl({"submit", std::string(RLHFD_CONFIGS_DIR) + "/grpo-gsm8k-qwen05b.yaml"});
+      cluster.Ctl({"submit", std::string(RLHFD_CONFIGS_DIR) + "/grpo-gsm8k-qwen05b.yaml",
+                   std::string("model.path=") + RLHFD_FIXTURES_DIR + "/models/tiny-qwen2",
+                   std::string("data.train_files=") + RLHFD_FIXTURES_DIR +
+                       "/data/arithmetic_train.jsonl",
+                   std::string("data.val_files=") + RLHFD_FIXTURES_DIR +
+                       "/data/arithmetic_train.jsonl"});
   INFO(submitted.err);
   REQUIRE(submitted.exit_code == 0);
   CHECK_THAT(submitted.out, Catch::Contains("submitted job-1 (grpo-gsm8k-qwen05b): queued"));
@@ -199,7 +204,7 @@ TEST_CASE("the controller refuses to start where it cannot listen", "[integratio
 TEST_CASE("rlhfctl usage errors exit 2 with help", "[integration]") {
   CommandResult none = RunCommand({RLHFD_CTL_BIN});
   CHECK(none.exit_code == 2);
-  CHECK_THAT(none.err, Catch::Contains("Commands:"));
+  CHECK_THAT(none.err, Catch::Contains("Jobs:") && Catch::Contains("Cluster:"));
   CommandResult unknown = RunCommand({RLHFD_CTL_BIN, "--token=x", "frobnicate"});
   CHECK(unknown.exit_code == 2);
   CHECK_THAT(unknown.err, Catch::Contains("unknown command 'frobnicate'"));

@@ -47,10 +47,10 @@ int64_t ResidentBytes(pid_t pid) {
   return -1;
 }
 
-const char kValidConfig[] = R"(name: hostile-baseline
-model: {path: /models/tiny}
-data: {train_files: [/data/train.jsonl], train_batch_size: 8}
-algorithm: {adv_estimator: grpo}
+const std::string kValidConfig = std::string(R"(name: hostile-baseline
+model: {path: )") + RLHFD_FIXTURES_DIR + R"(/models/tiny-qwen2}
+data: {train_files: [)" + RLHFD_FIXTURES_DIR + R"(/data/arithmetic_train.jsonl], train_batch_size: 8}
+algorithm: {adv_estimator: grpo, kl: {mode: loss}}
 roles:
   actor: {gpus: 1, train: {ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 2}, rollout: {n: 2}}
   reference: {}
@@ -301,7 +301,7 @@ TEST_CASE("no request ends, stalls or bloats the controller", "[integration][hos
       {"1e30 for an integer (JSON)", json(R"({"data": {"train_batch_size": 1e30}})"), kInvalid},
       {"NaN and Infinity literals (JSON)", json(R"({"algorithm": {"gamma": NaN}})"), kInvalid},
       {"nan in YAML", yaml(with("adv_estimator: grpo", "adv_estimator: grpo, gamma: .nan")), kInvalid},
-      {"1 MB string value", yaml(with("path: /models/tiny", "path: /" + std::string(900000, 'p'))),
+      {"1 MB string value", yaml(with("/models/tiny-qwen2", "/" + std::string(900000, 'p'))),
        kInvalid},
       {"10 MB config", yaml(valid + "# " + std::string(10 << 20, 'c') + "\n"),
        grpc::RESOURCE_EXHAUSTED},
@@ -311,7 +311,9 @@ TEST_CASE("no request ends, stalls or bloats the controller", "[integration][hos
       {"binary garbage as JSON", json(RandomBytes(4096, 2)), kInvalid},
       {"ANSI escape in the job name", yaml(with("name: hostile-baseline", "name: \"a\\e[2Jb\"")),
        kInvalid},
-      {"control character in a path", yaml(with("path: /models/tiny", "path: \"/m\\x07odel\"")),
+      {"control character in a path",
+       yaml(with(std::string("path: ") + RLHFD_FIXTURES_DIR + "/models/tiny-qwen2",
+                 "path: \"/m\\x07odel\"")),
        kInvalid},
       {"top level is a list", yaml("- a\n- b\n"), kInvalid},
       {"top level is a string (JSON)", json("\"just text\""), kInvalid},

@@ -20,7 +20,7 @@ constexpr char kValidYaml[] = R"(
 name: unit-test-job
 model: {path: /models/tiny}
 data: {train_files: [train.jsonl], train_batch_size: 16}
-algorithm: {adv_estimator: grpo}
+algorithm: {adv_estimator: grpo, kl: {mode: loss}}
 roles:
   actor:
     gpus: 2
@@ -88,7 +88,7 @@ TEST_CASE("defaults fill what the config leaves out and keep what it says", "[co
 TEST_CASE("JSON and YAML of the same job give the same spec", "[config]") {
   const std::string json = R"({"name": "unit-test-job", "model": {"path": "/models/tiny"},
     "data": {"train_files": ["train.jsonl"], "train_batch_size": 16},
-    "algorithm": {"adv_estimator": "grpo"},
+    "algorithm": {"adv_estimator": "grpo", "kl": {"mode": "loss"}},
     "roles": {"actor": {"gpus": 2, "train": {"ppo_mini_batch_size": 8,
               "ppo_micro_batch_size_per_gpu": 4}, "rollout": {"n": 4}},
               "reference": {}, "reward": {"rule": "gsm8k"}}})";
@@ -173,13 +173,13 @@ TEST_CASE("out-of-range values say the allowed range", "[config][errors]") {
   const std::string yaml = kValidYaml;
   CHECK_THAT(ErrorOf(With("trainer: {total_epochs: 0}\n")),
              Catch::Contains("trainer.total_epochs: 0 must be in [1, 1000000]"));
-  CHECK_THAT(ErrorOf(Replace(yaml, "adv_estimator: grpo}", "adv_estimator: grpo, gamma: 1.5}")),
+  CHECK_THAT(ErrorOf(Replace(yaml, "adv_estimator: grpo,", "adv_estimator: grpo, gamma: 1.5,")),
              Catch::Contains("algorithm.gamma: 1.5 must be in [0, 1]"));
   CHECK_THAT(ErrorOf(Replace(yaml, "rollout: {n: 4}", "rollout: {n: 4, top_p: 0}")),
              Catch::Contains("roles.actor.rollout.top_p: 0 must be in"));
   CHECK_THAT(ErrorOf(Replace(yaml, "rollout: {n: 4}", "rollout: {n: 4, gpu_memory_utilization: 1.5}")),
              Catch::Contains("roles.actor.rollout.gpu_memory_utilization: 1.5 must be in (0, 1)"));
-  CHECK_THAT(ErrorOf(Replace(yaml, "adv_estimator: grpo}", "adv_estimator: grpo, clip_ratio_c: 0.5}")),
+  CHECK_THAT(ErrorOf(Replace(yaml, "adv_estimator: grpo,", "adv_estimator: grpo, clip_ratio_c: 0.5,")),
              Catch::Contains("algorithm.clip_ratio_c: 0.5 must be > 1, or 0"));
   CHECK_THAT(ErrorOf(Replace(yaml, "name: unit-test-job", "name: \"has spaces\"")),
              Catch::Contains("name: use 1-128 letters"));
@@ -231,9 +231,25 @@ name: x
 model: {path: /m, dtyp: bf16}
 trainer: {seeds: 1}
 )");
-  CHECK_THAT(error, Catch::Contains("2 problems in job.yaml"));
+  // Schema errors and the checks behind them in one pass: nothing hides the rest.
+  CHECK_THAT(error, Catch::Contains("5 problems in job.yaml"));
   CHECK_THAT(error, Catch::Contains("model.dtyp: unknown key"));
   CHECK_THAT(error, Catch::Contains("trainer.seeds: unknown key"));
+  CHECK_THAT(error, Catch::Contains("data.train_files: is required"));
+  CHECK_THAT(error, Catch::Contains("roles.critic: is required by algorithm.adv_estimator gae"));
+  CHECK_THAT(error, Catch::Contains("roles.reward: is required"));
+
+  // A type error does not hide four others; what follows from the refused value is not repeated.
+  const std::string typed = ErrorOf(Replace(Replace(Replace(Replace(kValidYaml, "gpus: 2", "gpus: two"),
+                                                            "train_batch_size: 16",
+                                                            "train_batch_size: 16, truncation: middle"),
+                                                    "{rule: gsm8k}", "{rule: vibes}"),
+                                            "n: 4", "n: 4, top_p: 2"));
+  CHECK_THAT(typed, Catch::Contains("4 problems in job.yaml"));
+  CHECK_THAT(typed, Catch::Contains("roles.actor.gpus: expected a whole number, got \"two\""));
+  CHECK_THAT(typed, Catch::Contains("data.truncation: \"middle\" is not one of: error, left, right"));
+  CHECK_THAT(typed, Catch::Contains("roles.reward.rule: 'vibes' is not one of"));
+  CHECK_THAT(typed, Catch::Contains("roles.actor.rollout.top_p: 2 must be in"));
 }
 
 TEST_CASE("a spec built by a program gets defaults and validation", "[config]") {
@@ -242,13 +258,13 @@ TEST_CASE("a spec built by a program gets defaults and validation", "[config]") 
   spec.mutable_model()->set_path("/m");
   spec.mutable_data()->add_train_files("a.jsonl");
   spec.mutable_data()->set_train_batch_size(8);
-  spec.mutable_algorithm()->mutable_kl()->set_mode(v1::KL_MODE_NONE);
+  spec.mutable_algorithm()->set_adv_estimator(v1::ADVANTAGE_ESTIMATOR_GRPO);
   spec.mutable_roles()->mutable_actor()->mutable_rollout()->set_n(2);
   spec.mutable_roles()->mutable_actor()->mutable_train()->set_ppo_mini_batch_size(8);
   spec.mutable_roles()->mutable_reward()->set_rule("math");
   auto completed = CompleteJobSpec(spec, "request");
   REQUIRE(completed.ok());
-  CHECK(completed->algorithm().adv_estimator() == v1::ADVANTAGE_ESTIMATOR_GRPO);
+  CHECK(completed->algorithm().kl().mode() == v1::KL_MODE_NONE);  // verl's default
   CHECK(completed->roles().actor().gpus() == 1);
 
   spec.mutable_roles()->mutable_actor()->mutable_rollout()->set_n(1);

@@ -11,6 +11,10 @@
 namespace rlhfd::controller {
 namespace {
 
+const std::string kFixtures = RLHFD_FIXTURES_DIR;
+
+// An example config, its model and data pointed at the fixtures (the controller checks that they
+// exist).
 v1::SubmitJobRequest FromFile(const std::string& name) {
   const std::string path = std::string(RLHFD_CONFIGS_DIR) + "/" + name;
   auto text = ReadFileToString(path);
@@ -18,6 +22,9 @@ v1::SubmitJobRequest FromFile(const std::string& name) {
   v1::SubmitJobRequest request;
   request.set_config_text(*text);
   request.set_config_name(name);
+  request.add_overrides("model.path=" + kFixtures + "/models/tiny-qwen2");
+  request.add_overrides("data.train_files=[" + kFixtures + "/data/arithmetic_train.jsonl]");
+  request.add_overrides("data.val_files=[" + kFixtures + "/data/arithmetic_train.jsonl]");
   return request;
 }
 

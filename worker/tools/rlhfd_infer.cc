@@ -24,6 +24,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "common/util/program_help.h"
 #include "worker/model/model_export.h"
 #include "worker/model/model_loader.h"
 #include "worker/model/tokenizer.h"
@@ -58,11 +59,17 @@ ABSL_FLAG(std::string, out, "", "export: directory to write");
 namespace rlhfd {
 namespace {
 
-constexpr char kUsage[] = R"(rlhfd-infer COMMAND --model DIR --text TEXT [flags]
-  tokenize   token ids of the text (--chat, --add_special_tokens)
-  logprobs   log-probability of every token of the text under the model (--prompt, --dtype, --device)
-  generate   responses to the prompts of --prompts FILE.jsonl, one JSON line per sample
-  export     re-write the model as a Hugging Face directory (--out, --dtype)
+constexpr char kUsage[] = R"(rlhfd-infer COMMAND --model DIR [flags]: check a Hugging Face model directory by hand.
+  rlhfd-infer tokenize --model DIR --text TEXT [--chat] [--add_special_tokens]
+      token ids of the text (with --chat, as one user turn in the chat template)
+  rlhfd-infer logprobs --model DIR --text TEXT [--prompt TEXT] [--dtype fp32|bf16] [--device cpu|cuda]
+      log-probability of every token of --text after --prompt
+  rlhfd-infer generate --model DIR --prompts FILE.jsonl [--temperature T --top_k K --top_p P
+                       --seed S --max_new_tokens N --n N --stop_token_ids A,B --ignore_eos]
+      responses to each prompt line, one JSON line per sample
+  rlhfd-infer export --model DIR --out DIR [--dtype fp32|bf16]
+      the model re-written as a Hugging Face directory
+Prints JSON. Exit codes: 0 success, 1 the model or input is unusable (the message says why), 2 usage.
 )";
 
 absl::StatusOr<nlohmann::json> Tokenize(const std::string& dir) {
@@ -267,6 +274,7 @@ absl::StatusOr<nlohmann::json> Export(const std::string& dir) {
 }  // namespace rlhfd
 
 int main(int argc, char** argv) {
+  rlhfd::HandleHelp(argc, argv, rlhfd::kUsage);
   absl::SetProgramUsageMessage(rlhfd::kUsage);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2 || absl::GetFlag(FLAGS_model).empty()) {

@@ -1,0 +1,82 @@
+// Dotted-key overrides; see overrides.h.
+#include "common/config/overrides.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/config/config_document.h"
+#include "common/util/text.h"
+
+namespace rlhfd::config {
+namespace {
+
+constexpr size_t kMaxOverrides = 256;
+constexpr size_t kMaxOverrideBytes = 64 << 10;
+
+absl::Status Bad(absl::string_view override_text, absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat("override '", SanitizeForDisplay(override_text, 80),
+                                                 "': ", problem));
+}
+
+absl::StatusOr<std::vector<std::string>> SplitKey(absl::string_view override_text,
+                                                  absl::string_view key) {
+  std::vector<std::string> parts = absl::StrSplit(key, '.');
+  for (const std::string& part : parts) {
+    if (part.empty()) return Bad(override_text, "the key has an empty part; write a.b.c=value");
+  }
+  return parts;
+}
+
+}  // namespace
+
+absl::Status ApplyOverrides(const std::vector<std::string>& overrides, nlohmann::json* document) {
+  if (overrides.size() > kMaxOverrides) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(overrides.size(), " overrides; at most ", kMaxOverrides, " are accepted"));
+  }
+  for (const std::string& override_text : overrides) {
+    if (override_text.size() > kMaxOverrideBytes || !IsValidUtf8(override_text)) {
+      return Bad(override_text, "must be UTF-8 text of at most 64 KiB");
+    }
+    absl::string_view text = override_text;
+    if (absl::ConsumePrefix(&text, "~")) {
+      auto parts = SplitKey(override_text, absl::StripAsciiWhitespace(text));
+      if (!parts.ok()) return parts.status();
+      nlohmann::json* node = document;
+      for (size_t i = 0; i + 1 < parts->size(); ++i) {
+        if (!node->is_object() || !node->contains((*parts)[i])) break;
+        node = &(*node)[(*parts)[i]];
+      }
+      if (node->is_object()) node->erase(parts->back());
+      continue;
+    }
+    if (!absl::ConsumePrefix(&text, "++")) absl::ConsumePrefix(&text, "+");
+    const size_t equals = text.find('=');
+    if (equals == absl::string_view::npos) {
+      return Bad(override_text, "expected key.path=value (or ~key.path to remove a key)");
+    }
+    auto parts = SplitKey(override_text, absl::StripAsciiWhitespace(text.substr(0, equals)));
+    if (!parts.ok()) return parts.status();
+    // The value, as YAML, through the config parser's bounds.
+    auto parsed = ParseConfigDocument(absl::StrCat("v: ", text.substr(equals + 1), "\n"),
+                                      "override");
+    if (!parsed.ok()) {
+      return Bad(override_text, absl::StrCat("the value is not YAML (",
+                                             SanitizeForDisplay(parsed.status().message(), 120),
+                                             ")"));
+    }
+    nlohmann::json* node = document;
+    for (size_t i = 0; i + 1 < parts->size(); ++i) {
+      nlohmann::json& child = (*node)[(*parts)[i]];
+      if (child.is_null()) child = nlohmann::json::object();
+      if (!child.is_object()) {
+        return Bad(override_text, absl::StrCat("'", (*parts)[i], "' holds a value, not keys"));
+      }
+      node = &child;
+    }
+    (*node)[parts->back()] = std::move((*parsed)["v"]);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace rlhfd::config

@@ -1,0 +1,646 @@
+// verl config → rlhfd config; see verl_import.h.
+#include "common/config/verl_import.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/config/config_document.h"
+#include "common/config/overrides.h"
+#include "common/status/status_macros.h"
+#include "common/util/text.h"
+
+namespace rlhfd::config {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr char kActor[] = "actor_rollout_ref.actor.";
+constexpr char kRollout[] = "actor_rollout_ref.rollout.";
+
+// verl key → rlhfd key, copied as they are (values are checked by rlhfd's validator).
+const std::vector<std::pair<std::string, std::string>>& DirectTable() {
+  static const auto* table = new std::vector<std::pair<std::string, std::string>>{
+      {"data.train_files", "data.train_files"},
+      {"data.val_files", "data.val_files"},
+      {"data.prompt_key", "data.prompt_key"},
+      {"data.max_prompt_length", "data.max_prompt_length"},
+      {"data.max_response_length", "data.max_response_length"},
+      {"data.train_batch_size", "data.train_batch_size"},
+      {"data.shuffle", "data.shuffle"},
+      {"data.seed", "data.shuffle_seed"},
+      {"data.filter_overlong_prompts", "data.filter_overlong_prompts"},
+      {"data.truncation", "data.truncation"},
+      {"actor_rollout_ref.model.path", "model.path"},
+      {"actor_rollout_ref.model.enable_gradient_checkpointing",
+       "roles.actor.train.gradient_checkpointing"},
+      {"actor_rollout_ref.actor.ppo_mini_batch_size", "roles.actor.train.ppo_mini_batch_size"},
+      {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+       "roles.actor.train.ppo_micro_batch_size_per_gpu"},
+      {"actor_rollout_ref.actor.use_dynamic_bsz", "roles.actor.train.use_dynamic_bsz"},
+      {"actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+       "roles.actor.train.ppo_max_token_len_per_gpu"},
+      {"actor_rollout_ref.actor.ppo_epochs", "roles.actor.train.ppo_epochs"},
+      {"actor_rollout_ref.actor.grad_clip", "roles.actor.train.grad_clip"},
+      {"actor_rollout_ref.actor.clip_ratio_low", "algorithm.clip_ratio_low"},
+      {"actor_rollout_ref.actor.clip_ratio_high", "algorithm.clip_ratio_high"},
+      {"actor_rollout_ref.actor.clip_ratio_c", "algorithm.clip_ratio_c"},
+      {"actor_rollout_ref.actor.loss_agg_mode", "algorithm.loss_agg_mode"},
+      {"actor_rollout_ref.actor.entropy_coeff", "algorithm.entropy_coeff"},
+      {"actor_rollout_ref.actor.optim.lr", "roles.actor.train.lr"},
+      {"actor_rollout_ref.actor.optim.weight_decay", "roles.actor.train.weight_decay"},
+      {"actor_rollout_ref.actor.optim.min_lr_ratio", "roles.actor.train.min_lr_ratio"},
+      {"actor_rollout_ref.actor.fsdp_config.param_offload", "roles.actor.train.param_offload"},
+      {"actor_rollout_ref.actor.fsdp_config.optimizer_offload",
+       "roles.actor.train.optimizer_offload"},
+      {"actor_rollout_ref.rollout.temperature", "roles.actor.rollout.temperature"},
+      {"actor_rollout_ref.rollout.top_p", "roles.actor.rollout.top_p"},
+      {"actor_rollout_ref.rollout.top_k", "roles.actor.rollout.top_k"},
+      {"actor_rollout_ref.rollout.n", "roles.actor.rollout.n"},
+      {"actor_rollout_ref.rollout.gpu_memory_utilization",
+       "roles.actor.rollout.gpu_memory_utilization"},
+      {"actor_rollout_ref.rollout.max_num_seqs", "roles.actor.rollout.max_num_seqs"},
+      {"actor_rollout_ref.rollout.tensor_model_parallel_size", "roles.actor.rollout.tp"},
+      {"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+       "roles.actor.rollout.log_prob_micro_batch_size_per_gpu"},
+      {"actor_rollout_ref.rollout.val_kwargs.temperature",
+       "roles.actor.rollout.val_kwargs.temperature"},
+      {"actor_rollout_ref.rollout.val_kwargs.top_p", "roles.actor.rollout.val_kwargs.top_p"},
+      {"actor_rollout_ref.rollout.val_kwargs.top_k", "roles.actor.rollout.val_kwargs.top_k"},
+      {"actor_rollout_ref.rollout.val_kwargs.n", "roles.actor.rollout.val_kwargs.n"},
+      {"actor_rollout_ref.rollout.val_kwargs.do_sample",
+       "roles.actor.rollout.val_kwargs.do_sample"},
+      {"actor_rollout_ref.rollout.dtype", "model.dtype"},
+      {"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+       "roles.reference.log_prob_micro_batch_size_per_gpu"},
+      {"actor_rollout_ref.ref.fsdp_config.param_offload", "roles.reference.param_offload"},
+      {"critic.model.path", "roles.critic.model_path"},
+      {"critic.model.enable_gradient_checkpointing", "roles.critic.train.gradient_checkpointing"},
+      {"critic.model.fsdp_config.param_offload", "roles.critic.train.param_offload"},
+      {"critic.model.fsdp_config.optimizer_offload", "roles.critic.train.optimizer_offload"},
+      {"critic.optim.lr", "roles.critic.train.lr"},
+      {"critic.optim.weight_decay", "roles.critic.train.weight_decay"},
+      {"critic.optim.min_lr_ratio", "roles.critic.train.min_lr_ratio"},
+      {"critic.ppo_mini_batch_size", "roles.critic.train.ppo_mini_batch_size"},
+      {"critic.ppo_micro_batch_size_per_gpu", "roles.critic.train.ppo_micro_batch_size_per_gpu"},
+      {"critic.use_dynamic_bsz", "roles.critic.train.use_dynamic_bsz"},
+      {"critic.ppo_max_token_len_per_gpu", "roles.critic.train.ppo_max_token_len_per_gpu"},
+      {"critic.ppo_epochs", "roles.critic.train.ppo_epochs"},
+      {"critic.grad_clip", "roles.critic.train.grad_clip"},
+      {"critic.cliprange_value", "roles.critic.train.cliprange_value"},
+      {"algorithm.adv_estimator", "algorithm.adv_estimator"},
+      {"algorithm.gamma", "algorithm.gamma"},
+      {"algorithm.lam", "algorithm.lam"},
+      {"algorithm.norm_adv_by_std_in_grpo", "algorithm.norm_adv_by_std_in_grpo"},
+      {"trainer.total_epochs", "trainer.total_epochs"},
+      {"trainer.total_training_steps", "trainer.total_steps"},
+      {"trainer.project_name", "trainer.project_name"},
+      {"trainer.experiment_name", "trainer.experiment_name"},
+      {"trainer.critic_warmup", "trainer.critic_warmup"},
+      {"trainer.val_before_train", "trainer.val_before_train"},
+      {"trainer.default_local_dir", "trainer.checkpoint_dir"},
+  };
+  return *table;
+}
+
+// Keys whose value does not change what rlhfd computes: dropped with a warning when set.
+const std::map<std::string, std::string>& HarmlessTable() {
+  static const auto* table = new std::map<std::string, std::string>{
+      {"actor_rollout_ref.rollout.name",
+       "rlhfd generates with its own engine (continuous batching, CUDA graphs), not vLLM or "
+       "SGLang"},
+      {"actor_rollout_ref.rollout.mode", "rlhfd's rollout has one mode"},
+      {"actor_rollout_ref.rollout.enforce_eager", "CUDA graphs are chosen by the engine"},
+      {"actor_rollout_ref.rollout.free_cache_engine", "the KV cache is always freed before training"},
+      {"actor_rollout_ref.rollout.max_num_batched_tokens", "the engine sizes its own prefills"},
+      {"actor_rollout_ref.rollout.enable_chunked_prefill", "the engine sizes its own prefills"},
+      {"actor_rollout_ref.rollout.load_format", "weights move by resharding, not loading"},
+      {"actor_rollout_ref.rollout.layered_summon", "resharding is layer by layer already"},
+      {"actor_rollout_ref.rollout.update_weights_bucket_megabytes", "resharding buckets by 1 GiB"},
+      {"actor_rollout_ref.rollout.prompt_length", "data.max_prompt_length is used"},
+      {"actor_rollout_ref.rollout.response_length", "data.max_response_length is used"},
+      {"actor_rollout_ref.rollout.calculate_log_probs", "rollout log-probs are always kept"},
+      {"actor_rollout_ref.rollout.disable_log_stats", "the engine reports its own statistics"},
+      {"actor_rollout_ref.rollout.do_sample", "sampling follows temperature (0 is greedy)"},
+      {"actor_rollout_ref.rollout.ignore_eos", "responses end at EOS"},
+      {"actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", "log-probs use fixed micro-batches"},
+      {"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+       "log-probs use fixed micro-batches"},
+      {"actor_rollout_ref.ref.log_prob_use_dynamic_bsz", "log-probs use fixed micro-batches"},
+      {"actor_rollout_ref.ref.log_prob_max_token_len_per_gpu", "log-probs use fixed micro-batches"},
+      {"actor_rollout_ref.model.use_remove_padding",
+       "rlhfd computes no padding tokens in packed micro-batches anyway"},
+      {"actor_rollout_ref.model.trust_remote_code", "models are implemented natively"},
+      {"actor_rollout_ref.model.use_shm", "models load from local disk"},
+      {"actor_rollout_ref.model.use_liger", "rlhfd has its own fused kernels"},
+      {"actor_rollout_ref.model.use_fused_kernels", "rlhfd has its own fused kernels"},
+      {"actor_rollout_ref.actor.use_torch_compile", "no Python here"},
+      {"actor_rollout_ref.actor.shuffle", "mini-batches are shuffled with trainer.seed"},
+      {"actor_rollout_ref.actor.entropy_from_logits_with_chunking",
+       "entropy is always computed in chunks"},
+      {"actor_rollout_ref.actor.entropy_checkpointing", "entropy is always computed in chunks"},
+      {"actor_rollout_ref.ref.entropy_from_logits_with_chunking",
+       "entropy is always computed in chunks"},
+      {"actor_rollout_ref.actor.fsdp_config.fsdp_size", "the whole actor pool shards"},
+      {"actor_rollout_ref.actor.fsdp_config.reshard_after_forward",
+       "layers are always freed after their forward"},
+      {"actor_rollout_ref.actor.fsdp_config.forward_prefetch", "gathers are scheduled per layer"},
+      {"actor_rollout_ref.actor.fsdp_config.offload_policy", "offload is per role"},
+      {"actor_rollout_ref.ref.fsdp_config.reshard_after_forward",
+       "layers are always freed after their forward"},
+      {"actor_rollout_ref.nccl_timeout", "communicator timeouts are the worker's"},
+      {"critic.model.use_remove_padding",
+       "rlhfd computes no padding tokens in packed micro-batches anyway"},
+      {"critic.model.trust_remote_code", "models are implemented natively"},
+      {"critic.model.tokenizer_path", "the actor's tokenizer is used"},
+      {"critic.shuffle", "mini-batches are shuffled with trainer.seed"},
+      {"critic.forward_max_token_len_per_gpu", "value forwards use fixed micro-batches"},
+      {"critic.forward_micro_batch_size_per_gpu", "value forwards use fixed micro-batches"},
+      {"critic.rollout_n", "the actor's rollout.n is used"},
+      {"critic.enable", "the critic is there exactly when adv_estimator is gae"},
+      {"critic.loss_agg_mode", "the critic aggregates as algorithm.loss_agg_mode"},
+      {"data.val_batch_size", "validation runs all of data.val_files at once"},
+      {"data.dataloader_num_workers", "the controller reads the data itself"},
+      {"data.return_raw_chat", "chat prompts are rendered by the worker"},
+      {"data.return_raw_input_ids", "chat prompts are rendered by the worker"},
+      {"data.return_full_prompt", "chat prompts are rendered by the worker"},
+      {"data.filter_overlong_prompts_workers", "the controller reads the data itself"},
+      {"data.validation_shuffle", "validation is not shuffled"},
+      {"data.reward_fn_key", "rows pick their rule reward by data_source"},
+      {"data.use_shm", "data loads from local disk"},
+      {"trainer.balance_batch", "rows are dealt to data-parallel ranks evenly"},
+      {"trainer.log_val_generations", "validation metrics are logged, not generations"},
+      {"trainer.device", "workers report their own devices"},
+      {"trainer.resume_from_path", "resume reads trainer.checkpoint_dir"},
+      {"trainer.del_local_ckpt_after_load", "checkpoints are kept"},
+      {"trainer.max_actor_ckpt_to_keep", "every committed checkpoint is kept"},
+      {"trainer.max_critic_ckpt_to_keep", "every committed checkpoint is kept"},
+      {"trainer.ray_wait_register_center_timeout", "there is no Ray"},
+      {"trainer.use_legacy_worker_impl", "there is one worker implementation"},
+      {"trainer.esi_redundant_time", "jobs recover from checkpoints by themselves"},
+      {"trainer.rollout_data_dir", "rollouts are not dumped"},
+      {"trainer.validation_data_dir", "validation rollouts are not dumped"},
+      {"trainer.default_hdfs_dir", "checkpoints go to trainer.checkpoint_dir"},
+      {"reward_model.reward_manager", "rule rewards score each row by itself (naive)"},
+      {"reward_model.launch_reward_fn_async", "rewards are computed by the reward role"},
+      {"reward_model.strategy", "reward models run on the reward role"},
+  };
+  return *table;
+}
+
+// Keys that would change training if ignored: refused, with the reason.
+const std::map<std::string, std::string>& UnsupportedTable() {
+  static const auto* table = new std::map<std::string, std::string>{
+      {"actor_rollout_ref.model.lora_rank", "LoRA is not supported yet; train all parameters"},
+      {"actor_rollout_ref.model.custom_chat_template",
+       "set model.chat_template (auto, chatml, llama3, none) instead"},
+      {"actor_rollout_ref.model.external_lib", "models are implemented natively; none is loaded"},
+      {"actor_rollout_ref.model.override_config", "config.json is used as it is"},
+      {"actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+       "sequence parallelism is not supported"},
+      {"actor_rollout_ref.actor.policy_loss.loss_mode",
+       "only the vanilla PPO clip loss (with dual clip) is implemented"},
+      {"actor_rollout_ref.rollout.multi_turn.enable", "multi-turn rollouts are not supported"},
+      {"actor_rollout_ref.rollout.over_sample_rate", "over-sampling is not supported"},
+      {"actor_rollout_ref.rollout.skip_rollout", "rollouts are not replayed"},
+      {"critic.ulysses_sequence_parallel_size", "sequence parallelism is not supported"},
+      {"critic.model.lora_rank", "LoRA is not supported yet"},
+      {"critic.model.override_config", "config.json is used as it is"},
+      {"custom_reward_function.path",
+       "Python reward functions are not run; use a rule (gsm8k, math, exact_match, countdown), "
+       "a reward model or a remote scoring service (roles.reward.remote)"},
+      {"algorithm.use_pf_ppo", "PF-PPO reweighting is not implemented"},
+      {"algorithm.filter_groups.enable", "DAPO's dynamic sampling is not implemented"},
+      {"reward_model.sandbox_fusion.url", "sandboxed code execution is not supported"},
+      {"data.custom_cls.path", "datasets are JSONL files (docs/data.md)"},
+      {"data.sampler.class_path", "batches are drawn in (shuffled) order"},
+      {"data.datagen.path", "datasets are JSONL files (docs/data.md)"},
+      {"trainer.val_only", "validation runs inside a training job"},
+  };
+  return *table;
+}
+
+// Values that mean "at verl's default": unset, null, and Hydra interpolations.
+bool Unset(const Json& value) {
+  return value.is_null() ||
+         (value.is_string() && absl::StartsWith(value.get<std::string>(), "${"));
+}
+
+// Whether a refused or ignored key's value is the one verl would have anyway.
+bool IsVerlNeutral(const std::string& key, const Json& value) {
+  if (Unset(value)) return true;
+  if (value.is_boolean() && !value.get<bool>()) return true;  // a switch left off
+  if (key == "actor_rollout_ref.model.lora_rank" || key == "critic.model.lora_rank" ||
+      key == "actor_rollout_ref.rollout.over_sample_rate") {
+    return value.is_number() && value.get<double>() == 0;
+  }
+  if (absl::EndsWith(key, "ulysses_sequence_parallel_size")) {
+    return value.is_number() && value.get<double>() == 1;
+  }
+  if (key == "actor_rollout_ref.actor.policy_loss.loss_mode") {
+    return value.is_string() && value.get<std::string>() == "vanilla";
+  }
+  if (key == "actor_rollout_ref.model.override_config" ||
+      key == "critic.model.override_config") {
+    return value.is_object() && value.empty();
+  }
+  if (key == "reward_model.reward_manager") {
+    return value.is_string() && value.get<std::string>() == "naive";
+  }
+  return false;
+}
+
+// YAML plain scalars arrive as text (rlhfd's schema types them later); verl's keys are read
+// here before that, so "True", "512" and "1e-6" become what YAML (and Hydra) would make them.
+Json Typed(const Json& value) {
+  if (value.is_array()) {
+    Json out = Json::array();
+    for (const Json& item : value) out.push_back(Typed(item));
+    return out;
+  }
+  if (!value.is_string()) return value;
+  const std::string text = value.get<std::string>();
+  const std::string lower = absl::AsciiStrToLower(text);
+  if (lower == "true") return true;
+  if (lower == "false") return false;
+  int64_t integer;
+  if (absl::SimpleAtoi(text, &integer)) return integer;
+  double number;
+  if (absl::SimpleAtod(text, &number) && std::isfinite(number) &&
+      text.find_first_of("0123456789") != std::string::npos) {
+    return number;
+  }
+  return value;
+}
+
+// The document's leaves as dotted keys (lists and empty mappings are leaves).
+void Flatten(const Json& node, const std::string& path, std::map<std::string, Json>* out) {
+  if (node.is_object() && !node.empty()) {
+    for (const auto& [key, value] : node.items()) {
+      Flatten(value, path.empty() ? key : path + "." + key, out);
+    }
+  } else if (!path.empty()) {
+    (*out)[path] = Typed(node);
+  }
+}
+
+void Set(Json* config, const std::string& path, Json value) {
+  Json* node = config;
+  const std::vector<std::string> parts = absl::StrSplit(path, '.');
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    Json& child = (*node)[parts[i]];
+    if (!child.is_object()) child = Json::object();
+    node = &child;
+  }
+  (*node)[parts.back()] = std::move(value);
+}
+
+class Converter {
+ public:
+  explicit Converter(std::map<std::string, Json> flat) : flat_(std::move(flat)) {}
+
+  VerlConversion Run() {
+    Direct();
+    Strategy("actor_rollout_ref.actor.strategy", "roles.actor.train.zero_stage");
+    Strategy("critic.strategy", "roles.critic.train.zero_stage");
+    Schedule(kActor, "roles.actor.train");
+    Schedule("critic.", "roles.critic.train");
+    ClipRatio();
+    Kl();
+    Rollout();
+    Placement();
+    Reward();
+    Trainer();
+    Name();
+    Critic();
+    Rest();
+    return std::move(out_);
+  }
+
+ private:
+  // The value of `key` when it is set (not null, not an interpolation); consumes it.
+  const Json* Take(const std::string& key) {
+    consumed_.insert(key);
+    auto it = flat_.find(key);
+    return it == flat_.end() || Unset(it->second) ? nullptr : &it->second;
+  }
+  void Map(const std::string& from, const std::string& to, Json value) {
+    Set(&out_.config, to, std::move(value));
+    out_.mapped.push_back(absl::StrCat(from, " -> ", to));
+  }
+  void Error(const std::string& key, absl::string_view why) {
+    out_.errors.push_back(absl::StrCat(key, ": not supported (", why, ")"));
+  }
+  void Warn(const std::string& key, absl::string_view why) {
+    out_.warnings.push_back(absl::StrCat(key, ": ignored (", why, ")"));
+  }
+  static std::string Text(const Json& value) {
+    return value.is_string() ? value.get<std::string>() : value.dump();
+  }
+
+  void Direct() {
+    for (const auto& [from, to] : DirectTable()) {
+      // The critic's keys are placed by Critic(), once it is known whether there is a critic.
+      if (absl::StartsWith(from, "critic.")) continue;
+      if (const Json* value = Take(from)) Map(from, to, Paths(from, *value));
+    }
+  }
+
+  // verl's paths are often ~/...: expanded here, on the submitting machine, where ~ means what
+  // the user meant. verl reads parquet; rlhfd reads JSONL.
+  Json Paths(const std::string& key, Json value) {
+    const bool path = key == "actor_rollout_ref.model.path" || key == "critic.model.path" ||
+                      key == "data.train_files" || key == "data.val_files" ||
+                      key == "trainer.default_local_dir" || key == "reward_model.model.path";
+    if (!path) return value;
+    const char* home = std::getenv("HOME");
+    const auto expand = [&](Json& item) {
+      if (!item.is_string()) return;
+      std::string text = item.get<std::string>();
+      if (home != nullptr && (text == "~" || absl::StartsWith(text, "~/"))) {
+        text = std::string(home) + text.substr(1);
+      }
+      if (absl::EndsWith(text, ".parquet")) {
+        Error(key, absl::StrCat("'", text, "' is parquet; rlhfd reads JSONL: convert it with "
+                                "deploy/prepare_data.py parquet ", text, " OUT.jsonl"));
+      }
+      item = text;
+    };
+    if (value.is_array()) {
+      for (Json& item : value) expand(item);
+    } else {
+      expand(value);
+    }
+    return value;
+  }
+
+  void Strategy(const std::string& key, const std::string& target) {
+    const Json* value = Take(key);
+    if (value == nullptr) return;
+    const std::string strategy = Text(*value);
+    if (strategy == "fsdp" || strategy == "fsdp2") {
+      Map(key, target, 3);
+    } else {
+      Error(key, absl::StrCat("'", strategy, "': rlhfd shards like FSDP (ZeRO-3, or ZeRO-2 with ",
+                              target, ": 2); Megatron is not supported"));
+    }
+  }
+
+  void Schedule(const std::string& prefix, const std::string& train) {
+    const std::string optim = prefix + "optim.";
+    for (const std::string name : {"warmup_style", "lr_scheduler_type"}) {
+      if (const Json* value = Take(optim + name)) {
+        const std::string style = Text(*value);
+        if (style == "constant" || style == "cosine") {
+          Map(optim + name, train + ".lr_schedule", style);
+        } else {
+          Error(optim + name, absl::StrCat("'", style, "': schedules are constant, cosine, linear"));
+        }
+      }
+    }
+    if (const Json* betas = Take(optim + "betas")) {
+      if (betas->is_array() && betas->size() == 2) {
+        Map(optim + "betas", train + ".adam_beta1", (*betas)[0]);
+        Map(optim + "betas", train + ".adam_beta2", (*betas)[1]);
+      } else {
+        Error(optim + "betas", "expected [beta1, beta2]");
+      }
+    }
+    const Json* steps = Take(optim + "lr_warmup_steps");
+    const Json* ratio = Take(optim + "lr_warmup_steps_ratio");
+    Take(optim + "total_training_steps");  // verl fills it in at run time.
+    if (steps != nullptr && steps->is_number() && steps->get<double>() >= 0) {
+      Map(optim + "lr_warmup_steps", train + ".lr_warmup_steps", *steps);
+    } else if (ratio != nullptr && ratio->is_number() && ratio->get<double>() > 0) {
+      const auto total = flat_.find("trainer.total_training_steps");
+      if (total != flat_.end() && total->second.is_number()) {
+        Map(optim + "lr_warmup_steps_ratio", train + ".lr_warmup_steps",
+            static_cast<int64_t>(std::floor(ratio->get<double>() * total->second.get<double>())));
+      } else {
+        Error(optim + "lr_warmup_steps_ratio",
+              "a ratio needs trainer.total_training_steps; give optim.lr_warmup_steps instead");
+      }
+    }
+  }
+
+  void ClipRatio() {
+    const Json* both = Take(std::string(kActor) + "clip_ratio");
+    if (both == nullptr) return;
+    for (const std::string side : {"low", "high"}) {
+      if (flat_.count(absl::StrCat(kActor, "clip_ratio_", side)) == 0) {
+        Map(std::string(kActor) + "clip_ratio", "algorithm.clip_ratio_" + side, *both);
+      }
+    }
+  }
+
+  // verl has two switches (a KL loss on the actor, a KL penalty in the reward); rlhfd one mode.
+  void Kl() {
+    const Json* loss = Take(std::string(kActor) + "use_kl_loss");
+    const Json* reward = Take("algorithm.use_kl_in_reward");
+    const bool use_loss = loss != nullptr && loss->is_boolean() && loss->get<bool>();
+    const bool use_reward = reward != nullptr && reward->is_boolean() && reward->get<bool>();
+    const Json* loss_coef = Take(std::string(kActor) + "kl_loss_coef");
+    const Json* loss_type = Take(std::string(kActor) + "kl_loss_type");
+    const Json* penalty = Take("algorithm.kl_penalty");
+    const Json* controller = Take("algorithm.kl_ctrl.type");
+    const Json* reward_coef = Take("algorithm.kl_ctrl.kl_coef");
+    const Json* target = Take("algorithm.kl_ctrl.target_kl");
+    const Json* horizon = Take("algorithm.kl_ctrl.horizon");
+    if (use_loss && use_reward) {
+      Error("algorithm.use_kl_in_reward",
+            "with actor.use_kl_loss too: rlhfd applies the KL one way, algorithm.kl.mode loss or "
+            "in_reward");
+      return;
+    }
+    const auto estimator = [&](const std::string& key, const Json* value) {
+      if (value == nullptr) return;
+      const std::string name = Text(*value);
+      if (name == "kl" || name == "k1" || name == "mse" || name == "k2" || name == "low_var_kl" ||
+          name == "k3") {
+        Map(key, "algorithm.kl.estimator", name);
+      } else {
+        Error(key, absl::StrCat("'", name, "': estimators are kl (k1), mse (k2), low_var_kl (k3)"));
+      }
+    };
+    if (use_loss) {
+      Map(std::string(kActor) + "use_kl_loss", "algorithm.kl.mode", "loss");
+      if (loss_coef) Map(std::string(kActor) + "kl_loss_coef", "algorithm.kl.coef", *loss_coef);
+      estimator(std::string(kActor) + "kl_loss_type", loss_type);
+    } else if (use_reward) {
+      Map("algorithm.use_kl_in_reward", "algorithm.kl.mode", "in_reward");
+      if (reward_coef) Map("algorithm.kl_ctrl.kl_coef", "algorithm.kl.coef", *reward_coef);
+      if (controller) Map("algorithm.kl_ctrl.type", "algorithm.kl.controller", *controller);
+      if (target) Map("algorithm.kl_ctrl.target_kl", "algorithm.kl.target", *target);
+      if (horizon) Map("algorithm.kl_ctrl.horizon", "algorithm.kl.horizon", *horizon);
+      estimator("algorithm.kl_penalty", penalty);
+    }
+    if (use_loss || use_reward) Set(&out_.config, "roles.reference", Json::object());
+  }
+
+  void Rollout() {
+    if (const Json* name = Take(std::string(kRollout) + "name")) {
+      Warn(std::string(kRollout) + "name",
+           absl::StrCat("'", Text(*name), "': ", HarmlessTable().at(std::string(kRollout) + "name")));
+    }
+  }
+
+  // verl's hybrid engine puts actor, rollout, reference (and by default critic and reward
+  // model) on one resource pool of every GPU: colocated.
+  void Placement() {
+    const Json* per_node = Take("trainer.n_gpus_per_node");
+    const Json* nodes = Take("trainer.nnodes");
+    const Json* hybrid = Take("actor_rollout_ref.hybrid_engine");
+    if (hybrid != nullptr && hybrid->is_boolean() && !hybrid->get<bool>()) {
+      Error("actor_rollout_ref.hybrid_engine",
+            "false: give roles their own GPUs with rlhfd's placement: split and roles.*.gpus");
+    }
+    const int64_t gpus = (per_node != nullptr && per_node->is_number() ? per_node->get<int64_t>() : 8) *
+                         (nodes != nullptr && nodes->is_number() ? nodes->get<int64_t>() : 1);
+    Map("trainer.n_gpus_per_node x trainer.nnodes", "roles.actor.gpus", gpus);
+    Map("actor_rollout_ref.hybrid_engine", "placement", "colocated");
+  }
+
+  void Reward() {
+    const Json* enable = Take("reward_model.enable");
+    const Json* path = Take("reward_model.model.path");
+    Take("reward_model.model.input_tokenizer");
+    if (enable != nullptr && enable->is_boolean() && enable->get<bool>()) {
+      if (path == nullptr) {
+        Error("reward_model.model.path", "reward_model.enable needs the reward model's path");
+        return;
+      }
+      Map("reward_model.model.path", "roles.reward.model", Paths("reward_model.model.path", *path));
+      return;
+    }
+    // verl's default reward picks a rule by each row's data_source.
+    Set(&out_.config, "roles.reward.rule", "auto");
+    out_.mapped.push_back("(verl's default reward) -> roles.reward.rule: auto");
+  }
+
+  void Trainer() {
+    if (const Json* save = Take("trainer.save_freq")) {
+      Map("trainer.save_freq", "trainer.save_every",
+          save->is_number() && save->get<int64_t>() < 0 ? Json(-1) : *save);
+    }
+    if (const Json* test = Take("trainer.test_freq")) {
+      Map("trainer.test_freq", "trainer.val_every",
+          test->is_number() && test->get<int64_t>() < 0 ? Json(0) : *test);
+    }
+    if (const Json* mode = Take("trainer.resume_mode")) {
+      const std::string text = Text(*mode);
+      if (text == "auto" || text == "disable") {
+        Map("trainer.resume_mode", "trainer.resume", text == "auto");
+      } else {
+        Error("trainer.resume_mode", absl::StrCat("'", text, "': rlhfd resumes from the latest "
+                                                  "checkpoint in trainer.checkpoint_dir (auto) or "
+                                                  "not at all (disable)"));
+      }
+    }
+    if (const Json* logger = Take("trainer.logger")) {
+      Json loggers = Json::array();
+      for (const Json& item : logger->is_array() ? *logger : Json::array({*logger})) {
+        const std::string name = Text(item);
+        if (name == "console" || name == "tensorboard") {
+          loggers.push_back(name);
+        } else if (name == "file") {
+          loggers.push_back("jsonl");
+        } else {
+          Warn("trainer.logger", absl::StrCat("'", name, "': rlhfd logs to console, jsonl and "
+                                              "tensorboard; ", name, " is left out"));
+        }
+      }
+      Map("trainer.logger", "trainer.loggers", loggers);
+    }
+  }
+
+  // verl runs have no name; rlhfd jobs do: the experiment's.
+  void Name() {
+    std::string name = "verl-job";
+    const auto it = flat_.find("trainer.experiment_name");
+    if (it != flat_.end() && !Unset(it->second)) {
+      name.clear();
+      for (char c : Text(it->second)) {
+        name += absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-' ? c : '-';
+      }
+      if (name.empty() || name.size() > 128) name = "verl-job";
+    }
+    Set(&out_.config, "name", name);
+    out_.mapped.push_back("trainer.experiment_name -> name");
+  }
+
+  // A critic exactly when the estimator needs one, as verl decides (critic.enable: null).
+  void Critic() {
+    const auto estimator = out_.config.contains("algorithm")
+                               ? out_.config["algorithm"].value("adv_estimator", Json("gae"))
+                               : Json("gae");
+    Set(&out_.config, "algorithm.adv_estimator", estimator);
+    const bool critic = estimator.is_string() && estimator.get<std::string>() == "gae";
+    for (const auto& [from, to] : DirectTable()) {
+      if (!absl::StartsWith(from, "critic.")) continue;
+      const Json* value = Take(from);
+      if (critic && value != nullptr) Map(from, to, Paths(from, *value));
+    }
+    if (critic) {
+      Set(&out_.config, "roles.critic",
+          out_.config["roles"].contains("critic") ? out_.config["roles"]["critic"] : Json::object());
+    }
+  }
+
+  // Whatever is left: harmless keys warn when set to something verl would not use by default,
+  // known unsupported ones refuse, unknown ones warn.
+  void Rest() {
+    for (const auto& [key, value] : flat_) {
+      if (consumed_.count(key) || key == "defaults" || absl::StartsWith(key, "hydra.") ||
+          absl::StrContains(key, "profiler") || absl::EndsWith(key, "._target_") ||
+          key == "_target_" || absl::StrContains(key, ".checkpoint.") ||
+          absl::StartsWith(key, "ray_kwargs.") || absl::StartsWith(key, "ray_init.")) {
+        continue;
+      }
+      if (auto harmless = HarmlessTable().find(key); harmless != HarmlessTable().end()) {
+        if (!IsVerlNeutral(key, value)) Warn(key, harmless->second);
+      } else if (auto refused = UnsupportedTable().find(key); refused != UnsupportedTable().end()) {
+        if (!IsVerlNeutral(key, value)) Error(key, refused->second);
+      } else if (!Unset(value)) {
+        Warn(key, "not a key rlhfd reads");
+      }
+    }
+  }
+
+  std::map<std::string, Json> flat_;
+  std::set<std::string> consumed_;
+  VerlConversion out_{Json::object(), {}, {}, {}};
+};
+
+}  // namespace
+
+absl::StatusOr<VerlConversion> ConvertVerlConfig(absl::string_view text, absl::string_view source,
+                                                 const std::vector<std::string>& overrides) {
+  try {
+    Json document = Json::object();
+    if (!text.empty()) {
+      ASSIGN_OR_RETURN(document, ParseConfigDocument(text, source));
+    }
+    if (absl::Status applied = ApplyOverrides(overrides, &document); !applied.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": ", applied.message()));
+    }
+    std::map<std::string, Json> flat;
+    Flatten(document, "", &flat);
+    return Converter(std::move(flat)).Run();
+  } catch (const std::exception& error) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": cannot convert (", SanitizeForDisplay(error.what(), 200), ")"));
+  }
+}
+
+const std::vector<std::pair<std::string, std::string>>& VerlDirectMappings() {
+  return DirectTable();
+}
+
+}  // namespace rlhfd::config

@@ -1,0 +1,150 @@
+// Submit-time file checks; see submit_checks.h.
+#include "controller/jobs/submit_checks.h"
+
+#include <google/protobuf/repeated_ptr_field.h>
+
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/config/config_errors.h"
+#include "common/util/files.h"
+
+namespace rlhfd::controller {
+namespace {
+
+// Looks like a Hugging Face hub id ("Qwen/Qwen2.5-0.5B-Instruct") rather than a path.
+bool LooksLikeHubId(const std::string& path) {
+  const size_t slash = path.find('/');
+  return slash != std::string::npos && slash > 0 && path.find('/', slash + 1) == std::string::npos &&
+         path[0] != '.' && path[0] != '~';
+}
+
+class FileChecker {
+ public:
+  FileChecker(const std::string& base_dir, config::ConfigErrors* errors)
+      : base_dir_(base_dir), errors_(errors) {}
+
+  // Makes `path` absolute; false (with an error) when it cannot be.
+  bool Resolve(const std::string& key, std::string* path) {
+    if (path->empty() || (*path)[0] == '/') return true;
+    if (base_dir_.empty()) {
+      errors_->Add(key, absl::StrCat("'", *path, "' is relative; give an absolute path (rlhfctl "
+                                     "resolves relative paths against its working directory)"));
+      return false;
+    }
+    *path = absl::StrCat(base_dir_, "/", *path);
+    return true;
+  }
+
+  // A model directory as rlhfd-worker loads it.
+  void ModelDirectory(const std::string& key, std::string* path, bool needs_tokenizer) {
+    const std::string written = *path;
+    if (path->empty() || !Resolve(key, path)) return;
+    if (!IsDirectory(*path)) {
+      std::string message = absl::StrCat("model directory '", *path, "' not found");
+      if (LooksLikeHubId(written)) {
+        absl::StrAppend(&message, "; '", written, "' looks like a Hugging Face hub id, which is "
+                        "not downloaded: put the model on disk (huggingface-cli download ",
+                        written, " --local-dir DIR) and give DIR");
+      }
+      errors_->Add(key, message);
+      return;
+    }
+    std::vector<std::string> missing;
+    if (!PathExists(*path + "/config.json")) missing.push_back("config.json");
+    if (needs_tokenizer && !PathExists(*path + "/tokenizer.json")) missing.push_back("tokenizer.json");
+    bool weights = PathExists(*path + "/model.safetensors") ||
+                   PathExists(*path + "/model.safetensors.index.json");
+    if (!weights) {
+      if (auto names = ListDirectory(*path); names.ok()) {
+        for (const std::string& name : *names) weights |= absl::EndsWith(name, ".safetensors");
+      }
+    }
+    if (!weights) missing.push_back("*.safetensors weights");
+    if (!missing.empty()) {
+      errors_->Add(key, absl::StrCat("'", *path, "' is not a complete model directory: no ",
+                                     absl::StrJoin(missing, ", no "),
+                                     (PathExists(*path + "/pytorch_model.bin")
+                                          ? " (pytorch_model.bin is not read: convert it to "
+                                            "safetensors)"
+                                          : "")));
+    }
+  }
+
+  // A JSONL data file: present, and its first line a JSON object.
+  void DataFile(const std::string& key, std::string* path) {
+    if (!Resolve(key, path)) return;
+    if (absl::EndsWith(*path, ".parquet")) {
+      errors_->Add(key, absl::StrCat("'", *path, "' is parquet; rlhfd reads JSONL: convert it "
+                                     "with deploy/prepare_data.py parquet ", *path, " OUT.jsonl "
+                                     "(docs/data.md)"));
+      return;
+    }
+    auto head = ReadFilePrefix(*path, 1 << 20);
+    if (!head.ok()) {
+      errors_->Add(key, absl::StrCat("cannot read data file: ", head.status().message()));
+      return;
+    }
+    const size_t start = head->find_first_not_of(" \t\r\n");
+    if (start == std::string::npos) {
+      errors_->Add(key, absl::StrCat("'", *path, "' is empty"));
+      return;
+    }
+    if ((*head)[start] != '{') {
+      errors_->Add(key, absl::StrCat("'", *path, "' is not JSONL: its first line does not start "
+                                     "with a JSON object ({\"prompt\": ...}; docs/data.md)"));
+    }
+  }
+
+  void Directory(const std::string& key, std::string* path) {
+    if (!path->empty()) Resolve(key, path);
+  }
+
+ private:
+  const std::string& base_dir_;
+  config::ConfigErrors* errors_;
+};
+
+}  // namespace
+
+absl::Status ResolveAndCheckFiles(const std::string& base_dir, const std::string& source,
+                                  v1::JobSpec* spec) {
+  config::ConfigErrors errors(source);
+  if (!base_dir.empty() && (base_dir[0] != '/' || base_dir.size() > 4096)) {
+    errors.Add("", "base_dir must be an absolute directory");
+    return errors.ToStatus();
+  }
+  FileChecker check(base_dir, &errors);
+  auto* model = spec->mutable_model();
+  check.ModelDirectory("model.path", model->mutable_path(), model->tokenizer_path().empty());
+  if (!model->tokenizer_path().empty() && check.Resolve("model.tokenizer_path",
+                                                        model->mutable_tokenizer_path())) {
+    if (!PathExists(model->tokenizer_path() + "/tokenizer.json")) {
+      errors.Add("model.tokenizer_path",
+                 absl::StrCat("no tokenizer.json in '", model->tokenizer_path(), "'"));
+    }
+  }
+  auto* data = spec->mutable_data();
+  for (int i = 0; i < data->train_files_size(); ++i) {
+    check.DataFile(absl::StrCat("data.train_files[", i, "]"), data->mutable_train_files(i));
+  }
+  for (int i = 0; i < data->val_files_size(); ++i) {
+    check.DataFile(absl::StrCat("data.val_files[", i, "]"), data->mutable_val_files(i));
+  }
+  auto* roles = spec->mutable_roles();
+  if (roles->has_critic() && !roles->critic().model_path().empty()) {
+    check.ModelDirectory("roles.critic.model_path", roles->mutable_critic()->mutable_model_path(),
+                         /*needs_tokenizer=*/false);
+  }
+  if (!roles->reward().model().empty()) {
+    check.ModelDirectory("roles.reward.model", roles->mutable_reward()->mutable_model(),
+                         /*needs_tokenizer=*/false);
+  }
+  check.Directory("trainer.checkpoint_dir", spec->mutable_trainer()->mutable_checkpoint_dir());
+  return errors.ToStatus();
+}
+
+}  // namespace rlhfd::controller
