@@ -481,7 +481,15 @@ class Converter {
       if (horizon) Map("algorithm.kl_ctrl.horizon", "algorithm.kl.horizon", *horizon);
       estimator("algorithm.kl_penalty", penalty);
     }
-    if (use_loss || use_reward) Set(&out_.config, "roles.reference", Json::object());
+    const bool has_reference =
+        out_.config.contains("roles") && out_.config["roles"].contains("reference");
+    if ((use_loss || use_reward) && !has_reference) {
+      Set(&out_.config, "roles.reference", Json::object());
+    } else if (!use_loss && !use_reward && has_reference) {
+      // verl loads no reference without a KL; rlhfd refuses an unused role.
+      out_.config["roles"].erase("reference");
+      Warn("actor_rollout_ref.ref", "no KL is used, so there is no reference model");
+    }
   }
 
   void Rollout() {
@@ -528,6 +536,17 @@ class Converter {
     if (const Json* save = Take("trainer.save_freq")) {
       Map("trainer.save_freq", "trainer.save_every",
           save->is_number() && save->get<int64_t>() < 0 ? Json(-1) : *save);
+      // verl's default_local_dir: checkpoints/<project>/<experiment>, under the launch directory.
+      if (save->is_number() && save->get<int64_t>() > 0 &&
+          !(out_.config.contains("trainer") && out_.config["trainer"].contains("checkpoint_dir"))) {
+        const auto name = [&](const char* key, const char* fallback) {
+          const auto it = flat_.find(key);
+          return it == flat_.end() || Unset(it->second) ? std::string(fallback) : Text(it->second);
+        };
+        Map("trainer.default_local_dir (verl's default)", "trainer.checkpoint_dir",
+            absl::StrCat("checkpoints/", name("trainer.project_name", "verl_examples"), "/",
+                         name("trainer.experiment_name", "gsm8k")));
+      }
     }
     if (const Json* test = Take("trainer.test_freq")) {
       Map("trainer.test_freq", "trainer.val_every",

@@ -25,9 +25,10 @@ int DecodeStatus(int status) {
 }
 
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& out_path,
-            const std::string& err_path) {
+            const std::string& err_path, const std::string& cwd = "") {
   pid_t pid = ::fork();
   if (pid != 0) return pid;
+  if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(125);
   // Child: a new process group so a stray grandchild dies with it.
   ::setpgid(0, 0);
   // Unblock signals the test harness may have blocked.
@@ -87,10 +88,11 @@ std::optional<int> Subprocess::Stop(int signal, absl::Duration timeout) {
 
 std::string Subprocess::ReadLog() const { return Slurp(log_path_); }
 
-CommandResult RunCommand(const std::vector<std::string>& argv, absl::Duration timeout) {
+CommandResult RunCommand(const std::vector<std::string>& argv, absl::Duration timeout,
+                         const std::string& cwd) {
   TempDir dir;
   const std::string out_path = dir.path() + "/out", err_path = dir.path() + "/err";
-  const pid_t pid = Spawn(argv, out_path, err_path);
+  const pid_t pid = Spawn(argv, out_path, err_path, cwd);
   CommandResult result;
   int status = 0;
   const bool exited = WaitFor([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, timeout);

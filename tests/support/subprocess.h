@@ -43,9 +43,10 @@ struct CommandResult {
   std::string err;  // stderr
 };
 
-// Runs a command to completion (at most `timeout`), capturing stdout and stderr.
+// Runs a command to completion (at most `timeout`), capturing stdout and stderr; in `cwd` when
+// given.
 CommandResult RunCommand(const std::vector<std::string>& argv,
-                         absl::Duration timeout = absl::Seconds(30));
+                         absl::Duration timeout = absl::Seconds(30), const std::string& cwd = "");
 
 // Polls `condition` every 50 ms until it holds or `timeout` passes.
 template <typename Condition>

@@ -1,0 +1,392 @@
+// verl configs in: the verl trainer layout and Hydra overrides converted to rlhfd configs, every
+// supported key landing where the mapping says, every unsupported one named; overrides on rlhfd
+// configs; the printed effective config. The verl inputs are written here from verl's key names.
+#include <catch2/catch.hpp>
+#include <google/protobuf/descriptor.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/config/config_printer.h"
+#include "common/config/job_config.h"
+#include "common/config/verl_import.h"
+#include "common/config/proto_json_schema.h"
+
+namespace rlhfd::config {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+
+VerlConversion Convert(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  auto converted = ConvertVerlConfig(text, "verl.yaml", overrides);
+  INFO(converted.status().ToString());
+  REQUIRE(converted.ok());
+  return *std::move(converted);
+}
+
+// The converted config, with a model and data the validator accepts, loaded like a submission.
+v1::JobSpec Validated(const VerlConversion& conversion) {
+  INFO("errors: " << absl::StrJoin(conversion.errors, "; "));
+  REQUIRE(conversion.errors.empty());
+  auto loaded = LoadConfig(conversion.config.dump(), "verl.json",
+                           {"model.path=/models/m", "data.train_files=[/data/train.jsonl]"});
+  INFO(loaded.status().ToString());
+  REQUIRE(loaded.ok());
+  return loaded->spec;
+}
+
+const nlohmann::json* At(const nlohmann::json& document, const std::string& path) {
+  const nlohmann::json* node = &document;
+  for (const std::string& part : std::vector<std::string>(absl::StrSplit(path, '.'))) {
+    if (!node->is_object() || !node->contains(part)) return nullptr;
+    node = &(*node)[part];
+  }
+  return node;
+}
+
+bool Contains(const std::vector<std::string>& lines, const std::string& text) {
+  for (const std::string& line : lines) {
+    if (line.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// GRPO as verl's examples run it: KL as a loss, low_var_kl, rollout with vLLM, one node.
+constexpr char kVerlGrpo[] = R"(
+data:
+  train_files: /data/gsm8k/train.jsonl
+  val_files: /data/gsm8k/test.jsonl
+  train_batch_size: 64
+  max_prompt_length: 512
+  max_response_length: 1024
+  filter_overlong_prompts: True
+  truncation: error
+actor_rollout_ref:
+  model:
+    path: /models/Qwen2.5-0.5B-Instruct
+    use_remove_padding: True
+    enable_gradient_checkpointing: True
+  actor:
+    optim: {lr: 1e-6}
+    ppo_mini_batch_size: 16
+    ppo_micro_batch_size_per_gpu: 4
+    use_kl_loss: True
+    kl_loss_coef: 0.001
+    kl_loss_type: low_var_kl
+    entropy_coeff: 0
+    fsdp_config: {param_offload: False, optimizer_offload: False}
+  rollout:
+    name: vllm
+    tensor_model_parallel_size: 1
+    gpu_memory_utilization: 0.6
+    n: 4
+    log_prob_micro_batch_size_per_gpu: 8
+  ref:
+    log_prob_micro_batch_size_per_gpu: 8
+    fsdp_config: {param_offload: True}
+algorithm:
+  adv_estimator: grpo
+  use_kl_in_reward: False
+trainer:
+  critic_warmup: 0
+  logger: [console, wandb]
+  project_name: verl_grpo_example_gsm8k
+  experiment_name: qwen2.5_0.5b_function_rm
+  n_gpus_per_node: 2
+  nnodes: 1
+  save_freq: 20
+  test_freq: 5
+  total_epochs: 15
+)";
+
+}  // namespace
+
+TEST_CASE("verl GRPO with a KL loss converts and validates", "[verl]") {
+  const VerlConversion converted = Convert(kVerlGrpo);
+  const v1::JobSpec spec = Validated(converted);
+  CHECK(spec.name() == "qwen2.5_0.5b_function_rm");
+  CHECK(spec.algorithm().adv_estimator() == v1::ADVANTAGE_ESTIMATOR_GRPO);
+  CHECK(spec.algorithm().kl().mode() == v1::KL_MODE_LOSS);
+  CHECK(spec.algorithm().kl().coef() == Approx(0.001));
+  CHECK(spec.algorithm().kl().estimator() == v1::KL_ESTIMATOR_K3);  // low_var_kl
+  CHECK(spec.roles().has_reference());
+  CHECK(spec.roles().reference().log_prob_micro_batch_size_per_gpu() == 8);
+  CHECK(spec.roles().reference().param_offload());
+  CHECK_FALSE(spec.roles().has_critic());
+  CHECK(spec.placement() == v1::PLACEMENT_COLOCATED);  // verl's hybrid engine
+  CHECK(spec.roles().actor().gpus() == 2);              // n_gpus_per_node x nnodes
+  CHECK(spec.roles().actor().train().dp() == 2);
+  CHECK(spec.roles().actor().train().ppo_mini_batch_size() == 16);
+  CHECK(spec.roles().actor().train().gradient_checkpointing());
+  CHECK(spec.roles().actor().rollout().n() == 4);
+  CHECK(spec.roles().actor().rollout().gpu_memory_utilization() == Approx(0.6));
+  CHECK(spec.data().filter_overlong_prompts());
+  CHECK(spec.data().max_response_length() == 1024);
+  CHECK(spec.roles().reward().rule() == "auto");
+  CHECK(spec.trainer().save_every() == 20);
+  CHECK(spec.trainer().checkpoint_dir() ==
+        "checkpoints/verl_grpo_example_gsm8k/qwen2.5_0.5b_function_rm");  // verl's default
+  CHECK(spec.trainer().val_every() == 5);
+  CHECK(spec.trainer().total_epochs() == 15);
+  CHECK(spec.trainer().project_name() == "verl_grpo_example_gsm8k");
+  CHECK(spec.trainer().loggers_size() == 1);  // wandb left out, with a warning
+  CHECK(Contains(converted.warnings, "trainer.logger: ignored ('wandb'"));
+  CHECK(Contains(converted.warnings, "actor_rollout_ref.rollout.name: ignored ('vllm'"));
+  CHECK(Contains(converted.mapped, "actor_rollout_ref.actor.kl_loss_coef -> algorithm.kl.coef"));
+}
+
+TEST_CASE("verl PPO with a critic and the KL in the reward converts and validates", "[verl]") {
+  const VerlConversion converted = Convert(R"(
+data: {train_files: /data/train.jsonl, train_batch_size: 32}
+actor_rollout_ref:
+  model: {path: /models/actor}
+  actor:
+    optim: {lr: 1e-6, lr_warmup_steps_ratio: 0.1, warmup_style: cosine}
+    ppo_mini_batch_size: 8
+    ppo_micro_batch_size_per_gpu: 2
+    clip_ratio: 0.25
+  rollout: {n: 1, temperature: 0.9}
+critic:
+  model: {path: /models/critic, enable_gradient_checkpointing: False}
+  optim: {lr: 1e-5, betas: [0.9, 0.95]}
+  ppo_micro_batch_size_per_gpu: 2
+  ppo_mini_batch_size: 8
+  cliprange_value: 0.3
+algorithm:
+  adv_estimator: gae
+  gamma: 0.99
+  lam: 0.95
+  use_kl_in_reward: True
+  kl_penalty: kl
+  kl_ctrl: {type: adaptive, kl_coef: 0.02, target_kl: 0.05, horizon: 5000}
+trainer: {n_gpus_per_node: 4, total_training_steps: 100, resume_mode: disable, logger: console}
+)");
+  const v1::JobSpec spec = Validated(converted);
+  CHECK(spec.algorithm().adv_estimator() == v1::ADVANTAGE_ESTIMATOR_GAE);
+  CHECK(spec.algorithm().gamma() == Approx(0.99));
+  CHECK(spec.algorithm().kl().mode() == v1::KL_MODE_IN_REWARD);
+  CHECK(spec.algorithm().kl().estimator() == v1::KL_ESTIMATOR_K1);
+  CHECK(spec.algorithm().kl().controller() == v1::KL_CONTROLLER_ADAPTIVE);
+  CHECK(spec.algorithm().kl().coef() == Approx(0.02));
+  CHECK(spec.algorithm().kl().target() == Approx(0.05));
+  CHECK(spec.algorithm().kl().horizon() == 5000);
+  CHECK(spec.algorithm().clip_ratio_low() == Approx(0.25));  // clip_ratio sets both sides
+  CHECK(spec.algorithm().clip_ratio_high() == Approx(0.25));
+  REQUIRE(spec.roles().has_critic());
+  CHECK(spec.roles().critic().model_path() == "/models/critic");
+  CHECK(spec.roles().critic().train().lr() == Approx(1e-5));
+  CHECK(spec.roles().critic().train().adam_beta2() == Approx(0.95));
+  CHECK(spec.roles().critic().train().cliprange_value() == Approx(0.3));
+  CHECK(spec.roles().critic().gpus() == 4);  // colocated with the actor
+  CHECK(spec.roles().actor().train().lr_schedule() == v1::LR_SCHEDULE_COSINE);
+  CHECK(spec.roles().actor().train().lr_warmup_steps() == 10);  // 0.1 x 100 steps
+  CHECK(spec.trainer().total_steps() == 100);
+  CHECK_FALSE(spec.trainer().resume());
+}
+
+TEST_CASE("verl RLOO and ReMax convert and validate", "[verl]") {
+  for (const std::string estimator : {"rloo", "remax"}) {
+    INFO(estimator);
+    const v1::JobSpec spec = Validated(Convert(
+        R"(
+data: {train_batch_size: 16}
+actor_rollout_ref:
+  actor: {ppo_mini_batch_size: 8, ppo_micro_batch_size_per_gpu: 8}
+  rollout: {n: 4}
+trainer: {n_gpus_per_node: 1}
+)",
+        {"algorithm.adv_estimator=" + estimator}));
+    CHECK(config::EnumConfigName(*v1::AdvantageEstimator_descriptor()->FindValueByNumber(
+              spec.algorithm().adv_estimator())) == estimator);
+    CHECK_FALSE(spec.roles().has_critic());
+    CHECK(spec.algorithm().kl().mode() == v1::KL_MODE_NONE);  // verl's switches default off
+  }
+}
+
+TEST_CASE("every directly mapped verl key lands in its field", "[verl]") {
+  // One distinct value per key, typed by the target field: a string, a number, a switch, or
+  // one of the enum's names.
+  int counter = 0;
+  std::vector<std::string> overrides;
+  std::map<std::string, nlohmann::json> expected;  // rlhfd path → value
+  for (const auto& [verl, ours] : VerlDirectMappings()) {
+    const Descriptor* schema = v1::JobSpec::descriptor();
+    const FieldDescriptor* field = nullptr;
+    for (const std::string& part : std::vector<std::string>(absl::StrSplit(ours, '.'))) {
+      REQUIRE(schema != nullptr);
+      field = schema->FindFieldByName(part);
+      INFO(ours << ": no field " << part);
+      REQUIRE(field != nullptr);
+      schema = field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE ? field->message_type()
+                                                                      : nullptr;
+    }
+    ++counter;
+    nlohmann::json value;
+    switch (field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_STRING:
+        value = absl::StrCat("/value/", counter);
+        break;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        value = true;
+        break;
+      case FieldDescriptor::CPPTYPE_ENUM:
+        value = EnumConfigName(*field->enum_type()->value(field->enum_type()->value_count() - 1));
+        break;
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+      case FieldDescriptor::CPPTYPE_FLOAT:
+        value = 0.5 + counter;
+        break;
+      default:
+        value = 1000 + counter;
+    }
+    if (field->is_repeated()) value = nlohmann::json::array({value});
+    overrides.push_back(absl::StrCat(verl, "=", value.is_string() ? value.get<std::string>()
+                                                                   : value.dump()));
+    expected[ours] = value;
+  }
+  // The critic's keys are mapped when there is a critic (gae), the reference's with a KL.
+  overrides.push_back("algorithm.adv_estimator=gae");
+  expected["algorithm.adv_estimator"] = "gae";
+  overrides.push_back("actor_rollout_ref.actor.use_kl_loss=true");
+  const VerlConversion converted = Convert("", overrides);
+  for (const auto& [path, value] : expected) {
+    INFO(path);
+    const nlohmann::json* landed = At(converted.config, path);
+    REQUIRE(landed != nullptr);
+    CHECK(*landed == value);
+  }
+  CHECK(VerlDirectMappings().size() >= 60);
+}
+
+TEST_CASE("every verl setting rlhfd cannot honour is named, with why", "[verl]") {
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"actor_rollout_ref.model.lora_rank=16", "LoRA"},
+      {"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "sequence parallelism"},
+      {"actor_rollout_ref.actor.policy_loss.loss_mode=gpg", "vanilla PPO clip loss"},
+      {"actor_rollout_ref.rollout.multi_turn.enable=true", "multi-turn"},
+      {"actor_rollout_ref.actor.strategy=megatron", "Megatron"},
+      {"custom_reward_function.path=/code/reward.py", "Python reward functions"},
+      {"algorithm.use_pf_ppo=true", "PF-PPO"},
+      {"actor_rollout_ref.model.custom_chat_template=my_template", "model.chat_template"},
+      {"data.train_files=/data/train.parquet", "convert it with deploy/prepare_data.py"},
+      {"actor_rollout_ref.actor.kl_loss_type=full", "estimators are kl"},
+      {"trainer.resume_mode=resume_path", "resumes from the latest checkpoint"},
+  };
+  for (const auto& [override_text, reason] : refused) {
+    INFO(override_text);
+    std::vector<std::string> overrides = {override_text};
+    if (override_text.find("kl_loss_type") != std::string::npos) {
+      overrides.push_back("actor_rollout_ref.actor.use_kl_loss=true");
+    }
+    const VerlConversion converted = Convert("", overrides);
+    const std::string key = override_text.substr(0, override_text.find('='));
+    CHECK(Contains(converted.errors, key + ": not supported"));
+    CHECK(Contains(converted.errors, reason));
+  }
+  // Both KL switches at once: rlhfd applies the KL one way.
+  const VerlConversion both = Convert(
+      "", {"actor_rollout_ref.actor.use_kl_loss=true", "algorithm.use_kl_in_reward=true"});
+  CHECK(Contains(both.errors, "algorithm.use_kl_in_reward: not supported"));
+  // Settings left at verl's defaults are not reported, whatever their key.
+  const VerlConversion quiet = Convert("", {"actor_rollout_ref.model.lora_rank=0",
+                                            "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
+                                            "reward_model.reward_manager=naive",
+                                            "actor_rollout_ref.actor.profiler.enable=false"});
+  CHECK(quiet.errors.empty());
+  CHECK(quiet.warnings.empty());
+  // Reference settings without a KL: verl loads no reference, and neither does rlhfd.
+  const VerlConversion no_kl = Convert("", {"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4"});
+  CHECK_FALSE(no_kl.config["roles"].contains("reference"));
+  CHECK(Contains(no_kl.warnings, "actor_rollout_ref.ref: ignored (no KL is used"));
+  // A key rlhfd does not know is named as ignored.
+  const VerlConversion unknown = Convert("", {"trainer.some_new_verl_knob=3"});
+  CHECK(Contains(unknown.warnings, "trainer.some_new_verl_knob: ignored (not a key rlhfd reads)"));
+}
+
+TEST_CASE("Hydra overrides apply to verl configs and to rlhfd configs", "[verl][overrides]") {
+  // verl: overrides win over the file, ~ removes, + adds.
+  const VerlConversion converted =
+      Convert(kVerlGrpo, {"data.train_batch_size=128", "~trainer.logger",
+                          "+actor_rollout_ref.rollout.top_k=50",
+                          "++actor_rollout_ref.rollout.temperature=0.8"});
+  const v1::JobSpec spec = Validated(converted);
+  CHECK(spec.data().train_batch_size() == 128);
+  CHECK(spec.trainer().loggers_size() == 1);  // rlhfd's default: console
+  CHECK(spec.roles().actor().rollout().top_k() == 50);
+  CHECK(spec.roles().actor().rollout().temperature() == Approx(0.8));
+
+  // rlhfd: the same syntax over our own keys, lists and mappings as YAML.
+  const std::string ours = R"(
+name: overrides
+model: {path: /m}
+data: {train_files: [a.jsonl], train_batch_size: 16}
+algorithm: {adv_estimator: grpo}
+roles:
+  actor: {gpus: 2, train: {ppo_mini_batch_size: 8, ppo_micro_batch_size_per_gpu: 4}, rollout: {n: 4}}
+  reward: {rule: gsm8k}
+)";
+  auto overridden = ParseJobSpec(ours, "job.yaml",
+                                 {"roles.actor.rollout.n=8", "trainer.loggers=[console, jsonl]",
+                                  "algorithm.kl={mode: loss, coef: 0.01}", "roles.reference={}",
+                                  "trainer.seed=7"});
+  INFO(overridden.status().ToString());
+  REQUIRE(overridden.ok());
+  CHECK(overridden->roles().actor().rollout().n() == 8);
+  CHECK(overridden->trainer().loggers_size() == 2);
+  CHECK(overridden->algorithm().kl().coef() == Approx(0.01));
+  CHECK(overridden->trainer().seed() == 7);
+  // Bad overrides are refused naming the override.
+  for (const auto& [bad, problem] : std::vector<std::pair<std::string, std::string>>{
+           {"roles.actor.rollout.n", "expected key.path=value"},
+           {"roles..n=3", "empty part"},
+           {"name.sub=3", "'name' holds a value"},
+           {"roles.actor.rollout.n=[1, 2", "the value is not YAML"},
+           {"roles.actor.rollout.nn=3", "roles.actor.rollout.nn: unknown key; did you mean 'n'?"}}) {
+    INFO(bad);
+    auto refused = ParseJobSpec(ours, "job.yaml", {bad});
+    REQUIRE_FALSE(refused.ok());
+    CHECK_THAT(std::string(refused.status().message()), Catch::Contains(problem));
+  }
+}
+
+TEST_CASE("validate's view: defaults and derived values are marked", "[verl][validate]") {
+  const std::string yaml = R"(
+name: marked
+model: {path: /m}
+data: {train_files: [a.jsonl], train_batch_size: 16}
+algorithm: {adv_estimator: grpo, kl: {mode: in_reward}}
+roles:
+  actor: {gpus: 2, train: {ppo_mini_batch_size: 8}, rollout: {n: 4}}
+  reference: {}
+  reward: {rule: gsm8k}
+)";
+  auto loaded = LoadConfig(yaml, "job.yaml");
+  REQUIRE(loaded.ok());
+  CHECK(loaded->defaulted.count("roles.actor.train.ppo_micro_batch_size_per_gpu"));
+  CHECK(loaded->defaulted.count("data.max_prompt_length"));
+  CHECK_FALSE(loaded->defaulted.count("data.train_batch_size"));
+  CHECK(loaded->derived.count("roles.actor.train.dp"));
+  CHECK(loaded->derived.count("roles.reference.gpus"));
+  CHECK(loaded->derived.count("algorithm.kl.estimator"));  // k1 for in_reward, as verl
+  CHECK(loaded->spec.algorithm().kl().estimator() == v1::KL_ESTIMATOR_K1);
+  CHECK(loaded->derived.count("trainer.experiment_name"));
+  const std::string printed =
+      ToYaml(SpecToDocument(loaded->spec), [&](const std::string& path) -> std::string {
+        return loaded->defaulted.count(path) ? "(default)" : "";
+      });
+  CHECK_THAT(printed, Catch::Contains("  max_prompt_length: 512  # (default)\n"));
+  CHECK_THAT(printed, Catch::Contains("  train_batch_size: 16\n"));
+  CHECK_THAT(printed, Catch::Contains("  loss_agg_mode: token-mean  # (default)\n"));
+  CHECK_THAT(printed, Catch::StartsWith("name: marked\nmodel:\n"));  // schema order
+  // What validate prints reads back as the same job.
+  auto again = ParseJobSpec(printed, "printed.yaml");
+  INFO(again.status().ToString());
+  REQUIRE(again.ok());
+  CHECK(again->SerializeAsString() == loaded->spec.SerializeAsString());
+}
+
+}  // namespace rlhfd::config
