@@ -31,16 +31,20 @@ install_apt() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
+# The virtualenv: LibTorch for the worker, and what the data and fixture scripts use
+# (reasoning-gym makes the quickstart's problems offline).
+python_packages=("torch==${torch_version}" numpy "reasoning-gym==0.1.25")
+
 install_torch() {
   if [[ -x "${venv}/bin/python" ]] &&
-     "${venv}/bin/python" -c "import numpy, torch, sys; sys.exit(torch.__version__.split('+')[0] != '${torch_version}')" 2>/dev/null; then
-    echo "setup: torch ${torch_version} present in ${venv}"
+     "${venv}/bin/python" -c "import numpy, torch, reasoning_gym, sys; sys.exit(torch.__version__.split('+')[0] != '${torch_version}')" 2>/dev/null; then
+    echo "setup: torch ${torch_version} and reasoning-gym present in ${venv}"
     return
   fi
-  echo "setup: creating ${venv} with torch==${torch_version} (large download on first run)"
-  python3 -m venv "${venv}"
+  echo "setup: installing ${python_packages[*]} into ${venv} (large download on first run)"
+  [[ -x "${venv}/bin/python" ]] || python3 -m venv "${venv}"
   "${venv}/bin/pip" install -q --upgrade pip
-  "${venv}/bin/pip" install -q "torch==${torch_version}" numpy
+  "${venv}/bin/pip" install -q "${python_packages[@]}"
 }
 
 [[ "${RLHFD_SKIP_APT:-0}" == 1 ]] || install_apt

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Writes training data as rlhfd reads it (JSONL, one prompt per line; docs/data.md).
+
+    # Math problems generated offline by reasoning-gym (pip install reasoning-gym), in GSM8K's
+    # shape: a chat prompt asking for the final answer after "####", the answer as ground truth.
+    python deploy/prepare_data.py reasoning-gym basic_arithmetic data/arith/train.jsonl \\
+        --size 2000 --seed 1
+    python deploy/prepare_data.py reasoning-gym gsm_symbolic data/gsm/test.jsonl --size 200 --seed 2
+
+    # verl's parquet files (pip install pandas pyarrow), row by row, keys kept.
+    python deploy/prepare_data.py parquet ~/data/gsm8k/train.parquet data/gsm8k/train.jsonl
+
+Each row: {"prompt": [{"role": "user", "content": ...}], "ground_truth": "...",
+"data_source": "...", "extra_info": {...}}; verl's rows keep their reward_model.ground_truth,
+which rlhfd reads too.
+"""
+import argparse
+import json
+import os
+import sys
+
+GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
+
+
+def write_rows(rows, out_path):
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    count = 0
+    with open(out_path, "w", encoding="utf-8") as out:
+        for row in rows:
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+            count += 1
+    print(f"wrote {count} rows to {out_path}")
+
+
+def from_reasoning_gym(args):
+    try:
+        import reasoning_gym
+    except ImportError:
+        sys.exit("reasoning-gym is not installed: pip install reasoning-gym")
+    dataset = reasoning_gym.create_dataset(args.dataset, size=args.size, seed=args.seed)
+    source = args.data_source or f"reasoning_gym/{args.dataset}"
+    rows = []
+    for index, item in enumerate(dataset):
+        content = f"{item['question']} {GSM8K_INSTRUCTION}" if args.style == "gsm8k" else item["question"]
+        rows.append({
+            "prompt": [{"role": "user", "content": content}],
+            "ground_truth": str(item["answer"]),
+            "data_source": source,
+            "extra_info": {"index": index, "dataset": args.dataset},
+        })
+    write_rows(rows, args.out)
+
+
+def plain(value):
+    """numpy arrays and scalars from a parquet row as JSON values."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+def from_parquet(args):
+    try:
+        import pandas
+    except ImportError:
+        sys.exit("pandas (and pyarrow) are not installed: pip install pandas pyarrow")
+    frame = pandas.read_parquet(os.path.expanduser(args.input))
+    write_rows(({k: plain(v) for k, v in row.items()} for row in frame.to_dict(orient="records")),
+               args.out)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    gym = commands.add_parser("reasoning-gym", help="generate problems with reasoning-gym")
+    gym.add_argument("dataset", help="a reasoning-gym dataset, e.g. basic_arithmetic, gsm_symbolic")
+    gym.add_argument("out", help="JSONL file to write")
+    gym.add_argument("--size", type=int, default=1000)
+    gym.add_argument("--seed", type=int, default=1)
+    gym.add_argument("--data-source", default="", help="default reasoning_gym/<dataset>")
+    gym.add_argument("--style", choices=["gsm8k", "plain"], default="gsm8k",
+                     help='gsm8k: ask for the final answer after "####" (the gsm8k reward rule)')
+    gym.set_defaults(run=from_reasoning_gym)
+    parquet = commands.add_parser("parquet", help="convert a verl parquet file to JSONL")
+    parquet.add_argument("input")
+    parquet.add_argument("out")
+    parquet.set_defaults(run=from_parquet)
+    args = parser.parse_args()
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main()
