@@ -13,6 +13,7 @@ apt_packages=(
   build-essential cmake ninja-build ccache pkg-config git python3-venv openssl clang
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libabsl-dev nlohmann-json3-dev libyaml-cpp-dev catch2 patchelf libpcre2-dev libutf8proc-dev
+  libcurl4-openssl-dev
 )
 
 install_apt() {
@@ -32,8 +33,10 @@ install_apt() {
 }
 
 # The virtualenv: LibTorch for the worker, and what the data and fixture scripts use
-# (reasoning-gym makes the quickstart's problems offline).
+# (reasoning-gym makes the quickstart's problems offline). verl itself, without its dependencies,
+# is the reference the reward-rule parity test reads its reward_score files from.
 python_packages=("torch==${torch_version}" numpy "reasoning-gym==0.1.25")
+verl_version="0.9.1"
 
 install_torch() {
   if [[ -x "${venv}/bin/python" ]] &&
@@ -47,6 +50,13 @@ install_torch() {
   "${venv}/bin/pip" install -q "${python_packages[@]}"
 }
 
+install_verl_reference() {
+  if "${venv}/bin/pip" show verl 2>/dev/null | grep -qx "Version: ${verl_version}"; then return; fi
+  echo "setup: installing verl ${verl_version} (no dependencies) as the reward-rule reference"
+  "${venv}/bin/pip" install -q --no-deps "verl==${verl_version}"
+}
+
 [[ "${RLHFD_SKIP_APT:-0}" == 1 ]] || install_apt
 install_torch
+install_verl_reference
 echo "setup: done; LibTorch at $("${venv}/bin/python" -W ignore -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"

@@ -11,14 +11,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/config/proto_json_schema.h"
+#include "common/config/reward_rules.h"
 
 namespace rlhfd::config {
 namespace {
 
 using v1::JobSpec;
 
-const char* const kRewardRules[] = {"gsm8k", "math", "exact_match", "countdown", "arithmetic",
-                                    "auto"};
 const char* const kLoggers[] = {"console", "jsonl", "tensorboard"};
 const char* const kChatTemplates[] = {"auto", "chatml", "llama3", "none"};
 
@@ -211,11 +210,6 @@ int TotalGpus(const JobSpec& spec) {
   return total;
 }
 
-const std::vector<std::string>& RewardRuleNames() {
-  static const std::vector<std::string> names(std::begin(kRewardRules), std::end(kRewardRules));
-  return names;
-}
-
 void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
                                 std::set<std::string>* derived) {
   Checker check(errors);
@@ -370,9 +364,9 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
                                    "model directory) or remote (a scoring URL)"
                                  : "give exactly one of rule, model or remote");
   }
-  if (!reward->rule().empty() && !Contains(kRewardRules, reward->rule())) {
+  if (!reward->rule().empty() && !IsRewardRule(reward->rule())) {
     check.Fail("roles.reward.rule", absl::StrCat("'", reward->rule(), "' is not one of: ",
-                                                 Join(kRewardRules)));
+                                                 std::string(RewardRuleList())));
   }
   if (!reward->remote().empty() && !absl::StartsWith(reward->remote(), "http://") &&
       !absl::StartsWith(reward->remote(), "https://")) {

@@ -17,9 +17,6 @@ namespace rlhfd::config {
 void CompleteAndValidateJobSpec(v1::JobSpec* spec, ConfigErrors* errors,
                                 std::set<std::string>* derived = nullptr);
 
-// Rule rewards the config accepts ("auto": chosen per row from its data_source, as verl does).
-const std::vector<std::string>& RewardRuleNames();
-
 // GPUs the job needs: the actor's alone when colocated, the sum over pools when split.
 int TotalGpus(const v1::JobSpec& spec);
 

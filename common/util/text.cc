@@ -102,4 +102,24 @@ std::string SanitizeForDisplay(absl::string_view text, size_t max_bytes) {
   return out;
 }
 
+size_t CharacterBytesAt(absl::string_view text, size_t offset) {
+  uint32_t code_point;
+  const size_t length = DecodeAt(text, offset, &code_point);
+  return length == 0 ? 1 : length;
+}
+
+size_t CountCharacters(absl::string_view text) {
+  size_t count = 0;
+  for (size_t i = 0; i < text.size(); i += CharacterBytesAt(text, i)) ++count;
+  return count;
+}
+
+absl::string_view LastCharacters(absl::string_view text, size_t count) {
+  const size_t total = CountCharacters(text);
+  if (total <= count) return text;
+  size_t offset = 0;
+  for (size_t skip = total - count; skip > 0; --skip) offset += CharacterBytesAt(text, offset);
+  return text.substr(offset);
+}
+
 }  // namespace rlhfd

@@ -27,4 +27,11 @@ std::string SanitizeForDisplay(absl::string_view text, size_t max_bytes = 200);
 // `text` cut to at most `max_bytes` without splitting a UTF-8 sequence.
 absl::string_view TruncateUtf8(absl::string_view text, size_t max_bytes);
 
+// Counting in characters as Python's str does, for code that must match Python text handling
+// (reward rules): the bytes of the character at `offset` (a malformed byte counts as one
+// character of one byte), the number of characters, and the last `count` characters.
+size_t CharacterBytesAt(absl::string_view text, size_t offset);
+size_t CountCharacters(absl::string_view text);
+absl::string_view LastCharacters(absl::string_view text, size_t count);
+
 }  // namespace rlhfd

@@ -1,0 +1,226 @@
+// Rule rewards, hand-worked case by case against verl's reward_score code read line by line
+// (gsm8k.py, math_reward.py, countdown.py), including where its Python raises, clips by
+// characters or keeps a loop variable; the registry against the config's table of names.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "common/config/reward_rules.h"
+#include "nlohmann/json.hpp"
+#include "worker/reward/countdown.h"
+#include "worker/reward/expression.h"
+#include "worker/reward/gsm8k.h"
+#include "worker/reward/math_answer.h"
+#include "worker/reward/rule_reward.h"
+#include "worker/reward/simple_rules.h"
+
+namespace rlhfd::reward {
+namespace {
+
+using nlohmann::json;
+
+std::string Repeat(const std::string& piece, int times) {
+  std::string out;
+  for (int i = 0; i < times; ++i) out += piece;
+  return out;
+}
+
+TEST_CASE("gsm8k: verl's strict extraction", "[reward]") {
+  // An answer of openai/gsm8k as verl's examples/data_preprocess/gsm8k.py reads it.
+  const std::string solution =
+      "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
+      "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72";
+  CHECK(ExtractGsm8kAnswer(solution) == "72");
+  CHECK(Gsm8kScore(solution, "72") == 1.0);
+  CHECK(Gsm8kScore(solution, "73") == 0.0);  // format_score 0
+
+  CHECK(ExtractGsm8kAnswer("#### 1,234") == "1234");  // ',' stripped
+  CHECK(ExtractGsm8kAnswer("#### -3") == "-3");
+  CHECK(ExtractGsm8kAnswer("#### 72.") == "72.");  // then "72." != "72"
+  CHECK(Gsm8kScore("#### 72.", "72") == 0.0);
+  CHECK(ExtractGsm8kAnswer("first #### 5, then #### 7") == "7");  // the last one
+  CHECK(ExtractGsm8kAnswer("####72") == std::nullopt);            // the space is required
+  CHECK(ExtractGsm8kAnswer("#### -x #### 9") == "9");
+  CHECK(ExtractGsm8kAnswer("no answer here") == std::nullopt);
+  CHECK(Gsm8kScore("no answer here", "72") == 0.0);
+}
+
+TEST_CASE("gsm8k: only the last 300 characters are read, counted as characters", "[reward]") {
+  // "#### 72" is 7 characters: with 293 after it, it is inside the last 300; with 294, cut.
+  CHECK(ExtractGsm8kAnswer("#### 72" + Repeat(" ", 293)) == "72");
+  CHECK(ExtractGsm8kAnswer("#### 72" + Repeat(" ", 294)) == std::nullopt);
+  // Two-byte characters: 293 of them are 586 bytes but still 293 characters.
+  CHECK(ExtractGsm8kAnswer("#### 72" + Repeat("\xC3\xA9", 293)) == "72");
+  CHECK(ExtractGsm8kAnswer("#### 72" + Repeat("\xC3\xA9", 294)) == std::nullopt);
+}
+
+TEST_CASE("gsm8k: flexible extraction takes the last number that is not '.'", "[reward]") {
+  CHECK(ExtractGsm8kAnswer("3 apples and 4.5 oranges.", Gsm8kMethod::kFlexible) == "4.5");
+  CHECK(ExtractGsm8kAnswer("1,000 dollars", Gsm8kMethod::kFlexible) == "1,000");  // kept
+  CHECK(ExtractGsm8kAnswer("so -12", Gsm8kMethod::kFlexible) == "-12");
+  // Only "." matches: Python's loop variable ends on the first of them.
+  CHECK(ExtractGsm8kAnswer(". a .", Gsm8kMethod::kFlexible) == ".");
+  CHECK(ExtractGsm8kAnswer("none", Gsm8kMethod::kFlexible) == std::nullopt);
+}
+
+TEST_CASE("math: the last boxed answer", "[reward]") {
+  CHECK(LastBoxedOnlyString("a \\boxed{1} b \\boxed{\\frac{1}{2}} c") == "\\boxed{\\frac{1}{2}}");
+  CHECK(LastBoxedOnlyString("\\boxed{a}{b}") == "\\boxed{a}");
+  CHECK(LastBoxedOnlyString("so \\boxed 5$ done") == "\\boxed 5");
+  CHECK(LastBoxedOnlyString("\\fbox{7}") == "\\fbox{7}");
+  CHECK(LastBoxedOnlyString("\\boxed{unclosed") == std::nullopt);
+  CHECK(LastBoxedOnlyString("nothing") == std::nullopt);
+  CHECK(RemoveBoxed("\\boxed{42}") == "42");
+  CHECK(RemoveBoxed("\\boxed{}") == "");
+  CHECK(RemoveBoxed("\\boxed 5") == "5");
+  CHECK(RemoveBoxed("\\fbox{7}") == std::nullopt);  // verl's assert: an \fbox never scores
+}
+
+TEST_CASE("math: verl's normalisation, hand-worked", "[reward]") {
+  CHECK(StripMathString("\\frac12") == "\\frac{1}{2}");
+  CHECK(StripMathString("\\dfrac{3}{4}") == "\\frac{3}{4}");
+  CHECK(StripMathString("0.5") == "\\frac{1}{2}");
+  CHECK(StripMathString("1/2") == "\\frac{1}{2}");
+  CHECK(StripMathString("-1/2") == "\\frac{-1}{2}");
+  CHECK(StripMathString("01/2") == "01/2");  // int("01") prints as 1: no rewrite
+  CHECK(StripMathString("x = 5") == "5");
+  CHECK(StripMathString("abc = 5") == "abc=5");  // left side longer than 2
+  CHECK(StripMathString("90^\\circ") == "90");
+  CHECK(StripMathString("10\\%") == "10");
+  // a\\\% -> (\\ to \) a\\% -> verl 0.9.1 removes "\\%" before "\%": a, not a\.
+  CHECK(StripMathString("a\\\\\\%") == "a");
+  CHECK(StripMathString("\\left( 1,2 \\right)") == "(1,2)");
+  CHECK(StripMathString("5\\text{ cm}") == "5");
+  CHECK(StripMathString(".5") == "\\frac{1}{2}");
+  CHECK(StripMathString("\\sqrt3") == "\\sqrt{3}");
+  CHECK(StripMathString("\\frac{\\sqrt3}{2}") == "\\frac{\\sqrt{3}}{2}");
+  CHECK(StripMathString("\\frac1{72}") == "\\frac{1}{72}");
+  // A two-byte character is one character of Python's str.
+  CHECK(StripMathString("\\frac\xC3\xA9"
+                        "b") == "\\frac{\xC3\xA9}{b}");
+  // Where verl raises: \text{ twice (assert), a trailing \frac or \sqrt (index past the end).
+  CHECK(StripMathString("1\\text{ a}\\text{ b}") == std::nullopt);
+  CHECK(StripMathString("\\frac") == std::nullopt);
+  CHECK(StripMathString("2\\sqrt") == std::nullopt);
+}
+
+TEST_CASE("math: scores", "[reward]") {
+  CHECK(MathScore("so the answer is \\boxed{\\frac{1}{2}}.", "\\frac12") == 1.0);
+  CHECK(MathScore("\\boxed{0.5}", "\\frac{1}{2}") == 1.0);
+  CHECK(MathScore("\\boxed{1/2}", "\\frac{1}{2}") == 1.0);
+  CHECK(MathScore("\\boxed{\\dfrac{3}{4}}", "\\frac{3}{4}") == 1.0);
+  CHECK(MathScore("\\boxed{x = 5}", "5") == 1.0);
+  CHECK(MathScore("\\boxed{\\frac{\\sqrt{3}}{2}}", "\\frac{\\sqrt3}{2}") == 1.0);
+  CHECK(MathScore("\\boxed 5$", "5") == 1.0);
+  CHECK(MathScore("\\boxed{6}", "5") == 0.0);
+  CHECK(MathScore("\\fbox{5}", "5") == 0.0);
+  CHECK(MathScore("5", "5") == 0.0);  // no box
+  // Normalising raises for both: is_equiv falls back to comparing the raw strings.
+  CHECK(MathScore("\\boxed{\\frac}", "\\frac") == 1.0);
+  CHECK(MathScore("\\boxed{\\frac}", "\\frac ") == 0.0);
+}
+
+TEST_CASE("countdown: equations as verl scores them", "[reward]") {
+  const std::vector<int64_t> numbers = {6, 4, 3, 1};
+  CHECK(CountdownScore("Let me think.\n<answer>6 / (1 - 3 / 4)</answer>", 24, numbers) == 1.0);
+  CHECK(CountdownScore("<answer>6 + 1 + 3 + 4</answer>", 24, numbers) == 0.1);    // 14
+  CHECK(CountdownScore("<answer>6 * 4</answer>", 24, numbers) == 0.1);            // 3, 1 unused
+  CHECK(CountdownScore("<answer>6 * 4 * 1 * 1</answer>", 24, numbers) == 0.1);    // 1 twice
+  CHECK(CountdownScore("<answer>6 / (4 - 3 - 1)</answer>", 24, numbers) == 0.1);  // / 0
+  CHECK(CountdownScore("<answer>(6 - 4 + 1) ** 3</answer>", 27, {6, 4, 1, 3}) == 1.0);
+  CHECK(CountdownScore("<answer>6*4 if 3 else 1</answer>", 24, numbers) == 0.1);  // not allowed
+  CHECK(CountdownScore("<answer>6 / (1 - 3 / 4)</answer>\nDone.", 24, numbers) == 0.0);
+  CHECK(CountdownScore("no answer", 24, numbers) == 0.0);
+  CHECK(CountdownScore("Assistant: <answer>44 + 19 + 35</answer>", 98, {44, 19, 35}) == 1.0);
+  CHECK(ExtractCountdownEquation("<answer> 1+2 </answer> <answer>3</answer>") == "3");
+  CHECK(ExtractCountdownEquation("<answer>a<answer>b</answer>") == "a<answer>b");
+}
+
+TEST_CASE("countdown: the evaluator follows Python's arithmetic", "[reward]") {
+  CHECK(EvaluateArithmetic("2**3**2") == 512.0);  // right-associative
+  CHECK(EvaluateArithmetic("-2**2") == -4.0);     // ** binds tighter than unary minus
+  CHECK(EvaluateArithmetic("2**-1") == 0.5);
+  CHECK(EvaluateArithmetic("7//2") == 3.0);
+  CHECK(EvaluateArithmetic("-7//2") == -4.0);
+  CHECK(EvaluateArithmetic("1//0.1") == 9.0);  // Python's, not floor(1 / 0.1)
+  CHECK(EvaluateArithmetic("2*(3+4)-5/2") == 11.5);
+  CHECK(EvaluateArithmetic(" 3 ") == 3.0);
+  CHECK(EvaluateArithmetic("1.") == 1.0);
+  CHECK(EvaluateArithmetic(".5") == 0.5);
+  CHECK(EvaluateArithmetic("00") == 0.0);
+  CHECK(EvaluateArithmetic("05.5") == 5.5);
+  CHECK(EvaluateArithmetic("05") == std::nullopt);  // leading zero
+  CHECK(EvaluateArithmetic("1/0") == std::nullopt);
+  CHECK(EvaluateArithmetic("0**-1") == std::nullopt);
+  CHECK(EvaluateArithmetic("(-8)**(1/3)") == std::nullopt);  // complex in Python
+  CHECK(EvaluateArithmetic("()") == std::nullopt);
+  CHECK(EvaluateArithmetic("1 2") == std::nullopt);
+  CHECK(EvaluateArithmetic("2(3)") == std::nullopt);
+  CHECK(EvaluateArithmetic("(1+2") == std::nullopt);
+  CHECK(EvaluateArithmetic("1..5") == std::nullopt);
+  CHECK(EvaluateArithmetic("2 * * 3") == std::nullopt);
+  CHECK(EvaluateArithmetic("1e5") == std::nullopt);
+  CHECK(EvaluateArithmetic("") == std::nullopt);
+  CHECK(EvaluateArithmetic(Repeat("(", 100000) + "1" + Repeat(")", 100000)) == std::nullopt);
+  CHECK(EvaluateArithmetic(Repeat("-", 100000) + "1") == std::nullopt);
+  CHECK(*EvaluateArithmetic("9**9**9") == HUGE_VAL);
+}
+
+TEST_CASE("exact_match and arithmetic", "[reward]") {
+  CHECK(ExactMatchScore("  Paris\n", "Paris") == 1.0);
+  CHECK(ExactMatchScore("paris", "Paris") == 0.0);
+  CHECK(LeadingNumber(" 19 is the answer") == 19.0);
+  CHECK(LeadingNumber("1,000") == 1000.0);
+  CHECK(LeadingNumber("-5.25x") == -5.25);
+  CHECK(LeadingNumber("12.") == 12.0);
+  CHECK(LeadingNumber("The answer is 19") == std::nullopt);
+  CHECK(LeadingNumber("-") == std::nullopt);
+  CHECK(ArithmeticScore("19", 19) == 1.0);
+  CHECK(ArithmeticScore("20", 19) == 0.1);
+  CHECK(ArithmeticScore("nineteen", 19) == 0.0);
+}
+
+TEST_CASE("the registry implements every configurable rule", "[reward]") {
+  std::vector<std::string_view> configurable;
+  for (const config::RewardRuleInfo& rule : config::RewardRules()) {
+    if (rule.name != "auto") configurable.push_back(rule.name);
+  }
+  CHECK(ImplementedRules() == configurable);
+  CHECK(config::RewardRules().back().name == "auto");
+}
+
+TEST_CASE("rule rewards from data rows", "[reward]") {
+  const RuleReward gsm8k = *RuleReward::Make("gsm8k");
+  CHECK(*gsm8k.Score("#### 72", json("72"), "") == 1.0);
+  CHECK(*gsm8k.Score("#### 72", json(72), "") == 1.0);  // a number as JSON writes it
+  const absl::StatusOr<double> object_truth = gsm8k.Score("#### 72", json::object(), "");
+  REQUIRE_FALSE(object_truth.ok());
+  CHECK_THAT(std::string(object_truth.status().message()),
+             Catch::Contains("ground truth") && Catch::Contains("object"));
+
+  const RuleReward countdown = *RuleReward::Make("countdown");
+  CHECK(*countdown.Score("<answer>44 + 19 + 35</answer>",
+                         json{{"target", 98}, {"numbers", {44, 19, 35}}}, "") == 1.0);
+  CHECK_FALSE(countdown.Score("x", json("98"), "").ok());
+  CHECK_FALSE(countdown.Score("x", json{{"target", 98}, {"numbers", {1.5}}}, "").ok());
+
+  const RuleReward arithmetic = *RuleReward::Make("arithmetic");
+  CHECK(*arithmetic.Score("12", json("12"), "") == 1.0);
+  CHECK_FALSE(arithmetic.Score("12", json("twelve"), "").ok());
+
+  const RuleReward automatic = *RuleReward::Make("auto");
+  CHECK(*automatic.Score("#### 72", json("72"), "openai/gsm8k") == 1.0);
+  CHECK(*automatic.Score("\\boxed{72}", json("72"), "lighteval/MATH") == 1.0);
+  CHECK(*automatic.Score("#### 72", json("72"), "reasoning_gym/basic_arithmetic") == 1.0);
+  const absl::StatusOr<double> unknown = automatic.Score("#### 72", json("72"), "my/dataset");
+  REQUIRE_FALSE(unknown.ok());
+  CHECK_THAT(std::string(unknown.status().message()), Catch::Contains("my/dataset"));
+
+  const absl::StatusOr<RuleReward> bad = RuleReward::Make("gsm9k");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(std::string(bad.status().message()),
+             Catch::Contains("roles.reward.rule") && Catch::Contains("gsm8k, math"));
+}
+
+}  // namespace
+}  // namespace rlhfd::reward
