@@ -1,5 +1,9 @@
 // rlhfd-worker: the composition root of a worker. Flags → device probe → WorkerService server →
 // controller link (register + heartbeat) → serve until SIGTERM/SIGINT, then drain.
+#include <ATen/Device.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+
 #include <cstdio>
 #include <memory>
 
@@ -16,6 +20,7 @@
 #include "common/util/program_help.h"
 #include "common/util/signals.h"
 #include "worker/device/device_probe.h"
+#include "worker/roles/role_host.h"
 #include "worker/service/controller_link.h"
 #include "worker/service/worker_service.h"
 
@@ -33,6 +38,11 @@ ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(5), "Deadline of each call 
 ABSL_FLAG(absl::Duration, shutdown_deadline, absl::Seconds(10),
           "On SIGTERM, time given to calls in flight");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
+ABSL_FLAG(std::string, data_plane_host, "",
+          "IPv4 address other workers reach this one at for a job's CPU communicator; default: "
+          "the advertised host (resolved)");
+ABSL_FLAG(absl::Duration, collective_timeout, absl::Minutes(5),
+          "Deadline of a job's rendezvous and of each collective when the job sets none");
 
 namespace rlhfd {
 namespace {
@@ -42,6 +52,24 @@ std::string AdvertisedAddress(const std::string& listen, int port, const std::st
   std::string listen_host = listen.substr(0, listen.rfind(':'));
   if (listen_host.empty() || listen_host == "0.0.0.0" || listen_host == "[::]") listen_host = host;
   return absl::StrCat(listen_host, ":", port);
+}
+
+// An IPv4 address for `host` (a literal, or the first IPv4 address it resolves to).
+absl::StatusOr<std::string> Ipv4Of(const std::string& host) {
+  in_addr literal{};
+  if (inet_pton(AF_INET, host.c_str(), &literal) == 1) return host;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot resolve '", host, "' to an IPv4 address; pass --data_plane_host=<IPv4>"));
+  }
+  char text[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text,
+            sizeof(text));
+  freeaddrinfo(found);
+  return std::string(text);
 }
 
 int Run() {
@@ -74,8 +102,24 @@ int Run() {
   link_options.token = *token;
   link_options.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
   worker::ControllerLink link(v1::WorkerRegistry::NewStub(*channel), link_options, *capacity);
-  worker::WorkerServiceImpl service(&link, *token, NowUnixMillis());
   const std::string listen = absl::GetFlag(FLAGS_listen);
+  std::string data_plane_host = absl::GetFlag(FLAGS_data_plane_host);
+  if (data_plane_host.empty()) {
+    const std::string advertised = AdvertisedAddress(listen, 0, capacity->host());
+    auto resolved = Ipv4Of(advertised.substr(0, advertised.rfind(':')));
+    if (!resolved.ok()) {
+      RLOG(ERROR) << resolved.status().message();
+      return 1;
+    }
+    data_plane_host = *resolved;
+  }
+  roles::RoleHost role_host(
+      {.device = capacity->device_kind() == v1::DEVICE_KIND_CUDA
+                     ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(capacity->device_index()))
+                     : at::Device(at::kCPU),
+       .host = data_plane_host,
+       .collective_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_collective_timeout))});
+  worker::WorkerServiceImpl service(&link, &role_host, *token, NowUnixMillis());
   auto server = RpcServer::Start(listen, rpc_options, {&service});
   if (!server.ok()) {
     RLOG(ERROR) << server.status().message();

@@ -563,10 +563,10 @@ TEST_CASE("policy update: accumulation, token budgets, packing and checkpointing
   options.loop.lr = 1e-3;
   auto run = [&](MicroBatching micro) {
     model::Transformer net = load();
-    AdamW optimizer(net->parameters(), {});
+    LocalModel trained(net, {});
     PolicyUpdateOptions o = options;
     o.loop.micro = micro;
-    auto metrics = UpdatePolicy(net, optimizer, batch, o);
+    auto metrics = UpdatePolicy(trained, batch, o);
     REQUIRE(metrics.ok());
     return std::make_pair(net, *metrics);
   };
@@ -724,7 +724,7 @@ TEST_CASE("every loss aggregation equals verl's over the mini-batch, whatever th
              {"packed with a token budget", {.micro_batch_tokens = 16, .packed = true}}}) {
       INFO(name);
       model::Transformer net = load();
-      AdamW optimizer(net->parameters(), {});
+      LocalModel trained(net, {});
       PolicyUpdateOptions options;
       options.loop.mini_batch = b;
       options.loop.lr = 0;
@@ -735,7 +735,7 @@ TEST_CASE("every loss aggregation equals verl's over the mini-batch, whatever th
       options.entropy_coeff = entropy_coeff;
       options.kl_coef = kl_coef;
       options.kl_estimator = v1::KL_ESTIMATOR_K3;
-      auto metrics = UpdatePolicy(net, optimizer, batch, options);
+      auto metrics = UpdatePolicy(trained, batch, options);
       REQUIRE(metrics.ok());
       CHECK(metrics->at("policy_loss") == Approx(pg_loss.item<double>()).epsilon(1e-10));
       double worst = 0, largest = 0;
@@ -756,30 +756,30 @@ TEST_CASE("a malformed batch is refused naming the tensor", "[train][update]") {
                                  {at::kDouble, at::kCPU});
   REQUIRE(loaded.ok());
   model::Transformer net = *loaded;
-  AdamW optimizer(net->parameters(), {});
+  LocalModel trained(net, {});
   PolicyUpdateBatch batch;
   batch.input_ids = at::randint(3, 500, {2, 5}, at::kLong);
   batch.response_mask = at::ones({2, 4}, at::kDouble);
   batch.old_log_probs = at::zeros({2, 4}, at::kDouble);
   batch.advantages = at::zeros({2, 3}, at::kDouble);
   PolicyUpdateOptions options;
-  auto refused = UpdatePolicy(net, optimizer, batch, options);
+  auto refused = UpdatePolicy(trained, batch, options);
   CHECK(absl::IsInvalidArgument(refused.status()));
   CHECK_THAT(std::string(refused.status().message()),
              Catch::Contains("advantages must be (2, 4)"));
   batch.advantages = at::zeros({2, 4}, at::kDouble);
   batch.input_ids[1][2] = 100000;
-  refused = UpdatePolicy(net, optimizer, batch, options);
+  refused = UpdatePolicy(trained, batch, options);
   CHECK_THAT(std::string(refused.status().message()),
              Catch::Contains("token id 100000 is outside the model's vocabulary"));
   batch.input_ids[1][2] = 7;
   options.kl_coef = 0.1;  // A KL loss needs reference log-probs.
-  CHECK_THAT(std::string(UpdatePolicy(net, optimizer, batch, options).status().message()),
+  CHECK_THAT(std::string(UpdatePolicy(trained, batch, options).status().message()),
              Catch::Contains("ref_log_probs must be (2, 4)"));
   // A critic update on a model without a score head.
   CriticUpdateBatch critic;
   critic.input_ids = batch.input_ids;
-  CHECK_THAT(std::string(UpdateCritic(net, optimizer, critic, {}).status().message()),
+  CHECK_THAT(std::string(UpdateCritic(trained, critic, {}).status().message()),
              Catch::Contains("needs a model with a one-label score head"));
 }
 
@@ -875,11 +875,11 @@ TEST_CASE("critic update: value loss falls, accumulation and packing change noth
   options.value_clip = 10.0;  // Let the values move freely here.
   auto run = [&](MicroBatching micro, int64_t epochs) {
     model::Transformer net = load();
-    AdamW optimizer(net->parameters(), {});
+    LocalModel trained(net, {});
     CriticUpdateOptions o = options;
     o.loop.micro = micro;
     o.loop.epochs = epochs;
-    auto metrics = UpdateCritic(net, optimizer, batch, o);
+    auto metrics = UpdateCritic(trained, batch, o);
     REQUIRE(metrics.ok());
     return std::make_pair(net, *metrics);
   };

@@ -129,6 +129,7 @@ absl::StatusOr<ModelConfig> Parse(const nlohmann::json& config, absl::string_vie
                              &out.max_position_embeddings));
   RETURN_IF_ERROR(fields.Number("rms_norm_eps", 1e-6, 1e-30, 1.0, &out.rms_norm_eps));
   RETURN_IF_ERROR(fields.Bool("tie_word_embeddings", false, &out.tie_word_embeddings));
+  RETURN_IF_ERROR(fields.Number("initializer_range", 0.02, 0, 10, &out.initializer_range));
 
   // RoPE: transformers 5 writes rope_parameters; older files rope_theta + rope_scaling.
   nlohmann::json rope = config.contains("rope_parameters") && config["rope_parameters"].is_object()

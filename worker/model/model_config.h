@@ -41,6 +41,7 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   RopeConfig rope;
   bool tie_word_embeddings = false;
+  double initializer_range = 0.02;  // std of fresh weights (a value head made for a critic)
   bool attention_bias = false;  // Bias on q/k/v (Qwen2 always; Llama when attention_bias).
   bool output_bias = false;     // Bias on o_proj (Llama's attention_bias).
   bool mlp_bias = false;

@@ -1,6 +1,10 @@
 // Model directory loading.
 #include "worker/model/model_loader.h"
 
+#include <ATen/ATen.h>
+
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "worker/model/state_dict.h"
@@ -19,6 +23,13 @@ void KeepNormWeightsWide(Transformer& model) {
 
 absl::StatusOr<Transformer> LoadModel(const std::string& dir, const LoadOptions& options) {
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
+  const bool fresh_head = options.fresh_score_head && options.head == HeadNeed::kScore &&
+                          config.head == HeadKind::kCausalLm;
+  if (fresh_head) {
+    config.head = HeadKind::kTokenScore;
+    config.num_labels = 1;
+    config.architecture += " (decoder) with a new value head";
+  }
   const bool causal = config.head == HeadKind::kCausalLm;
   if ((options.head == HeadNeed::kCausalLm && !causal) ||
       (options.head == HeadNeed::kScore && causal)) {
@@ -51,7 +62,24 @@ absl::StatusOr<Transformer> LoadModel(const std::string& dir, const LoadOptions&
     model->to(options.device, options.dtype);
     KeepNormWeightsWide(model);
     model->eval();
-    if (absl::Status loaded = LoadWeights(model, weights); !loaded.ok()) {
+    std::set<std::string> fresh, ignored;
+    if (fresh_head) {
+      at::NoGradGuard no_grad;
+      const at::Generator generator = at::detail::createCPUGenerator(options.seed);
+      for (auto& item : model->named_parameters()) {
+        if (item.key().rfind("score.", 0) != 0) continue;
+        fresh.insert(item.key());
+        at::Tensor drawn = at::empty(item.value().sizes(), at::kFloat);
+        if (item.key() == "score.weight") {
+          drawn.normal_(0, config.initializer_range, generator);
+        } else {
+          drawn.zero_();
+        }
+        item.value().copy_(drawn);
+      }
+      ignored = {"lm_head.weight"};
+    }
+    if (absl::Status loaded = LoadWeights(model, weights, fresh, ignored); !loaded.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(dir, ": ", loaded.message()));
     }
     return model;

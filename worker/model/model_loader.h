@@ -23,6 +23,11 @@ struct LoadOptions {
   int64_t max_sequence_length = 0;
   // Names that length in the refusal ("max_prompt_length + max_response_length").
   std::string sequence_what = "the sequences";
+  // With head kScore, a causal-LM directory is loaded as a value model, as verl makes a critic
+  // from the actor's weights: its decoder, no LM head, and a new one-label score head drawn from
+  // N(0, initializer_range) with this seed.
+  bool fresh_score_head = false;
+  uint64_t seed = 1;
 };
 
 // RMSNorm weights stay float32 in a bf16 / fp16 model (Megatron's mixed-dtype norms): they are

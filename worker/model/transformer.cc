@@ -344,7 +344,8 @@ absl::Status CheckTokenIds(const at::Tensor& ids, int64_t vocab_size, absl::stri
       "); was the text tokenized with another model's tokenizer?"));
 }
 
-absl::Status LoadWeights(Transformer& model, const StateDict& weights) {
+absl::Status LoadWeights(Transformer& model, const StateDict& weights,
+                         const std::set<std::string>& fresh, const std::set<std::string>& ignored) {
   std::vector<std::string> missing, mismatched, unexpected;
   std::set<std::string> expected;
   torch::NoGradGuard no_grad;
@@ -352,6 +353,7 @@ absl::Status LoadWeights(Transformer& model, const StateDict& weights) {
     const std::string& name = item.key();
     at::Tensor& parameter = item.value();
     expected.insert(name);
+    if (fresh.count(name)) continue;
     auto tensor = weights.Get(name);
     if (!tensor.ok()) {
       missing.push_back(name);
@@ -367,6 +369,7 @@ absl::Status LoadWeights(Transformer& model, const StateDict& weights) {
   for (const std::string& name : weights.names()) {
     // Tied checkpoints sometimes still carry the head; the embeddings are the weight used.
     if (name == "lm_head.weight" && model->config().tie_word_embeddings) continue;
+    if (ignored.count(name)) continue;
     if (!expected.count(name)) unexpected.push_back(name);
   }
   if (missing.empty() && mismatched.empty() && unexpected.empty()) return absl::OkStatus();

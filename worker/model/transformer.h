@@ -13,6 +13,8 @@
 
 #include <functional>
 #include <optional>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -184,8 +186,11 @@ class TransformerImpl : public torch::nn::Module {
 TORCH_MODULE(Transformer);
 
 // Copies every parameter from `weights` (strict: lists missing, unexpected and mismatched
-// tensors, each by name, in one error). Converts dtype and device as it copies.
-absl::Status LoadWeights(Transformer& model, const StateDict& weights);
+// tensors, each by name, in one error). Converts dtype and device as it copies. Parameters named
+// in `fresh` keep their values and need not be in `weights`; tensors named in `ignored` may be.
+absl::Status LoadWeights(Transformer& model, const StateDict& weights,
+                         const std::set<std::string>& fresh = {},
+                         const std::set<std::string>& ignored = {});
 
 // Token ids must index the embedding: every entry of `ids` (int64, any shape) in [0,
 // vocab_size). INVALID_ARGUMENT naming `what` and the first id out of range otherwise; call it

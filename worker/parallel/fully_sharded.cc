@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
+#include "worker/parallel/replicated_model.h"
 
 namespace rlhfd::parallel {
 
@@ -181,6 +182,30 @@ FullyShardedModel::FullyShardedModel(model::Transformer model, Communicator& gro
 FullyShardedModel::~FullyShardedModel() { model_->set_layer_runner({}); }
 
 absl::Status FullyShardedModel::BeginStep() { return root_->Gather(); }
+
+void FullyShardedModel::EndForwards() { root_->Release(); }
+
+void FullyShardedModel::ZeroGrad() {
+  optimizer_->ZeroGrad();
+  for (at::Tensor& p : model_->parameters()) {
+    if (p.grad().defined()) p.mutable_grad().reset();
+  }
+}
+
+absl::Status FullyShardedModel::ReduceOverReplicas(std::vector<double>& values,
+                                                   train::ReplicaReduce op) {
+  return ReduceDoubles(group_, root_->master.device(), values, op);
+}
+
+train::TrainedModel::NamedTensors FullyShardedModel::StateTensors() {
+  NamedTensors state;
+  for (size_t k = 0; k < layers_.size(); ++k) {
+    state.emplace_back("unit." + std::to_string(k), layers_[k]->master);
+  }
+  state.emplace_back("unit.root", root_->master);
+  for (auto& [name, tensor] : optimizer_->State()) state.emplace_back("optimizer." + name, tensor);
+  return state;
+}
 
 absl::Status FullyShardedModel::TakeStatus() { return std::exchange(failure_, absl::OkStatus()); }
 

@@ -21,25 +21,36 @@
 #include "worker/model/transformer.h"
 #include "worker/parallel/communicator.h"
 #include "worker/train/optimizer.h"
+#include "worker/train/trained_model.h"
 
 namespace rlhfd::parallel {
 
-class FullyShardedModel {
+class FullyShardedModel final : public train::TrainedModel {
  public:
   // Takes over `model`'s parameters (the same values on every rank of `group`), which must
   // outlive this object along with `group`.
   FullyShardedModel(model::Transformer model, Communicator& group, train::AdamWOptions options);
   ~FullyShardedModel();
 
+  model::Transformer& module() override { return model_; }
   // Before a step's forward: gathers the root unit (embeddings, final norm, head).
-  absl::Status BeginStep();
+  absl::Status BeginStep() override;
   // After the step's backward (each rank's loss a mean over an equal share of the batch):
   // averages the root's gradients, clips every unit's gradient shard by the global norm
   // (max_norm > 0), steps AdamW on the shards and frees the root. Returns the norm before
   // clipping.
-  absl::StatusOr<double> FinishStep(double lr, double max_norm);
+  absl::StatusOr<double> FinishStep(double lr, double max_norm) override;
+  // Frees the root unit gathered by BeginStep for forwards without a step.
+  void EndForwards() override;
+  void ZeroGrad() override;
   // The first failure inside forward or backward since the last call; clears it.
-  absl::Status TakeStatus();
+  absl::Status TakeStatus() override;
+  int replicas() const override { return group_.size(); }
+  absl::Status ReduceOverReplicas(std::vector<double>& values, train::ReplicaReduce op) override;
+  // Layers gather their parameters inside every forward: all ranks run as many.
+  bool lockstep_forwards() const override { return true; }
+  // Each unit's master shard ("unit.<k>") and the AdamW state over them.
+  NamedTensors StateTensors() override;
   // The full parameters, in the model's parameter order (an all-gather of every unit).
   absl::StatusOr<std::vector<at::Tensor>> FullParameters();
 

@@ -31,6 +31,12 @@ ShardedAdamW::ShardedAdamW(std::vector<at::Tensor> params, Communicator& group,
   optimizer_ = std::make_unique<train::AdamW>(std::vector<at::Tensor>{master_}, options);
 }
 
+std::vector<std::pair<std::string, at::Tensor>> ShardedAdamW::State() const {
+  std::vector<std::pair<std::string, at::Tensor>> state = {{"master", master_}};
+  for (auto& entry : optimizer_->State()) state.push_back(std::move(entry));
+  return state;
+}
+
 absl::StatusOr<double> ShardedAdamW::Step(double lr, double max_norm) {
   at::NoGradGuard no_grad;
   const auto options = master_.options();

@@ -28,6 +28,8 @@ class ShardedAdamW {
   absl::StatusOr<double> Step(double lr, double max_norm);
 
   int64_t shard_size() const { return shard_size_; }
+  // This rank's master shard ("master") and its AdamW state, aliased (checkpoints).
+  std::vector<std::pair<std::string, at::Tensor>> State() const;
 
  private:
   std::vector<at::Tensor> params_;

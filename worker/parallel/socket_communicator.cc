@@ -39,6 +39,7 @@ class Fd {
   }
   ~Fd() { Reset(); }
   int get() const { return fd_; }
+  int Release() { return std::exchange(fd_, -1); }
   void Reset() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
@@ -146,6 +147,19 @@ void Tune(int fd) {
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+// Every connection starts with the job's secret; a connection without it is not one of ours.
+absl::Status SendSecret(int fd, const std::string& secret) {
+  return WriteAll(fd, secret.data(), secret.size());
+}
+
+// True when the peer presented `secret` in time; false (the caller drops it) otherwise.
+bool ReceivedSecret(int fd, const std::string& secret, Clock::time_point deadline) {
+  std::string presented(secret.size(), '\0');
+  // A stranger gets a second to speak, not the whole rendezvous.
+  const auto limit = std::min(deadline, Clock::now() + std::chrono::seconds(1));
+  return ReadAll(fd, presented.data(), presented.size(), limit).ok() && presented == secret;
 }
 
 // The connections of one world communicator, shared with the communicators split from it.
@@ -451,6 +465,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateSocketCommunicator(
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of size ", size));
   }
   ASSIGN_OR_RETURN(const sockaddr_in master, ParseAddress(options.master));
+  if (!options.secret.empty() && options.secret.size() != kSocketSecretBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the socket secret must be ", kSocketSecretBytes, " bytes"));
+  }
+  const std::string secret =
+      options.secret.empty() ? std::string(kSocketSecretBytes, '\0') : options.secret;
   const auto deadline = Clock::now() + options.timeout;
   auto mesh = std::make_shared<Mesh>();
   mesh->world_rank = rank;
@@ -464,9 +484,15 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateSocketCommunicator(
   Fd listener;
   if (rank == 0) {
     // Rank 0's links to every other rank are the rendezvous connections themselves.
-    ASSIGN_OR_RETURN(listener, Listen(master));
-    for (int joined = 1; joined < size; ++joined) {
+    if (options.listener != nullptr) {
+      listener = Fd(options.listener->Release());
+    } else {
+      ASSIGN_OR_RETURN(listener, Listen(master));
+    }
+    for (int joined = 1; joined < size;) {
       ASSIGN_OR_RETURN(Fd fd, Accept(listener.get(), deadline));
+      if (!ReceivedSecret(fd.get(), secret, deadline)) continue;  // not one of the job's ranks
+      ++joined;
       int32_t peer = -1;
       Endpoint endpoint;
       RETURN_IF_ERROR(ReadAll(fd.get(), &peer, sizeof(peer), deadline));
@@ -484,6 +510,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateSocketCommunicator(
     }
   } else {
     ASSIGN_OR_RETURN(Fd to_master, Connect(master, deadline));
+    RETURN_IF_ERROR(SendSecret(to_master.get(), secret));
     // Our mesh listener: on the address we reach the master from, any free port.
     sockaddr_in local{};
     socklen_t length = sizeof(local);
@@ -505,11 +532,14 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateSocketCommunicator(
       address.sin_addr.s_addr = endpoints[peer].address;
       address.sin_port = endpoints[peer].port;
       ASSIGN_OR_RETURN(Fd fd, Connect(address, deadline));
+      RETURN_IF_ERROR(SendSecret(fd.get(), secret));
       RETURN_IF_ERROR(WriteAll(fd.get(), &me, sizeof(me)));
       mesh->peers[peer] = std::move(fd);
     }
-    for (int accepted = rank + 1; accepted < size; ++accepted) {
+    for (int accepted = rank + 1; accepted < size;) {
       ASSIGN_OR_RETURN(Fd fd, Accept(listener.get(), deadline));
+      if (!ReceivedSecret(fd.get(), secret, deadline)) continue;
+      ++accepted;
       int32_t peer = -1;
       RETURN_IF_ERROR(ReadAll(fd.get(), &peer, sizeof(peer), deadline));
       if (peer <= rank || peer >= size || mesh->peers[peer].get() >= 0) {
@@ -526,5 +556,31 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateSocketCommunicator(
   RETURN_IF_ERROR(communicator->Barrier());
   return communicator;
 }
+
+absl::StatusOr<RendezvousListener> RendezvousListener::Bind(const std::string& host) {
+  ASSIGN_OR_RETURN(sockaddr_in address, ParseAddress(absl::StrCat(host, ":1")));
+  address.sin_port = 0;
+  ASSIGN_OR_RETURN(Fd fd, Listen(address));
+  socklen_t length = sizeof(address);
+  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&address), &length);
+  const int port = ntohs(address.sin_port);
+  return RendezvousListener(fd.Release(), absl::StrCat(host, ":", port));
+}
+
+RendezvousListener::RendezvousListener(RendezvousListener&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), address_(std::move(other.address_)) {}
+
+RendezvousListener& RendezvousListener::operator=(RendezvousListener&& other) noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = std::exchange(other.fd_, -1);
+  address_ = std::move(other.address_);
+  return *this;
+}
+
+RendezvousListener::~RendezvousListener() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int RendezvousListener::Release() { return std::exchange(fd_, -1); }
 
 }  // namespace rlhfd::parallel

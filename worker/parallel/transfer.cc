@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "common/util/row_split.h"
 
 namespace rlhfd::parallel {
 
@@ -14,9 +15,7 @@ TransferPlan TransferPlan::Contiguous(int64_t rows, const std::vector<int>& sour
                                       const std::vector<int>& destination_ranks) {
   TransferPlan plan;
   const auto owner = [rows](const std::vector<int>& ranks, int64_t row) {
-    const int64_t n = static_cast<int64_t>(ranks.size());
-    // Rank k holds rows [k·rows/n, (k+1)·rows/n).
-    return ranks[static_cast<size_t>((row * n) / rows)];
+    return ranks[static_cast<size_t>(PartOfRow(rows, row, static_cast<int64_t>(ranks.size())))];
   };
   for (int64_t row = 0; row < rows; ++row) {
     plan.source.push_back(owner(source_ranks, row));

@@ -1,6 +1,10 @@
 // WorkerService RPC handlers.
 #include "worker/service/worker_service.h"
 
+#include <chrono>
+
+#include "common/rpc/pending_unary.h"
+
 namespace rlhfd::worker {
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::GetWorkerStatus(
@@ -18,6 +22,25 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::GetWorkerStatus(
   }
   reactor->Finish(auth);
   return reactor;
+}
+
+template <typename Request, typename Reply>
+grpc::ServerUnaryReactor* WorkerServiceImpl::Serve(
+    grpc::CallbackServerContext* context, const Request* request, Reply* reply,
+    void (roles::StageService::*method)(const Request&, absl::Duration,
+                                        roles::StageDone<Reply>)) {
+  PendingUnary<Reply> call(reply);
+  auto done = call.completer();
+  if (grpc::Status auth = CheckToken(*context, token_); !auth.ok()) {
+    done.Finish(FromGrpcStatus(auth));
+    return call.reactor();
+  }
+  const absl::Duration deadline =
+      absl::FromChrono(context->deadline() - std::chrono::system_clock::now());
+  // The role host copies the request before this returns; the reply comes from its executor.
+  (stages_->*method)(*request, deadline,
+                     [done](absl::StatusOr<Reply> result) { done.Finish(std::move(result)); });
+  return call.reactor();
 }
 
 }  // namespace rlhfd::worker

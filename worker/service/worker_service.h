@@ -1,9 +1,11 @@
-// WorkerServiceImpl: the gRPC service each worker runs for the controller. For now it reports
-// the worker's own view of itself; the RL stage RPCs join as the engines land.
+// WorkerServiceImpl: the gRPC service each worker runs for the controller. A thin adapter: the
+// token is checked on the RPC thread, and each RL stage goes to the role host (a StageService),
+// which answers from its executor; no RPC thread waits.
 #pragma once
 
 #include <string>
 
+#include "common/roles/stage_service.h"
 #include "common/rpc/auth.h"
 #include "rlhfd/v1/worker_service.grpc.pb.h"
 #include "worker/service/controller_link.h"
@@ -12,17 +14,31 @@ namespace rlhfd::worker {
 
 class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
  public:
-  WorkerServiceImpl(const ControllerLink* link, std::string token, int64_t start_time_ms)
-      : link_(link),
-        token_(std::move(token)),
-        start_time_ms_(start_time_ms) {}
+  WorkerServiceImpl(const ControllerLink* link, roles::StageService* stages, std::string token,
+                    int64_t start_time_ms)
+      : link_(link), stages_(stages), token_(std::move(token)), start_time_ms_(start_time_ms) {}
 
   grpc::ServerUnaryReactor* GetWorkerStatus(grpc::CallbackServerContext* context,
                                             const v1::GetWorkerStatusRequest* request,
                                             v1::GetWorkerStatusReply* reply) override;
 
+#define RLHFD_SERVE_STAGE(Name, Request, Reply)                                         \
+  grpc::ServerUnaryReactor* Name(grpc::CallbackServerContext* context,                  \
+                                 const v1::Request* request, v1::Reply* reply) override { \
+    return Serve(context, request, reply, &roles::StageService::Name);                  \
+  }
+  RLHFD_STAGES(RLHFD_SERVE_STAGE)
+#undef RLHFD_SERVE_STAGE
+
  private:
+  template <typename Request, typename Reply>
+  grpc::ServerUnaryReactor* Serve(
+      grpc::CallbackServerContext* context, const Request* request, Reply* reply,
+      void (roles::StageService::*method)(const Request&, absl::Duration,
+                                          roles::StageDone<Reply>));
+
   const ControllerLink* link_;
+  roles::StageService* stages_;
   std::string token_;
   int64_t start_time_ms_;
 };

@@ -10,21 +10,35 @@
 
 namespace rlhfd::train {
 
-double ExplainedVariance(const at::Tensor& values, const at::Tensor& returns,
-                         const at::Tensor& mask) {
+ExplainedVarianceSums ExplainedVarianceSumsOf(const at::Tensor& values, const at::Tensor& returns,
+                                              const at::Tensor& mask) {
   const at::Tensor keep = mask.to(at::kBool);
   const at::Tensor r = returns.masked_select(keep).to(at::kDouble);
-  const at::Tensor v = values.masked_select(keep).to(at::kDouble);
-  if (r.numel() == 0) return 0.0;
-  const double variance = (r - r.mean()).pow(2).mean().item<double>();
-  if (variance == 0) return 0.0;
-  const at::Tensor error = r - v;
-  return 1.0 - (error - error.mean()).pow(2).mean().item<double>() / variance;
+  const at::Tensor e = r - values.masked_select(keep).to(at::kDouble);
+  return {.count = static_cast<double>(r.numel()),
+          .returns = r.sum().item<double>(),
+          .returns_squared = r.pow(2).sum().item<double>(),
+          .errors = e.sum().item<double>(),
+          .errors_squared = e.pow(2).sum().item<double>()};
 }
 
-absl::StatusOr<UpdateMetrics> UpdateCritic(model::Transformer& model, AdamW& optimizer,
-                                           const CriticUpdateBatch& batch,
+double ExplainedVarianceFrom(const ExplainedVarianceSums& sums) {
+  if (sums.count == 0) return 0.0;
+  const double mean_returns = sums.returns / sums.count;
+  const double variance = sums.returns_squared / sums.count - mean_returns * mean_returns;
+  if (variance <= 0) return 0.0;
+  const double mean_errors = sums.errors / sums.count;
+  return 1.0 - (sums.errors_squared / sums.count - mean_errors * mean_errors) / variance;
+}
+
+double ExplainedVariance(const at::Tensor& values, const at::Tensor& returns,
+                         const at::Tensor& mask) {
+  return ExplainedVarianceFrom(ExplainedVarianceSumsOf(values, returns, mask));
+}
+
+absl::StatusOr<UpdateMetrics> UpdateCritic(TrainedModel& trained, const CriticUpdateBatch& batch,
                                            const CriticUpdateOptions& options) {
+  model::Transformer& model = trained.module();
   if (model->config().head == model::HeadKind::kCausalLm || model->config().num_labels != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the critic update needs a model with a one-label score head, not ",
@@ -51,7 +65,8 @@ absl::StatusOr<UpdateMetrics> UpdateCritic(model::Transformer& model, AdamW& opt
                                             batch.returns.index_select(0, rows), mask,
                                             options.value_clip, options.aggregation,
                                             micro.scale);
-    loss.loss.backward();
+    (loss.loss * micro.loss_weight).backward();
+    if (micro.loss_weight == 0) return absl::OkStatus();  // a lockstep repeat: counts nothing
     sums["value_loss"] += loss.loss.item<double>();
     sums["value_clip_fraction"] += loss.clip_fraction.item<double>() * micro.token_share;
     sums["values"] += MaskedMean(values.detach(), mask).item<double>() * micro.token_share;
@@ -60,9 +75,14 @@ absl::StatusOr<UpdateMetrics> UpdateCritic(model::Transformer& model, AdamW& opt
     return absl::OkStatus();
   };
   ASSIGN_OR_RETURN(UpdateMetrics metrics,
-                   RunUpdateLoop(model, optimizer, batch.response_mask, batch.attention_mask,
-                                 options.loop, step));
-  metrics["explained_variance"] = ExplainedVariance(predicted, batch.returns, seen);
+                   RunUpdateLoop(trained, batch.response_mask, batch.attention_mask, options.loop,
+                                 step));
+  const ExplainedVarianceSums local = ExplainedVarianceSumsOf(predicted, batch.returns, seen);
+  std::vector<double> sums = {local.count, local.returns, local.returns_squared, local.errors,
+                              local.errors_squared};
+  RETURN_IF_ERROR(trained.ReduceOverReplicas(sums, ReplicaReduce::kSum));
+  metrics["explained_variance"] =
+      ExplainedVarianceFrom({sums[0], sums[1], sums[2], sums[3], sums[4]});
   return metrics;
 }
 

@@ -9,7 +9,6 @@
 
 #include "rlhfd/v1/job_spec.pb.h"
 #include "worker/model/transformer.h"
-#include "worker/train/optimizer.h"
 #include "worker/train/update_loop.h"
 
 namespace rlhfd::train {
@@ -34,12 +33,19 @@ struct CriticUpdateOptions {
 double ExplainedVariance(const at::Tensor& values, const at::Tensor& returns,
                          const at::Tensor& mask);
 
+// The sums it is computed from (masked tokens), which add up over data-parallel replicas.
+struct ExplainedVarianceSums {
+  double count = 0, returns = 0, returns_squared = 0, errors = 0, errors_squared = 0;
+};
+ExplainedVarianceSums ExplainedVarianceSumsOf(const at::Tensor& values, const at::Tensor& returns,
+                                              const at::Tensor& mask);
+double ExplainedVarianceFrom(const ExplainedVarianceSums& sums);
+
 // Updates a score-head model (one label) in place. Metrics: value_loss, value_clip_fraction,
 // values (mean), explained_variance (of the values the micro-batches computed, before their
-// step; the last epoch's), grad_norm, lr, optimizer_steps, response_tokens_per_s.
+// step; the last epoch's; over all replicas), grad_norm, lr, optimizer_steps, response_tokens_per_s.
 // INVALID_ARGUMENT for a model without a one-label score head or a batch of the wrong shape.
-absl::StatusOr<UpdateMetrics> UpdateCritic(model::Transformer& model, AdamW& optimizer,
-                                           const CriticUpdateBatch& batch,
+absl::StatusOr<UpdateMetrics> UpdateCritic(TrainedModel& model, const CriticUpdateBatch& batch,
                                            const CriticUpdateOptions& options);
 
 }  // namespace rlhfd::train

@@ -52,6 +52,17 @@ void AdamW::Step(double lr) {
                     /*amsgrad=*/false, /*maximize=*/false);
 }
 
+std::vector<std::pair<std::string, at::Tensor>> AdamW::State() const {
+  std::vector<std::pair<std::string, at::Tensor>> state;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::string index = std::to_string(i);
+    state.emplace_back("exp_avg." + index, exp_avg_[i]);
+    state.emplace_back("exp_avg_sq." + index, exp_avg_sq_[i]);
+    state.emplace_back("step." + index, steps_[i]);
+  }
+  return state;
+}
+
 void AdamW::ZeroGrad() {
   for (at::Tensor& p : params_) {
     if (p.grad().defined()) p.mutable_grad().reset();

@@ -4,6 +4,8 @@
 
 #include <ATen/Tensor.h>
 
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace rlhfd::train {
@@ -29,6 +31,9 @@ class AdamW {
   void ZeroGrad();
 
   const std::vector<at::Tensor>& params() const { return params_; }
+  // The moments and step counts as tensors that alias them, named by parameter position
+  // ("exp_avg.3"): what a checkpoint writes and restores in place.
+  std::vector<std::pair<std::string, at::Tensor>> State() const;
 
  private:
   std::vector<at::Tensor> params_;

@@ -9,9 +9,9 @@
 
 namespace rlhfd::train {
 
-absl::StatusOr<UpdateMetrics> UpdatePolicy(model::Transformer& model, AdamW& optimizer,
-                                           const PolicyUpdateBatch& batch,
+absl::StatusOr<UpdateMetrics> UpdatePolicy(TrainedModel& trained, const PolicyUpdateBatch& batch,
                                            const PolicyUpdateOptions& options) {
+  model::Transformer& model = trained.module();
   if (model->config().head != model::HeadKind::kCausalLm) {
     return absl::InvalidArgumentError("the actor update needs a causal-LM model");
   }
@@ -44,16 +44,16 @@ absl::StatusOr<UpdateMetrics> UpdatePolicy(model::Transformer& model, AdamW& opt
     if (options.entropy_coeff != 0) {
       loss = loss - options.entropy_coeff * AggregateLoss(entropy, mask, mode, micro.scale);
     }
+    at::Tensor kl;
     if (options.kl_coef != 0) {
-      const at::Tensor kl = AggregateLoss(
+      kl = AggregateLoss(
           KlEstimate(log_prob, batch.ref_log_probs.index_select(0, rows), options.kl_estimator),
           mask, mode, micro.scale);
       loss = loss + options.kl_coef * kl;
-      sums["kl_loss"] += kl.item<double>();
-    } else {
-      sums["kl_loss"] += 0;
     }
-    loss.backward();
+    (loss * micro.loss_weight).backward();
+    if (micro.loss_weight == 0) return absl::OkStatus();  // a lockstep repeat: counts nothing
+    sums["kl_loss"] += kl.defined() ? kl.item<double>() : 0.0;
     sums["policy_loss"] += policy.loss.item<double>();
     sums["clip_fraction"] += policy.clip_fraction.item<double>() * micro.token_share;
     sums["clip_fraction_low"] += policy.clip_fraction_low.item<double>() * micro.token_share;
@@ -61,8 +61,7 @@ absl::StatusOr<UpdateMetrics> UpdatePolicy(model::Transformer& model, AdamW& opt
     sums["entropy"] += MaskedMean(entropy, mask).item<double>() * micro.token_share;
     return absl::OkStatus();
   };
-  return RunUpdateLoop(model, optimizer, batch.response_mask, batch.attention_mask, options.loop,
-                       step);
+  return RunUpdateLoop(trained, batch.response_mask, batch.attention_mask, options.loop, step);
 }
 
 }  // namespace rlhfd::train

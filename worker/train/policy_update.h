@@ -10,7 +10,6 @@
 
 #include "worker/model/transformer.h"
 #include "worker/train/losses.h"
-#include "worker/train/optimizer.h"
 #include "worker/train/update_loop.h"
 
 namespace rlhfd::train {
@@ -38,8 +37,7 @@ struct PolicyUpdateOptions {
 // clip_fraction(_low), approx_kl and entropy (token means), grad_norm, lr, optimizer_steps,
 // response_tokens_per_s. INVALID_ARGUMENT names a batch tensor of the wrong shape or an id
 // outside the vocabulary.
-absl::StatusOr<UpdateMetrics> UpdatePolicy(model::Transformer& model, AdamW& optimizer,
-                                           const PolicyUpdateBatch& batch,
+absl::StatusOr<UpdateMetrics> UpdatePolicy(TrainedModel& model, const PolicyUpdateBatch& batch,
                                            const PolicyUpdateOptions& options);
 
 }  // namespace rlhfd::train

@@ -13,12 +13,24 @@
 namespace rlhfd::train {
 namespace {
 
-absl::StatusOr<UpdateMetrics> Loop(model::Transformer& model, AdamW& optimizer,
-                                   const at::Tensor& response_mask,
+// Every replica must take the same optimiser steps (their collectives pair up): the same rows.
+absl::Status CheckEqualRows(TrainedModel& model, int64_t rows) {
+  std::vector<double> extremes = {static_cast<double>(rows), -static_cast<double>(rows)};
+  RETURN_IF_ERROR(model.ReduceOverReplicas(extremes, ReplicaReduce::kMax));
+  if (extremes[0] != -extremes[1]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the update's replicas hold different numbers of rows (", -extremes[1], " to ",
+        extremes[0], "); every data-parallel rank needs the same share of the batch"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<UpdateMetrics> Loop(TrainedModel& model, const at::Tensor& response_mask,
                                    const at::Tensor& attention_mask,
                                    const UpdateLoopOptions& options, const MicroStep& micro_step) {
   const int64_t b = response_mask.size(0);
   const auto start = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(CheckEqualRows(model, b));
   // Real tokens per row (the token budget's unit) and response tokens per row, on the host.
   const at::Tensor real = attention_mask.defined()
                               ? attention_mask.sum(1).to(at::kLong).cpu()
@@ -26,10 +38,16 @@ absl::StatusOr<UpdateMetrics> Loop(model::Transformer& model, AdamW& optimizer,
   const std::vector<int64_t> tokens(real.data_ptr<int64_t>(), real.data_ptr<int64_t>() + b);
   const at::Tensor responses = response_mask.sum(1).to(at::kDouble).cpu();
   const double* response_tokens = responses.data_ptr<double>();
-  const double horizon = options.loss_horizon > 0 ? options.loss_horizon
-                                                  : responses.max().item<double>();
+  double horizon = options.loss_horizon;
+  if (horizon <= 0) {
+    std::vector<double> longest = {b > 0 ? responses.max().item<double>() : 0.0};
+    RETURN_IF_ERROR(model.ReduceOverReplicas(longest, ReplicaReduce::kMax));
+    horizon = longest[0];
+  }
+  const double replicas = model.replicas();
 
   UpdateMetrics sums;
+  double grad_norms = 0;
   int64_t optimizer_steps = 0;
   double trained_tokens = 0;
   const at::Generator generator = at::detail::createCPUGenerator(options.seed);
@@ -39,31 +57,64 @@ absl::StatusOr<UpdateMetrics> Loop(model::Transformer& model, AdamW& optimizer,
       const int64_t count = std::min(options.mini_batch, b - mini);
       const std::vector<int64_t> mini_rows(order.data_ptr<int64_t>() + mini,
                                            order.data_ptr<int64_t>() + mini + count);
-      LossScale scale{.horizon = horizon};
+      // The global mini-batch's denominators: this replica's rows and every other's.
+      std::vector<double> counted = {0, 0};
       for (int64_t row : mini_rows) {
-        scale.tokens += response_tokens[row];
-        scale.sequences += response_tokens[row] > 0 ? 1 : 0;
+        counted[0] += response_tokens[row];
+        counted[1] += response_tokens[row] > 0 ? 1 : 0;
       }
-      optimizer.ZeroGrad();
-      for (const std::vector<int64_t>& rows : SplitMicroBatches(
-               mini_rows, tokens, options.micro.micro_batch, options.micro.micro_batch_tokens)) {
+      RETURN_IF_ERROR(model.ReduceOverReplicas(counted, ReplicaReduce::kSum));
+      const LossScale scale{.tokens = counted[0], .sequences = counted[1], .horizon = horizon};
+      std::vector<std::vector<int64_t>> micro_batches = SplitMicroBatches(
+          mini_rows, tokens, options.micro.micro_batch, options.micro.micro_batch_tokens);
+      size_t real_micro_batches = micro_batches.size();
+      if (model.lockstep_forwards()) {
+        std::vector<double> most = {static_cast<double>(micro_batches.size())};
+        RETURN_IF_ERROR(model.ReduceOverReplicas(most, ReplicaReduce::kMax));
+        while (micro_batches.size() < static_cast<size_t>(most[0])) {
+          micro_batches.push_back({mini_rows.front()});
+        }
+      }
+      model.ZeroGrad();
+      RETURN_IF_ERROR(model.BeginStep());
+      for (size_t k = 0; k < micro_batches.size(); ++k) {
+        const std::vector<int64_t>& rows = micro_batches[k];
+        const bool counts = k < real_micro_batches;
         double micro_tokens = 0;
         for (int64_t row : rows) micro_tokens += response_tokens[row];
-        const MicroBatch micro{at::tensor(rows, at::kLong).to(response_mask.device()), scale,
-                               micro_tokens / std::max(scale.tokens, 1.0)};
+        const MicroBatch micro{
+            .rows = at::tensor(rows, at::kLong).to(response_mask.device()),
+            .scale = scale,
+            .token_share = counts && scale.tokens > 0 ? micro_tokens / scale.tokens : 0.0,
+            .loss_weight = counts ? replicas : 0.0};
         RETURN_IF_ERROR(micro_step(micro, sums));
-        trained_tokens += micro_tokens;
+        RETURN_IF_ERROR(model.TakeStatus());
+        if (counts) trained_tokens += micro_tokens;
       }
-      sums["grad_norm"] += optimizer.ClipGradNorm(options.grad_clip);
-      optimizer.Step(options.lr);
+      const double lr = options.schedule != nullptr
+                            ? options.schedule->At(options.first_optimizer_step + optimizer_steps)
+                            : options.lr;
+      ASSIGN_OR_RETURN(const double norm, model.FinishStep(lr, options.grad_clip));
+      grad_norms += norm;
+      sums["lr"] += lr;
       ++optimizer_steps;
     }
   }
+  // Every replica added its share of each global mini-batch's metrics.
+  std::vector<std::string> names;
+  std::vector<double> values;
+  for (const auto& [name, value] : sums) {
+    names.push_back(name);
+    values.push_back(name == "lr" ? value / replicas : value);
+  }
+  RETURN_IF_ERROR(model.ReduceOverReplicas(values, ReplicaReduce::kSum));
   UpdateMetrics metrics;
-  for (const auto& [name, value] : sums) metrics[name] = value / std::max<int64_t>(optimizer_steps, 1);
+  const double steps = static_cast<double>(std::max<int64_t>(optimizer_steps, 1));
+  for (size_t i = 0; i < names.size(); ++i) metrics[names[i]] = values[i] / steps;
+  metrics["grad_norm"] = grad_norms / steps;
+  if (optimizer_steps == 0) metrics["lr"] = options.lr;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  metrics["lr"] = options.lr;
   metrics["optimizer_steps"] = static_cast<double>(optimizer_steps);
   metrics["response_tokens_per_s"] = trained_tokens / std::max(seconds, 1e-9);
   return metrics;
@@ -71,35 +122,34 @@ absl::StatusOr<UpdateMetrics> Loop(model::Transformer& model, AdamW& optimizer,
 
 }  // namespace
 
-absl::StatusOr<UpdateMetrics> RunUpdateLoop(model::Transformer& model, AdamW& optimizer,
-                                            const at::Tensor& response_mask,
+absl::StatusOr<UpdateMetrics> RunUpdateLoop(TrainedModel& model, const at::Tensor& response_mask,
                                             const at::Tensor& attention_mask,
                                             const UpdateLoopOptions& options,
                                             const MicroStep& micro_step) {
   if (options.mini_batch < 1 || options.epochs < 1) {
     return absl::InvalidArgumentError("the update needs mini_batch >= 1 and epochs >= 1");
   }
-  const bool checkpointing_before = model->activation_checkpointing();
-  model->set_activation_checkpointing(options.micro.activation_checkpointing);
+  model::Transformer& module = model.module();
+  const bool checkpointing_before = module->activation_checkpointing();
+  module->set_activation_checkpointing(options.micro.activation_checkpointing);
   absl::StatusOr<UpdateMetrics> metrics;
   // A task boundary of the worker: LibTorch reports failures (an allocation, a kernel) by
   // throwing, which must end the update with a status, not the process.
   try {
-    metrics = Loop(model, optimizer, response_mask, attention_mask, options, micro_step);
+    metrics = Loop(model, response_mask, attention_mask, options, micro_step);
   } catch (const c10::OutOfMemoryError& error) {
     RLOG(ERROR) << "update ran out of device memory: " << error.what_without_backtrace();
     metrics = absl::ResourceExhaustedError(absl::StrCat(
         "update ran out of device memory: ", std::string(error.what()).substr(0, 300),
         "; lower ppo_micro_batch_size_per_gpu or ppo_max_token_len_per_gpu, or turn on "
         "gradient_checkpointing"));
-    optimizer.ZeroGrad();
   } catch (const std::exception& error) {
     RLOG(ERROR) << "update failed: " << std::string(error.what()).substr(0, 500);
     metrics = absl::InternalError(
         absl::StrCat("update failed: ", std::string(error.what()).substr(0, 500)));
-    optimizer.ZeroGrad();
   }
-  model->set_activation_checkpointing(checkpointing_before);
+  if (!metrics.ok()) model.ZeroGrad();
+  module->set_activation_checkpointing(checkpointing_before);
   return metrics;
 }
 

@@ -1,5 +1,7 @@
 // The loop the actor and critic updates share: epochs over shuffled mini-batches, each one
-// optimiser step accumulated over micro-batches, then gradient clipping and the step.
+// optimiser step accumulated over micro-batches, then gradient clipping and the step. With
+// data-parallel replicas (TrainedModel::replicas) every replica runs it over its own rows: the
+// mini-batch size is per replica, and losses and metrics are those of the global mini-batch.
 #pragma once
 
 #include <ATen/Tensor.h>
@@ -12,7 +14,8 @@
 #include "worker/model/transformer.h"
 #include "worker/train/batching.h"
 #include "worker/train/losses.h"
-#include "worker/train/optimizer.h"
+#include "worker/train/lr_schedule.h"
+#include "worker/train/trained_model.h"
 
 namespace rlhfd::train {
 
@@ -28,12 +31,16 @@ struct MicroBatching {
 };
 
 struct UpdateLoopOptions {
-  int64_t mini_batch = 8;  // sequences per optimiser step
+  int64_t mini_batch = 8;  // sequences per optimiser step (per replica)
   int64_t epochs = 1;
   int64_t seed = 1;
   MicroBatching micro;
   double grad_clip = 1.0;
   double lr = 1e-6;
+  // When set, optimiser step k of this update uses schedule->At(first_optimizer_step + k)
+  // instead of `lr`.
+  const LrSchedule* schedule = nullptr;
+  int64_t first_optimizer_step = 0;
   // T of seq-mean-token-sum-norm (verl's loss_scale_factor): data.max_response_length, as verl
   // uses. 0: the longest response in the batch.
   double loss_horizon = 0;
@@ -42,21 +49,26 @@ struct UpdateLoopOptions {
 // One micro-batch of a mini-batch.
 struct MicroBatch {
   at::Tensor rows;     // int64 indices into the batch
-  LossScale scale;     // the mini-batch's loss denominators (AggregateLoss)
-  double token_share;  // this micro-batch's share of the mini-batch's response tokens
+  LossScale scale;     // the global mini-batch's loss denominators (AggregateLoss)
+  double token_share;  // this micro-batch's share of the global mini-batch's response tokens
+  // What the loss is multiplied by before backward: the number of replicas (FinishStep averages
+  // their gradients, and each loss is a share of the global one), or 0 for a forward that only
+  // keeps a lockstep layout in step (its rows are repeats and must not count in the metrics).
+  double loss_weight = 1;
 };
 
 // Runs forward and backward of one micro-batch, its loss aggregated with `micro.scale` so that
-// the micro-batches' losses add up to the mini-batch's. It adds to `sums` what the mini-batch's
-// metric is the sum of: aggregated losses as they are, token means weighted by token_share.
+// the micro-batches' losses of all replicas add up to the mini-batch's. It adds to `sums` what
+// the mini-batch's metric is the sum of: aggregated losses as they are, token means weighted by
+// token_share (nothing when loss_weight is 0).
 using MicroStep = std::function<absl::Status(const MicroBatch& micro, UpdateMetrics& sums)>;
 
 // response_mask (B, T-1) and attention_mask (B, T) (undefined: all tokens) size the batches.
-// Returns the micro-steps' metrics (per optimiser step, averaged) plus grad_norm, lr,
-// optimizer_steps and response_tokens_per_s. The first failing micro-step's status ends it; so
-// does anything LibTorch throws (out of memory, say), as a status.
-absl::StatusOr<UpdateMetrics> RunUpdateLoop(model::Transformer& model, AdamW& optimizer,
-                                            const at::Tensor& response_mask,
+// Returns the micro-steps' metrics (per optimiser step, averaged, summed over the replicas) plus
+// grad_norm, lr, optimizer_steps and response_tokens_per_s (this replica's). The first failing
+// micro-step's or collective's status ends it; so does anything LibTorch throws (out of memory,
+// say), as a status. Replicas must hold equally many rows.
+absl::StatusOr<UpdateMetrics> RunUpdateLoop(TrainedModel& model, const at::Tensor& response_mask,
                                             const at::Tensor& attention_mask,
                                             const UpdateLoopOptions& options,
                                             const MicroStep& micro_step);

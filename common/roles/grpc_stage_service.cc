@@ -1,0 +1,61 @@
+// StageService over gRPC: each stage an asynchronous callback-API call with the token and a
+// deadline; the reply (or the status) goes to `done` on a gRPC thread.
+#include <grpcpp/grpcpp.h>
+
+#include "common/roles/stage_service.h"
+#include "common/rpc/auth.h"
+#include "common/rpc/grpc_status.h"
+#include "rlhfd/v1/worker_service.grpc.pb.h"
+
+namespace rlhfd::roles {
+namespace {
+
+class GrpcStageService final : public StageService {
+ public:
+  GrpcStageService(std::shared_ptr<grpc::Channel> channel, std::string token)
+      : stub_(v1::WorkerService::NewStub(std::move(channel))), token_(std::move(token)) {}
+
+#define RLHFD_GRPC_STAGE(Name, Request, Reply)                                          \
+  void Name(const v1::Request& request, absl::Duration deadline,                        \
+            StageDone<v1::Reply> done) override {                                       \
+    /* gRPC reads the request and writes the reply until the callback runs. */         \
+    auto call = std::make_shared<Call<v1::Request, v1::Reply>>();                       \
+    call->request = request;                                                            \
+    Prepare(call->context, deadline);                                                   \
+    stub_->async()->Name(&call->context, &call->request, &call->reply,                  \
+                         [call, done = std::move(done)](grpc::Status status) {          \
+                           if (status.ok()) {                                           \
+                             done(std::move(call->reply));                              \
+                           } else {                                                     \
+                             done(FromGrpcStatus(status));                              \
+                           }                                                            \
+                         });                                                            \
+  }
+  RLHFD_STAGES(RLHFD_GRPC_STAGE)
+#undef RLHFD_GRPC_STAGE
+
+ private:
+  template <typename Request, typename Reply>
+  struct Call {
+    grpc::ClientContext context;
+    Request request;
+    Reply reply;
+  };
+
+  void Prepare(grpc::ClientContext& context, absl::Duration deadline) const {
+    AttachToken(&context, token_);
+    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+  }
+
+  std::unique_ptr<v1::WorkerService::Stub> stub_;
+  std::string token_;
+};
+
+}  // namespace
+
+std::unique_ptr<StageService> MakeGrpcStageService(std::shared_ptr<grpc::Channel> channel,
+                                                   std::string token) {
+  return std::make_unique<GrpcStageService>(std::move(channel), std::move(token));
+}
+
+}  // namespace rlhfd::roles

@@ -1,0 +1,71 @@
+// The RL stages of one worker as the driver sees them: plain methods over the worker_service
+// protos, asynchronous, with no transport in sight. Implemented in process by the worker's role
+// host (tests drive the driver against it) and over gRPC by MakeGrpcStageService (the
+// controller's driver against real workers). No LibTorch.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "rlhfd/v1/worker_service.pb.h"
+
+namespace grpc {
+class Channel;
+}  // namespace grpc
+
+namespace rlhfd::roles {
+
+// Runs once with the reply or the error, on a thread of the implementation.
+template <typename Reply>
+using StageDone = std::function<void(absl::StatusOr<Reply>)>;
+
+// Every stage as (method, request, reply), in worker_service.proto's order: the one list the
+// interface, the gRPC client and the worker's gRPC adapter are stamped from.
+#define RLHFD_STAGES(X)                                   \
+  X(PrepareJob, PrepareJobRequest, PrepareJobReply)       \
+  X(StartJob, StartJobRequest, StartJobReply)             \
+  X(Generate, GenerateRequest, GenerateReply)             \
+  X(MoveTensors, MoveTensorsRequest, MoveTensorsReply)    \
+  X(Forward, ForwardRequest, ForwardReply)                \
+  X(ComputeRewards, RewardRequest, RewardReply)           \
+  X(ComputeAdvantages, AdvantageRequest, AdvantageReply)  \
+  X(UpdateActor, UpdateRequest, UpdateReply)              \
+  X(UpdateCritic, UpdateRequest, UpdateReply)             \
+  X(Validate, ValidateRequest, ValidateReply)             \
+  X(SaveCheckpoint, CheckpointRequest, CheckpointReply)   \
+  X(CommitCheckpoint, CheckpointRequest, CheckpointReply) \
+  X(LoadCheckpoint, CheckpointRequest, CheckpointReply)   \
+  X(Offload, OffloadRequest, OffloadReply)                \
+  X(DumpBatch, DumpBatchRequest, DumpBatchReply)          \
+  X(EndJob, EndJobRequest, EndJobReply)
+
+class StageService {
+ public:
+  virtual ~StageService() = default;
+
+  // Each call ends within `deadline` of being made (DEADLINE_EXCEEDED) over gRPC; in process the
+  // stage's own timeouts (collectives, remote rewards) bound it.
+#define RLHFD_DECLARE_STAGE(Name, Request, Reply)                        \
+  virtual void Name(const v1::Request& request, absl::Duration deadline, \
+                    StageDone<v1::Reply> done) = 0;
+  RLHFD_STAGES(RLHFD_DECLARE_STAGE)
+#undef RLHFD_DECLARE_STAGE
+};
+
+// Calls `method` and waits for its reply: for drivers on a thread of their own.
+template <typename Request, typename Reply>
+absl::StatusOr<Reply> CallStage(StageService& service,
+                                void (StageService::*method)(const Request&, absl::Duration,
+                                                             StageDone<Reply>),
+                                const Request& request, absl::Duration deadline);
+
+// The stages of the worker behind `channel`; every call carries `token`.
+std::unique_ptr<StageService> MakeGrpcStageService(std::shared_ptr<grpc::Channel> channel,
+                                                   std::string token);
+
+}  // namespace rlhfd::roles
+
+#include "common/roles/stage_service_inl.h"

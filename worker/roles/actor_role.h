@@ -1,0 +1,80 @@
+// The actor as a hybrid engine: the training layout's weights are the source of truth; a
+// rollout runs the generation engine over them (over a gathered copy when the layout shards
+// them), and its KV cache and copy are released before the weights train again.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "rlhfd/v1/job_spec.pb.h"
+#include "rlhfd/v1/worker_service.pb.h"
+#include "worker/model/tokenizer.h"
+#include "worker/parallel/communicator.h"
+#include "worker/roles/response_scorer.h"
+#include "worker/roles/step_batch.h"
+#include "worker/rollout/engine.h"
+#include "worker/train/lr_schedule.h"
+#include "worker/train/trained_model.h"
+
+namespace rlhfd::roles {
+
+class ActorRole {
+ public:
+  // Loads model.path (a causal LM) and its tokenizer on `device`, in the training layout over
+  // `pool` (the actor pool, which must outlive the role). `rl_steps` sizes the LR schedule.
+  static absl::StatusOr<std::unique_ptr<ActorRole>> Create(const v1::JobSpec& spec,
+                                                           const at::Device& device,
+                                                           parallel::Communicator& pool,
+                                                           int64_t rl_steps);
+
+  // Generates rollout.n responses to each of this rank's prompts, agrees P and R with the pool,
+  // and starts `batch` for the step with this rank's rows (`rows` of `total_rows`): input_ids,
+  // attention_mask, response_mask, rollout_log_probs, and each row's source.
+  absl::StatusOr<v1::GenerateReply> Generate(const v1::GenerateRequest& request,
+                                             int64_t total_rows, RowRange rows, StepBatch& batch);
+  // old_log_probs: the response log-probs under the weights that sampled, computed as the
+  // update computes them.
+  absl::Status ComputeOldLogProbs(StepBatch& batch);
+  // One PPO update over the step's rows (advantages, and ref_log_probs with a KL loss).
+  absl::StatusOr<v1::UpdateReply> Update(const v1::UpdateRequest& request, StepBatch& batch);
+  // Generates for validation prompts with rollout.val_kwargs and scores them with `scorer`.
+  absl::StatusOr<v1::ValidateReply> Validate(const v1::ValidateRequest& request,
+                                             int64_t first_prompt, const ResponseScorer& scorer,
+                                             const std::atomic<bool>* cancelled);
+
+  const model::Tokenizer& tokenizer() const { return tokenizer_; }
+  train::TrainedModel& trained() { return *trained_; }
+  int64_t optimizer_steps() const { return optimizer_steps_; }
+  void set_optimizer_steps(int64_t steps) { optimizer_steps_ = steps; }
+  // Frees the engine's cache and any rollout copy of the weights.
+  void ReleaseRollout();
+  // A module with the full current weights (the training module itself unless the layout
+  // shards them), for exports.
+  absl::StatusOr<model::Transformer> FullWeights();
+
+ private:
+  ActorRole(const v1::JobSpec& spec, const at::Device& device, parallel::Communicator& pool,
+            model::Tokenizer tokenizer);
+  // The engine over the current weights (a copy gathered or cast when the layout needs one).
+  absl::StatusOr<rollout::GenerationEngine*> Engine();
+  // A module with the current weights in `dtype`: the training module when it holds them whole
+  // in that dtype, else a copy.
+  absl::StatusOr<model::Transformer> WeightsIn(at::ScalarType dtype);
+  absl::StatusOr<std::vector<rollout::GenerationResult>> RunEngine(
+      const std::vector<rollout::GenerationRequest>& requests);
+  // The longest prompt and response over the pool, in place.
+  absl::Status ReduceLongest(std::vector<double>& longest);
+
+  v1::JobSpec spec_;
+  at::Device device_;
+  parallel::Communicator& pool_;
+  model::Tokenizer tokenizer_;
+  std::unique_ptr<train::TrainedModel> trained_;
+  std::optional<train::LrSchedule> schedule_;
+  int64_t optimizer_steps_ = 0;
+  std::optional<model::Transformer> rollout_copy_;
+  std::unique_ptr<rollout::GenerationEngine> engine_;
+};
+
+}  // namespace rlhfd::roles

@@ -1,0 +1,47 @@
+// The roles that only run forwards: the reference policy (its log-probs, for the KL) and a
+// reward model (a *ForSequenceClassification score at each row's last token). Their weights
+// load in model.dtype and never change.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "rlhfd/v1/job_spec.pb.h"
+#include "worker/model/transformer.h"
+#include "worker/roles/step_batch.h"
+
+namespace rlhfd::roles {
+
+class ReferenceRole {
+ public:
+  static absl::StatusOr<std::unique_ptr<ReferenceRole>> Create(const v1::JobSpec& spec,
+                                                               const at::Device& device);
+  // ref_log_probs (rows, R).
+  absl::Status ComputeLogProbs(StepBatch& batch);
+  model::Transformer& module() { return module_; }
+
+ private:
+  ReferenceRole(const v1::JobSpec& spec, const at::Device& device, model::Transformer module)
+      : spec_(spec), device_(device), module_(std::move(module)) {}
+  v1::JobSpec spec_;
+  at::Device device_;
+  model::Transformer module_;
+};
+
+class RewardModelRole {
+ public:
+  static absl::StatusOr<std::unique_ptr<RewardModelRole>> Create(const v1::JobSpec& spec,
+                                                                 const at::Device& device);
+  // scores (rows).
+  absl::Status ComputeScores(StepBatch& batch);
+  model::Transformer& module() { return module_; }
+
+ private:
+  RewardModelRole(const v1::JobSpec& spec, const at::Device& device, model::Transformer module)
+      : spec_(spec), device_(device), module_(std::move(module)) {}
+  v1::JobSpec spec_;
+  at::Device device_;
+  model::Transformer module_;
+};
+
+}  // namespace rlhfd::roles

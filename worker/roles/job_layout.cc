@@ -1,0 +1,96 @@
+#include "worker/roles/job_layout.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/util/text.h"
+
+namespace rlhfd::roles {
+
+absl::StatusOr<JobLayout> JobLayout::Create(
+    int world_size, int rank, const google::protobuf::RepeatedPtrField<v1::PoolAssignment>& pools) {
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is not in a world of ", world_size, " ranks"));
+  }
+  JobLayout layout;
+  layout.world_size_ = world_size;
+  layout.rank_ = rank;
+  std::vector<const RolePool*> pool_of_rank(world_size, nullptr);
+  for (const v1::PoolAssignment& pool : pools) {
+    const std::string& role = pool.role();
+    if (role != kActor && role != kCritic && role != kReference && role != kReward) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pools: unknown role '", SanitizeForDisplay(role, 40),
+          "' (actor, critic, reference, reward)"));
+    }
+    if (layout.Find(role) != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("pools: role ", role, " appears twice"));
+    }
+    if (pool.ranks().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("pools: the ", role, " pool has no ranks"));
+    }
+    std::set<int> seen;
+    for (int member : pool.ranks()) {
+      if (member < 0 || member >= world_size || !seen.insert(member).second) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "pools: the ", role, " pool lists rank ", member,
+            member < 0 || member >= world_size ? absl::StrCat(", outside the world of ", world_size)
+                                               : " twice"));
+      }
+    }
+    layout.pools_.push_back({role, std::vector<int>(pool.ranks().begin(), pool.ranks().end())});
+  }
+  for (const RolePool& pool : layout.pools_) {
+    for (int member : pool.ranks) {
+      const RolePool*& other = pool_of_rank[member];
+      if (other != nullptr && other->ranks != pool.ranks) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "pools: rank ", member, " is in the ", other->role, " and ", pool.role,
+            " pools, which list different ranks; pools share ranks only when colocated, with "
+            "the same ranks"));
+      }
+      other = &pool;
+    }
+  }
+  for (int member = 0; member < world_size; ++member) {
+    if (pool_of_rank[member] == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("pools: rank ", member, " is in no pool"));
+    }
+  }
+  if (layout.Find(kActor) == nullptr) {
+    return absl::InvalidArgumentError("pools: a job needs an actor pool");
+  }
+  return layout;
+}
+
+const RolePool* JobLayout::Find(const std::string& role) const {
+  for (const RolePool& pool : pools_) {
+    if (pool.role == role) return &pool;
+  }
+  return nullptr;
+}
+
+int JobLayout::PositionIn(const std::string& role) const {
+  const RolePool* pool = Find(role);
+  if (pool == nullptr) return -1;
+  const auto at = std::find(pool->ranks.begin(), pool->ranks.end(), rank_);
+  return at == pool->ranks.end() ? -1 : static_cast<int>(at - pool->ranks.begin());
+}
+
+std::vector<std::string> JobLayout::HostedRoles() const {
+  std::vector<std::string> roles;
+  for (const RolePool& pool : pools_) {
+    if (PositionIn(pool.role) >= 0) roles.push_back(pool.role);
+  }
+  return roles;
+}
+
+RowRange JobLayout::RowsOf(const std::string& role, int64_t rows) const {
+  const int position = PositionIn(role);
+  if (position < 0) return {};
+  return ContiguousPart(rows, position, static_cast<int64_t>(Find(role)->ranks.size()));
+}
+
+}  // namespace rlhfd::roles

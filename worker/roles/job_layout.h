@@ -1,0 +1,52 @@
+// Where a job's roles live: pools of world ranks per role (colocated pools list the same ranks),
+// this worker's rank, and which of a batch's rows each rank holds.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/util/row_split.h"
+#include "rlhfd/v1/worker_service.pb.h"
+
+namespace rlhfd::roles {
+
+inline constexpr char kActor[] = "actor";
+inline constexpr char kCritic[] = "critic";
+inline constexpr char kReference[] = "reference";
+inline constexpr char kReward[] = "reward";
+
+struct RolePool {
+  std::string role;
+  std::vector<int> ranks;  // world ranks in data-parallel order
+};
+
+class JobLayout {
+ public:
+  // INVALID_ARGUMENT naming the pool and what is wrong: an unknown role, a rank out of range or
+  // twice in a pool, a rank in no pool, or a rank in two pools that differ (only colocated pools,
+  // which list the same ranks, may share one).
+  static absl::StatusOr<JobLayout> Create(
+      int world_size, int rank,
+      const google::protobuf::RepeatedPtrField<v1::PoolAssignment>& pools);
+
+  int world_size() const { return world_size_; }
+  int rank() const { return rank_; }
+  const std::vector<RolePool>& pools() const { return pools_; }
+  // Null when the job has no such pool.
+  const RolePool* Find(const std::string& role) const;
+  bool Hosts(const std::string& role) const { return PositionIn(role) >= 0; }
+  // This rank's data-parallel position in the role's pool, -1 when it is not in it.
+  int PositionIn(const std::string& role) const;
+  // The roles this rank hosts.
+  std::vector<std::string> HostedRoles() const;
+  // The rows of an N-row batch this rank holds as a member of `role`'s pool (empty if not one).
+  RowRange RowsOf(const std::string& role, int64_t rows) const;
+
+ private:
+  int world_size_ = 0;
+  int rank_ = 0;
+  std::vector<RolePool> pools_;
+};
+
+}  // namespace rlhfd::roles

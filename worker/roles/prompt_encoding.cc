@@ -1,0 +1,57 @@
+#include "worker/roles/prompt_encoding.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+#include "common/util/text.h"
+
+namespace rlhfd::roles {
+
+absl::StatusOr<EncodedPrompt> EncodePrompt(const model::Tokenizer& tokenizer,
+                                           const v1::PromptRow& prompt, const v1::DataSpec& data,
+                                           int64_t index) {
+  const auto invalid = [index](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt ", index, ": ", what));
+  };
+  EncodedPrompt encoded;
+  bool add_special_tokens = false;
+  if (prompt.chat_size() > 0) {
+    std::vector<model::ChatMessage> messages;
+    for (const v1::ChatTurn& turn : prompt.chat()) {
+      if (turn.role().empty()) return invalid("a chat turn has no role");
+      messages.push_back({turn.role(), turn.content()});
+    }
+    absl::StatusOr<std::string> text =
+        tokenizer.ApplyChatTemplate(messages, /*add_generation_prompt=*/true);
+    if (!text.ok()) return invalid(text.status().message());
+    encoded.text = *std::move(text);
+  } else {
+    // A plain-text prompt is tokenized as the tokenizer would by default (BOS where it adds one).
+    encoded.text = prompt.text();
+    add_special_tokens = true;
+  }
+  if (!IsValidUtf8(encoded.text)) return invalid("the text is not valid UTF-8");
+  absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(encoded.text, add_special_tokens);
+  if (!ids.ok()) return invalid(ids.status().message());
+  if (ids->empty()) return invalid("the prompt is empty");
+  const int64_t limit = data.max_prompt_length();
+  const int64_t length = static_cast<int64_t>(ids->size());
+  auto begin = ids->begin(), end = ids->end();
+  if (length > limit) {
+    switch (data.truncation()) {
+      case v1::TRUNCATION_LEFT:
+        begin = end - limit;
+        break;
+      case v1::TRUNCATION_RIGHT:
+        end = begin + limit;
+        break;
+      default:
+        return invalid(absl::StrCat(
+            length, " tokens is longer than data.max_prompt_length (", limit,
+            "); raise it, set data.truncation to left or right, or data.filter_overlong_prompts"));
+    }
+  }
+  encoded.ids.assign(begin, end);
+  return encoded;
+}
+
+}  // namespace rlhfd::roles

@@ -1,0 +1,29 @@
+// Prompts as the model sees them: a chat through the model's chat template (with the generation
+// prompt, as verl's RLHFDataset), or plain text; tokenized and cut to data.max_prompt_length as
+// data.truncation says.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "rlhfd/v1/job_spec.pb.h"
+#include "rlhfd/v1/worker_service.pb.h"
+#include "worker/model/tokenizer.h"
+
+namespace rlhfd::roles {
+
+struct EncodedPrompt {
+  std::string text;  // the model's input as text (template applied)
+  std::vector<int64_t> ids;
+};
+
+// INVALID_ARGUMENT naming prompt `index` (of the step's batch): an empty prompt, a chat turn
+// without a role, text that is not UTF-8, or (truncation "error") one longer than
+// max_prompt_length, with its length.
+absl::StatusOr<EncodedPrompt> EncodePrompt(const model::Tokenizer& tokenizer,
+                                           const v1::PromptRow& prompt, const v1::DataSpec& data,
+                                           int64_t index);
+
+}  // namespace rlhfd::roles

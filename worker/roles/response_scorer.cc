@@ -1,0 +1,61 @@
+#include "worker/roles/response_scorer.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/util/text.h"
+
+namespace rlhfd::roles {
+
+absl::StatusOr<std::unique_ptr<ResponseScorer>> ResponseScorer::Create(
+    const v1::RewardSpec& spec) {
+  auto scorer = std::unique_ptr<ResponseScorer>(new ResponseScorer());
+  if (!spec.rule().empty()) {
+    absl::StatusOr<reward::RuleReward> rule = reward::RuleReward::Make(spec.rule());
+    if (!rule.ok()) return rule.status();
+    scorer->rule_ = *std::move(rule);
+  } else if (!spec.remote().empty()) {
+    scorer->remote_ = std::make_unique<reward::RemoteReward>(reward::RemoteRewardOptions{
+        .url = spec.remote(), .timeout = absl::Seconds(spec.remote_timeout_s())});
+  } else {
+    return nullptr;
+  }
+  return scorer;
+}
+
+absl::StatusOr<std::vector<double>> ResponseScorer::Score(
+    const std::vector<ScoredResponse>& responses, int64_t first_row,
+    const std::atomic<bool>* cancelled) const {
+  std::vector<nlohmann::json> truths;
+  for (size_t i = 0; i < responses.size(); ++i) {
+    const std::string& text = responses[i].ground_truth_json;
+    nlohmann::json truth = text.empty() ? nlohmann::json()
+                                        : nlohmann::json::parse(text, nullptr, false);
+    if (truth.is_discarded()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "row ", first_row + static_cast<int64_t>(i), ": ground_truth_json is not JSON: ",
+          SanitizeForDisplay(text, 80)));
+    }
+    truths.push_back(std::move(truth));
+  }
+  if (remote_) {
+    reward::RemoteRewardRequest request;
+    for (size_t i = 0; i < responses.size(); ++i) {
+      request.queries.push_back(responses[i].prompt_text + responses[i].response_text);
+      request.prompts.push_back(responses[i].prompt_text);
+      request.labels.push_back(truths[i]);
+    }
+    return remote_->Score(request, cancelled);
+  }
+  std::vector<double> scores;
+  for (size_t i = 0; i < responses.size(); ++i) {
+    absl::StatusOr<double> score =
+        rule_->Score(responses[i].response_text, truths[i], responses[i].data_source);
+    if (!score.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "row ", first_row + static_cast<int64_t>(i), ": ", score.status().message()));
+    }
+    scores.push_back(*score);
+  }
+  return scores;
+}
+
+}  // namespace rlhfd::roles

@@ -1,0 +1,70 @@
+// RoleHost: one worker's jobs and the roles it hosts for them, behind the StageService interface
+// (in process; worker/service adapts it to gRPC). One executor thread owns the device and every
+// job's state: calls are posted to it and answered from it, so callers never block and stages
+// never race. A stage call repeated with the same (job, step, stage) key gets the first call's
+// stored reply; an update that failed leaves its job refusing stages until a checkpoint loads.
+#pragma once
+
+#include <ATen/Device.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/roles/stage_service.h"
+#include "common/util/event_loop.h"
+
+namespace rlhfd::roles {
+
+struct HostedJob;
+struct PreparedJob;
+
+struct RoleHostOptions {
+  at::Device device = at::kCPU;
+  // The address other workers reach this one at (IPv4): the host of a socket rendezvous.
+  std::string host = "127.0.0.1";
+  // Rendezvous and collective deadline when StartJob gives none.
+  std::chrono::milliseconds collective_timeout{300000};
+};
+
+class RoleHost final : public StageService {
+ public:
+  explicit RoleHost(RoleHostOptions options);
+  // Ends every job (after the stage in hand).
+  ~RoleHost() override;
+  RoleHost(const RoleHost&) = delete;
+  RoleHost& operator=(const RoleHost&) = delete;
+
+#define RLHFD_HOST_STAGE(Name, Request, Reply)                                        \
+  void Name(const v1::Request& request, absl::Duration deadline,                      \
+            StageDone<v1::Reply> done) override;
+  RLHFD_STAGES(RLHFD_HOST_STAGE)
+#undef RLHFD_HOST_STAGE
+
+  // Jobs currently hosted (for the worker's status).
+  int jobs() const { return hosted_jobs_.load(); }
+
+ private:
+  // Runs `body` on the executor for the job of `key`, with the stored-reply and poisoned-job
+  // rules, and catches what it throws.
+  template <typename Reply, typename Body>
+  void RunStage(const v1::StageKey& key, bool mutates, StageDone<Reply> done, Body body);
+  absl::StatusOr<HostedJob*> FindJob(const std::string& job_id);
+  std::shared_ptr<std::atomic<bool>> CancelFlag(const std::string& job_id);
+
+  RoleHostOptions options_;
+  // Executor-owned.
+  std::map<std::string, std::unique_ptr<HostedJob>> jobs_;
+  std::map<std::string, std::unique_ptr<PreparedJob>> prepared_;
+  std::atomic<int> hosted_jobs_{0};
+  // Shared with calling threads: EndJob cancels a job's long waits before it reaches the
+  // executor.
+  std::mutex cancel_mutex_;
+  std::map<std::string, std::shared_ptr<std::atomic<bool>>> cancel_flags_;
+  EventLoop executor_;  // last: stopped first, before what its tasks use is destroyed
+};
+
+}  // namespace rlhfd::roles

@@ -1,0 +1,80 @@
+#include "worker/roles/training_setup.h"
+
+#include <ATen/autocast_mode.h>
+
+#include "worker/parallel/fully_sharded.h"
+#include "worker/parallel/replicated_model.h"
+
+namespace rlhfd::roles {
+
+std::unique_ptr<train::TrainedModel> MakeTrainedModel(model::Transformer module,
+                                                      const v1::TrainSpec& train,
+                                                      parallel::Communicator& pool) {
+  const train::AdamWOptions adam{.beta1 = train.adam_beta1(),
+                                 .beta2 = train.adam_beta2(),
+                                 .eps = 1e-8,
+                                 .weight_decay = train.weight_decay()};
+  if (pool.size() == 1) return std::make_unique<train::LocalModel>(std::move(module), adam);
+  if (train.zero_stage() == 3) {
+    return std::make_unique<parallel::FullyShardedModel>(std::move(module), pool, adam);
+  }
+  return std::make_unique<parallel::ReplicatedModel>(std::move(module), pool, adam);
+}
+
+int64_t OptimizerStepsPerRlStep(const v1::JobSpec& spec, const v1::TrainSpec& train) {
+  const int64_t mini_batches = spec.data().train_batch_size() / train.ppo_mini_batch_size();
+  return mini_batches * train.ppo_epochs();
+}
+
+train::UpdateLoopOptions UpdateLoopOptionsOf(const v1::JobSpec& spec, const v1::TrainSpec& train,
+                                             int replicas, int64_t rl_step,
+                                             const train::LrSchedule* schedule,
+                                             int64_t first_step) {
+  const int64_t n = spec.roles().actor().rollout().n();
+  train::UpdateLoopOptions loop;
+  loop.mini_batch = int64_t{train.ppo_mini_batch_size()} * n / replicas;
+  loop.epochs = train.ppo_epochs();
+  // A different shuffle every step, the same on every replica and in a resumed run.
+  loop.seed = spec.trainer().seed() * 1000003 + rl_step;
+  loop.micro.micro_batch = train.ppo_micro_batch_size_per_gpu();
+  loop.micro.micro_batch_tokens = train.use_dynamic_bsz() ? train.ppo_max_token_len_per_gpu() : 0;
+  loop.micro.packed = true;
+  loop.micro.activation_checkpointing = train.gradient_checkpointing();
+  loop.grad_clip = train.grad_clip();
+  loop.lr = train.lr();
+  loop.schedule = schedule;
+  loop.first_optimizer_step = first_step;
+  loop.loss_horizon = spec.data().max_response_length();
+  return loop;
+}
+
+at::ScalarType WeightDtype(const v1::JobSpec& spec, const at::Device& device, bool trains) {
+  if (device.is_cpu() || trains) return at::kFloat;
+  switch (spec.model().dtype()) {
+    case v1::DTYPE_FP16:
+      return at::kHalf;
+    case v1::DTYPE_FP32:
+      return at::kFloat;
+    default:
+      return at::kBFloat16;
+  }
+}
+
+ComputeScope::ComputeScope(const v1::JobSpec& spec, const at::Device& device) {
+  const at::ScalarType dtype = WeightDtype(spec, device, /*trains=*/false);
+  if (!device.is_cuda() || dtype == at::kFloat) return;
+  enabled_ = true;
+  was_enabled_ = at::autocast::is_autocast_enabled(at::kCUDA);
+  was_dtype_ = at::autocast::get_autocast_dtype(at::kCUDA);
+  at::autocast::set_autocast_enabled(at::kCUDA, true);
+  at::autocast::set_autocast_dtype(at::kCUDA, dtype);
+}
+
+ComputeScope::~ComputeScope() {
+  if (!enabled_) return;
+  at::autocast::set_autocast_enabled(at::kCUDA, was_enabled_);
+  at::autocast::set_autocast_dtype(at::kCUDA, was_dtype_);
+  at::autocast::clear_cache();
+}
+
+}  // namespace rlhfd::roles

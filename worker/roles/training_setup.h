@@ -1,0 +1,52 @@
+// What the actor and critic share: the training layout a TrainSpec asks for, its optimiser and
+// update-loop options, and the compute precision of a role's forwards.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "rlhfd/v1/job_spec.pb.h"
+#include "worker/model/transformer.h"
+#include "worker/parallel/communicator.h"
+#include "worker/train/lr_schedule.h"
+#include "worker/train/trained_model.h"
+#include "worker/train/update_loop.h"
+
+namespace rlhfd::roles {
+
+// One process (a pool of one), ZeRO-2 (zero_stage 1 or 2) or ZeRO-3 over `pool`, which must
+// outlive the model.
+std::unique_ptr<train::TrainedModel> MakeTrainedModel(model::Transformer module,
+                                                      const v1::TrainSpec& train,
+                                                      parallel::Communicator& pool);
+
+// Optimiser steps one RL step takes: mini-batches per step times PPO epochs.
+int64_t OptimizerStepsPerRlStep(const v1::JobSpec& spec, const v1::TrainSpec& train);
+
+// The loop of one update: per-replica mini-batches of ppo_mini_batch_size x n / dp responses,
+// micro-batches by count or token budget (packed forwards), the schedule from `first_step`.
+train::UpdateLoopOptions UpdateLoopOptionsOf(const v1::JobSpec& spec, const v1::TrainSpec& train,
+                                             int replicas, int64_t rl_step,
+                                             const train::LrSchedule* schedule,
+                                             int64_t first_step);
+
+// The dtype a role's weights are loaded in: float32 on the CPU; on a GPU float32 masters for
+// roles that train, model.dtype for frozen ones.
+at::ScalarType WeightDtype(const v1::JobSpec& spec, const at::Device& device, bool trains);
+
+// Autocast to model.dtype for the scope on a GPU (float32 weights computing in bf16, as verl's
+// FSDP mixed precision); nothing on the CPU.
+class ComputeScope {
+ public:
+  ComputeScope(const v1::JobSpec& spec, const at::Device& device);
+  ~ComputeScope();
+  ComputeScope(const ComputeScope&) = delete;
+  ComputeScope& operator=(const ComputeScope&) = delete;
+
+ private:
+  bool enabled_ = false;
+  bool was_enabled_ = false;
+  at::ScalarType was_dtype_ = at::kBFloat16;
+};
+
+}  // namespace rlhfd::roles

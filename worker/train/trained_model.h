@@ -1,0 +1,84 @@
+// What the updates train: a module, how one mini-batch's gradients become a step, and the
+// data-parallel replicas it is one of. One interface for every training layout: LocalModel here
+// (one process), ReplicatedModel (ZeRO-2) and FullyShardedModel (ZeRO-3) in worker/parallel.
+//
+// Data parallelism: every replica runs the same number of mini-batches, each over its own rows;
+// the update loop sums each mini-batch's loss denominators over the replicas, so every replica's
+// loss is its share of the global mini-batch's loss, and FinishStep sums the replicas' gradients.
+// A collective that fails (a peer lost, a timeout) is a Status, never an exception.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/model/transformer.h"
+#include "worker/train/optimizer.h"
+
+namespace rlhfd::train {
+
+enum class ReplicaReduce { kSum, kMax };
+
+class TrainedModel {
+ public:
+  virtual ~TrainedModel() = default;
+
+  // The module forwards run through.
+  virtual model::Transformer& module() = 0;
+  // Before a mini-batch's first forward, or a run of forwards without a step.
+  virtual absl::Status BeginStep() { return absl::OkStatus(); }
+  // After a run of forwards that ends without a step (log-probs, values).
+  virtual void EndForwards() {}
+  // After its last backward: the gradients summed over the replicas, clipped by their global
+  // norm (max_norm > 0), one AdamW step with `lr`. Returns the norm before clipping; on an error
+  // the gradients are dropped and the parameters are unchanged.
+  virtual absl::StatusOr<double> FinishStep(double lr, double max_norm) = 0;
+  virtual void ZeroGrad() = 0;
+  // The first collective failure inside a forward or backward since the last call; clears it.
+  virtual absl::Status TakeStatus() { return absl::OkStatus(); }
+
+  // Data-parallel replicas training together (1: this one alone).
+  virtual int replicas() const { return 1; }
+  // Reduces `values` over the replicas in place (every replica calls it with as many values).
+  virtual absl::Status ReduceOverReplicas(std::vector<double>& values, ReplicaReduce op) {
+    return absl::OkStatus();
+  }
+  // Whether every replica must run the same number of forwards (the layout gathers parameters
+  // inside them): the loop then pads short replicas with forwards that count nothing.
+  virtual bool lockstep_forwards() const { return false; }
+
+  // Everything this rank's training state is, as tensors that alias it (parameters or their
+  // shards, optimiser moments, step counts), by name: a checkpoint writes them and a load copies
+  // into them, which restores training bitwise.
+  using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+  virtual NamedTensors StateTensors() = 0;
+};
+
+// The module's parameters by name, then `optimizer`'s state under "optimizer.".
+TrainedModel::NamedTensors ModuleAndOptimizerState(model::Transformer& module,
+                                                   const AdamW& optimizer);
+
+// One process: the module and AdamW over its parameters.
+class LocalModel final : public TrainedModel {
+ public:
+  LocalModel(model::Transformer module, AdamWOptions options)
+      : module_(std::move(module)), optimizer_(module_->parameters(), options) {}
+
+  model::Transformer& module() override { return module_; }
+  absl::StatusOr<double> FinishStep(double lr, double max_norm) override {
+    const double norm = optimizer_.ClipGradNorm(max_norm);
+    optimizer_.Step(lr);
+    return norm;
+  }
+  void ZeroGrad() override { optimizer_.ZeroGrad(); }
+  NamedTensors StateTensors() override { return ModuleAndOptimizerState(module_, optimizer_); }
+  AdamW& optimizer() { return optimizer_; }
+
+ private:
+  model::Transformer module_;
+  AdamW optimizer_;
+};
+
+}  // namespace rlhfd::train
