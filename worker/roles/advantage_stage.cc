@@ -81,8 +81,9 @@ absl::StatusOr<v1::AdvantageReply> ComputeAdvantages(const v1::JobSpec& spec,
     input.values = all_values;
   }
   const int64_t n = spec.roles().actor().rollout().n();
-  input.group = at::arange(batch.total_rows(), at::TensorOptions().dtype(at::kLong)
-                                                   .device(mask.device())) / n;
+  input.group = at::arange(batch.total_rows(),
+                           at::TensorOptions().dtype(at::kLong).device(mask.device()))
+                    .div(n, "floor");
   input.gamma = algorithm.gamma();
   input.lam = algorithm.lam();
   input.norm_adv_by_std = algorithm.norm_adv_by_std_in_grpo();

@@ -628,6 +628,7 @@ void RoleHost::LoadCheckpoint(const v1::CheckpointRequest& request, absl::Durati
           reply.set_optimizer_steps(steps);
         } else {
           job->critic->set_optimizer_steps(steps);
+          reply.set_critic_optimizer_steps(steps);
         }
         reply.set_path(RankDirectory(request.directory(), step, role, position));
       }

@@ -1,0 +1,96 @@
+// A job's stages over its workers, as the driver runs them: start (rendezvous through rank 0's
+// bootstrap), one RL step (generate → moves → old/ref log-probs, values, rewards → advantages →
+// updates), validation, checkpoints, dumps and the end. Each stage fans out to its pool's ranks
+// at once and waits for all of them; tensors stay on the workers. No LibTorch: the controller's
+// driver uses it, tests drive it against in-process or real workers.
+//
+// Blocking: call it from a thread of its own, never from an event loop.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/roles/stage_service.h"
+#include "rlhfd/v1/job_spec.pb.h"
+#include "rlhfd/v1/worker_service.pb.h"
+
+namespace rlhfd::roles {
+
+using Metrics = std::map<std::string, double>;
+
+struct JobStagesOptions {
+  absl::Duration stage_deadline = absl::Minutes(30);  // each stage call
+  absl::Duration start_deadline = absl::Minutes(10);  // StartJob: loading models, rendezvous
+  int64_t communicator_timeout_ms = 300000;
+  bool nccl = false;  // GPU workers: NCCL; else sockets
+};
+
+// One step's batch.
+struct StepPlan {
+  int64_t step = 1;
+  std::vector<v1::PromptRow> prompts;
+  uint64_t seed = 1;
+  double kl_coef = 0;  // the KL coefficient in the reward (the driver's controller keeps it)
+};
+
+struct ValidationResult {
+  std::vector<double> scores;  // per response, prompt-major
+  std::vector<std::string> responses;
+  Metrics metrics;             // val/score/mean, val/response_length/mean
+};
+
+class JobStages {
+ public:
+  // `ranks[r]` serves world rank r and outlives this object.
+  JobStages(std::string job_id, v1::JobSpec spec, std::vector<StageService*> ranks,
+            JobStagesOptions options = {});
+
+  // PrepareJob on rank 0, then StartJob on every rank at once. `total_steps` sizes the
+  // learning-rate schedules.
+  absl::Status Start(int64_t total_steps);
+  // One RL step; metrics in verl's names (actor/pg_loss, critic/score/mean, timing_s/gen, ...).
+  absl::StatusOr<Metrics> RunStep(const StepPlan& plan);
+  // Generates for `prompts` with rollout.val_kwargs and scores them; `step` keys the call.
+  absl::StatusOr<ValidationResult> Validate(int64_t step, const std::vector<v1::PromptRow>& prompts,
+                                            uint64_t seed);
+  // Every rank saves step `step`, then rank 0 commits it as `latest`.
+  absl::Status SaveCheckpoint(const std::string& directory, int64_t step, bool export_huggingface);
+  // Every rank loads `step` (0: latest); returns the step loaded.
+  absl::StatusOr<int64_t> LoadCheckpoint(const std::string& directory, int64_t step);
+  // Every rank holding rows of `step` writes them under `directory`; the paths written.
+  absl::StatusOr<std::vector<std::string>> DumpBatch(int64_t step, const std::string& directory);
+  // EndJob on every rank (errors are logged, not returned: a rank may be gone).
+  void End();
+
+  const std::vector<v1::PoolAssignment>& pools() const { return pools_; }
+  int world_size() const { return static_cast<int>(ranks_.size()); }
+  int64_t actor_optimizer_steps() const { return actor_optimizer_steps_; }
+
+ private:
+  // Calls `method` on each rank of `ranks` at once with `make(rank, position)`; the replies in
+  // the same order, or the first failure, naming its rank.
+  template <typename Request, typename Reply>
+  absl::StatusOr<std::vector<Reply>> FanOut(
+      const std::vector<int>& ranks,
+      void (StageService::*method)(const Request&, absl::Duration, StageDone<Reply>),
+      const std::function<Request(int rank, int position)>& make, absl::Duration deadline);
+  std::vector<int> RanksOf(const std::string& role) const;
+  v1::StageKey Key(int64_t step, const std::string& stage) const;
+  // Moves `tensors` of the step from one pool to another (nothing when they share their ranks).
+  absl::Status Move(int64_t step, const std::vector<std::string>& tensors, const std::string& from,
+                    const std::string& to, Metrics& metrics);
+
+  std::string job_id_;
+  v1::JobSpec spec_;
+  std::vector<StageService*> ranks_;
+  JobStagesOptions options_;
+  std::vector<v1::PoolAssignment> pools_;
+  int64_t total_rows_ = 0, prompt_length_ = 0, response_length_ = 0;
+  int64_t actor_optimizer_steps_ = 0, critic_optimizer_steps_ = 0;
+};
+
+}  // namespace rlhfd::roles

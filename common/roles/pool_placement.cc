@@ -1,0 +1,48 @@
+#include "common/roles/pool_placement.h"
+
+#include <algorithm>
+
+namespace rlhfd::roles {
+
+std::vector<v1::PoolAssignment> PlacePools(const v1::JobSpec& spec) {
+  const v1::RolesSpec& roles = spec.roles();
+  const bool colocated = spec.placement() == v1::PLACEMENT_COLOCATED;
+  std::vector<v1::PoolAssignment> pools;
+  int next = 0;
+  const auto add = [&](const char* role, int gpus) {
+    v1::PoolAssignment pool;
+    pool.set_role(role);
+    const int first = colocated ? 0 : next;
+    for (int i = 0; i < gpus; ++i) pool.add_ranks(first + i);
+    if (!colocated) next += gpus;
+    pools.push_back(std::move(pool));
+  };
+  const int actor = std::max(1, roles.actor().gpus());
+  add("actor", actor);
+  if (roles.has_critic()) add("critic", colocated ? actor : std::max(1, roles.critic().gpus()));
+  if (roles.has_reference()) {
+    add("reference", colocated ? actor : std::max(1, roles.reference().gpus()));
+  }
+  if (!roles.reward().model().empty()) {
+    add("reward", colocated ? actor : std::max(1, roles.reward().gpus()));
+  }
+  return pools;
+}
+
+int WorldSize(const std::vector<v1::PoolAssignment>& pools) {
+  int size = 0;
+  for (const v1::PoolAssignment& pool : pools) {
+    for (int rank : pool.ranks()) size = std::max(size, rank + 1);
+  }
+  return size;
+}
+
+const v1::PoolAssignment* FindPool(const std::vector<v1::PoolAssignment>& pools,
+                                   const std::string& role) {
+  for (const v1::PoolAssignment& pool : pools) {
+    if (pool.role() == role) return &pool;
+  }
+  return nullptr;
+}
+
+}  // namespace rlhfd::roles

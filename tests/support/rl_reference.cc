@@ -1,0 +1,229 @@
+#include "tests/support/rl_reference.h"
+
+#include <ATen/ATen.h>
+#include <catch2/catch.hpp>
+
+#include "worker/model/model_loader.h"
+#include "worker/model/state_dict.h"
+#include "worker/train/advantage.h"
+#include "worker/train/critic_update.h"
+#include "worker/train/losses.h"
+#include "worker/train/lr_schedule.h"
+#include "worker/train/policy_update.h"
+#include "worker/train/trained_model.h"
+
+namespace rlhfd::testing {
+namespace {
+
+model::Transformer MustLoad(const std::string& dir, model::HeadNeed head, bool fresh_head,
+                            uint64_t seed) {
+  model::LoadOptions options;
+  options.head = head;
+  options.fresh_score_head = fresh_head;
+  options.seed = seed;
+  options.max_sequence_length = model::LoadOptions::kNoForward;
+  auto loaded = model::LoadModel(dir, options);
+  REQUIRE(loaded.ok());
+  return *loaded;
+}
+
+at::Tensor Pad(const at::Tensor& per_token, int64_t prompt_length) {
+  return at::constant_pad_nd(per_token, {prompt_length - 1, 0});
+}
+
+train::UpdateLoopOptions Loop(const v1::JobSpec& spec, const v1::TrainSpec& train, int64_t step,
+                              const train::LrSchedule& schedule, int64_t first_step) {
+  train::UpdateLoopOptions loop;
+  loop.mini_batch = int64_t{train.ppo_mini_batch_size()} * spec.roles().actor().rollout().n();
+  loop.epochs = train.ppo_epochs();
+  loop.seed = spec.trainer().seed() * 1000003 + step;
+  loop.micro.micro_batch = train.ppo_micro_batch_size_per_gpu();
+  loop.micro.packed = true;
+  loop.grad_clip = train.grad_clip();
+  loop.lr = train.lr();
+  loop.schedule = &schedule;
+  loop.first_optimizer_step = first_step;
+  loop.loss_horizon = spec.data().max_response_length();
+  return loop;
+}
+
+int64_t StepsPerRlStep(const v1::JobSpec& spec, const v1::TrainSpec& train) {
+  return (spec.data().train_batch_size() / train.ppo_mini_batch_size()) * train.ppo_epochs();
+}
+
+int64_t ScheduleLength(const v1::JobSpec& spec, const v1::TrainSpec& train) {
+  return std::max<int64_t>(1, spec.trainer().total_steps()) * StepsPerRlStep(spec, train);
+}
+
+train::AdamWOptions Adam(const v1::TrainSpec& train) {
+  return {.beta1 = train.adam_beta1(), .beta2 = train.adam_beta2(), .eps = 1e-8,
+          .weight_decay = train.weight_decay()};
+}
+
+}  // namespace
+
+StepTensors MergeDumps(const std::vector<std::string>& paths) {
+  std::map<std::string, std::vector<at::Tensor>> parts;
+  for (const std::string& path : paths) {
+    auto dump = model::StateDict::Load(path);
+    REQUIRE(dump.ok());
+    for (const std::string& name : dump->names()) parts[name].push_back(dump->Get(name)->clone());
+  }
+  StepTensors merged;
+  for (auto& [name, list] : parts) merged.tensors[name] = at::cat(list);
+  const at::Tensor& ids = merged.tensors.at("input_ids");
+  const int64_t response_length = merged.tensors.at("response_mask").size(1);
+  merged.prompt_length = ids.size(1) - response_length;
+  return merged;
+}
+
+ReferenceModels LoadReferenceModels(const v1::JobSpec& spec) {
+  ReferenceModels models;
+  const uint64_t seed = static_cast<uint64_t>(spec.trainer().seed());
+  models.actor = MustLoad(spec.model().path(), model::HeadNeed::kCausalLm, false, seed);
+  if (spec.roles().has_critic()) {
+    const std::string dir = spec.roles().critic().model_path().empty()
+                                ? spec.model().path()
+                                : spec.roles().critic().model_path();
+    models.critic = MustLoad(dir, model::HeadNeed::kScore, true, seed);
+  }
+  if (spec.roles().has_reference()) {
+    models.reference = MustLoad(spec.model().path(), model::HeadNeed::kCausalLm, false, seed);
+  }
+  if (!spec.roles().reward().model().empty()) {
+    models.reward = MustLoad(spec.roles().reward().model(), model::HeadNeed::kScore, false, seed);
+  }
+  return models;
+}
+
+StepTensors ReferenceForwards(const v1::JobSpec& spec, ReferenceModels& models,
+                              const StepTensors& generated, double kl_coef,
+                              const at::Tensor& given_scores) {
+  at::NoGradGuard no_grad;
+  StepTensors out = generated;
+  auto& t = out.tensors;
+  const at::Tensor ids = t.at("input_ids"), mask = t.at("attention_mask");
+  const at::Tensor response_mask = t.at("response_mask");
+  const int64_t p = generated.prompt_length, r = response_mask.size(1);
+  // Log-probs from full logits: position j predicts token j + 1.
+  const auto log_probs = [&](model::Transformer& model) {
+    const at::Tensor logits = model->Logits(model->Hidden({.input_ids = ids, .attention_mask = mask}));
+    const at::Tensor all = at::log_softmax(logits.narrow(1, 0, ids.size(1) - 1).to(at::kDouble), -1)
+                               .gather(-1, ids.narrow(1, 1, ids.size(1) - 1).unsqueeze(-1))
+                               .squeeze(-1);
+    return (all.narrow(1, p - 1, r) * response_mask).to(at::kFloat);
+  };
+  t["old_log_probs"] = log_probs(models.actor);
+  if (models.reference) t["ref_log_probs"] = log_probs(models.reference);
+  if (models.critic) {
+    const at::Tensor values =
+        models.critic->Scores(models.critic->Hidden({.input_ids = ids, .attention_mask = mask}))
+            .squeeze(-1);
+    t["values"] = (values.narrow(1, p - 1, r) * response_mask).to(at::kFloat);
+  }
+  at::Tensor scores = given_scores;
+  if (!scores.defined()) {
+    const at::Tensor hidden = models.reward->Hidden({.input_ids = ids, .attention_mask = mask});
+    const at::Tensor last = (at::arange(mask.size(1)).unsqueeze(0) * mask).argmax(1);
+    scores = models.reward->Scores(hidden.index({at::arange(ids.size(0)), last})).select(-1, 0);
+  }
+  t["scores"] = scores.to(at::kFloat);
+  const at::Tensor lengths = response_mask.sum(1).to(at::kLong);
+  at::Tensor token_rewards = at::zeros_like(response_mask);
+  for (int64_t row = 0; row < ids.size(0); ++row) {
+    const int64_t length = lengths[row].item<int64_t>();
+    if (length > 0) token_rewards[row][length - 1] = t["scores"][row];
+  }
+  const v1::AlgorithmSpec& algorithm = spec.algorithm();
+  if (algorithm.kl().mode() == v1::KL_MODE_IN_REWARD) {
+    token_rewards = token_rewards -
+                    kl_coef * train::KlEstimate(t["old_log_probs"], t["ref_log_probs"],
+                                                algorithm.kl().estimator()) *
+                        response_mask;
+  }
+  t["token_rewards"] = token_rewards;
+  train::AdvantageInput input;
+  input.token_rewards = token_rewards;
+  input.mask = response_mask;
+  if (t.count("values")) input.values = t["values"];
+  input.group = at::arange(ids.size(0)).div(spec.roles().actor().rollout().n(), "floor");
+  input.gamma = algorithm.gamma();
+  input.lam = algorithm.lam();
+  input.norm_adv_by_std = algorithm.norm_adv_by_std_in_grpo();
+  auto estimator = train::MakeAdvantageEstimator(algorithm.adv_estimator());
+  REQUIRE(estimator.ok());
+  auto advantages = (*estimator)->Compute(input);
+  REQUIRE(advantages.ok());
+  t["advantages"] = advantages->advantages.to(at::kFloat);
+  t["returns"] = advantages->returns.to(at::kFloat);
+  return out;
+}
+
+void ReferenceUpdates(const v1::JobSpec& spec, ReferenceModels& models, const StepTensors& step,
+                      int64_t rl_step) {
+  const auto& t = step.tensors;
+  const int64_t p = step.prompt_length;
+  const v1::AlgorithmSpec& algorithm = spec.algorithm();
+  if (models.critic) {
+    const v1::TrainSpec& train = spec.roles().critic().train();
+    if (!models.critic_training) {
+      models.critic_training = std::make_shared<train::LocalModel>(models.critic, Adam(train));
+    }
+    const train::LrSchedule schedule(train, ScheduleLength(spec, train));
+    train::CriticUpdateBatch batch{.input_ids = t.at("input_ids"),
+                                   .attention_mask = t.at("attention_mask"),
+                                   .response_mask = Pad(t.at("response_mask"), p),
+                                   .old_values = Pad(t.at("values"), p),
+                                   .returns = Pad(t.at("returns"), p)};
+    train::CriticUpdateOptions options;
+    options.loop = Loop(spec, train, rl_step, schedule, (rl_step - 1) * StepsPerRlStep(spec, train));
+    options.value_clip = train.cliprange_value();
+    options.aggregation = algorithm.loss_agg_mode();
+    REQUIRE(train::UpdateCritic(*models.critic_training, batch, options).ok());
+  }
+  if (rl_step > spec.trainer().critic_warmup()) {
+    const v1::TrainSpec& train = spec.roles().actor().train();
+    if (!models.actor_training) {
+      models.actor_training = std::make_shared<train::LocalModel>(models.actor, Adam(train));
+    }
+    const train::LrSchedule schedule(train, ScheduleLength(spec, train));
+    const bool kl_loss = algorithm.kl().mode() == v1::KL_MODE_LOSS && algorithm.kl().coef() > 0;
+    train::PolicyUpdateBatch batch{.input_ids = t.at("input_ids"),
+                                   .attention_mask = t.at("attention_mask"),
+                                   .response_mask = Pad(t.at("response_mask"), p),
+                                   .old_log_probs = Pad(t.at("old_log_probs"), p),
+                                   .advantages = Pad(t.at("advantages"), p),
+                                   .ref_log_probs = kl_loss ? Pad(t.at("ref_log_probs"), p)
+                                                            : at::Tensor()};
+    train::PolicyUpdateOptions options;
+    options.loop = Loop(spec, train, rl_step, schedule, (rl_step - 1) * StepsPerRlStep(spec, train));
+    options.policy = {.clip_ratio_low = algorithm.clip_ratio_low(),
+                      .clip_ratio_high = algorithm.clip_ratio_high(),
+                      .clip_ratio_c = algorithm.clip_ratio_c(),
+                      .aggregation = algorithm.loss_agg_mode()};
+    options.entropy_coeff = algorithm.entropy_coeff();
+    options.kl_coef = kl_loss ? algorithm.kl().coef() : 0.0;
+    options.kl_estimator = algorithm.kl().estimator();
+    REQUIRE(train::UpdatePolicy(*models.actor_training, batch, options).ok());
+  }
+}
+
+double LargestDifference(const std::map<std::string, at::Tensor>& a,
+                         const std::map<std::string, at::Tensor>& b,
+                         const std::vector<std::string>& names) {
+  double worst = 0;
+  for (const std::string& name : names) {
+    INFO(name);
+    REQUIRE(a.count(name));
+    REQUIRE(b.count(name));
+    REQUIRE(a.at(name).sizes() == b.at(name).sizes());
+    const double difference = (a.at(name).to(at::kDouble) - b.at(name).to(at::kDouble))
+                                  .abs()
+                                  .max()
+                                  .item<double>();
+    worst = std::max(worst, difference);
+  }
+  return worst;
+}
+
+}  // namespace rlhfd::testing
