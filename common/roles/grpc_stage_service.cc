@@ -55,6 +55,13 @@ class GrpcStageService final : public StageService {
 
 std::unique_ptr<StageService> MakeGrpcStageService(std::shared_ptr<grpc::Channel> channel,
                                                    std::string token) {
+  // In a process without a gRPC server, callback calls run on a completion queue that gRPC
+  // 1.51 tears down when the last channel that used it goes and builds again for the next, and
+  // that cycle races its thread (an abort in grpc_cq_internal_unref). A driver drops and makes
+  // clients as workers come and go, so the first channel is kept for the life of the process
+  // and the queue with it.
+  static const std::shared_ptr<grpc::Channel> kept = channel;
+  (void)kept;
   return std::make_unique<GrpcStageService>(std::move(channel), std::move(token));
 }
 

@@ -84,7 +84,14 @@ absl::StatusOr<std::string> ResolveClientToken(const std::string& token,
 }
 
 void AttachToken(grpc::ClientContext* context, const std::string& token) {
-  context->AddMetadata("authorization", absl::StrCat(kBearerPrefix, token));
+  // gRPC aborts the process on a header value outside printable ASCII, so a token read from a
+  // file with a newline (or worse) is trimmed, and one that still is not a header value is not
+  // sent: the server then answers UNAUTHENTICATED, which says what to fix.
+  const absl::string_view trimmed = absl::StripAsciiWhitespace(token);
+  for (char c : trimmed) {
+    if (c < 0x20 || c > 0x7E) return;
+  }
+  context->AddMetadata("authorization", absl::StrCat(kBearerPrefix, trimmed));
 }
 
 grpc::Status CheckToken(const grpc::ServerContextBase& context, const std::string& expected) {

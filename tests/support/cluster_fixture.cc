@@ -36,7 +36,9 @@ LocalCluster::LocalCluster(LocalClusterBinaries binaries, absl::Duration heartbe
       state_dir_(dir_.path() + "/state") {}
 
 LocalCluster::~LocalCluster() {
-  for (auto& worker : workers_) worker->Stop(SIGKILL, absl::Seconds(5));
+  for (auto& worker : workers_) {
+    if (worker) worker->Stop(SIGKILL, absl::Seconds(5));
+  }
   if (controller_) controller_->Stop(SIGKILL, absl::Seconds(5));
 }
 
@@ -74,11 +76,28 @@ size_t LocalCluster::StartWorker(const std::string& worker_id) {
                                    "--worker_id=" + (worker_id.empty()
                                                          ? absl::StrCat("cpu-worker-", index)
                                                          : worker_id),
-                                   "--rpc_timeout=2s"};
+                                   "--rpc_timeout=2s",
+                                   absl::StrCat("--port_file=", dir_.path(), "/worker", index,
+                                                ".port")};
   argv.insert(argv.end(), client_flags_.begin(), client_flags_.end());
-  workers_.push_back(
-      std::make_unique<Subprocess>(argv, absl::StrCat(dir_.path(), "/worker", index, ".log")));
+  worker_argv_.push_back(argv);
+  worker_starts_.push_back(0);
+  workers_.push_back(nullptr);
+  RestartWorker(index);
   return index;
+}
+
+void LocalCluster::RestartWorker(size_t index) {
+  (void)RemoveTree(absl::StrCat(dir_.path(), "/worker", index, ".port"));
+  workers_.at(index) = std::make_unique<Subprocess>(
+      worker_argv_.at(index),
+      absl::StrCat(dir_.path(), "/worker", index, ".", ++worker_starts_.at(index), ".log"));
+}
+
+int LocalCluster::WorkerPort(size_t index) {
+  const std::string path = absl::StrCat(dir_.path(), "/worker", index, ".port");
+  WaitFor([&] { return ReadPort(path) > 0 || !workers_.at(index)->running(); }, absl::Seconds(20));
+  return ReadPort(path);
 }
 
 CommandResult LocalCluster::Ctl(const std::vector<std::string>& args) const {

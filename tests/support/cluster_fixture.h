@@ -37,6 +37,10 @@ class LocalCluster {
 
   // Starts a CPU worker (id cpu-worker-<index> unless given); returns its index.
   size_t StartWorker(const std::string& worker_id = "");
+  // Starts worker `index` again (after it exited or was killed), with the same id.
+  void RestartWorker(size_t index);
+  // The port worker `index` serves on, once it is up (0 if it is not within 20 s).
+  int WorkerPort(size_t index);
   Subprocess& worker(size_t index) { return *workers_.at(index); }
 
   // Runs rlhfctl with this cluster's address and token plus `args`.
@@ -60,6 +64,8 @@ class LocalCluster {
   int controller_starts_ = 0;
   std::unique_ptr<Subprocess> controller_;
   std::vector<std::unique_ptr<Subprocess>> workers_;
+  std::vector<std::vector<std::string>> worker_argv_;
+  std::vector<int> worker_starts_;
 };
 
 }  // namespace rlhfd::testing

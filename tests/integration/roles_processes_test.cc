@@ -1,0 +1,286 @@
+// The RL stages through real rlhfd-worker processes on loopback, driven over gRPC by the stage
+// client the controller uses (no LibTorch on that side): PPO and GRPO steps equal one process;
+// kill -9 of every worker after a save, then restart, load and step equals the uninterrupted
+// run bitwise; a save cut short by a kill is never loaded; a worker killed mid-step makes every
+// rank fail within the collective timeout; a reward server answering garbage is an error.
+#include <ATen/ATen.h>
+#include <catch2/catch.hpp>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/roles/job_stages.h"
+#include "common/roles/pool_placement.h"
+#include "common/roles/stage_service.h"
+#include "common/rpc/auth.h"
+#include "common/rpc/grpc_options.h"
+#include "common/util/files.h"
+#include "tests/roles/step_check.h"
+#include "tests/support/cluster_fixture.h"
+#include "worker/model/state_dict.h"
+
+namespace rlhfd::roles {
+namespace {
+
+using rlhfd::testing::LocalCluster;
+using rlhfd::testing::TempDir;
+using testing::TestPrompts;
+using testing::TestSpec;
+
+// A controller and `count` CPU workers, and a stage client per worker.
+class Workers {
+ public:
+  explicit Workers(int count)
+      : cluster_({RLHFD_CONTROLLER_BIN, RLHFD_WORKER_BIN, RLHFD_CTL_BIN}, absl::Seconds(1),
+                 absl::Seconds(10)) {
+    // One thread per worker: their arithmetic is then the same from run to run (bitwise).
+    setenv("OMP_NUM_THREADS", "1", 1);
+    std::string error;
+    REQUIRE(cluster_.StartController(&error));
+    for (int i = 0; i < count; ++i) cluster_.StartWorker();
+    for (int i = 0; i < count; ++i) Connect(i);
+  }
+
+  std::vector<StageService*> services() {
+    std::vector<StageService*> out;
+    for (auto& service : services_) out.push_back(service.get());
+    return out;
+  }
+  LocalCluster& cluster() { return cluster_; }
+
+  void KillAll() {
+    for (size_t i = 0; i < services_.size(); ++i) cluster_.worker(i).Stop(SIGKILL, absl::Seconds(5));
+  }
+  void RestartAll() {
+    for (size_t i = 0; i < services_.size(); ++i) {
+      cluster_.RestartWorker(i);
+      Connect(static_cast<int>(i));
+    }
+  }
+
+ private:
+  void Connect(int index) {
+    const int port = cluster_.WorkerPort(index);
+    REQUIRE(port > 0);
+    auto channel = MakeChannel(absl::StrCat("127.0.0.1:", port), RpcOptions{});
+    REQUIRE(channel.ok());
+    auto token = ResolveClientToken("", cluster_.state_dir() + "/token");
+    REQUIRE(token.ok());
+    if (services_.size() <= static_cast<size_t>(index)) services_.resize(index + 1);
+    services_[index] = MakeGrpcStageService(*channel, *token);
+  }
+
+  LocalCluster cluster_;
+  std::vector<std::unique_ptr<StageService>> services_;
+};
+
+JobStagesOptions Options() {
+  return {.stage_deadline = absl::Minutes(5), .communicator_timeout_ms = 8000};
+}
+
+TEST_CASE("PPO and GRPO steps through worker processes equal one process", "[roles][processes]") {
+  at::set_num_threads(1);
+  SECTION("PPO (GAE): actor dp 2, critic, reference, reward model") {
+    const v1::JobSpec spec = TestSpec(testing::kPpoJob);
+    Workers workers(WorldSize(PlacePools(spec)));
+    testing::CheckAgainstOneProcess(spec, workers.services(), 4, 2);
+  }
+  SECTION("GRPO, n = 4: actor dp 2, reference, reward model") {
+    const v1::JobSpec spec = TestSpec(testing::kGrpoJob);
+    Workers workers(WorldSize(PlacePools(spec)));
+    testing::CheckAgainstOneProcess(spec, workers.services(), 2, 2);
+  }
+}
+
+// Every tensor of every file under `a` equals its namesake under `b`, bitwise.
+void CheckSameFiles(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    auto left = model::StateDict::Load(a[i]);
+    auto right = model::StateDict::Load(b[i]);
+    REQUIRE(left.ok());
+    REQUIRE(right.ok());
+    REQUIRE(left->names() == right->names());
+    for (const std::string& name : left->names()) {
+      INFO(a[i] << " " << name);
+      CHECK(at::equal(*left->Get(name), *right->Get(name)));
+    }
+  }
+}
+
+std::vector<std::string> StateFiles(const std::string& directory, int64_t step,
+                                    const std::vector<std::string>& roles, int ranks) {
+  std::vector<std::string> files;
+  for (const std::string& role : roles) {
+    for (int rank = 0; rank < ranks; ++rank) {
+      const std::string path =
+          absl::StrCat(directory, "/step_", step, "/", role, "/rank_", rank, "/state.safetensors");
+      if (PathExists(path)) files.push_back(path);
+    }
+  }
+  return files;
+}
+
+TEST_CASE("kill -9 every worker after a save: restarted and loaded, the next step is bitwise "
+          "that of the uninterrupted run",
+          "[roles][processes]") {
+  at::set_num_threads(1);
+  const v1::JobSpec spec = TestSpec(testing::kPpoJob);
+  const int world = WorldSize(PlacePools(spec));
+  const auto plan = [](int64_t step) {
+    return StepPlan{.step = step, .prompts = TestPrompts(4), .seed = 40 + step,
+                    .kl_coef = 0.05};
+  };
+  TempDir dir;
+  std::vector<std::string> uninterrupted_dumps;
+  {
+    Workers workers(world);
+    JobStages job("job-straight", spec, workers.services(), Options());
+    REQUIRE(job.Start(2).ok());
+    REQUIRE(job.RunStep(plan(1)).ok());
+    REQUIRE(job.SaveCheckpoint(dir.path() + "/straight", 1, false).ok());
+    REQUIRE(job.RunStep(plan(2)).ok());
+    auto dumps = job.DumpBatch(2, dir.path() + "/straight-dumps");
+    REQUIRE(dumps.ok());
+    uninterrupted_dumps = *dumps;
+    REQUIRE(job.SaveCheckpoint(dir.path() + "/straight", 2, false).ok());
+    job.End();
+  }
+  Workers workers(world);
+  {
+    JobStages job("job-killed", spec, workers.services(), Options());
+    REQUIRE(job.Start(2).ok());
+    REQUIRE(job.RunStep(plan(1)).ok());
+    REQUIRE(job.SaveCheckpoint(dir.path() + "/killed", 1, false).ok());
+  }
+  workers.KillAll();
+  workers.RestartAll();
+  JobStages job("job-killed", spec, workers.services(), Options());
+  REQUIRE(job.Start(2).ok());
+  auto loaded = job.LoadCheckpoint(dir.path() + "/killed", 0);
+  REQUIRE(loaded.ok());
+  CHECK(*loaded == 1);
+  auto stepped = job.RunStep(plan(2));
+  INFO((stepped.ok() ? "" : std::string(stepped.status().message())));
+  REQUIRE(stepped.ok());
+  auto dumps = job.DumpBatch(2, dir.path() + "/killed-dumps");
+  REQUIRE(dumps.ok());
+  CheckSameFiles(*dumps, uninterrupted_dumps);
+  REQUIRE(job.SaveCheckpoint(dir.path() + "/killed", 2, false).ok());
+  CheckSameFiles(StateFiles(dir.path() + "/killed", 2, {"actor", "critic"}, 2),
+                 StateFiles(dir.path() + "/straight", 2, {"actor", "critic"}, 2));
+  job.End();
+}
+
+TEST_CASE("a save cut short by a kill is never loaded; the one before it is",
+          "[roles][processes]") {
+  at::set_num_threads(1);
+  const v1::JobSpec spec =
+      TestSpec(testing::kGrpoJob, {"placement=colocated", "roles.actor.gpus=1",
+                                   "roles.reference.gpus=1", "roles.reward.gpus=1"});
+  TempDir dir;
+  const std::string checkpoints = dir.path() + "/checkpoints";
+  Workers workers(1);
+  {
+    JobStages job("job-torn", spec, workers.services(), Options());
+    REQUIRE(job.Start(3).ok());
+    REQUIRE(job.RunStep({.step = 1, .prompts = TestPrompts(2), .seed = 1}).ok());
+    REQUIRE(job.SaveCheckpoint(checkpoints, 1, false).ok());
+    REQUIRE(job.RunStep({.step = 2, .prompts = TestPrompts(2), .seed = 2}).ok());
+    // The save of step 2 with a kill racing it.
+    auto saving = std::async(std::launch::async, [&] {
+      return job.SaveCheckpoint(checkpoints, 2, /*export_huggingface=*/true);
+    });
+    workers.KillAll();
+    (void)saving.get();
+  }
+  // `latest` names step 1, or step 2 only if every rank's save of it finished.
+  std::ifstream latest(checkpoints + "/latest");
+  std::string named;
+  std::getline(latest, named);
+  const bool second_committed = named == "step_2";
+  if (!second_committed) CHECK(named == "step_1");
+  if (second_committed) {
+    CHECK(PathExists(checkpoints + "/step_2/actor/rank_0/manifest.json"));
+  }
+  workers.RestartAll();
+  JobStages job("job-torn", spec, workers.services(), Options());
+  REQUIRE(job.Start(3).ok());
+  auto loaded = job.LoadCheckpoint(checkpoints, 0);
+  REQUIRE(loaded.ok());
+  CHECK(*loaded == (second_committed ? 2 : 1));
+  // What was loaded is bitwise what that step saved.
+  REQUIRE(job.SaveCheckpoint(dir.path() + "/again", *loaded, false).ok());
+  CheckSameFiles(StateFiles(dir.path() + "/again", *loaded, {"actor"}, 1),
+                 StateFiles(checkpoints, *loaded, {"actor"}, 1));
+  // A rank's save that did not finish (its manifest missing) is refused by number.
+  (void)RemoveTree(checkpoints + "/step_2/actor/rank_0/manifest.json");
+  auto torn = job.LoadCheckpoint(checkpoints, 2);
+  REQUIRE_FALSE(torn.ok());
+  CHECK_THAT(std::string(torn.status().message()), Catch::Contains("did not finish"));
+  job.End();
+}
+
+TEST_CASE("a worker killed in the middle of a step: every rank fails within the timeout",
+          "[roles][processes]") {
+  at::set_num_threads(1);
+  const v1::JobSpec spec = TestSpec(testing::kPpoJob);
+  Workers workers(WorldSize(PlacePools(spec)));
+  JobStages job("job-peer", spec, workers.services(), Options());
+  REQUIRE(job.Start(1).ok());
+  REQUIRE(job.RunStep({.step = 1, .prompts = TestPrompts(4), .seed = 1, .kl_coef = 0.05}).ok());
+  const absl::Time start = absl::Now();
+  auto step = std::async(std::launch::async, [&] {
+    return job.RunStep({.step = 2, .prompts = TestPrompts(4), .seed = 2, .kl_coef = 0.05});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  workers.cluster().worker(2).Stop(SIGKILL, absl::Seconds(5));  // the critic
+  const absl::StatusOr<Metrics> result = step.get();
+  REQUIRE_FALSE(result.ok());
+  INFO(result.status().message());
+  CHECK(absl::Now() - start < absl::Seconds(60));
+  // The others are alive, answer, and say what happened to the job's communicator.
+  for (int rank : {0, 1, 3, 4}) CHECK(workers.cluster().worker(rank).running());
+  v1::ForwardRequest forward;
+  forward.mutable_key()->set_job_id("job-peer");
+  forward.mutable_key()->set_step(2);
+  forward.mutable_key()->set_stage("after the loss");
+  forward.set_kind(v1::FORWARD_KIND_REF_LOG_PROBS);
+  auto after = CallStage(*workers.services()[3], &StageService::Forward, forward, absl::Seconds(30));
+  CHECK(after.status().code() != absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_CASE("a reward server answering garbage is an error naming it; the worker lives on",
+          "[roles][processes]") {
+  at::set_num_threads(1);
+  TempDir dir;
+  const int port = rlhfd::testing::FreeLoopbackPort();
+  rlhfd::testing::Subprocess server(
+      {"/bin/sh", "-c",
+       absl::StrCat("cd ", dir.path(), " && exec ", RLHFD_PYTHON, " ", RLHFD_REWARD_SERVER, " ",
+                    port, " malformed")},
+      dir.path() + "/server.log");
+  REQUIRE(rlhfd::testing::WaitFor(
+      [&] { return server.ReadLog().find("serving") != std::string::npos; }, absl::Seconds(20)));
+  const std::string url = absl::StrCat("http://127.0.0.1:", port, "/score");
+  const v1::JobSpec spec = TestSpec(
+      testing::kGrpoJob, {"placement=colocated", "roles.actor.gpus=1", "roles.reference.gpus=1",
+                          "~roles.reward.model", "~roles.reward.gpus",
+                          "roles.reward.remote=" + url, "roles.reward.remote_timeout_s=2"});
+  Workers workers(1);
+  JobStages job("job-garbage", spec, workers.services(), Options());
+  REQUIRE(job.Start(1).ok());
+  auto step = job.RunStep({.step = 1, .prompts = TestPrompts(2), .seed = 1});
+  REQUIRE_FALSE(step.ok());
+  CHECK_THAT(std::string(step.status().message()),
+             Catch::Contains(url) && Catch::Contains("not JSON"));
+  CHECK(workers.cluster().worker(0).running());
+  job.End();
+}
+
+}  // namespace
+}  // namespace rlhfd::roles

@@ -1,0 +1,243 @@
+#include "tests/roles/step_check.h"
+
+#include <ATen/ATen.h>
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/config/job_config.h"
+#include "common/roles/pool_placement.h"
+#include "tests/support/subprocess.h"
+#include "worker/model/state_dict.h"
+#include "worker/rollout/engine.h"
+
+namespace rlhfd::roles::testing {
+
+using rlhfd::testing::LargestDifference;
+using rlhfd::testing::StepTensors;
+using rlhfd::testing::TempDir;
+
+namespace {
+
+const std::string kModels = std::string(RLHFD_FIXTURES_DIR) + "/models/";
+
+// PPO with GAE, the KL in the reward, a reward model; split over 5 ranks.
+}  // namespace
+
+const char kPpoJob[] = R"(
+name: roles-ppo
+model: {path: MODELS/tiny-qwen2, dtype: fp32}
+data: {train_files: [unused.jsonl], max_prompt_length: 32, max_response_length: 6,
+       train_batch_size: 4}
+algorithm: {adv_estimator: gae, gamma: 0.95, lam: 0.9,
+            kl: {mode: in_reward, coef: 0.05, estimator: k1}}
+roles:
+  actor:
+    gpus: 2
+    train: {ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 1, lr: 1.0e-5, zero_stage: 2}
+    rollout: {n: 1, temperature: 0, log_prob_micro_batch_size_per_gpu: 2}
+  critic:
+    gpus: 1
+    train: {ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 2, lr: 1.0e-5}
+  reference: {gpus: 1}
+  reward: {model: MODELS/tiny-qwen2-rm, gpus: 1}
+placement: split
+trainer: {total_steps: 2, seed: 7}
+)";
+
+// GRPO, n = 4, the KL as a loss.
+const char kGrpoJob[] = R"(
+name: roles-grpo
+model: {path: MODELS/tiny-qwen2, dtype: fp32}
+data: {train_files: [unused.jsonl], max_prompt_length: 32, max_response_length: 6,
+       train_batch_size: 2}
+algorithm: {adv_estimator: grpo, kl: {mode: loss, coef: 0.01, estimator: k3}}
+roles:
+  actor:
+    gpus: 2
+    train: {ppo_mini_batch_size: 2, ppo_micro_batch_size_per_gpu: 2, lr: 1.0e-5, zero_stage: 2}
+    rollout: {n: 4, temperature: 1.0, log_prob_micro_batch_size_per_gpu: 4}
+  reference: {gpus: 1}
+  reward: {model: MODELS/tiny-qwen2-rm, gpus: 1}
+placement: split
+trainer: {total_steps: 2, seed: 3}
+)";
+
+v1::JobSpec TestSpec(const char* text, const std::vector<std::string>& overrides) {
+  const std::string yaml = absl::StrReplaceAll(text, {{"MODELS/", kModels}});
+  auto spec = config::ParseJobSpec(yaml, "roles_test.yaml", overrides);
+  INFO((spec.ok() ? "" : std::string(spec.status().message())));
+  REQUIRE(spec.ok());
+  return *spec;
+}
+
+std::vector<v1::PromptRow> TestPrompts(int count) {
+  const char* const questions[] = {"What is 3 + 4?", "Name a colour.", "Count to three.",
+                                   "Say hello.", "What is 10 - 7?", "Spell cat."};
+  std::vector<v1::PromptRow> prompts;
+  for (int i = 0; i < count; ++i) {
+    v1::PromptRow row;
+    v1::ChatTurn* turn = row.add_chat();
+    turn->set_role("user");
+    turn->set_content(questions[i % 6]);
+    row.set_ground_truth_json("\"7\"");
+    prompts.push_back(row);
+  }
+  return prompts;
+}
+
+namespace {
+
+std::vector<int> Ranks(const JobStages& job, const std::string& role) {
+  const v1::PoolAssignment* pool = FindPool(job.pools(), role);
+  return pool == nullptr ? std::vector<int>() : std::vector<int>(pool->ranks().begin(), pool->ranks().end());
+}
+
+}  // namespace
+
+StepTensors Dumped(JobStages& job, int64_t step, const std::string& directory) {
+  auto paths = job.DumpBatch(step, directory);
+  REQUIRE(paths.ok());
+  std::vector<std::string> actor_paths;
+  for (int rank : Ranks(job, "actor")) actor_paths.push_back((*paths)[rank]);
+  return rlhfd::testing::MergeDumps(actor_paths);
+}
+
+namespace {
+
+std::map<std::string, at::Tensor> Parameters(model::Transformer& model) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& item : model->named_parameters()) out[item.key()] = item.value().detach();
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, at::Tensor> SavedParameters(const std::string& directory, int64_t step,
+                                                  const std::string& role,
+                                                  const std::map<std::string, at::Tensor>& like) {
+  auto saved = model::StateDict::Load(
+      absl::StrCat(directory, "/step_", step, "/", role, "/rank_0/state.safetensors"));
+  REQUIRE(saved.ok());
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [name, tensor] : like) {
+    auto value = saved->Get(name);
+    REQUIRE(value.ok());
+    out[name] = value->clone();
+  }
+  return out;
+}
+
+namespace {
+
+std::vector<std::string> Names(const std::map<std::string, at::Tensor>& tensors) {
+  std::vector<std::string> names;
+  for (const auto& [name, tensor] : tensors) names.push_back(name);
+  return names;
+}
+
+std::map<std::string, at::Tensor> Cloned(const std::map<std::string, at::Tensor>& tensors) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [name, tensor] : tensors) out[name] = tensor.clone();
+  return out;
+}
+
+// The weights after an update agree within 1e-5, and (so that says something at a small
+// learning rate) the updates themselves agree to 0.1% of their norm. AdamW's first steps move
+// each weight by about lr whatever its gradient, so an element whose gradient is within float
+// noise of zero moves either way: the norm, not each element, carries the 0.1%.
+void CheckUpdate(const std::map<std::string, at::Tensor>& before,
+                 const std::map<std::string, at::Tensor>& ours,
+                 const std::map<std::string, at::Tensor>& expected) {
+  CHECK(LargestDifference(ours, expected, Names(expected)) < 1e-5);
+  double difference = 0, update = 0;
+  for (const auto& [name, tensor] : expected) {
+    const at::Tensor theirs = (tensor - before.at(name)).to(at::kDouble);
+    difference += (ours.at(name).to(at::kDouble) - tensor.to(at::kDouble)).pow(2).sum().item<double>();
+    update += theirs.pow(2).sum().item<double>();
+  }
+  INFO("update norm " << std::sqrt(update) << ", difference norm " << std::sqrt(difference));
+  CHECK(std::sqrt(update) > 1e-4);
+  CHECK(std::sqrt(difference) < 1e-3 * std::sqrt(update));
+}
+
+}  // namespace
+
+double StepKlCoefficient(const v1::JobSpec& spec) {
+  return spec.algorithm().kl().mode() == v1::KL_MODE_IN_REWARD ? spec.algorithm().kl().coef() : 0;
+}
+
+void CheckAgainstOneProcess(const v1::JobSpec& spec, const std::vector<StageService*>& services,
+                            int prompts, int steps) {
+  JobStages job("job-test", spec, services, {.stage_deadline = absl::Minutes(5)});
+  REQUIRE(job.Start(spec.trainer().total_steps()).ok());
+  rlhfd::testing::ReferenceModels reference = rlhfd::testing::LoadReferenceModels(spec);
+  TempDir dir;
+  for (int64_t step = 1; step <= steps; ++step) {
+    INFO("step " << step);
+    StepPlan plan{.step = step, .prompts = TestPrompts(prompts), .seed = 100 + step,
+                  .kl_coef = StepKlCoefficient(spec)};
+    auto metrics = job.RunStep(plan);
+    INFO((metrics.ok() ? "" : std::string(metrics.status().message())));
+    REQUIRE(metrics.ok());
+    CHECK(metrics->count("timing_s/step"));
+    CHECK(metrics->count("actor/pg_loss"));
+    const StepTensors ours = Dumped(job, step, dir.path() + "/dumps");
+    // The rollout: greedy responses are those of one engine over all prompts; sampled ones
+    // are taken as the workers drew them (their seeds do not depend on the layout, but a
+    // batch's arithmetic may).
+    if (spec.roles().actor().rollout().temperature() == 0) {
+      auto engine = rollout::GenerationEngine::Create(reference.actor, {});
+      REQUIRE(engine.ok());
+      const at::Tensor ids = ours.tensors.at("input_ids");
+      const at::Tensor mask = ours.tensors.at("attention_mask");
+      std::vector<rollout::GenerationRequest> requests;
+      const int64_t p = ours.prompt_length;
+      for (int64_t row = 0; row < ids.size(0); ++row) {
+        const int64_t length = mask[row].narrow(0, 0, p).sum().item<int64_t>();
+        const at::Tensor prompt = ids[row].narrow(0, p - length, length).contiguous();
+        rollout::GenerationRequest request;
+        request.prompt_ids.assign(prompt.data_ptr<int64_t>(), prompt.data_ptr<int64_t>() + length);
+        request.sampling.temperature = 0;
+        request.sampling.max_new_tokens = spec.data().max_response_length();
+        requests.push_back(std::move(request));
+      }
+      auto results = (*engine)->Generate(requests);
+      REQUIRE(results.ok());
+      for (int64_t row = 0; row < ids.size(0); ++row) {
+        const std::vector<int64_t>& expected = (*results)[row].samples[0].token_ids;
+        const int64_t length = ours.tensors.at("response_mask")[row].sum().item<int64_t>();
+        REQUIRE(length == static_cast<int64_t>(expected.size()));
+        CHECK(at::equal(ids[row].narrow(0, p, length), at::tensor(expected, at::kLong)));
+      }
+    }
+    const StepTensors expected = rlhfd::testing::ReferenceForwards(spec, reference, ours, plan.kl_coef);
+    std::vector<std::string> compared = {"old_log_probs", "scores", "token_rewards", "advantages",
+                                         "returns"};
+    if (spec.roles().has_reference()) compared.push_back("ref_log_probs");
+    if (spec.roles().has_critic()) compared.push_back("values");
+    const double difference = LargestDifference(ours.tensors, expected.tensors, compared);
+    CHECK(difference < 1e-5);
+    // The advantages are not all zero: the comparison says something.
+    CHECK(expected.tensors.at("advantages").abs().max().item<double>() > 1e-3);
+
+    const auto actor_before = Cloned(Parameters(reference.actor));
+    const auto critic_before =
+        reference.critic ? Cloned(Parameters(reference.critic)) : std::map<std::string, at::Tensor>();
+    rlhfd::testing::ReferenceUpdates(spec, reference, expected, step);
+    REQUIRE(job.SaveCheckpoint(dir.path() + "/checkpoints", step, false).ok());
+    const auto actor = Parameters(reference.actor);
+    CheckUpdate(actor_before, SavedParameters(dir.path() + "/checkpoints", step, "actor", actor),
+                actor);
+    if (reference.critic) {
+      const auto critic = Parameters(reference.critic);
+      CheckUpdate(critic_before,
+                  SavedParameters(dir.path() + "/checkpoints", step, "critic", critic), critic);
+    }
+  }
+  job.End();
+}
+
+}  // namespace rlhfd::roles::testing
