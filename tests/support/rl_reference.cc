@@ -38,7 +38,7 @@ train::UpdateLoopOptions Loop(const v1::JobSpec& spec, const v1::TrainSpec& trai
   loop.epochs = train.ppo_epochs();
   loop.seed = spec.trainer().seed() * 1000003 + step;
   loop.micro.micro_batch = train.ppo_micro_batch_size_per_gpu();
-  loop.micro.packed = true;
+  loop.micro.packed = false;
   loop.grad_clip = train.grad_clip();
   loop.lr = train.lr();
   loop.schedule = &schedule;

@@ -106,26 +106,55 @@ absl::StatusOr<model::Transformer> ActorRole::WeightsIn(at::ScalarType dtype) {
   }
   try {
     at::NoGradGuard no_grad;
-    model::Transformer copy(trained->config());
-    copy->to(device_, dtype);
-    model::KeepNormWeightsWide(copy);
-    copy->eval();
-    std::vector<at::Tensor> params = copy->parameters();
-    for (size_t i = 0; i < params.size(); ++i) params[i].copy_(full[i]);
-    return copy;
+    if (!copy_ || copy_dtype_ != dtype) {
+      // The module is built once (on the CPU, where its constructor initialises it); later
+      // copies only allocate its storage again (ReleaseCopy frees it).
+      model::Transformer copy(trained->config());
+      copy->to(device_, dtype);
+      model::KeepNormWeightsWide(copy);
+      copy->eval();
+      copy_ = copy;
+      copy_dtype_ = dtype;
+      copy_shapes_.clear();
+      for (const at::Tensor& p : copy->parameters()) {
+        copy_shapes_.emplace_back(p.sizes().vec(), p.scalar_type());
+      }
+    }
+    std::vector<at::Tensor> params = (*copy_)->parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (params[i].numel() == 0 && !copy_shapes_[i].first.empty()) {
+        params[i].set_data(at::empty(copy_shapes_[i].first,
+                                     at::TensorOptions().dtype(copy_shapes_[i].second).device(device_)));
+      }
+      params[i].copy_(full[i]);
+    }
+    copy_held_ = true;
+    return *copy_;
   } catch (const std::exception& error) {
+    ReleaseCopy();
     return absl::ResourceExhaustedError(absl::StrCat(
         "a copy of the actor's weights does not fit: ", std::string(error.what()).substr(0, 300)));
   }
 }
 
+void ActorRole::ReleaseCopy() {
+  if (!copy_ || !copy_held_) return;
+  at::NoGradGuard no_grad;
+  for (at::Tensor& p : (*copy_)->parameters()) {
+    p.set_data(at::empty({0}, p.options()));
+  }
+  copy_held_ = false;
+}
+
 absl::StatusOr<model::Transformer> ActorRole::FullWeights() { return WeightsIn(at::kFloat); }
 
+
 absl::StatusOr<rollout::GenerationEngine*> ActorRole::Engine() {
-  if (engine_) return engine_.get();
+  // The engine reads the weights when it allocates its cache (after Release), so the copy is
+  // refreshed first; the engine itself (over the same module) lives from step to step.
   ASSIGN_OR_RETURN(model::Transformer rollout_model,
                    WeightsIn(WeightDtype(spec_, device_, /*trains=*/false)));
-  if (rollout_model.get() != trained_->module().get()) rollout_copy_ = rollout_model;
+  if (engine_) return engine_.get();
   const v1::RolloutSpec& rollout = spec_.roles().actor().rollout();
   rollout::EngineOptions options;
   options.max_num_seqs = rollout.max_num_seqs();
@@ -137,8 +166,8 @@ absl::StatusOr<rollout::GenerationEngine*> ActorRole::Engine() {
 }
 
 void ActorRole::ReleaseRollout() {
-  engine_.reset();
-  rollout_copy_.reset();
+  if (engine_) engine_->Release();
+  ReleaseCopy();
 }
 
 absl::StatusOr<std::vector<rollout::GenerationResult>> ActorRole::RunEngine(
@@ -149,6 +178,7 @@ absl::StatusOr<std::vector<rollout::GenerationResult>> ActorRole::RunEngine(
     return engine->Generate(requests);
   } catch (const std::exception& error) {
     ReleaseRollout();
+    engine_.reset();
     return absl::InternalError(
         absl::StrCat("generation failed: ", std::string(error.what()).substr(0, 300)));
   }

@@ -47,7 +47,7 @@ class ActorRole {
   train::TrainedModel& trained() { return *trained_; }
   int64_t optimizer_steps() const { return optimizer_steps_; }
   void set_optimizer_steps(int64_t steps) { optimizer_steps_ = steps; }
-  // Frees the engine's cache and any rollout copy of the weights.
+  // Frees the engine's cache and the storage of any copy of the weights.
   void ReleaseRollout();
   // A module with the full current weights (the training module itself unless the layout
   // shards them), for exports.
@@ -63,6 +63,8 @@ class ActorRole {
   absl::StatusOr<model::Transformer> WeightsIn(at::ScalarType dtype);
   absl::StatusOr<std::vector<rollout::GenerationResult>> RunEngine(
       const std::vector<rollout::GenerationRequest>& requests);
+  // Frees the copy's storage.
+  void ReleaseCopy();
   // The longest prompt and response over the pool, in place.
   absl::Status ReduceLongest(std::vector<double>& longest);
 
@@ -73,7 +75,12 @@ class ActorRole {
   std::unique_ptr<train::TrainedModel> trained_;
   std::optional<train::LrSchedule> schedule_;
   int64_t optimizer_steps_ = 0;
-  std::optional<model::Transformer> rollout_copy_;
+  // A copy of the weights for the rollout (or an export) when the training module cannot serve:
+  // its module lives on, its storage only while in use.
+  std::optional<model::Transformer> copy_;
+  at::ScalarType copy_dtype_ = at::kFloat;
+  std::vector<std::pair<std::vector<int64_t>, at::ScalarType>> copy_shapes_;
+  bool copy_held_ = false;
   std::unique_ptr<rollout::GenerationEngine> engine_;
 };
 

@@ -38,7 +38,10 @@ train::UpdateLoopOptions UpdateLoopOptionsOf(const v1::JobSpec& spec, const v1::
   loop.seed = spec.trainer().seed() * 1000003 + rl_step;
   loop.micro.micro_batch = train.ppo_micro_batch_size_per_gpu();
   loop.micro.micro_batch_tokens = train.use_dynamic_bsz() ? train.ppo_max_token_len_per_gpu() : 0;
-  loop.micro.packed = true;
+  // Padded rows: packing runs attention over the whole micro-batch as one sequence with a block
+  // mask (quadratic in its total length), which an H200 measured slower than padding
+  // (docs/PERFORMANCE.md) until a variable-length attention kernel replaces it.
+  loop.micro.packed = false;
   loop.micro.activation_checkpointing = train.gradient_checkpointing();
   loop.grad_clip = train.grad_clip();
   loop.lr = train.lr();

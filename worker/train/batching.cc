@@ -59,7 +59,11 @@ ScoredPositions ForwardMicroBatch(model::Transformer& model, const at::Tensor& i
   out.rows = n;
   out.columns = t - 1;
   if (!packed) {
-    const at::Tensor hidden = model->Hidden({ids, attention_mask});  // (n, T, C)
+    // Without padding the mask adds nothing, and leaving it out lets attention run the fused
+    // causal kernels instead of a masked one.
+    const bool padded = attention_mask.defined() && attention_mask.min().item<int64_t>() == 0;
+    const at::Tensor hidden =
+        model->Hidden({ids, padded ? attention_mask : at::Tensor()});  // (n, T, C)
     out.hidden = hidden.narrow(1, 0, t - 1).reshape({n * (t - 1), -1});
     out.targets = ids.narrow(1, 1, t - 1).reshape({n * (t - 1)});
     out.row = at::arange(n, longs).repeat_interleave(t - 1);
