@@ -322,6 +322,8 @@ absl::StatusOr<v1::UpdateReply> ActorRole::Update(const v1::UpdateRequest& reque
   options.kl_estimator = algorithm.kl().estimator();
   ComputeScope compute(spec_, device_);
   ASSIGN_OR_RETURN(const train::UpdateMetrics metrics, train::UpdatePolicy(*trained_, update, options));
+  // The gradients are spent: their memory goes back before the next rollout.
+  trained_->ZeroGrad();
   v1::UpdateReply reply;
   for (const auto& [name, value] : metrics) (*reply.mutable_metrics())[name] = value;
   optimizer_steps_ = request.optimizer_steps_before() +

@@ -66,6 +66,8 @@ absl::StatusOr<v1::UpdateReply> CriticRole::Update(const v1::UpdateRequest& requ
   options.aggregation = spec_.algorithm().loss_agg_mode();
   ComputeScope compute(spec_, device_);
   ASSIGN_OR_RETURN(const train::UpdateMetrics metrics, train::UpdateCritic(*trained_, update, options));
+  // The gradients are spent: their memory goes back before the next rollout.
+  trained_->ZeroGrad();
   v1::UpdateReply reply;
   for (const auto& [name, value] : metrics) (*reply.mutable_metrics())[name] = value;
   optimizer_steps_ = request.optimizer_steps_before() +
