@@ -33,15 +33,17 @@ install_apt() {
 }
 
 # The virtualenv: LibTorch for the worker, and what the data and fixture scripts use
-# (reasoning-gym makes the quickstart's problems offline). verl itself, without its dependencies,
-# is the reference the reward-rule parity test reads its reward_score files from.
-python_packages=("torch==${torch_version}" numpy "reasoning-gym==0.1.25")
+# (reasoning-gym makes the quickstart's problems offline; transformers is the reference the
+# export tests load checkpoints with). verl itself, without its dependencies, is the reference
+# the reward-rule parity test reads its reward_score files from.
+python_packages=("torch==${torch_version}" numpy "reasoning-gym==0.1.25" "transformers==5.17.0"
+                 "safetensors>=0.6")
 verl_version="0.9.1"
 
 install_torch() {
   if [[ -x "${venv}/bin/python" ]] &&
-     "${venv}/bin/python" -c "import numpy, torch, reasoning_gym, sys; sys.exit(torch.__version__.split('+')[0] != '${torch_version}')" 2>/dev/null; then
-    echo "setup: torch ${torch_version} and reasoning-gym present in ${venv}"
+     "${venv}/bin/python" -c "import numpy, torch, reasoning_gym, transformers, safetensors, sys; sys.exit(torch.__version__.split('+')[0] != '${torch_version}')" 2>/dev/null; then
+    echo "setup: torch ${torch_version}, reasoning-gym and transformers present in ${venv}"
     return
   fi
   echo "setup: installing ${python_packages[*]} into ${venv} (large download on first run)"

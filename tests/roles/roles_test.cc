@@ -121,6 +121,25 @@ TEST_CASE("a repeated stage call returns the stored reply and changes no weight"
   job.End();
 }
 
+TEST_CASE("a checkpoint's actor export loads in transformers with the checkpoint's weights",
+          "[roles]") {
+  const v1::JobSpec spec = TestSpec(kGrpoJob, {"placement=colocated", "roles.actor.gpus=1",
+                                               "roles.reward.gpus=1", "roles.reference.gpus=1"});
+  Hosts hosts(spec);
+  JobStages job("job-export", spec, hosts.services);
+  REQUIRE(job.Start(1).ok());
+  REQUIRE(job.RunStep({.step = 1, .prompts = TestPrompts(2), .seed = 9}).ok());
+  TempDir dir;
+  REQUIRE(job.SaveCheckpoint(dir.path(), 1, /*export_huggingface=*/true).ok());
+  const rlhfd::testing::CommandResult checked = rlhfd::testing::RunCommand(
+      {RLHFD_PYTHON, RLHFD_CHECK_EXPORT, dir.path() + "/step_1/actor/huggingface",
+       dir.path() + "/step_1/actor/rank_0/state.safetensors"},
+      absl::Seconds(120));
+  INFO(checked.out << checked.err);
+  CHECK(checked.exit_code == 0);
+  job.End();
+}
+
 TEST_CASE("bad stage input gets a clear error naming what to fix", "[roles]") {
   at::set_num_threads(1);
   const v1::JobSpec spec = TestSpec(kGrpoJob, {"placement=colocated", "roles.actor.gpus=1",
