@@ -4,6 +4,7 @@
 #include "common/status/status_macros.h"
 #include "common/util/files.h"
 #include "absl/strings/str_cat.h"
+#include "common/logging/logging.h"
 
 namespace rlhfd::controller {
 
@@ -20,17 +21,51 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(const ControllerO
   RETURN_IF_ERROR(MakePrivateDirectory(options.state_dir));
   ASSIGN_OR_RETURN(JobStore store, JobStore::Open(options.state_dir));
   ASSIGN_OR_RETURN(DrainStore drains, DrainStore::Open(options.state_dir));
-  return std::unique_ptr<Controller>(
-      new Controller(options, std::move(clock), std::move(store), std::move(drains)));
+  ASSIGN_OR_RETURN(std::unique_ptr<MetricHistory> history,
+                   OpenSqliteMetricHistory(options.state_dir + "/metrics.db"));
+  return std::unique_ptr<Controller>(new Controller(options, std::move(clock), std::move(store),
+                                                    std::move(drains), std::move(history)));
 }
 
-Controller::Controller(ControllerOptions options, Clock clock, JobStore store, DrainStore drains)
+Controller::Controller(ControllerOptions options, Clock clock, JobStore store, DrainStore drains,
+                       std::unique_ptr<MetricHistory> history)
     : options_(std::move(options)),
       clock_(std::move(clock)),
       start_time_ms_(clock_()),
       drains_(std::move(drains)),
       workers_(options_.liveness, drains_.drained()),
-      jobs_(std::move(store)) {}
+      jobs_(std::move(store)),
+      history_(std::move(history)) {}
+
+void Controller::StartRunner(JobRunner::Poster post, RunnerOptions options) {
+  runner_ = std::make_unique<JobRunner>(jobs_, workers_, *history_, std::move(post),
+                                        std::move(options), clock_);
+  runner_->RecoverAfterRestart();
+  runner_->Schedule();
+}
+
+void Controller::StopRunner() {
+  if (runner_) runner_->Shutdown();
+}
+
+void Controller::Schedule() {
+  if (runner_) runner_->Schedule();
+}
+
+void Controller::Tick() {
+  SweepLiveness();
+  Schedule();
+}
+
+absl::StatusOr<v1::GetJobMetricsReply> Controller::GetJobMetrics(
+    const v1::GetJobMetricsRequest& request) {
+  RETURN_IF_ERROR(jobs_.Get(request.job_id()).status());
+  ASSIGN_OR_RETURN(std::vector<v1::StepMetrics> steps,
+                   history_->Get(request.job_id(), request.after_step()));
+  v1::GetJobMetricsReply reply;
+  for (v1::StepMetrics& step : steps) *reply.add_steps() = std::move(step);
+  return reply;
+}
 
 absl::StatusOr<v1::SubmitJobReply> Controller::SubmitJob(const v1::SubmitJobRequest& request) {
   ASSIGN_OR_RETURN(JobManager::Submission submission, JobManager::Prepare(request));
@@ -47,11 +82,16 @@ absl::StatusOr<v1::SubmitJobReply> Controller::SubmitPrepared(JobManager::Submis
     reply.add_warnings(std::move(warning));
   }
   ASSIGN_OR_RETURN(*reply.mutable_job(), jobs_.Submit(std::move(submission), clock_()));
+  Schedule();
+  if (const auto placed = jobs_.Get(reply.job().job_id()); placed.ok()) *reply.mutable_job() = *placed;
   return reply;
 }
 
 absl::StatusOr<v1::DeleteJobReply> Controller::DeleteJob(const v1::DeleteJobRequest& request) {
   RETURN_IF_ERROR(jobs_.Delete(request.job_id()));
+  if (absl::Status removed = history_->Remove(request.job_id()); !removed.ok()) {
+    RLOG(WARNING) << "job " << request.job_id() << ": " << removed.message();
+  }
   return v1::DeleteJobReply();
 }
 
@@ -76,6 +116,7 @@ absl::StatusOr<v1::ListJobsReply> Controller::ListJobs(const v1::ListJobsRequest
 absl::StatusOr<v1::CancelJobReply> Controller::CancelJob(const v1::CancelJobRequest& request) {
   v1::CancelJobReply reply;
   ASSIGN_OR_RETURN(*reply.mutable_job(), jobs_.Cancel(request.job_id(), clock_()));
+  if (runner_) runner_->Cancelled(request.job_id());
   return reply;
 }
 
@@ -138,18 +179,24 @@ absl::StatusOr<v1::UndrainWorkerReply> Controller::UndrainWorker(
     RETURN_IF_ERROR(drains_.Save(drained));
   }
   ASSIGN_OR_RETURN(*reply.mutable_worker(), workers_.Undrain(request.worker_id()));
+  Schedule();
   return reply;
 }
 
 absl::StatusOr<v1::RegisterWorkerReply> Controller::RegisterWorker(
     const v1::RegisterWorkerRequest& request) {
-  return workers_.Register(request, clock_());
+  absl::StatusOr<v1::RegisterWorkerReply> reply = workers_.Register(request, clock_());
+  if (reply.ok()) Schedule();
+  return reply;
 }
 
 absl::StatusOr<v1::HeartbeatReply> Controller::Heartbeat(const v1::HeartbeatRequest& request) {
   return workers_.Heartbeat(request, clock_());
 }
 
-void Controller::SweepLiveness() { workers_.SweepLiveness(clock_()); }
+void Controller::SweepLiveness() {
+  const std::vector<std::string> lost = workers_.SweepLiveness(clock_());
+  if (!lost.empty() && runner_) runner_->WorkersLost(lost);
+}
 
 }  // namespace rlhfd::controller

@@ -11,7 +11,9 @@
 #include "absl/status/statusor.h"
 #include "controller/cluster/worker_registry.h"
 #include "controller/jobs/job_manager.h"
+#include "controller/jobs/job_runner.h"
 #include "controller/store/drain_store.h"
+#include "controller/store/metric_history.h"
 #include "rlhfd/v1/cluster_service.pb.h"
 #include "rlhfd/v1/job_service.pb.h"
 #include "rlhfd/v1/worker_service.pb.h"
@@ -43,6 +45,7 @@ class Controller {
   absl::StatusOr<v1::DeleteJobReply> DeleteJob(const v1::DeleteJobRequest& request);
   absl::StatusOr<int64_t> WatchJob(const v1::WatchJobRequest& request, JobManager::EventSink sink);
   void UnwatchJob(int64_t subscription);
+  absl::StatusOr<v1::GetJobMetricsReply> GetJobMetrics(const v1::GetJobMetricsRequest& request);
 
   // ClusterService.
   absl::StatusOr<v1::ListWorkersReply> ListWorkers(const v1::ListWorkersRequest& request);
@@ -57,10 +60,21 @@ class Controller {
   // Marks silent workers lost; run periodically by the event loop.
   void SweepLiveness();
 
+  // Starts running jobs (without it they stay queued, as in tests of the API alone): jobs the
+  // previous controller ran recover, waiting ones are placed. `post` runs a task on the event
+  // loop the controller lives on.
+  void StartRunner(JobRunner::Poster post, RunnerOptions options);
+  // Periodic work of the loop: liveness, then placement.
+  void Tick();
+  // Stops the drivers (shutdown); jobs keep their states for the next controller.
+  void StopRunner();
+
   const ControllerOptions& options() const { return options_; }
 
  private:
-  Controller(ControllerOptions options, Clock clock, JobStore store, DrainStore drains);
+  Controller(ControllerOptions options, Clock clock, JobStore store, DrainStore drains,
+             std::unique_ptr<MetricHistory> history);
+  void Schedule();
 
   ControllerOptions options_;
   Clock clock_;
@@ -68,6 +82,8 @@ class Controller {
   DrainStore drains_;
   WorkerRegistry workers_;
   JobManager jobs_;
+  std::unique_ptr<MetricHistory> history_;
+  std::unique_ptr<JobRunner> runner_;  // last: its drivers report into the members above
 };
 
 }  // namespace rlhfd::controller

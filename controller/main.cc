@@ -35,6 +35,11 @@ ABSL_FLAG(absl::Duration, lost_worker_retention, absl::Hours(1),
 ABSL_FLAG(absl::Duration, shutdown_deadline, absl::Seconds(10),
           "On SIGTERM, time given to calls in flight before they are cancelled");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
+ABSL_FLAG(absl::Duration, stage_timeout, absl::Minutes(30),
+          "Deadline of each stage call to a worker (a rollout or an update of a large batch)");
+ABSL_FLAG(absl::Duration, collective_timeout, absl::Minutes(5),
+          "Deadline of a job's rendezvous and of each collective between its workers: a worker "
+          "that stops answering fails the step within it, and the job recovers");
 
 namespace rlhfd {
 namespace {
@@ -88,8 +93,14 @@ int Run() {
     RLOG(ERROR) << server.status().message();
     return 1;
   }
-  loop.PostEvery(options.liveness.heartbeat_interval / 2,
-                 [&controller] { controller->SweepLiveness(); });
+  controller->StartRunner([&loop](std::function<void()> task) { loop.Post(std::move(task)); },
+                          {.token = token,
+                           .rpc = rpc_options,
+                           .stage_deadline = absl::GetFlag(FLAGS_stage_timeout),
+                           .communicator_timeout_ms = absl::ToInt64Milliseconds(
+                               absl::GetFlag(FLAGS_collective_timeout))});
+  // Liveness, and placement of waiting jobs, twice per heartbeat interval.
+  loop.PostEvery(options.liveness.heartbeat_interval / 2, [&controller] { controller->Tick(); });
   // gRPC frees what a burst of large requests took, but malloc keeps the pages; hand them back,
   // so the daemon's footprint returns to its working size.
   loop.PostEvery(absl::Seconds(1), [] { malloc_trim(0); });
@@ -110,6 +121,9 @@ int Run() {
   // The loop keeps running while the server drains, so calls in flight can finish; calls the
   // loop has not answered by the deadline are cancelled (and answered CANCELLED) by gRPC.
   (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_deadline));
+  // Drivers stop (their jobs keep their states: the next controller recovers them); their
+  // threads end the workers' roles and report to a loop that will not run them.
+  loop.Post([&controller] { controller->StopRunner(); });
   if (!loop.StopWithin(absl::Seconds(2))) {
     // Every change was made durable before it was acknowledged, so nothing is lost by leaving
     // now; destroying the controller under a running task is what must not happen.

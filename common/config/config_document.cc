@@ -350,4 +350,20 @@ absl::StatusOr<Json> ParseConfigDocument(absl::string_view text, absl::string_vi
   return document;
 }
 
+absl::StatusOr<Json> ParseBoundedJson(absl::string_view text, absl::string_view source,
+                                      const DocumentLimits& limits) {
+  if (text.size() > limits.max_text_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", text.size(),
+                                                   " bytes is more than the ",
+                                                   limits.max_text_bytes, " allowed"));
+  }
+  Budget budget(limits, source);
+  try {
+    return ParseJson(text, source, budget);
+  } catch (const std::exception& error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": cannot parse: ", SanitizeForDisplay(error.what(), 300)));
+  }
+}
+
 }  // namespace rlhfd::config

@@ -33,4 +33,9 @@ absl::StatusOr<nlohmann::json> ParseConfigDocument(absl::string_view text,
                                                    absl::string_view source,
                                                    const DocumentLimits& limits = {});
 
+// One JSON value (a data file's line, say) parsed within `limits`: the same bounds, strict JSON
+// whatever `source` is called, any top-level value. Never throws.
+absl::StatusOr<nlohmann::json> ParseBoundedJson(absl::string_view text, absl::string_view source,
+                                                const DocumentLimits& limits);
+
 }  // namespace rlhfd::config

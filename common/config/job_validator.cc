@@ -389,6 +389,11 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
   check.Within("trainer.save_every", trainer.save_every(), -1, kMaxSteps);
   check.Within("trainer.val_every", trainer.val_every(), -1, kMaxSteps);
   check.Within("trainer.critic_warmup", trainer.critic_warmup(), 0, kMaxSteps);
+  check.Within("trainer.max_restarts", trainer.max_restarts(), 0, 1000);
+  check.Within("trainer.priority", trainer.priority(), -1000, 1000);
+  if (trainer.device() != "auto" && trainer.device() != "cpu" && trainer.device() != "cuda") {
+    check.Fail("trainer.device", absl::StrCat("'", trainer.device(), "' is not auto, cpu or cuda"));
+  }
   if (trainer.critic_warmup() > 0 && !roles->has_critic()) {
     check.Fail("trainer.critic_warmup", "warms up a critic; this job has none (roles.critic)");
   }

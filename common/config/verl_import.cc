@@ -105,6 +105,8 @@ const std::vector<std::pair<std::string, std::string>>& DirectTable() {
       {"trainer.experiment_name", "trainer.experiment_name"},
       {"trainer.critic_warmup", "trainer.critic_warmup"},
       {"trainer.val_before_train", "trainer.val_before_train"},
+      {"trainer.rollout_data_dir", "trainer.rollout_data_dir"},
+      {"trainer.device", "trainer.device"},
       {"trainer.default_local_dir", "trainer.checkpoint_dir"},
   };
   return *table;
@@ -177,7 +179,6 @@ const std::map<std::string, std::string>& HarmlessTable() {
       {"data.use_shm", "data loads from local disk"},
       {"trainer.balance_batch", "rows are dealt to data-parallel ranks evenly"},
       {"trainer.log_val_generations", "validation metrics are logged, not generations"},
-      {"trainer.device", "workers report their own devices"},
       {"trainer.resume_from_path", "resume reads trainer.checkpoint_dir"},
       {"trainer.del_local_ckpt_after_load", "checkpoints are kept"},
       {"trainer.max_actor_ckpt_to_keep", "every committed checkpoint is kept"},
@@ -185,7 +186,6 @@ const std::map<std::string, std::string>& HarmlessTable() {
       {"trainer.ray_wait_register_center_timeout", "there is no Ray"},
       {"trainer.use_legacy_worker_impl", "there is one worker implementation"},
       {"trainer.esi_redundant_time", "jobs recover from checkpoints by themselves"},
-      {"trainer.rollout_data_dir", "rollouts are not dumped"},
       {"trainer.validation_data_dir", "validation rollouts are not dumped"},
       {"trainer.default_hdfs_dir", "checkpoints go to trainer.checkpoint_dir"},
       {"reward_model.reward_manager", "rule rewards score each row by itself (naive)"},

@@ -2,6 +2,10 @@
 // deadline; the reply (or the status) goes to `done` on a gRPC thread.
 #include <grpcpp/grpcpp.h>
 
+#include <condition_variable>
+#include <mutex>
+#include <set>
+
 #include "common/roles/stage_service.h"
 #include "common/rpc/auth.h"
 #include "common/rpc/grpc_status.h"
@@ -22,8 +26,10 @@ class GrpcStageService final : public StageService {
     auto call = std::make_shared<Call<v1::Request, v1::Reply>>();                       \
     call->request = request;                                                            \
     Prepare(call->context, deadline);                                                   \
+    Track(&call->context);                                                              \
     stub_->async()->Name(&call->context, &call->request, &call->reply,                  \
-                         [call, done = std::move(done)](grpc::Status status) {          \
+                         [this, call, done = std::move(done)](grpc::Status status) {    \
+                           Untrack(&call->context);                                     \
                            if (status.ok()) {                                           \
                              done(std::move(call->reply));                              \
                            } else {                                                     \
@@ -34,7 +40,29 @@ class GrpcStageService final : public StageService {
   RLHFD_STAGES(RLHFD_GRPC_STAGE)
 #undef RLHFD_GRPC_STAGE
 
+  void CancelCalls() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (grpc::ClientContext* context : in_flight_) context->TryCancel();
+  }
+
+  // Calls in flight hold `this` in their callbacks: wait for them.
+  ~GrpcStageService() override {
+    CancelCalls();
+    std::unique_lock<std::mutex> lock(mutex_);
+    drained_.wait(lock, [&] { return in_flight_.empty(); });
+  }
+
  private:
+  void Track(grpc::ClientContext* context) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_flight_.insert(context);
+  }
+  void Untrack(grpc::ClientContext* context) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_flight_.erase(context);
+    if (in_flight_.empty()) drained_.notify_all();
+  }
+
   template <typename Request, typename Reply>
   struct Call {
     grpc::ClientContext context;
@@ -49,6 +77,9 @@ class GrpcStageService final : public StageService {
 
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   std::string token_;
+  std::mutex mutex_;
+  std::condition_variable drained_;
+  std::set<grpc::ClientContext*> in_flight_;
 };
 
 }  // namespace

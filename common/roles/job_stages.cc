@@ -72,6 +72,7 @@ v1::StageKey JobStages::Key(int64_t step, const std::string& stage) const {
   key.set_job_id(job_id_);
   key.set_step(step);
   key.set_stage(stage);
+  key.set_attempt(options_.attempt);
   return key;
 }
 
@@ -125,6 +126,7 @@ absl::Status JobStages::Start(int64_t total_steps) {
   prepare.set_job_id(job_id_);
   prepare.set_world_size(world);
   prepare.set_nccl(options_.nccl);
+  prepare.set_attempt(options_.attempt);
   ASSIGN_OR_RETURN(const std::vector<v1::PrepareJobReply> prepared,
                    (FanOut<v1::PrepareJobRequest, v1::PrepareJobReply>(
                        {0}, &StageService::PrepareJob,
@@ -143,6 +145,7 @@ absl::Status JobStages::Start(int64_t total_steps) {
                *start.mutable_bootstrap() = prepared[0].bootstrap();
                start.set_communicator_timeout_ms(options_.communicator_timeout_ms);
                start.set_total_steps(total_steps);
+               start.set_attempt(options_.attempt);
                return start;
              },
              options_.start_deadline)
@@ -363,7 +366,9 @@ absl::StatusOr<ValidationResult> JobStages::Validate(int64_t step,
                        [&](int, int position) {
                          const RowRange share = ContiguousPart(count, position, dp);
                          v1::ValidateRequest request;
-                         *request.mutable_key() = Key(step, "validate");
+                         // Validation before step 1 and after step 1 are different calls.
+                         *request.mutable_key() =
+                             Key(std::max<int64_t>(step, 1), absl::StrCat("validate after ", step));
                          for (int64_t p = share.begin; p < share.end; ++p) {
                            *request.add_prompts() = prompts[p];
                          }
@@ -389,7 +394,7 @@ absl::StatusOr<ValidationResult> JobStages::Validate(int64_t step,
 }
 
 absl::Status JobStages::SaveCheckpoint(const std::string& directory, int64_t step,
-                                       bool export_huggingface) {
+                                       bool export_huggingface, double kl_coef) {
   std::vector<int> everyone(ranks_.size());
   for (size_t r = 0; r < ranks_.size(); ++r) everyone[r] = static_cast<int>(r);
   const auto request = [&](const char* stage) {
@@ -398,6 +403,7 @@ absl::Status JobStages::SaveCheckpoint(const std::string& directory, int64_t ste
     save.set_directory(directory);
     save.set_step(step);
     save.set_export_huggingface(export_huggingface);
+    save.set_kl_coef(kl_coef);
     return save;
   };
   RETURN_IF_ERROR((FanOut<v1::CheckpointRequest, v1::CheckpointReply>(
@@ -437,6 +443,7 @@ absl::StatusOr<int64_t> JobStages::LoadCheckpoint(const std::string& directory, 
     actor_optimizer_steps_ = std::max(actor_optimizer_steps_, reply.optimizer_steps());
     critic_optimizer_steps_ = std::max(critic_optimizer_steps_, reply.critic_optimizer_steps());
   }
+  loaded_kl_coef_ = loaded[0].kl_coef();
   return loaded[0].step();
 }
 
@@ -459,7 +466,7 @@ absl::StatusOr<std::vector<std::string>> JobStages::DumpBatch(int64_t step,
   return paths;
 }
 
-void JobStages::End() {
+void JobStages::End(absl::Duration deadline) {
   std::vector<int> everyone(ranks_.size());
   for (size_t r = 0; r < ranks_.size(); ++r) everyone[r] = static_cast<int>(r);
   absl::Status ended = FanOut<v1::EndJobRequest, v1::EndJobReply>(
@@ -467,9 +474,10 @@ void JobStages::End() {
                            [&](int, int) {
                              v1::EndJobRequest request;
                              request.set_job_id(job_id_);
+                             request.set_attempt(options_.attempt);
                              return request;
                            },
-                           absl::Minutes(1))
+                           deadline)
                            .status();
   if (!ended.ok()) RLOG(WARNING) << "ending job " << job_id_ << ": " << ended.message();
 }

@@ -27,6 +27,8 @@ struct JobStagesOptions {
   absl::Duration start_deadline = absl::Minutes(10);  // StartJob: loading models, rendezvous
   int64_t communicator_timeout_ms = 300000;
   bool nccl = false;  // GPU workers: NCCL; else sockets
+  // The job's attempt (StageKey.attempt); a driver that recovers a job uses a new one.
+  int64_t attempt = 0;
 };
 
 // One step's batch.
@@ -57,18 +59,23 @@ class JobStages {
   // Generates for `prompts` with rollout.val_kwargs and scores them; `step` keys the call.
   absl::StatusOr<ValidationResult> Validate(int64_t step, const std::vector<v1::PromptRow>& prompts,
                                             uint64_t seed);
-  // Every rank saves step `step`, then rank 0 commits it as `latest`.
-  absl::Status SaveCheckpoint(const std::string& directory, int64_t step, bool export_huggingface);
-  // Every rank loads `step` (0: latest); returns the step loaded.
+  // Every rank saves step `step`, then rank 0 commits it as `latest`. `kl_coef` (the driver's
+  // adaptive KL coefficient) is kept with it.
+  absl::Status SaveCheckpoint(const std::string& directory, int64_t step, bool export_huggingface,
+                              double kl_coef = 0);
+  // Every rank loads `step` (0: latest); returns the step loaded (NOT_FOUND: no `latest`).
   absl::StatusOr<int64_t> LoadCheckpoint(const std::string& directory, int64_t step);
   // Every rank holding rows of `step` writes them under `directory`; the paths written.
   absl::StatusOr<std::vector<std::string>> DumpBatch(int64_t step, const std::string& directory);
-  // EndJob on every rank (errors are logged, not returned: a rank may be gone).
-  void End();
+  // EndJob on every rank within `deadline` (errors are logged, not returned: a rank may be gone
+  // or hung).
+  void End(absl::Duration deadline = absl::Seconds(20));
 
   const std::vector<v1::PoolAssignment>& pools() const { return pools_; }
   int world_size() const { return static_cast<int>(ranks_.size()); }
   int64_t actor_optimizer_steps() const { return actor_optimizer_steps_; }
+  // The kl_coef the loaded checkpoint was saved with.
+  double loaded_kl_coef() const { return loaded_kl_coef_; }
 
  private:
   // Calls `method` on each rank of `ranks` at once with `make(rank, position)`; the replies in
@@ -91,6 +98,7 @@ class JobStages {
   std::vector<v1::PoolAssignment> pools_;
   int64_t total_rows_ = 0, prompt_length_ = 0, response_length_ = 0;
   int64_t actor_optimizer_steps_ = 0, critic_optimizer_steps_ = 0;
+  double loaded_kl_coef_ = 0;
 };
 
 }  // namespace rlhfd::roles

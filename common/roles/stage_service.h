@@ -53,6 +53,10 @@ class StageService {
                     StageDone<v1::Reply> done) = 0;
   RLHFD_STAGES(RLHFD_DECLARE_STAGE)
 #undef RLHFD_DECLARE_STAGE
+
+  // Ends every call in flight now (their replies: CANCELLED), where the transport can; a
+  // cancelled job's driver uses it so as not to wait for stages it no longer needs.
+  virtual void CancelCalls() {}
 };
 
 // Calls `method` and waits for its reply: for drivers on a thread of their own.

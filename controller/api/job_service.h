@@ -36,6 +36,11 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   }
   grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* context,
                                                    const v1::WatchJobRequest* request) override;
+  grpc::ServerUnaryReactor* GetJobMetrics(grpc::CallbackServerContext* context,
+                                          const v1::GetJobMetricsRequest* request,
+                                          v1::GetJobMetricsReply* reply) override {
+    return DispatchUnary(service_, context, request, reply, &Controller::GetJobMetrics);
+  }
 
  private:
   ServiceContext service_;

@@ -17,7 +17,9 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/config/config_printer.h"
 #include "common/config/job_config.h"
@@ -57,7 +59,8 @@ Jobs:
                                     what is not supported goes to stderr ('-': verl's defaults)
   jobs                              list jobs
   status JOB                        one job, and why it is in its state
-  watch JOB                         follow a job's events until it ends
+  watch JOB                         follow a job's events (states, each step's key metrics)
+  metrics JOB                       a job's per-step metric history (--json: every metric)
   cancel JOB                        cancel a job that has not ended
   delete JOB                        forget an ended job
 Cluster:
@@ -158,6 +161,41 @@ void PrintJob(const v1::Job& job) {
             << "gpus:     " << config::TotalGpus(job.spec()) << "\n"
             << "submitted " << Ago(job.submit_time_ms()) << ", updated "
             << Ago(job.update_time_ms()) << "\n";
+  const v1::JobProgress& progress = job.progress();
+  if (progress.total_steps() > 0) {
+    std::cout << "step:     " << progress.current_step() << " of " << progress.total_steps();
+    if (progress.step_time_s() > 0) {
+      std::cout << absl::StrFormat(" (%.2f s per step)", progress.step_time_s());
+    }
+    std::cout << "\n";
+  }
+  if (progress.checkpoint_step() > 0) {
+    std::cout << "checkpoint: step " << progress.checkpoint_step() << " in "
+              << job.spec().trainer().checkpoint_dir() << "\n";
+  }
+  for (const v1::RolePlacement& role : job.placement()) {
+    std::cout << absl::StrFormat("%-9s %s\n", role.role() + ":", absl::StrJoin(role.worker_ids(), ", "));
+  }
+  if (progress.restarts() > 0) {
+    std::cout << "restarts: " << progress.restarts() << "\n";
+    for (const std::string& cause : progress.restart_causes()) std::cout << "  - " << cause << "\n";
+  }
+}
+
+// The metrics a person follows a run by (all of them with --json).
+constexpr const char* kKeyMetrics[] = {"critic/score/mean", "actor/pg_loss", "actor/kl_loss",
+                                       "actor/entropy", "response_length/mean", "timing_s/step"};
+
+std::string KeyMetrics(const google::protobuf::Map<std::string, double>& metrics) {
+  std::vector<std::string> shown;
+  for (const char* name : kKeyMetrics) {
+    const auto found = metrics.find(name);
+    if (found != metrics.end()) shown.push_back(absl::StrFormat("%s=%.4g", name, found->second));
+  }
+  for (const auto& [name, value] : metrics) {
+    if (absl::StartsWith(name, "val")) shown.push_back(absl::StrFormat("%s=%.4g", name, value));
+  }
+  return absl::StrJoin(shown, " ");
 }
 
 int Workers(Client& client) {
@@ -429,12 +467,40 @@ int Watch(Client& client, const std::string& job_id) {
     std::cout << absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(event.time_ms()),
                                   absl::LocalTimeZone())
               << " " << ShortEnum(v1::JobState_descriptor(), event.state());
-    if (event.step() > 0) std::cout << " step " << event.step();
-    for (const auto& [name, value] : event.metrics()) std::cout << " " << name << "=" << value;
+    if (event.step() > 0 || !event.metrics().empty()) std::cout << " step " << event.step();
+    if (!event.metrics().empty()) std::cout << " " << KeyMetrics(event.metrics());
     if (!event.message().empty()) std::cout << " " << event.message();
     std::cout << std::endl;
   }
   if (grpc::Status status = reader->Finish(); !status.ok()) return Fail(status);
+  return kExitOk;
+}
+
+int Metrics(Client& client, const std::string& job_id) {
+  grpc::ClientContext context;
+  client.Prepare(&context);
+  v1::GetJobMetricsRequest request;
+  request.set_job_id(job_id);
+  v1::GetJobMetricsReply reply;
+  if (auto status = client.jobs().GetJobMetrics(&context, request, &reply); !status.ok()) {
+    return Fail(status);
+  }
+  if (absl::GetFlag(FLAGS_json)) {
+    std::cout << ToJson(reply) << "\n";
+    return kExitOk;
+  }
+  std::vector<std::string> header = {"STEP"};
+  for (const char* name : kKeyMetrics) header.emplace_back(name);
+  Table table(header);
+  for (const v1::StepMetrics& step : reply.steps()) {
+    std::vector<std::string> row = {std::to_string(step.step())};
+    for (const char* name : kKeyMetrics) {
+      const auto found = step.metrics().find(name);
+      row.push_back(found == step.metrics().end() ? "" : absl::StrFormat("%.4g", found->second));
+    }
+    table.AddRow(row);
+  }
+  table.Print(std::cout);
   return kExitOk;
 }
 
@@ -479,7 +545,8 @@ int Run(const std::vector<char*>& args, bool from_verl) {
       {"workers", {0, false}},  {"cluster", {0, false}}, {"jobs", {0, false}},
       {"submit", {1, true}},    {"validate", {1, true}}, {"convert-verl", {1, true}},
       {"status", {1, false}},   {"cancel", {1, false}},  {"delete", {1, false}},
-      {"watch", {1, false}},    {"drain", {1, false}},   {"undrain", {1, false}}};
+      {"watch", {1, false}},    {"drain", {1, false}},   {"undrain", {1, false}},
+      {"metrics", {1, false}}};
   if (args.size() < 2) {
     std::cerr << kUsage;
     return kExitUsage;
@@ -524,6 +591,7 @@ int Run(const std::vector<char*>& args, bool from_verl) {
   if (command == "cancel") return Cancel(client, args[2]);
   if (command == "delete") return Delete(client, args[2]);
   if (command == "watch") return Watch(client, args[2]);
+  if (command == "metrics") return Metrics(client, args[2]);
   return SetDrained(client, args[2], /*drained=*/command == "drain");
 }
 

@@ -227,6 +227,45 @@ absl::StatusOr<int64_t> JobManager::Watch(const std::string& job_id, EventSink s
 
 void JobManager::Unwatch(int64_t subscription) { watchers_.erase(subscription); }
 
+absl::Status JobManager::TransitionTo(const std::string& job_id, v1::JobState state,
+                                      const std::string& message, int64_t now_ms) {
+  v1::Job* job = const_cast<v1::Job*>(Find(job_id));
+  if (job == nullptr) return absl::NotFoundError(NoSuchJob(job_id));
+  if (IsTerminal(job->state())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " already ended (", v1::JobState_Name(job->state()), ")"));
+  }
+  return Transition(job, state, message, now_ms);
+}
+
+absl::Status JobManager::Update(const std::string& job_id,
+                                const std::function<void(v1::Job&)>& change, int64_t now_ms) {
+  v1::Job* job = const_cast<v1::Job*>(Find(job_id));
+  if (job == nullptr) return absl::NotFoundError(NoSuchJob(job_id));
+  v1::Job updated = *job;
+  change(updated);
+  updated.set_update_time_ms(now_ms);
+  RETURN_IF_ERROR(store_.Put(updated));
+  *job = std::move(updated);
+  return absl::OkStatus();
+}
+
+void JobManager::PublishStep(const std::string& job_id, const v1::StepMetrics& step) {
+  const v1::Job* job = Find(job_id);
+  if (job == nullptr) return;
+  v1::JobEvent event;
+  event.set_job_id(job_id);
+  event.set_state(job->state());
+  event.set_time_ms(step.time_ms());
+  event.set_step(step.step());
+  *event.mutable_metrics() = step.metrics();
+  std::vector<EventSink> sinks;
+  for (const auto& [id, watcher] : watchers_) {
+    if (watcher.job_id == job_id) sinks.push_back(watcher.sink);
+  }
+  for (const EventSink& sink : sinks) sink(event);
+}
+
 std::map<std::string, int32_t> JobManager::CountByState() const {
   std::map<std::string, int32_t> counts;
   for (const auto& [number, job] : jobs_) ++counts[v1::JobState_Name(job.state())];

@@ -62,6 +62,15 @@ class JobManager {
   // Number of jobs per state name.
   std::map<std::string, int32_t> CountByState() const;
 
+  // The job runner's changes. TransitionTo moves a job that has not ended to `state` (persisted
+  // first, then told to watchers); Update persists other changes of its record (progress,
+  // placement, message) without an event; PublishStep tells watchers a step's metrics.
+  absl::Status TransitionTo(const std::string& job_id, v1::JobState state,
+                            const std::string& message, int64_t now_ms);
+  absl::Status Update(const std::string& job_id, const std::function<void(v1::Job&)>& change,
+                      int64_t now_ms);
+  void PublishStep(const std::string& job_id, const v1::StepMetrics& step);
+
   static bool IsTerminal(v1::JobState state);
 
  private:

@@ -178,7 +178,7 @@ TEST_CASE("the controller checks a job's files and layout at submission", "[inte
                                         "/tests/fixtures/models/tiny-qwen2"));
   // A waiting job says why it waits.
   CommandResult status = cluster.Ctl({"status", "job-1"});
-  CHECK_THAT(status.out, Catch::Contains("waiting for placement"));
+  CHECK_THAT(status.out, Catch::Contains("waiting for workers: needs 1 CPU worker: 0 alive"));
   // submit --from-verl, the conversion done by rlhfctl and the check by the controller.
   CommandResult verl = cluster.Ctl(
       {"submit", "--from-verl", "-", "algorithm.adv_estimator=grpo",

@@ -152,7 +152,7 @@ TEST_CASE("bad stage input gets a clear error naming what to fix", "[roles]") {
     v1::ForwardRequest forward;
     *forward.mutable_key() = Key("job-nope", 1, "values");
     auto reply = Call(host, &StageService::Forward, forward);
-    CHECK(reply.status().code() == absl::StatusCode::kNotFound);
+    CHECK(reply.status().code() == absl::StatusCode::kUnavailable);
     CHECK_THAT(message(reply.status()), Catch::Contains("job-nope is not running"));
   }
   SECTION("a model directory that does not load") {

@@ -31,6 +31,7 @@ namespace rlhfd::roles {
 
 // Rank 0's rendezvous, between PrepareJob and StartJob.
 struct PreparedJob {
+  int64_t attempt = 0;
   std::unique_ptr<parallel::RendezvousListener> listener;
   v1::Bootstrap bootstrap;
 };
@@ -38,6 +39,7 @@ struct PreparedJob {
 // A job as this worker hosts it.
 struct HostedJob {
   std::string id;
+  int64_t attempt = 0;
   v1::JobSpec spec;
   std::unique_ptr<JobLayout> layout;
   std::unique_ptr<parallel::Communicator> world;
@@ -95,18 +97,26 @@ RoleHost::~RoleHost() {
   executor_.Stop();
 }
 
-std::shared_ptr<std::atomic<bool>> RoleHost::CancelFlag(const std::string& job_id) {
+std::shared_ptr<std::atomic<bool>> RoleHost::CancelFlag(const std::string& key) {
   std::lock_guard<std::mutex> lock(cancel_mutex_);
-  auto& flag = cancel_flags_[job_id];
+  auto& flag = cancel_flags_[key];
   if (!flag) flag = std::make_shared<std::atomic<bool>>(false);
   return flag;
 }
 
-absl::StatusOr<HostedJob*> RoleHost::FindJob(const std::string& job_id) {
+absl::StatusOr<HostedJob*> RoleHost::FindJob(const std::string& job_id, int64_t attempt) {
   const auto found = jobs_.find(job_id);
+  if (found != jobs_.end() && attempt != 0 && found->second->attempt != attempt) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", SanitizeForDisplay(job_id, 80), " runs attempt ", found->second->attempt,
+        " here, not ", attempt, " (a newer driver has taken it over)"));
+  }
   if (found == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("job ", SanitizeForDisplay(job_id, 80),
-                                            " is not running on this worker (StartJob first)"));
+    // UNAVAILABLE: to the driver this worker cannot serve the job now (it never started it, or
+    // it restarted and lost it), which a restart of the job cures.
+    return absl::UnavailableError(absl::StrCat("job ", SanitizeForDisplay(job_id, 80),
+                                               " is not running on this worker (StartJob first; "
+                                               "or the worker restarted)"));
   }
   return found->second.get();
 }
@@ -117,7 +127,7 @@ void RoleHost::RunStage(const v1::StageKey& key, bool mutates, StageDone<Reply> 
     logging::ScopedLogContext context({.job = key.job_id(), .step = key.step()});
     absl::StatusOr<Reply> result = CatchAll<Reply>(key.stage(), [&]() -> absl::StatusOr<Reply> {
       RETURN_IF_ERROR(CheckKey(key));
-      ASSIGN_OR_RETURN(HostedJob * job, FindJob(key.job_id()));
+      ASSIGN_OR_RETURN(HostedJob * job, FindJob(key.job_id(), key.attempt()));
       const std::pair<int64_t, std::string> id(key.step(), key.stage());
       if (const auto stored = job->replies.find(id); stored != job->replies.end()) {
         Reply reply;
@@ -172,13 +182,24 @@ void RoleHost::PrepareJob(const v1::PrepareJobRequest& request, absl::Duration,
       if (request.job_id().empty() || request.job_id().size() > 128) {
         return absl::InvalidArgumentError("PrepareJob: job_id must be 1-128 characters");
       }
-      if (jobs_.count(request.job_id())) {
-        return absl::AlreadyExistsError(
-            absl::StrCat("job ", request.job_id(), " is already running on this worker"));
+      if (const auto running = jobs_.find(request.job_id()); running != jobs_.end()) {
+        if (running->second->attempt == request.attempt()) {
+          return absl::AlreadyExistsError(absl::StrCat(
+              "job ", request.job_id(), " attempt ", request.attempt(), " is already running here"));
+        }
+        RLOG(INFO) << "job " << request.job_id() << ": attempt " << request.attempt()
+                   << " replaces attempt " << running->second->attempt;
+        jobs_.erase(running);
+        prepared_.erase(request.job_id());
+      }
+      if (const auto stale = prepared_.find(request.job_id());
+          stale != prepared_.end() && stale->second->attempt != request.attempt()) {
+        prepared_.erase(stale);
       }
       auto& prepared = prepared_[request.job_id()];
       if (!prepared) {
         prepared = std::make_unique<PreparedJob>();
+        prepared->attempt = request.attempt();
         if (request.nccl()) {
 #ifdef RLHFD_HAVE_CUDA
           ASSIGN_OR_RETURN(std::string id, parallel::NewNcclUniqueId());
@@ -209,13 +230,17 @@ void RoleHost::PrepareJob(const v1::PrepareJobRequest& request, absl::Duration,
 
 void RoleHost::StartJob(const v1::StartJobRequest& request, absl::Duration,
                         StageDone<v1::StartJobReply> done) {
-  const auto cancelled = CancelFlag(request.job_id());
+  const auto cancelled = CancelFlag(absl::StrCat(request.job_id(), "#", request.attempt()));
   executor_.Post([this, request, cancelled, done = std::move(done)] {
     logging::ScopedLogContext context({.job = request.job_id(), .rank = request.rank()});
     done(CatchAll<v1::StartJobReply>("StartJob", [&]() -> absl::StatusOr<v1::StartJobReply> {
       const auto start = std::chrono::steady_clock::now();
       if (const auto running = jobs_.find(request.job_id()); running != jobs_.end()) {
-        return running->second->started;  // a retry
+        if (running->second->attempt == request.attempt()) return running->second->started;
+        // A newer attempt (a recovering driver): the older one's roles and communicators go.
+        RLOG(INFO) << "attempt " << request.attempt() << " replaces attempt "
+                   << running->second->attempt;
+        jobs_.erase(running);
       }
       if (request.job_id().empty()) {
         return absl::InvalidArgumentError("StartJob: job_id is required");
@@ -223,6 +248,7 @@ void RoleHost::StartJob(const v1::StartJobRequest& request, absl::Duration,
       cancelled->store(false);
       auto job = std::make_unique<HostedJob>();
       job->id = request.job_id();
+      job->attempt = request.attempt();
       job->spec = request.spec();
       job->cancelled = cancelled;
       ASSIGN_OR_RETURN(JobLayout layout,
@@ -575,15 +601,22 @@ void RoleHost::SaveCheckpoint(const v1::CheckpointRequest& request, absl::Durati
                            SaveRoleState(request.directory(), request.step(), role, position,
                                          trained->StateTensors(),
                                          {{"optimizer_steps", steps},
-                                          {"seed", job.spec.trainer().seed()}}));
+                                          {"seed", job.spec.trainer().seed()},
+                                          {"kl_coef", request.kl_coef()}}));
           reply.set_bytes(reply.bytes() + bytes);
           reply.set_path(RankDirectory(request.directory(), request.step(), role, position));
-          if (role == kActor && position == 0 && request.export_huggingface()) {
+          if (role == kActor && request.export_huggingface()) {
+            // Gathering sharded weights is a collective: every actor rank takes part, the
+            // first writes.
             ASSIGN_OR_RETURN(model::Transformer full, job.actor->FullWeights());
-            RETURN_IF_ERROR(model::ExportHuggingFaceDirectory(
-                full, job.spec.model().path(),
-                absl::StrCat(StepDirectory(request.directory(), request.step()), "/actor/huggingface"),
-                at::kBFloat16));
+            if (position == 0) {
+              RETURN_IF_ERROR(model::ExportHuggingFaceDirectory(
+                  full, job.spec.model().path(),
+                  absl::StrCat(StepDirectory(request.directory(), request.step()),
+                               "/actor/huggingface"),
+                  at::kBFloat16));
+            }
+            job.actor->ReleaseRollout();
           }
         }
         reply.set_step(request.step());
@@ -611,7 +644,7 @@ void RoleHost::LoadCheckpoint(const v1::CheckpointRequest& request, absl::Durati
   executor_.Post([this, request, done = std::move(done)] {
     logging::ScopedLogContext context({.job = request.key().job_id()});
     done(CatchAll<v1::CheckpointReply>("LoadCheckpoint", [&]() -> absl::StatusOr<v1::CheckpointReply> {
-      ASSIGN_OR_RETURN(HostedJob * job, FindJob(request.key().job_id()));
+      ASSIGN_OR_RETURN(HostedJob * job, FindJob(request.key().job_id(), request.key().attempt()));
       RETURN_IF_ERROR(CheckDirectory(request.directory()));
       ASSIGN_OR_RETURN(const int64_t step, ResolveStep(request.directory(), request.step()));
       v1::CheckpointReply reply;
@@ -622,6 +655,7 @@ void RoleHost::LoadCheckpoint(const v1::CheckpointRequest& request, absl::Durati
                          LoadRoleState(request.directory(), step, role, position,
                                        trained->StateTensors()));
         const int64_t steps = extra.value("optimizer_steps", int64_t{0});
+        reply.set_kl_coef(extra.value("kl_coef", job->spec.algorithm().kl().coef()));
         if (role == kActor) {
           job->actor->set_optimizer_steps(steps);
           job->actor->ReleaseRollout();
@@ -706,15 +740,30 @@ void RoleHost::DumpBatch(const v1::DumpBatchRequest& request, absl::Duration,
 
 void RoleHost::EndJob(const v1::EndJobRequest& request, absl::Duration,
                       StageDone<v1::EndJobReply> done) {
-  CancelFlag(request.job_id())->store(true);
+  {
+    // The attempt's long waits (a remote reward) end now; a newer attempt's are not touched.
+    std::lock_guard<std::mutex> lock(cancel_mutex_);
+    const std::string prefix = request.job_id() + "#";
+    for (auto& [key, flag] : cancel_flags_) {
+      if (key.rfind(prefix, 0) != 0) continue;
+      if (request.attempt() == 0 || key == absl::StrCat(prefix, request.attempt())) flag->store(true);
+    }
+  }
   executor_.Post([this, request, done = std::move(done)] {
     done(CatchAll<v1::EndJobReply>("EndJob", [&]() -> absl::StatusOr<v1::EndJobReply> {
+      const auto running = jobs_.find(request.job_id());
+      if (running != jobs_.end() && request.attempt() != 0 &&
+          running->second->attempt != request.attempt()) {
+        return v1::EndJobReply();  // a newer attempt runs: not this call's to end
+      }
       jobs_.erase(request.job_id());
       prepared_.erase(request.job_id());
       hosted_jobs_ = static_cast<int>(jobs_.size());
       {
         std::lock_guard<std::mutex> lock(cancel_mutex_);
-        cancel_flags_.erase(request.job_id());
+        for (auto it = cancel_flags_.begin(); it != cancel_flags_.end();) {
+          it = it->first.rfind(request.job_id() + "#", 0) == 0 ? cancel_flags_.erase(it) : ++it;
+        }
       }
       return v1::EndJobReply();
     }));

@@ -52,8 +52,10 @@ class RoleHost final : public StageService {
   // rules, and catches what it throws.
   template <typename Reply, typename Body>
   void RunStage(const v1::StageKey& key, bool mutates, StageDone<Reply> done, Body body);
-  absl::StatusOr<HostedJob*> FindJob(const std::string& job_id);
-  std::shared_ptr<std::atomic<bool>> CancelFlag(const std::string& job_id);
+  // The job `job_id` when it runs `attempt` (0: any).
+  absl::StatusOr<HostedJob*> FindJob(const std::string& job_id, int64_t attempt);
+  // The cancel flag of "<job>#<attempt>".
+  std::shared_ptr<std::atomic<bool>> CancelFlag(const std::string& key);
 
   RoleHostOptions options_;
   // Executor-owned.

@@ -1,0 +1,265 @@
+#include "controller/driver/job_driver.h"
+
+#include <chrono>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging/logging.h"
+#include "common/roles/job_stages.h"
+#include "common/roles/stage_service.h"
+#include "common/status/status_macros.h"
+#include "common/util/clock.h"
+#include "controller/driver/kl_controller.h"
+#include "controller/driver/prompt_data.h"
+
+namespace rlhfd::controller {
+namespace {
+
+// The step's seed: the same for a step whenever it runs (first time or after a resume).
+uint64_t StepSeed(const v1::JobSpec& spec, int64_t step) {
+  return static_cast<uint64_t>(spec.trainer().seed()) * 1000003ull + static_cast<uint64_t>(step);
+}
+
+bool SavesAt(const v1::TrainerSpec& trainer, int64_t step, int64_t total) {
+  if (trainer.checkpoint_dir().empty() || trainer.save_every() < 0) return false;
+  if (trainer.save_every() == 0) return step == total;
+  return step % trainer.save_every() == 0 || step == total;
+}
+
+// A worker names a bad prompt by its index in the step's batch ("prompt 3: ..."): the file and
+// line it came from say which to fix.
+absl::Status WithOrigin(const absl::Status& status, const PromptData& data,
+                        const std::vector<int64_t>& rows) {
+  const std::string message(status.message());
+  const size_t at = message.find("prompt ");
+  if (at == std::string::npos) return status;
+  size_t end = at + 7;
+  while (end < message.size() && std::isdigit(static_cast<unsigned char>(message[end]))) ++end;
+  int64_t index = 0;
+  if (end == at + 7 || !absl::SimpleAtoi(message.substr(at + 7, end - at - 7), &index) ||
+      index < 0 || index >= static_cast<int64_t>(rows.size())) {
+    return status;
+  }
+  const PromptOrigin& origin = data.origin(rows[index]);
+  return absl::Status(status.code(),
+                      absl::StrCat(origin.file, ":", origin.line, ": ", message));
+}
+
+}  // namespace
+
+JobDriver::JobDriver(DriverSetup setup, DriverEvents events)
+    : setup_(std::move(setup)), events_(std::move(events)), thread_([this] { Run(); }) {}
+
+JobDriver::~JobDriver() {
+  Cancel();
+  if (thread_.joinable()) thread_.join();
+}
+
+void JobDriver::Cancel(absl::Status cause) {
+  {
+    std::lock_guard<std::mutex> lock(cause_mutex_);
+    if (cancelled_.exchange(true)) return;
+    cause_ = std::move(cause);
+  }
+  std::lock_guard<std::mutex> lock(cancel_mutex_);
+  if (cancel_calls_) cancel_calls_();
+}
+
+bool JobDriver::IsFault(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kAborted:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void JobDriver::Run() {
+  logging::ScopedLogContext context({.job = setup_.job_id});
+  absl::Status status;
+  try {
+    status = Drive();
+  } catch (const std::exception& error) {
+    status = absl::InternalError(absl::StrCat("the driver failed: ", error.what()));
+  }
+  if (cancelled_) {
+    std::lock_guard<std::mutex> lock(cause_mutex_);
+    status = cause_;
+  }
+  events_.finished(status, IsFault(status));
+}
+
+absl::Status JobDriver::Drive() {
+  const v1::JobSpec& spec = setup_.spec;
+  const v1::TrainerSpec& trainer = spec.trainer();
+  const v1::DataSpec& data = spec.data();
+  const std::vector<std::string> train_files(data.train_files().begin(), data.train_files().end());
+  ASSIGN_OR_RETURN(const PromptData train, PromptData::Load(train_files, data));
+  const int64_t batch_size = data.train_batch_size();
+  const int64_t per_epoch = train.size() / batch_size;
+  if (per_epoch == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.train_files hold ", train.size(), " prompts, fewer than one batch of ", batch_size,
+        " (data.train_batch_size)"));
+  }
+  const int64_t total = trainer.total_steps() > 0 ? trainer.total_steps()
+                                                  : trainer.total_epochs() * per_epoch;
+  PromptData validation;
+  const bool validates = data.val_files_size() > 0;
+  if (validates) {
+    const std::vector<std::string> files(data.val_files().begin(), data.val_files().end());
+    ASSIGN_OR_RETURN(validation, PromptData::Load(files, data));
+  }
+  std::vector<v1::PromptRow> validation_prompts;
+  for (int64_t i = 0; i < validation.size(); ++i) validation_prompts.push_back(validation.row(i));
+
+  std::vector<std::unique_ptr<roles::StageService>> services;
+  for (const std::string& address : setup_.addresses) {
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, MakeChannel(address, setup_.rpc));
+    services.push_back(roles::MakeGrpcStageService(std::move(channel), setup_.token));
+  }
+  {
+    std::lock_guard<std::mutex> lock(cancel_mutex_);
+    cancel_calls_ = [&services] {
+      for (auto& service : services) service->CancelCalls();
+    };
+  }
+  const absl::Cleanup forget_calls = [this] {
+    std::lock_guard<std::mutex> lock(cancel_mutex_);
+    cancel_calls_ = nullptr;
+  };
+  std::vector<roles::StageService*> ranks;
+  for (auto& service : services) ranks.push_back(service.get());
+  roles::JobStages job(setup_.job_id, spec, ranks,
+                       {.stage_deadline = setup_.stage_deadline,
+                        .communicator_timeout_ms = setup_.communicator_timeout_ms,
+                        .nccl = setup_.nccl,
+                        .attempt = setup_.progress.attempt()});
+  // However the run ends, the workers' roles end with it (their communicators aborted). A
+  // cancelled run (a lost or hung worker among them) waits less for its workers' answers.
+  const absl::Cleanup end_roles = [this, &job] {
+    job.End(cancelled_ ? absl::Seconds(3) : absl::Seconds(20));
+  };
+  const auto check_cancelled = [this]() -> absl::Status {
+    if (!cancelled_) return absl::OkStatus();
+    std::lock_guard<std::mutex> lock(cause_mutex_);
+    return cause_;
+  };
+
+  RETURN_IF_ERROR(job.Start(total));
+  RETURN_IF_ERROR(check_cancelled());
+  v1::JobProgress progress = setup_.progress;
+  progress.set_total_steps(total);
+  int64_t first = 1;
+  double kl_coef = spec.algorithm().kl().coef();
+  // A run of a job that has committed a checkpoint goes on from it; a new job resumes from the
+  // latest in checkpoint_dir when trainer.resume says so (verl's resume_mode auto).
+  if (!trainer.checkpoint_dir().empty() && (progress.checkpoint_step() > 0 || trainer.resume())) {
+    absl::StatusOr<int64_t> loaded =
+        job.LoadCheckpoint(trainer.checkpoint_dir(), progress.checkpoint_step());
+    if (loaded.ok()) {
+      first = *loaded + 1;
+      kl_coef = job.loaded_kl_coef();
+      progress.set_checkpoint_step(*loaded);
+      RLOG(INFO) << "resumed from the checkpoint of step " << *loaded << " in "
+                 << trainer.checkpoint_dir();
+    } else if (!(absl::IsNotFound(loaded.status()) && progress.checkpoint_step() == 0)) {
+      return loaded.status();
+    }
+  }
+  if (first > total) {
+    // This job's own last step was saved before its end was recorded: nothing is left to do.
+    if (setup_.progress.checkpoint_step() > 0) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the checkpoint in ", trainer.checkpoint_dir(), " is of step ", first - 1,
+        ", at or past the run's last step ", total,
+        " (trainer.total_steps): raise it, or point trainer.checkpoint_dir elsewhere"));
+  }
+  progress.set_current_step(first - 1);
+  KlController kl(spec.algorithm().kl(), kl_coef);
+  events_.running();
+
+  const auto validate = [&](int64_t step, roles::Metrics& into) -> absl::Status {
+    ASSIGN_OR_RETURN(const roles::ValidationResult result,
+                     job.Validate(std::max<int64_t>(step, 1), validation_prompts,
+                                  StepSeed(spec, step)));
+    for (const auto& [name, value] : result.metrics) into[name] = value;
+    // Mean reward per data source (verl's val-core/<source>/reward/mean@<n>).
+    const int64_t n = std::max(1, spec.roles().actor().rollout().val_kwargs().n());
+    std::map<std::string, std::pair<double, int64_t>> by_source;
+    for (size_t i = 0; i < result.scores.size(); ++i) {
+      const std::string& source = validation.row(static_cast<int64_t>(i) / n).data_source();
+      auto& [sum, count] = by_source[source.empty() ? "unknown" : source];
+      sum += result.scores[i];
+      ++count;
+    }
+    for (const auto& [source, sum_count] : by_source) {
+      into[absl::StrCat("val-core/", source, "/reward/mean@", n)] =
+          sum_count.first / static_cast<double>(std::max<int64_t>(1, sum_count.second));
+    }
+    return absl::OkStatus();
+  };
+
+  if (first == 1 && validates && trainer.val_before_train()) {
+    roles::Metrics metrics;
+    RETURN_IF_ERROR(validate(0, metrics));
+    v1::StepMetrics step;
+    step.set_step(0);
+    step.set_time_ms(NowUnixMillis());
+    for (const auto& [name, value] : metrics) (*step.mutable_metrics())[name] = value;
+    events_.step(step, progress);
+  }
+
+  const bool kl_in_reward = spec.algorithm().kl().mode() == v1::KL_MODE_IN_REWARD;
+  const int64_t responses = batch_size * spec.roles().actor().rollout().n();
+  for (int64_t step = first; step <= total; ++step) {
+    RETURN_IF_ERROR(check_cancelled());
+    const auto start = std::chrono::steady_clock::now();
+    const StepRows rows = RowsOfStep(train, step, batch_size, data.shuffle(), data.shuffle_seed());
+    roles::StepPlan plan{.step = step, .seed = StepSeed(spec, step),
+                         .kl_coef = kl_in_reward ? kl.value() : 0.0};
+    for (int64_t row : rows.rows) plan.prompts.push_back(train.row(row));
+    absl::StatusOr<roles::Metrics> metrics = job.RunStep(plan);
+    if (!metrics.ok()) return WithOrigin(metrics.status(), train, rows.rows);
+    if (kl_in_reward && metrics->count("actor/reward_kl_penalty")) {
+      kl.Update(metrics->at("actor/reward_kl_penalty"), responses);
+    }
+    if (!trainer.rollout_data_dir().empty()) {
+      RETURN_IF_ERROR(job.DumpBatch(step, trainer.rollout_data_dir()).status());
+    }
+    if (validates && ((trainer.val_every() > 0 && step % trainer.val_every() == 0) ||
+                      step == total)) {
+      RETURN_IF_ERROR(validate(step, *metrics));
+    }
+    if (SavesAt(trainer, step, total)) {
+      RETURN_IF_ERROR(job.SaveCheckpoint(trainer.checkpoint_dir(), step,
+                                         /*export_huggingface=*/step == total, kl.value()));
+      progress.set_checkpoint_step(step);
+      progress.set_checkpoint_epoch(rows.epoch);
+      progress.set_checkpoint_batch(rows.batch);
+      progress.set_checkpoint_kl_coef(kl.value());
+      progress.set_checkpoint_actor_optimizer_steps(job.actor_optimizer_steps());
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    (*metrics)["training/epoch"] = static_cast<double>(rows.epoch);
+    (*metrics)["training/global_step"] = static_cast<double>(step);
+    progress.set_current_step(step);
+    progress.set_step_time_s(seconds);
+    progress.clear_last_metrics();
+    v1::StepMetrics record;
+    record.set_step(step);
+    record.set_time_ms(NowUnixMillis());
+    for (const auto& [name, value] : *metrics) {
+      (*record.mutable_metrics())[name] = value;
+      (*progress.mutable_last_metrics())[name] = value;
+    }
+    events_.step(record, progress);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace rlhfd::controller

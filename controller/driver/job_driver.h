@@ -1,0 +1,78 @@
+// JobDriver: runs one placed job on its own thread through the stages of its workers (JobStages
+// over gRPC stage clients): start and load the latest checkpoint, then step by step — the next
+// prompts, the RL step, validation and checkpoints on their cadence — to the last step. It owns
+// no controller state: what happens is reported through DriverEvents, which the job runner posts
+// onto the controller's event loop. The thread never touches the loop's objects.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/rpc/grpc_options.h"
+#include "rlhfd/v1/job_service.pb.h"
+#include "rlhfd/v1/job_spec.pb.h"
+
+namespace rlhfd::controller {
+
+struct DriverSetup {
+  std::string job_id;
+  v1::JobSpec spec;
+  std::vector<std::string> addresses;  // worker address by world rank
+  bool nccl = false;
+  std::string token;
+  RpcOptions rpc;
+  // Where the job stands: a recovering job loads progress.checkpoint_step and goes on from it.
+  v1::JobProgress progress;
+  absl::Duration stage_deadline = absl::Minutes(30);
+  int64_t communicator_timeout_ms = 300000;
+};
+
+// Called on the driver's thread, in order; they must not block.
+struct DriverEvents {
+  // The job's workers have started its roles (and loaded the checkpoint): it runs.
+  std::function<void()> running;
+  // A step (or validation, as step metrics) is done; `progress` is the job's progress after it.
+  std::function<void(const v1::StepMetrics& step, const v1::JobProgress& progress)> step;
+  // The driver has ended: OK after the last step; otherwise the error, and whether it is a
+  // fault a restart may cure (a lost worker, a failed collective, a deadline) rather than the
+  // job's own (a bad model directory, bad data).
+  std::function<void(absl::Status status, bool fault)> finished;
+};
+
+class JobDriver {
+ public:
+  // Starts the thread.
+  JobDriver(DriverSetup setup, DriverEvents events);
+  // Cancels, and joins the thread (which then only ends the workers' roles).
+  ~JobDriver();
+  JobDriver(const JobDriver&) = delete;
+  JobDriver& operator=(const JobDriver&) = delete;
+
+  // Stops the job as soon as possible: stage calls in flight are cancelled, the workers' roles
+  // ended; `finished` still comes, with CANCELLED (or `cause` as a fault, when given).
+  void Cancel(absl::Status cause = absl::CancelledError("cancelled"));
+
+  // True for the failures a restart may cure.
+  static bool IsFault(const absl::Status& status);
+
+ private:
+  void Run();
+  absl::Status Drive();
+
+  DriverSetup setup_;
+  DriverEvents events_;
+  std::atomic<bool> cancelled_{false};
+  std::mutex cause_mutex_;
+  absl::Status cause_;
+  std::function<void()> cancel_calls_;  // set by Drive while its clients exist
+  std::mutex cancel_mutex_;
+  std::thread thread_;
+};
+
+}  // namespace rlhfd::controller

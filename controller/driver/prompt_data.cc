@@ -1,0 +1,139 @@
+#include "controller/driver/prompt_data.h"
+
+#include <algorithm>
+#include <fstream>
+#include <numeric>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/config/config_document.h"
+#include "common/util/text.h"
+
+namespace rlhfd::controller {
+namespace {
+
+// A line may be as large as a long document; the whole data set is held in memory.
+constexpr size_t kMaxLineBytes = 16 << 20;
+constexpr int64_t kMaxRows = 50'000'000;
+
+const nlohmann::json* Find(const nlohmann::json& row, const std::string& dotted) {
+  const nlohmann::json* at = &row;
+  for (const std::string& part : std::vector<std::string>(absl::StrSplit(dotted, '.'))) {
+    if (!at->is_object()) return nullptr;
+    const auto found = at->find(part);
+    if (found == at->end()) return nullptr;
+    at = &*found;
+  }
+  return at;
+}
+
+}  // namespace
+
+absl::StatusOr<PromptData> PromptData::Load(const std::vector<std::string>& files,
+                                            const v1::DataSpec& data) {
+  PromptData loaded;
+  const std::string prompt_key = data.prompt_key().empty() ? "prompt" : data.prompt_key();
+  const std::string answer_key = data.answer_key().empty() ? "ground_truth" : data.answer_key();
+  config::DocumentLimits limits;
+  limits.max_text_bytes = kMaxLineBytes;
+  limits.max_depth = 64;
+  limits.max_values = 1'000'000;
+  limits.max_scalar_bytes = kMaxLineBytes;
+  for (const std::string& file : files) {
+    std::ifstream in(file);
+    if (!in) {
+      return absl::NotFoundError(absl::StrCat(
+          "data file ", file, " cannot be read (data.train_files / val_files): it must exist on "
+                              "the controller's machine"));
+    }
+    std::string text;
+    for (int64_t line = 1; std::getline(in, text); ++line) {
+      const std::string where = absl::StrCat(file, ":", line);
+      if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+      if (text.size() > kMaxLineBytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": the line is longer than ", kMaxLineBytes, " bytes"));
+      }
+      absl::StatusOr<nlohmann::json> row = config::ParseBoundedJson(text, where, limits);
+      if (!row.ok()) return row.status();
+      if (!row->is_object()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": a row must be a JSON object"));
+      }
+      v1::PromptRow prompt;
+      const nlohmann::json* value = Find(*row, prompt_key);
+      if (value != nullptr && value->is_string()) {
+        prompt.set_text(value->get<std::string>());
+      } else if (value != nullptr && value->is_array() && !value->empty()) {
+        for (const nlohmann::json& turn : *value) {
+          const auto role = turn.is_object() ? turn.find("role") : turn.end();
+          const auto content = turn.is_object() ? turn.find("content") : turn.end();
+          if (!turn.is_object() || role == turn.end() || !role->is_string() ||
+              content == turn.end() || !content->is_string()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                where, ": ", prompt_key,
+                " must be text or a list of {\"role\": ..., \"content\": ...} turns"));
+          }
+          v1::ChatTurn* added = prompt.add_chat();
+          added->set_role(role->get<std::string>());
+          added->set_content(content->get<std::string>());
+        }
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": no prompt under '", prompt_key,
+            "' (data.prompt_key): give text or a list of {role, content} turns"));
+      }
+      const nlohmann::json* truth = Find(*row, answer_key);
+      // The default key falls back on verl's layout.
+      if (truth == nullptr && answer_key == "ground_truth") {
+        truth = Find(*row, "reward_model.ground_truth");
+      }
+      if (truth != nullptr && !truth->is_null()) {
+        prompt.set_ground_truth_json(
+            truth->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      }
+      if (const nlohmann::json* source = Find(*row, "data_source");
+          source != nullptr && source->is_string()) {
+        prompt.set_data_source(source->get<std::string>());
+      }
+      loaded.rows_.push_back(std::move(prompt));
+      loaded.origins_.push_back({file, line});
+      if (loaded.size() > kMaxRows) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(file, ": more than ", kMaxRows, " prompts in all"));
+      }
+    }
+  }
+  return loaded;
+}
+
+std::vector<int64_t> PromptData::EpochOrder(int64_t epoch, bool shuffle,
+                                            int64_t shuffle_seed) const {
+  std::vector<int64_t> order(rows_.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (!shuffle) return order;
+  std::mt19937_64 generator(static_cast<uint64_t>(shuffle_seed) * 1000003ull +
+                            static_cast<uint64_t>(epoch));
+  // Fisher-Yates with the generator's raw output: std::shuffle's result differs between
+  // standard libraries, and a resumed run must see the same order.
+  for (size_t i = order.size(); i > 1; --i) {
+    const size_t j = static_cast<size_t>(generator() % i);
+    std::swap(order[i - 1], order[j]);
+  }
+  return order;
+}
+
+StepRows RowsOfStep(const PromptData& data, int64_t step, int64_t batch_size, bool shuffle,
+                      int64_t shuffle_seed) {
+  StepRows batch;
+  const int64_t per_epoch = data.size() / batch_size;
+  if (per_epoch == 0) return batch;
+  batch.epoch = (step - 1) / per_epoch;
+  batch.batch = (step - 1) % per_epoch;
+  const std::vector<int64_t> order = data.EpochOrder(batch.epoch, shuffle, shuffle_seed);
+  batch.rows.assign(order.begin() + batch.batch * batch_size,
+                    order.begin() + (batch.batch + 1) * batch_size);
+  return batch;
+}
+
+}  // namespace rlhfd::controller

@@ -1,0 +1,53 @@
+// A job's prompts, read by the controller from JSONL files as verl writes them: the prompt as
+// text or a chat (a list of {role, content}) under data.prompt_key, the reference answer under
+// data.answer_key (a dotted path; by default ground_truth, else reward_model.ground_truth) and
+// an optional data_source. Each row remembers its file and line for errors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "rlhfd/v1/job_spec.pb.h"
+#include "rlhfd/v1/worker_service.pb.h"
+
+namespace rlhfd::controller {
+
+struct PromptOrigin {
+  std::string file;
+  int64_t line = 0;
+};
+
+class PromptData {
+ public:
+  // NOT_FOUND for a file that cannot be opened; INVALID_ARGUMENT naming file:line for a line
+  // that is not a JSON object, or whose prompt is neither text nor a chat.
+  static absl::StatusOr<PromptData> Load(const std::vector<std::string>& files,
+                                         const v1::DataSpec& data);
+
+  int64_t size() const { return static_cast<int64_t>(rows_.size()); }
+  const v1::PromptRow& row(int64_t index) const { return rows_[index]; }
+  const PromptOrigin& origin(int64_t index) const { return origins_[index]; }
+
+  // The row order of epoch `epoch` (from 0): a permutation seeded by shuffle_seed and the epoch
+  // when `shuffle`, else file order. The same on every run and after every resume.
+  std::vector<int64_t> EpochOrder(int64_t epoch, bool shuffle, int64_t shuffle_seed) const;
+
+ private:
+  std::vector<v1::PromptRow> rows_;
+  std::vector<PromptOrigin> origins_;
+};
+
+// Which rows step `step` (from 1) trains on: batch (step - 1) of `batch_size` rows, epochs of
+// size / batch_size whole batches (the remainder of an epoch is not used, as verl's
+// drop_last), each epoch in EpochOrder.
+struct StepRows {
+  int64_t epoch = 0;
+  int64_t batch = 0;  // within the epoch
+  std::vector<int64_t> rows;
+};
+StepRows RowsOfStep(const PromptData& data, int64_t step, int64_t batch_size, bool shuffle,
+                      int64_t shuffle_seed);
+
+}  // namespace rlhfd::controller

@@ -1,0 +1,90 @@
+// JobRunner: places waiting jobs on free workers (the scheduler), runs a driver per placed job,
+// and turns what the drivers report into the jobs' states, progress and metric history:
+// QUEUED → PLACING → STARTING → RUNNING → SUCCEEDED, or RECOVERING after a fault (placed again,
+// resumed from the latest committed checkpoint, at most trainer.max_restarts times), FAILED for
+// the job's own errors. Lives on the controller's event loop; drivers run on threads of their
+// own and report back through `post`.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/rpc/grpc_options.h"
+#include "controller/cluster/worker_registry.h"
+#include "controller/driver/job_driver.h"
+#include "controller/jobs/job_manager.h"
+#include "controller/scheduler/scheduler.h"
+#include "controller/store/metric_history.h"
+
+namespace rlhfd::controller {
+
+struct RunnerOptions {
+  std::string token;  // the cluster's, for calls to workers
+  RpcOptions rpc;
+  absl::Duration stage_deadline = absl::Minutes(30);
+  int64_t communicator_timeout_ms = 300000;
+};
+
+class JobRunner {
+ public:
+  // Runs a task on the event loop (from any thread).
+  using Poster = std::function<void(std::function<void()>)>;
+  using Clock = std::function<int64_t()>;
+
+  JobRunner(JobManager& jobs, WorkerRegistry& workers, MetricHistory& history, Poster post,
+            RunnerOptions options, Clock clock);
+  // Stops every driver (Shutdown).
+  ~JobRunner();
+
+  // At start-up: the jobs a previous controller was running recover (placed again, resumed from
+  // their latest committed checkpoint).
+  void RecoverAfterRestart();
+  // Places waiting jobs, oldest first; call whenever jobs or workers change.
+  void Schedule();
+  // The user cancelled `job_id` (the manager has it CANCELLED): its driver stops, its workers
+  // are free at once.
+  void Cancelled(const std::string& job_id);
+  // Workers the registry marked lost: the jobs using them recover.
+  void WorkersLost(const std::vector<std::string>& worker_ids);
+  // Controller shutdown: drivers stop, jobs keep their states (the next controller recovers
+  // them).
+  void Shutdown();
+
+ private:
+  struct Running {
+    std::unique_ptr<JobDriver> driver;
+    std::vector<std::string> workers;
+    int64_t generation = 0;
+  };
+  void Start(const v1::Job& job, const Placement& placement);
+  void OnRunning(const std::string& job_id, int64_t generation);
+  void OnStep(const std::string& job_id, int64_t generation, const v1::StepMetrics& step,
+              const v1::JobProgress& progress);
+  void OnFinished(const std::string& job_id, int64_t generation, const absl::Status& status,
+                  bool fault);
+  // Ends a faulted run: RECOVERING when a restart is left, else FAILED. A restart that `counts`
+  // uses one of trainer.max_restarts.
+  void Recover(const std::string& job_id, const std::string& cause, bool counts = true);
+  bool Current(const std::string& job_id, int64_t generation) const;
+
+  JobManager& jobs_;
+  WorkerRegistry& workers_;
+  MetricHistory& history_;
+  Poster post_;
+  RunnerOptions options_;
+  Clock clock_;
+  std::map<std::string, Running> running_;
+  // Drivers of cancelled runs finishing their clean-up, by generation.
+  std::map<int64_t, std::unique_ptr<JobDriver>> stopping_;
+  // When each recovering job's fault happened (controller clock): workers silent since then are
+  // not placed for it.
+  std::map<std::string, int64_t> faulted_at_;
+  int64_t next_generation_ = 1;
+  bool shut_down_ = false;
+};
+
+}  // namespace rlhfd::controller

@@ -1,0 +1,63 @@
+#include "controller/scheduler/scheduler.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/roles/pool_placement.h"
+
+namespace rlhfd::controller {
+
+absl::StatusOr<Placement> PlaceJob(const v1::JobSpec& spec, const std::vector<v1::Worker>& workers,
+                                   const std::map<std::string, std::string>& used,
+                                   int64_t heard_after_ms) {
+  bool any_gpu = false;
+  for (const v1::Worker& worker : workers) {
+    if (worker.state() != v1::WORKER_STATE_LOST &&
+        worker.capacity().device_kind() == v1::DEVICE_KIND_CUDA) {
+      any_gpu = true;
+    }
+  }
+  const std::string& device = spec.trainer().device();
+  const bool gpu = device == "cuda" || (device != "cpu" && any_gpu);
+  const v1::DeviceKind kind = gpu ? v1::DEVICE_KIND_CUDA : v1::DEVICE_KIND_CPU;
+  const int needed = roles::WorldSize(roles::PlacePools(spec));
+  Placement placement;
+  placement.gpu = gpu;
+  int alive = 0, draining = 0, silent = 0;
+  std::set<std::string> busy_jobs;
+  int busy = 0;
+  for (const v1::Worker& worker : workers) {
+    if (worker.capacity().device_kind() != kind) continue;
+    if (worker.state() == v1::WORKER_STATE_DRAINING) ++draining;
+    if (worker.state() != v1::WORKER_STATE_ALIVE) continue;
+    ++alive;
+    if (worker.last_heartbeat_time_ms() <= heard_after_ms) {
+      ++silent;
+      continue;
+    }
+    if (const auto user = used.find(worker.worker_id()); user != used.end()) {
+      ++busy;
+      busy_jobs.insert(user->second);
+      continue;
+    }
+    if (static_cast<int>(placement.worker_ids.size()) < needed) {
+      placement.worker_ids.push_back(worker.worker_id());
+      placement.addresses.push_back(worker.address());
+    }
+  }
+  if (static_cast<int>(placement.worker_ids.size()) == needed) return placement;
+  const char* what = gpu ? "GPU" : "CPU";
+  std::string reason = absl::StrCat("needs ", needed, " ", what, " worker", needed == 1 ? "" : "s",
+                                    ": ", alive, " alive");
+  if (busy > 0) {
+    absl::StrAppend(&reason, ", ", busy, " of them used by ", absl::StrJoin(busy_jobs, ", "));
+  }
+  if (silent > 0) {
+    absl::StrAppend(&reason, ", ", silent, " of them not heard from since the job's fault");
+  }
+  if (draining > 0) absl::StrAppend(&reason, ", ", draining, " draining");
+  return absl::FailedPreconditionError(reason);
+}
+
+}  // namespace rlhfd::controller

@@ -1,0 +1,31 @@
+// Gang placement of a job on registered workers: a worker per world rank of its pools (split:
+// disjoint sets per role; colocated: the actor's), all of the job's device kind, none draining,
+// lost or used by another job. A job that does not fit gets a reason a person understands.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "rlhfd/v1/cluster_service.pb.h"
+#include "rlhfd/v1/job_spec.pb.h"
+
+namespace rlhfd::controller {
+
+struct Placement {
+  std::vector<std::string> worker_ids;  // by world rank
+  std::vector<std::string> addresses;   // by world rank
+  bool gpu = false;
+};
+
+// `used` maps a worker id to the job using it. Workers last heard from at or before
+// `heard_after_ms` are left out: after a fault, a worker that has not heartbeat since may be the
+// one that failed (dead, or hung) even while the registry still counts it alive.
+// FAILED_PRECONDITION with the reason when the job does not fit now ("needs 5 CPU workers:
+// 3 alive, 2 of them used by job-3").
+absl::StatusOr<Placement> PlaceJob(const v1::JobSpec& spec, const std::vector<v1::Worker>& workers,
+                                   const std::map<std::string, std::string>& used,
+                                   int64_t heard_after_ms = 0);
+
+}  // namespace rlhfd::controller

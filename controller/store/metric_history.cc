@@ -1,0 +1,126 @@
+#include "controller/store/metric_history.h"
+
+#include <sqlite3.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace rlhfd::controller {
+namespace {
+
+struct DatabaseCloser {
+  void operator()(sqlite3* db) const { sqlite3_close(db); }
+};
+struct StatementFinalizer {
+  void operator()(sqlite3_stmt* statement) const { sqlite3_finalize(statement); }
+};
+using Statement = std::unique_ptr<sqlite3_stmt, StatementFinalizer>;
+
+class SqliteMetricHistory final : public MetricHistory {
+ public:
+  SqliteMetricHistory(std::unique_ptr<sqlite3, DatabaseCloser> db, std::string path)
+      : db_(std::move(db)), path_(std::move(path)) {}
+
+  absl::Status Put(const std::string& job_id, const v1::StepMetrics& step) override {
+    nlohmann::json metrics = nlohmann::json::object();
+    for (const auto& [name, value] : step.metrics()) metrics[name] = value;
+    ASSIGN_OR_RETURN(Statement statement,
+                     Prepare("INSERT OR REPLACE INTO steps (job_id, step, time_ms, metrics) "
+                             "VALUES (?1, ?2, ?3, ?4)"));
+    const std::string text = metrics.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    sqlite3_bind_text(statement.get(), 1, job_id.data(), static_cast<int>(job_id.size()),
+                      SQLITE_TRANSIENT);
+    sqlite3_bind_int64(statement.get(), 2, step.step());
+    sqlite3_bind_int64(statement.get(), 3, step.time_ms());
+    sqlite3_bind_text(statement.get(), 4, text.data(), static_cast<int>(text.size()),
+                      SQLITE_TRANSIENT);
+    if (sqlite3_step(statement.get()) != SQLITE_DONE) return Error("recording a step");
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<v1::StepMetrics>> Get(const std::string& job_id,
+                                                   int64_t after_step) override {
+    ASSIGN_OR_RETURN(Statement statement,
+                     Prepare("SELECT step, time_ms, metrics FROM steps WHERE job_id = ?1 AND "
+                             "step > ?2 ORDER BY step"));
+    sqlite3_bind_text(statement.get(), 1, job_id.data(), static_cast<int>(job_id.size()),
+                      SQLITE_TRANSIENT);
+    sqlite3_bind_int64(statement.get(), 2, after_step);
+    std::vector<v1::StepMetrics> steps;
+    int result;
+    while ((result = sqlite3_step(statement.get())) == SQLITE_ROW) {
+      v1::StepMetrics step;
+      step.set_step(sqlite3_column_int64(statement.get(), 0));
+      step.set_time_ms(sqlite3_column_int64(statement.get(), 1));
+      const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(statement.get(), 2));
+      const nlohmann::json metrics =
+          nlohmann::json::parse(text == nullptr ? "{}" : text, nullptr, false);
+      if (metrics.is_object()) {
+        for (const auto& [name, value] : metrics.items()) {
+          if (value.is_number()) (*step.mutable_metrics())[name] = value.get<double>();
+        }
+      }
+      steps.push_back(std::move(step));
+    }
+    if (result != SQLITE_DONE) return Error("reading steps");
+    return steps;
+  }
+
+  absl::Status Remove(const std::string& job_id) override {
+    ASSIGN_OR_RETURN(Statement statement, Prepare("DELETE FROM steps WHERE job_id = ?1"));
+    sqlite3_bind_text(statement.get(), 1, job_id.data(), static_cast<int>(job_id.size()),
+                      SQLITE_TRANSIENT);
+    if (sqlite3_step(statement.get()) != SQLITE_DONE) return Error("removing a job's steps");
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::StatusOr<Statement> Prepare(const char* sql) {
+    sqlite3_stmt* statement = nullptr;
+    if (sqlite3_prepare_v2(db_.get(), sql, -1, &statement, nullptr) != SQLITE_OK) {
+      return Error("preparing a statement");
+    }
+    return Statement(statement);
+  }
+  absl::Status Error(const char* what) const {
+    return absl::UnavailableError(
+        absl::StrCat(path_, ": ", what, ": ", sqlite3_errmsg(db_.get())));
+  }
+
+  std::unique_ptr<sqlite3, DatabaseCloser> db_;
+  std::string path_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MetricHistory>> OpenSqliteMetricHistory(const std::string& path) {
+  sqlite3* raw = nullptr;
+  const int opened = sqlite3_open_v2(path.c_str(), &raw,
+                                     SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                                         SQLITE_OPEN_FULLMUTEX,
+                                     nullptr);
+  std::unique_ptr<sqlite3, DatabaseCloser> db(raw);
+  if (opened != SQLITE_OK) {
+    return absl::UnavailableError(absl::StrCat(
+        path, ": cannot open the metric history: ", raw ? sqlite3_errmsg(raw) : "out of memory"));
+  }
+  sqlite3_busy_timeout(db.get(), 5000);
+  // WAL: a reader never blocks the writer, and a kill -9 loses at most the write in progress;
+  // synchronous=FULL makes each committed step durable before it is acknowledged.
+  char* error = nullptr;
+  const char* setup =
+      "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+      "CREATE TABLE IF NOT EXISTS steps (job_id TEXT NOT NULL, step INTEGER NOT NULL, "
+      "time_ms INTEGER NOT NULL, metrics TEXT NOT NULL, PRIMARY KEY (job_id, step));";
+  if (sqlite3_exec(db.get(), setup, nullptr, nullptr, &error) != SQLITE_OK) {
+    const std::string message = error ? error : "unknown error";
+    sqlite3_free(error);
+    return absl::DataLossError(
+        absl::StrCat(path, " is not a metric history this controller can use: ", message,
+                     "; move it aside to start a new one"));
+  }
+  return std::unique_ptr<MetricHistory>(new SqliteMetricHistory(std::move(db), path));
+}
+
+}  // namespace rlhfd::controller

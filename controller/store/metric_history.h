@@ -1,0 +1,33 @@
+// MetricHistory: every job's per-step metrics, durable, each step once (a step re-run after a
+// recovery replaces its earlier record). An interface, so the store can change; SQLite (WAL
+// mode, each write a transaction) is what the controller uses.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "rlhfd/v1/job_service.pb.h"
+
+namespace rlhfd::controller {
+
+class MetricHistory {
+ public:
+  virtual ~MetricHistory() = default;
+  // Records (or replaces) `job_id`'s step.
+  virtual absl::Status Put(const std::string& job_id, const v1::StepMetrics& step) = 0;
+  // The job's steps after `after_step`, oldest first.
+  virtual absl::StatusOr<std::vector<v1::StepMetrics>> Get(const std::string& job_id,
+                                                           int64_t after_step) = 0;
+  // Forgets the job's steps (DeleteJob).
+  virtual absl::Status Remove(const std::string& job_id) = 0;
+};
+
+// <state_dir>/metrics.db. DATA_LOSS names the file when it is not a database this controller
+// wrote.
+absl::StatusOr<std::unique_ptr<MetricHistory>> OpenSqliteMetricHistory(const std::string& path);
+
+}  // namespace rlhfd::controller

@@ -1,0 +1,605 @@
+// The controller runs jobs end to end through real rlhfd-controller and rlhfd-worker processes on
+// loopback (CPU): the tiny GRPO and PPO configs run QUEUED → PLACING → STARTING → RUNNING →
+// SUCCEEDED and end with the weights one process computes from the same batches; jobs share the
+// workers; kill -9 of any role's worker, of the controller, a hung worker and a cancel are
+// survived; bad input fails the job with a message naming what to fix while the daemons serve.
+#include <ATen/ATen.h>
+#include <catch2/catch.hpp>
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/roles/pool_placement.h"
+#include "common/rpc/auth.h"
+#include "common/util/files.h"
+#include "rlhfd/v1/cluster_service.grpc.pb.h"
+#include "rlhfd/v1/job_service.grpc.pb.h"
+#include "tests/support/cluster_fixture.h"
+#include "tests/support/rl_reference.h"
+#include "worker/model/state_dict.h"
+
+namespace rlhfd::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kSource = RLHFD_SOURCE_DIR;
+
+std::string ReadConfig(const std::string& name) {
+  std::ifstream in(kSource + "/configs/" + name);
+  REQUIRE(in.good());
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+bool Terminal(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
+// A controller (heartbeats every 0.5 s, lost after 3 s, stage calls bounded by 30 s and
+// collectives by 5 s) and CPU workers, with a JobService client.
+class DriverCluster {
+ public:
+  DriverCluster()
+      : cluster_({RLHFD_CONTROLLER_BIN, RLHFD_WORKER_BIN, RLHFD_CTL_BIN}, absl::Milliseconds(500),
+                 absl::Seconds(3)) {
+    // One thread per worker: runs are then bitwise repeatable.
+    setenv("OMP_NUM_THREADS", "1", 1);
+    cluster_.SetExtraFlags({"--stage_timeout=30s", "--collective_timeout=5s"}, {});
+    StartController();
+  }
+
+  void StartController() {
+    std::string error;
+    INFO(error);
+    REQUIRE(cluster_.StartController(&error));
+    auto token = ResolveClientToken("", cluster_.state_dir() + "/token");
+    REQUIRE(token.ok());
+    token_ = *token;
+    channel_ = grpc::CreateChannel(cluster_.address(), grpc::InsecureChannelCredentials());
+    jobs_ = v1::JobService::NewStub(channel_);
+    registry_ = v1::ClusterService::NewStub(channel_);
+  }
+  void KillController() { cluster_.StopController(SIGKILL); }
+
+  LocalCluster& cluster() { return cluster_; }
+  size_t StartWorker() { return cluster_.StartWorker(); }
+  // Index of the worker with id `worker_id` (cpu-worker-<index>).
+  static size_t IndexOf(const std::string& worker_id) {
+    return std::stoul(worker_id.substr(std::string("cpu-worker-").size()));
+  }
+
+  // Submits `text` as if from the source directory; the job id.
+  std::string Submit(const std::string& text, const std::vector<std::string>& overrides) {
+    v1::SubmitJobRequest request;
+    request.set_config_text(text);
+    request.set_config_name("test.yaml");
+    request.set_base_dir(kSource);
+    for (const std::string& item : overrides) request.add_overrides(item);
+    v1::SubmitJobReply reply;
+    grpc::ClientContext context;
+    Prepare(context);
+    const grpc::Status status = jobs_->SubmitJob(&context, request, &reply);
+    INFO(status.error_message());
+    REQUIRE(status.ok());
+    return reply.job().job_id();
+  }
+
+  v1::Job Get(const std::string& id) {
+    v1::GetJobRequest request;
+    request.set_job_id(id);
+    v1::GetJobReply reply;
+    grpc::ClientContext context;
+    Prepare(context);
+    const grpc::Status status = jobs_->GetJob(&context, request, &reply);
+    if (!status.ok()) return v1::Job();  // the controller may be restarting
+    return reply.job();
+  }
+
+  // Waits until `done(job)` holds; the job as last seen.
+  template <typename Done>
+  v1::Job WaitUntil(const std::string& id, Done done, absl::Duration timeout) {
+    v1::Job job;
+    WaitFor(
+        [&] {
+          job = Get(id);
+          return done(job);
+        },
+        timeout);
+    return job;
+  }
+  v1::Job WaitEnded(const std::string& id, absl::Duration timeout = absl::Seconds(180)) {
+    return WaitUntil(id, [](const v1::Job& job) { return Terminal(job.state()); }, timeout);
+  }
+
+  std::vector<v1::StepMetrics> Metrics(const std::string& id) {
+    v1::GetJobMetricsRequest request;
+    request.set_job_id(id);
+    v1::GetJobMetricsReply reply;
+    grpc::ClientContext context;
+    Prepare(context);
+    REQUIRE(jobs_->GetJobMetrics(&context, request, &reply).ok());
+    return {reply.steps().begin(), reply.steps().end()};
+  }
+
+  grpc::Status Cancel(const std::string& id) {
+    v1::CancelJobRequest request;
+    request.set_job_id(id);
+    v1::CancelJobReply reply;
+    grpc::ClientContext context;
+    Prepare(context);
+    return jobs_->CancelJob(&context, request, &reply);
+  }
+
+  int AliveWorkers() {
+    v1::GetClusterRequest request;
+    v1::GetClusterReply reply;
+    grpc::ClientContext context;
+    Prepare(context);
+    if (!registry_->GetCluster(&context, request, &reply).ok()) return -1;
+    return reply.workers_alive();
+  }
+
+  // Every event of a job (WatchJob), collected on a thread of its own until the job ends.
+  class Watch {
+   public:
+    Watch(DriverCluster& cluster, const std::string& id) {
+      context_ = std::make_unique<grpc::ClientContext>();
+      AttachToken(context_.get(), cluster.token_);
+      v1::WatchJobRequest request;
+      request.set_job_id(id);
+      stream_ = cluster.jobs_->WatchJob(context_.get(), request);
+      thread_ = std::thread([this] {
+        v1::JobEvent event;
+        while (stream_->Read(&event)) {
+          std::lock_guard<std::mutex> lock(mutex_);
+          events_.push_back(event);
+        }
+        (void)stream_->Finish();
+      });
+    }
+    ~Watch() {
+      context_->TryCancel();
+      thread_.join();
+    }
+    std::vector<v1::JobEvent> events() {
+      std::lock_guard<std::mutex> lock(mutex_);
+      return events_;
+    }
+
+   private:
+    std::unique_ptr<grpc::ClientContext> context_;
+    std::unique_ptr<grpc::ClientReader<v1::JobEvent>> stream_;
+    std::mutex mutex_;
+    std::vector<v1::JobEvent> events_;
+    std::thread thread_;
+  };
+
+ private:
+  void Prepare(grpc::ClientContext& context) {
+    AttachToken(&context, token_);
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  }
+
+  LocalCluster cluster_;
+  std::string token_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::ClusterService::Stub> registry_;
+};
+
+std::string StateName(v1::JobState state) { return v1::JobState_Name(state); }
+
+std::string Describe(const v1::Job& job) {
+  return absl::StrCat(job.job_id(), " ", StateName(job.state()), ": ", job.message(),
+                      " (step ", job.progress().current_step(), "/",
+                      job.progress().total_steps(), ", restarts ", job.progress().restarts(), ")");
+}
+
+// Each step of 1..total in the history exactly once, in order.
+void CheckHistory(const std::vector<v1::StepMetrics>& history, int64_t total) {
+  std::vector<int64_t> steps;
+  for (const v1::StepMetrics& step : history) {
+    if (step.step() > 0) steps.push_back(step.step());
+  }
+  std::vector<int64_t> expected;
+  for (int64_t step = 1; step <= total; ++step) expected.push_back(step);
+  CHECK(steps == expected);
+}
+
+std::map<std::string, at::Tensor> Parameters(model::Transformer& model) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& item : model->named_parameters()) out[item.key()] = item.value().detach();
+  return out;
+}
+
+// The actor's data-parallel rank 0 state saved at `step`.
+model::StateDict SavedActor(const std::string& directory, int64_t step) {
+  auto saved = model::StateDict::Load(
+      absl::StrCat(directory, "/step_", step, "/actor/rank_0/state.safetensors"));
+  REQUIRE(saved.ok());
+  return *std::move(saved);
+}
+
+// Runs `config` to its end on fresh workers, then computes every step in one process from the
+// rollouts the workers dumped: intermediates (1e-5 at step 1, 1e-4 after) and the final actor
+// weights within 1e-5.
+void CheckRunEqualsOneProcess(const std::string& config, int workers,
+                              const std::vector<std::string>& extra = {}) {
+  DriverCluster cluster;
+  TempDir dir;
+  const int64_t total = 3;
+  std::vector<std::string> overrides = {absl::StrCat("trainer.total_steps=", total),
+                                        "trainer.save_every=1",
+                                        "trainer.checkpoint_dir=" + dir.path() + "/checkpoints",
+                                        "trainer.rollout_data_dir=" + dir.path() + "/rollouts",
+                                        "trainer.loggers=[console]"};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  const std::string id = cluster.Submit(ReadConfig(config), overrides);
+  CHECK(cluster.Get(id).state() == v1::JOB_STATE_QUEUED);
+  CHECK(absl::StrContains(cluster.Get(id).message(), "needs"));
+  DriverCluster::Watch watch(cluster, id);
+  for (int i = 0; i < workers; ++i) cluster.StartWorker();
+  const v1::Job job = cluster.WaitEnded(id);
+  INFO(Describe(job));
+  REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(job.progress().current_step() == total);
+  CHECK(job.progress().restarts() == 0);
+  CheckHistory(cluster.Metrics(id), total);
+
+  // The states in order, and one metrics event per step.
+  WaitFor([&] { return !watch.events().empty() && Terminal(watch.events().back().state()) &&
+                       watch.events().back().step() == 0; },
+          absl::Seconds(5));
+  std::vector<v1::JobState> states;
+  std::vector<int64_t> steps;
+  for (const v1::JobEvent& event : watch.events()) {
+    if (event.step() > 0) {
+      steps.push_back(event.step());
+      CHECK(event.metrics().count("actor/pg_loss"));
+    } else if (states.empty() || states.back() != event.state()) {
+      states.push_back(event.state());
+    }
+  }
+  CHECK(states == std::vector<v1::JobState>{v1::JOB_STATE_QUEUED, v1::JOB_STATE_PLACING,
+                                            v1::JOB_STATE_STARTING, v1::JOB_STATE_RUNNING,
+                                            v1::JOB_STATE_SUCCEEDED});
+  CHECK(steps == std::vector<int64_t>{1, 2, 3});
+
+  // One process over the same batches.
+  const v1::JobSpec& spec = job.spec();
+  const std::vector<v1::PoolAssignment> pools = roles::PlacePools(spec);
+  const v1::PoolAssignment* actor = roles::FindPool(pools, "actor");
+  REQUIRE(actor != nullptr);
+  ReferenceModels reference = LoadReferenceModels(spec);
+  const double kl_coef =
+      spec.algorithm().kl().mode() == v1::KL_MODE_IN_REWARD ? spec.algorithm().kl().coef() : 0;
+  for (int64_t step = 1; step <= total; ++step) {
+    INFO("step " << step);
+    std::vector<std::string> paths;
+    for (int rank : actor->ranks()) {
+      paths.push_back(absl::StrCat(dir.path(), "/rollouts/step_", step, "_rank_", rank,
+                                   ".safetensors"));
+    }
+    const StepTensors ours = MergeDumps(paths);
+    // Rule rewards are the workers' scores; a reward model's are computed again.
+    const StepTensors expected = ReferenceForwards(
+        spec, reference, ours, kl_coef,
+        spec.roles().reward().model().empty() ? ours.tensors.at("scores") : at::Tensor());
+    std::vector<std::string> compared = {"old_log_probs", "token_rewards", "advantages"};
+    if (spec.roles().has_reference()) compared.push_back("ref_log_probs");
+    if (spec.roles().has_critic()) compared.push_back("values");
+    // Step 1 starts from the same weights; later steps from weights within 1e-5 of one
+    // process's, which log-probs of unlikely sampled tokens magnify a little.
+    const double tolerance = step == 1 ? 1e-5 : 1e-4;
+    for (const std::string& name : compared) {
+      INFO(name << " differs by " << LargestDifference(ours.tensors, expected.tensors, {name}));
+      CHECK(LargestDifference(ours.tensors, expected.tensors, {name}) < tolerance);
+    }
+    ReferenceUpdates(spec, reference, expected, step);
+  }
+  const auto weights = Parameters(reference.actor);
+  const model::StateDict saved = SavedActor(dir.path() + "/checkpoints", total);
+  double largest = 0;
+  for (const auto& [name, tensor] : weights) {
+    auto value = saved.Get(name);
+    INFO(name << ": " << value.status().message());
+    REQUIRE(value.ok());
+    largest = std::max(largest, (*value - tensor).abs().max().item<double>());
+  }
+  INFO("largest weight difference " << largest);
+  CHECK(largest < 1e-5);
+  // The last step exported the actor as a transformers directory.
+  CHECK(fs::exists(absl::StrCat(dir.path(), "/checkpoints/step_", total,
+                                "/actor/huggingface/model.safetensors")));
+}
+
+TEST_CASE("The tiny GRPO config runs to its end and equals one process", "[driver][runs]") {
+  // Its actor is data-parallel over two workers, whose gradient sums round differently from one
+  // process's; Adam turns that noise in near-zero gradients into weight differences up to the
+  // learning rate, so the comparison runs at lr 1e-5. ZeRO-2 keeps whole weights in each rank's
+  // checkpoint (ZeRO-3 keeps flat shards) for the final comparison.
+  CheckRunEqualsOneProcess("tiny-cpu-demo.yaml", 2,
+                           {"roles.actor.train.lr=1e-5", "roles.actor.train.zero_stage=2"});
+}
+
+TEST_CASE("The tiny PPO config runs to its end and equals one process", "[driver][runs]") {
+  CheckRunEqualsOneProcess("tiny-ppo-cpu.yaml", 4);
+}
+
+TEST_CASE("Two jobs share four workers; a third waits with its reason", "[driver][scheduling]") {
+  DriverCluster cluster;
+  for (int i = 0; i < 4; ++i) cluster.StartWorker();
+  REQUIRE(WaitFor([&] { return cluster.AliveWorkers() == 4; }, absl::Seconds(20)));
+  TempDir dir;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    ids.push_back(cluster.Submit(ReadConfig("tiny-cpu-demo.yaml"),
+                                 {"trainer.total_steps=4", "trainer.save_every=-1",
+                                  "trainer.loggers=[console]",
+                                  absl::StrCat("trainer.checkpoint_dir=", dir.path(), "/", i)}));
+  }
+  // The first two run at once; the third waits, saying why.
+  const v1::Job first = cluster.WaitUntil(
+      ids[0], [](const v1::Job& job) { return job.state() == v1::JOB_STATE_RUNNING; },
+      absl::Seconds(60));
+  const v1::Job second = cluster.WaitUntil(
+      ids[1], [](const v1::Job& job) { return job.state() == v1::JOB_STATE_RUNNING; },
+      absl::Seconds(60));
+  INFO(Describe(first) << "\n" << Describe(second));
+  const v1::Job third = cluster.Get(ids[2]);
+  INFO(Describe(third));
+  CHECK(first.state() == v1::JOB_STATE_RUNNING);
+  CHECK(second.state() == v1::JOB_STATE_RUNNING);
+  CHECK(third.state() == v1::JOB_STATE_QUEUED);
+  CHECK(absl::StrContains(third.message(), "needs 2 CPU workers: 4 alive, 4 of them used by " +
+                                               ids[0] + ", " + ids[1]));
+  std::set<std::string> placed;
+  for (const v1::Job& job : {first, second}) {
+    for (const v1::RolePlacement& role : job.placement()) {
+      for (const std::string& worker : role.worker_ids()) placed.insert(worker);
+    }
+  }
+  CHECK(placed.size() == 4);  // disjoint
+  // The third starts when one ends, and all three finish.
+  for (const std::string& id : ids) {
+    const v1::Job job = cluster.WaitEnded(id);
+    INFO(Describe(job));
+    CHECK(job.state() == v1::JOB_STATE_SUCCEEDED);
+    CHECK(job.progress().current_step() == 4);
+  }
+}
+
+TEST_CASE("kill -9 of each role's worker mid-step: the job recovers and finishes",
+          "[driver][faults]") {
+  DriverCluster cluster;
+  for (int i = 0; i < 5; ++i) cluster.StartWorker();  // four roles and a spare
+  TempDir dir;
+  const int64_t total = 10;
+  const std::string id = cluster.Submit(
+      ReadConfig("tiny-ppo-cpu.yaml"),
+      {absl::StrCat("trainer.total_steps=", total), "trainer.save_every=2",
+       "trainer.max_restarts=4", "trainer.checkpoint_dir=" + dir.path()});
+  int64_t after = 0;
+  for (const std::string role : {"actor", "critic", "reference", "reward"}) {
+    INFO("killing the " << role << "'s worker");
+    const v1::Job running = cluster.WaitUntil(
+        id,
+        [&](const v1::Job& job) {
+          return job.state() == v1::JOB_STATE_RUNNING && job.progress().current_step() > after;
+        },
+        absl::Seconds(90));
+    INFO(Describe(running));
+    REQUIRE(running.state() == v1::JOB_STATE_RUNNING);
+    std::string victim;
+    for (const v1::RolePlacement& placement : running.placement()) {
+      if (placement.role() == role) victim = placement.worker_ids(0);
+    }
+    REQUIRE(!victim.empty());
+    const size_t index = DriverCluster::IndexOf(victim);
+    cluster.cluster().worker(index).Stop(SIGKILL, absl::Seconds(5));
+    const int32_t restarts = running.progress().restarts();
+    const v1::Job recovered = cluster.WaitUntil(
+        id,
+        [&](const v1::Job& job) {
+          return job.progress().restarts() > restarts || Terminal(job.state());
+        },
+        absl::Seconds(30));
+    INFO(Describe(recovered));
+    CHECK(recovered.progress().restarts() == restarts + 1);
+    after = recovered.progress().current_step() + 1;
+    cluster.cluster().RestartWorker(index);  // the spare again
+  }
+  const v1::Job job = cluster.WaitEnded(id);
+  INFO(Describe(job));
+  REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(job.progress().current_step() == total);
+  CHECK(job.progress().restarts() == 4);
+  CHECK(job.progress().restart_causes_size() == 4);
+  CheckHistory(cluster.Metrics(id), total);
+}
+
+TEST_CASE("kill -9 of the controller mid-step: the job resumes and ends as if uninterrupted",
+          "[driver][faults]") {
+  TempDir dir;
+  const std::vector<std::string> overrides = {"trainer.total_steps=6", "trainer.save_every=2",
+                                              "trainer.loggers=[console]"};
+  const auto with_dir = [&](const std::string& name) {
+    std::vector<std::string> out = overrides;
+    out.push_back("trainer.checkpoint_dir=" + dir.path() + "/" + name);
+    return out;
+  };
+  const std::string config = ReadConfig("tiny-cpu-demo.yaml");
+  {
+    DriverCluster cluster;
+    for (int i = 0; i < 2; ++i) cluster.StartWorker();
+    const v1::Job straight = cluster.WaitEnded(cluster.Submit(config, with_dir("straight")));
+    INFO(Describe(straight));
+    REQUIRE(straight.state() == v1::JOB_STATE_SUCCEEDED);
+  }
+  DriverCluster cluster;
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  const std::string id = cluster.Submit(config, with_dir("killed"));
+  const v1::Job before = cluster.WaitUntil(
+      id, [](const v1::Job& job) { return job.progress().current_step() >= 3; },
+      absl::Seconds(120));
+  INFO(Describe(before));
+  REQUIRE(before.state() == v1::JOB_STATE_RUNNING);
+  cluster.KillController();
+  cluster.StartController();
+  const v1::Job job = cluster.WaitEnded(id);
+  INFO(Describe(job));
+  REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(job.progress().current_step() == 6);
+  CHECK(job.progress().restarts() == 0);  // a controller restart costs the job none
+  CheckHistory(cluster.Metrics(id), 6);
+  // The new controller resumed from a checkpoint rather than starting over.
+  const std::string log = cluster.cluster().controller()->ReadLog();
+  INFO(log);
+  CHECK((absl::StrContains(log, "resumed from the checkpoint of step 2") ||
+         absl::StrContains(log, "resumed from the checkpoint of step 4")));
+  // Resumed from step 2 or 4, it ends with the uninterrupted run's weights, bitwise.
+  const model::StateDict straight = SavedActor(dir.path() + "/straight", 6);
+  const model::StateDict killed = SavedActor(dir.path() + "/killed", 6);
+  REQUIRE(straight.names() == killed.names());
+  for (const std::string& name : straight.names()) {
+    INFO(name);
+    CHECK(at::equal(*straight.Get(name), *killed.Get(name)));
+  }
+}
+
+TEST_CASE("A hung worker (SIGSTOP) is detected and the job recovers", "[driver][faults]") {
+  DriverCluster cluster;
+  for (int i = 0; i < 3; ++i) cluster.StartWorker();  // two for the job and a spare
+  TempDir dir;
+  const std::string id = cluster.Submit(
+      ReadConfig("tiny-cpu-demo.yaml"),
+      {"trainer.total_steps=6", "trainer.save_every=2", "trainer.checkpoint_dir=" + dir.path()});
+  const v1::Job running = cluster.WaitUntil(
+      id,
+      [](const v1::Job& job) {
+        return job.state() == v1::JOB_STATE_RUNNING && job.progress().current_step() >= 1;
+      },
+      absl::Seconds(90));
+  INFO(Describe(running));
+  REQUIRE(running.state() == v1::JOB_STATE_RUNNING);
+  const size_t hung = DriverCluster::IndexOf(running.placement(0).worker_ids(0));
+  const absl::Time stopped = absl::Now();
+  REQUIRE(kill(cluster.cluster().worker(hung).pid(), SIGSTOP) == 0);
+  const v1::Job recovering = cluster.WaitUntil(
+      id, [](const v1::Job& job) { return job.progress().restarts() >= 1; }, absl::Seconds(30));
+  INFO(Describe(recovering));
+  CHECK(recovering.progress().restarts() == 1);
+  // Within the liveness window (3 s) and well within the stage timeout (30 s).
+  CHECK(absl::Now() - stopped < absl::Seconds(15));
+  const v1::Job job = cluster.WaitEnded(id);
+  INFO(Describe(job));
+  CHECK(job.state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(job.progress().current_step() == 6);
+  CheckHistory(cluster.Metrics(id), 6);
+  kill(cluster.cluster().worker(hung).pid(), SIGCONT);
+}
+
+TEST_CASE("Cancel mid-step: CANCELLED within 10 s and the workers take a new job",
+          "[driver][cancel]") {
+  DriverCluster cluster;
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  TempDir dir;
+  const std::string config = ReadConfig("tiny-cpu-demo.yaml");
+  const std::string id = cluster.Submit(
+      config, {"trainer.total_steps=200", "trainer.save_every=-1", "trainer.loggers=[console]"});
+  const v1::Job running = cluster.WaitUntil(
+      id,
+      [](const v1::Job& job) {
+        return job.state() == v1::JOB_STATE_RUNNING && job.progress().current_step() >= 1;
+      },
+      absl::Seconds(90));
+  REQUIRE(running.state() == v1::JOB_STATE_RUNNING);
+  const absl::Time asked = absl::Now();
+  REQUIRE(cluster.Cancel(id).ok());
+  const v1::Job cancelled = cluster.WaitEnded(id, absl::Seconds(10));
+  CHECK(cancelled.state() == v1::JOB_STATE_CANCELLED);
+  CHECK(absl::Now() - asked < absl::Seconds(10));
+  const std::string next = cluster.Submit(
+      config, {"trainer.total_steps=2", "trainer.save_every=-1", "trainer.loggers=[console]"});
+  const v1::Job job = cluster.WaitEnded(next);
+  INFO(Describe(job));
+  CHECK(job.state() == v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST_CASE("Bad input fails the job naming what to fix; the daemons keep serving",
+          "[driver][bad-input]") {
+  DriverCluster cluster;
+  TempDir dir;
+  const std::string config = ReadConfig("tiny-cpu-demo.yaml");
+  const std::string data = dir.path() + "/train.jsonl";
+  const auto write = [](const std::string& path, const std::string& text) {
+    std::ofstream out(path);
+    out << text;
+  };
+  std::string rows;
+  {
+    std::ifstream in(kSource + "/tests/fixtures/data/arithmetic_train.jsonl");
+    rows.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::vector<std::string> base = {"trainer.total_steps=1", "trainer.save_every=-1",
+                                         "trainer.loggers=[console]"};
+  const auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> out = base;
+    out.insert(out.end(), extra.begin(), extra.end());
+    return out;
+  };
+  // Submitted while no worker is up, so the files can change before the job starts.
+  write(data, rows);
+  const std::string missing = cluster.Submit(config, with({"data.train_files=[" + data + "]"}));
+  fs::remove(data);
+  const std::string malformed_file = dir.path() + "/malformed.jsonl";
+  write(malformed_file, rows.substr(0, rows.find('\n') + 1) + rows.substr(0, rows.find('\n') + 1) +
+                            "{\"prompt\": \"unterminated\n" + rows);
+  const std::string malformed =
+      cluster.Submit(config, with({"data.train_files=[" + malformed_file + "]"}));
+  const std::string long_file = dir.path() + "/long.jsonl";
+  write(long_file, rows.substr(0, rows.find('\n') + 1) + "{\"prompt\": \"" +
+                       [] {
+                         std::string text;
+                         for (int i = 0; i < 400; ++i) text += "seven plus eight ";
+                         return text;
+                       }() +
+                       "\", \"ground_truth\": \"15\"}\n" + rows);
+  const std::string overlong = cluster.Submit(
+      config, with({"data.train_files=[" + long_file + "]", "data.shuffle=false"}));
+  const std::string model_dir = dir.path() + "/model";
+  fs::copy(kSource + "/tests/fixtures/models/tiny-qwen2", model_dir, fs::copy_options::recursive);
+  const std::string bad_model = cluster.Submit(config, with({"model.path=" + model_dir}));
+  write(model_dir + "/model.safetensors", "not a safetensors file");
+
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  const auto failed_with = [&](const std::string& id, const std::vector<std::string>& words) {
+    const v1::Job job = cluster.WaitEnded(id, absl::Seconds(60));
+    INFO(Describe(job));
+    CHECK(job.state() == v1::JOB_STATE_FAILED);
+    CHECK(job.progress().restarts() == 0);  // not a fault: no retry
+    for (const std::string& word : words) CHECK(absl::StrContains(job.message(), word));
+  };
+  failed_with(missing, {data});
+  failed_with(malformed, {malformed_file + ":3"});
+  failed_with(overlong, {long_file + ":2", "max_prompt_length"});
+  failed_with(bad_model, {model_dir + "/model.safetensors"});
+  // The controller and both workers still serve: a good job runs.
+  CHECK(cluster.AliveWorkers() == 2);
+  const v1::Job good = cluster.WaitEnded(cluster.Submit(config, base));
+  INFO(Describe(good));
+  CHECK(good.state() == v1::JOB_STATE_SUCCEEDED);
+}
+
+}  // namespace
+}  // namespace rlhfd::testing

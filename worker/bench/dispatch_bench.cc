@@ -1,0 +1,230 @@
+// dispatch_bench: the driver's stage dispatch over many simulated workers. Each simulated worker
+// is a real gRPC server (the worker's own WorkerService adapter, token checked) in this process
+// whose stages answer at once with empty replies; the driver's JobStages runs PPO steps over
+// gRPC stage clients to them, split over actor (1/2 of the workers), critic (1/4), reference and
+// reward model (1/8 each). What is measured is the control plane alone: each stage call's round
+// trip, each stage's fan-out to its pool (issue to last reply), and steps per second.
+//   dispatch_bench --workers=64,256 --steps=200 --warmup=20
+// Prints one JSON line per worker count and a table.
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/roles/job_stages.h"
+#include "common/rpc/grpc_options.h"
+#include "common/status/status_macros.h"
+#include "worker/service/worker_service.h"
+
+ABSL_FLAG(std::string, workers, "64,256", "Comma-separated simulated worker counts");
+ABSL_FLAG(int, steps, 200, "Timed PPO steps per worker count");
+ABSL_FLAG(int, warmup, 20, "Untimed steps first");
+ABSL_FLAG(int, prompts_per_actor, 4, "Prompts per actor rank per step (request payload)");
+
+namespace rlhfd {
+namespace {
+
+constexpr char kToken[] = "dispatch-bench-token";
+
+// A worker's stages answering at once, as a worker would with nothing to compute.
+class EmptyStages final : public roles::StageService {
+ public:
+#define RLHFD_EMPTY_STAGE(Name, Request, Reply)                                            \
+  void Name(const v1::Request&, absl::Duration, roles::StageDone<v1::Reply> done) override { \
+    done(v1::Reply());                                                                     \
+  }
+  RLHFD_STAGES(RLHFD_EMPTY_STAGE)
+#undef RLHFD_EMPTY_STAGE
+};
+
+// The stage client of one rank, recording each call's round trip.
+class TimedStages final : public roles::StageService {
+ public:
+  TimedStages(std::unique_ptr<roles::StageService> inner, std::mutex& mutex,
+              std::vector<double>& samples_ms)
+      : inner_(std::move(inner)), mutex_(mutex), samples_ms_(samples_ms) {}
+
+#define RLHFD_TIMED_STAGE(Name, Request, Reply)                                             \
+  void Name(const v1::Request& request, absl::Duration deadline,                            \
+            roles::StageDone<v1::Reply> done) override {                                    \
+    const auto start = std::chrono::steady_clock::now();                                    \
+    inner_->Name(request, deadline,                                                         \
+                 [this, start, done = std::move(done)](absl::StatusOr<v1::Reply> reply) {   \
+                   Record(start);                                                           \
+                   done(std::move(reply));                                                  \
+                 });                                                                        \
+  }
+  RLHFD_STAGES(RLHFD_TIMED_STAGE)
+#undef RLHFD_TIMED_STAGE
+
+ private:
+  void Record(std::chrono::steady_clock::time_point start) {
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count();
+    std::lock_guard<std::mutex> lock(mutex_);
+    samples_ms_.push_back(ms);
+  }
+
+  std::unique_ptr<roles::StageService> inner_;
+  std::mutex& mutex_;
+  std::vector<double>& samples_ms_;
+};
+
+double Percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t index = std::min(values.size() - 1, static_cast<size_t>(p * values.size()));
+  return values[index];
+}
+
+struct Result {
+  int workers = 0;
+  double call_p50 = 0, call_p99 = 0, stage_p50 = 0, stage_p99 = 0, stage_max = 0;
+  double steps_per_s = 0;
+  int64_t calls = 0, stages = 0;
+};
+
+v1::JobSpec Spec(int workers) {
+  v1::JobSpec spec;
+  spec.set_name("dispatch-bench");
+  spec.set_placement(v1::PLACEMENT_SPLIT);
+  spec.mutable_algorithm()->set_adv_estimator(v1::ADVANTAGE_ESTIMATOR_GAE);
+  v1::RolesSpec& roles = *spec.mutable_roles();
+  roles.mutable_actor()->set_gpus(workers / 2);
+  roles.mutable_actor()->mutable_rollout()->set_n(1);
+  roles.mutable_critic()->set_gpus(workers / 4);
+  roles.mutable_reference()->set_gpus(workers / 8);
+  roles.mutable_reward()->set_model("/simulated/reward-model");
+  roles.mutable_reward()->set_gpus(workers - workers / 2 - workers / 4 - workers / 8);
+  return spec;
+}
+
+absl::StatusOr<Result> Run(int workers, int steps, int warmup, int prompts_per_actor) {
+  // The simulated workers: one server each, on a port of its own.
+  EmptyStages stages;
+  std::vector<std::unique_ptr<worker::WorkerServiceImpl>> services;
+  std::vector<std::unique_ptr<grpc::Server>> servers;
+  std::vector<int> ports(workers);
+  for (int i = 0; i < workers; ++i) {
+    services.push_back(std::make_unique<worker::WorkerServiceImpl>(nullptr, &stages, kToken, 0));
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &ports[i]);
+    builder.RegisterService(services.back().get());
+    servers.push_back(builder.BuildAndStart());
+    if (!servers.back() || ports[i] == 0) {
+      return absl::InternalError(absl::StrCat("simulated worker ", i, " did not start"));
+    }
+  }
+  std::mutex mutex;
+  std::vector<double> calls_ms;
+  std::vector<std::unique_ptr<roles::StageService>> clients;
+  std::vector<roles::StageService*> ranks;
+  for (int i = 0; i < workers; ++i) {
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                     MakeChannel(absl::StrCat("127.0.0.1:", ports[i]), RpcOptions{}));
+    clients.push_back(std::make_unique<TimedStages>(
+        roles::MakeGrpcStageService(std::move(channel), kToken), mutex, calls_ms));
+    ranks.push_back(clients.back().get());
+  }
+  const v1::JobSpec spec = Spec(workers);
+  roles::JobStages job("job-bench", spec, ranks, {.stage_deadline = absl::Seconds(10)});
+  RETURN_IF_ERROR(job.Start(steps + warmup));
+  const int64_t actors = spec.roles().actor().gpus();
+  std::vector<double> stages_ms;
+  double timed_seconds = 0;
+  for (int step = 1; step <= warmup + steps; ++step) {
+    roles::StepPlan plan{.step = step, .seed = static_cast<uint64_t>(step)};
+    for (int64_t p = 0; p < actors * prompts_per_actor; ++p) {
+      v1::PromptRow row;
+      row.set_text(absl::StrCat("What is ", p, " + ", step, "? Answer with the number."));
+      row.set_ground_truth_json(absl::StrCat("\"", p + step, "\""));
+      plan.prompts.push_back(std::move(row));
+    }
+    if (step == warmup + 1) {
+      std::lock_guard<std::mutex> lock(mutex);
+      calls_ms.clear();
+    }
+    ASSIGN_OR_RETURN(const roles::Metrics metrics, job.RunStep(plan));
+    if (step <= warmup) continue;
+    timed_seconds += metrics.at("timing_s/step");
+    for (const auto& [name, value] : metrics) {
+      if (name.rfind("timing_s/", 0) == 0 && name != "timing_s/step") {
+        stages_ms.push_back(value * 1000);
+      }
+    }
+  }
+  job.End();
+  Result result;
+  result.workers = workers;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    result.call_p50 = Percentile(calls_ms, 0.50);
+    result.call_p99 = Percentile(calls_ms, 0.99);
+    result.calls = static_cast<int64_t>(calls_ms.size());
+  }
+  result.stage_p50 = Percentile(stages_ms, 0.50);
+  result.stage_p99 = Percentile(stages_ms, 0.99);
+  result.stage_max = Percentile(stages_ms, 1.0);
+  result.stages = static_cast<int64_t>(stages_ms.size());
+  result.steps_per_s = steps / std::max(timed_seconds, 1e-9);
+  clients.clear();
+  for (auto& server : servers) server->Shutdown(std::chrono::system_clock::now());
+  return result;
+}
+
+int Main() {
+  std::vector<Result> results;
+  for (absl::string_view item : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
+    int workers = 0;
+    if (!absl::SimpleAtoi(item, &workers) || workers < 8) {
+      std::cerr << "error: --workers takes counts of at least 8, e.g. 64,256\n";
+      return 2;
+    }
+    absl::StatusOr<Result> result = Run(workers, absl::GetFlag(FLAGS_steps),
+                                        absl::GetFlag(FLAGS_warmup),
+                                        absl::GetFlag(FLAGS_prompts_per_actor));
+    if (!result.ok()) {
+      std::cerr << "error: " << result.status().message() << "\n";
+      return 1;
+    }
+    std::cout << nlohmann::json{{"workers", result->workers},
+                                {"steps", absl::GetFlag(FLAGS_steps)},
+                                {"calls", result->calls},
+                                {"call_p50_ms", result->call_p50},
+                                {"call_p99_ms", result->call_p99},
+                                {"stages", result->stages},
+                                {"stage_p50_ms", result->stage_p50},
+                                {"stage_p99_ms", result->stage_p99},
+                                {"stage_max_ms", result->stage_max},
+                                {"steps_per_s", result->steps_per_s}}
+                     .dump()
+              << std::endl;
+    results.push_back(*result);
+  }
+  std::printf("\n%8s %12s %12s %13s %13s %12s %10s\n", "workers", "call p50 ms", "call p99 ms",
+              "stage p50 ms", "stage p99 ms", "stage max ms", "steps/s");
+  for (const Result& r : results) {
+    std::printf("%8d %12.3f %12.3f %13.3f %13.3f %12.3f %10.1f\n", r.workers, r.call_p50,
+                r.call_p99, r.stage_p50, r.stage_p99, r.stage_max, r.steps_per_s);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace rlhfd
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return rlhfd::Main();
+}
