@@ -373,6 +373,12 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
     check.Fail("roles.reward.remote", "must be an http:// or https:// URL");
   }
   check.Within("roles.reward.remote_timeout_s", reward->remote_timeout_s(), 1e-3, 3600);
+  if (!reward->model().empty() &&
+      estimator == v1::ADVANTAGE_ESTIMATOR_REMAX) {
+    check.Fail("roles.reward.model",
+               "remax scores each prompt's greedy baseline response on the actor's workers, with "
+               "roles.reward.rule or .remote; a reward model is not supported with it yet");
+  }
   if (!reward->model().empty()) {
     int32_t gpus = reward->gpus();
     CompleteRoleGpus(check, "roles.reward.gpus", colocated, actor_gpus, 1, &gpus, derived);

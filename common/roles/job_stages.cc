@@ -466,6 +466,36 @@ absl::StatusOr<std::vector<std::string>> JobStages::DumpBatch(int64_t step,
   return paths;
 }
 
+absl::StatusOr<std::vector<int64_t>> JobStages::MeasurePrompts(
+    const std::vector<v1::PromptRow>& prompts) {
+  // Chunks well under a worker's 4 MiB request limit for prompts of a few kilobytes.
+  constexpr int64_t kChunk = 512;
+  std::vector<int64_t> tokens;
+  tokens.reserve(prompts.size());
+  const int64_t total = static_cast<int64_t>(prompts.size());
+  for (int64_t first = 0; first < total; first += kChunk) {
+    const int64_t end = std::min(total, first + kChunk);
+    ASSIGN_OR_RETURN(const std::vector<v1::MeasurePromptsReply> measured,
+                     (FanOut<v1::MeasurePromptsRequest, v1::MeasurePromptsReply>(
+                         {0}, &StageService::MeasurePrompts,
+                         [&](int, int) {
+                           v1::MeasurePromptsRequest request;
+                           *request.mutable_key() = Key(1, absl::StrCat("measure ", first));
+                           *request.mutable_spec() = spec_;
+                           for (int64_t i = first; i < end; ++i) *request.add_prompts() = prompts[i];
+                           request.set_first_prompt(first);
+                           return request;
+                         },
+                         options_.stage_deadline)));
+    if (measured[0].tokens_size() != end - first) {
+      return absl::InternalError(absl::StrCat("rank 0 measured ", measured[0].tokens_size(),
+                                              " of ", end - first, " prompts"));
+    }
+    tokens.insert(tokens.end(), measured[0].tokens().begin(), measured[0].tokens().end());
+  }
+  return tokens;
+}
+
 void JobStages::End(absl::Duration deadline) {
   std::vector<int> everyone(ranks_.size());
   for (size_t r = 0; r < ranks_.size(); ++r) everyone[r] = static_cast<int>(r);

@@ -67,6 +67,9 @@ class JobStages {
   absl::StatusOr<int64_t> LoadCheckpoint(const std::string& directory, int64_t step);
   // Every rank holding rows of `step` writes them under `directory`; the paths written.
   absl::StatusOr<std::vector<std::string>> DumpBatch(int64_t step, const std::string& directory);
+  // The length in tokens of each of `prompts` (chat template applied, untruncated), measured by
+  // rank 0 in chunks; needs no Start.
+  absl::StatusOr<std::vector<int64_t>> MeasurePrompts(const std::vector<v1::PromptRow>& prompts);
   // EndJob on every rank within `deadline` (errors are logged, not returned: a rank may be gone
   // or hung).
   void End(absl::Duration deadline = absl::Seconds(20));

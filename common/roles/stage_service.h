@@ -40,6 +40,7 @@ using StageDone = std::function<void(absl::StatusOr<Reply>)>;
   X(LoadCheckpoint, CheckpointRequest, CheckpointReply)   \
   X(Offload, OffloadRequest, OffloadReply)                \
   X(DumpBatch, DumpBatchRequest, DumpBatchReply)          \
+  X(MeasurePrompts, MeasurePromptsRequest, MeasurePromptsReply) \
   X(EndJob, EndJobRequest, EndJobReply)
 
 class StageService {

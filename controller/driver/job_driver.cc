@@ -46,6 +46,12 @@ absl::Status WithOrigin(const absl::Status& status, const PromptData& data,
                       absl::StrCat(origin.file, ":", origin.line, ": ", message));
 }
 
+std::vector<int64_t> Identity(int64_t size) {
+  std::vector<int64_t> rows(size);
+  for (int64_t i = 0; i < size; ++i) rows[i] = i;
+  return rows;
+}
+
 }  // namespace
 
 JobDriver::JobDriver(DriverSetup setup, DriverEvents events)
@@ -96,26 +102,6 @@ absl::Status JobDriver::Drive() {
   const v1::JobSpec& spec = setup_.spec;
   const v1::TrainerSpec& trainer = spec.trainer();
   const v1::DataSpec& data = spec.data();
-  const std::vector<std::string> train_files(data.train_files().begin(), data.train_files().end());
-  ASSIGN_OR_RETURN(const PromptData train, PromptData::Load(train_files, data));
-  const int64_t batch_size = data.train_batch_size();
-  const int64_t per_epoch = train.size() / batch_size;
-  if (per_epoch == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.train_files hold ", train.size(), " prompts, fewer than one batch of ", batch_size,
-        " (data.train_batch_size)"));
-  }
-  const int64_t total = trainer.total_steps() > 0 ? trainer.total_steps()
-                                                  : trainer.total_epochs() * per_epoch;
-  PromptData validation;
-  const bool validates = data.val_files_size() > 0;
-  if (validates) {
-    const std::vector<std::string> files(data.val_files().begin(), data.val_files().end());
-    ASSIGN_OR_RETURN(validation, PromptData::Load(files, data));
-  }
-  std::vector<v1::PromptRow> validation_prompts;
-  for (int64_t i = 0; i < validation.size(); ++i) validation_prompts.push_back(validation.row(i));
-
   std::vector<std::unique_ptr<roles::StageService>> services;
   for (const std::string& address : setup_.addresses) {
     ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, MakeChannel(address, setup_.rpc));
@@ -148,6 +134,42 @@ absl::Status JobDriver::Drive() {
     std::lock_guard<std::mutex> lock(cause_mutex_);
     return cause_;
   };
+
+  const std::vector<std::string> train_files(data.train_files().begin(), data.train_files().end());
+  ASSIGN_OR_RETURN(PromptData train, PromptData::Load(train_files, data));
+  PromptData validation;
+  const bool validates = data.val_files_size() > 0;
+  if (validates) {
+    const std::vector<std::string> files(data.val_files().begin(), data.val_files().end());
+    ASSIGN_OR_RETURN(validation, PromptData::Load(files, data));
+  }
+  if (data.filter_overlong_prompts()) {
+    // verl's filter: prompts over max_prompt_length (template applied) are left out, measured by
+    // the actor's first worker, which holds the tokenizer.
+    for (PromptData* prompts : {&train, &validation}) {
+      std::vector<v1::PromptRow> rows;
+      for (int64_t i = 0; i < prompts->size(); ++i) rows.push_back(prompts->row(i));
+      absl::StatusOr<std::vector<int64_t>> tokens = job.MeasurePrompts(rows);
+      if (!tokens.ok()) return WithOrigin(tokens.status(), *prompts, Identity(prompts->size()));
+      const int64_t dropped = prompts->KeepAtMost(*tokens, data.max_prompt_length());
+      if (dropped > 0) {
+        RLOG(INFO) << "data.filter_overlong_prompts left out " << dropped << " of "
+                   << dropped + prompts->size() << " prompts over " << data.max_prompt_length()
+                   << " tokens";
+      }
+    }
+  }
+  const int64_t batch_size = data.train_batch_size();
+  const int64_t per_epoch = train.size() / batch_size;
+  if (per_epoch == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.train_files hold ", train.size(), " prompts, fewer than one batch of ", batch_size,
+        " (data.train_batch_size)"));
+  }
+  const int64_t total = trainer.total_steps() > 0 ? trainer.total_steps()
+                                                  : trainer.total_epochs() * per_epoch;
+  std::vector<v1::PromptRow> validation_prompts;
+  for (int64_t i = 0; i < validation.size(); ++i) validation_prompts.push_back(validation.row(i));
 
   RETURN_IF_ERROR(job.Start(total));
   RETURN_IF_ERROR(check_cancelled());

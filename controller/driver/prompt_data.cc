@@ -123,6 +123,20 @@ std::vector<int64_t> PromptData::EpochOrder(int64_t epoch, bool shuffle,
   return order;
 }
 
+int64_t PromptData::KeepAtMost(const std::vector<int64_t>& tokens, int64_t limit) {
+  size_t kept = 0;
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    if (tokens[i] > limit) continue;
+    rows_[kept] = std::move(rows_[i]);
+    origins_[kept] = std::move(origins_[i]);
+    ++kept;
+  }
+  const int64_t dropped = static_cast<int64_t>(rows_.size() - kept);
+  rows_.resize(kept);
+  origins_.resize(kept);
+  return dropped;
+}
+
 StepRows RowsOfStep(const PromptData& data, int64_t step, int64_t batch_size, bool shuffle,
                       int64_t shuffle_seed) {
   StepRows batch;

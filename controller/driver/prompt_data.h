@@ -34,6 +34,9 @@ class PromptData {
   // when `shuffle`, else file order. The same on every run and after every resume.
   std::vector<int64_t> EpochOrder(int64_t epoch, bool shuffle, int64_t shuffle_seed) const;
 
+  // Keeps the rows whose `tokens` (one per row) are at most `limit`; the number dropped.
+  int64_t KeepAtMost(const std::vector<int64_t>& tokens, int64_t limit);
+
  private:
   std::vector<v1::PromptRow> rows_;
   std::vector<PromptOrigin> origins_;

@@ -336,6 +336,57 @@ TEST_CASE("The tiny PPO config runs to its end and equals one process", "[driver
   CheckRunEqualsOneProcess("tiny-ppo-cpu.yaml", 4);
 }
 
+// ReMax (verl's gen_max): each prompt's baseline is the reward of its greedy response. A reward
+// server scoring by length makes rewards differ from response to response. With greedy rollouts
+// every response is the baseline's, so scores equal baselines; with sampled ones each token's
+// advantage is the response's score minus its prompt's baseline.
+TEST_CASE("ReMax subtracts the greedy response's reward", "[driver][runs]") {
+  TempDir dir;
+  const int port = FreeLoopbackPort();
+  Subprocess server({"/bin/sh", "-c",
+                     absl::StrCat("cd ", dir.path(), " && exec ", RLHFD_PYTHON, " ",
+                                  RLHFD_REWARD_SERVER, " ", port, " length")},
+                    dir.path() + "/server.log");
+  REQUIRE(WaitFor([&] { return server.ReadLog().find("serving") != std::string::npos; },
+                  absl::Seconds(20)));
+  DriverCluster cluster;
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  for (const double temperature : {0.0, 1.0}) {
+    INFO("rollout temperature " << temperature);
+    const std::string dumps = absl::StrCat(dir.path(), "/rollouts-", temperature);
+    const v1::Job job = cluster.WaitEnded(cluster.Submit(
+        ReadConfig("tiny-cpu-demo.yaml"),
+        {"algorithm.adv_estimator=remax", "algorithm.kl={mode: none}", "~roles.reference",
+         absl::StrCat("roles.actor.rollout.temperature=", temperature), "~roles.reward.rule",
+         absl::StrCat("roles.reward.remote=http://127.0.0.1:", port, "/score"),
+         "trainer.total_steps=2", "trainer.save_every=-1", "trainer.loggers=[console]",
+         "trainer.rollout_data_dir=" + dumps}));
+    INFO(Describe(job));
+    REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
+    for (int64_t step = 1; step <= 2; ++step) {
+      const StepTensors batch =
+          MergeDumps({absl::StrCat(dumps, "/step_", step, "_rank_0.safetensors"),
+                      absl::StrCat(dumps, "/step_", step, "_rank_1.safetensors")});
+      const at::Tensor scores = batch.tensors.at("scores").to(at::kDouble);
+      const at::Tensor baselines = batch.tensors.at("reward_baselines").to(at::kDouble);
+      const at::Tensor mask = batch.tensors.at("response_mask").to(at::kDouble);
+      const at::Tensor advantages = batch.tensors.at("advantages").to(at::kDouble);
+      CHECK(scores.std().item<double>() > 1e-3);  // the rewards differ
+      // Each prompt's rows (n = 4) share one baseline.
+      const at::Tensor per_prompt = baselines.view({-1, 4});
+      CHECK(at::allclose(per_prompt, per_prompt.select(1, 0).unsqueeze(1).expand_as(per_prompt)));
+      if (temperature == 0) {
+        CHECK(at::allclose(scores, baselines, 0, 1e-6));
+        CHECK(advantages.abs().max().item<double>() < 1e-6);
+      } else {
+        CHECK((scores - baselines).abs().max().item<double>() > 1e-3);
+        const at::Tensor expected = (scores - baselines).unsqueeze(1) * mask;
+        CHECK((advantages - expected).abs().max().item<double>() < 1e-5);
+      }
+    }
+  }
+}
+
 TEST_CASE("Two jobs share four workers; a third waits with its reason", "[driver][scheduling]") {
   DriverCluster cluster;
   for (int i = 0; i < 4; ++i) cluster.StartWorker();
@@ -594,6 +645,14 @@ TEST_CASE("Bad input fails the job naming what to fix; the daemons keep serving"
   failed_with(malformed, {malformed_file + ":3"});
   failed_with(overlong, {long_file + ":2", "max_prompt_length"});
   failed_with(bad_model, {model_dir + "/model.safetensors"});
+  // With data.filter_overlong_prompts the over-long prompt is left out instead (verl's filter).
+  const v1::Job filtered = cluster.WaitEnded(cluster.Submit(
+      config, with({"data.train_files=[" + long_file + "]", "data.shuffle=false",
+                    "data.filter_overlong_prompts=true"})));
+  INFO(Describe(filtered));
+  CHECK(filtered.state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(absl::StrContains(cluster.cluster().controller()->ReadLog(),
+                          "data.filter_overlong_prompts left out 1 of 66 prompts over 64 tokens"));
   // The controller and both workers still serve: a good job runs.
   CHECK(cluster.AliveWorkers() == 2);
   const v1::Job good = cluster.WaitEnded(cluster.Submit(config, base));

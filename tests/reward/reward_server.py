@@ -12,6 +12,7 @@ query ends with its label, else 0.0. MODE changes that:
   not_number  a string among the rewards
   flaky       HTTP 503 to the first two requests, then as ok
   bad_request HTTP 400 {"error": "labels missing"}
+  length      len(query) / 1000: a score that differs from response to response
 The number of requests served is written to PORT.count beside this server's working directory.
 """
 import json
@@ -42,6 +43,8 @@ class Handler(BaseHTTPRequestHandler):
             out.write(str(served))
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         rewards = [1.0 if q.endswith(str(label)) else 0.0 for q, label in zip(body["query"], body["labels"])]
+        if MODE == "length":
+            rewards = [len(q) / 1000.0 for q in body["query"]]
         if MODE == "slow":
             time.sleep(5)
         if MODE == "malformed":

@@ -336,14 +336,35 @@ absl::StatusOr<v1::ValidateReply> ActorRole::Validate(const v1::ValidateRequest&
                                                       int64_t first_prompt,
                                                       const ResponseScorer& scorer,
                                                       const std::atomic<bool>* cancelled) {
-  const rollout::SamplingParams sampling = ValidationSampling(spec_);
+  return GenerateAndScore(request.prompts(), first_prompt, request.seed(),
+                          ValidationSampling(spec_), scorer, cancelled);
+}
+
+absl::StatusOr<std::vector<double>> ActorRole::GreedyBaseline(const v1::GenerateRequest& request,
+                                                              const ResponseScorer& scorer,
+                                                              const std::atomic<bool>* cancelled) {
+  rollout::SamplingParams greedy = TrainingSampling(spec_);
+  greedy.n = 1;
+  greedy.temperature = 0;
+  greedy.top_k = 0;
+  greedy.top_p = 1.0;
+  ASSIGN_OR_RETURN(const v1::ValidateReply scored,
+                   GenerateAndScore(request.prompts(), request.first_prompt(), request.seed(),
+                                    greedy, scorer, cancelled));
+  return std::vector<double>(scored.scores().begin(), scored.scores().end());
+}
+
+absl::StatusOr<v1::ValidateReply> ActorRole::GenerateAndScore(
+    const google::protobuf::RepeatedPtrField<v1::PromptRow>& prompts, int64_t first_prompt,
+    uint64_t seed, const rollout::SamplingParams& sampling, const ResponseScorer& scorer,
+    const std::atomic<bool>* cancelled) {
   std::vector<rollout::GenerationRequest> requests;
   std::vector<std::string> prompt_texts;
-  for (int64_t i = 0; i < request.prompts_size(); ++i) {
+  for (int64_t i = 0; i < prompts.size(); ++i) {
     ASSIGN_OR_RETURN(EncodedPrompt encoded,
-                     EncodePrompt(tokenizer_, request.prompts(i), spec_.data(), first_prompt + i));
+                     EncodePrompt(tokenizer_, prompts[i], spec_.data(), first_prompt + i));
     rollout::GenerationRequest generation{std::move(encoded.ids), sampling};
-    generation.sampling.seed = PromptSeed(request.seed(), first_prompt + i);
+    generation.sampling.seed = PromptSeed(seed, first_prompt + i);
     requests.push_back(std::move(generation));
     prompt_texts.push_back(std::move(encoded.text));
   }
@@ -351,7 +372,7 @@ absl::StatusOr<v1::ValidateReply> ActorRole::Validate(const v1::ValidateRequest&
   ReleaseRollout();
   v1::ValidateReply reply;
   std::vector<ScoredResponse> scored;
-  for (int64_t i = 0; i < request.prompts_size(); ++i) {
+  for (int64_t i = 0; i < prompts.size(); ++i) {
     for (const rollout::Completion& sample : results[i].samples) {
       const std::vector<int32_t> ids(sample.token_ids.begin(), sample.token_ids.end());
       std::string text = tokenizer_.Decode(ids, /*skip_special_tokens=*/true);
@@ -360,8 +381,8 @@ absl::StatusOr<v1::ValidateReply> ActorRole::Validate(const v1::ValidateRequest&
       info->set_response_tokens(static_cast<int32_t>(ids.size()));
       info->set_truncated(sample.finish_reason == rollout::FinishReason::kLength);
       reply.add_responses(text);
-      scored.push_back({prompt_texts[i], std::move(text), request.prompts(i).ground_truth_json(),
-                        request.prompts(i).data_source()});
+      scored.push_back({prompt_texts[i], std::move(text), prompts[i].ground_truth_json(),
+                        prompts[i].data_source()});
     }
   }
   ASSIGN_OR_RETURN(const std::vector<double> scores, scorer.Score(scored, first_prompt, cancelled));

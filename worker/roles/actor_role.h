@@ -42,6 +42,11 @@ class ActorRole {
   absl::StatusOr<v1::ValidateReply> Validate(const v1::ValidateRequest& request,
                                              int64_t first_prompt, const ResponseScorer& scorer,
                                              const std::atomic<bool>* cancelled);
+  // ReMax's baseline (verl's gen_max): one greedy response to each of the step's prompts,
+  // scored with `scorer`; a score per prompt.
+  absl::StatusOr<std::vector<double>> GreedyBaseline(const v1::GenerateRequest& request,
+                                                     const ResponseScorer& scorer,
+                                                     const std::atomic<bool>* cancelled);
 
   const model::Tokenizer& tokenizer() const { return tokenizer_; }
   train::TrainedModel& trained() { return *trained_; }
@@ -61,6 +66,11 @@ class ActorRole {
   // A module with the current weights in `dtype`: the training module when it holds them whole
   // in that dtype, else a copy.
   absl::StatusOr<model::Transformer> WeightsIn(at::ScalarType dtype);
+  // Generates for `prompts` with `sampling` (seeded per prompt from `seed`) and scores them.
+  absl::StatusOr<v1::ValidateReply> GenerateAndScore(
+      const google::protobuf::RepeatedPtrField<v1::PromptRow>& prompts, int64_t first_prompt,
+      uint64_t seed, const rollout::SamplingParams& sampling, const ResponseScorer& scorer,
+      const std::atomic<bool>* cancelled);
   absl::StatusOr<std::vector<rollout::GenerationResult>> RunEngine(
       const std::vector<rollout::GenerationRequest>& requests);
   // Frees the copy's storage.

@@ -38,11 +38,6 @@ absl::StatusOr<v1::AdvantageReply> ComputeAdvantages(const v1::JobSpec& spec,
                                                      StepBatch& batch,
                                                      parallel::Communicator& pool) {
   const v1::AlgorithmSpec& algorithm = spec.algorithm();
-  if (algorithm.adv_estimator() == v1::ADVANTAGE_ESTIMATOR_REMAX) {
-    return absl::UnimplementedError(
-        "algorithm.adv_estimator remax needs a greedy baseline rollout per prompt, which the "
-        "stages do not run yet; use grpo, rloo or reinforce_plus_plus");
-  }
   const int64_t local_rows = batch.rows().size();
   if (local_rows * pool.size() != batch.total_rows()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -79,6 +74,11 @@ absl::StatusOr<v1::AdvantageReply> ComputeAdvantages(const v1::JobSpec& spec,
     ASSIGN_OR_RETURN(const at::Tensor values, batch.Get("values", "gae advantages"));
     ASSIGN_OR_RETURN(all_values, Gather(pool, values));
     input.values = all_values;
+  }
+  if (algorithm.adv_estimator() == v1::ADVANTAGE_ESTIMATOR_REMAX) {
+    ASSIGN_OR_RETURN(const at::Tensor baselines,
+                     batch.Get("reward_baselines", "remax advantages"));
+    ASSIGN_OR_RETURN(input.baseline, Gather(pool, baselines));
   }
   const int64_t n = spec.roles().actor().rollout().n();
   input.group = at::arange(batch.total_rows(),

@@ -21,6 +21,7 @@
 #include "worker/roles/critic_role.h"
 #include "worker/roles/frozen_roles.h"
 #include "worker/roles/job_layout.h"
+#include "worker/roles/prompt_encoding.h"
 #include "worker/roles/response_scorer.h"
 #include "worker/roles/step_batch.h"
 #ifdef RLHFD_HAVE_CUDA
@@ -341,7 +342,7 @@ void RoleHost::Generate(const v1::GenerateRequest& request, absl::Duration,
                         StageDone<v1::GenerateReply> done) {
   RunStage<v1::GenerateReply>(
       request.key(), false, std::move(done),
-      [request](HostedJob& job) -> absl::StatusOr<v1::GenerateReply> {
+      [request, device = options_.device](HostedJob& job) -> absl::StatusOr<v1::GenerateReply> {
         RETURN_IF_ERROR(NeedRole(job, kActor, job.actor != nullptr));
         const int64_t n = job.spec.roles().actor().rollout().n();
         if (request.total_prompts() < 1 || request.first_prompt() < 0 ||
@@ -358,7 +359,22 @@ void RoleHost::Generate(const v1::GenerateRequest& request, absl::Duration,
               "generate: this rank's rows start at ", rows.begin, ", so its first prompt is ",
               rows.begin / n, ", not ", request.first_prompt()));
         }
-        return job.actor->Generate(request, total_rows, rows, job.batch);
+        ASSIGN_OR_RETURN(v1::GenerateReply reply,
+                         job.actor->Generate(request, total_rows, rows, job.batch));
+        if (job.spec.algorithm().adv_estimator() == v1::ADVANTAGE_ESTIMATOR_REMAX) {
+          // ReMax's baseline: the greedy response's reward, for each of the prompt's rows.
+          if (!job.scorer) {
+            return absl::FailedPreconditionError(
+                "remax scores its greedy baseline with roles.reward.rule or .remote");
+          }
+          ASSIGN_OR_RETURN(const std::vector<double> baseline,
+                           job.actor->GreedyBaseline(request, *job.scorer, job.cancelled.get()));
+          const at::Tensor per_prompt = at::tensor(baseline, at::kDouble).to(at::kFloat);
+          RETURN_IF_ERROR(job.batch.Put(
+              "reward_baselines",
+              per_prompt.repeat_interleave(n).to(device).contiguous()));
+        }
+        return reply;
       });
 }
 
@@ -736,6 +752,36 @@ void RoleHost::DumpBatch(const v1::DumpBatchRequest& request, absl::Duration,
         reply.set_path(path);
         return reply;
       });
+}
+
+void RoleHost::MeasurePrompts(const v1::MeasurePromptsRequest& request, absl::Duration,
+                              StageDone<v1::MeasurePromptsReply> done) {
+  executor_.Post([this, request, done = std::move(done)] {
+    logging::ScopedLogContext context({.job = request.key().job_id()});
+    done(CatchAll<v1::MeasurePromptsReply>(
+        "MeasurePrompts", [&]() -> absl::StatusOr<v1::MeasurePromptsReply> {
+          const v1::ModelSpec& model = request.spec().model();
+          const std::string dir = model.tokenizer_path().empty() ? model.path()
+                                                                 : model.tokenizer_path();
+          if (!measure_tokenizer_ || measure_tokenizer_dir_ != dir) {
+            ASSIGN_OR_RETURN(model::Tokenizer tokenizer, model::Tokenizer::Load(dir));
+            measure_tokenizer_ = std::make_unique<model::Tokenizer>(std::move(tokenizer));
+            measure_tokenizer_dir_ = dir;
+          }
+          // Measured whole: the limit is what is being checked.
+          v1::DataSpec untruncated = request.spec().data();
+          untruncated.set_max_prompt_length(std::numeric_limits<int32_t>::max());
+          untruncated.set_truncation(v1::TRUNCATION_ERROR);
+          v1::MeasurePromptsReply reply;
+          for (int i = 0; i < request.prompts_size(); ++i) {
+            ASSIGN_OR_RETURN(const EncodedPrompt encoded,
+                             EncodePrompt(*measure_tokenizer_, request.prompts(i), untruncated,
+                                          request.first_prompt() + i));
+            reply.add_tokens(static_cast<int64_t>(encoded.ids.size()));
+          }
+          return reply;
+        }));
+  });
 }
 
 void RoleHost::EndJob(const v1::EndJobRequest& request, absl::Duration,

@@ -16,6 +16,7 @@
 
 #include "common/roles/stage_service.h"
 #include "common/util/event_loop.h"
+#include "worker/model/tokenizer.h"
 
 namespace rlhfd::roles {
 
@@ -62,6 +63,9 @@ class RoleHost final : public StageService {
   std::map<std::string, std::unique_ptr<HostedJob>> jobs_;
   std::map<std::string, std::unique_ptr<PreparedJob>> prepared_;
   std::atomic<int> hosted_jobs_{0};
+  // The tokenizer MeasurePrompts last loaded, and its directory (a job measures in chunks).
+  std::string measure_tokenizer_dir_;
+  std::unique_ptr<model::Tokenizer> measure_tokenizer_;
   // Shared with calling threads: EndJob cancels a job's long waits before it reaches the
   // executor.
   std::mutex cancel_mutex_;

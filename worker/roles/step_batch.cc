@@ -17,6 +17,7 @@ std::string_view MadeBy(std::string_view name) {
   if (name == "ref_log_probs") return "a forward of kind REF_LOG_PROBS on the reference";
   if (name == "values") return "a forward of kind VALUES on the critic";
   if (name == "scores") return "rewards (or a REWARD_SCORES forward on the reward model)";
+  if (name == "reward_baselines") return "generate (remax's greedy baseline)";
   return "advantages";
 }
 
@@ -33,7 +34,7 @@ const std::vector<TensorInfo>& StepTensors() {
       {"old_log_probs", TensorKind::kPerToken},  {"ref_log_probs", TensorKind::kPerToken},
       {"values", TensorKind::kPerToken},         {"scores", TensorKind::kPerRow},
       {"token_rewards", TensorKind::kPerToken},  {"advantages", TensorKind::kPerToken},
-      {"returns", TensorKind::kPerToken},
+      {"returns", TensorKind::kPerToken},        {"reward_baselines", TensorKind::kPerRow},
   };
   return tensors;
 }
