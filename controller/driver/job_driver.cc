@@ -205,9 +205,13 @@ absl::Status JobDriver::Drive() {
   events_.running();
 
   const auto validate = [&](int64_t step, roles::Metrics& into) -> absl::Status {
-    ASSIGN_OR_RETURN(const roles::ValidationResult result,
-                     job.Validate(std::max<int64_t>(step, 1), validation_prompts,
-                                  StepSeed(spec, step)));
+    // JobStages keys the call by `step` (0: before training), so each validation is its own.
+    absl::StatusOr<roles::ValidationResult> validated =
+        job.Validate(step, validation_prompts, StepSeed(spec, step));
+    if (!validated.ok()) {
+      return WithOrigin(validated.status(), validation, Identity(validation.size()));
+    }
+    const roles::ValidationResult& result = *validated;
     for (const auto& [name, value] : result.metrics) into[name] = value;
     // Mean reward per data source (verl's val-core/<source>/reward/mean@<n>).
     const int64_t n = std::max(1, spec.roles().actor().rollout().val_kwargs().n());
