@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The README's main job: a local cluster on this machine — one controller and two workers (CPU,
-# or the GPUs when present) on loopback — shows the workers registered and submits the example
-# job, which is queued. Daemons stop when the script ends; their logs stay in the state dir.
+# or the GPUs when present) on loopback — shows the workers registered, submits the demo job,
+# follows it step by step to its end and shows the mean reward of its first and last steps.
+# Daemons stop when the script ends; their logs stay in the state dir. Exits 1 unless the job
+# succeeded.
 #   RLHFD_DEMO_DIR=DIR      state and logs (default: a new temp dir)
-#   RLHFD_DEMO_CONFIG=FILE  job to submit (default: configs/tiny-cpu-demo.yaml)
+#   RLHFD_DEMO_CONFIG=FILE  job to submit (default: configs/demo-digits.yaml)
 #   RLHFD_BIN_DIR=DIR       use these binaries (a deploy/bundle.sh bin/) instead of building
 set -euo pipefail
 
@@ -22,7 +24,7 @@ else
 fi
 
 demo_dir="${RLHFD_DEMO_DIR:-$(mktemp -d /tmp/rlhfd-demo-XXXXXX)}"
-config="${RLHFD_DEMO_CONFIG:-${repo_root}/configs/tiny-cpu-demo.yaml}"
+config="${RLHFD_DEMO_CONFIG:-${repo_root}/configs/demo-digits.yaml}"
 mkdir -p "${demo_dir}"
 pids=()
 cleanup() {
@@ -40,25 +42,43 @@ for _ in $(seq 100); do [[ -s "${demo_dir}/controller.port" ]] && break; sleep 0
 export RLHFD_CONTROLLER="127.0.0.1:$(cat "${demo_dir}/controller.port")"
 export RLHFD_TOKEN_FILE="${demo_dir}/state/token"
 
+# Two workers: on two GPUs when there are, else on the CPU. With one GPU, one GPU worker and the
+# job's actor on it alone (a job runs on workers of one kind).
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l || true)
-for i in 0 1; do
+workers=2
+overrides=()
+if ((gpus == 1)); then
+  workers=1
+  overrides=(roles.actor.gpus=1)
+fi
+for ((i = 0; i < workers; i++)); do
   device=cpu
-  if ((gpus > i)); then device="cuda:${i}"; fi
+  if ((gpus >= 1)); then device="cuda:${i}"; fi
   "${worker_bin}" --controller="${RLHFD_CONTROLLER}" --device="${device}" \
     --worker_id="demo-worker-${i}" >"${demo_dir}/worker${i}.log" 2>&1 &
   pids+=($!)
 done
 
 for _ in $(seq 100); do
-  [[ $("${ctl}" --json workers | grep -c WORKER_STATE_ALIVE) -ge 2 ]] && break
+  [[ $("${ctl}" --json workers | grep -c WORKER_STATE_ALIVE) -ge ${workers} ]] && break
   sleep 0.1
 done
 echo "== rlhfctl workers"
 "${ctl}" workers
 echo "== rlhfctl submit ${config}"
 # The example's paths are relative to the checkout; rlhfctl resolves them against its directory.
-(cd "${repo_root}" && "${ctl}" submit "${config}")
-echo "== rlhfctl jobs"
-"${ctl}" jobs
-echo "== rlhfctl cluster"
-"${ctl}" cluster
+(cd "${repo_root}" && "${ctl}" submit "${config}" "${overrides[@]}")
+echo "== rlhfctl watch job-1 (a line per step: mean reward, response length, losses, seconds)"
+"${ctl}" watch job-1
+echo "== rlhfctl status job-1"
+"${ctl}" status job-1
+echo "== the mean reward (critic/score/mean) over the run"
+"${ctl}" metrics job-1 | awk '
+  NR > 1 && $1 > 0 { n++; score[n] = $2 }
+  END {
+    if (n == 0) exit 1
+    k = n < 10 ? n : 10
+    for (i = 1; i <= k; i++) { first += score[i]; last += score[n - k + i] }
+    printf "steps 1-%d: %.3f    steps %d-%d: %.3f\n", k, first / k, n - k + 1, n, last / k
+  }'
+"${ctl}" status job-1 | grep "^state: *succeeded" > /dev/null
