@@ -37,6 +37,9 @@ ABSL_FLAG(absl::Duration, shutdown_deadline, absl::Seconds(10),
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
 ABSL_FLAG(absl::Duration, stage_timeout, absl::Minutes(30),
           "Deadline of each stage call to a worker (a rollout or an update of a large batch)");
+ABSL_FLAG(std::string, log_dir, "",
+          "Where each job's metric logs (trainer.loggers jsonl, tensorboard) go, under <job id>/ "
+          "(default: <state_dir>/logs)");
 ABSL_FLAG(absl::Duration, collective_timeout, absl::Minutes(5),
           "Deadline of a job's rendezvous and of each collective between its workers: a worker "
           "that stops answering fails the step within it, and the job recovers");
@@ -98,7 +101,10 @@ int Run() {
                            .rpc = rpc_options,
                            .stage_deadline = absl::GetFlag(FLAGS_stage_timeout),
                            .communicator_timeout_ms = absl::ToInt64Milliseconds(
-                               absl::GetFlag(FLAGS_collective_timeout))});
+                               absl::GetFlag(FLAGS_collective_timeout)),
+                           .log_dir = absl::GetFlag(FLAGS_log_dir).empty()
+                                          ? options.state_dir + "/logs"
+                                          : absl::GetFlag(FLAGS_log_dir)});
   // Liveness, and placement of waiting jobs, twice per heartbeat interval.
   loop.PostEvery(options.liveness.heartbeat_interval / 2, [&controller] { controller->Tick(); });
   // gRPC frees what a burst of large requests took, but malloc keeps the pages; hand them back,

@@ -12,10 +12,6 @@
 namespace rlhfd::controller {
 namespace {
 
-bool Waiting(v1::JobState state) {
-  return state == v1::JOB_STATE_QUEUED || state == v1::JOB_STATE_RECOVERING;
-}
-
 bool Active(v1::JobState state) {
   return state == v1::JOB_STATE_PLACING || state == v1::JOB_STATE_STARTING ||
          state == v1::JOB_STATE_RUNNING || state == v1::JOB_STATE_RECOVERING;
@@ -142,20 +138,35 @@ void JobRunner::Start(const v1::Job& job, const Placement& placement) {
                     .stage_deadline = options_.stage_deadline,
                     .communicator_timeout_ms = options_.communicator_timeout_ms};
   DriverEvents events{
-      .running = [this, id, generation] { post_([=] { OnRunning(id, generation); }); },
+      .running = [this, id, generation] { post_([this, id, generation] { OnRunning(id, generation); }); },
       .step =
           [this, id, generation](const v1::StepMetrics& step, const v1::JobProgress& progress) {
-            post_([=] { OnStep(id, generation, step, progress); });
+            post_([this, id, generation, step, progress] {
+              OnStep(id, generation, step, progress);
+            });
           },
       .finished =
           [this, id, generation](absl::Status status, bool fault) {
-            post_([=] { OnFinished(id, generation, status, fault); });
+            post_([this, id, generation, status, fault] {
+              OnFinished(id, generation, status, fault);
+            });
           }};
   LogIfFailed(jobs_.TransitionTo(id, v1::JOB_STATE_STARTING,
                                  absl::StrCat("starting roles on ", placement.worker_ids.size(),
                                               " workers and loading models"),
                                  clock_()),
               "starting a job");
+  const std::vector<std::string> loggers(job.spec().trainer().loggers().begin(),
+                                         job.spec().trainer().loggers().end());
+  absl::StatusOr<std::vector<std::unique_ptr<MetricSink>>> sinks =
+      MakeMetricSinks(id, loggers, absl::StrCat(options_.log_dir, "/", id));
+  if (sinks.ok()) {
+    sinks_[id] = *std::move(sinks);
+  } else {
+    // The history still holds every step; the job need not fail for a log file.
+    RLOG(ERROR) << id << ": no metric sinks: " << sinks.status().message();
+    sinks_.erase(id);
+  }
   running_[id] = Running{std::make_unique<JobDriver>(std::move(setup), std::move(events)),
                          placement.worker_ids, generation};
 }
@@ -175,6 +186,9 @@ void JobRunner::OnStep(const std::string& job_id, int64_t generation, const v1::
   if (!Current(job_id, generation)) return;
   // The history first: a step the job record counts is a step the history holds.
   LogIfFailed(history_.Put(job_id, step), "recording a step's metrics");
+  if (const auto sinks = sinks_.find(job_id); sinks != sinks_.end()) {
+    for (const auto& sink : sinks->second) LogIfFailed(sink->Write(step), "logging a step");
+  }
   LogIfFailed(jobs_.Update(job_id,
                            [&](v1::Job& record) {
                              const int32_t restarts = record.progress().restarts();
@@ -193,6 +207,7 @@ void JobRunner::OnFinished(const std::string& job_id, int64_t generation,
   stopping_.erase(generation);  // a cancelled run's clean-up is over
   if (!Current(job_id, generation)) return;
   running_.erase(job_id);  // joins the driver's thread, which is returning
+  sinks_.erase(job_id);
   if (status.ok()) {
     const absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
     LogIfFailed(jobs_.TransitionTo(job_id, v1::JOB_STATE_SUCCEEDED,
@@ -257,6 +272,7 @@ void JobRunner::Cancelled(const std::string& job_id) {
     found->second.driver->Cancel();
     stopping_[found->second.generation] = std::move(found->second.driver);
     running_.erase(found);
+    sinks_.erase(job_id);
   }
   Schedule();
 }

@@ -17,6 +17,7 @@
 #include "controller/cluster/worker_registry.h"
 #include "controller/driver/job_driver.h"
 #include "controller/jobs/job_manager.h"
+#include "controller/metrics/metric_sinks.h"
 #include "controller/scheduler/scheduler.h"
 #include "controller/store/metric_history.h"
 
@@ -27,6 +28,8 @@ struct RunnerOptions {
   RpcOptions rpc;
   absl::Duration stage_deadline = absl::Minutes(30);
   int64_t communicator_timeout_ms = 300000;
+  // Each job's metric sinks (trainer.loggers) write under <log_dir>/<job id>.
+  std::string log_dir;
 };
 
 class JobRunner {
@@ -78,6 +81,8 @@ class JobRunner {
   RunnerOptions options_;
   Clock clock_;
   std::map<std::string, Running> running_;
+  // The sinks of each running job.
+  std::map<std::string, std::vector<std::unique_ptr<MetricSink>>> sinks_;
   // Drivers of cancelled runs finishing their clean-up, by generation.
   std::map<int64_t, std::unique_ptr<JobDriver>> stopping_;
   // When each recovering job's fault happened (controller clock): workers silent since then are

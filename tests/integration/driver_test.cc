@@ -242,7 +242,7 @@ void CheckRunEqualsOneProcess(const std::string& config, int workers,
                                         "trainer.save_every=1",
                                         "trainer.checkpoint_dir=" + dir.path() + "/checkpoints",
                                         "trainer.rollout_data_dir=" + dir.path() + "/rollouts",
-                                        "trainer.loggers=[console]"};
+                                        "trainer.loggers=[console, jsonl, tensorboard]"};
   overrides.insert(overrides.end(), extra.begin(), extra.end());
   const std::string id = cluster.Submit(ReadConfig(config), overrides);
   CHECK(cluster.Get(id).state() == v1::JOB_STATE_QUEUED);
@@ -274,6 +274,19 @@ void CheckRunEqualsOneProcess(const std::string& config, int workers,
                                             v1::JOB_STATE_STARTING, v1::JOB_STATE_RUNNING,
                                             v1::JOB_STATE_SUCCEEDED});
   CHECK(steps == std::vector<int64_t>{1, 2, 3});
+  // The loggers' files under the controller's log directory: a JSONL line per step, and a
+  // TensorBoard event file.
+  const std::string logs = cluster.cluster().state_dir() + "/logs/" + id;
+  std::ifstream jsonl(logs + "/metrics.jsonl");
+  std::string line;
+  int lines = 0;
+  while (std::getline(jsonl, line)) {
+    ++lines;
+    CHECK(absl::StrContains(line, absl::StrCat("\"step\":", lines)));
+  }
+  CHECK(lines == 3);
+  CHECK(fs::exists(logs + "/tensorboard"));
+  CHECK(!fs::is_empty(logs + "/tensorboard"));
 
   // One process over the same batches.
   const v1::JobSpec& spec = job.spec();
