@@ -21,6 +21,7 @@
 #include "controller/api/cluster_service.h"
 #include "controller/api/job_service.h"
 #include "controller/controller.h"
+#include "controller/gateway/http_gateway.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "host:port for the gRPC API; 0.0.0.0:PORT to serve other hosts, port 0 for any free one");
@@ -37,6 +38,10 @@ ABSL_FLAG(absl::Duration, shutdown_deadline, absl::Seconds(10),
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
 ABSL_FLAG(absl::Duration, stage_timeout, absl::Minutes(30),
           "Deadline of each stage call to a worker (a rollout or an update of a large batch)");
+ABSL_FLAG(std::string, http_listen, "",
+          "host:port of the REST gateway, /metrics and the dashboard (empty: none); the same token "
+          "and TLS files as gRPC");
+ABSL_FLAG(std::string, http_port_file, "", "Write the REST gateway's bound port here (for port 0)");
 ABSL_FLAG(std::string, log_dir, "",
           "Where each job's metric logs (trainer.loggers jsonl, tensorboard) go, under <job id>/ "
           "(default: <state_dir>/logs)");
@@ -110,6 +115,25 @@ int Run() {
   // gRPC frees what a burst of large requests took, but malloc keeps the pages; hand them back,
   // so the daemon's footprint returns to its working size.
   loop.PostEvery(absl::Seconds(1), [] { malloc_trim(0); });
+  std::unique_ptr<controller::HttpGateway> gateway;
+  if (const std::string http = absl::GetFlag(FLAGS_http_listen); !http.empty()) {
+    auto started = controller::HttpGateway::Start(
+        controller.get(), &loop,
+        {.listen = http, .token = token, .tls_cert_file = rpc_options.tls_cert_file,
+         .tls_key_file = rpc_options.tls_key_file});
+    if (!started.ok()) {
+      RLOG(ERROR) << started.status().message();
+      return 1;
+    }
+    gateway = *std::move(started);
+    RLOG(INFO) << "REST gateway on port " << gateway->port();
+    if (const std::string file = absl::GetFlag(FLAGS_http_port_file); !file.empty()) {
+      if (auto written = WritePortFile(file, gateway->port()); !written.ok()) {
+        RLOG(ERROR) << written.message();
+        return 1;
+      }
+    }
+  }
   if (const std::string port_file = absl::GetFlag(FLAGS_port_file); !port_file.empty()) {
     if (auto written = WritePortFile(port_file, (*server)->port()); !written.ok()) {
       RLOG(ERROR) << written.message();
@@ -124,6 +148,7 @@ int Run() {
             << absl::FormatDuration(absl::GetFlag(FLAGS_shutdown_deadline)) << ")";
   // Watch streams never end by themselves: end them first, so they do not hold the drain.
   job_service.EndWatches();
+  gateway.reset();  // its calls wait for the loop at most their deadline
   // The loop keeps running while the server drains, so calls in flight can finish; calls the
   // loop has not answered by the deadline are cancelled (and answered CANCELLED) by gRPC.
   (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_deadline));

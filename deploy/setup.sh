@@ -13,7 +13,7 @@ apt_packages=(
   build-essential cmake ninja-build ccache pkg-config git python3-venv openssl clang
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libabsl-dev nlohmann-json3-dev libyaml-cpp-dev catch2 patchelf libpcre2-dev libutf8proc-dev
-  libcurl4-openssl-dev libsqlite3-dev
+  libcurl4-openssl-dev libsqlite3-dev libcpp-httplib-dev
 )
 
 install_apt() {
@@ -34,17 +34,18 @@ install_apt() {
 
 # The virtualenv: LibTorch for the worker, and what the data and fixture scripts use
 # (reasoning-gym makes the quickstart's problems offline; transformers is the reference the
-# export tests load checkpoints with; tensorboard reads back the controller's event files).
+# export tests load checkpoints with; tensorboard and prometheus_client read back what the
+# controller writes).
 # verl itself, without its dependencies, is the reference the reward-rule parity test reads its
 # reward_score files from.
 python_packages=("torch==${torch_version}" numpy "reasoning-gym==0.1.25" "transformers==5.17.0"
-                 "tensorboard==2.21.0"
+                 "tensorboard==2.21.0" "prometheus_client==0.26.0"
                  "safetensors>=0.6")
 verl_version="0.9.1"
 
 install_torch() {
   if [[ -x "${venv}/bin/python" ]] &&
-     "${venv}/bin/python" -c "import numpy, torch, reasoning_gym, transformers, safetensors, tensorboard, sys; sys.exit(torch.__version__.split('+')[0] != '${torch_version}')" 2>/dev/null; then
+     "${venv}/bin/python" -c "import numpy, torch, reasoning_gym, transformers, safetensors, tensorboard, prometheus_client, sys; sys.exit(torch.__version__.split('+')[0] != '${torch_version}')" 2>/dev/null; then
     echo "setup: torch ${torch_version}, reasoning-gym and transformers present in ${venv}"
     return
   fi

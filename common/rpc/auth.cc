@@ -11,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/rpc/grpc_status.h"
 #include "common/status/status_macros.h"
 #include "common/util/files.h"
 
@@ -94,21 +95,27 @@ void AttachToken(grpc::ClientContext* context, const std::string& token) {
   context->AddMetadata("authorization", absl::StrCat(kBearerPrefix, trimmed));
 }
 
+absl::Status CheckBearer(const std::string* authorization, const std::string& expected) {
+  if (authorization == nullptr) {
+    return absl::UnauthenticatedError(
+        "missing bearer token: pass --token_file=<controller state dir>/token or set "
+        "RLHFD_TOKEN (HTTP: an 'Authorization: Bearer <token>' header)");
+  }
+  const absl::string_view value(*authorization);
+  if (value.rfind(kBearerPrefix, 0) != 0 ||
+      !ConstantTimeEquals(value.substr(sizeof(kBearerPrefix) - 1), expected)) {
+    return absl::UnauthenticatedError(
+        "wrong bearer token: use the token in the controller's state dir");
+  }
+  return absl::OkStatus();
+}
+
 grpc::Status CheckToken(const grpc::ServerContextBase& context, const std::string& expected) {
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");
-  if (it == metadata.end()) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "missing bearer token: pass --token_file=<controller state dir>/token or "
-                        "set RLHFD_TOKEN");
-  }
-  absl::string_view value(it->second.data(), it->second.size());
-  if (value.rfind(kBearerPrefix, 0) != 0 ||
-      !ConstantTimeEquals(value.substr(sizeof(kBearerPrefix) - 1), expected)) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "wrong bearer token: use the token in the controller's state dir");
-  }
-  return grpc::Status::OK;
+  if (it == metadata.end()) return ToGrpcStatus(CheckBearer(nullptr, expected));
+  const std::string value(it->second.data(), it->second.size());
+  return ToGrpcStatus(CheckBearer(&value, expected));
 }
 
 }  // namespace rlhfd

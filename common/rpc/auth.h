@@ -29,5 +29,8 @@ void AttachToken(grpc::ClientContext* context, const std::string& token);
 
 // OK when the call carries `expected`; UNAUTHENTICATED otherwise. Compares in constant time.
 grpc::Status CheckToken(const grpc::ServerContextBase& context, const std::string& expected);
+// The same check of an authorization header's value (nullptr: the request has none), for the
+// REST gateway.
+absl::Status CheckBearer(const std::string* authorization, const std::string& expected);
 
 }  // namespace rlhfd

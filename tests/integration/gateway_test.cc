@@ -1,0 +1,262 @@
+// The REST gateway of a real rlhfd-controller (--http_listen), through a real HTTP client: every
+// route equals its gRPC twin on the same controller; nothing but /healthz answers without the
+// token; bad requests get {"code", "message"} with the matching HTTP status; /metrics parses
+// with prometheus_client's own parser and counts what the controller holds.
+#include <catch2/catch.hpp>
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <httplib.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_cat.h"
+#include "common/rpc/auth.h"
+#include "common/util/files.h"
+#include "rlhfd/v1/cluster_service.grpc.pb.h"
+#include "rlhfd/v1/job_service.grpc.pb.h"
+#include "tests/support/cluster_fixture.h"
+
+namespace rlhfd::testing {
+namespace {
+
+using nlohmann::json;
+
+const std::string kSource = RLHFD_SOURCE_DIR;
+
+std::string DemoConfig() {
+  std::ifstream in(kSource + "/configs/tiny-cpu-demo.yaml");
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// An override as a query parameter, percent-encoded as a URL's query needs.
+std::string Override(const std::string& item) {
+  std::string out = "override=";
+  for (unsigned char c : item) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/') {
+      out += static_cast<char>(c);
+    } else {
+      absl::StrAppend(&out, "%", absl::Hex(c, absl::kZeroPad2));
+    }
+  }
+  return out;
+}
+
+// The overrides that make the demo's relative paths absolute (REST has no working directory).
+std::string AbsolutePaths() {
+  return Override("model.path=" + kSource + "/tests/fixtures/models/tiny-qwen2") + "&" +
+         Override("data.train_files=[" + kSource + "/tests/fixtures/data/arithmetic_train.jsonl]");
+}
+
+json ToJson(const google::protobuf::Message& message) {
+  std::string text;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &text, options);
+  return json::parse(text);
+}
+
+class Gateway {
+ public:
+  Gateway()
+      : cluster_({RLHFD_CONTROLLER_BIN, RLHFD_WORKER_BIN, RLHFD_CTL_BIN}, absl::Milliseconds(500),
+                 absl::Seconds(3)) {
+    cluster_.SetExtraFlags({"--http_listen=127.0.0.1:0",
+                            "--http_port_file=" + cluster_.state_dir() + "/http.port"},
+                           {});
+    std::string error;
+    INFO(error);
+    REQUIRE(cluster_.StartController(&error));
+    REQUIRE(WaitFor([&] { return PathExists(cluster_.state_dir() + "/http.port"); },
+                    absl::Seconds(10)));
+    auto port = ReadFileToString(cluster_.state_dir() + "/http.port", 64);
+    REQUIRE(port.ok());
+    http_ = std::make_unique<httplib::Client>("127.0.0.1", std::stoi(*port));
+    http_->set_read_timeout(20, 0);
+    auto token = ResolveClientToken("", cluster_.state_dir() + "/token");
+    REQUIRE(token.ok());
+    token_ = *token;
+    channel_ = grpc::CreateChannel(cluster_.address(), grpc::InsecureChannelCredentials());
+    jobs_ = v1::JobService::NewStub(channel_);
+    registry_ = v1::ClusterService::NewStub(channel_);
+  }
+
+  httplib::Headers Auth(const std::string& token) const {
+    return {{"Authorization", "Bearer " + token}};
+  }
+  httplib::Result Get(const std::string& path) { return http_->Get(path.c_str(), Auth(token_)); }
+  httplib::Result Post(const std::string& path, const std::string& body,
+                       const char* type = "application/yaml") {
+    return http_->Post(path.c_str(), Auth(token_), body, type);
+  }
+  httplib::Client& http() { return *http_; }
+  LocalCluster& cluster() { return cluster_; }
+
+  template <typename Reply, typename Call>
+  Reply Grpc(Call call) {
+    grpc::ClientContext context;
+    AttachToken(&context, token_);
+    Reply reply;
+    const grpc::Status status = call(&context, &reply);
+    INFO(status.error_message());
+    REQUIRE(status.ok());
+    return reply;
+  }
+  v1::JobService::Stub& jobs() { return *jobs_; }
+  v1::ClusterService::Stub& registry() { return *registry_; }
+
+ private:
+  LocalCluster cluster_;
+  std::unique_ptr<httplib::Client> http_;
+  std::string token_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::ClusterService::Stub> registry_;
+};
+
+void CheckError(const httplib::Result& result, int status, const std::string& code,
+                const std::string& words) {
+  REQUIRE(result);
+  INFO(result->body);
+  CHECK(result->status == status);
+  const json body = json::parse(result->body, nullptr, false);
+  REQUIRE(body.is_object());
+  CHECK(body["code"] == code);
+  CHECK_THAT(body["message"].get<std::string>(), Catch::Contains(words));
+}
+
+TEST_CASE("No route answers without the token but /healthz", "[gateway]") {
+  Gateway gateway;
+  auto health = gateway.http().Get("/healthz");
+  REQUIRE(health);
+  CHECK(health->status == 200);
+  CHECK(health->body == "ok\n");
+  for (const char* path : {"/metrics", "/v1/cluster", "/v1/workers", "/v1/jobs", "/v1/jobs/job-1",
+                           "/v1/jobs/job-1/metrics"}) {
+    INFO(path);
+    CheckError(gateway.http().Get(path), 401, "UNAUTHENTICATED", "missing bearer token");
+    CheckError(gateway.http().Get(path, gateway.Auth("wrong")), 401, "UNAUTHENTICATED",
+               "wrong bearer token");
+  }
+  CheckError(gateway.http().Post("/v1/jobs", DemoConfig(), "application/yaml"), 401,
+             "UNAUTHENTICATED", "missing bearer token");
+  CheckError(gateway.http().Post("/v1/jobs/job-1:cancel", "", "text/plain"), 401,
+             "UNAUTHENTICATED", "missing bearer token");
+}
+
+TEST_CASE("Every route equals its gRPC twin; errors carry code and message", "[gateway]") {
+  Gateway gateway;
+  // Submitted while no worker is up: the job stays queued, so both views are of one state.
+  auto submitted = gateway.Post("/v1/jobs?name=demo.yaml&" + AbsolutePaths(), DemoConfig());
+  REQUIRE(submitted);
+  INFO(submitted->body);
+  REQUIRE(submitted->status == 200);
+  const std::string id = json::parse(submitted->body)["job"]["job_id"];
+  CHECK(id == "job-1");
+
+  v1::GetJobRequest get;
+  get.set_job_id(id);
+  const auto job = gateway.Grpc<v1::GetJobReply>([&](auto* context, auto* reply) {
+    return gateway.jobs().GetJob(context, get, reply);
+  });
+  auto rest_job = gateway.Get("/v1/jobs/" + id);
+  REQUIRE(rest_job);
+  CHECK(json::parse(rest_job->body) == ToJson(job));
+
+  v1::ListJobsRequest list;
+  const auto jobs = gateway.Grpc<v1::ListJobsReply>([&](auto* context, auto* reply) {
+    return gateway.jobs().ListJobs(context, list, reply);
+  });
+  CHECK(json::parse(gateway.Get("/v1/jobs")->body) == ToJson(jobs));
+  CHECK(json::parse(gateway.Get("/v1/jobs?state=queued")->body) == ToJson(jobs));
+  CHECK(json::parse(gateway.Get("/v1/jobs?state=running,failed")->body)["jobs"].empty());
+
+  const auto cluster = gateway.Grpc<v1::GetClusterReply>([&](auto* context, auto* reply) {
+    return gateway.registry().GetCluster(context, v1::GetClusterRequest(), reply);
+  });
+  CHECK(json::parse(gateway.Get("/v1/cluster")->body) == ToJson(cluster));
+  const auto workers = gateway.Grpc<v1::ListWorkersReply>([&](auto* context, auto* reply) {
+    return gateway.registry().ListWorkers(context, v1::ListWorkersRequest(), reply);
+  });
+  CHECK(json::parse(gateway.Get("/v1/workers")->body) == ToJson(workers));
+
+  // Errors, each naming what to fix.
+  CheckError(gateway.Get("/v1/jobs?state=sleeping"), 400, "INVALID_ARGUMENT", "sleeping");
+  CheckError(gateway.Get("/v1/jobs/job-99"), 404, "NOT_FOUND", "job-99");
+  CheckError(gateway.Get("/v1/jobs/job-01"), 404, "NOT_FOUND", "job-01");  // canonical ids only
+  CheckError(gateway.Get("/v1/jobs/job-1/metrics?since=soon"), 400, "INVALID_ARGUMENT", "since");
+  CheckError(gateway.Get("/v1/nothing"), 404, "NOT_FOUND", "no route GET /v1/nothing");
+  CheckError(gateway.Post("/v1/jobs?name=bad.yaml", "name: x\nroles: {actor: {gpu: 1}}\n"), 400,
+             "INVALID_ARGUMENT", "did you mean 'gpus'");
+  CheckError(gateway.Post("/v1/jobs", std::string(2 << 20, 'a')), 413, "RESOURCE_EXHAUSTED",
+             "1 MiB");
+
+  // Cancel, then the history route on the cancelled job.
+  auto cancelled = gateway.Post("/v1/jobs/" + id + ":cancel", "", "text/plain");
+  REQUIRE(cancelled);
+  CHECK(cancelled->status == 200);
+  CHECK(json::parse(cancelled->body)["job"]["state"] == "JOB_STATE_CANCELLED");
+  CheckError(gateway.Post("/v1/jobs/" + id + ":cancel", "", "text/plain"), 409,
+             "FAILED_PRECONDITION", "already ended");
+}
+
+TEST_CASE("A job's metrics and /metrics while and after it runs", "[gateway]") {
+  Gateway gateway;
+  for (int i = 0; i < 2; ++i) gateway.cluster().StartWorker();
+  auto submitted = gateway.Post("/v1/jobs?" + AbsolutePaths() + "&" +
+                                    Override("trainer.total_steps=4") + "&" +
+                                    Override("trainer.save_every=-1"),
+                                DemoConfig());
+  REQUIRE(submitted);
+  INFO(submitted->body);
+  REQUIRE(submitted->status == 200);
+  const std::string id = json::parse(submitted->body)["job"]["job_id"];
+  REQUIRE(WaitFor(
+      [&] {
+        auto job = gateway.Get("/v1/jobs/" + id);
+        return job && json::parse(job->body)["job"]["state"] == "JOB_STATE_SUCCEEDED";
+      },
+      absl::Seconds(120)));
+
+  v1::GetJobMetricsRequest request;
+  request.set_job_id(id);
+  const auto history = gateway.Grpc<v1::GetJobMetricsReply>([&](auto* context, auto* reply) {
+    return gateway.jobs().GetJobMetrics(context, request, reply);
+  });
+  CHECK(history.steps_size() == 4);
+  CHECK(json::parse(gateway.Get("/v1/jobs/" + id + "/metrics")->body) == ToJson(history));
+  const json since = json::parse(gateway.Get("/v1/jobs/" + id + "/metrics?since=2")->body);
+  REQUIRE(since["steps"].size() == 2);
+  CHECK(since["steps"][0]["step"] == "3");  // int64 in protobuf's JSON mapping is a string
+
+  auto metrics = gateway.Get("/metrics");
+  REQUIRE(metrics);
+  REQUIRE(metrics->status == 200);
+  TempDir dir;
+  {
+    std::ofstream out(dir.path() + "/metrics.txt");
+    out << metrics->body;
+  }
+  const CommandResult parsed =
+      RunCommand({RLHFD_PYTHON, RLHFD_PARSE_PROMETHEUS, dir.path() + "/metrics.txt"});
+  INFO(metrics->body << parsed.err);
+  REQUIRE(parsed.exit_code == 0);
+  std::map<std::string, double> samples;
+  for (const json& sample : json::parse(parsed.out)) {
+    std::string key = sample[0];
+    for (const auto& [label, value] : sample[1].items()) {
+      absl::StrAppend(&key, ",", label, "=", value.get<std::string>());
+    }
+    samples[key] = sample[2];
+  }
+  CHECK(samples["rlhfd_jobs,state=succeeded"] == 1);
+  CHECK(samples["rlhfd_jobs,state=running"] == 0);
+  CHECK(samples["rlhfd_workers,state=alive"] == 2);
+}
+
+}  // namespace
+}  // namespace rlhfd::testing
