@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -20,6 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/config/config_printer.h"
 #include "common/config/job_config.h"
@@ -43,6 +45,12 @@ ABSL_FLAG(std::string, controller, "",
           "host:port of rlhfd-controller (default $RLHFD_CONTROLLER or 127.0.0.1:50051)");
 ABSL_FLAG(bool, json, false, "Print replies as JSON for scripts");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "Deadline of each call");
+ABSL_FLAG(bool, wait, false,
+          "submit: follow the job to its end with a progress line (step/total, ETA, reward); the "
+          "exit code is its outcome (0 succeeded, 1 otherwise)");
+ABSL_FLAG(bool, follow, false, "metrics: keep printing new steps until the job ends");
+ABSL_FLAG(std::string, out, "", "export: the directory to write the Hugging Face model to");
+ABSL_FLAG(int64_t, step, 0, "export: the checkpoint's step (default: the job's newest)");
 
 namespace rlhfd::cli {
 namespace {
@@ -51,7 +59,8 @@ constexpr char kUsage[] = R"(rlhfctl [flags] COMMAND [ARGS]: the command line of
 
 Jobs:
   submit FILE [key=value ...]       validate a job config (YAML/JSON) on the controller and queue
-                                    it; key.path=value overrides (Hydra style, ~key removes one)
+                                    it; key.path=value overrides (Hydra style, ~key removes one);
+                                    --wait follows it to its end with a progress line
   submit --from-verl FILE|- [k=v ...]   the same from a verl config and verl overrides
   validate FILE [key=value ...]     check a config here, offline: every problem at once, or the
                                     effective config with defaults and derived values marked
@@ -60,7 +69,10 @@ Jobs:
   jobs                              list jobs
   status JOB                        one job, and why it is in its state
   watch JOB                         follow a job's events (states, each step's key metrics)
-  metrics JOB                       a job's per-step metric history (--json: every metric)
+  metrics JOB                       a job's per-step metric history (--json: every metric;
+                                    --follow: new steps as they come, to the job's end)
+  export JOB --out DIR [--step N]   copy a checkpoint's actor, a Hugging Face directory, to DIR
+                                    (the checkpoint directory must be readable here)
   cancel JOB                        cancel a job that has not ended
   delete JOB                        forget an ended job
 Cluster:
@@ -280,7 +292,7 @@ absl::StatusOr<std::string> SubmittedText(const std::string& path, bool from_ver
 }
 
 int Submit(Client& client, const std::string& path, bool from_verl,
-           std::vector<std::string> overrides) {
+           std::vector<std::string> overrides, std::string* job_id) {
   auto text = SubmittedText(path, from_verl, &overrides);
   if (!text.ok()) {
     std::cerr << "error: " << text.status().message() << "\n";
@@ -299,6 +311,7 @@ int Submit(Client& client, const std::string& path, bool from_verl,
     return Fail(status);
   }
   for (const std::string& warning : reply.warnings()) std::cerr << "warning: " << warning << "\n";
+  *job_id = reply.job().job_id();
   if (absl::GetFlag(FLAGS_json)) {
     std::cout << ToJson(reply) << "\n";
   } else {
@@ -476,32 +489,195 @@ int Watch(Client& client, const std::string& job_id) {
   return kExitOk;
 }
 
-int Metrics(Client& client, const std::string& job_id) {
+bool Ended(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
+absl::StatusOr<v1::Job> GetJob(Client& client, const std::string& job_id) {
+  grpc::ClientContext context;
+  client.Prepare(&context);
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  v1::GetJobReply reply;
+  if (auto status = client.jobs().GetJob(&context, request, &reply); !status.ok()) {
+    return FromGrpcStatus(status);
+  }
+  return reply.job();
+}
+
+absl::StatusOr<v1::GetJobMetricsReply> GetMetrics(Client& client, const std::string& job_id,
+                                                  int64_t after_step) {
   grpc::ClientContext context;
   client.Prepare(&context);
   v1::GetJobMetricsRequest request;
   request.set_job_id(job_id);
+  request.set_after_step(after_step);
   v1::GetJobMetricsReply reply;
   if (auto status = client.jobs().GetJobMetrics(&context, request, &reply); !status.ok()) {
-    return Fail(status);
+    return FromGrpcStatus(status);
   }
-  if (absl::GetFlag(FLAGS_json)) {
-    std::cout << ToJson(reply) << "\n";
+  return reply;
+}
+
+std::vector<std::string> MetricsRow(const v1::StepMetrics& step) {
+  std::vector<std::string> row = {std::to_string(step.step())};
+  for (const char* name : kKeyMetrics) {
+    const auto found = step.metrics().find(name);
+    row.push_back(found == step.metrics().end() ? "" : absl::StrFormat("%.4g", found->second));
+  }
+  return row;
+}
+
+int Metrics(Client& client, const std::string& job_id) {
+  absl::StatusOr<v1::GetJobMetricsReply> reply = GetMetrics(client, job_id, 0);
+  if (!reply.ok()) return Fail(ToGrpcStatus(reply.status()));
+  const bool json = absl::GetFlag(FLAGS_json);
+  if (json && !absl::GetFlag(FLAGS_follow)) {
+    std::cout << ToJson(*reply) << "\n";
     return kExitOk;
   }
   std::vector<std::string> header = {"STEP"};
   for (const char* name : kKeyMetrics) header.emplace_back(name);
-  Table table(header);
-  for (const v1::StepMetrics& step : reply.steps()) {
-    std::vector<std::string> row = {std::to_string(step.step())};
-    for (const char* name : kKeyMetrics) {
-      const auto found = step.metrics().find(name);
-      row.push_back(found == step.metrics().end() ? "" : absl::StrFormat("%.4g", found->second));
+  const auto print = [&](const v1::GetJobMetricsReply& steps) {
+    for (const v1::StepMetrics& step : steps.steps()) {
+      if (json) {
+        std::cout << ToJson(step) << std::endl;
+      } else {
+        std::cout << absl::StrJoin(MetricsRow(step), "  ") << std::endl;
+      }
     }
-    table.AddRow(row);
+  };
+  if (!absl::GetFlag(FLAGS_follow)) {
+    Table table(header);
+    for (const v1::StepMetrics& step : reply->steps()) table.AddRow(MetricsRow(step));
+    table.Print(std::cout);
+    return kExitOk;
   }
-  table.Print(std::cout);
-  return kExitOk;
+  // --follow: each step as a line once it is recorded, until the job ends.
+  if (!json) std::cout << absl::StrJoin(header, "  ") << std::endl;
+  int64_t last = 0;
+  while (true) {
+    print(*reply);
+    for (const v1::StepMetrics& step : reply->steps()) last = std::max(last, step.step());
+    absl::StatusOr<v1::Job> job = GetJob(client, job_id);
+    if (!job.ok()) return Fail(ToGrpcStatus(job.status()));
+    if (Ended(job->state())) {
+      // Steps recorded between the last poll and the end.
+      reply = GetMetrics(client, job_id, last);
+      if (reply.ok()) print(*reply);
+      return kExitOk;
+    }
+    absl::SleepFor(absl::Seconds(1));
+    reply = GetMetrics(client, job_id, last);
+    if (!reply.ok()) return Fail(ToGrpcStatus(reply.status()));
+  }
+}
+
+// submit --wait: the job's progress until it ends; the exit code is its outcome.
+int Wait(Client& client, const std::string& job_id) {
+  v1::WatchJobRequest request;
+  request.set_job_id(job_id);
+  grpc::ClientContext context;
+  client.Prepare(&context, /*with_deadline=*/false);
+  std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader =
+      client.jobs().WatchJob(&context, request);
+  const bool terminal = ::isatty(STDOUT_FILENO) == 1;
+  v1::JobState state = v1::JOB_STATE_QUEUED;
+  std::string message;
+  int64_t total = 0;
+  absl::Time running_since = absl::InfinitePast();
+  int64_t first_step = 0;
+  v1::JobEvent event;
+  while (reader->Read(&event)) {
+    if (event.step() == 0 && event.metrics().empty()) {
+      state = event.state();
+      message = event.message();
+      if (terminal) std::cout << "\n";
+      std::cout << ShortEnum(v1::JobState_descriptor(), state) << ": " << message << std::endl;
+      if (state == v1::JOB_STATE_RUNNING) {
+        absl::StatusOr<v1::Job> job = GetJob(client, job_id);
+        if (job.ok()) {
+          total = job->progress().total_steps();
+          first_step = job->progress().current_step();
+        }
+        running_since = absl::Now();
+      }
+      if (Ended(state)) break;
+      continue;
+    }
+    if (event.step() == 0) continue;  // validation before training
+    if (total == 0) {
+      // The record has the run's length once its first step is in.
+      absl::StatusOr<v1::Job> job = GetJob(client, job_id);
+      if (job.ok()) total = job->progress().total_steps();
+    }
+    // The ETA from the pace since this run started (resumed runs count from where they began).
+    std::string eta = "?";
+    const int64_t done = event.step() - first_step;
+    if (total > 0 && done > 0 && running_since != absl::InfinitePast()) {
+      const absl::Duration per_step = (absl::Now() - running_since) / done;
+      eta = absl::FormatDuration(absl::Trunc(per_step * (total - event.step()), absl::Seconds(1)));
+    }
+    const int width = 30;
+    const int filled = total > 0 ? static_cast<int>(width * event.step() / total) : 0;
+    const auto reward = event.metrics().find("critic/score/mean");
+    const std::string line = absl::StrFormat(
+        "[%s%s] step %d/%d  ETA %s  reward %s", std::string(filled, '#'),
+        std::string(width - std::min(width, filled), '.'), event.step(), total, eta,
+        reward == event.metrics().end() ? "-" : absl::StrFormat("%.4g", reward->second));
+    if (terminal) {
+      std::cout << "\r" << line << std::flush;
+    } else {
+      std::cout << line << std::endl;
+    }
+  }
+  if (grpc::Status status = reader->Finish(); !status.ok() && !Ended(state)) return Fail(status);
+  return state == v1::JOB_STATE_SUCCEEDED ? kExitOk : kExitFailed;
+}
+
+// export: the actor of a checkpoint, as the driver exported it, copied to --out.
+int Export(Client& client, const std::string& job_id) {
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) {
+    std::cerr << "usage: rlhfctl export JOB --out DIR [--step N]\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<v1::Job> job = GetJob(client, job_id);
+  if (!job.ok()) return Fail(ToGrpcStatus(job.status()));
+  const std::string& checkpoints = job->spec().trainer().checkpoint_dir();
+  const int64_t step =
+      absl::GetFlag(FLAGS_step) > 0 ? absl::GetFlag(FLAGS_step) : job->progress().checkpoint_step();
+  if (checkpoints.empty() || step <= 0) {
+    std::cerr << "error: " << job_id << " has no checkpoint"
+              << (checkpoints.empty() ? " (trainer.checkpoint_dir is not set)" : " yet") << "\n";
+    return kExitFailed;
+  }
+  const std::string step_dir = absl::StrCat(checkpoints, "/step_", step);
+  const std::string source = step_dir + "/actor/huggingface";
+  std::error_code error;
+  if (std::filesystem::is_directory(source, error)) {
+    std::filesystem::create_directories(out, error);
+    std::filesystem::copy(source, out,
+                          std::filesystem::copy_options::recursive |
+                              std::filesystem::copy_options::overwrite_existing,
+                          error);
+    if (error) {
+      std::cerr << "error: copying " << source << " to " << out << ": " << error.message() << "\n";
+      return kExitFailed;
+    }
+    std::cout << "exported " << job_id << " step " << step << " to " << out << "\n";
+    return kExitOk;
+  }
+  if (!std::filesystem::is_directory(step_dir, error)) {
+    std::cerr << "error: " << step_dir << " is not readable here: run export where "
+              << "trainer.checkpoint_dir is mounted\n";
+  } else {
+    std::cerr << "error: step " << step << " of " << job_id
+              << " was saved without a Hugging Face export (the driver exports the last step); "
+                 "give --step of the last one\n";
+  }
+  return kExitFailed;
 }
 
 // drain and undrain: the same call shape on two RPCs.
@@ -546,7 +722,7 @@ int Run(const std::vector<char*>& args, bool from_verl) {
       {"submit", {1, true}},    {"validate", {1, true}}, {"convert-verl", {1, true}},
       {"status", {1, false}},   {"cancel", {1, false}},  {"delete", {1, false}},
       {"watch", {1, false}},    {"drain", {1, false}},   {"undrain", {1, false}},
-      {"metrics", {1, false}}};
+      {"metrics", {1, false}},  {"export", {1, false}}};
   if (args.size() < 2) {
     std::cerr << kUsage;
     return kExitUsage;
@@ -586,12 +762,18 @@ int Run(const std::vector<char*>& args, bool from_verl) {
   if (command == "workers") return Workers(client);
   if (command == "cluster") return Cluster(client);
   if (command == "jobs") return Jobs(client);
-  if (command == "submit") return Submit(client, args[2], from_verl, overrides);
+  if (command == "submit") {
+    std::string job_id;
+    const int submitted = Submit(client, args[2], from_verl, overrides, &job_id);
+    if (submitted != kExitOk || !absl::GetFlag(FLAGS_wait)) return submitted;
+    return Wait(client, job_id);
+  }
   if (command == "status") return Status(client, args[2]);
   if (command == "cancel") return Cancel(client, args[2]);
   if (command == "delete") return Delete(client, args[2]);
   if (command == "watch") return Watch(client, args[2]);
   if (command == "metrics") return Metrics(client, args[2]);
+  if (command == "export") return Export(client, args[2]);
   return SetDrained(client, args[2], /*drained=*/command == "drain");
 }
 

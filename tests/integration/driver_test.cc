@@ -673,5 +673,55 @@ TEST_CASE("Bad input fails the job naming what to fix; the daemons keep serving"
   CHECK(good.state() == v1::JOB_STATE_SUCCEEDED);
 }
 
+TEST_CASE("rlhfctl submit --wait, metrics --follow and export", "[driver][cli]") {
+  DriverCluster cluster;
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  TempDir dir;
+  const std::vector<std::string> paths = {
+      "model.path=" + kSource + "/tests/fixtures/models/tiny-qwen2",
+      "data.train_files=[" + kSource + "/tests/fixtures/data/arithmetic_train.jsonl]",
+      "trainer.loggers=[console]"};
+  std::vector<std::string> submit = {"--wait", "submit", kSource + "/configs/tiny-cpu-demo.yaml",
+                                     "trainer.total_steps=3", "trainer.save_every=3",
+                                     "trainer.checkpoint_dir=" + dir.path() + "/checkpoints"};
+  submit.insert(submit.end(), paths.begin(), paths.end());
+  const CommandResult waited = cluster.cluster().Ctl(submit);
+  INFO(waited.out << waited.err);
+  CHECK(waited.exit_code == 0);
+  CHECK(absl::StrContains(waited.out, "step 3/3"));
+  CHECK(absl::StrContains(waited.out, "succeeded: finished 3 steps"));
+
+  const CommandResult followed = cluster.cluster().Ctl({"--follow", "metrics", "job-1"});
+  INFO(followed.out << followed.err);
+  CHECK(followed.exit_code == 0);
+  CHECK(absl::StrContains(followed.out, "\n3  "));
+
+  const CommandResult exported =
+      cluster.cluster().Ctl({"--out=" + dir.path() + "/hf", "export", "job-1"});
+  INFO(exported.out << exported.err);
+  CHECK(exported.exit_code == 0);
+  CHECK(fs::exists(dir.path() + "/hf/model.safetensors"));
+  CHECK(fs::exists(dir.path() + "/hf/config.json"));
+  const CommandResult no_step =
+      cluster.cluster().Ctl({"--out=" + dir.path() + "/hf2", "--step=2", "export", "job-1"});
+  CHECK(no_step.exit_code == 1);
+  CHECK(absl::StrContains(no_step.err, "step_2 is not readable here"));
+
+  // A job that fails: --wait exits 1 with the reason.
+  const std::string bad = dir.path() + "/bad.jsonl";
+  {
+    std::ofstream out(bad);
+    out << "{\"prompt\": 3}\n";
+  }
+  std::vector<std::string> failing = {"--wait", "submit", kSource + "/configs/tiny-cpu-demo.yaml",
+                                      "trainer.total_steps=1", "trainer.save_every=-1"};
+  failing.insert(failing.end(), paths.begin(), paths.end());
+  failing.push_back("data.train_files=[" + bad + "]");
+  const CommandResult failed = cluster.cluster().Ctl(failing);
+  INFO(failed.out << failed.err);
+  CHECK(failed.exit_code == 1);
+  CHECK(absl::StrContains(failed.out, "failed: " + bad + ":1"));
+}
+
 }  // namespace
 }  // namespace rlhfd::testing
