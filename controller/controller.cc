@@ -60,6 +60,11 @@ void Controller::Tick() {
 absl::StatusOr<v1::GetJobMetricsReply> Controller::GetJobMetrics(
     const v1::GetJobMetricsRequest& request) {
   RETURN_IF_ERROR(jobs_.Get(request.job_id()).status());
+  return ReadJobMetrics(request);
+}
+
+absl::StatusOr<v1::GetJobMetricsReply> Controller::ReadJobMetrics(
+    const v1::GetJobMetricsRequest& request) {
   ASSIGN_OR_RETURN(std::vector<v1::StepMetrics> steps,
                    history_->Get(request.job_id(), request.after_step()));
   v1::GetJobMetricsReply reply;

@@ -46,6 +46,9 @@ class Controller {
   absl::StatusOr<int64_t> WatchJob(const v1::WatchJobRequest& request, JobManager::EventSink sink);
   void UnwatchJob(int64_t subscription);
   absl::StatusOr<v1::GetJobMetricsReply> GetJobMetrics(const v1::GetJobMetricsRequest& request);
+  // The history read of GetJobMetrics alone, from any thread (the store is thread-safe): a long
+  // history is read off the loop once GetJob (on the loop) has found the job.
+  absl::StatusOr<v1::GetJobMetricsReply> ReadJobMetrics(const v1::GetJobMetricsRequest& request);
 
   // ClusterService.
   absl::StatusOr<v1::ListWorkersReply> ListWorkers(const v1::ListWorkersRequest& request);

@@ -22,6 +22,7 @@ namespace {
 
 // A config is at most 1 MiB (the gRPC limit's reason); a little more for the request around it.
 constexpr size_t kMaxBody = (1 << 20) + 4096;
+constexpr size_t kServerThreads = 128;
 
 int HttpStatus(absl::StatusCode code) {
   switch (code) {
@@ -221,6 +222,12 @@ absl::StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(Controller* cont
     }
     gateway->server_ = std::move(tls);
   }
+  // A thread per connection being served: enough for a dashboard, scrapers and scripts at once
+  // (httplib's default is 8). httplib owns the pool it is handed.
+  gateway->server_->new_task_queue = [] { return new httplib::ThreadPool(kServerThreads); };
+  gateway->server_->set_keep_alive_max_count(1000);
+  // Small replies go out at once rather than after the peer's delayed ACK (a 40 ms stall).
+  gateway->server_->set_tcp_nodelay(true);
   gateway->server_->set_payload_max_length(kMaxBody);
   gateway->server_->set_read_timeout(10, 0);
   gateway->server_->set_write_timeout(10, 0);
@@ -352,7 +359,14 @@ void HttpGateway::Routes() {
       }
       get.set_after_step(since);
     }
-    answer(response, on_loop([controller, get] { return controller->GetJobMetrics(get); }));
+    // The job is looked up on the loop; its history, which may be long, is read here.
+    v1::GetJobRequest job;
+    job.set_job_id(get.job_id());
+    const absl::StatusOr<v1::GetJobReply> found =
+        on_loop([controller, job] { return controller->GetJob(job); });
+    if (!found.ok()) return Reply(response, found.status());
+    answer(response, CatchAll<v1::GetJobMetricsReply>(
+                         "GetJobMetrics", [&] { return controller->ReadJobMetrics(get); }));
   }));
   server_->Post("/v1/jobs", authorized([=](const httplib::Request& request,
                                            httplib::Response& response) {

@@ -41,9 +41,16 @@ class SqliteMetricHistory final : public MetricHistory {
 
   absl::StatusOr<std::vector<v1::StepMetrics>> Get(const std::string& job_id,
                                                    int64_t after_step) override {
+    // A connection of this read's own: under WAL it reads a snapshot while the loop writes.
+    sqlite3* raw = nullptr;
+    const int opened =
+        sqlite3_open_v2(path_.c_str(), &raw, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
+    std::unique_ptr<sqlite3, DatabaseCloser> reader(raw);
+    if (opened != SQLITE_OK) return Error(reader.get(), "opening it to read");
+    sqlite3_busy_timeout(reader.get(), 5000);
     ASSIGN_OR_RETURN(Statement statement,
-                     Prepare("SELECT step, time_ms, metrics FROM steps WHERE job_id = ?1 AND "
-                             "step > ?2 ORDER BY step"));
+                     Prepare(reader.get(), "SELECT step, time_ms, metrics FROM steps WHERE "
+                                           "job_id = ?1 AND step > ?2 ORDER BY step"));
     sqlite3_bind_text(statement.get(), 1, job_id.data(), static_cast<int>(job_id.size()),
                       SQLITE_TRANSIENT);
     sqlite3_bind_int64(statement.get(), 2, after_step);
@@ -63,7 +70,7 @@ class SqliteMetricHistory final : public MetricHistory {
       }
       steps.push_back(std::move(step));
     }
-    if (result != SQLITE_DONE) return Error("reading steps");
+    if (result != SQLITE_DONE) return Error(reader.get(), "reading steps");
     return steps;
   }
 
@@ -76,16 +83,18 @@ class SqliteMetricHistory final : public MetricHistory {
   }
 
  private:
-  absl::StatusOr<Statement> Prepare(const char* sql) {
+  absl::StatusOr<Statement> Prepare(const char* sql) { return Prepare(db_.get(), sql); }
+  absl::StatusOr<Statement> Prepare(sqlite3* db, const char* sql) const {
     sqlite3_stmt* statement = nullptr;
-    if (sqlite3_prepare_v2(db_.get(), sql, -1, &statement, nullptr) != SQLITE_OK) {
-      return Error("preparing a statement");
+    if (sqlite3_prepare_v2(db, sql, -1, &statement, nullptr) != SQLITE_OK) {
+      return Error(db, "preparing a statement");
     }
     return Statement(statement);
   }
-  absl::Status Error(const char* what) const {
-    return absl::UnavailableError(
-        absl::StrCat(path_, ": ", what, ": ", sqlite3_errmsg(db_.get())));
+  absl::Status Error(const char* what) const { return Error(db_.get(), what); }
+  absl::Status Error(sqlite3* db, const char* what) const {
+    return absl::UnavailableError(absl::StrCat(path_, ": ", what, ": ",
+                                               db ? sqlite3_errmsg(db) : "out of memory"));
   }
 
   std::unique_ptr<sqlite3, DatabaseCloser> db_;

@@ -1,6 +1,7 @@
 // MetricHistory: every job's per-step metrics, durable, each step once (a step re-run after a
-// recovery replaces its earlier record). An interface, so the store can change; SQLite (WAL
-// mode, each write a transaction) is what the controller uses.
+// recovery replaces its earlier record). Thread-safe: the loop writes while other threads read.
+// An interface, so the store can change; SQLite (WAL mode, each write a transaction, each read
+// on a connection of its own so it never holds up a write) is what the controller uses.
 #pragma once
 
 #include <cstdint>
