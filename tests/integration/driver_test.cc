@@ -443,6 +443,40 @@ TEST_CASE("Two jobs share four workers; a third waits with its reason", "[driver
   }
 }
 
+TEST_CASE("trainer.priority places a later job first; lower ones wait behind it",
+          "[driver][scheduling]") {
+  DriverCluster cluster;
+  TempDir dir;
+  const auto submit = [&](int priority) {
+    return cluster.Submit(ReadConfig("tiny-cpu-demo.yaml"),
+                          {"trainer.total_steps=2", "trainer.save_every=-1",
+                           "trainer.loggers=[console]", absl::StrCat("trainer.priority=", priority),
+                           absl::StrCat("trainer.checkpoint_dir=", dir.path(), "/", priority)});
+  };
+  // Submitted before any worker is up, so only the order of placement tells them apart.
+  const std::string low = submit(0);
+  const std::string high = submit(5);
+  const std::string later_low = submit(0);
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  const v1::Job first = cluster.WaitUntil(
+      high, [](const v1::Job& job) { return job.state() != v1::JOB_STATE_QUEUED; },
+      absl::Seconds(30));
+  INFO(Describe(first));
+  CHECK(first.state() != v1::JOB_STATE_QUEUED);
+  const v1::Job waiting = cluster.Get(low);
+  INFO(Describe(waiting));
+  CHECK((waiting.state() == v1::JOB_STATE_QUEUED ||
+         cluster.Get(high).state() == v1::JOB_STATE_SUCCEEDED));
+  for (const std::string& id : {high, low, later_low}) {
+    const v1::Job job = cluster.WaitEnded(id);
+    INFO(Describe(job));
+    CHECK(job.state() == v1::JOB_STATE_SUCCEEDED);
+  }
+  // Placed in priority order, then submission order.
+  CHECK(cluster.Get(high).update_time_ms() <= cluster.Get(low).update_time_ms());
+  CHECK(cluster.Get(low).update_time_ms() <= cluster.Get(later_low).update_time_ms());
+}
+
 TEST_CASE("kill -9 of each role's worker mid-step: the job recovers and finishes",
           "[driver][faults]") {
   DriverCluster cluster;
