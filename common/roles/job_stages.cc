@@ -226,8 +226,11 @@ absl::StatusOr<Metrics> JobStages::RunStep(const StepPlan& plan) {
   prompt_length_ = generated[0].prompt_length();
   response_length_ = generated[0].response_length();
   double response_tokens = 0, longest = 0, shortest = 1e18, truncated = 0, prompt_tokens = 0;
+  double longest_prompt = 0, shortest_prompt = 1e18;
   for (const v1::GenerateReply& reply : generated) {
     for (const v1::RowInfo& row : reply.rows()) {
+      longest_prompt = std::max<double>(longest_prompt, row.prompt_tokens());
+      shortest_prompt = std::min<double>(shortest_prompt, row.prompt_tokens());
       response_tokens += row.response_tokens();
       prompt_tokens += row.prompt_tokens();
       longest = std::max<double>(longest, row.response_tokens());
@@ -241,6 +244,8 @@ absl::StatusOr<Metrics> JobStages::RunStep(const StepPlan& plan) {
   metrics["response_length/min"] = shortest;
   metrics["response_length/clip_ratio"] = truncated / rows;
   metrics["prompt_length/mean"] = prompt_tokens / rows;
+  metrics["prompt_length/max"] = longest_prompt;
+  metrics["prompt_length/min"] = shortest_prompt;
 
   const v1::AlgorithmSpec& algorithm = spec_.algorithm();
   const bool gae = algorithm.adv_estimator() == v1::ADVANTAGE_ESTIMATOR_GAE;
@@ -348,7 +353,19 @@ absl::StatusOr<Metrics> JobStages::RunStep(const StepPlan& plan) {
   }
   const double seconds = SecondsSince(step_start);
   metrics["timing_s/step"] = seconds;
+  metrics["perf/time_per_step"] = seconds;
   metrics["perf/total_num_tokens"] = response_tokens + prompt_tokens;
+  // verl's timing_per_token_ms: generation per response token, every other stage per token of
+  // the batch (prompts and responses).
+  const double all_tokens = std::max(1.0, response_tokens + prompt_tokens);
+  for (const char* stage : {"gen", "old_log_prob", "ref", "values", "reward", "adv",
+                            "update_critic", "update_actor"}) {
+    const auto timed_stage = metrics.find(absl::StrCat("timing_s/", stage));
+    if (timed_stage == metrics.end()) continue;
+    const double tokens = std::string_view(stage) == "gen" ? std::max(1.0, response_tokens)
+                                                           : all_tokens;
+    metrics[absl::StrCat("timing_per_token_ms/", stage)] = timed_stage->second * 1000 / tokens;
+  }
   metrics["perf/throughput"] = (response_tokens + prompt_tokens) / std::max(seconds, 1e-9) /
                                static_cast<double>(ranks_.size());
   return metrics;

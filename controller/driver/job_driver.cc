@@ -258,9 +258,13 @@ absl::Status JobDriver::Drive() {
     }
     if (validates && ((trainer.val_every() > 0 && step % trainer.val_every() == 0) ||
                       step == total)) {
+      const auto testing = std::chrono::steady_clock::now();
       RETURN_IF_ERROR(validate(step, *metrics));
+      (*metrics)["timing_s/testing"] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - testing).count();
     }
     if (SavesAt(trainer, step, total)) {
+      const auto saving = std::chrono::steady_clock::now();
       RETURN_IF_ERROR(job.SaveCheckpoint(trainer.checkpoint_dir(), step,
                                          /*export_huggingface=*/step == total, kl.value()));
       progress.set_checkpoint_step(step);
@@ -268,9 +272,19 @@ absl::Status JobDriver::Drive() {
       progress.set_checkpoint_batch(rows.batch);
       progress.set_checkpoint_kl_coef(kl.value());
       progress.set_checkpoint_actor_optimizer_steps(job.actor_optimizer_steps());
+      (*metrics)["timing_s/save_checkpoint"] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - saving).count();
+    }
+    if (spec.algorithm().kl().mode() == v1::KL_MODE_LOSS) {
+      (*metrics)["actor/kl_coef"] = spec.algorithm().kl().coef();  // verl logs the loss's coef
     }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // verl's step time covers the whole step, validation and the checkpoint included.
+    (*metrics)["timing_s/step"] = seconds;
+    (*metrics)["perf/time_per_step"] = seconds;
+    (*metrics)["perf/throughput"] = (*metrics)["perf/total_num_tokens"] /
+                                    std::max(seconds, 1e-9) / std::max(1, job.world_size());
     (*metrics)["training/epoch"] = static_cast<double>(rows.epoch);
     (*metrics)["training/global_step"] = static_cast<double>(step);
     progress.set_current_step(step);
