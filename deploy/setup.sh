@@ -35,17 +35,17 @@ install_apt() {
 # The virtualenv: LibTorch for the worker, and what the data and fixture scripts use
 # (reasoning-gym makes the quickstart's problems offline; transformers is the reference the
 # export tests load checkpoints with; tensorboard and prometheus_client read back what the
-# controller writes).
+# controller writes; schemathesis fuzzes the REST gateway).
 # verl itself, without its dependencies, is the reference the reward-rule parity test reads its
 # reward_score files from.
 python_packages=("torch==${torch_version}" numpy "reasoning-gym==0.1.25" "transformers==5.17.0"
-                 "tensorboard==2.21.0" "prometheus_client==0.26.0"
+                 "tensorboard==2.21.0" "prometheus_client==0.26.0" "schemathesis==4.32.5"
                  "safetensors>=0.6")
 verl_version="0.9.1"
 
 install_torch() {
   if [[ -x "${venv}/bin/python" ]] &&
-     "${venv}/bin/python" -c "import numpy, torch, reasoning_gym, transformers, safetensors, tensorboard, prometheus_client, sys; sys.exit(torch.__version__.split('+')[0] != '${torch_version}')" 2>/dev/null; then
+     "${venv}/bin/python" -c "import numpy, torch, reasoning_gym, transformers, safetensors, tensorboard, prometheus_client, schemathesis, sys; sys.exit(torch.__version__.split('+')[0] != '${torch_version}')" 2>/dev/null; then
     echo "setup: torch ${torch_version}, reasoning-gym and transformers present in ${venv}"
     return
   fi

@@ -15,6 +15,7 @@
 #include "common/logging/logging.h"
 #include "common/rpc/auth.h"
 #include "common/rpc/pending_unary.h"
+#include "controller/gateway/openapi.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace rlhfd::controller {
@@ -306,6 +307,9 @@ void HttpGateway::Routes() {
       Reply(response, absl::ResourceExhaustedError("the request body is over 1 MiB"));
       response.status = 413;
     }
+  });
+  server_->Get("/v1/openapi.json", [](const httplib::Request&, httplib::Response& response) {
+    response.set_content(OpenApiDocument(), "application/json");
   });
   server_->Get("/healthz", [](const httplib::Request&, httplib::Response& response) {
     response.set_content("ok\n", "text/plain");

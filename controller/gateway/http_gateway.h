@@ -4,6 +4,7 @@
 // HTTP status. The same bearer token as gRPC ("Authorization: Bearer <token>"), except on
 // /healthz; TLS with the controller's --tls_cert/--tls_key.
 //   GET  /healthz                      "ok"
+//   GET  /v1/openapi.json              this API as an OpenAPI 3 document (no token either)
 //   GET  /metrics                      Prometheus text exposition
 //   GET  /v1/cluster                   GetCluster
 //   GET  /v1/workers                   ListWorkers

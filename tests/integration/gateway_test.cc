@@ -75,7 +75,8 @@ class Gateway {
                     absl::Seconds(10)));
     auto port = ReadFileToString(cluster_.state_dir() + "/http.port", 64);
     REQUIRE(port.ok());
-    http_ = std::make_unique<httplib::Client>("127.0.0.1", std::stoi(*port));
+    port_ = std::stoi(*port);
+    http_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
     http_->set_read_timeout(20, 0);
     auto token = ResolveClientToken("", cluster_.state_dir() + "/token");
     REQUIRE(token.ok());
@@ -94,6 +95,8 @@ class Gateway {
     return http_->Post(path.c_str(), Auth(token_), body, type);
   }
   httplib::Client& http() { return *http_; }
+  const std::string& token() const { return token_; }
+  int port() const { return port_; }
   LocalCluster& cluster() { return cluster_; }
 
   template <typename Reply, typename Call>
@@ -112,6 +115,7 @@ class Gateway {
  private:
   LocalCluster cluster_;
   std::unique_ptr<httplib::Client> http_;
+  int port_ = 0;
   std::string token_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
@@ -146,6 +150,28 @@ TEST_CASE("No route answers without the token but /healthz", "[gateway]") {
              "UNAUTHENTICATED", "missing bearer token");
   CheckError(gateway.http().Post("/v1/jobs/job-1:cancel", "", "text/plain"), 401,
              "UNAUTHENTICATED", "missing bearer token");
+}
+
+TEST_CASE("schemathesis fuzzes every route of the OpenAPI document: no 5xx, no crash",
+          "[gateway][fuzz]") {
+  Gateway gateway;
+  auto document = gateway.http().Get("/v1/openapi.json");
+  REQUIRE(document);
+  CHECK(document->status == 200);
+  CHECK(json::parse(document->body)["openapi"] == "3.0.3");
+  const std::string url =
+      absl::StrCat("http://127.0.0.1:", gateway.port(), "/v1/openapi.json");
+  const CommandResult fuzzed = RunCommand(
+      {RLHFD_SCHEMATHESIS, "run", url, "--header", "Authorization: Bearer " + gateway.token(),
+       "--checks", "not_a_server_error,status_code_conformance,content_type_conformance",
+       "--max-examples", "40", "--seed", "1", "--workers", "1", "--request-timeout", "15"},
+      absl::Seconds(280));
+  INFO(fuzzed.out << fuzzed.err);
+  CHECK(fuzzed.exit_code == 0);
+  CHECK(gateway.cluster().controller()->running());
+  auto health = gateway.http().Get("/healthz");
+  REQUIRE(health);
+  CHECK(health->status == 200);
 }
 
 TEST_CASE("Every route equals its gRPC twin; errors carry code and message", "[gateway]") {
