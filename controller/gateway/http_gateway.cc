@@ -15,7 +15,9 @@
 #include "common/logging/logging.h"
 #include "common/rpc/auth.h"
 #include "common/rpc/pending_unary.h"
+#include "controller/gateway/dashboard.h"
 #include "controller/gateway/openapi.h"
+#include "common/util/files.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace rlhfd::controller {
@@ -307,6 +309,18 @@ void HttpGateway::Routes() {
       Reply(response, absl::ResourceExhaustedError("the request body is over 1 MiB"));
       response.status = 413;
     }
+  });
+  // The dashboard and Chart.js need no token: the page asks for it and sends it with its calls.
+  server_->Get("/", [](const httplib::Request&, httplib::Response& response) {
+    response.set_content(DashboardPage(), "text/html; charset=utf-8");
+  });
+  server_->Get("/static/chart.js", [](const httplib::Request&, httplib::Response& response) {
+    static const absl::StatusOr<std::string> chart = ReadFileToString(kChartJsPath, 4 << 20);
+    if (!chart.ok()) {
+      return Reply(response, absl::NotFoundError(absl::StrCat(
+                                 kChartJsPath, " is missing: install Debian's libjs-chart.js")));
+    }
+    response.set_content(*chart, "application/javascript");
   });
   server_->Get("/v1/openapi.json", [](const httplib::Request&, httplib::Response& response) {
     response.set_content(OpenApiDocument(), "application/json");

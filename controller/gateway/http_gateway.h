@@ -3,6 +3,7 @@
 // protobuf's JSON mapping of the gRPC reply; errors are {"code", "message"} with the matching
 // HTTP status. The same bearer token as gRPC ("Authorization: Bearer <token>"), except on
 // /healthz; TLS with the controller's --tls_cert/--tls_key.
+//   GET  /                             the dashboard (dashboard.h; no token for the page itself)
 //   GET  /healthz                      "ok"
 //   GET  /v1/openapi.json              this API as an OpenAPI 3 document (no token either)
 //   GET  /metrics                      Prometheus text exposition

@@ -284,5 +284,55 @@ TEST_CASE("A job's metrics and /metrics while and after it runs", "[gateway]") {
   CHECK(samples["rlhfd_workers,state=alive"] == 2);
 }
 
+// The dashboard in a real browser (headless Chromium): after a job of 4 steps, a screenshot of
+// the page and its DOM, whose charts hold that job's points.
+TEST_CASE("The dashboard shows a job's curves in a real browser", "[gateway][dashboard]") {
+  Gateway gateway;
+  for (int i = 0; i < 2; ++i) gateway.cluster().StartWorker();
+  auto submitted = gateway.Post("/v1/jobs?" + AbsolutePaths() + "&" +
+                                    Override("trainer.total_steps=4") + "&" +
+                                    Override("trainer.save_every=-1"),
+                                DemoConfig());
+  REQUIRE(submitted);
+  REQUIRE(submitted->status == 200);
+  REQUIRE(WaitFor(
+      [&] {
+        auto job = gateway.Get("/v1/jobs/job-1");
+        return job && json::parse(job->body)["job"]["state"] == "JOB_STATE_SUCCEEDED";
+      },
+      absl::Seconds(120)));
+  TempDir dir;
+  const std::string page =
+      absl::StrCat("http://127.0.0.1:", gateway.port(), "/#token=", gateway.token());
+  const std::vector<std::string> browser = {
+      "/usr/bin/chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+      "--user-data-dir=" + dir.path() + "/profile", "--window-size=1100,1000",
+      "--virtual-time-budget=10000"};
+  std::vector<std::string> screenshot = browser;
+  screenshot.push_back("--screenshot=" + dir.path() + "/dashboard.png");
+  screenshot.push_back(page);
+  const CommandResult shot = RunCommand(screenshot, absl::Seconds(120));
+  INFO(shot.err);
+  REQUIRE(shot.exit_code == 0);
+  std::string png;
+  {
+    std::ifstream in(dir.path() + "/dashboard.png", std::ios::binary);
+    png.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  CHECK(png.rfind("\x89PNG", 0) == 0);
+  CHECK(png.size() > 20000);  // a drawn page, not a blank one
+  std::vector<std::string> dump = browser;
+  dump.push_back("--dump-dom");
+  dump.push_back(page);
+  const CommandResult dom = RunCommand(dump, absl::Seconds(120));
+  INFO(dom.out.substr(0, 4000) << dom.err);
+  REQUIRE(dom.exit_code == 0);
+  CHECK(absl::StrContains(dom.out, "data-loaded=\"true\""));
+  CHECK(absl::StrContains(dom.out, "data-metric=\"critic/score/mean\""));
+  CHECK(absl::StrContains(dom.out, "data-job=\"job-1\" data-steps=\"1,2,3,4\""));
+  CHECK(absl::StrContains(dom.out, "cpu-worker-0"));
+  CHECK(absl::StrContains(dom.out, "4 / 4"));
+}
+
 }  // namespace
 }  // namespace rlhfd::testing
