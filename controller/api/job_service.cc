@@ -12,20 +12,25 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
                                                     v1::SubmitJobReply* reply) {
   PendingUnary<v1::SubmitJobReply> call(reply);
   auto done = call.completer();
+  const absl::Time arrived = absl::Now();
   if (grpc::Status auth = CheckToken(*context, service_.token); !auth.ok()) {
+    RecordCall<v1::SubmitJobRequest>(FromGrpcStatus(auth), arrived);
     done.Finish(FromGrpcStatus(auth));
     return call.reactor();
   }
   auto prepared = CatchAll<JobManager::Submission>(
       "SubmitJob", [&] { return JobManager::Prepare(*request); });
   if (!prepared.ok()) {
+    RecordCall<v1::SubmitJobRequest>(prepared.status(), arrived);
     done.Finish(prepared.status());
     return call.reactor();
   }
   Controller* controller = service_.controller;
-  service_.loop->Post([controller, submission = *std::move(prepared), done]() mutable {
-    done.Finish(CatchAll<v1::SubmitJobReply>(
-        "SubmitJob", [&] { return controller->SubmitPrepared(std::move(submission)); }));
+  service_.loop->Post([controller, submission = *std::move(prepared), done, arrived]() mutable {
+    absl::StatusOr<v1::SubmitJobReply> result = CatchAll<v1::SubmitJobReply>(
+        "SubmitJob", [&] { return controller->SubmitPrepared(std::move(submission)); });
+    RecordCall<v1::SubmitJobRequest>(result.status(), arrived);
+    done.Finish(std::move(result));
   });
   return call.reactor();
 }

@@ -14,6 +14,9 @@
 #include "common/rpc/auth.h"
 #include "common/util/event_loop.h"
 #include "common/rpc/pending_unary.h"
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "controller/api/call_metrics.h"
 #include "controller/controller.h"
 
 namespace rlhfd::controller {
@@ -24,6 +27,15 @@ struct ServiceContext {
   std::string token;
 };
 
+// Counts a call of the RPC that takes `Request` ("grpc/GetJob" for GetJobRequest).
+template <typename Request>
+void RecordCall(const absl::Status& status, absl::Time arrived) {
+  std::string name = Request::descriptor()->name();
+  if (absl::EndsWith(name, "Request")) name.resize(name.size() - 7);
+  CallMetrics::Get().Record("grpc/" + name, absl::StatusCodeToString(status.code()),
+                            absl::Now() - arrived);
+}
+
 // `method` is a Controller member taking `const Request&` and returning StatusOr<Reply>. The
 // RPC thread never blocks: the loop finishes the call when it gets to it. The request is copied,
 // because gRPC may free it once the call is cancelled.
@@ -33,14 +45,18 @@ grpc::ServerUnaryReactor* DispatchUnary(
     Reply* reply, absl::StatusOr<Reply> (Controller::*method)(const Request&)) {
   PendingUnary<Reply> call(reply);
   auto done = call.completer();
+  const absl::Time arrived = absl::Now();
   if (grpc::Status auth = CheckToken(*context, service.token); !auth.ok()) {
+    RecordCall<Request>(FromGrpcStatus(auth), arrived);
     done.Finish(FromGrpcStatus(auth));
     return call.reactor();
   }
   Controller* controller = service.controller;
-  service.loop->Post([controller, method, copy = *request, done] {
-    done.Finish(CatchAll<Reply>(Request::descriptor()->name(),
-                                [&] { return (controller->*method)(copy); }));
+  service.loop->Post([controller, method, copy = *request, done, arrived] {
+    absl::StatusOr<Reply> result = CatchAll<Reply>(
+        Request::descriptor()->name(), [&] { return (controller->*method)(copy); });
+    RecordCall<Request>(result.status(), arrived);
+    done.Finish(std::move(result));
   });
   return call.reactor();
 }

@@ -15,6 +15,8 @@
 #include "common/logging/logging.h"
 #include "common/rpc/auth.h"
 #include "common/rpc/pending_unary.h"
+#include "absl/cleanup/cleanup.h"
+#include "controller/api/call_metrics.h"
 #include "controller/gateway/dashboard.h"
 #include "controller/gateway/openapi.h"
 #include "common/util/files.h"
@@ -270,8 +272,13 @@ void HttpGateway::Routes() {
     return future.get();
   };
   // Every route but /healthz: the token, then the handler; nothing it throws leaves it.
-  const auto authorized = [this](auto handler) {
-    return [this, handler](const httplib::Request& request, httplib::Response& response) {
+  const auto authorized = [this](std::string route, auto handler) {
+    return [this, route, handler](const httplib::Request& request, httplib::Response& response) {
+      const absl::Time arrived = absl::Now();
+      const absl::Cleanup record = [&] {
+        CallMetrics::Get().Record("rest/" + route, std::to_string(response.status),
+                                  absl::Now() - arrived);
+      };
       const std::string authorization = request.get_header_value("Authorization");
       const absl::Status allowed = CheckBearer(
           request.has_header("Authorization") ? &authorization : nullptr, options_.token);
@@ -323,12 +330,13 @@ void HttpGateway::Routes() {
     response.set_content(*chart, "application/javascript");
   });
   server_->Get("/v1/openapi.json", [](const httplib::Request&, httplib::Response& response) {
+    response.status = 200;
     response.set_content(OpenApiDocument(), "application/json");
   });
   server_->Get("/healthz", [](const httplib::Request&, httplib::Response& response) {
     response.set_content("ok\n", "text/plain");
   });
-  server_->Get("/metrics", authorized([=](const httplib::Request&, httplib::Response& response) {
+  server_->Get("/metrics", authorized("GET /metrics", [=](const httplib::Request&, httplib::Response& response) {
     const absl::StatusOr<std::string> text =
         on_loop([controller]() -> absl::StatusOr<std::string> {
           return PrometheusText(*controller);
@@ -337,15 +345,17 @@ void HttpGateway::Routes() {
       Reply(response, text.status());
       return;
     }
-    response.set_content(*text, "text/plain; version=0.0.4");
+    response.status = 200;
+    response.set_content(*text + CallMetrics::Get().PrometheusText(),
+                         "text/plain; version=0.0.4");
   }));
-  server_->Get("/v1/cluster", authorized([=](const httplib::Request&, httplib::Response& response) {
+  server_->Get("/v1/cluster", authorized("GET /v1/cluster", [=](const httplib::Request&, httplib::Response& response) {
     answer(response, on_loop([controller] { return controller->GetCluster({}); }));
   }));
-  server_->Get("/v1/workers", authorized([=](const httplib::Request&, httplib::Response& response) {
+  server_->Get("/v1/workers", authorized("GET /v1/workers", [=](const httplib::Request&, httplib::Response& response) {
     answer(response, on_loop([controller] { return controller->ListWorkers({}); }));
   }));
-  server_->Get("/v1/jobs", authorized([=](const httplib::Request& request,
+  server_->Get("/v1/jobs", authorized("GET /v1/jobs", [=](const httplib::Request& request,
                                           httplib::Response& response) {
     v1::ListJobsRequest list;
     if (request.has_param("state")) {
@@ -359,13 +369,13 @@ void HttpGateway::Routes() {
     }
     answer(response, on_loop([controller, list] { return controller->ListJobs(list); }));
   }));
-  server_->Get(R"(/v1/jobs/([^/:]+))", authorized([=](const httplib::Request& request,
+  server_->Get(R"(/v1/jobs/([^/:]+))", authorized("GET /v1/jobs/{id}", [=](const httplib::Request& request,
                                                         httplib::Response& response) {
     v1::GetJobRequest get;
     get.set_job_id(request.matches[1]);
     answer(response, on_loop([controller, get] { return controller->GetJob(get); }));
   }));
-  server_->Get(R"(/v1/jobs/([^/:]+)/metrics)", authorized([=](const httplib::Request& request,
+  server_->Get(R"(/v1/jobs/([^/:]+)/metrics)", authorized("GET /v1/jobs/{id}/metrics", [=](const httplib::Request& request,
                                                                 httplib::Response& response) {
     v1::GetJobMetricsRequest get;
     get.set_job_id(request.matches[1]);
@@ -386,7 +396,7 @@ void HttpGateway::Routes() {
     answer(response, CatchAll<v1::GetJobMetricsReply>(
                          "GetJobMetrics", [&] { return controller->ReadJobMetrics(get); }));
   }));
-  server_->Post("/v1/jobs", authorized([=](const httplib::Request& request,
+  server_->Post("/v1/jobs", authorized("POST /v1/jobs", [=](const httplib::Request& request,
                                            httplib::Response& response) {
     v1::SubmitJobRequest submit;
     submit.set_config_text(request.body);
@@ -406,7 +416,7 @@ void HttpGateway::Routes() {
              return controller->SubmitPrepared(std::move(*submission));
            }));
   }));
-  server_->Post(R"(/v1/jobs/([^/:]+):cancel)", authorized([=](const httplib::Request& request,
+  server_->Post(R"(/v1/jobs/([^/:]+):cancel)", authorized("POST /v1/jobs/{id}:cancel", [=](const httplib::Request& request,
                                                                 httplib::Response& response) {
     v1::CancelJobRequest cancel;
     cancel.set_job_id(request.matches[1]);

@@ -282,6 +282,11 @@ TEST_CASE("A job's metrics and /metrics while and after it runs", "[gateway]") {
   CHECK(samples["rlhfd_jobs,state=succeeded"] == 1);
   CHECK(samples["rlhfd_jobs,state=running"] == 0);
   CHECK(samples["rlhfd_workers,state=alive"] == 2);
+  // The API's own calls: counted by method and code, with latency histograms.
+  CHECK(samples["rlhfd_api_calls_total,code=200,method=rest/GET /v1/jobs/{id}"] >= 1);
+  CHECK(samples["rlhfd_api_calls_total,code=OK,method=grpc/GetJobMetrics"] == 1);
+  CHECK(samples["rlhfd_api_call_seconds_count,method=grpc/GetJobMetrics"] == 1);
+  CHECK(samples["rlhfd_api_call_seconds_bucket,le=+Inf,method=grpc/RegisterWorker"] >= 2);
 }
 
 // The dashboard in a real browser (headless Chromium): after a job of 4 steps, a screenshot of
