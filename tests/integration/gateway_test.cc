@@ -62,12 +62,17 @@ json ToJson(const google::protobuf::Message& message) {
 
 class Gateway {
  public:
-  Gateway()
+  // `tls_dir`: serve TLS with its cert.pem and key.pem (gRPC and REST alike).
+  explicit Gateway(const std::string& tls_dir = "")
       : cluster_({RLHFD_CONTROLLER_BIN, RLHFD_WORKER_BIN, RLHFD_CTL_BIN}, absl::Milliseconds(500),
                  absl::Seconds(3)) {
-    cluster_.SetExtraFlags({"--http_listen=127.0.0.1:0",
-                            "--http_port_file=" + cluster_.state_dir() + "/http.port"},
-                           {});
+    std::vector<std::string> flags = {"--http_listen=127.0.0.1:0",
+                                      "--http_port_file=" + cluster_.state_dir() + "/http.port"};
+    if (!tls_dir.empty()) {
+      flags.push_back("--tls_cert=" + tls_dir + "/cert.pem");
+      flags.push_back("--tls_key=" + tls_dir + "/key.pem");
+    }
+    cluster_.SetExtraFlags(flags, {});
     std::string error;
     INFO(error);
     REQUIRE(cluster_.StartController(&error));
@@ -76,8 +81,10 @@ class Gateway {
     auto port = ReadFileToString(cluster_.state_dir() + "/http.port", 64);
     REQUIRE(port.ok());
     port_ = std::stoi(*port);
-    http_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
-    http_->set_read_timeout(20, 0);
+    if (tls_dir.empty()) {  // a TLS test makes its own client
+      http_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
+      http_->set_read_timeout(20, 0);
+    }
     auto token = ResolveClientToken("", cluster_.state_dir() + "/token");
     REQUIRE(token.ok());
     token_ = *token;
@@ -287,6 +294,35 @@ TEST_CASE("A job's metrics and /metrics while and after it runs", "[gateway]") {
   CHECK(samples["rlhfd_api_calls_total,code=OK,method=grpc/GetJobMetrics"] == 1);
   CHECK(samples["rlhfd_api_call_seconds_count,method=grpc/GetJobMetrics"] == 1);
   CHECK(samples["rlhfd_api_call_seconds_bucket,le=+Inf,method=grpc/RegisterWorker"] >= 2);
+}
+
+TEST_CASE("With --tls_cert and --tls_key the gateway speaks TLS only", "[gateway][tls]") {
+  TempDir dir;
+  const CommandResult made = RunCommand(
+      {"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+       dir.path() + "/key.pem", "-out", dir.path() + "/cert.pem", "-days", "1", "-subj",
+       "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"});
+  INFO(made.err);
+  REQUIRE(made.exit_code == 0);
+  Gateway gateway(dir.path());
+  httplib::SSLClient tls("127.0.0.1", gateway.port());
+  tls.set_ca_cert_path((dir.path() + "/cert.pem").c_str());
+  tls.enable_server_certificate_verification(true);
+  auto health = tls.Get("/healthz");
+  REQUIRE(health);
+  CHECK(health->status == 200);
+  auto cluster = tls.Get("/v1/cluster", gateway.Auth(gateway.token()));
+  REQUIRE(cluster);
+  CHECK(cluster->status == 200);
+  // Plaintext HTTP gets no answer.
+  httplib::Client plain("127.0.0.1", gateway.port());
+  plain.set_read_timeout(5, 0);
+  auto refused = plain.Get("/healthz");
+  CHECK((!refused || refused->status != 200));
+  // A client that does not trust the certificate does not connect.
+  httplib::SSLClient untrusting("127.0.0.1", gateway.port());
+  untrusting.enable_server_certificate_verification(true);
+  CHECK(!untrusting.Get("/healthz"));
 }
 
 // The dashboard in a real browser (headless Chromium): after a job of 4 steps, a screenshot of
