@@ -169,6 +169,9 @@ int Run() {
 }  // namespace rlhfd
 
 int main(int argc, char** argv) {
+  // The gateway's and gRPC's threads would each get a malloc arena, whose freed pages malloc_trim
+  // returns less well; a control-plane daemon needs few.
+  mallopt(M_ARENA_MAX, 2);
   rlhfd::BlockTerminationSignals();
   constexpr char kUsage[] =
       "rlhfd-controller --state_dir=DIR [--listen=HOST:PORT] [flags]\n"

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
+#include <httplib.h>
 #include <signal.h>
 
 #include <fstream>
@@ -15,6 +16,8 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -197,6 +200,10 @@ v1::RegisterWorkerRequest Worker(const std::string& id) {
 
 TEST_CASE("no request ends, stalls or bloats the controller", "[integration][hostile]") {
   LocalCluster cluster(Binaries(), absl::Milliseconds(200), absl::Seconds(2));
+  // The REST gateway too: the config corpus goes through POST /v1/jobs as well.
+  cluster.SetExtraFlags({"--http_listen=127.0.0.1:0",
+                         "--http_port_file=" + cluster.state_dir() + "/http.port"},
+                        {});
   std::string error;
   REQUIRE(cluster.StartController(&error));
   auto token = ReadFileToString(cluster.state_dir() + "/token");
@@ -216,10 +223,13 @@ TEST_CASE("no request ends, stalls or bloats the controller", "[integration][hos
   const auto with = [&](const std::string& from, const std::string& to) {
     return absl::StrReplaceAll(valid, {{from, to}});
   };
+  std::vector<std::pair<std::string, std::string>> configs;  // (text, name), for REST below
   const auto yaml = [&](std::string text) {
+    configs.emplace_back(text, "h.yaml");
     return std::function<Outcome()>([&client, text] { return client.Submit(text, "h.yaml"); });
   };
   const auto json = [&](std::string text) {
+    configs.emplace_back(text, "h.json");
     return std::function<Outcome()>([&client, text] { return client.Submit(text, "h.json"); });
   };
   const grpc::StatusCode kInvalid = grpc::INVALID_ARGUMENT;
@@ -379,6 +389,32 @@ TEST_CASE("no request ends, stalls or bloats the controller", "[integration][hos
     CHECK(client.Serving());
   }
 
+  // Every config of the corpus through the REST gateway: 400 with a message (413 over 1 MiB;
+  // the valid one is accepted), within a second, the controller serving.
+  auto http_port = ReadFileToString(cluster.state_dir() + "/http.port", 64);
+  REQUIRE(http_port.ok());
+  httplib::Client rest("127.0.0.1", std::stoi(*http_port));
+  rest.set_read_timeout(10, 0);
+  const httplib::Headers auth = {
+      {"Authorization", "Bearer " + std::string(absl::StripAsciiWhitespace(*token))}};
+  int accepted = 0;
+  for (const auto& [text, name] : configs) {
+    INFO("REST config of " << text.size() << " bytes: " << absl::CEscape(text.substr(0, 80)));
+    const absl::Time start = absl::Now();
+    const httplib::Result answer =
+        rest.Post(("/v1/jobs?name=" + name).c_str(), auth, text,
+                  absl::EndsWith(name, ".json") ? "application/json" : "application/yaml");
+    REQUIRE(answer);
+    INFO("answer: " << answer->status << " " << answer->body.substr(0, 300));
+    const int expected = text.size() > (1u << 20) ? 413 : text == valid ? 200 : 400;
+    CHECK(answer->status == expected);
+    if (expected == 200) ++accepted;
+    if (expected != 200) CHECK(absl::StrContains(answer->body, "\"message\""));
+    CHECK(absl::Now() - start < absl::Seconds(1));
+    REQUIRE(cluster.controller()->running());
+  }
+  CHECK(accepted == 1);
+
   // Eight unauthenticated 250 MB messages at once: refused at the door, not held.
   std::vector<std::thread> floods;
   std::vector<grpc::StatusCode> flood_codes(8);
@@ -394,14 +430,14 @@ TEST_CASE("no request ends, stalls or bloats the controller", "[integration][hos
   REQUIRE(cluster.controller()->running());
   CHECK(client.Serving());
 
-  // Ids: the baseline was job-1 and the valid config job-2; the next is job-3.
+  // Ids: the baseline was job-1, the valid config job-2 (gRPC) and job-3 (REST); the next is job-4.
   v1::SubmitJobRequest next;
   next.set_config_text(kValidConfig);
   grpc::ClientContext context;
   AttachToken(&context, std::string(absl::StripAsciiWhitespace(*token)));
   v1::SubmitJobReply reply;
   REQUIRE(client.jobs().SubmitJob(&context, next, &reply).ok());
-  CHECK(reply.job().job_id() == "job-3");
+  CHECK(reply.job().job_id() == "job-4");
 
   absl::SleepFor(absl::Seconds(1));
   const int64_t memory_after = ResidentBytes(pid);
