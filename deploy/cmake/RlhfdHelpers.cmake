@@ -20,11 +20,12 @@ function(rlhfd_use_torch target)
   target_precompile_headers(${target} REUSE_FROM rlhfd_torch_pch)
 endfunction()
 
-# rlhfd_test(NAME name SRCS ... [DEPS ...] [GPU] [TORCH] [LABELS ...])
-# A Catch2 v2 test binary registered with CTest as one test. Binaries are never run at build time.
+# rlhfd_test(NAME name SRCS ... [DEPS ...] [GPU] [TORCH] [PARTS] [LABELS ...])
+# A Catch2 v2 test binary registered with CTest as one test (PARTS: not registered; the caller
+# registers its parts). Binaries are never run at build time.
 # GPU binaries use tests/support/gpu_test_main.cc, which exits 77 (CTest "skipped") with no GPU.
 function(rlhfd_test)
-  cmake_parse_arguments(ARG "GPU;TORCH" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "GPU;TORCH;PARTS" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${ARG_NAME} ${ARG_SRCS})
   target_include_directories(${ARG_NAME} PRIVATE ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
   if(ARG_GPU)
@@ -34,6 +35,9 @@ function(rlhfd_test)
   endif()
   if(ARG_TORCH OR ARG_GPU)
     rlhfd_use_torch(${ARG_NAME})
+  endif()
+  if(ARG_PARTS)
+    return()
   endif()
   add_test(NAME ${ARG_NAME} COMMAND ${ARG_NAME})
   set(labels ${ARG_LABELS})
