@@ -132,7 +132,9 @@ TEST_CASE("kill -9 every worker after a save: restarted and loaded, the next ste
   const v1::JobSpec spec = TestSpec(testing::kPpoJob);
   const int world = WorldSize(PlacePools(spec));
   const auto plan = [](int64_t step) {
-    return StepPlan{.step = step, .prompts = TestPrompts(4), .seed = 40 + step,
+    return StepPlan{.step = step,
+                    .prompts = TestPrompts(4),
+                    .seed = static_cast<uint64_t>(40 + step),
                     .kl_coef = 0.05};
   };
   TempDir dir;

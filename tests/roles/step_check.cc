@@ -177,7 +177,9 @@ void CheckAgainstOneProcess(const v1::JobSpec& spec, const std::vector<StageServ
   TempDir dir;
   for (int64_t step = 1; step <= steps; ++step) {
     INFO("step " << step);
-    StepPlan plan{.step = step, .prompts = TestPrompts(prompts), .seed = 100 + step,
+    StepPlan plan{.step = step,
+                  .prompts = TestPrompts(prompts),
+                  .seed = static_cast<uint64_t>(100 + step),
                   .kl_coef = StepKlCoefficient(spec)};
     auto metrics = job.RunStep(plan);
     INFO((metrics.ok() ? "" : std::string(metrics.status().message())));
