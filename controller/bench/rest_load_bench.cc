@@ -51,11 +51,20 @@ double Percentile(std::vector<double> values, double p) {
 double StepSeconds(const nlohmann::json& history, int64_t from, int64_t to) {
   double sum = 0;
   int count = 0;
-  for (const auto& step : history["steps"]) {
+  // A step whose fields are not as protobuf's JSON mapping writes them is skipped, not fatal.
+  const auto steps = history.find("steps");
+  if (steps == history.end() || !steps->is_array()) return 0;
+  for (const auto& step : *steps) {
     int64_t time = 0;
-    if (!absl::SimpleAtoi(step["time_ms"].get<std::string>(), &time)) continue;
-    if (time < from || time >= to || !step["metrics"].contains("timing_s/step")) continue;
-    sum += step["metrics"]["timing_s/step"].get<double>();
+    const nlohmann::json::json_pointer time_ms("/time_ms"), seconds_at("/metrics/timing_s~1step");
+    if (!step.is_object() || !step.contains(time_ms) || !step[time_ms].is_string() ||
+        !step.contains(seconds_at) || !step[seconds_at].is_number() ||
+        !absl::SimpleAtoi(step[time_ms].get<std::string>(), &time)) {
+      continue;
+    }
+    const double seconds = step[seconds_at].get<double>();
+    if (time < from || time >= to) continue;
+    sum += seconds;
     ++count;
   }
   return count ? sum / count : 0;

@@ -129,6 +129,26 @@ class Gateway {
   std::unique_ptr<v1::ClusterService::Stub> registry_;
 };
 
+// Two workers, and the demo job of 4 steps submitted over REST and run to SUCCEEDED; its id.
+std::string RunFourSteps(Gateway& gateway) {
+  for (int i = 0; i < 2; ++i) gateway.cluster().StartWorker();
+  auto submitted = gateway.Post("/v1/jobs?" + AbsolutePaths() + "&" +
+                                    Override("trainer.total_steps=4") + "&" +
+                                    Override("trainer.save_every=-1"),
+                                DemoConfig());
+  REQUIRE(submitted);
+  INFO(submitted->body);
+  REQUIRE(submitted->status == 200);
+  const std::string id = json::parse(submitted->body)["job"]["job_id"];
+  REQUIRE(WaitFor(
+      [&] {
+        auto job = gateway.Get("/v1/jobs/" + id);
+        return job && json::parse(job->body)["job"]["state"] == "JOB_STATE_SUCCEEDED";
+      },
+      absl::Seconds(120)));
+  return id;
+}
+
 void CheckError(const httplib::Result& result, int status, const std::string& code,
                 const std::string& words) {
   REQUIRE(result);
@@ -239,21 +259,7 @@ TEST_CASE("Every route equals its gRPC twin; errors carry code and message", "[g
 
 TEST_CASE("A job's metrics and /metrics while and after it runs", "[gateway]") {
   Gateway gateway;
-  for (int i = 0; i < 2; ++i) gateway.cluster().StartWorker();
-  auto submitted = gateway.Post("/v1/jobs?" + AbsolutePaths() + "&" +
-                                    Override("trainer.total_steps=4") + "&" +
-                                    Override("trainer.save_every=-1"),
-                                DemoConfig());
-  REQUIRE(submitted);
-  INFO(submitted->body);
-  REQUIRE(submitted->status == 200);
-  const std::string id = json::parse(submitted->body)["job"]["job_id"];
-  REQUIRE(WaitFor(
-      [&] {
-        auto job = gateway.Get("/v1/jobs/" + id);
-        return job && json::parse(job->body)["job"]["state"] == "JOB_STATE_SUCCEEDED";
-      },
-      absl::Seconds(120)));
+  const std::string id = RunFourSteps(gateway);
 
   v1::GetJobMetricsRequest request;
   request.set_job_id(id);
@@ -329,19 +335,7 @@ TEST_CASE("With --tls_cert and --tls_key the gateway speaks TLS only", "[gateway
 // the page and its DOM, whose charts hold that job's points.
 TEST_CASE("The dashboard shows a job's curves in a real browser", "[gateway][dashboard]") {
   Gateway gateway;
-  for (int i = 0; i < 2; ++i) gateway.cluster().StartWorker();
-  auto submitted = gateway.Post("/v1/jobs?" + AbsolutePaths() + "&" +
-                                    Override("trainer.total_steps=4") + "&" +
-                                    Override("trainer.save_every=-1"),
-                                DemoConfig());
-  REQUIRE(submitted);
-  REQUIRE(submitted->status == 200);
-  REQUIRE(WaitFor(
-      [&] {
-        auto job = gateway.Get("/v1/jobs/job-1");
-        return job && json::parse(job->body)["job"]["state"] == "JOB_STATE_SUCCEEDED";
-      },
-      absl::Seconds(120)));
+  REQUIRE(RunFourSteps(gateway) == "job-1");
   TempDir dir;
   const std::string page =
       absl::StrCat("http://127.0.0.1:", gateway.port(), "/#token=", gateway.token());
