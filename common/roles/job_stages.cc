@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -26,20 +27,24 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 // verl's names for the update metrics.
 const std::map<std::string, std::string>& ActorMetricNames() {
-  static const auto* names = new std::map<std::string, std::string>{
-      {"policy_loss", "actor/pg_loss"},        {"kl_loss", "actor/kl_loss"},
-      {"clip_fraction", "actor/pg_clipfrac"},  {"clip_fraction_low", "actor/pg_clipfrac_lower"},
-      {"approx_kl", "actor/ppo_kl"},           {"entropy", "actor/entropy"},
-      {"grad_norm", "actor/grad_norm"},        {"lr", "actor/lr"},
-      {"response_tokens_per_s", "actor/tokens_per_s"}};
+  static const auto* names =
+      new std::map<std::string, std::string>{{"policy_loss", "actor/pg_loss"},
+                                             {"kl_loss", "actor/kl_loss"},
+                                             {"clip_fraction", "actor/pg_clipfrac"},
+                                             {"clip_fraction_low", "actor/pg_clipfrac_lower"},
+                                             {"approx_kl", "actor/ppo_kl"},
+                                             {"entropy", "actor/entropy"},
+                                             {"grad_norm", "actor/grad_norm"},
+                                             {"lr", "actor/lr"},
+                                             {"response_tokens_per_s", "actor/tokens_per_s"}};
   return *names;
 }
 
 const std::map<std::string, std::string>& CriticMetricNames() {
   static const auto* names = new std::map<std::string, std::string>{
-      {"value_loss", "critic/vf_loss"},           {"value_clip_fraction", "critic/vf_clipfrac"},
-      {"values", "critic/vpred_mean"},            {"explained_variance", "critic/vf_explained_var"},
-      {"grad_norm", "critic/grad_norm"},          {"lr", "critic/lr"}};
+      {"value_loss", "critic/vf_loss"},  {"value_clip_fraction", "critic/vf_clipfrac"},
+      {"values", "critic/vpred_mean"},   {"explained_variance", "critic/vf_explained_var"},
+      {"grad_norm", "critic/grad_norm"}, {"lr", "critic/lr"}};
   return *names;
 }
 
@@ -49,6 +54,19 @@ void AddRenamed(const google::protobuf::Map<std::string, double>& from,
     const auto renamed = names.find(name);
     if (renamed != names.end()) to[renamed->second] = value;
   }
+}
+
+// The largest of the replies' `name` metric; none when no reply has it (a GPU-only figure on
+// CPU workers).
+template <typename Reply>
+std::optional<double> Largest(const std::vector<Reply>& replies, const std::string& name) {
+  std::optional<double> largest;
+  for (const Reply& reply : replies) {
+    const auto found = reply.metrics().find(name);
+    if (found != reply.metrics().end())
+      largest = std::max(largest.value_or(found->second), found->second);
+  }
+  return largest;
 }
 
 }  // namespace
@@ -118,9 +136,8 @@ absl::StatusOr<std::vector<Reply>> JobStages::FanOut(
 absl::Status JobStages::Start(int64_t total_steps) {
   const int world = WorldSize(pools_);
   if (world != static_cast<int>(ranks_.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("the job's pools span ", world,
-                                                   " ranks and it was given ", ranks_.size(),
-                                                   " workers"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the job's pools span ", world, " ranks and it was given ", ranks_.size(), " workers"));
   }
   v1::PrepareJobRequest prepare;
   prepare.set_job_id(job_id_);
@@ -129,8 +146,8 @@ absl::Status JobStages::Start(int64_t total_steps) {
   prepare.set_attempt(options_.attempt);
   ASSIGN_OR_RETURN(const std::vector<v1::PrepareJobReply> prepared,
                    (FanOut<v1::PrepareJobRequest, v1::PrepareJobReply>(
-                       {0}, &StageService::PrepareJob,
-                       [&](int, int) { return prepare; }, options_.stage_deadline)));
+                       {0}, &StageService::PrepareJob, [&](int, int) { return prepare; },
+                       options_.stage_deadline)));
   std::vector<int> everyone(world);
   for (int r = 0; r < world; ++r) everyone[r] = r;
   return FanOut<v1::StartJobRequest, v1::StartJobReply>(
@@ -158,7 +175,8 @@ absl::Status JobStages::Move(int64_t step, const std::vector<std::string>& tenso
   if (sources.empty() || destinations.empty() || sources == destinations) return absl::OkStatus();
   std::vector<int> involved = sources;
   for (int rank : destinations) {
-    if (std::find(involved.begin(), involved.end(), rank) == involved.end()) involved.push_back(rank);
+    if (std::find(involved.begin(), involved.end(), rank) == involved.end())
+      involved.push_back(rank);
   }
   const std::string stage = absl::StrCat("move ", absl::StrJoin(tensors, ","), " ", from, ">", to);
   ASSIGN_OR_RETURN(const std::vector<v1::MoveTensorsReply> replies,
@@ -190,9 +208,9 @@ absl::StatusOr<Metrics> JobStages::RunStep(const StepPlan& plan) {
   const std::vector<int> actors = RanksOf(kActor);
   const int64_t dp = static_cast<int64_t>(actors.size());
   if (prompts < 1 || prompts % dp != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "step ", step, ": ", prompts, " prompts do not split evenly over the actor's ", dp,
-        " ranks"));
+    return absl::InvalidArgumentError(absl::StrCat("step ", step, ": ", prompts,
+                                                   " prompts do not split evenly over the actor's ",
+                                                   dp, " ranks"));
   }
   Metrics metrics;
   const auto timed = [&](const char* name, auto&& run) -> absl::Status {
@@ -222,6 +240,8 @@ absl::StatusOr<Metrics> JobStages::RunStep(const StepPlan& plan) {
                                     options_.stage_deadline)));
     return absl::OkStatus();
   }));
+  // Bringing the rollout's weights up to date is part of generating; verl times it apart.
+  metrics["timing_s/update_weights"] = Largest(generated, "update_weights_s").value_or(0.0);
   total_rows_ = prompts * n;
   prompt_length_ = generated[0].prompt_length();
   response_length_ = generated[0].response_length();
@@ -276,8 +296,8 @@ absl::StatusOr<Metrics> JobStages::RunStep(const StepPlan& plan) {
     RETURN_IF_ERROR(Move(step, {"ref_log_probs"}, kReference, kActor, metrics));
   }
   if (gae) {
-    RETURN_IF_ERROR(Move(step, {"input_ids", "attention_mask", "response_mask"}, kActor, kCritic,
-                         metrics));
+    RETURN_IF_ERROR(
+        Move(step, {"input_ids", "attention_mask", "response_mask"}, kActor, kCritic, metrics));
     RETURN_IF_ERROR(forward(kCritic, v1::FORWARD_KIND_VALUES, "values", "values"));
     RETURN_IF_ERROR(Move(step, {"values"}, kCritic, kActor, metrics));
   }
@@ -347,6 +367,16 @@ absl::StatusOr<Metrics> JobStages::RunStep(const StepPlan& plan) {
                            },
                            options_.stage_deadline)));
       AddRenamed(updated[0].metrics(), ActorMetricNames(), metrics);
+      // verl's MFU is the batch's FLOPs over the time, the peak and the world: the ranks' mean.
+      double mfu = 0;
+      for (const v1::UpdateReply& reply : updated)
+        mfu += reply.metrics().contains("mfu") ? reply.metrics().at("mfu") : 0.0;
+      metrics["perf/mfu/actor"] = mfu / static_cast<double>(updated.size());
+      for (const char* memory : {"max_memory_allocated_gb", "max_memory_reserved_gb"}) {
+        if (const std::optional<double> peak = Largest(updated, memory)) {
+          metrics[absl::StrCat("perf/", memory)] = *peak;
+        }
+      }
       actor_optimizer_steps_ = updated[0].optimizer_steps();
       return absl::OkStatus();
     }));
@@ -358,12 +388,12 @@ absl::StatusOr<Metrics> JobStages::RunStep(const StepPlan& plan) {
   // verl's timing_per_token_ms: generation per response token, every other stage per token of
   // the batch (prompts and responses).
   const double all_tokens = std::max(1.0, response_tokens + prompt_tokens);
-  for (const char* stage : {"gen", "old_log_prob", "ref", "values", "reward", "adv",
-                            "update_critic", "update_actor"}) {
+  for (const char* stage :
+       {"gen", "old_log_prob", "ref", "values", "reward", "adv", "update_critic", "update_actor"}) {
     const auto timed_stage = metrics.find(absl::StrCat("timing_s/", stage));
     if (timed_stage == metrics.end()) continue;
-    const double tokens = std::string_view(stage) == "gen" ? std::max(1.0, response_tokens)
-                                                           : all_tokens;
+    const double tokens =
+        std::string_view(stage) == "gen" ? std::max(1.0, response_tokens) : all_tokens;
     metrics[absl::StrCat("timing_per_token_ms/", stage)] = timed_stage->second * 1000 / tokens;
   }
   metrics["perf/throughput"] = (response_tokens + prompt_tokens) / std::max(seconds, 1e-9) /
@@ -499,14 +529,15 @@ absl::StatusOr<std::vector<int64_t>> JobStages::MeasurePrompts(
                            v1::MeasurePromptsRequest request;
                            *request.mutable_key() = Key(1, absl::StrCat("measure ", first));
                            *request.mutable_spec() = spec_;
-                           for (int64_t i = first; i < end; ++i) *request.add_prompts() = prompts[i];
+                           for (int64_t i = first; i < end; ++i)
+                             *request.add_prompts() = prompts[i];
                            request.set_first_prompt(first);
                            return request;
                          },
                          options_.stage_deadline)));
     if (measured[0].tokens_size() != end - first) {
-      return absl::InternalError(absl::StrCat("rank 0 measured ", measured[0].tokens_size(),
-                                              " of ", end - first, " prompts"));
+      return absl::InternalError(absl::StrCat("rank 0 measured ", measured[0].tokens_size(), " of ",
+                                              end - first, " prompts"));
     }
     tokens.insert(tokens.end(), measured[0].tokens().begin(), measured[0].tokens().end());
   }

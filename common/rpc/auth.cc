@@ -1,5 +1,4 @@
 // Token creation, lookup and checking.
-#include "absl/strings/string_view.h"
 #include "common/rpc/auth.h"
 
 #include <sys/random.h>
@@ -10,6 +9,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc/grpc_status.h"
 #include "common/status/status_macros.h"
@@ -106,6 +106,25 @@ absl::Status CheckBearer(const std::string* authorization, const std::string& ex
       !ConstantTimeEquals(value.substr(sizeof(kBearerPrefix) - 1), expected)) {
     return absl::UnauthenticatedError(
         "wrong bearer token: use the token in the controller's state dir");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckHttpAuthorization(const std::string* authorization, const std::string& expected) {
+  constexpr absl::string_view kBasicPrefix = "Basic ";
+  if (authorization == nullptr || !absl::StartsWith(*authorization, kBasicPrefix)) {
+    return CheckBearer(authorization, expected);
+  }
+  std::string credentials;
+  if (!absl::Base64Unescape(absl::string_view(*authorization).substr(kBasicPrefix.size()),
+                            &credentials)) {
+    return absl::UnauthenticatedError("the Basic credentials are not base64");
+  }
+  const size_t colon = credentials.find(':');
+  if (colon == std::string::npos ||
+      !ConstantTimeEquals(absl::string_view(credentials).substr(colon + 1), expected)) {
+    return absl::UnauthenticatedError(
+        "wrong token: give the token in the controller's state dir as the password");
   }
   return absl::OkStatus();
 }

@@ -3,11 +3,11 @@
 // workers take it from a flag, $RLHFD_TOKEN, or a token file.
 #pragma once
 
-#include <string>
-
 #include <grpcpp/client_context.h>
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/status.h>
+
+#include <string>
 
 #include "absl/status/statusor.h"
 
@@ -29,8 +29,10 @@ void AttachToken(grpc::ClientContext* context, const std::string& token);
 
 // OK when the call carries `expected`; UNAUTHENTICATED otherwise. Compares in constant time.
 grpc::Status CheckToken(const grpc::ServerContextBase& context, const std::string& expected);
-// The same check of an authorization header's value (nullptr: the request has none), for the
-// REST gateway.
+// The same check of an authorization header's value (nullptr: the request has none).
 absl::Status CheckBearer(const std::string* authorization, const std::string& expected);
+// The REST gateway's check: "Bearer <token>", or HTTP Basic with the token as the password (any
+// user name), which is how a browser asks for it once and keeps it for the session.
+absl::Status CheckHttpAuthorization(const std::string* authorization, const std::string& expected);
 
 }  // namespace rlhfd

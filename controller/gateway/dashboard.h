@@ -1,7 +1,7 @@
 // The dashboard the REST gateway serves at / (controller/gateway/dashboard.html, built in):
 // workers, jobs with step/total and ETA, and the selected job's curves (Chart.js, served from
-// Debian's libjs-chart.js at /static/chart.js; no CDN). The token is entered once per browser
-// session (or passed as #token=... in the URL).
+// Debian's libjs-chart.js at /static/chart.js; no CDN). The browser asks for the token once per
+// session (HTTP Basic) and sends it with the page's calls.
 #pragma once
 
 namespace rlhfd::controller {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -15,11 +16,10 @@
 #include "common/logging/logging.h"
 #include "common/rpc/auth.h"
 #include "common/rpc/pending_unary.h"
-#include "absl/cleanup/cleanup.h"
+#include "common/util/files.h"
 #include "controller/api/call_metrics.h"
 #include "controller/gateway/dashboard.h"
 #include "controller/gateway/openapi.h"
-#include "common/util/files.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace rlhfd::controller {
@@ -31,21 +31,33 @@ constexpr size_t kServerThreads = 128;
 
 int HttpStatus(absl::StatusCode code) {
   switch (code) {
-    case absl::StatusCode::kOk: return 200;
+    case absl::StatusCode::kOk:
+      return 200;
     case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kOutOfRange: return 400;
-    case absl::StatusCode::kUnauthenticated: return 401;
-    case absl::StatusCode::kPermissionDenied: return 403;
-    case absl::StatusCode::kNotFound: return 404;
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kNotFound:
+      return 404;
     case absl::StatusCode::kAlreadyExists:
     case absl::StatusCode::kAborted:
-    case absl::StatusCode::kFailedPrecondition: return 409;
-    case absl::StatusCode::kResourceExhausted: return 429;
-    case absl::StatusCode::kCancelled: return 499;
-    case absl::StatusCode::kUnimplemented: return 501;
-    case absl::StatusCode::kUnavailable: return 503;
-    case absl::StatusCode::kDeadlineExceeded: return 504;
-    default: return 500;
+    case absl::StatusCode::kFailedPrecondition:
+      return 409;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kCancelled:
+      return 499;
+    case absl::StatusCode::kUnimplemented:
+      return 501;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    default:
+      return 500;
   }
 }
 
@@ -137,8 +149,7 @@ std::string PrometheusText(Controller& controller) {
   }
   if (workers.ok()) {
     for (const v1::Worker& worker : workers->workers()) {
-      ++workers_by_state[ShortState(v1::WorkerState_descriptor(), worker.state(),
-                                    "WORKER_STATE_")];
+      ++workers_by_state[ShortState(v1::WorkerState_descriptor(), worker.state(), "WORKER_STATE_")];
     }
   }
   gauge("rlhfd_jobs", "Jobs by state.");
@@ -202,8 +213,8 @@ absl::StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(Controller* cont
                                                                 GatewayOptions options) {
   const size_t colon = options.listen.rfind(':');
   int port = -1;
-  if (colon == std::string::npos ||
-      !absl::SimpleAtoi(options.listen.substr(colon + 1), &port) || port < 0 || port > 65535) {
+  if (colon == std::string::npos || !absl::SimpleAtoi(options.listen.substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("--http_listen: '", options.listen, "' is not host:port"));
   }
@@ -221,9 +232,9 @@ absl::StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(Controller* cont
     auto tls = std::make_unique<httplib::SSLServer>(gateway->options_.tls_cert_file.c_str(),
                                                     gateway->options_.tls_key_file.c_str());
     if (!tls->is_valid()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the REST gateway cannot use --tls_cert ", gateway->options_.tls_cert_file,
-          " and --tls_key ", gateway->options_.tls_key_file));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the REST gateway cannot use --tls_cert ", gateway->options_.tls_cert_file,
+                       " and --tls_key ", gateway->options_.tls_key_file));
     }
     gateway->server_ = std::move(tls);
   }
@@ -246,7 +257,8 @@ absl::StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(Controller* cont
     return absl::UnavailableError(
         absl::StrCat("the REST gateway cannot listen on ", gateway->options_.listen));
   }
-  gateway->thread_ = std::thread([server = gateway->server_.get()] { server->listen_after_bind(); });
+  gateway->thread_ =
+      std::thread([server = gateway->server_.get()] { server->listen_after_bind(); });
   return gateway;
 }
 
@@ -280,10 +292,13 @@ void HttpGateway::Routes() {
                                   absl::Now() - arrived);
       };
       const std::string authorization = request.get_header_value("Authorization");
-      const absl::Status allowed = CheckBearer(
+      const absl::Status allowed = CheckHttpAuthorization(
           request.has_header("Authorization") ? &authorization : nullptr, options_.token);
       if (!allowed.ok()) {
-        response.set_header("WWW-Authenticate", "Bearer");
+        // Scripts send the bearer token; a browser asks its user once (the token as password)
+        // and sends it with every later request of the session, the dashboard's included.
+        response.set_header("WWW-Authenticate", "Bearer realm=\"rlhfd\"");
+        response.set_header("WWW-Authenticate", "Basic realm=\"rlhfd\", charset=\"UTF-8\"");
         Reply(response, allowed);
         return;
       }
@@ -317,111 +332,127 @@ void HttpGateway::Routes() {
       response.status = 413;
     }
   });
-  // The dashboard and Chart.js need no token: the page asks for it and sends it with its calls.
-  server_->Get("/", [](const httplib::Request&, httplib::Response& response) {
-    response.set_content(DashboardPage(), "text/html; charset=utf-8");
-  });
-  server_->Get("/static/chart.js", [](const httplib::Request&, httplib::Response& response) {
-    static const absl::StatusOr<std::string> chart = ReadFileToString(kChartJsPath, 4 << 20);
-    if (!chart.ok()) {
-      return Reply(response, absl::NotFoundError(absl::StrCat(
-                                 kChartJsPath, " is missing: install Debian's libjs-chart.js")));
-    }
-    response.set_content(*chart, "application/javascript");
-  });
-  server_->Get("/v1/openapi.json", [](const httplib::Request&, httplib::Response& response) {
-    response.status = 200;
-    response.set_content(OpenApiDocument(), "application/json");
-  });
+  server_->Get("/", authorized("GET /", [](const httplib::Request&, httplib::Response& response) {
+                 response.set_content(DashboardPage(), "text/html; charset=utf-8");
+               }));
+  server_->Get(
+      "/static/chart.js",
+      authorized("GET /static/chart.js", [](const httplib::Request&, httplib::Response& response) {
+        static const absl::StatusOr<std::string> chart = ReadFileToString(kChartJsPath, 4 << 20);
+        if (!chart.ok()) {
+          return Reply(response,
+                       absl::NotFoundError(absl::StrCat(
+                           kChartJsPath, " is missing: install Debian's libjs-chart.js")));
+        }
+        response.set_content(*chart, "application/javascript");
+      }));
+  server_->Get(
+      "/v1/openapi.json",
+      authorized("GET /v1/openapi.json", [](const httplib::Request&, httplib::Response& response) {
+        response.status = 200;
+        response.set_content(OpenApiDocument(), "application/json");
+      }));
   server_->Get("/healthz", [](const httplib::Request&, httplib::Response& response) {
     response.set_content("ok\n", "text/plain");
   });
-  server_->Get("/metrics", authorized("GET /metrics", [=](const httplib::Request&, httplib::Response& response) {
-    const absl::StatusOr<std::string> text =
-        on_loop([controller]() -> absl::StatusOr<std::string> {
-          return PrometheusText(*controller);
-        });
-    if (!text.ok()) {
-      Reply(response, text.status());
-      return;
-    }
-    response.status = 200;
-    response.set_content(*text + CallMetrics::Get().PrometheusText(),
-                         "text/plain; version=0.0.4");
-  }));
-  server_->Get("/v1/cluster", authorized("GET /v1/cluster", [=](const httplib::Request&, httplib::Response& response) {
-    answer(response, on_loop([controller] { return controller->GetCluster({}); }));
-  }));
-  server_->Get("/v1/workers", authorized("GET /v1/workers", [=](const httplib::Request&, httplib::Response& response) {
-    answer(response, on_loop([controller] { return controller->ListWorkers({}); }));
-  }));
-  server_->Get("/v1/jobs", authorized("GET /v1/jobs", [=](const httplib::Request& request,
-                                          httplib::Response& response) {
-    v1::ListJobsRequest list;
-    if (request.has_param("state")) {
-      for (absl::string_view item :
-           absl::StrSplit(request.get_param_value("state"), ',', absl::SkipEmpty())) {
-        if (list.states_size() >= 16) break;
-        const absl::StatusOr<v1::JobState> state = ParseState(item);
-        if (!state.ok()) return Reply(response, state.status());
-        list.add_states(*state);
-      }
-    }
-    answer(response, on_loop([controller, list] { return controller->ListJobs(list); }));
-  }));
-  server_->Get(R"(/v1/jobs/([^/:]+))", authorized("GET /v1/jobs/{id}", [=](const httplib::Request& request,
-                                                        httplib::Response& response) {
-    v1::GetJobRequest get;
-    get.set_job_id(request.matches[1]);
-    answer(response, on_loop([controller, get] { return controller->GetJob(get); }));
-  }));
-  server_->Get(R"(/v1/jobs/([^/:]+)/metrics)", authorized("GET /v1/jobs/{id}/metrics", [=](const httplib::Request& request,
+  server_->Get(
+      "/metrics",
+      authorized("GET /metrics", [=](const httplib::Request&, httplib::Response& response) {
+        const absl::StatusOr<std::string> text = on_loop(
+            [controller]() -> absl::StatusOr<std::string> { return PrometheusText(*controller); });
+        if (!text.ok()) {
+          Reply(response, text.status());
+          return;
+        }
+        response.status = 200;
+        response.set_content(*text + CallMetrics::Get().PrometheusText(),
+                             "text/plain; version=0.0.4");
+      }));
+  server_->Get("/v1/cluster", authorized("GET /v1/cluster", [=](const httplib::Request&,
                                                                 httplib::Response& response) {
-    v1::GetJobMetricsRequest get;
-    get.set_job_id(request.matches[1]);
-    if (request.has_param("since")) {
-      int64_t since = 0;
-      if (!absl::SimpleAtoi(request.get_param_value("since"), &since) || since < 0) {
-        return Reply(response, absl::InvalidArgumentError(
-                                   "since: give the step after which to list (an integer >= 0)"));
-      }
-      get.set_after_step(since);
-    }
-    // The job is looked up on the loop; its history, which may be long, is read here.
-    v1::GetJobRequest job;
-    job.set_job_id(get.job_id());
-    const absl::StatusOr<v1::GetJobReply> found =
-        on_loop([controller, job] { return controller->GetJob(job); });
-    if (!found.ok()) return Reply(response, found.status());
-    answer(response, CatchAll<v1::GetJobMetricsReply>(
-                         "GetJobMetrics", [&] { return controller->ReadJobMetrics(get); }));
-  }));
+                 answer(response, on_loop([controller] { return controller->GetCluster({}); }));
+               }));
+  server_->Get("/v1/workers", authorized("GET /v1/workers", [=](const httplib::Request&,
+                                                                httplib::Response& response) {
+                 answer(response, on_loop([controller] { return controller->ListWorkers({}); }));
+               }));
+  server_->Get(
+      "/v1/jobs",
+      authorized("GET /v1/jobs", [=](const httplib::Request& request, httplib::Response& response) {
+        v1::ListJobsRequest list;
+        if (request.has_param("state")) {
+          for (absl::string_view item :
+               absl::StrSplit(request.get_param_value("state"), ',', absl::SkipEmpty())) {
+            if (list.states_size() >= 16) break;
+            const absl::StatusOr<v1::JobState> state = ParseState(item);
+            if (!state.ok()) return Reply(response, state.status());
+            list.add_states(*state);
+          }
+        }
+        answer(response, on_loop([controller, list] { return controller->ListJobs(list); }));
+      }));
+  server_->Get(R"(/v1/jobs/([^/:]+))",
+               authorized("GET /v1/jobs/{id}", [=](const httplib::Request& request,
+                                                   httplib::Response& response) {
+                 v1::GetJobRequest get;
+                 get.set_job_id(request.matches[1]);
+                 answer(response, on_loop([controller, get] { return controller->GetJob(get); }));
+               }));
+  server_->Get(
+      R"(/v1/jobs/([^/:]+)/metrics)",
+      authorized("GET /v1/jobs/{id}/metrics", [=](const httplib::Request& request,
+                                                  httplib::Response& response) {
+        v1::GetJobMetricsRequest get;
+        get.set_job_id(request.matches[1]);
+        if (request.has_param("since")) {
+          int64_t since = 0;
+          if (!absl::SimpleAtoi(request.get_param_value("since"), &since) || since < 0) {
+            return Reply(response,
+                         absl::InvalidArgumentError(
+                             "since: give the step after which to list (an integer >= 0)"));
+          }
+          get.set_after_step(since);
+        }
+        // The job is looked up on the loop; its history, which may be long, is read here.
+        v1::GetJobRequest job;
+        job.set_job_id(get.job_id());
+        const absl::StatusOr<v1::GetJobReply> found =
+            on_loop([controller, job] { return controller->GetJob(job); });
+        if (!found.ok()) return Reply(response, found.status());
+        answer(response, CatchAll<v1::GetJobMetricsReply>(
+                             "GetJobMetrics", [&] { return controller->ReadJobMetrics(get); }));
+      }));
   server_->Post("/v1/jobs", authorized("POST /v1/jobs", [=](const httplib::Request& request,
-                                           httplib::Response& response) {
-    v1::SubmitJobRequest submit;
-    submit.set_config_text(request.body);
-    const std::string type = request.get_header_value("Content-Type");
-    const std::string default_name = absl::StrContains(type, "json") ? "rest.json" : "rest.yaml";
-    submit.set_config_name(request.has_param("name") ? request.get_param_value("name")
-                                                     : default_name);
-    for (size_t i = 0; i < request.get_param_value_count("override"); ++i) {
-      submit.add_overrides(request.get_param_value("override", i));
-    }
-    // Parsed and validated here, off the loop, as the gRPC adapter does; stored on the loop.
-    absl::StatusOr<JobManager::Submission> prepared = CatchAll<JobManager::Submission>(
-        "SubmitJob", [&] { return JobManager::Prepare(submit); });
-    if (!prepared.ok()) return Reply(response, prepared.status());
-    auto submission = std::make_shared<JobManager::Submission>(*std::move(prepared));
-    answer(response, on_loop([controller, submission] {
-             return controller->SubmitPrepared(std::move(*submission));
-           }));
-  }));
-  server_->Post(R"(/v1/jobs/([^/:]+):cancel)", authorized("POST /v1/jobs/{id}:cancel", [=](const httplib::Request& request,
-                                                                httplib::Response& response) {
-    v1::CancelJobRequest cancel;
-    cancel.set_job_id(request.matches[1]);
-    answer(response, on_loop([controller, cancel] { return controller->CancelJob(cancel); }));
-  }));
+                                                            httplib::Response& response) {
+                  v1::SubmitJobRequest submit;
+                  submit.set_config_text(request.body);
+                  const std::string type = request.get_header_value("Content-Type");
+                  const std::string default_name =
+                      absl::StrContains(type, "json") ? "rest.json" : "rest.yaml";
+                  submit.set_config_name(request.has_param("name") ? request.get_param_value("name")
+                                                                   : default_name);
+                  for (size_t i = 0; i < request.get_param_value_count("override"); ++i) {
+                    submit.add_overrides(request.get_param_value("override", i));
+                  }
+                  // Parsed and validated here, off the loop, as the gRPC adapter does; stored on
+                  // the loop.
+                  absl::StatusOr<JobManager::Submission> prepared =
+                      CatchAll<JobManager::Submission>("SubmitJob",
+                                                       [&] { return JobManager::Prepare(submit); });
+                  if (!prepared.ok()) return Reply(response, prepared.status());
+                  auto submission = std::make_shared<JobManager::Submission>(*std::move(prepared));
+                  answer(response, on_loop([controller, submission] {
+                           return controller->SubmitPrepared(std::move(*submission));
+                         }));
+                }));
+  server_->Post(R"(/v1/jobs/([^/:]+):cancel)",
+                authorized("POST /v1/jobs/{id}:cancel", [=](const httplib::Request& request,
+                                                            httplib::Response& response) {
+                  v1::CancelJobRequest cancel;
+                  cancel.set_job_id(request.matches[1]);
+                  answer(response,
+                         on_loop([controller, cancel] { return controller->CancelJob(cancel); }));
+                }));
 }
 
 }  // namespace rlhfd::controller

@@ -1,11 +1,12 @@
 // HttpGateway: the REST face of the controller (--http_listen). Each route calls the same
 // Controller method its gRPC twin does, on the controller's event loop, and answers with
 // protobuf's JSON mapping of the gRPC reply; errors are {"code", "message"} with the matching
-// HTTP status. The same bearer token as gRPC ("Authorization: Bearer <token>"), except on
-// /healthz; TLS with the controller's --tls_cert/--tls_key.
-//   GET  /                             the dashboard (dashboard.h; no token for the page itself)
-//   GET  /healthz                      "ok"
-//   GET  /v1/openapi.json              this API as an OpenAPI 3 document (no token either)
+// HTTP status. The same token as gRPC on every route but /healthz: "Authorization: Bearer
+// <token>", or HTTP Basic with the token as the password (a browser's way); TLS with the
+// controller's --tls_cert/--tls_key.
+//   GET  /                             the dashboard (dashboard.h) and /static/chart.js
+//   GET  /healthz                      "ok" (no token)
+//   GET  /v1/openapi.json              this API as an OpenAPI 3 document
 //   GET  /metrics                      Prometheus text exposition
 //   GET  /v1/cluster                   GetCluster
 //   GET  /v1/workers                   ListWorkers

@@ -3,6 +3,8 @@
 
 #include <google/protobuf/repeated_ptr_field.h>
 
+#include <nlohmann/json.hpp>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -99,6 +101,33 @@ class FileChecker {
     }
   }
 
+  // Tensor parallelism splits heads, key/value heads, the MLP and the vocabulary `tp` ways.
+  void SplitsInto(const std::string& key, int tp, const std::string& model_dir) {
+    if (tp <= 1 || model_dir.empty()) return;
+    auto text = ReadFilePrefix(model_dir + "/config.json", 1 << 20);
+    if (!text.ok()) return;  // ModelDirectory named what is missing
+    const nlohmann::json config = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (!config.is_object()) return;
+    const auto number = [&](const char* name, const char* fallback) -> int64_t {
+      for (const char* field : {name, fallback}) {
+        if (field != nullptr && config.contains(field) && config[field].is_number_integer()) {
+          return config[field].get<int64_t>();
+        }
+      }
+      return 0;
+    };
+    for (const auto& [field, value] :
+         {std::pair{"num_attention_heads", number("num_attention_heads", nullptr)},
+          std::pair{"num_key_value_heads", number("num_key_value_heads", "num_attention_heads")},
+          std::pair{"intermediate_size", number("intermediate_size", nullptr)},
+          std::pair{"vocab_size", number("vocab_size", nullptr)}}) {
+      if (value > 0 && value % tp != 0) {
+        errors_->Add(key, absl::StrCat(tp, " does not divide the model's ", field, " (", value,
+                                       ", ", model_dir, "/config.json); choose a tp that does"));
+      }
+    }
+  }
+
   void Directory(const std::string& key, std::string* path) {
     if (!path->empty()) Resolve(key, path);
   }
@@ -143,6 +172,7 @@ absl::Status ResolveAndCheckFiles(const std::string& base_dir, const std::string
     check.ModelDirectory("roles.reward.model", roles->mutable_reward()->mutable_model(),
                          /*needs_tokenizer=*/false);
   }
+  check.SplitsInto("roles.actor.rollout.tp", roles->actor().rollout().tp(), model->path());
   check.Directory("trainer.checkpoint_dir", spec->mutable_trainer()->mutable_checkpoint_dir());
   return errors.ToStatus();
 }

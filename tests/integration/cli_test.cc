@@ -154,8 +154,15 @@ TEST_CASE("the controller checks a job's files and layout at submission", "[inte
   CommandResult tp = submit(Config("tp", kModel, kData), {"roles.actor.gpus=2",
                                                           "roles.actor.rollout.tp=2"});
   CHECK(tp.exit_code == 1);
-  CHECK_THAT(tp.err, Catch::Contains("roles.actor.rollout.tp: 2: the rollout engine runs "
-                                     "tensor-parallel size 1 for now"));
+  CHECK_THAT(tp.err, Catch::Contains("roles.actor.rollout.tp: 2: the GPU rollout (fused decode, "
+                                     "CUDA graphs) runs tensor-parallel size 1 for now"));
+  // On CPU workers tp must split the model's heads, key/value heads, MLP and vocabulary.
+  CommandResult uneven = submit(Config("tp4", kModel, kData),
+                                {"roles.actor.gpus=4", "roles.actor.rollout.tp=4",
+                                 "trainer.device=cpu"});
+  CHECK(uneven.exit_code == 1);
+  CHECK_THAT(uneven.err, Catch::Contains("roles.actor.rollout.tp: 4 does not divide the model's "
+                                         "num_key_value_heads (2, "));
   // Accepted, with warnings: larger than the cluster, and a name a live job has.
   CommandResult first = submit(Config("twice", kModel, kData));
   INFO(first.err);

@@ -2,18 +2,19 @@
 // route equals its gRPC twin on the same controller; nothing but /healthz answers without the
 // token; bad requests get {"code", "message"} with the matching HTTP status; /metrics parses
 // with prometheus_client's own parser and counts what the controller holds.
-#include <catch2/catch.hpp>
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 #include <httplib.h>
 
+#include <catch2/catch.hpp>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/rpc/auth.h"
 #include "common/util/files.h"
 #include "rlhfd/v1/cluster_service.grpc.pb.h"
@@ -132,10 +133,10 @@ class Gateway {
 // Two workers, and the demo job of 4 steps submitted over REST and run to SUCCEEDED; its id.
 std::string RunFourSteps(Gateway& gateway) {
   for (int i = 0; i < 2; ++i) gateway.cluster().StartWorker();
-  auto submitted = gateway.Post("/v1/jobs?" + AbsolutePaths() + "&" +
-                                    Override("trainer.total_steps=4") + "&" +
-                                    Override("trainer.save_every=-1"),
-                                DemoConfig());
+  auto submitted =
+      gateway.Post("/v1/jobs?" + AbsolutePaths() + "&" + Override("trainer.total_steps=4") + "&" +
+                       Override("trainer.save_every=-1"),
+                   DemoConfig());
   REQUIRE(submitted);
   INFO(submitted->body);
   REQUIRE(submitted->status == 200);
@@ -166,28 +167,47 @@ TEST_CASE("No route answers without the token but /healthz", "[gateway]") {
   REQUIRE(health);
   CHECK(health->status == 200);
   CHECK(health->body == "ok\n");
-  for (const char* path : {"/metrics", "/v1/cluster", "/v1/workers", "/v1/jobs", "/v1/jobs/job-1",
-                           "/v1/jobs/job-1/metrics"}) {
+  const auto basic = [](const std::string& credentials) {
+    return httplib::Headers{{"Authorization", "Basic " + absl::Base64Escape(credentials)}};
+  };
+  for (const char* path : {"/", "/static/chart.js", "/v1/openapi.json", "/metrics", "/v1/cluster",
+                           "/v1/workers", "/v1/jobs", "/v1/jobs/job-1", "/v1/jobs/job-1/metrics"}) {
     INFO(path);
-    CheckError(gateway.http().Get(path), 401, "UNAUTHENTICATED", "missing bearer token");
+    const httplib::Result missing = gateway.http().Get(path);
+    CheckError(missing, 401, "UNAUTHENTICATED", "missing bearer token");
+    // A browser is asked for the token as an HTTP Basic password.
+    CHECK(missing->get_header_value_count("WWW-Authenticate") == 2);
+    CHECK(absl::StartsWith(missing->get_header_value("WWW-Authenticate", 1), "Basic realm="));
     CheckError(gateway.http().Get(path, gateway.Auth("wrong")), 401, "UNAUTHENTICATED",
                "wrong bearer token");
+    CheckError(gateway.http().Get(path, basic("rlhfd:wrong")), 401, "UNAUTHENTICATED",
+               "wrong token");
+    CheckError(gateway.http().Get(path, basic(gateway.token())), 401, "UNAUTHENTICATED",
+               "wrong token");
+    CheckError(gateway.http().Get(path, {{"Authorization", "Basic %%%"}}), 401, "UNAUTHENTICATED",
+               "not base64");
+  }
+  // The token as the Basic password, with any user name, is the token.
+  for (const std::string user : {"", "rlhfd", "anyone"}) {
+    auto page = gateway.http().Get("/", basic(user + ":" + gateway.token()));
+    REQUIRE(page);
+    CHECK(page->status == 200);
+    CHECK(absl::StrContains(page->body, "<title>rlhfd</title>"));
   }
   CheckError(gateway.http().Post("/v1/jobs", DemoConfig(), "application/yaml"), 401,
              "UNAUTHENTICATED", "missing bearer token");
-  CheckError(gateway.http().Post("/v1/jobs/job-1:cancel", "", "text/plain"), 401,
-             "UNAUTHENTICATED", "missing bearer token");
+  CheckError(gateway.http().Post("/v1/jobs/job-1:cancel", "", "text/plain"), 401, "UNAUTHENTICATED",
+             "missing bearer token");
 }
 
 TEST_CASE("schemathesis fuzzes every route of the OpenAPI document: no 5xx, no crash",
           "[gateway][fuzz]") {
   Gateway gateway;
-  auto document = gateway.http().Get("/v1/openapi.json");
+  auto document = gateway.Get("/v1/openapi.json");
   REQUIRE(document);
   CHECK(document->status == 200);
   CHECK(json::parse(document->body)["openapi"] == "3.0.3");
-  const std::string url =
-      absl::StrCat("http://127.0.0.1:", gateway.port(), "/v1/openapi.json");
+  const std::string url = absl::StrCat("http://127.0.0.1:", gateway.port(), "/v1/openapi.json");
   const CommandResult fuzzed = RunCommand(
       {RLHFD_SCHEMATHESIS, "run", url, "--header", "Authorization: Bearer " + gateway.token(),
        "--checks", "not_a_server_error,status_code_conformance,content_type_conformance",
@@ -213,17 +233,15 @@ TEST_CASE("Every route equals its gRPC twin; errors carry code and message", "[g
 
   v1::GetJobRequest get;
   get.set_job_id(id);
-  const auto job = gateway.Grpc<v1::GetJobReply>([&](auto* context, auto* reply) {
-    return gateway.jobs().GetJob(context, get, reply);
-  });
+  const auto job = gateway.Grpc<v1::GetJobReply>(
+      [&](auto* context, auto* reply) { return gateway.jobs().GetJob(context, get, reply); });
   auto rest_job = gateway.Get("/v1/jobs/" + id);
   REQUIRE(rest_job);
   CHECK(json::parse(rest_job->body) == ToJson(job));
 
   v1::ListJobsRequest list;
-  const auto jobs = gateway.Grpc<v1::ListJobsReply>([&](auto* context, auto* reply) {
-    return gateway.jobs().ListJobs(context, list, reply);
-  });
+  const auto jobs = gateway.Grpc<v1::ListJobsReply>(
+      [&](auto* context, auto* reply) { return gateway.jobs().ListJobs(context, list, reply); });
   CHECK(json::parse(gateway.Get("/v1/jobs")->body) == ToJson(jobs));
   CHECK(json::parse(gateway.Get("/v1/jobs?state=queued")->body) == ToJson(jobs));
   CHECK(json::parse(gateway.Get("/v1/jobs?state=running,failed")->body)["jobs"].empty());
@@ -304,10 +322,10 @@ TEST_CASE("A job's metrics and /metrics while and after it runs", "[gateway]") {
 
 TEST_CASE("With --tls_cert and --tls_key the gateway speaks TLS only", "[gateway][tls]") {
   TempDir dir;
-  const CommandResult made = RunCommand(
-      {"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
-       dir.path() + "/key.pem", "-out", dir.path() + "/cert.pem", "-days", "1", "-subj",
-       "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"});
+  const CommandResult made =
+      RunCommand({"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                  dir.path() + "/key.pem", "-out", dir.path() + "/cert.pem", "-days", "1", "-subj",
+                  "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"});
   INFO(made.err);
   REQUIRE(made.exit_code == 0);
   Gateway gateway(dir.path());
@@ -338,11 +356,15 @@ TEST_CASE("The dashboard shows a job's curves in a real browser", "[gateway][das
   REQUIRE(RunFourSteps(gateway) == "job-1");
   TempDir dir;
   const std::string page =
-      absl::StrCat("http://127.0.0.1:", gateway.port(), "/#token=", gateway.token());
-  const std::vector<std::string> browser = {
-      "/usr/bin/chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-      "--user-data-dir=" + dir.path() + "/profile", "--window-size=1100,1000",
-      "--virtual-time-budget=10000"};
+      absl::StrCat("http://rlhfd:", gateway.token(), "@127.0.0.1:", gateway.port(), "/");
+  const std::vector<std::string> browser = {"/usr/bin/chromium",
+                                            "--headless=new",
+                                            "--no-sandbox",
+                                            "--disable-gpu",
+                                            "--disable-dev-shm-usage",
+                                            "--user-data-dir=" + dir.path() + "/profile",
+                                            "--window-size=1100,1000",
+                                            "--virtual-time-budget=10000"};
   std::vector<std::string> screenshot = browser;
   screenshot.push_back("--screenshot=" + dir.path() + "/dashboard.png");
   screenshot.push_back(page);

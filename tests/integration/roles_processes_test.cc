@@ -94,6 +94,12 @@ TEST_CASE("PPO and GRPO steps through worker processes equal one process", "[rol
     Workers workers(WorldSize(PlacePools(spec)));
     testing::CheckAgainstOneProcess(spec, workers.services(), 2, 2);
   }
+  SECTION("PPO with the actor's rollout at tp_g 2: greedy responses equal tp_g 1") {
+    const v1::JobSpec spec =
+        TestSpec(testing::kPpoJob, {"roles.actor.rollout.tp=2", "trainer.device=cpu"});
+    Workers workers(WorldSize(PlacePools(spec)));
+    testing::CheckAgainstOneProcess(spec, workers.services(), 4, 2);
+  }
 }
 
 // Every tensor of every file under `a` equals its namesake under `b`, bitwise.

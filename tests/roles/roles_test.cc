@@ -68,6 +68,25 @@ TEST_CASE("the same steps colocated give the same numbers", "[roles]") {
   }
 }
 
+// The actor's two ranks decode as one tensor-parallel group (each its half of every layer): the
+// greedy responses are those of one engine over the whole model (tp_g 1), and so is the rest.
+TEST_CASE("the actor's rollout at tp_g 2 gives the responses of tp_g 1", "[roles][tp]") {
+  SECTION("PPO split (greedy)") {
+    CheckAgainstOneProcess(TestSpec(kPpoJob, {"roles.actor.rollout.tp=2", "trainer.device=cpu"}),
+                           4, 2);
+  }
+  SECTION("GRPO colocated on two workers each hosting every role, n = 4 sampled") {
+    CheckAgainstOneProcess(
+        TestSpec(kGrpoJob, {"placement=colocated", "roles.reference.gpus=2", "roles.reward.gpus=2",
+                            "roles.actor.rollout.tp=2", "trainer.device=cpu"}),
+        2, 2);
+  }
+  SECTION("GRPO split, n = 4 sampled") {
+    CheckAgainstOneProcess(TestSpec(kGrpoJob, {"roles.actor.rollout.tp=2", "trainer.device=cpu"}),
+                           2, 2);
+  }
+}
+
 // Calls a stage on one host and waits.
 template <typename Request, typename Reply>
 absl::StatusOr<Reply> Call(RoleHost& host,

@@ -186,6 +186,13 @@ void CheckAgainstOneProcess(const v1::JobSpec& spec, const std::vector<StageServ
     REQUIRE(metrics.ok());
     CHECK(metrics->count("timing_s/step"));
     CHECK(metrics->count("actor/pg_loss"));
+    // The weight sync is part of generating; the MFU is against verl's CPU figure (448 GFLOP/s)
+    // and tiny for these models, but measured; peak memory is a GPU figure.
+    CHECK(metrics->at("timing_s/update_weights") >= 0);
+    CHECK(metrics->at("timing_s/update_weights") <= metrics->at("timing_s/gen"));
+    CHECK(metrics->at("perf/mfu/actor") > 0);
+    CHECK(metrics->at("perf/mfu/actor") < 1);
+    CHECK(metrics->count("perf/max_memory_allocated_gb") == 0);
     const StepTensors ours = Dumped(job, step, dir.path() + "/dumps");
     // The rollout: greedy responses are those of one engine over all prompts; sampled ones
     // are taken as the workers drew them (their seeds do not depend on the layout, but a

@@ -22,6 +22,7 @@
 #include "worker/train/optimizer.h"
 #include "worker/train/batching.h"
 #include "worker/train/critic_update.h"
+#include "worker/train/flops_estimate.h"
 #include "worker/train/policy_update.h"
 
 #include <torch/optim/adamw.h>
@@ -980,3 +981,25 @@ TEST_CASE("packed sequences give the same loss and gradients as the padded batch
 }
 
 }  // namespace rlhfd::train
+
+// verl's MFU pieces (verl/utils/flops_counter.py, 0.9.1): _estimate_qwen2_flops of this config
+// over sequences of 3 and 5 tokens is 66,240 FLOPs (run there: 6 x 1,312 dense x 8 tokens +
+// 6 x 34 x 4 x 2 x 2), and get_device_flops' figures by device name.
+TEST_CASE("MFU: verl's FLOPs estimate and device peaks", "[train][mfu]") {
+  rlhfd::model::ModelConfig config;
+  config.hidden_size = 8;
+  config.vocab_size = 10;
+  config.num_layers = 2;
+  config.num_heads = 2;
+  config.num_kv_heads = 1;
+  config.intermediate_size = 16;
+  config.head_dim = 4;
+  CHECK(rlhfd::train::TrainingFlops(config, {3, 5}) == 66240.0);
+  CHECK(rlhfd::train::TrainingFlops(config, {}) == 0.0);
+  CHECK(rlhfd::train::PromisedFlops("NVIDIA H200") == 989e12);
+  CHECK(rlhfd::train::PromisedFlops("NVIDIA H20") == 148e12);
+  CHECK(rlhfd::train::PromisedFlops("NVIDIA H100 80GB HBM3") == 989e12);
+  CHECK(rlhfd::train::PromisedFlops("NVIDIA L40S") == 362.05e12);
+  CHECK(rlhfd::train::PromisedFlops("CPU") == 448e9);
+  CHECK(rlhfd::train::PromisedFlops("NVIDIA GeForce GTX 1080") == 0);
+}

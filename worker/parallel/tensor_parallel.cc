@@ -275,6 +275,17 @@ absl::StatusOr<at::Tensor> TensorParallelTransformer::Argmax(const at::Tensor& h
   return std::get<0>(chosen.min(0)).to(at::kLong);
 }
 
+absl::StatusOr<at::Tensor> TensorParallelTransformer::Logits(const at::Tensor& hidden) {
+  const at::Tensor local = LocalLogits(hidden).contiguous();  // (B, T, V / tp)
+  const int tp = group_->size();
+  at::Tensor all = at::empty({tp * local.size(0), local.size(1), local.size(2)}, local.options());
+  RETURN_IF_ERROR(group_->AllGather(local, all));
+  // (tp, B, T, V / tp) → (B, T, tp, V / tp): rank r's range follows rank r - 1's.
+  return all.view({tp, local.size(0), local.size(1), local.size(2)})
+      .permute({1, 2, 0, 3})
+      .reshape({local.size(0), local.size(1), tp * local.size(2)});
+}
+
 absl::StatusOr<std::vector<int64_t>> TensorParallelTransformer::Greedy(const at::Tensor& prompt,
                                                                        int64_t new_tokens) {
   at::Tensor ids = prompt;

@@ -57,6 +57,9 @@ class TensorParallelTransformer {
   absl::StatusOr<at::Tensor> TokenLogProbs(const at::Tensor& hidden, const at::Tensor& targets);
   // The argmax token at each position (B, T).
   absl::StatusOr<at::Tensor> Argmax(const at::Tensor& hidden);
+  // The full logits (B, T, V), gathered from the ranks' vocabulary ranges: the same on every
+  // rank, for sampling (take the positions that are sampled from: it is B x T x V).
+  absl::StatusOr<at::Tensor> Logits(const at::Tensor& hidden);
   // Greedy continuation of one prompt (1, P) by `new_tokens` tokens (full forward per token).
   absl::StatusOr<std::vector<int64_t>> Greedy(const at::Tensor& prompt, int64_t new_tokens);
   // After a backward pass: whether its all-reduces succeeded (then the gradients are whole).

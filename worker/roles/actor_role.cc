@@ -3,15 +3,22 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <bit>
+#include <map>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 #include "worker/model/model_loader.h"
 #include "worker/parallel/fully_sharded.h"
 #include "worker/roles/forward_passes.h"
 #include "worker/roles/prompt_encoding.h"
 #include "worker/roles/training_setup.h"
+#include "worker/parallel/tensor_parallel.h"
+#include "worker/rollout/device_support.h"
+#include "worker/rollout/tensor_parallel_generation.h"
+#include "worker/train/flops_estimate.h"
 #include "worker/train/policy_update.h"
 
 namespace rlhfd::roles {
@@ -83,13 +90,26 @@ absl::StatusOr<std::unique_ptr<ActorRole>> ActorRole::Create(const v1::JobSpec& 
   load.max_sequence_length = spec.data().max_prompt_length() + ResponseBudget(spec);
   load.sequence_what = "data.max_prompt_length + the response budget";
   ASSIGN_OR_RETURN(model::Transformer module, model::LoadModel(model_spec.path(), load));
-  RETURN_IF_ERROR(model::CheckTokenizerFitsModel(tokenizer, module->config().vocab_size,
-                                                 model_spec.path()));
+  RETURN_IF_ERROR(
+      model::CheckTokenizerFitsModel(tokenizer, module->config().vocab_size, model_spec.path()));
   module->train();
   auto role = std::unique_ptr<ActorRole>(new ActorRole(spec, device, pool, std::move(tokenizer)));
   const v1::TrainSpec& train = spec.roles().actor().train();
+  const int tp = spec.roles().actor().rollout().tp();
+  if (tp > 1) {
+    // Rollout rank k * tp + j is slice j of tensor-parallel group k (reshard.h's numbering).
+    if (device.is_cuda() || pool.size() % tp != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "roles.actor.rollout.tp ", tp, " runs on CPU workers whose actor pool (", pool.size(),
+          " ranks) it divides"));
+    }
+    ASSIGN_OR_RETURN(role->tp_group_, pool.Split(pool.rank() / tp, pool.rank() % tp));
+    RLOG(INFO) << "actor rank " << pool.rank() << ": rollout as slice " << pool.rank() % tp
+               << " of tensor-parallel group " << pool.rank() / tp << " (tp " << tp << ")";
+  }
   role->trained_ = MakeTrainedModel(std::move(module), train, pool);
-  role->schedule_.emplace(train, std::max<int64_t>(1, rl_steps * OptimizerStepsPerRlStep(spec, train)));
+  role->schedule_.emplace(train,
+                          std::max<int64_t>(1, rl_steps * OptimizerStepsPerRlStep(spec, train)));
   return role;
 }
 
@@ -123,8 +143,9 @@ absl::StatusOr<model::Transformer> ActorRole::WeightsIn(at::ScalarType dtype) {
     std::vector<at::Tensor> params = (*copy_)->parameters();
     for (size_t i = 0; i < params.size(); ++i) {
       if (params[i].numel() == 0 && !copy_shapes_[i].first.empty()) {
-        params[i].set_data(at::empty(copy_shapes_[i].first,
-                                     at::TensorOptions().dtype(copy_shapes_[i].second).device(device_)));
+        params[i].set_data(
+            at::empty(copy_shapes_[i].first,
+                      at::TensorOptions().dtype(copy_shapes_[i].second).device(device_)));
       }
       params[i].copy_(full[i]);
     }
@@ -132,8 +153,8 @@ absl::StatusOr<model::Transformer> ActorRole::WeightsIn(at::ScalarType dtype) {
     return *copy_;
   } catch (const std::exception& error) {
     ReleaseCopy();
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "a copy of the actor's weights does not fit: ", std::string(error.what()).substr(0, 300)));
+    return absl::ResourceExhaustedError(absl::StrCat("a copy of the actor's weights does not fit: ",
+                                                     std::string(error.what()).substr(0, 300)));
   }
 }
 
@@ -148,12 +169,14 @@ void ActorRole::ReleaseCopy() {
 
 absl::StatusOr<model::Transformer> ActorRole::FullWeights() { return WeightsIn(at::kFloat); }
 
-
 absl::StatusOr<rollout::GenerationEngine*> ActorRole::Engine() {
   // The engine reads the weights when it allocates its cache (after Release), so the copy is
   // refreshed first; the engine itself (over the same module) lives from step to step.
+  const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(model::Transformer rollout_model,
                    WeightsIn(WeightDtype(spec_, device_, /*trains=*/false)));
+  rollout::Synchronize(device_);
+  weights_update_s_ = Seconds(start);
   if (engine_) return engine_.get();
   const v1::RolloutSpec& rollout = spec_.roles().actor().rollout();
   rollout::EngineOptions options;
@@ -167,11 +190,114 @@ absl::StatusOr<rollout::GenerationEngine*> ActorRole::Engine() {
 
 void ActorRole::ReleaseRollout() {
   if (engine_) engine_->Release();
+  tensor_parallel_.reset();
   ReleaseCopy();
+}
+
+namespace {
+
+// A rank's requests as int64 words (doubles bit for bit), for gathering over a group.
+void AppendRequests(const std::vector<rollout::GenerationRequest>& requests,
+                    std::vector<int64_t>& words) {
+  words.push_back(static_cast<int64_t>(requests.size()));
+  for (const rollout::GenerationRequest& request : requests) {
+    const rollout::SamplingParams& s = request.sampling;
+    words.insert(words.end(),
+                 {static_cast<int64_t>(s.seed.value_or(0)), std::bit_cast<int64_t>(s.temperature),
+                  s.top_k, std::bit_cast<int64_t>(s.top_p), s.max_new_tokens, s.n,
+                  s.ignore_eos ? 1 : 0, static_cast<int64_t>(s.stop_token_ids.size()),
+                  static_cast<int64_t>(request.prompt_ids.size())});
+    words.insert(words.end(), s.stop_token_ids.begin(), s.stop_token_ids.end());
+    words.insert(words.end(), request.prompt_ids.begin(), request.prompt_ids.end());
+  }
+}
+
+const int64_t* ReadRequests(const int64_t* words,
+                            std::vector<rollout::GenerationRequest>& requests) {
+  const int64_t count = *words++;
+  for (int64_t i = 0; i < count; ++i) {
+    rollout::GenerationRequest request;
+    rollout::SamplingParams& s = request.sampling;
+    s.seed = static_cast<uint64_t>(words[0]);
+    s.temperature = std::bit_cast<double>(words[1]);
+    s.top_k = words[2];
+    s.top_p = std::bit_cast<double>(words[3]);
+    s.max_new_tokens = words[4];
+    s.n = words[5];
+    s.ignore_eos = words[6] != 0;
+    const int64_t stops = words[7], length = words[8];
+    words += 9;
+    s.stop_token_ids.assign(words, words + stops);
+    words += stops;
+    request.prompt_ids.assign(words, words + length);
+    words += length;
+    requests.push_back(std::move(request));
+  }
+  return words;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<rollout::GenerationResult>> ActorRole::RunTensorParallel(
+    const std::vector<rollout::GenerationRequest>& requests) {
+  parallel::Communicator& group = *tp_group_;
+  // The group decodes its ranks' prompts together: every rank's requests, in rank order.
+  std::vector<int64_t> mine;
+  AppendRequests(requests, mine);
+  at::Tensor size = at::tensor({static_cast<int64_t>(mine.size())}, at::kLong);
+  at::Tensor sizes = at::empty({group.size()}, at::kLong);
+  RETURN_IF_ERROR(group.AllGather(size, sizes));
+  const int64_t longest = sizes.max().item<int64_t>();
+  at::Tensor padded = at::zeros({1, longest}, at::kLong);
+  std::copy(mine.begin(), mine.end(), padded.data_ptr<int64_t>());
+  at::Tensor everyone = at::empty({group.size(), longest}, at::kLong);
+  RETURN_IF_ERROR(group.AllGather(padded, everyone));
+  std::vector<rollout::GenerationRequest> all;
+  size_t first = 0;
+  for (int r = 0; r < group.size(); ++r) {
+    if (r == group.rank()) first = all.size();
+    ReadRequests(everyone[r].data_ptr<int64_t>(), all);
+  }
+
+  // This rank's slices, cut from the current weights (views where a slice is a run of them).
+  const auto start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(model::Transformer weights,
+                   WeightsIn(WeightDtype(spec_, device_, /*trains=*/false)));
+  const model::ModelConfig& config = weights->config();
+  const int tp = group.size();
+  const parallel::RolloutLayout layout{tp, pool_.size() / tp};
+  auto named = weights->named_parameters();
+  std::map<std::string, at::Tensor> slices;
+  for (const parallel::ShardedParameter& parameter : parallel::TensorParallelSpecs(config)) {
+    slices[parameter.name] =
+        parallel::RolloutSlice(named[parameter.name].detach(), parameter, layout, pool_.rank());
+  }
+  ASSIGN_OR_RETURN(parallel::TensorParallelTransformer model,
+                   parallel::TensorParallelTransformer::Create(config, std::move(slices), group));
+  tensor_parallel_.emplace(std::move(model));
+  weights_update_s_ = Seconds(start);
+  ASSIGN_OR_RETURN(std::vector<rollout::GenerationResult> results,
+                   rollout::GenerateTensorParallel(*tensor_parallel_, all, config.eos_token_ids,
+                                                   config.vocab_size));
+  tensor_parallel_.reset();
+  ReleaseCopy();
+  return std::vector<rollout::GenerationResult>(
+      std::make_move_iterator(results.begin() + static_cast<std::ptrdiff_t>(first)),
+      std::make_move_iterator(results.begin() +
+                              static_cast<std::ptrdiff_t>(first + requests.size())));
 }
 
 absl::StatusOr<std::vector<rollout::GenerationResult>> ActorRole::RunEngine(
     const std::vector<rollout::GenerationRequest>& requests) {
+  if (tp_group_) {
+    try {
+      return RunTensorParallel(requests);
+    } catch (const std::exception& error) {
+      ReleaseRollout();
+      return absl::InternalError(absl::StrCat("tensor-parallel generation failed: ",
+                                              std::string(error.what()).substr(0, 300)));
+    }
+  }
   ASSIGN_OR_RETURN(rollout::GenerationEngine * engine, Engine());
   try {
     at::NoGradGuard no_grad;
@@ -208,7 +334,7 @@ absl::StatusOr<v1::GenerateReply> ActorRole::Generate(const v1::GenerateRequest&
     prompt_texts.push_back(std::move(encoded.text));
   }
   ASSIGN_OR_RETURN(std::vector<rollout::GenerationResult> results, RunEngine(requests));
-  engine_->Release();  // the KV cache: the update needs the memory
+  if (engine_) engine_->Release();  // the KV cache: the update needs the memory
 
   // P and R over the whole batch: every rank of the pool lays its rows out the same way.
   std::vector<double> longest = {1, 1};
@@ -264,6 +390,7 @@ absl::StatusOr<v1::GenerateReply> ActorRole::Generate(const v1::GenerateRequest&
   const double seconds = Seconds(start);
   auto& metrics = *reply.mutable_metrics();
   metrics["generate_s"] = seconds;
+  metrics["update_weights_s"] = weights_update_s_;
   metrics["response_tokens"] = response_tokens;
   metrics["prompt_tokens"] = prompt_tokens;
   metrics["truncated"] = truncated;
@@ -321,13 +448,35 @@ absl::StatusOr<v1::UpdateReply> ActorRole::Update(const v1::UpdateRequest& reque
   options.kl_coef = kl_loss ? algorithm.kl().coef() : 0.0;
   options.kl_estimator = algorithm.kl().estimator();
   ComputeScope compute(spec_, device_);
-  ASSIGN_OR_RETURN(const train::UpdateMetrics metrics, train::UpdatePolicy(*trained_, update, options));
+  const auto start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(const train::UpdateMetrics metrics,
+                   train::UpdatePolicy(*trained_, update, options));
+  rollout::Synchronize(device_);
+  const double seconds = Seconds(start);
   // The gradients are spent: their memory goes back before the next rollout.
   trained_->ZeroGrad();
   v1::UpdateReply reply;
-  for (const auto& [name, value] : metrics) (*reply.mutable_metrics())[name] = value;
-  optimizer_steps_ = request.optimizer_steps_before() +
-                     static_cast<int64_t>(metrics.count("optimizer_steps") ? metrics.at("optimizer_steps") : 0);
+  auto& out = *reply.mutable_metrics();
+  for (const auto& [name, value] : metrics) out[name] = value;
+  // verl's perf/mfu/actor over this rank's rows (the driver averages the ranks), and the
+  // device's peak memory so far (GPU only: the CPU has no allocator statistics to read).
+  const at::Tensor lengths = update.attention_mask.sum(1).to(at::kCPU, at::kLong).contiguous();
+  const std::vector<int64_t> tokens(lengths.data_ptr<int64_t>(),
+                                    lengths.data_ptr<int64_t>() + lengths.numel());
+  const double promised = train::PromisedFlops(rollout::DeviceName(device_));
+  out["mfu"] = promised <= 0
+                   ? 0.0
+                   : train::TrainingFlops(trained_->module()->config(), tokens) *
+                         std::max(1, train.ppo_epochs()) / std::max(seconds, 1e-9) / promised;
+  if (device_.is_cuda()) {
+    const rollout::DeviceMemory memory = rollout::QueryDeviceMemory(device_);
+    constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+    out["max_memory_allocated_gb"] = static_cast<double>(memory.peak_allocated_bytes) / kGiB;
+    out["max_memory_reserved_gb"] = static_cast<double>(memory.peak_reserved_bytes) / kGiB;
+  }
+  optimizer_steps_ =
+      request.optimizer_steps_before() +
+      static_cast<int64_t>(metrics.count("optimizer_steps") ? metrics.at("optimizer_steps") : 0);
   reply.set_optimizer_steps(optimizer_steps_);
   return reply;
 }

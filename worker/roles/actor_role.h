@@ -11,6 +11,7 @@
 #include "rlhfd/v1/worker_service.pb.h"
 #include "worker/model/tokenizer.h"
 #include "worker/parallel/communicator.h"
+#include "worker/parallel/tensor_parallel.h"
 #include "worker/roles/response_scorer.h"
 #include "worker/roles/step_batch.h"
 #include "worker/rollout/engine.h"
@@ -31,8 +32,8 @@ class ActorRole {
   // Generates rollout.n responses to each of this rank's prompts, agrees P and R with the pool,
   // and starts `batch` for the step with this rank's rows (`rows` of `total_rows`): input_ids,
   // attention_mask, response_mask, rollout_log_probs, and each row's source.
-  absl::StatusOr<v1::GenerateReply> Generate(const v1::GenerateRequest& request,
-                                             int64_t total_rows, RowRange rows, StepBatch& batch);
+  absl::StatusOr<v1::GenerateReply> Generate(const v1::GenerateRequest& request, int64_t total_rows,
+                                             RowRange rows, StepBatch& batch);
   // old_log_probs: the response log-probs under the weights that sampled, computed as the
   // update computes them.
   absl::Status ComputeOldLogProbs(StepBatch& batch);
@@ -71,7 +72,11 @@ class ActorRole {
       const google::protobuf::RepeatedPtrField<v1::PromptRow>& prompts, int64_t first_prompt,
       uint64_t seed, const rollout::SamplingParams& sampling, const ResponseScorer& scorer,
       const std::atomic<bool>* cancelled);
+  // The engine, or with rollout tp > 1 the tensor-parallel group's generation (every rank of
+  // the group calls it together, each with its own requests).
   absl::StatusOr<std::vector<rollout::GenerationResult>> RunEngine(
+      const std::vector<rollout::GenerationRequest>& requests);
+  absl::StatusOr<std::vector<rollout::GenerationResult>> RunTensorParallel(
       const std::vector<rollout::GenerationRequest>& requests);
   // Frees the copy's storage.
   void ReleaseCopy();
@@ -92,6 +97,13 @@ class ActorRole {
   std::vector<std::pair<std::vector<int64_t>, at::ScalarType>> copy_shapes_;
   bool copy_held_ = false;
   std::unique_ptr<rollout::GenerationEngine> engine_;
+  // rollout tp > 1: this rank's tensor-parallel group within the pool, and the slices' model
+  // while a rollout runs.
+  std::unique_ptr<parallel::Communicator> tp_group_;
+  std::optional<parallel::TensorParallelTransformer> tensor_parallel_;
+  // Seconds the last Engine() took to bring the rollout's weights up to date (verl's
+  // timing_s/update_weights).
+  double weights_update_s_ = 0;
 };
 
 }  // namespace rlhfd::roles

@@ -30,8 +30,14 @@ DeviceMemory QueryDeviceMemory(const at::Device& device) {
   memory.allocated_bytes = stats.allocated_bytes[kAll].current;
   memory.peak_allocated_bytes = stats.allocated_bytes[kAll].peak;
   memory.reserved_bytes = stats.reserved_bytes[kAll].current;
+  memory.peak_reserved_bytes = stats.reserved_bytes[kAll].peak;
   memory.free_bytes = static_cast<int64_t>(free) + memory.reserved_bytes - memory.allocated_bytes;
   return memory;
+}
+
+std::string DeviceName(const at::Device& device) {
+  if (!device.is_cuda()) return "CPU";
+  return at::cuda::getDeviceProperties(device.index())->name;
 }
 
 void ResetPeakMemory(const at::Device& device) {
@@ -132,6 +138,7 @@ bool DecodeGraphs::empty() const { return !graphs_ || graphs_->by_batch.empty();
 #else  // No CUDA: CPU devices only.
 
 DeviceMemory QueryDeviceMemory(const at::Device&) { return {}; }
+std::string DeviceName(const at::Device&) { return "CPU"; }
 void ResetPeakMemory(const at::Device&) {}
 void ReleaseCachedMemory(const at::Device&) {}
 void Synchronize(const at::Device&) {}

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 
@@ -18,10 +19,13 @@ struct DeviceMemory {
   int64_t allocated_bytes = 0;  // Held by live tensors.
   int64_t peak_allocated_bytes = 0;
   int64_t reserved_bytes = 0;  // Allocated plus cached.
+  int64_t peak_reserved_bytes = 0;
 };
 
 // All zero for a CPU device.
 DeviceMemory QueryDeviceMemory(const at::Device& device);
+// The name the device reports ("NVIDIA H200"); "CPU" for the host.
+std::string DeviceName(const at::Device& device);
 void ResetPeakMemory(const at::Device& device);
 // Returns the allocator's cached blocks to the driver.
 void ReleaseCachedMemory(const at::Device& device);

@@ -1,0 +1,127 @@
+#include "worker/rollout/tensor_parallel_generation.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+#include "worker/rollout/sampler.h"
+#include "worker/rollout/sampling_math.h"
+
+namespace rlhfd::rollout {
+namespace {
+
+struct Row {
+  size_t request = 0;
+  std::vector<int64_t> tokens;  // prompt, then the response so far
+  int64_t prompt_length = 0;
+  uint64_t seed = 0;
+  Completion completion;
+};
+
+absl::Status CheckRequests(const std::vector<GenerationRequest>& requests, int64_t vocab_size) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const GenerationRequest& request = requests[i];
+    const std::string where = absl::StrCat("request ", i, ": ");
+    if (request.prompt_ids.empty()) return absl::InvalidArgumentError(where + "empty prompt");
+    for (const int64_t id : request.prompt_ids) {
+      if (id < 0 || id >= vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, "prompt token id ", id, " outside the vocabulary [0, ", vocab_size, ")"));
+      }
+    }
+    const SamplingParams& sampling = request.sampling;
+    // The ranks must draw alike: no seed from a per-rank sequence.
+    if (!sampling.seed) return absl::InvalidArgumentError(where + "needs a seed");
+    if (sampling.max_new_tokens < 1 || sampling.n < 1 || !(sampling.temperature >= 0) ||
+        sampling.top_k < 0 || !(sampling.top_p > 0 && sampling.top_p <= 1)) {
+      return absl::InvalidArgumentError(
+          where + "max_new_tokens and n must be >= 1, temperature >= 0, top_k >= 0, top_p in (0, 1]");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<GenerationResult>> GenerateTensorParallel(
+    parallel::TensorParallelTransformer& model, const std::vector<GenerationRequest>& requests,
+    const std::vector<int64_t>& eos_token_ids, int64_t vocab_size) {
+  RETURN_IF_ERROR(CheckRequests(requests, vocab_size));
+  std::vector<Row> rows;
+  bool filters = false;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const SamplingParams& sampling = requests[r].sampling;
+    filters |= sampling.top_k > 0 || sampling.top_p < 1;
+    for (int64_t j = 0; j < sampling.n; ++j) {
+      Row row;
+      row.request = r;
+      row.tokens = requests[r].prompt_ids;
+      row.prompt_length = static_cast<int64_t>(row.tokens.size());
+      // As GenerationEngine seeds sample j of a request.
+      row.seed = SampleSeed(*sampling.seed, static_cast<uint64_t>(j));
+      rows.push_back(std::move(row));
+    }
+  }
+  std::vector<size_t> active(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) active[i] = i;
+  while (!active.empty()) {
+    const int64_t batch = static_cast<int64_t>(active.size());
+    int64_t longest = 0;
+    for (const size_t i : active) longest = std::max<int64_t>(longest, rows[i].tokens.size());
+    // Right-padded: causal attention keeps each row's real tokens from seeing the padding.
+    at::Tensor ids = at::zeros({batch, longest}, at::kLong);
+    at::Tensor last = at::empty({batch}, at::kLong);
+    at::Tensor temperature = at::empty({batch}, at::kFloat);
+    at::Tensor seeds = at::empty({batch}, at::kLong), counters = at::empty({batch}, at::kLong);
+    at::Tensor top_k = at::empty({batch}, at::kLong), top_p = at::empty({batch}, at::kFloat);
+    for (int64_t b = 0; b < batch; ++b) {
+      const Row& row = rows[active[b]];
+      const SamplingParams& sampling = requests[row.request].sampling;
+      const int64_t length = static_cast<int64_t>(row.tokens.size());
+      std::copy(row.tokens.begin(), row.tokens.end(), ids.data_ptr<int64_t>() + b * longest);
+      last.data_ptr<int64_t>()[b] = length - 1;
+      temperature.data_ptr<float>()[b] = static_cast<float>(sampling.temperature);
+      seeds.data_ptr<int64_t>()[b] = static_cast<int64_t>(row.seed);
+      counters.data_ptr<int64_t>()[b] = length - row.prompt_length;
+      top_k.data_ptr<int64_t>()[b] = sampling.top_k;
+      top_p.data_ptr<float>()[b] = static_cast<float>(sampling.top_p);
+    }
+    at::NoGradGuard no_grad;
+    ASSIGN_OR_RETURN(const at::Tensor hidden, model.Hidden(ids));
+    const at::Tensor at_last = hidden.index({at::arange(batch, at::kLong), last}).unsqueeze(1);
+    ASSIGN_OR_RETURN(const at::Tensor logits, model.Logits(at_last));
+    SamplingRows sampling_rows{temperature, seeds, counters};
+    if (filters) {
+      sampling_rows.top_k = top_k;
+      sampling_rows.top_p = top_p;
+    }
+    const SampledTokens drawn = SampleTokens(logits.squeeze(1).cpu(), sampling_rows);
+    const at::Tensor tokens = drawn.tokens.cpu(), logprobs = drawn.logprobs.cpu();
+    std::vector<size_t> still;
+    for (int64_t b = 0; b < batch; ++b) {
+      Row& row = rows[active[b]];
+      const SamplingParams& sampling = requests[row.request].sampling;
+      const int64_t token = tokens.data_ptr<int64_t>()[b];
+      row.tokens.push_back(token);
+      row.completion.token_ids.push_back(token);
+      row.completion.logprobs.push_back(logprobs.data_ptr<float>()[b]);
+      const bool eos = !sampling.ignore_eos &&
+                       std::count(eos_token_ids.begin(), eos_token_ids.end(), token) > 0;
+      const bool stop = std::count(sampling.stop_token_ids.begin(), sampling.stop_token_ids.end(),
+                                   token) > 0;
+      if (eos || stop) {
+        row.completion.finish_reason = FinishReason::kStop;
+      } else if (static_cast<int64_t>(row.completion.token_ids.size()) < sampling.max_new_tokens) {
+        still.push_back(active[b]);
+      }
+    }
+    active = std::move(still);
+  }
+  std::vector<GenerationResult> results(requests.size());
+  for (Row& row : rows) results[row.request].samples.push_back(std::move(row.completion));
+  return results;
+}
+
+}  // namespace rlhfd::rollout
