@@ -18,6 +18,7 @@
 #include "common/util/event_loop.h"
 #include "common/util/program_help.h"
 #include "common/util/signals.h"
+#include "common/util/systemd_notify.h"
 #include "controller/api/cluster_service.h"
 #include "controller/api/job_service.h"
 #include "controller/controller.h"
@@ -95,21 +96,21 @@ int Run() {
     RLOG(WARNING) << "serving " << listen << " without TLS: tokens and configs cross the network "
                   << "in the clear; set --tls_cert/--tls_key (docs/operations.md)";
   }
-  auto server = RpcServer::Start(listen, rpc_options,
-                                 {&job_service, &cluster_service, &registry_service});
+  auto server =
+      RpcServer::Start(listen, rpc_options, {&job_service, &cluster_service, &registry_service});
   if (!server.ok()) {
     RLOG(ERROR) << server.status().message();
     return 1;
   }
-  controller->StartRunner([&loop](std::function<void()> task) { loop.Post(std::move(task)); },
-                          {.token = token,
-                           .rpc = rpc_options,
-                           .stage_deadline = absl::GetFlag(FLAGS_stage_timeout),
-                           .communicator_timeout_ms = absl::ToInt64Milliseconds(
-                               absl::GetFlag(FLAGS_collective_timeout)),
-                           .log_dir = absl::GetFlag(FLAGS_log_dir).empty()
-                                          ? options.state_dir + "/logs"
-                                          : absl::GetFlag(FLAGS_log_dir)});
+  controller->StartRunner(
+      [&loop](std::function<void()> task) { loop.Post(std::move(task)); },
+      {.token = token,
+       .rpc = rpc_options,
+       .stage_deadline = absl::GetFlag(FLAGS_stage_timeout),
+       .communicator_timeout_ms =
+           absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_collective_timeout)),
+       .log_dir = absl::GetFlag(FLAGS_log_dir).empty() ? options.state_dir + "/logs"
+                                                       : absl::GetFlag(FLAGS_log_dir)});
   // Liveness, and placement of waiting jobs, twice per heartbeat interval.
   loop.PostEvery(options.liveness.heartbeat_interval / 2, [&controller] { controller->Tick(); });
   // gRPC frees what a burst of large requests took, but malloc keeps the pages; hand them back,
@@ -117,10 +118,11 @@ int Run() {
   loop.PostEvery(absl::Seconds(1), [] { malloc_trim(0); });
   std::unique_ptr<controller::HttpGateway> gateway;
   if (const std::string http = absl::GetFlag(FLAGS_http_listen); !http.empty()) {
-    auto started = controller::HttpGateway::Start(
-        controller.get(), &loop,
-        {.listen = http, .token = token, .tls_cert_file = rpc_options.tls_cert_file,
-         .tls_key_file = rpc_options.tls_key_file});
+    auto started = controller::HttpGateway::Start(controller.get(), &loop,
+                                                  {.listen = http,
+                                                   .token = token,
+                                                   .tls_cert_file = rpc_options.tls_cert_file,
+                                                   .tls_key_file = rpc_options.tls_key_file});
     if (!started.ok()) {
       RLOG(ERROR) << started.status().message();
       return 1;
@@ -141,11 +143,18 @@ int Run() {
     }
   }
   RLOG(INFO) << "serving on port " << (*server)->port() << ", state in " << options.state_dir
-            << ", token in " << options.state_dir << "/token";
+             << ", token in " << options.state_dir << "/token";
+  NotifyReady(absl::StrCat("serving on port ", (*server)->port()));
+  // The watchdog is kept alive by the event loop itself: a loop stuck in a task stops the pings
+  // and systemd restarts the controller (which recovers its jobs).
+  if (const absl::Duration ping = WatchdogPingInterval(); ping > absl::ZeroDuration()) {
+    loop.PostEvery(ping, [] { NotifyWatchdog(); });
+  }
 
   const int signal_number = WaitForTerminationSignal();
+  NotifyStopping();
   RLOG(INFO) << "signal " << signal_number << ": draining (deadline "
-            << absl::FormatDuration(absl::GetFlag(FLAGS_shutdown_deadline)) << ")";
+             << absl::FormatDuration(absl::GetFlag(FLAGS_shutdown_deadline)) << ")";
   // Watch streams never end by themselves: end them first, so they do not hold the drain.
   job_service.EndWatches();
   gateway.reset();  // its calls wait for the loop at most their deadline

@@ -13,7 +13,7 @@ apt_packages=(
   build-essential cmake ninja-build ccache pkg-config git python3-venv openssl clang
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libabsl-dev nlohmann-json3-dev libyaml-cpp-dev catch2 patchelf libpcre2-dev libutf8proc-dev
-  libcurl4-openssl-dev libsqlite3-dev libcpp-httplib-dev libjs-chart.js chromium
+  libcurl4-openssl-dev libsqlite3-dev libcpp-httplib-dev libjs-chart.js chromium libsystemd-dev
 )
 
 install_apt() {

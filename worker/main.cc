@@ -19,6 +19,7 @@
 #include "common/util/clock.h"
 #include "common/util/program_help.h"
 #include "common/util/signals.h"
+#include "common/util/systemd_notify.h"
 #include "worker/device/device_probe.h"
 #include "worker/roles/role_host.h"
 #include "worker/service/controller_link.h"
@@ -48,7 +49,8 @@ namespace rlhfd {
 namespace {
 
 std::string AdvertisedAddress(const std::string& listen, int port, const std::string& host) {
-  if (!absl::GetFlag(FLAGS_advertise_address).empty()) return absl::GetFlag(FLAGS_advertise_address);
+  if (!absl::GetFlag(FLAGS_advertise_address).empty())
+    return absl::GetFlag(FLAGS_advertise_address);
   std::string listen_host = listen.substr(0, listen.rfind(':'));
   if (listen_host.empty() || listen_host == "0.0.0.0" || listen_host == "[::]") listen_host = host;
   return absl::StrCat(listen_host, ":", port);
@@ -66,8 +68,7 @@ absl::StatusOr<std::string> Ipv4Of(const std::string& host) {
         "cannot resolve '", host, "' to an IPv4 address; pass --data_plane_host=<IPv4>"));
   }
   char text[INET_ADDRSTRLEN] = {};
-  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text,
-            sizeof(text));
+  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text, sizeof(text));
   freeaddrinfo(found);
   return std::string(text);
 }
@@ -114,9 +115,10 @@ int Run() {
     data_plane_host = *resolved;
   }
   roles::RoleHost role_host(
-      {.device = capacity->device_kind() == v1::DEVICE_KIND_CUDA
-                     ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(capacity->device_index()))
-                     : at::Device(at::kCPU),
+      {.device =
+           capacity->device_kind() == v1::DEVICE_KIND_CUDA
+               ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(capacity->device_index()))
+               : at::Device(at::kCPU),
        .host = data_plane_host,
        .collective_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_collective_timeout))});
   worker::WorkerServiceImpl service(&link, &role_host, *token, NowUnixMillis());
@@ -142,10 +144,17 @@ int Run() {
       return 1;
     }
   }
-  RLOG(INFO) << "serving on port " << port << " (" << capacity->device_name()
-            << "), controller " << absl::GetFlag(FLAGS_controller);
+  RLOG(INFO) << "serving on port " << port << " (" << capacity->device_name() << "), controller "
+             << absl::GetFlag(FLAGS_controller);
+  NotifyReady(absl::StrCat(worker_id, " serving on port ", port, ", controller ",
+                           absl::GetFlag(FLAGS_controller)));
+  // Long stages keep the worker's executor busy for minutes, so the pings come from a thread of
+  // their own: systemd restarts a worker whose process hangs or stops; a worker that is alive but
+  // stuck is the controller's to detect (heartbeats, stage deadlines).
+  const WatchdogPinger watchdog;
 
   const int signal_number = WaitForTerminationSignal();
+  NotifyStopping();
   RLOG(INFO) << "signal " << signal_number << ": draining";
   link.Stop();
   (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_deadline));

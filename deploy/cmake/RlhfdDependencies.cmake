@@ -6,6 +6,9 @@ find_package(gRPC CONFIG REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(Catch2 2 REQUIRED)
+# libsystemd's sd_notify: readiness and the watchdog of the daemons' Type=notify units.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(SYSTEMD REQUIRED IMPORTED_TARGET GLOBAL libsystemd)
 
 find_program(RLHFD_PROTOC protoc REQUIRED)
 find_program(RLHFD_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)

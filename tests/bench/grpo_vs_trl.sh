@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# One-GPU GRPO benchmark: the same job through rlhfd's daemons (a controller and one GPU worker,
+# colocated) and through TRL's GRPOTrainer, on the same GPU in the same run. Random weights of the
+# Qwen2.5-0.5B shape, PROMPTS prompts x n N_SAMPLES, prompts of P tokens, responses of N tokens
+# (random weights sample no EOS), KL loss 0.001. Prints each side's JSON and a table; the rlhfd
+# figures are the means over the steps after the first (verl's timing_s keys), TRL's likewise.
+#   tests/bench/grpo_vs_trl.sh PROMPTS N_SAMPLES P N [STEPS] [MICRO_BATCH]
+# Needs: RLHFD_BIN_DIR (a deploy/bundle.sh bin/, env.sh sourced), python3 with torch,
+# transformers and trl. RLHFD_BENCH_DIR: where the model and logs go (default /tmp/grpo-bench).
+set -euo pipefail
+prompts=${1:?prompts}; samples=${2:?n}; prompt_len=${3:?P}; response_len=${4:?N}
+steps=${5:-5}; micro_batch=${6:-16}
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+bin="${RLHFD_BIN_DIR:?set RLHFD_BIN_DIR to the bin of a bundle}"
+work="${RLHFD_BENCH_DIR:-/tmp/grpo-bench}"
+mkdir -p "${work}"
+made=$(python3 "${here}/make_grpo_bench.py" --out "${work}" --prompts "${prompts}" --n "${samples}" \
+  --prompt_len "${prompt_len}" --response_len "${response_len}" --steps "${steps}" \
+  --micro_batch "${micro_batch}")
+config=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["config"])' "${made}")
+data=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["data"])' "${made}")
+
+run="${work}/rlhfd-$(basename "${config}" .yaml)"
+rm -rf "${run}"; mkdir -p "${run}"
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true' EXIT
+"${bin}/rlhfd-controller" --listen=127.0.0.1:0 --state_dir="${run}/state" \
+  --port_file="${run}/controller.port" >"${run}/controller.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do [[ -s "${run}/controller.port" ]] && break; sleep 0.1; done
+export RLHFD_CONTROLLER="127.0.0.1:$(cat "${run}/controller.port")"
+export RLHFD_TOKEN_FILE="${run}/state/token"
+"${bin}/rlhfd-worker" --controller="${RLHFD_CONTROLLER}" --device=cuda:0 --worker_id=gpu0 \
+  >"${run}/worker.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 300); do
+  [[ $("${bin}/rlhfctl" --json workers | grep -c WORKER_STATE_ALIVE) -ge 1 ]] && break; sleep 0.1
+done
+start=$(date +%s.%N)
+"${bin}/rlhfctl" submit --wait "${config}" || { tail -50 "${run}/worker.log"; exit 1; }
+wall=$(python3 -c "import time; print(time.time() - ${start})")
+kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; pids=()
+
+rlhfd_json=$(python3 "${here}/grpo_bench_report.py" rlhfd "${run}/state/logs/job-1/metrics.jsonl" "${wall}")
+echo "${rlhfd_json}"
+trl_json=$(python3 "${here}/trl_grpo_baseline.py" --model "${work}/model" --data "${data}" \
+  --n "${samples}" --response_len "${response_len}" --micro_batch "${micro_batch}" \
+  --steps $((steps > 4 ? 4 : steps)) --out "${work}/trl" 2>"${work}/trl.log" | tail -1) \
+  || { tail -40 "${work}/trl.log"; exit 1; }
+echo "${trl_json}"
+python3 "${here}/grpo_bench_report.py" table "${rlhfd_json}" "${trl_json}"

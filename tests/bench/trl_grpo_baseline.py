@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""The TRL side of the one-GPU GRPO benchmark (tests/bench/grpo_vs_trl.sh): TRL's GRPOTrainer
+with transformers' generate on the model and prompts of make_grpo_bench.py, as a TRL user runs
+it (TRL's defaults: bf16, gradient checkpointing, loss_type dapo), shaped like the rlhfd job:
+one optimizer step per RL step over prompts x n completions, generated in one batch
+(steps_per_generation = gradient_accumulation_steps), KL loss beta 0.001 against a reference
+model. Prints one JSON line: seconds per step (each step after the first), tokens/s, peak memory.
+
+    python3 tests/bench/trl_grpo_baseline.py --model DIR/model --data DIR/prompts_64x256.jsonl \
+        --n 8 --response_len 256 --micro_batch 16 --steps 4
+"""
+import argparse
+import json
+import time
+
+import torch
+from datasets import load_dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+
+class StepTimes(TrainerCallback):
+    def __init__(self):
+        self.ends = []
+        self.start = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        torch.cuda.synchronize()
+        self.start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        torch.cuda.synchronize()
+        self.ends.append(time.perf_counter())
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--n", type=int, default=8)
+    parser.add_argument("--response_len", type=int, default=256)
+    parser.add_argument("--micro_batch", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--out", default="/tmp/trl-grpo")
+    args = parser.parse_args()
+    dataset = load_dataset("json", data_files=args.data, split="train")
+    prompts = len(dataset)
+    completions = prompts * args.n
+    accumulation = completions // args.micro_batch
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    config = GRPOConfig(
+        output_dir=args.out, per_device_train_batch_size=args.micro_batch,
+        gradient_accumulation_steps=accumulation, steps_per_generation=accumulation,
+        num_generations=args.n, max_completion_length=args.response_len, beta=0.001,
+        learning_rate=1e-6, temperature=1.0, max_steps=args.steps, logging_steps=1, report_to=[],
+        save_strategy="no", use_vllm=False, seed=0, dataloader_num_workers=0)
+
+    def reward(completions, ground_truth, **kwargs):
+        return [float(c.strip() == g) for c, g in zip(completions, ground_truth)]
+
+    times = StepTimes()
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=dataset,
+                          processing_class=tokenizer, callbacks=[times])
+    torch.cuda.reset_peak_memory_stats()
+    trainer.train()
+    steps = [b - a for a, b in zip([times.start] + times.ends[:-1], times.ends)]
+    measured = steps[1:] if len(steps) > 1 else steps
+    seconds = sum(measured) / len(measured)
+    history = [h for h in trainer.state.log_history if "completions/mean_length" in h]
+    mean_length = sum(h["completions/mean_length"] for h in history) / max(1, len(history))
+    prompt_tokens = sum(len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in dataset["prompt"])
+    tokens = prompt_tokens * args.n + completions * mean_length
+    print(json.dumps({
+        "bench": "trl_grpo_step", "trl": __import__("trl").__version__, "prompts": prompts, "n": args.n,
+        "response_len": args.response_len, "micro_batch": args.micro_batch,
+        "gradient_accumulation_steps": accumulation, "steps": len(steps),
+        "seconds_per_step": seconds, "step_seconds": steps, "mean_response_length": mean_length,
+        "tokens_per_s": tokens / seconds,
+        "peak_memory_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "peak_memory_reserved_gib": torch.cuda.max_memory_reserved() / 2**30}))
+
+
+if __name__ == "__main__":
+    main()
