@@ -3,15 +3,35 @@
 # they need (gRPC, protobuf, Abseil, yaml-cpp, ...) into one relocatable folder, for hosts that
 # lack those libraries — e.g. GPU machines that only have CUDA, NCCL and PyTorch.
 #   deploy/bundle.sh OUT_DIR [EXTRA_BINARY ...]
+#   deploy/bundle.sh --tarball DIST_DIR   # DIST_DIR/rlhfd-VERSION-linux-ARCH.tar.gz, a release
 # Layout: OUT_DIR/bin (daemons, extras), OUT_DIR/lib (libraries; RPATH $ORIGIN/../lib), and
 # OUT_DIR/env.sh, which finds the host's LibTorch and CUDA libraries for LibTorch binaries.
-# LibTorch, CUDA, NCCL and glibc/libstdc++ are not copied: the target supplies them.
+# LibTorch, CUDA, NCCL and glibc/libstdc++ are not copied: the target supplies them. A release
+# adds VERSION, configs/, the systemd units and Slurm script, and demo.sh with the demo's tiny
+# model and data, so `./demo.sh` runs the README's main job from the unpacked folder.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${RLHFD_BUILD_DIR:-${repo_root}/build}"
-out="${1:?usage: deploy/bundle.sh OUT_DIR [EXTRA_BINARY ...]}"
-shift
+usage="usage: deploy/bundle.sh OUT_DIR [EXTRA_BINARY ...] | deploy/bundle.sh --tarball DIST_DIR"
+tarball=""
+if [[ "${1:-}" == "--tarball" ]]; then
+  dist="${2:?${usage}}"
+  mkdir -p "${dist}"
+  dist="$(cd "${dist}" && pwd)"
+  version=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "${build_dir}/CMakeCache.txt")
+  [[ -n "${version}" ]] || { echo "bundle: no project version in ${build_dir}/CMakeCache.txt (build first)" >&2; exit 1; }
+  if commit=$(git -C "${repo_root}" rev-parse --short HEAD 2>/dev/null); then version+="+g${commit}"; fi
+  release_name="rlhfd-${version}-linux-$(uname -m)"
+  stage="$(mktemp -d)"
+  trap 'rm -rf "${stage}"' EXIT
+  out="${stage}/${release_name}"
+  tarball="${dist}/${release_name}.tar.gz"
+  shift 2
+else
+  out="${1:?${usage}}"
+  shift
+fi
 command -v patchelf >/dev/null || { echo "bundle: patchelf missing; run deploy/setup.sh" >&2; exit 1; }
 
 binaries=("${build_dir}/controller/rlhfd-controller" "${build_dir}/worker/rlhfd-worker"
@@ -56,4 +76,18 @@ if [[ -n "${torch_lib}" ]]; then
 fi
 export NCCL_NVLS_ENABLE=0
 ENV
-echo "bundle: ${out} ($(du -sh "${out}" | cut -f1)): $(ls "${out}/bin" | tr '\n' ' ')"
+if [[ -n "${tarball}" ]]; then
+  echo "${version}" > "${out}/VERSION"
+  cp -r "${repo_root}/configs" "${out}/configs"
+  mkdir -p "${out}/systemd" "${out}/slurm" "${out}/tests/fixtures/models" "${out}/tests/fixtures/data"
+  cp "${repo_root}"/deploy/systemd/*.service "${out}/systemd/"
+  cp "${repo_root}"/deploy/slurm/*.sbatch "${out}/slurm/"
+  cp "${repo_root}/deploy/demo.sh" "${out}/demo.sh"
+  # The demo job's model and data, where configs/demo-digits.yaml names them.
+  cp -r "${repo_root}/tests/fixtures/models/tiny-qwen2" "${out}/tests/fixtures/models/"
+  cp "${repo_root}"/tests/fixtures/data/repeat_*.jsonl "${out}/tests/fixtures/data/"
+  tar -C "$(dirname "${out}")" -czf "${tarball}" "${release_name}"
+  echo "bundle: ${tarball} ($(du -sh "${tarball}" | cut -f1))"
+else
+  echo "bundle: ${out} ($(du -sh "${out}" | cut -f1)): $(ls "${out}/bin" | tr '\n' ' ')"
+fi

@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
 # The README's main job: a local cluster on this machine — one controller and two workers (CPU,
-# or the GPUs when present) on loopback — shows the workers registered, submits the demo job,
-# follows it step by step to its end and shows the mean reward of its first and last steps.
+# or the GPUs when present) on loopback — shows the workers registered and the dashboard's URL,
+# submits the demo job, follows it to its end with a progress bar, and shows how its mean reward
+# and its validation score climbed.
 # Daemons stop when the script ends; their logs stay in the state dir. Exits 1 unless the job
 # succeeded.
 #   RLHFD_DEMO_DIR=DIR      state and logs (default: a new temp dir)
 #   RLHFD_DEMO_CONFIG=FILE  job to submit (default: configs/demo-digits.yaml)
 #   RLHFD_BIN_DIR=DIR       use these binaries (a deploy/bundle.sh bin/) instead of building
+#   RLHFD_DEMO_OVERRIDES="key=value ..."   overrides of the job config (e.g. trainer.total_steps=10)
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# In an unpacked release (deploy/bundle.sh --tarball) this script sits beside bin/ and env.sh.
+bundle_root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [[ -z "${RLHFD_BIN_DIR:-}" && -x "${bundle_root}/bin/rlhfd-worker" && -f "${bundle_root}/env.sh" ]]; then
+  repo_root="${bundle_root}"
+  RLHFD_BIN_DIR="${bundle_root}/bin"
+  source "${bundle_root}/env.sh"
+fi
 if [[ -n "${RLHFD_BIN_DIR:-}" ]]; then
   controller_bin="${RLHFD_BIN_DIR}/rlhfd-controller"
   worker_bin="${RLHFD_BIN_DIR}/rlhfd-worker"
@@ -35,7 +44,8 @@ cleanup() {
 trap cleanup EXIT
 
 "${controller_bin}" --listen=127.0.0.1:0 --state_dir="${demo_dir}/state" \
-  --port_file="${demo_dir}/controller.port" >"${demo_dir}/controller.log" 2>&1 &
+  --port_file="${demo_dir}/controller.port" --http_listen="127.0.0.1:${RLHFD_DEMO_HTTP_PORT:-0}" \
+  --http_port_file="${demo_dir}/http.port" >"${demo_dir}/controller.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do [[ -s "${demo_dir}/controller.port" ]] && break; sleep 0.1; done
 [[ -s "${demo_dir}/controller.port" ]] || { cat "${demo_dir}/controller.log"; exit 1; }
@@ -65,14 +75,30 @@ for _ in $(seq 100); do
 done
 echo "== rlhfctl workers"
 "${ctl}" workers
-echo "== rlhfctl submit ${config}"
+echo "== dashboard: http://127.0.0.1:$(cat "${demo_dir}/http.port")/ (any user name; the password" \
+  "is the token in ${RLHFD_TOKEN_FILE})"
+echo "== rlhfctl submit --wait ${config}"
 # The example's paths are relative to the checkout; rlhfctl resolves them against its directory.
-(cd "${repo_root}" && "${ctl}" submit "${config}" "${overrides[@]}")
-echo "== rlhfctl watch job-1 (a line per step: mean reward, response length, losses, seconds)"
-"${ctl}" watch job-1
+read -r -a extra <<< "${RLHFD_DEMO_OVERRIDES:-}"
+overrides+=("${extra[@]}")
+(cd "${repo_root}" && "${ctl}" submit --wait "${config}" "${overrides[@]}") || true
 echo "== rlhfctl status job-1"
 "${ctl}" status job-1
-echo "== the mean reward (critic/score/mean) over the run"
+echo "== the mean reward (critic/score/mean) per ten steps, and validation (greedy, val-core)"
+"${ctl}" --json metrics job-1 | python3 -c '
+import json, sys
+steps = json.load(sys.stdin).get("steps", [])
+score = [(int(s["step"]), s["metrics"]["critic/score/mean"]) for s in steps
+         if "critic/score/mean" in s["metrics"]]
+line = []
+for i in range(0, len(score), 10):
+    window = score[i:i + 10]
+    line.append("%d-%d: %.2f" % (window[0][0], window[-1][0], sum(v for _, v in window) / len(window)))
+for i in range(0, len(line), 5):
+    print("reward   " + "   ".join(line[i:i + 5]))
+val = [(int(s.get("step", 0)), v) for s in steps for k, v in s["metrics"].items()
+       if k.startswith("val-core/")]
+print("val-core " + "  ".join("step %d: %.2f" % item for item in val))'
 "${ctl}" metrics job-1 | awk '
   NR > 1 && $1 > 0 { n++; score[n] = $2 }
   END {

@@ -539,8 +539,11 @@ int Metrics(Client& client, const std::string& job_id) {
   }
   std::vector<std::string> header = {"STEP"};
   for (const char* name : kKeyMetrics) header.emplace_back(name);
+  int64_t last = -1;  // the last step printed (--follow asks again from it)
   const auto print = [&](const v1::GetJobMetricsReply& steps) {
     for (const v1::StepMetrics& step : steps.steps()) {
+      if (step.step() <= last) continue;
+      last = step.step();
       if (json) {
         std::cout << ToJson(step) << std::endl;
       } else {
@@ -556,20 +559,18 @@ int Metrics(Client& client, const std::string& job_id) {
   }
   // --follow: each step as a line once it is recorded, until the job ends.
   if (!json) std::cout << absl::StrJoin(header, "  ") << std::endl;
-  int64_t last = 0;
   while (true) {
     print(*reply);
-    for (const v1::StepMetrics& step : reply->steps()) last = std::max(last, step.step());
     absl::StatusOr<v1::Job> job = GetJob(client, job_id);
     if (!job.ok()) return Fail(ToGrpcStatus(job.status()));
     if (Ended(job->state())) {
       // Steps recorded between the last poll and the end.
-      reply = GetMetrics(client, job_id, last);
+      reply = GetMetrics(client, job_id, std::max<int64_t>(last, 0));
       if (reply.ok()) print(*reply);
       return kExitOk;
     }
     absl::SleepFor(absl::Seconds(1));
-    reply = GetMetrics(client, job_id, last);
+    reply = GetMetrics(client, job_id, std::max<int64_t>(last, 0));
     if (!reply.ok()) return Fail(ToGrpcStatus(reply.status()));
   }
 }

@@ -53,7 +53,8 @@ class SqliteMetricHistory final : public MetricHistory {
                                            "job_id = ?1 AND step > ?2 ORDER BY step"));
     sqlite3_bind_text(statement.get(), 1, job_id.data(), static_cast<int>(job_id.size()),
                       SQLITE_TRANSIENT);
-    sqlite3_bind_int64(statement.get(), 2, after_step);
+    // 0 means from the first: validation before training is step 0.
+    sqlite3_bind_int64(statement.get(), 2, after_step == 0 ? -1 : after_step);
     std::vector<v1::StepMetrics> steps;
     int result;
     while ((result = sqlite3_step(statement.get())) == SQLITE_ROW) {
