@@ -24,7 +24,7 @@ struct ControllerOptions {
   // Directory of the durable state (jobs, token); created if missing.
   std::string state_dir;
   LivenessOptions liveness;
-  std::string version = "0.1.0";
+  std::string version = RLHFD_VERSION;
 };
 
 class Controller {

@@ -20,6 +20,7 @@ import os
 import sys
 
 GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
+NUMBER_INSTRUCTION = "Answer with the number only."
 
 
 def write_rows(rows, out_path):
@@ -37,11 +38,25 @@ def from_reasoning_gym(args):
         import reasoning_gym
     except ImportError:
         sys.exit("reasoning-gym is not installed: pip install reasoning-gym")
-    dataset = reasoning_gym.create_dataset(args.dataset, size=args.size, seed=args.seed)
+    options = {}
+    for item in args.option:
+        key, _, value = item.partition("=")
+        try:
+            options[key] = json.loads(value)  # numbers, booleans, lists
+        except json.JSONDecodeError:
+            options[key] = value
+        if isinstance(options[key], list):
+            options[key] = tuple(options[key])
+    try:
+        dataset = reasoning_gym.create_dataset(args.dataset, size=args.size, seed=args.seed, **options)
+    except TypeError as error:
+        sys.exit(f"reasoning-gym {args.dataset}: {error} (--option takes its config's fields)")
     source = args.data_source or f"reasoning_gym/{args.dataset}"
     rows = []
     for index, item in enumerate(dataset):
-        content = f"{item['question']} {GSM8K_INSTRUCTION}" if args.style == "gsm8k" else item["question"]
+        content = {"gsm8k": f"{item['question']} {GSM8K_INSTRUCTION}",
+                   "number": f"{item['question']} {NUMBER_INSTRUCTION}",
+                   "plain": item["question"]}[args.style]
         rows.append({
             "prompt": [{"role": "user", "content": content}],
             "ground_truth": str(item["answer"]),
@@ -81,8 +96,11 @@ def main():
     gym.add_argument("--size", type=int, default=1000)
     gym.add_argument("--seed", type=int, default=1)
     gym.add_argument("--data-source", default="", help="default reasoning_gym/<dataset>")
-    gym.add_argument("--style", choices=["gsm8k", "plain"], default="gsm8k",
-                     help='gsm8k: ask for the final answer after "####" (the gsm8k reward rule)')
+    gym.add_argument("--style", choices=["gsm8k", "number", "plain"], default="gsm8k",
+                     help='gsm8k: ask for the final answer after "####" (the gsm8k reward rule); '
+                          'number: ask for the number alone (the arithmetic rule)')
+    gym.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                     help="a field of the dataset's config, e.g. max_terms=2 or operators='[\"+\"]'")
     gym.set_defaults(run=from_reasoning_gym)
     parquet = commands.add_parser("parquet", help="convert a verl parquet file to JSONL")
     parquet.add_argument("input")

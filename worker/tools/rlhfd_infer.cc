@@ -228,7 +228,8 @@ absl::StatusOr<nlohmann::json> Generate(const std::string& dir) {
   RETURN_IF_ERROR(model::CheckTokenizerFitsModel(tokenizer, model->config().vocab_size, dir));
   rollout::EngineOptions engine_options;
   engine_options.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
-  engine_options.max_model_len = absl::GetFlag(FLAGS_max_model_len);
+  // Slots as long as this run needs, not the model's context (its KV cache would not fit).
+  engine_options.max_model_len = options.max_sequence_length;
   engine_options.gpu_memory_utilization = absl::GetFlag(FLAGS_gpu_memory_utilization);
   if (absl::GetFlag(FLAGS_seed) >= 0) engine_options.seed = absl::GetFlag(FLAGS_seed);
   ASSIGN_OR_RETURN(auto engine, rollout::GenerationEngine::Create(model, engine_options));
