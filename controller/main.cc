@@ -2,6 +2,7 @@
 // gRPC services → serve until SIGTERM/SIGINT, then drain within --shutdown_deadline.
 #include <malloc.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -145,11 +146,16 @@ int Run() {
   RLOG(INFO) << "serving on port " << (*server)->port() << ", state in " << options.state_dir
              << ", token in " << options.state_dir << "/token";
   NotifyReady(absl::StrCat("serving on port ", (*server)->port()));
-  // The watchdog is kept alive by the event loop itself: a loop stuck in a task stops the pings
-  // and systemd restarts the controller (which recovers its jobs).
-  if (const absl::Duration ping = WatchdogPingInterval(); ping > absl::ZeroDuration()) {
-    loop.PostEvery(ping, [] { NotifyWatchdog(); });
+  // The watchdog follows the event loop: a loop stuck in a task stops ticking, the pings stop
+  // and systemd restarts the controller (which recovers its jobs). The loop itself never sends.
+  std::atomic<int64_t> loop_tick_ms{NowUnixMillis()};
+  const absl::Duration ping = WatchdogPingInterval();
+  if (ping > absl::ZeroDuration()) {
+    loop.PostEvery(ping / 2, [&loop_tick_ms] { loop_tick_ms = NowUnixMillis(); });
   }
+  const WatchdogPinger watchdog([&loop_tick_ms, ping] {
+    return NowUnixMillis() - loop_tick_ms.load() <= absl::ToInt64Milliseconds(ping * 2);
+  });
 
   const int signal_number = WaitForTerminationSignal();
   NotifyStopping();

@@ -3,7 +3,9 @@
 #include <systemd/sd-daemon.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -13,10 +15,13 @@ namespace rlhfd {
 namespace {
 
 void Notify(const std::string& message) {
-  // < 0: the socket is set but cannot be written to; 0: not run by systemd.
-  if (const int sent = sd_notify(/*unset_environment=*/0, message.c_str()); sent < 0) {
+  // < 0: the socket is set but cannot be written to; 0: not run by systemd. Said once, not at
+  // every ping.
+  static std::atomic<bool> warned{false};
+  if (const int sent = sd_notify(/*unset_environment=*/0, message.c_str());
+      sent < 0 && !warned.exchange(true)) {
     RLOG(WARNING) << "systemd notify (" << message.substr(0, message.find('\n'))
-                  << ") failed: error " << -sent;
+                  << ") failed: error " << -sent << " (further failures are not logged)";
   }
 }
 
@@ -35,9 +40,14 @@ void NotifyReady(std::string_view status) {
   Notify(absl::StrCat("READY=1\nSTATUS=", OneLine(status)));
 }
 
-void NotifyStatus(std::string_view status) { Notify(absl::StrCat("STATUS=", OneLine(status))); }
+// sd_notify blocks while systemd has not read earlier messages; a daemon's exit must not wait on
+// that, so STOPPING is sent from a thread of its own.
+void NotifyInBackground(std::string message) {
+  if (std::getenv("NOTIFY_SOCKET") == nullptr) return;
+  std::thread([message = std::move(message)] { Notify(message); }).detach();
+}
 
-void NotifyStopping() { Notify("STOPPING=1\nSTATUS=stopping"); }
+void NotifyStopping() { NotifyInBackground("STOPPING=1\nSTATUS=stopping"); }
 
 absl::Duration WatchdogPingInterval() {
   uint64_t usec = 0;
@@ -49,15 +59,19 @@ absl::Duration WatchdogPingInterval() {
 
 void NotifyWatchdog() { Notify("WATCHDOG=1"); }
 
-WatchdogPinger::WatchdogPinger() {
+WatchdogPinger::WatchdogPinger(std::function<bool()> healthy) {
   const absl::Duration interval = WatchdogPingInterval();
   if (interval <= absl::ZeroDuration()) return;
-  thread_ = std::thread([this, interval] {
+  thread_ = std::thread([state = state_, interval, healthy = std::move(healthy)] {
     const auto step = absl::ToChronoMilliseconds(std::min(interval, absl::Milliseconds(100)));
     auto next = std::chrono::steady_clock::now();
-    while (!stopping_.load()) {
+    while (!state->stopping.load()) {
       if (std::chrono::steady_clock::now() >= next) {
-        NotifyWatchdog();
+        if (healthy() && !state->stopping.load()) {
+          state->sending = true;
+          NotifyWatchdog();
+          state->sending = false;
+        }
         next = std::chrono::steady_clock::now() + absl::ToChronoMilliseconds(interval);
       }
       std::this_thread::sleep_for(step);
@@ -66,8 +80,17 @@ WatchdogPinger::WatchdogPinger() {
 }
 
 WatchdogPinger::~WatchdogPinger() {
-  stopping_ = true;
-  if (thread_.joinable()) thread_.join();
+  state_->stopping = true;
+  if (!thread_.joinable()) return;
+  // A ping systemd does not read blocks in sd_notify; the process is ending: leave it.
+  for (int i = 0; i < 20 && state_->sending.load(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (state_->sending.load()) {
+    thread_.detach();
+  } else {
+    thread_.join();
+  }
 }
 
 }  // namespace rlhfd

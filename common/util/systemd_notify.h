@@ -1,9 +1,11 @@
 // systemd's notify protocol (sd_notify, libsystemd) for daemons run as Type=notify units:
-// readiness once serving, a status line, stopping, and the watchdog's keep-alive. Outside
+// readiness (with a status line) once serving, stopping, and the watchdog's keep-alive. Outside
 // systemd ($NOTIFY_SOCKET unset) every call does nothing.
 #pragma once
 
 #include <atomic>
+#include <functional>
+#include <memory>
 #include <string_view>
 #include <thread>
 
@@ -11,8 +13,9 @@
 
 namespace rlhfd {
 
+// Once serving; sent at once (systemd reads a unit's first message as it starts it).
 void NotifyReady(std::string_view status);
-void NotifyStatus(std::string_view status);
+// Sent from a thread of its own: the drain does not wait for systemd.
 void NotifyStopping();
 
 // How often to ping the watchdog: half the unit's WatchdogSec ($WATCHDOG_USEC, when meant for
@@ -20,17 +23,24 @@ void NotifyStopping();
 absl::Duration WatchdogPingInterval();
 void NotifyWatchdog();
 
-// Pings the watchdog every WatchdogPingInterval() from a thread of its own for as long as it
-// lives (systemd restarts a process that hangs or is stopped). Does nothing without a watchdog.
+// Pings the watchdog every WatchdogPingInterval() from a thread of its own while `healthy` says
+// so (systemd restarts a process that hangs, is stopped, or stays unhealthy). sd_notify blocks
+// while systemd has not read earlier messages, so the daemon's own threads never send. Does
+// nothing without a watchdog.
 class WatchdogPinger {
  public:
-  WatchdogPinger();
+  explicit WatchdogPinger(std::function<bool()> healthy = [] { return true; });
   ~WatchdogPinger();
   WatchdogPinger(const WatchdogPinger&) = delete;
   WatchdogPinger& operator=(const WatchdogPinger&) = delete;
 
  private:
-  std::atomic<bool> stopping_{false};
+  // Shared with the thread, which is left behind if it is stuck in sd_notify at the end.
+  struct State {
+    std::atomic<bool> stopping{false};
+    std::atomic<bool> sending{false};
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
   std::thread thread_;
 };
 

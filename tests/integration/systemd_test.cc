@@ -7,13 +7,16 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -197,6 +200,15 @@ TEST_CASE("controller and worker speak sd_notify to a real NOTIFY_SOCKET", "[sys
   }
   SECTION("a worker") {
     REQUIRE(controller_socket.WaitFor("READY=1", controller.pid(), absl::Seconds(20)));
+    // As systemd does, keep reading the controller's messages meanwhile.
+    std::atomic<bool> done{false};
+    std::thread reader([&] {
+      while (!done) controller_socket.Receive(absl::Milliseconds(100));
+    });
+    const absl::Cleanup stop_reading = [&] {
+      done = true;
+      reader.join();
+    };
     const absl::StatusOr<std::string> port = ReadFileToString(port_file, 64);
     REQUIRE(port.ok());
     NotifySocket worker_socket(dir.path() + "/worker.notify");
@@ -209,6 +221,33 @@ TEST_CASE("controller and worker speak sd_notify to a real NOTIFY_SOCKET", "[sys
         dir.path() + "/worker.log");
     CheckNotifyLifecycle(worker_socket, worker, "notify-worker serving on port");
   }
+}
+
+// sd_notify blocks while systemd has not read earlier messages: an unread socket must stop
+// neither the controller's work nor its exit.
+TEST_CASE("a controller whose notify socket is not read keeps serving and stops", "[systemd]") {
+  TempDir dir;
+  NotifySocket socket(dir.path() + "/controller.notify");
+  const std::string port_file = dir.path() + "/controller.port";
+  Subprocess controller(
+      UnderSystemd(socket, {RLHFD_CONTROLLER_BIN, "--listen=127.0.0.1:0",
+                            "--state_dir=" + dir.path() + "/state", "--port_file=" + port_file}),
+      dir.path() + "/controller.log");
+  REQUIRE(socket.WaitFor("READY=1", controller.pid(), absl::Seconds(20)));
+  // Pings every 200 ms fill the socket's queue (10 datagrams by default) in about 2 s.
+  absl::SleepFor(absl::Seconds(4));
+  const absl::StatusOr<std::string> port = ReadFileToString(port_file, 64);
+  REQUIRE(port.ok());
+  for (int i = 0; i < 3; ++i) {
+    const CommandResult cluster = RunCommand(
+        {RLHFD_CTL_BIN,
+         "--controller=127.0.0.1:" + std::string(absl::StripTrailingAsciiWhitespace(*port)),
+         "--token_file=" + dir.path() + "/state/token", "--timeout=5s", "cluster"});
+    INFO(cluster.out << cluster.err);
+    CHECK(cluster.exit_code == 0);
+  }
+  ::kill(controller.pid(), SIGTERM);
+  CHECK(controller.Wait(absl::Seconds(20)) == 0);
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 // rlhfd.v1.JobSpec is in docs/config-reference.md, every key there is a field, and every field
 // has its comment in job_spec.proto (the authority the reference points to).
 #include <catch2/catch.hpp>
-
 #include <fstream>
 #include <regex>
 #include <set>
@@ -39,7 +38,8 @@ void FieldPaths(const Descriptor* message, const std::string& prefix, std::set<s
                 int depth = 0) {
   for (int i = 0; i < message->field_count(); ++i) {
     const FieldDescriptor* field = message->field(i);
-    const std::string path = prefix.empty() ? field->name() : absl::StrCat(prefix, ".", field->name());
+    const std::string path =
+        prefix.empty() ? field->name() : absl::StrCat(prefix, ".", field->name());
     out->insert(path);
     if (field->type() == FieldDescriptor::TYPE_MESSAGE && depth < 6) {
       FieldPaths(field->message_type(), path, out, depth + 1);
@@ -126,13 +126,15 @@ TEST_CASE("config-reference.md and job_spec.proto describe the same fields", "[d
   // line ends with one, or it follows a field of its type under one comment ("AdamW betas").
   const std::string proto = ReadText(std::string(RLHFD_PROTO_DIR) + "/rlhfd/v1/job_spec.proto");
   REQUIRE(!proto.empty());
-  const std::regex field_line(R"(^\s*(repeated |optional )?([A-Za-z0-9_.]+) ([a-z_0-9]+) = [0-9]+;)");
+  const std::regex field_line(
+      R"(^\s*(repeated |optional )?([A-Za-z0-9_.]+) ([a-z_0-9]+) = [0-9]+;)");
   std::string previous, previous_type;
   int checked = 0;
   for (absl::string_view raw : absl::StrSplit(proto, '\n')) {
     const std::string line(raw);
     std::smatch match;
-    if (std::regex_search(line, match, field_line) && !absl::StartsWith(absl::StripLeadingAsciiWhitespace(line), "//")) {
+    if (std::regex_search(line, match, field_line) &&
+        !absl::StartsWith(absl::StripLeadingAsciiWhitespace(line), "//")) {
       ++checked;
       INFO("job_spec.proto: the field " << match[3].str() << " has no comment");
       CHECK((absl::StartsWith(absl::StripLeadingAsciiWhitespace(previous), "//") ||
