@@ -4,18 +4,18 @@
 
 #include <algorithm>
 #include <bit>
-#include <map>
 #include <chrono>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 #include "worker/model/model_loader.h"
 #include "worker/parallel/fully_sharded.h"
+#include "worker/parallel/tensor_parallel.h"
 #include "worker/roles/forward_passes.h"
 #include "worker/roles/prompt_encoding.h"
 #include "worker/roles/training_setup.h"
-#include "worker/parallel/tensor_parallel.h"
 #include "worker/rollout/device_support.h"
 #include "worker/rollout/tensor_parallel_generation.h"
 #include "worker/train/flops_estimate.h"
@@ -212,8 +212,8 @@ void AppendRequests(const std::vector<rollout::GenerationRequest>& requests,
   }
 }
 
-const int64_t* ReadRequests(const int64_t* words,
-                            std::vector<rollout::GenerationRequest>& requests) {
+// The inverse of AppendRequests: appends one rank's requests to `requests`.
+void ReadRequests(const int64_t* words, std::vector<rollout::GenerationRequest>& requests) {
   const int64_t count = *words++;
   for (int64_t i = 0; i < count; ++i) {
     rollout::GenerationRequest request;
@@ -233,7 +233,6 @@ const int64_t* ReadRequests(const int64_t* words,
     words += length;
     requests.push_back(std::move(request));
   }
-  return words;
 }
 
 }  // namespace
