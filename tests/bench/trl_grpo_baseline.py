@@ -42,6 +42,8 @@ def main():
     parser.add_argument("--micro_batch", type=int, default=16)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--out", default="/tmp/trl-grpo")
+    parser.add_argument("--gradient_checkpointing", type=int, default=1,
+                        help="TRL's GRPO default is 1; 0 trades memory for speed")
     args = parser.parse_args()
     dataset = load_dataset("json", data_files=args.data, split="train")
     prompts = len(dataset)
@@ -54,7 +56,8 @@ def main():
         gradient_accumulation_steps=accumulation, steps_per_generation=accumulation,
         num_generations=args.n, max_completion_length=args.response_len, beta=0.001,
         learning_rate=1e-6, temperature=1.0, max_steps=args.steps, logging_steps=1, report_to=[],
-        save_strategy="no", use_vllm=False, seed=0, dataloader_num_workers=0)
+        save_strategy="no", use_vllm=False, seed=0, dataloader_num_workers=0,
+        gradient_checkpointing=bool(args.gradient_checkpointing))
 
     def reward(completions, ground_truth, **kwargs):
         return [float(c.strip() == g) for c, g in zip(completions, ground_truth)]
@@ -74,6 +77,7 @@ def main():
     print(json.dumps({
         "bench": "trl_grpo_step", "trl": __import__("trl").__version__, "prompts": prompts, "n": args.n,
         "response_len": args.response_len, "micro_batch": args.micro_batch,
+        "gradient_checkpointing": bool(args.gradient_checkpointing),
         "gradient_accumulation_steps": accumulation, "steps": len(steps),
         "seconds_per_step": seconds, "step_seconds": steps, "mean_response_length": mean_length,
         "tokens_per_s": tokens / seconds,
