@@ -369,8 +369,10 @@ absl::StatusOr<Metrics> JobStages::RunStep(const StepPlan& plan) {
       AddRenamed(updated[0].metrics(), ActorMetricNames(), metrics);
       // verl's MFU is the batch's FLOPs over the time, the peak and the world: the ranks' mean.
       double mfu = 0;
-      for (const v1::UpdateReply& reply : updated)
-        mfu += reply.metrics().contains("mfu") ? reply.metrics().at("mfu") : 0.0;
+      for (const v1::UpdateReply& reply : updated) {
+        const auto found = reply.metrics().find("mfu");
+        if (found != reply.metrics().end()) mfu += found->second;
+      }
       metrics["perf/mfu/actor"] = mfu / static_cast<double>(updated.size());
       for (const char* memory : {"max_memory_allocated_gb", "max_memory_reserved_gb"}) {
         if (const std::optional<double> peak = Largest(updated, memory)) {

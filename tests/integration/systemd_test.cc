@@ -10,8 +10,6 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -143,13 +141,6 @@ void CheckNotifyLifecycle(NotifySocket& socket, Subprocess& daemon, const std::s
   CHECK(daemon.Wait(absl::Seconds(30)) == 0);
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 TEST_CASE("the systemd units pass systemd-analyze verify", "[systemd]") {
   TempDir dir;
   // The units as installed, with ExecStart pointing at this build's binaries (verify checks
@@ -157,7 +148,9 @@ TEST_CASE("the systemd units pass systemd-analyze verify", "[systemd]") {
   const std::string source = std::string(RLHFD_SOURCE_DIR) + "/deploy/systemd/";
   for (const auto& [unit, binary] : {std::pair{"rlhfd-controller.service", RLHFD_CONTROLLER_BIN},
                                      std::pair{"rlhfd-worker@.service", RLHFD_WORKER_BIN}}) {
-    const std::string text = ReadAll(source + unit);
+    const absl::StatusOr<std::string> read = ReadFileToString(source + unit);
+    REQUIRE(read.ok());
+    const std::string& text = *read;
     REQUIRE(absl::StrContains(text, "Type=notify"));
     REQUIRE(absl::StrContains(text, "WatchdogSec="));
     REQUIRE(absl::StrContains(text, "Restart=on-failure"));

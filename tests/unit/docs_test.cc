@@ -3,10 +3,8 @@
 // rlhfd.v1.JobSpec is in docs/config-reference.md, every key there is a field, and every field
 // has its comment in job_spec.proto (the authority the reference points to).
 #include <catch2/catch.hpp>
-#include <fstream>
 #include <regex>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -73,18 +71,13 @@ std::vector<std::string> TableKeys(const std::string& doc) {
   return keys;
 }
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 }  // namespace
 
 TEST_CASE("config-reference.md and job_spec.proto describe the same fields", "[docs]") {
-  const std::string doc = ReadText(std::string(RLHFD_DOCS_DIR) + "/config-reference.md");
-  REQUIRE(!doc.empty());
+  const absl::StatusOr<std::string> read =
+      ReadFileToString(std::string(RLHFD_DOCS_DIR) + "/config-reference.md");
+  REQUIRE(read.ok());
+  const std::string& doc = *read;
   std::set<std::string> fields;
   FieldPaths(v1::JobSpec::descriptor(), "", &fields);
 
@@ -124,8 +117,10 @@ TEST_CASE("config-reference.md and job_spec.proto describe the same fields", "[d
 
   // Every field has its comment in the .proto: the line before it is a comment, or the field's
   // line ends with one, or it follows a field of its type under one comment ("AdamW betas").
-  const std::string proto = ReadText(std::string(RLHFD_PROTO_DIR) + "/rlhfd/v1/job_spec.proto");
-  REQUIRE(!proto.empty());
+  const absl::StatusOr<std::string> proto_read =
+      ReadFileToString(std::string(RLHFD_PROTO_DIR) + "/rlhfd/v1/job_spec.proto");
+  REQUIRE(proto_read.ok());
+  const std::string& proto = *proto_read;
   const std::regex field_line(
       R"(^\s*(repeated |optional )?([A-Za-z0-9_.]+) ([a-z_0-9]+) = [0-9]+;)");
   std::string previous, previous_type;

@@ -293,15 +293,10 @@ class GenerationEngine::Run {
       sequence.completion.token_ids.push_back(token[i]);
       sequence.completion.logprobs.push_back(logprob[i]);
       engine_.stats_.generated_tokens += 1;
-      const bool eos = !sampling.ignore_eos && std::count(eos_.begin(), eos_.end(), token[i]);
-      const bool stop =
-          std::count(sampling.stop_token_ids.begin(), sampling.stop_token_ids.end(), token[i]) > 0;
-      if (eos || stop) {
-        sequence.completion.finish_reason = FinishReason::kStop;
-      } else if (static_cast<int64_t>(sequence.completion.token_ids.size()) <
-                 sampling.max_new_tokens) {
-        continue;
-      }
+      const std::optional<FinishReason> finish = FinishWith(
+          sampling, eos_, token[i], static_cast<int64_t>(sequence.completion.token_ids.size()));
+      if (!finish) continue;
+      sequence.completion.finish_reason = *finish;
       sequence.finished = true;
       any_finished_ = true;
     }

@@ -1,6 +1,7 @@
 // What a caller asks the generation engine for, and what it gets back.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -39,6 +40,21 @@ struct Completion {
   std::vector<float> logprobs;
   FinishReason finish_reason = FinishReason::kLength;
 };
+
+// Whether a response ends with `token`, its `length`-th: at EOS (unless ignore_eos) or a stop
+// token (kStop, the token kept), or at max_new_tokens (kLength). The one rule of every decoder.
+inline std::optional<FinishReason> FinishWith(const SamplingParams& sampling,
+                                              const std::vector<int64_t>& eos_token_ids,
+                                              int64_t token, int64_t length) {
+  const auto holds = [token](const std::vector<int64_t>& ids) {
+    return std::find(ids.begin(), ids.end(), token) != ids.end();
+  };
+  if ((!sampling.ignore_eos && holds(eos_token_ids)) || holds(sampling.stop_token_ids)) {
+    return FinishReason::kStop;
+  }
+  if (length >= sampling.max_new_tokens) return FinishReason::kLength;
+  return std::nullopt;
+}
 
 // One per request, in request order; `samples` has n entries.
 struct GenerationResult {

@@ -37,7 +37,8 @@ absl::Status CheckRequests(const std::vector<GenerationRequest>& requests, int64
     if (sampling.max_new_tokens < 1 || sampling.n < 1 || !(sampling.temperature >= 0) ||
         sampling.top_k < 0 || !(sampling.top_p > 0 && sampling.top_p <= 1)) {
       return absl::InvalidArgumentError(
-          where + "max_new_tokens and n must be >= 1, temperature >= 0, top_k >= 0, top_p in (0, 1]");
+          where +
+          "max_new_tokens and n must be >= 1, temperature >= 0, top_k >= 0, top_p in (0, 1]");
     }
   }
   return absl::OkStatus();
@@ -107,13 +108,11 @@ absl::StatusOr<std::vector<GenerationResult>> GenerateTensorParallel(
       row.tokens.push_back(token);
       row.completion.token_ids.push_back(token);
       row.completion.logprobs.push_back(logprobs.data_ptr<float>()[b]);
-      const bool eos = !sampling.ignore_eos &&
-                       std::count(eos_token_ids.begin(), eos_token_ids.end(), token) > 0;
-      const bool stop = std::count(sampling.stop_token_ids.begin(), sampling.stop_token_ids.end(),
-                                   token) > 0;
-      if (eos || stop) {
-        row.completion.finish_reason = FinishReason::kStop;
-      } else if (static_cast<int64_t>(row.completion.token_ids.size()) < sampling.max_new_tokens) {
+      const std::optional<FinishReason> finish = FinishWith(
+          sampling, eos_token_ids, token, static_cast<int64_t>(row.completion.token_ids.size()));
+      if (finish) {
+        row.completion.finish_reason = *finish;
+      } else {
         still.push_back(active[b]);
       }
     }
