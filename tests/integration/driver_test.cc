@@ -4,12 +4,12 @@
 // workers; kill -9 of any role's worker, of the controller, a hung worker and a cancel are
 // survived; bad input fails the job with a message naming what to fix while the daemons serve.
 #include <ATen/ATen.h>
-#include <catch2/catch.hpp>
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 #include <signal.h>
 #include <stdlib.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -118,7 +118,8 @@ class DriverCluster {
     return job;
   }
   v1::Job WaitEnded(const std::string& id, absl::Duration timeout = absl::Seconds(180)) {
-    return WaitUntil(id, [](const v1::Job& job) { return Terminal(job.state()); }, timeout);
+    return WaitUntil(
+        id, [](const v1::Job& job) { return Terminal(job.state()); }, timeout);
   }
 
   std::vector<v1::StepMetrics> Metrics(const std::string& id) {
@@ -200,9 +201,9 @@ class DriverCluster {
 std::string StateName(v1::JobState state) { return v1::JobState_Name(state); }
 
 std::string Describe(const v1::Job& job) {
-  return absl::StrCat(job.job_id(), " ", StateName(job.state()), ": ", job.message(),
-                      " (step ", job.progress().current_step(), "/",
-                      job.progress().total_steps(), ", restarts ", job.progress().restarts(), ")");
+  return absl::StrCat(job.job_id(), " ", StateName(job.state()), ": ", job.message(), " (step ",
+                      job.progress().current_step(), "/", job.progress().total_steps(),
+                      ", restarts ", job.progress().restarts(), ")");
 }
 
 // Each step of 1..total in the history exactly once, in order.
@@ -257,9 +258,12 @@ void CheckRunEqualsOneProcess(const std::string& config, int workers,
   CheckHistory(cluster.Metrics(id), total);
 
   // The states in order, and one metrics event per step.
-  WaitFor([&] { return !watch.events().empty() && Terminal(watch.events().back().state()) &&
-                       watch.events().back().step() == 0; },
-          absl::Seconds(5));
+  WaitFor(
+      [&] {
+        return !watch.events().empty() && Terminal(watch.events().back().state()) &&
+               watch.events().back().step() == 0;
+      },
+      absl::Seconds(5));
   std::vector<v1::JobState> states;
   std::vector<int64_t> steps;
   for (const v1::JobEvent& event : watch.events()) {
@@ -300,8 +304,8 @@ void CheckRunEqualsOneProcess(const std::string& config, int workers,
     INFO("step " << step);
     std::vector<std::string> paths;
     for (int rank : actor->ranks()) {
-      paths.push_back(absl::StrCat(dir.path(), "/rollouts/step_", step, "_rank_", rank,
-                                   ".safetensors"));
+      paths.push_back(
+          absl::StrCat(dir.path(), "/rollouts/step_", step, "_rank_", rank, ".safetensors"));
     }
     const StepTensors ours = MergeDumps(paths);
     // Rule rewards are the workers' scores; a reward model's are computed again.
@@ -407,10 +411,10 @@ TEST_CASE("Two jobs share four workers; a third waits with its reason", "[driver
   TempDir dir;
   std::vector<std::string> ids;
   for (int i = 0; i < 3; ++i) {
-    ids.push_back(cluster.Submit(ReadConfig("tiny-cpu-demo.yaml"),
-                                 {"trainer.total_steps=4", "trainer.save_every=-1",
-                                  "trainer.loggers=[console]",
-                                  absl::StrCat("trainer.checkpoint_dir=", dir.path(), "/", i)}));
+    ids.push_back(cluster.Submit(
+        ReadConfig("tiny-cpu-demo.yaml"),
+        {"trainer.total_steps=4", "trainer.save_every=-1", "trainer.loggers=[console]",
+         absl::StrCat("trainer.checkpoint_dir=", dir.path(), "/", i)}));
   }
   // The first two run at once; the third waits, saying why.
   const v1::Job first = cluster.WaitUntil(
@@ -483,10 +487,10 @@ TEST_CASE("kill -9 of each role's worker mid-step: the job recovers and finishes
   for (int i = 0; i < 5; ++i) cluster.StartWorker();  // four roles and a spare
   TempDir dir;
   const int64_t total = 10;
-  const std::string id = cluster.Submit(
-      ReadConfig("tiny-ppo-cpu.yaml"),
-      {absl::StrCat("trainer.total_steps=", total), "trainer.save_every=2",
-       "trainer.max_restarts=4", "trainer.checkpoint_dir=" + dir.path()});
+  const std::string id =
+      cluster.Submit(ReadConfig("tiny-ppo-cpu.yaml"),
+                     {absl::StrCat("trainer.total_steps=", total), "trainer.save_every=2",
+                      "trainer.max_restarts=4", "trainer.checkpoint_dir=" + dir.path()});
   int64_t after = 0;
   for (const std::string role : {"actor", "critic", "reference", "reward"}) {
     INFO("killing the " << role << "'s worker");
@@ -666,15 +670,16 @@ TEST_CASE("Bad input fails the job naming what to fix; the daemons keep serving"
   const std::string malformed =
       cluster.Submit(config, with({"data.train_files=[" + malformed_file + "]"}));
   const std::string long_file = dir.path() + "/long.jsonl";
-  write(long_file, rows.substr(0, rows.find('\n') + 1) + "{\"prompt\": \"" +
-                       [] {
-                         std::string text;
-                         for (int i = 0; i < 400; ++i) text += "seven plus eight ";
-                         return text;
-                       }() +
-                       "\", \"ground_truth\": \"15\"}\n" + rows);
-  const std::string overlong = cluster.Submit(
-      config, with({"data.train_files=[" + long_file + "]", "data.shuffle=false"}));
+  write(
+      long_file, rows.substr(0, rows.find('\n') + 1) + "{\"prompt\": \"" +
+                     [] {
+                       std::string text;
+                       for (int i = 0; i < 400; ++i) text += "seven plus eight ";
+                       return text;
+                     }() +
+                     "\", \"ground_truth\": \"15\"}\n" + rows);
+  const std::string overlong =
+      cluster.Submit(config, with({"data.train_files=[" + long_file + "]", "data.shuffle=false"}));
   const std::string model_dir = dir.path() + "/model";
   fs::copy(kSource + "/tests/fixtures/models/tiny-qwen2", model_dir, fs::copy_options::recursive);
   const std::string bad_model = cluster.Submit(config, with({"model.path=" + model_dir}));
@@ -693,9 +698,9 @@ TEST_CASE("Bad input fails the job naming what to fix; the daemons keep serving"
   failed_with(overlong, {long_file + ":2", "max_prompt_length"});
   failed_with(bad_model, {model_dir + "/model.safetensors"});
   // With data.filter_overlong_prompts the over-long prompt is left out instead (verl's filter).
-  const v1::Job filtered = cluster.WaitEnded(cluster.Submit(
-      config, with({"data.train_files=[" + long_file + "]", "data.shuffle=false",
-                    "data.filter_overlong_prompts=true"})));
+  const v1::Job filtered = cluster.WaitEnded(
+      cluster.Submit(config, with({"data.train_files=[" + long_file + "]", "data.shuffle=false",
+                                   "data.filter_overlong_prompts=true"})));
   INFO(Describe(filtered));
   CHECK(filtered.state() == v1::JOB_STATE_SUCCEEDED);
   CHECK(absl::StrContains(cluster.cluster().controller()->ReadLog(),
@@ -715,8 +720,11 @@ TEST_CASE("rlhfctl submit --wait, metrics --follow and export", "[driver][cli]")
       "model.path=" + kSource + "/tests/fixtures/models/tiny-qwen2",
       "data.train_files=[" + kSource + "/tests/fixtures/data/arithmetic_train.jsonl]",
       "trainer.loggers=[console]"};
-  std::vector<std::string> submit = {"--wait", "submit", kSource + "/configs/tiny-cpu-demo.yaml",
-                                     "trainer.total_steps=3", "trainer.save_every=3",
+  std::vector<std::string> submit = {"--wait",
+                                     "submit",
+                                     kSource + "/configs/tiny-cpu-demo.yaml",
+                                     "trainer.total_steps=3",
+                                     "trainer.save_every=3",
                                      "trainer.checkpoint_dir=" + dir.path() + "/checkpoints"};
   submit.insert(submit.end(), paths.begin(), paths.end());
   const CommandResult waited = cluster.cluster().Ctl(submit);

@@ -2,8 +2,8 @@
 // step and a GRPO step, split and colocated, against one process computing the same step with
 // the engine functions; stored replies; refusals of bad input.
 #include <ATen/ATen.h>
-#include <catch2/catch.hpp>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -23,11 +23,11 @@
 namespace rlhfd::roles {
 namespace {
 
-using testing::TestPrompts;
-using testing::TestSpec;
+using rlhfd::testing::TempDir;
 using testing::kGrpoJob;
 using testing::kPpoJob;
-using rlhfd::testing::TempDir;
+using testing::TestPrompts;
+using testing::TestSpec;
 
 // One role host per world rank of `spec`, on loopback.
 struct Hosts {
@@ -35,8 +35,10 @@ struct Hosts {
     at::set_num_threads(1);
     const int world = WorldSize(PlacePools(spec));
     for (int r = 0; r < world; ++r) {
-      hosts.push_back(std::make_unique<RoleHost>(RoleHostOptions{
-          .device = at::kCPU, .host = "127.0.0.1", .collective_timeout = std::chrono::seconds(60)}));
+      hosts.push_back(std::make_unique<RoleHost>(
+          RoleHostOptions{.device = at::kCPU,
+                          .host = "127.0.0.1",
+                          .collective_timeout = std::chrono::seconds(60)}));
       services.push_back(hosts.back().get());
     }
   }
@@ -62,9 +64,9 @@ TEST_CASE("the same steps colocated give the same numbers", "[roles]") {
     CheckAgainstOneProcess(TestSpec(kPpoJob, {"placement=colocated", "roles.actor.gpus=1"}), 4, 2);
   }
   SECTION("GRPO, two workers each hosting every role") {
-    CheckAgainstOneProcess(
-        TestSpec(kGrpoJob, {"placement=colocated", "roles.reference.gpus=2", "roles.reward.gpus=2"}), 2,
-        2);
+    CheckAgainstOneProcess(TestSpec(kGrpoJob, {"placement=colocated", "roles.reference.gpus=2",
+                                               "roles.reward.gpus=2"}),
+                           2, 2);
   }
 }
 
@@ -72,8 +74,8 @@ TEST_CASE("the same steps colocated give the same numbers", "[roles]") {
 // greedy responses are those of one engine over the whole model (tp_g 1), and so is the rest.
 TEST_CASE("the actor's rollout at tp_g 2 gives the responses of tp_g 1", "[roles][tp]") {
   SECTION("PPO split (greedy)") {
-    CheckAgainstOneProcess(TestSpec(kPpoJob, {"roles.actor.rollout.tp=2", "trainer.device=cpu"}),
-                           4, 2);
+    CheckAgainstOneProcess(TestSpec(kPpoJob, {"roles.actor.rollout.tp=2", "trainer.device=cpu"}), 4,
+                           2);
   }
   SECTION("GRPO colocated on two workers each hosting every role, n = 4 sampled") {
     CheckAgainstOneProcess(
@@ -106,9 +108,8 @@ v1::StageKey Key(const std::string& job, int64_t step, const std::string& stage)
 
 TEST_CASE("a repeated stage call returns the stored reply and changes no weight", "[roles]") {
   at::set_num_threads(1);
-  const v1::JobSpec spec =
-      TestSpec(kGrpoJob, {"placement=colocated", "roles.actor.gpus=1", "roles.reward.gpus=1",
-                   "roles.reference.gpus=1"});
+  const v1::JobSpec spec = TestSpec(kGrpoJob, {"placement=colocated", "roles.actor.gpus=1",
+                                               "roles.reward.gpus=1", "roles.reference.gpus=1"});
   Hosts hosts(spec);
   JobStages job("job-repeat", spec, hosts.services);
   REQUIRE(job.Start(2).ok());
@@ -162,7 +163,7 @@ TEST_CASE("a checkpoint's actor export loads in transformers with the checkpoint
 TEST_CASE("bad stage input gets a clear error naming what to fix", "[roles]") {
   at::set_num_threads(1);
   const v1::JobSpec spec = TestSpec(kGrpoJob, {"placement=colocated", "roles.actor.gpus=1",
-                                        "roles.reward.gpus=1", "roles.reference.gpus=1"});
+                                               "roles.reward.gpus=1", "roles.reference.gpus=1"});
   Hosts hosts(spec);
   RoleHost& host = *hosts.hosts[0];
   const auto message = [](const absl::Status& status) { return std::string(status.message()); };

@@ -1,8 +1,8 @@
 #include "tests/roles/step_check.h"
 
 #include <ATen/ATen.h>
-#include <catch2/catch.hpp>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -74,8 +74,8 @@ v1::JobSpec TestSpec(const char* text, const std::vector<std::string>& overrides
 }
 
 std::vector<v1::PromptRow> TestPrompts(int count) {
-  const char* const questions[] = {"What is 3 + 4?", "Name a colour.", "Count to three.",
-                                   "Say hello.", "What is 10 - 7?", "Spell cat."};
+  const char* const questions[] = {"What is 3 + 4?", "Name a colour.",  "Count to three.",
+                                   "Say hello.",     "What is 10 - 7?", "Spell cat."};
   std::vector<v1::PromptRow> prompts;
   for (int i = 0; i < count; ++i) {
     v1::PromptRow row;
@@ -92,7 +92,8 @@ namespace {
 
 std::vector<int> Ranks(const JobStages& job, const std::string& role) {
   const v1::PoolAssignment* pool = FindPool(job.pools(), role);
-  return pool == nullptr ? std::vector<int>() : std::vector<int>(pool->ranks().begin(), pool->ranks().end());
+  return pool == nullptr ? std::vector<int>()
+                         : std::vector<int>(pool->ranks().begin(), pool->ranks().end());
 }
 
 }  // namespace
@@ -155,7 +156,8 @@ void CheckUpdate(const std::map<std::string, at::Tensor>& before,
   double difference = 0, update = 0;
   for (const auto& [name, tensor] : expected) {
     const at::Tensor theirs = (tensor - before.at(name)).to(at::kDouble);
-    difference += (ours.at(name).to(at::kDouble) - tensor.to(at::kDouble)).pow(2).sum().item<double>();
+    difference +=
+        (ours.at(name).to(at::kDouble) - tensor.to(at::kDouble)).pow(2).sum().item<double>();
     update += theirs.pow(2).sum().item<double>();
   }
   INFO("update norm " << std::sqrt(update) << ", difference norm " << std::sqrt(difference));
@@ -222,7 +224,8 @@ void CheckAgainstOneProcess(const v1::JobSpec& spec, const std::vector<StageServ
         CHECK(at::equal(ids[row].narrow(0, p, length), at::tensor(expected, at::kLong)));
       }
     }
-    const StepTensors expected = rlhfd::testing::ReferenceForwards(spec, reference, ours, plan.kl_coef);
+    const StepTensors expected =
+        rlhfd::testing::ReferenceForwards(spec, reference, ours, plan.kl_coef);
     std::vector<std::string> compared = {"old_log_probs", "scores", "token_rewards", "advantages",
                                          "returns"};
     if (spec.roles().has_reference()) compared.push_back("ref_log_probs");
@@ -233,8 +236,8 @@ void CheckAgainstOneProcess(const v1::JobSpec& spec, const std::vector<StageServ
     CHECK(expected.tensors.at("advantages").abs().max().item<double>() > 1e-3);
 
     const auto actor_before = Cloned(Parameters(reference.actor));
-    const auto critic_before =
-        reference.critic ? Cloned(Parameters(reference.critic)) : std::map<std::string, at::Tensor>();
+    const auto critic_before = reference.critic ? Cloned(Parameters(reference.critic))
+                                                : std::map<std::string, at::Tensor>();
     rlhfd::testing::ReferenceUpdates(spec, reference, expected, step);
     REQUIRE(job.SaveCheckpoint(dir.path() + "/checkpoints", step, false).ok());
     const auto actor = Parameters(reference.actor);

@@ -1,6 +1,7 @@
 #include "tests/support/rl_reference.h"
 
 #include <ATen/ATen.h>
+
 #include <catch2/catch.hpp>
 
 #include "worker/model/model_loader.h"
@@ -56,7 +57,9 @@ int64_t ScheduleLength(const v1::JobSpec& spec, const v1::TrainSpec& train) {
 }
 
 train::AdamWOptions Adam(const v1::TrainSpec& train) {
-  return {.beta1 = train.adam_beta1(), .beta2 = train.adam_beta2(), .eps = 1e-8,
+  return {.beta1 = train.adam_beta1(),
+          .beta2 = train.adam_beta2(),
+          .eps = 1e-8,
           .weight_decay = train.weight_decay()};
 }
 
@@ -107,7 +110,8 @@ StepTensors ReferenceForwards(const v1::JobSpec& spec, ReferenceModels& models,
   const int64_t p = generated.prompt_length, r = response_mask.size(1);
   // Log-probs from full logits: position j predicts token j + 1.
   const auto log_probs = [&](model::Transformer& model) {
-    const at::Tensor logits = model->Logits(model->Hidden({.input_ids = ids, .attention_mask = mask}));
+    const at::Tensor logits =
+        model->Logits(model->Hidden({.input_ids = ids, .attention_mask = mask}));
     const at::Tensor all = at::log_softmax(logits.narrow(1, 0, ids.size(1) - 1).to(at::kDouble), -1)
                                .gather(-1, ids.narrow(1, 1, ids.size(1) - 1).unsqueeze(-1))
                                .squeeze(-1);
@@ -136,10 +140,10 @@ StepTensors ReferenceForwards(const v1::JobSpec& spec, ReferenceModels& models,
   }
   const v1::AlgorithmSpec& algorithm = spec.algorithm();
   if (algorithm.kl().mode() == v1::KL_MODE_IN_REWARD) {
-    token_rewards = token_rewards -
-                    kl_coef * train::KlEstimate(t["old_log_probs"], t["ref_log_probs"],
-                                                algorithm.kl().estimator()) *
-                        response_mask;
+    token_rewards = token_rewards - kl_coef *
+                                        train::KlEstimate(t["old_log_probs"], t["ref_log_probs"],
+                                                          algorithm.kl().estimator()) *
+                                        response_mask;
   }
   t["token_rewards"] = token_rewards;
   train::AdvantageInput input;
@@ -176,7 +180,8 @@ void ReferenceUpdates(const v1::JobSpec& spec, ReferenceModels& models, const St
                                    .old_values = Pad(t.at("values"), p),
                                    .returns = Pad(t.at("returns"), p)};
     train::CriticUpdateOptions options;
-    options.loop = Loop(spec, train, rl_step, schedule, (rl_step - 1) * StepsPerRlStep(spec, train));
+    options.loop =
+        Loop(spec, train, rl_step, schedule, (rl_step - 1) * StepsPerRlStep(spec, train));
     options.value_clip = train.cliprange_value();
     options.aggregation = algorithm.loss_agg_mode();
     REQUIRE(train::UpdateCritic(*models.critic_training, batch, options).ok());
@@ -188,15 +193,16 @@ void ReferenceUpdates(const v1::JobSpec& spec, ReferenceModels& models, const St
     }
     const train::LrSchedule schedule(train, ScheduleLength(spec, train));
     const bool kl_loss = algorithm.kl().mode() == v1::KL_MODE_LOSS && algorithm.kl().coef() > 0;
-    train::PolicyUpdateBatch batch{.input_ids = t.at("input_ids"),
-                                   .attention_mask = t.at("attention_mask"),
-                                   .response_mask = Pad(t.at("response_mask"), p),
-                                   .old_log_probs = Pad(t.at("old_log_probs"), p),
-                                   .advantages = Pad(t.at("advantages"), p),
-                                   .ref_log_probs = kl_loss ? Pad(t.at("ref_log_probs"), p)
-                                                            : at::Tensor()};
+    train::PolicyUpdateBatch batch{
+        .input_ids = t.at("input_ids"),
+        .attention_mask = t.at("attention_mask"),
+        .response_mask = Pad(t.at("response_mask"), p),
+        .old_log_probs = Pad(t.at("old_log_probs"), p),
+        .advantages = Pad(t.at("advantages"), p),
+        .ref_log_probs = kl_loss ? Pad(t.at("ref_log_probs"), p) : at::Tensor()};
     train::PolicyUpdateOptions options;
-    options.loop = Loop(spec, train, rl_step, schedule, (rl_step - 1) * StepsPerRlStep(spec, train));
+    options.loop =
+        Loop(spec, train, rl_step, schedule, (rl_step - 1) * StepsPerRlStep(spec, train));
     options.policy = {.clip_ratio_low = algorithm.clip_ratio_low(),
                       .clip_ratio_high = algorithm.clip_ratio_high(),
                       .clip_ratio_c = algorithm.clip_ratio_c(),
@@ -217,10 +223,8 @@ double LargestDifference(const std::map<std::string, at::Tensor>& a,
     REQUIRE(a.count(name));
     REQUIRE(b.count(name));
     REQUIRE(a.at(name).sizes() == b.at(name).sizes());
-    const double difference = (a.at(name).to(at::kDouble) - b.at(name).to(at::kDouble))
-                                  .abs()
-                                  .max()
-                                  .item<double>();
+    const double difference =
+        (a.at(name).to(at::kDouble) - b.at(name).to(at::kDouble)).abs().max().item<double>();
     worst = std::max(worst, difference);
   }
   return worst;

@@ -3,29 +3,27 @@
 // groups whose rewards are all equal, single-response groups and length-1 responses. Then the
 // policy-loss path through a tiny transformer: finite-difference gradients in float64, and the
 // direction of one update.
-#include <catch2/catch.hpp>
-
 #include <ATen/ATen.h>
+#include <torch/optim/adamw.h>
 #include <torch/types.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
 #include <vector>
 
 #include "worker/model/model_loader.h"
 #include "worker/train/advantage.h"
+#include "worker/train/batching.h"
 #include "worker/train/chunked_log_probs.h"
+#include "worker/train/critic_update.h"
+#include "worker/train/flops_estimate.h"
 #include "worker/train/log_probs.h"
 #include "worker/train/losses.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/optimizer.h"
-#include "worker/train/batching.h"
-#include "worker/train/critic_update.h"
-#include "worker/train/flops_estimate.h"
 #include "worker/train/policy_update.h"
-
-#include <torch/optim/adamw.h>
 
 namespace rlhfd::train {
 namespace {
@@ -33,8 +31,8 @@ namespace {
 using Matrix = std::vector<std::vector<double>>;
 
 at::Tensor ToTensor(const Matrix& m) {
-  at::Tensor t = at::zeros({static_cast<int64_t>(m.size()), static_cast<int64_t>(m[0].size())},
-                           at::kDouble);
+  at::Tensor t =
+      at::zeros({static_cast<int64_t>(m.size()), static_cast<int64_t>(m[0].size())}, at::kDouble);
   for (size_t i = 0; i < m.size(); ++i) {
     for (size_t j = 0; j < m[i].size(); ++j) t[i][j] = m[i][j];
   }
@@ -63,9 +61,10 @@ void CheckClose(const Matrix& actual, const Matrix& expected, double tolerance) 
 // Four responses, right-padded to T = 5, lengths 5, 3, 1 (a length-1 response) and 4.
 const Matrix kMask = {{1, 1, 1, 1, 1}, {1, 1, 1, 0, 0}, {1, 0, 0, 0, 0}, {1, 1, 1, 1, 0}};
 // The sequence reward sits on each response's last token; one token carries a shaping term.
-const Matrix kRewards = {{0, 0, 0.3, 0, 1.0}, {0, 0, 0.0, 0, 0}, {0.5, 0, 0, 0, 0}, {0, 0, 0, 2, 0}};
-const Matrix kValues = {{0.1, 0.2, 0.3, 0.4, 0.5}, {0.5, 0.4, 0.3, 9, 9}, {0.2, 9, 9, 9, 9},
-                        {0.0, -0.1, 0.2, 0.1, 9}};
+const Matrix kRewards = {
+    {0, 0, 0.3, 0, 1.0}, {0, 0, 0.0, 0, 0}, {0.5, 0, 0, 0, 0}, {0, 0, 0, 2, 0}};
+const Matrix kValues = {
+    {0.1, 0.2, 0.3, 0.4, 0.5}, {0.5, 0.4, 0.3, 9, 9}, {0.2, 9, 9, 9, 9}, {0.0, -0.1, 0.2, 0.1, 9}};
 
 // float64 reference of masked whitening (unbiased variance).
 Matrix RefWhiten(const Matrix& x, const Matrix& mask) {
@@ -190,7 +189,8 @@ TEST_CASE("GRPO: group mean and std, equal rewards, single responses", "[train][
   // All-equal rewards in a group (std 0) give zero advantages, not NaN; a group of one gets its
   // raw score (mean 0, std 1).
   AdvantageInput equal = Input({0, 0, 1, 2});
-  equal.token_rewards = ToTensor({{0, 0, 0, 0, 1}, {0, 0, 1, 0, 0}, {0.5, 0, 0, 0, 0}, {0, 0, 0, 2, 0}});
+  equal.token_rewards =
+      ToTensor({{0, 0, 0, 0, 1}, {0, 0, 1, 0, 0}, {0.5, 0, 0, 0, 0}, {0, 0, 0, 2, 0}});
   Matrix advantages = ToMatrix(Run(v1::ADVANTAGE_ESTIMATOR_GRPO, equal).advantages);
   CHECK(advantages[0][0] == 0.0);
   CHECK(advantages[1][0] == 0.0);
@@ -276,12 +276,18 @@ TEST_CASE("PPO policy loss: clip, clip-higher and dual clip, hand-worked", "[tra
 }
 
 TEST_CASE("PPO policy loss against a float64 reference on a padded batch", "[train][loss]") {
-  const Matrix log_prob = {{-1.0, -0.5, -2.0, -0.1, -3.0}, {-0.2, -0.9, -1.1, 0, 0},
-                           {-0.05, 0, 0, 0, 0}, {-1.5, -1.2, -0.3, -0.7, 0}};
-  const Matrix old = {{-1.2, -0.4, -1.0, -0.1, -3.5}, {-0.1, -1.4, -1.0, 0, 0},
-                      {-1.0, 0, 0, 0, 0}, {-1.4, -1.3, -0.9, -0.2, 0}};
-  const Matrix advantages = {{1.0, -0.5, 2.0, -1.5, 0.3}, {-2.0, 0.7, 0.1, 5, 5},
-                             {-1.0, 5, 5, 5, 5}, {0.4, -0.8, 1.2, -0.3, 5}};
+  const Matrix log_prob = {{-1.0, -0.5, -2.0, -0.1, -3.0},
+                           {-0.2, -0.9, -1.1, 0, 0},
+                           {-0.05, 0, 0, 0, 0},
+                           {-1.5, -1.2, -0.3, -0.7, 0}};
+  const Matrix old = {{-1.2, -0.4, -1.0, -0.1, -3.5},
+                      {-0.1, -1.4, -1.0, 0, 0},
+                      {-1.0, 0, 0, 0, 0},
+                      {-1.4, -1.3, -0.9, -0.2, 0}};
+  const Matrix advantages = {{1.0, -0.5, 2.0, -1.5, 0.3},
+                             {-2.0, 0.7, 0.1, 5, 5},
+                             {-1.0, 5, 5, 5, 5},
+                             {0.4, -0.8, 1.2, -0.3, 5}};
   const double low = 0.2, high = 0.28, c = 3.0;
   Matrix per_token = kMask;
   for (size_t i = 0; i < kMask.size(); ++i) {
@@ -297,7 +303,8 @@ TEST_CASE("PPO policy loss against a float64 reference on a padded batch", "[tra
     double sum = 0, tokens = 0, seq_sum = 0, seq_mean = 0;
     for (size_t i = 0; i < kMask.size(); ++i) {
       double s = 0, n = 0;
-      for (size_t j = 0; j < kMask[i].size(); ++j) s += per_token[i][j] * kMask[i][j], n += kMask[i][j];
+      for (size_t j = 0; j < kMask[i].size(); ++j)
+        s += per_token[i][j] * kMask[i][j], n += kMask[i][j];
       sum += s, tokens += n, seq_sum += s / kMask.size(), seq_mean += s / n / kMask.size();
     }
     return std::map<v1::LossAggregation, double>{
@@ -328,14 +335,16 @@ TEST_CASE("value loss with value clipping, hand-worked", "[train][loss]") {
 }
 
 TEST_CASE("KL estimators k1, k2, k3 and the adaptive coefficient", "[train][kl]") {
-  // p = 1, ref = 0.5 (log-probs 0 and log 0.5): k1 = log 2; k2 = ½ log² 2; k3 = 0.5 + log 0.5·(-1) - 1.
+  // p = 1, ref = 0.5 (log-probs 0 and log 0.5): k1 = log 2; k2 = ½ log² 2; k3 = 0.5 + log 0.5·(-1)
+  // - 1.
   const at::Tensor lp = ToTensor({{0.0}}), ref = ToTensor({{std::log(0.5)}});
   CHECK(KlEstimate(lp, ref, v1::KL_ESTIMATOR_K1).item<double>() == Approx(std::log(2.0)));
   CHECK(KlEstimate(lp, ref, v1::KL_ESTIMATOR_K2).item<double>() ==
         Approx(0.5 * std::log(2.0) * std::log(2.0)));
   CHECK(KlEstimate(lp, ref, v1::KL_ESTIMATOR_K3).item<double>() == Approx(0.5 + std::log(2.0) - 1));
   // k3 is clamped: a log-ratio of 50 saturates at 20 before exp, and the result at 10.
-  CHECK(KlEstimate(ToTensor({{-50.0}}), ToTensor({{0.0}}), v1::KL_ESTIMATOR_K3).item<double>() == 10.0);
+  CHECK(KlEstimate(ToTensor({{-50.0}}), ToTensor({{0.0}}), v1::KL_ESTIMATOR_K3).item<double>() ==
+        10.0);
   // k3 is never negative and is 0 where the policies agree.
   CHECK(KlEstimate(ref, ref, v1::KL_ESTIMATOR_K3).item<double>() == 0.0);
 
@@ -356,7 +365,8 @@ TEST_CASE("KL estimators k1, k2, k3 and the adaptive coefficient", "[train][kl]"
 }
 
 TEST_CASE("the policy-loss path through a tiny transformer", "[train][gradient]") {
-  auto loaded = model::LoadModel(std::string(RLHFD_FIXTURES_DIR) + "/models/tiny-qwen2", {at::kDouble, at::kCPU});
+  auto loaded = model::LoadModel(std::string(RLHFD_FIXTURES_DIR) + "/models/tiny-qwen2",
+                                 {at::kDouble, at::kCPU});
   REQUIRE(loaded.ok());
   model::Transformer net = *loaded;
   at::manual_seed(3);
@@ -372,7 +382,8 @@ TEST_CASE("the policy-loss path through a tiny transformer", "[train][gradient]"
     torch::NoGradGuard no_grad;
     old = token_log_probs() - 0.05;  // A slightly different behaviour policy.
   }
-  const at::Tensor advantages = ToTensor({{1.0, -0.5, 0.3, -1.0, 0.8}, {-0.2, 0.6, -1.2, 0.4, 1.0}});
+  const at::Tensor advantages =
+      ToTensor({{1.0, -0.5, 0.3, -1.0, 0.8}, {-0.2, 0.6, -1.2, 0.4, 1.0}});
   PolicyLossOptions options{0.2, 0.28, 3.0, v1::LOSS_AGGREGATION_TOKEN_MEAN};
   auto loss_value = [&] {
     return ComputePolicyLoss(token_log_probs(), old, advantages, mask, options).loss;
@@ -382,9 +393,9 @@ TEST_CASE("the policy-loss path through a tiny transformer", "[train][gradient]"
     at::Tensor loss = loss_value();
     loss.backward();
     auto params = net->named_parameters();
-    for (const std::string name : {"model.layers.0.self_attn.q_proj.weight",
-                                   "model.layers.1.mlp.down_proj.weight", "model.norm.weight",
-                                   "model.embed_tokens.weight"}) {
+    for (const std::string name :
+         {"model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight",
+          "model.norm.weight", "model.embed_tokens.weight"}) {
       at::Tensor p = params[name];
       at::Tensor grad = p.grad().clone();
       const double eps = 1e-6;
@@ -408,7 +419,8 @@ TEST_CASE("the policy-loss path through a tiny transformer", "[train][gradient]"
 
   SECTION("one update raises log-probs where A > 0, lowers them where A < 0, and flips with A") {
     for (const double sign : {1.0, -1.0}) {
-      auto fresh = model::LoadModel(std::string(RLHFD_FIXTURES_DIR) + "/models/tiny-qwen2", {at::kDouble, at::kCPU});
+      auto fresh = model::LoadModel(std::string(RLHFD_FIXTURES_DIR) + "/models/tiny-qwen2",
+                                    {at::kDouble, at::kCPU});
       REQUIRE(fresh.ok());
       net = *fresh;
       at::Tensor before;
@@ -418,7 +430,8 @@ TEST_CASE("the policy-loss path through a tiny transformer", "[train][gradient]"
       }
       const at::Tensor signed_advantages =
           sign * ToTensor({{1.0, -1.0, 1.0, -1.0, 1.0}, {-1.0, 1.0, -1.0, 1.0, -1.0}});
-      ComputePolicyLoss(token_log_probs(), before, signed_advantages, mask, options).loss.backward();
+      ComputePolicyLoss(token_log_probs(), before, signed_advantages, mask, options)
+          .loss.backward();
       {
         torch::NoGradGuard no_grad;
         for (auto& p : net->parameters()) p.sub_(1e-3 * p.grad());
@@ -464,13 +477,15 @@ TEST_CASE("fused AdamW matches LibTorch's own AdamW; clipping bounds the global 
           "[train][optimizer]") {
   at::manual_seed(5);
   std::vector<at::Tensor> ours, reference;
-  for (auto shape : {std::vector<int64_t>{7, 3}, std::vector<int64_t>{11}, std::vector<int64_t>{2, 2, 2}}) {
+  for (auto shape :
+       {std::vector<int64_t>{7, 3}, std::vector<int64_t>{11}, std::vector<int64_t>{2, 2, 2}}) {
     at::Tensor init = at::randn(shape);
     ours.push_back(init.clone().set_requires_grad(true));
     reference.push_back(init.clone().set_requires_grad(true));
   }
   AdamW optimizer(ours, {0.9, 0.95, 1e-8, 0.1});
-  torch::optim::AdamW libtorch(reference, torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
+  torch::optim::AdamW libtorch(
+      reference, torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
   for (int step = 0; step < 5; ++step) {
     for (size_t i = 0; i < ours.size(); ++i) {
       at::Tensor grad = at::randn(ours[i].sizes());
@@ -551,8 +566,9 @@ TEST_CASE("policy update: accumulation, token budgets, packing and checkpointing
   {
     model::Transformer reference = load();
     torch::NoGradGuard no_grad;
-    at::Tensor logits = reference->Logits(reference->Hidden({batch.input_ids, batch.attention_mask}))
-                            .narrow(1, 0, t - 1);
+    at::Tensor logits =
+        reference->Logits(reference->Hidden({batch.input_ids, batch.attention_mask}))
+            .narrow(1, 0, t - 1);
     batch.old_log_probs = TokenLogProbs(logits, batch.input_ids.narrow(1, 1, t - 1)) - 0.02;
   }
   batch.ref_log_probs = batch.old_log_probs + 0.01;
@@ -628,11 +644,17 @@ double VerlAggregate(const Matrix& loss, const Matrix& mask, v1::LossAggregation
     }
   }
   switch (mode) {
-    case v1::LOSS_AGGREGATION_TOKEN_MEAN: return total / tokens;
-    case v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM: return seq_sum / sequences;
-    case v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_MEAN: return seq_mean / sequences;
-    case v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM_NORM: return total / (sequences * horizon);
-    default: FAIL("unknown mode"); return 0;
+    case v1::LOSS_AGGREGATION_TOKEN_MEAN:
+      return total / tokens;
+    case v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM:
+      return seq_sum / sequences;
+    case v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_MEAN:
+      return seq_mean / sequences;
+    case v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM_NORM:
+      return total / (sequences * horizon);
+    default:
+      FAIL("unknown mode");
+      return 0;
   }
 }
 
@@ -660,15 +682,18 @@ TEST_CASE("every loss aggregation equals verl's over the mini-batch, whatever th
   for (int64_t i = 0; i < b; ++i) {
     batch.attention_mask[i].narrow(0, 0, lengths[i]).fill_(1);
     if (response_tokens[i] > 0) {
-      batch.response_mask[i].narrow(0, lengths[i] - 1 - response_tokens[i], response_tokens[i]).fill_(1);
+      batch.response_mask[i]
+          .narrow(0, lengths[i] - 1 - response_tokens[i], response_tokens[i])
+          .fill_(1);
     }
   }
   batch.advantages = at::randn({b, t - 1}, at::kDouble);
   {
     model::Transformer reference = load();
     torch::NoGradGuard no_grad;
-    at::Tensor logits = reference->Logits(reference->Hidden({batch.input_ids, batch.attention_mask}))
-                            .narrow(1, 0, t - 1);
+    at::Tensor logits =
+        reference->Logits(reference->Hidden({batch.input_ids, batch.attention_mask}))
+            .narrow(1, 0, t - 1);
     // Old log-probs away from the current ones, so that some ratios clip.
     batch.old_log_probs = TokenLogProbs(logits, batch.input_ids.narrow(1, 1, t - 1)) +
                           0.3 * at::randn({b, t - 1}, at::kDouble);
@@ -684,8 +709,9 @@ TEST_CASE("every loss aggregation equals verl's over the mini-batch, whatever th
     INFO(v1::LossAggregation_Name(mode));
     // The reference: full padded forward, per-token terms from full logits, verl's aggregation.
     model::Transformer reference = load();
-    at::Tensor logits = reference->Logits(reference->Hidden({batch.input_ids, batch.attention_mask}))
-                            .narrow(1, 0, t - 1);
+    at::Tensor logits =
+        reference->Logits(reference->Hidden({batch.input_ids, batch.attention_mask}))
+            .narrow(1, 0, t - 1);
     const at::Tensor log_probs = at::log_softmax(logits, -1);
     const at::Tensor log_prob =
         log_probs.gather(-1, batch.input_ids.narrow(1, 1, t - 1).unsqueeze(-1)).squeeze(-1);
@@ -766,8 +792,7 @@ TEST_CASE("a malformed batch is refused naming the tensor", "[train][update]") {
   PolicyUpdateOptions options;
   auto refused = UpdatePolicy(trained, batch, options);
   CHECK(absl::IsInvalidArgument(refused.status()));
-  CHECK_THAT(std::string(refused.status().message()),
-             Catch::Contains("advantages must be (2, 4)"));
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("advantages must be (2, 4)"));
   batch.advantages = at::zeros({2, 4}, at::kDouble);
   batch.input_ids[1][2] = 100000;
   refused = UpdatePolicy(trained, batch, options);
@@ -795,7 +820,8 @@ TEST_CASE("micro-batches by a token budget", "[train][update]") {
     CHECK((sum <= 10 || batch.size() == 1));  // Row 5 (12 tokens) goes alone.
     // Rows keep the input order inside a micro-batch.
     std::vector<size_t> where;
-    for (int64_t row : batch) where.push_back(std::find(rows.begin(), rows.end(), row) - rows.begin());
+    for (int64_t row : batch)
+      where.push_back(std::find(rows.begin(), rows.end(), row) - rows.begin());
     CHECK(std::is_sorted(where.begin(), where.end()));
     seen.insert(seen.end(), batch.begin(), batch.end());
   }
@@ -885,12 +911,13 @@ TEST_CASE("critic update: value loss falls, accumulation and packing change noth
     return std::make_pair(net, *metrics);
   };
   auto [whole, whole_metrics] = run({.micro_batch = 4}, 1);
-  for (MicroBatching micro : {MicroBatching{.micro_batch = 1},
-                              MicroBatching{.micro_batch = 2, .packed = true}}) {
+  for (MicroBatching micro :
+       {MicroBatching{.micro_batch = 1}, MicroBatching{.micro_batch = 2, .packed = true}}) {
     auto [net, metrics] = run(micro, 1);
     double worst = 0;
     auto a = whole->parameters(), c = net->parameters();
-    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - c[i]).abs().max().item<double>());
+    for (size_t i = 0; i < a.size(); ++i)
+      worst = std::max(worst, (a[i] - c[i]).abs().max().item<double>());
     CHECK(worst <= 1e-10);
     CHECK(metrics.at("explained_variance") ==
           Approx(whole_metrics.at("explained_variance")).epsilon(1e-9));
@@ -902,9 +929,10 @@ TEST_CASE("critic update: value loss falls, accumulation and packing change noth
   // Twenty epochs on the same batch: the values fit the returns better.
   auto [trained, trained_metrics] = run({.micro_batch = 4}, 20);
   torch::NoGradGuard no_grad;
-  const at::Tensor values = trained->Scores(trained->Hidden({batch.input_ids, batch.attention_mask}))
-                                .squeeze(-1)
-                                .narrow(1, 0, t - 1);
+  const at::Tensor values =
+      trained->Scores(trained->Hidden({batch.input_ids, batch.attention_mask}))
+          .squeeze(-1)
+          .narrow(1, 0, t - 1);
   const double before = ExplainedVariance(batch.old_values, batch.returns, batch.response_mask);
   const double after = ExplainedVariance(values, batch.returns, batch.response_mask);
   INFO("explained variance " << before << " -> " << after);

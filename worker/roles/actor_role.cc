@@ -99,9 +99,9 @@ absl::StatusOr<std::unique_ptr<ActorRole>> ActorRole::Create(const v1::JobSpec& 
   if (tp > 1) {
     // Rollout rank k * tp + j is slice j of tensor-parallel group k (reshard.h's numbering).
     if (device.is_cuda() || pool.size() % tp != 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "roles.actor.rollout.tp ", tp, " runs on CPU workers whose actor pool (", pool.size(),
-          " ranks) it divides"));
+      return absl::FailedPreconditionError(absl::StrCat("roles.actor.rollout.tp ", tp,
+                                                        " runs on CPU workers whose actor pool (",
+                                                        pool.size(), " ranks) it divides"));
     }
     ASSIGN_OR_RETURN(role->tp_group_, pool.Split(pool.rank() / tp, pool.rank() % tp));
     RLOG(INFO) << "actor rank " << pool.rank() << ": rollout as slice " << pool.rank() % tp

@@ -75,8 +75,10 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
     const int64_t chunk = ctx->saved_data["chunk"].toInt();
     const int64_t n = hidden.size(0);
     const at::ScalarType wide = WideType(weight);
-    const at::Tensor g_lp = grads[0].defined() ? grads[0].to(wide) : at::zeros({n}, entropy.options());
-    const at::Tensor g_h = grads[1].defined() ? grads[1].to(wide) : at::zeros({n}, entropy.options());
+    const at::Tensor g_lp =
+        grads[0].defined() ? grads[0].to(wide) : at::zeros({n}, entropy.options());
+    const at::Tensor g_h =
+        grads[1].defined() ? grads[1].to(wide) : at::zeros({n}, entropy.options());
     at::Tensor grad_hidden = at::empty(hidden.sizes(), hidden.options());
     at::Tensor grad_weight = at::zeros(weight.sizes(), weight.options().dtype(wide));
     const at::ScalarType compute = ctx->saved_data["compute"].toScalarType();
@@ -100,7 +102,8 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
 
 }  // namespace
 
-std::pair<at::Tensor, at::Tensor> ChunkedLogProbs(const at::Tensor& hidden, const at::Tensor& weight,
+std::pair<at::Tensor, at::Tensor> ChunkedLogProbs(const at::Tensor& hidden,
+                                                  const at::Tensor& weight,
                                                   const at::Tensor& targets, int64_t chunk) {
   auto out = ChunkedLogProbsFunction::apply(hidden, weight, targets, std::max<int64_t>(chunk, 1));
   return {out[0], out[1]};

@@ -36,9 +36,9 @@ absl::StatusOr<UpdateMetrics> UpdatePolicy(TrainedModel& trained, const PolicyUp
         ChunkedLogProbs(scored.hidden, model->HeadWeight(), scored.targets);
     const at::Tensor log_prob = scored.Unflatten(flat_log_prob);  // (n, T-1)
     const at::Tensor entropy = scored.Unflatten(flat_entropy);
-    const PolicyLoss policy =
-        ComputePolicyLoss(log_prob, batch.old_log_probs.index_select(0, rows),
-                          batch.advantages.index_select(0, rows), mask, options.policy, micro.scale);
+    const PolicyLoss policy = ComputePolicyLoss(log_prob, batch.old_log_probs.index_select(0, rows),
+                                                batch.advantages.index_select(0, rows), mask,
+                                                options.policy, micro.scale);
     // As verl's actor: the entropy bonus and the KL loss aggregate like the policy loss.
     at::Tensor loss = policy.loss;
     if (options.entropy_coeff != 0) {
