@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging/logging.h"
+#include "common/roles/on_policy.h"
 #include "common/roles/pool_placement.h"
 #include "common/status/status_macros.h"
 #include "common/util/row_split.h"
@@ -289,7 +290,10 @@ absl::StatusOr<Metrics> JobStages::RunStep(const StepPlan& plan) {
           .status();
     });
   };
-  RETURN_IF_ERROR(forward(kActor, v1::FORWARD_KIND_OLD_LOG_PROBS, "old_log_probs", "old_log_prob"));
+  if (NeedsOldLogProbs(spec_)) {
+    RETURN_IF_ERROR(
+        forward(kActor, v1::FORWARD_KIND_OLD_LOG_PROBS, "old_log_probs", "old_log_prob"));
+  }
   if (needs_reference) {
     RETURN_IF_ERROR(Move(step, sequences, kActor, kReference, metrics));
     RETURN_IF_ERROR(forward(kReference, v1::FORWARD_KIND_REF_LOG_PROBS, "ref_log_probs", "ref"));

@@ -4,7 +4,7 @@
 # Qwen2.5-0.5B shape, PROMPTS prompts x n N_SAMPLES, prompts of P tokens, responses of N tokens
 # (random weights sample no EOS), KL loss 0.001. Prints each side's JSON and a table; the rlhfd
 # figures are the means over the steps after the first (verl's timing_s keys), TRL's likewise.
-#   tests/bench/grpo_vs_trl.sh PROMPTS N_SAMPLES P N [STEPS] [MICRO_BATCH]
+#   [TRL_RUNS="16:1 64:0"] tests/bench/grpo_vs_trl.sh PROMPTS N_SAMPLES P N [STEPS] [MICRO_BATCH]
 # Needs: RLHFD_BIN_DIR (a deploy/bundle.sh bin/, env.sh sourced), python3 with torch,
 # transformers and trl. RLHFD_BENCH_DIR: where the model and logs go (default /tmp/grpo-bench).
 set -euo pipefail
@@ -43,9 +43,17 @@ kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; pids=()
 
 rlhfd_json=$(python3 "${here}/grpo_bench_report.py" rlhfd "${run}/state/logs/job-1/metrics.jsonl" "${wall}")
 echo "${rlhfd_json}"
-trl_json=$(python3 "${here}/trl_grpo_baseline.py" --model "${work}/model" --data "${data}" \
-  --n "${samples}" --response_len "${response_len}" --micro_batch "${micro_batch}" \
-  --steps $((steps > 4 ? 4 : steps)) --out "${work}/trl" 2>"${work}/trl.log" | tail -1) \
-  || { tail -40 "${work}/trl.log"; exit 1; }
-echo "${trl_json}"
-python3 "${here}/grpo_bench_report.py" table "${rlhfd_json}" "${trl_json}"
+# TRL_RUNS: TRL configurations to measure, each MICRO_BATCH:GRADIENT_CHECKPOINTING (default: its
+# defaults with the micro-batch above; "64:0" is TRL tuned for this GPU: no checkpointing).
+for trl_run in ${TRL_RUNS:-${micro_batch}:1}; do
+  trl_micro=${trl_run%%:*}; trl_checkpointing=${trl_run##*:}
+  echo "TRL: micro-batch ${trl_micro}, gradient checkpointing ${trl_checkpointing}"
+  trl_json=$(python3 "${here}/trl_grpo_baseline.py" --model "${work}/model" --data "${data}" \
+    --n "${samples}" --response_len "${response_len}" --micro_batch "${trl_micro}" \
+    --gradient_checkpointing "${trl_checkpointing}" --steps $((steps > 4 ? 4 : steps)) \
+    --out "${work}/trl" 2>"${work}/trl-${trl_run}.log" | tail -1) \
+    || { echo "TRL ${trl_run} failed:"; tail -3 "${work}/trl-${trl_run}.log"; failed=1; continue; }
+  echo "${trl_json}"
+  python3 "${here}/grpo_bench_report.py" table "${rlhfd_json}" "${trl_json}"
+done
+exit "${failed:-0}"

@@ -18,6 +18,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/roles/on_policy.h"
 #include "common/roles/pool_placement.h"
 #include "common/rpc/auth.h"
 #include "common/util/files.h"
@@ -312,7 +313,8 @@ void CheckRunEqualsOneProcess(const std::string& config, int workers,
     const StepTensors expected = ReferenceForwards(
         spec, reference, ours, kl_coef,
         spec.roles().reward().model().empty() ? ours.tensors.at("scores") : at::Tensor());
-    std::vector<std::string> compared = {"old_log_probs", "token_rewards", "advantages"};
+    std::vector<std::string> compared = {"token_rewards", "advantages"};
+    if (roles::NeedsOldLogProbs(spec)) compared.push_back("old_log_probs");
     if (spec.roles().has_reference()) compared.push_back("ref_log_probs");
     if (spec.roles().has_critic()) compared.push_back("values");
     // Step 1 starts from the same weights; later steps from weights within 1e-5 of one

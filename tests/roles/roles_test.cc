@@ -70,6 +70,15 @@ TEST_CASE("the same steps colocated give the same numbers", "[roles]") {
   }
 }
 
+// Two PPO epochs make the update off-policy after its first optimiser step: the old-log-prob
+// forward runs (the GRPO job above, one epoch, skips it) and its log-probs are the ratio's.
+TEST_CASE("an off-policy GRPO update (two epochs) uses the old-log-prob forward", "[roles]") {
+  CheckAgainstOneProcess(
+      TestSpec(kGrpoJob, {"placement=colocated", "roles.actor.gpus=1", "roles.reward.gpus=1",
+                          "roles.reference.gpus=1", "roles.actor.train.ppo_epochs=2"}),
+      2, 2);
+}
+
 // The actor's two ranks decode as one tensor-parallel group (each its half of every layer): the
 // greedy responses are those of one engine over the whole model (tp_g 1), and so is the rest.
 TEST_CASE("the actor's rollout at tp_g 2 gives the responses of tp_g 1", "[roles][tp]") {

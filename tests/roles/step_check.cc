@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/config/job_config.h"
+#include "common/roles/on_policy.h"
 #include "common/roles/pool_placement.h"
 #include "tests/support/subprocess.h"
 #include "worker/model/state_dict.h"
@@ -226,8 +227,13 @@ void CheckAgainstOneProcess(const v1::JobSpec& spec, const std::vector<StageServ
     }
     const StepTensors expected =
         rlhfd::testing::ReferenceForwards(spec, reference, ours, plan.kl_coef);
-    std::vector<std::string> compared = {"old_log_probs", "scores", "token_rewards", "advantages",
-                                         "returns"};
+    std::vector<std::string> compared = {"scores", "token_rewards", "advantages", "returns"};
+    // On-policy without a KL reward the old-log-prob forward is skipped: none were made.
+    if (NeedsOldLogProbs(spec)) {
+      compared.push_back("old_log_probs");
+    } else {
+      CHECK(ours.tensors.count("old_log_probs") == 0);
+    }
     if (spec.roles().has_reference()) compared.push_back("ref_log_probs");
     if (spec.roles().has_critic()) compared.push_back("values");
     const double difference = LargestDifference(ours.tensors, expected.tensors, compared);

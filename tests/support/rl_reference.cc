@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/roles/on_policy.h"
 #include "worker/model/model_loader.h"
 #include "worker/model/state_dict.h"
 #include "worker/train/advantage.h"
@@ -197,7 +198,9 @@ void ReferenceUpdates(const v1::JobSpec& spec, ReferenceModels& models, const St
         .input_ids = t.at("input_ids"),
         .attention_mask = t.at("attention_mask"),
         .response_mask = Pad(t.at("response_mask"), p),
-        .old_log_probs = Pad(t.at("old_log_probs"), p),
+        // On-policy the actor takes its own, detached.
+        .old_log_probs =
+            roles::ActorUpdateIsOnPolicy(spec) ? at::Tensor() : Pad(t.at("old_log_probs"), p),
         .advantages = Pad(t.at("advantages"), p),
         .ref_log_probs = kl_loss ? Pad(t.at("ref_log_probs"), p) : at::Tensor()};
     train::PolicyUpdateOptions options;

@@ -624,6 +624,71 @@ TEST_CASE("policy update: accumulation, token budgets, packing and checkpointing
   CHECK(epoch_metrics.at("optimizer_steps") == 4);
 }
 
+TEST_CASE("an on-policy update without old log-probs takes its own, detached (ratio 1)",
+          "[train][update]") {
+  // verl's actor with one epoch over one mini-batch: old_log_prob = log_prob.detach(). Against
+  // the same update given the model's own log-probs from full logits (float64), the weights
+  // agree to rounding; an off-policy update without them is refused.
+  const std::string dir = std::string(RLHFD_FIXTURES_DIR) + "/models/tiny-qwen2";
+  auto load = [&] {
+    auto loaded = model::LoadModel(dir, {at::kDouble, at::kCPU});
+    REQUIRE(loaded.ok());
+    return *loaded;
+  };
+  at::manual_seed(23);
+  const int64_t b = 4, t = 8;
+  PolicyUpdateBatch batch;
+  batch.input_ids = at::randint(3, 500, {b, t}, at::kLong);
+  batch.attention_mask = at::ones({b, t}, at::kLong);
+  batch.response_mask = at::zeros({b, t - 1}, at::kDouble);
+  batch.response_mask.narrow(1, 3, t - 4).fill_(1);
+  batch.advantages = at::randn({b, t - 1}, at::kDouble) * batch.response_mask;
+  at::Tensor own;
+  {
+    model::Transformer reference = load();
+    torch::NoGradGuard no_grad;
+    own = TokenLogProbs(reference->Logits(reference->Hidden({batch.input_ids})).narrow(1, 0, t - 1),
+                        batch.input_ids.narrow(1, 1, t - 1));
+  }
+  PolicyUpdateOptions options;
+  options.loop.mini_batch = b;
+  options.loop.lr = 1e-3;
+  options.loop.micro = {.micro_batch = 2};
+  options.entropy_coeff = 0.01;
+  auto run = [&](const at::Tensor& old_log_probs) {
+    model::Transformer net = load();
+    LocalModel trained(net, {});
+    PolicyUpdateBatch given = batch;
+    given.old_log_probs = old_log_probs;
+    auto metrics = UpdatePolicy(trained, given, options);
+    REQUIRE(metrics.ok());
+    return std::make_pair(net, *metrics);
+  };
+  auto [detached, detached_metrics] = run(at::Tensor());
+  auto [given, given_metrics] = run(own);
+  double worst = 0, moved = 0;
+  const auto start = load()->parameters();
+  for (size_t i = 0; i < start.size(); ++i) {
+    worst = std::max(
+        worst, (detached->parameters()[i] - given->parameters()[i]).abs().max().item<double>());
+    moved = std::max(moved, (detached->parameters()[i] - start[i]).abs().max().item<double>());
+  }
+  CHECK(worst <= 1e-10);
+  CHECK(moved > 1e-4);  // The update did something.
+  CHECK(detached_metrics.at("approx_kl") == 0);
+  CHECK(detached_metrics.at("clip_fraction") == 0);
+  CHECK(detached_metrics.at("policy_loss") ==
+        Approx(given_metrics.at("policy_loss")).margin(1e-10));
+
+  options.loop.epochs = 2;
+  model::Transformer net = load();
+  LocalModel trained(net, {});
+  const auto refused = UpdatePolicy(trained, batch, options);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("old_log_probs"));
+}
+
 // verl's agg_loss over a whole mini-batch (verl >= 0.9 with global batch information), written
 // out with loops: rows without response tokens count in no denominator.
 double VerlAggregate(const Matrix& loss, const Matrix& mask, v1::LossAggregation mode,

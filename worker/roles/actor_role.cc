@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging/logging.h"
+#include "common/roles/on_policy.h"
 #include "common/status/status_macros.h"
 #include "worker/model/model_loader.h"
 #include "worker/parallel/fully_sharded.h"
@@ -426,10 +427,15 @@ absl::StatusOr<v1::UpdateReply> ActorRole::Update(const v1::UpdateRequest& reque
   ASSIGN_OR_RETURN(update.input_ids, batch.Get("input_ids", "the actor update"));
   ASSIGN_OR_RETURN(update.attention_mask, batch.Get("attention_mask", "the actor update"));
   ASSIGN_OR_RETURN(const at::Tensor response_mask, batch.Get("response_mask", "the actor update"));
-  ASSIGN_OR_RETURN(const at::Tensor old_log_probs, batch.Get("old_log_probs", "the actor update"));
   ASSIGN_OR_RETURN(const at::Tensor advantages, batch.Get("advantages", "the actor update"));
+  // On-policy the driver skips the old-log-prob forward and the update takes its own
+  // log-probs, detached, as the old ones (verl's actor does the same).
+  if (!ActorUpdateIsOnPolicy(spec_)) {
+    ASSIGN_OR_RETURN(const at::Tensor old_log_probs,
+                     batch.Get("old_log_probs", "the actor update"));
+    update.old_log_probs = ToTrainingLayout(old_log_probs, p);
+  }
   update.response_mask = ToTrainingLayout(response_mask, p);
-  update.old_log_probs = ToTrainingLayout(old_log_probs, p);
   update.advantages = ToTrainingLayout(advantages, p);
   if (kl_loss) {
     ASSIGN_OR_RETURN(const at::Tensor ref, batch.Get("ref_log_probs", "the actor's KL loss"));

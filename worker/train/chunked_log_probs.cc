@@ -9,6 +9,12 @@
 #include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 
+#if RLHFD_HAVE_CUDA
+#include <c10/cuda/CUDAStream.h>
+
+#include "worker/train/log_prob_kernels.h"
+#endif
+
 namespace rlhfd::train {
 namespace {
 
@@ -33,11 +39,34 @@ at::Tensor WideMatmul(const at::Tensor& a, const at::Tensor& b, at::ScalarType c
   return at::mm(a.to(wide), b.to(wide));
 }
 
+// Whether the fused kernels take a chunk: float32 logits on the GPU (float64 and the CPU run the
+// tensor operations below).
+bool Fused(const at::Tensor& hidden, at::ScalarType wide) {
+#if RLHFD_HAVE_CUDA
+  return hidden.is_cuda() && wide == at::kFloat;
+#else
+  return false;
+#endif
+}
+
 // Logits of hidden rows [begin, begin + n) in the wide dtype: (n, V).
 at::Tensor ChunkLogits(const at::Tensor& hidden, const at::Tensor& weight, int64_t begin, int64_t n,
                        at::ScalarType compute) {
   return WideMatmul(hidden.narrow(0, begin, n), weight.t(), compute);
 }
+
+#if RLHFD_HAVE_CUDA
+kernels::GradientType GradientTypeOf(at::ScalarType compute) {
+  switch (compute) {
+    case at::kBFloat16:
+      return kernels::GradientType::kBFloat16;
+    case at::kHalf:
+      return kernels::GradientType::kFloat16;
+    default:
+      return kernels::GradientType::kFloat32;
+  }
+}
+#endif
 
 class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbsFunction> {
  public:
@@ -50,16 +79,31 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
     const at::Tensor weight_compute = weight.to(compute);
     at::Tensor log_prob = at::empty({n}, hidden.options().dtype(WideType(weight)));
     at::Tensor entropy = at::empty_like(log_prob);
+    at::Tensor lse = at::empty_like(log_prob);
+    [[maybe_unused]] const bool fused = Fused(hidden, log_prob.scalar_type());
+    const at::Tensor targets_here = targets.to(hidden.device(), at::kLong).contiguous();
     for (int64_t begin = 0; begin < n; begin += chunk) {
       const int64_t size = std::min(chunk, n - begin);
       const at::Tensor z = ChunkLogits(hidden, weight_compute, begin, size, compute);  // (n, V)
-      const at::Tensor lse = at::logsumexp(z, -1);
+#if RLHFD_HAVE_CUDA
+      if (fused) {
+        kernels::LogProbRows(z.contiguous().data_ptr<float>(), static_cast<int>(size),
+                             static_cast<int>(z.size(1)), targets_here.data_ptr<int64_t>() + begin,
+                             log_prob.data_ptr<float>() + begin, entropy.data_ptr<float>() + begin,
+                             lse.data_ptr<float>() + begin,
+                             c10::cuda::getCurrentCUDAStream(hidden.device().index()));
+        continue;
+      }
+#endif
+      const at::Tensor chunk_lse = at::logsumexp(z, -1);
       const at::Tensor p = at::softmax(z, -1);
       log_prob.narrow(0, begin, size)
-          .copy_(z.gather(-1, targets.narrow(0, begin, size).unsqueeze(-1)).squeeze(-1) - lse);
-      entropy.narrow(0, begin, size).copy_(lse - (p * z).sum(-1));
+          .copy_(z.gather(-1, targets_here.narrow(0, begin, size).unsqueeze(-1)).squeeze(-1) -
+                 chunk_lse);
+      entropy.narrow(0, begin, size).copy_(chunk_lse - (p * z).sum(-1));
+      lse.narrow(0, begin, size).copy_(chunk_lse);
     }
-    ctx->save_for_backward({hidden, weight, targets, entropy});
+    ctx->save_for_backward({hidden, weight, targets_here, entropy, lse});
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["compute"] = compute;
     return {log_prob, entropy};
@@ -72,27 +116,44 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
     const at::Tensor& weight = saved[1];
     const at::Tensor& targets = saved[2];
     const at::Tensor& entropy = saved[3];
+    const at::Tensor& lse = saved[4];
     const int64_t chunk = ctx->saved_data["chunk"].toInt();
     const int64_t n = hidden.size(0);
     const at::ScalarType wide = WideType(weight);
     const at::Tensor g_lp =
-        grads[0].defined() ? grads[0].to(wide) : at::zeros({n}, entropy.options());
+        grads[0].defined() ? grads[0].to(wide).contiguous() : at::zeros({n}, entropy.options());
     const at::Tensor g_h =
-        grads[1].defined() ? grads[1].to(wide) : at::zeros({n}, entropy.options());
+        grads[1].defined() ? grads[1].to(wide).contiguous() : at::zeros({n}, entropy.options());
     at::Tensor grad_hidden = at::empty(hidden.sizes(), hidden.options());
     at::Tensor grad_weight = at::zeros(weight.sizes(), weight.options().dtype(wide));
     const at::ScalarType compute = ctx->saved_data["compute"].toScalarType();
     const at::Tensor weight_compute = weight.to(compute);
+    [[maybe_unused]] const bool fused = Fused(hidden, wide);
     for (int64_t begin = 0; begin < n; begin += chunk) {
       const int64_t size = std::min(chunk, n - begin);
       const at::Tensor z = ChunkLogits(hidden, weight_compute, begin, size, compute);
-      const at::Tensor log_p = at::log_softmax(z, -1);
-      const at::Tensor p = log_p.exp();
-      at::Tensor grad_z = -p * (g_lp.narrow(0, begin, size).unsqueeze(-1) +
-                                g_h.narrow(0, begin, size).unsqueeze(-1) *
-                                    (log_p + entropy.narrow(0, begin, size).unsqueeze(-1)));
-      grad_z.scatter_add_(-1, targets.narrow(0, begin, size).unsqueeze(-1),
-                          g_lp.narrow(0, begin, size).unsqueeze(-1));
+      at::Tensor grad_z;
+#if RLHFD_HAVE_CUDA
+      if (fused) {
+        // Written in the GEMMs' dtype, so neither product below casts it again.
+        grad_z = at::empty(z.sizes(), z.options().dtype(compute));
+        kernels::LogProbGradient(z.contiguous().data_ptr<float>(), static_cast<int>(size),
+                                 static_cast<int>(z.size(1)), targets.data_ptr<int64_t>() + begin,
+                                 lse.data_ptr<float>() + begin, entropy.data_ptr<float>() + begin,
+                                 g_lp.data_ptr<float>() + begin, g_h.data_ptr<float>() + begin,
+                                 grad_z.data_ptr(), GradientTypeOf(compute),
+                                 c10::cuda::getCurrentCUDAStream(hidden.device().index()));
+      }
+#endif
+      if (!grad_z.defined()) {
+        const at::Tensor log_p = at::log_softmax(z, -1);
+        const at::Tensor p = log_p.exp();
+        grad_z = -p * (g_lp.narrow(0, begin, size).unsqueeze(-1) +
+                       g_h.narrow(0, begin, size).unsqueeze(-1) *
+                           (log_p + entropy.narrow(0, begin, size).unsqueeze(-1)));
+        grad_z.scatter_add_(-1, targets.narrow(0, begin, size).unsqueeze(-1),
+                            g_lp.narrow(0, begin, size).unsqueeze(-1));
+      }
       grad_hidden.narrow(0, begin, size).copy_(WideMatmul(grad_z, weight_compute, compute));
       grad_weight.add_(WideMatmul(grad_z.t(), hidden.narrow(0, begin, size), compute));
     }

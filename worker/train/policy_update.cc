@@ -18,7 +18,9 @@ absl::StatusOr<UpdateMetrics> UpdatePolicy(TrainedModel& trained, const PolicyUp
   BatchChecker check("actor update", batch.input_ids, model->config().vocab_size);
   check.Mask("attention_mask", batch.attention_mask);
   check.PerToken("response_mask", batch.response_mask);
-  check.PerToken("old_log_probs", batch.old_log_probs);
+  const bool on_policy =
+      options.loop.epochs == 1 && options.loop.mini_batch >= batch.input_ids.size(0);
+  check.PerToken("old_log_probs", batch.old_log_probs, /*required=*/!on_policy);
   check.PerToken("advantages", batch.advantages);
   check.PerToken("ref_log_probs", batch.ref_log_probs, /*required=*/options.kl_coef != 0);
   RETURN_IF_ERROR(check.status());
@@ -36,9 +38,12 @@ absl::StatusOr<UpdateMetrics> UpdatePolicy(TrainedModel& trained, const PolicyUp
         ChunkedLogProbs(scored.hidden, model->HeadWeight(), scored.targets);
     const at::Tensor log_prob = scored.Unflatten(flat_log_prob);  // (n, T-1)
     const at::Tensor entropy = scored.Unflatten(flat_entropy);
-    const PolicyLoss policy = ComputePolicyLoss(log_prob, batch.old_log_probs.index_select(0, rows),
-                                                batch.advantages.index_select(0, rows), mask,
-                                                options.policy, micro.scale);
+    const at::Tensor old_log_prob = batch.old_log_probs.defined()
+                                        ? batch.old_log_probs.index_select(0, rows)
+                                        : log_prob.detach();
+    const PolicyLoss policy =
+        ComputePolicyLoss(log_prob, old_log_prob, batch.advantages.index_select(0, rows), mask,
+                          options.policy, micro.scale);
     // As verl's actor: the entropy bonus and the KL loss aggregate like the policy loss.
     at::Tensor loss = policy.loss;
     if (options.entropy_coeff != 0) {

@@ -18,7 +18,7 @@ struct PolicyUpdateBatch {
   at::Tensor input_ids;       // (B, T) int64
   at::Tensor attention_mask;  // (B, T)
   at::Tensor response_mask;   // (B, T-1): 1 where the predicted token is a response token
-  at::Tensor old_log_probs;   // (B, T-1) under the rollout policy
+  at::Tensor old_log_probs;   // (B, T-1) under the rollout policy; see UpdatePolicy
   at::Tensor advantages;      // (B, T-1)
   at::Tensor ref_log_probs;   // (B, T-1), required with a KL loss
 };
@@ -35,7 +35,9 @@ struct PolicyUpdateOptions {
 // verl's actor does (options.policy.aggregation over each whole mini-batch), whatever the
 // micro-batching. Metrics, means over optimiser steps: policy_loss and kl_loss (aggregated),
 // clip_fraction(_low), approx_kl and entropy (token means), grad_norm, lr, optimizer_steps,
-// response_tokens_per_s. INVALID_ARGUMENT names a batch tensor of the wrong shape or an id
+// response_tokens_per_s. Without old_log_probs an on-policy update (one epoch, one mini-batch of
+// all rows) takes its own log-probs, detached, as the old ones (ratio 1, as verl's actor); an
+// off-policy one needs them. INVALID_ARGUMENT names a batch tensor of the wrong shape or an id
 // outside the vocabulary.
 absl::StatusOr<UpdateMetrics> UpdatePolicy(TrainedModel& model, const PolicyUpdateBatch& batch,
                                            const PolicyUpdateOptions& options);

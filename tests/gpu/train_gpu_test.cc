@@ -1,0 +1,91 @@
+// [gpu] ChunkedLogProbs through its fused kernels against a float64 CPU computation from full
+// logits (log_softmax, entropy, autograd): values and gradients, float32 and under bf16 autocast,
+// a vocabulary of vector loads (1024) and one of scalar loads (1001), rows over several chunks.
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <torch/types.h>
+
+#include <catch2/catch.hpp>
+#include <iostream>
+
+#include "worker/train/chunked_log_probs.h"
+
+namespace rlhfd::train {
+namespace {
+
+struct Results {
+  at::Tensor log_prob, entropy, grad_hidden, grad_weight;
+};
+
+// Σ a·log_prob + b·entropy, differentiated: both outputs' gradients reach the backward.
+Results Run(const at::Tensor& hidden0, const at::Tensor& weight0, const at::Tensor& targets,
+            const at::Tensor& a, const at::Tensor& b, bool chunked) {
+  at::Tensor hidden = hidden0.clone().set_requires_grad(true);
+  at::Tensor weight = weight0.clone().set_requires_grad(true);
+  at::Tensor log_prob, entropy;
+  if (chunked) {
+    std::tie(log_prob, entropy) = ChunkedLogProbs(hidden, weight, targets, /*chunk=*/128);
+  } else {
+    const at::Tensor logits = at::mm(hidden, weight.t());
+    const at::Tensor log_p = at::log_softmax(logits, -1);
+    log_prob = log_p.gather(-1, targets.unsqueeze(-1)).squeeze(-1);
+    entropy = -(log_p.exp() * log_p).sum(-1);
+  }
+  ((a * log_prob).sum() + (b * entropy).sum()).backward();
+  return {log_prob.detach(), entropy.detach(), hidden.grad(), weight.grad()};
+}
+
+double Relative(const at::Tensor& ours, const at::Tensor& reference) {
+  const at::Tensor r = reference.to(at::kDouble).cpu();
+  return ((ours.to(at::kDouble).cpu() - r).norm() / r.norm()).item<double>();
+}
+
+}  // namespace
+
+TEST_CASE("fused log-probs on the GPU equal float64 full logits, values and gradients",
+          "[gpu][train][log_probs]") {
+  const at::Device device(at::kCUDA, 0);
+  at::manual_seed(5);
+  for (const int64_t vocab : {1024, 1001}) {
+    for (const bool autocast : {false, true}) {
+      INFO("vocab " << vocab << (autocast ? ", bf16 autocast" : ", float32"));
+      const int64_t rows = 300, width = 64;
+      const at::Tensor hidden = at::randn({rows, width}) * 0.5;
+      const at::Tensor weight = at::randn({vocab, width}) * 0.5;
+      const at::Tensor targets = at::randint(0, vocab, {rows}, at::kLong);
+      const at::Tensor a = at::randn({rows}), b = at::randn({rows});
+      // Under autocast the GEMMs take bf16 inputs: the reference starts from the same rounding.
+      const auto rounded = [&](const at::Tensor& t) {
+        return (autocast ? t.to(at::kBFloat16) : t).to(at::kDouble);
+      };
+      const Results reference = Run(rounded(hidden), rounded(weight), targets, a.to(at::kDouble),
+                                    b.to(at::kDouble), /*chunked=*/false);
+      at::autocast::set_autocast_enabled(at::kCUDA, autocast);
+      at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+      const Results ours = Run(hidden.to(device), weight.to(device), targets.to(device),
+                               a.to(device), b.to(device), /*chunked=*/true);
+      at::autocast::set_autocast_enabled(at::kCUDA, false);
+      at::autocast::clear_cache();
+      REQUIRE(ours.log_prob.is_cuda());
+      REQUIRE(ours.log_prob.scalar_type() == at::kFloat);
+      const double lp =
+          (ours.log_prob.cpu().to(at::kDouble) - reference.log_prob).abs().max().item<double>();
+      const double h =
+          (ours.entropy.cpu().to(at::kDouble) - reference.entropy).abs().max().item<double>();
+      const double gh = Relative(ours.grad_hidden, reference.grad_hidden);
+      const double gw = Relative(ours.grad_weight, reference.grad_weight);
+      std::cout << "train_gpu: vocab " << vocab << (autocast ? " bf16" : " fp32")
+                << ": max |log-prob error| " << lp << ", max |entropy error| " << h
+                << ", gradient relative errors " << gh << " (hidden), " << gw << " (weight)\n";
+      // Values: float32 accumulation of exact (or equally rounded) products.
+      CHECK(lp <= 1e-4);
+      CHECK(h <= 1e-4);
+      // Gradients: exact to float32 without autocast; the logits' gradient rounded to bf16
+      // (8 significant bits) for the bf16 GEMMs with it.
+      CHECK(gh <= (autocast ? 1e-2 : 1e-5));
+      CHECK(gw <= (autocast ? 1e-2 : 1e-5));
+    }
+  }
+}
+
+}  // namespace rlhfd::train
