@@ -10,6 +10,7 @@
 #include <torch/autograd.h>
 
 #if RLHFD_HAVE_CUDA
+#include <c10/core/DeviceGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include "worker/train/log_prob_kernels.h"
@@ -81,6 +82,10 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
     at::Tensor entropy = at::empty_like(log_prob);
     at::Tensor lse = at::empty_like(log_prob);
     [[maybe_unused]] const bool fused = Fused(hidden, log_prob.scalar_type());
+#if RLHFD_HAVE_CUDA
+    // The kernels launch on the current device: make it the tensors' (as LibTorch's ops do).
+    const c10::OptionalDeviceGuard device_guard(hidden.device());
+#endif
     const at::Tensor targets_here = targets.to(hidden.device(), at::kLong).contiguous();
     for (int64_t begin = 0; begin < n; begin += chunk) {
       const int64_t size = std::min(chunk, n - begin);
@@ -129,6 +134,9 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
     const at::ScalarType compute = ctx->saved_data["compute"].toScalarType();
     const at::Tensor weight_compute = weight.to(compute);
     [[maybe_unused]] const bool fused = Fused(hidden, wide);
+#if RLHFD_HAVE_CUDA
+    const c10::OptionalDeviceGuard device_guard(hidden.device());
+#endif
     for (int64_t begin = 0; begin < n; begin += chunk) {
       const int64_t size = std::min(chunk, n - begin);
       const at::Tensor z = ChunkLogits(hidden, weight_compute, begin, size, compute);
