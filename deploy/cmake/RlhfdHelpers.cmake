@@ -14,6 +14,21 @@ function(rlhfd_library)
   endif()
 endfunction()
 
+# rlhfd_cuda_kernels(NAME name FOR target SRCS file.cu ...)
+# CUDA kernels built with nvcc alone (no LibTorch headers) into their own static library, linked
+# into `target`, which gets RLHFD_HAVE_CUDA=1 to call them. Only where RLHFD_HAVE_CUDA is on.
+function(rlhfd_cuda_kernels)
+  cmake_parse_arguments(ARG "" "NAME;FOR" "SRCS" ${ARGN})
+  add_library(${ARG_NAME} STATIC ${ARG_SRCS})
+  target_include_directories(${ARG_NAME} PUBLIC ${CMAKE_SOURCE_DIR})
+  target_compile_definitions(${ARG_NAME} PRIVATE RLHFD_HAVE_CUDA=1)
+  set_target_properties(${ARG_NAME} PROPERTIES
+    CUDA_RUNTIME_LIBRARY Shared POSITION_INDEPENDENT_CODE ON)
+  target_link_libraries(${ARG_NAME} PUBLIC CUDA::cudart)
+  target_link_libraries(${ARG_FOR} PUBLIC ${ARG_NAME})
+  target_compile_definitions(${ARG_FOR} PRIVATE RLHFD_HAVE_CUDA=1)
+endfunction()
+
 # Links LibTorch with a shared precompiled header of the narrow ATen headers.
 function(rlhfd_use_torch target)
   target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES} Threads::Threads)

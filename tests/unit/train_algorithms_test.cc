@@ -30,6 +30,14 @@ namespace {
 
 using Matrix = std::vector<std::vector<double>>;
 
+// A fixture model (tests/fixtures/models/NAME) in float64 on the CPU, fresh on every call.
+model::Transformer LoadFloat64Fixture(const std::string& name) {
+  auto loaded = model::LoadModel(std::string(RLHFD_FIXTURES_DIR) + "/models/" + name,
+                                 {at::kDouble, at::kCPU});
+  REQUIRE(loaded.ok());
+  return *loaded;
+}
+
 at::Tensor ToTensor(const Matrix& m) {
   at::Tensor t =
       at::zeros({static_cast<int64_t>(m.size()), static_cast<int64_t>(m[0].size())}, at::kDouble);
@@ -545,12 +553,7 @@ TEST_CASE("chunked log-probs and entropy equal the full-logits computation, valu
 
 TEST_CASE("policy update: accumulation, token budgets, packing and checkpointing change nothing",
           "[train][update]") {
-  const std::string dir = std::string(RLHFD_FIXTURES_DIR) + "/models/tiny-qwen2";
-  auto load = [&] {
-    auto loaded = model::LoadModel(dir, {at::kDouble, at::kCPU});
-    REQUIRE(loaded.ok());
-    return *loaded;
-  };
+  auto load = [] { return LoadFloat64Fixture("tiny-qwen2"); };
   at::manual_seed(21);
   const int64_t b = 4, t = 8;
   const std::vector<int64_t> lengths = {8, 6, 8, 5};  // Right-padded rows of different lengths.
@@ -629,12 +632,7 @@ TEST_CASE("an on-policy update without old log-probs takes its own, detached (ra
   // verl's actor with one epoch over one mini-batch: old_log_prob = log_prob.detach(). Against
   // the same update given the model's own log-probs from full logits (float64), the weights
   // agree to rounding; an off-policy update without them is refused.
-  const std::string dir = std::string(RLHFD_FIXTURES_DIR) + "/models/tiny-qwen2";
-  auto load = [&] {
-    auto loaded = model::LoadModel(dir, {at::kDouble, at::kCPU});
-    REQUIRE(loaded.ok());
-    return *loaded;
-  };
+  auto load = [] { return LoadFloat64Fixture("tiny-qwen2"); };
   at::manual_seed(23);
   const int64_t b = 4, t = 8;
   PolicyUpdateBatch batch;
@@ -729,12 +727,7 @@ TEST_CASE("every loss aggregation equals verl's over the mini-batch, whatever th
   // a float64 reference loss (per-token PPO loss, entropy bonus and k3 KL loss, each aggregated
   // over the whole batch by VerlAggregate) differentiated by autograd, against the gradient
   // UpdatePolicy accumulates (lr 0, no clipping) with each micro-batching.
-  const std::string dir = std::string(RLHFD_FIXTURES_DIR) + "/models/tiny-qwen2";
-  auto load = [&] {
-    auto loaded = model::LoadModel(dir, {at::kDouble, at::kCPU});
-    REQUIRE(loaded.ok());
-    return *loaded;
-  };
+  auto load = [] { return LoadFloat64Fixture("tiny-qwen2"); };
   at::manual_seed(31);
   const int64_t b = 6, t = 9;
   // Row 2 has no response token at all; row 4 has one.
@@ -938,12 +931,7 @@ TEST_CASE("explained variance, hand-worked", "[train][critic]") {
 
 TEST_CASE("critic update: value loss falls, accumulation and packing change nothing",
           "[train][critic]") {
-  const std::string dir = std::string(RLHFD_FIXTURES_DIR) + "/models/tiny-llama-value";
-  auto load = [&] {
-    auto loaded = model::LoadModel(dir, {at::kDouble, at::kCPU});
-    REQUIRE(loaded.ok());
-    return *loaded;
-  };
+  auto load = [] { return LoadFloat64Fixture("tiny-llama-value"); };
   at::manual_seed(8);
   const int64_t b = 4, t = 7;
   CriticUpdateBatch batch;
