@@ -5,7 +5,12 @@
     # shape: a chat prompt asking for the final answer after "####", the answer as ground truth.
     python deploy/prepare_data.py reasoning-gym basic_arithmetic data/arith/train.jsonl \\
         --size 2000 --seed 1
-    python deploy/prepare_data.py reasoning-gym gsm_symbolic data/gsm/test.jsonl --size 200 --seed 2
+    python deploy/prepare_data.py reasoning-gym basic_arithmetic data/arith/test.jsonl \\
+        --size 200 --seed 100000 --exclude data/arith/train.jsonl   # held out
+
+    # reasoning-gym makes problem i from the seed plus i: seed 2 is seed 1 shifted by one
+    # problem. A test set wants a far seed and --exclude (which drops the training set's prompts
+    # and says how many).
 
     # verl's parquet files (pip install pandas pyarrow), row by row, keys kept.
     python deploy/prepare_data.py parquet ~/data/gsm8k/train.parquet data/gsm8k/train.jsonl
@@ -33,6 +38,28 @@ def write_rows(rows, out_path):
     print(f"wrote {count} rows to {out_path}")
 
 
+def prompt_key(row):
+    return json.dumps(row.get("prompt"), sort_keys=True, ensure_ascii=False)
+
+
+def excluded_prompts(paths):
+    """The prompts of existing JSONL files, for a held-out set that shares none of them."""
+    keys = set()
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as rows:
+                for number, line in enumerate(rows, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        keys.add(prompt_key(json.loads(line)))
+                    except (json.JSONDecodeError, AttributeError):
+                        sys.exit(f"--exclude {path}: line {number} is not a JSON object")
+        except OSError as error:
+            sys.exit(f"--exclude {path}: {error.strerror}")
+    return keys
+
+
 def from_reasoning_gym(args):
     try:
         import reasoning_gym
@@ -52,17 +79,28 @@ def from_reasoning_gym(args):
     except TypeError as error:
         sys.exit(f"reasoning-gym {args.dataset}: {error} (--option takes its config's fields)")
     source = args.data_source or f"reasoning_gym/{args.dataset}"
-    rows = []
+    exclude = excluded_prompts(args.exclude)
+    rows, dropped = [], 0
     for index, item in enumerate(dataset):
         content = {"gsm8k": f"{item['question']} {GSM8K_INSTRUCTION}",
                    "number": f"{item['question']} {NUMBER_INSTRUCTION}",
                    "plain": item["question"]}[args.style]
-        rows.append({
+        row = {
             "prompt": [{"role": "user", "content": content}],
             "ground_truth": str(item["answer"]),
             "data_source": source,
             "extra_info": {"index": index, "dataset": args.dataset},
-        })
+        }
+        if prompt_key(row) in exclude:
+            dropped += 1
+            continue
+        rows.append(row)
+    if args.exclude:
+        # Small problem spaces (one-digit sums) repeat across seeds; say so rather than hide it.
+        print(f"dropped {dropped} of {args.size} problems whose prompt is in --exclude")
+    if not rows:
+        sys.exit(f"every generated problem is in --exclude: the dataset's space is too small for a "
+                 f"held-out set; widen its options (e.g. max_digits)")
     write_rows(rows, args.out)
 
 
@@ -101,6 +139,8 @@ def main():
                           'number: ask for the number alone (the arithmetic rule)')
     gym.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                      help="a field of the dataset's config, e.g. max_terms=2 or operators='[\"+\"]'")
+    gym.add_argument("--exclude", action="append", default=[], metavar="JSONL",
+                     help="leave out problems whose prompt is in this file (e.g. the training set)")
     gym.set_defaults(run=from_reasoning_gym)
     parquet = commands.add_parser("parquet", help="convert a verl parquet file to JSONL")
     parquet.add_argument("input")
