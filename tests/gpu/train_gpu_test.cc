@@ -1,12 +1,14 @@
 // [gpu] ChunkedLogProbs through its fused kernels against a float64 CPU computation from full
-// logits (log_softmax, entropy, autograd): values and gradients, float32 and under bf16 autocast,
-// a vocabulary of vector loads (1024) and one of scalar loads (1001), rows over several chunks.
+// logits (log_softmax, entropy, autograd): values and gradients, float32 and under bf16 and fp16
+// autocast, a vocabulary of vector loads (1024) and one of scalar loads (1001), rows over several
+// chunks; and an id outside the vocabulary.
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <torch/types.h>
 
 #include <catch2/catch.hpp>
 #include <iostream>
+#include <string>
 
 #include "worker/train/chunked_log_probs.h"
 
@@ -47,21 +49,22 @@ TEST_CASE("fused log-probs on the GPU equal float64 full logits, values and grad
   const at::Device device(at::kCUDA, 0);
   at::manual_seed(5);
   for (const int64_t vocab : {1024, 1001}) {
-    for (const bool autocast : {false, true}) {
-      INFO("vocab " << vocab << (autocast ? ", bf16 autocast" : ", float32"));
+    // kFloat: no autocast; otherwise the autocast dtype, which the gradient is written in.
+    for (const at::ScalarType compute : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      const bool autocast = compute != at::kFloat;
+      const std::string name = autocast ? std::string(c10::toString(compute)) : "fp32";
+      INFO("vocab " << vocab << ", " << name);
       const int64_t rows = 300, width = 64;
       const at::Tensor hidden = at::randn({rows, width}) * 0.5;
       const at::Tensor weight = at::randn({vocab, width}) * 0.5;
       const at::Tensor targets = at::randint(0, vocab, {rows}, at::kLong);
       const at::Tensor a = at::randn({rows}), b = at::randn({rows});
       // Under autocast the GEMMs take bf16 inputs: the reference starts from the same rounding.
-      const auto rounded = [&](const at::Tensor& t) {
-        return (autocast ? t.to(at::kBFloat16) : t).to(at::kDouble);
-      };
+      const auto rounded = [&](const at::Tensor& t) { return t.to(compute).to(at::kDouble); };
       const Results reference = Run(rounded(hidden), rounded(weight), targets, a.to(at::kDouble),
                                     b.to(at::kDouble), /*chunked=*/false);
       at::autocast::set_autocast_enabled(at::kCUDA, autocast);
-      at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+      at::autocast::set_autocast_dtype(at::kCUDA, autocast ? compute : at::kBFloat16);
       const Results ours = Run(hidden.to(device), weight.to(device), targets.to(device),
                                a.to(device), b.to(device), /*chunked=*/true);
       at::autocast::set_autocast_enabled(at::kCUDA, false);
@@ -74,18 +77,37 @@ TEST_CASE("fused log-probs on the GPU equal float64 full logits, values and grad
           (ours.entropy.cpu().to(at::kDouble) - reference.entropy).abs().max().item<double>();
       const double gh = Relative(ours.grad_hidden, reference.grad_hidden);
       const double gw = Relative(ours.grad_weight, reference.grad_weight);
-      std::cout << "train_gpu: vocab " << vocab << (autocast ? " bf16" : " fp32")
-                << ": max |log-prob error| " << lp << ", max |entropy error| " << h
-                << ", gradient relative errors " << gh << " (hidden), " << gw << " (weight)\n";
+      std::cout << "train_gpu: vocab " << vocab << " " << name << ": max |log-prob error| " << lp
+                << ", max |entropy error| " << h << ", gradient relative errors " << gh
+                << " (hidden), " << gw << " (weight)\n";
       // Values: float32 accumulation of exact (or equally rounded) products.
       CHECK(lp <= 1e-4);
       CHECK(h <= 1e-4);
-      // Gradients: exact to float32 without autocast; the logits' gradient rounded to bf16
-      // (8 significant bits) for the bf16 GEMMs with it.
-      CHECK(gh <= (autocast ? 1e-2 : 1e-5));
-      CHECK(gw <= (autocast ? 1e-2 : 1e-5));
+      // Gradients: exact to float32 without autocast; with it the logits' gradient is rounded
+      // to the GEMMs' dtype: bf16 keeps 8 significant bits, fp16 11.
+      const double bound = compute == at::kFloat ? 1e-5 : compute == at::kHalf ? 2e-3 : 1e-2;
+      CHECK(gh <= bound);
+      CHECK(gw <= bound);
     }
   }
+}
+
+TEST_CASE("an id outside the vocabulary gets a NaN log-prob on the GPU, never another row's",
+          "[gpu][train][log_probs]") {
+  const at::Device device(at::kCUDA, 0);
+  at::manual_seed(6);
+  const int64_t rows = 200, width = 32, vocab = 1000;
+  const at::Tensor hidden = at::randn({rows, width}, device);
+  const at::Tensor weight = at::randn({vocab, width}, device);
+  at::Tensor targets = at::randint(0, vocab, {rows}, at::TensorOptions(device).dtype(at::kLong));
+  targets[3] = vocab;  // one past the end
+  targets[150] = -1;
+  const auto [log_prob, entropy] = ChunkedLogProbs(hidden, weight, targets, /*chunk=*/64);
+  const at::Tensor bad = at::isnan(log_prob).cpu();
+  CHECK(bad[3].item<bool>());
+  CHECK(bad[150].item<bool>());
+  CHECK(bad.sum().item<int64_t>() == 2);
+  CHECK(at::isfinite(entropy).all().item<bool>());
 }
 
 }  // namespace rlhfd::train
