@@ -57,6 +57,8 @@ def excluded_prompts(paths):
                         sys.exit(f"--exclude {path}: line {number} is not a JSON object")
         except OSError as error:
             sys.exit(f"--exclude {path}: {error.strerror}")
+        except UnicodeDecodeError:
+            sys.exit(f"--exclude {path}: not UTF-8 text (a JSONL file is)")
     return keys
 
 
@@ -98,9 +100,9 @@ def from_reasoning_gym(args):
     if args.exclude:
         # Small problem spaces (one-digit sums) repeat across seeds; say so rather than hide it.
         print(f"dropped {dropped} of {args.size} problems whose prompt is in --exclude")
-    if not rows:
-        sys.exit(f"every generated problem is in --exclude: the dataset's space is too small for a "
-                 f"held-out set; widen its options (e.g. max_digits)")
+    if exclude and not rows:
+        sys.exit("every generated problem is in --exclude: the dataset's space is too small for a "
+                 "held-out set; widen its options (e.g. max_digits)")
     write_rows(rows, args.out)
 
 

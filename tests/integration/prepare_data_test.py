@@ -6,7 +6,7 @@
 reasoning-gym makes problem i of a dataset from the seed plus i, so sets made with nearby seeds
 share problems: this checks that --exclude leaves every prompt of the training set out of the
 test set (and says how many it dropped), that a space too small for a held-out set is an error
-naming --exclude, that an unreadable or malformed --exclude file is an error naming it, and that
+naming --exclude, that an unreadable, malformed or binary --exclude file is an error naming it, and that
 the rows are verl-style chat rows. Exit 77 (skipped) where reasoning-gym is not installed.
 """
 import json
@@ -85,6 +85,12 @@ def main():
         made = prepare(repo, f"{tmp}/x.jsonl", "--size", "4", "--exclude", broken)
         check(made.returncode != 0 and f"--exclude {broken}: line 2 is not a JSON object"
               in made.stderr, f"malformed --exclude file: {made.stderr}")
+        binary = f"{tmp}/binary.jsonl"
+        with open(binary, "wb") as out:
+            out.write(b"\xff\xfe{}\n")
+        made = prepare(repo, f"{tmp}/x.jsonl", "--size", "4", "--exclude", binary)
+        check(made.returncode == 1 and f"--exclude {binary}: not UTF-8 text" in made.stderr,
+              f"binary --exclude file: {made.stderr}")
     print(f"{len(failures)} failures")
     return 1 if failures else 0
 

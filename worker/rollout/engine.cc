@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "worker/rollout/request_check.h"
 #include "worker/rollout/sampler.h"
 #include "worker/rollout/sampling_math.h"
 
@@ -377,40 +378,13 @@ absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::Create(model
 
 absl::Status GenerationEngine::ValidateRequests(
     const std::vector<GenerationRequest>& requests) const {
-  const int64_t vocab = model_->config().vocab_size;
   for (size_t i = 0; i < requests.size(); ++i) {
-    const GenerationRequest& request = requests[i];
-    const SamplingParams& sampling = request.sampling;
-    const std::string where = absl::StrCat("request ", i, ": ");
-    const int64_t length = static_cast<int64_t>(request.prompt_ids.size());
-    if (length == 0) return absl::InvalidArgumentError(where + "empty prompt");
-    for (int64_t id : request.prompt_ids) {
-      if (id < 0 || id >= vocab) {
-        return absl::InvalidArgumentError(absl::StrCat(where, "prompt token id ", id,
-                                                       " outside the vocabulary [0, ", vocab, ")"));
-      }
-    }
-    if (sampling.max_new_tokens < 1) {
-      return absl::InvalidArgumentError(where + "max_new_tokens must be at least 1");
-    }
-    if (length + sampling.max_new_tokens > options_.max_model_len) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, "prompt (", length, " tokens) + max_new_tokens (",
-                       sampling.max_new_tokens, ") exceeds max_model_len ", options_.max_model_len,
-                       "; shorten the prompt, lower max_new_tokens or raise max_model_len"));
-    }
-    if (!(sampling.temperature >= 0)) {
-      return absl::InvalidArgumentError(where + "temperature must be >= 0 (0 = greedy)");
-    }
-    if (sampling.top_k < 0)
-      return absl::InvalidArgumentError(where + "top_k must be >= 0 (0 = off)");
-    if (!(sampling.top_p > 0 && sampling.top_p <= 1)) {
-      return absl::InvalidArgumentError(where + "top_p must be in (0, 1]");
-    }
-    if (sampling.n < 1) return absl::InvalidArgumentError(where + "n must be at least 1");
-    if (cache_ != nullptr && sampling.n > usable_slots_) {
+    RETURN_IF_ERROR(CheckGenerationRequest(requests[i], i, model_->config().vocab_size,
+                                           options_.max_model_len));
+    const int64_t n = requests[i].sampling.n;
+    if (cache_ != nullptr && n > usable_slots_) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          where, "n = ", sampling.n, " samples need as many cache slots; the cache has ",
+          "request ", i, ": n = ", n, " samples need as many cache slots; the cache has ",
           usable_slots_, " (raise gpu_memory_utilization or lower max_model_len)"));
     }
   }

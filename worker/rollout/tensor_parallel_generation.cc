@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "worker/rollout/request_check.h"
 #include "worker/rollout/sampler.h"
 #include "worker/rollout/sampling_math.h"
 
@@ -22,23 +23,11 @@ struct Row {
 
 absl::Status CheckRequests(const std::vector<GenerationRequest>& requests, int64_t vocab_size) {
   for (size_t i = 0; i < requests.size(); ++i) {
-    const GenerationRequest& request = requests[i];
-    const std::string where = absl::StrCat("request ", i, ": ");
-    if (request.prompt_ids.empty()) return absl::InvalidArgumentError(where + "empty prompt");
-    for (const int64_t id : request.prompt_ids) {
-      if (id < 0 || id >= vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, "prompt token id ", id, " outside the vocabulary [0, ", vocab_size, ")"));
-      }
-    }
-    const SamplingParams& sampling = request.sampling;
+    // No KV cache, so no max_model_len of its own.
+    RETURN_IF_ERROR(CheckGenerationRequest(requests[i], i, vocab_size, std::nullopt));
     // The ranks must draw alike: no seed from a per-rank sequence.
-    if (!sampling.seed) return absl::InvalidArgumentError(where + "needs a seed");
-    if (sampling.max_new_tokens < 1 || sampling.n < 1 || !(sampling.temperature >= 0) ||
-        sampling.top_k < 0 || !(sampling.top_p > 0 && sampling.top_p <= 1)) {
-      return absl::InvalidArgumentError(
-          where +
-          "max_new_tokens and n must be >= 1, temperature >= 0, top_k >= 0, top_p in (0, 1]");
+    if (!requests[i].sampling.seed) {
+      return absl::InvalidArgumentError(absl::StrCat("request ", i, ": needs a seed"));
     }
   }
   return absl::OkStatus();
