@@ -59,7 +59,7 @@ TEST_CASE("fused log-probs on the GPU equal float64 full logits, values and grad
       const at::Tensor weight = at::randn({vocab, width}) * 0.5;
       const at::Tensor targets = at::randint(0, vocab, {rows}, at::kLong);
       const at::Tensor a = at::randn({rows}), b = at::randn({rows});
-      // Under autocast the GEMMs take bf16 inputs: the reference starts from the same rounding.
+      // Under autocast the GEMMs take inputs in its dtype: the reference starts from that rounding.
       const auto rounded = [&](const at::Tensor& t) { return t.to(compute).to(at::kDouble); };
       const Results reference = Run(rounded(hidden), rounded(weight), targets, a.to(at::kDouble),
                                     b.to(at::kDouble), /*chunked=*/false);
