@@ -35,14 +35,30 @@ function(rlhfd_use_torch target)
   target_precompile_headers(${target} REUSE_FROM rlhfd_torch_pch)
 endfunction()
 
-# rlhfd_test(NAME name SRCS ... [DEPS ...] [GPU] [TORCH] [PARTS] [LABELS ...])
+# rlhfd_test(NAME name SRCS ... [DEPS ...] [GPU] [TORCH] [DAEMONS] [PARTS] [LABELS ...])
 # A Catch2 v2 test binary registered with CTest as one test (PARTS: not registered; the caller
 # registers its parts). Binaries are never run at build time.
 # GPU binaries use tests/support/gpu_test_main.cc, which exits 77 (CTest "skipped") with no GPU.
+# Every test knows the source tree's paths (RLHFD_SOURCE_DIR, RLHFD_FIXTURES_DIR,
+# RLHFD_CONFIGS_DIR) and the virtualenv's python (RLHFD_PYTHON); DAEMONS: it starts real rlhfd
+# processes, so it gets their paths (RLHFD_CONTROLLER_BIN, RLHFD_WORKER_BIN, RLHFD_CTL_BIN) and
+# they are built before it.
 function(rlhfd_test)
-  cmake_parse_arguments(ARG "GPU;TORCH;PARTS" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "GPU;TORCH;DAEMONS;PARTS" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${ARG_NAME} ${ARG_SRCS})
   target_include_directories(${ARG_NAME} PRIVATE ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+  target_compile_definitions(${ARG_NAME} PRIVATE
+    RLHFD_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+    RLHFD_FIXTURES_DIR="${CMAKE_SOURCE_DIR}/tests/fixtures"
+    RLHFD_CONFIGS_DIR="${CMAKE_SOURCE_DIR}/configs"
+    RLHFD_PYTHON="${RLHFD_PYTHON}")
+  if(ARG_DAEMONS)
+    target_compile_definitions(${ARG_NAME} PRIVATE
+      RLHFD_CONTROLLER_BIN="$<TARGET_FILE:rlhfd-controller>"
+      RLHFD_WORKER_BIN="$<TARGET_FILE:rlhfd-worker>"
+      RLHFD_CTL_BIN="$<TARGET_FILE:rlhfctl>")
+    add_dependencies(${ARG_NAME} rlhfd-controller rlhfd-worker rlhfctl)
+  endif()
   if(ARG_GPU)
     target_link_libraries(${ARG_NAME} PRIVATE rlhfd_gpu_test_main ${ARG_DEPS})
   else()

@@ -5,7 +5,6 @@
 // survived; bad input fails the job with a message naming what to fix while the daemons serve.
 #include <ATen/ATen.h>
 #include <grpcpp/client_context.h>
-#include <grpcpp/create_channel.h>
 #include <signal.h>
 #include <stdlib.h>
 
@@ -20,11 +19,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/roles/on_policy.h"
 #include "common/roles/pool_placement.h"
-#include "common/rpc/auth.h"
 #include "common/util/files.h"
-#include "rlhfd/v1/cluster_service.grpc.pb.h"
-#include "rlhfd/v1/job_service.grpc.pb.h"
 #include "tests/support/cluster_fixture.h"
+#include "tests/support/controller_client.h"
 #include "tests/support/rl_reference.h"
 #include "worker/model/state_dict.h"
 
@@ -63,12 +60,10 @@ class DriverCluster {
     std::string error;
     INFO(error);
     REQUIRE(cluster_.StartController(&error));
-    auto token = ResolveClientToken("", cluster_.state_dir() + "/token");
-    REQUIRE(token.ok());
-    token_ = *token;
-    channel_ = grpc::CreateChannel(cluster_.address(), grpc::InsecureChannelCredentials());
-    jobs_ = v1::JobService::NewStub(channel_);
-    registry_ = v1::ClusterService::NewStub(channel_);
+    auto client = ConnectToController(cluster_);
+    INFO(client.status());
+    REQUIRE(client.ok());
+    client_ = std::move(*client);
   }
   void KillController() { cluster_.StopController(SIGKILL); }
 
@@ -89,7 +84,7 @@ class DriverCluster {
     v1::SubmitJobReply reply;
     grpc::ClientContext context;
     Prepare(context);
-    const grpc::Status status = jobs_->SubmitJob(&context, request, &reply);
+    const grpc::Status status = client_.jobs->SubmitJob(&context, request, &reply);
     INFO(status.error_message());
     REQUIRE(status.ok());
     return reply.job().job_id();
@@ -101,7 +96,7 @@ class DriverCluster {
     v1::GetJobReply reply;
     grpc::ClientContext context;
     Prepare(context);
-    const grpc::Status status = jobs_->GetJob(&context, request, &reply);
+    const grpc::Status status = client_.jobs->GetJob(&context, request, &reply);
     if (!status.ok()) return v1::Job();  // the controller may be restarting
     return reply.job();
   }
@@ -129,7 +124,7 @@ class DriverCluster {
     v1::GetJobMetricsReply reply;
     grpc::ClientContext context;
     Prepare(context);
-    REQUIRE(jobs_->GetJobMetrics(&context, request, &reply).ok());
+    REQUIRE(client_.jobs->GetJobMetrics(&context, request, &reply).ok());
     return {reply.steps().begin(), reply.steps().end()};
   }
 
@@ -139,7 +134,7 @@ class DriverCluster {
     v1::CancelJobReply reply;
     grpc::ClientContext context;
     Prepare(context);
-    return jobs_->CancelJob(&context, request, &reply);
+    return client_.jobs->CancelJob(&context, request, &reply);
   }
 
   int AliveWorkers() {
@@ -147,7 +142,7 @@ class DriverCluster {
     v1::GetClusterReply reply;
     grpc::ClientContext context;
     Prepare(context);
-    if (!registry_->GetCluster(&context, request, &reply).ok()) return -1;
+    if (!client_.cluster->GetCluster(&context, request, &reply).ok()) return -1;
     return reply.workers_alive();
   }
 
@@ -156,10 +151,10 @@ class DriverCluster {
    public:
     Watch(DriverCluster& cluster, const std::string& id) {
       context_ = std::make_unique<grpc::ClientContext>();
-      AttachToken(context_.get(), cluster.token_);
+      cluster.client_.Authorize(context_.get());
       v1::WatchJobRequest request;
       request.set_job_id(id);
-      stream_ = cluster.jobs_->WatchJob(context_.get(), request);
+      stream_ = cluster.client_.jobs->WatchJob(context_.get(), request);
       thread_ = std::thread([this] {
         v1::JobEvent event;
         while (stream_->Read(&event)) {
@@ -188,15 +183,12 @@ class DriverCluster {
 
  private:
   void Prepare(grpc::ClientContext& context) {
-    AttachToken(&context, token_);
+    client_.Authorize(&context);
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
   }
 
   LocalCluster cluster_;
-  std::string token_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::JobService::Stub> jobs_;
-  std::unique_ptr<v1::ClusterService::Stub> registry_;
+  ControllerClient client_;
 };
 
 std::string StateName(v1::JobState state) { return v1::JobState_Name(state); }

@@ -4,7 +4,6 @@
 // with prometheus_client's own parser and counts what the controller holds.
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/client_context.h>
-#include <grpcpp/create_channel.h>
 #include <httplib.h>
 
 #include <catch2/catch.hpp>
@@ -15,11 +14,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/rpc/auth.h"
 #include "common/util/files.h"
-#include "rlhfd/v1/cluster_service.grpc.pb.h"
-#include "rlhfd/v1/job_service.grpc.pb.h"
 #include "tests/support/cluster_fixture.h"
+#include "tests/support/controller_client.h"
 
 namespace rlhfd::testing {
 namespace {
@@ -86,48 +83,45 @@ class Gateway {
       http_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
       http_->set_read_timeout(20, 0);
     }
-    auto token = ResolveClientToken("", cluster_.state_dir() + "/token");
-    REQUIRE(token.ok());
-    token_ = *token;
-    channel_ = grpc::CreateChannel(cluster_.address(), grpc::InsecureChannelCredentials());
-    jobs_ = v1::JobService::NewStub(channel_);
-    registry_ = v1::ClusterService::NewStub(channel_);
+    auto client = ConnectToController(cluster_);
+    INFO(client.status());
+    REQUIRE(client.ok());
+    client_ = std::move(*client);
   }
 
   httplib::Headers Auth(const std::string& token) const {
     return {{"Authorization", "Bearer " + token}};
   }
-  httplib::Result Get(const std::string& path) { return http_->Get(path.c_str(), Auth(token_)); }
+  httplib::Result Get(const std::string& path) {
+    return http_->Get(path.c_str(), Auth(client_.token));
+  }
   httplib::Result Post(const std::string& path, const std::string& body,
                        const char* type = "application/yaml") {
-    return http_->Post(path.c_str(), Auth(token_), body, type);
+    return http_->Post(path.c_str(), Auth(client_.token), body, type);
   }
   httplib::Client& http() { return *http_; }
-  const std::string& token() const { return token_; }
+  const std::string& token() const { return client_.token; }
   int port() const { return port_; }
   LocalCluster& cluster() { return cluster_; }
 
   template <typename Reply, typename Call>
   Reply Grpc(Call call) {
     grpc::ClientContext context;
-    AttachToken(&context, token_);
+    client_.Authorize(&context);
     Reply reply;
     const grpc::Status status = call(&context, &reply);
     INFO(status.error_message());
     REQUIRE(status.ok());
     return reply;
   }
-  v1::JobService::Stub& jobs() { return *jobs_; }
-  v1::ClusterService::Stub& registry() { return *registry_; }
+  v1::JobService::Stub& jobs() { return *client_.jobs; }
+  v1::ClusterService::Stub& registry() { return *client_.cluster; }
 
  private:
   LocalCluster cluster_;
   std::unique_ptr<httplib::Client> http_;
   int port_ = 0;
-  std::string token_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::JobService::Stub> jobs_;
-  std::unique_ptr<v1::ClusterService::Stub> registry_;
+  ControllerClient client_;
 };
 
 // Two workers, and the demo job of 4 steps submitted over REST and run to SUCCEEDED; its id.
