@@ -91,7 +91,7 @@ size_t RequestParser::Consume(absl::string_view input) {
     started_ = true;
     const size_t scan_from = head_.size() < 3 ? 0 : head_.size() - 3;
     // One byte past the limit tells an over-long head from one that ends exactly at it.
-    const size_t piece = std::min(input.size() - taken, limits_->max_head_bytes + 1 - head_.size());
+    const size_t piece = std::min(input.size() - taken, limits_.max_head_bytes + 1 - head_.size());
     head_.append(input.data() + taken, piece);
     const size_t end = head_.find("\r\n\r\n", scan_from);
     const size_t counted_to = end == std::string::npos ? head_.size() : end + 2;
@@ -99,15 +99,15 @@ size_t RequestParser::Consume(absl::string_view input) {
       if (head_[i] == '\n') ++head_lines_;
     }
     // The request line is one of the lines; the header lines are the rest.
-    if (head_lines_ > limits_->max_header_count + 1) {
+    if (head_lines_ > limits_.max_header_count + 1) {
       return Fail(431, absl::ResourceExhaustedError(
-                           absl::StrCat("the request has more than ", limits_->max_header_count,
+                           absl::StrCat("the request has more than ", limits_.max_header_count,
                                         " header lines; send fewer headers")));
     }
     if (end == std::string::npos) {
-      if (head_.size() > limits_->max_head_bytes) {
+      if (head_.size() > limits_.max_head_bytes) {
         return Fail(431, absl::ResourceExhaustedError(absl::StrCat(
-                             "the request line and headers are over ", limits_->max_head_bytes,
+                             "the request line and headers are over ", limits_.max_head_bytes,
                              " bytes; send a shorter URL or fewer, shorter headers")));
       }
       return taken + piece;
@@ -206,10 +206,10 @@ absl::Status RequestParser::ParseHead() {
   if (chunked_ && has_length) {
     return absl::InvalidArgumentError("a request with both Transfer-Encoding and Content-Length");
   }
-  if (content_length_ > limits_->max_body_bytes) {
+  if (content_length_ > limits_.max_body_bytes) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("the request body is over ", limits_->max_body_bytes >> 20, " MiB (",
-                     limits_->max_body_bytes, " bytes); send a smaller one"));
+        absl::StrCat("the request body is over ", limits_.max_body_bytes >> 20, " MiB (",
+                     limits_.max_body_bytes, " bytes); send a smaller one"));
   }
   return absl::OkStatus();
 }
@@ -237,7 +237,7 @@ size_t RequestParser::ConsumeChunked(absl::string_view input) {
     const char c = input[i++];
     if (c != '\n') {
       line_ += c;
-      const size_t cap = chunk_ == Chunk::kTrailer ? limits_->max_head_bytes : kMaxChunkLine;
+      const size_t cap = chunk_ == Chunk::kTrailer ? limits_.max_head_bytes : kMaxChunkLine;
       if (line_.size() > cap) {
         return i + Fail(chunk_ == Chunk::kTrailer ? 431 : 400,
                         chunk_ == Chunk::kTrailer
@@ -265,10 +265,10 @@ size_t RequestParser::ConsumeChunked(absl::string_view input) {
       }
       if (size == 0) {
         chunk_ = Chunk::kTrailer;
-      } else if (size > limits_->max_body_bytes - request_.body.size()) {
+      } else if (size > limits_.max_body_bytes - request_.body.size()) {
         return i + Fail(413, absl::ResourceExhaustedError(absl::StrCat(
-                                 "the request body is over ", limits_->max_body_bytes >> 20,
-                                 " MiB (", limits_->max_body_bytes,
+                                 "the request body is over ", limits_.max_body_bytes >> 20,
+                                 " MiB (", limits_.max_body_bytes,
                                  " bytes) once de-chunked; send a smaller one")));
       } else {
         chunk_left_ = size;
@@ -284,8 +284,7 @@ size_t RequestParser::ConsumeChunked(absl::string_view input) {
 
 HttpRequest RequestParser::Take() {
   HttpRequest request = std::move(request_);
-  const HttpLimits* limits = limits_;
-  *this = RequestParser(*limits);
+  *this = RequestParser(limits_);
   return request;
 }
 

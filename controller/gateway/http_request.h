@@ -56,7 +56,7 @@ struct HttpLimits {
 class RequestParser {
  public:
   enum class State { kHead, kBody, kDone, kError };
-  explicit RequestParser(const HttpLimits& limits) : limits_(&limits) {}
+  explicit RequestParser(const HttpLimits& limits) : limits_(limits) {}
 
   // Consumes what belongs to the current request from `input`; returns how many bytes it took
   // (fewer than given once the request is done or refused: the rest is the next request's).
@@ -78,7 +78,7 @@ class RequestParser {
   size_t ConsumeBody(absl::string_view input);
   size_t ConsumeChunked(absl::string_view input);
 
-  const HttpLimits* limits_;
+  HttpLimits limits_;
   State state_ = State::kHead;
   bool started_ = false;
   std::string head_;

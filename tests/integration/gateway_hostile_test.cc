@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/util/files.h"
 #include "tests/support/cluster_fixture.h"
 
@@ -178,8 +179,8 @@ TEST_CASE("Header and chunked bombs are refused before the token; the controller
   for (std::thread& bomb : bombs) bomb.join();
   const absl::Duration took = absl::Now() - start;
   const int64_t peak = StatusBytes(gateway.pid(), "VmHWM");
-  INFO("bombs took " << absl::FormatDuration(took) << "; controller peak RSS " << (peak >> 20)
-                     << " MiB");
+  WARN("bombs took " << absl::FormatDuration(took) << "; controller peak RSS (VmHWM) "
+                     << (peak >> 20) << " MiB; answers: " << absl::StrJoin(answers, ", "));
   for (size_t i = 0; i < answers.size(); ++i) {
     INFO("bomb " << i << ": " << answers[i]);
     const std::string refused = i < 8 ? "HTTP/1.1 431" : "HTTP/1.1 413";
@@ -228,7 +229,7 @@ void SlowClients(Gateway& gateway, const std::vector<std::string>& sources) {
   const size_t still_open = std::count(open.begin(), open.end(), true);
   std::string latencies;
   for (absl::Duration took : health) absl::StrAppend(&latencies, absl::FormatDuration(took), " ");
-  INFO("/healthz took " << latencies << "; slow connections still open after 14 s: " << still_open);
+  WARN("/healthz took " << latencies << "; slow connections still open after 14 s: " << still_open);
   CHECK(health.size() >= 5);
   for (absl::Duration took : health) CHECK(took < absl::Seconds(1));
   for (const auto& [path, status] : routes) {
