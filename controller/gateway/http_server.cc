@@ -72,8 +72,9 @@ std::string Serialize(const HttpResponse& response, bool keep_alive) {
   std::string out = absl::StrCat("HTTP/1.1 ", response.status, " ", Reason(response.status),
                                  "\r\nContent-Type: ", response.content_type,
                                  "\r\nContent-Length: ", response.body.size(), "\r\n");
-  for (const auto& [name, value] : response.headers)
+  for (const auto& [name, value] : response.headers) {
     absl::StrAppend(&out, name, ": ", value, "\r\n");
+  }
   absl::StrAppend(&out, keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n",
                   response.body);
   return out;
