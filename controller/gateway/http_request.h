@@ -62,7 +62,8 @@ class RequestParser {
   // (fewer than given once the request is done or refused: the rest is the next request's).
   size_t Consume(absl::string_view input);
   State state() const { return state_; }
-  bool started() const { return started_; }  // a byte of this request has arrived
+  bool started() const { return started_; }                   // a byte of this request has arrived
+  size_t body_bytes() const { return request_.body.size(); }  // received so far
   // Valid from kBody on.
   bool expects_continue() const { return expect_continue_; }
   bool keep_alive() const { return keep_alive_; }

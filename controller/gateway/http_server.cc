@@ -173,6 +173,7 @@ class HttpServer::Impl {
     bool keep_alive = true;
     bool drain_after_write = false;
     size_t drained = 0;
+    size_t body_held = 0;  // of bodies_held_
     bool ssl_wants_write = false, ssl_wants_read = false;
     absl::Time deadline;
     absl::Time waiting_since;  // eviction order: longest waiting for a request goes first
@@ -411,7 +412,14 @@ class HttpServer::Impl {
     }
   }
 
+  // Counts `bytes` of body as the connection's share of bodies_held_.
+  void Hold(Connection& c, size_t bytes) {
+    bodies_held_ = bodies_held_ - c.body_held + bytes;
+    c.body_held = bytes;
+  }
+
   void Send(Connection& c, const HttpResponse& response, bool keep_alive) {
+    Hold(c, 0);                  // the request, if any, is answered
     c.out.erase(0, c.out_sent);  // an interim "100 Continue" may still be on its way
     c.out_sent = 0;
     c.out += Serialize(response, keep_alive);
@@ -421,6 +429,7 @@ class HttpServer::Impl {
   }
 
   void Close(Connection& c) {
+    Hold(c, 0);
     CloseSocket(c);
     const auto count = per_address_.find(c.address);
     if (count != per_address_.end() && --count->second == 0) per_address_.erase(count);
@@ -492,6 +501,20 @@ class HttpServer::Impl {
       const size_t used = c.parser.Consume(input);
       c.pending = input.substr(used);
       Progress(c);
+      if (c.parser.state() == RequestParser::State::kBody ||
+          c.parser.state() == RequestParser::State::kDone) {
+        Hold(c, c.parser.body_bytes());
+        if (bodies_held_ > options_.max_bodies_held_bytes) {
+          c.pending.clear();
+          c.drain_after_write = true;
+          Send(c,
+               error_reply_(503, absl::UnavailableError(absl::StrCat(
+                                     "the gateway holds ", options_.max_bodies_held_bytes >> 20,
+                                     " MiB of request bodies at once; retry shortly"))),
+               false);
+          continue;
+        }
+      }
       switch (c.parser.state()) {
         case RequestParser::State::kHead:
         case RequestParser::State::kBody:
@@ -631,6 +654,7 @@ class HttpServer::Impl {
   std::map<uint64_t, std::unique_ptr<Connection>> connections_;
   std::map<std::string, size_t> per_address_;
   uint64_t last_id_ = 0;
+  size_t bodies_held_ = 0;
   absl::Time accept_paused_until_ = absl::InfinitePast();
 
   // Between the I/O thread and the handlers.

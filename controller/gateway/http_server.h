@@ -25,6 +25,10 @@ struct HttpServerOptions {
   // every one is busy with a request, the newcomer gets 503.
   size_t max_connections = 256;
   size_t max_connections_per_address = 32;
+  // Request bodies held at once (received, or waiting for their reply), in all: a request whose
+  // body would take more gets 503, so that many clients sending bodies slowly cannot hold
+  // max_connections times the body limit.
+  size_t max_bodies_held_bytes = 64 << 20;
   int handler_threads = 8;
   // GET of this path is answered "ok" by the I/O thread itself: never queued behind handlers.
   std::string health_path = "/healthz";

@@ -317,5 +317,29 @@ TEST_CASE("Over the per-address cap a new connection replaces the longest waitin
   for (int fd : {busy1, busy2, refused}) close(fd);
 }
 
+TEST_CASE("Bodies over the server-wide budget are refused with 503", "[http_server]") {
+  HttpServerOptions options;
+  options.max_bodies_held_bytes = 100 << 10;
+  TestServer test(options);
+  const int port = test.server->port();
+  const std::string head = "POST /upload HTTP/1.1\r\nContent-Length: 81920\r\n\r\n";
+  const int first = Connect(port);
+  Send(first, head + std::string(60 << 10, 'a'));  // 60 KiB held, 20 KiB to come
+  absl::SleepFor(absl::Milliseconds(200));
+  const int second = Connect(port);
+  Send(second, head + std::string(60 << 10, 'b'));  // 120 KiB: over
+  shutdown(second, SHUT_WR);
+  const std::string refused = ReadAll(second);
+  CHECK_THAT(refused, Catch::StartsWith("HTTP/1.1 503"));
+  CHECK_THAT(refused, Catch::Contains("request bodies at once"));
+  Send(first, std::string(20 << 10, 'a'));
+  CHECK_THAT(Replies(first).Next(), Catch::EndsWith("POST /upload 81920"));
+  // Once answered, the first body no longer counts.
+  const int third = Connect(port);
+  Send(third, head + std::string(80 << 10, 'c'));
+  CHECK_THAT(Replies(third).Next(), Catch::EndsWith("POST /upload 81920"));
+  for (int fd : {first, second, third}) close(fd);
+}
+
 }  // namespace
 }  // namespace rlhfd::controller
