@@ -187,7 +187,7 @@ int Main() {
     v1::ListJobsRequest first;
     first.set_page_size(1);
     v1::ListJobsReply reply;
-    answered = client->jobs->ListJobs(&context, first, &reply).ok() && reply.jobs_size() == 1;
+    answered = client->jobs->ListJobs(&context, first, &reply).ok() && reply.jobs_size() >= 1;
   }
   const double restart_ms = Ms(Clock::now() - restart_start);
   const int64_t rss_restarted_kib = SettledResidentKib(cluster.controller()->pid());

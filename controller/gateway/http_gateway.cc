@@ -17,6 +17,7 @@
 #include "common/rpc/auth.h"
 #include "common/rpc/pending_unary.h"
 #include "common/util/files.h"
+#include "common/util/text.h"
 #include "controller/api/call_metrics.h"
 #include "controller/gateway/dashboard.h"
 #include "controller/gateway/openapi.h"
@@ -95,7 +96,7 @@ absl::StatusOr<v1::JobState> ParseState(absl::string_view text) {
   const std::string name = absl::StrCat("JOB_STATE_", absl::AsciiStrToUpper(text));
   if (!v1::JobState_Parse(name, &state) || state == v1::JOB_STATE_UNSPECIFIED) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "state: '", text.substr(0, 40),
+        "state: '", SanitizeForDisplay(text, 40),
         "' is not a job state (queued, placing, starting, running, recovering, succeeded, "
         "failed, cancelled)"));
   }

@@ -63,12 +63,15 @@ bool JobManager::IsWaiting(v1::JobState state) {
 
 void JobManager::Index(int64_t number, const JobSummary& summary) {
   if (IsWaiting(summary.state)) queue_.emplace(-summary.priority, number);
-  if (!IsTerminal(summary.state)) live_by_name_.emplace(summary.name, number);
+  if (!IsTerminal(summary.state)) live_by_name_[summary.name].insert(number);
 }
 
 void JobManager::Unindex(int64_t number, const JobSummary& summary) {
   queue_.erase({-summary.priority, number});
-  live_by_name_.erase({summary.name, number});
+  if (auto named = live_by_name_.find(summary.name); named != live_by_name_.end()) {
+    named->second.erase(number);
+    if (named->second.empty()) live_by_name_.erase(named);
+  }
 }
 
 absl::StatusOr<JobManager::Submission> JobManager::Prepare(const v1::SubmitJobRequest& request) {
@@ -205,11 +208,22 @@ std::vector<std::string> JobManager::Warnings(const v1::JobSpec& spec,
                                     workers_registered,
                                     " are registered: it stays queued until more register"));
   }
-  for (auto it = live_by_name_.lower_bound({spec.name(), 0});
-       it != live_by_name_.end() && it->first == spec.name(); ++it) {
-    const JobSummary& job = jobs_.at(it->second);
-    warnings.push_back(absl::StrCat("job ", JobId(it->second), " (", v1::JobState_Name(job.state),
-                                    ") has the same name, '", spec.name(), "'"));
+  constexpr size_t kNamedJobs = 3;
+  if (const auto named = live_by_name_.find(spec.name()); named != live_by_name_.end()) {
+    size_t listed = 0;
+    for (const int64_t number : named->second) {
+      if (listed++ == kNamedJobs) {
+        const size_t more = named->second.size() - kNamedJobs;
+        warnings.push_back(absl::StrCat(
+            "and ", more,
+            more == 1 ? " more job that has not ended has" : " more jobs that have not ended have",
+            " the same name, '", spec.name(), "'"));
+        break;
+      }
+      warnings.push_back(absl::StrCat("job ", JobId(number), " (",
+                                      v1::JobState_Name(jobs_.at(number).state),
+                                      ") has the same name, '", spec.name(), "'"));
+    }
   }
   return warnings;
 }

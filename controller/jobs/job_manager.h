@@ -90,7 +90,8 @@ class JobManager {
   absl::Status Delete(const std::string& job_id);
 
   // What to tell the submitter of `spec` without refusing it: a job larger than the
-  // `workers_registered` workers, a name another live job has.
+  // `workers_registered` workers, a name other live jobs have (the oldest few by id, then how
+  // many more: a reply does not grow with the queue).
   std::vector<std::string> Warnings(const v1::JobSpec& spec, int64_t workers_registered) const;
 
   // Sends `sink` the job's current state now and every later event of the job. Returns the
@@ -144,7 +145,7 @@ class JobManager {
   // Waiting jobs as (-priority, number): iteration is placement order.
   std::set<std::pair<int32_t, int64_t>> queue_;
   // Jobs that have not ended, by name (for the same-name warning).
-  std::set<std::pair<std::string, int64_t>> live_by_name_;
+  std::map<std::string, std::set<int64_t>> live_by_name_;
   std::map<int64_t, Watcher> watchers_;
   int64_t next_subscription_ = 1;
 };

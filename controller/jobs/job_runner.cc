@@ -103,7 +103,11 @@ void JobRunner::Consider(const std::string& id, Pass& pass) {
     jobs_.SetWaitingReason(
         id, absl::StrCat(job->state == v1::JOB_STATE_RECOVERING ? "recovering, " : "",
                          "waiting for workers: ", placement.status().message()));
-    if (!pass.held_back_by) pass.held_back_by.emplace(priority, id);
+    // In a pass (placement order) the first job that does not fit; a job submitted since may
+    // outrank it.
+    if (!pass.held_back_by || pass.held_back_by->first < priority) {
+      pass.held_back_by.emplace(priority, id);
+    }
     return;
   }
   const absl::StatusOr<v1::Job> record = jobs_.Get(id);

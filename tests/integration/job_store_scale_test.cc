@@ -88,7 +88,7 @@ absl::Duration StartAndTimeToServe(LocalCluster& cluster, const ControllerClient
     v1::ListJobsRequest first;
     first.set_page_size(1);
     v1::ListJobsReply reply;
-    answered = client->jobs->ListJobs(&context, first, &reply).ok() && reply.jobs_size() == 1;
+    answered = client->jobs->ListJobs(&context, first, &reply).ok() && reply.jobs_size() >= 1;
   }
   REQUIRE(answered);
   return absl::Now() - start;
@@ -150,6 +150,8 @@ TEST_CASE("10,000 jobs: listed once a page at a time, counted, served after a re
     REQUIRE(status.ok());
     CHECK(reply.job().job_id() == absl::StrCat("job-", kStoredJobs + i));
     CHECK(reply.job().state() == v1::JOB_STATE_QUEUED);
+    // Every job has the demo's name: the same-name warning names a few, not 10,000.
+    CHECK(reply.warnings_size() <= 5);
   }
   std::sort(latencies.begin(), latencies.end());
   WARN("submit p50 at 10,000 queued: " << latencies[latencies.size() / 2] << " ms");

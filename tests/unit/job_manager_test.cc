@@ -246,6 +246,26 @@ TEST_CASE("ListJobs pages: each job once, bounded pages, checked tokens", "[jobs
   CHECK(controller->ListJobs(huge)->jobs_size() == kJobs);  // lowered to 1000
 }
 
+TEST_CASE("same-name warnings stay short however many jobs share the name", "[jobs]") {
+  testing::TempDir dir;
+  int64_t now = 0;
+  auto controller = MakeController(dir.path(), &now);
+  for (int i = 0; i < 5; ++i) REQUIRE(controller->SubmitJob(FromFile("tiny-cpu-demo.yaml")).ok());
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id("job-1");
+  REQUIRE(controller->CancelJob(cancel).ok());  // ended: no longer named
+  auto sixth = controller->SubmitJob(FromFile("tiny-cpu-demo.yaml"));
+  REQUIRE(sixth.ok());
+  std::vector<std::string> named;
+  for (const std::string& warning : sixth->warnings()) {
+    if (warning.find("same name") != std::string::npos) named.push_back(warning);
+  }
+  REQUIRE(named.size() == 4);
+  CHECK(named[0] == "job job-2 (JOB_STATE_QUEUED) has the same name, 'tiny-cpu-demo'");
+  CHECK(named[2] == "job job-4 (JOB_STATE_QUEUED) has the same name, 'tiny-cpu-demo'");
+  CHECK(named[3] == "and 1 more job that has not ended has the same name, 'tiny-cpu-demo'");
+}
+
 TEST_CASE("only canonical job ids name a job", "[jobs]") {
   testing::TempDir dir;
   int64_t now = 0;
