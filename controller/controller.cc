@@ -93,8 +93,10 @@ absl::StatusOr<v1::SubmitJobReply> Controller::SubmitPrepared(JobManager::Submis
   }
   ASSIGN_OR_RETURN(*reply.mutable_job(), jobs_.Submit(std::move(submission), clock_()));
   if (runner_) runner_->Submitted(reply.job().job_id());
-  if (const auto placed = jobs_.Get(reply.job().job_id()); placed.ok())
+  // Re-read: the runner may have placed it.
+  if (const auto placed = jobs_.Get(reply.job().job_id()); placed.ok()) {
     *reply.mutable_job() = *placed;
+  }
   return reply;
 }
 
