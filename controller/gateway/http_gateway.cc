@@ -16,6 +16,7 @@
 #include "common/rpc/auth.h"
 #include "common/rpc/pending_unary.h"
 #include "common/util/files.h"
+#include "common/util/text.h"
 #include "controller/api/call_metrics.h"
 #include "controller/gateway/dashboard.h"
 #include "controller/gateway/openapi.h"
@@ -118,7 +119,7 @@ absl::StatusOr<v1::JobState> ParseState(absl::string_view text) {
   const std::string name = absl::StrCat("JOB_STATE_", absl::AsciiStrToUpper(text));
   if (!v1::JobState_Parse(name, &state) || state == v1::JOB_STATE_UNSPECIFIED) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "state: '", text.substr(0, 40),
+        "state: '", SanitizeForDisplay(text, 40),
         "' is not a job state (queued, placing, starting, running, recovering, succeeded, "
         "failed, cancelled)"));
   }
@@ -163,11 +164,19 @@ std::string PrometheusText(Controller& controller) {
       workers_by_state[ShortState(v1::WorkerState_descriptor(), i, "WORKER_STATE_")] = 0;
     }
   }
-  const absl::StatusOr<v1::ListJobsReply> jobs = controller.ListJobs({});
+  // Every job counts (from the controller's counts, not a page of ListJobs); only the jobs that
+  // run are read, for their series below.
+  const absl::StatusOr<v1::GetClusterReply> cluster = controller.GetCluster({});
+  const absl::StatusOr<std::vector<v1::Job>> jobs =
+      controller.AllJobsIn({v1::JOB_STATE_PLACING, v1::JOB_STATE_STARTING, v1::JOB_STATE_RUNNING,
+                            v1::JOB_STATE_RECOVERING});
   const absl::StatusOr<v1::ListWorkersReply> workers = controller.ListWorkers({});
-  if (jobs.ok()) {
-    for (const v1::Job& job : jobs->jobs()) {
-      ++jobs_by_state[ShortState(v1::JobState_descriptor(), job.state(), "JOB_STATE_")];
+  if (cluster.ok()) {
+    for (const auto& [name, count] : cluster->jobs_by_state()) {
+      v1::JobState state;
+      if (v1::JobState_Parse(name, &state)) {
+        jobs_by_state[ShortState(v1::JobState_descriptor(), state, "JOB_STATE_")] += count;
+      }
     }
   }
   if (workers.ok()) {
@@ -213,7 +222,7 @@ std::string PrometheusText(Controller& controller) {
   for (const PerJob& series : per_job) {
     gauge(series.name, series.help);
     if (!jobs.ok()) continue;
-    for (const v1::Job& job : jobs->jobs()) {
+    for (const v1::Job& job : *jobs) {
       const v1::JobState state = job.state();
       if (state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
           state == v1::JOB_STATE_CANCELLED || state == v1::JOB_STATE_QUEUED) {
@@ -391,6 +400,16 @@ void HttpGateway::Routes() {
         list.add_states(*state);
       }
     }
+    if (const std::string* text = request.Param("page_size")) {
+      int32_t page_size = 0;
+      if (!absl::SimpleAtoi(*text, &page_size)) {
+        return Reply(response, absl::InvalidArgumentError(
+                                   "page_size: give the most jobs a page holds (an integer, 0 for "
+                                   "the default)"));
+      }
+      list.set_page_size(page_size);
+    }
+    if (const std::string* token = request.Param("page_token")) list.set_page_token(*token);
     answer(response, on_loop([controller, list] { return controller->ListJobs(list); }));
   });
   Get("/v1/jobs/{id}", [=](const HttpRequest&, const Ids& ids, HttpResponse& response) {

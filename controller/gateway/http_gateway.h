@@ -11,7 +11,7 @@
 //   GET  /metrics                      Prometheus text exposition
 //   GET  /v1/cluster                   GetCluster
 //   GET  /v1/workers                   ListWorkers
-//   GET  /v1/jobs[?state=running,...]  ListJobs
+//   GET  /v1/jobs[?state=running,...&page_size=N&page_token=T]  ListJobs, a page at a time
 //   GET  /v1/jobs/{id}                 GetJob
 //   GET  /v1/jobs/{id}/metrics[?since=STEP]   GetJobMetrics (steps after STEP)
 //   POST /v1/jobs[?name=FILE&override=k=v...] SubmitJob; the body is the YAML or JSON config

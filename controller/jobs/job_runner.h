@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,8 +47,11 @@ class JobRunner {
   // At start-up: the jobs a previous controller was running recover (placed again, resumed from
   // their latest committed checkpoint).
   void RecoverAfterRestart();
-  // Places waiting jobs, oldest first; call whenever jobs or workers change.
+  // Places waiting jobs in the queue's order; call whenever workers or running jobs change.
   void Schedule();
+  // Places a job just submitted if it can be: O(log n) in the waiting jobs, where a pass over
+  // them (Schedule) is O(n).
+  void Submitted(const std::string& job_id);
   // The user cancelled `job_id` (the manager has it CANCELLED): its driver stops, its workers
   // are free at once.
   void Cancelled(const std::string& job_id);
@@ -63,6 +67,16 @@ class JobRunner {
     std::vector<std::string> workers;
     int64_t generation = 0;
   };
+  // A scheduling pass: the workers of the moment, the ones running jobs use, and the job that
+  // could not be placed first (its priority and id): jobs of lower priority wait behind it.
+  struct Pass {
+    std::vector<v1::Worker> workers;
+    std::map<std::string, std::string> used;
+    std::optional<std::pair<int32_t, std::string>> held_back_by;
+  };
+  Pass BeginPass() const;
+  // Places waiting job `id` if it fits, or records why it waits.
+  void Consider(const std::string& id, Pass& pass);
   void Start(const v1::Job& job, const Placement& placement);
   void OnRunning(const std::string& job_id, int64_t generation);
   void OnStep(const std::string& job_id, int64_t generation, const v1::StepMetrics& step,
@@ -88,6 +102,8 @@ class JobRunner {
   // When each recovering job's fault happened (controller clock): workers silent since then are
   // not placed for it.
   std::map<std::string, int64_t> faulted_at_;
+  // The last pass's held_back_by, for the jobs submitted after it.
+  std::optional<std::pair<int32_t, std::string>> held_back_by_;
   int64_t next_generation_ = 1;
   bool shut_down_ = false;
 };
