@@ -374,7 +374,7 @@ absl::StatusOr<LoadedCheckpoint> LoadNewestIntact(const std::string& dir, int64_
   return absl::DataLossError(
       absl::StrCat("no intact checkpoint in ", dir, ": ", absl::StrJoin(loaded.passed_over, "; "),
                    ". Restore the files named, or start afresh (trainer.resume: false, or another "
-                   "trainer.checkpoint_dir)"));
+                   "trainer.checkpoint_dir)."));
 }
 
 }  // namespace rlhfd::roles
