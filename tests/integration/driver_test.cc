@@ -703,10 +703,15 @@ TEST_CASE("A damaged newest checkpoint is passed over after a controller restart
     REQUIRE(named >= 2);
     const std::string path = damage.apply(named);
     cluster.StartController();
-    // The new controller resumes from the step before, having named the damaged file.
+    // The new controller resumes from the step before, having named the damaged file (the
+    // notice is logged on the controller's event loop, the resume on the driver's thread).
     const std::string resumed = absl::StrCat("resumed from the checkpoint of step ", named - 1);
+    const std::string notice = absl::StrCat("a damaged checkpoint was passed over: step ", named);
     REQUIRE(WaitFor(
-        [&] { return absl::StrContains(cluster.cluster().controller()->ReadLog(), resumed); },
+        [&] {
+          const std::string log = cluster.cluster().controller()->ReadLog();
+          return absl::StrContains(log, resumed) && absl::StrContains(log, notice);
+        },
         absl::Seconds(60)));
     const std::string log = cluster.cluster().controller()->ReadLog();
     INFO(log);
