@@ -6,6 +6,7 @@
 #include <mutex>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging/logging.h"
@@ -473,23 +474,55 @@ absl::Status JobStages::SaveCheckpoint(const std::string& directory, int64_t ste
 absl::StatusOr<int64_t> JobStages::LoadCheckpoint(const std::string& directory, int64_t step) {
   std::vector<int> everyone(ranks_.size());
   for (size_t r = 0; r < ranks_.size(); ++r) everyone[r] = static_cast<int>(r);
-  // The step `latest` names, read once so every rank loads the same one.
-  ASSIGN_OR_RETURN(const std::vector<v1::CheckpointReply> loaded,
-                   (FanOut<v1::CheckpointRequest, v1::CheckpointReply>(
-                       everyone, &StageService::LoadCheckpoint,
-                       [&](int, int) {
-                         v1::CheckpointRequest load;
-                         *load.mutable_key() = Key(std::max<int64_t>(step, 1), "load");
-                         load.set_directory(directory);
-                         load.set_step(step);
-                         return load;
-                       },
-                       options_.stage_deadline)));
-  for (const v1::CheckpointReply& reply : loaded) {
-    if (reply.step() != loaded[0].step()) {
-      return absl::DataLossError(absl::StrCat("ranks loaded different steps (", loaded[0].step(),
-                                              " and ", reply.step(), ") from ", directory));
+  passed_over_.clear();
+  std::vector<v1::CheckpointReply> loaded;
+  // Each rank checks only its own files, so one may find a step intact that another passes
+  // over; then every rank loads the older step, until all agree. The step asked for falls each
+  // round, so this ends.
+  for (int64_t want = step;;) {
+    absl::StatusOr<std::vector<v1::CheckpointReply>> round =
+        FanOut<v1::CheckpointRequest, v1::CheckpointReply>(
+            everyone, &StageService::LoadCheckpoint,
+            [&](int, int) {
+              v1::CheckpointRequest load;
+              *load.mutable_key() = Key(std::max<int64_t>(want, 1), "load");
+              load.set_directory(directory);
+              load.set_step(want);
+              return load;
+            },
+            options_.stage_deadline);
+    if (!round.ok()) {
+      // No step is intact for one rank: the files other ranks found bad in earlier rounds are
+      // named too, so the message lists every bad file.
+      std::vector<std::string> others;
+      for (const std::string& note : passed_over_) {
+        if (!absl::StrContains(round.status().message(), note)) others.push_back(note);
+      }
+      if (!absl::IsDataLoss(round.status()) || others.empty()) return round.status();
+      return absl::DataLossError(absl::StrCat(round.status().message(),
+                                              " Other ranks passed over: ",
+                                              absl::StrJoin(others, "; ")));
     }
+    loaded = *std::move(round);
+    int64_t oldest = loaded[0].step();
+    for (size_t r = 0; r < loaded.size(); ++r) {
+      const v1::CheckpointReply& reply = loaded[r];
+      if (reply.step() < 1 || (want > 0 && reply.step() > want)) {
+        return absl::DataLossError(absl::StrCat("rank ", r, " loaded step ", reply.step(), " from ",
+                                                directory, " when asked for step ", want,
+                                                " or before"));
+      }
+      oldest = std::min(oldest, reply.step());
+      for (const std::string& note : reply.passed_over()) {
+        if (std::find(passed_over_.begin(), passed_over_.end(), note) == passed_over_.end()) {
+          passed_over_.push_back(note);
+        }
+      }
+    }
+    const bool agreed = std::all_of(loaded.begin(), loaded.end(),
+                                    [&](const auto& reply) { return reply.step() == oldest; });
+    if (agreed) break;
+    want = oldest;
   }
   actor_optimizer_steps_ = critic_optimizer_steps_ = 0;
   for (const v1::CheckpointReply& reply : loaded) {

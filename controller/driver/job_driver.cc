@@ -68,6 +68,7 @@ void JobDriver::Cancel(absl::Status cause) {
     if (cancelled_.exchange(true)) return;
     cause_ = std::move(cause);
   }
+  cancel_wake_.notify_all();
   std::lock_guard<std::mutex> lock(cancel_mutex_);
   if (cancel_calls_) cancel_calls_();
 }
@@ -96,6 +97,51 @@ void JobDriver::Run() {
     status = cause_;
   }
   events_.finished(status, IsFault(status));
+}
+
+absl::Status JobDriver::SaveWaitingForSpace(roles::JobStages& job, int64_t step,
+                                            bool export_huggingface, double kl_coef,
+                                            int64_t committed) {
+  const std::string& directory = setup_.spec.trainer().checkpoint_dir();
+  const auto started = std::chrono::steady_clock::now();
+  const auto waited = [&] { return absl::FromChrono(std::chrono::steady_clock::now() - started); };
+  absl::Duration backoff = absl::Seconds(1);
+  for (int attempt = 1;; ++attempt) {
+    const absl::Status saved = job.SaveCheckpoint(directory, step, export_huggingface, kl_coef);
+    if (!absl::IsResourceExhausted(saved)) {
+      if (saved.ok() && attempt > 1) {
+        events_.notice(absl::StrCat("the checkpoint of step ", step, " is saved: disk space in ",
+                                    directory, " returned after ",
+                                    absl::FormatDuration(absl::Trunc(waited(), absl::Seconds(1)))));
+      }
+      return saved;
+    }
+    // Nothing of this step was committed: the one before stays the job's checkpoint.
+    const std::string previous =
+        committed > 0 ? absl::StrCat("the checkpoint of step ", committed, " is intact")
+                      : std::string("no checkpoint was committed before it");
+    if (waited() + backoff > setup_.disk_full_timeout) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the disk holding trainer.checkpoint_dir ", directory,
+          " is full: the checkpoint of step ", step, " could not be written (", saved.message(),
+          ") for ", absl::FormatDuration(absl::Trunc(waited(), absl::Seconds(1))), "; ", previous,
+          ". Free space there (or raise its quota), or set trainer.max_ckpt_to_keep, then resubmit "
+          "with trainer.resume: true"));
+    }
+    events_.notice(absl::StrCat("the disk holding ", directory, " is full (", saved.message(),
+                                "): saving the checkpoint of step ", step, " again in ",
+                                absl::FormatDuration(backoff),
+                                "; the job fails if there is no space within ",
+                                absl::FormatDuration(setup_.disk_full_timeout)));
+    {
+      std::unique_lock<std::mutex> lock(cause_mutex_);
+      if (cancel_wake_.wait_for(lock, absl::ToChronoNanoseconds(backoff),
+                                [this] { return cancelled_.load(); })) {
+        return cause_;
+      }
+    }
+    backoff = std::min(backoff * 2, absl::Seconds(30));
+  }
 }
 
 absl::Status JobDriver::Drive() {
@@ -182,10 +228,19 @@ absl::Status JobDriver::Drive() {
   if (!trainer.checkpoint_dir().empty() && (progress.checkpoint_step() > 0 || trainer.resume())) {
     absl::StatusOr<int64_t> loaded =
         job.LoadCheckpoint(trainer.checkpoint_dir(), progress.checkpoint_step());
+    for (const std::string& note : job.passed_over()) {
+      events_.notice(absl::StrCat("a damaged checkpoint was passed over: ", note));
+    }
     if (loaded.ok()) {
       first = *loaded + 1;
       kl_coef = job.loaded_kl_coef();
+      const StepRows rows =
+          RowsOfStep(train, *loaded, batch_size, data.shuffle(), data.shuffle_seed());
       progress.set_checkpoint_step(*loaded);
+      progress.set_checkpoint_epoch(rows.epoch);
+      progress.set_checkpoint_batch(rows.batch);
+      progress.set_checkpoint_kl_coef(kl_coef);
+      progress.set_checkpoint_actor_optimizer_steps(job.actor_optimizer_steps());
       RLOG(INFO) << "resumed from the checkpoint of step " << *loaded << " in "
                  << trainer.checkpoint_dir();
     } else if (!(absl::IsNotFound(loaded.status()) && progress.checkpoint_step() == 0)) {
@@ -202,7 +257,7 @@ absl::Status JobDriver::Drive() {
   }
   progress.set_current_step(first - 1);
   KlController kl(spec.algorithm().kl(), kl_coef);
-  events_.running();
+  events_.running(progress);
 
   const auto validate = [&](int64_t step, roles::Metrics& into) -> absl::Status {
     // JobStages keys the call by `step` (0: before training), so each validation is its own.
@@ -265,8 +320,8 @@ absl::Status JobDriver::Drive() {
     }
     if (SavesAt(trainer, step, total)) {
       const auto saving = std::chrono::steady_clock::now();
-      RETURN_IF_ERROR(job.SaveCheckpoint(trainer.checkpoint_dir(), step,
-                                         /*export_huggingface=*/step == total, kl.value()));
+      RETURN_IF_ERROR(SaveWaitingForSpace(job, step, /*export_huggingface=*/step == total,
+                                          kl.value(), progress.checkpoint_step()));
       progress.set_checkpoint_step(step);
       progress.set_checkpoint_epoch(rows.epoch);
       progress.set_checkpoint_batch(rows.batch);

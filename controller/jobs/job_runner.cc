@@ -153,10 +153,17 @@ void JobRunner::Start(const v1::Job& job, const Placement& placement) {
                     .rpc = options_.rpc,
                     .progress = progress,
                     .stage_deadline = options_.stage_deadline,
-                    .communicator_timeout_ms = options_.communicator_timeout_ms};
+                    .communicator_timeout_ms = options_.communicator_timeout_ms,
+                    .disk_full_timeout = options_.disk_full_timeout};
   DriverEvents events{
-      .running = [this, id,
-                  generation] { post_([this, id, generation] { OnRunning(id, generation); }); },
+      .running =
+          [this, id, generation](const v1::JobProgress& progress) {
+            post_([this, id, generation, progress] { OnRunning(id, generation, progress); });
+          },
+      .notice =
+          [this, id, generation](const std::string& notice) {
+            post_([this, id, generation, notice] { OnNotice(id, generation, notice); });
+          },
       .step =
           [this, id, generation](const v1::StepMetrics& step, const v1::JobProgress& progress) {
             post_(
@@ -188,14 +195,38 @@ void JobRunner::Start(const v1::Job& job, const Placement& placement) {
                          placement.worker_ids, generation};
 }
 
-void JobRunner::OnRunning(const std::string& job_id, int64_t generation) {
+void JobRunner::OnRunning(const std::string& job_id, int64_t generation,
+                          const v1::JobProgress& progress) {
   if (!Current(job_id, generation)) return;
-  const absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
-  const int64_t step = job.ok() ? job->progress().checkpoint_step() : 0;
+  // The step loaded, which is older than the record's when a damaged checkpoint was passed over.
+  RecordProgress(job_id, progress);
+  const int64_t step = progress.checkpoint_step();
   LogIfFailed(jobs_.TransitionTo(job_id, v1::JOB_STATE_RUNNING,
                                  step > 0 ? absl::StrCat("resumed after step ", step) : "running",
                                  clock_()),
               "running a job");
+}
+
+void JobRunner::OnNotice(const std::string& job_id, int64_t generation, const std::string& notice) {
+  if (!Current(job_id, generation)) return;
+  const absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
+  if (!job.ok()) return;
+  // The transition logs it too.
+  LogIfFailed(jobs_.TransitionTo(job_id, job->state(), SanitizeForDisplay(notice, 2000), clock_()),
+              "recording a job's notice");
+}
+
+void JobRunner::RecordProgress(const std::string& job_id, const v1::JobProgress& progress) {
+  LogIfFailed(jobs_.Update(job_id,
+                           [&](v1::Job& record) {
+                             const int32_t restarts = record.progress().restarts();
+                             const auto causes = record.progress().restart_causes();
+                             *record.mutable_progress() = progress;
+                             record.mutable_progress()->set_restarts(restarts);
+                             *record.mutable_progress()->mutable_restart_causes() = causes;
+                           },
+                           clock_()),
+              "recording a job's progress");
 }
 
 void JobRunner::OnStep(const std::string& job_id, int64_t generation, const v1::StepMetrics& step,
@@ -206,17 +237,7 @@ void JobRunner::OnStep(const std::string& job_id, int64_t generation, const v1::
   if (const auto sinks = sinks_.find(job_id); sinks != sinks_.end()) {
     for (const auto& sink : sinks->second) LogIfFailed(sink->Write(step), "logging a step");
   }
-  LogIfFailed(jobs_.Update(
-                  job_id,
-                  [&](v1::Job& record) {
-                    const int32_t restarts = record.progress().restarts();
-                    const auto causes = record.progress().restart_causes();
-                    *record.mutable_progress() = progress;
-                    record.mutable_progress()->set_restarts(restarts);
-                    *record.mutable_progress()->mutable_restart_causes() = causes;
-                  },
-                  clock_()),
-              "recording a job's progress");
+  RecordProgress(job_id, progress);
   jobs_.PublishStep(job_id, step);
 }
 

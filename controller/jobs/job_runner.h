@@ -31,6 +31,8 @@ struct RunnerOptions {
   int64_t communicator_timeout_ms = 300000;
   // Each job's metric sinks (trainer.loggers) write under <log_dir>/<job id>.
   std::string log_dir;
+  // How long a checkpoint save waits for a full disk before its job fails.
+  absl::Duration disk_full_timeout = absl::Minutes(10);
 };
 
 class JobRunner {
@@ -78,7 +80,11 @@ class JobRunner {
   // Places waiting job `id` if it fits, or records why it waits.
   void Consider(const std::string& id, Pass& pass);
   void Start(const v1::Job& job, const Placement& placement);
-  void OnRunning(const std::string& job_id, int64_t generation);
+  void OnRunning(const std::string& job_id, int64_t generation, const v1::JobProgress& progress);
+  // A driver's notice: logged, and a state event (same state, the notice as its message).
+  void OnNotice(const std::string& job_id, int64_t generation, const std::string& notice);
+  // Records the driver's `progress`, keeping the runner's own restart count and causes.
+  void RecordProgress(const std::string& job_id, const v1::JobProgress& progress);
   void OnStep(const std::string& job_id, int64_t generation, const v1::StepMetrics& step,
               const v1::JobProgress& progress);
   void OnFinished(const std::string& job_id, int64_t generation, const absl::Status& status,

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/util/crc32c.h"
 #include "controller/metrics/metric_sinks.h"
 #include "tests/support/subprocess.h"
 

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/logging/logging.h"
 #include "common/rpc/pending_unary.h"
 #include "common/status/status_macros.h"
@@ -591,6 +592,16 @@ std::vector<std::pair<std::string, train::TrainedModel*>> TrainedRoles(HostedJob
   return trained;
 }
 
+// A manifest's "extra" values (its CRC was checked; a version-1 manifest's was not).
+int64_t JsonInteger(const nlohmann::json& object, const char* key, int64_t fallback) {
+  const auto found = object.find(key);
+  return found != object.end() && found->is_number_integer() ? found->get<int64_t>() : fallback;
+}
+double JsonNumber(const nlohmann::json& object, const char* key, double fallback) {
+  const auto found = object.find(key);
+  return found != object.end() && found->is_number() ? found->get<double>() : fallback;
+}
+
 absl::Status CheckDirectory(const std::string& directory) {
   if (directory.empty() || directory[0] != '/') {
     return absl::InvalidArgumentError(
@@ -646,7 +657,17 @@ void RoleHost::CommitCheckpoint(const v1::CheckpointRequest& request, absl::Dura
       request.key(), false, std::move(done),
       [request](HostedJob& job) -> absl::StatusOr<v1::CheckpointReply> {
         RETURN_IF_ERROR(CheckDirectory(request.directory()));
-        RETURN_IF_ERROR(CommitLatest(request.directory(), request.step()));
+        RETURN_IF_ERROR(CommitStep(request.directory(), request.step()));
+        // The commit stands whatever happens to the deletion of older steps; a failed one is
+        // tried again after the next commit.
+        const absl::StatusOr<std::vector<std::string>> removed = RemoveOldSteps(
+            request.directory(), request.step(), job.spec.trainer().max_ckpt_to_keep());
+        if (!removed.ok()) {
+          RLOG(WARNING) << "trainer.max_ckpt_to_keep: " << removed.status().message();
+        } else if (!removed->empty()) {
+          RLOG(INFO) << "trainer.max_ckpt_to_keep " << job.spec.trainer().max_ckpt_to_keep()
+                     << ": deleted " << absl::StrJoin(*removed, ", ");
+        }
         v1::CheckpointReply reply;
         reply.set_step(request.step());
         reply.set_path(StepDirectory(request.directory(), request.step()));
@@ -662,16 +683,22 @@ void RoleHost::LoadCheckpoint(const v1::CheckpointRequest& request, absl::Durati
     done(CatchAll<v1::CheckpointReply>("LoadCheckpoint", [&]() -> absl::StatusOr<v1::CheckpointReply> {
       ASSIGN_OR_RETURN(HostedJob * job, FindJob(request.key().job_id(), request.key().attempt()));
       RETURN_IF_ERROR(CheckDirectory(request.directory()));
-      ASSIGN_OR_RETURN(const int64_t step, ResolveStep(request.directory(), request.step()));
-      v1::CheckpointReply reply;
-      reply.set_step(step);
+      std::vector<RolePart> parts;
       for (auto& [role, trained] : TrainedRoles(*job)) {
-        const int position = job->layout->PositionIn(role);
-        ASSIGN_OR_RETURN(const nlohmann::json extra,
-                         LoadRoleState(request.directory(), step, role, position,
-                                       trained->StateTensors()));
-        const int64_t steps = extra.value("optimizer_steps", int64_t{0});
-        reply.set_kl_coef(extra.value("kl_coef", job->spec.algorithm().kl().coef()));
+        parts.push_back({.role = role,
+                         .rank = job->layout->PositionIn(role),
+                         .state = trained->StateTensors()});
+      }
+      ASSIGN_OR_RETURN(const LoadedCheckpoint loaded,
+                       LoadNewestIntact(request.directory(), request.step(), parts));
+      v1::CheckpointReply reply;
+      reply.set_step(loaded.step);
+      for (const std::string& note : loaded.passed_over) reply.add_passed_over(note);
+      for (size_t i = 0; i < parts.size(); ++i) {
+        const std::string& role = parts[i].role;
+        const nlohmann::json& extra = loaded.extras[i];
+        const int64_t steps = JsonInteger(extra, "optimizer_steps", 0);
+        reply.set_kl_coef(JsonNumber(extra, "kl_coef", job->spec.algorithm().kl().coef()));
         if (role == kActor) {
           job->actor->set_optimizer_steps(steps);
           job->actor->ReleaseRollout();
@@ -680,12 +707,12 @@ void RoleHost::LoadCheckpoint(const v1::CheckpointRequest& request, absl::Durati
           job->critic->set_optimizer_steps(steps);
           reply.set_critic_optimizer_steps(steps);
         }
-        reply.set_path(RankDirectory(request.directory(), step, role, position));
+        reply.set_path(RankDirectory(request.directory(), loaded.step, role, parts[i].rank));
       }
       job->poisoned.clear();
       job->replies.clear();
       job->batch.Begin(0, 0, {}, 0, 0);
-      RLOG(INFO) << "loaded step " << step << " from " << request.directory();
+      RLOG(INFO) << "loaded step " << loaded.step << " from " << request.directory();
       return reply;
     }));
   });
