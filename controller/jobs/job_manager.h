@@ -40,6 +40,8 @@ class JobManager {
   absl::StatusOr<v1::Job> Submit(const v1::SubmitJobRequest& request, int64_t now_ms);
 
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
+  // Whether the job is in the store (in any state).
+  bool Contains(const std::string& job_id) const { return Find(job_id) != nullptr; }
 
   // Oldest first; all states when `states` is empty.
   std::vector<v1::Job> List(const std::vector<v1::JobState>& states) const;

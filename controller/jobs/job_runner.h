@@ -56,12 +56,16 @@ class JobRunner {
   // Controller shutdown: drivers stop, jobs keep their states (the next controller recovers
   // them).
   void Shutdown();
+  // Whether `attempt`, which `worker_id` hosts, belongs to a job this controller knows and no
+  // longer runs there (its run moved on: a later attempt, other workers, or the job's end).
+  bool MovedOn(const std::string& worker_id, const v1::JobAttempt& attempt) const;
 
  private:
   struct Running {
     std::unique_ptr<JobDriver> driver;
     std::vector<std::string> workers;
     int64_t generation = 0;
+    int64_t attempt = 0;  // the job's (StageKey.attempt)
   };
   void Start(const v1::Job& job, const Placement& placement);
   void OnRunning(const std::string& job_id, int64_t generation);
