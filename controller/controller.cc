@@ -271,7 +271,13 @@ absl::StatusOr<v1::RegisterWorkerReply> Controller::RegisterWorker(
 }
 
 absl::StatusOr<v1::HeartbeatReply> Controller::Heartbeat(const v1::HeartbeatRequest& request) {
-  return workers_.Heartbeat(request, clock_());
+  absl::StatusOr<v1::HeartbeatReply> reply = workers_.Heartbeat(request, clock_());
+  if (reply.ok() && runner_) {
+    for (const v1::JobAttempt& hosted : request.hosted()) {
+      if (runner_->MovedOn(request.worker_id(), hosted)) *reply->add_end() = hosted;
+    }
+  }
+  return reply;
 }
 
 void Controller::SweepLiveness() {

@@ -1,5 +1,6 @@
 #include "controller/driver/job_driver.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/cleanup/cleanup.h"
@@ -7,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging/logging.h"
 #include "common/roles/job_stages.h"
+#include "common/roles/pool_placement.h"
 #include "common/roles/stage_service.h"
 #include "common/status/status_macros.h"
 #include "common/util/clock.h"
@@ -15,6 +17,9 @@
 
 namespace rlhfd::controller {
 namespace {
+
+// What a stage call carries besides its rows (key, seeds, framing).
+constexpr int64_t kStageCallOverheadBytes = 64 << 10;
 
 // The step's seed: the same for a step whenever it runs (first time or after a resume).
 uint64_t StepSeed(const v1::JobSpec& spec, int64_t step) {
@@ -212,6 +217,15 @@ absl::Status JobDriver::Drive() {
         "data.train_files hold ", train.size(), " prompts, fewer than one batch of ", batch_size,
         " (data.train_batch_size)"));
   }
+  // A rank's share of a step, and of a validation, travels in one stage call: rows that could
+  // not are refused now, naming the row, rather than by gRPC at some later step.
+  const v1::PoolAssignment* actor_pool = roles::FindPool(job.pools(), "actor");
+  const int64_t actor_ranks = actor_pool == nullptr ? 1 : std::max(1, actor_pool->ranks_size());
+  const int64_t call_bytes = setup_.rpc.max_request_bytes - kStageCallOverheadBytes;
+  RETURN_IF_ERROR(CheckShareFits(train, (batch_size + actor_ranks - 1) / actor_ranks, call_bytes,
+                                 "data.train_files"));
+  RETURN_IF_ERROR(CheckShareFits(validation, (validation.size() + actor_ranks - 1) / actor_ranks,
+                                 call_bytes, "data.val_files"));
   const int64_t total = trainer.total_steps() > 0 ? trainer.total_steps()
                                                   : trainer.total_epochs() * per_epoch;
   std::vector<v1::PromptRow> validation_prompts;

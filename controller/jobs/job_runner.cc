@@ -192,7 +192,15 @@ void JobRunner::Start(const v1::Job& job, const Placement& placement) {
     sinks_.erase(id);
   }
   running_[id] = Running{std::make_unique<JobDriver>(std::move(setup), std::move(events)),
-                         placement.worker_ids, generation};
+                         placement.worker_ids, generation, progress.attempt()};
+}
+
+bool JobRunner::MovedOn(const std::string& worker_id, const v1::JobAttempt& attempt) const {
+  if (!jobs_.Contains(attempt.job_id())) return false;  // not ours to judge
+  const auto run = running_.find(attempt.job_id());
+  return run == running_.end() || run->second.attempt != attempt.attempt() ||
+         std::find(run->second.workers.begin(), run->second.workers.end(), worker_id) ==
+             run->second.workers.end();
 }
 
 void JobRunner::OnRunning(const std::string& job_id, int64_t generation,

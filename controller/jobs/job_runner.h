@@ -62,12 +62,16 @@ class JobRunner {
   // Controller shutdown: drivers stop, jobs keep their states (the next controller recovers
   // them).
   void Shutdown();
+  // Whether `attempt`, which `worker_id` hosts, belongs to a job this controller knows and no
+  // longer runs there (its run moved on: a later attempt, other workers, or the job's end).
+  bool MovedOn(const std::string& worker_id, const v1::JobAttempt& attempt) const;
 
  private:
   struct Running {
     std::unique_ptr<JobDriver> driver;
     std::vector<std::string> workers;
     int64_t generation = 0;
+    int64_t attempt = 0;  // the job's (StageKey.attempt)
   };
   // A scheduling pass: the workers of the moment, the ones running jobs use, and the job that
   // could not be placed first (its priority and id): jobs of lower priority wait behind it.

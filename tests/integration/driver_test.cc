@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -26,6 +28,7 @@
 #include "common/roles/on_policy.h"
 #include "common/roles/pool_placement.h"
 #include "common/util/files.h"
+#include "rlhfd/v1/worker_service.grpc.pb.h"
 #include "tests/support/cluster_fixture.h"
 #include "tests/support/controller_client.h"
 #include "tests/support/rl_reference.h"
@@ -144,6 +147,22 @@ class DriverCluster {
     grpc::ClientContext context;
     Prepare(context);
     return client_.jobs->CancelJob(&context, request, &reply);
+  }
+
+  // Worker `index`'s own status (GetWorkerStatus on its WorkerService); empty if it does not
+  // answer.
+  std::optional<v1::GetWorkerStatusReply> WorkerStatus(size_t index) {
+    const int port = cluster_.WorkerPort(index);
+    if (port <= 0) return std::nullopt;
+    auto stub = v1::WorkerService::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    Prepare(context);
+    v1::GetWorkerStatusReply reply;
+    if (!stub->GetWorkerStatus(&context, v1::GetWorkerStatusRequest(), &reply).ok()) {
+      return std::nullopt;
+    }
+    return reply;
   }
 
   int AliveWorkers() {
@@ -858,6 +877,9 @@ TEST_CASE("A hung worker (SIGSTOP) is detected and the job recovers", "[driver][
   INFO(Describe(running));
   REQUIRE(running.state() == v1::JOB_STATE_RUNNING);
   const size_t hung = DriverCluster::IndexOf(running.placement(0).worker_ids(0));
+  const std::optional<v1::GetWorkerStatusReply> holding = cluster.WorkerStatus(hung);
+  REQUIRE(holding);
+  CHECK(holding->jobs_hosted() == 1);
   const absl::Time stopped = absl::Now();
   REQUIRE(kill(cluster.cluster().worker(hung).pid(), SIGSTOP) == 0);
   const v1::Job recovering = cluster.WaitUntil(
@@ -871,7 +893,31 @@ TEST_CASE("A hung worker (SIGSTOP) is detected and the job recovers", "[driver][
   CHECK(job.state() == v1::JOB_STATE_SUCCEEDED);
   CHECK(job.progress().current_step() == 6);
   CheckHistory(cluster.Metrics(id), 6);
-  kill(cluster.cluster().worker(hung).pid(), SIGCONT);
+
+  // Back from its hang, the worker learns from its next heartbeat that the controller moved the
+  // job on, ends the attempt it kept and frees what it held: at least the actor's and reference's
+  // weights (the model file's size, twice) and the optimizer's moments.
+  REQUIRE(kill(cluster.cluster().worker(hung).pid(), SIGCONT) == 0);
+  std::optional<v1::GetWorkerStatusReply> returned;
+  WaitFor(
+      [&] {
+        returned = cluster.WorkerStatus(hung);
+        return returned && returned->jobs_hosted() == 0;
+      },
+      absl::Seconds(60));
+  INFO(cluster.cluster().worker(hung).ReadLog());
+  REQUIRE(returned);
+  CHECK(returned->jobs_hosted() == 0);
+  CHECK_THAT(cluster.cluster().worker(hung).ReadLog(),
+             Catch::Contains("the controller no longer runs it here"));
+  const int64_t model_bytes = static_cast<int64_t>(
+      fs::file_size(kSource + "/tests/fixtures/models/tiny-qwen2/model.safetensors"));
+  INFO("memory in use while holding the job " << holding->memory_in_use_bytes() << ", after "
+                                              << returned->memory_in_use_bytes());
+  CHECK(holding->memory_in_use_bytes() - returned->memory_in_use_bytes() >= 2 * model_bytes);
+  WARN("the returned worker's memory in use: " << holding->memory_in_use_bytes()
+                                               << " bytes holding the job, "
+                                               << returned->memory_in_use_bytes() << " after");
 }
 
 TEST_CASE("Cancel mid-step: CANCELLED within 10 s and the workers take a new job",
@@ -943,6 +989,22 @@ TEST_CASE("Bad input fails the job naming what to fix; the daemons keep serving"
                      "\", \"ground_truth\": \"15\"}\n" + rows);
   const std::string overlong =
       cluster.Submit(config, with({"data.train_files=[" + long_file + "]", "data.shuffle=false"}));
+  // A 10 MB ground truth: over the limit of a row, refused naming its file, line and key.
+  const std::string huge_file = dir.path() + "/huge.jsonl";
+  write(huge_file, rows.substr(0, rows.find('\n') + 1) +
+                       R"({"prompt": "What is 3 + 4?", "ground_truth": ")" +
+                       std::string(10'000'000, '7') + "\"}\n" + rows);
+  const std::string huge = cluster.Submit(config, with({"data.train_files=[" + huge_file + "]"}));
+  // Rows each under that limit, but four of them (a rank's share: 8 prompts over 2 actor ranks)
+  // are more than one stage call carries: refused before the first step, naming the largest.
+  const std::string heavy_file = dir.path() + "/heavy.jsonl";
+  std::string heavy_rows;
+  for (int i = 0; i < 4; ++i) {
+    heavy_rows += R"({"prompt": "What is 3 + 4?", "ground_truth": ")" +
+                  std::string(1'040'000 + i, '7') + "\"}\n";
+  }
+  write(heavy_file, heavy_rows + rows);
+  const std::string heavy = cluster.Submit(config, with({"data.train_files=[" + heavy_file + "]"}));
   const std::string model_dir = dir.path() + "/model";
   fs::copy(kSource + "/tests/fixtures/models/tiny-qwen2", model_dir, fs::copy_options::recursive);
   const std::string bad_model = cluster.Submit(config, with({"model.path=" + model_dir}));
@@ -960,6 +1022,8 @@ TEST_CASE("Bad input fails the job naming what to fix; the daemons keep serving"
   failed_with(malformed, {malformed_file + ":3"});
   failed_with(overlong, {long_file + ":2", "max_prompt_length"});
   failed_with(bad_model, {model_dir + "/model.safetensors"});
+  failed_with(huge, {huge_file + ":2", "'ground_truth'"});
+  failed_with(heavy, {"data.train_files", heavy_file + ":4", "data.train_batch_size"});
   // With data.filter_overlong_prompts the over-long prompt is left out instead (verl's filter).
   const v1::Job filtered = cluster.WaitEnded(
       cluster.Submit(config, with({"data.train_files=[" + long_file + "]", "data.shuffle=false",
