@@ -80,7 +80,7 @@ class JobManager {
   // The job's record, read from the store.
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
   // Whether the job is in the store (in any state).
-  bool Contains(const std::string& job_id) const { return Find(job_id) != nullptr; }
+  bool Contains(const std::string& job_id) const { return Summary(job_id) != nullptr; }
 
   // A page of jobs (JobQuery); records are read from the store.
   absl::StatusOr<JobPage> List(const JobQuery& query) const;
