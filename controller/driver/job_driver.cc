@@ -202,7 +202,7 @@ absl::Status JobDriver::Drive() {
   }
   progress.set_current_step(first - 1);
   KlController kl(spec.algorithm().kl(), kl_coef);
-  events_.running();
+  events_.running(first - 1);
 
   const auto validate = [&](int64_t step, roles::Metrics& into) -> absl::Status {
     // JobStages keys the call by `step` (0: before training), so each validation is its own.

@@ -35,8 +35,9 @@ struct DriverSetup {
 
 // Called on the driver's thread, in order; they must not block.
 struct DriverEvents {
-  // The job's workers have started its roles (and loaded the checkpoint): it runs.
-  std::function<void()> running;
+  // The job's workers have started its roles (and loaded the checkpoint): it runs, going on after
+  // step `resumed_after` (0: from the start), so every step after it is written again.
+  std::function<void(int64_t resumed_after)> running;
   // A step (or validation, as step metrics) is done; `progress` is the job's progress after it.
   std::function<void(const v1::StepMetrics& step, const v1::JobProgress& progress)> step;
   // The driver has ended: OK after the last step; otherwise the error, and whether it is a

@@ -138,7 +138,12 @@ void JobRunner::Start(const v1::Job& job, const Placement& placement) {
                     .stage_deadline = options_.stage_deadline,
                     .communicator_timeout_ms = options_.communicator_timeout_ms};
   DriverEvents events{
-      .running = [this, id, generation] { post_([this, id, generation] { OnRunning(id, generation); }); },
+      .running =
+          [this, id, generation](int64_t resumed_after) {
+            post_([this, id, generation, resumed_after] {
+              OnRunning(id, generation, resumed_after);
+            });
+          },
       .step =
           [this, id, generation](const v1::StepMetrics& step, const v1::JobProgress& progress) {
             post_([this, id, generation, step, progress] {
@@ -171,14 +176,21 @@ void JobRunner::Start(const v1::Job& job, const Placement& placement) {
                          placement.worker_ids, generation};
 }
 
-void JobRunner::OnRunning(const std::string& job_id, int64_t generation) {
+void JobRunner::OnRunning(const std::string& job_id, int64_t generation, int64_t resumed_after) {
   if (!Current(job_id, generation)) return;
-  const absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
-  const int64_t step = job.ok() ? job->progress().checkpoint_step() : 0;
-  LogIfFailed(jobs_.TransitionTo(job_id, v1::JOB_STATE_RUNNING,
-                                 step > 0 ? absl::StrCat("resumed after step ", step) : "running",
-                                 clock_()),
-              "running a job");
+  // The steps after the checkpoint run again: the sinks drop an earlier run's records of them,
+  // so each step is in the logs once (the history replaces a step's record when it is re-run).
+  if (const auto sinks = sinks_.find(job_id); sinks != sinks_.end()) {
+    for (const auto& sink : sinks->second) {
+      LogIfFailed(sink->StartRun(resumed_after), "dropping re-run steps from a job's logs");
+    }
+  }
+  LogIfFailed(
+      jobs_.TransitionTo(
+          job_id, v1::JOB_STATE_RUNNING,
+          resumed_after > 0 ? absl::StrCat("resumed after step ", resumed_after) : "running",
+          clock_()),
+      "running a job");
 }
 
 void JobRunner::OnStep(const std::string& job_id, int64_t generation, const v1::StepMetrics& step,

@@ -64,7 +64,7 @@ class JobRunner {
     int64_t generation = 0;
   };
   void Start(const v1::Job& job, const Placement& placement);
-  void OnRunning(const std::string& job_id, int64_t generation);
+  void OnRunning(const std::string& job_id, int64_t generation, int64_t resumed_after);
   void OnStep(const std::string& job_id, int64_t generation, const v1::StepMetrics& step,
               const v1::JobProgress& progress);
   void OnFinished(const std::string& job_id, int64_t generation, const absl::Status& status,
