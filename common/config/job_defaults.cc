@@ -61,7 +61,8 @@ constexpr const char* kDefaultsJson = R"json({
     "total_steps": 0, "total_epochs": 30, "save_every": 0, "val_every": 0,
     "checkpoint_dir": "", "resume": true, "loggers": ["console"], "seed": 1,
     "project_name": "rlhfd", "experiment_name": "", "critic_warmup": 0,
-    "val_before_train": true, "max_restarts": 3, "device": "auto", "rollout_data_dir": "", "priority": 0
+    "val_before_train": true, "max_restarts": 3, "device": "auto", "rollout_data_dir": "", "priority": 0,
+    "max_nonfinite_skips": 0
   }
 })json";
 

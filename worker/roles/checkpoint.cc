@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -11,6 +12,7 @@
 #include "common/util/files.h"
 #include "worker/model/safetensors_writer.h"
 #include "worker/model/state_dict.h"
+#include "worker/train/finite_check.h"
 
 namespace rlhfd::roles {
 namespace {
@@ -35,6 +37,15 @@ absl::StatusOr<int64_t> SaveRoleState(const std::string& dir, int64_t step,
                                       const train::TrainedModel::NamedTensors& state,
                                       const nlohmann::json& extra) {
   const std::string where = RankDirectory(dir, step, role, rank);
+  // Never a checkpoint that holds NaN or infinities (a resume from it can only diverge): checked
+  // before anything is written, so `latest` keeps naming the last good one.
+  std::vector<at::Tensor> values;
+  for (const auto& [name, tensor] : state) values.push_back(tensor);
+  if (const std::optional<size_t> bad = train::FirstNonFinite(values)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, ": ", state[*bad].first, " holds non-finite values (NaN or infinity); step ", step,
+        " is not saved and `latest` still names the last good checkpoint"));
+  }
   RETURN_IF_ERROR(MakeDirectories(where));
   // A save of the same step before this one may have been cut short: its manifest goes first.
   const std::string manifest_path = absl::StrCat(where, "/", kManifestFile);

@@ -20,6 +20,7 @@ std::string StepDirectory(const std::string& dir, int64_t step);
 std::string RankDirectory(const std::string& dir, int64_t step, const std::string& role, int rank);
 
 // Writes the state, then the manifest (with `extra` under "extra"). Returns the bytes written.
+// FAILED_PRECONDITION naming the tensor, and nothing written, when a tensor holds NaN or inf.
 absl::StatusOr<int64_t> SaveRoleState(const std::string& dir, int64_t step,
                                       const std::string& role, int rank,
                                       const train::TrainedModel::NamedTensors& state,
