@@ -852,6 +852,8 @@ TEST_CASE(
   REQUIRE(job.state() == v1::JOB_STATE_FAILED);
   CHECK(job.progress().restarts() == 0);
   CHECK(absl::StrContains(job.message(), "step 4 update_actor"));
+  CHECK(absl::StrContains(job.message(), "actor: optimizer step 1 of this update"));
+  CHECK(absl::StrContains(job.message(), "_loss is NaN; no update was applied"));
   CHECK(absl::StrContains(job.message(), "trainer.max_nonfinite_skips (1) allows no more"));
   // Step 3 was skipped: its weights are step 2's, finite, and its checkpoint was committed.
   CHECK(job.progress().checkpoint_step() == 3);

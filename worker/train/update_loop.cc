@@ -9,6 +9,7 @@
 #include <limits>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
@@ -29,12 +30,16 @@ absl::Status CheckEqualRows(TrainedModel& model, int64_t rows) {
   return absl::OkStatus();
 }
 
-// The first of a step's summed metrics (losses, entropy, ...) that is not finite.
+// The step's summed metric that is not finite, a loss (policy_loss, value_loss, ...) before the
+// others (approx_kl, entropy, ...), which follow from it.
 std::optional<std::string> FirstNonFiniteMetric(const UpdateMetrics& sums) {
+  std::optional<std::string> found;
   for (const auto& [name, value] : sums) {
-    if (!std::isfinite(value)) return name;
+    if (std::isfinite(value)) continue;
+    if (absl::EndsWith(name, "_loss")) return name;
+    if (!found) found = name;
   }
-  return std::nullopt;
+  return found;
 }
 
 absl::StatusOr<UpdateMetrics> Loop(TrainedModel& model, const at::Tensor& response_mask,
