@@ -1,10 +1,15 @@
 // Controller logic; see controller.h.
 #include "controller/controller.h"
 
+#include <algorithm>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 #include "common/util/files.h"
-#include "absl/strings/str_cat.h"
-#include "common/logging/logging.h"
 
 namespace rlhfd::controller {
 
@@ -87,8 +92,11 @@ absl::StatusOr<v1::SubmitJobReply> Controller::SubmitPrepared(JobManager::Submis
     reply.add_warnings(std::move(warning));
   }
   ASSIGN_OR_RETURN(*reply.mutable_job(), jobs_.Submit(std::move(submission), clock_()));
-  Schedule();
-  if (const auto placed = jobs_.Get(reply.job().job_id()); placed.ok()) *reply.mutable_job() = *placed;
+  if (runner_) runner_->Submitted(reply.job().job_id());
+  // Re-read: the runner may have placed it.
+  if (const auto placed = jobs_.Get(reply.job().job_id()); placed.ok()) {
+    *reply.mutable_job() = *placed;
+  }
   return reply;
 }
 
@@ -106,16 +114,79 @@ absl::StatusOr<v1::GetJobReply> Controller::GetJob(const v1::GetJobRequest& requ
   return reply;
 }
 
+namespace {
+
+// ListJobs pages (AIP-158): a default and a maximum page size, and about this many bytes of jobs
+// at most in a reply (a job holds a config of up to 1 MiB), well under a client's default 4 MiB
+// message limit.
+constexpr int kDefaultPageSize = 100;
+constexpr int kMaxPageSize = 1000;
+constexpr size_t kMaxPageBytes = 2 << 20;
+constexpr char kPageTokenVersion[] = "p1";
+
+// A page token is opaque to clients: the last job number listed and the states asked for,
+// base64. The states are checked, so a token is never used for a listing it was not made for.
+std::string PageToken(int64_t after_number, uint64_t states) {
+  return absl::WebSafeBase64Escape(absl::StrCat(kPageTokenVersion, ".", after_number, ".", states));
+}
+
+absl::StatusOr<int64_t> ParsePageToken(const std::string& token, uint64_t states) {
+  const absl::Status bad = absl::InvalidArgumentError(
+      "page_token: not a token this controller gave for these states; pass the "
+      "next_page_token of the previous reply unchanged, with the same states, or none for the "
+      "first page");
+  std::string text;
+  if (token.size() > 100 || !absl::WebSafeBase64Unescape(token, &text)) return bad;
+  const std::vector<std::string> parts = absl::StrSplit(text, '.');
+  int64_t after = 0;
+  uint64_t token_states = 0;
+  if (parts.size() != 3 || parts[0] != kPageTokenVersion || !absl::SimpleAtoi(parts[1], &after) ||
+      after < 0 || !absl::SimpleAtoi(parts[2], &token_states) || token_states != states) {
+    return bad;
+  }
+  return after;
+}
+
+}  // namespace
+
 absl::StatusOr<v1::ListJobsReply> Controller::ListJobs(const v1::ListJobsRequest& request) {
   if (request.states_size() > v1::JobState_ARRAYSIZE) {
-    return absl::InvalidArgumentError(absl::StrCat("ListJobs takes at most ",
-                                                   v1::JobState_ARRAYSIZE, " states"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ListJobs takes at most ", v1::JobState_ARRAYSIZE, " states"));
   }
-  std::vector<v1::JobState> states;
-  for (int state : request.states()) states.push_back(static_cast<v1::JobState>(state));
+  if (request.page_size() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size: ", request.page_size(), " is negative; give 1 to ", kMaxPageSize,
+                     ", or 0 for the default (", kDefaultPageSize, ")"));
+  }
+  JobQuery query;
+  uint64_t states = 0;  // a bit per state asked for
+  for (int state : request.states()) {
+    if (state < 0 || state >= 64) {
+      return absl::InvalidArgumentError(absl::StrCat("states: ", state, " is not a job state"));
+    }
+    states |= uint64_t{1} << state;
+    query.states.push_back(static_cast<v1::JobState>(state));
+  }
+  if (!request.page_token().empty()) {
+    ASSIGN_OR_RETURN(query.after_number, ParsePageToken(request.page_token(), states));
+  }
+  query.page_size =
+      request.page_size() == 0 ? kDefaultPageSize : std::min(request.page_size(), kMaxPageSize);
+  query.max_bytes = kMaxPageBytes;
+  ASSIGN_OR_RETURN(JobPage page, jobs_.List(query));
   v1::ListJobsReply reply;
-  for (v1::Job& job : jobs_.List(states)) *reply.add_jobs() = std::move(job);
+  for (v1::Job& job : page.jobs) *reply.add_jobs() = std::move(job);
+  if (page.more) reply.set_next_page_token(PageToken(page.last_number, states));
   return reply;
+}
+
+absl::StatusOr<std::vector<v1::Job>> Controller::AllJobsIn(
+    const std::vector<v1::JobState>& states) {
+  JobQuery query;
+  query.states = states;
+  ASSIGN_OR_RETURN(JobPage page, jobs_.List(query));
+  return std::move(page.jobs);
 }
 
 absl::StatusOr<v1::CancelJobReply> Controller::CancelJob(const v1::CancelJobRequest& request) {
@@ -148,11 +219,14 @@ absl::StatusOr<v1::GetClusterReply> Controller::GetCluster(const v1::GetClusterR
           reply.set_gpus_alive(reply.gpus_alive() + 1);
         }
         break;
-      case v1::WORKER_STATE_LOST: reply.set_workers_lost(reply.workers_lost() + 1); break;
+      case v1::WORKER_STATE_LOST:
+        reply.set_workers_lost(reply.workers_lost() + 1);
+        break;
       case v1::WORKER_STATE_DRAINING:
         reply.set_workers_draining(reply.workers_draining() + 1);
         break;
-      default: break;
+      default:
+        break;
     }
   }
   for (const auto& [state, count] : jobs_.CountByState()) {
@@ -163,7 +237,8 @@ absl::StatusOr<v1::GetClusterReply> Controller::GetCluster(const v1::GetClusterR
   return reply;
 }
 
-absl::StatusOr<v1::DrainWorkerReply> Controller::DrainWorker(const v1::DrainWorkerRequest& request) {
+absl::StatusOr<v1::DrainWorkerReply> Controller::DrainWorker(
+    const v1::DrainWorkerRequest& request) {
   v1::DrainWorkerReply reply;
   if (workers_.Contains(request.worker_id())) {
     // Durable before it is acknowledged.
@@ -196,7 +271,13 @@ absl::StatusOr<v1::RegisterWorkerReply> Controller::RegisterWorker(
 }
 
 absl::StatusOr<v1::HeartbeatReply> Controller::Heartbeat(const v1::HeartbeatRequest& request) {
-  return workers_.Heartbeat(request, clock_());
+  absl::StatusOr<v1::HeartbeatReply> reply = workers_.Heartbeat(request, clock_());
+  if (reply.ok() && runner_) {
+    for (const v1::JobAttempt& hosted : request.hosted()) {
+      if (runner_->MovedOn(request.worker_id(), hosted)) *reply->add_end() = hosted;
+    }
+  }
+  return reply;
 }
 
 void Controller::SweepLiveness() {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "controller/cluster/worker_registry.h"
@@ -41,6 +42,9 @@ class Controller {
   absl::StatusOr<v1::SubmitJobReply> SubmitPrepared(JobManager::Submission submission);
   absl::StatusOr<v1::GetJobReply> GetJob(const v1::GetJobRequest& request);
   absl::StatusOr<v1::ListJobsReply> ListJobs(const v1::ListJobsRequest& request);
+  // Every job in `states` (all when empty), unpaged, for in-process callers that need each one
+  // (the gateway's /metrics asks for the jobs that run); not an RPC, whose replies are paged.
+  absl::StatusOr<std::vector<v1::Job>> AllJobsIn(const std::vector<v1::JobState>& states);
   absl::StatusOr<v1::CancelJobReply> CancelJob(const v1::CancelJobRequest& request);
   absl::StatusOr<v1::DeleteJobReply> DeleteJob(const v1::DeleteJobRequest& request);
   absl::StatusOr<int64_t> WatchJob(const v1::WatchJobRequest& request, JobManager::EventSink sink);

@@ -51,6 +51,11 @@ ABSL_FLAG(absl::Duration, collective_timeout, absl::Minutes(5),
           "Deadline of a job's rendezvous and of each collective between its workers: a worker "
           "that stops answering fails the step within it, and the job recovers");
 
+ABSL_FLAG(absl::Duration, checkpoint_disk_full_timeout, absl::Minutes(10),
+          "A checkpoint save that finds its disk full (ENOSPC, EDQUOT) is tried again, with "
+          "backoff up to 30 s, for this long before its job fails (its previous checkpoint "
+          "intact)");
+
 namespace rlhfd {
 namespace {
 
@@ -111,7 +116,8 @@ int Run() {
        .communicator_timeout_ms =
            absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_collective_timeout)),
        .log_dir = absl::GetFlag(FLAGS_log_dir).empty() ? options.state_dir + "/logs"
-                                                       : absl::GetFlag(FLAGS_log_dir)});
+                                                       : absl::GetFlag(FLAGS_log_dir),
+       .disk_full_timeout = absl::GetFlag(FLAGS_checkpoint_disk_full_timeout)});
   // Liveness, and placement of waiting jobs, twice per heartbeat interval.
   loop.PostEvery(options.liveness.heartbeat_interval / 2, [&controller] { controller->Tick(); });
   // gRPC frees what a burst of large requests took, but malloc keeps the pages; hand them back,

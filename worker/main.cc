@@ -99,10 +99,6 @@ int Run() {
     return 1;
   }
 
-  worker::ControllerLinkOptions link_options;
-  link_options.token = *token;
-  link_options.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
-  worker::ControllerLink link(v1::WorkerRegistry::NewStub(*channel), link_options, *capacity);
   const std::string listen = absl::GetFlag(FLAGS_listen);
   std::string data_plane_host = absl::GetFlag(FLAGS_data_plane_host);
   if (data_plane_host.empty()) {
@@ -121,7 +117,24 @@ int Run() {
                : at::Device(at::kCPU),
        .host = data_plane_host,
        .collective_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_collective_timeout))});
-  worker::WorkerServiceImpl service(&link, &role_host, *token, NowUnixMillis());
+  worker::ControllerLinkOptions link_options;
+  link_options.token = *token;
+  link_options.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
+  // Each heartbeat lists the attempts hosted here; those the controller has moved on from (while
+  // this worker hung or was cut off) end.
+  link_options.hosted = [&role_host] { return role_host.HostedAttempts(); };
+  link_options.on_heartbeat = [&role_host](const v1::HeartbeatReply& reply,
+                                           std::chrono::steady_clock::time_point sent) {
+    role_host.EndMovedOn({reply.end().begin(), reply.end().end()}, sent);
+  };
+  worker::ControllerLink link(v1::WorkerRegistry::NewStub(*channel), link_options, *capacity);
+  worker::WorkerServiceImpl service(
+      &link, &role_host,
+      [&role_host] {
+        return worker::HostedStatus{.jobs = role_host.jobs(),
+                                    .memory_in_use_bytes = role_host.MemoryInUse()};
+      },
+      *token, NowUnixMillis());
   auto server = RpcServer::Start(listen, rpc_options, {&service});
   if (!server.ok()) {
     RLOG(ERROR) << server.status().message();

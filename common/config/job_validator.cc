@@ -399,6 +399,12 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
   check.Within("trainer.critic_warmup", trainer.critic_warmup(), 0, kMaxSteps);
   check.Within("trainer.max_restarts", trainer.max_restarts(), 0, 1000);
   check.Within("trainer.priority", trainer.priority(), -1000, 1000);
+  if (trainer.max_ckpt_to_keep() < 0) {
+    check.Fail("trainer.max_ckpt_to_keep",
+               absl::StrCat(trainer.max_ckpt_to_keep(),
+                            ": give the number of newest checkpoints to keep (>= 1), or 0 or "
+                            "null to keep them all"));
+  }
   check.Within("trainer.max_nonfinite_skips", trainer.max_nonfinite_skips(), 0, 1000000);
   if (trainer.device() != "auto" && trainer.device() != "cpu" && trainer.device() != "cuda") {
     check.Fail("trainer.device", absl::StrCat("'", trainer.device(), "' is not auto, cpu or cuda"));

@@ -48,6 +48,10 @@ const std::pair<const char*, const char*> kRenamedFields[] = {
     {"rlhfd.v1.ReferenceSpec.micro_batch_size_per_gpu", "log_prob_micro_batch_size_per_gpu"},
 };
 
+// Fields where null means "at the default", as verl writes them (max_actor_ckpt_to_keep: null
+// keeps every checkpoint): the key is dropped and the default applies.
+const char* const kNullMeansDefault[] = {"rlhfd.v1.TrainerSpec.max_ckpt_to_keep"};
+
 // Keys are the user's text: shown sanitised and cut, so an error message stays one short line.
 std::string JoinPath(absl::string_view parent, absl::string_view key) {
   const std::string shown = SanitizeForDisplay(key, 80);
@@ -146,7 +150,10 @@ class SchemaWalker {
         continue;
       }
       if (value.is_null() && field->type() != FieldDescriptor::TYPE_MESSAGE) {
-        errors_->Add(key_path, "has no value; give one or remove the key");
+        const bool means_default =
+            std::find(std::begin(kNullMeansDefault), std::end(kNullMeansDefault),
+                      field->full_name()) != std::end(kNullMeansDefault);
+        if (!means_default) errors_->Add(key_path, "has no value; give one or remove the key");
         continue;
       }
       nlohmann::json normalized = Field(value, *field, key_path);

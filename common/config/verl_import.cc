@@ -1,6 +1,7 @@
 // verl config → rlhfd config; see verl_import.h.
 #include "common/config/verl_import.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -181,8 +182,6 @@ const std::map<std::string, std::string>& HarmlessTable() {
       {"trainer.log_val_generations", "validation metrics are logged, not generations"},
       {"trainer.resume_from_path", "resume reads trainer.checkpoint_dir"},
       {"trainer.del_local_ckpt_after_load", "checkpoints are kept"},
-      {"trainer.max_actor_ckpt_to_keep", "every committed checkpoint is kept"},
-      {"trainer.max_critic_ckpt_to_keep", "every committed checkpoint is kept"},
       {"trainer.ray_wait_register_center_timeout", "there is no Ray"},
       {"trainer.use_legacy_worker_impl", "there is one worker implementation"},
       {"trainer.esi_redundant_time", "jobs recover from checkpoints by themselves"},
@@ -547,6 +546,23 @@ class Converter {
             absl::StrCat("checkpoints/", name("trainer.project_name", "verl_examples"), "/",
                          name("trainer.experiment_name", "gsm8k")));
       }
+    }
+    // verl keeps actor and critic checkpoints apart; a step directory here holds both, so it
+    // keeps as many as the larger asks for (null or <= 0: all, as in verl).
+    int64_t keep = 0;
+    std::vector<std::string> keys;
+    for (const char* key : {"trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep"}) {
+      const Json* value = Take(key);
+      if (value == nullptr) continue;
+      if (!value->is_number_integer()) {
+        Error(key, absl::StrCat("'", Text(*value), "': expected a whole number or null"));
+        continue;
+      }
+      keys.push_back(key);
+      keep = std::max(keep, value->get<int64_t>());
+    }
+    if (!keys.empty()) {
+      Map(absl::StrJoin(keys, " / "), "trainer.max_ckpt_to_keep", std::max<int64_t>(keep, 0));
     }
     if (const Json* test = Take("trainer.test_freq")) {
       Map("trainer.test_freq", "trainer.val_every",

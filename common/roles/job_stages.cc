@@ -6,6 +6,7 @@
 #include <mutex>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging/logging.h"
@@ -105,10 +106,12 @@ absl::StatusOr<std::vector<Reply>> JobStages::FanOut(
     const std::vector<int>& ranks,
     void (StageService::*method)(const Request&, absl::Duration, StageDone<Reply>),
     const std::function<Request(int rank, int position)>& make, absl::Duration deadline) {
+  // Outlives this call: replies that come after a failure land here and are dropped.
   struct Gather {
     std::mutex mutex;
     std::condition_variable done;
     size_t left = 0;
+    std::optional<size_t> failed;  // the first rank (position) whose call failed
     std::vector<absl::StatusOr<Reply>> replies;
   };
   auto gather = std::make_shared<Gather>();
@@ -122,20 +125,25 @@ absl::StatusOr<std::vector<Reply>> JobStages::FanOut(
     (ranks_[rank]->*method)(make(rank, static_cast<int>(i)), deadline,
                             [gather, i](absl::StatusOr<Reply> reply) {
                               std::lock_guard<std::mutex> lock(gather->mutex);
+                              if (!reply.ok() && !gather->failed) gather->failed = i;
                               gather->replies[i] = std::move(reply);
-                              if (--gather->left == 0) gather->done.notify_all();
+                              if (--gather->left == 0 || gather->failed) {
+                                gather->done.notify_all();
+                              }
                             });
   }
+  // The first failure ends the fan-out: the other ranks may be waiting in a collective for the
+  // failed one, and would hold the step until the collective timeout. Ending the attempt
+  // (EndJob, which the driver sends next) interrupts them.
   std::unique_lock<std::mutex> lock(gather->mutex);
-  gather->done.wait(lock, [&] { return gather->left == 0; });
-  std::vector<Reply> replies;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (!gather->replies[i].ok()) {
-      const absl::Status& status = gather->replies[i].status();
-      return absl::Status(status.code(), absl::StrCat("rank ", ranks[i], ": ", status.message()));
-    }
-    replies.push_back(*std::move(gather->replies[i]));
+  gather->done.wait(lock, [&] { return gather->left == 0 || gather->failed.has_value(); });
+  if (gather->failed) {
+    const size_t i = *gather->failed;
+    const absl::Status& status = gather->replies[i].status();
+    return absl::Status(status.code(), absl::StrCat("rank ", ranks[i], ": ", status.message()));
   }
+  std::vector<Reply> replies;
+  for (size_t i = 0; i < ranks.size(); ++i) replies.push_back(*std::move(gather->replies[i]));
   return replies;
 }
 
@@ -478,23 +486,55 @@ absl::Status JobStages::SaveCheckpoint(const std::string& directory, int64_t ste
 absl::StatusOr<int64_t> JobStages::LoadCheckpoint(const std::string& directory, int64_t step) {
   std::vector<int> everyone(ranks_.size());
   for (size_t r = 0; r < ranks_.size(); ++r) everyone[r] = static_cast<int>(r);
-  // The step `latest` names, read once so every rank loads the same one.
-  ASSIGN_OR_RETURN(const std::vector<v1::CheckpointReply> loaded,
-                   (FanOut<v1::CheckpointRequest, v1::CheckpointReply>(
-                       everyone, &StageService::LoadCheckpoint,
-                       [&](int, int) {
-                         v1::CheckpointRequest load;
-                         *load.mutable_key() = Key(std::max<int64_t>(step, 1), "load");
-                         load.set_directory(directory);
-                         load.set_step(step);
-                         return load;
-                       },
-                       options_.stage_deadline)));
-  for (const v1::CheckpointReply& reply : loaded) {
-    if (reply.step() != loaded[0].step()) {
-      return absl::DataLossError(absl::StrCat("ranks loaded different steps (", loaded[0].step(),
-                                              " and ", reply.step(), ") from ", directory));
+  passed_over_.clear();
+  std::vector<v1::CheckpointReply> loaded;
+  // Each rank checks only its own files, so one may find a step intact that another passes
+  // over; then every rank loads the older step, until all agree. The step asked for falls each
+  // round, so this ends.
+  for (int64_t want = step;;) {
+    absl::StatusOr<std::vector<v1::CheckpointReply>> round =
+        FanOut<v1::CheckpointRequest, v1::CheckpointReply>(
+            everyone, &StageService::LoadCheckpoint,
+            [&](int, int) {
+              v1::CheckpointRequest load;
+              *load.mutable_key() = Key(std::max<int64_t>(want, 1), "load");
+              load.set_directory(directory);
+              load.set_step(want);
+              return load;
+            },
+            options_.stage_deadline);
+    if (!round.ok()) {
+      // No step is intact for one rank: the files other ranks found bad in earlier rounds are
+      // named too, so the message lists every bad file.
+      std::vector<std::string> others;
+      for (const std::string& note : passed_over_) {
+        if (!absl::StrContains(round.status().message(), note)) others.push_back(note);
+      }
+      if (!absl::IsDataLoss(round.status()) || others.empty()) return round.status();
+      return absl::DataLossError(absl::StrCat(round.status().message(),
+                                              " Other ranks passed over: ",
+                                              absl::StrJoin(others, "; ")));
     }
+    loaded = *std::move(round);
+    int64_t oldest = loaded[0].step();
+    for (size_t r = 0; r < loaded.size(); ++r) {
+      const v1::CheckpointReply& reply = loaded[r];
+      if (reply.step() < 1 || (want > 0 && reply.step() > want)) {
+        return absl::DataLossError(absl::StrCat("rank ", r, " loaded step ", reply.step(), " from ",
+                                                directory, " when asked for step ", want,
+                                                " or before"));
+      }
+      oldest = std::min(oldest, reply.step());
+      for (const std::string& note : reply.passed_over()) {
+        if (std::find(passed_over_.begin(), passed_over_.end(), note) == passed_over_.end()) {
+          passed_over_.push_back(note);
+        }
+      }
+    }
+    const bool agreed = std::all_of(loaded.begin(), loaded.end(),
+                                    [&](const auto& reply) { return reply.step() == oldest; });
+    if (agreed) break;
+    want = oldest;
   }
   actor_optimizer_steps_ = critic_optimizer_steps_ = 0;
   for (const v1::CheckpointReply& reply : loaded) {
@@ -526,25 +566,30 @@ absl::StatusOr<std::vector<std::string>> JobStages::DumpBatch(int64_t step,
 
 absl::StatusOr<std::vector<int64_t>> JobStages::MeasurePrompts(
     const std::vector<v1::PromptRow>& prompts) {
-  // Chunks well under a worker's 4 MiB request limit for prompts of a few kilobytes.
-  constexpr int64_t kChunk = 512;
+  // Chunks under a worker's 4 MiB request limit, whatever the rows' sizes: only the prompt of a
+  // row travels, and a row is at most 1 MiB (the data loader's limit), so one always fits.
+  constexpr int64_t kChunkRows = 512;
+  constexpr int64_t kChunkBytes = 3 << 20;
   std::vector<int64_t> tokens;
   tokens.reserve(prompts.size());
   const int64_t total = static_cast<int64_t>(prompts.size());
-  for (int64_t first = 0; first < total; first += kChunk) {
-    const int64_t end = std::min(total, first + kChunk);
+  for (int64_t first = 0, end = 0; first < total; first = end) {
+    v1::MeasurePromptsRequest request;
+    *request.mutable_key() = Key(1, absl::StrCat("measure ", first));
+    *request.mutable_spec() = spec_;
+    request.set_first_prompt(first);
+    int64_t bytes = 0;
+    for (end = first; end < total && end - first < kChunkRows; ++end) {
+      v1::PromptRow prompt = prompts[end];
+      prompt.clear_ground_truth_json();
+      const int64_t size = static_cast<int64_t>(prompt.ByteSizeLong());
+      if (end > first && bytes + size > kChunkBytes) break;
+      bytes += size;
+      *request.add_prompts() = std::move(prompt);
+    }
     ASSIGN_OR_RETURN(const std::vector<v1::MeasurePromptsReply> measured,
                      (FanOut<v1::MeasurePromptsRequest, v1::MeasurePromptsReply>(
-                         {0}, &StageService::MeasurePrompts,
-                         [&](int, int) {
-                           v1::MeasurePromptsRequest request;
-                           *request.mutable_key() = Key(1, absl::StrCat("measure ", first));
-                           *request.mutable_spec() = spec_;
-                           for (int64_t i = first; i < end; ++i)
-                             *request.add_prompts() = prompts[i];
-                           request.set_first_prompt(first);
-                           return request;
-                         },
+                         {0}, &StageService::MeasurePrompts, [&](int, int) { return request; },
                          options_.stage_deadline)));
     if (measured[0].tokens_size() != end - first) {
       return absl::InternalError(absl::StrCat("rank 0 measured ", measured[0].tokens_size(), " of ",

@@ -59,11 +59,14 @@ class JobStages {
   // Generates for `prompts` with rollout.val_kwargs and scores them; `step` keys the call.
   absl::StatusOr<ValidationResult> Validate(int64_t step, const std::vector<v1::PromptRow>& prompts,
                                             uint64_t seed);
-  // Every rank saves step `step`, then rank 0 commits it as `latest`. `kl_coef` (the driver's
-  // adaptive KL coefficient) is kept with it.
+  // Every rank saves step `step`, then rank 0 commits it (commit record, `latest`, retention).
+  // `kl_coef` (the driver's adaptive KL coefficient) is kept with it. RESOURCE_EXHAUSTED: a
+  // rank's disk or quota is full; nothing was committed.
   absl::Status SaveCheckpoint(const std::string& directory, int64_t step, bool export_huggingface,
                               double kl_coef = 0);
-  // Every rank loads `step` (0: latest); returns the step loaded (NOT_FOUND: no `latest`).
+  // Every rank loads the newest committed step at or below `step` (0: of all) whose files pass
+  // every rank's checks; returns the step loaded. NOT_FOUND: no checkpoint; DATA_LOSS: none is
+  // intact (naming the bad files). Newer steps passed over are in passed_over().
   absl::StatusOr<int64_t> LoadCheckpoint(const std::string& directory, int64_t step);
   // Every rank holding rows of `step` writes them under `directory`; the paths written.
   absl::StatusOr<std::vector<std::string>> DumpBatch(int64_t step, const std::string& directory);
@@ -79,6 +82,8 @@ class JobStages {
   int64_t actor_optimizer_steps() const { return actor_optimizer_steps_; }
   // The kl_coef the loaded checkpoint was saved with.
   double loaded_kl_coef() const { return loaded_kl_coef_; }
+  // What the last LoadCheckpoint passed over: "step <N>: <file>: <what is wrong>", each once.
+  const std::vector<std::string>& passed_over() const { return passed_over_; }
 
  private:
   // Calls `method` on each rank of `ranks` at once with `make(rank, position)`; the replies in
@@ -102,6 +107,7 @@ class JobStages {
   int64_t total_rows_ = 0, prompt_length_ = 0, response_length_ = 0;
   int64_t actor_optimizer_steps_ = 0, critic_optimizer_steps_ = 0;
   double loaded_kl_coef_ = 0;
+  std::vector<std::string> passed_over_;
 };
 
 }  // namespace rlhfd::roles

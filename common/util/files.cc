@@ -23,7 +23,9 @@ absl::Status ErrnoStatus(int err, absl::string_view what, const std::string& pat
     case ENOENT: return absl::NotFoundError(message);
     case EACCES:
     case EPERM: return absl::PermissionDeniedError(message);
-    case ENOSPC: return absl::ResourceExhaustedError(message);
+    case ENOSPC:
+    case EDQUOT:
+      return absl::ResourceExhaustedError(message);
     default: return absl::InternalError(message);
   }
 }
@@ -91,6 +93,30 @@ absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, size_t max_b
   }
   contents.resize(filled);
   return contents;
+}
+
+absl::StatusOr<int64_t> ReadFileInPieces(const std::string& path, size_t piece_bytes,
+                                         const std::function<void(absl::string_view)>& consume) {
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoStatus(errno, "cannot open", path);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "cannot stat", path);
+  if (S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is a directory, not a file"));
+  }
+  std::string piece(std::max<size_t>(piece_bytes, 1), '\0');
+  int64_t total = 0;
+  while (true) {
+    ssize_t n = ::read(fd.get(), piece.data(), piece.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "cannot read", path);
+    }
+    if (n == 0) break;
+    consume(absl::string_view(piece.data(), static_cast<size_t>(n)));
+    total += n;
+  }
+  return total;
 }
 
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents, int mode) {
@@ -193,8 +219,11 @@ absl::Status RemoveTree(const std::string& path) {
     for (const std::string& name : *names) {
       if (absl::Status removed = RemoveTree(path + "/" + name); !removed.ok()) return removed;
     }
-    if (::rmdir(path.c_str()) != 0) return ErrnoStatus(errno, "cannot remove", path);
-  } else if (::unlink(path.c_str()) != 0) {
+    if (::rmdir(path.c_str()) != 0 && errno != ENOENT) {
+      return ErrnoStatus(errno, "cannot remove", path);
+    }
+  } else if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    // ENOENT: another process removed it first (ranks clearing a shared step), which is the goal.
     return ErrnoStatus(errno, "cannot remove", path);
   }
   return absl::OkStatus();

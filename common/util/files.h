@@ -1,11 +1,13 @@
 // Whole-file reads and crash-safe writes: a reader never sees a half-written file.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace rlhfd {
 
@@ -17,8 +19,15 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path,
 // At most the first `max_bytes` of a file (for peeking at large files: a data file's first line).
 absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, size_t max_bytes);
 
+// Reads a whole file in pieces of at most `piece_bytes`, handing each to `consume` in order (for
+// checksums of files too large to hold in memory); returns the bytes read.
+absl::StatusOr<int64_t> ReadFileInPieces(const std::string& path, size_t piece_bytes,
+                                         const std::function<void(absl::string_view)>& consume);
+
 // Writes `contents` to `path` atomically: a temporary file in the same directory, fsync, rename,
-// fsync of the directory. `mode` is applied to the new file before data is written.
+// fsync of the directory. `mode` is applied to the new file before data is written. A full disk
+// or quota (ENOSPC, EDQUOT) here and in the other writers is RESOURCE_EXHAUSTED naming the path;
+// the temporary file is removed.
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents,
                                  int mode = 0644);
 

@@ -2,23 +2,22 @@
 // scripts; exit 0 on success, 1 when the controller refuses or cannot be reached, 2 for usage.
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/client_context.h>
-
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -32,8 +31,8 @@
 #include "common/rpc/auth.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/rpc_flags.h"
-#include "common/util/clock.h"
 #include "common/status/status_macros.h"
+#include "common/util/clock.h"
 #include "common/util/files.h"
 #include "common/util/metric_value.h"
 #include "common/util/program_help.h"
@@ -52,6 +51,9 @@ ABSL_FLAG(bool, wait, false,
 ABSL_FLAG(bool, follow, false, "metrics: keep printing new steps until the job ends");
 ABSL_FLAG(std::string, out, "", "export: the directory to write the Hugging Face model to");
 ABSL_FLAG(int64_t, step, 0, "export: the checkpoint's step (default: the job's newest)");
+ABSL_FLAG(int32_t, page_size, 0,
+          "jobs: jobs per ListJobs call (0: the controller's default, 100; at most 1000); every "
+          "page is listed either way");
 
 namespace rlhfd::cli {
 namespace {
@@ -67,7 +69,7 @@ Jobs:
                                     effective config with defaults and derived values marked
   convert-verl FILE|- [k=v ...]     print the rlhfd config a verl config (and overrides) means;
                                     what is not supported goes to stderr ('-': verl's defaults)
-  jobs                              list jobs
+  jobs                              list jobs, oldest first (every page of them)
   status JOB                        one job, and why it is in its state
   watch JOB                         follow a job's events (states, each step's key metrics)
   metrics JOB                       a job's per-step metric history (--json: every metric;
@@ -187,7 +189,8 @@ void PrintJob(const v1::Job& job) {
               << job.spec().trainer().checkpoint_dir() << "\n";
   }
   for (const v1::RolePlacement& role : job.placement()) {
-    std::cout << absl::StrFormat("%-9s %s\n", role.role() + ":", absl::StrJoin(role.worker_ids(), ", "));
+    std::cout << absl::StrFormat("%-9s %s\n", role.role() + ":",
+                                 absl::StrJoin(role.worker_ids(), ", "));
   }
   if (progress.restarts() > 0) {
     std::cout << "restarts: " << progress.restarts() << "\n";
@@ -196,8 +199,9 @@ void PrintJob(const v1::Job& job) {
 }
 
 // The metrics a person follows a run by (all of them with --json).
-constexpr const char* kKeyMetrics[] = {"critic/score/mean", "actor/pg_loss", "actor/kl_loss",
-                                       "actor/entropy", "response_length/mean", "timing_s/step"};
+constexpr const char* kKeyMetrics[] = {"critic/score/mean",    "actor/pg_loss",
+                                       "actor/kl_loss",        "actor/entropy",
+                                       "response_length/mean", "timing_s/step"};
 
 std::string KeyMetrics(const google::protobuf::Map<std::string, double>& metrics) {
   std::vector<std::string> shown;
@@ -252,8 +256,8 @@ int Cluster(Client& client) {
   std::cout << "controller " << reply.controller_version() << ", up since "
             << Ago(reply.controller_start_time_ms()) << "\n"
             << "workers: " << reply.workers_alive() << " alive, " << reply.workers_draining()
-            << " draining, " << reply.workers_lost() << " lost; GPUs alive: "
-            << reply.gpus_alive() << "\n";
+            << " draining, " << reply.workers_lost() << " lost; GPUs alive: " << reply.gpus_alive()
+            << "\n";
   for (const auto& [state, count] : reply.jobs_by_state()) {
     const auto* value = v1::JobState_descriptor()->FindValueByName(state);
     std::cout << "jobs " << (value ? config::EnumConfigName(*value) : state) << ": " << count
@@ -271,7 +275,8 @@ absl::StatusOr<std::string> ConfigText(const std::string& path, bool verl) {
 }
 
 void PrintConversionReport(const config::VerlConversion& conversion) {
-  for (const std::string& warning : conversion.warnings) std::cerr << "warning: " << warning << "\n";
+  for (const std::string& warning : conversion.warnings)
+    std::cerr << "warning: " << warning << "\n";
   for (const std::string& error : conversion.errors) std::cerr << "error: " << error << "\n";
 }
 
@@ -408,22 +413,30 @@ int Delete(Client& client, const std::string& job_id) {
 }
 
 int Jobs(Client& client) {
-  grpc::ClientContext context;
-  client.Prepare(&context);
+  // The controller answers a page at a time; every page is fetched (each call with its own
+  // deadline), so the table and --json hold every job.
   v1::ListJobsReply reply;
-  if (auto status = client.jobs().ListJobs(&context, {}, &reply); !status.ok()) {
-    return Fail(status);
-  }
+  v1::ListJobsRequest request;
+  request.set_page_size(absl::GetFlag(FLAGS_page_size));
+  do {
+    grpc::ClientContext context;
+    client.Prepare(&context);
+    v1::ListJobsReply page;
+    if (auto status = client.jobs().ListJobs(&context, request, &page); !status.ok()) {
+      return Fail(status);
+    }
+    for (v1::Job& job : *page.mutable_jobs()) *reply.add_jobs() = std::move(job);
+    request.set_page_token(page.next_page_token());
+  } while (!request.page_token().empty());
   if (absl::GetFlag(FLAGS_json)) {
     std::cout << ToJson(reply) << "\n";
     return kExitOk;
   }
   Table table({"JOB", "NAME", "STATE", "GPUS", "SUBMITTED", "MESSAGE"});
   for (const v1::Job& job : reply.jobs()) {
-    table.AddRow({job.job_id(), job.spec().name(),
-                  ShortEnum(v1::JobState_descriptor(), job.state()),
-                  absl::StrCat(config::TotalGpus(job.spec())), Ago(job.submit_time_ms()),
-                  job.message()});
+    table.AddRow(
+        {job.job_id(), job.spec().name(), ShortEnum(v1::JobState_descriptor(), job.state()),
+         absl::StrCat(config::TotalGpus(job.spec())), Ago(job.submit_time_ms()), job.message()});
   }
   table.Print(std::cout);
   return kExitOk;
@@ -722,11 +735,11 @@ int Run(const std::vector<char*>& args, bool from_verl) {
     bool overrides;
   };
   static const std::map<std::string, Shape> kCommands = {
-      {"workers", {0, false}},  {"cluster", {0, false}}, {"jobs", {0, false}},
-      {"submit", {1, true}},    {"validate", {1, true}}, {"convert-verl", {1, true}},
-      {"status", {1, false}},   {"cancel", {1, false}},  {"delete", {1, false}},
-      {"watch", {1, false}},    {"drain", {1, false}},   {"undrain", {1, false}},
-      {"metrics", {1, false}},  {"export", {1, false}}};
+      {"workers", {0, false}}, {"cluster", {0, false}}, {"jobs", {0, false}},
+      {"submit", {1, true}},   {"validate", {1, true}}, {"convert-verl", {1, true}},
+      {"status", {1, false}},  {"cancel", {1, false}},  {"delete", {1, false}},
+      {"watch", {1, false}},   {"drain", {1, false}},   {"undrain", {1, false}},
+      {"metrics", {1, false}}, {"export", {1, false}}};
   if (args.size() < 2) {
     std::cerr << kUsage;
     return kExitUsage;
@@ -738,7 +751,8 @@ int Run(const std::vector<char*>& args, bool from_verl) {
     return kExitUsage;
   }
   const Shape shape = known->second;
-  if (args.size() < 2 + shape.arguments || (!shape.overrides && args.size() != 2 + shape.arguments)) {
+  if (args.size() < 2 + shape.arguments ||
+      (!shape.overrides && args.size() != 2 + shape.arguments)) {
     std::cerr << "usage: rlhfctl " << command << (shape.arguments ? " ARG" : "")
               << (shape.overrides ? " [key=value ...]" : "") << "\n";
     return kExitUsage;

@@ -16,6 +16,8 @@ constexpr size_t kMaxNameBytes = 256;
 constexpr size_t kMaxVersionBytes = 64;
 constexpr size_t kMaxInstanceIdBytes = 64;
 constexpr int kMaxDeviceIndex = 1023;
+// A worker hosts a handful of jobs at a time; a heartbeat listing more is not a worker's.
+constexpr int kMaxHostedAttempts = 64;
 
 bool IsValidWorkerId(const std::string& id) {
   if (id.empty() || id.size() > 128) return false;
@@ -190,6 +192,11 @@ absl::StatusOr<v1::HeartbeatReply> WorkerRegistry::Heartbeat(const v1::Heartbeat
     return absl::InvalidArgumentError(absl::StrCat(
         "worker ", request.worker_id(), ": memory_free_bytes ", request.memory_free_bytes(),
         " must be in [0, ", worker.capacity().memory_total_bytes(), "]"));
+  }
+  if (request.hosted_size() > kMaxHostedAttempts) {
+    return absl::InvalidArgumentError(absl::StrCat("worker ", request.worker_id(),
+                                                   ": hosted lists ", request.hosted_size(),
+                                                   " job attempts; at most ", kMaxHostedAttempts));
   }
   worker.set_last_heartbeat_time_ms(now_ms);
   worker.mutable_capacity()->set_memory_free_bytes(request.memory_free_bytes());

@@ -1,5 +1,6 @@
 #include "controller/driver/job_driver.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/cleanup/cleanup.h"
@@ -7,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging/logging.h"
 #include "common/roles/job_stages.h"
+#include "common/roles/pool_placement.h"
 #include "common/roles/stage_service.h"
 #include "common/status/status_macros.h"
 #include "common/util/clock.h"
@@ -15,6 +17,9 @@
 
 namespace rlhfd::controller {
 namespace {
+
+// What a stage call carries besides its rows (key, seeds, framing).
+constexpr int64_t kStageCallOverheadBytes = 64 << 10;
 
 // The step's seed: the same for a step whenever it runs (first time or after a resume).
 uint64_t StepSeed(const v1::JobSpec& spec, int64_t step) {
@@ -68,6 +73,7 @@ void JobDriver::Cancel(absl::Status cause) {
     if (cancelled_.exchange(true)) return;
     cause_ = std::move(cause);
   }
+  cancel_wake_.notify_all();
   std::lock_guard<std::mutex> lock(cancel_mutex_);
   if (cancel_calls_) cancel_calls_();
 }
@@ -96,6 +102,51 @@ void JobDriver::Run() {
     status = cause_;
   }
   events_.finished(status, IsFault(status));
+}
+
+absl::Status JobDriver::SaveWaitingForSpace(roles::JobStages& job, int64_t step,
+                                            bool export_huggingface, double kl_coef,
+                                            int64_t committed) {
+  const std::string& directory = setup_.spec.trainer().checkpoint_dir();
+  const auto started = std::chrono::steady_clock::now();
+  const auto waited = [&] { return absl::FromChrono(std::chrono::steady_clock::now() - started); };
+  absl::Duration backoff = absl::Seconds(1);
+  for (int attempt = 1;; ++attempt) {
+    const absl::Status saved = job.SaveCheckpoint(directory, step, export_huggingface, kl_coef);
+    if (!absl::IsResourceExhausted(saved)) {
+      if (saved.ok() && attempt > 1) {
+        events_.notice(absl::StrCat("the checkpoint of step ", step, " is saved: disk space in ",
+                                    directory, " returned after ",
+                                    absl::FormatDuration(absl::Trunc(waited(), absl::Seconds(1)))));
+      }
+      return saved;
+    }
+    // Nothing of this step was committed: the one before stays the job's checkpoint.
+    const std::string previous =
+        committed > 0 ? absl::StrCat("the checkpoint of step ", committed, " is intact")
+                      : std::string("no checkpoint was committed before it");
+    if (waited() + backoff > setup_.disk_full_timeout) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the disk holding trainer.checkpoint_dir ", directory,
+          " is full: the checkpoint of step ", step, " could not be written (", saved.message(),
+          ") for ", absl::FormatDuration(absl::Trunc(waited(), absl::Seconds(1))), "; ", previous,
+          ". Free space there (or raise its quota), or set trainer.max_ckpt_to_keep, then resubmit "
+          "with trainer.resume: true"));
+    }
+    events_.notice(absl::StrCat("the disk holding ", directory, " is full (", saved.message(),
+                                "): saving the checkpoint of step ", step, " again in ",
+                                absl::FormatDuration(backoff),
+                                "; the job fails if there is no space within ",
+                                absl::FormatDuration(setup_.disk_full_timeout)));
+    {
+      std::unique_lock<std::mutex> lock(cause_mutex_);
+      if (cancel_wake_.wait_for(lock, absl::ToChronoNanoseconds(backoff),
+                                [this] { return cancelled_.load(); })) {
+        return cause_;
+      }
+    }
+    backoff = std::min(backoff * 2, absl::Seconds(30));
+  }
 }
 
 absl::Status JobDriver::Drive() {
@@ -166,6 +217,15 @@ absl::Status JobDriver::Drive() {
         "data.train_files hold ", train.size(), " prompts, fewer than one batch of ", batch_size,
         " (data.train_batch_size)"));
   }
+  // A rank's share of a step, and of a validation, travels in one stage call: rows that could
+  // not are refused now, naming the row, rather than by gRPC at some later step.
+  const v1::PoolAssignment* actor_pool = roles::FindPool(job.pools(), "actor");
+  const int64_t actor_ranks = actor_pool == nullptr ? 1 : std::max(1, actor_pool->ranks_size());
+  const int64_t call_bytes = setup_.rpc.max_request_bytes - kStageCallOverheadBytes;
+  RETURN_IF_ERROR(CheckShareFits(train, (batch_size + actor_ranks - 1) / actor_ranks, call_bytes,
+                                 "data.train_files"));
+  RETURN_IF_ERROR(CheckShareFits(validation, (validation.size() + actor_ranks - 1) / actor_ranks,
+                                 call_bytes, "data.val_files"));
   const int64_t total = trainer.total_steps() > 0 ? trainer.total_steps()
                                                   : trainer.total_epochs() * per_epoch;
   std::vector<v1::PromptRow> validation_prompts;
@@ -182,10 +242,19 @@ absl::Status JobDriver::Drive() {
   if (!trainer.checkpoint_dir().empty() && (progress.checkpoint_step() > 0 || trainer.resume())) {
     absl::StatusOr<int64_t> loaded =
         job.LoadCheckpoint(trainer.checkpoint_dir(), progress.checkpoint_step());
+    for (const std::string& note : job.passed_over()) {
+      events_.notice(absl::StrCat("a damaged checkpoint was passed over: ", note));
+    }
     if (loaded.ok()) {
       first = *loaded + 1;
       kl_coef = job.loaded_kl_coef();
+      const StepRows rows =
+          RowsOfStep(train, *loaded, batch_size, data.shuffle(), data.shuffle_seed());
       progress.set_checkpoint_step(*loaded);
+      progress.set_checkpoint_epoch(rows.epoch);
+      progress.set_checkpoint_batch(rows.batch);
+      progress.set_checkpoint_kl_coef(kl_coef);
+      progress.set_checkpoint_actor_optimizer_steps(job.actor_optimizer_steps());
       RLOG(INFO) << "resumed from the checkpoint of step " << *loaded << " in "
                  << trainer.checkpoint_dir();
     } else if (!(absl::IsNotFound(loaded.status()) && progress.checkpoint_step() == 0)) {
@@ -202,7 +271,7 @@ absl::Status JobDriver::Drive() {
   }
   progress.set_current_step(first - 1);
   KlController kl(spec.algorithm().kl(), kl_coef);
-  events_.running(first - 1);
+  events_.running(progress);
 
   const auto validate = [&](int64_t step, roles::Metrics& into) -> absl::Status {
     // JobStages keys the call by `step` (0: before training), so each validation is its own.
@@ -265,8 +334,8 @@ absl::Status JobDriver::Drive() {
     }
     if (SavesAt(trainer, step, total)) {
       const auto saving = std::chrono::steady_clock::now();
-      RETURN_IF_ERROR(job.SaveCheckpoint(trainer.checkpoint_dir(), step,
-                                         /*export_huggingface=*/step == total, kl.value()));
+      RETURN_IF_ERROR(SaveWaitingForSpace(job, step, /*export_huggingface=*/step == total,
+                                          kl.value(), progress.checkpoint_step()));
       progress.set_checkpoint_step(step);
       progress.set_checkpoint_epoch(rows.epoch);
       progress.set_checkpoint_batch(rows.batch);

@@ -6,8 +6,10 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +19,10 @@
 #include "common/rpc/grpc_options.h"
 #include "rlhfd/v1/job_service.pb.h"
 #include "rlhfd/v1/job_spec.pb.h"
+
+namespace rlhfd::roles {
+class JobStages;
+}  // namespace rlhfd::roles
 
 namespace rlhfd::controller {
 
@@ -31,13 +37,19 @@ struct DriverSetup {
   v1::JobProgress progress;
   absl::Duration stage_deadline = absl::Minutes(30);
   int64_t communicator_timeout_ms = 300000;
+  // How long a checkpoint save that finds the disk full (ENOSPC, EDQUOT) is tried again, with
+  // backoff, before the job fails; its previous checkpoint stays committed either way.
+  absl::Duration disk_full_timeout = absl::Minutes(10);
 };
 
 // Called on the driver's thread, in order; they must not block.
 struct DriverEvents {
-  // The job's workers have started its roles (and loaded the checkpoint): it runs, going on after
-  // step `resumed_after` (0: from the start), so every step after it is written again.
-  std::function<void(int64_t resumed_after)> running;
+  // The job's workers have started its roles and loaded the checkpoint `progress` names (0:
+  // none): it runs.
+  std::function<void(const v1::JobProgress& progress)> running;
+  // Something the job's owner should see that changes no state: a damaged checkpoint passed
+  // over (naming the file), a save waiting for disk space. Logged, and told to watchers.
+  std::function<void(const std::string& notice)> notice;
   // A step (or validation, as step metrics) is done; `progress` is the job's progress after it.
   std::function<void(const v1::StepMetrics& step, const v1::JobProgress& progress)> step;
   // The driver has ended: OK after the last step; otherwise the error, and whether it is a
@@ -65,10 +77,15 @@ class JobDriver {
  private:
   void Run();
   absl::Status Drive();
+  // SaveCheckpoint, tried again with backoff while the disk is full, up to
+  // setup_.disk_full_timeout; `committed` is the job's checkpoint before this one (0: none).
+  absl::Status SaveWaitingForSpace(roles::JobStages& job, int64_t step, bool export_huggingface,
+                                   double kl_coef, int64_t committed);
 
   DriverSetup setup_;
   DriverEvents events_;
   std::atomic<bool> cancelled_{false};
+  std::condition_variable cancel_wake_;  // with cause_mutex_: wakes a save waiting for space
   std::mutex cause_mutex_;
   absl::Status cause_;
   std::function<void()> cancel_calls_;  // set by Drive while its clients exist

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <numeric>
 #include <random>
 
@@ -96,6 +97,14 @@ absl::StatusOr<PromptData> PromptData::Load(const std::vector<std::string>& file
           source != nullptr && source->is_string()) {
         prompt.set_data_source(source->get<std::string>());
       }
+      if (const int64_t bytes = static_cast<int64_t>(prompt.ByteSizeLong()); bytes > kMaxRowBytes) {
+        const int64_t truth_bytes = static_cast<int64_t>(prompt.ground_truth_json().size());
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": the row carries ", bytes, " bytes to the workers, over the ", kMaxRowBytes,
+            " a row may; the most is under '", truth_bytes > bytes / 2 ? answer_key : prompt_key,
+            "' (", truth_bytes > bytes / 2 ? truth_bytes : bytes - truth_bytes,
+            " bytes): shorten it, or leave the row out"));
+      }
       loaded.rows_.push_back(std::move(prompt));
       loaded.origins_.push_back({file, line});
       if (loaded.size() > kMaxRows) {
@@ -135,6 +144,27 @@ int64_t PromptData::KeepAtMost(const std::vector<int64_t>& tokens, int64_t limit
   rows_.resize(kept);
   origins_.resize(kept);
   return dropped;
+}
+
+absl::Status CheckShareFits(const PromptData& data, int64_t per_call, int64_t limit_bytes,
+                            const std::string& what) {
+  std::vector<std::pair<int64_t, int64_t>> sizes;  // (bytes, row), largest first
+  sizes.reserve(static_cast<size_t>(data.size()));
+  for (int64_t i = 0; i < data.size(); ++i) {
+    sizes.emplace_back(static_cast<int64_t>(data.row(i).ByteSizeLong()), i);
+  }
+  const size_t taken = static_cast<size_t>(std::clamp<int64_t>(per_call, 0, data.size()));
+  std::partial_sort(sizes.begin(), sizes.begin() + static_cast<std::ptrdiff_t>(taken), sizes.end(),
+                    std::greater<>());
+  int64_t worst = 0;
+  for (size_t i = 0; i < taken; ++i) worst += sizes[i].first;
+  if (worst <= limit_bytes) return absl::OkStatus();
+  const PromptOrigin& largest = data.origin(sizes[0].second);
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, ": a rank is sent up to ", per_call, " rows in one call, and the largest ", taken,
+      " rows carry ", worst, " bytes, over the ", limit_bytes, " one call may (the largest is ",
+      largest.file, ":", largest.line, ", ", sizes[0].first,
+      " bytes): lower data.train_batch_size, give the actor more ranks, or shorten the rows"));
 }
 
 StepRows RowsOfStep(const PromptData& data, int64_t step, int64_t batch_size, bool shuffle,

@@ -14,6 +14,10 @@
 
 namespace rlhfd::controller {
 
+// The most one row may carry to the workers (its prompt, ground truth and data source); a line
+// of the file may be larger (columns nobody reads), up to the parser's bound.
+inline constexpr int64_t kMaxRowBytes = 1 << 20;
+
 struct PromptOrigin {
   std::string file;
   int64_t line = 0;
@@ -22,7 +26,8 @@ struct PromptOrigin {
 class PromptData {
  public:
   // NOT_FOUND for a file that cannot be opened; INVALID_ARGUMENT naming file:line for a line
-  // that is not a JSON object, or whose prompt is neither text nor a chat.
+  // that is not a JSON object, whose prompt is neither text nor a chat, or whose row is over
+  // kMaxRowBytes (naming the key that takes the most).
   static absl::StatusOr<PromptData> Load(const std::vector<std::string>& files,
                                          const v1::DataSpec& data);
 
@@ -41,6 +46,12 @@ class PromptData {
   std::vector<v1::PromptRow> rows_;
   std::vector<PromptOrigin> origins_;
 };
+
+// OK if any `per_call` rows of `data` fit one stage call of `limit_bytes` (a rank's share of a
+// step or of a validation travels in one); else INVALID_ARGUMENT for `what` (the data key),
+// naming the largest row's file and line and the ways to fix it.
+absl::Status CheckShareFits(const PromptData& data, int64_t per_call, int64_t limit_bytes,
+                            const std::string& what);
 
 // Which rows step `step` (from 1) trains on: batch (step - 1) of `batch_size` rows, epochs of
 // size / batch_size whole batches (the remainder of an epoch is not used, as verl's

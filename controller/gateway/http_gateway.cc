@@ -1,7 +1,5 @@
 #include "controller/gateway/http_gateway.h"
 
-#include <httplib.h>
-
 #include <cmath>
 #include <functional>
 #include <future>
@@ -11,6 +9,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -18,6 +17,7 @@
 #include "common/rpc/auth.h"
 #include "common/rpc/pending_unary.h"
 #include "common/util/files.h"
+#include "common/util/text.h"
 #include "controller/api/call_metrics.h"
 #include "controller/gateway/dashboard.h"
 #include "controller/gateway/openapi.h"
@@ -28,7 +28,6 @@ namespace {
 
 // A config is at most 1 MiB (the gRPC limit's reason); a little more for the request around it.
 constexpr size_t kMaxBody = (1 << 20) + 4096;
-constexpr size_t kServerThreads = 128;
 
 int HttpStatus(absl::StatusCode code) {
   switch (code) {
@@ -69,14 +68,16 @@ std::string CodeName(absl::StatusCode code) {
   return name;
 }
 
-void Reply(httplib::Response& response, const absl::Status& status) {
+void Reply(HttpResponse& response, const absl::Status& status) {
+  // Messages quote the client's input, which need not be UTF-8; replace rather than throw.
   nlohmann::json body = {{"code", CodeName(status.code())},
                          {"message", std::string(status.message())}};
   response.status = HttpStatus(status.code());
-  response.set_content(body.dump(), "application/json");
+  response.content_type = "application/json";
+  response.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-void Reply(httplib::Response& response, const google::protobuf::Message& message) {
+void Reply(HttpResponse& response, const google::protobuf::Message& message) {
   std::string json;
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
@@ -88,7 +89,30 @@ void Reply(httplib::Response& response, const google::protobuf::Message& message
     return;
   }
   response.status = 200;
-  response.set_content(json, "application/json");
+  response.content_type = "application/json";
+  response.body = std::move(json);
+}
+
+// The {placeholders} a path fills in `pattern`, each one or more characters other than '/' and
+// ':'; nullopt when the path does not match. Linear, unlike a regex on a 32 KiB path.
+std::optional<std::vector<std::string>> MatchPath(absl::string_view pattern,
+                                                  absl::string_view path) {
+  std::vector<std::string> ids;
+  size_t at = 0;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] != '{') {
+      if (at >= path.size() || path[at] != pattern[i]) return std::nullopt;
+      ++at;
+      continue;
+    }
+    i = pattern.find('}', i);
+    const size_t from = at;
+    while (at < path.size() && path[at] != '/' && path[at] != ':') ++at;
+    if (at == from) return std::nullopt;
+    ids.emplace_back(path.substr(from, at - from));
+  }
+  if (at != path.size()) return std::nullopt;
+  return ids;
 }
 
 absl::StatusOr<v1::JobState> ParseState(absl::string_view text) {
@@ -96,7 +120,7 @@ absl::StatusOr<v1::JobState> ParseState(absl::string_view text) {
   const std::string name = absl::StrCat("JOB_STATE_", absl::AsciiStrToUpper(text));
   if (!v1::JobState_Parse(name, &state) || state == v1::JOB_STATE_UNSPECIFIED) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "state: '", text.substr(0, 40),
+        "state: '", SanitizeForDisplay(text, 40),
         "' is not a job state (queued, placing, starting, running, recovering, succeeded, "
         "failed, cancelled)"));
   }
@@ -148,11 +172,19 @@ std::string PrometheusText(Controller& controller) {
       workers_by_state[ShortState(v1::WorkerState_descriptor(), i, "WORKER_STATE_")] = 0;
     }
   }
-  const absl::StatusOr<v1::ListJobsReply> jobs = controller.ListJobs({});
+  // Every job counts (from the controller's counts, not a page of ListJobs); only the jobs that
+  // run are read, for their series below.
+  const absl::StatusOr<v1::GetClusterReply> cluster = controller.GetCluster({});
+  const absl::StatusOr<std::vector<v1::Job>> jobs =
+      controller.AllJobsIn({v1::JOB_STATE_PLACING, v1::JOB_STATE_STARTING, v1::JOB_STATE_RUNNING,
+                            v1::JOB_STATE_RECOVERING});
   const absl::StatusOr<v1::ListWorkersReply> workers = controller.ListWorkers({});
-  if (jobs.ok()) {
-    for (const v1::Job& job : jobs->jobs()) {
-      ++jobs_by_state[ShortState(v1::JobState_descriptor(), job.state(), "JOB_STATE_")];
+  if (cluster.ok()) {
+    for (const auto& [name, count] : cluster->jobs_by_state()) {
+      v1::JobState state;
+      if (v1::JobState_Parse(name, &state)) {
+        jobs_by_state[ShortState(v1::JobState_descriptor(), state, "JOB_STATE_")] += count;
+      }
     }
   }
   if (workers.ok()) {
@@ -198,7 +230,7 @@ std::string PrometheusText(Controller& controller) {
   for (const PerJob& series : per_job) {
     gauge(series.name, series.help);
     if (!jobs.ok()) continue;
-    for (const v1::Job& job : jobs->jobs()) {
+    for (const v1::Job& job : *jobs) {
       const v1::JobState state = job.state();
       if (state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
           state == v1::JOB_STATE_CANCELLED || state == v1::JOB_STATE_QUEUED) {
@@ -230,49 +262,84 @@ absl::StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(Controller* cont
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
-  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
-    return absl::InvalidArgumentError("the REST gateway's TLS needs both --tls_cert and --tls_key");
-  }
   std::unique_ptr<HttpGateway> gateway(new HttpGateway(controller, loop, std::move(options)));
-  if (gateway->options_.tls_cert_file.empty()) {
-    gateway->server_ = std::make_unique<httplib::Server>();
-  } else {
-    auto tls = std::make_unique<httplib::SSLServer>(gateway->options_.tls_cert_file.c_str(),
-                                                    gateway->options_.tls_key_file.c_str());
-    if (!tls->is_valid()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the REST gateway cannot use --tls_cert ", gateway->options_.tls_cert_file,
-                       " and --tls_key ", gateway->options_.tls_key_file));
-    }
-    gateway->server_ = std::move(tls);
-  }
-  // A thread per connection being served: enough for a dashboard, scrapers and scripts at once
-  // (httplib's default is 8). httplib owns the pool it is handed.
-  gateway->server_->new_task_queue = [] { return new httplib::ThreadPool(kServerThreads); };
-  gateway->server_->set_keep_alive_max_count(1000);
-  // Small replies go out at once rather than after the peer's delayed ACK (a 40 ms stall).
-  gateway->server_->set_tcp_nodelay(true);
-  gateway->server_->set_payload_max_length(kMaxBody);
-  gateway->server_->set_read_timeout(10, 0);
-  gateway->server_->set_write_timeout(10, 0);
   gateway->Routes();
-  if (port == 0) {
-    gateway->port_ = gateway->server_->bind_to_any_port(host);
-  } else if (gateway->server_->bind_to_port(host, port)) {
-    gateway->port_ = port;
-  }
-  if (gateway->port_ <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("the REST gateway cannot listen on ", gateway->options_.listen));
-  }
-  gateway->thread_ =
-      std::thread([server = gateway->server_.get()] { server->listen_after_bind(); });
+  HttpServerOptions server;
+  server.host = host;
+  server.port = port;
+  server.tls_cert_file = gateway->options_.tls_cert_file;
+  server.tls_key_file = gateway->options_.tls_key_file;
+  server.limits.max_body_bytes = kMaxBody;
+  server.health_path = "/healthz";  // "ok", without a token, from the server's I/O thread
+  absl::StatusOr<std::unique_ptr<HttpServer>> started = HttpServer::Start(
+      std::move(server),
+      [gateway = gateway.get()](const HttpRequest& request) { return gateway->Handle(request); },
+      [](int http_status, const absl::Status& why) {
+        HttpResponse response;
+        Reply(response, why);
+        response.status = http_status;
+        return response;
+      });
+  if (!started.ok()) return started.status();
+  gateway->server_ = *std::move(started);
   return gateway;
 }
 
-HttpGateway::~HttpGateway() {
-  if (server_) server_->stop();
-  if (thread_.joinable()) thread_.join();
+HttpGateway::~HttpGateway() { server_.reset(); }
+
+void HttpGateway::Get(const std::string& pattern, Handler handler) {
+  Add("GET", pattern, std::move(handler));
+}
+void HttpGateway::Post(const std::string& pattern, Handler handler) {
+  Add("POST", pattern, std::move(handler));
+}
+
+// Every route but /healthz: the token, then the handler; nothing it throws leaves it.
+void HttpGateway::Add(const std::string& method, const std::string& pattern, Handler handler) {
+  const std::string name = method + " " + pattern;
+  Handler authorized = [this, name, handler = std::move(handler)](
+                           const HttpRequest& request, const std::vector<std::string>& ids,
+                           HttpResponse& response) {
+    const absl::Time arrived = absl::Now();
+    const absl::Cleanup record = [&] {
+      CallMetrics::Get().Record("rest/" + name, std::to_string(response.status),
+                                absl::Now() - arrived);
+    };
+    const absl::Status allowed =
+        CheckHttpAuthorization(request.Header("Authorization"), options_.token);
+    if (!allowed.ok()) {
+      // Scripts send the bearer token; a browser asks its user once (the token as password)
+      // and sends it with every later request of the session, the dashboard's included.
+      response.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"rlhfd\"");
+      response.headers.emplace_back("WWW-Authenticate", "Basic realm=\"rlhfd\", charset=\"UTF-8\"");
+      Reply(response, allowed);
+      return;
+    }
+    try {
+      handler(request, ids, response);
+    } catch (const std::exception& error) {
+      RLOG(ERROR) << "REST " << name << ": " << error.what();
+      response = HttpResponse();
+      Reply(response, absl::InternalError("the controller failed this request; see its log"));
+    }
+  };
+  routes_.push_back({.method = method, .pattern = pattern, .handler = std::move(authorized)});
+}
+
+HttpResponse HttpGateway::Handle(const HttpRequest& request) const {
+  HttpResponse response;
+  for (const Route& route : routes_) {
+    if (route.method != request.method) continue;
+    const std::optional<std::vector<std::string>> ids = MatchPath(route.pattern, request.path);
+    if (!ids) continue;
+    route.handler(request, *ids, response);
+    return response;
+  }
+  Reply(response, absl::NotFoundError(absl::StrCat(
+                      "no route ", request.method.substr(0, 20), " ", request.path.substr(0, 200),
+                      " (the routes: /healthz, /metrics, /v1/cluster, /v1/workers, /v1/jobs, "
+                      "/v1/jobs/{id}, /v1/jobs/{id}/metrics, POST /v1/jobs/{id}:cancel)")));
+  return response;
 }
 
 void HttpGateway::Routes() {
@@ -291,176 +358,117 @@ void HttpGateway::Routes() {
     }
     return future.get();
   };
-  // Every route but /healthz: the token, then the handler; nothing it throws leaves it.
-  const auto authorized = [this](std::string route, auto handler) {
-    return [this, route, handler](const httplib::Request& request, httplib::Response& response) {
-      const absl::Time arrived = absl::Now();
-      const absl::Cleanup record = [&] {
-        CallMetrics::Get().Record("rest/" + route, std::to_string(response.status),
-                                  absl::Now() - arrived);
-      };
-      const std::string authorization = request.get_header_value("Authorization");
-      const absl::Status allowed = CheckHttpAuthorization(
-          request.has_header("Authorization") ? &authorization : nullptr, options_.token);
-      if (!allowed.ok()) {
-        // Scripts send the bearer token; a browser asks its user once (the token as password)
-        // and sends it with every later request of the session, the dashboard's included.
-        response.set_header("WWW-Authenticate", "Bearer realm=\"rlhfd\"");
-        response.set_header("WWW-Authenticate", "Basic realm=\"rlhfd\", charset=\"UTF-8\"");
-        Reply(response, allowed);
-        return;
-      }
-      try {
-        handler(request, response);
-      } catch (const std::exception& error) {
-        RLOG(ERROR) << "REST " << request.path << ": " << error.what();
-        Reply(response, absl::InternalError("the controller failed this request; see its log"));
-      }
-    };
-  };
-  const auto answer = [](httplib::Response& response, const auto& result) {
+  const auto answer = [](HttpResponse& response, const auto& result) {
     if (result.ok()) {
       Reply(response, *result);
     } else {
       Reply(response, result.status());
     }
   };
+  using Ids = std::vector<std::string>;
   Controller* controller = controller_;
 
-  server_->set_error_handler([](const httplib::Request& request, httplib::Response& response) {
-    if (!response.body.empty()) return;
-    if (response.status == 404) {
-      Reply(response, absl::NotFoundError(absl::StrCat(
-                          "no route ", request.method, " ", request.path.substr(0, 200),
-                          " (the routes: /healthz, /metrics, /v1/cluster, /v1/workers, /v1/jobs, "
-                          "/v1/jobs/{id}, /v1/jobs/{id}/metrics, POST /v1/jobs/{id}:cancel)")));
-      response.status = 404;
-    } else if (response.status == 413) {
-      Reply(response, absl::ResourceExhaustedError("the request body is over 1 MiB"));
-      response.status = 413;
+  Get("/", [](const HttpRequest&, const Ids&, HttpResponse& response) {
+    response.content_type = "text/html; charset=utf-8";
+    response.body = DashboardPage();
+  });
+  Get("/static/chart.js", [](const HttpRequest&, const Ids&, HttpResponse& response) {
+    static const absl::StatusOr<std::string> chart = ReadFileToString(kChartJsPath, 4 << 20);
+    if (!chart.ok()) {
+      return Reply(response, absl::NotFoundError(absl::StrCat(
+                                 kChartJsPath, " is missing: install Debian's libjs-chart.js")));
     }
+    response.content_type = "application/javascript";
+    response.body = *chart;
   });
-  server_->Get("/", authorized("GET /", [](const httplib::Request&, httplib::Response& response) {
-                 response.set_content(DashboardPage(), "text/html; charset=utf-8");
-               }));
-  server_->Get(
-      "/static/chart.js",
-      authorized("GET /static/chart.js", [](const httplib::Request&, httplib::Response& response) {
-        static const absl::StatusOr<std::string> chart = ReadFileToString(kChartJsPath, 4 << 20);
-        if (!chart.ok()) {
-          return Reply(response,
-                       absl::NotFoundError(absl::StrCat(
-                           kChartJsPath, " is missing: install Debian's libjs-chart.js")));
-        }
-        response.set_content(*chart, "application/javascript");
-      }));
-  server_->Get(
-      "/v1/openapi.json",
-      authorized("GET /v1/openapi.json", [](const httplib::Request&, httplib::Response& response) {
-        response.status = 200;
-        response.set_content(OpenApiDocument(), "application/json");
-      }));
-  server_->Get("/healthz", [](const httplib::Request&, httplib::Response& response) {
-    response.set_content("ok\n", "text/plain");
+  Get("/v1/openapi.json", [](const HttpRequest&, const Ids&, HttpResponse& response) {
+    response.content_type = "application/json";
+    response.body = OpenApiDocument();
   });
-  server_->Get(
-      "/metrics",
-      authorized("GET /metrics", [=](const httplib::Request&, httplib::Response& response) {
-        const absl::StatusOr<std::string> text = on_loop(
-            [controller]() -> absl::StatusOr<std::string> { return PrometheusText(*controller); });
-        if (!text.ok()) {
-          Reply(response, text.status());
-          return;
-        }
-        response.status = 200;
-        response.set_content(*text + CallMetrics::Get().PrometheusText(),
-                             "text/plain; version=0.0.4");
-      }));
-  server_->Get("/v1/cluster", authorized("GET /v1/cluster", [=](const httplib::Request&,
-                                                                httplib::Response& response) {
-                 answer(response, on_loop([controller] { return controller->GetCluster({}); }));
-               }));
-  server_->Get("/v1/workers", authorized("GET /v1/workers", [=](const httplib::Request&,
-                                                                httplib::Response& response) {
-                 answer(response, on_loop([controller] { return controller->ListWorkers({}); }));
-               }));
-  server_->Get(
-      "/v1/jobs",
-      authorized("GET /v1/jobs", [=](const httplib::Request& request, httplib::Response& response) {
-        v1::ListJobsRequest list;
-        if (request.has_param("state")) {
-          for (absl::string_view item :
-               absl::StrSplit(request.get_param_value("state"), ',', absl::SkipEmpty())) {
-            if (list.states_size() >= 16) break;
-            const absl::StatusOr<v1::JobState> state = ParseState(item);
-            if (!state.ok()) return Reply(response, state.status());
-            list.add_states(*state);
-          }
-        }
-        answer(response, on_loop([controller, list] { return controller->ListJobs(list); }));
-      }));
-  server_->Get(R"(/v1/jobs/([^/:]+))",
-               authorized("GET /v1/jobs/{id}", [=](const httplib::Request& request,
-                                                   httplib::Response& response) {
-                 v1::GetJobRequest get;
-                 get.set_job_id(request.matches[1]);
-                 answer(response, on_loop([controller, get] { return controller->GetJob(get); }));
-               }));
-  server_->Get(
-      R"(/v1/jobs/([^/:]+)/metrics)",
-      authorized("GET /v1/jobs/{id}/metrics", [=](const httplib::Request& request,
-                                                  httplib::Response& response) {
-        v1::GetJobMetricsRequest get;
-        get.set_job_id(request.matches[1]);
-        if (request.has_param("since")) {
-          int64_t since = 0;
-          if (!absl::SimpleAtoi(request.get_param_value("since"), &since) || since < 0) {
-            return Reply(response,
-                         absl::InvalidArgumentError(
-                             "since: give the step after which to list (an integer >= 0)"));
-          }
-          get.set_after_step(since);
-        }
-        // The job is looked up on the loop; its history, which may be long, is read here.
-        v1::GetJobRequest job;
-        job.set_job_id(get.job_id());
-        const absl::StatusOr<v1::GetJobReply> found =
-            on_loop([controller, job] { return controller->GetJob(job); });
-        if (!found.ok()) return Reply(response, found.status());
-        answer(response, CatchAll<v1::GetJobMetricsReply>(
-                             "GetJobMetrics", [&] { return controller->ReadJobMetrics(get); }));
-      }));
-  server_->Post("/v1/jobs", authorized("POST /v1/jobs", [=](const httplib::Request& request,
-                                                            httplib::Response& response) {
-                  v1::SubmitJobRequest submit;
-                  submit.set_config_text(request.body);
-                  const std::string type = request.get_header_value("Content-Type");
-                  const std::string default_name =
-                      absl::StrContains(type, "json") ? "rest.json" : "rest.yaml";
-                  submit.set_config_name(request.has_param("name") ? request.get_param_value("name")
-                                                                   : default_name);
-                  for (size_t i = 0; i < request.get_param_value_count("override"); ++i) {
-                    submit.add_overrides(request.get_param_value("override", i));
-                  }
-                  // Parsed and validated here, off the loop, as the gRPC adapter does; stored on
-                  // the loop.
-                  absl::StatusOr<JobManager::Submission> prepared =
-                      CatchAll<JobManager::Submission>("SubmitJob",
-                                                       [&] { return JobManager::Prepare(submit); });
-                  if (!prepared.ok()) return Reply(response, prepared.status());
-                  auto submission = std::make_shared<JobManager::Submission>(*std::move(prepared));
-                  answer(response, on_loop([controller, submission] {
-                           return controller->SubmitPrepared(std::move(*submission));
-                         }));
-                }));
-  server_->Post(R"(/v1/jobs/([^/:]+):cancel)",
-                authorized("POST /v1/jobs/{id}:cancel", [=](const httplib::Request& request,
-                                                            httplib::Response& response) {
-                  v1::CancelJobRequest cancel;
-                  cancel.set_job_id(request.matches[1]);
-                  answer(response,
-                         on_loop([controller, cancel] { return controller->CancelJob(cancel); }));
-                }));
+  Get("/metrics", [=](const HttpRequest&, const Ids&, HttpResponse& response) {
+    const absl::StatusOr<std::string> text = on_loop(
+        [controller]() -> absl::StatusOr<std::string> { return PrometheusText(*controller); });
+    if (!text.ok()) return Reply(response, text.status());
+    response.content_type = "text/plain; version=0.0.4";
+    response.body = *text + CallMetrics::Get().PrometheusText();
+  });
+  Get("/v1/cluster", [=](const HttpRequest&, const Ids&, HttpResponse& response) {
+    answer(response, on_loop([controller] { return controller->GetCluster({}); }));
+  });
+  Get("/v1/workers", [=](const HttpRequest&, const Ids&, HttpResponse& response) {
+    answer(response, on_loop([controller] { return controller->ListWorkers({}); }));
+  });
+  Get("/v1/jobs", [=](const HttpRequest& request, const Ids&, HttpResponse& response) {
+    v1::ListJobsRequest list;
+    if (const std::string* states = request.Param("state")) {
+      for (absl::string_view item : absl::StrSplit(*states, ',', absl::SkipEmpty())) {
+        if (list.states_size() >= 16) break;
+        const absl::StatusOr<v1::JobState> state = ParseState(item);
+        if (!state.ok()) return Reply(response, state.status());
+        list.add_states(*state);
+      }
+    }
+    if (const std::string* text = request.Param("page_size")) {
+      int32_t page_size = 0;
+      if (!absl::SimpleAtoi(*text, &page_size)) {
+        return Reply(response, absl::InvalidArgumentError(
+                                   "page_size: give the most jobs a page holds (an integer, 0 for "
+                                   "the default)"));
+      }
+      list.set_page_size(page_size);
+    }
+    if (const std::string* token = request.Param("page_token")) list.set_page_token(*token);
+    answer(response, on_loop([controller, list] { return controller->ListJobs(list); }));
+  });
+  Get("/v1/jobs/{id}", [=](const HttpRequest&, const Ids& ids, HttpResponse& response) {
+    v1::GetJobRequest get;
+    get.set_job_id(ids[0]);
+    answer(response, on_loop([controller, get] { return controller->GetJob(get); }));
+  });
+  Get("/v1/jobs/{id}/metrics", [=](const HttpRequest& request, const Ids& ids,
+                                   HttpResponse& response) {
+    v1::GetJobMetricsRequest get;
+    get.set_job_id(ids[0]);
+    if (const std::string* text = request.Param("since")) {
+      int64_t since = 0;
+      if (!absl::SimpleAtoi(*text, &since) || since < 0) {
+        return Reply(response, absl::InvalidArgumentError(
+                                   "since: give the step after which to list (an integer >= 0)"));
+      }
+      get.set_after_step(since);
+    }
+    // The job is looked up on the loop; its history, which may be long, is read here.
+    v1::GetJobRequest job;
+    job.set_job_id(get.job_id());
+    const absl::StatusOr<v1::GetJobReply> found =
+        on_loop([controller, job] { return controller->GetJob(job); });
+    if (!found.ok()) return Reply(response, found.status());
+    answer(response, CatchAll<v1::GetJobMetricsReply>(
+                         "GetJobMetrics", [&] { return controller->ReadJobMetrics(get); }));
+  });
+  Post("/v1/jobs", [=](const HttpRequest& request, const Ids&, HttpResponse& response) {
+    v1::SubmitJobRequest submit;
+    submit.set_config_text(request.body);
+    const std::string* type = request.Header("Content-Type");
+    const std::string* name = request.Param("name");
+    submit.set_config_name(name != nullptr                                       ? *name
+                           : type != nullptr && absl::StrContains(*type, "json") ? "rest.json"
+                                                                                 : "rest.yaml");
+    for (const std::string& item : request.Params("override")) submit.add_overrides(item);
+    // Parsed and validated here, off the loop, as the gRPC adapter does; stored on the loop.
+    absl::StatusOr<JobManager::Submission> prepared =
+        CatchAll<JobManager::Submission>("SubmitJob", [&] { return JobManager::Prepare(submit); });
+    if (!prepared.ok()) return Reply(response, prepared.status());
+    auto submission = std::make_shared<JobManager::Submission>(*std::move(prepared));
+    answer(response, on_loop([controller, submission] {
+             return controller->SubmitPrepared(std::move(*submission));
+           }));
+  });
+  Post("/v1/jobs/{id}:cancel", [=](const HttpRequest&, const Ids& ids, HttpResponse& response) {
+    v1::CancelJobRequest cancel;
+    cancel.set_job_id(ids[0]);
+    answer(response, on_loop([controller, cancel] { return controller->CancelJob(cancel); }));
+  });
 }
 
 }  // namespace rlhfd::controller

@@ -3,64 +3,76 @@
 // protobuf's JSON mapping of the gRPC reply; errors are {"code", "message"} with the matching
 // HTTP status. The same token as gRPC on every route but /healthz: "Authorization: Bearer
 // <token>", or HTTP Basic with the token as the password (a browser's way); TLS with the
-// controller's --tls_cert/--tls_key.
+// controller's --tls_cert/--tls_key. The transport, and every limit a client meets before its
+// token is checked, is HttpServer's (http_server.h).
 //   GET  /                             the dashboard (dashboard.h) and /static/chart.js
 //   GET  /healthz                      "ok" (no token)
 //   GET  /v1/openapi.json              this API as an OpenAPI 3 document
 //   GET  /metrics                      Prometheus text exposition
 //   GET  /v1/cluster                   GetCluster
 //   GET  /v1/workers                   ListWorkers
-//   GET  /v1/jobs[?state=running,...]  ListJobs
+//   GET  /v1/jobs[?state=running,...&page_size=N&page_token=T]  ListJobs, a page at a time
 //   GET  /v1/jobs/{id}                 GetJob
 //   GET  /v1/jobs/{id}/metrics[?since=STEP]   GetJobMetrics (steps after STEP)
 //   POST /v1/jobs[?name=FILE&override=k=v...] SubmitJob; the body is the YAML or JSON config
 //   POST /v1/jobs/{id}:cancel          CancelJob
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
-#include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/util/event_loop.h"
 #include "controller/controller.h"
-
-namespace httplib {
-class Server;
-}  // namespace httplib
+#include "controller/gateway/http_server.h"
 
 namespace rlhfd::controller {
 
 struct GatewayOptions {
   std::string listen = "127.0.0.1:0";  // host:port
   std::string token;
-  std::string tls_cert_file, tls_key_file;  // both or neither
+  std::string tls_cert_file, tls_key_file;           // both or neither
   absl::Duration call_deadline = absl::Seconds(10);  // waiting for the event loop
 };
 
 class HttpGateway {
  public:
-  // Binds and serves on a thread of its own. `controller` and `loop` outlive the gateway.
+  // Binds and serves on threads of its own. `controller` and `loop` outlive the gateway.
   static absl::StatusOr<std::unique_ptr<HttpGateway>> Start(Controller* controller, EventLoop* loop,
                                                             GatewayOptions options);
-  // Stops serving and joins the thread.
+  // Stops serving and joins its threads.
   ~HttpGateway();
   HttpGateway(const HttpGateway&) = delete;
   HttpGateway& operator=(const HttpGateway&) = delete;
 
-  int port() const { return port_; }
+  int port() const { return server_->port(); }
 
  private:
+  // A route's handler; `ids` holds what the pattern's {placeholders} matched, in order.
+  using Handler = std::function<void(const HttpRequest& request,
+                                     const std::vector<std::string>& ids, HttpResponse& response)>;
+  struct Route {
+    std::string method;
+    std::string pattern;  // "/v1/jobs/{id}:cancel": a {placeholder} is one or more of [^/:]
+    Handler handler;
+  };
+
   HttpGateway(Controller* controller, EventLoop* loop, GatewayOptions options);
   void Routes();
+  // Token-checked routes, named "METHOD pattern" in the call metrics.
+  void Get(const std::string& pattern, Handler handler);
+  void Post(const std::string& pattern, Handler handler);
+  void Add(const std::string& method, const std::string& pattern, Handler handler);
+  HttpResponse Handle(const HttpRequest& request) const;
 
   Controller* controller_;
   EventLoop* loop_;
   GatewayOptions options_;
-  std::unique_ptr<httplib::Server> server_;
-  int port_ = 0;
-  std::thread thread_;
+  std::vector<Route> routes_;
+  std::unique_ptr<HttpServer> server_;  // last: its handler threads use the members above
 };
 
 // The Prometheus text exposition of the controller's state: jobs and workers by state, and per

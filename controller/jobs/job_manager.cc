@@ -2,15 +2,16 @@
 #include "controller/jobs/job_manager.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/config/job_config.h"
 #include "common/config/job_validator.h"
-#include "controller/jobs/submit_checks.h"
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 #include "common/util/text.h"
+#include "controller/jobs/submit_checks.h"
 
 namespace rlhfd::controller {
 namespace {
@@ -37,10 +38,17 @@ v1::JobEvent StateEvent(const v1::Job& job) {
 }  // namespace
 
 JobManager::JobManager(JobStore store) : store_(std::move(store)) {
-  for (v1::Job& job : store_.LoadAll()) {
+  const absl::Status loaded = store_.ForEach([this](v1::Job job) {
     int64_t number = 0;
-    if (ParseJobId(job.job_id(), &number)) jobs_.emplace(number, std::move(job));
-  }
+    if (!ParseJobId(job.job_id(), &number)) return;
+    JobSummary summary{.state = job.state(),
+                       .priority = job.spec().trainer().priority(),
+                       .name = job.spec().name(),
+                       .need = NeedOf(job.spec())};
+    Index(number, summary);
+    jobs_.emplace(number, std::move(summary));
+  });
+  if (!loaded.ok()) RLOG(ERROR) << "job store: " << loaded.message();
   if (!jobs_.empty()) RLOG(INFO) << "job store: loaded " << jobs_.size() << " jobs";
 }
 
@@ -49,9 +57,26 @@ bool JobManager::IsTerminal(v1::JobState state) {
          state == v1::JOB_STATE_CANCELLED;
 }
 
+bool JobManager::IsWaiting(v1::JobState state) {
+  return state == v1::JOB_STATE_QUEUED || state == v1::JOB_STATE_RECOVERING;
+}
+
+void JobManager::Index(int64_t number, const JobSummary& summary) {
+  if (IsWaiting(summary.state)) queue_.emplace(-summary.priority, number);
+  if (!IsTerminal(summary.state)) live_by_name_[summary.name].insert(number);
+}
+
+void JobManager::Unindex(int64_t number, const JobSummary& summary) {
+  queue_.erase({-summary.priority, number});
+  if (auto named = live_by_name_.find(summary.name); named != live_by_name_.end()) {
+    named->second.erase(number);
+    if (named->second.empty()) live_by_name_.erase(named);
+  }
+}
+
 absl::StatusOr<JobManager::Submission> JobManager::Prepare(const v1::SubmitJobRequest& request) {
-  if (request.config_name().size() > kMaxConfigNameBytes ||
-      !IsValidUtf8(request.config_name()) || FirstControlCharacter(request.config_name()) >= 0) {
+  if (request.config_name().size() > kMaxConfigNameBytes || !IsValidUtf8(request.config_name()) ||
+      FirstControlCharacter(request.config_name()) >= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config_name must be a file name of at most ", kMaxConfigNameBytes,
         " bytes of UTF-8 without control characters (got ", request.config_name().size(),
@@ -65,9 +90,8 @@ absl::StatusOr<JobManager::Submission> JobManager::Prepare(const v1::SubmitJobRe
     return absl::InvalidArgumentError("base_dir must be a directory path of UTF-8 text");
   }
   if (request.config_text().size() > kMaxConfigBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": config is ",
-                                                   request.config_text().size(),
-                                                   " bytes; at most ", kMaxConfigBytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": config is ", request.config_text().size(), " bytes; at most ", kMaxConfigBytes));
   }
   if (!request.config_text().empty() && request.has_spec()) {
     return absl::InvalidArgumentError("SubmitJob takes config_text or spec, not both");
@@ -83,9 +107,9 @@ absl::StatusOr<JobManager::Submission> JobManager::Prepare(const v1::SubmitJobRe
   absl::StatusOr<v1::JobSpec> spec =
       !request.config_text().empty() || !overrides.empty()
           ? config::ParseJobSpec(request.config_text(), source, overrides)
-      : request.has_spec() ? config::CompleteJobSpec(request.spec(), source)
-                           : absl::InvalidArgumentError(
-                                 "SubmitJob needs config_text (a YAML/JSON config) or spec");
+      : request.has_spec()
+          ? config::CompleteJobSpec(request.spec(), source)
+          : absl::InvalidArgumentError("SubmitJob needs config_text (a YAML/JSON config) or spec");
   if (spec.ok()) {
     // Files are checked here, at once, rather than by a worker hours later.
     if (absl::Status files = ResolveAndCheckFiles(request.base_dir(), source, &*spec);
@@ -107,9 +131,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::SubmitJobRequest& request, 
 }
 
 absl::StatusOr<v1::Job> JobManager::Submit(Submission submission, int64_t now_ms) {
-  ASSIGN_OR_RETURN(const int64_t number, store_.ReserveJobNumber());
   v1::Job job;
-  job.set_job_id(JobId(number));
   *job.mutable_spec() = std::move(submission.spec);
   job.set_source(std::move(submission.source));
   job.set_submit_time_ms(now_ms);
@@ -117,37 +139,61 @@ absl::StatusOr<v1::Job> JobManager::Submit(Submission submission, int64_t now_ms
   job.set_state(v1::JOB_STATE_QUEUED);
   job.set_message("waiting for placement");
   job.set_update_time_ms(now_ms);
-  RETURN_IF_ERROR(store_.Put(job));
+  RETURN_IF_ERROR(store_.Insert(&job));
+  int64_t number = 0;
+  ParseJobId(job.job_id(), &number);
+  JobSummary summary{.state = job.state(),
+                     .priority = job.spec().trainer().priority(),
+                     .name = job.spec().name(),
+                     .need = NeedOf(job.spec())};
+  Index(number, summary);
+  jobs_.emplace(number, std::move(summary));
   RLOG(INFO) << "job " << job.job_id() << " (" << job.spec().name() << ") queued from "
-            << job.source();
-  return jobs_.emplace(number, std::move(job)).first->second;
+             << job.source();
+  return job;
 }
 
-const v1::Job* JobManager::Find(const std::string& job_id) const {
-  int64_t number = 0;
-  if (!ParseJobId(job_id, &number)) return nullptr;
-  auto it = jobs_.find(number);
+JobSummary* JobManager::Find(const std::string& job_id, int64_t* number) {
+  return const_cast<JobSummary*>(std::as_const(*this).Find(job_id, number));
+}
+
+const JobSummary* JobManager::Find(const std::string& job_id, int64_t* number) const {
+  if (!ParseJobId(job_id, number)) return nullptr;
+  auto it = jobs_.find(*number);
   return it == jobs_.end() ? nullptr : &it->second;
 }
 
-absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
-  const v1::Job* job = Find(job_id);
-  if (job == nullptr) {
-    return absl::NotFoundError(NoSuchJob(job_id));
+const JobSummary* JobManager::Summary(const std::string& job_id) const {
+  int64_t number = 0;
+  return Find(job_id, &number);
+}
+
+absl::StatusOr<v1::Job> JobManager::Read(int64_t number, const JobSummary& summary) const {
+  ASSIGN_OR_RETURN(v1::Job job, store_.Get(number));
+  if (IsWaiting(summary.state) && !summary.waiting_reason.empty()) {
+    job.set_message(summary.waiting_reason);
   }
-  return *job;
+  return job;
+}
+
+absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
+  int64_t number = 0;
+  const JobSummary* summary = Find(job_id, &number);
+  if (summary == nullptr) return absl::NotFoundError(NoSuchJob(job_id));
+  return Read(number, *summary);
 }
 
 absl::Status JobManager::Delete(const std::string& job_id) {
   int64_t number = 0;
-  const v1::Job* job = Find(job_id);
-  if (job == nullptr || !ParseJobId(job_id, &number)) return absl::NotFoundError(NoSuchJob(job_id));
-  if (!IsTerminal(job->state())) {
+  const JobSummary* summary = Find(job_id, &number);
+  if (summary == nullptr) return absl::NotFoundError(NoSuchJob(job_id));
+  if (!IsTerminal(summary->state)) {
     return absl::FailedPreconditionError(
-        absl::StrCat("job ", job_id, " is ", v1::JobState_Name(job->state()),
+        absl::StrCat("job ", job_id, " is ", v1::JobState_Name(summary->state),
                      "; cancel it first (rlhfctl cancel ", job_id, ")"));
   }
-  RETURN_IF_ERROR(store_.Remove(job_id));
+  RETURN_IF_ERROR(store_.Remove(number));
+  Unindex(number, *summary);
   jobs_.erase(number);
   RLOG(INFO) << "job " << job_id << " deleted";
   return absl::OkStatus();
@@ -162,64 +208,90 @@ std::vector<std::string> JobManager::Warnings(const v1::JobSpec& spec,
                                     workers_registered,
                                     " are registered: it stays queued until more register"));
   }
-  for (const auto& [number, job] : jobs_) {
-    if (!IsTerminal(job.state()) && job.spec().name() == spec.name()) {
-      warnings.push_back(absl::StrCat("job ", job.job_id(), " (",
-                                      v1::JobState_Name(job.state()),
+  constexpr size_t kNamedJobs = 3;
+  if (const auto named = live_by_name_.find(spec.name()); named != live_by_name_.end()) {
+    size_t listed = 0;
+    for (const int64_t number : named->second) {
+      if (listed++ == kNamedJobs) {
+        const size_t more = named->second.size() - kNamedJobs;
+        warnings.push_back(absl::StrCat(
+            "and ", more,
+            more == 1 ? " more job that has not ended has" : " more jobs that have not ended have",
+            " the same name, '", spec.name(), "'"));
+        break;
+      }
+      warnings.push_back(absl::StrCat("job ", JobId(number), " (",
+                                      v1::JobState_Name(jobs_.at(number).state),
                                       ") has the same name, '", spec.name(), "'"));
     }
   }
   return warnings;
 }
 
-std::vector<v1::Job> JobManager::List(const std::vector<v1::JobState>& states) const {
-  std::vector<v1::Job> out;
-  for (const auto& [number, job] : jobs_) {
-    if (states.empty() || std::find(states.begin(), states.end(), job.state()) != states.end()) {
-      out.push_back(job);
+absl::StatusOr<JobPage> JobManager::List(const JobQuery& query) const {
+  JobPage page;
+  size_t bytes = 0;
+  for (auto it = jobs_.upper_bound(query.after_number); it != jobs_.end(); ++it) {
+    const auto& [number, summary] = *it;
+    if (!query.states.empty() &&
+        std::find(query.states.begin(), query.states.end(), summary.state) == query.states.end()) {
+      continue;
     }
+    const bool full =
+        (query.page_size > 0 && static_cast<int>(page.jobs.size()) >= query.page_size) ||
+        (query.max_bytes > 0 && !page.jobs.empty() && bytes >= query.max_bytes);
+    if (full) {
+      page.more = true;
+      break;
+    }
+    ASSIGN_OR_RETURN(v1::Job job, Read(number, summary));
+    bytes += job.ByteSizeLong();
+    page.jobs.push_back(std::move(job));
+    page.last_number = number;
   }
-  return out;
+  return page;
 }
 
 absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, int64_t now_ms) {
-  v1::Job* job = const_cast<v1::Job*>(Find(job_id));
-  if (job == nullptr) {
-    return absl::NotFoundError(NoSuchJob(job_id));
+  int64_t number = 0;
+  const JobSummary* summary = Find(job_id, &number);
+  if (summary == nullptr) return absl::NotFoundError(NoSuchJob(job_id));
+  if (IsTerminal(summary->state)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " already ended (", v1::JobState_Name(summary->state), ")"));
   }
-  if (IsTerminal(job->state())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job_id, " already ended (", v1::JobState_Name(job->state()), ")"));
-  }
+  ASSIGN_OR_RETURN(v1::Job job, store_.Get(number));
   RETURN_IF_ERROR(Transition(job, v1::JOB_STATE_CANCELLED, "cancelled by user", now_ms));
-  return *job;
+  return Get(job_id);
 }
 
-absl::Status JobManager::Transition(v1::Job* job, v1::JobState state, const std::string& message,
+absl::Status JobManager::Transition(v1::Job job, v1::JobState state, const std::string& message,
                                     int64_t now_ms) {
-  v1::Job updated = *job;
-  updated.set_state(state);
-  updated.set_message(message);
-  updated.set_update_time_ms(now_ms);
-  RETURN_IF_ERROR(store_.Put(updated));
-  *job = std::move(updated);
-  RLOG(INFO) << "job " << job->job_id() << " -> " << v1::JobState_Name(state) << ": " << message;
-  const v1::JobEvent event = StateEvent(*job);
+  int64_t number = 0;
+  JobSummary* summary = Find(job.job_id(), &number);
+  if (summary == nullptr) return absl::NotFoundError(NoSuchJob(job.job_id()));
+  job.set_state(state);
+  job.set_message(message);
+  job.set_update_time_ms(now_ms);
+  RETURN_IF_ERROR(store_.Put(job));
+  Unindex(number, *summary);
+  summary->state = state;
+  summary->waiting_reason.clear();
+  Index(number, *summary);
+  RLOG(INFO) << "job " << job.job_id() << " -> " << v1::JobState_Name(state) << ": " << message;
+  const v1::JobEvent event = StateEvent(job);
   // A sink may Unwatch while we iterate; copy the matching sinks first.
   std::vector<EventSink> sinks;
   for (const auto& [id, watcher] : watchers_) {
-    if (watcher.job_id == job->job_id()) sinks.push_back(watcher.sink);
+    if (watcher.job_id == job.job_id()) sinks.push_back(watcher.sink);
   }
   for (const EventSink& sink : sinks) sink(event);
   return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> JobManager::Watch(const std::string& job_id, EventSink sink) {
-  const v1::Job* job = Find(job_id);
-  if (job == nullptr) {
-    return absl::NotFoundError(NoSuchJob(job_id));
-  }
-  sink(StateEvent(*job));
+  ASSIGN_OR_RETURN(const v1::Job job, Get(job_id));
+  sink(StateEvent(job));
   const int64_t subscription = next_subscription_++;
   watchers_.emplace(subscription, Watcher{job_id, std::move(sink)});
   return subscription;
@@ -229,33 +301,48 @@ void JobManager::Unwatch(int64_t subscription) { watchers_.erase(subscription); 
 
 absl::Status JobManager::TransitionTo(const std::string& job_id, v1::JobState state,
                                       const std::string& message, int64_t now_ms) {
-  v1::Job* job = const_cast<v1::Job*>(Find(job_id));
-  if (job == nullptr) return absl::NotFoundError(NoSuchJob(job_id));
-  if (IsTerminal(job->state())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job_id, " already ended (", v1::JobState_Name(job->state()), ")"));
+  int64_t number = 0;
+  const JobSummary* summary = Find(job_id, &number);
+  if (summary == nullptr) return absl::NotFoundError(NoSuchJob(job_id));
+  if (IsTerminal(summary->state)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " already ended (", v1::JobState_Name(summary->state), ")"));
   }
-  return Transition(job, state, message, now_ms);
+  ASSIGN_OR_RETURN(v1::Job job, store_.Get(number));
+  return Transition(std::move(job), state, message, now_ms);
 }
 
 absl::Status JobManager::Update(const std::string& job_id,
                                 const std::function<void(v1::Job&)>& change, int64_t now_ms) {
-  v1::Job* job = const_cast<v1::Job*>(Find(job_id));
-  if (job == nullptr) return absl::NotFoundError(NoSuchJob(job_id));
-  v1::Job updated = *job;
-  change(updated);
-  updated.set_update_time_ms(now_ms);
-  RETURN_IF_ERROR(store_.Put(updated));
-  *job = std::move(updated);
-  return absl::OkStatus();
+  int64_t number = 0;
+  if (Find(job_id, &number) == nullptr) return absl::NotFoundError(NoSuchJob(job_id));
+  ASSIGN_OR_RETURN(v1::Job job, store_.Get(number));
+  change(job);
+  job.set_update_time_ms(now_ms);
+  return store_.Put(job);
+}
+
+void JobManager::SetWaitingReason(const std::string& job_id, std::string reason) {
+  int64_t number = 0;
+  JobSummary* summary = Find(job_id, &number);
+  if (summary != nullptr && summary->waiting_reason != reason) {
+    summary->waiting_reason = std::move(reason);
+  }
+}
+
+std::vector<std::string> JobManager::Waiting() const {
+  std::vector<std::string> ids;
+  ids.reserve(queue_.size());
+  for (const auto& [priority, number] : queue_) ids.push_back(JobId(number));
+  return ids;
 }
 
 void JobManager::PublishStep(const std::string& job_id, const v1::StepMetrics& step) {
-  const v1::Job* job = Find(job_id);
+  const JobSummary* job = Summary(job_id);
   if (job == nullptr) return;
   v1::JobEvent event;
   event.set_job_id(job_id);
-  event.set_state(job->state());
+  event.set_state(job->state);
   event.set_time_ms(step.time_ms());
   event.set_step(step.step());
   *event.mutable_metrics() = step.metrics();
@@ -268,7 +355,7 @@ void JobManager::PublishStep(const std::string& job_id, const v1::StepMetrics& s
 
 std::map<std::string, int32_t> JobManager::CountByState() const {
   std::map<std::string, int32_t> counts;
-  for (const auto& [number, job] : jobs_) ++counts[v1::JobState_Name(job.state())];
+  for (const auto& [number, job] : jobs_) ++counts[v1::JobState_Name(job.state)];
   return counts;
 }
 

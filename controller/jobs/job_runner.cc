@@ -12,19 +12,14 @@
 namespace rlhfd::controller {
 namespace {
 
-bool Active(v1::JobState state) {
-  return state == v1::JOB_STATE_PLACING || state == v1::JOB_STATE_STARTING ||
-         state == v1::JOB_STATE_RUNNING || state == v1::JOB_STATE_RECOVERING;
-}
-
 void LogIfFailed(const absl::Status& status, const std::string& what) {
   if (!status.ok()) RLOG(ERROR) << what << ": " << status.message();
 }
 
 }  // namespace
 
-JobRunner::JobRunner(JobManager& jobs, WorkerRegistry& workers, MetricHistory& history,
-                     Poster post, RunnerOptions options, Clock clock)
+JobRunner::JobRunner(JobManager& jobs, WorkerRegistry& workers, MetricHistory& history, Poster post,
+                     RunnerOptions options, Clock clock)
     : jobs_(jobs),
       workers_(workers),
       history_(history),
@@ -36,15 +31,23 @@ JobRunner::~JobRunner() { Shutdown(); }
 
 void JobRunner::Shutdown() {
   shut_down_ = true;
-  for (auto& [id, running] : running_) running.driver->Cancel(absl::AbortedError("controller stopped"));
+  for (auto& [id, running] : running_)
+    running.driver->Cancel(absl::AbortedError("controller stopped"));
   for (auto& [generation, driver] : stopping_) driver->Cancel();
   running_.clear();  // joins each driver's thread (it only ends the workers' roles now)
   stopping_.clear();
 }
 
 void JobRunner::RecoverAfterRestart() {
-  for (const v1::Job& job : jobs_.List({})) {
-    if (!Active(job.state())) continue;
+  JobQuery active;
+  active.states = {v1::JOB_STATE_PLACING, v1::JOB_STATE_STARTING, v1::JOB_STATE_RUNNING,
+                   v1::JOB_STATE_RECOVERING};
+  const absl::StatusOr<JobPage> jobs = jobs_.List(active);
+  if (!jobs.ok()) {
+    RLOG(ERROR) << "recovering the jobs of the previous controller: " << jobs.status().message();
+    return;
+  }
+  for (const v1::Job& job : jobs->jobs) {
     // Not the job's fault: it costs none of its trainer.max_restarts.
     Recover(job.job_id(), "the controller restarted", /*counts=*/false);
   }
@@ -55,52 +58,65 @@ bool JobRunner::Current(const std::string& job_id, int64_t generation) const {
   return found != running_.end() && found->second.generation == generation;
 }
 
+JobRunner::Pass JobRunner::BeginPass() const {
+  Pass pass;
+  for (const auto& [id, running] : running_) {
+    for (const std::string& worker : running.workers) pass.used[worker] = id;
+  }
+  pass.workers = workers_.List();
+  return pass;
+}
+
 void JobRunner::Schedule() {
   if (shut_down_) return;
-  std::map<std::string, std::string> used;
-  for (const auto& [id, running] : running_) {
-    for (const std::string& worker : running.workers) used[worker] = id;
+  Pass pass = BeginPass();
+  // The queue is in placement order: higher priority first, then submission order.
+  for (const std::string& id : jobs_.Waiting()) Consider(id, pass);
+  held_back_by_ = pass.held_back_by;
+}
+
+void JobRunner::Submitted(const std::string& job_id) {
+  if (shut_down_) return;
+  // Nothing but this job changed since the last pass placed what it could (every change of
+  // workers or running jobs schedules a pass): only this job may be placeable now, behind the
+  // job that held the last pass back.
+  Pass pass = BeginPass();
+  pass.held_back_by = held_back_by_;
+  Consider(job_id, pass);
+  held_back_by_ = pass.held_back_by;
+}
+
+void JobRunner::Consider(const std::string& id, Pass& pass) {
+  const JobSummary* job = jobs_.Summary(id);
+  if (job == nullptr || !JobManager::IsWaiting(job->state) || running_.count(id)) return;
+  const int32_t priority = job->priority;
+  if (pass.held_back_by && pass.held_back_by->first > priority) {
+    jobs_.SetWaitingReason(
+        id, absl::StrCat("waiting behind ", pass.held_back_by->second, " (trainer.priority ",
+                         pass.held_back_by->first, " over this job's ", priority, ")"));
+    return;
   }
-  const std::vector<v1::Worker> workers = workers_.List();
-  // Higher priority first, then submission order (the list is oldest first; ids never repeat).
-  std::vector<v1::Job> waiting = jobs_.List({v1::JOB_STATE_QUEUED, v1::JOB_STATE_RECOVERING});
-  std::stable_sort(waiting.begin(), waiting.end(), [](const v1::Job& a, const v1::Job& b) {
-    return a.spec().trainer().priority() > b.spec().trainer().priority();
-  });
-  std::optional<std::pair<int32_t, std::string>> held_back_by;  // (priority, job id)
-  for (const v1::Job& job : waiting) {
-    if (running_.count(job.job_id())) continue;
-    const int32_t priority = job.spec().trainer().priority();
-    if (held_back_by && held_back_by->first > priority) {
-      const std::string waiting_behind =
-          absl::StrCat("waiting behind ", held_back_by->second, " (trainer.priority ",
-                       held_back_by->first, " over this job's ", priority, ")");
-      if (job.message() != waiting_behind) {
-        LogIfFailed(
-            jobs_.Update(job.job_id(), [&](v1::Job& record) { record.set_message(waiting_behind); },
-                         clock_()),
-            "recording why a job waits");
-      }
-      continue;
+  const auto fault = faulted_at_.find(id);
+  absl::StatusOr<Placement> placement =
+      PlaceJob(job->need, pass.workers, pass.used, fault == faulted_at_.end() ? 0 : fault->second);
+  if (!placement.ok()) {
+    jobs_.SetWaitingReason(
+        id, absl::StrCat(job->state == v1::JOB_STATE_RECOVERING ? "recovering, " : "",
+                         "waiting for workers: ", placement.status().message()));
+    // In a pass (placement order) the first job that does not fit; a job submitted since may
+    // outrank it.
+    if (!pass.held_back_by || pass.held_back_by->first < priority) {
+      pass.held_back_by.emplace(priority, id);
     }
-    const auto fault = faulted_at_.find(job.job_id());
-    absl::StatusOr<Placement> placement =
-        PlaceJob(job.spec(), workers, used, fault == faulted_at_.end() ? 0 : fault->second);
-    if (!placement.ok()) {
-      const std::string waiting =
-          absl::StrCat(job.state() == v1::JOB_STATE_RECOVERING ? "recovering, " : "",
-                       "waiting for workers: ", placement.status().message());
-      if (job.message() != waiting) {
-        LogIfFailed(jobs_.Update(job.job_id(), [&](v1::Job& record) { record.set_message(waiting); },
-                                 clock_()),
-                    "recording why a job waits");
-      }
-      if (!held_back_by) held_back_by.emplace(priority, job.job_id());
-      continue;
-    }
-    for (const std::string& worker : placement->worker_ids) used[worker] = job.job_id();
-    Start(job, *placement);
+    return;
   }
+  const absl::StatusOr<v1::Job> record = jobs_.Get(id);
+  if (!record.ok()) {
+    RLOG(ERROR) << "placing " << id << ": " << record.status().message();
+    return;
+  }
+  for (const std::string& worker : placement->worker_ids) pass.used[worker] = id;
+  Start(*record, *placement);
 }
 
 void JobRunner::Start(const v1::Job& job, const Placement& placement) {
@@ -109,23 +125,24 @@ void JobRunner::Start(const v1::Job& job, const Placement& placement) {
   const std::vector<v1::PoolAssignment> pools = roles::PlacePools(job.spec());
   v1::JobProgress progress = job.progress();
   progress.set_attempt(progress.attempt() + 1);
-  LogIfFailed(jobs_.Update(id,
-                           [&](v1::Job& record) {
-                             record.mutable_progress()->set_attempt(progress.attempt());
-                             record.clear_placement();
-                             for (const v1::PoolAssignment& pool : pools) {
-                               v1::RolePlacement* role = record.add_placement();
-                               role->set_role(pool.role());
-                               for (int rank : pool.ranks()) {
-                                 role->add_worker_ids(placement.worker_ids[rank]);
-                               }
-                             }
-                           },
-                           clock_()),
+  LogIfFailed(jobs_.Update(
+                  id,
+                  [&](v1::Job& record) {
+                    record.mutable_progress()->set_attempt(progress.attempt());
+                    record.clear_placement();
+                    for (const v1::PoolAssignment& pool : pools) {
+                      v1::RolePlacement* role = record.add_placement();
+                      role->set_role(pool.role());
+                      for (int rank : pool.ranks()) {
+                        role->add_worker_ids(placement.worker_ids[rank]);
+                      }
+                    }
+                  },
+                  clock_()),
               "recording a placement");
-  LogIfFailed(jobs_.TransitionTo(id, v1::JOB_STATE_PLACING,
-                                 absl::StrCat("placed on ", absl::StrJoin(placement.worker_ids, ", ")),
-                                 clock_()),
+  LogIfFailed(jobs_.TransitionTo(
+                  id, v1::JOB_STATE_PLACING,
+                  absl::StrCat("placed on ", absl::StrJoin(placement.worker_ids, ", ")), clock_()),
               "placing a job");
   const int64_t generation = next_generation_++;
   DriverSetup setup{.job_id = id,
@@ -136,19 +153,21 @@ void JobRunner::Start(const v1::Job& job, const Placement& placement) {
                     .rpc = options_.rpc,
                     .progress = progress,
                     .stage_deadline = options_.stage_deadline,
-                    .communicator_timeout_ms = options_.communicator_timeout_ms};
+                    .communicator_timeout_ms = options_.communicator_timeout_ms,
+                    .disk_full_timeout = options_.disk_full_timeout};
   DriverEvents events{
       .running =
-          [this, id, generation](int64_t resumed_after) {
-            post_([this, id, generation, resumed_after] {
-              OnRunning(id, generation, resumed_after);
-            });
+          [this, id, generation](const v1::JobProgress& progress) {
+            post_([this, id, generation, progress] { OnRunning(id, generation, progress); });
+          },
+      .notice =
+          [this, id, generation](const std::string& notice) {
+            post_([this, id, generation, notice] { OnNotice(id, generation, notice); });
           },
       .step =
           [this, id, generation](const v1::StepMetrics& step, const v1::JobProgress& progress) {
-            post_([this, id, generation, step, progress] {
-              OnStep(id, generation, step, progress);
-            });
+            post_(
+                [this, id, generation, step, progress] { OnStep(id, generation, step, progress); });
           },
       .finished =
           [this, id, generation](absl::Status status, bool fault) {
@@ -173,34 +192,46 @@ void JobRunner::Start(const v1::Job& job, const Placement& placement) {
     sinks_.erase(id);
   }
   running_[id] = Running{std::make_unique<JobDriver>(std::move(setup), std::move(events)),
-                         placement.worker_ids, generation};
+                         placement.worker_ids, generation, progress.attempt()};
 }
 
-void JobRunner::OnRunning(const std::string& job_id, int64_t generation, int64_t resumed_after) {
+bool JobRunner::MovedOn(const std::string& worker_id, const v1::JobAttempt& attempt) const {
+  if (!jobs_.Contains(attempt.job_id())) return false;  // not ours to judge
+  const auto run = running_.find(attempt.job_id());
+  return run == running_.end() || run->second.attempt != attempt.attempt() ||
+         std::find(run->second.workers.begin(), run->second.workers.end(), worker_id) ==
+             run->second.workers.end();
+}
+
+void JobRunner::OnRunning(const std::string& job_id, int64_t generation,
+                          const v1::JobProgress& progress) {
   if (!Current(job_id, generation)) return;
+  // The step loaded, which is older than the record's when a damaged checkpoint was passed over.
+  RecordProgress(job_id, progress);
+  const int64_t step = progress.checkpoint_step();
   // The steps after the checkpoint run again: the sinks drop an earlier run's records of them,
   // so each step is in the logs once (the history replaces a step's record when it is re-run).
   if (const auto sinks = sinks_.find(job_id); sinks != sinks_.end()) {
     for (const auto& sink : sinks->second) {
-      LogIfFailed(sink->StartRun(resumed_after), "dropping re-run steps from a job's logs");
+      LogIfFailed(sink->StartRun(step), "dropping re-run steps from a job's logs");
     }
   }
-  LogIfFailed(
-      jobs_.TransitionTo(
-          job_id, v1::JOB_STATE_RUNNING,
-          resumed_after > 0 ? absl::StrCat("resumed after step ", resumed_after) : "running",
-          clock_()),
-      "running a job");
+  LogIfFailed(jobs_.TransitionTo(job_id, v1::JOB_STATE_RUNNING,
+                                 step > 0 ? absl::StrCat("resumed after step ", step) : "running",
+                                 clock_()),
+              "running a job");
 }
 
-void JobRunner::OnStep(const std::string& job_id, int64_t generation, const v1::StepMetrics& step,
-                       const v1::JobProgress& progress) {
+void JobRunner::OnNotice(const std::string& job_id, int64_t generation, const std::string& notice) {
   if (!Current(job_id, generation)) return;
-  // The history first: a step the job record counts is a step the history holds.
-  LogIfFailed(history_.Put(job_id, step), "recording a step's metrics");
-  if (const auto sinks = sinks_.find(job_id); sinks != sinks_.end()) {
-    for (const auto& sink : sinks->second) LogIfFailed(sink->Write(step), "logging a step");
-  }
+  const absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
+  if (!job.ok()) return;
+  // The transition logs it too.
+  LogIfFailed(jobs_.TransitionTo(job_id, job->state(), SanitizeForDisplay(notice, 2000), clock_()),
+              "recording a job's notice");
+}
+
+void JobRunner::RecordProgress(const std::string& job_id, const v1::JobProgress& progress) {
   LogIfFailed(jobs_.Update(job_id,
                            [&](v1::Job& record) {
                              const int32_t restarts = record.progress().restarts();
@@ -211,6 +242,17 @@ void JobRunner::OnStep(const std::string& job_id, int64_t generation, const v1::
                            },
                            clock_()),
               "recording a job's progress");
+}
+
+void JobRunner::OnStep(const std::string& job_id, int64_t generation, const v1::StepMetrics& step,
+                       const v1::JobProgress& progress) {
+  if (!Current(job_id, generation)) return;
+  // The history first: a step the job record counts is a step the history holds.
+  LogIfFailed(history_.Put(job_id, step), "recording a step's metrics");
+  if (const auto sinks = sinks_.find(job_id); sinks != sinks_.end()) {
+    for (const auto& sink : sinks->second) LogIfFailed(sink->Write(step), "logging a step");
+  }
+  RecordProgress(job_id, progress);
   jobs_.PublishStep(job_id, step);
 }
 
@@ -222,12 +264,12 @@ void JobRunner::OnFinished(const std::string& job_id, int64_t generation,
   sinks_.erase(job_id);
   if (status.ok()) {
     const absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
-    LogIfFailed(jobs_.TransitionTo(job_id, v1::JOB_STATE_SUCCEEDED,
-                                   absl::StrCat("finished ",
-                                                job.ok() ? job->progress().current_step() : 0,
-                                                " steps"),
-                                   clock_()),
-                "finishing a job");
+    LogIfFailed(
+        jobs_.TransitionTo(
+            job_id, v1::JOB_STATE_SUCCEEDED,
+            absl::StrCat("finished ", job.ok() ? job->progress().current_step() : 0, " steps"),
+            clock_()),
+        "finishing a job");
   } else if (fault) {
     Recover(job_id, std::string(status.message()));
   } else {
@@ -245,7 +287,8 @@ void JobRunner::Recover(const std::string& job_id, const std::string& cause, boo
   const std::string shown = SanitizeForDisplay(cause, 500);
   faulted_at_[job_id] = clock_();
   if (!counts) {
-    LogIfFailed(jobs_.Update(job_id, [](v1::Job& record) { record.clear_placement(); }, clock_()),
+    LogIfFailed(jobs_.Update(
+                    job_id, [](v1::Job& record) { record.clear_placement(); }, clock_()),
                 "recording a restart");
     LogIfFailed(jobs_.TransitionTo(job_id, v1::JOB_STATE_RECOVERING, shown, clock_()),
                 "recovering a job");
@@ -264,13 +307,14 @@ void JobRunner::Recover(const std::string& job_id, const std::string& cause, boo
                 "failing a job");
     return;
   }
-  LogIfFailed(jobs_.Update(job_id,
-                           [&](v1::Job& record) {
-                             record.mutable_progress()->set_restarts(restarts + 1);
-                             record.mutable_progress()->add_restart_causes(shown);
-                             record.clear_placement();
-                           },
-                           clock_()),
+  LogIfFailed(jobs_.Update(
+                  job_id,
+                  [&](v1::Job& record) {
+                    record.mutable_progress()->set_restarts(restarts + 1);
+                    record.mutable_progress()->add_restart_causes(shown);
+                    record.clear_placement();
+                  },
+                  clock_()),
               "recording a restart");
   LogIfFailed(jobs_.TransitionTo(job_id, v1::JOB_STATE_RECOVERING,
                                  absl::StrCat("restart ", restarts + 1, ": ", shown), clock_()),
@@ -292,7 +336,8 @@ void JobRunner::Cancelled(const std::string& job_id) {
 void JobRunner::WorkersLost(const std::vector<std::string>& worker_ids) {
   for (auto& [id, running] : running_) {
     for (const std::string& lost : worker_ids) {
-      if (std::find(running.workers.begin(), running.workers.end(), lost) != running.workers.end()) {
+      if (std::find(running.workers.begin(), running.workers.end(), lost) !=
+          running.workers.end()) {
         running.driver->Cancel(absl::UnavailableError(
             absl::StrCat("worker ", lost, " was lost (no heartbeat within the liveness window)")));
         break;

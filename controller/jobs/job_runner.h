@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,8 @@ struct RunnerOptions {
   int64_t communicator_timeout_ms = 300000;
   // Each job's metric sinks (trainer.loggers) write under <log_dir>/<job id>.
   std::string log_dir;
+  // How long a checkpoint save waits for a full disk before its job fails.
+  absl::Duration disk_full_timeout = absl::Minutes(10);
 };
 
 class JobRunner {
@@ -46,8 +49,11 @@ class JobRunner {
   // At start-up: the jobs a previous controller was running recover (placed again, resumed from
   // their latest committed checkpoint).
   void RecoverAfterRestart();
-  // Places waiting jobs, oldest first; call whenever jobs or workers change.
+  // Places waiting jobs in the queue's order; call whenever workers or running jobs change.
   void Schedule();
+  // Places a job just submitted if it can be: O(log n) in the waiting jobs, where a pass over
+  // them (Schedule) is O(n).
+  void Submitted(const std::string& job_id);
   // The user cancelled `job_id` (the manager has it CANCELLED): its driver stops, its workers
   // are free at once.
   void Cancelled(const std::string& job_id);
@@ -56,15 +62,33 @@ class JobRunner {
   // Controller shutdown: drivers stop, jobs keep their states (the next controller recovers
   // them).
   void Shutdown();
+  // Whether `attempt`, which `worker_id` hosts, belongs to a job this controller knows and no
+  // longer runs there (its run moved on: a later attempt, other workers, or the job's end).
+  bool MovedOn(const std::string& worker_id, const v1::JobAttempt& attempt) const;
 
  private:
   struct Running {
     std::unique_ptr<JobDriver> driver;
     std::vector<std::string> workers;
     int64_t generation = 0;
+    int64_t attempt = 0;  // the job's (StageKey.attempt)
   };
+  // A scheduling pass: the workers of the moment, the ones running jobs use, and the job that
+  // could not be placed first (its priority and id): jobs of lower priority wait behind it.
+  struct Pass {
+    std::vector<v1::Worker> workers;
+    std::map<std::string, std::string> used;
+    std::optional<std::pair<int32_t, std::string>> held_back_by;
+  };
+  Pass BeginPass() const;
+  // Places waiting job `id` if it fits, or records why it waits.
+  void Consider(const std::string& id, Pass& pass);
   void Start(const v1::Job& job, const Placement& placement);
-  void OnRunning(const std::string& job_id, int64_t generation, int64_t resumed_after);
+  void OnRunning(const std::string& job_id, int64_t generation, const v1::JobProgress& progress);
+  // A driver's notice: logged, and a state event (same state, the notice as its message).
+  void OnNotice(const std::string& job_id, int64_t generation, const std::string& notice);
+  // Records the driver's `progress`, keeping the runner's own restart count and causes.
+  void RecordProgress(const std::string& job_id, const v1::JobProgress& progress);
   void OnStep(const std::string& job_id, int64_t generation, const v1::StepMetrics& step,
               const v1::JobProgress& progress);
   void OnFinished(const std::string& job_id, int64_t generation, const absl::Status& status,
@@ -88,6 +112,8 @@ class JobRunner {
   // When each recovering job's fault happened (controller clock): workers silent since then are
   // not placed for it.
   std::map<std::string, int64_t> faulted_at_;
+  // The last pass's held_back_by, for the jobs submitted after it.
+  std::optional<std::pair<int32_t, std::string>> held_back_by_;
   int64_t next_generation_ = 1;
   bool shut_down_ = false;
 };

@@ -16,6 +16,8 @@
 #include "absl/time/clock.h"
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
+#include "absl/time/clock.h"
+#include "common/util/crc32c.h"
 #include "common/util/files.h"
 #include "common/util/metric_value.h"
 
@@ -249,21 +251,6 @@ class TensorBoardSink final : public MetricSink {
 };
 
 }  // namespace
-
-uint32_t Crc32c(const std::string& data) {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> entries{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t crc = i;
-      for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
-      entries[i] = crc;
-    }
-    return entries;
-  }();
-  uint32_t crc = 0xFFFFFFFFu;
-  for (unsigned char byte : data) crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8);
-  return crc ^ 0xFFFFFFFFu;
-}
 
 uint32_t MaskCrc32c(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 

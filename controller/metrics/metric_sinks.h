@@ -36,8 +36,7 @@ class MetricSink {
 absl::StatusOr<std::vector<std::unique_ptr<MetricSink>>> MakeMetricSinks(
     const std::string& job_id, const std::vector<std::string>& loggers, const std::string& dir);
 
-// CRC32C (Castagnoli) of `data`, and TFRecord's masked form of a CRC.
-uint32_t Crc32c(const std::string& data);
+// TFRecord's masked form of a CRC-32C (common/util/crc32c.h).
 uint32_t MaskCrc32c(uint32_t crc);
 
 }  // namespace rlhfd::controller

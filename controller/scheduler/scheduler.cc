@@ -8,7 +8,13 @@
 
 namespace rlhfd::controller {
 
-absl::StatusOr<Placement> PlaceJob(const v1::JobSpec& spec, const std::vector<v1::Worker>& workers,
+PlacementNeed NeedOf(const v1::JobSpec& spec) {
+  return {.device = spec.trainer().device(),
+          .world_size = roles::WorldSize(roles::PlacePools(spec))};
+}
+
+absl::StatusOr<Placement> PlaceJob(const PlacementNeed& need,
+                                   const std::vector<v1::Worker>& workers,
                                    const std::map<std::string, std::string>& used,
                                    int64_t heard_after_ms) {
   bool any_gpu = false;
@@ -18,10 +24,10 @@ absl::StatusOr<Placement> PlaceJob(const v1::JobSpec& spec, const std::vector<v1
       any_gpu = true;
     }
   }
-  const std::string& device = spec.trainer().device();
+  const std::string& device = need.device;
   const bool gpu = device == "cuda" || (device != "cpu" && any_gpu);
   const v1::DeviceKind kind = gpu ? v1::DEVICE_KIND_CUDA : v1::DEVICE_KIND_CPU;
-  const int needed = roles::WorldSize(roles::PlacePools(spec));
+  const int needed = need.world_size;
   Placement placement;
   placement.gpu = gpu;
   int alive = 0, draining = 0, silent = 0;

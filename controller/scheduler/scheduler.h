@@ -13,6 +13,16 @@
 
 namespace rlhfd::controller {
 
+// What placement needs of a job: a few bytes the job manager keeps for every waiting job, so a
+// scheduling pass reads no job record.
+struct PlacementNeed {
+  // trainer.device: "cuda", "cpu" or "auto".
+  std::string device;
+  // Workers, one per world rank of the job's pools.
+  int world_size = 0;
+};
+PlacementNeed NeedOf(const v1::JobSpec& spec);
+
 struct Placement {
   std::vector<std::string> worker_ids;  // by world rank
   std::vector<std::string> addresses;   // by world rank
@@ -24,7 +34,8 @@ struct Placement {
 // one that failed (dead, or hung) even while the registry still counts it alive.
 // FAILED_PRECONDITION with the reason when the job does not fit now ("needs 5 CPU workers:
 // 3 alive, 2 of them used by job-3").
-absl::StatusOr<Placement> PlaceJob(const v1::JobSpec& spec, const std::vector<v1::Worker>& workers,
+absl::StatusOr<Placement> PlaceJob(const PlacementNeed& need,
+                                   const std::vector<v1::Worker>& workers,
                                    const std::map<std::string, std::string>& used,
                                    int64_t heard_after_ms = 0);
 

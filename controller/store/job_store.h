@@ -1,15 +1,19 @@
-// JobStore: the controller's durable record of jobs, one JSON file per job under
-// <state_dir>/jobs/, each replaced atomically, so a restarted controller finds every job as it
-// was last written and never a half-written one. Job numbers are handed out from a counter kept
-// on disk beside them, so a number is never given twice, even when a job's file is lost.
+// JobStore: the controller's durable record of jobs, a row per job in <state_dir>/jobs.db
+// (SQLite, WAL, synchronous=FULL). Each change is one transaction, durable (one fsync of the
+// log) before it returns, so a restarted controller finds every job as it was last written and
+// never a half-written one. Job numbers come from a counter committed in the same transaction
+// as the job they number, so a number is never given twice, even after a job is deleted.
+// A store of JSON files (<state_dir>/jobs/job-<n>.json, this store's older form) is imported
+// on open. Used from one thread (the controller's event loop).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "controller/store/sqlite.h"
 #include "rlhfd/v1/job_service.pb.h"
 
 namespace rlhfd::controller {
@@ -21,30 +25,41 @@ std::string JobId(int64_t number);
 
 class JobStore {
  public:
-  // A job file is at most this large; a job holds a config of at most 1 MiB.
-  static constexpr size_t kMaxJobFileBytes = 8 << 20;
+  // A stored job is at most this large; a job holds a config of at most 1 MiB.
+  static constexpr size_t kMaxJobBytes = 8 << 20;
 
-  // Creates <state_dir>/jobs if needed and removes temporary files a crash left behind.
+  // Opens (creating) <state_dir>/jobs.db and imports the job files of the older store.
   static absl::StatusOr<JobStore> Open(const std::string& state_dir);
 
-  // Every stored job. A file that does not parse is renamed to *.corrupt and reported in the
-  // log, never fatal: one bad file must not keep the controller down.
-  std::vector<v1::Job> LoadAll() const;
+  // Calls `visit` with every stored job, oldest first (start-up). A record that does not parse
+  // or names another job is moved to the corrupt_jobs table and logged, never fatal: one bad
+  // record must not keep the controller down.
+  absl::Status ForEach(const std::function<void(v1::Job)>& visit);
 
-  // The number of the next job, made durable before it is returned: higher than every number
-  // handed out before and every job file (corrupt ones included).
-  absl::StatusOr<int64_t> ReserveJobNumber();
+  // The job numbered `number`; NOT_FOUND when none is stored.
+  absl::StatusOr<v1::Job> Get(int64_t number) const;
 
-  // Writes (or replaces) the job's file. INVALID_ARGUMENT for a job too large to read back.
-  absl::Status Put(const v1::Job& job) const;
-  // Deletes the job's file (its number stays used).
-  absl::Status Remove(const std::string& job_id) const;
+  // Numbers `job` (sets its job_id) and stores it, both in one transaction: higher than every
+  // number handed out before. INVALID_ARGUMENT for a job too large to keep.
+  absl::Status Insert(v1::Job* job);
+  // Replaces a stored job's record. INVALID_ARGUMENT for a job too large to keep.
+  absl::Status Put(const v1::Job& job);
+  // Deletes the job's record (its number stays used).
+  absl::Status Remove(int64_t number);
 
  private:
-  JobStore(std::string jobs_dir, int64_t next_number)
-      : jobs_dir_(std::move(jobs_dir)), next_number_(next_number) {}
+  JobStore(sqlite::Database db, std::string path, int64_t next_number)
+      : db_(std::move(db)), path_(std::move(path)), next_number_(next_number) {}
 
-  std::string jobs_dir_;
+  absl::StatusOr<sqlite::Statement> Prepare(const char* sql) const;
+  absl::Status Error(const char* what) const;
+  absl::StatusOr<std::string> Serialize(const v1::Job& job) const;
+  // Runs `body` in one transaction, rolled back when it fails.
+  absl::Status InTransaction(const std::function<absl::Status()>& body);
+  absl::Status ImportJsonFiles(const std::string& jobs_dir);
+
+  sqlite::Database db_;
+  std::string path_;
   int64_t next_number_;
 };
 

@@ -1,22 +1,16 @@
 #include "controller/store/metric_history.h"
 
-#include <sqlite3.h>
-
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "common/util/metric_value.h"
+#include "controller/store/sqlite.h"
 #include "nlohmann/json.hpp"
 
 namespace rlhfd::controller {
 namespace {
 
-struct DatabaseCloser {
-  void operator()(sqlite3* db) const { sqlite3_close(db); }
-};
-struct StatementFinalizer {
-  void operator()(sqlite3_stmt* statement) const { sqlite3_finalize(statement); }
-};
-using Statement = std::unique_ptr<sqlite3_stmt, StatementFinalizer>;
+using sqlite::DatabaseCloser;
+using sqlite::Statement;
 
 class SqliteMetricHistory final : public MetricHistory {
  public:
@@ -49,9 +43,9 @@ class SqliteMetricHistory final : public MetricHistory {
     std::unique_ptr<sqlite3, DatabaseCloser> reader(raw);
     if (opened != SQLITE_OK) return Error(reader.get(), "opening it to read");
     sqlite3_busy_timeout(reader.get(), 5000);
-    ASSIGN_OR_RETURN(Statement statement,
-                     Prepare(reader.get(), "SELECT step, time_ms, metrics FROM steps WHERE "
-                                           "job_id = ?1 AND step > ?2 ORDER BY step"));
+    ASSIGN_OR_RETURN(Statement statement, Prepare(reader.get(),
+                                                  "SELECT step, time_ms, metrics FROM steps WHERE "
+                                                  "job_id = ?1 AND step > ?2 ORDER BY step"));
     sqlite3_bind_text(statement.get(), 1, job_id.data(), static_cast<int>(job_id.size()),
                       SQLITE_TRANSIENT);
     // 0 means from the first: validation before training is step 0.
@@ -89,17 +83,10 @@ class SqliteMetricHistory final : public MetricHistory {
  private:
   absl::StatusOr<Statement> Prepare(const char* sql) { return Prepare(db_.get(), sql); }
   absl::StatusOr<Statement> Prepare(sqlite3* db, const char* sql) const {
-    sqlite3_stmt* statement = nullptr;
-    if (sqlite3_prepare_v2(db, sql, -1, &statement, nullptr) != SQLITE_OK) {
-      return Error(db, "preparing a statement");
-    }
-    return Statement(statement);
+    return sqlite::Prepare(path_, db, sql);
   }
   absl::Status Error(const char* what) const { return Error(db_.get(), what); }
-  absl::Status Error(sqlite3* db, const char* what) const {
-    return absl::UnavailableError(absl::StrCat(path_, ": ", what, ": ",
-                                               db ? sqlite3_errmsg(db) : "out of memory"));
-  }
+  absl::Status Error(sqlite3* db, const char* what) const { return sqlite::Error(path_, db, what); }
 
   std::unique_ptr<sqlite3, DatabaseCloser> db_;
   std::string path_;
@@ -108,31 +95,15 @@ class SqliteMetricHistory final : public MetricHistory {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricHistory>> OpenSqliteMetricHistory(const std::string& path) {
-  sqlite3* raw = nullptr;
-  const int opened = sqlite3_open_v2(path.c_str(), &raw,
-                                     SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                                         SQLITE_OPEN_FULLMUTEX,
-                                     nullptr);
-  std::unique_ptr<sqlite3, DatabaseCloser> db(raw);
-  if (opened != SQLITE_OK) {
-    return absl::UnavailableError(absl::StrCat(
-        path, ": cannot open the metric history: ", raw ? sqlite3_errmsg(raw) : "out of memory"));
-  }
-  sqlite3_busy_timeout(db.get(), 5000);
   // WAL: a reader never blocks the writer, and a kill -9 loses at most the write in progress;
   // synchronous=FULL makes each committed step durable before it is acknowledged.
-  char* error = nullptr;
-  const char* setup =
-      "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
-      "CREATE TABLE IF NOT EXISTS steps (job_id TEXT NOT NULL, step INTEGER NOT NULL, "
-      "time_ms INTEGER NOT NULL, metrics TEXT NOT NULL, PRIMARY KEY (job_id, step));";
-  if (sqlite3_exec(db.get(), setup, nullptr, nullptr, &error) != SQLITE_OK) {
-    const std::string message = error ? error : "unknown error";
-    sqlite3_free(error);
-    return absl::DataLossError(
-        absl::StrCat(path, " is not a metric history this controller can use: ", message,
-                     "; move it aside to start a new one"));
-  }
+  ASSIGN_OR_RETURN(
+      sqlite::Database db,
+      sqlite::OpenDatabase(
+          path, "metric history",
+          "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+          "CREATE TABLE IF NOT EXISTS steps (job_id TEXT NOT NULL, step INTEGER NOT NULL, "
+          "time_ms INTEGER NOT NULL, metrics TEXT NOT NULL, PRIMARY KEY (job_id, step));"));
   return std::unique_ptr<MetricHistory>(new SqliteMetricHistory(std::move(db), path));
 }
 

@@ -62,8 +62,9 @@ def check_cli(repo, rlhfctl, problems):
 def check_rest(repo, problems):
     page = open(f"{repo}/docs/rest.md").read()
     gateway = open(f"{repo}/controller/gateway/http_gateway.cc").read()
-    served = set(re.findall(r'authorized\("((?:GET|POST) [^"]+)"', gateway))
-    if re.search(r'Get\("/healthz"', gateway):
+    served = {f"{method.upper()} {path}"
+              for method, path in re.findall(r'\b(Get|Post)\("(/[^"]*)"', gateway)}
+    if re.search(r'health_path = "/healthz"', gateway):  # answered by the server itself
         served.add("GET /healthz")
     openapi = json.load(open(f"{repo}/controller/gateway/openapi.json"))
     for path, methods in openapi["paths"].items():

@@ -2,19 +2,27 @@
 // loopback (CPU): the tiny GRPO and PPO configs run QUEUED → PLACING → STARTING → RUNNING →
 // SUCCEEDED and end with the weights one process computes from the same batches; jobs share the
 // workers; kill -9 of any role's worker, of the controller, a hung worker and a cancel are
-// survived; bad input fails the job with a message naming what to fix while the daemons serve.
+// survived; bad input fails the job with a message naming what to fix while the daemons serve;
+// a damaged checkpoint is passed over for the one before, old ones are deleted as
+// trainer.max_ckpt_to_keep says, and a full disk holds the save until space returns.
 #include <ATen/ATen.h>
+#include <google/protobuf/util/json_util.h>
 #include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -24,9 +32,11 @@
 #include "common/roles/on_policy.h"
 #include "common/roles/pool_placement.h"
 #include "common/util/files.h"
+#include "rlhfd/v1/worker_service.grpc.pb.h"
 #include "tests/support/cluster_fixture.h"
 #include "tests/support/controller_client.h"
 #include "tests/support/rl_reference.h"
+#include "tests/support/small_filesystem.h"
 #include "worker/model/state_dict.h"
 
 namespace rlhfd::testing {
@@ -51,12 +61,14 @@ bool Terminal(v1::JobState state) {
 // collectives by 5 s) and CPU workers, with a JobService client.
 class DriverCluster {
  public:
-  DriverCluster()
+  explicit DriverCluster(const std::vector<std::string>& controller_flags = {})
       : cluster_({RLHFD_CONTROLLER_BIN, RLHFD_WORKER_BIN, RLHFD_CTL_BIN}, absl::Milliseconds(500),
                  absl::Seconds(3)) {
     // One thread per worker: runs are then bitwise repeatable.
     setenv("OMP_NUM_THREADS", "1", 1);
-    cluster_.SetExtraFlags({"--stage_timeout=30s", "--collective_timeout=5s"}, {});
+    std::vector<std::string> flags = {"--stage_timeout=30s", "--collective_timeout=5s"};
+    flags.insert(flags.end(), controller_flags.begin(), controller_flags.end());
+    cluster_.SetExtraFlags(flags, {});
     StartController();
   }
 
@@ -139,6 +151,22 @@ class DriverCluster {
     grpc::ClientContext context;
     Prepare(context);
     return client_.jobs->CancelJob(&context, request, &reply);
+  }
+
+  // Worker `index`'s own status (GetWorkerStatus on its WorkerService); empty if it does not
+  // answer.
+  std::optional<v1::GetWorkerStatusReply> WorkerStatus(size_t index) {
+    const int port = cluster_.WorkerPort(index);
+    if (port <= 0) return std::nullopt;
+    auto stub = v1::WorkerService::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    Prepare(context);
+    v1::GetWorkerStatusReply reply;
+    if (!stub->GetWorkerStatus(&context, v1::GetWorkerStatusRequest(), &reply).ok()) {
+      return std::nullopt;
+    }
+    return reply;
   }
 
   int AliveWorkers() {
@@ -577,6 +605,266 @@ TEST_CASE("kill -9 of the controller mid-step: the job resumes and ends as if un
   }
 }
 
+// These tests touch files with common/util/files.h and POSIX calls: std::filesystem's
+// remove_all crashes in a process that also loads LibTorch (which exports its own copy).
+
+// The job's record as the stopped controller left it on disk.
+v1::Job StoredJob(DriverCluster& cluster, const std::string& id) {
+  auto text = ReadFileToString(cluster.cluster().state_dir() + "/jobs/" + id + ".json");
+  REQUIRE(text.ok());
+  v1::Job job;
+  REQUIRE(google::protobuf::util::JsonStringToMessage(*text, &job).ok());
+  return job;
+}
+
+void OverwriteFile(const std::string& path, off_t offset, const std::string& bytes) {
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  REQUIRE(file.good());
+  file.seekp(offset);
+  file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(file.good());
+}
+
+void FlipByte(const std::string& path, off_t offset) {
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  REQUIRE(file.good());
+  file.seekg(offset);
+  char byte = 0;
+  file.read(&byte, 1);
+  REQUIRE(file.good());
+  file.seekp(offset);
+  byte ^= 0x01;
+  file.write(&byte, 1);
+  REQUIRE(file.good());
+}
+
+std::vector<std::string> StepDirs(const std::string& dir) {
+  std::vector<std::string> steps;
+  auto names = ListDirectory(dir);
+  REQUIRE(names.ok());
+  for (const std::string& name : *names) {
+    if (absl::StartsWith(name, "step_")) steps.push_back(name);
+  }
+  return steps;
+}
+
+// While the controller is down, the checkpoint its job record names is damaged, five ways in
+// turn; each time the restarted controller's job passes over it (its log naming the file and
+// why), resumes from the step before and goes on; the job ends SUCCEEDED with every step once.
+TEST_CASE("A damaged newest checkpoint is passed over after a controller restart",
+          "[driver][checkpoints]") {
+  DriverCluster cluster;
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  TempDir dir;
+  const std::string checkpoints = dir.path() + "/checkpoints";
+  const int64_t total = 14;
+  const std::string id =
+      cluster.Submit(ReadConfig("tiny-cpu-demo.yaml"),
+                     {absl::StrCat("trainer.total_steps=", total), "trainer.save_every=1",
+                      "trainer.loggers=[console]", "trainer.checkpoint_dir=" + checkpoints});
+  const auto actor_file = [&](int64_t step, const std::string& name) {
+    return absl::StrCat(checkpoints, "/step_", step, "/actor/rank_0/", name);
+  };
+  struct Damage {
+    std::string name;
+    std::function<std::string(int64_t step)> apply;  // returns the path the log must name
+    std::string why;
+  };
+  const std::vector<Damage> damages = {
+      {"4 KiB of 0xFF in the actor's shard",
+       [&](int64_t step) {
+         const std::string path = actor_file(step, "state.safetensors");
+         OverwriteFile(path, 4096, std::string(4096, '\xff'));
+         return path;
+       },
+       "the content changed after the save"},
+      {"a truncated shard",
+       [&](int64_t step) {
+         const std::string path = actor_file(step, "state.safetensors");
+         struct stat st;
+         REQUIRE(::stat(path.c_str(), &st) == 0);
+         REQUIRE(::truncate(path.c_str(), st.st_size / 2) == 0);
+         return path;
+       },
+       "where its manifest recorded"},
+      {"a broken header",
+       [&](int64_t step) {
+         const std::string path = actor_file(step, "state.safetensors");
+         OverwriteFile(path, 0, "{{{{{{{{");
+         return path;
+       },
+       "its CRC-32C is"},
+      {"a missing manifest",
+       [&](int64_t step) {
+         const std::string path = actor_file(step, "manifest.json");
+         REQUIRE(RemoveTree(path).ok());
+         return path;
+       },
+       "is missing"},
+      {"a missing step directory",
+       [&](int64_t step) {
+         const std::string path = absl::StrCat(checkpoints, "/step_", step);
+         REQUIRE(RemoveTree(path).ok());
+         return path;
+       },
+       "is missing"},
+  };
+  int64_t after = 1;
+  for (const Damage& damage : damages) {
+    INFO(damage.name);
+    const v1::Job running = cluster.WaitUntil(
+        id,
+        [&](const v1::Job& job) {
+          return Terminal(job.state()) ||
+                 (job.state() == v1::JOB_STATE_RUNNING && job.progress().checkpoint_step() > after);
+        },
+        absl::Seconds(120));
+    INFO(Describe(running));
+    REQUIRE(running.state() == v1::JOB_STATE_RUNNING);
+    cluster.KillController();
+    const int64_t named = StoredJob(cluster, id).progress().checkpoint_step();
+    REQUIRE(named >= 2);
+    const std::string path = damage.apply(named);
+    cluster.StartController();
+    // The new controller resumes from the step before, having named the damaged file (the
+    // notice is logged on the controller's event loop, the resume on the driver's thread).
+    const std::string resumed = absl::StrCat("resumed from the checkpoint of step ", named - 1);
+    const std::string notice = absl::StrCat("a damaged checkpoint was passed over: step ", named);
+    REQUIRE(WaitFor(
+        [&] {
+          const std::string log = cluster.cluster().controller()->ReadLog();
+          return absl::StrContains(log, resumed) && absl::StrContains(log, notice);
+        },
+        absl::Seconds(60)));
+    const std::string log = cluster.cluster().controller()->ReadLog();
+    INFO(log);
+    CHECK(absl::StrContains(
+        log, absl::StrCat("a damaged checkpoint was passed over: step ", named, ": ", path, ": ")));
+    CHECK(absl::StrContains(log, damage.why));
+    after = named + 1;
+  }
+  const v1::Job job = cluster.WaitEnded(id);
+  INFO(Describe(job));
+  REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(job.progress().current_step() == total);
+  CHECK(job.progress().restarts() == 0);  // controller restarts cost none
+  CheckHistory(cluster.Metrics(id), total);
+}
+
+// Between runs: trainer.max_ckpt_to_keep 2 leaves the two newest step directories; a new job
+// resuming from a directory whose `latest` names a deleted step goes on from the one before;
+// when no step is intact the job fails naming every bad file.
+TEST_CASE("max_ckpt_to_keep keeps the newest; `latest` naming nothing; nothing intact",
+          "[driver][checkpoints]") {
+  DriverCluster cluster;
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  TempDir dir;
+  const std::string checkpoints = dir.path() + "/checkpoints";
+  const std::string config = ReadConfig("tiny-cpu-demo.yaml");
+  const auto run = [&](int64_t total) {
+    const v1::Job job = cluster.WaitEnded(
+        cluster.Submit(config, {absl::StrCat("trainer.total_steps=", total), "trainer.save_every=1",
+                                "trainer.max_ckpt_to_keep=2", "trainer.loggers=[console]",
+                                "trainer.checkpoint_dir=" + checkpoints}));
+    return job;
+  };
+  const v1::Job first = run(4);
+  INFO(Describe(first));
+  REQUIRE(first.state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(StepDirs(checkpoints) == std::vector<std::string>{"step_3", "step_4"});
+
+  REQUIRE(RemoveTree(checkpoints + "/step_4").ok());  // `latest` still names it
+  const v1::Job second = run(6);
+  INFO(Describe(second));
+  REQUIRE(second.state() == v1::JOB_STATE_SUCCEEDED);
+  const std::string log = cluster.cluster().controller()->ReadLog();
+  CHECK(absl::StrContains(
+      log, "a damaged checkpoint was passed over: step 4: " + checkpoints + "/step_4: is missing"));
+  CHECK(absl::StrContains(log, "resumed from the checkpoint of step 3"));
+  CHECK(StepDirs(checkpoints) == std::vector<std::string>{"step_5", "step_6"});
+
+  FlipByte(checkpoints + "/step_6/actor/rank_1/state.safetensors", 5000);
+  REQUIRE(RemoveTree(checkpoints + "/step_5/actor/rank_0/manifest.json").ok());
+  const v1::Job third = run(8);
+  INFO(Describe(third));
+  CHECK(third.state() == v1::JOB_STATE_FAILED);
+  CHECK(absl::StrContains(third.message(), "no intact checkpoint in " + checkpoints));
+  CHECK(absl::StrContains(third.message(),
+                          "step 6: " + checkpoints + "/step_6/actor/rank_1/state.safetensors"));
+  CHECK(absl::StrContains(third.message(),
+                          "step 5: " + checkpoints + "/step_5/actor/rank_0/manifest.json"));
+}
+
+// A real ENOSPC: the checkpoint directory on a small tmpfs that the test fills. The save waits
+// (the job's message says the disk is full and where) and the job goes on once space returns;
+// a job whose disk stays full past --checkpoint_disk_full_timeout fails saying so, with its
+// previous checkpoint intact (a new job resumes from it).
+TEST_CASE("A full disk: the save waits for space, or fails cleanly past the bound",
+          "[driver][checkpoints]") {
+  TempDir dir;
+  std::string why;
+  auto small = SmallFilesystem::Mount(dir.path() + "/small", 64 << 20, &why);
+  if (!small) {
+    WARN("no real ENOSPC here, not tested: " << why);
+    return;
+  }
+  DriverCluster cluster({"--checkpoint_disk_full_timeout=20s"});
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  const std::string config = ReadConfig("tiny-cpu-demo.yaml");
+  const auto submit = [&](const std::string& checkpoints, int64_t total) {
+    return cluster.Submit(config,
+                          {absl::StrCat("trainer.total_steps=", total), "trainer.save_every=1",
+                           "trainer.loggers=[console]", "trainer.checkpoint_dir=" + checkpoints});
+  };
+  const auto saved_one = [](const v1::Job& job) {
+    return Terminal(job.state()) || job.progress().checkpoint_step() >= 1;
+  };
+  const auto says_full = [](const v1::Job& job) {
+    return Terminal(job.state()) || absl::StrContains(job.message(), "is full");
+  };
+
+  const std::string waits = small->path() + "/waits";
+  const std::string id = submit(waits, 4);
+  REQUIRE(cluster.WaitUntil(id, saved_one, absl::Seconds(120)).state() == v1::JOB_STATE_RUNNING);
+  CHECK(small->Fill() > 0);
+  const v1::Job waiting = cluster.WaitUntil(id, says_full, absl::Seconds(60));
+  INFO(Describe(waiting));
+  REQUIRE(waiting.state() == v1::JOB_STATE_RUNNING);
+  CHECK(absl::StrContains(waiting.message(), "the disk holding " + waits + " is full"));
+  CHECK(absl::StrContains(waiting.message(), "No space left on device"));
+  small->Free();
+  const v1::Job done = cluster.WaitEnded(id);
+  INFO(Describe(done));
+  CHECK(done.state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(done.progress().current_step() == 4);
+  CHECK(absl::StrContains(cluster.cluster().controller()->ReadLog(), "returned after"));
+  REQUIRE(RemoveTree(waits).ok());
+
+  const std::string stays_full = small->path() + "/stays-full";
+  const std::string failing = submit(stays_full, 4);
+  REQUIRE(cluster.WaitUntil(failing, saved_one, absl::Seconds(120)).state() ==
+          v1::JOB_STATE_RUNNING);
+  small->Fill();
+  const v1::Job failed = cluster.WaitEnded(failing, absl::Seconds(120));
+  INFO(Describe(failed));
+  REQUIRE(failed.state() == v1::JOB_STATE_FAILED);
+  const int64_t kept = failed.progress().checkpoint_step();
+  REQUIRE(kept >= 1);
+  CHECK(absl::StrContains(failed.message(),
+                          "the disk holding trainer.checkpoint_dir " + stays_full + " is full"));
+  CHECK(absl::StrContains(failed.message(), "No space left on device"));
+  CHECK(absl::StrContains(failed.message(),
+                          absl::StrCat("the checkpoint of step ", kept, " is intact")));
+  // Space back: a new job resumes from that checkpoint and finishes.
+  small->Free();
+  const v1::Job resumed = cluster.WaitEnded(submit(stays_full, kept + 1));
+  INFO(Describe(resumed));
+  CHECK(resumed.state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(absl::StrContains(
+      cluster.cluster().controller()->ReadLog(),
+      absl::StrCat("resumed from the checkpoint of step ", kept, " in ", stays_full)));
+}
+
 TEST_CASE("A hung worker (SIGSTOP) is detected and the job recovers", "[driver][faults]") {
   DriverCluster cluster;
   for (int i = 0; i < 3; ++i) cluster.StartWorker();  // two for the job and a spare
@@ -593,6 +881,9 @@ TEST_CASE("A hung worker (SIGSTOP) is detected and the job recovers", "[driver][
   INFO(Describe(running));
   REQUIRE(running.state() == v1::JOB_STATE_RUNNING);
   const size_t hung = DriverCluster::IndexOf(running.placement(0).worker_ids(0));
+  const std::optional<v1::GetWorkerStatusReply> holding = cluster.WorkerStatus(hung);
+  REQUIRE(holding);
+  CHECK(holding->jobs_hosted() == 1);
   const absl::Time stopped = absl::Now();
   REQUIRE(kill(cluster.cluster().worker(hung).pid(), SIGSTOP) == 0);
   const v1::Job recovering = cluster.WaitUntil(
@@ -606,7 +897,31 @@ TEST_CASE("A hung worker (SIGSTOP) is detected and the job recovers", "[driver][
   CHECK(job.state() == v1::JOB_STATE_SUCCEEDED);
   CHECK(job.progress().current_step() == 6);
   CheckHistory(cluster.Metrics(id), 6);
-  kill(cluster.cluster().worker(hung).pid(), SIGCONT);
+
+  // Back from its hang, the worker learns from its next heartbeat that the controller moved the
+  // job on, ends the attempt it kept and frees what it held: at least the actor's and reference's
+  // weights (the model file's size, twice) and the optimizer's moments.
+  REQUIRE(kill(cluster.cluster().worker(hung).pid(), SIGCONT) == 0);
+  std::optional<v1::GetWorkerStatusReply> returned;
+  WaitFor(
+      [&] {
+        returned = cluster.WorkerStatus(hung);
+        return returned && returned->jobs_hosted() == 0;
+      },
+      absl::Seconds(60));
+  INFO(cluster.cluster().worker(hung).ReadLog());
+  REQUIRE(returned);
+  CHECK(returned->jobs_hosted() == 0);
+  CHECK_THAT(cluster.cluster().worker(hung).ReadLog(),
+             Catch::Contains("the controller no longer runs it here"));
+  const int64_t model_bytes = static_cast<int64_t>(
+      fs::file_size(kSource + "/tests/fixtures/models/tiny-qwen2/model.safetensors"));
+  INFO("memory in use while holding the job " << holding->memory_in_use_bytes() << ", after "
+                                              << returned->memory_in_use_bytes());
+  CHECK(holding->memory_in_use_bytes() - returned->memory_in_use_bytes() >= 2 * model_bytes);
+  WARN("the returned worker's memory in use: " << holding->memory_in_use_bytes()
+                                               << " bytes holding the job, "
+                                               << returned->memory_in_use_bytes() << " after");
 }
 
 TEST_CASE("Cancel mid-step: CANCELLED within 10 s and the workers take a new job",
@@ -678,6 +993,22 @@ TEST_CASE("Bad input fails the job naming what to fix; the daemons keep serving"
                      "\", \"ground_truth\": \"15\"}\n" + rows);
   const std::string overlong =
       cluster.Submit(config, with({"data.train_files=[" + long_file + "]", "data.shuffle=false"}));
+  // A 10 MB ground truth: over the limit of a row, refused naming its file, line and key.
+  const std::string huge_file = dir.path() + "/huge.jsonl";
+  write(huge_file, rows.substr(0, rows.find('\n') + 1) +
+                       R"({"prompt": "What is 3 + 4?", "ground_truth": ")" +
+                       std::string(10'000'000, '7') + "\"}\n" + rows);
+  const std::string huge = cluster.Submit(config, with({"data.train_files=[" + huge_file + "]"}));
+  // Rows each under that limit, but four of them (a rank's share: 8 prompts over 2 actor ranks)
+  // are more than one stage call carries: refused before the first step, naming the largest.
+  const std::string heavy_file = dir.path() + "/heavy.jsonl";
+  std::string heavy_rows;
+  for (int i = 0; i < 4; ++i) {
+    heavy_rows += R"({"prompt": "What is 3 + 4?", "ground_truth": ")" +
+                  std::string(1'040'000 + i, '7') + "\"}\n";
+  }
+  write(heavy_file, heavy_rows + rows);
+  const std::string heavy = cluster.Submit(config, with({"data.train_files=[" + heavy_file + "]"}));
   const std::string model_dir = dir.path() + "/model";
   fs::copy(kSource + "/tests/fixtures/models/tiny-qwen2", model_dir, fs::copy_options::recursive);
   const std::string bad_model = cluster.Submit(config, with({"model.path=" + model_dir}));
@@ -695,6 +1026,8 @@ TEST_CASE("Bad input fails the job naming what to fix; the daemons keep serving"
   failed_with(malformed, {malformed_file + ":3"});
   failed_with(overlong, {long_file + ":2", "max_prompt_length"});
   failed_with(bad_model, {model_dir + "/model.safetensors"});
+  failed_with(huge, {huge_file + ":2", "'ground_truth'"});
+  failed_with(heavy, {"data.train_files", heavy_file + ":4", "data.train_batch_size"});
   // With data.filter_overlong_prompts the over-long prompt is left out instead (verl's filter).
   const v1::Job filtered = cluster.WaitEnded(
       cluster.Submit(config, with({"data.train_files=[" + long_file + "]", "data.shuffle=false",

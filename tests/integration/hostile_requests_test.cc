@@ -33,6 +33,12 @@ namespace {
 
 LocalClusterBinaries Binaries() { return {RLHFD_CONTROLLER_BIN, RLHFD_WORKER_BIN, RLHFD_CTL_BIN}; }
 
+// Time bounds say "answered, not held": a held call runs into its deadline, an answered one ends
+// well before it even while other processes load both cores (CI's machine has two), so the bound
+// sits between the two instead of at what an idle machine meets.
+constexpr absl::Duration kCallDeadline = absl::Seconds(20);
+constexpr absl::Duration kAnswered = absl::Seconds(5);
+
 // Resident memory of a process, from /proc.
 int64_t ResidentBytes(pid_t pid) {
   std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
@@ -103,16 +109,17 @@ class HostileClient {
   }
 
   template <typename Call>
-  Outcome Timed(Call call, bool with_token = true) {
+  Outcome Timed(Call call, bool with_token = true, absl::Duration deadline = kCallDeadline) {
     grpc::ClientContext context;
     if (with_token) AttachToken(&context, token_);
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
     const absl::Time start = absl::Now();
     grpc::Status status = call(&context);
     return {status, absl::Now() - start};
   }
 
-  Outcome Submit(const std::string& text, const std::string& name, bool with_token = true) {
+  Outcome Submit(const std::string& text, const std::string& name, bool with_token = true,
+                 absl::Duration deadline = kCallDeadline) {
     v1::SubmitJobRequest request;
     request.set_config_text(text);
     request.set_config_name(name);
@@ -121,7 +128,7 @@ class HostileClient {
           v1::SubmitJobReply reply;
           return jobs_->SubmitJob(context, request, &reply);
         },
-        with_token);
+        with_token, deadline);
   }
   Outcome SubmitSpec(const v1::JobSpec& spec) {
     v1::SubmitJobRequest request;
@@ -384,7 +391,7 @@ TEST_CASE("no request ends, stalls or bloats the controller", "[integration][hos
     if (c.code != grpc::OK && c.code != grpc::RESOURCE_EXHAUSTED) {
       CHECK_FALSE(outcome.status.error_message().empty());
     }
-    CHECK(outcome.took < absl::Seconds(1));
+    CHECK(outcome.took < kAnswered);
     REQUIRE(cluster.controller()->running());
     CHECK(client.Serving());
   }
@@ -394,7 +401,7 @@ TEST_CASE("no request ends, stalls or bloats the controller", "[integration][hos
   auto http_port = ReadFileToString(cluster.state_dir() + "/http.port", 64);
   REQUIRE(http_port.ok());
   httplib::Client rest("127.0.0.1", std::stoi(*http_port));
-  rest.set_read_timeout(10, 0);
+  rest.set_read_timeout(absl::ToInt64Seconds(kCallDeadline), 0);
   const httplib::Headers auth = {
       {"Authorization", "Bearer " + std::string(absl::StripAsciiWhitespace(*token))}};
   int accepted = 0;
@@ -410,19 +417,22 @@ TEST_CASE("no request ends, stalls or bloats the controller", "[integration][hos
     CHECK(answer->status == expected);
     if (expected == 200) ++accepted;
     if (expected != 200) CHECK(absl::StrContains(answer->body, "\"message\""));
-    CHECK(absl::Now() - start < absl::Seconds(1));
+    CHECK(absl::Now() - start < kAnswered);
     REQUIRE(cluster.controller()->running());
   }
   CHECK(accepted == 1);
 
-  // Eight unauthenticated 250 MB messages at once: refused at the door, not held.
+  // Eight unauthenticated 250 MB messages at once: refused at the door, not held. Sending 2 GB
+  // through loopback is the client's own cost, so the deadline allows for a loaded machine; the
+  // code (not DEADLINE_EXCEEDED) is what shows the door.
   std::vector<std::thread> floods;
   std::vector<grpc::StatusCode> flood_codes(8);
   for (int i = 0; i < 8; ++i) {
     floods.emplace_back([&, i] {
       HostileClient anonymous(cluster.address(), "");
       flood_codes[i] =
-          anonymous.Submit(std::string(250 << 20, 'z'), "flood.yaml", false).status.error_code();
+          anonymous.Submit(std::string(250 << 20, 'z'), "flood.yaml", false, absl::Seconds(120))
+              .status.error_code();
     });
   }
   for (std::thread& flood : floods) flood.join();
@@ -448,6 +458,8 @@ TEST_CASE("no request ends, stalls or bloats the controller", "[integration][hos
 TEST_CASE("SIGTERM ends open watch streams and exits within its deadline",
           "[integration][hostile]") {
   LocalCluster cluster(Binaries(), absl::Milliseconds(200), absl::Seconds(2));
+  // A drain deadline far above the bound below: streams that held the drain would run into it.
+  cluster.SetExtraFlags({"--shutdown_deadline=30s"}, {});
   std::string error;
   REQUIRE(cluster.StartController(&error));
   TempDir dir;
@@ -467,12 +479,11 @@ TEST_CASE("SIGTERM ends open watch streams and exits within its deadline",
     REQUIRE(WaitFor([&] { return watcher->ReadLog().find("queued") != std::string::npos; },
                     absl::Seconds(10)));
   }
-  // The fixture's controller drains for at most 2 s; open streams must not hold it that long.
   const absl::Time signalled = absl::Now();
   CHECK(cluster.StopController(SIGTERM) == std::optional<int>(0));
   const absl::Duration took = absl::Now() - signalled;
   INFO("shutdown took " << absl::FormatDuration(took));
-  CHECK(took < absl::Seconds(1));
+  CHECK(took < kAnswered);
   for (auto& watcher : watchers) {
     CHECK(watcher->Wait(absl::Seconds(5)) == std::optional<int>(1));
     CHECK_THAT(watcher->ReadLog(), Catch::Contains("shutting down"));

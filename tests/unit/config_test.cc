@@ -346,3 +346,29 @@ TEST_CASE("hostile documents are refused within bounds, with the reason", "[conf
 }
 
 }  // namespace rlhfd::config
+
+namespace rlhfd::config {
+
+// verl's max_actor_ckpt_to_keep semantics: absent, null or 0 keeps every checkpoint; a positive
+// number keeps that many; a negative one is refused with what to write instead.
+TEST_CASE("trainer.max_ckpt_to_keep: absent, null and 0 keep all; negative is refused",
+          "[config]") {
+  auto absent = ParseJobSpec(kValidYaml, "job.yaml");
+  REQUIRE(absent.ok());
+  CHECK(absent->trainer().max_ckpt_to_keep() == 0);
+  auto null = ParseJobSpec(With("trainer: {max_ckpt_to_keep: null}\n"), "job.yaml");
+  INFO(null.status().ToString());
+  REQUIRE(null.ok());
+  CHECK(null->trainer().max_ckpt_to_keep() == 0);
+  auto two = ParseJobSpec(With("trainer: {max_ckpt_to_keep: 2}\n"), "job.yaml");
+  REQUIRE(two.ok());
+  CHECK(two->trainer().max_ckpt_to_keep() == 2);
+  CHECK_THAT(ErrorOf(With("trainer: {max_ckpt_to_keep: -1}\n")),
+             Catch::Contains("trainer.max_ckpt_to_keep: -1: give the number of newest "
+                             "checkpoints to keep (>= 1), or 0 or null to keep them all"));
+  // null means "the default" only where verl writes it so; elsewhere it is still refused.
+  CHECK_THAT(ErrorOf(With("trainer: {max_restarts: null}\n")),
+             Catch::Contains("trainer.max_restarts: has no value"));
+}
+
+}  // namespace rlhfd::config

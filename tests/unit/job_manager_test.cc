@@ -1,9 +1,13 @@
 // JobManager and Controller: submission, validation, persistence across restarts, cancellation
 // and events, driven directly (no RPC).
-#include <catch2/catch.hpp>
+#include <google/protobuf/util/json_util.h>
+#include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <catch2/catch.hpp>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/util/files.h"
 #include "controller/controller.h"
 #include "tests/support/subprocess.h"
@@ -97,46 +101,169 @@ TEST_CASE("an invalid config creates no job", "[jobs]") {
   CHECK(absl::IsNotFound(controller->GetJob(get).status()));
 }
 
-TEST_CASE("a corrupt job file is set aside, not fatal", "[jobs]") {
+TEST_CASE("a job file of the older store is imported, a corrupt one set aside", "[jobs]") {
   testing::TempDir dir;
   int64_t now = 0;
-  REQUIRE(MakeDirectories(dir.path() + "/jobs").ok());
+  {
+    // A job as the JSON file store wrote it.
+    auto controller = MakeController(dir.path() + "/first", &now);
+    REQUIRE(controller->SubmitJob(FromFile("tiny-cpu-demo.yaml")).ok());
+    v1::GetJobRequest get;
+    get.set_job_id("job-1");
+    std::string json;
+    REQUIRE(
+        google::protobuf::util::MessageToJsonString(controller->GetJob(get)->job(), &json).ok());
+    REQUIRE(MakeDirectories(dir.path() + "/jobs").ok());
+    REQUIRE(WriteFileAtomically(dir.path() + "/jobs/job-5.json",
+                                absl::StrReplaceAll(json, {{"job-1", "job-5"}}))
+                .ok());
+  }
   REQUIRE(WriteFileAtomically(dir.path() + "/jobs/job-7.json", "{ not json").ok());
-  auto controller = MakeController(dir.path(), &now);
-  CHECK(controller->ListJobs({})->jobs_size() == 0);
-  CHECK(PathExists(dir.path() + "/jobs/job-7.json.corrupt"));
+  REQUIRE(WriteFileAtomically(dir.path() + "/jobs/.job-8.json.tmp.AbC123", "partial").ok());
+  {
+    auto controller = MakeController(dir.path(), &now);
+    auto listed = controller->ListJobs({});
+    REQUIRE(listed.ok());
+    REQUIRE(listed->jobs_size() == 1);
+    CHECK(listed->jobs(0).job_id() == "job-5");
+    CHECK(listed->jobs(0).spec().name() == "tiny-cpu-demo");
+    CHECK(PathExists(dir.path() + "/jobs/job-7.json.corrupt"));
+    CHECK_FALSE(PathExists(dir.path() + "/jobs/job-5.json"));  // now a row of jobs.db
+    CHECK_FALSE(PathExists(dir.path() + "/jobs/.job-8.json.tmp.AbC123"));
+    // Numbering continues above every file, the corrupt one included.
+    CHECK(controller->SubmitJob(FromFile("tiny-cpu-demo.yaml"))->job().job_id() == "job-8");
+  }
+  // The import happened once: the job keeps its row and its state.
+  auto again = MakeController(dir.path(), &now);
+  CHECK(again->ListJobs({})->jobs_size() == 2);
 }
 
-TEST_CASE("job ids are never reused, whatever happens to the files", "[jobs]") {
+// Runs one statement on the controller's job database, as a disk fault or a person might.
+void ExecuteOnJobStore(const std::string& state_dir, const std::string& sql) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open((state_dir + "/jobs.db").c_str(), &db) == SQLITE_OK);
+  char* error = nullptr;
+  const int result = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
+  INFO((error ? error : ""));
+  sqlite3_free(error);
+  sqlite3_close(db);
+  REQUIRE(result == SQLITE_OK);
+}
+
+TEST_CASE("job ids are never reused, whatever happens to the records", "[jobs]") {
   testing::TempDir dir;
   int64_t now = 0;
   auto controller = MakeController(dir.path(), &now);
-  REQUIRE(controller->SubmitJob(FromFile("tiny-cpu-demo.yaml"))->job().job_id() == "job-1");
-  REQUIRE(controller->SubmitJob(FromFile("tiny-cpu-demo.yaml"))->job().job_id() == "job-2");
-  REQUIRE(controller->SubmitJob(FromFile("tiny-cpu-demo.yaml"))->job().job_id() == "job-3");
+  for (int i = 1; i <= 3; ++i) {
+    REQUIRE(controller->SubmitJob(FromFile("tiny-cpu-demo.yaml"))->job().job_id() ==
+            absl::StrCat("job-", i));
+  }
+  // The newest job deleted: its number stays used.
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id("job-3");
+  REQUIRE(controller->CancelJob(cancel).ok());
+  v1::DeleteJobRequest remove;
+  remove.set_job_id("job-3");
+  REQUIRE(controller->DeleteJob(remove).ok());
   controller.reset();
-  const std::string jobs = dir.path() + "/jobs";
-  // job-3 is torn, job-2 grew past what the loader reads, job-1 vanished.
-  REQUIRE(WriteFileAtomically(jobs + "/job-3.json", "{\"job_id\": \"job-3\", ").ok());
-  REQUIRE(WriteFileAtomically(jobs + "/job-2.json", std::string(9 << 20, ' ')).ok());
-  REQUIRE(RemoveTree(jobs + "/job-1.json").ok());
-  // And a crash left a temporary file behind.
-  REQUIRE(WriteFileAtomically(jobs + "/.job-4.json.tmp.AbC123", "partial").ok());
-
+  // job-2's record is torn.
+  ExecuteOnJobStore(dir.path(), "UPDATE jobs SET record = x'0a05' WHERE number = 2");
   auto restarted = MakeController(dir.path(), &now);
-  CHECK(restarted->ListJobs({})->jobs_size() == 0);
-  CHECK(PathExists(jobs + "/job-3.json.corrupt"));
-  CHECK(PathExists(jobs + "/job-2.json.corrupt"));
-  CHECK_FALSE(PathExists(jobs + "/.job-4.json.tmp.AbC123"));
+  auto listed = restarted->ListJobs({});
+  REQUIRE(listed.ok());
+  REQUIRE(listed->jobs_size() == 1);  // job-2 is set aside, not fatal
+  CHECK(listed->jobs(0).job_id() == "job-1");
   CHECK(restarted->SubmitJob(FromFile("tiny-cpu-demo.yaml"))->job().job_id() == "job-4");
 
-  // Without the counter file, the highest file name (corrupt ones too) still counts.
+  // Without the counter, the highest row (a set-aside one too) still counts.
   restarted.reset();
-  REQUIRE(RemoveTree(jobs + "/next_job_number").ok());
-  REQUIRE(RemoveTree(jobs + "/job-4.json").ok());
-  REQUIRE(WriteFileAtomically(jobs + "/job-9.json.corrupt", "x").ok());
+  ExecuteOnJobStore(dir.path(),
+                    "DELETE FROM counters; DELETE FROM jobs WHERE number = 4;"
+                    "UPDATE corrupt_jobs SET number = 9 WHERE number = 2");
   auto again = MakeController(dir.path(), &now);
   CHECK(again->SubmitJob(FromFile("tiny-cpu-demo.yaml"))->job().job_id() == "job-10");
+}
+
+TEST_CASE("ListJobs pages: each job once, bounded pages, checked tokens", "[jobs]") {
+  testing::TempDir dir;
+  int64_t now = 0;
+  auto controller = MakeController(dir.path(), &now);
+  constexpr int kJobs = 105;
+  for (int i = 0; i < kJobs; ++i)
+    REQUIRE(controller->SubmitJob(FromFile("tiny-cpu-demo.yaml")).ok());
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id("job-2");
+  REQUIRE(controller->CancelJob(cancel).ok());
+
+  // The default page is 100 jobs.
+  auto first = controller->ListJobs({});
+  REQUIRE(first.ok());
+  CHECK(first->jobs_size() == 100);
+  CHECK_FALSE(first->next_page_token().empty());
+
+  // Pages of 10, in states: every queued job once, in order, and the last page has no token.
+  v1::ListJobsRequest request;
+  request.add_states(v1::JOB_STATE_QUEUED);
+  request.set_page_size(10);
+  std::vector<std::string> seen;
+  int pages = 0;
+  do {
+    auto page = controller->ListJobs(request);
+    REQUIRE(page.ok());
+    CHECK(page->jobs_size() <= 10);
+    for (const v1::Job& job : page->jobs()) seen.push_back(job.job_id());
+    request.set_page_token(page->next_page_token());
+    REQUIRE(++pages <= 20);
+  } while (!request.page_token().empty());
+  REQUIRE(seen.size() == kJobs - 1);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    CHECK(seen[i] == absl::StrCat("job-", i < 1 ? i + 1 : i + 2));
+  }
+
+  // A token made for other states, a forged one, a negative page size: INVALID_ARGUMENT that
+  // names the field.
+  v1::ListJobsRequest queued;
+  queued.add_states(v1::JOB_STATE_QUEUED);
+  queued.set_page_size(10);
+  auto queued_page = controller->ListJobs(queued);
+  REQUIRE(queued_page.ok());
+  v1::ListJobsRequest other_states;
+  other_states.set_page_token(queued_page->next_page_token());
+  auto refused = controller->ListJobs(other_states);
+  CHECK(absl::IsInvalidArgument(refused.status()));
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("page_token"));
+  for (const char* forged : {"x", "%%%", "cDEuNS43", "cDEuLTEuMA", "cDIuNS4w", "cDEuNQ"}) {
+    INFO(forged);
+    v1::ListJobsRequest bad;
+    bad.set_page_token(forged);
+    CHECK(absl::IsInvalidArgument(controller->ListJobs(bad).status()));
+  }
+  v1::ListJobsRequest negative;
+  negative.set_page_size(-1);
+  CHECK(absl::IsInvalidArgument(controller->ListJobs(negative).status()));
+  v1::ListJobsRequest huge;
+  huge.set_page_size(1 << 30);
+  CHECK(controller->ListJobs(huge)->jobs_size() == kJobs);  // lowered to 1000
+}
+
+TEST_CASE("same-name warnings stay short however many jobs share the name", "[jobs]") {
+  testing::TempDir dir;
+  int64_t now = 0;
+  auto controller = MakeController(dir.path(), &now);
+  for (int i = 0; i < 5; ++i) REQUIRE(controller->SubmitJob(FromFile("tiny-cpu-demo.yaml")).ok());
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id("job-1");
+  REQUIRE(controller->CancelJob(cancel).ok());  // ended: no longer named
+  auto sixth = controller->SubmitJob(FromFile("tiny-cpu-demo.yaml"));
+  REQUIRE(sixth.ok());
+  std::vector<std::string> named;
+  for (const std::string& warning : sixth->warnings()) {
+    if (warning.find("same name") != std::string::npos) named.push_back(warning);
+  }
+  REQUIRE(named.size() == 4);
+  CHECK(named[0] == "job job-2 (JOB_STATE_QUEUED) has the same name, 'tiny-cpu-demo'");
+  CHECK(named[2] == "job job-4 (JOB_STATE_QUEUED) has the same name, 'tiny-cpu-demo'");
+  CHECK(named[3] == "and 1 more job that has not ended has the same name, 'tiny-cpu-demo'");
 }
 
 TEST_CASE("only canonical job ids name a job", "[jobs]") {

@@ -8,6 +8,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "common/util/crc32c.h"
 #include "common/util/metric_value.h"
 #include "controller/metrics/metric_sinks.h"
 #include "controller/store/metric_history.h"

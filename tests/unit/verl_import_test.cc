@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <google/protobuf/descriptor.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -305,6 +306,28 @@ TEST_CASE("every verl setting rlhfd cannot honour is named, with why", "[verl]")
   // A key rlhfd does not know is named as ignored.
   const VerlConversion unknown = Convert("", {"trainer.some_new_verl_knob=3"});
   CHECK(Contains(unknown.warnings, "trainer.some_new_verl_knob: ignored (not a key rlhfd reads)"));
+}
+
+// verl keeps max_actor_ckpt_to_keep actor and max_critic_ckpt_to_keep critic checkpoints; an
+// rlhfd step directory holds both, so the larger count is kept. null or <= 0 keeps all.
+TEST_CASE("verl's max_*_ckpt_to_keep become trainer.max_ckpt_to_keep", "[verl]") {
+  const auto keep = [](const std::vector<std::string>& overrides) {
+    const VerlConversion converted = Convert(kVerlGrpo, overrides);
+    CHECK(converted.warnings.end() ==
+          std::find_if(converted.warnings.begin(), converted.warnings.end(), [](const auto& line) {
+            return line.find("ckpt_to_keep") != std::string::npos;
+          }));
+    return Validated(converted).trainer().max_ckpt_to_keep();
+  };
+  CHECK(keep({}) == 0);
+  CHECK(keep({"trainer.max_actor_ckpt_to_keep=null"}) == 0);
+  CHECK(keep({"trainer.max_actor_ckpt_to_keep=3"}) == 3);
+  CHECK(keep({"trainer.max_actor_ckpt_to_keep=2", "trainer.max_critic_ckpt_to_keep=4"}) == 4);
+  CHECK(keep({"trainer.max_actor_ckpt_to_keep=-1"}) == 0);
+  const VerlConversion converted = Convert(kVerlGrpo, {"trainer.max_critic_ckpt_to_keep=5"});
+  CHECK(Contains(converted.mapped, "trainer.max_critic_ckpt_to_keep -> trainer.max_ckpt_to_keep"));
+  const VerlConversion wrong = Convert(kVerlGrpo, {"trainer.max_actor_ckpt_to_keep=many"});
+  CHECK(Contains(wrong.errors, "trainer.max_actor_ckpt_to_keep: not supported ('many'"));
 }
 
 TEST_CASE("Hydra overrides apply to verl configs and to rlhfd configs", "[verl][overrides]") {

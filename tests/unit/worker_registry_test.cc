@@ -121,6 +121,14 @@ TEST_CASE("every field of a registration is checked and bounded", "[registry]") 
   v1::HeartbeatRequest beat = Beat("gpu0", 1);
   beat.set_memory_free_bytes(-5);
   CHECK(absl::IsInvalidArgument(registry.Heartbeat(beat, 1).status()));
+  // And the job attempts it lists are bounded.
+  v1::HeartbeatRequest crowded = Beat("gpu0", 1);
+  for (int i = 0; i < 64; ++i) crowded.add_hosted()->set_job_id("job-1");
+  CHECK(registry.Heartbeat(crowded, 1).ok());
+  crowded.add_hosted()->set_job_id("job-1");
+  const auto too_many = registry.Heartbeat(crowded, 1);
+  CHECK(absl::IsInvalidArgument(too_many.status()));
+  CHECK_THAT(std::string(too_many.status().message()), Catch::Contains("at most 64"));
 }
 
 TEST_CASE("a second process under a live worker's id is refused", "[registry]") {

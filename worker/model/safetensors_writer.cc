@@ -28,9 +28,9 @@ bool ToTensorDtype(at::ScalarType type, TensorDtype* dtype) {
 
 }  // namespace
 
-absl::Status WriteSafetensors(const std::string& path,
-                              const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                              const std::map<std::string, std::string>& metadata) {
+absl::StatusOr<std::string> SafetensorsBytes(
+    const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+    const std::map<std::string, std::string>& metadata) {
   std::vector<TensorEntry> entries;
   std::vector<at::Tensor> contiguous;
   uint64_t offset = 0;
@@ -54,7 +54,15 @@ absl::Status WriteSafetensors(const std::string& path,
   for (const at::Tensor& tensor : contiguous) {
     file.append(static_cast<const char*>(tensor.data_ptr()), tensor.numel() * tensor.element_size());
   }
-  return WriteFileAtomically(path, file);
+  return file;
+}
+
+absl::Status WriteSafetensors(const std::string& path,
+                              const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  absl::StatusOr<std::string> file = SafetensorsBytes(tensors, metadata);
+  if (!file.ok()) return file.status();
+  return WriteFileAtomically(path, *file);
 }
 
 }  // namespace rlhfd::model

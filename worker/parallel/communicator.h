@@ -11,16 +11,29 @@
 
 #include <ATen/Tensor.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 
 namespace rlhfd::parallel {
 
 enum class ReduceOp { kSum, kAvg, kMax, kMin };
+
+// How often an operation waiting for its peers looks at the communicator's interrupt flag (set
+// when the job's attempt ends: EndJob), so that ending a job never waits out the collective
+// timeout on a rank whose peers have given up.
+inline constexpr std::chrono::milliseconds kInterruptCheck{100};
+
+// The error an interrupted operation (`what`) returns.
+inline absl::Status InterruptedError(absl::string_view what) {
+  return absl::CancelledError(
+      absl::StrCat(what, ": the job's attempt was ended while it waited for its peers"));
+}
 
 // One side of a point-to-point transfer in a grouped SendRecv.
 struct PeerTransfer {

@@ -70,8 +70,9 @@ void PauseBetweenPolls(Clock::duration waited, std::chrono::microseconds sleep) 
 // The NCCL state shared by a communicator and its waits.
 class NcclComm {
  public:
-  NcclComm(ncclComm_t comm, at::Device device, std::chrono::milliseconds timeout)
-      : comm_(comm), device_(device), timeout_(timeout) {}
+  NcclComm(ncclComm_t comm, at::Device device, std::chrono::milliseconds timeout,
+           std::shared_ptr<const std::atomic<bool>> interrupt)
+      : comm_(comm), device_(device), timeout_(timeout), interrupt_(std::move(interrupt)) {}
   ~NcclComm() {
     if (comm_ == nullptr) return;
     if (aborted_) return;  // ncclCommAbort freed it.
@@ -80,6 +81,7 @@ class NcclComm {
   ncclComm_t get() const { return comm_; }
   const at::Device& device() const { return device_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  const std::shared_ptr<const std::atomic<bool>>& interrupt() const { return interrupt_; }
   bool aborted() const { return aborted_; }
   const std::string& abort_reason() const { return abort_reason_; }
 
@@ -97,6 +99,10 @@ class NcclComm {
     while (true) {
       if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) state = ncclInternalError;
       if (state != ncclInProgress) break;
+      if (Interrupted()) {
+        Abort(what + " interrupted");
+        return InterruptedError(what);
+      }
       const auto now = Clock::now();
       if (now >= deadline) {
         Abort(what + " timed out");
@@ -138,6 +144,10 @@ class NcclComm {
             absl::StrCat(what, ": ", ncclGetErrorString(state), " (a peer failed)"));
         break;
       }
+      if (Interrupted()) {
+        status = InterruptedError(what);
+        break;
+      }
       const auto now = Clock::now();
       if (now >= deadline) {
         status = absl::DeadlineExceededError(absl::StrCat(
@@ -152,9 +162,12 @@ class NcclComm {
   }
 
  private:
+  bool Interrupted() const { return interrupt_ && interrupt_->load(); }
+
   ncclComm_t comm_;
   at::Device device_;
   std::chrono::milliseconds timeout_;
+  std::shared_ptr<const std::atomic<bool>> interrupt_;  // may be null
   bool aborted_ = false;
   std::string abort_reason_;
 };
@@ -266,7 +279,8 @@ class NcclCommunicator : public Communicator {
     }
     RETURN_IF_ERROR(comm_->WaitReady("ncclCommSplit"));
     if (color < 0 || child == nullptr) return std::unique_ptr<Communicator>();
-    auto wrapped = std::make_unique<NcclComm>(child, comm_->device(), comm_->timeout());
+    auto wrapped =
+        std::make_unique<NcclComm>(child, comm_->device(), comm_->timeout(), comm_->interrupt());
     RETURN_IF_ERROR(wrapped->WaitReady("ncclCommSplit (child)"));
     int child_rank = 0, child_size = 0;
     ncclCommUserRank(child, &child_rank);
@@ -383,7 +397,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(int rank, i
     return absl::UnavailableError(
         absl::StrCat("ncclCommInitRankConfig: ", ncclGetErrorString(result)));
   }
-  auto wrapped = std::make_unique<NcclComm>(comm, device, options.timeout);
+  auto wrapped = std::make_unique<NcclComm>(comm, device, options.timeout, options.interrupt);
   RETURN_IF_ERROR(wrapped->WaitReady(absl::StrCat("NCCL init of rank ", rank, " of ", size)));
   return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(wrapped), rank, size));
 }

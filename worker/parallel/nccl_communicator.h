@@ -10,6 +10,7 @@
 
 #include <ATen/Device.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -25,6 +26,9 @@ absl::StatusOr<std::string> NewNcclUniqueId();
 
 struct NcclOptions {
   std::chrono::milliseconds timeout{300000};
+  // Once set (from any thread), an operation in progress fails (CANCELLED) and the communicator
+  // is aborted (ncclCommAbort ends the waiting kernel too): the job's attempt has ended.
+  std::shared_ptr<const std::atomic<bool>> interrupt;
 };
 
 // Every rank calls it with the same id and size; blocks until all joined or the timeout passes.

@@ -167,8 +167,11 @@ struct Mesh {
   int world_rank = 0;
   std::vector<Fd> peers;  // By world rank; none for ourselves.
   std::chrono::milliseconds timeout{30000};
+  std::shared_ptr<const std::atomic<bool>> interrupt;  // may be null
   bool aborted = false;
   std::string abort_reason;
+
+  bool interrupted() const { return interrupt && interrupt->load(); }
 
   // Closing every connection makes each peer's pending operation fail at once.
   void Abort(const std::string& reason) {
@@ -384,9 +387,14 @@ class SocketCommunicator : public Communicator {
         peers.push_back(r);
       }
       if (polls.empty()) return absl::OkStatus();
-      const int ready = ::poll(polls.data(), polls.size(), RemainingMs(deadline));
+      if (mesh_->interrupted()) return InterruptedError(absl::StrCat("rank ", rank_));
+      const int wait_ms = mesh_->interrupt
+                              ? std::min<int>(RemainingMs(deadline), kInterruptCheck.count())
+                              : RemainingMs(deadline);
+      const int ready = ::poll(polls.data(), polls.size(), wait_ms);
       if (ready < 0 && errno == EINTR) continue;
       if (ready < 0) return Errno("poll");
+      if (ready == 0 && Clock::now() < deadline) continue;  // looked at the interrupt
       if (ready == 0) {
         return absl::DeadlineExceededError(absl::StrCat(
             "rank ", rank_, ": no progress from rank(s) ", absl::StrJoin(peers, ", "), " within ",
@@ -475,6 +483,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateSocketCommunicator(
   auto mesh = std::make_shared<Mesh>();
   mesh->world_rank = rank;
   mesh->timeout = options.timeout;
+  mesh->interrupt = options.interrupt;
   mesh->peers.resize(size);
   std::vector<int> everyone(size);
   std::iota(everyone.begin(), everyone.end(), 0);

@@ -4,6 +4,7 @@
 // O(size²) messages and it is not for scale (NCCL is the production path).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -46,6 +47,9 @@ struct SocketOptions {
   std::string secret;
   // Rank 0: listen on this bound socket (taken over) instead of binding `master`.
   RendezvousListener* listener = nullptr;
+  // Once set (from any thread), an operation in progress fails (CANCELLED) within
+  // kInterruptCheck and the communicator is aborted: the job's attempt has ended.
+  std::shared_ptr<const std::atomic<bool>> interrupt;
 };
 
 // Blocks until all `size` ranks have joined (or the timeout passes). Tensors must be CPU and

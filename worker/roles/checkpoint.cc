@@ -2,13 +2,19 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <functional>
 #include <optional>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/logging/logging.h"
 #include "common/status/status_macros.h"
+#include "common/util/crc32c.h"
 #include "common/util/files.h"
 #include "worker/model/safetensors_writer.h"
 #include "worker/model/state_dict.h"
@@ -17,9 +23,217 @@
 namespace rlhfd::roles {
 namespace {
 
+using Json = nlohmann::json;
+
 constexpr char kStateFile[] = "state.safetensors";
 constexpr char kManifestFile[] = "manifest.json";
-constexpr int kManifestVersion = 1;
+constexpr char kCommitFile[] = "commit.json";
+constexpr char kLatestFile[] = "latest";
+// 2: each file's size and CRC-32C, the manifest's own CRC, and commit records. 1: none of them.
+constexpr int kManifestVersion = 2;
+constexpr int kCommitVersion = 1;
+// The manifest's CRC-32C of its own compact JSON without this key.
+constexpr char kSelfCrcKey[] = "manifest_crc32c";
+
+std::string CommitPath(const std::string& dir, int64_t step) {
+  return absl::StrCat(StepDirectory(dir, step), "/", kCommitFile);
+}
+
+absl::Status Damaged(const std::string& path, absl::string_view what) {
+  return absl::DataLossError(absl::StrCat(path, ": ", what));
+}
+
+// Fields of JSON read from disk, without nlohmann's throwing accessors.
+const Json* Field(const Json& object, const char* key) {
+  if (!object.is_object()) return nullptr;
+  const auto found = object.find(key);
+  return found == object.end() ? nullptr : &*found;
+}
+bool IntegerField(const Json& object, const char* key, int64_t* value) {
+  const Json* field = Field(object, key);
+  if (field == nullptr || !field->is_number_integer()) return false;
+  *value = field->get<int64_t>();
+  return true;
+}
+bool StringField(const Json& object, const char* key, std::string* value) {
+  const Json* field = Field(object, key);
+  if (field == nullptr || !field->is_string()) return false;
+  *value = field->get<std::string>();
+  return true;
+}
+
+// "step_<N>" → N, or -1.
+int64_t StepOfName(absl::string_view name) {
+  int64_t step = 0;
+  if (!absl::ConsumePrefix(&name, "step_") || !absl::SimpleAtoi(name, &step) || step < 1) return -1;
+  return step;
+}
+
+// Steps with a commit record, ascending (none when `dir` cannot be listed).
+std::vector<int64_t> CommittedSteps(const std::string& dir) {
+  std::vector<int64_t> steps;
+  const absl::StatusOr<std::vector<std::string>> names = ListDirectory(dir);
+  if (!names.ok()) return steps;
+  for (const std::string& name : *names) {
+    const int64_t step = StepOfName(name);
+    if (step > 0 && PathExists(CommitPath(dir, step))) steps.push_back(step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+// The step <dir>/latest names: NOT_FOUND without one, DATA_LOSS when it names none.
+absl::StatusOr<int64_t> LatestStep(const std::string& dir) {
+  const std::string path = absl::StrCat(dir, "/", kLatestFile);
+  if (!PathExists(path)) return absl::NotFoundError(absl::StrCat(path, " is missing"));
+  absl::StatusOr<std::string> text = ReadFilePrefix(path, 64);
+  if (!text.ok()) return Damaged(path, text.status().message());
+  const int64_t step = StepOfName(absl::StripAsciiWhitespace(*text));
+  if (step < 1) return Damaged(path, "does not name a step (step_<N>)");
+  return step;
+}
+
+std::string SelfCrc(Json manifest) {
+  manifest.erase(kSelfCrcKey);
+  return Crc32cHex(Crc32c(manifest.dump()));
+}
+
+absl::StatusOr<int64_t> WritePart(const std::string& where, int64_t step, const std::string& role,
+                                  int rank, const train::TrainedModel::NamedTensors& state,
+                                  const Json& extra) {
+  ASSIGN_OR_RETURN(const std::string file, model::SafetensorsBytes(state));
+  const uint32_t crc = Crc32c(file);
+  RETURN_IF_ERROR(WriteFileAtomically(absl::StrCat(where, "/", kStateFile), file));
+  int64_t bytes = 0;
+  Json tensors = Json::array();
+  for (const auto& [name, tensor] : state) {
+    bytes += tensor.numel() * tensor.element_size();
+    tensors.push_back(name);
+  }
+  Json manifest = {
+      {"version", kManifestVersion},
+      {"step", step},
+      {"role", role},
+      {"rank", rank},
+      {"bytes", bytes},
+      {"tensors", tensors},
+      {"files",
+       {{kStateFile, {{"bytes", static_cast<int64_t>(file.size())}, {"crc32c", Crc32cHex(crc)}}}}},
+      {"extra", extra}};
+  manifest[kSelfCrcKey] = SelfCrc(manifest);
+  RETURN_IF_ERROR(WriteFileAtomically(absl::StrCat(where, "/", kManifestFile), manifest.dump(1)));
+  return bytes;
+}
+
+// Each file the manifest lists has its recorded size and CRC-32C.
+absl::Status VerifyFiles(const std::string& where, const Json& manifest) {
+  const Json* files = Field(manifest, "files");
+  const std::string manifest_path = absl::StrCat(where, "/", kManifestFile);
+  if (files == nullptr || !files->is_object() || Field(*files, kStateFile) == nullptr) {
+    return Damaged(manifest_path, absl::StrCat("lists no checksum of ", kStateFile));
+  }
+  for (const auto& [name, entry] : files->items()) {
+    int64_t bytes = 0;
+    std::string crc;
+    if (name.empty() || absl::StrContains(name, "/") || name == "." || name == ".." ||
+        !IntegerField(entry, "bytes", &bytes) || !StringField(entry, "crc32c", &crc)) {
+      return Damaged(manifest_path, "has a malformed \"files\" entry");
+    }
+    const std::string path = absl::StrCat(where, "/", name);
+    absl::StatusOr<FileChecksum> sum = Crc32cOfFile(path);
+    if (absl::IsNotFound(sum.status())) return Damaged(path, "is missing");
+    if (!sum.ok()) return Damaged(path, sum.status().message());
+    if (sum->bytes != bytes) {
+      return Damaged(path, absl::StrCat("holds ", sum->bytes, " bytes where its manifest recorded ",
+                                        bytes, " (truncated or overwritten after the save)"));
+    }
+    if (Crc32cHex(sum->crc32c) != crc) {
+      return Damaged(path, absl::StrCat("its CRC-32C is ", Crc32cHex(sum->crc32c),
+                                        " where its manifest recorded ", crc,
+                                        ": the content changed after the save"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Checks the step as a whole and each part; returns the parts' manifests.
+absl::StatusOr<std::vector<Json>> VerifyStep(const std::string& dir, int64_t step,
+                                             const std::vector<RolePart>& parts) {
+  const std::string step_dir = StepDirectory(dir, step);
+  if (!IsDirectory(step_dir)) return Damaged(step_dir, "is missing");
+  const std::string commit = CommitPath(dir, step);
+  const bool committed = PathExists(commit);
+  if (committed) {
+    absl::StatusOr<std::string> text = ReadFileToString(commit, 1 << 20);
+    if (!text.ok()) return Damaged(commit, text.status().message());
+    const Json record = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    int64_t recorded = 0;
+    if (!IntegerField(record, "step", &recorded) || recorded != step) {
+      return Damaged(commit, absl::StrCat("is not a commit record of step ", step));
+    }
+  }
+  std::vector<Json> manifests;
+  for (const RolePart& part : parts) {
+    ASSIGN_OR_RETURN(Json manifest, VerifyRoleState(dir, step, part.role, part.rank));
+    int64_t version = 0;
+    IntegerField(manifest, "version", &version);
+    // A version-1 save predates commit records: `latest` or the caller named it.
+    if (version >= 2 && !committed) {
+      return Damaged(commit,
+                     absl::StrCat("is missing: step ", step, " was saved but never committed"));
+    }
+    manifests.push_back(std::move(manifest));
+  }
+  return manifests;
+}
+
+// Copies step `step` into `parts` once every part's file parsed and fits.
+absl::StatusOr<std::vector<Json>> CopyStep(const std::string& dir, int64_t step,
+                                           const std::vector<RolePart>& parts,
+                                           const std::vector<Json>& manifests) {
+  std::vector<model::StateDict> saved;
+  for (const RolePart& part : parts) {
+    const std::string path =
+        absl::StrCat(RankDirectory(dir, step, part.role, part.rank), "/", kStateFile);
+    absl::StatusOr<model::StateDict> loaded = model::StateDict::Load(path);
+    // A version-1 save has no CRC: a damaged header shows here.
+    if (!loaded.ok()) return Damaged(path, loaded.status().message());
+    saved.push_back(*std::move(loaded));
+  }
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string where = RankDirectory(dir, step, parts[i].role, parts[i].rank);
+    const auto& state = parts[i].state;
+    if (saved[i].size() != state.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " holds ", saved[i].size(), " tensors and this rank's state has ",
+                       state.size(), ": the checkpoint was saved with another model or layout"));
+    }
+    for (const auto& [name, tensor] : state) {
+      absl::StatusOr<at::Tensor> value = saved[i].Get(name);
+      if (!value.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": no tensor ", name, " (saved with another model or layout)"));
+      }
+      if (value->sizes() != tensor.sizes() || value->scalar_type() != tensor.scalar_type()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": ", name, " is ", model::ShapeString(value->sizes()), " ",
+            c10::toString(value->scalar_type()), ", this rank's is ",
+            model::ShapeString(tensor.sizes()), " ", c10::toString(tensor.scalar_type())));
+      }
+    }
+  }
+  at::NoGradGuard no_grad;
+  std::vector<Json> extras;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    for (const auto& [name, tensor] : parts[i].state) {
+      at::Tensor target = tensor;
+      target.copy_(*saved[i].Get(name));
+    }
+    const Json* extra = Field(manifests[i], "extra");
+    extras.push_back(extra != nullptr && extra->is_object() ? *extra : Json::object());
+  }
+  return extras;
+}
 
 }  // namespace
 
@@ -27,14 +241,12 @@ std::string StepDirectory(const std::string& dir, int64_t step) {
   return absl::StrCat(dir, "/step_", step);
 }
 
-std::string RankDirectory(const std::string& dir, int64_t step, const std::string& role,
-                          int rank) {
+std::string RankDirectory(const std::string& dir, int64_t step, const std::string& role, int rank) {
   return absl::StrCat(StepDirectory(dir, step), "/", role, "/rank_", rank);
 }
 
-absl::StatusOr<int64_t> SaveRoleState(const std::string& dir, int64_t step,
-                                      const std::string& role, int rank,
-                                      const train::TrainedModel::NamedTensors& state,
+absl::StatusOr<int64_t> SaveRoleState(const std::string& dir, int64_t step, const std::string& role,
+                                      int rank, const train::TrainedModel::NamedTensors& state,
                                       const nlohmann::json& extra) {
   const std::string where = RankDirectory(dir, step, role, rank);
   // Never a checkpoint that holds NaN or infinities (a resume from it can only diverge): checked
@@ -46,89 +258,134 @@ absl::StatusOr<int64_t> SaveRoleState(const std::string& dir, int64_t step,
         where, ": ", state[*bad].first, " holds non-finite values (NaN or infinity); step ", step,
         " is not saved and `latest` still names the last good checkpoint"));
   }
+  RETURN_IF_ERROR(RemoveTree(CommitPath(dir, step)));
+  RETURN_IF_ERROR(RemoveTree(where));
   RETURN_IF_ERROR(MakeDirectories(where));
-  // A save of the same step before this one may have been cut short: its manifest goes first.
-  const std::string manifest_path = absl::StrCat(where, "/", kManifestFile);
-  if (PathExists(manifest_path)) RETURN_IF_ERROR(RemoveTree(manifest_path));
-  RETURN_IF_ERROR(model::WriteSafetensors(absl::StrCat(where, "/", kStateFile), state));
-  int64_t bytes = 0;
-  nlohmann::json tensors = nlohmann::json::array();
-  for (const auto& [name, tensor] : state) {
-    bytes += tensor.numel() * tensor.element_size();
-    tensors.push_back(name);
+  absl::StatusOr<int64_t> bytes = WritePart(where, step, role, rank, state, extra);
+  if (!bytes.ok()) {
+    if (const absl::Status removed = RemoveTree(where); !removed.ok()) {
+      RLOG(WARNING) << "could not remove the partial save " << where << ": " << removed.message();
+    }
   }
-  const nlohmann::json manifest = {{"version", kManifestVersion}, {"step", step},
-                                   {"role", role},                {"rank", rank},
-                                   {"bytes", bytes},              {"tensors", tensors},
-                                   {"extra", extra}};
-  RETURN_IF_ERROR(WriteFileAtomically(manifest_path, manifest.dump(1)));
   return bytes;
 }
 
-absl::Status CommitLatest(const std::string& dir, int64_t step) {
-  if (!IsDirectory(StepDirectory(dir, step))) {
+absl::Status CommitStep(const std::string& dir, int64_t step) {
+  const std::string step_dir = StepDirectory(dir, step);
+  if (!IsDirectory(step_dir)) {
+    return absl::FailedPreconditionError(absl::StrCat("commit: ", step_dir, " was not saved"));
+  }
+  Json parts = Json::array();
+  ASSIGN_OR_RETURN(const std::vector<std::string> roles, ListDirectory(step_dir));
+  for (const std::string& role : roles) {
+    const std::string role_dir = absl::StrCat(step_dir, "/", role);
+    if (!IsDirectory(role_dir)) continue;
+    ASSIGN_OR_RETURN(const std::vector<std::string> ranks, ListDirectory(role_dir));
+    for (const std::string& rank : ranks) {
+      if (!absl::StartsWith(rank, "rank_")) continue;  // actor/huggingface, the export
+      const std::string manifest = absl::StrCat(role_dir, "/", rank, "/", kManifestFile);
+      if (!PathExists(manifest)) {
+        return absl::FailedPreconditionError(absl::StrCat("commit: ", manifest,
+                                                          " is missing: that rank's save of step ",
+                                                          step, " did not finish"));
+      }
+      parts.push_back(absl::StrCat(role, "/", rank));
+    }
+  }
+  if (parts.empty()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("commit: ", StepDirectory(dir, step), " was not saved"));
+        absl::StrCat("commit: ", step_dir, " holds no rank's save"));
   }
-  return WriteFileAtomically(absl::StrCat(dir, "/latest"), absl::StrCat("step_", step, "\n"));
+  const Json record = {{"version", kCommitVersion}, {"step", step}, {"parts", parts}};
+  RETURN_IF_ERROR(WriteFileAtomically(CommitPath(dir, step), record.dump(1)));
+  return WriteFileAtomically(absl::StrCat(dir, "/", kLatestFile),
+                             absl::StrCat("step_", step, "\n"));
 }
 
-absl::StatusOr<int64_t> ResolveStep(const std::string& dir, int64_t step) {
-  if (step > 0) return step;
-  const std::string path = absl::StrCat(dir, "/latest");
-  if (!PathExists(path)) {
-    return absl::NotFoundError(absl::StrCat("no checkpoint in ", dir, " (no latest)"));
+absl::StatusOr<std::vector<std::string>> RemoveOldSteps(const std::string& dir, int64_t committed,
+                                                        int keep) {
+  std::vector<std::string> removed;
+  if (keep <= 0) return removed;
+  std::vector<int64_t> kept = {committed};
+  const std::vector<int64_t> steps = CommittedSteps(dir);
+  for (auto it = steps.rbegin(); it != steps.rend() && static_cast<int>(kept.size()) < keep; ++it) {
+    if (*it < committed) kept.push_back(*it);
   }
-  ASSIGN_OR_RETURN(std::string text, ReadFilePrefix(path, 64));
-  absl::string_view name = absl::StripAsciiWhitespace(text);
-  int64_t latest = 0;
-  if (!absl::ConsumePrefix(&name, "step_") || !absl::SimpleAtoi(name, &latest) || latest < 1) {
-    return absl::DataLossError(absl::StrCat(path, " does not name a step: '", text, "'"));
+  const int64_t oldest_kept = kept.back();
+  ASSIGN_OR_RETURN(const std::vector<std::string> names, ListDirectory(dir));
+  for (const std::string& name : names) {
+    const int64_t step = StepOfName(name);
+    if (step < 1 || step >= oldest_kept) continue;
+    RETURN_IF_ERROR(RemoveTree(CommitPath(dir, step)));
+    RETURN_IF_ERROR(RemoveTree(StepDirectory(dir, step)));
+    removed.push_back(StepDirectory(dir, step));
   }
-  return latest;
+  return removed;
 }
 
-absl::StatusOr<nlohmann::json> LoadRoleState(const std::string& dir, int64_t step,
-                                             const std::string& role, int rank,
-                                             const train::TrainedModel::NamedTensors& state) {
+absl::StatusOr<nlohmann::json> VerifyRoleState(const std::string& dir, int64_t step,
+                                               const std::string& role, int rank) {
   const std::string where = RankDirectory(dir, step, role, rank);
+  if (!IsDirectory(StepDirectory(dir, step)))
+    return Damaged(StepDirectory(dir, step), "is missing");
+  if (!IsDirectory(where)) return Damaged(where, "is missing");
   const std::string manifest_path = absl::StrCat(where, "/", kManifestFile);
   if (!PathExists(manifest_path)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        where, " has no ", kManifestFile, ": the save of step ", step, " did not finish"));
+    return Damaged(manifest_path, absl::StrCat("is missing (this rank's save of step ", step,
+                                               " did not finish, or the file was removed)"));
   }
-  ASSIGN_OR_RETURN(const std::string text, ReadFileToString(manifest_path, 1 << 20));
-  const nlohmann::json manifest = nlohmann::json::parse(text, nullptr, false);
-  if (!manifest.is_object() || manifest.value("version", 0) != kManifestVersion ||
-      manifest.value("step", int64_t{-1}) != step) {
-    return absl::DataLossError(absl::StrCat(manifest_path, " is not a manifest of step ", step));
+  absl::StatusOr<std::string> text = ReadFileToString(manifest_path, 1 << 20);
+  if (!text.ok()) return Damaged(manifest_path, text.status().message());
+  const Json manifest = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  int64_t version = 0, saved_step = 0;
+  if (!manifest.is_object() || !IntegerField(manifest, "version", &version) || version < 1 ||
+      version > kManifestVersion || !IntegerField(manifest, "step", &saved_step) ||
+      saved_step != step) {
+    return Damaged(manifest_path, absl::StrCat("is not a manifest of step ", step));
   }
-  ASSIGN_OR_RETURN(const model::StateDict saved,
-                   model::StateDict::Load(absl::StrCat(where, "/", kStateFile)));
-  if (saved.size() != state.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, " holds ", saved.size(), " tensors and this rank's state has ", state.size(),
-        ": the checkpoint was saved with another model or layout"));
-  }
-  at::NoGradGuard no_grad;
-  for (const auto& [name, tensor] : state) {
-    absl::StatusOr<at::Tensor> value = saved.Get(name);
-    if (!value.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": no tensor ", name,
-                                                     " (saved with another model or layout)"));
+  if (version >= 2) {
+    std::string self_crc;
+    if (!StringField(manifest, kSelfCrcKey, &self_crc) || SelfCrc(manifest) != self_crc) {
+      return Damaged(manifest_path, "does not match its own CRC-32C: it changed after the save");
     }
-    if (value->sizes() != tensor.sizes() || value->scalar_type() != tensor.scalar_type()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": ", name, " is ", model::ShapeString(value->sizes()), " ",
-          c10::toString(value->scalar_type()), ", this rank's is ",
-          model::ShapeString(tensor.sizes()), " ", c10::toString(tensor.scalar_type())));
+    RETURN_IF_ERROR(VerifyFiles(where, manifest));
+  }
+  return manifest;
+}
+
+absl::StatusOr<LoadedCheckpoint> LoadNewestIntact(const std::string& dir, int64_t step,
+                                                  const std::vector<RolePart>& parts) {
+  LoadedCheckpoint loaded;
+  std::set<int64_t, std::greater<int64_t>> candidates;
+  if (step > 0) {
+    candidates.insert(step);
+  } else if (absl::StatusOr<int64_t> latest = LatestStep(dir); latest.ok()) {
+    candidates.insert(*latest);
+  } else if (!absl::IsNotFound(latest.status())) {
+    loaded.passed_over.push_back(std::string(latest.status().message()));
+  }
+  for (const int64_t committed : CommittedSteps(dir)) {
+    if (step <= 0 || committed < step) candidates.insert(committed);
+  }
+  if (candidates.empty() && loaded.passed_over.empty()) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint in ", dir));
+  }
+  for (const int64_t candidate : candidates) {
+    absl::StatusOr<std::vector<Json>> extras = VerifyStep(dir, candidate, parts);
+    if (extras.ok()) extras = CopyStep(dir, candidate, parts, *extras);
+    if (extras.ok()) {
+      loaded.step = candidate;
+      loaded.extras = *std::move(extras);
+      for (const std::string& note : loaded.passed_over) RLOG(WARNING) << "passed over " << note;
+      return loaded;
     }
+    if (!absl::IsDataLoss(extras.status())) return extras.status();
+    loaded.passed_over.push_back(absl::StrCat("step ", candidate, ": ", extras.status().message()));
   }
-  for (const auto& [name, tensor] : state) {
-    at::Tensor target = tensor;
-    target.copy_(*saved.Get(name));
-  }
-  return manifest.value("extra", nlohmann::json::object());
+  return absl::DataLossError(
+      absl::StrCat("no intact checkpoint in ", dir, ": ", absl::StrJoin(loaded.passed_over, "; "),
+                   ". Restore the files named, or start afresh (trainer.resume: false, or another "
+                   "trainer.checkpoint_dir)."));
 }
 
 }  // namespace rlhfd::roles

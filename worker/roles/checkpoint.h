@@ -1,14 +1,22 @@
-// Checkpoints of a job's trained roles: per role and rank,
-//   <dir>/step_<N>/<role>/rank_<r>/state.safetensors   the rank's training state (parameters or
-//                                                       shards, optimiser moments, step counts)
-//   <dir>/step_<N>/<role>/rank_<r>/manifest.json       written last: the step, what the state
-//                                                       holds, and its size
-// and <dir>/latest naming the newest step every rank saved, replaced atomically by world rank 0
-// once all have. A directory without its manifest (a save cut short) is never loaded; `latest`
-// still names the step before it.
+// Checkpoints of a job's trained roles. Under the checkpoint directory:
+//   step_<N>/<role>/rank_<r>/state.safetensors  the rank's training state (parameters or shards,
+//                                               optimiser moments, step counts)
+//   step_<N>/<role>/rank_<r>/manifest.json      written last by the rank: the step, what the
+//                                               state holds, and each file's size and CRC-32C
+//   step_<N>/commit.json                        written by world rank 0 once every rank saved:
+//                                               the step is committed
+//   latest                                      "step_<N>": the newest committed step, replaced
+//                                               after commit.json
+// Every file is written to a temporary name, fsynced and renamed, so a crash leaves whole files.
+// A load checks before it copies anything: the step is committed, this rank's files are there
+// with the size and CRC its manifest recorded, and the header parses. A step failing a check is
+// passed over (its file named, with what is wrong) for the newest committed step before it; the
+// load fails only when no step is intact. Manifests of version 1 (saved before checksums and
+// commit records) load when `latest` or the caller names their step, without a CRC check.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
@@ -19,24 +27,54 @@ namespace rlhfd::roles {
 std::string StepDirectory(const std::string& dir, int64_t step);
 std::string RankDirectory(const std::string& dir, int64_t step, const std::string& role, int rank);
 
-// Writes the state, then the manifest (with `extra` under "extra"). Returns the bytes written.
-// FAILED_PRECONDITION naming the tensor, and nothing written, when a tensor holds NaN or inf.
-absl::StatusOr<int64_t> SaveRoleState(const std::string& dir, int64_t step,
-                                      const std::string& role, int rank,
-                                      const train::TrainedModel::NamedTensors& state,
+// Writes this rank's part of `step`: the state, then the manifest (with `extra` under "extra").
+// A save of the same step before this one (cut short, or of a run a resume passed over) goes
+// first: the step's commit record, so the step is not taken as committed while it is rewritten,
+// and this rank's files. When the save fails its files are removed (a full disk keeps no partial
+// shard). FAILED_PRECONDITION naming the tensor, and nothing written, when a tensor holds NaN
+// or infinity. Returns the bytes of tensor data written.
+absl::StatusOr<int64_t> SaveRoleState(const std::string& dir, int64_t step, const std::string& role,
+                                      int rank, const train::TrainedModel::NamedTensors& state,
                                       const nlohmann::json& extra);
 
-// Points <dir>/latest at `step` after checking this rank's manifests of it are there.
-absl::Status CommitLatest(const std::string& dir, int64_t step);
+// Commits `step` once every rank saved it: checks each saved part has its manifest, writes
+// step_<N>/commit.json, then points <dir>/latest at it.
+absl::Status CommitStep(const std::string& dir, int64_t step);
 
-// The step `latest` names (NOT_FOUND when there is none), or `step` itself when > 0.
-absl::StatusOr<int64_t> ResolveStep(const std::string& dir, int64_t step);
+// Retention after committing `committed`: keeps it and the `keep` - 1 newest committed steps
+// before it, and deletes every step directory older than the oldest kept (committed or not);
+// directories of later steps (left by a run a resume went back from) are not touched. `keep`
+// <= 0 keeps everything. Each directory's commit record goes first, so a deletion cut short
+// never leaves a half-deleted step that looks committed. Returns the directories deleted.
+absl::StatusOr<std::vector<std::string>> RemoveOldSteps(const std::string& dir, int64_t committed,
+                                                        int keep);
 
-// Copies the saved state into `state` (the same names, shapes and dtypes) and returns the
-// manifest's extra. FAILED_PRECONDITION for a save without its manifest; INVALID_ARGUMENT naming
-// the tensor that does not match.
-absl::StatusOr<nlohmann::json> LoadRoleState(const std::string& dir, int64_t step,
-                                             const std::string& role, int rank,
-                                             const train::TrainedModel::NamedTensors& state);
+// Checks one rank's part of `step` without loading it: the step directory, the manifest, each
+// file's size and CRC-32C. DATA_LOSS naming the file and what is wrong. Returns the manifest.
+absl::StatusOr<nlohmann::json> VerifyRoleState(const std::string& dir, int64_t step,
+                                               const std::string& role, int rank);
+
+// One role this rank restores.
+struct RolePart {
+  std::string role;
+  int rank = 0;  // the rank's position in the role's pool
+  train::TrainedModel::NamedTensors state;
+};
+
+struct LoadedCheckpoint {
+  int64_t step = 0;
+  std::vector<nlohmann::json> extras;  // each part's manifest "extra", in the parts' order
+  // Newer steps passed over, each "step <N>: <file>: <what is wrong>".
+  std::vector<std::string> passed_over;
+};
+
+// Restores `parts` from the newest intact committed step at or below `step` (0: of all steps):
+// `step` itself when it is given, or the step `latest` names, then the committed steps before
+// it, newest first. NOT_FOUND when there is no checkpoint; DATA_LOSS naming every bad file when
+// none is intact; INVALID_ARGUMENT (no fallback: every step would fail it) when an intact step's
+// tensors do not fit `parts` (another model or layout). Tensors are copied only from a step
+// whose every part passed its checks.
+absl::StatusOr<LoadedCheckpoint> LoadNewestIntact(const std::string& dir, int64_t step,
+                                                  const std::vector<RolePart>& parts);
 
 }  // namespace rlhfd::roles

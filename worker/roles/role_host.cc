@@ -1,11 +1,14 @@
 #include "worker/roles/role_host.h"
 
 #include <ATen/ATen.h>
+#include <malloc.h>
 
 #include <chrono>
 #include <random>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/logging/logging.h"
 #include "common/rpc/pending_unary.h"
 #include "common/status/status_macros.h"
@@ -25,6 +28,8 @@
 #include "worker/roles/response_scorer.h"
 #include "worker/roles/step_batch.h"
 #ifdef RLHFD_HAVE_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+
 #include "worker/parallel/nccl_communicator.h"
 #endif
 
@@ -33,6 +38,7 @@ namespace rlhfd::roles {
 // Rank 0's rendezvous, between PrepareJob and StartJob.
 struct PreparedJob {
   int64_t attempt = 0;
+  std::chrono::steady_clock::time_point arrived;  // when PrepareJob reached this worker
   std::unique_ptr<parallel::RendezvousListener> listener;
   v1::Bootstrap bootstrap;
 };
@@ -41,6 +47,7 @@ struct PreparedJob {
 struct HostedJob {
   std::string id;
   int64_t attempt = 0;
+  std::chrono::steady_clock::time_point arrived;  // when StartJob reached this worker
   v1::JobSpec spec;
   std::unique_ptr<JobLayout> layout;
   std::unique_ptr<parallel::Communicator> world;
@@ -178,7 +185,9 @@ RowRange RowsFor(const HostedJob& job, const std::string& role, int64_t total_ro
 
 void RoleHost::PrepareJob(const v1::PrepareJobRequest& request, absl::Duration,
                           StageDone<v1::PrepareJobReply> done) {
-  executor_.Post([this, request, done = std::move(done)] {
+  const auto arrived = std::chrono::steady_clock::now();
+  executor_.Post([this, request, arrived, done = std::move(done)] {
+    const absl::Cleanup publish = [this] { PublishHosted(); };
     done(CatchAll<v1::PrepareJobReply>("PrepareJob", [&]() -> absl::StatusOr<v1::PrepareJobReply> {
       if (request.job_id().empty() || request.job_id().size() > 128) {
         return absl::InvalidArgumentError("PrepareJob: job_id must be 1-128 characters");
@@ -201,6 +210,7 @@ void RoleHost::PrepareJob(const v1::PrepareJobRequest& request, absl::Duration,
       if (!prepared) {
         prepared = std::make_unique<PreparedJob>();
         prepared->attempt = request.attempt();
+        prepared->arrived = arrived;
         if (request.nccl()) {
 #ifdef RLHFD_HAVE_CUDA
           ASSIGN_OR_RETURN(std::string id, parallel::NewNcclUniqueId());
@@ -232,8 +242,10 @@ void RoleHost::PrepareJob(const v1::PrepareJobRequest& request, absl::Duration,
 void RoleHost::StartJob(const v1::StartJobRequest& request, absl::Duration,
                         StageDone<v1::StartJobReply> done) {
   const auto cancelled = CancelFlag(absl::StrCat(request.job_id(), "#", request.attempt()));
-  executor_.Post([this, request, cancelled, done = std::move(done)] {
+  const auto arrived = std::chrono::steady_clock::now();
+  executor_.Post([this, request, cancelled, arrived, done = std::move(done)] {
     logging::ScopedLogContext context({.job = request.job_id(), .rank = request.rank()});
+    const absl::Cleanup publish = [this] { PublishHosted(); };
     done(CatchAll<v1::StartJobReply>("StartJob", [&]() -> absl::StatusOr<v1::StartJobReply> {
       const auto start = std::chrono::steady_clock::now();
       if (const auto running = jobs_.find(request.job_id()); running != jobs_.end()) {
@@ -250,6 +262,7 @@ void RoleHost::StartJob(const v1::StartJobRequest& request, absl::Duration,
       auto job = std::make_unique<HostedJob>();
       job->id = request.job_id();
       job->attempt = request.attempt();
+      job->arrived = arrived;
       job->spec = request.spec();
       job->cancelled = cancelled;
       ASSIGN_OR_RETURN(JobLayout layout,
@@ -261,10 +274,10 @@ void RoleHost::StartJob(const v1::StartJobRequest& request, absl::Duration,
       const v1::Bootstrap& bootstrap = request.bootstrap();
       if (!bootstrap.nccl_unique_id().empty()) {
 #ifdef RLHFD_HAVE_CUDA
-        ASSIGN_OR_RETURN(job->world, parallel::CreateNcclCommunicator(
-                                         request.rank(), request.world_size(),
-                                         bootstrap.nccl_unique_id(), options_.device,
-                                         {.timeout = timeout}));
+        ASSIGN_OR_RETURN(job->world,
+                         parallel::CreateNcclCommunicator(
+                             request.rank(), request.world_size(), bootstrap.nccl_unique_id(),
+                             options_.device, {.timeout = timeout, .interrupt = cancelled}));
 #else
         return absl::FailedPreconditionError("this worker was built without CUDA (no NCCL)");
 #endif
@@ -273,11 +286,11 @@ void RoleHost::StartJob(const v1::StartJobRequest& request, absl::Duration,
           return absl::InvalidArgumentError("StartJob: bootstrap has neither a socket master nor "
                                             "an NCCL id (PrepareJob on rank 0 makes one)");
         }
-        parallel::SocketOptions socket{.master = bootstrap.socket_master().empty()
-                                                     ? "127.0.0.1:1"
-                                                     : bootstrap.socket_master(),
-                                       .timeout = timeout,
-                                       .secret = bootstrap.secret()};
+        parallel::SocketOptions socket{
+            .master = bootstrap.socket_master().empty() ? "127.0.0.1:1" : bootstrap.socket_master(),
+            .timeout = timeout,
+            .secret = bootstrap.secret(),
+            .interrupt = cancelled};
         std::unique_ptr<PreparedJob> prepared;
         if (request.rank() == 0 && request.world_size() > 1) {
           auto found = prepared_.find(request.job_id());
@@ -332,7 +345,6 @@ void RoleHost::StartJob(const v1::StartJobRequest& request, absl::Duration,
       RLOG(INFO) << "started rank " << request.rank() << " of " << request.world_size()
                  << " hosting " << reply.roles_size() << " role(s) in " << reply.load_ms() << " ms";
       jobs_[request.job_id()] = std::move(job);
-      hosted_jobs_ = static_cast<int>(jobs_.size());
       return reply;
     }));
   });
@@ -591,6 +603,16 @@ std::vector<std::pair<std::string, train::TrainedModel*>> TrainedRoles(HostedJob
   return trained;
 }
 
+// A manifest's "extra" values (its CRC was checked; a version-1 manifest's was not).
+int64_t JsonInteger(const nlohmann::json& object, const char* key, int64_t fallback) {
+  const auto found = object.find(key);
+  return found != object.end() && found->is_number_integer() ? found->get<int64_t>() : fallback;
+}
+double JsonNumber(const nlohmann::json& object, const char* key, double fallback) {
+  const auto found = object.find(key);
+  return found != object.end() && found->is_number() ? found->get<double>() : fallback;
+}
+
 absl::Status CheckDirectory(const std::string& directory) {
   if (directory.empty() || directory[0] != '/') {
     return absl::InvalidArgumentError(
@@ -649,7 +671,17 @@ void RoleHost::CommitCheckpoint(const v1::CheckpointRequest& request, absl::Dura
       request.key(), false, std::move(done),
       [request](HostedJob& job) -> absl::StatusOr<v1::CheckpointReply> {
         RETURN_IF_ERROR(CheckDirectory(request.directory()));
-        RETURN_IF_ERROR(CommitLatest(request.directory(), request.step()));
+        RETURN_IF_ERROR(CommitStep(request.directory(), request.step()));
+        // The commit stands whatever happens to the deletion of older steps; a failed one is
+        // tried again after the next commit.
+        const absl::StatusOr<std::vector<std::string>> removed = RemoveOldSteps(
+            request.directory(), request.step(), job.spec.trainer().max_ckpt_to_keep());
+        if (!removed.ok()) {
+          RLOG(WARNING) << "trainer.max_ckpt_to_keep: " << removed.status().message();
+        } else if (!removed->empty()) {
+          RLOG(INFO) << "trainer.max_ckpt_to_keep " << job.spec.trainer().max_ckpt_to_keep()
+                     << ": deleted " << absl::StrJoin(*removed, ", ");
+        }
         v1::CheckpointReply reply;
         reply.set_step(request.step());
         reply.set_path(StepDirectory(request.directory(), request.step()));
@@ -665,17 +697,23 @@ void RoleHost::LoadCheckpoint(const v1::CheckpointRequest& request, absl::Durati
     done(CatchAll<v1::CheckpointReply>("LoadCheckpoint", [&]() -> absl::StatusOr<v1::CheckpointReply> {
       ASSIGN_OR_RETURN(HostedJob * job, FindJob(request.key().job_id(), request.key().attempt()));
       RETURN_IF_ERROR(CheckDirectory(request.directory()));
-      ASSIGN_OR_RETURN(const int64_t step, ResolveStep(request.directory(), request.step()));
-      v1::CheckpointReply reply;
-      reply.set_step(step);
+      std::vector<RolePart> parts;
       for (auto& [role, trained] : TrainedRoles(*job)) {
-        const int position = job->layout->PositionIn(role);
-        ASSIGN_OR_RETURN(const nlohmann::json extra,
-                         LoadRoleState(request.directory(), step, role, position,
-                                       trained->StateTensors()));
-        const int64_t steps = extra.value("optimizer_steps", int64_t{0});
-        const int64_t skips = extra.value("nonfinite_skips", int64_t{0});
-        reply.set_kl_coef(extra.value("kl_coef", job->spec.algorithm().kl().coef()));
+        parts.push_back({.role = role,
+                         .rank = job->layout->PositionIn(role),
+                         .state = trained->StateTensors()});
+      }
+      ASSIGN_OR_RETURN(const LoadedCheckpoint loaded,
+                       LoadNewestIntact(request.directory(), request.step(), parts));
+      v1::CheckpointReply reply;
+      reply.set_step(loaded.step);
+      for (const std::string& note : loaded.passed_over) reply.add_passed_over(note);
+      for (size_t i = 0; i < parts.size(); ++i) {
+        const std::string& role = parts[i].role;
+        const nlohmann::json& extra = loaded.extras[i];
+        const int64_t steps = JsonInteger(extra, "optimizer_steps", 0);
+        const int64_t skips = JsonInteger(extra, "nonfinite_skips", 0);
+        reply.set_kl_coef(JsonNumber(extra, "kl_coef", job->spec.algorithm().kl().coef()));
         if (role == kActor) {
           job->actor->set_optimizer_steps(steps);
           job->actor->set_nonfinite_skips(skips);
@@ -686,12 +724,12 @@ void RoleHost::LoadCheckpoint(const v1::CheckpointRequest& request, absl::Durati
           job->critic->set_nonfinite_skips(skips);
           reply.set_critic_optimizer_steps(steps);
         }
-        reply.set_path(RankDirectory(request.directory(), step, role, position));
+        reply.set_path(RankDirectory(request.directory(), loaded.step, role, parts[i].rank));
       }
       job->poisoned.clear();
       job->replies.clear();
       job->batch.Begin(0, 0, {}, 0, 0);
-      RLOG(INFO) << "loaded step " << step << " from " << request.directory();
+      RLOG(INFO) << "loaded step " << loaded.step << " from " << request.directory();
       return reply;
     }));
   });
@@ -808,18 +846,86 @@ void RoleHost::EndJob(const v1::EndJobRequest& request, absl::Duration,
           running->second->attempt != request.attempt()) {
         return v1::EndJobReply();  // a newer attempt runs: not this call's to end
       }
-      jobs_.erase(request.job_id());
-      prepared_.erase(request.job_id());
-      hosted_jobs_ = static_cast<int>(jobs_.size());
-      {
-        std::lock_guard<std::mutex> lock(cancel_mutex_);
-        for (auto it = cancel_flags_.begin(); it != cancel_flags_.end();) {
-          it = it->first.rfind(request.job_id() + "#", 0) == 0 ? cancel_flags_.erase(it) : ++it;
-        }
-      }
+      Forget(request.job_id());
       return v1::EndJobReply();
     }));
   });
+}
+
+void RoleHost::Forget(const std::string& job_id) {
+  jobs_.erase(job_id);
+  prepared_.erase(job_id);
+  PublishHosted();
+  std::lock_guard<std::mutex> lock(cancel_mutex_);
+  for (auto it = cancel_flags_.begin(); it != cancel_flags_.end();) {
+    it = it->first.rfind(job_id + "#", 0) == 0 ? cancel_flags_.erase(it) : ++it;
+  }
+}
+
+void RoleHost::PublishHosted() {
+  std::vector<v1::JobAttempt> hosted;
+  const auto add = [&](const std::string& job_id, int64_t attempt) {
+    v1::JobAttempt& entry = hosted.emplace_back();
+    entry.set_job_id(job_id);
+    entry.set_attempt(attempt);
+  };
+  for (const auto& [job_id, job] : jobs_) add(job_id, job->attempt);
+  for (const auto& [job_id, prepared] : prepared_) {
+    if (!jobs_.count(job_id)) add(job_id, prepared->attempt);
+  }
+  hosted_jobs_ = static_cast<int>(jobs_.size());
+  std::lock_guard<std::mutex> lock(hosted_mutex_);
+  hosted_attempts_ = std::move(hosted);
+}
+
+std::vector<v1::JobAttempt> RoleHost::HostedAttempts() const {
+  std::lock_guard<std::mutex> lock(hosted_mutex_);
+  return hosted_attempts_;
+}
+
+void RoleHost::EndMovedOn(std::vector<v1::JobAttempt> moved_on,
+                          std::chrono::steady_clock::time_point asked_at) {
+  if (moved_on.empty()) return;
+  {
+    // A stage of such an attempt may wait in a collective for peers that have moved on: it ends
+    // now, not at the collective timeout. (The controller never runs that attempt here again.)
+    std::lock_guard<std::mutex> lock(cancel_mutex_);
+    for (const v1::JobAttempt& stale : moved_on) {
+      const auto flag = cancel_flags_.find(absl::StrCat(stale.job_id(), "#", stale.attempt()));
+      if (flag != cancel_flags_.end()) flag->second->store(true);
+    }
+  }
+  executor_.Post([this, moved_on = std::move(moved_on), asked_at] {
+    for (const v1::JobAttempt& stale : moved_on) {
+      const auto job = jobs_.find(stale.job_id());
+      const auto prepared = prepared_.find(stale.job_id());
+      // Only the attempt the heartbeat listed, and only if it was here before that heartbeat: a
+      // newer one that arrived since is the controller's current run.
+      const bool listed_job = job != jobs_.end() && job->second->attempt == stale.attempt() &&
+                              job->second->arrived < asked_at;
+      const bool listed_rendezvous = job == jobs_.end() && prepared != prepared_.end() &&
+                                     prepared->second->attempt == stale.attempt() &&
+                                     prepared->second->arrived < asked_at;
+      if (!listed_job && !listed_rendezvous) continue;
+      RLOG(WARNING) << "job " << SanitizeForDisplay(stale.job_id(), 80) << " attempt "
+                    << stale.attempt()
+                    << ": the controller no longer runs it here (it moved the job on while this "
+                       "worker was unreachable); ending it and freeing its memory";
+      Forget(stale.job_id());
+    }
+  });
+}
+
+int64_t RoleHost::MemoryInUse() const {
+#ifdef RLHFD_HAVE_CUDA
+  if (options_.device.is_cuda()) {
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(options_.device.index())
+        .allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
+        .current;
+  }
+#endif
+  const struct mallinfo2 heap = ::mallinfo2();
+  return static_cast<int64_t>(heap.uordblks + heap.hblkhd);
 }
 
 }  // namespace rlhfd::roles

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/roles/stage_service.h"
 #include "common/util/event_loop.h"
@@ -47,6 +48,17 @@ class RoleHost final : public StageService {
 
   // Jobs currently hosted (for the worker's status).
   int jobs() const { return hosted_jobs_.load(); }
+  // Bytes the worker's tensors hold now: the CUDA caching allocator's allocated bytes on a GPU,
+  // the process heap's bytes in use on the CPU. Any thread.
+  int64_t MemoryInUse() const;
+
+  // The job attempts hosted here (started, or prepared on rank 0), for the heartbeat. Any thread.
+  std::vector<v1::JobAttempt> HostedAttempts() const;
+  // Ends the attempts of `moved_on` that arrived here before `asked_at`, when the heartbeat
+  // listing them was sent: the controller has moved those jobs on (a recovery while this worker
+  // hung, the job's end), so their roles and memory go. Any thread.
+  void EndMovedOn(std::vector<v1::JobAttempt> moved_on,
+                  std::chrono::steady_clock::time_point asked_at);
 
  private:
   // Runs `body` on the executor for the job of `key`, with the stored-reply and poisoned-job
@@ -57,12 +69,18 @@ class RoleHost final : public StageService {
   absl::StatusOr<HostedJob*> FindJob(const std::string& job_id, int64_t attempt);
   // The cancel flag of "<job>#<attempt>".
   std::shared_ptr<std::atomic<bool>> CancelFlag(const std::string& key);
+  // Drops the job's roles, rendezvous and cancel flags (executor).
+  void Forget(const std::string& job_id);
+  // Refreshes what jobs() and HostedAttempts() report from jobs_ and prepared_ (executor).
+  void PublishHosted();
 
   RoleHostOptions options_;
   // Executor-owned.
   std::map<std::string, std::unique_ptr<HostedJob>> jobs_;
   std::map<std::string, std::unique_ptr<PreparedJob>> prepared_;
   std::atomic<int> hosted_jobs_{0};
+  mutable std::mutex hosted_mutex_;
+  std::vector<v1::JobAttempt> hosted_attempts_;  // guarded by hosted_mutex_
   // The tokenizer MeasurePrompts last loaded, and its directory (a job measures in chunks).
   std::string measure_tokenizer_dir_;
   std::unique_ptr<model::Tokenizer> measure_tokenizer_;

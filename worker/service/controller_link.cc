@@ -116,12 +116,20 @@ void ControllerLink::Run() {
       request.set_worker_id(current.worker_id);
       request.set_incarnation(current.incarnation);
       request.set_memory_free_bytes(FreeDeviceMemory(capacity_));
+      if (options_.hosted) {
+        for (v1::JobAttempt& attempt : options_.hosted())
+          *request.add_hosted() = std::move(attempt);
+      }
       v1::HeartbeatReply reply;
       grpc::ClientContext context;
       AttachToken(&context, options_.token);
       context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+      const auto sent = std::chrono::steady_clock::now();
       grpc::Status status = registry_->Heartbeat(&context, request, &reply);
-      if (status.ok()) continue;
+      if (status.ok()) {
+        if (options_.on_heartbeat) options_.on_heartbeat(reply, sent);
+        continue;
+      }
       if (status.error_code() == grpc::StatusCode::NOT_FOUND ||
           status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
         RLOG(WARNING) << "controller no longer knows this worker (" << status.error_message()

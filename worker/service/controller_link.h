@@ -4,12 +4,15 @@
 // restart, or being marked lost).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "rlhfd/v1/worker_service.grpc.pb.h"
@@ -22,6 +25,11 @@ struct ControllerLinkOptions {
   absl::Duration rpc_timeout = absl::Seconds(5);
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(5);
+  // The job attempts the worker hosts, listed in each heartbeat (none if unset).
+  std::function<std::vector<v1::JobAttempt>()> hosted;
+  // Given each accepted heartbeat's reply and when its request was sent, on the link's thread.
+  std::function<void(const v1::HeartbeatReply&, std::chrono::steady_clock::time_point sent)>
+      on_heartbeat;
 };
 
 class ControllerLink {

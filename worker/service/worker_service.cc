@@ -19,6 +19,9 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::GetWorkerStatus(
     reply->set_registered(state.registered);
     reply->set_incarnation(state.incarnation);
     reply->set_start_time_ms(start_time_ms_);
+    const HostedStatus hosted = hosted_();
+    reply->set_jobs_hosted(hosted.jobs);
+    reply->set_memory_in_use_bytes(hosted.memory_in_use_bytes);
   }
   reactor->Finish(auth);
   return reactor;

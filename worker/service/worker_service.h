@@ -3,6 +3,7 @@
 // which answers from its executor; no RPC thread waits.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "common/roles/stage_service.h"
@@ -12,11 +13,21 @@
 
 namespace rlhfd::worker {
 
+// What the worker's status reports of the jobs it hosts (the role host knows).
+struct HostedStatus {
+  int jobs = 0;
+  int64_t memory_in_use_bytes = 0;
+};
+
 class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
  public:
-  WorkerServiceImpl(const ControllerLink* link, roles::StageService* stages, std::string token,
-                    int64_t start_time_ms)
-      : link_(link), stages_(stages), token_(std::move(token)), start_time_ms_(start_time_ms) {}
+  WorkerServiceImpl(const ControllerLink* link, roles::StageService* stages,
+                    std::function<HostedStatus()> hosted, std::string token, int64_t start_time_ms)
+      : link_(link),
+        stages_(stages),
+        hosted_(std::move(hosted)),
+        token_(std::move(token)),
+        start_time_ms_(start_time_ms) {}
 
   grpc::ServerUnaryReactor* GetWorkerStatus(grpc::CallbackServerContext* context,
                                             const v1::GetWorkerStatusRequest* request,
@@ -39,6 +50,7 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
 
   const ControllerLink* link_;
   roles::StageService* stages_;
+  std::function<HostedStatus()> hosted_;
   std::string token_;
   int64_t start_time_ms_;
 };

@@ -1,0 +1,684 @@
+// HttpServer (http_server.h): sockets, TLS, deadlines, connection caps and the handler pool.
+#include "controller/gateway/http_server.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging/logging.h"
+
+namespace rlhfd::controller {
+namespace {
+
+constexpr size_t kReadChunk = 16 << 10;
+
+const char* Reason(int status) {
+  switch (status) {
+    case 100:
+      return "Continue";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 408:
+      return "Request Timeout";
+    case 409:
+      return "Conflict";
+    case 413:
+      return "Content Too Large";
+    case 429:
+      return "Too Many Requests";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 503:
+      return "Service Unavailable";
+    case 504:
+      return "Gateway Timeout";
+    default:
+      return "Status";
+  }
+}
+
+std::string Serialize(const HttpResponse& response, bool keep_alive) {
+  std::string out = absl::StrCat("HTTP/1.1 ", response.status, " ", Reason(response.status),
+                                 "\r\nContent-Type: ", response.content_type,
+                                 "\r\nContent-Length: ", response.body.size(), "\r\n");
+  for (const auto& [name, value] : response.headers) {
+    absl::StrAppend(&out, name, ": ", value, "\r\n");
+  }
+  absl::StrAppend(&out, keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n",
+                  response.body);
+  return out;
+}
+
+}  // namespace
+
+class HttpServer::Impl {
+ public:
+  Impl(HttpServerOptions options, HttpHandler handler, HttpErrorReply error_reply)
+      : options_(std::move(options)),
+        handler_(std::move(handler)),
+        error_reply_(std::move(error_reply)) {}
+
+  ~Impl() {
+    stopping_ = true;
+    Wake();
+    if (io_thread_.joinable()) io_thread_.join();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      handlers_stopping_ = true;
+    }
+    work_ready_.notify_all();
+    for (std::thread& thread : handler_threads_) thread.join();
+    if (listen_fd_ >= 0) close(listen_fd_);
+    if (wake_fd_ >= 0) close(wake_fd_);
+    if (tls_) SSL_CTX_free(tls_);
+  }
+
+  absl::Status Open() {
+    if (!options_.tls_cert_file.empty()) {
+      if (absl::Status tls = OpenTls(); !tls.ok()) return tls;
+    }
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    addrinfo* found = nullptr;
+    const std::string port = std::to_string(options_.port);
+    if (getaddrinfo(options_.host.empty() ? nullptr : options_.host.c_str(), port.c_str(), &hints,
+                    &found) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--http_listen: cannot resolve host '", options_.host, "'"));
+    }
+    int error = 0;
+    for (addrinfo* at = found; at != nullptr && listen_fd_ < 0; at = at->ai_next) {
+      const int fd = socket(at->ai_family, at->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) continue;
+      const int on = 1;
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+      if (bind(fd, at->ai_addr, at->ai_addrlen) == 0 && listen(fd, 512) == 0) {
+        listen_fd_ = fd;
+      } else {
+        error = errno;
+        close(fd);
+      }
+    }
+    freeaddrinfo(found);
+    if (listen_fd_ < 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "the REST gateway cannot listen on ", options_.host, ":", options_.port, " (",
+          std::strerror(error), "); free the port or choose another --http_listen"));
+    }
+    sockaddr_storage bound{};
+    socklen_t size = sizeof(bound);
+    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &size);
+    port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                              : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) return absl::InternalError("the REST gateway cannot create an eventfd");
+    for (int i = 0; i < std::max(1, options_.handler_threads); ++i) {
+      handler_threads_.emplace_back([this] { HandlerLoop(); });
+    }
+    io_thread_ = std::thread([this] { IoLoop(); });
+    return absl::OkStatus();
+  }
+
+  int port() const { return port_; }
+
+ private:
+  enum class Phase { kHandshake, kReading, kHandling, kWriting, kDraining };
+  struct Connection {
+    explicit Connection(const HttpLimits& limits) : parser(limits) {}
+    uint64_t id = 0;
+    int fd = -1;
+    SSL* ssl = nullptr;
+    std::string address;
+    Phase phase = Phase::kReading;
+    RequestParser parser;
+    RequestParser::State seen = RequestParser::State::kHead;  // for the deadline's kind
+    bool idle = false;    // waiting for a keep-alive request's first byte
+    std::string pending;  // read past the request being handled
+    std::string out;
+    size_t out_sent = 0;
+    bool sent_continue = false;
+    bool keep_alive = true;
+    bool drain_after_write = false;
+    size_t drained = 0;
+    size_t body_held = 0;  // of bodies_held_
+    bool ssl_wants_write = false, ssl_wants_read = false;
+    absl::Time deadline;
+    absl::Time waiting_since;  // eviction order: longest waiting for a request goes first
+  };
+  enum class Io { kDone, kAgain, kClosed };
+
+  absl::Status OpenTls() {
+    tls_ = SSL_CTX_new(TLS_server_method());
+    if (tls_ == nullptr) return absl::InternalError("OpenSSL cannot create a TLS context");
+    SSL_CTX_set_min_proto_version(tls_, TLS1_2_VERSION);
+    SSL_CTX_set_mode(tls_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    if (SSL_CTX_use_certificate_chain_file(tls_, options_.tls_cert_file.c_str()) != 1 ||
+        SSL_CTX_use_PrivateKey_file(tls_, options_.tls_key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
+        SSL_CTX_check_private_key(tls_) != 1) {
+      char reason[256] = "";
+      ERR_error_string_n(ERR_get_error(), reason, sizeof(reason));
+      ERR_clear_error();
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the REST gateway cannot use --tls_cert ", options_.tls_cert_file, " and --tls_key ",
+          options_.tls_key_file, " (", reason, "): give a PEM certificate and its key"));
+    }
+    return absl::OkStatus();
+  }
+
+  void Wake() {
+    if (wake_fd_ < 0) return;
+    const uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof(one));
+  }
+
+  // ---- the handler pool ----
+
+  void HandlerLoop() {
+    while (true) {
+      std::pair<uint64_t, HttpRequest> work;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        work_ready_.wait(lock, [&] { return handlers_stopping_ || !work_.empty(); });
+        if (handlers_stopping_) return;  // queued requests are dropped with their connections
+        work = std::move(work_.front());
+        work_.pop_front();
+      }
+      HttpResponse response;
+      try {
+        response = handler_(work.second);
+      } catch (const std::exception& error) {
+        RLOG(ERROR) << "REST " << work.second.path.substr(0, 200) << ": " << error.what();
+        response = error_reply_(500, absl::InternalError("the request failed; see the log"));
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        done_.emplace_back(work.first, std::move(response));
+      }
+      Wake();
+    }
+  }
+
+  // ---- the I/O thread ----
+
+  void IoLoop() {
+    // A write to a peer that has gone raises SIGPIPE on this thread; blocked, it is EPIPE.
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+    std::vector<pollfd> polled;
+    std::vector<uint64_t> ids;
+    while (!stopping_) {
+      const absl::Time now = absl::Now();
+      polled.clear();
+      ids.clear();
+      polled.push_back({wake_fd_, POLLIN, 0});
+      if (now >= accept_paused_until_) polled.push_back({listen_fd_, POLLIN, 0});
+      absl::Time next = now + absl::Seconds(1);
+      for (auto& [id, c] : connections_) {
+        short events = 0;
+        switch (c->phase) {
+          case Phase::kHandling:
+            continue;
+          case Phase::kHandshake:
+            events = c->ssl_wants_write ? POLLOUT : POLLIN;
+            break;
+          case Phase::kReading:
+          case Phase::kDraining:
+            events = POLLIN;
+            if (!c->out.empty() || c->ssl_wants_write) events |= POLLOUT;
+            break;
+          case Phase::kWriting:
+            events = c->ssl_wants_read ? POLLIN : POLLOUT;
+            break;
+        }
+        polled.push_back({c->fd, events, 0});
+        ids.push_back(id);
+        next = std::min(next, c->deadline);
+      }
+      const int wait_ms =
+          static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(next - now) + 1, 0, 1000));
+      if (poll(polled.data(), polled.size(), wait_ms) < 0 && errno != EINTR) {
+        RLOG(ERROR) << "REST gateway: poll failed: " << std::strerror(errno);
+        absl::SleepFor(absl::Milliseconds(100));
+        continue;
+      }
+      if (polled[0].revents != 0) TakeReplies();
+      if (polled.size() > 1 && polled[1].fd == listen_fd_ && polled[1].revents != 0) Accept();
+      const size_t first = polled.size() - ids.size();
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (polled[first + i].revents == 0) continue;
+        const auto found = connections_.find(ids[i]);
+        if (found != connections_.end()) Advance(*found->second);
+      }
+      Expire();
+    }
+    for (auto& [id, connection] : connections_) CloseSocket(*connection);
+  }
+
+  void TakeReplies() {
+    uint64_t count;
+    (void)!read(wake_fd_, &count, sizeof(count));
+    std::deque<std::pair<uint64_t, HttpResponse>> done;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done.swap(done_);
+    }
+    for (auto& [id, response] : done) {
+      const auto found = connections_.find(id);
+      if (found == connections_.end() || found->second->phase != Phase::kHandling) continue;
+      Connection& c = *found->second;
+      Send(c, response, c.keep_alive);
+      Advance(c);
+    }
+  }
+
+  void Accept() {
+    while (true) {
+      sockaddr_storage peer{};
+      socklen_t size = sizeof(peer);
+      const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &size,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          // Out of descriptors: retry shortly rather than spin on a listen socket that stays
+          // readable.
+          RLOG_EVERY_N_SEC(WARNING, 10) << "REST gateway: accept: " << std::strerror(errno);
+          accept_paused_until_ = absl::Now() + absl::Milliseconds(100);
+        }
+        return;
+      }
+      char text[INET6_ADDRSTRLEN] = "";
+      if (peer.ss_family == AF_INET6) {
+        inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&peer)->sin6_addr, text, sizeof(text));
+      } else {
+        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&peer)->sin_addr, text, sizeof(text));
+      }
+      const std::string address = text;
+      const auto counted = per_address_.find(address);
+      const bool address_full =
+          counted != per_address_.end() && counted->second >= options_.max_connections_per_address;
+      if (address_full || connections_.size() >= options_.max_connections) {
+        Connection* victim = Oldest(address_full ? &address : nullptr);
+        if (victim == nullptr) {
+          Refuse(fd, address_full
+                         ? absl::StrCat("all ", options_.max_connections_per_address,
+                                        " connections from ", address, " are busy with requests")
+                         : absl::StrCat("all ", options_.max_connections,
+                                        " connections are busy with requests"));
+          continue;
+        }
+        Close(*victim);
+      }
+      // Small replies go out at once rather than after the peer's delayed ACK (a 40 ms stall).
+      const int on = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+      auto c = std::make_unique<Connection>(options_.limits);
+      c->id = ++last_id_;
+      c->fd = fd;
+      c->address = address;
+      c->waiting_since = absl::Now();
+      c->deadline = c->waiting_since + options_.limits.head_timeout;
+      if (tls_ != nullptr) {
+        c->ssl = SSL_new(tls_);
+        if (c->ssl == nullptr || SSL_set_fd(c->ssl, fd) != 1) {
+          if (c->ssl) SSL_free(c->ssl);
+          close(fd);
+          continue;
+        }
+        c->phase = Phase::kHandshake;
+      }
+      ++per_address_[address];
+      connections_.emplace(c->id, std::move(c));
+    }
+  }
+
+  // The connection (of `address`, or any) that has waited longest for a request; nullptr when
+  // every one is busy with a request.
+  Connection* Oldest(const std::string* address) {
+    Connection* oldest = nullptr;
+    for (auto& [id, c] : connections_) {
+      if (c->phase == Phase::kHandling || c->phase == Phase::kWriting) continue;
+      if (address != nullptr && c->address != *address) continue;
+      if (oldest == nullptr || c->waiting_since < oldest->waiting_since) oldest = c.get();
+    }
+    return oldest;
+  }
+
+  void Refuse(int fd, const std::string& why) {
+    RLOG_EVERY_N_SEC(WARNING, 10) << "REST gateway: refused a connection: " << why;
+    if (tls_ == nullptr) {  // a plain client is told why; a TLS one cannot be before a handshake
+      const std::string reply = Serialize(
+          error_reply_(503, absl::UnavailableError(absl::StrCat(why, "; retry later"))), false);
+      (void)!send(fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    close(fd);
+  }
+
+  void Expire() {
+    const absl::Time now = absl::Now();
+    std::vector<Connection*> expired;
+    for (auto& [id, c] : connections_) {
+      if (c->phase != Phase::kHandling && now >= c->deadline) expired.push_back(c.get());
+    }
+    for (Connection* c : expired) {
+      if (c->phase == Phase::kReading && c->parser.started()) {
+        // Told why, once; a client that does not read it in time is closed on the write timeout.
+        Send(*c,
+             error_reply_(408, absl::DeadlineExceededError(absl::StrCat(
+                                   "the request was not received in time (",
+                                   absl::FormatDuration(c->seen == RequestParser::State::kBody
+                                                            ? options_.limits.body_timeout
+                                                            : options_.limits.head_timeout),
+                                   "); send it at once"))),
+             false);
+        Advance(*c);
+      } else {
+        Close(*c);
+      }
+    }
+  }
+
+  // Counts `bytes` of body as the connection's share of bodies_held_.
+  void Hold(Connection& c, size_t bytes) {
+    bodies_held_ = bodies_held_ - c.body_held + bytes;
+    c.body_held = bytes;
+  }
+
+  void Send(Connection& c, const HttpResponse& response, bool keep_alive) {
+    Hold(c, 0);                  // the request, if any, is answered
+    c.out.erase(0, c.out_sent);  // an interim "100 Continue" may still be on its way
+    c.out_sent = 0;
+    c.out += Serialize(response, keep_alive);
+    c.keep_alive = keep_alive;
+    c.phase = Phase::kWriting;
+    c.deadline = absl::Now() + options_.limits.write_timeout;
+  }
+
+  void Close(Connection& c) {
+    Hold(c, 0);
+    CloseSocket(c);
+    const auto count = per_address_.find(c.address);
+    if (count != per_address_.end() && --count->second == 0) per_address_.erase(count);
+    connections_.erase(c.id);  // `c` is gone
+  }
+
+  static void CloseSocket(Connection& c) {
+    if (c.ssl != nullptr) {
+      if (SSL_is_init_finished(c.ssl)) SSL_shutdown(c.ssl);  // best effort, non-blocking
+      SSL_free(c.ssl);
+      c.ssl = nullptr;
+      ERR_clear_error();
+    }
+    if (c.fd >= 0) close(c.fd);
+    c.fd = -1;
+  }
+
+  // Moves the connection on as far as it can without blocking; closes it when it is done.
+  void Advance(Connection& c) {
+    if (c.phase == Phase::kHandshake) {
+      const Io shaken = Handshake(c);
+      if (shaken == Io::kClosed) return Close(c);
+      if (shaken == Io::kAgain) return;
+      c.phase = Phase::kReading;
+    }
+    while (true) {
+      if (!c.out.empty()) {
+        const Io flushed = Flush(c);
+        if (flushed == Io::kClosed) return Close(c);
+        if (flushed == Io::kAgain && c.phase == Phase::kWriting) return;
+      }
+      if (c.phase == Phase::kWriting) {  // the reply is out
+        if (c.drain_after_write) {
+          c.phase = Phase::kDraining;
+          c.deadline = absl::Now() + options_.limits.drain_timeout;
+        } else if (!c.keep_alive) {
+          return Close(c);
+        } else {
+          c.phase = Phase::kReading;
+          c.idle = true;
+          c.seen = RequestParser::State::kHead;
+          c.sent_continue = false;
+          c.waiting_since = absl::Now();
+          c.deadline = c.waiting_since + options_.limits.idle_timeout;
+        }
+      }
+      if (c.phase == Phase::kDraining) {
+        char discard[kReadChunk];
+        while (true) {
+          size_t got = 0;
+          const Io read = Read(c, discard, sizeof(discard), &got);
+          if (read == Io::kAgain) return;
+          c.drained += got;
+          if (read == Io::kClosed || c.drained >= options_.limits.max_drain_bytes) return Close(c);
+        }
+      }
+      if (c.phase != Phase::kReading) return;
+      // Bytes left from the last read first, then the socket.
+      std::string input = std::move(c.pending);
+      c.pending.clear();
+      if (input.empty()) {
+        char buffer[kReadChunk];
+        size_t got = 0;
+        const Io read = Read(c, buffer, sizeof(buffer), &got);
+        if (read == Io::kClosed) return Close(c);
+        if (read == Io::kAgain) return;
+        input.assign(buffer, got);
+      }
+      const size_t used = c.parser.Consume(input);
+      c.pending = input.substr(used);
+      Progress(c);
+      if (c.parser.state() == RequestParser::State::kBody ||
+          c.parser.state() == RequestParser::State::kDone) {
+        Hold(c, c.parser.body_bytes());
+        if (bodies_held_ > options_.max_bodies_held_bytes) {
+          c.pending.clear();
+          c.drain_after_write = true;
+          Send(c,
+               error_reply_(503, absl::UnavailableError(absl::StrCat(
+                                     "the gateway holds ", options_.max_bodies_held_bytes >> 20,
+                                     " MiB of request bodies at once; retry shortly"))),
+               false);
+          continue;
+        }
+      }
+      switch (c.parser.state()) {
+        case RequestParser::State::kHead:
+        case RequestParser::State::kBody:
+          if (c.parser.state() == RequestParser::State::kBody && c.parser.expects_continue() &&
+              !c.sent_continue) {
+            c.sent_continue = true;
+            c.out += "HTTP/1.1 100 Continue\r\n\r\n";
+          }
+          continue;
+        case RequestParser::State::kError:
+          c.pending.clear();
+          c.drain_after_write = true;
+          Send(c, error_reply_(c.parser.error_status(), c.parser.error()), false);
+          continue;
+        case RequestParser::State::kDone:
+          Dispatch(c);
+          if (c.phase == Phase::kHandling) return;
+          continue;
+      }
+    }
+  }
+
+  // Sets the deadline as the request moves from idle to head to body.
+  void Progress(Connection& c) {
+    const absl::Time now = absl::Now();
+    if (c.idle && c.parser.started()) {
+      c.idle = false;
+      c.deadline = now + options_.limits.head_timeout;
+    }
+    if (c.seen == RequestParser::State::kHead && c.parser.state() == RequestParser::State::kBody) {
+      c.seen = RequestParser::State::kBody;
+      c.deadline = now + options_.limits.body_timeout;
+    }
+  }
+
+  void Dispatch(Connection& c) {
+    const bool keep_alive = c.parser.keep_alive();
+    HttpRequest request = c.parser.Take();
+    c.keep_alive = keep_alive;
+    if (request.method == "GET" && request.path == options_.health_path) {
+      HttpResponse ok;
+      ok.body = "ok\n";
+      return Send(c, ok, keep_alive);
+    }
+    c.phase = Phase::kHandling;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      work_.emplace_back(c.id, std::move(request));
+    }
+    work_ready_.notify_one();
+  }
+
+  Io Handshake(Connection& c) {
+    ERR_clear_error();
+    const int result = SSL_accept(c.ssl);
+    if (result == 1) return Io::kDone;
+    const int error = SSL_get_error(c.ssl, result);
+    c.ssl_wants_write = error == SSL_ERROR_WANT_WRITE;
+    if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) return Io::kAgain;
+    ERR_clear_error();
+    return Io::kClosed;  // plaintext on the TLS port, an untrusting client, ...
+  }
+
+  Io Read(Connection& c, char* buffer, size_t size, size_t* got) {
+    if (c.ssl == nullptr) {
+      const ssize_t n = recv(c.fd, buffer, size, 0);
+      if (n > 0) {
+        *got = n;
+        return Io::kDone;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return Io::kAgain;
+      return Io::kClosed;
+    }
+    ERR_clear_error();
+    const int n = SSL_read(c.ssl, buffer, static_cast<int>(size));
+    c.ssl_wants_write = false;
+    if (n > 0) {
+      *got = n;
+      return Io::kDone;
+    }
+    const int error = SSL_get_error(c.ssl, n);
+    if (error == SSL_ERROR_WANT_READ) return Io::kAgain;
+    if (error == SSL_ERROR_WANT_WRITE) {
+      c.ssl_wants_write = true;
+      return Io::kAgain;
+    }
+    ERR_clear_error();
+    return Io::kClosed;
+  }
+
+  Io Flush(Connection& c) {
+    while (c.out_sent < c.out.size()) {
+      const char* data = c.out.data() + c.out_sent;
+      const size_t size = c.out.size() - c.out_sent;
+      if (c.ssl == nullptr) {
+        const ssize_t n = send(c.fd, data, size, MSG_NOSIGNAL);
+        if (n < 0) {
+          if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return Io::kAgain;
+          return Io::kClosed;
+        }
+        c.out_sent += n;
+        continue;
+      }
+      ERR_clear_error();
+      const int n = SSL_write(c.ssl, data, static_cast<int>(std::min<size_t>(size, 1 << 30)));
+      c.ssl_wants_read = false;
+      if (n > 0) {
+        c.out_sent += n;
+        continue;
+      }
+      const int error = SSL_get_error(c.ssl, n);
+      if (error == SSL_ERROR_WANT_WRITE) return Io::kAgain;
+      if (error == SSL_ERROR_WANT_READ) {
+        c.ssl_wants_read = true;
+        return Io::kAgain;
+      }
+      ERR_clear_error();
+      return Io::kClosed;
+    }
+    c.out.clear();
+    c.out_sent = 0;
+    return Io::kDone;
+  }
+
+  const HttpServerOptions options_;
+  const HttpHandler handler_;
+  const HttpErrorReply error_reply_;
+  SSL_CTX* tls_ = nullptr;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stopping_ = false;
+  std::thread io_thread_;
+  std::vector<std::thread> handler_threads_;
+
+  // The I/O thread's own.
+  std::map<uint64_t, std::unique_ptr<Connection>> connections_;
+  std::map<std::string, size_t> per_address_;
+  uint64_t last_id_ = 0;
+  size_t bodies_held_ = 0;
+  absl::Time accept_paused_until_ = absl::InfinitePast();
+
+  // Between the I/O thread and the handlers.
+  std::mutex mutex_;
+  std::condition_variable work_ready_;
+  bool handlers_stopping_ = false;
+  std::deque<std::pair<uint64_t, HttpRequest>> work_;
+  std::deque<std::pair<uint64_t, HttpResponse>> done_;
+};
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+HttpServer::~HttpServer() = default;
+int HttpServer::port() const { return impl_->port(); }
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions options,
+                                                              HttpHandler handler,
+                                                              HttpErrorReply error_reply) {
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("the REST gateway's TLS needs both --tls_cert and --tls_key");
+  }
+  auto impl =
+      std::make_unique<Impl>(std::move(options), std::move(handler), std::move(error_reply));
+  if (absl::Status opened = impl->Open(); !opened.ok()) return opened;
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+}  // namespace rlhfd::controller

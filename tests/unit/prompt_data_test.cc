@@ -1,0 +1,78 @@
+// PromptData's bounds on what rows carry to the workers: one limit per row, checked where the
+// file is read and naming the file, line and key; and the check that a rank's share of a step fits
+// the one stage call it travels in, naming the largest row.
+#include "controller/driver/prompt_data.h"
+
+#include <catch2/catch.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/util/files.h"
+#include "tests/support/subprocess.h"
+
+namespace rlhfd::controller {
+namespace {
+
+using testing::TempDir;
+
+std::string Row(const std::string& prompt, const std::string& truth) {
+  return absl::StrCat(R"({"prompt": ")", prompt, R"(", "ground_truth": ")", truth, "\"}\n");
+}
+
+absl::StatusOr<PromptData> LoadText(const std::string& path, const std::string& text) {
+  REQUIRE(WriteFileAtomically(path, text).ok());
+  return PromptData::Load({path}, v1::DataSpec());
+}
+
+TEST_CASE("A row over the limit is refused where it is read, naming file, line and key",
+          "[prompt_data]") {
+  TempDir dir;
+  const std::string path = dir.path() + "/train.jsonl";
+  // The probe's case: a 10 MB ground truth, which used to reach gRPC's message limit at a step.
+  auto big_truth = LoadText(
+      path, Row("What is 2 + 2?", "4") + Row("What is 3 + 4?", std::string(10'000'000, '7')));
+  REQUIRE_FALSE(big_truth.ok());
+  INFO(big_truth.status().message());
+  CHECK(big_truth.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(big_truth.status().message()),
+             Catch::Contains(path + ":2") && Catch::Contains("'ground_truth'") &&
+                 Catch::Contains(absl::StrCat(kMaxRowBytes)));
+
+  auto big_prompt = LoadText(path, Row(std::string(kMaxRowBytes, 'p'), "4"));
+  REQUIRE_FALSE(big_prompt.ok());
+  CHECK_THAT(std::string(big_prompt.status().message()),
+             Catch::Contains(path + ":1") && Catch::Contains("'prompt'"));
+
+  // Just under the limit loads; what a line holds beside the row (unread columns) is not counted.
+  const std::string under =
+      absl::StrCat(R"({"prompt": "q", "extra_info": ")", std::string(2 * kMaxRowBytes, 'x'),
+                   R"(", "ground_truth": ")", std::string(kMaxRowBytes - 64, '1'), "\"}\n");
+  auto loaded = LoadText(path, under);
+  INFO(loaded.status());
+  REQUIRE(loaded.ok());
+  CHECK(loaded->size() == 1);
+}
+
+TEST_CASE("A rank's share must fit one stage call: the largest rows decide", "[prompt_data]") {
+  TempDir dir;
+  const std::string path = dir.path() + "/train.jsonl";
+  std::string text;
+  for (int i = 0; i < 8; ++i) text += Row(absl::StrCat("question ", i), "1");
+  text += Row("the heavy one", std::string(900'000, '9'));  // line 9
+  text += Row("the other heavy one", std::string(800'000, '8'));
+  auto data = LoadText(path, text);
+  REQUIRE(data.ok());
+  const int64_t limit = 1'500'000;
+  // Two rows at a time can be the two heavy ones: 1.7 MB, over the limit.
+  const absl::Status two = CheckShareFits(*data, 2, limit, "data.train_files");
+  INFO(two.message());
+  CHECK(two.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(two.message()), Catch::Contains("data.train_files") &&
+                                             Catch::Contains(path + ":9") &&
+                                             Catch::Contains("data.train_batch_size"));
+  // One at a time fits, and so does any share of an empty set.
+  CHECK(CheckShareFits(*data, 1, limit, "data.train_files").ok());
+  CHECK(CheckShareFits(PromptData(), 4, limit, "data.val_files").ok());
+}
+
+}  // namespace
+}  // namespace rlhfd::controller
