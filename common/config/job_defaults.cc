@@ -62,7 +62,7 @@ constexpr const char* kDefaultsJson = R"json({
     "checkpoint_dir": "", "resume": true, "loggers": ["console"], "seed": 1,
     "project_name": "rlhfd", "experiment_name": "", "critic_warmup": 0,
     "val_before_train": true, "max_restarts": 3, "device": "auto", "rollout_data_dir": "", "priority": 0,
-    "max_ckpt_to_keep": 0
+    "max_ckpt_to_keep": 0, "max_nonfinite_skips": 0
   }
 })json";
 

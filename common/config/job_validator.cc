@@ -405,6 +405,7 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
                             ": give the number of newest checkpoints to keep (>= 1), or 0 or "
                             "null to keep them all"));
   }
+  check.Within("trainer.max_nonfinite_skips", trainer.max_nonfinite_skips(), 0, 1000000);
   if (trainer.device() != "auto" && trainer.device() != "cpu" && trainer.device() != "cuda") {
     check.Fail("trainer.device", absl::StrCat("'", trainer.device(), "' is not auto, cpu or cuda"));
   }

@@ -38,15 +38,20 @@ const std::map<std::string, std::string>& ActorMetricNames() {
                                              {"entropy", "actor/entropy"},
                                              {"grad_norm", "actor/grad_norm"},
                                              {"lr", "actor/lr"},
+                                             {"nonfinite_skips", "actor/nonfinite_skips"},
                                              {"response_tokens_per_s", "actor/tokens_per_s"}};
   return *names;
 }
 
 const std::map<std::string, std::string>& CriticMetricNames() {
-  static const auto* names = new std::map<std::string, std::string>{
-      {"value_loss", "critic/vf_loss"},  {"value_clip_fraction", "critic/vf_clipfrac"},
-      {"values", "critic/vpred_mean"},   {"explained_variance", "critic/vf_explained_var"},
-      {"grad_norm", "critic/grad_norm"}, {"lr", "critic/lr"}};
+  static const auto* names =
+      new std::map<std::string, std::string>{{"value_loss", "critic/vf_loss"},
+                                             {"value_clip_fraction", "critic/vf_clipfrac"},
+                                             {"values", "critic/vpred_mean"},
+                                             {"explained_variance", "critic/vf_explained_var"},
+                                             {"grad_norm", "critic/grad_norm"},
+                                             {"lr", "critic/lr"},
+                                             {"nonfinite_skips", "critic/nonfinite_skips"}};
   return *names;
 }
 

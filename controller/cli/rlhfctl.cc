@@ -34,6 +34,7 @@
 #include "common/status/status_macros.h"
 #include "common/util/clock.h"
 #include "common/util/files.h"
+#include "common/util/metric_value.h"
 #include "common/util/program_help.h"
 #include "controller/cli/table.h"
 #include "controller/jobs/submit_checks.h"
@@ -206,10 +207,12 @@ std::string KeyMetrics(const google::protobuf::Map<std::string, double>& metrics
   std::vector<std::string> shown;
   for (const char* name : kKeyMetrics) {
     const auto found = metrics.find(name);
-    if (found != metrics.end()) shown.push_back(absl::StrFormat("%s=%.4g", name, found->second));
+    if (found != metrics.end())
+      shown.push_back(absl::StrCat(name, "=", FormatMetric(found->second, 4)));
   }
   for (const auto& [name, value] : metrics) {
-    if (absl::StartsWith(name, "val")) shown.push_back(absl::StrFormat("%s=%.4g", name, value));
+    if (absl::StartsWith(name, "val"))
+      shown.push_back(absl::StrCat(name, "=", FormatMetric(value, 4)));
   }
   return absl::StrJoin(shown, " ");
 }
@@ -537,7 +540,7 @@ std::vector<std::string> MetricsRow(const v1::StepMetrics& step) {
   std::vector<std::string> row = {std::to_string(step.step())};
   for (const char* name : kKeyMetrics) {
     const auto found = step.metrics().find(name);
-    row.push_back(found == step.metrics().end() ? "" : absl::StrFormat("%.4g", found->second));
+    row.push_back(found == step.metrics().end() ? "" : FormatMetric(found->second, 4));
   }
   return row;
 }
@@ -636,10 +639,10 @@ int Wait(Client& client, const std::string& job_id) {
     const int width = 30;
     const int filled = total > 0 ? static_cast<int>(width * event.step() / total) : 0;
     const auto reward = event.metrics().find("critic/score/mean");
-    const std::string line = absl::StrFormat(
-        "[%s%s] step %d/%d  ETA %s  reward %s", std::string(filled, '#'),
-        std::string(width - std::min(width, filled), '.'), event.step(), total, eta,
-        reward == event.metrics().end() ? "-" : absl::StrFormat("%.4g", reward->second));
+    const std::string line =
+        absl::StrFormat("[%s%s] step %d/%d  ETA %s  reward %s", std::string(filled, '#'),
+                        std::string(width - std::min(width, filled), '.'), event.step(), total, eta,
+                        reward == event.metrics().end() ? "-" : FormatMetric(reward->second, 4));
     if (terminal) {
       std::cout << "\r" << line << std::flush;
     } else {

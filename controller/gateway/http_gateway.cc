@@ -1,5 +1,6 @@
 #include "controller/gateway/http_gateway.h"
 
+#include <cmath>
 #include <functional>
 #include <future>
 #include <map>
@@ -139,6 +140,13 @@ std::string Escaped(const std::string& label) {
   return out;
 }
 
+// A sample value as the exposition format spells it: NaN, +Inf and -Inf for the non-finite.
+std::string PrometheusNumber(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  return absl::StrCat(value);
+}
+
 std::string ShortState(const google::protobuf::EnumDescriptor* type, int value,
                        absl::string_view prefix) {
   std::string name = type->FindValueByNumber(value)->name();
@@ -231,7 +239,7 @@ std::string PrometheusText(Controller& controller) {
       const std::optional<double> value = series.value(job);
       if (!value) continue;
       absl::StrAppend(&out, series.name, "{job=\"", job.job_id(), "\",name=\"",
-                      Escaped(job.spec().name()), "\"} ", *value, "\n");
+                      Escaped(job.spec().name()), "\"} ", PrometheusNumber(*value), "\n");
     }
   }
   return out;

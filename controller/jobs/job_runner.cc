@@ -209,6 +209,13 @@ void JobRunner::OnRunning(const std::string& job_id, int64_t generation,
   // The step loaded, which is older than the record's when a damaged checkpoint was passed over.
   RecordProgress(job_id, progress);
   const int64_t step = progress.checkpoint_step();
+  // The steps after the checkpoint run again: the sinks drop an earlier run's records of them,
+  // so each step is in the logs once (the history replaces a step's record when it is re-run).
+  if (const auto sinks = sinks_.find(job_id); sinks != sinks_.end()) {
+    for (const auto& sink : sinks->second) {
+      LogIfFailed(sink->StartRun(step), "dropping re-run steps from a job's logs");
+    }
+  }
   LogIfFailed(jobs_.TransitionTo(job_id, v1::JOB_STATE_RUNNING,
                                  step > 0 ? absl::StrCat("resumed after step ", step) : "running",
                                  clock_()),

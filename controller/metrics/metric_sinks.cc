@@ -1,5 +1,7 @@
 #include "controller/metrics/metric_sinks.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -7,13 +9,17 @@
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 #include "absl/time/clock.h"
 #include "common/util/crc32c.h"
 #include "common/util/files.h"
+#include "common/util/metric_value.h"
 
 namespace rlhfd::controller {
 namespace {
@@ -55,10 +61,13 @@ std::map<std::string, double> Sorted(const v1::StepMetrics& step) {
 class ConsoleSink final : public MetricSink {
  public:
   explicit ConsoleSink(std::string job_id) : job_id_(std::move(job_id)) {}
+  absl::Status StartRun(int64_t) override { return absl::OkStatus(); }
   absl::Status Write(const v1::StepMetrics& step) override {
     // verl's console logger: "step:N - name:value - ...".
     std::string line = absl::StrCat(job_id_, " step:", step.step());
-    for (const auto& [name, value] : Sorted(step)) absl::StrAppend(&line, " - ", name, ":", value);
+    for (const auto& [name, value] : Sorted(step)) {
+      absl::StrAppend(&line, " - ", name, ":", FormatMetric(value));
+    }
     RLOG(INFO) << line;
     return absl::OkStatus();
   }
@@ -67,17 +76,86 @@ class ConsoleSink final : public MetricSink {
   std::string job_id_;
 };
 
+// The step of a metrics.jsonl line; none for a line that is not a whole record (a write a crash
+// cut short).
+std::optional<int64_t> StepOfLine(absl::string_view line) {
+  if (line.empty() || line.back() != '\n') return std::nullopt;
+  const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!row.is_object() || !row.contains("step") || !row["step"].is_number_integer()) {
+    return std::nullopt;
+  }
+  return row["step"].get<int64_t>();
+}
+
+// Cuts the file at `path` after its last line of a step <= `keep_through`, reading back from its
+// end: lines are in step order (each run cuts before it appends), so the work is the lines
+// dropped, not the file. One ftruncate, so a crash leaves the file cut or whole, never torn.
+absl::Status CutAfterStep(const std::string& path, int64_t keep_through) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot open ", path, " to drop re-run steps: ", std::strerror(errno)));
+  }
+  const auto close_fd = absl::MakeCleanup([fd] { ::close(fd); });
+  struct stat info;
+  if (::fstat(fd, &info) != 0) {
+    return absl::InternalError(absl::StrCat("stat ", path, ": ", std::strerror(errno)));
+  }
+  constexpr off_t kBlock = 1 << 16;
+  std::string tail;  // the file's bytes [tail_start, cut)
+  off_t tail_start = info.st_size, cut = info.st_size;
+  while (cut > 0) {
+    // The last line before `cut` starts after the newline before its own final byte.
+    size_t begin = std::string::npos;
+    while (true) {
+      const size_t end = static_cast<size_t>(cut - tail_start);
+      if (end >= 2) begin = tail.rfind('\n', end - 2);
+      if (begin != std::string::npos || tail_start == 0) break;
+      const off_t more = std::min(kBlock, tail_start);
+      std::string block(static_cast<size_t>(more), '\0');
+      if (::pread(fd, block.data(), block.size(), tail_start - more) != more) {
+        return absl::InternalError(absl::StrCat("reading ", path, ": ", std::strerror(errno)));
+      }
+      tail = block + tail;
+      tail_start -= more;
+    }
+    begin = begin == std::string::npos ? 0 : begin + 1;
+    const absl::string_view line(tail.data() + begin,
+                                 static_cast<size_t>(cut - tail_start) - begin);
+    const std::optional<int64_t> step = StepOfLine(line);
+    if (step && *step <= keep_through) break;
+    cut = tail_start + static_cast<off_t>(begin);
+    tail.resize(begin);
+  }
+  if (cut == info.st_size) return absl::OkStatus();
+  if (::ftruncate(fd, cut) != 0 || ::fsync(fd) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cutting ", path, " after step ", keep_through, ": ", std::strerror(errno)));
+  }
+  RLOG(INFO) << "dropped " << info.st_size - cut << " bytes of "
+             << (keep_through < 0 ? std::string("every step")
+                                  : absl::StrCat("the steps after ", keep_through))
+             << " from " << path << " (this run writes them again)";
+  return absl::OkStatus();
+}
+
 class JsonlSink final : public MetricSink {
  public:
-  explicit JsonlSink(AppendFile file) : file_(std::move(file)) {}
+  JsonlSink(std::string path, AppendFile file) : path_(std::move(path)), file_(std::move(file)) {}
+  absl::Status StartRun(int64_t resumed_after) override {
+    // From the start, step 0 (validation before training) runs again too.
+    return CutAfterStep(path_, resumed_after > 0 ? resumed_after : -1);
+  }
   absl::Status Write(const v1::StepMetrics& step) override {
     nlohmann::json data = nlohmann::json::object();
-    for (const auto& [name, value] : Sorted(step)) data[name] = value;
+    for (const auto& [name, value] : Sorted(step)) data[name] = MetricToJson(value);
     return file_.Append(nlohmann::json{{"step", step.step()}, {"data", data}}.dump() + "\n");
   }
 
  private:
-  AppendFile file_;
+  std::string path_;
+  AppendFile file_;  // opened for appending: writes land at the end, wherever a cut left it
 };
 
 // Protobuf wire format, for the few fields of tensorflow.Event and Summary written here.
@@ -127,6 +205,20 @@ class TensorBoardSink final : public MetricSink {
     return sink;
   }
 
+  // TensorBoard's readers (EventAccumulator, plugin_event_accumulator) purge every event of a
+  // step >= a SessionLog START's step once the file version is "brain.Event:2"; the plugin one
+  // ignores a run's first START, so every run writes one (the first run's purges nothing).
+  // tensorboard's Rust data server drops a tag's records at or after a step that arrives again.
+  absl::Status StartRun(int64_t resumed_after) override {
+    std::string session_log;
+    Varint(session_log, (1 << 3) | 0);  // SessionLog.status
+    Varint(session_log, 1);             // START
+    const double now = static_cast<double>(absl::ToUnixMicros(absl::Now())) / 1e6;
+    std::string event = EventHeader(now, resumed_after > 0 ? resumed_after + 1 : 0);
+    LengthDelimited(event, 7, session_log);  // Event.session_log
+    return Record(event);
+  }
+
   absl::Status Write(const v1::StepMetrics& step) override {
     std::string summary;
     for (const auto& [name, value] : Sorted(step)) {
@@ -170,8 +262,9 @@ absl::StatusOr<std::vector<std::unique_ptr<MetricSink>>> MakeMetricSinks(
       sinks.push_back(std::make_unique<ConsoleSink>(job_id));
     } else if (logger == "jsonl") {
       RETURN_IF_ERROR(MakeDirectories(dir));
-      ASSIGN_OR_RETURN(AppendFile file, AppendFile::Open(dir + "/metrics.jsonl"));
-      sinks.push_back(std::make_unique<JsonlSink>(std::move(file)));
+      const std::string path = dir + "/metrics.jsonl";
+      ASSIGN_OR_RETURN(AppendFile file, AppendFile::Open(path));
+      sinks.push_back(std::make_unique<JsonlSink>(path, std::move(file)));
     } else if (logger == "tensorboard") {
       ASSIGN_OR_RETURN(std::unique_ptr<TensorBoardSink> sink,
                        TensorBoardSink::Open(dir + "/tensorboard"));

@@ -4,7 +4,13 @@
 //   jsonl        <dir>/metrics.jsonl, verl's file logger: {"step": N, "data": {name: value}}
 //   tensorboard  <dir>/tensorboard/events.out.tfevents.<seconds>.<host>: TFRecord framing
 //                (masked CRC32C) of Event protos with one scalar summary value per metric
-// `dir` is the job's log directory (--log_dir/<job id>).
+// `dir` is the job's log directory (--log_dir/<job id>). NaN and infinities are written as such:
+// JSON as "NaN" / "Infinity" / "-Infinity" (common/util/metric_value.h), TensorBoard as floats.
+//
+// Each step once: a run of a job that resumes after step K re-runs the steps after K, so before
+// it writes, StartRun drops what an earlier run wrote of them (metrics.jsonl is cut after its
+// last line of a step <= K; TensorBoard gets a SessionLog START at step K + 1, which its readers
+// take as "discard every event from this step on").
 #pragma once
 
 #include <memory>
@@ -19,6 +25,9 @@ namespace rlhfd::controller {
 class MetricSink {
  public:
   virtual ~MetricSink() = default;
+  // Before the run's first Write: the run goes on after step `resumed_after` (0: from the start,
+  // validation before training included), so earlier runs' records of later steps go.
+  virtual absl::Status StartRun(int64_t resumed_after) = 0;
   virtual absl::Status Write(const v1::StepMetrics& step) = 0;
 };
 

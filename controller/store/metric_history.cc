@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "common/util/metric_value.h"
 #include "controller/store/sqlite.h"
 #include "nlohmann/json.hpp"
 
@@ -18,7 +19,7 @@ class SqliteMetricHistory final : public MetricHistory {
 
   absl::Status Put(const std::string& job_id, const v1::StepMetrics& step) override {
     nlohmann::json metrics = nlohmann::json::object();
-    for (const auto& [name, value] : step.metrics()) metrics[name] = value;
+    for (const auto& [name, value] : step.metrics()) metrics[name] = MetricToJson(value);
     ASSIGN_OR_RETURN(Statement statement,
                      Prepare("INSERT OR REPLACE INTO steps (job_id, step, time_ms, metrics) "
                              "VALUES (?1, ?2, ?3, ?4)"));
@@ -60,7 +61,9 @@ class SqliteMetricHistory final : public MetricHistory {
           nlohmann::json::parse(text == nullptr ? "{}" : text, nullptr, false);
       if (metrics.is_object()) {
         for (const auto& [name, value] : metrics.items()) {
-          if (value.is_number()) (*step.mutable_metrics())[name] = value.get<double>();
+          if (const std::optional<double> read = MetricFromJson(value)) {
+            (*step.mutable_metrics())[name] = *read;
+          }
         }
       }
       steps.push_back(std::move(step));

@@ -1,7 +1,8 @@
 // MetricHistory: every job's per-step metrics, durable, each step once (a step re-run after a
 // recovery replaces its earlier record). Thread-safe: the loop writes while other threads read.
 // An interface, so the store can change; SQLite (WAL mode, each write a transaction, each read
-// on a connection of its own so it never holds up a write) is what the controller uses.
+// on a connection of its own so it never holds up a write) is what the controller uses. Values
+// are kept as they are, NaN and infinities included (common/util/metric_value.h).
 #pragma once
 
 #include <cstdint>

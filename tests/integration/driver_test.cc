@@ -15,16 +15,20 @@
 #include <stdlib.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/roles/on_policy.h"
 #include "common/roles/pool_placement.h"
 #include "common/util/files.h"
@@ -1090,6 +1094,194 @@ TEST_CASE("rlhfctl submit --wait, metrics --follow and export", "[driver][cli]")
   INFO(failed.out << failed.err);
   CHECK(failed.exit_code == 1);
   CHECK(absl::StrContains(failed.out, "failed: " + bad + ":1"));
+}
+
+// The steps of each line of a metrics.jsonl, in file order, and its rows by step.
+std::vector<int64_t> JsonlSteps(const std::string& path, std::map<int64_t, nlohmann::json>* rows) {
+  std::ifstream in(path);
+  std::vector<int64_t> steps;
+  std::string line;
+  while (std::getline(in, line)) {
+    const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    REQUIRE(row.is_object());
+    steps.push_back(row["step"].get<int64_t>());
+    if (rows != nullptr) (*rows)[steps.back()] = row;
+  }
+  return steps;
+}
+
+// The job's TensorBoard scalars, read by tensorboard's EventAccumulator.
+nlohmann::json TensorBoardScalars(const std::string& logs) {
+  const CommandResult read =
+      RunCommand({RLHFD_PYTHON, RLHFD_READ_TENSORBOARD, logs + "/tensorboard"}, absl::Seconds(120));
+  INFO(read.err);
+  REQUIRE(read.exit_code == 0);
+  return nlohmann::json::parse(read.out);
+}
+
+bool IsNonFiniteJson(const nlohmann::json& value) {
+  return value == "NaN" || value == "Infinity" || value == "-Infinity";
+}
+
+TEST_CASE(
+    "An update that overflows the weights fails the job naming step, role and tensor; no "
+    "checkpoint with non-finite values is committed",
+    "[driver][nonfinite]") {
+  DriverCluster cluster;
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  TempDir dir;
+  // A warm-up from lr 0 over two optimiser steps: step 1 trains at lr 0 and is saved; step 2 at
+  // 5e38, which no float32 AdamW update survives (the injected fault: a learning rate that
+  // overflows, nothing test-only in the product).
+  const std::string id =
+      cluster.Submit(ReadConfig("tiny-cpu-demo.yaml"),
+                     {"trainer.total_steps=3", "trainer.save_every=1",
+                      "trainer.checkpoint_dir=" + dir.path(), "trainer.loggers=[console]",
+                      "roles.actor.train.lr=1e39", "roles.actor.train.lr_warmup_steps=2"});
+  const v1::Job job = cluster.WaitEnded(id);
+  INFO(Describe(job));
+  CHECK(job.state() == v1::JOB_STATE_FAILED);
+  CHECK(job.progress().restarts() == 0);  // the job's own fault: a restart replays it
+  CHECK(job.progress().checkpoint_step() == 1);
+  for (const char* words :
+       {"step 2 update_actor", "actor: optimizer step 1 of this update", "parameter model.",
+        "holds non-finite values after the update", "lower roles.actor.train.lr"}) {
+    CHECK(absl::StrContains(job.message(), words));
+  }
+  // `latest` never moved past step 1, step 2 was never saved, and step 1 is finite.
+  const absl::StatusOr<std::string> latest = ReadFileToString(dir.path() + "/latest", 64);
+  REQUIRE(latest.ok());
+  CHECK(*latest == "step_1\n");
+  CHECK_FALSE(fs::exists(dir.path() + "/step_2/actor/rank_0/manifest.json"));
+  CHECK_FALSE(fs::exists(dir.path() + "/step_2/actor/rank_1/manifest.json"));
+  for (int rank : {0, 1}) {
+    auto saved = model::StateDict::Load(
+        absl::StrCat(dir.path(), "/step_1/actor/rank_", rank, "/state.safetensors"));
+    REQUIRE(saved.ok());
+    REQUIRE(!saved->names().empty());
+    for (const std::string& name : saved->names()) {
+      INFO(name);
+      CHECK(at::isfinite(*saved->Get(name)).all().item<bool>());
+    }
+  }
+}
+
+TEST_CASE(
+    "trainer.max_nonfinite_skips: a NaN step is skipped and shown as NaN by every sink, "
+    "rlhfctl and the history; the next one fails the job",
+    "[driver][nonfinite]") {
+  DriverCluster cluster;
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  TempDir dir;
+  // Warm-up over 1e9 optimiser steps from lr 0 to 1e39: step 2 trains at 1e30, which leaves
+  // finite weights around 1e30 whose forwards overflow from step 3 on (NaN losses).
+  const std::string id = cluster.Submit(
+      ReadConfig("tiny-cpu-demo.yaml"),
+      {"trainer.total_steps=6", "trainer.save_every=1", "trainer.checkpoint_dir=" + dir.path(),
+       "trainer.loggers=[console, jsonl, tensorboard]", "roles.actor.train.lr=1e39",
+       "roles.actor.train.lr_warmup_steps=1000000000", "trainer.max_nonfinite_skips=1"});
+  const v1::Job job = cluster.WaitEnded(id);
+  INFO(Describe(job));
+  REQUIRE(job.state() == v1::JOB_STATE_FAILED);
+  CHECK(job.progress().restarts() == 0);
+  CHECK(absl::StrContains(job.message(), "step 4 update_actor"));
+  CHECK(absl::StrContains(job.message(), "actor: optimizer step 1 of this update"));
+  CHECK(absl::StrContains(job.message(), "_loss is NaN; no update was applied"));
+  CHECK(absl::StrContains(job.message(), "trainer.max_nonfinite_skips (1) allows no more"));
+  // Step 3 was skipped: its weights are step 2's, finite, and its checkpoint was committed.
+  CHECK(job.progress().checkpoint_step() == 3);
+
+  // The history (GetJobMetrics, what rlhfctl and REST read) keeps the NaN.
+  std::map<int64_t, v1::StepMetrics> history;
+  for (const v1::StepMetrics& step : cluster.Metrics(id)) history[step.step()] = step;
+  REQUIRE(history.count(3) == 1);
+  const auto& step3 = history[3].metrics();
+  REQUIRE(step3.count("actor/nonfinite_skips") == 1);
+  CHECK(step3.at("actor/nonfinite_skips") == 1);
+  REQUIRE(step3.count("actor/pg_loss") == 1);
+  CHECK_FALSE(std::isfinite(step3.at("actor/pg_loss")));
+  REQUIRE(step3.count("actor/grad_norm") == 1);
+  CHECK_FALSE(std::isfinite(step3.at("actor/grad_norm")));
+  CHECK(history[2].metrics().at("actor/nonfinite_skips") == 0);
+
+  // metrics.jsonl and TensorBoard spell it out.
+  const std::string logs = cluster.cluster().state_dir() + "/logs/" + id;
+  std::map<int64_t, nlohmann::json> rows;
+  CHECK(JsonlSteps(logs + "/metrics.jsonl", &rows) == std::vector<int64_t>{1, 2, 3});
+  INFO(rows[3].dump());
+  CHECK(IsNonFiniteJson(rows[3]["data"]["actor/pg_loss"]));
+  CHECK(IsNonFiniteJson(rows[3]["data"]["actor/grad_norm"]));
+  CHECK(rows[3]["data"]["actor/nonfinite_skips"] == 1);
+  const nlohmann::json scalars = TensorBoardScalars(logs);
+  REQUIRE(scalars["actor/pg_loss"].size() == 3);
+  CHECK(IsNonFiniteJson(scalars["actor/pg_loss"][2][1]));
+
+  // rlhfctl: the table shows it, and --json has it as protobuf's JSON spells it.
+  const CommandResult table = cluster.cluster().Ctl({"metrics", id});
+  INFO(table.out << table.err);
+  CHECK(table.exit_code == 0);
+  std::string step3_row;
+  for (absl::string_view line : absl::StrSplit(table.out, '\n')) {
+    if (absl::StartsWith(line, "3 ")) step3_row = std::string(line);
+  }
+  CHECK((absl::StrContains(step3_row, "NaN") || absl::StrContains(step3_row, "Infinity")));
+  const CommandResult json = cluster.cluster().Ctl({"--json", "metrics", id});
+  INFO(json.out << json.err);
+  REQUIRE(json.exit_code == 0);
+  const nlohmann::json reply = nlohmann::json::parse(json.out, nullptr, false);
+  REQUIRE(reply.is_object());
+  bool seen = false;
+  for (const nlohmann::json& step : reply["steps"]) {
+    if (step["step"] != "3" && step["step"] != 3) continue;
+    seen = true;
+    CHECK(IsNonFiniteJson(step["metrics"]["actor/pg_loss"]));
+    CHECK(IsNonFiniteJson(step["metrics"]["actor/grad_norm"]));
+  }
+  CHECK(seen);
+}
+
+TEST_CASE("A resumed job's metrics.jsonl and TensorBoard log hold each step once",
+          "[driver][nonfinite]") {
+  DriverCluster cluster;
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  TempDir dir;
+  const int64_t total = 12;
+  const std::string id = cluster.Submit(
+      ReadConfig("tiny-cpu-demo.yaml"),
+      {absl::StrCat("trainer.total_steps=", total), "trainer.save_every=4",
+       "trainer.checkpoint_dir=" + dir.path(), "trainer.loggers=[console, jsonl, tensorboard]"});
+  // Past the checkpoint of step 4, before the one of step 8: the next controller resumes from
+  // step 4 and runs step 5 (and maybe more) again.
+  const v1::Job before = cluster.WaitUntil(
+      id, [](const v1::Job& job) { return job.progress().current_step() >= 5; },
+      absl::Seconds(120));
+  INFO(Describe(before));
+  REQUIRE(before.state() == v1::JOB_STATE_RUNNING);
+  REQUIRE(before.progress().current_step() < 8);
+  cluster.KillController();
+  cluster.StartController();
+  const v1::Job job = cluster.WaitEnded(id);
+  INFO(Describe(job));
+  REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
+  const std::string log = cluster.cluster().controller()->ReadLog();
+  REQUIRE(absl::StrContains(log, "resumed from the checkpoint of step 4"));
+
+  std::vector<int64_t> expected;
+  for (int64_t step = 1; step <= total; ++step) expected.push_back(step);
+  const std::string logs = cluster.cluster().state_dir() + "/logs/" + id;
+  CHECK(JsonlSteps(logs + "/metrics.jsonl", nullptr) == expected);
+  const nlohmann::json scalars = TensorBoardScalars(logs);
+  REQUIRE(scalars.contains("critic/score/mean"));
+  for (const auto& [tag, points] : scalars.items()) {
+    INFO(tag);
+    std::vector<int64_t> steps;
+    for (const nlohmann::json& point : points) steps.push_back(point[0].get<int64_t>());
+    // Each step at most once (some tags, such as timing_s/save_checkpoint, are not in every step).
+    CHECK(std::adjacent_find(steps.begin(), steps.end(),
+                             [](int64_t a, int64_t b) { return b <= a; }) == steps.end());
+    if (tag == "critic/score/mean" || tag == "actor/pg_loss") CHECK(steps == expected);
+  }
+  CheckHistory(cluster.Metrics(id), total);
 }
 
 }  // namespace

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Reads a TensorBoard log directory with tensorboard's own EventAccumulator and prints its
-scalars as JSON: {"tag": [[step, value], ...]}. Exit 77 (skipped) without the tensorboard package.
+scalars as JSON: {"tag": [[step, value], ...]}, non-finite values as rlhfd's JSON spells them
+("NaN", "Infinity", "-Infinity"; docs/metrics.md). Exit 77 (skipped) without the tensorboard
+package.
 
     read_tensorboard.py DIR
 """
 import json
+import math
 import sys
 
 try:
@@ -15,6 +18,16 @@ except ImportError:
 
 accumulator = EventAccumulator(sys.argv[1], size_guidance={"scalars": 0})
 accumulator.Reload()
-scalars = {tag: [[event.step, event.value] for event in accumulator.Scalars(tag)]
+
+
+def value(v):
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "Infinity" if v > 0 else "-Infinity"
+    return v
+
+
+scalars = {tag: [[event.step, value(event.value)] for event in accumulator.Scalars(tag)]
            for tag in accumulator.Tags()["scalars"]}
-print(json.dumps(scalars, sort_keys=True))
+print(json.dumps(scalars, sort_keys=True, allow_nan=False))

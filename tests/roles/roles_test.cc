@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,9 +15,11 @@
 #include "common/config/job_config.h"
 #include "common/roles/job_stages.h"
 #include "common/roles/pool_placement.h"
+#include "common/util/files.h"
 #include "tests/roles/step_check.h"
 #include "tests/support/subprocess.h"
 #include "worker/model/state_dict.h"
+#include "worker/roles/checkpoint.h"
 #include "worker/roles/role_host.h"
 #include "worker/rollout/engine.h"
 
@@ -45,6 +48,24 @@ struct Hosts {
   std::vector<std::unique_ptr<RoleHost>> hosts;
   std::vector<StageService*> services;
 };
+
+TEST_CASE("a state holding NaN or infinity is never saved, and latest stays",
+          "[roles][nonfinite]") {
+  TempDir dir;
+  train::TrainedModel::NamedTensors state = {{"model.norm.weight", at::ones({4})},
+                                             {"optimizer.step.0", at::ones({})}};
+  REQUIRE(SaveRoleState(dir.path(), 1, "actor", 0, state, {}).ok());
+  REQUIRE(CommitLatest(dir.path(), 1).ok());
+  state[1].second.fill_(std::numeric_limits<float>::quiet_NaN());
+  const absl::StatusOr<int64_t> refused = SaveRoleState(dir.path(), 2, "actor", 0, state, {});
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(refused.status().message()),
+             Catch::Contains("optimizer.step.0 holds non-finite values"));
+  CHECK_FALSE(PathExists(RankDirectory(dir.path(), 2, "actor", 0) + "/manifest.json"));
+  CHECK_FALSE(PathExists(RankDirectory(dir.path(), 2, "actor", 0) + "/state.safetensors"));
+  CHECK(*ResolveStep(dir.path(), 0) == 1);
+}
 
 void CheckAgainstOneProcess(const v1::JobSpec& spec, int prompts, int steps) {
   Hosts hosts(spec);

@@ -1,12 +1,17 @@
 // The controller's metric sinks: CRC32C against its published check value, verl's JSONL shape,
-// and TensorBoard event files read back by tensorboard's own EventAccumulator (Python).
+// and TensorBoard event files read back by tensorboard's own EventAccumulator (Python); NaN and
+// infinities written as such, here and in the metric history; a resumed run's steps once.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "common/util/crc32c.h"
+#include "common/util/metric_value.h"
 #include "controller/metrics/metric_sinks.h"
+#include "controller/store/metric_history.h"
 #include "tests/support/subprocess.h"
 
 namespace rlhfd::controller {
@@ -64,6 +69,133 @@ TEST_CASE("jsonl and tensorboard sinks write every step readably", "[metrics]") 
     CHECK(scalars["critic/score/mean"][i][1].get<double>() == Approx(0.1 * (i + 1)).epsilon(1e-6));
     CHECK(scalars["timing_s/step"][i][1].get<double>() == Approx(0.25 * (i + 1)));
   }
+}
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Every line of a metrics.jsonl, parsed.
+std::vector<nlohmann::json> JsonlRows(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<nlohmann::json> rows;
+  std::string line;
+  while (std::getline(in, line)) rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
+
+// The TensorBoard directory's scalars, read by tensorboard itself.
+nlohmann::json ReadTensorBoard(const std::string& dir) {
+  const auto read = RunCommand({RLHFD_PYTHON, RLHFD_READ_TENSORBOARD, dir}, absl::Seconds(60));
+  INFO(read.err);
+  REQUIRE(read.exit_code == 0);
+  return nlohmann::json::parse(read.out);
+}
+
+TEST_CASE("NaN and infinities are written as such by every sink and the history", "[metrics]") {
+  CHECK(FormatMetric(kNaN) == "NaN");
+  CHECK(FormatMetric(-kInf, 4) == "-Infinity");
+  CHECK(FormatMetric(0.123456, 4) == "0.1235");
+  CHECK(MetricToJson(kInf) == "Infinity");
+  CHECK(MetricToJson(1.5) == 1.5);
+  CHECK(std::isnan(*MetricFromJson(nlohmann::json("NaN"))));
+  CHECK(std::isnan(*MetricFromJson(nlohmann::json())));  // older histories wrote null
+  CHECK(*MetricFromJson(nlohmann::json("-Infinity")) == -kInf);
+  CHECK_FALSE(MetricFromJson(nlohmann::json("nan")).has_value());
+
+  TempDir dir;
+  v1::StepMetrics step = Step(1, 0.5);
+  (*step.mutable_metrics())["actor/pg_loss"] = kNaN;
+  (*step.mutable_metrics())["actor/grad_norm"] = kInf;
+  (*step.mutable_metrics())["actor/kl_loss"] = -kInf;
+  {
+    auto sinks = MakeMetricSinks("job-7", {"console", "jsonl", "tensorboard"}, dir.path());
+    REQUIRE(sinks.ok());
+    for (auto& sink : *sinks) {
+      REQUIRE(sink->StartRun(0).ok());
+      REQUIRE(sink->Write(step).ok());
+    }
+  }
+  const std::vector<nlohmann::json> rows = JsonlRows(dir.path() + "/metrics.jsonl");
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0]["data"]["actor/pg_loss"] == "NaN");
+  CHECK(rows[0]["data"]["actor/grad_norm"] == "Infinity");
+  CHECK(rows[0]["data"]["actor/kl_loss"] == "-Infinity");
+  CHECK(rows[0]["data"]["critic/score/mean"] == 0.5);
+  const nlohmann::json scalars = ReadTensorBoard(dir.path() + "/tensorboard");
+  CHECK(scalars["actor/pg_loss"] == nlohmann::json::parse(R"([[1, "NaN"]])"));
+  CHECK(scalars["actor/grad_norm"] == nlohmann::json::parse(R"([[1, "Infinity"]])"));
+  CHECK(scalars["actor/kl_loss"] == nlohmann::json::parse(R"([[1, "-Infinity"]])"));
+
+  auto history = OpenSqliteMetricHistory(dir.path() + "/metrics.db");
+  REQUIRE(history.ok());
+  REQUIRE((*history)->Put("job-7", step).ok());
+  auto read = (*history)->Get("job-7", 0);
+  REQUIRE(read.ok());
+  REQUIRE(read->size() == 1);
+  const auto& metrics = (*read)[0].metrics();
+  REQUIRE(metrics.count("actor/pg_loss") == 1);
+  CHECK(std::isnan(metrics.at("actor/pg_loss")));
+  REQUIRE(metrics.count("actor/grad_norm") == 1);
+  CHECK(metrics.at("actor/grad_norm") == kInf);
+  REQUIRE(metrics.count("actor/kl_loss") == 1);
+  CHECK(metrics.at("actor/kl_loss") == -kInf);
+  CHECK(metrics.at("critic/score/mean") == 0.5);
+}
+
+TEST_CASE("a resumed run's sinks hold each step once, with the new run's values", "[metrics]") {
+  TempDir dir;
+  // The first run: validation (step 0) and steps 1..5, then a write a crash cut short.
+  {
+    auto sinks = MakeMetricSinks("job-7", {"jsonl", "tensorboard"}, dir.path());
+    REQUIRE(sinks.ok());
+    for (auto& sink : *sinks) REQUIRE(sink->StartRun(0).ok());
+    for (int64_t step = 0; step <= 5; ++step) {
+      for (auto& sink : *sinks) REQUIRE(sink->Write(Step(step, 0.1 * step)).ok());
+    }
+  }
+  {
+    std::ofstream torn(dir.path() + "/metrics.jsonl", std::ios::app);
+    torn << R"({"data":{"critic/score/mean":0.6},"st)";
+  }
+  // The second run resumes from the checkpoint of step 3: steps 4.. again, other values.
+  {
+    auto sinks = MakeMetricSinks("job-7", {"jsonl", "tensorboard"}, dir.path());
+    REQUIRE(sinks.ok());
+    for (auto& sink : *sinks) REQUIRE(sink->StartRun(3).ok());
+    for (int64_t step = 4; step <= 6; ++step) {
+      for (auto& sink : *sinks) REQUIRE(sink->Write(Step(step, 1.0 * step)).ok());
+    }
+  }
+  const auto expected_score = [](int64_t step) { return step <= 3 ? 0.1 * step : 1.0 * step; };
+  const std::vector<nlohmann::json> rows = JsonlRows(dir.path() + "/metrics.jsonl");
+  REQUIRE(rows.size() == 7);
+  for (int64_t step = 0; step <= 6; ++step) {
+    INFO("step " << step);
+    CHECK(rows[step]["step"] == step);
+    CHECK(rows[step]["data"]["critic/score/mean"].get<double>() ==
+          Approx(expected_score(step)).epsilon(1e-6));
+  }
+  nlohmann::json scalars = ReadTensorBoard(dir.path() + "/tensorboard");
+  REQUIRE(scalars["critic/score/mean"].size() == 7);
+  for (int64_t step = 0; step <= 6; ++step) {
+    INFO("step " << step);
+    CHECK(scalars["critic/score/mean"][step][0] == step);
+    CHECK(scalars["critic/score/mean"][step][1].get<double>() ==
+          Approx(expected_score(step)).epsilon(1e-6));
+  }
+
+  // A run from the start (no checkpoint) drops everything, step 0 included.
+  {
+    auto sinks = MakeMetricSinks("job-7", {"jsonl", "tensorboard"}, dir.path());
+    REQUIRE(sinks.ok());
+    for (auto& sink : *sinks) REQUIRE(sink->StartRun(0).ok());
+    for (auto& sink : *sinks) REQUIRE(sink->Write(Step(1, 7.0)).ok());
+  }
+  const std::vector<nlohmann::json> again = JsonlRows(dir.path() + "/metrics.jsonl");
+  REQUIRE(again.size() == 1);
+  CHECK(again[0]["step"] == 1);
+  scalars = ReadTensorBoard(dir.path() + "/tensorboard");
+  CHECK(scalars["critic/score/mean"] == nlohmann::json::parse("[[1, 7.0]]"));
 }
 
 TEST_CASE("an unknown logger or an unwritable directory is a clear error", "[metrics]") {

@@ -10,6 +10,7 @@
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 #include "worker/parallel/replicated_model.h"
+#include "worker/train/finite_check.h"
 
 namespace rlhfd::parallel {
 
@@ -186,6 +187,8 @@ absl::Status FullyShardedModel::BeginStep() { return root_->Gather(); }
 void FullyShardedModel::EndForwards() { root_->Release(); }
 
 void FullyShardedModel::ZeroGrad() {
+  // A step given up before FinishStep (a non-finite loss) leaves the root gathered.
+  root_->Release();
   optimizer_->ZeroGrad();
   for (at::Tensor& p : model_->parameters()) {
     if (p.grad().defined()) p.mutable_grad().reset();
@@ -231,9 +234,25 @@ absl::StatusOr<double> FullyShardedModel::FinishStep(double lr, double max_norm)
       if (unit->master.grad().defined()) unit->master.mutable_grad().mul_(max_norm / (norm + 1e-6));
     }
   }
-  optimizer_->Step(lr);
+  // The norm is the same on every rank: all skip a non-finite step together.
+  if (std::isfinite(norm)) optimizer_->Step(lr);
   optimizer_->ZeroGrad();
   return norm;
+}
+
+absl::StatusOr<std::optional<std::string>> FullyShardedModel::NonFiniteParameter() {
+  // The module's parameters are empty between steps: each rank checks its master shards, and
+  // the ranks agree on the first unit any of them found (max of units - index).
+  std::vector<at::Tensor> masters;
+  for (auto& unit : layers_) masters.push_back(unit->master);
+  masters.push_back(root_->master);
+  const std::optional<size_t> mine = train::FirstNonFinite(masters);
+  std::vector<double> found = {mine ? static_cast<double>(masters.size() - *mine) : 0.0};
+  RETURN_IF_ERROR(ReduceOverReplicas(found, train::ReplicaReduce::kMax));
+  if (found[0] == 0) return std::nullopt;
+  const size_t unit = masters.size() - static_cast<size_t>(found[0]);
+  if (unit < layers_.size()) return absl::StrCat("model.layers.", unit, ".*");
+  return std::string("the embeddings, final norm or head (outside model.layers)");
 }
 
 absl::StatusOr<std::vector<at::Tensor>> FullyShardedModel::FullParameters() {

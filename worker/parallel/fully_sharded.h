@@ -49,6 +49,8 @@ class FullyShardedModel final : public train::TrainedModel {
   absl::Status ReduceOverReplicas(std::vector<double>& values, train::ReplicaReduce op) override;
   // Layers gather their parameters inside every forward: all ranks run as many.
   bool lockstep_forwards() const override { return true; }
+  // The unit whose master shard holds a NaN or an infinity on any rank ("model.layers.<k>.*").
+  absl::StatusOr<std::optional<std::string>> NonFiniteParameter() override;
   // Each unit's master shard ("unit.<k>") and the AdamW state over them.
   NamedTensors StateTensors() override;
   // The full parameters, in the model's parameter order (an all-gather of every unit).

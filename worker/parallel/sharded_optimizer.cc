@@ -55,7 +55,9 @@ absl::StatusOr<double> ShardedAdamW::Step(double lr, double max_norm) {
   at::Tensor squares = grad_shard.pow(2).sum().reshape({1});
   RETURN_IF_ERROR(group_.AllReduce(squares, ReduceOp::kSum));
   const double norm = std::sqrt(squares.item<double>());
-  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) {
+  // Every rank has the same norm, so all skip together: nothing non-finite reaches the masters.
+  if (!std::isfinite(norm)) return norm;
+  if (max_norm > 0 && norm > max_norm) {
     grad_shard.mul_(max_norm / (norm + 1e-6));  // As torch's clip_grad_norm_ and train::AdamW.
   }
   master_.mutable_grad() = grad_shard;

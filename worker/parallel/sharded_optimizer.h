@@ -24,7 +24,8 @@ class ShardedAdamW {
 
   // After each rank's backward (its loss a mean over an equal share of the batch): averages the
   // gradients, clips them by their global norm (max_norm > 0), updates and redistributes the
-  // parameters. Returns the gradient norm before clipping.
+  // parameters. Returns the gradient norm before clipping; when it is not finite, nothing is
+  // updated (the gradients are dropped).
   absl::StatusOr<double> Step(double lr, double max_norm);
 
   int64_t shard_size() const { return shard_size_; }

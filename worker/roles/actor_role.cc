@@ -443,8 +443,9 @@ absl::StatusOr<v1::UpdateReply> ActorRole::Update(const v1::UpdateRequest& reque
   }
   const v1::TrainSpec& train = spec_.roles().actor().train();
   train::PolicyUpdateOptions options;
-  options.loop = UpdateLoopOptionsOf(spec_, train, trained_->replicas(), request.key().step(),
-                                     &*schedule_, request.optimizer_steps_before());
+  options.loop =
+      UpdateLoopOptionsOf(spec_, "actor", train, trained_->replicas(), request.key().step(),
+                          &*schedule_, request.optimizer_steps_before(), nonfinite_skips_);
   options.policy = {.clip_ratio_low = algorithm.clip_ratio_low(),
                     .clip_ratio_high = algorithm.clip_ratio_high(),
                     .clip_ratio_c = algorithm.clip_ratio_c(),
@@ -483,6 +484,7 @@ absl::StatusOr<v1::UpdateReply> ActorRole::Update(const v1::UpdateRequest& reque
       request.optimizer_steps_before() +
       static_cast<int64_t>(metrics.count("optimizer_steps") ? metrics.at("optimizer_steps") : 0);
   reply.set_optimizer_steps(optimizer_steps_);
+  nonfinite_skips_ += static_cast<int64_t>(metrics.at("nonfinite_skips"));
   return reply;
 }
 

@@ -53,6 +53,10 @@ class ActorRole {
   train::TrainedModel& trained() { return *trained_; }
   int64_t optimizer_steps() const { return optimizer_steps_; }
   void set_optimizer_steps(int64_t steps) { optimizer_steps_ = steps; }
+  // Optimiser steps skipped for a non-finite loss or gradient norm in the run so far
+  // (trainer.max_nonfinite_skips bounds them; checkpoints keep the count).
+  int64_t nonfinite_skips() const { return nonfinite_skips_; }
+  void set_nonfinite_skips(int64_t skips) { nonfinite_skips_ = skips; }
   // Frees the engine's cache and the storage of any copy of the weights.
   void ReleaseRollout();
   // A module with the full current weights (the training module itself unless the layout
@@ -90,6 +94,7 @@ class ActorRole {
   std::unique_ptr<train::TrainedModel> trained_;
   std::optional<train::LrSchedule> schedule_;
   int64_t optimizer_steps_ = 0;
+  int64_t nonfinite_skips_ = 0;
   // A copy of the weights for the rollout (or an export) when the training module cannot serve:
   // its module lives on, its storage only while in use.
   std::optional<model::Transformer> copy_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -17,6 +18,7 @@
 #include "common/util/files.h"
 #include "worker/model/safetensors_writer.h"
 #include "worker/model/state_dict.h"
+#include "worker/train/finite_check.h"
 
 namespace rlhfd::roles {
 namespace {
@@ -247,6 +249,15 @@ absl::StatusOr<int64_t> SaveRoleState(const std::string& dir, int64_t step, cons
                                       int rank, const train::TrainedModel::NamedTensors& state,
                                       const nlohmann::json& extra) {
   const std::string where = RankDirectory(dir, step, role, rank);
+  // Never a checkpoint that holds NaN or infinities (a resume from it can only diverge): checked
+  // before anything is written, so `latest` keeps naming the last good one.
+  std::vector<at::Tensor> values;
+  for (const auto& [name, tensor] : state) values.push_back(tensor);
+  if (const std::optional<size_t> bad = train::FirstNonFinite(values)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, ": ", state[*bad].first, " holds non-finite values (NaN or infinity); step ", step,
+        " is not saved and `latest` still names the last good checkpoint"));
+  }
   RETURN_IF_ERROR(RemoveTree(CommitPath(dir, step)));
   RETURN_IF_ERROR(RemoveTree(where));
   RETURN_IF_ERROR(MakeDirectories(where));

@@ -31,7 +31,8 @@ std::string RankDirectory(const std::string& dir, int64_t step, const std::strin
 // A save of the same step before this one (cut short, or of a run a resume passed over) goes
 // first: the step's commit record, so the step is not taken as committed while it is rewritten,
 // and this rank's files. When the save fails its files are removed (a full disk keeps no partial
-// shard). Returns the bytes of tensor data written.
+// shard). FAILED_PRECONDITION naming the tensor, and nothing written, when a tensor holds NaN
+// or infinity. Returns the bytes of tensor data written.
 absl::StatusOr<int64_t> SaveRoleState(const std::string& dir, int64_t step, const std::string& role,
                                       int rank, const train::TrainedModel::NamedTensors& state,
                                       const nlohmann::json& extra);

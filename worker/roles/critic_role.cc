@@ -60,8 +60,9 @@ absl::StatusOr<v1::UpdateReply> CriticRole::Update(const v1::UpdateRequest& requ
   update.returns = ToTrainingLayout(returns, p);
   const v1::TrainSpec& train = spec_.roles().critic().train();
   train::CriticUpdateOptions options;
-  options.loop = UpdateLoopOptionsOf(spec_, train, trained_->replicas(), request.key().step(),
-                                     &*schedule_, request.optimizer_steps_before());
+  options.loop =
+      UpdateLoopOptionsOf(spec_, "critic", train, trained_->replicas(), request.key().step(),
+                          &*schedule_, request.optimizer_steps_before(), nonfinite_skips_);
   options.value_clip = train.cliprange_value();
   options.aggregation = spec_.algorithm().loss_agg_mode();
   ComputeScope compute(spec_, device_);
@@ -73,6 +74,7 @@ absl::StatusOr<v1::UpdateReply> CriticRole::Update(const v1::UpdateRequest& requ
   optimizer_steps_ = request.optimizer_steps_before() +
                      static_cast<int64_t>(metrics.count("optimizer_steps") ? metrics.at("optimizer_steps") : 0);
   reply.set_optimizer_steps(optimizer_steps_);
+  nonfinite_skips_ += static_cast<int64_t>(metrics.at("nonfinite_skips"));
   return reply;
 }
 

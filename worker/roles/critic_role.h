@@ -30,6 +30,10 @@ class CriticRole {
   train::TrainedModel& trained() { return *trained_; }
   int64_t optimizer_steps() const { return optimizer_steps_; }
   void set_optimizer_steps(int64_t steps) { optimizer_steps_ = steps; }
+  // Optimiser steps skipped for a non-finite loss or gradient norm in the run so far
+  // (trainer.max_nonfinite_skips bounds them; checkpoints keep the count).
+  int64_t nonfinite_skips() const { return nonfinite_skips_; }
+  void set_nonfinite_skips(int64_t skips) { nonfinite_skips_ = skips; }
 
  private:
   CriticRole(const v1::JobSpec& spec, const at::Device& device) : spec_(spec), device_(device) {}
@@ -39,6 +43,7 @@ class CriticRole {
   std::unique_ptr<train::TrainedModel> trained_;
   std::optional<train::LrSchedule> schedule_;
   int64_t optimizer_steps_ = 0;
+  int64_t nonfinite_skips_ = 0;
 };
 
 }  // namespace rlhfd::roles

@@ -635,10 +635,13 @@ void RoleHost::SaveCheckpoint(const v1::CheckpointRequest& request, absl::Durati
           const int position = job.layout->PositionIn(role);
           const int64_t steps =
               role == kActor ? job.actor->optimizer_steps() : job.critic->optimizer_steps();
+          const int64_t skips =
+              role == kActor ? job.actor->nonfinite_skips() : job.critic->nonfinite_skips();
           ASSIGN_OR_RETURN(const int64_t bytes,
                            SaveRoleState(request.directory(), request.step(), role, position,
                                          trained->StateTensors(),
                                          {{"optimizer_steps", steps},
+                                          {"nonfinite_skips", skips},
                                           {"seed", job.spec.trainer().seed()},
                                           {"kl_coef", request.kl_coef()}}));
           reply.set_bytes(reply.bytes() + bytes);
@@ -709,13 +712,16 @@ void RoleHost::LoadCheckpoint(const v1::CheckpointRequest& request, absl::Durati
         const std::string& role = parts[i].role;
         const nlohmann::json& extra = loaded.extras[i];
         const int64_t steps = JsonInteger(extra, "optimizer_steps", 0);
+        const int64_t skips = JsonInteger(extra, "nonfinite_skips", 0);
         reply.set_kl_coef(JsonNumber(extra, "kl_coef", job->spec.algorithm().kl().coef()));
         if (role == kActor) {
           job->actor->set_optimizer_steps(steps);
+          job->actor->set_nonfinite_skips(skips);
           job->actor->ReleaseRollout();
           reply.set_optimizer_steps(steps);
         } else {
           job->critic->set_optimizer_steps(steps);
+          job->critic->set_nonfinite_skips(skips);
           reply.set_critic_optimizer_steps(steps);
         }
         reply.set_path(RankDirectory(request.directory(), loaded.step, role, parts[i].rank));

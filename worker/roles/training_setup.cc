@@ -26,10 +26,10 @@ int64_t OptimizerStepsPerRlStep(const v1::JobSpec& spec, const v1::TrainSpec& tr
   return mini_batches * train.ppo_epochs();
 }
 
-train::UpdateLoopOptions UpdateLoopOptionsOf(const v1::JobSpec& spec, const v1::TrainSpec& train,
-                                             int replicas, int64_t rl_step,
-                                             const train::LrSchedule* schedule,
-                                             int64_t first_step) {
+train::UpdateLoopOptions UpdateLoopOptionsOf(const v1::JobSpec& spec, const std::string& role,
+                                             const v1::TrainSpec& train, int replicas,
+                                             int64_t rl_step, const train::LrSchedule* schedule,
+                                             int64_t first_step, int64_t nonfinite_skips) {
   const int64_t n = spec.roles().actor().rollout().n();
   train::UpdateLoopOptions loop;
   loop.mini_batch = int64_t{train.ppo_mini_batch_size()} * n / replicas;
@@ -48,6 +48,9 @@ train::UpdateLoopOptions UpdateLoopOptionsOf(const v1::JobSpec& spec, const v1::
   loop.schedule = schedule;
   loop.first_optimizer_step = first_step;
   loop.loss_horizon = spec.data().max_response_length();
+  loop.role = role;
+  loop.max_nonfinite_skips = spec.trainer().max_nonfinite_skips();
+  loop.nonfinite_skips_before = nonfinite_skips;
   return loop;
 }
 

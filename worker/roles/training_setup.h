@@ -23,12 +23,13 @@ std::unique_ptr<train::TrainedModel> MakeTrainedModel(model::Transformer module,
 // Optimiser steps one RL step takes: mini-batches per step times PPO epochs.
 int64_t OptimizerStepsPerRlStep(const v1::JobSpec& spec, const v1::TrainSpec& train);
 
-// The loop of one update: per-replica mini-batches of ppo_mini_batch_size x n / dp responses,
-// micro-batches by count or token budget (packed forwards), the schedule from `first_step`.
-train::UpdateLoopOptions UpdateLoopOptionsOf(const v1::JobSpec& spec, const v1::TrainSpec& train,
-                                             int replicas, int64_t rl_step,
-                                             const train::LrSchedule* schedule,
-                                             int64_t first_step);
+// The loop of one update of `role`: per-replica mini-batches of ppo_mini_batch_size x n / dp
+// responses, micro-batches by count or token budget (packed forwards), the schedule from
+// `first_step`, and trainer.max_nonfinite_skips less the `nonfinite_skips` the run took so far.
+train::UpdateLoopOptions UpdateLoopOptionsOf(const v1::JobSpec& spec, const std::string& role,
+                                             const v1::TrainSpec& train, int replicas,
+                                             int64_t rl_step, const train::LrSchedule* schedule,
+                                             int64_t first_step, int64_t nonfinite_skips);
 
 // The dtype a role's weights are loaded in: float32 on the CPU; on a GPU float32 masters for
 // roles that train, model.dtype for frozen ones.

@@ -1,5 +1,7 @@
 #include "worker/train/trained_model.h"
 
+#include "worker/train/finite_check.h"
+
 namespace rlhfd::train {
 
 TrainedModel::NamedTensors ModuleAndOptimizerState(model::Transformer& module,
@@ -8,6 +10,18 @@ TrainedModel::NamedTensors ModuleAndOptimizerState(model::Transformer& module,
   for (const auto& item : module->named_parameters()) state.emplace_back(item.key(), item.value());
   for (auto& [name, tensor] : optimizer.State()) state.emplace_back("optimizer." + name, tensor);
   return state;
+}
+
+absl::StatusOr<std::optional<std::string>> TrainedModel::NonFiniteParameter() {
+  std::vector<std::string> names;
+  std::vector<at::Tensor> tensors;
+  for (const auto& item : module()->named_parameters()) {
+    names.push_back(item.key());
+    tensors.push_back(item.value());
+  }
+  const std::optional<size_t> found = FirstNonFinite(tensors);
+  if (!found) return std::nullopt;
+  return names[*found];
 }
 
 }  // namespace rlhfd::train

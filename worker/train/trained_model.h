@@ -8,6 +8,8 @@
 // A collective that fails (a peer lost, a timeout) is a Status, never an exception.
 #pragma once
 
+#include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,7 +35,9 @@ class TrainedModel {
   virtual void EndForwards() {}
   // After its last backward: the gradients summed over the replicas, clipped by their global
   // norm (max_norm > 0), one AdamW step with `lr`. Returns the norm before clipping; on an error
-  // the gradients are dropped and the parameters are unchanged.
+  // the gradients are dropped and the parameters are unchanged. A norm that is not finite (NaN
+  // or infinite gradients anywhere) takes no step: the gradients are dropped and the parameters
+  // and optimiser state stay as they were (every replica sees the same norm, so all skip).
   virtual absl::StatusOr<double> FinishStep(double lr, double max_norm) = 0;
   virtual void ZeroGrad() = 0;
   // The first collective failure inside a forward or backward since the last call; clears it.
@@ -48,6 +52,11 @@ class TrainedModel {
   // Whether every replica must run the same number of forwards (the layout gathers parameters
   // inside them): the loop then pads short replicas with forwards that count nothing.
   virtual bool lockstep_forwards() const { return false; }
+
+  // After a step: the name of a parameter that holds a NaN or an infinity, or none; every replica
+  // gets the same answer. One fused reduction over the parameters (finite_check.h). This default
+  // reads module()'s parameters, which every replica holds whole and equal.
+  virtual absl::StatusOr<std::optional<std::string>> NonFiniteParameter();
 
   // Everything this rank's training state is, as tensors that alias it (parameters or their
   // shards, optimiser moments, step counts), by name: a checkpoint writes them and a load copies
@@ -69,7 +78,11 @@ class LocalModel final : public TrainedModel {
   model::Transformer& module() override { return module_; }
   absl::StatusOr<double> FinishStep(double lr, double max_norm) override {
     const double norm = optimizer_.ClipGradNorm(max_norm);
-    optimizer_.Step(lr);
+    if (std::isfinite(norm)) {
+      optimizer_.Step(lr);
+    } else {
+      optimizer_.ZeroGrad();
+    }
     return norm;
   }
   void ZeroGrad() override { optimizer_.ZeroGrad(); }

@@ -5,10 +5,15 @@
 #include <c10/util/Exception.h>
 
 #include <chrono>
+#include <cmath>
+#include <limits>
+#include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
+#include "common/util/metric_value.h"
 
 namespace rlhfd::train {
 namespace {
@@ -23,6 +28,18 @@ absl::Status CheckEqualRows(TrainedModel& model, int64_t rows) {
         extremes[0], "); every data-parallel rank needs the same share of the batch"));
   }
   return absl::OkStatus();
+}
+
+// The step's summed metric that is not finite, a loss (policy_loss, value_loss, ...) before the
+// others (approx_kl, entropy, ...), which follow from it.
+std::optional<std::string> FirstNonFiniteMetric(const UpdateMetrics& sums) {
+  std::optional<std::string> found;
+  for (const auto& [name, value] : sums) {
+    if (std::isfinite(value)) continue;
+    if (absl::EndsWith(name, "_loss")) return name;
+    if (!found) found = name;
+  }
+  return found;
 }
 
 absl::StatusOr<UpdateMetrics> Loop(TrainedModel& model, const at::Tensor& response_mask,
@@ -48,7 +65,7 @@ absl::StatusOr<UpdateMetrics> Loop(TrainedModel& model, const at::Tensor& respon
 
   UpdateMetrics sums;
   double grad_norms = 0;
-  int64_t optimizer_steps = 0;
+  int64_t optimizer_steps = 0, skips = 0;
   double trained_tokens = 0;
   const at::Generator generator = at::detail::createCPUGenerator(options.seed);
   for (int64_t epoch = 0; epoch < options.epochs; ++epoch) {
@@ -77,6 +94,7 @@ absl::StatusOr<UpdateMetrics> Loop(TrainedModel& model, const at::Tensor& respon
       }
       model.ZeroGrad();
       RETURN_IF_ERROR(model.BeginStep());
+      UpdateMetrics step_sums;  // this optimiser step's
       for (size_t k = 0; k < micro_batches.size(); ++k) {
         const std::vector<int64_t>& rows = micro_batches[k];
         const bool counts = k < real_micro_batches;
@@ -87,17 +105,64 @@ absl::StatusOr<UpdateMetrics> Loop(TrainedModel& model, const at::Tensor& respon
             .scale = scale,
             .token_share = counts && scale.tokens > 0 ? micro_tokens / scale.tokens : 0.0,
             .loss_weight = counts ? replicas : 0.0};
-        RETURN_IF_ERROR(micro_step(micro, sums));
+        RETURN_IF_ERROR(micro_step(micro, step_sums));
         RETURN_IF_ERROR(model.TakeStatus());
         if (counts) trained_tokens += micro_tokens;
       }
       const double lr = options.schedule != nullptr
                             ? options.schedule->At(options.first_optimizer_step + optimizer_steps)
                             : options.lr;
-      ASSIGN_OR_RETURN(const double norm, model.FinishStep(lr, options.grad_clip));
+      ++optimizer_steps;
+      const std::string where = absl::StrCat(options.role, ": optimizer step ", optimizer_steps,
+                                             " of this update (epoch ", epoch + 1, ")");
+      // The losses first, agreed by every replica before the step's collectives.
+      const std::optional<std::string> bad_loss = FirstNonFiniteMetric(step_sums);
+      std::vector<double> any_bad_loss = {bad_loss ? 1.0 : 0.0};
+      RETURN_IF_ERROR(model.ReduceOverReplicas(any_bad_loss, ReplicaReduce::kMax));
+      double norm = std::numeric_limits<double>::quiet_NaN();
+      std::string non_finite;  // the tensor that went non-finite
+      if (any_bad_loss[0] > 0) {
+        model.ZeroGrad();
+        non_finite = bad_loss ? absl::StrCat(*bad_loss, " is ", FormatMetric(step_sums[*bad_loss]))
+                              : "the loss on another data-parallel rank is not finite";
+      } else {
+        ASSIGN_OR_RETURN(norm, model.FinishStep(lr, options.grad_clip));
+        if (!std::isfinite(norm)) non_finite = absl::StrCat("grad_norm is ", FormatMetric(norm));
+      }
+      if (!non_finite.empty()) {
+        // No step was taken. Say whether the weights were already bad (a checkpoint with
+        // non-finite values loaded, say), which no skipping can cure.
+        ASSIGN_OR_RETURN(const std::optional<std::string> parameter, model.NonFiniteParameter());
+        const int64_t skipped_in_run = options.nonfinite_skips_before + skips + 1;
+        if (parameter || skipped_in_run > options.max_nonfinite_skips) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              where, ": ", non_finite, "; no update was applied. ",
+              parameter
+                  ? absl::StrCat("Parameter ", *parameter,
+                                 " already held non-finite values before this step (were "
+                                 "they loaded from a damaged checkpoint?)")
+                  : absl::StrCat("The parameters are finite; trainer.max_nonfinite_skips (",
+                                 options.max_nonfinite_skips, ") allows no more skipped steps (",
+                                 skipped_in_run - 1, " so far). Lower roles.", options.role,
+                                 ".train.lr or grad_clip, check the rewards, or raise "
+                                 "trainer.max_nonfinite_skips")));
+        }
+        ++skips;
+        RLOG(WARNING) << where << ": " << non_finite << "; skipped the step (" << skipped_in_run
+                      << " of trainer.max_nonfinite_skips " << options.max_nonfinite_skips << ")";
+      } else {
+        ASSIGN_OR_RETURN(const std::optional<std::string> parameter, model.NonFiniteParameter());
+        if (parameter) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              where, ": parameter ", *parameter, " holds non-finite values after the update (lr ",
+              lr, ", grad_norm ", FormatMetric(norm), "): the step overflowed; lower roles.",
+              options.role, ".train.lr. Nothing of this step is saved"));
+        }
+      }
+      // A skipped step's metrics count as they are: its NaN shows in the step's means.
+      for (const auto& [name, value] : step_sums) sums[name] += value;
       grad_norms += norm;
       sums["lr"] += lr;
-      ++optimizer_steps;
     }
   }
   // Every replica added its share of each global mini-batch's metrics.
@@ -116,6 +181,7 @@ absl::StatusOr<UpdateMetrics> Loop(TrainedModel& model, const at::Tensor& respon
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   metrics["optimizer_steps"] = static_cast<double>(optimizer_steps);
+  metrics["nonfinite_skips"] = static_cast<double>(skips);
   metrics["response_tokens_per_s"] = trained_tokens / std::max(seconds, 1e-9);
   return metrics;
 }

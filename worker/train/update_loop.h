@@ -44,6 +44,13 @@ struct UpdateLoopOptions {
   // T of seq-mean-token-sum-norm (verl's loss_scale_factor): data.max_response_length, as verl
   // uses. 0: the longest response in the batch.
   double loss_horizon = 0;
+  // What is trained ("actor", "critic"), for errors.
+  std::string role = "model";
+  // Optimiser steps with a non-finite loss or gradient norm that may be skipped in the whole run
+  // (trainer.max_nonfinite_skips; 0: the first fails the update), and how many were before this
+  // update.
+  int64_t max_nonfinite_skips = 0;
+  int64_t nonfinite_skips_before = 0;
 };
 
 // One micro-batch of a mini-batch.
@@ -65,9 +72,18 @@ using MicroStep = std::function<absl::Status(const MicroBatch& micro, UpdateMetr
 
 // response_mask (B, T-1) and attention_mask (B, T) (undefined: all tokens) size the batches.
 // Returns the micro-steps' metrics (per optimiser step, averaged, summed over the replicas) plus
-// grad_norm, lr, optimizer_steps and response_tokens_per_s (this replica's). The first failing
-// micro-step's or collective's status ends it; so does anything LibTorch throws (out of memory,
-// say), as a status. Replicas must hold equally many rows.
+// grad_norm, lr, optimizer_steps, nonfinite_skips and response_tokens_per_s (this replica's). The
+// first failing micro-step's or collective's status ends it; so does anything LibTorch throws
+// (out of memory, say), as a status. Replicas must hold equally many rows.
+//
+// Non-finite values never reach the weights. Before each optimiser step every replica checks
+// the metrics its micro-steps summed (the losses among them) and the replicas agree; then the
+// gradient norm (FinishStep takes no step when it is not finite); after the step, the
+// parameters (TrainedModel::NonFiniteParameter). A non-finite loss or gradient norm skips the
+// step (gradients dropped, counted in nonfinite_skips, its metrics averaged in as they are) while
+// options.max_nonfinite_skips allows, else ends the update with FAILED_PRECONDITION naming the
+// optimiser step, the role and the tensor; non-finite parameters after a step always end it.
+// Skipped steps still count in optimizer_steps (the learning-rate schedule's position).
 absl::StatusOr<UpdateMetrics> RunUpdateLoop(TrainedModel& model, const at::Tensor& response_mask,
                                             const at::Tensor& attention_mask,
                                             const UpdateLoopOptions& options,
