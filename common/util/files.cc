@@ -13,6 +13,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
 
 namespace rlhfd {
 namespace {
@@ -37,6 +38,7 @@ class FileDescriptor {
   ~FileDescriptor() {
     if (fd_ >= 0) ::close(fd_);
   }
+  FileDescriptor(FileDescriptor&& other) noexcept : fd_(other.Release()) {}
   FileDescriptor(const FileDescriptor&) = delete;
   FileDescriptor& operator=(const FileDescriptor&) = delete;
   int get() const { return fd_; }
@@ -46,14 +48,22 @@ class FileDescriptor {
   int fd_;
 };
 
-}  // namespace
-
-absl::StatusOr<std::string> ReadFileToString(const std::string& path, size_t max_bytes) {
+// `path` opened for reading; an error naming it when it cannot be, or is a directory.
+absl::StatusOr<FileDescriptor> OpenForReading(const std::string& path) {
   FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return ErrnoStatus(errno, "cannot open", path);
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "cannot stat", path);
-  if (S_ISDIR(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(path, " is a directory, not a file"));
+  if (S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is a directory, not a file"));
+  }
+  return fd;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadFileToString(const std::string& path, size_t max_bytes) {
+  ASSIGN_OR_RETURN(FileDescriptor fd, OpenForReading(path));
   std::string contents;
   char buffer[1 << 16];
   while (true) {
@@ -73,13 +83,7 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path, size_t max
 }
 
 absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, size_t max_bytes) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return ErrnoStatus(errno, "cannot open", path);
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "cannot stat", path);
-  if (S_ISDIR(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " is a directory, not a file"));
-  }
+  ASSIGN_OR_RETURN(FileDescriptor fd, OpenForReading(path));
   std::string contents(max_bytes, '\0');
   size_t filled = 0;
   while (filled < max_bytes) {
@@ -97,13 +101,7 @@ absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, size_t max_b
 
 absl::StatusOr<int64_t> ReadFileInPieces(const std::string& path, size_t piece_bytes,
                                          const std::function<void(absl::string_view)>& consume) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return ErrnoStatus(errno, "cannot open", path);
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "cannot stat", path);
-  if (S_ISDIR(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " is a directory, not a file"));
-  }
+  ASSIGN_OR_RETURN(FileDescriptor fd, OpenForReading(path));
   std::string piece(std::max<size_t>(piece_bytes, 1), '\0');
   int64_t total = 0;
   while (true) {

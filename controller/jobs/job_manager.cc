@@ -253,15 +253,7 @@ absl::StatusOr<JobPage> JobManager::List(const JobQuery& query) const {
 }
 
 absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, int64_t now_ms) {
-  int64_t number = 0;
-  const JobSummary* summary = Find(job_id, &number);
-  if (summary == nullptr) return absl::NotFoundError(NoSuchJob(job_id));
-  if (IsTerminal(summary->state)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", job_id, " already ended (", v1::JobState_Name(summary->state), ")"));
-  }
-  ASSIGN_OR_RETURN(v1::Job job, store_.Get(number));
-  RETURN_IF_ERROR(Transition(job, v1::JOB_STATE_CANCELLED, "cancelled by user", now_ms));
+  RETURN_IF_ERROR(TransitionTo(job_id, v1::JOB_STATE_CANCELLED, "cancelled by user", now_ms));
   return Get(job_id);
 }
 

@@ -6,7 +6,6 @@
 // a damaged checkpoint is passed over for the one before, old ones are deleted as
 // trainer.max_ckpt_to_keep says, and a full disk holds the save until space returns.
 #include <ATen/ATen.h>
-#include <google/protobuf/util/json_util.h>
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 #include <signal.h>
@@ -32,6 +31,7 @@
 #include "common/roles/on_policy.h"
 #include "common/roles/pool_placement.h"
 #include "common/util/files.h"
+#include "controller/store/job_store.h"
 #include "rlhfd/v1/worker_service.grpc.pb.h"
 #include "tests/support/cluster_fixture.h"
 #include "tests/support/controller_client.h"
@@ -608,13 +608,18 @@ TEST_CASE("kill -9 of the controller mid-step: the job resumes and ends as if un
 // These tests touch files with common/util/files.h and POSIX calls: std::filesystem's
 // remove_all crashes in a process that also loads LibTorch (which exports its own copy).
 
-// The job's record as the stopped controller left it on disk.
+// The job's record as the stopped controller left it in its store.
 v1::Job StoredJob(DriverCluster& cluster, const std::string& id) {
-  auto text = ReadFileToString(cluster.cluster().state_dir() + "/jobs/" + id + ".json");
-  REQUIRE(text.ok());
-  v1::Job job;
-  REQUIRE(google::protobuf::util::JsonStringToMessage(*text, &job).ok());
-  return job;
+  absl::StatusOr<controller::JobStore> store =
+      controller::JobStore::Open(cluster.cluster().state_dir());
+  INFO(store.status());
+  REQUIRE(store.ok());
+  int64_t number = 0;
+  REQUIRE(controller::ParseJobId(id, &number));
+  absl::StatusOr<v1::Job> job = store->Get(number);
+  INFO(job.status());
+  REQUIRE(job.ok());
+  return *job;
 }
 
 void OverwriteFile(const std::string& path, off_t offset, const std::string& bytes) {

@@ -55,7 +55,7 @@ TEST_CASE("a state holding NaN or infinity is never saved, and latest stays",
   train::TrainedModel::NamedTensors state = {{"model.norm.weight", at::ones({4})},
                                              {"optimizer.step.0", at::ones({})}};
   REQUIRE(SaveRoleState(dir.path(), 1, "actor", 0, state, {}).ok());
-  REQUIRE(CommitLatest(dir.path(), 1).ok());
+  REQUIRE(CommitStep(dir.path(), 1).ok());
   state[1].second.fill_(std::numeric_limits<float>::quiet_NaN());
   const absl::StatusOr<int64_t> refused = SaveRoleState(dir.path(), 2, "actor", 0, state, {});
   REQUIRE_FALSE(refused.ok());
@@ -64,7 +64,14 @@ TEST_CASE("a state holding NaN or infinity is never saved, and latest stays",
              Catch::Contains("optimizer.step.0 holds non-finite values"));
   CHECK_FALSE(PathExists(RankDirectory(dir.path(), 2, "actor", 0) + "/manifest.json"));
   CHECK_FALSE(PathExists(RankDirectory(dir.path(), 2, "actor", 0) + "/state.safetensors"));
-  CHECK(*ResolveStep(dir.path(), 0) == 1);
+  // The newest intact committed step is still 1, and it loads.
+  const absl::StatusOr<LoadedCheckpoint> loaded = LoadNewestIntact(
+      dir.path(), 0,
+      {{.role = "actor", .rank = 0,
+        .state = {{"model.norm.weight", at::zeros({4})}, {"optimizer.step.0", at::zeros({})}}}});
+  INFO(loaded.status());
+  REQUIRE(loaded.ok());
+  CHECK(loaded->step == 1);
 }
 
 void CheckAgainstOneProcess(const v1::JobSpec& spec, int prompts, int steps) {
