@@ -74,7 +74,9 @@ absl::StatusOr<v1::UpdateReply> CriticRole::Update(const v1::UpdateRequest& requ
   optimizer_steps_ = request.optimizer_steps_before() +
                      static_cast<int64_t>(metrics.count("optimizer_steps") ? metrics.at("optimizer_steps") : 0);
   reply.set_optimizer_steps(optimizer_steps_);
-  nonfinite_skips_ += static_cast<int64_t>(metrics.at("nonfinite_skips"));
+  if (const auto skips = metrics.find("nonfinite_skips"); skips != metrics.end()) {
+    nonfinite_skips_ += static_cast<int64_t>(skips->second);
+  }
   return reply;
 }
 
