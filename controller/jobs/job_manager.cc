@@ -37,16 +37,20 @@ v1::JobEvent StateEvent(const v1::Job& job) {
 
 }  // namespace
 
+void JobManager::Remember(int64_t number, const v1::Job& job) {
+  JobSummary summary{.state = job.state(),
+                     .priority = job.spec().trainer().priority(),
+                     .name = job.spec().name(),
+                     .need = NeedOf(job.spec())};
+  Index(number, summary);
+  jobs_.emplace(number, std::move(summary));
+}
+
 JobManager::JobManager(JobStore store) : store_(std::move(store)) {
   const absl::Status loaded = store_.ForEach([this](v1::Job job) {
     int64_t number = 0;
     if (!ParseJobId(job.job_id(), &number)) return;
-    JobSummary summary{.state = job.state(),
-                       .priority = job.spec().trainer().priority(),
-                       .name = job.spec().name(),
-                       .need = NeedOf(job.spec())};
-    Index(number, summary);
-    jobs_.emplace(number, std::move(summary));
+    Remember(number, job);
   });
   if (!loaded.ok()) RLOG(ERROR) << "job store: " << loaded.message();
   if (!jobs_.empty()) RLOG(INFO) << "job store: loaded " << jobs_.size() << " jobs";
@@ -142,12 +146,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(Submission submission, int64_t now_ms
   RETURN_IF_ERROR(store_.Insert(&job));
   int64_t number = 0;
   ParseJobId(job.job_id(), &number);
-  JobSummary summary{.state = job.state(),
-                     .priority = job.spec().trainer().priority(),
-                     .name = job.spec().name(),
-                     .need = NeedOf(job.spec())};
-  Index(number, summary);
-  jobs_.emplace(number, std::move(summary));
+  Remember(number, job);
   RLOG(INFO) << "job " << job.job_id() << " (" << job.spec().name() << ") queued from "
              << job.source();
   return job;

@@ -127,6 +127,8 @@ class JobManager {
   // Persists the new state before it takes effect, then notifies watchers.
   absl::Status Transition(v1::Job job, v1::JobState state, const std::string& message,
                           int64_t now_ms);
+  // Keeps the summary of stored job `number` and indexes it.
+  void Remember(int64_t number, const v1::Job& job);
   // The summary of a known job id, with its number.
   JobSummary* Find(const std::string& job_id, int64_t* number);
   const JobSummary* Find(const std::string& job_id, int64_t* number) const;
