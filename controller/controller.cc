@@ -266,7 +266,9 @@ absl::StatusOr<v1::UndrainWorkerReply> Controller::UndrainWorker(
 absl::StatusOr<v1::RegisterWorkerReply> Controller::RegisterWorker(
     const v1::RegisterWorkerRequest& request) {
   absl::StatusOr<v1::RegisterWorkerReply> reply = workers_.Register(request, clock_());
-  if (reply.ok()) Schedule();
+  if (!reply.ok()) return reply;
+  reply->set_stage_token(options_.stage_token);
+  Schedule();
   return reply;
 }
 

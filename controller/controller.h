@@ -22,8 +22,10 @@
 namespace rlhfd::controller {
 
 struct ControllerOptions {
-  // Directory of the durable state (jobs, token); created if missing.
+  // Directory of the durable state (jobs, tokens); created if missing.
   std::string state_dir;
+  // Handed to each worker that registers: the only token its stage API accepts.
+  std::string stage_token;
   LivenessOptions liveness;
   std::string version = RLHFD_VERSION;
 };

@@ -15,6 +15,7 @@
 #include "common/rpc/auth.h"
 #include "common/rpc/rpc_flags.h"
 #include "common/rpc/rpc_server.h"
+#include "common/status/status_macros.h"
 #include "common/util/clock.h"
 #include "common/util/event_loop.h"
 #include "common/util/program_help.h"
@@ -28,7 +29,8 @@
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "host:port for the gRPC API; 0.0.0.0:PORT to serve other hosts, port 0 for any free one");
 ABSL_FLAG(std::string, state_dir, "/var/lib/rlhfd",
-          "Durable state: jobs and the cluster token (created on first start)");
+          "Durable state: jobs and the cluster's tokens (token, read_token, stage_token; created "
+          "on first start)");
 ABSL_FLAG(std::string, port_file, "", "Write the bound port here once serving (for port 0)");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(2), "How often workers heartbeat");
 ABSL_FLAG(absl::Duration, liveness_window, absl::Seconds(10),
@@ -40,9 +42,10 @@ ABSL_FLAG(absl::Duration, shutdown_deadline, absl::Seconds(10),
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
 ABSL_FLAG(absl::Duration, stage_timeout, absl::Minutes(30),
           "Deadline of each stage call to a worker (a rollout or an update of a large batch)");
-ABSL_FLAG(std::string, http_listen, "",
-          "host:port of the REST gateway, /metrics and the dashboard (empty: none); the same token "
-          "and TLS files as gRPC");
+ABSL_FLAG(
+    std::string, http_listen, "",
+    "host:port of the REST gateway, /metrics and the dashboard (empty: none); the same tokens "
+    "and TLS files as gRPC");
 ABSL_FLAG(std::string, http_port_file, "", "Write the REST gateway's bound port here (for port 0)");
 ABSL_FLAG(std::string, log_dir, "",
           "Where each job's metric logs (trainer.loggers jsonl, tensorboard) go, under <job id>/ "
@@ -59,6 +62,23 @@ ABSL_FLAG(absl::Duration, checkpoint_disk_full_timeout, absl::Minutes(10),
 namespace rlhfd {
 namespace {
 
+// The admin token (--token, else <state_dir>/token) and the read-only one for clients, and the
+// stage token the controller hands its workers; each created on first start.
+absl::Status LoadTokens(const std::string& state_dir, ClientTokens& clients, std::string& stage) {
+  clients.admin = TokenFlag();
+  if (clients.admin.empty()) {
+    ASSIGN_OR_RETURN(clients.admin, LoadOrCreateToken(state_dir, kAdminTokenFile));
+  }
+  ASSIGN_OR_RETURN(clients.read_only, LoadOrCreateToken(state_dir, kReadTokenFile));
+  ASSIGN_OR_RETURN(stage, LoadOrCreateToken(state_dir, kStageTokenFile));
+  if (clients.read_only == clients.admin || stage == clients.admin) {
+    return absl::FailedPreconditionError(
+        "the admin token equals read_token or stage_token; delete those files to have new ones "
+        "made");
+  }
+  return absl::OkStatus();
+}
+
 int Run() {
   logging::SetProcessName("controller");
   logging::Severity severity;
@@ -73,6 +93,12 @@ int Run() {
   options.liveness.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.liveness.liveness_window = absl::GetFlag(FLAGS_liveness_window);
   options.liveness.lost_retention = absl::GetFlag(FLAGS_lost_worker_retention);
+  ClientTokens tokens;
+  if (absl::Status loaded = LoadTokens(options.state_dir, tokens, options.stage_token);
+      !loaded.ok()) {
+    RLOG(ERROR) << "cannot set up the cluster's tokens: " << loaded.message();
+    return 1;
+  }
 
   auto created = controller::Controller::Create(options, NowUnixMillis);
   if (!created.ok()) {
@@ -81,18 +107,8 @@ int Run() {
   }
   std::unique_ptr<controller::Controller> controller = *std::move(created);
 
-  std::string token = TokenFlag();
-  if (token.empty()) {
-    auto stored = LoadOrCreateToken(options.state_dir);
-    if (!stored.ok()) {
-      RLOG(ERROR) << "cannot set up the cluster token: " << stored.status().message();
-      return 1;
-    }
-    token = *stored;
-  }
-
   EventLoop loop;
-  controller::ServiceContext context{controller.get(), &loop, token};
+  controller::ServiceContext context{controller.get(), &loop, tokens};
   controller::JobServiceImpl job_service(context);
   controller::ClusterServiceImpl cluster_service(context);
   controller::WorkerRegistryImpl registry_service(context);
@@ -110,7 +126,7 @@ int Run() {
   }
   controller->StartRunner(
       [&loop](std::function<void()> task) { loop.Post(std::move(task)); },
-      {.token = token,
+      {.token = options.stage_token,
        .rpc = rpc_options,
        .stage_deadline = absl::GetFlag(FLAGS_stage_timeout),
        .communicator_timeout_ms =
@@ -127,7 +143,7 @@ int Run() {
   if (const std::string http = absl::GetFlag(FLAGS_http_listen); !http.empty()) {
     auto started = controller::HttpGateway::Start(controller.get(), &loop,
                                                   {.listen = http,
-                                                   .token = token,
+                                                   .tokens = tokens,
                                                    .tls_cert_file = rpc_options.tls_cert_file,
                                                    .tls_key_file = rpc_options.tls_key_file});
     if (!started.ok()) {
@@ -150,7 +166,7 @@ int Run() {
     }
   }
   RLOG(INFO) << "serving on port " << (*server)->port() << ", state in " << options.state_dir
-             << ", token in " << options.state_dir << "/token";
+             << ", tokens in " << options.state_dir << "/{token,read_token}";
   NotifyReady(absl::StrCat("serving on port ", (*server)->port()));
   // The watchdog follows the event loop: a loop stuck in a task stops ticking, the pings stop
   // and systemd restarts the controller (which recovers its jobs). The loop itself never sends.
@@ -197,7 +213,8 @@ int main(int argc, char** argv) {
   constexpr char kUsage[] =
       "rlhfd-controller --state_dir=DIR [--listen=HOST:PORT] [flags]\n"
       "The rlhfd cluster controller: worker registry, job queue and store, the public API.\n"
-      "Workers and rlhfctl find it at --listen and authenticate with <state_dir>/token.";
+      "Workers and rlhfctl find it at --listen and authenticate with <state_dir>/token (read-only "
+      "clients: <state_dir>/read_token).";
   rlhfd::HandleHelp(argc, argv, kUsage);
   absl::SetProgramUsageMessage(kUsage);
   absl::ParseCommandLine(argc, argv);

@@ -1,6 +1,7 @@
 // rlhfd-worker: the composition root of a worker. Flags → device probe → WorkerService server →
 // controller link (register + heartbeat) → serve until SIGTERM/SIGINT, then drain.
 #include <ATen/Device.h>
+#include <ATen/Parallel.h>
 #include <arpa/inet.h>
 #include <netdb.h>
 
@@ -32,6 +33,12 @@ ABSL_FLAG(std::string, advertise_address, "",
           "host:port the controller should call; default: the listen host and bound port");
 ABSL_FLAG(std::string, device, "auto", "auto (GPU --gpu_index if present, else CPU), cpu, cuda:N");
 ABSL_FLAG(int, gpu_index, 0, "GPU used by --device=auto");
+ABSL_FLAG(
+    int, cpu_threads, 1,
+    "LibTorch's threads for the worker's CPU arithmetic. One by default: a host runs a worker "
+    "per device, and several CPU workers with a thread per core each would oversubscribe "
+    "its cores (every parallel region then waits on a descheduled thread). Raise it for a "
+    "single CPU worker on a many-core host");
 ABSL_FLAG(std::string, worker_id, "",
           "Stable id; default <host>-cuda<N> for a GPU, <host>-cpu-<port> for a CPU worker");
 ABSL_FLAG(std::string, port_file, "", "Write the bound port here once serving");
@@ -92,6 +99,12 @@ int Run() {
     RLOG(ERROR) << token.status().message();
     return 1;
   }
+  if (const int threads = absl::GetFlag(FLAGS_cpu_threads); threads >= 1 && threads <= 1024) {
+    at::set_num_threads(threads);
+  } else {
+    RLOG(ERROR) << "--cpu_threads must be 1-1024, not " << threads;
+    return 2;
+  }
   const RpcOptions rpc_options = RpcOptionsFromFlags();
   auto channel = MakeChannel(absl::GetFlag(FLAGS_controller), rpc_options);
   if (!channel.ok()) {
@@ -134,7 +147,7 @@ int Run() {
         return worker::HostedStatus{.jobs = role_host.jobs(),
                                     .memory_in_use_bytes = role_host.MemoryInUse()};
       },
-      *token, NowUnixMillis());
+      [&link] { return link.state().stage_token; }, NowUnixMillis());
   auto server = RpcServer::Start(listen, rpc_options, {&service});
   if (!server.ok()) {
     RLOG(ERROR) << server.status().message();

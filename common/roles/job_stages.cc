@@ -459,14 +459,13 @@ absl::StatusOr<ValidationResult> JobStages::Validate(int64_t step,
   return result;
 }
 
-absl::Status JobStages::SaveCheckpoint(const std::string& directory, int64_t step,
-                                       bool export_huggingface, double kl_coef) {
+absl::Status JobStages::SaveCheckpoint(int64_t step, bool export_huggingface, double kl_coef) {
   std::vector<int> everyone(ranks_.size());
   for (size_t r = 0; r < ranks_.size(); ++r) everyone[r] = static_cast<int>(r);
   const auto request = [&](const char* stage) {
     v1::CheckpointRequest save;
     *save.mutable_key() = Key(step, stage);
-    save.set_directory(directory);
+    save.set_directory(spec_.trainer().checkpoint_dir());
     save.set_step(step);
     save.set_export_huggingface(export_huggingface);
     save.set_kl_coef(kl_coef);
@@ -483,7 +482,8 @@ absl::Status JobStages::SaveCheckpoint(const std::string& directory, int64_t ste
       .status();
 }
 
-absl::StatusOr<int64_t> JobStages::LoadCheckpoint(const std::string& directory, int64_t step) {
+absl::StatusOr<int64_t> JobStages::LoadCheckpoint(int64_t step) {
+  const std::string& directory = spec_.trainer().checkpoint_dir();
   std::vector<int> everyone(ranks_.size());
   for (size_t r = 0; r < ranks_.size(); ++r) everyone[r] = static_cast<int>(r);
   passed_over_.clear();
@@ -545,8 +545,7 @@ absl::StatusOr<int64_t> JobStages::LoadCheckpoint(const std::string& directory, 
   return loaded[0].step();
 }
 
-absl::StatusOr<std::vector<std::string>> JobStages::DumpBatch(int64_t step,
-                                                              const std::string& directory) {
+absl::StatusOr<std::vector<std::string>> JobStages::DumpBatch(int64_t step) {
   std::vector<int> everyone(ranks_.size());
   for (size_t r = 0; r < ranks_.size(); ++r) everyone[r] = static_cast<int>(r);
   ASSIGN_OR_RETURN(const std::vector<v1::DumpBatchReply> dumped,
@@ -555,7 +554,7 @@ absl::StatusOr<std::vector<std::string>> JobStages::DumpBatch(int64_t step,
                        [&](int, int) {
                          v1::DumpBatchRequest request;
                          *request.mutable_key() = Key(step, "dump");
-                         request.set_directory(directory);
+                         request.set_directory(spec_.trainer().rollout_data_dir());
                          return request;
                        },
                        options_.stage_deadline)));

@@ -28,7 +28,7 @@ struct JobStagesOptions {
   int64_t communicator_timeout_ms = 300000;
   bool nccl = false;  // GPU workers: NCCL; else sockets
   // The job's attempt (StageKey.attempt); a driver that recovers a job uses a new one.
-  int64_t attempt = 0;
+  int64_t attempt = 1;
 };
 
 // One step's batch.
@@ -59,17 +59,18 @@ class JobStages {
   // Generates for `prompts` with rollout.val_kwargs and scores them; `step` keys the call.
   absl::StatusOr<ValidationResult> Validate(int64_t step, const std::vector<v1::PromptRow>& prompts,
                                             uint64_t seed);
-  // Every rank saves step `step`, then rank 0 commits it (commit record, `latest`, retention).
-  // `kl_coef` (the driver's adaptive KL coefficient) is kept with it. RESOURCE_EXHAUSTED: a
-  // rank's disk or quota is full; nothing was committed.
-  absl::Status SaveCheckpoint(const std::string& directory, int64_t step, bool export_huggingface,
-                              double kl_coef = 0);
-  // Every rank loads the newest committed step at or below `step` (0: of all) whose files pass
-  // every rank's checks; returns the step loaded. NOT_FOUND: no checkpoint; DATA_LOSS: none is
-  // intact (naming the bad files). Newer steps passed over are in passed_over().
-  absl::StatusOr<int64_t> LoadCheckpoint(const std::string& directory, int64_t step);
-  // Every rank holding rows of `step` writes them under `directory`; the paths written.
-  absl::StatusOr<std::vector<std::string>> DumpBatch(int64_t step, const std::string& directory);
+  // Every rank saves step `step` in trainer.checkpoint_dir (the only directory a worker saves to
+  // or loads from), then rank 0 commits it (commit record, `latest`, retention). `kl_coef` (the
+  // driver's adaptive KL coefficient) is kept with it. RESOURCE_EXHAUSTED: a rank's disk or quota
+  // is full; nothing was committed.
+  absl::Status SaveCheckpoint(int64_t step, bool export_huggingface, double kl_coef = 0);
+  // Every rank loads the newest committed step at or below `step` (0: of all) in
+  // trainer.checkpoint_dir whose files pass every rank's checks; returns the step loaded.
+  // NOT_FOUND: no checkpoint; DATA_LOSS: none is intact (naming the bad files). Newer steps
+  // passed over are in passed_over().
+  absl::StatusOr<int64_t> LoadCheckpoint(int64_t step);
+  // Every rank holding rows of `step` writes them under trainer.rollout_data_dir; the paths.
+  absl::StatusOr<std::vector<std::string>> DumpBatch(int64_t step);
   // The length in tokens of each of `prompts` (chat template applied, untruncated), measured by
   // rank 0 in chunks; needs no Start.
   absl::StatusOr<std::vector<int64_t>> MeasurePrompts(const std::vector<v1::PromptRow>& prompts);

@@ -43,8 +43,9 @@ absl::StatusOr<std::string> GenerateToken() {
   return absl::BytesToHexString(absl::string_view(bytes, sizeof(bytes)));
 }
 
-absl::StatusOr<std::string> LoadOrCreateToken(const std::string& state_dir) {
-  const std::string path = state_dir + "/token";
+absl::StatusOr<std::string> LoadOrCreateToken(const std::string& state_dir,
+                                              const std::string& file) {
+  const std::string path = absl::StrCat(state_dir, "/", file);
   auto existing = ReadFileToString(path, 4096);
   if (existing.ok()) {
     std::string token(absl::StripAsciiWhitespace(*existing));
@@ -95,25 +96,28 @@ void AttachToken(grpc::ClientContext* context, const std::string& token) {
   context->AddMetadata("authorization", absl::StrCat(kBearerPrefix, trimmed));
 }
 
-absl::Status CheckBearer(const std::string* authorization, const std::string& expected) {
-  if (authorization == nullptr) {
-    return absl::UnauthenticatedError(
-        "missing bearer token: pass --token_file=<controller state dir>/token or set "
-        "RLHFD_TOKEN (HTTP: an 'Authorization: Bearer <token>' header)");
-  }
+namespace {
+
+constexpr char kMissingToken[] =
+    "missing bearer token: pass --token_file=<controller state dir>/token (or read_token to "
+    "read only) or set RLHFD_TOKEN (HTTP: an 'Authorization: Bearer <token>' header)";
+
+// The token of a "Bearer <token>" header value; UNAUTHENTICATED if there is none.
+absl::StatusOr<absl::string_view> BearerOf(const std::string* authorization) {
+  if (authorization == nullptr) return absl::UnauthenticatedError(kMissingToken);
   const absl::string_view value(*authorization);
-  if (value.rfind(kBearerPrefix, 0) != 0 ||
-      !ConstantTimeEquals(value.substr(sizeof(kBearerPrefix) - 1), expected)) {
-    return absl::UnauthenticatedError(
-        "wrong bearer token: use the token in the controller's state dir");
+  if (!absl::StartsWith(value, kBearerPrefix)) {
+    return absl::UnauthenticatedError("the authorization header is not 'Bearer <token>'");
   }
-  return absl::OkStatus();
+  return value.substr(sizeof(kBearerPrefix) - 1);
 }
 
-absl::Status CheckHttpAuthorization(const std::string* authorization, const std::string& expected) {
+// The token of a bearer header, or the password of HTTP Basic credentials.
+absl::StatusOr<std::string> HttpTokenOf(const std::string* authorization) {
   constexpr absl::string_view kBasicPrefix = "Basic ";
   if (authorization == nullptr || !absl::StartsWith(*authorization, kBasicPrefix)) {
-    return CheckBearer(authorization, expected);
+    ASSIGN_OR_RETURN(absl::string_view bearer, BearerOf(authorization));
+    return std::string(bearer);
   }
   std::string credentials;
   if (!absl::Base64Unescape(absl::string_view(*authorization).substr(kBasicPrefix.size()),
@@ -121,20 +125,66 @@ absl::Status CheckHttpAuthorization(const std::string* authorization, const std:
     return absl::UnauthenticatedError("the Basic credentials are not base64");
   }
   const size_t colon = credentials.find(':');
-  if (colon == std::string::npos ||
-      !ConstantTimeEquals(absl::string_view(credentials).substr(colon + 1), expected)) {
+  if (colon == std::string::npos) {
     return absl::UnauthenticatedError(
-        "wrong token: give the token in the controller's state dir as the password");
+        "wrong token: the Basic credentials are not 'user:password' (the token is the password)");
   }
-  return absl::OkStatus();
+  return credentials.substr(colon + 1);
 }
 
-grpc::Status CheckToken(const grpc::ServerContextBase& context, const std::string& expected) {
+// Both tokens are compared, so the time taken does not tell which one a guess came close to.
+absl::Status Grant(absl::string_view presented, const ClientTokens& tokens, Access needed) {
+  const bool admin = ConstantTimeEquals(presented, tokens.admin);
+  const bool reader = !tokens.read_only.empty() && ConstantTimeEquals(presented, tokens.read_only);
+  if (admin || (reader && needed == Access::kRead)) return absl::OkStatus();
+  if (reader) {
+    return absl::PermissionDeniedError(
+        "this is the read-only token (read_token): it reads jobs, workers and metrics; use the "
+        "admin token (<controller state dir>/token) to submit, cancel or drain");
+  }
+  return absl::UnauthenticatedError(
+      "wrong bearer token: use the token (or read_token) in the controller's state dir");
+}
+
+const std::string* AuthorizationOf(const grpc::ServerContextBase& context, std::string& value) {
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");
-  if (it == metadata.end()) return ToGrpcStatus(CheckBearer(nullptr, expected));
-  const std::string value(it->second.data(), it->second.size());
-  return ToGrpcStatus(CheckBearer(&value, expected));
+  if (it == metadata.end()) return nullptr;
+  value.assign(it->second.data(), it->second.size());
+  return &value;
+}
+
+}  // namespace
+
+grpc::Status CheckToken(const grpc::ServerContextBase& context, const std::string& expected,
+                        const std::string& what) {
+  std::string value;
+  const absl::StatusOr<absl::string_view> presented = BearerOf(AuthorizationOf(context, value));
+  if (!presented.ok()) return ToGrpcStatus(presented.status());
+  if (expected.empty() || !ConstantTimeEquals(*presented, expected)) {
+    return ToGrpcStatus(absl::UnauthenticatedError(absl::StrCat("wrong bearer token: ", what)));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CheckAccess(const grpc::ServerContextBase& context, const ClientTokens& tokens,
+                         Access needed) {
+  std::string value;
+  const absl::StatusOr<absl::string_view> presented = BearerOf(AuthorizationOf(context, value));
+  if (!presented.ok()) return ToGrpcStatus(presented.status());
+  return ToGrpcStatus(Grant(*presented, tokens, needed));
+}
+
+absl::Status CheckHttpAccess(const std::string* authorization, const ClientTokens& tokens,
+                             Access needed) {
+  ASSIGN_OR_RETURN(const std::string presented, HttpTokenOf(authorization));
+  absl::Status granted = Grant(presented, tokens, needed);
+  if (absl::IsUnauthenticated(granted) && absl::StartsWith(*authorization, "Basic ")) {
+    return absl::UnauthenticatedError(
+        "wrong token: give the token (or read_token) in the controller's state dir as the "
+        "password");
+  }
+  return granted;
 }
 
 }  // namespace rlhfd

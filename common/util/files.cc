@@ -1,18 +1,18 @@
 // POSIX implementation of the file helpers.
-#include "absl/strings/string_view.h"
 #include "common/util/files.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <dirent.h>
-
-#include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "common/status/status_macros.h"
 
 namespace rlhfd {
@@ -181,6 +181,17 @@ int RemoveStaleTemporaries(const std::string& dir) {
     }
   }
   return removed;
+}
+
+std::string CleanAbsolutePath(const std::string& path) {
+  if (path.empty() || path[0] != '/') return "";
+  std::string clean;
+  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
+    if (part == ".") continue;
+    if (part == "..") return "";
+    absl::StrAppend(&clean, "/", part);
+  }
+  return clean.empty() ? "/" : clean;
 }
 
 bool PathExists(const std::string& path) {

@@ -44,6 +44,10 @@ int RemoveStaleTemporaries(const std::string& dir);
 
 // These use POSIX calls, not std::filesystem: LibTorch's shared libraries export their own
 // std::filesystem symbols, which interpose on ours and crash in processes that link both.
+// `path` absolute, without a ".." component, with "." components, repeated and trailing slashes
+// removed ("/a//b/./c/" -> "/a/b/c"); empty for a relative path or one that climbs with "..".
+// Lexical only: for comparing a path a request names with the one a config gave.
+std::string CleanAbsolutePath(const std::string& path);
 bool PathExists(const std::string& path);
 bool IsDirectory(const std::string& path);
 // Names of the entries of a directory (no "." or ".."), sorted.

@@ -14,22 +14,25 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
   grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* context,
                                         const v1::ListWorkersRequest* request,
                                         v1::ListWorkersReply* reply) override {
-    return DispatchUnary(service_, context, request, reply, &Controller::ListWorkers);
+    return DispatchUnary(service_, Access::kRead, context, request, reply,
+                         &Controller::ListWorkers);
   }
   grpc::ServerUnaryReactor* GetCluster(grpc::CallbackServerContext* context,
                                        const v1::GetClusterRequest* request,
                                        v1::GetClusterReply* reply) override {
-    return DispatchUnary(service_, context, request, reply, &Controller::GetCluster);
+    return DispatchUnary(service_, Access::kRead, context, request, reply, &Controller::GetCluster);
   }
   grpc::ServerUnaryReactor* DrainWorker(grpc::CallbackServerContext* context,
                                         const v1::DrainWorkerRequest* request,
                                         v1::DrainWorkerReply* reply) override {
-    return DispatchUnary(service_, context, request, reply, &Controller::DrainWorker);
+    return DispatchUnary(service_, Access::kAdmin, context, request, reply,
+                         &Controller::DrainWorker);
   }
   grpc::ServerUnaryReactor* UndrainWorker(grpc::CallbackServerContext* context,
                                           const v1::UndrainWorkerRequest* request,
                                           v1::UndrainWorkerReply* reply) override {
-    return DispatchUnary(service_, context, request, reply, &Controller::UndrainWorker);
+    return DispatchUnary(service_, Access::kAdmin, context, request, reply,
+                         &Controller::UndrainWorker);
   }
 
  private:
@@ -43,12 +46,13 @@ class WorkerRegistryImpl final : public v1::WorkerRegistry::CallbackService {
   grpc::ServerUnaryReactor* RegisterWorker(grpc::CallbackServerContext* context,
                                            const v1::RegisterWorkerRequest* request,
                                            v1::RegisterWorkerReply* reply) override {
-    return DispatchUnary(service_, context, request, reply, &Controller::RegisterWorker);
+    return DispatchUnary(service_, Access::kAdmin, context, request, reply,
+                         &Controller::RegisterWorker);
   }
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const v1::HeartbeatRequest* request,
                                       v1::HeartbeatReply* reply) override {
-    return DispatchUnary(service_, context, request, reply, &Controller::Heartbeat);
+    return DispatchUnary(service_, Access::kAdmin, context, request, reply, &Controller::Heartbeat);
   }
 
  private:

@@ -13,7 +13,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   PendingUnary<v1::SubmitJobReply> call(reply);
   auto done = call.completer();
   const absl::Time arrived = absl::Now();
-  if (grpc::Status auth = CheckToken(*context, service_.token); !auth.ok()) {
+  if (grpc::Status auth = CheckAccess(*context, service_.tokens, Access::kAdmin); !auth.ok()) {
     RecordCall<v1::SubmitJobRequest>(FromGrpcStatus(auth), arrived);
     done.Finish(FromGrpcStatus(auth));
     return call.reactor();
@@ -38,19 +38,19 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
                                                  const v1::GetJobRequest* request,
                                                  v1::GetJobReply* reply) {
-  return DispatchUnary(service_, context, request, reply, &Controller::GetJob);
+  return DispatchUnary(service_, Access::kRead, context, request, reply, &Controller::GetJob);
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* context,
                                                    const v1::ListJobsRequest* request,
                                                    v1::ListJobsReply* reply) {
-  return DispatchUnary(service_, context, request, reply, &Controller::ListJobs);
+  return DispatchUnary(service_, Access::kRead, context, request, reply, &Controller::ListJobs);
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
                                                     const v1::CancelJobRequest* request,
                                                     v1::CancelJobReply* reply) {
-  return DispatchUnary(service_, context, request, reply, &Controller::CancelJob);
+  return DispatchUnary(service_, Access::kAdmin, context, request, reply, &Controller::CancelJob);
 }
 
 grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(

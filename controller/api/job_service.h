@@ -32,14 +32,15 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* context,
                                       const v1::DeleteJobRequest* request,
                                       v1::DeleteJobReply* reply) override {
-    return DispatchUnary(service_, context, request, reply, &Controller::DeleteJob);
+    return DispatchUnary(service_, Access::kAdmin, context, request, reply, &Controller::DeleteJob);
   }
   grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* context,
                                                    const v1::WatchJobRequest* request) override;
   grpc::ServerUnaryReactor* GetJobMetrics(grpc::CallbackServerContext* context,
                                           const v1::GetJobMetricsRequest* request,
                                           v1::GetJobMetricsReply* reply) override {
-    return DispatchUnary(service_, context, request, reply, &Controller::GetJobMetrics);
+    return DispatchUnary(service_, Access::kRead, context, request, reply,
+                         &Controller::GetJobMetrics);
   }
 
  private:

@@ -33,7 +33,7 @@ JobWatchReactor::JobWatchReactor(ServiceContext service, std::shared_ptr<Registr
       registry_(std::move(registry)),
       stream_(std::make_shared<Stream>()) {
   stream_->reactor = this;
-  if (grpc::Status auth = CheckToken(context, service_.token); !auth.ok()) {
+  if (grpc::Status auth = CheckAccess(context, service_.tokens, Access::kRead); !auth.ok()) {
     std::lock_guard<std::recursive_mutex> lock(stream_->mutex);
     FinishLocked(*stream_, auth);
     return;

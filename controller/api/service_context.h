@@ -1,5 +1,6 @@
 // What every controller gRPC adapter needs, and DispatchUnary: the one path of a unary call —
-// token check on the RPC thread, then the Controller method on the event loop, then Finish.
+// token's access checked on the RPC thread, then the Controller method on the event loop, then
+// Finish.
 #pragma once
 
 #include <memory>
@@ -24,7 +25,7 @@ namespace rlhfd::controller {
 struct ServiceContext {
   Controller* controller;
   EventLoop* loop;
-  std::string token;
+  ClientTokens tokens;
 };
 
 // Counts a call of the RPC that takes `Request` ("grpc/GetJob" for GetJobRequest).
@@ -36,17 +37,19 @@ void RecordCall(const absl::Status& status, absl::Time arrived) {
                             absl::Now() - arrived);
 }
 
-// `method` is a Controller member taking `const Request&` and returning StatusOr<Reply>. The
+// `method` is a Controller member taking `const Request&` and returning StatusOr<Reply>; the
+// caller's token must grant `access` (kRead: reads only, kAdmin: changes something). The
 // RPC thread never blocks: the loop finishes the call when it gets to it. The request is copied,
 // because gRPC may free it once the call is cancelled.
 template <typename Request, typename Reply>
 grpc::ServerUnaryReactor* DispatchUnary(
-    const ServiceContext& service, grpc::CallbackServerContext* context, const Request* request,
-    Reply* reply, absl::StatusOr<Reply> (Controller::*method)(const Request&)) {
+    const ServiceContext& service, Access access, grpc::CallbackServerContext* context,
+    const Request* request, Reply* reply,
+    absl::StatusOr<Reply> (Controller::*method)(const Request&)) {
   PendingUnary<Reply> call(reply);
   auto done = call.completer();
   const absl::Time arrived = absl::Now();
-  if (grpc::Status auth = CheckToken(*context, service.token); !auth.ok()) {
+  if (grpc::Status auth = CheckAccess(*context, service.tokens, access); !auth.ok()) {
     RecordCall<Request>(FromGrpcStatus(auth), arrived);
     done.Finish(FromGrpcStatus(auth));
     return call.reactor();

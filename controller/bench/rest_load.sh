@@ -24,7 +24,7 @@ pids+=($!)
 for _ in $(seq 100); do [[ -s "${work}/http.port" ]] && break; sleep 0.1; done
 export RLHFD_CONTROLLER="127.0.0.1:$(cat "${work}/port")" RLHFD_TOKEN_FILE="${work}/state/token"
 for i in 0 1; do
-  OMP_NUM_THREADS=2 "${bin}/rlhfd-worker" --controller="${RLHFD_CONTROLLER}" --device=cpu \
+  "${bin}/rlhfd-worker" --controller="${RLHFD_CONTROLLER}" --device=cpu --cpu_threads=2 \
     --worker_id="load-worker-${i}" > "${work}/worker${i}.log" 2>&1 &
   pids+=($!)
 done

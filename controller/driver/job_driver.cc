@@ -112,7 +112,7 @@ absl::Status JobDriver::SaveWaitingForSpace(roles::JobStages& job, int64_t step,
   const auto waited = [&] { return absl::FromChrono(std::chrono::steady_clock::now() - started); };
   absl::Duration backoff = absl::Seconds(1);
   for (int attempt = 1;; ++attempt) {
-    const absl::Status saved = job.SaveCheckpoint(directory, step, export_huggingface, kl_coef);
+    const absl::Status saved = job.SaveCheckpoint(step, export_huggingface, kl_coef);
     if (!absl::IsResourceExhausted(saved)) {
       if (saved.ok() && attempt > 1) {
         events_.notice(absl::StrCat("the checkpoint of step ", step, " is saved: disk space in ",
@@ -240,8 +240,7 @@ absl::Status JobDriver::Drive() {
   // A run of a job that has committed a checkpoint goes on from it; a new job resumes from the
   // latest in checkpoint_dir when trainer.resume says so (verl's resume_mode auto).
   if (!trainer.checkpoint_dir().empty() && (progress.checkpoint_step() > 0 || trainer.resume())) {
-    absl::StatusOr<int64_t> loaded =
-        job.LoadCheckpoint(trainer.checkpoint_dir(), progress.checkpoint_step());
+    absl::StatusOr<int64_t> loaded = job.LoadCheckpoint(progress.checkpoint_step());
     for (const std::string& note : job.passed_over()) {
       events_.notice(absl::StrCat("a damaged checkpoint was passed over: ", note));
     }
@@ -323,7 +322,7 @@ absl::Status JobDriver::Drive() {
       kl.Update(metrics->at("actor/reward_kl_penalty"), responses);
     }
     if (!trainer.rollout_data_dir().empty()) {
-      RETURN_IF_ERROR(job.DumpBatch(step, trainer.rollout_data_dir()).status());
+      RETURN_IF_ERROR(job.DumpBatch(step).status());
     }
     if (validates && ((trainer.val_every() > 0 && step % trainer.val_every() == 0) ||
                       step == total)) {

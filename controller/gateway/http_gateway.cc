@@ -294,10 +294,12 @@ void HttpGateway::Post(const std::string& pattern, Handler handler) {
   Add("POST", pattern, std::move(handler));
 }
 
-// Every route but /healthz: the token, then the handler; nothing it throws leaves it.
+// Every route but /healthz: the token (a GET reads, anything else changes), then the handler;
+// nothing it throws leaves it.
 void HttpGateway::Add(const std::string& method, const std::string& pattern, Handler handler) {
   const std::string name = method + " " + pattern;
-  Handler authorized = [this, name, handler = std::move(handler)](
+  const Access access = method == "GET" ? Access::kRead : Access::kAdmin;
+  Handler authorized = [this, name, access, handler = std::move(handler)](
                            const HttpRequest& request, const std::vector<std::string>& ids,
                            HttpResponse& response) {
     const absl::Time arrived = absl::Now();
@@ -306,12 +308,16 @@ void HttpGateway::Add(const std::string& method, const std::string& pattern, Han
                                 absl::Now() - arrived);
     };
     const absl::Status allowed =
-        CheckHttpAuthorization(request.Header("Authorization"), options_.token);
+        CheckHttpAccess(request.Header("Authorization"), options_.tokens, access);
     if (!allowed.ok()) {
       // Scripts send the bearer token; a browser asks its user once (the token as password)
-      // and sends it with every later request of the session, the dashboard's included.
-      response.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"rlhfd\"");
-      response.headers.emplace_back("WWW-Authenticate", "Basic realm=\"rlhfd\", charset=\"UTF-8\"");
+      // and sends it with every later request of the session, the dashboard's included. The
+      // read-only token on a POST is known, just not enough: 403, no new prompt.
+      if (absl::IsUnauthenticated(allowed)) {
+        response.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"rlhfd\"");
+        response.headers.emplace_back("WWW-Authenticate",
+                                      "Basic realm=\"rlhfd\", charset=\"UTF-8\"");
+      }
       Reply(response, allowed);
       return;
     }

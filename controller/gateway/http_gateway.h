@@ -1,8 +1,9 @@
 // HttpGateway: the REST face of the controller (--http_listen). Each route calls the same
 // Controller method its gRPC twin does, on the controller's event loop, and answers with
 // protobuf's JSON mapping of the gRPC reply; errors are {"code", "message"} with the matching
-// HTTP status. The same token as gRPC on every route but /healthz: "Authorization: Bearer
-// <token>", or HTTP Basic with the token as the password (a browser's way); TLS with the
+// HTTP status. The same tokens as gRPC on every route but /healthz: "Authorization: Bearer
+// <token>", or HTTP Basic with the token as the password (a browser's way); GET routes take the
+// read-only token too, POST routes only the admin token; TLS with the
 // controller's --tls_cert/--tls_key. The transport, and every limit a client meets before its
 // token is checked, is HttpServer's (http_server.h).
 //   GET  /                             the dashboard (dashboard.h) and /static/chart.js
@@ -25,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/rpc/auth.h"
 #include "common/util/event_loop.h"
 #include "controller/controller.h"
 #include "controller/gateway/http_server.h"
@@ -33,7 +35,7 @@ namespace rlhfd::controller {
 
 struct GatewayOptions {
   std::string listen = "127.0.0.1:0";  // host:port
-  std::string token;
+  ClientTokens tokens;
   std::string tls_cert_file, tls_key_file;           // both or neither
   absl::Duration call_deadline = absl::Seconds(10);  // waiting for the event loop
 };

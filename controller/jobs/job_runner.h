@@ -25,7 +25,7 @@
 namespace rlhfd::controller {
 
 struct RunnerOptions {
-  std::string token;  // the cluster's, for calls to workers
+  std::string token;  // the stage token (<state_dir>/stage_token), the only one workers accept
   RpcOptions rpc;
   absl::Duration stage_deadline = absl::Minutes(30);
   int64_t communicator_timeout_ms = 300000;

@@ -9,9 +9,9 @@
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <stdlib.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -30,6 +30,7 @@
 #include "absl/strings/str_split.h"
 #include "common/roles/on_policy.h"
 #include "common/roles/pool_placement.h"
+#include "common/rpc/auth.h"
 #include "common/util/files.h"
 #include "controller/store/job_store.h"
 #include "rlhfd/v1/worker_service.grpc.pb.h"
@@ -161,7 +162,11 @@ class DriverCluster {
     auto stub = v1::WorkerService::NewStub(
         grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
     grpc::ClientContext context;
-    Prepare(context);
+    // The stage token, as the controller calls it: workers take no other.
+    auto stage_token = StageToken(cluster_);
+    if (!stage_token.ok()) return std::nullopt;
+    AttachToken(&context, *stage_token);
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
     v1::GetWorkerStatusReply reply;
     if (!stub->GetWorkerStatus(&context, v1::GetWorkerStatusRequest(), &reply).ok()) {
       return std::nullopt;

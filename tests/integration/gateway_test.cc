@@ -140,7 +140,7 @@ std::string RunFourSteps(Gateway& gateway) {
         auto job = gateway.Get("/v1/jobs/" + id);
         return job && json::parse(job->body)["job"]["state"] == "JOB_STATE_SUCCEEDED";
       },
-      absl::Seconds(120)));
+      absl::Seconds(300)));  // about 10 s on an idle machine; a loaded one may take much longer
   return id;
 }
 
@@ -192,6 +192,92 @@ TEST_CASE("No route answers without the token but /healthz", "[gateway]") {
              "UNAUTHENTICATED", "missing bearer token");
   CheckError(gateway.http().Post("/v1/jobs/job-1:cancel", "", "text/plain"), 401, "UNAUTHENTICATED",
              "missing bearer token");
+}
+
+TEST_CASE("The read-only token reads every route and changes nothing, over REST and gRPC",
+          "[gateway][auth]") {
+  Gateway gateway;
+  auto reader = ConnectToController(gateway.cluster(), "read_token");
+  REQUIRE(reader.ok());
+  REQUIRE(reader->token != gateway.token());
+  const httplib::Headers bearer = gateway.Auth(reader->token);
+  const httplib::Headers basic = {
+      {"Authorization", "Basic " + absl::Base64Escape("prometheus:" + reader->token)}};
+  // What a scraper and a dashboard read: all there.
+  for (const char* path : {"/", "/static/chart.js", "/v1/openapi.json", "/metrics", "/v1/cluster",
+                           "/v1/workers", "/v1/jobs"}) {
+    INFO(path);
+    for (const httplib::Headers& headers : {bearer, basic}) {
+      const httplib::Result read = gateway.http().Get(path, headers);
+      REQUIRE(read);
+      CHECK(read->status == 200);
+    }
+  }
+  // What changes something: 403, naming the token to use, and nothing submitted or cancelled.
+  const httplib::Result submitted =
+      gateway.http().Post("/v1/jobs", bearer, DemoConfig(), "application/yaml");
+  CheckError(submitted, 403, "PERMISSION_DENIED", "read-only token");
+  CHECK(submitted->get_header_value_count("WWW-Authenticate") == 0);
+  CheckError(gateway.http().Post("/v1/jobs/job-1:cancel", basic, "", "text/plain"), 403,
+             "PERMISSION_DENIED", "<controller state dir>/token");
+  const httplib::Result jobs = gateway.http().Get("/v1/jobs", bearer);
+  REQUIRE(jobs);
+  CHECK(json::parse(jobs->body).value("jobs", json::array()).empty());
+
+  // gRPC: the same split.
+  const auto authorized = [&](grpc::ClientContext& context) {
+    reader->Authorize(&context);
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  };
+  {
+    grpc::ClientContext context;
+    authorized(context);
+    v1::ListJobsReply reply;
+    CHECK(reader->jobs->ListJobs(&context, v1::ListJobsRequest(), &reply).ok());
+  }
+  {
+    grpc::ClientContext context;
+    authorized(context);
+    v1::GetClusterReply reply;
+    CHECK(reader->cluster->GetCluster(&context, v1::GetClusterRequest(), &reply).ok());
+  }
+  {
+    grpc::ClientContext context;
+    authorized(context);
+    v1::SubmitJobRequest request;
+    request.set_config_text(DemoConfig());
+    v1::SubmitJobReply reply;
+    const grpc::Status status = reader->jobs->SubmitJob(&context, request, &reply);
+    CHECK(status.error_code() == grpc::StatusCode::PERMISSION_DENIED);
+    CHECK_THAT(status.error_message(), Catch::Contains("read-only token"));
+  }
+  {
+    grpc::ClientContext context;
+    authorized(context);
+    v1::DrainWorkerRequest request;
+    request.set_worker_id("cpu-worker-0");
+    v1::DrainWorkerReply reply;
+    CHECK(reader->cluster->DrainWorker(&context, request, &reply).error_code() ==
+          grpc::StatusCode::PERMISSION_DENIED);
+  }
+  // rlhfctl with the read-only token: reads, and a cancel says which token to use.
+  CHECK(gateway.cluster().CtlWithToken(reader->token, {"jobs"}).exit_code == 0);
+  const CommandResult refused = gateway.cluster().CtlWithToken(reader->token, {"cancel", "job-1"});
+  CHECK(refused.exit_code != 0);
+  CHECK_THAT(refused.err, Catch::Contains("read-only token"));
+  // A worker cannot register with it (the registry takes the admin token).
+  gateway.cluster().SetExtraFlags(
+      {}, {"--token_file=" + gateway.cluster().state_dir() + "/read_token"});
+  const size_t worker = gateway.cluster().StartWorker();
+  CHECK(WaitFor(
+      [&] {
+        return absl::StrContains(gateway.cluster().worker(worker).ReadLog(), "read-only token");
+      },
+      absl::Seconds(30)));
+  const auto workers = gateway.Grpc<v1::ListWorkersReply>([&](auto* context, auto* reply) {
+    return gateway.registry().ListWorkers(context, v1::ListWorkersRequest(), reply);
+  });
+  CHECK(workers.workers_size() == 0);
 }
 
 TEST_CASE("schemathesis fuzzes every route of the OpenAPI document: no 5xx, no crash",

@@ -3,12 +3,13 @@
 // kill -9 of every worker after a save, then restart, load and step equals the uninterrupted
 // run bitwise; a save cut short by a kill is never loaded; a worker killed mid-step makes every
 // rank fail within the collective timeout; a data error on one rank fails the step at once and
-// ending the job interrupts the rank waiting for it; a reward server answering garbage is an error.
+// ending the job interrupts the rank waiting for it; a reward server answering garbage is an error;
+// a worker's stage API takes only the controller's stage token, never a user's token.
 #include <ATen/ATen.h>
-#include <catch2/catch.hpp>
 #include <signal.h>
 #include <stdlib.h>
 
+#include <catch2/catch.hpp>
 #include <fstream>
 #include <future>
 #include <thread>
@@ -22,6 +23,7 @@
 #include "common/util/files.h"
 #include "tests/roles/step_check.h"
 #include "tests/support/cluster_fixture.h"
+#include "tests/support/controller_client.h"
 #include "worker/model/state_dict.h"
 
 namespace rlhfd::roles {
@@ -69,8 +71,10 @@ class Workers {
     REQUIRE(port > 0);
     auto channel = MakeChannel(absl::StrCat("127.0.0.1:", port), RpcOptions{});
     REQUIRE(channel.ok());
-    auto token = ResolveClientToken("", cluster_.state_dir() + "/token");
+    // The controller's stage token, which the worker accepts once it has registered.
+    auto token = rlhfd::testing::StageToken(cluster_);
     REQUIRE(token.ok());
+    REQUIRE(rlhfd::testing::WaitForStageToken(port, *token, absl::Seconds(30)));
     if (services_.size() <= static_cast<size_t>(index)) services_.resize(index + 1);
     services_[index] = MakeGrpcStageService(*channel, *token);
   }
@@ -81,6 +85,13 @@ class Workers {
 
 JobStagesOptions Options() {
   return {.stage_deadline = absl::Minutes(5), .communicator_timeout_ms = 8000};
+}
+
+// `spec` with its checkpoints and batch dumps under `directory`: the only places a worker writes.
+v1::JobSpec WithDirectories(v1::JobSpec spec, const std::string& directory) {
+  spec.mutable_trainer()->set_checkpoint_dir(directory + "/checkpoints");
+  spec.mutable_trainer()->set_rollout_data_dir(directory + "/dumps");
+  return spec;
 }
 
 TEST_CASE("PPO and GRPO steps through worker processes equal one process", "[roles][processes]") {
@@ -136,7 +147,10 @@ TEST_CASE("kill -9 every worker after a save: restarted and loaded, the next ste
           "that of the uninterrupted run",
           "[roles][processes]") {
   at::set_num_threads(1);
-  const v1::JobSpec spec = TestSpec(testing::kPpoJob);
+  TempDir dir;
+  const v1::JobSpec straight_spec =
+      WithDirectories(TestSpec(testing::kPpoJob), dir.path() + "/straight");
+  const v1::JobSpec spec = WithDirectories(TestSpec(testing::kPpoJob), dir.path() + "/killed");
   const int world = WorldSize(PlacePools(spec));
   const auto plan = [](int64_t step) {
     return StepPlan{.step = step,
@@ -144,19 +158,18 @@ TEST_CASE("kill -9 every worker after a save: restarted and loaded, the next ste
                     .seed = static_cast<uint64_t>(40 + step),
                     .kl_coef = 0.05};
   };
-  TempDir dir;
   std::vector<std::string> uninterrupted_dumps;
   {
     Workers workers(world);
-    JobStages job("job-straight", spec, workers.services(), Options());
+    JobStages job("job-straight", straight_spec, workers.services(), Options());
     REQUIRE(job.Start(2).ok());
     REQUIRE(job.RunStep(plan(1)).ok());
-    REQUIRE(job.SaveCheckpoint(dir.path() + "/straight", 1, false).ok());
+    REQUIRE(job.SaveCheckpoint(1, false).ok());
     REQUIRE(job.RunStep(plan(2)).ok());
-    auto dumps = job.DumpBatch(2, dir.path() + "/straight-dumps");
+    auto dumps = job.DumpBatch(2);
     REQUIRE(dumps.ok());
     uninterrupted_dumps = *dumps;
-    REQUIRE(job.SaveCheckpoint(dir.path() + "/straight", 2, false).ok());
+    REQUIRE(job.SaveCheckpoint(2, false).ok());
     job.End();
   }
   Workers workers(world);
@@ -164,46 +177,46 @@ TEST_CASE("kill -9 every worker after a save: restarted and loaded, the next ste
     JobStages job("job-killed", spec, workers.services(), Options());
     REQUIRE(job.Start(2).ok());
     REQUIRE(job.RunStep(plan(1)).ok());
-    REQUIRE(job.SaveCheckpoint(dir.path() + "/killed", 1, false).ok());
+    REQUIRE(job.SaveCheckpoint(1, false).ok());
   }
   workers.KillAll();
   workers.RestartAll();
   JobStages job("job-killed", spec, workers.services(), Options());
   REQUIRE(job.Start(2).ok());
-  auto loaded = job.LoadCheckpoint(dir.path() + "/killed", 0);
+  auto loaded = job.LoadCheckpoint(0);
   REQUIRE(loaded.ok());
   CHECK(*loaded == 1);
   auto stepped = job.RunStep(plan(2));
   INFO((stepped.ok() ? "" : std::string(stepped.status().message())));
   REQUIRE(stepped.ok());
-  auto dumps = job.DumpBatch(2, dir.path() + "/killed-dumps");
+  auto dumps = job.DumpBatch(2);
   REQUIRE(dumps.ok());
   CheckSameFiles(*dumps, uninterrupted_dumps);
-  REQUIRE(job.SaveCheckpoint(dir.path() + "/killed", 2, false).ok());
-  CheckSameFiles(StateFiles(dir.path() + "/killed", 2, {"actor", "critic"}, 2),
-                 StateFiles(dir.path() + "/straight", 2, {"actor", "critic"}, 2));
+  REQUIRE(job.SaveCheckpoint(2, false).ok());
+  CheckSameFiles(StateFiles(spec.trainer().checkpoint_dir(), 2, {"actor", "critic"}, 2),
+                 StateFiles(straight_spec.trainer().checkpoint_dir(), 2, {"actor", "critic"}, 2));
   job.End();
 }
 
 TEST_CASE("a save cut short by a kill is never loaded; the one before it is",
           "[roles][processes]") {
   at::set_num_threads(1);
-  const v1::JobSpec spec =
-      TestSpec(testing::kGrpoJob, {"placement=colocated", "roles.actor.gpus=1",
-                                   "roles.reference.gpus=1", "roles.reward.gpus=1"});
   TempDir dir;
-  const std::string checkpoints = dir.path() + "/checkpoints";
+  const v1::JobSpec spec = WithDirectories(
+      TestSpec(testing::kGrpoJob, {"placement=colocated", "roles.actor.gpus=1",
+                                   "roles.reference.gpus=1", "roles.reward.gpus=1"}),
+      dir.path());
+  const std::string checkpoints = spec.trainer().checkpoint_dir();
   Workers workers(1);
   {
     JobStages job("job-torn", spec, workers.services(), Options());
     REQUIRE(job.Start(3).ok());
     REQUIRE(job.RunStep({.step = 1, .prompts = TestPrompts(2), .seed = 1}).ok());
-    REQUIRE(job.SaveCheckpoint(checkpoints, 1, false).ok());
+    REQUIRE(job.SaveCheckpoint(1, false).ok());
     REQUIRE(job.RunStep({.step = 2, .prompts = TestPrompts(2), .seed = 2}).ok());
     // The save of step 2 with a kill racing it.
-    auto saving = std::async(std::launch::async, [&] {
-      return job.SaveCheckpoint(checkpoints, 2, /*export_huggingface=*/true);
-    });
+    auto saving = std::async(std::launch::async,
+                             [&] { return job.SaveCheckpoint(2, /*export_huggingface=*/true); });
     workers.KillAll();
     (void)saving.get();
   }
@@ -219,17 +232,17 @@ TEST_CASE("a save cut short by a kill is never loaded; the one before it is",
   workers.RestartAll();
   JobStages job("job-torn", spec, workers.services(), Options());
   REQUIRE(job.Start(3).ok());
-  auto loaded = job.LoadCheckpoint(checkpoints, 0);
+  auto loaded = job.LoadCheckpoint(0);
   REQUIRE(loaded.ok());
   CHECK(*loaded == (second_committed ? 2 : 1));
-  // What was loaded is bitwise what that step saved.
-  REQUIRE(job.SaveCheckpoint(dir.path() + "/again", *loaded, false).ok());
-  CheckSameFiles(StateFiles(dir.path() + "/again", *loaded, {"actor"}, 1),
+  // What was loaded is bitwise what that step saved: saved again as step 9, the same tensors.
+  REQUIRE(job.SaveCheckpoint(9, false).ok());
+  CheckSameFiles(StateFiles(checkpoints, 9, {"actor"}, 1),
                  StateFiles(checkpoints, *loaded, {"actor"}, 1));
   // Asked for by number, a step whose rank's save did not finish (its manifest missing) is
   // passed over for the step before it, naming what is missing.
   (void)RemoveTree(checkpoints + "/step_2/actor/rank_0/manifest.json");
-  auto torn = job.LoadCheckpoint(checkpoints, 2);
+  auto torn = job.LoadCheckpoint(2);
   INFO(torn.status().ToString());
   REQUIRE(torn.ok());
   CHECK(*torn == 1);
@@ -262,6 +275,7 @@ TEST_CASE("a worker killed in the middle of a step: every rank fails within the 
   forward.mutable_key()->set_job_id("job-peer");
   forward.mutable_key()->set_step(2);
   forward.mutable_key()->set_stage("after the loss");
+  forward.mutable_key()->set_attempt(1);
   forward.set_kind(v1::FORWARD_KIND_REF_LOG_PROBS);
   auto after = CallStage(*workers.services()[3], &StageService::Forward, forward, absl::Seconds(30));
   CHECK(after.status().code() != absl::StatusCode::kDeadlineExceeded);
@@ -314,6 +328,50 @@ TEST_CASE(
   INFO(good.status());
   CHECK(good.ok());
   next.End();
+}
+
+TEST_CASE("a worker's stage API refuses every token but the controller's stage token",
+          "[roles][processes][auth]") {
+  at::set_num_threads(1);
+  TempDir dir;
+  const v1::JobSpec spec = WithDirectories(
+      TestSpec(testing::kGrpoJob, {"placement=colocated", "roles.actor.gpus=1",
+                                   "roles.reference.gpus=1", "roles.reward.gpus=1"}),
+      dir.path());
+  Workers workers(1);
+  const int port = workers.cluster().WorkerPort(0);
+  auto channel = MakeChannel(absl::StrCat("127.0.0.1:", port), RpcOptions{});
+  REQUIRE(channel.ok());
+  const std::string state = workers.cluster().state_dir();
+  // The admin token (what rlhfctl and the workers' registration hold), the read-only one
+  // (scrapers, dashboards), none, and a made-up one.
+  for (const std::string& token :
+       {*ResolveClientToken("", state + "/token"), *ResolveClientToken("", state + "/read_token"),
+        std::string(), std::string("0123456789abcdef")}) {
+    INFO("token '" << token << "'");
+    std::unique_ptr<StageService> intruder = MakeGrpcStageService(*channel, token);
+    JobStages job("job-intruder", spec, {intruder.get()}, Options());
+    const absl::Status started = job.Start(1);
+    CHECK(started.code() == absl::StatusCode::kUnauthenticated);
+    CHECK_THAT(std::string(started.message()), Catch::Contains("bearer token"));
+    v1::CheckpointRequest load;
+    load.mutable_key()->set_job_id("job-intruder");
+    load.mutable_key()->set_step(1);
+    load.mutable_key()->set_stage("load");
+    load.mutable_key()->set_attempt(1);
+    load.set_directory("/etc");
+    CHECK(CallStage(*intruder, &StageService::LoadCheckpoint, load, absl::Seconds(30))
+              .status()
+              .code() == absl::StatusCode::kUnauthenticated);
+  }
+  CHECK_FALSE(PathExists(dir.path() + "/checkpoints"));
+  // The controller's token, which the worker got when it registered, opens it.
+  JobStages job("job-controller", spec, workers.services(), Options());
+  REQUIRE(job.Start(1).ok());
+  REQUIRE(job.RunStep({.step = 1, .prompts = TestPrompts(2), .seed = 1}).ok());
+  REQUIRE(job.SaveCheckpoint(1, false).ok());
+  CHECK(PathExists(dir.path() + "/checkpoints/latest"));
+  job.End();
 }
 
 TEST_CASE("a reward server answering garbage is an error naming it; the worker lives on",

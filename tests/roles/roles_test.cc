@@ -140,19 +140,21 @@ v1::StageKey Key(const std::string& job, int64_t step, const std::string& stage)
   key.set_job_id(job);
   key.set_step(step);
   key.set_stage(stage);
+  key.set_attempt(1);  // JobStages' default
   return key;
 }
 
 TEST_CASE("a repeated stage call returns the stored reply and changes no weight", "[roles]") {
   at::set_num_threads(1);
-  const v1::JobSpec spec = TestSpec(kGrpoJob, {"placement=colocated", "roles.actor.gpus=1",
-                                               "roles.reward.gpus=1", "roles.reference.gpus=1"});
+  TempDir dir;
+  const v1::JobSpec spec =
+      TestSpec(kGrpoJob, {"placement=colocated", "roles.actor.gpus=1", "roles.reward.gpus=1",
+                          "roles.reference.gpus=1", "trainer.checkpoint_dir=" + dir.path()});
   Hosts hosts(spec);
   JobStages job("job-repeat", spec, hosts.services);
   REQUIRE(job.Start(2).ok());
   REQUIRE(job.RunStep({.step = 1, .prompts = TestPrompts(2), .seed = 5}).ok());
-  TempDir dir;
-  REQUIRE(job.SaveCheckpoint(dir.path(), 1, false).ok());
+  REQUIRE(job.SaveCheckpoint(1, false).ok());
   v1::UpdateRequest update;
   *update.mutable_key() = Key("job-repeat", 1, "update_actor");
   update.set_optimizer_steps_before(0);
@@ -160,7 +162,7 @@ TEST_CASE("a repeated stage call returns the stored reply and changes no weight"
   REQUIRE(again.ok());
   CHECK(again->optimizer_steps() == 1);
   // The same key after the fact: same reply; the weights as saved after the first.
-  REQUIRE(job.SaveCheckpoint(dir.path(), 2, false).ok());
+  REQUIRE(job.SaveCheckpoint(2, false).ok());
   auto first = model::StateDict::Load(dir.path() + "/step_1/actor/rank_0/state.safetensors");
   auto second = model::StateDict::Load(dir.path() + "/step_2/actor/rank_0/state.safetensors");
   REQUIRE(first.ok());
@@ -180,14 +182,15 @@ TEST_CASE("a repeated stage call returns the stored reply and changes no weight"
 
 TEST_CASE("a checkpoint's actor export loads in transformers with the checkpoint's weights",
           "[roles]") {
-  const v1::JobSpec spec = TestSpec(kGrpoJob, {"placement=colocated", "roles.actor.gpus=1",
-                                               "roles.reward.gpus=1", "roles.reference.gpus=1"});
+  TempDir dir;
+  const v1::JobSpec spec =
+      TestSpec(kGrpoJob, {"placement=colocated", "roles.actor.gpus=1", "roles.reward.gpus=1",
+                          "roles.reference.gpus=1", "trainer.checkpoint_dir=" + dir.path()});
   Hosts hosts(spec);
   JobStages job("job-export", spec, hosts.services);
   REQUIRE(job.Start(1).ok());
   REQUIRE(job.RunStep({.step = 1, .prompts = TestPrompts(2), .seed = 9}).ok());
-  TempDir dir;
-  REQUIRE(job.SaveCheckpoint(dir.path(), 1, /*export_huggingface=*/true).ok());
+  REQUIRE(job.SaveCheckpoint(1, /*export_huggingface=*/true).ok());
   const rlhfd::testing::CommandResult checked = rlhfd::testing::RunCommand(
       {RLHFD_PYTHON, RLHFD_CHECK_EXPORT, dir.path() + "/step_1/actor/huggingface",
        dir.path() + "/step_1/actor/rank_0/state.safetensors"},
@@ -270,6 +273,102 @@ TEST_CASE("bad stage input gets a clear error naming what to fix", "[roles]") {
     CHECK_THAT(message(down.status()), Catch::Contains(url));
     job.End();
   }
+}
+
+// What a caller holding the worker's stage token still cannot do: reach an attempt it does not
+// name, or make the worker write, read or probe a directory other than the job's own.
+TEST_CASE("stage calls are fenced by attempt and confined to the job's directories", "[roles]") {
+  at::set_num_threads(1);
+  TempDir dir;
+  const std::string checkpoints = dir.path() + "/checkpoints";
+  const std::string elsewhere = dir.path() + "/elsewhere";
+  const v1::JobSpec spec =
+      TestSpec(kGrpoJob, {"placement=colocated", "roles.actor.gpus=1", "roles.reward.gpus=1",
+                          "roles.reference.gpus=1", "trainer.checkpoint_dir=" + checkpoints,
+                          "trainer.rollout_data_dir=" + dir.path() + "/dumps"});
+  Hosts hosts(spec);
+  RoleHost& host = *hosts.hosts[0];
+  JobStages job("job-fenced", spec, hosts.services, {.attempt = 3});
+  REQUIRE(job.Start(2).ok());
+  REQUIRE(job.RunStep({.step = 1, .prompts = TestPrompts(2), .seed = 5}).ok());
+  REQUIRE(job.SaveCheckpoint(1, false).ok());
+  const auto message = [](const absl::Status& status) { return std::string(status.message()); };
+
+  SECTION("attempt 0 and another attempt are refused, for every kind of call") {
+    for (const int64_t attempt : {0, 2, 4}) {
+      INFO("attempt " << attempt);
+      v1::GenerateRequest generate;
+      *generate.mutable_key() = Key("job-fenced", 2, "generate");
+      generate.mutable_key()->set_attempt(attempt);
+      auto generated = Call(host, &StageService::Generate, generate);
+      REQUIRE_FALSE(generated.ok());
+      CHECK_THAT(message(generated.status()),
+                 Catch::Contains(attempt == 0 ? "must name its job's attempt" : "runs attempt 3"));
+      v1::CheckpointRequest load;
+      *load.mutable_key() = Key("job-fenced", 1, "load");
+      load.mutable_key()->set_attempt(attempt);
+      load.set_directory(checkpoints);
+      CHECK_FALSE(Call(host, &StageService::LoadCheckpoint, load).ok());
+    }
+    v1::PrepareJobRequest prepare;
+    prepare.set_job_id("job-other");
+    CHECK(Call(host, &StageService::PrepareJob, prepare).status().code() ==
+          absl::StatusCode::kInvalidArgument);
+    v1::StartJobRequest start;
+    start.set_job_id("job-fenced");
+    *start.mutable_spec() = spec;
+    CHECK(Call(host, &StageService::StartJob, start).status().code() ==
+          absl::StatusCode::kInvalidArgument);
+    v1::EndJobRequest end;
+    end.set_job_id("job-fenced");
+    CHECK(Call(host, &StageService::EndJob, end).status().code() ==
+          absl::StatusCode::kInvalidArgument);
+    // None of those touched the running attempt: it steps on.
+    CHECK(job.RunStep({.step = 2, .prompts = TestPrompts(2), .seed = 6}).ok());
+  }
+  SECTION("a directory other than trainer.checkpoint_dir or rollout_data_dir is refused") {
+    for (const std::string& directory :
+         std::vector<std::string>{elsewhere, "/", checkpoints + "/../elsewhere",
+                                  checkpoints + "/step_1", "checkpoints", ""}) {
+      INFO("directory '" << directory << "'");
+      v1::CheckpointRequest save;
+      *save.mutable_key() = Key("job-fenced", 1, "save elsewhere");
+      save.mutable_key()->set_attempt(3);
+      save.set_directory(directory);
+      save.set_step(7);
+      auto saved = Call(host, &StageService::SaveCheckpoint, save);
+      CHECK(saved.status().code() == absl::StatusCode::kPermissionDenied);
+      CHECK_THAT(message(saved.status()), Catch::Contains("trainer.checkpoint_dir"));
+      *save.mutable_key() = Key("job-fenced", 1, "commit elsewhere");
+      save.mutable_key()->set_attempt(3);
+      CHECK(Call(host, &StageService::CommitCheckpoint, save).status().code() ==
+            absl::StatusCode::kPermissionDenied);
+      v1::CheckpointRequest load = save;
+      *load.mutable_key() = Key("job-fenced", 1, "load");
+      load.mutable_key()->set_attempt(3);
+      CHECK(Call(host, &StageService::LoadCheckpoint, load).status().code() ==
+            absl::StatusCode::kPermissionDenied);
+      v1::DumpBatchRequest dump;
+      *dump.mutable_key() = Key("job-fenced", 1, "dump elsewhere");
+      dump.mutable_key()->set_attempt(3);
+      dump.set_directory(directory);
+      auto dumped = Call(host, &StageService::DumpBatch, dump);
+      CHECK(dumped.status().code() == absl::StatusCode::kPermissionDenied);
+      CHECK_THAT(message(dumped.status()), Catch::Contains("trainer.rollout_data_dir"));
+    }
+    CHECK_FALSE(PathExists(elsewhere));
+    CHECK_FALSE(PathExists(checkpoints + "/step_7"));
+    CHECK_FALSE(PathExists(dir.path() + "/step_7"));
+    // The job's own directory, spelt with a trailing slash and a "." part, is its own.
+    v1::CheckpointRequest load;
+    *load.mutable_key() = Key("job-fenced", 1, "load");
+    load.mutable_key()->set_attempt(3);
+    load.set_directory(checkpoints + "/./");
+    auto loaded = Call(host, &StageService::LoadCheckpoint, load);
+    INFO(loaded.status());
+    CHECK(loaded.ok());
+  }
+  job.End();
 }
 
 }  // namespace

@@ -99,8 +99,8 @@ std::vector<int> Ranks(const JobStages& job, const std::string& role) {
 
 }  // namespace
 
-StepTensors Dumped(JobStages& job, int64_t step, const std::string& directory) {
-  auto paths = job.DumpBatch(step, directory);
+StepTensors Dumped(JobStages& job, int64_t step) {
+  auto paths = job.DumpBatch(step);
   REQUIRE(paths.ok());
   std::vector<std::string> actor_paths;
   for (int rank : Ranks(job, "actor")) actor_paths.push_back((*paths)[rank]);
@@ -172,12 +172,15 @@ double StepKlCoefficient(const v1::JobSpec& spec) {
   return spec.algorithm().kl().mode() == v1::KL_MODE_IN_REWARD ? spec.algorithm().kl().coef() : 0;
 }
 
-void CheckAgainstOneProcess(const v1::JobSpec& spec, const std::vector<StageService*>& services,
+void CheckAgainstOneProcess(const v1::JobSpec& job_spec, const std::vector<StageService*>& services,
                             int prompts, int steps) {
+  TempDir dir;
+  v1::JobSpec spec = job_spec;
+  spec.mutable_trainer()->set_checkpoint_dir(dir.path() + "/checkpoints");
+  spec.mutable_trainer()->set_rollout_data_dir(dir.path() + "/dumps");
   JobStages job("job-test", spec, services, {.stage_deadline = absl::Minutes(5)});
   REQUIRE(job.Start(spec.trainer().total_steps()).ok());
   rlhfd::testing::ReferenceModels reference = rlhfd::testing::LoadReferenceModels(spec);
-  TempDir dir;
   for (int64_t step = 1; step <= steps; ++step) {
     INFO("step " << step);
     StepPlan plan{.step = step,
@@ -196,7 +199,7 @@ void CheckAgainstOneProcess(const v1::JobSpec& spec, const std::vector<StageServ
     CHECK(metrics->at("perf/mfu/actor") > 0);
     CHECK(metrics->at("perf/mfu/actor") < 1);
     CHECK(metrics->count("perf/max_memory_allocated_gb") == 0);
-    const StepTensors ours = Dumped(job, step, dir.path() + "/dumps");
+    const StepTensors ours = Dumped(job, step);
     // The rollout: greedy responses are those of one engine over all prompts; sampled ones
     // are taken as the workers drew them (their seeds do not depend on the layout, but a
     // batch's arithmetic may).
@@ -245,7 +248,7 @@ void CheckAgainstOneProcess(const v1::JobSpec& spec, const std::vector<StageServ
     const auto critic_before = reference.critic ? Cloned(Parameters(reference.critic))
                                                 : std::map<std::string, at::Tensor>();
     rlhfd::testing::ReferenceUpdates(spec, reference, expected, step);
-    REQUIRE(job.SaveCheckpoint(dir.path() + "/checkpoints", step, false).ok());
+    REQUIRE(job.SaveCheckpoint(step, false).ok());
     const auto actor = Parameters(reference.actor);
     CheckUpdate(actor_before, SavedParameters(dir.path() + "/checkpoints", step, "actor", actor),
                 actor);

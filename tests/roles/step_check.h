@@ -29,8 +29,8 @@ std::vector<v1::PromptRow> TestPrompts(int count);
 // The KL coefficient a step of `spec` is given.
 double StepKlCoefficient(const v1::JobSpec& spec);
 
-// The actor ranks' dumps of `step`, merged in row order.
-rlhfd::testing::StepTensors Dumped(JobStages& job, int64_t step, const std::string& directory);
+// The actor ranks' dumps of `step` (in the job's trainer.rollout_data_dir), merged in row order.
+rlhfd::testing::StepTensors Dumped(JobStages& job, int64_t step);
 
 // A role's parameters as its data-parallel rank 0 saved them at `step`, for the names of `like`.
 std::map<std::string, at::Tensor> SavedParameters(const std::string& directory, int64_t step,

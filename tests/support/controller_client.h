@@ -27,6 +27,16 @@ struct ControllerClient {
 };
 
 // A client of the cluster's controller (plaintext); an error if its token cannot be read.
-absl::StatusOr<ControllerClient> ConnectToController(const LocalCluster& cluster);
+// `token_file`: which of the state directory's tokens it holds.
+absl::StatusOr<ControllerClient> ConnectToController(const LocalCluster& cluster,
+                                                     const std::string& token_file = "token");
+
+// The token the cluster's controller hands its workers (<state_dir>/stage_token), for tests that
+// call a worker's stage API as the controller does.
+absl::StatusOr<std::string> StageToken(const LocalCluster& cluster);
+
+// Waits (up to `timeout`) until the worker serving on `port` takes calls with the stage token,
+// that is until it has registered; false if it does not.
+bool WaitForStageToken(int port, const std::string& stage_token, absl::Duration timeout);
 
 }  // namespace rlhfd::testing

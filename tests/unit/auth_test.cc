@@ -1,11 +1,14 @@
-// Tokens: creation with safe permissions, reuse across restarts, client lookup order, checks.
-#include <catch2/catch.hpp>
+// Tokens: creation with safe permissions, reuse across restarts, client lookup order, and what
+// the admin and read-only tokens each open.
+#include "common/rpc/auth.h"
+
 #include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 
-#include "common/rpc/auth.h"
+#include "absl/strings/escaping.h"
 #include "common/util/files.h"
 #include "tests/support/subprocess.h"
 
@@ -48,6 +51,45 @@ TEST_CASE("client token: flag, then environment, then file", "[auth]") {
   REQUIRE_FALSE(none.ok());
   CHECK_THAT(std::string(none.status().message()), Catch::Contains("--token_file"));
   CHECK(absl::IsNotFound(ResolveClientToken("", dir.path() + "/missing").status()));
+}
+
+TEST_CASE("each token file is its own token", "[auth]") {
+  testing::TempDir dir;
+  auto admin = LoadOrCreateToken(dir.path(), kAdminTokenFile);
+  auto reader = LoadOrCreateToken(dir.path(), kReadTokenFile);
+  auto stage = LoadOrCreateToken(dir.path(), kStageTokenFile);
+  REQUIRE(admin.ok());
+  REQUIRE(reader.ok());
+  REQUIRE(stage.ok());
+  CHECK(*admin != *reader);
+  CHECK(*admin != *stage);
+  CHECK(*reader != *stage);
+  CHECK(*LoadOrCreateToken(dir.path(), kReadTokenFile) == *reader);
+}
+
+TEST_CASE("the admin token opens everything, the read-only token only reads", "[auth]") {
+  const ClientTokens tokens{.admin = "admin-token", .read_only = "read-token"};
+  const auto check = [&](const std::string& header, Access needed) {
+    return CheckHttpAccess(&header, tokens, needed);
+  };
+  CHECK(check("Bearer admin-token", Access::kAdmin).ok());
+  CHECK(check("Bearer admin-token", Access::kRead).ok());
+  CHECK(check("Bearer read-token", Access::kRead).ok());
+  const absl::Status refused = check("Bearer read-token", Access::kAdmin);
+  CHECK(absl::IsPermissionDenied(refused));
+  CHECK_THAT(std::string(refused.message()), Catch::Contains("<controller state dir>/token"));
+  CHECK(check("Basic " + absl::Base64Escape("prometheus:read-token"), Access::kRead).ok());
+  CHECK(absl::IsPermissionDenied(
+      check("Basic " + absl::Base64Escape("x:read-token"), Access::kAdmin)));
+  CHECK(absl::IsUnauthenticated(check("Bearer read-token ", Access::kRead)));
+  CHECK(absl::IsUnauthenticated(check("Bearer admin", Access::kRead)));
+  CHECK(absl::IsUnauthenticated(check("Bearer ", Access::kRead)));
+  CHECK(absl::IsUnauthenticated(check("admin-token", Access::kRead)));
+  CHECK(absl::IsUnauthenticated(CheckHttpAccess(nullptr, tokens, Access::kRead)));
+  // No read-only token configured: an empty one opens nothing.
+  const ClientTokens admin_only{.admin = "admin-token"};
+  const std::string empty = "Bearer ";
+  CHECK(absl::IsUnauthenticated(CheckHttpAccess(&empty, admin_only, Access::kRead)));
 }
 
 }  // namespace rlhfd

@@ -50,6 +50,19 @@ TEST_CASE("directories are made, listed and removed", "[files]") {
   CHECK(absl::IsNotFound(ListDirectory(dir.path() + "/a").status()));
 }
 
+TEST_CASE("CleanAbsolutePath: one spelling per absolute path, nothing that climbs", "[files]") {
+  CHECK(CleanAbsolutePath("/a/b") == "/a/b");
+  CHECK(CleanAbsolutePath("/a//b/./c/") == "/a/b/c");
+  CHECK(CleanAbsolutePath("/") == "/");
+  CHECK(CleanAbsolutePath("//") == "/");
+  CHECK(CleanAbsolutePath("/a/../b").empty());
+  CHECK(CleanAbsolutePath("/a/..").empty());
+  CHECK(CleanAbsolutePath("a/b").empty());
+  CHECK(CleanAbsolutePath("./a").empty());
+  CHECK(CleanAbsolutePath("").empty());
+  CHECK(CleanAbsolutePath("/a/..b/c..") == "/a/..b/c..");  // names, not parents
+}
+
 TEST_CASE("WriteFileAtomically into a missing directory fails cleanly", "[files]") {
   auto status = WriteFileAtomically("/nonexistent-dir/x", "data");
   CHECK_FALSE(status.ok());

@@ -118,7 +118,8 @@ absl::StatusOr<Result> Run(int workers, int steps, int warmup, int prompts_per_a
   std::vector<int> ports(workers);
   for (int i = 0; i < workers; ++i) {
     services.push_back(std::make_unique<worker::WorkerServiceImpl>(
-        nullptr, &stages, [] { return worker::HostedStatus{}; }, kToken, 0));
+        nullptr, &stages, [] { return worker::HostedStatus{}; }, [] { return std::string(kToken); },
+        0));
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &ports[i]);
     builder.RegisterService(services.back().get());

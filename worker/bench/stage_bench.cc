@@ -205,6 +205,7 @@ trainer: {total_steps: )", warmup + steps, R"(}
   offload.mutable_key()->set_job_id("bench");
   offload.mutable_key()->set_step(warmup + steps);
   offload.mutable_key()->set_stage("offload");
+  offload.mutable_key()->set_attempt(1);  // JobStages' default
   offload.add_roles("actor");
   offload.add_roles("reference");
   offload.set_to_host(true);

@@ -75,6 +75,15 @@ std::string KeyText(const v1::StageKey& key) {
                       SanitizeForDisplay(key.stage(), 60));
 }
 
+// Every call names its job's attempt (from 1), so a call cannot reach whichever attempt runs.
+absl::Status CheckAttempt(int64_t attempt) {
+  if (attempt < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attempt ", attempt, ": a call must name its job's attempt (from 1)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckKey(const v1::StageKey& key) {
   if (key.step() < 1) {
     return absl::InvalidArgumentError(absl::StrCat(KeyText(key), ": key.step must be >= 1"));
@@ -113,8 +122,9 @@ std::shared_ptr<std::atomic<bool>> RoleHost::CancelFlag(const std::string& key) 
 }
 
 absl::StatusOr<HostedJob*> RoleHost::FindJob(const std::string& job_id, int64_t attempt) {
+  RETURN_IF_ERROR(CheckAttempt(attempt));
   const auto found = jobs_.find(job_id);
-  if (found != jobs_.end() && attempt != 0 && found->second->attempt != attempt) {
+  if (found != jobs_.end() && found->second->attempt != attempt) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", SanitizeForDisplay(job_id, 80), " runs attempt ", found->second->attempt,
         " here, not ", attempt, " (a newer driver has taken it over)"));
@@ -192,6 +202,7 @@ void RoleHost::PrepareJob(const v1::PrepareJobRequest& request, absl::Duration,
       if (request.job_id().empty() || request.job_id().size() > 128) {
         return absl::InvalidArgumentError("PrepareJob: job_id must be 1-128 characters");
       }
+      RETURN_IF_ERROR(CheckAttempt(request.attempt()));
       if (const auto running = jobs_.find(request.job_id()); running != jobs_.end()) {
         if (running->second->attempt == request.attempt()) {
           return absl::AlreadyExistsError(absl::StrCat(
@@ -248,6 +259,7 @@ void RoleHost::StartJob(const v1::StartJobRequest& request, absl::Duration,
     const absl::Cleanup publish = [this] { PublishHosted(); };
     done(CatchAll<v1::StartJobReply>("StartJob", [&]() -> absl::StatusOr<v1::StartJobReply> {
       const auto start = std::chrono::steady_clock::now();
+      RETURN_IF_ERROR(CheckAttempt(request.attempt()));
       if (const auto running = jobs_.find(request.job_id()); running != jobs_.end()) {
         if (running->second->attempt == request.attempt()) return running->second->started;
         // A newer attempt (a recovering driver): the older one's roles and communicators go.
@@ -613,12 +625,27 @@ double JsonNumber(const nlohmann::json& object, const char* key, double fallback
   return found != object.end() && found->is_number() ? found->get<double>() : fallback;
 }
 
-absl::Status CheckDirectory(const std::string& directory) {
-  if (directory.empty() || directory[0] != '/') {
-    return absl::InvalidArgumentError(
-        "checkpoint: directory must be an absolute path (trainer.checkpoint_dir)");
+// The directory a stage request names must be the one the job's config gave under `key`: no
+// request makes a worker write, read or probe a path anywhere else (no other absolute path, no
+// "..").
+absl::Status CheckConfiguredDirectory(const std::string& requested, const std::string& configured,
+                                      absl::string_view key) {
+  if (configured.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this job sets no ", key, "; a stage request cannot name a directory"));
+  }
+  const std::string clean = CleanAbsolutePath(requested);
+  if (clean.empty() || clean != CleanAbsolutePath(configured)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "directory '", SanitizeForDisplay(requested, 200), "' is not this job's ", key, " (",
+        SanitizeForDisplay(configured, 200), "): a stage request may name only that one"));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckCheckpointDirectory(const HostedJob& job, const std::string& requested) {
+  return CheckConfiguredDirectory(requested, job.spec.trainer().checkpoint_dir(),
+                                  "trainer.checkpoint_dir");
 }
 
 }  // namespace
@@ -628,7 +655,7 @@ void RoleHost::SaveCheckpoint(const v1::CheckpointRequest& request, absl::Durati
   RunStage<v1::CheckpointReply>(
       request.key(), false, std::move(done),
       [request](HostedJob& job) -> absl::StatusOr<v1::CheckpointReply> {
-        RETURN_IF_ERROR(CheckDirectory(request.directory()));
+        RETURN_IF_ERROR(CheckCheckpointDirectory(job, request.directory()));
         if (request.step() < 1) return absl::InvalidArgumentError("checkpoint: step must be >= 1");
         v1::CheckpointReply reply;
         for (auto& [role, trained] : TrainedRoles(job)) {
@@ -670,7 +697,7 @@ void RoleHost::CommitCheckpoint(const v1::CheckpointRequest& request, absl::Dura
   RunStage<v1::CheckpointReply>(
       request.key(), false, std::move(done),
       [request](HostedJob& job) -> absl::StatusOr<v1::CheckpointReply> {
-        RETURN_IF_ERROR(CheckDirectory(request.directory()));
+        RETURN_IF_ERROR(CheckCheckpointDirectory(job, request.directory()));
         RETURN_IF_ERROR(CommitStep(request.directory(), request.step()));
         // The commit stands whatever happens to the deletion of older steps; a failed one is
         // tried again after the next commit.
@@ -696,7 +723,7 @@ void RoleHost::LoadCheckpoint(const v1::CheckpointRequest& request, absl::Durati
     logging::ScopedLogContext context({.job = request.key().job_id()});
     done(CatchAll<v1::CheckpointReply>("LoadCheckpoint", [&]() -> absl::StatusOr<v1::CheckpointReply> {
       ASSIGN_OR_RETURN(HostedJob * job, FindJob(request.key().job_id(), request.key().attempt()));
-      RETURN_IF_ERROR(CheckDirectory(request.directory()));
+      RETURN_IF_ERROR(CheckCheckpointDirectory(*job, request.directory()));
       std::vector<RolePart> parts;
       for (auto& [role, trained] : TrainedRoles(*job)) {
         parts.push_back({.role = role,
@@ -772,7 +799,9 @@ void RoleHost::DumpBatch(const v1::DumpBatchRequest& request, absl::Duration,
   RunStage<v1::DumpBatchReply>(
       request.key(), false, std::move(done),
       [request](HostedJob& job) -> absl::StatusOr<v1::DumpBatchReply> {
-        RETURN_IF_ERROR(CheckDirectory(request.directory()));
+        RETURN_IF_ERROR(CheckConfiguredDirectory(request.directory(),
+                                                 job.spec.trainer().rollout_data_dir(),
+                                                 "trainer.rollout_data_dir"));
         const StepBatch& batch = job.batch;
         if (!batch.begun() || batch.step() != request.key().step()) {
           return absl::FailedPreconditionError(
@@ -830,20 +859,23 @@ void RoleHost::MeasurePrompts(const v1::MeasurePromptsRequest& request, absl::Du
 
 void RoleHost::EndJob(const v1::EndJobRequest& request, absl::Duration,
                       StageDone<v1::EndJobReply> done) {
+  if (absl::Status valid = CheckAttempt(request.attempt()); !valid.ok()) {
+    done(valid);
+    return;
+  }
   {
     // The attempt's long waits (a remote reward) end now; a newer attempt's are not touched.
     std::lock_guard<std::mutex> lock(cancel_mutex_);
     const std::string prefix = request.job_id() + "#";
     for (auto& [key, flag] : cancel_flags_) {
       if (key.rfind(prefix, 0) != 0) continue;
-      if (request.attempt() == 0 || key == absl::StrCat(prefix, request.attempt())) flag->store(true);
+      if (key == absl::StrCat(prefix, request.attempt())) flag->store(true);
     }
   }
   executor_.Post([this, request, done = std::move(done)] {
     done(CatchAll<v1::EndJobReply>("EndJob", [&]() -> absl::StatusOr<v1::EndJobReply> {
       const auto running = jobs_.find(request.job_id());
-      if (running != jobs_.end() && request.attempt() != 0 &&
-          running->second->attempt != request.attempt()) {
+      if (running != jobs_.end() && running->second->attempt != request.attempt()) {
         return v1::EndJobReply();  // a newer attempt runs: not this call's to end
       }
       Forget(request.job_id());

@@ -86,6 +86,7 @@ bool ControllerLink::RegisterWithBackoff(absl::Duration* heartbeat_interval) {
         std::lock_guard<std::mutex> lock(mutex_);
         state_.registered = true;
         state_.incarnation = reply.incarnation();
+        state_.stage_token = reply.stage_token();
       }
       *heartbeat_interval = absl::Milliseconds(std::max<int64_t>(reply.heartbeat_interval_ms(), 10));
       RLOG(INFO) << "registered as " << request.worker_id() << " (incarnation "

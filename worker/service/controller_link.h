@@ -34,11 +34,15 @@ struct ControllerLinkOptions {
 
 class ControllerLink {
  public:
-  // Snapshot of the registration, for GetWorkerStatus.
+  // Snapshot of the registration, for GetWorkerStatus and the stage API's token check.
   struct State {
     std::string worker_id;
     bool registered = false;
     int64_t incarnation = 0;
+    // The token the controller's calls carry, from its last registration reply (kept while
+    // registering again: the same controller state dir hands out the same one). Empty until the
+    // first registration: no call is accepted before.
+    std::string stage_token;
   };
 
   ControllerLink(std::shared_ptr<v1::WorkerRegistry::StubInterface> registry,

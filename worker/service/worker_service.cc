@@ -7,11 +7,20 @@
 
 namespace rlhfd::worker {
 
+grpc::Status WorkerServiceImpl::CheckStageToken(const grpc::ServerContextBase& context) const {
+  const std::string stage_token = stage_token_();
+  if (stage_token.empty()) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "this worker has not registered with a controller yet: no stage token");
+  }
+  return CheckToken(context, stage_token, "the worker's stage token");
+}
+
 grpc::ServerUnaryReactor* WorkerServiceImpl::GetWorkerStatus(
     grpc::CallbackServerContext* context, const v1::GetWorkerStatusRequest*,
     v1::GetWorkerStatusReply* reply) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  grpc::Status auth = CheckToken(*context, token_);
+  grpc::Status auth = CheckStageToken(*context);
   if (auth.ok()) {
     const ControllerLink::State state = link_->state();
     reply->set_worker_id(state.worker_id);
@@ -34,7 +43,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Serve(
                                         roles::StageDone<Reply>)) {
   PendingUnary<Reply> call(reply);
   auto done = call.completer();
-  if (grpc::Status auth = CheckToken(*context, token_); !auth.ok()) {
+  if (grpc::Status auth = CheckStageToken(*context); !auth.ok()) {
     done.Finish(FromGrpcStatus(auth));
     return call.reactor();
   }

@@ -1,6 +1,7 @@
 // WorkerServiceImpl: the gRPC service each worker runs for the controller. A thin adapter: the
-// token is checked on the RPC thread, and each RL stage goes to the role host (a StageService),
-// which answers from its executor; no RPC thread waits.
+// stage token (the one the controller handed this worker when it registered; never the users'
+// admin or read-only token) is checked on the RPC thread, and each RL stage goes to the role host
+// (a StageService), which answers from its executor; no RPC thread waits.
 #pragma once
 
 #include <functional>
@@ -22,11 +23,12 @@ struct HostedStatus {
 class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
  public:
   WorkerServiceImpl(const ControllerLink* link, roles::StageService* stages,
-                    std::function<HostedStatus()> hosted, std::string token, int64_t start_time_ms)
+                    std::function<HostedStatus()> hosted, std::function<std::string()> stage_token,
+                    int64_t start_time_ms)
       : link_(link),
         stages_(stages),
         hosted_(std::move(hosted)),
-        token_(std::move(token)),
+        stage_token_(std::move(stage_token)),
         start_time_ms_(start_time_ms) {}
 
   grpc::ServerUnaryReactor* GetWorkerStatus(grpc::CallbackServerContext* context,
@@ -48,10 +50,14 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
       void (roles::StageService::*method)(const Request&, absl::Duration,
                                           roles::StageDone<Reply>));
 
+  // OK for a call carrying the controller's stage token.
+  grpc::Status CheckStageToken(const grpc::ServerContextBase& context) const;
+
   const ControllerLink* link_;
   roles::StageService* stages_;
   std::function<HostedStatus()> hosted_;
-  std::string token_;
+  // The controller's stage token, from the link's registration (empty before the first).
+  std::function<std::string()> stage_token_;
   int64_t start_time_ms_;
 };
 

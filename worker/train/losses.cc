@@ -97,16 +97,4 @@ at::Tensor KlEstimate(const at::Tensor& log_prob, const at::Tensor& ref_log_prob
   }
 }
 
-KlCoefficient::KlCoefficient(const v1::KlSpec& spec)
-    : adaptive_(spec.controller() == v1::KL_CONTROLLER_ADAPTIVE),
-      value_(spec.coef()),
-      target_(spec.target()),
-      horizon_(static_cast<double>(spec.horizon())) {}
-
-void KlCoefficient::Update(double kl, int64_t samples) {
-  if (!adaptive_) return;
-  const double error = std::clamp(kl / target_ - 1.0, -0.2, 0.2);
-  value_ *= 1.0 + error * static_cast<double>(samples) / horizon_;
-}
-
 }  // namespace rlhfd::train

@@ -82,20 +82,4 @@ ValueLoss ComputeValueLoss(const at::Tensor& values, const at::Tensor& old_value
 at::Tensor KlEstimate(const at::Tensor& log_prob, const at::Tensor& ref_log_prob,
                       v1::KlEstimator estimator);
 
-// The KL coefficient: fixed, or adapted towards a target KL (Ziegler et al.; verl's
-// AdaptiveKLController): coef *= 1 + clip(kl / target - 1, -0.2, 0.2) · samples / horizon.
-class KlCoefficient {
- public:
-  explicit KlCoefficient(const v1::KlSpec& spec);
-  double value() const { return value_; }
-  // After a step that observed mean KL `kl` over `samples` sequences.
-  void Update(double kl, int64_t samples);
-
- private:
-  bool adaptive_;
-  double value_;
-  double target_;
-  double horizon_;
-};
-
 }  // namespace rlhfd::train
