@@ -371,6 +371,36 @@ TEST_CASE("a worker's stage API refuses every token but the controller's stage t
   REQUIRE(job.RunStep({.step = 1, .prompts = TestPrompts(2), .seed = 1}).ok());
   REQUIRE(job.SaveCheckpoint(1, false).ok());
   CHECK(PathExists(dir.path() + "/checkpoints/latest"));
+  // Even with it, a call reaches only the attempt it names (never "0: whichever runs"), and a
+  // directory other than the job's own is refused before anything is read or written.
+  StageService& worker = *workers.services()[0];
+  for (const std::string& directory : std::vector<std::string>{
+           dir.path() + "/elsewhere", "/tmp", "/etc", dir.path() + "/checkpoints/../elsewhere"}) {
+    INFO(directory);
+    v1::CheckpointRequest save;
+    save.mutable_key()->set_job_id("job-controller");
+    save.mutable_key()->set_step(1);
+    save.mutable_key()->set_stage("save elsewhere");
+    save.mutable_key()->set_attempt(1);
+    save.set_directory(directory);
+    save.set_step(5);
+    CHECK(
+        CallStage(worker, &StageService::SaveCheckpoint, save, absl::Seconds(30)).status().code() ==
+        absl::StatusCode::kPermissionDenied);
+    v1::CheckpointRequest load = save;
+    load.mutable_key()->set_stage("load");
+    CHECK(
+        CallStage(worker, &StageService::LoadCheckpoint, load, absl::Seconds(30)).status().code() ==
+        absl::StatusCode::kPermissionDenied);
+  }
+  CHECK_FALSE(PathExists(dir.path() + "/elsewhere"));
+  v1::CheckpointRequest load;
+  load.mutable_key()->set_job_id("job-controller");
+  load.mutable_key()->set_step(1);
+  load.mutable_key()->set_stage("load");
+  load.set_directory(dir.path() + "/checkpoints");
+  CHECK(CallStage(worker, &StageService::LoadCheckpoint, load, absl::Seconds(30)).status().code() ==
+        absl::StatusCode::kInvalidArgument);  // attempt 0
   job.End();
 }
 
