@@ -9,6 +9,9 @@
 # LibTorch, CUDA, NCCL and glibc/libstdc++ are not copied: the target supplies them. A release
 # adds VERSION, configs/, the systemd units and Slurm script, and demo.sh with the demo's tiny
 # model and data, so `./demo.sh` runs the README's main job from the unpacked folder.
+# The controller's Parquet reader (lib/librlhfd_parquet.so with Arrow, about 60 MB) comes along
+# when built; RLHFD_BUNDLE_PARQUET=0 leaves it out (the controller then reads JSONL only), e.g.
+# for a GPU machine that is lent folders of at most 64 MiB.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -50,11 +53,8 @@ is_host_library() {
   return 1
 }
 
-for binary in "${binaries[@]}"; do
-  [[ -x "${binary}" ]] || { echo "bundle: ${binary} not built" >&2; exit 1; }
-  cp "${binary}" "${out}/bin/"
-  strip --strip-debug "${out}/bin/$(basename "${binary}")"
-  patchelf --set-rpath '$ORIGIN/../lib' "${out}/bin/$(basename "${binary}")"
+# Copies the libraries `file` needs that the host does not provide into lib/.
+copy_libraries() {
   while read -r name path; do
     [[ -n "${path}" && -f "${path}" ]] || continue
     is_host_library "${name}" && continue
@@ -63,8 +63,23 @@ for binary in "${binaries[@]}"; do
       strip --strip-debug "${out}/lib/${name}"
       patchelf --set-rpath '$ORIGIN' "${out}/lib/${name}"
     fi
-  done < <(ldd "${binary}" | awk '$2 == "=>" {print $1, $3}')
+  done < <(ldd "$1" | awk '$2 == "=>" {print $1, $3}')
+}
+
+for binary in "${binaries[@]}"; do
+  [[ -x "${binary}" ]] || { echo "bundle: ${binary} not built" >&2; exit 1; }
+  cp "${binary}" "${out}/bin/"
+  strip --strip-debug "${out}/bin/$(basename "${binary}")"
+  patchelf --set-rpath '$ORIGIN/../lib' "${out}/bin/$(basename "${binary}")"
+  copy_libraries "${binary}"
 done
+parquet_plugin="${build_dir}/controller/librlhfd_parquet.so"
+if [[ "${RLHFD_BUNDLE_PARQUET:-1}" != 0 && -f "${parquet_plugin}" ]]; then
+  cp "${parquet_plugin}" "${out}/lib/"
+  strip --strip-debug "${out}/lib/librlhfd_parquet.so"
+  patchelf --set-rpath '$ORIGIN' "${out}/lib/librlhfd_parquet.so"
+  copy_libraries "${parquet_plugin}"
+fi
 
 cat > "${out}/env.sh" <<'ENV'
 # Source this before running LibTorch binaries from the bundle: it puts the host's LibTorch and

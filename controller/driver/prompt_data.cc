@@ -6,10 +6,13 @@
 #include <numeric>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/config/config_document.h"
+#include "common/status/status_macros.h"
 #include "common/util/text.h"
+#include "controller/driver/parquet_rows.h"
 
 namespace rlhfd::controller {
 namespace {
@@ -31,86 +34,143 @@ const nlohmann::json* Find(const nlohmann::json& row, const std::string& dotted)
 
 }  // namespace
 
-absl::StatusOr<PromptData> PromptData::Load(const std::vector<std::string>& files,
-                                            const v1::DataSpec& data) {
-  PromptData loaded;
-  const std::string prompt_key = data.prompt_key().empty() ? "prompt" : data.prompt_key();
-  const std::string answer_key = data.answer_key().empty() ? "ground_truth" : data.answer_key();
+namespace {
+
+// The row `row` of a data file (`where` names it) as the workers get it.
+absl::StatusOr<v1::PromptRow> PromptOf(const nlohmann::json& row, const std::string& where,
+                                       const std::string& prompt_key,
+                                       const std::string& answer_key) {
+  if (!row.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": a row must be a JSON object"));
+  }
+  v1::PromptRow prompt;
+  const nlohmann::json* value = Find(row, prompt_key);
+  if (value != nullptr && value->is_string()) {
+    prompt.set_text(value->get<std::string>());
+  } else if (value != nullptr && value->is_array() && !value->empty()) {
+    for (const nlohmann::json& turn : *value) {
+      const auto role = turn.is_object() ? turn.find("role") : turn.end();
+      const auto content = turn.is_object() ? turn.find("content") : turn.end();
+      if (!turn.is_object() || role == turn.end() || !role->is_string() || content == turn.end() ||
+          !content->is_string()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": ", prompt_key,
+                         " must be text or a list of {\"role\": ..., \"content\": ...} turns"));
+      }
+      v1::ChatTurn* added = prompt.add_chat();
+      added->set_role(role->get<std::string>());
+      added->set_content(content->get<std::string>());
+    }
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": no prompt under '", prompt_key,
+                     "' (data.prompt_key): give text or a list of {role, content} turns"));
+  }
+  const nlohmann::json* truth = Find(row, answer_key);
+  // The default key falls back on verl's layout.
+  if (truth == nullptr && answer_key == "ground_truth") {
+    truth = Find(row, "reward_model.ground_truth");
+  }
+  if (truth != nullptr && !truth->is_null()) {
+    prompt.set_ground_truth_json(
+        truth->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  if (const nlohmann::json* source = Find(row, "data_source");
+      source != nullptr && source->is_string()) {
+    prompt.set_data_source(source->get<std::string>());
+  }
+  if (const int64_t bytes = static_cast<int64_t>(prompt.ByteSizeLong()); bytes > kMaxRowBytes) {
+    const int64_t truth_bytes = static_cast<int64_t>(prompt.ground_truth_json().size());
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": the row carries ", bytes, " bytes to the workers, over the ", kMaxRowBytes,
+        " a row may; the most is under '", truth_bytes > bytes / 2 ? answer_key : prompt_key, "' (",
+        truth_bytes > bytes / 2 ? truth_bytes : bytes - truth_bytes,
+        " bytes): shorten it, or leave the row out"));
+  }
+  return prompt;
+}
+
+// Each non-blank line of a JSONL file, numbered from 1.
+absl::Status ReadJsonlRows(const std::string& file,
+                           const std::function<absl::Status(int64_t, nlohmann::json)>& visit) {
+  std::ifstream in(file);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("data file ", file,
+                     " cannot be read (data.train_files / val_files): it must exist on "
+                     "the controller's machine"));
+  }
   config::DocumentLimits limits;
   limits.max_text_bytes = kMaxLineBytes;
   limits.max_depth = 64;
   limits.max_values = 1'000'000;
   limits.max_scalar_bytes = kMaxLineBytes;
-  for (const std::string& file : files) {
-    std::ifstream in(file);
-    if (!in) {
-      return absl::NotFoundError(absl::StrCat(
-          "data file ", file, " cannot be read (data.train_files / val_files): it must exist on "
-                              "the controller's machine"));
+  std::string text;
+  for (int64_t line = 1; std::getline(in, text); ++line) {
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = absl::StrCat(file, ":", line);
+    if (text.size() > kMaxLineBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": the line is longer than ", kMaxLineBytes, " bytes"));
     }
-    std::string text;
-    for (int64_t line = 1; std::getline(in, text); ++line) {
-      const std::string where = absl::StrCat(file, ":", line);
-      if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-      if (text.size() > kMaxLineBytes) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": the line is longer than ", kMaxLineBytes, " bytes"));
-      }
-      absl::StatusOr<nlohmann::json> row = config::ParseBoundedJson(text, where, limits);
-      if (!row.ok()) return row.status();
-      if (!row->is_object()) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": a row must be a JSON object"));
-      }
-      v1::PromptRow prompt;
-      const nlohmann::json* value = Find(*row, prompt_key);
-      if (value != nullptr && value->is_string()) {
-        prompt.set_text(value->get<std::string>());
-      } else if (value != nullptr && value->is_array() && !value->empty()) {
-        for (const nlohmann::json& turn : *value) {
-          const auto role = turn.is_object() ? turn.find("role") : turn.end();
-          const auto content = turn.is_object() ? turn.find("content") : turn.end();
-          if (!turn.is_object() || role == turn.end() || !role->is_string() ||
-              content == turn.end() || !content->is_string()) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                where, ": ", prompt_key,
-                " must be text or a list of {\"role\": ..., \"content\": ...} turns"));
-          }
-          v1::ChatTurn* added = prompt.add_chat();
-          added->set_role(role->get<std::string>());
-          added->set_content(content->get<std::string>());
-        }
-      } else {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, ": no prompt under '", prompt_key,
-            "' (data.prompt_key): give text or a list of {role, content} turns"));
-      }
-      const nlohmann::json* truth = Find(*row, answer_key);
-      // The default key falls back on verl's layout.
-      if (truth == nullptr && answer_key == "ground_truth") {
-        truth = Find(*row, "reward_model.ground_truth");
-      }
-      if (truth != nullptr && !truth->is_null()) {
-        prompt.set_ground_truth_json(
-            truth->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-      }
-      if (const nlohmann::json* source = Find(*row, "data_source");
-          source != nullptr && source->is_string()) {
-        prompt.set_data_source(source->get<std::string>());
-      }
-      if (const int64_t bytes = static_cast<int64_t>(prompt.ByteSizeLong()); bytes > kMaxRowBytes) {
-        const int64_t truth_bytes = static_cast<int64_t>(prompt.ground_truth_json().size());
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, ": the row carries ", bytes, " bytes to the workers, over the ", kMaxRowBytes,
-            " a row may; the most is under '", truth_bytes > bytes / 2 ? answer_key : prompt_key,
-            "' (", truth_bytes > bytes / 2 ? truth_bytes : bytes - truth_bytes,
-            " bytes): shorten it, or leave the row out"));
-      }
+    absl::StatusOr<nlohmann::json> row = config::ParseBoundedJson(text, where, limits);
+    if (!row.ok()) return row.status();
+    RETURN_IF_ERROR(visit(line, *std::move(row)));
+  }
+  return absl::OkStatus();
+}
+
+// Where a row's parts are: data.prompt_key and data.answer_key with their defaults.
+struct RowKeys {
+  explicit RowKeys(const v1::DataSpec& data)
+      : prompt(data.prompt_key().empty() ? "prompt" : data.prompt_key()),
+        answer(data.answer_key().empty() ? "ground_truth" : data.answer_key()) {}
+
+  // The Parquet columns a row is made of: the first part of each key.
+  std::vector<std::string> Columns() const {
+    return {prompt.substr(0, prompt.find('.')), answer.substr(0, answer.find('.')), "reward_model",
+            "data_source"};
+  }
+
+  std::string prompt, answer;
+};
+
+}  // namespace
+
+bool IsParquetFile(const std::string& file) { return absl::EndsWith(file, ".parquet"); }
+
+absl::Status CheckFirstParquetRow(const std::string& file, const v1::DataSpec& data) {
+  const RowKeys keys(data);
+  const absl::Status read =
+      ReadParquetRows(file, keys.Columns(), [&](int64_t row, nlohmann::json object) {
+        RETURN_IF_ERROR(
+            PromptOf(object, absl::StrCat(file, ":", row), keys.prompt, keys.answer).status());
+        return absl::CancelledError("the first row is enough");
+      });
+  return absl::IsCancelled(read) ? absl::OkStatus() : read;
+}
+
+absl::StatusOr<PromptData> PromptData::Load(const std::vector<std::string>& files,
+                                            const v1::DataSpec& data) {
+  PromptData loaded;
+  const RowKeys keys(data);
+  for (const std::string& file : files) {
+    // `line` is a JSONL file's line, or a Parquet file's row (both from 1).
+    const auto add = [&](int64_t line, nlohmann::json row) -> absl::Status {
+      ASSIGN_OR_RETURN(v1::PromptRow prompt,
+                       PromptOf(row, absl::StrCat(file, ":", line), keys.prompt, keys.answer));
       loaded.rows_.push_back(std::move(prompt));
       loaded.origins_.push_back({file, line});
       if (loaded.size() > kMaxRows) {
         return absl::InvalidArgumentError(
             absl::StrCat(file, ": more than ", kMaxRows, " prompts in all"));
       }
+      return absl::OkStatus();
+    };
+    if (IsParquetFile(file)) {
+      RETURN_IF_ERROR(ReadParquetRows(file, keys.Columns(), add));
+    } else {
+      RETURN_IF_ERROR(ReadJsonlRows(file, add));
     }
   }
   return loaded;

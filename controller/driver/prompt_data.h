@@ -1,7 +1,8 @@
-// A job's prompts, read by the controller from JSONL files as verl writes them: the prompt as
-// text or a chat (a list of {role, content}) under data.prompt_key, the reference answer under
-// data.answer_key (a dotted path; by default ground_truth, else reward_model.ground_truth) and
-// an optional data_source. Each row remembers its file and line for errors.
+// A job's prompts, read by the controller from Parquet files as verl's data preprocessing
+// writes them (*.parquet; parquet_rows.h) or from JSONL files: the prompt as text or a chat (a
+// list of {role, content}) under data.prompt_key, the reference answer under data.answer_key (a
+// dotted path; by default ground_truth, else reward_model.ground_truth) and an optional
+// data_source. Each row remembers its file and line (a Parquet file's row) for errors.
 #pragma once
 
 #include <cstdint>
@@ -20,14 +21,22 @@ inline constexpr int64_t kMaxRowBytes = 1 << 20;
 
 struct PromptOrigin {
   std::string file;
-  int64_t line = 0;
+  int64_t line = 0;  // a JSONL file's line, or a Parquet file's row, from 1
 };
+
+// Whether `file` is read as Parquet (its name ends in .parquet) rather than JSONL.
+bool IsParquetFile(const std::string& file);
+
+// OK if the Parquet `file` opens and its first row makes a prompt under `data`'s keys (what
+// submission checks; every row is read when the job starts). Errors as PromptData::Load's.
+absl::Status CheckFirstParquetRow(const std::string& file, const v1::DataSpec& data);
 
 class PromptData {
  public:
   // NOT_FOUND for a file that cannot be opened; INVALID_ARGUMENT naming file:line for a line
-  // that is not a JSON object, whose prompt is neither text nor a chat, or whose row is over
-  // kMaxRowBytes (naming the key that takes the most).
+  // (or Parquet row) that is not a JSON object, whose prompt is neither text nor a chat, or whose
+  // row is over kMaxRowBytes (naming the key that takes the most), and for a Parquet file that
+  // does not decode (naming the row group or column).
   static absl::StatusOr<PromptData> Load(const std::vector<std::string>& files,
                                          const v1::DataSpec& data);
 

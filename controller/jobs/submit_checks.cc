@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "common/config/config_errors.h"
 #include "common/util/files.h"
+#include "controller/driver/prompt_data.h"
 
 namespace rlhfd::controller {
 namespace {
@@ -76,13 +77,14 @@ class FileChecker {
     }
   }
 
-  // A JSONL data file: present, and its first line a JSON object.
-  void DataFile(const std::string& key, std::string* path) {
+  // A data file: present, and its first row readable (a Parquet file's first row makes a prompt;
+  // a JSONL file's first line is a JSON object). Every row is read when the job starts.
+  void DataFile(const std::string& key, std::string* path, const v1::DataSpec& data) {
     if (!Resolve(key, path)) return;
-    if (absl::EndsWith(*path, ".parquet")) {
-      errors_->Add(key, absl::StrCat("'", *path, "' is parquet; rlhfd reads JSONL: convert it "
-                                     "with deploy/prepare_data.py parquet ", *path, " OUT.jsonl "
-                                     "(docs/data.md)"));
+    if (IsParquetFile(*path)) {
+      if (absl::Status read = CheckFirstParquetRow(*path, data); !read.ok()) {
+        errors_->Add(key, std::string(read.message()));
+      }
       return;
     }
     auto head = ReadFilePrefix(*path, 1 << 20);
@@ -158,10 +160,10 @@ absl::Status ResolveAndCheckFiles(const std::string& base_dir, const std::string
   }
   auto* data = spec->mutable_data();
   for (int i = 0; i < data->train_files_size(); ++i) {
-    check.DataFile(absl::StrCat("data.train_files[", i, "]"), data->mutable_train_files(i));
+    check.DataFile(absl::StrCat("data.train_files[", i, "]"), data->mutable_train_files(i), *data);
   }
   for (int i = 0; i < data->val_files_size(); ++i) {
-    check.DataFile(absl::StrCat("data.val_files[", i, "]"), data->mutable_val_files(i));
+    check.DataFile(absl::StrCat("data.val_files[", i, "]"), data->mutable_val_files(i), *data);
   }
   auto* roles = spec->mutable_roles();
   if (roles->has_critic() && !roles->critic().model_path().empty()) {

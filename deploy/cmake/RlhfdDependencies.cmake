@@ -90,3 +90,33 @@ if(RLHFD_WITH_TORCH)
   get_filename_component(RLHFD_TORCH_LIB_DIR "${TORCH_LIBRARY}" DIRECTORY)
 endif()
 message(STATUS "rlhfd: LibTorch ${RLHFD_HAVE_TORCH}")
+
+# Apache Arrow's C++ Parquet reader, from the project's virtualenv (the pyarrow wheel ships
+# libarrow and libparquet with their headers, built with the new C++ ABI; Debian 12 has no
+# libarrow-dev). Only the controller's Parquet reader plugin links it (parquet_reader.cc).
+set(RLHFD_HAVE_PARQUET OFF)
+if(RLHFD_WITH_PARQUET)
+  execute_process(
+    COMMAND "${RLHFD_PYTHON}" -c
+            "import pyarrow; print(pyarrow.get_include()); print(pyarrow.get_library_dirs()[0])"
+    OUTPUT_VARIABLE arrow_paths OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE arrow_rc)
+  if(NOT arrow_rc EQUAL 0)
+    message(FATAL_ERROR "rlhfd: ${RLHFD_PYTHON} cannot import pyarrow. Run deploy/setup.sh, or "
+                        "configure with -DRLHFD_WITH_PARQUET=OFF (no .parquet data).")
+  endif()
+  string(REPLACE "\n" ";" arrow_paths "${arrow_paths}")
+  list(GET arrow_paths 0 RLHFD_ARROW_INCLUDE_DIR)
+  list(GET arrow_paths 1 RLHFD_ARROW_LIB_DIR)
+  # The wheel has only the versioned names (libarrow.so.2600), which find_library does not take.
+  file(GLOB RLHFD_ARROW_LIBRARY "${RLHFD_ARROW_LIB_DIR}/libarrow.so.[0-9]*")
+  file(GLOB RLHFD_PARQUET_LIBRARY "${RLHFD_ARROW_LIB_DIR}/libparquet.so.[0-9]*")
+  if(NOT RLHFD_ARROW_LIBRARY OR NOT RLHFD_PARQUET_LIBRARY)
+    message(FATAL_ERROR "rlhfd: no libarrow.so.N / libparquet.so.N in ${RLHFD_ARROW_LIB_DIR}")
+  endif()
+  add_library(rlhfd_arrow INTERFACE)
+  # SYSTEM: Arrow's headers are not ours to keep free of warnings.
+  target_include_directories(rlhfd_arrow SYSTEM INTERFACE "${RLHFD_ARROW_INCLUDE_DIR}")
+  target_link_libraries(rlhfd_arrow INTERFACE ${RLHFD_PARQUET_LIBRARY} ${RLHFD_ARROW_LIBRARY})
+  set(RLHFD_HAVE_PARQUET ON)
+endif()
+message(STATUS "rlhfd: Parquet (Arrow C++ from pyarrow) ${RLHFD_HAVE_PARQUET}")

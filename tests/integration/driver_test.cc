@@ -375,9 +375,21 @@ TEST_CASE("The tiny GRPO config runs to its end and equals one process", "[drive
   // Its actor is data-parallel over two workers, whose gradient sums round differently from one
   // process's; Adam turns that noise in near-zero gradients into weight differences up to the
   // learning rate, so the comparison runs at lr 1e-5. ZeRO-2 keeps whole weights in each rank's
-  // checkpoint (ZeRO-3 keeps flat shards) for the final comparison.
+  // checkpoint (ZeRO-3 keeps flat shards) for the final comparison. Its prompts come from a
+  // Parquet file (the config's JSONL, written by pyarrow), as verl's data does.
+  TempDir data;
+  const std::string parquet = data.path() + "/arithmetic_train.parquet";
+  const CommandResult converted =
+      RunCommand({RLHFD_PYTHON, "-c",
+                  "import sys, pyarrow.json as j, pyarrow.parquet as p; "
+                  "p.write_table(j.read_json(sys.argv[1]), sys.argv[2], row_group_size=16)",
+                  std::string(RLHFD_FIXTURES_DIR) + "/data/arithmetic_train.jsonl", parquet},
+                 absl::Seconds(60));
+  INFO(converted.err);
+  REQUIRE(converted.exit_code == 0);
   CheckRunEqualsOneProcess("tiny-cpu-demo.yaml", 2,
-                           {"roles.actor.train.lr=1e-5", "roles.actor.train.zero_stage=2"});
+                           {"roles.actor.train.lr=1e-5", "roles.actor.train.zero_stage=2",
+                            "data.train_files=[" + parquet + "]"});
 }
 
 TEST_CASE("The tiny PPO config runs to its end and equals one process", "[driver][runs]") {

@@ -1,0 +1,34 @@
+// The rows of a Parquet data file as JSON objects, as verl's data files hold them
+// (data_source, prompt as a list of {role, content}, reward_model {style, ground_truth},
+// extra_info), read with Apache Arrow's C++ library. Only the top-level columns asked for are
+// read; structs become objects, lists arrays, maps objects, and strings, numbers, booleans and
+// nulls themselves. A column of another type (binary, dates, decimals...) among those asked for is
+// refused naming it.
+//
+// Arrow lives in a plugin, librlhfd_parquet.so (parquet_reader.cc), loaded on the first call:
+// from $RLHFD_PARQUET_PLUGIN, else beside the controller's binary or in ../lib of it (a bundle).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace rlhfd::controller {
+
+// Given each row (numbered from 1) as an object of the columns the file has.
+using ParquetRowVisitor = std::function<absl::Status(int64_t row, nlohmann::json object)>;
+
+// Calls `visit` for each row of `file` in order, with the `columns` the file has (those it lacks
+// are absent from the object). A status `visit` returns that is not OK stops the read and is
+// returned. NOT_FOUND: the file cannot be opened; INVALID_ARGUMENT: it is not Parquet, a row group
+// does not decode, or a column's type is not one a row can hold — each naming the file (and row
+// group, row or column); FAILED_PRECONDITION: no Parquet reader plugin could be loaded (naming
+// where it was looked for).
+absl::Status ReadParquetRows(const std::string& file, const std::vector<std::string>& columns,
+                             const ParquetRowVisitor& visit);
+
+}  // namespace rlhfd::controller
