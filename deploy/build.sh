@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Configures (once) and builds rlhfd with Ninja and ccache. Needs deploy/setup.sh to have run.
+#   deploy/build.sh [TARGET ...]   everything, or only the targets named (and what they need)
 #   RLHFD_BUILD_DIR=build   where to build
 #   RLHFD_BUILD_TYPE=RelWithDebInfo
 #   RLHFD_JOBS=N            parallel compile jobs (default: cores)
@@ -22,4 +23,6 @@ if [[ ! -f "${build_dir}/build.ninja" ]]; then
   cmake -S "${repo_root}" -B "${build_dir}" -G Ninja \
     -DCMAKE_BUILD_TYPE="${RLHFD_BUILD_TYPE:-RelWithDebInfo}" ${RLHFD_CMAKE_ARGS:-}
 fi
-cmake --build "${build_dir}" -j "${jobs}"
+targets=()
+for target in "$@"; do targets+=(--target "${target}"); done
+cmake --build "${build_dir}" -j "${jobs}" "${targets[@]}"

@@ -26,7 +26,9 @@ if [[ -n "${RLHFD_BIN_DIR:-}" ]]; then
 else
   build_dir="${RLHFD_BUILD_DIR:-${repo_root}/build}"
   "${repo_root}/deploy/setup.sh"
-  "${repo_root}/deploy/build.sh"
+  # Only the three programs the demo runs (and the controller's Parquet plugin), not the tests
+  # and benchmarks (129 of the 188 objects; the worker's LibTorch code is most of the time).
+  "${repo_root}/deploy/build.sh" rlhfd-controller rlhfd-worker rlhfctl
   controller_bin="${build_dir}/controller/rlhfd-controller"
   worker_bin="${build_dir}/worker/rlhfd-worker"
   ctl="${build_dir}/controller/rlhfctl"
