@@ -27,7 +27,7 @@ else
   build_dir="${RLHFD_BUILD_DIR:-${repo_root}/build}"
   "${repo_root}/deploy/setup.sh"
   # Only the three programs the demo runs (and the controller's Parquet plugin), not the tests
-  # and benchmarks (129 of the 188 objects; the worker's LibTorch code is most of the time).
+  # and benchmarks (129 of the 188 objects).
   "${repo_root}/deploy/build.sh" rlhfd-controller rlhfd-worker rlhfctl
   controller_bin="${build_dir}/controller/rlhfd-controller"
   worker_bin="${build_dir}/worker/rlhfd-worker"
