@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/algorithms/algorithm_traits.h"
 #include "common/config/config_document.h"
 #include "common/config/overrides.h"
 #include "common/status/status_macros.h"
@@ -616,7 +617,10 @@ class Converter {
                                ? out_.config["algorithm"].value("adv_estimator", Json("gae"))
                                : Json("gae");
     Set(&out_.config, "algorithm.adv_estimator", estimator);
-    const bool critic = estimator.is_string() && estimator.get<std::string>() == "gae";
+    const algorithms::EstimatorTraits* traits =
+        estimator.is_string() ? algorithms::FindEstimatorByName(estimator.get<std::string>())
+                              : nullptr;
+    const bool critic = traits != nullptr && traits->needs_critic;
     for (const auto& [from, to] : DirectTable()) {
       if (!absl::StartsWith(from, "critic.")) continue;
       const Json* value = Take(from);

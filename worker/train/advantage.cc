@@ -3,7 +3,10 @@
 
 #include <ATen/ATen.h>
 
+#include <iterator>
+
 #include "absl/strings/str_cat.h"
+#include "common/algorithms/algorithm_traits.h"
 
 namespace rlhfd::train {
 namespace {
@@ -138,6 +141,39 @@ class Remax final : public AdvantageEstimator {
   }
 };
 
+template <typename Estimator>
+std::unique_ptr<AdvantageEstimator> Make() {
+  return std::make_unique<Estimator>();
+}
+
+struct RegisteredEstimator {
+  v1::AdvantageEstimator estimator;
+  std::unique_ptr<AdvantageEstimator> (*make)();
+};
+
+// The class of each row of algorithms::kEstimators (what the estimator needs is said there).
+constexpr RegisteredEstimator kRegistry[] = {
+    {v1::ADVANTAGE_ESTIMATOR_GAE, Make<Gae>},
+    {v1::ADVANTAGE_ESTIMATOR_GRPO, Make<Grpo>},
+    {v1::ADVANTAGE_ESTIMATOR_RLOO, Make<Rloo>},
+    {v1::ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS, Make<ReinforcePlusPlus>},
+    {v1::ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS_BASELINE, Make<ReinforcePlusPlusBaseline>},
+    {v1::ADVANTAGE_ESTIMATOR_REMAX, Make<Remax>},
+};
+
+constexpr bool EveryTraitsRowHasAClass() {
+  for (const algorithms::EstimatorTraits& row : algorithms::kEstimators) {
+    bool found = false;
+    for (const RegisteredEstimator& registered : kRegistry) {
+      found = found || registered.estimator == row.estimator;
+    }
+    if (!found) return false;
+  }
+  return std::size(kRegistry) == std::size(algorithms::kEstimators);
+}
+static_assert(EveryTraitsRowHasAClass(),
+              "each row of algorithms::kEstimators needs one estimator class in kRegistry");
+
 }  // namespace
 
 at::Tensor MaskedWhiten(const at::Tensor& x, const at::Tensor& mask) {
@@ -149,15 +185,8 @@ at::Tensor MaskedWhiten(const at::Tensor& x, const at::Tensor& mask) {
 
 absl::StatusOr<std::unique_ptr<AdvantageEstimator>> MakeAdvantageEstimator(
     v1::AdvantageEstimator estimator) {
-  switch (estimator) {
-    case v1::ADVANTAGE_ESTIMATOR_GAE: return std::make_unique<Gae>();
-    case v1::ADVANTAGE_ESTIMATOR_GRPO: return std::make_unique<Grpo>();
-    case v1::ADVANTAGE_ESTIMATOR_RLOO: return std::make_unique<Rloo>();
-    case v1::ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS: return std::make_unique<ReinforcePlusPlus>();
-    case v1::ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS_BASELINE:
-      return std::make_unique<ReinforcePlusPlusBaseline>();
-    case v1::ADVANTAGE_ESTIMATOR_REMAX: return std::make_unique<Remax>();
-    default: break;
+  for (const RegisteredEstimator& registered : kRegistry) {
+    if (registered.estimator == estimator) return registered.make();
   }
   return absl::InvalidArgumentError(
       absl::StrCat("no advantage estimator registered for ", v1::AdvantageEstimator_Name(estimator)));
