@@ -40,6 +40,11 @@ inline constexpr EstimatorTraits kEstimators[] = {
      .name = "reinforce_plus_plus_baseline",
      .needs_groups = true},
     {.estimator = v1::ADVANTAGE_ESTIMATOR_REMAX, .name = "remax", .needs_greedy_baseline = true},
+    {.estimator = v1::ADVANTAGE_ESTIMATOR_GRPO_PASSK,
+     .name = "grpo_passk",
+     .needs_groups = true,
+     .reads_norm_adv_by_std = true},
+    {.estimator = v1::ADVANTAGE_ESTIMATOR_OPO, .name = "opo", .needs_groups = true},
 };
 
 struct KlModeTraits {

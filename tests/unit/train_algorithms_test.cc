@@ -260,6 +260,81 @@ TEST_CASE("REINFORCE++, its baseline variant and ReMax", "[train][advantage]") {
   CHECK_FALSE(MakeAdvantageEstimator(v1::ADVANTAGE_ESTIMATOR_UNSPECIFIED).ok());
 }
 
+namespace {
+
+// Eight responses right-padded to T = 4 (lengths 4, 2, 3, 1, 4, 4, 2, 3) to three prompts; group
+// 1's best score is tied. The expected advantages below are verl's own functions' output on this
+// batch in float64: tests/fixtures/advantages/verl_outcome_advantages.py prints them.
+const Matrix kPasskMask = {{1, 1, 1, 1}, {1, 1, 0, 0}, {1, 1, 1, 0}, {1, 0, 0, 0},
+                           {1, 1, 1, 1}, {1, 1, 1, 1}, {1, 1, 0, 0}, {1, 1, 1, 0}};
+const Matrix kPasskRewards = {{0, 0, 0, 1.0}, {0, 0.25, 0, 0},  {0, 0, 0.5, 0}, {0.1, 0, 0, 0},
+                              {0, 0, 0, 0.7}, {0, 0.2, 0, 0.5}, {0, 0.3, 0, 0}, {0, 0, -0.4, 0}};
+const std::vector<int64_t> kPasskGroups = {0, 0, 0, 1, 1, 1, 2, 2};
+
+AdvantageInput PasskInput() {
+  AdvantageInput input;
+  input.token_rewards = ToTensor(kPasskRewards);
+  input.mask = ToTensor(kPasskMask);
+  input.group = at::tensor(kPasskGroups, at::kLong);
+  return input;
+}
+
+}  // namespace
+
+TEST_CASE("GRPO pass@k: verl's float64 advantages, ties and std normalisation",
+          "[train][advantage]") {
+  // Group 0: best 1.0 beats 0.5 by 0.5; group 1 ties at 0.7 (0 for all); group 2: 0.3 - (-0.4).
+  const Matrix verl_normalized = {
+      {1.3093039128535038, 1.3093039128535038, 1.3093039128535038, 1.3093039128535038},
+      {0.0, 0.0, 0.0, 0.0},
+      {0.0, 0.0, 0.0, 0.0},
+      {0.0, 0.0, 0.0, 0.0},
+      {0.0, 0.0, 0.0, 0.0},
+      {0.0, 0.0, 0.0, 0.0},
+      {1.4142107052360102, 1.4142107052360102, 0.0, 0.0},
+      {0.0, 0.0, 0.0, 0.0}};
+  const Matrix verl_raw = {{0.5, 0.5, 0.5, 0.5}, {0.0, 0.0, 0.0, 0.0}, {0.0, 0.0, 0.0, 0.0},
+                           {0.0, 0.0, 0.0, 0.0}, {0.0, 0.0, 0.0, 0.0}, {0.0, 0.0, 0.0, 0.0},
+                           {0.7, 0.7, 0.0, 0.0}, {0.0, 0.0, 0.0, 0.0}};
+  for (const auto& [norm, expected] :
+       {std::pair{true, verl_normalized}, std::pair{false, verl_raw}}) {
+    INFO("norm_adv_by_std " << norm);
+    AdvantageInput input = PasskInput();
+    input.norm_adv_by_std = norm;
+    const AdvantageOutput out = Run(v1::ADVANTAGE_ESTIMATOR_GRPO_PASSK, input);
+    CheckClose(ToMatrix(out.advantages), expected, 1e-12);
+    CheckClose(ToMatrix(out.returns), expected, 1e-12);
+  }
+  // verl refuses a group of one (no runner-up); so does rlhfd, naming rollout.n.
+  AdvantageInput single = PasskInput();
+  single.group = at::tensor(std::vector<int64_t>{0, 0, 0, 1, 1, 1, 2, 3}, at::kLong);
+  auto estimator = MakeAdvantageEstimator(v1::ADVANTAGE_ESTIMATOR_GRPO_PASSK);
+  const auto refused = (*estimator)->Compute(single);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("rollout.n"));
+}
+
+TEST_CASE("OPO: verl's float64 advantages with its length-weighted baseline",
+          "[train][advantage]") {
+  const Matrix verl = {
+      {0.33333333333333337, 0.33333333333333337, 0.33333333333333337, 0.33333333333333337},
+      {-0.41666666666666663, -0.41666666666666663, -0.0, -0.0},
+      {-0.16666666666666663, -0.16666666666666663, -0.16666666666666663, -0.0},
+      {-0.5333333333333333, -0.0, -0.0, -0.0},
+      {0.06666666666666665, 0.06666666666666665, 0.06666666666666665, 0.06666666666666665},
+      {0.06666666666666665, 0.06666666666666665, 0.06666666666666665, 0.06666666666666665},
+      {0.42000000000000004, 0.42000000000000004, 0.0, 0.0},
+      {-0.27999999999999997, -0.27999999999999997, -0.27999999999999997, -0.0}};
+  const AdvantageOutput out = Run(v1::ADVANTAGE_ESTIMATOR_OPO, PasskInput());
+  CheckClose(ToMatrix(out.advantages), verl, 1e-12);
+  CheckClose(ToMatrix(out.returns), verl, 1e-12);
+  // A response alone in its group keeps its score (verl's baseline 0 there).
+  AdvantageInput single = PasskInput();
+  single.group = at::tensor(std::vector<int64_t>{0, 0, 0, 1, 1, 1, 2, 3}, at::kLong);
+  CHECK(ToMatrix(Run(v1::ADVANTAGE_ESTIMATOR_OPO, single).advantages)[7][0] ==
+        Approx(-0.4).epsilon(1e-12));
+}
+
 TEST_CASE("PPO policy loss: clip, clip-higher and dual clip, hand-worked", "[train][loss]") {
   PolicyLossOptions options;
   options.clip_ratio_low = 0.2;
