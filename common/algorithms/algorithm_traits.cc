@@ -3,8 +3,6 @@
 
 #include <string>
 
-#include "absl/strings/str_cat.h"
-
 namespace rlhfd::algorithms {
 
 const EstimatorTraits* FindEstimator(v1::AdvantageEstimator estimator) {
@@ -56,7 +54,9 @@ bool KlPenalizesReward(const v1::AlgorithmSpec& algorithm) {
 std::string EstimatorNames(bool (*keep)(const EstimatorTraits&)) {
   std::string names;
   for (const EstimatorTraits& row : kEstimators) {
-    if (keep(row)) absl::StrAppend(&names, names.empty() ? "" : ", ", row.name);
+    if (!keep(row)) continue;
+    if (!names.empty()) names += ", ";
+    names.append(row.name.data(), row.name.size());
   }
   return names;
 }

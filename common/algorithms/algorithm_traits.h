@@ -5,7 +5,6 @@
 // (whose registry fails to compile while a row has no class).
 #pragma once
 
-#include <span>
 #include <string>
 #include <string_view>
 

@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <string>
+#include <string_view>
+
 #include "absl/strings/str_cat.h"
 #include "common/algorithms/algorithm_traits.h"
 #include "common/status/status_macros.h"
@@ -73,7 +76,7 @@ absl::StatusOr<v1::AdvantageReply> ComputeAdvantages(const v1::JobSpec& spec,
   at::Tensor all_values;
   const algorithms::EstimatorTraits* traits = algorithms::FindEstimator(algorithm.adv_estimator());
   const std::string needed_by =
-      absl::StrCat(traits != nullptr ? traits->name : "the", " advantages");
+      std::string(traits != nullptr ? traits->name : std::string_view("the")) + " advantages";
   if (traits != nullptr && traits->needs_critic) {
     ASSIGN_OR_RETURN(const at::Tensor values, batch.Get("values", needed_by));
     ASSIGN_OR_RETURN(all_values, Gather(pool, values));

@@ -2,6 +2,7 @@
 // gradient, whatever the micro-batching (token budgets and packing included).
 #include <ATen/ATen.h>
 #include <torch/types.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <torch/types.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>

@@ -3,6 +3,7 @@
 // values and gradients: chunked log-probs and entropy, activation checkpointing, packed sequences.
 #include <ATen/ATen.h>
 #include <torch/types.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
