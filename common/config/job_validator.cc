@@ -2,14 +2,15 @@
 #include "common/config/job_validator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 #include <set>
-#include <cmath>
 #include <string>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/algorithms/algorithm_traits.h"
 #include "common/config/proto_json_schema.h"
 #include "common/config/reward_rules.h"
 
@@ -255,11 +256,10 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
   }
   check.AtLeast("algorithm.entropy_coeff", algorithm->entropy_coeff(), 0);
   check.AtLeast("algorithm.kl.coef", algorithm->kl().coef(), 0);
+  const algorithms::KlModeTraits* kl_mode = algorithms::FindKlMode(algorithm->kl().mode());
   if (algorithm->kl().estimator() == v1::KL_ESTIMATOR_UNSPECIFIED) {
-    // verl's defaults: kl_penalty "kl" for the reward, kl_loss_type "low_var_kl" for the loss.
-    algorithm->mutable_kl()->set_estimator(algorithm->kl().mode() == v1::KL_MODE_IN_REWARD
-                                               ? v1::KL_ESTIMATOR_K1
-                                               : v1::KL_ESTIMATOR_K3);
+    algorithm->mutable_kl()->set_estimator(kl_mode != nullptr ? kl_mode->default_estimator
+                                                              : v1::KL_ESTIMATOR_K3);
     Derived(derived, "algorithm.kl.estimator");
   }
   check.Above("algorithm.kl.target", algorithm->kl().target(), 0);
@@ -310,22 +310,29 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
   }
 
   const auto estimator = algorithm->adv_estimator();
-  const bool group_estimator = estimator == v1::ADVANTAGE_ESTIMATOR_GRPO ||
-                               estimator == v1::ADVANTAGE_ESTIMATOR_RLOO ||
-                               estimator == v1::ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS_BASELINE;
-  if (group_estimator && rollout.n() < 2) {
+  const bool needs_critic = algorithms::NeedsCritic(*algorithm);
+  if (algorithms::NeedsGroups(*algorithm) && rollout.n() < 2) {
     check.Fail("roles.actor.rollout.n",
                absl::StrCat(rollout.n(), " response per prompt leaves algorithm.adv_estimator ",
                             Name(estimator), " no group to compare; set n >= 2"));
   }
-  if (estimator == v1::ADVANTAGE_ESTIMATOR_GAE && !roles->has_critic()) {
+  if (needs_critic && !roles->has_critic()) {
     check.Fail("roles.critic",
-               "is required by algorithm.adv_estimator gae (it needs a value model); add a critic "
-               "or use a critic-free estimator (grpo, rloo, reinforce_plus_plus, remax)");
+               absl::StrCat("is required by algorithm.adv_estimator ", Name(estimator),
+                            " (it needs a value model); add a critic or use a critic-free "
+                            "estimator (",
+                            algorithms::EstimatorNames([](const algorithms::EstimatorTraits& row) {
+                              return !row.needs_critic;
+                            }),
+                            ")"));
   }
-  if (estimator != v1::ADVANTAGE_ESTIMATOR_GAE && roles->has_critic()) {
-    check.Fail("roles.critic", absl::StrCat("is unused by algorithm.adv_estimator ",
-                                            Name(estimator), "; remove it, or use gae"));
+  if (!needs_critic && roles->has_critic()) {
+    check.Fail("roles.critic",
+               absl::StrCat("is unused by algorithm.adv_estimator ", Name(estimator),
+                            "; remove it, or use ",
+                            algorithms::EstimatorNames([](const algorithms::EstimatorTraits& row) {
+                              return row.needs_critic;
+                            })));
   }
   if (roles->has_critic()) {
     auto* critic = roles->mutable_critic();
@@ -338,7 +345,7 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
     }
   }
 
-  const bool kl_used = algorithm->kl().mode() != v1::KL_MODE_NONE;
+  const bool kl_used = kl_mode != nullptr && kl_mode->needs_reference;
   if (kl_used && !roles->has_reference()) {
     check.Fail("roles.reference",
                absl::StrCat("is required by algorithm.kl.mode ", Name(algorithm->kl().mode()),
@@ -375,11 +382,12 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
     check.Fail("roles.reward.remote", "must be an http:// or https:// URL");
   }
   check.Within("roles.reward.remote_timeout_s", reward->remote_timeout_s(), 1e-3, 3600);
-  if (!reward->model().empty() &&
-      estimator == v1::ADVANTAGE_ESTIMATOR_REMAX) {
+  if (!reward->model().empty() && algorithms::NeedsGreedyBaseline(*algorithm)) {
     check.Fail("roles.reward.model",
-               "remax scores each prompt's greedy baseline response on the actor's workers, with "
-               "roles.reward.rule or .remote; a reward model is not supported with it yet");
+               absl::StrCat(Name(estimator),
+                            " scores each prompt's greedy baseline response on "
+                            "the actor's workers, with roles.reward.rule or .remote; a reward "
+                            "model is not supported with it yet"));
   }
   if (!reward->model().empty()) {
     int32_t gpus = reward->gpus();

@@ -211,6 +211,16 @@ TEST_CASE("inconsistent sections are refused with the fix", "[config][errors]") 
              Catch::Contains("roles.critic: is unused by algorithm.adv_estimator grpo"));
   CHECK_THAT(ErrorOf(Replace(yaml, "rollout: {n: 4}", "rollout: {n: 1}")),
              Catch::Contains("roles.actor.rollout.n: 1 response per prompt leaves"));
+  CHECK_THAT(ErrorOf(Replace(Replace(yaml, "rollout: {n: 4}", "rollout: {n: 1}"),
+                             "adv_estimator: grpo", "adv_estimator: grpo_passk")),
+             Catch::Contains("roles.actor.rollout.n: 1 response per prompt leaves "
+                             "algorithm.adv_estimator grpo_passk no group to compare"));
+  CHECK(ParseJobSpec(Replace(yaml, "adv_estimator: grpo", "adv_estimator: grpo-passk"), "job.yaml")
+            ->algorithm()
+            .adv_estimator() == v1::ADVANTAGE_ESTIMATOR_GRPO_PASSK);
+  CHECK(ParseJobSpec(Replace(yaml, "adv_estimator: grpo", "adv_estimator: opo"), "job.yaml")
+            ->algorithm()
+            .adv_estimator() == v1::ADVANTAGE_ESTIMATOR_OPO);
   CHECK_THAT(ErrorOf(Replace(yaml, "  reference: {}\n", "")),
              Catch::Contains("roles.reference: is required by algorithm.kl.mode loss"));
   CHECK_THAT(ErrorOf(Replace(yaml, "{rule: gsm8k}", "{rule: gsm8k, remote: http://x}")),

@@ -189,6 +189,22 @@ TEST_CASE("the registry implements every configurable rule", "[reward]") {
   CHECK(config::RewardRules().back().name == "auto");
 }
 
+TEST_CASE("auto picks the row that lists a data source", "[reward]") {
+  CHECK(config::RuleForDataSource("openai/gsm8k") == "gsm8k");
+  CHECK(config::RuleForDataSource("reasoning_gym/basic_arithmetic") == "gsm8k");
+  CHECK(config::RuleForDataSource("reasoning_gym") == "");
+  CHECK(config::RuleForDataSource("lighteval/MATH") == "math");
+  CHECK(config::RuleForDataSource("DigitalLearningGmbH/MATH-lighteval") == "math");
+  CHECK(config::RuleForDataSource("HuggingFaceH4/MATH-500") == "math");
+  CHECK(config::RuleForDataSource("countdown") == "countdown");
+  CHECK(config::RuleForDataSource("rlhfd/arithmetic") == "arithmetic");
+  CHECK(config::RuleForDataSource("openai/gsm8k2") == "");
+  CHECK(config::RuleForDataSource("") == "");
+  CHECK(config::KnownDataSources() ==
+        "openai/gsm8k, reasoning_gym/*, lighteval/MATH, DigitalLearningGmbH/MATH-lighteval, "
+        "HuggingFaceH4/MATH-500, countdown, rlhfd/arithmetic");
+}
+
 TEST_CASE("rule rewards from data rows", "[reward]") {
   const RuleReward gsm8k = *RuleReward::Make("gsm8k");
   CHECK(*gsm8k.Score("#### 72", json("72"), "") == 1.0);
@@ -214,7 +230,8 @@ TEST_CASE("rule rewards from data rows", "[reward]") {
   CHECK(*automatic.Score("#### 72", json("72"), "reasoning_gym/basic_arithmetic") == 1.0);
   const absl::StatusOr<double> unknown = automatic.Score("#### 72", json("72"), "my/dataset");
   REQUIRE_FALSE(unknown.ok());
-  CHECK_THAT(std::string(unknown.status().message()), Catch::Contains("my/dataset"));
+  CHECK_THAT(std::string(unknown.status().message()),
+             Catch::Contains("my/dataset") && Catch::Contains("HuggingFaceH4/MATH-500"));
 
   const absl::StatusOr<RuleReward> bad = RuleReward::Make("gsm9k");
   REQUIRE_FALSE(bad.ok());

@@ -208,6 +208,24 @@ trainer: {n_gpus_per_node: 1}
   }
 }
 
+TEST_CASE("verl's grpo_passk and opo convert and validate without a critic", "[verl]") {
+  for (const std::string estimator : {"grpo_passk", "opo"}) {
+    INFO(estimator);
+    const v1::JobSpec spec = Validated(Convert(
+        R"(
+data: {train_batch_size: 16}
+actor_rollout_ref:
+  actor: {ppo_mini_batch_size: 8, ppo_micro_batch_size_per_gpu: 8}
+  rollout: {n: 4}
+trainer: {n_gpus_per_node: 1}
+)",
+        {"algorithm.adv_estimator=" + estimator}));
+    CHECK(config::EnumConfigName(*v1::AdvantageEstimator_descriptor()->FindValueByNumber(
+              spec.algorithm().adv_estimator())) == estimator);
+    CHECK_FALSE(spec.roles().has_critic());
+  }
+}
+
 TEST_CASE("every directly mapped verl key lands in its field", "[verl]") {
   // One distinct value per key, typed by the target field: a string, a number, a switch, or
   // one of the enum's names.

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstdint>
+#include <iterator>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -90,7 +91,7 @@ struct RegisteredRule {
   RuleFunction score;
 };
 
-// The registry: every name of config::RewardRules() but "auto" (a test holds them equal).
+// The function of each row of config::kRewardRules but "auto", in the table's order.
 constexpr RegisteredRule kRegistry[] = {
     {kGsm8k, ScoreAgainstText<Gsm8kStrict, kGsm8k>},
     {kMath, ScoreAgainstText<MathScore, kMath>},
@@ -98,6 +99,19 @@ constexpr RegisteredRule kRegistry[] = {
     {"countdown", ScoreCountdown},
     {"arithmetic", ScoreArithmetic},
 };
+
+constexpr bool RegistryFollowsTheTable() {
+  size_t next = 0;
+  for (const config::RewardRuleInfo& rule : config::kRewardRules) {
+    if (rule.name == config::kAutoRewardRule) continue;
+    if (next == std::size(kRegistry) || kRegistry[next].name != rule.name) return false;
+    ++next;
+  }
+  return next == std::size(kRegistry);
+}
+static_assert(RegistryFollowsTheTable(),
+              "each rule of config::kRewardRules but auto needs its function in kRegistry, in "
+              "the table's order");
 
 }  // namespace
 
@@ -120,14 +134,13 @@ absl::StatusOr<RuleReward> RuleReward::Make(std::string_view rule) {
 absl::StatusOr<double> RuleReward::Score(std::string_view response, const json& ground_truth,
                                          std::string_view data_source) const {
   std::string_view rule = rule_;
-  if (rule == "auto") {
+  if (rule == config::kAutoRewardRule) {
     rule = config::RuleForDataSource(data_source);
     if (rule.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "data_source '", SanitizeForDisplay(View(data_source), 80),
-          "' picks no reward rule under roles.reward.rule auto (known: openai/gsm8k, "
-          "lighteval/MATH, DigitalLearningGmbH/MATH-lighteval, HuggingFaceH4/MATH-500, countdown, "
-          "rlhfd/arithmetic, reasoning_gym/*); name a rule instead"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("data_source '", SanitizeForDisplay(View(data_source), 80),
+                       "' picks no reward rule under roles.reward.rule auto (known: ",
+                       View(config::KnownDataSources()), "); name a rule instead"));
     }
   }
   for (const RegisteredRule& registered : kRegistry) {

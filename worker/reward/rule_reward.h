@@ -1,5 +1,6 @@
-// Rule rewards by the names configs use (common/config/reward_rules.h's table): a response, its
-// row's ground truth (a JSON value, as the data file holds it) and data_source in, a score out.
+// Rule rewards by the names configs use (common/config/reward_rules.h's table, which also says
+// which data sources "auto" scores with each): a response, its row's ground truth (a JSON value,
+// as the data file holds it) and data_source in, a score out.
 #pragma once
 
 #include <string>

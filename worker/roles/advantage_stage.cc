@@ -2,7 +2,11 @@
 
 #include <ATen/ATen.h>
 
+#include <string>
+#include <string_view>
+
 #include "absl/strings/str_cat.h"
+#include "common/algorithms/algorithm_traits.h"
 #include "common/status/status_macros.h"
 #include "worker/train/advantage.h"
 #include "worker/train/losses.h"
@@ -55,7 +59,7 @@ absl::StatusOr<v1::AdvantageReply> ComputeAdvantages(const v1::JobSpec& spec,
 
   at::Tensor token_rewards = token_scores;
   at::Tensor kl_per_row;
-  const bool kl_in_reward = algorithm.kl().mode() == v1::KL_MODE_IN_REWARD;
+  const bool kl_in_reward = algorithms::KlPenalizesReward(algorithm);
   if (kl_in_reward) {
     ASSIGN_OR_RETURN(const at::Tensor old_log_probs, batch.Get("old_log_probs", "the KL reward"));
     ASSIGN_OR_RETURN(const at::Tensor ref_log_probs, batch.Get("ref_log_probs", "the KL reward"));
@@ -70,14 +74,16 @@ absl::StatusOr<v1::AdvantageReply> ComputeAdvantages(const v1::JobSpec& spec,
   ASSIGN_OR_RETURN(input.token_rewards, Gather(pool, token_rewards));
   ASSIGN_OR_RETURN(input.mask, Gather(pool, mask));
   at::Tensor all_values;
-  if (algorithm.adv_estimator() == v1::ADVANTAGE_ESTIMATOR_GAE) {
-    ASSIGN_OR_RETURN(const at::Tensor values, batch.Get("values", "gae advantages"));
+  const algorithms::EstimatorTraits* traits = algorithms::FindEstimator(algorithm.adv_estimator());
+  const std::string needed_by =
+      std::string(traits != nullptr ? traits->name : std::string_view("the")) + " advantages";
+  if (traits != nullptr && traits->needs_critic) {
+    ASSIGN_OR_RETURN(const at::Tensor values, batch.Get("values", needed_by));
     ASSIGN_OR_RETURN(all_values, Gather(pool, values));
     input.values = all_values;
   }
-  if (algorithm.adv_estimator() == v1::ADVANTAGE_ESTIMATOR_REMAX) {
-    ASSIGN_OR_RETURN(const at::Tensor baselines,
-                     batch.Get("reward_baselines", "remax advantages"));
+  if (traits != nullptr && traits->needs_greedy_baseline) {
+    ASSIGN_OR_RETURN(const at::Tensor baselines, batch.Get("reward_baselines", needed_by));
     ASSIGN_OR_RETURN(input.baseline, Gather(pool, baselines));
   }
   const int64_t n = spec.roles().actor().rollout().n();

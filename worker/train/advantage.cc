@@ -3,7 +3,11 @@
 
 #include <ATen/ATen.h>
 
+#include <iterator>
+#include <limits>
+
 #include "absl/strings/str_cat.h"
+#include "common/algorithms/algorithm_traits.h"
 
 namespace rlhfd::train {
 namespace {
@@ -138,6 +142,101 @@ class Remax final : public AdvantageEstimator {
   }
 };
 
+// Pass@k training (arXiv 2503.19595): only each group's best response is pushed up, by how much
+// it beats the runner-up, r_max - r_second_max (over the group's std when norm_adv_by_std).
+// Where the best score is tied, that margin is 0, so which of the tied responses verl picks
+// does not matter: all of them get 0 here.
+class GrpoPassk final : public AdvantageEstimator {
+ public:
+  absl::StatusOr<AdvantageOutput> Compute(const AdvantageInput& in) const override {
+    if (auto s = Need(in.group, "the group of each response", "grpo_passk"); !s.ok()) return s;
+    const at::Tensor scores = Scores(in);
+    const GroupStats stats = ComputeGroupStats(scores, in.group);
+    if (stats.size.min().item<double>() < 2) {
+      return absl::InvalidArgumentError(
+          "grpo_passk needs at least 2 responses to each prompt (roles.actor.rollout.n >= 2)");
+    }
+    const int64_t groups = in.group.max().item<int64_t>() + 1;
+    const auto group_max = [&](const at::Tensor& values) {
+      return at::full({groups}, -std::numeric_limits<double>::infinity(), values.options())
+          .scatter_reduce(0, in.group, values, "amax")
+          .index_select(0, in.group);
+    };
+    const at::Tensor best = group_max(scores);
+    const at::Tensor is_best = scores.eq(best);
+    const at::Tensor best_count = at::zeros({groups}, scores.options())
+                                      .index_add_(0, in.group, is_best.to(scores.dtype()))
+                                      .index_select(0, in.group);
+    // The runner-up: the best again when tied, else the best of the others.
+    const at::Tensor others_best = group_max(at::where(
+        is_best, at::full_like(scores, -std::numeric_limits<double>::infinity()), scores));
+    const at::Tensor runner_up = at::where(best_count.gt(1), best, others_best);
+    at::Tensor margin = best - runner_up;
+    if (in.norm_adv_by_std) margin = margin / (stats.std + in.epsilon);
+    const at::Tensor advantage = at::where(is_best, margin, at::zeros_like(margin));
+    at::Tensor tokens = advantage.unsqueeze(-1) * in.mask;
+    return AdvantageOutput{tokens, tokens};
+  }
+};
+
+// OPO (arXiv 2505.23585): the baseline is the group's length-weighted mean score,
+// sum(|o| * r) / sum(|o|); a response alone in its group keeps its score. A group whose responses
+// are all empty has no weight (verl divides 0 by 0 there); its rows are all padding, so their
+// advantages are 0 here either way.
+class Opo final : public AdvantageEstimator {
+ public:
+  absl::StatusOr<AdvantageOutput> Compute(const AdvantageInput& in) const override {
+    if (auto s = Need(in.group, "the group of each response", "opo"); !s.ok()) return s;
+    const at::Tensor scores = Scores(in);
+    const at::Tensor lengths = in.mask.sum(-1);
+    const int64_t groups = in.group.max().item<int64_t>() + 1;
+    const auto options = scores.options();
+    const auto per_group = [&](const at::Tensor& values) {
+      return at::zeros({groups}, options).index_add_(0, in.group, values).index_select(0, in.group);
+    };
+    const at::Tensor size = per_group(at::ones_like(scores));
+    const at::Tensor baseline = per_group(lengths * scores) / per_group(lengths).clamp_min(1);
+    const at::Tensor advantage = scores - at::where(size.gt(1), baseline, at::zeros_like(baseline));
+    at::Tensor tokens = advantage.unsqueeze(-1) * in.mask;
+    return AdvantageOutput{tokens, tokens};
+  }
+};
+
+template <typename Estimator>
+std::unique_ptr<AdvantageEstimator> Make() {
+  return std::make_unique<Estimator>();
+}
+
+struct RegisteredEstimator {
+  v1::AdvantageEstimator estimator;
+  std::unique_ptr<AdvantageEstimator> (*make)();
+};
+
+// The class of each row of algorithms::kEstimators (what the estimator needs is said there).
+constexpr RegisteredEstimator kRegistry[] = {
+    {v1::ADVANTAGE_ESTIMATOR_GAE, Make<Gae>},
+    {v1::ADVANTAGE_ESTIMATOR_GRPO, Make<Grpo>},
+    {v1::ADVANTAGE_ESTIMATOR_RLOO, Make<Rloo>},
+    {v1::ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS, Make<ReinforcePlusPlus>},
+    {v1::ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS_BASELINE, Make<ReinforcePlusPlusBaseline>},
+    {v1::ADVANTAGE_ESTIMATOR_REMAX, Make<Remax>},
+    {v1::ADVANTAGE_ESTIMATOR_GRPO_PASSK, Make<GrpoPassk>},
+    {v1::ADVANTAGE_ESTIMATOR_OPO, Make<Opo>},
+};
+
+constexpr bool EveryTraitsRowHasAClass() {
+  for (const algorithms::EstimatorTraits& row : algorithms::kEstimators) {
+    bool found = false;
+    for (const RegisteredEstimator& registered : kRegistry) {
+      found = found || registered.estimator == row.estimator;
+    }
+    if (!found) return false;
+  }
+  return std::size(kRegistry) == std::size(algorithms::kEstimators);
+}
+static_assert(EveryTraitsRowHasAClass(),
+              "each row of algorithms::kEstimators needs one estimator class in kRegistry");
+
 }  // namespace
 
 at::Tensor MaskedWhiten(const at::Tensor& x, const at::Tensor& mask) {
@@ -149,15 +248,8 @@ at::Tensor MaskedWhiten(const at::Tensor& x, const at::Tensor& mask) {
 
 absl::StatusOr<std::unique_ptr<AdvantageEstimator>> MakeAdvantageEstimator(
     v1::AdvantageEstimator estimator) {
-  switch (estimator) {
-    case v1::ADVANTAGE_ESTIMATOR_GAE: return std::make_unique<Gae>();
-    case v1::ADVANTAGE_ESTIMATOR_GRPO: return std::make_unique<Grpo>();
-    case v1::ADVANTAGE_ESTIMATOR_RLOO: return std::make_unique<Rloo>();
-    case v1::ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS: return std::make_unique<ReinforcePlusPlus>();
-    case v1::ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS_BASELINE:
-      return std::make_unique<ReinforcePlusPlusBaseline>();
-    case v1::ADVANTAGE_ESTIMATOR_REMAX: return std::make_unique<Remax>();
-    default: break;
+  for (const RegisteredEstimator& registered : kRegistry) {
+    if (registered.estimator == estimator) return registered.make();
   }
   return absl::InvalidArgumentError(
       absl::StrCat("no advantage estimator registered for ", v1::AdvantageEstimator_Name(estimator)));

@@ -1,6 +1,6 @@
-// Advantage estimators behind one small interface, registered under the names configs use
-// (algorithm.adv_estimator): gae, grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline,
-// remax. Definitions follow verl's core_algos so results match a verl run.
+// Advantage estimators behind one small interface, one class per row of
+// common/algorithms/algorithm_traits.h's kEstimators (which says what each needs). Definitions
+// follow verl's core_algos so results match a verl run.
 //
 // Shapes: B = sequences, T = response tokens (right-padded); `mask` (B, T) is 1 on real tokens.
 #pragma once

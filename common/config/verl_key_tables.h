@@ -1,0 +1,29 @@
+// The verl keys the importer knows, by what happens to them: copied to an rlhfd key, dropped with
+// a warning (setting them changes nothing about training), or refused with the reason; and which
+// values count as verl's default. Read by verl_import.cc.
+#pragma once
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace rlhfd::config::verl_keys {
+
+// verl key → rlhfd key, copied as they are (values are checked by rlhfd's validator).
+const std::vector<std::pair<std::string, std::string>>& DirectTable();
+
+// Keys whose value does not change what rlhfd computes: key → why, warned about when set.
+const std::map<std::string, std::string>& HarmlessTable();
+
+// Keys that would change training if ignored: key → why, refused when set.
+const std::map<std::string, std::string>& UnsupportedTable();
+
+// Values that mean "at verl's default": unset, null, and Hydra interpolations.
+bool Unset(const nlohmann::json& value);
+
+// Whether a refused or ignored key's value is the one verl would have anyway.
+bool IsVerlNeutral(const std::string& key, const nlohmann::json& value);
+
+}  // namespace rlhfd::config::verl_keys
