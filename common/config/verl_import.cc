@@ -131,7 +131,7 @@ class Converter {
   }
 
   // verl's paths are often ~/...: expanded here, on the submitting machine, where ~ means what
-  // the user meant. verl reads parquet; rlhfd reads JSONL.
+  // the user meant. Parquet data files are kept as they are: the controller reads them.
   Json Paths(const std::string& key, Json value) {
     const bool path = key == "actor_rollout_ref.model.path" || key == "critic.model.path" ||
                       key == "data.train_files" || key == "data.val_files" ||
@@ -143,10 +143,6 @@ class Converter {
       std::string text = item.get<std::string>();
       if (home != nullptr && (text == "~" || absl::StartsWith(text, "~/"))) {
         text = std::string(home) + text.substr(1);
-      }
-      if (absl::EndsWith(text, ".parquet")) {
-        Error(key, absl::StrCat("'", text, "' is parquet; rlhfd reads JSONL: convert it with "
-                                "deploy/prepare_data.py parquet ", text, " OUT.jsonl"));
       }
       item = text;
     };

@@ -143,9 +143,13 @@ TEST_CASE("the controller checks a job's files and layout at submission", "[inte
   CommandResult missing = submit(Config("missing", kModel, dir.path() + "/absent.jsonl"));
   CHECK(missing.exit_code == 1);
   CHECK_THAT(missing.err, Catch::Contains("data.train_files[0]: cannot read data file"));
-  CommandResult parquet = submit(Config("parquet", kModel, dir.path() + "/train.parquet"));
-  CHECK_THAT(parquet.err, Catch::Contains("is parquet; rlhfd reads JSONL: convert it with "
-                                          "deploy/prepare_data.py parquet"));
+  // A file named .parquet that is not Parquet (the controller reads Parquet: parquet_data_test).
+  const std::string fake = dir.path() + "/train.parquet";
+  REQUIRE(WriteFileAtomically(fake, "{\"prompt\": \"JSONL in disguise\"}\n").ok());
+  CommandResult parquet = submit(Config("parquet", kModel, fake));
+  CHECK(parquet.exit_code == 1);
+  CHECK_THAT(parquet.err,
+             Catch::Contains("data.train_files[0]") && Catch::Contains("is not a Parquet file"));
   const std::string csv = dir.path() + "/train.csv";
   REQUIRE(WriteFileAtomically(csv, "prompt,answer\n1+1,2\n").ok());
   CommandResult not_jsonl = submit(Config("csv", kModel, csv));

@@ -1,19 +1,21 @@
 // verl configs in: the verl trainer layout and Hydra overrides converted to rlhfd configs, every
 // supported key landing where the mapping says, every unsupported one named; overrides on rlhfd
 // configs; the printed effective config. The verl inputs are written here from verl's key names.
-#include <catch2/catch.hpp>
+#include "common/config/verl_import.h"
+
 #include <google/protobuf/descriptor.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/config/config_printer.h"
 #include "common/config/job_config.h"
-#include "common/config/verl_import.h"
 #include "common/config/proto_json_schema.h"
 
 namespace rlhfd::config {
@@ -281,6 +283,21 @@ TEST_CASE("every directly mapped verl key lands in its field", "[verl]") {
   CHECK(VerlDirectMappings().size() >= 60);
 }
 
+TEST_CASE("verl's parquet data files are kept as they are", "[verl]") {
+  const VerlConversion converted = Convert(
+      kVerlGrpo,
+      {"data.train_files=[~/data/gsm8k/train.parquet]", "data.val_files=/data/gsm8k/test.parquet"});
+  INFO(absl::StrJoin(converted.errors, "; "));
+  CHECK(converted.errors.empty());
+  // The converted document (Validated() would put its own data files in).
+  const nlohmann::json& data = converted.config.at("data");
+  REQUIRE(data.at("train_files").size() == 1);
+  const std::string train = data.at("train_files")[0].get<std::string>();
+  CHECK(absl::EndsWith(train, "/data/gsm8k/train.parquet"));
+  CHECK(train[0] == '/');  // ~ expanded
+  CHECK(data.at("val_files").dump().find("/data/gsm8k/test.parquet") != std::string::npos);
+}
+
 TEST_CASE("every verl setting rlhfd cannot honour is named, with why", "[verl]") {
   const std::vector<std::pair<std::string, std::string>> refused = {
       {"actor_rollout_ref.model.lora_rank=16", "LoRA"},
@@ -291,7 +308,6 @@ TEST_CASE("every verl setting rlhfd cannot honour is named, with why", "[verl]")
       {"custom_reward_function.path=/code/reward.py", "Python reward functions"},
       {"algorithm.use_pf_ppo=true", "PF-PPO"},
       {"actor_rollout_ref.model.custom_chat_template=my_template", "model.chat_template"},
-      {"data.train_files=/data/train.parquet", "convert it with deploy/prepare_data.py"},
       {"actor_rollout_ref.actor.kl_loss_type=full", "estimators are kl"},
       {"trainer.resume_mode=resume_path", "resumes from the latest checkpoint"},
   };
