@@ -399,6 +399,20 @@ class Converter {
       const Json* value = Take(from);
       if (critic && value != nullptr) Map(from, to, Paths(from, *value));
     }
+    // Where the critic's own key is unset, verl's critic takes the actor's value (critic.yaml:
+    // ${oc.select:actor_rollout_ref.actor.<key>,...}); so does the converted one, rather than
+    // falling back on rlhfd's critic defaults.
+    for (const char* key : {"ppo_mini_batch_size", "use_dynamic_bsz", "ppo_epochs"}) {
+      if (!critic) break;
+      const auto own = flat_.find(absl::StrCat("critic.", key));
+      if (own != flat_.end() && !Unset(own->second)) continue;
+      const std::string from = absl::StrCat(kActor, key);
+      const auto actor = flat_.find(from);
+      if (actor == flat_.end() || Unset(actor->second)) continue;
+      Set(&out_.config, absl::StrCat("roles.critic.train.", key), actor->second);
+      out_.mapped.push_back(
+          absl::StrCat(from, " -> roles.critic.train.", key, " (verl's critic inherits it)"));
+    }
     if (critic) {
       Set(&out_.config, "roles.critic",
           out_.config["roles"].contains("critic") ? out_.config["roles"]["critic"] : Json::object());

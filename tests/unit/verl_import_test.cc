@@ -191,6 +191,42 @@ trainer: {n_gpus_per_node: 4, total_training_steps: 100, resume_mode: disable, l
   CHECK_FALSE(spec.trainer().resume());
 }
 
+// verl's critic.yaml: ppo_mini_batch_size, use_dynamic_bsz and ppo_epochs are
+// ${oc.select:actor_rollout_ref.actor.<key>,...}. verl's PPO quickstart sets only the actor's
+// mini-batch (64 of 256 prompts): its critic makes 4 updates a step, and so must the converted one.
+TEST_CASE("verl's critic inherits the actor's mini-batch, dynamic batching and epochs", "[verl]") {
+  const std::string quickstart = R"(
+data: {train_files: /data/train.jsonl, train_batch_size: 256}
+actor_rollout_ref:
+  model: {path: /models/actor}
+  actor: {ppo_mini_batch_size: 64, ppo_micro_batch_size_per_gpu: 4, use_dynamic_bsz: true,
+          ppo_epochs: 2}
+critic:
+  model: {path: /models/critic}
+  ppo_micro_batch_size_per_gpu: 4
+algorithm: {adv_estimator: gae}
+)";
+  const VerlConversion converted = Convert(quickstart);
+  const v1::JobSpec spec = Validated(converted);
+  REQUIRE(spec.roles().has_critic());
+  CHECK(spec.roles().critic().train().ppo_mini_batch_size() == 64);
+  CHECK(spec.roles().critic().train().use_dynamic_bsz());
+  CHECK(spec.roles().critic().train().ppo_epochs() == 2);
+  CHECK(Contains(converted.mapped,
+                 "actor_rollout_ref.actor.ppo_mini_batch_size -> "
+                 "roles.critic.train.ppo_mini_batch_size (verl's critic"));
+  // The critic's own keys win, as in verl; so does an interpolation left as verl writes it.
+  const VerlConversion own =
+      Convert(quickstart, {"critic.ppo_mini_batch_size=32", "critic.ppo_epochs=${oc.select:x,1}"});
+  const v1::JobSpec own_spec = Validated(own);
+  CHECK(own_spec.roles().critic().train().ppo_mini_batch_size() == 32);
+  CHECK(own_spec.roles().critic().train().ppo_epochs() == 2);
+  // No critic (GRPO): nothing is inherited.
+  const v1::JobSpec grpo = Validated(
+      Convert(quickstart, {"algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=4"}));
+  CHECK_FALSE(grpo.roles().has_critic());
+}
+
 TEST_CASE("verl RLOO and ReMax convert and validate", "[verl]") {
   for (const std::string estimator : {"rloo", "remax"}) {
     INFO(estimator);
