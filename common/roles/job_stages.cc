@@ -16,6 +16,10 @@
 #include "common/util/row_split.h"
 
 namespace rlhfd::roles {
+
+using stages::StageDone;
+using stages::StageService;
+
 namespace {
 
 constexpr char kActor[] = "actor";

@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/roles/stage_service.h"
+#include "common/stages/stage_service.h"
 #include "rlhfd/v1/job_spec.pb.h"
 #include "rlhfd/v1/worker_service.pb.h"
 
@@ -48,7 +48,7 @@ struct ValidationResult {
 class JobStages {
  public:
   // `ranks[r]` serves world rank r and outlives this object.
-  JobStages(std::string job_id, v1::JobSpec spec, std::vector<StageService*> ranks,
+  JobStages(std::string job_id, v1::JobSpec spec, std::vector<stages::StageService*> ranks,
             JobStagesOptions options = {});
 
   // PrepareJob on rank 0, then StartJob on every rank at once. `total_steps` sizes the
@@ -92,7 +92,8 @@ class JobStages {
   template <typename Request, typename Reply>
   absl::StatusOr<std::vector<Reply>> FanOut(
       const std::vector<int>& ranks,
-      void (StageService::*method)(const Request&, absl::Duration, StageDone<Reply>),
+      void (stages::StageService::*method)(const Request&, absl::Duration,
+                                           stages::StageDone<Reply>),
       const std::function<Request(int rank, int position)>& make, absl::Duration deadline);
   std::vector<int> RanksOf(const std::string& role) const;
   v1::StageKey Key(int64_t step, const std::string& stage) const;
@@ -102,7 +103,7 @@ class JobStages {
 
   std::string job_id_;
   v1::JobSpec spec_;
-  std::vector<StageService*> ranks_;
+  std::vector<stages::StageService*> ranks_;
   JobStagesOptions options_;
   std::vector<v1::PoolAssignment> pools_;
   int64_t total_rows_ = 0, prompt_length_ = 0, response_length_ = 0;

@@ -9,7 +9,7 @@
 #include "common/logging/logging.h"
 #include "common/roles/job_stages.h"
 #include "common/roles/pool_placement.h"
-#include "common/roles/stage_service.h"
+#include "common/stages/stage_service.h"
 #include "common/status/status_macros.h"
 #include "common/util/clock.h"
 #include "controller/driver/kl_controller.h"
@@ -153,10 +153,10 @@ absl::Status JobDriver::Drive() {
   const v1::JobSpec& spec = setup_.spec;
   const v1::TrainerSpec& trainer = spec.trainer();
   const v1::DataSpec& data = spec.data();
-  std::vector<std::unique_ptr<roles::StageService>> services;
+  std::vector<std::unique_ptr<stages::StageService>> services;
   for (const std::string& address : setup_.addresses) {
     ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, MakeChannel(address, setup_.rpc));
-    services.push_back(roles::MakeGrpcStageService(std::move(channel), setup_.token));
+    services.push_back(stages::MakeGrpcStageService(std::move(channel), setup_.token));
   }
   {
     std::lock_guard<std::mutex> lock(cancel_mutex_);
@@ -168,7 +168,7 @@ absl::Status JobDriver::Drive() {
     std::lock_guard<std::mutex> lock(cancel_mutex_);
     cancel_calls_ = nullptr;
   };
-  std::vector<roles::StageService*> ranks;
+  std::vector<stages::StageService*> ranks;
   for (auto& service : services) ranks.push_back(service.get());
   roles::JobStages job(setup_.job_id, spec, ranks,
                        {.stage_deadline = setup_.stage_deadline,

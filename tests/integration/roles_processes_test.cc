@@ -17,9 +17,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/roles/job_stages.h"
 #include "common/roles/pool_placement.h"
-#include "common/roles/stage_service.h"
 #include "common/rpc/auth.h"
 #include "common/rpc/grpc_options.h"
+#include "common/stages/stage_service.h"
 #include "common/util/files.h"
 #include "tests/roles/step_check.h"
 #include "tests/support/cluster_fixture.h"
@@ -31,6 +31,9 @@ namespace {
 
 using rlhfd::testing::LocalCluster;
 using rlhfd::testing::TempDir;
+using stages::CallStage;
+using stages::MakeGrpcStageService;
+using stages::StageService;
 using testing::TestPrompts;
 using testing::TestSpec;
 

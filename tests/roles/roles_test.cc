@@ -27,6 +27,9 @@ namespace rlhfd::roles {
 namespace {
 
 using rlhfd::testing::TempDir;
+using stages::CallStage;
+using stages::StageDone;
+using stages::StageService;
 using testing::kGrpoJob;
 using testing::kPpoJob;
 using testing::TestPrompts;

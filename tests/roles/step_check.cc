@@ -172,8 +172,9 @@ double StepKlCoefficient(const v1::JobSpec& spec) {
   return spec.algorithm().kl().mode() == v1::KL_MODE_IN_REWARD ? spec.algorithm().kl().coef() : 0;
 }
 
-void CheckAgainstOneProcess(const v1::JobSpec& job_spec, const std::vector<StageService*>& services,
-                            int prompts, int steps) {
+void CheckAgainstOneProcess(const v1::JobSpec& job_spec,
+                            const std::vector<stages::StageService*>& services, int prompts,
+                            int steps) {
   TempDir dir;
   v1::JobSpec spec = job_spec;
   spec.mutable_trainer()->set_checkpoint_dir(dir.path() + "/checkpoints");

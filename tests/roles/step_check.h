@@ -10,7 +10,7 @@
 #include <ATen/Tensor.h>
 
 #include "common/roles/job_stages.h"
-#include "common/roles/stage_service.h"
+#include "common/stages/stage_service.h"
 #include "rlhfd/v1/job_spec.pb.h"
 #include "tests/support/rl_reference.h"
 
@@ -40,7 +40,8 @@ std::map<std::string, at::Tensor> SavedParameters(const std::string& directory, 
 // Starts the job on `services`, runs `steps` steps, and after each compares with one process:
 // greedy responses identical to one engine's, every intermediate within 1e-5, the weights
 // within 1e-5 and their updates within 0.1% of the update's norm.
-void CheckAgainstOneProcess(const v1::JobSpec& spec, const std::vector<StageService*>& services,
-                            int prompts, int steps);
+void CheckAgainstOneProcess(const v1::JobSpec& spec,
+                            const std::vector<stages::StageService*>& services, int prompts,
+                            int steps);
 
 }  // namespace rlhfd::roles::testing

@@ -37,32 +37,32 @@ namespace {
 constexpr char kToken[] = "dispatch-bench-token";
 
 // A worker's stages answering at once, as a worker would with nothing to compute.
-class EmptyStages final : public roles::StageService {
+class EmptyStages final : public stages::StageService {
  public:
-#define RLHFD_EMPTY_STAGE(Name, Request, Reply)                                            \
-  void Name(const v1::Request&, absl::Duration, roles::StageDone<v1::Reply> done) override { \
-    done(v1::Reply());                                                                     \
+#define RLHFD_EMPTY_STAGE(Name, Request, Reply)                                               \
+  void Name(const v1::Request&, absl::Duration, stages::StageDone<v1::Reply> done) override { \
+    done(v1::Reply());                                                                        \
   }
   RLHFD_STAGES(RLHFD_EMPTY_STAGE)
 #undef RLHFD_EMPTY_STAGE
 };
 
 // The stage client of one rank, recording each call's round trip.
-class TimedStages final : public roles::StageService {
+class TimedStages final : public stages::StageService {
  public:
-  TimedStages(std::unique_ptr<roles::StageService> inner, std::mutex& mutex,
+  TimedStages(std::unique_ptr<stages::StageService> inner, std::mutex& mutex,
               std::vector<double>& samples_ms)
       : inner_(std::move(inner)), mutex_(mutex), samples_ms_(samples_ms) {}
 
-#define RLHFD_TIMED_STAGE(Name, Request, Reply)                                             \
-  void Name(const v1::Request& request, absl::Duration deadline,                            \
-            roles::StageDone<v1::Reply> done) override {                                    \
-    const auto start = std::chrono::steady_clock::now();                                    \
-    inner_->Name(request, deadline,                                                         \
-                 [this, start, done = std::move(done)](absl::StatusOr<v1::Reply> reply) {   \
-                   Record(start);                                                           \
-                   done(std::move(reply));                                                  \
-                 });                                                                        \
+#define RLHFD_TIMED_STAGE(Name, Request, Reply)                                           \
+  void Name(const v1::Request& request, absl::Duration deadline,                          \
+            stages::StageDone<v1::Reply> done) override {                                 \
+    const auto start = std::chrono::steady_clock::now();                                  \
+    inner_->Name(request, deadline,                                                       \
+                 [this, start, done = std::move(done)](absl::StatusOr<v1::Reply> reply) { \
+                   Record(start);                                                         \
+                   done(std::move(reply));                                                \
+                 });                                                                      \
   }
   RLHFD_STAGES(RLHFD_TIMED_STAGE)
 #undef RLHFD_TIMED_STAGE
@@ -76,7 +76,7 @@ class TimedStages final : public roles::StageService {
     samples_ms_.push_back(ms);
   }
 
-  std::unique_ptr<roles::StageService> inner_;
+  std::unique_ptr<stages::StageService> inner_;
   std::mutex& mutex_;
   std::vector<double>& samples_ms_;
 };
@@ -130,13 +130,13 @@ absl::StatusOr<Result> Run(int workers, int steps, int warmup, int prompts_per_a
   }
   std::mutex mutex;
   std::vector<double> calls_ms;
-  std::vector<std::unique_ptr<roles::StageService>> clients;
-  std::vector<roles::StageService*> ranks;
+  std::vector<std::unique_ptr<stages::StageService>> clients;
+  std::vector<stages::StageService*> ranks;
   for (int i = 0; i < workers; ++i) {
     ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
                      MakeChannel(absl::StrCat("127.0.0.1:", ports[i]), RpcOptions{}));
     clients.push_back(std::make_unique<TimedStages>(
-        roles::MakeGrpcStageService(std::move(channel), kToken), mutex, calls_ms));
+        stages::MakeGrpcStageService(std::move(channel), kToken), mutex, calls_ms));
     ranks.push_back(clients.back().get());
   }
   const v1::JobSpec spec = Spec(workers);

@@ -209,12 +209,14 @@ trainer: {total_steps: )", warmup + steps, R"(}
   offload.add_roles("actor");
   offload.add_roles("reference");
   offload.set_to_host(true);
-  auto offloaded = roles::CallStage(host, &roles::StageService::Offload, offload, absl::Minutes(5));
+  auto offloaded =
+      stages::CallStage(host, &stages::StageService::Offload, offload, absl::Minutes(5));
   if (cuda) c10::cuda::CUDACachingAllocator::emptyCache();
   const Memory after_offload = DeviceMemory(cuda);
   offload.mutable_key()->set_stage("onload");
   offload.set_to_host(false);
-  auto onloaded = roles::CallStage(host, &roles::StageService::Offload, offload, absl::Minutes(5));
+  auto onloaded =
+      stages::CallStage(host, &stages::StageService::Offload, offload, absl::Minutes(5));
   job.End();
   if (cuda) c10::cuda::CUDACachingAllocator::emptyCache();
   const Memory released = DeviceMemory(cuda);

@@ -4,7 +4,7 @@
 #include <future>
 #include <memory>
 
-namespace rlhfd::roles {
+namespace rlhfd::stages {
 
 template <typename Request, typename Reply>
 absl::StatusOr<Reply> CallStage(StageService& service,
@@ -18,4 +18,4 @@ absl::StatusOr<Reply> CallStage(StageService& service,
   return result.get();
 }
 
-}  // namespace rlhfd::roles
+}  // namespace rlhfd::stages

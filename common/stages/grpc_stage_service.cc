@@ -6,12 +6,12 @@
 #include <mutex>
 #include <set>
 
-#include "common/roles/stage_service.h"
 #include "common/rpc/auth.h"
 #include "common/rpc/grpc_status.h"
+#include "common/stages/stage_service.h"
 #include "rlhfd/v1/worker_service.grpc.pb.h"
 
-namespace rlhfd::roles {
+namespace rlhfd::stages {
 namespace {
 
 class GrpcStageService final : public StageService {
@@ -96,4 +96,4 @@ std::unique_ptr<StageService> MakeGrpcStageService(std::shared_ptr<grpc::Channel
   return std::make_unique<GrpcStageService>(std::move(channel), std::move(token));
 }
 
-}  // namespace rlhfd::roles
+}  // namespace rlhfd::stages

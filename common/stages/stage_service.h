@@ -16,7 +16,7 @@ namespace grpc {
 class Channel;
 }  // namespace grpc
 
-namespace rlhfd::roles {
+namespace rlhfd::stages {
 
 // Runs once with the reply or the error, on a thread of the implementation.
 template <typename Reply>
@@ -71,6 +71,6 @@ absl::StatusOr<Reply> CallStage(StageService& service,
 std::unique_ptr<StageService> MakeGrpcStageService(std::shared_ptr<grpc::Channel> channel,
                                                    std::string token);
 
-}  // namespace rlhfd::roles
+}  // namespace rlhfd::stages
 
-#include "common/roles/stage_service_inl.h"
+#include "common/stages/stage_service_inl.h"
