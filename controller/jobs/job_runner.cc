@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging/logging.h"
-#include "common/roles/pool_placement.h"
 #include "common/util/text.h"
+#include "controller/cluster/pool_placement.h"
 
 namespace rlhfd::controller {
 namespace {
@@ -122,7 +122,7 @@ void JobRunner::Consider(const std::string& id, Pass& pass) {
 void JobRunner::Start(const v1::Job& job, const Placement& placement) {
   const std::string id = job.job_id();
   faulted_at_.erase(id);
-  const std::vector<v1::PoolAssignment> pools = roles::PlacePools(job.spec());
+  const std::vector<v1::PoolAssignment> pools = PlacePools(job.spec());
   v1::JobProgress progress = job.progress();
   progress.set_attempt(progress.attempt() + 1);
   LogIfFailed(jobs_.Update(

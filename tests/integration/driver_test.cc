@@ -28,10 +28,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/roles/on_policy.h"
-#include "common/roles/pool_placement.h"
+#include "common/algorithm/on_policy.h"
 #include "common/rpc/auth.h"
 #include "common/util/files.h"
+#include "controller/cluster/pool_placement.h"
 #include "controller/store/job_store.h"
 #include "rlhfd/v1/worker_service.grpc.pb.h"
 #include "tests/support/cluster_fixture.h"
@@ -324,8 +324,8 @@ void CheckRunEqualsOneProcess(const std::string& config, int workers,
 
   // One process over the same batches.
   const v1::JobSpec& spec = job.spec();
-  const std::vector<v1::PoolAssignment> pools = roles::PlacePools(spec);
-  const v1::PoolAssignment* actor = roles::FindPool(pools, "actor");
+  const std::vector<v1::PoolAssignment> pools = controller::PlacePools(spec);
+  const v1::PoolAssignment* actor = controller::FindPool(pools, "actor");
   REQUIRE(actor != nullptr);
   ReferenceModels reference = LoadReferenceModels(spec);
   const double kl_coef =
@@ -343,7 +343,7 @@ void CheckRunEqualsOneProcess(const std::string& config, int workers,
         spec, reference, ours, kl_coef,
         spec.roles().reward().model().empty() ? ours.tensors.at("scores") : at::Tensor());
     std::vector<std::string> compared = {"token_rewards", "advantages"};
-    if (roles::NeedsOldLogProbs(spec)) compared.push_back("old_log_probs");
+    if (algorithm::NeedsOldLogProbs(spec)) compared.push_back("old_log_probs");
     if (spec.roles().has_reference()) compared.push_back("ref_log_probs");
     if (spec.roles().has_critic()) compared.push_back("values");
     // Step 1 starts from the same weights; later steps from weights within 1e-5 of one

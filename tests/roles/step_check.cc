@@ -7,15 +7,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/algorithm/on_policy.h"
 #include "common/config/job_config.h"
-#include "common/roles/on_policy.h"
-#include "common/roles/pool_placement.h"
+#include "controller/cluster/pool_placement.h"
 #include "tests/support/subprocess.h"
 #include "worker/model/state_dict.h"
 #include "worker/rollout/engine.h"
 
 namespace rlhfd::roles::testing {
 
+using algorithm::NeedsOldLogProbs;
+using controller::FindPool;
+using controller::JobStages;
+using controller::StepPlan;
 using rlhfd::testing::LargestDifference;
 using rlhfd::testing::StepTensors;
 using rlhfd::testing::TempDir;

@@ -9,8 +9,8 @@
 
 #include <ATen/Tensor.h>
 
-#include "common/roles/job_stages.h"
 #include "common/stages/stage_service.h"
+#include "controller/driver/job_stages.h"
 #include "rlhfd/v1/job_spec.pb.h"
 #include "tests/support/rl_reference.h"
 
@@ -30,7 +30,7 @@ std::vector<v1::PromptRow> TestPrompts(int count);
 double StepKlCoefficient(const v1::JobSpec& spec);
 
 // The actor ranks' dumps of `step` (in the job's trainer.rollout_data_dir), merged in row order.
-rlhfd::testing::StepTensors Dumped(JobStages& job, int64_t step);
+rlhfd::testing::StepTensors Dumped(controller::JobStages& job, int64_t step);
 
 // A role's parameters as its data-parallel rank 0 saved them at `step`, for the names of `like`.
 std::map<std::string, at::Tensor> SavedParameters(const std::string& directory, int64_t step,

@@ -4,7 +4,7 @@
 
 #include "rlhfd/v1/job_spec.pb.h"
 
-namespace rlhfd::roles {
+namespace rlhfd::algorithm {
 
 // One PPO epoch over a single mini-batch of the whole step (ppo_epochs 1, ppo_mini_batch_size =
 // data.train_batch_size): the update starts from the very weights that sampled the batch, so the
@@ -21,4 +21,4 @@ inline bool NeedsOldLogProbs(const v1::JobSpec& spec) {
   return !ActorUpdateIsOnPolicy(spec) || spec.algorithm().kl().mode() == v1::KL_MODE_IN_REWARD;
 }
 
-}  // namespace rlhfd::roles
+}  // namespace rlhfd::algorithm

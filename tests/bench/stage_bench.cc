@@ -19,9 +19,9 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "common/config/job_config.h"
-#include "common/roles/job_stages.h"
 #include "common/status/status_macros.h"
 #include "common/util/files.h"
+#include "controller/driver/job_stages.h"
 #include "worker/bench/model_presets.h"
 #include "worker/model/safetensors_writer.h"
 #include "worker/model/transformer.h"
@@ -165,7 +165,7 @@ trainer: {total_steps: )", warmup + steps, R"(}
     return 1;
   }
   roles::RoleHost host({.device = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU)});
-  roles::JobStages job("bench", *spec, {&host});
+  controller::JobStages job("bench", *spec, {&host});
   const auto start = std::chrono::steady_clock::now();
   if (absl::Status started = job.Start(warmup + steps); !started.ok()) {
     std::cerr << started.message() << "\n";

@@ -21,9 +21,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/roles/job_stages.h"
 #include "common/rpc/grpc_options.h"
 #include "common/status/status_macros.h"
+#include "controller/driver/job_stages.h"
 #include "worker/service/worker_service.h"
 
 ABSL_FLAG(std::string, workers, "64,256", "Comma-separated simulated worker counts");
@@ -140,13 +140,13 @@ absl::StatusOr<Result> Run(int workers, int steps, int warmup, int prompts_per_a
     ranks.push_back(clients.back().get());
   }
   const v1::JobSpec spec = Spec(workers);
-  roles::JobStages job("job-bench", spec, ranks, {.stage_deadline = absl::Seconds(10)});
+  controller::JobStages job("job-bench", spec, ranks, {.stage_deadline = absl::Seconds(10)});
   RETURN_IF_ERROR(job.Start(steps + warmup));
   const int64_t actors = spec.roles().actor().gpus();
   std::vector<double> stages_ms;
   double timed_seconds = 0;
   for (int step = 1; step <= warmup + steps; ++step) {
-    roles::StepPlan plan{.step = step, .seed = static_cast<uint64_t>(step)};
+    controller::StepPlan plan{.step = step, .seed = static_cast<uint64_t>(step)};
     for (int64_t p = 0; p < actors * prompts_per_actor; ++p) {
       v1::PromptRow row;
       row.set_text(absl::StrCat("What is ", p, " + ", step, "? Answer with the number."));
@@ -157,7 +157,7 @@ absl::StatusOr<Result> Run(int workers, int steps, int warmup, int prompts_per_a
       std::lock_guard<std::mutex> lock(mutex);
       calls_ms.clear();
     }
-    ASSIGN_OR_RETURN(const roles::Metrics metrics, job.RunStep(plan));
+    ASSIGN_OR_RETURN(const controller::Metrics metrics, job.RunStep(plan));
     if (step <= warmup) continue;
     timed_seconds += metrics.at("timing_s/step");
     for (const auto& [name, value] : metrics) {
