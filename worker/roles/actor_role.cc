@@ -8,8 +8,8 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging/logging.h"
 #include "common/algorithm/on_policy.h"
+#include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 #include "worker/model/model_loader.h"
 #include "worker/parallel/fully_sharded.h"
