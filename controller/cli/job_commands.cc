@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/config/job_validator.h"
+#include "common/jobs/job_states.h"
 #include "common/rpc/grpc_status.h"
 #include "common/util/metric_value.h"
 #include "controller/cli/cli_flags.h"
@@ -21,14 +22,6 @@
 #include "controller/cli/table.h"
 
 namespace rlhfd::cli {
-namespace {
-
-bool Ended(v1::JobState state) {
-  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
-         state == v1::JOB_STATE_CANCELLED;
-}
-
-}  // namespace
 
 int Delete(Client& client, const std::string& job_id) {
   v1::DeleteJobRequest request;
@@ -170,7 +163,7 @@ int Metrics(Client& client, const std::string& job_id) {
     print(*reply);
     absl::StatusOr<v1::Job> job = GetJob(client, job_id);
     if (!job.ok()) return Fail(ToGrpcStatus(job.status()));
-    if (Ended(job->state())) {
+    if (IsTerminal(job->state())) {
       // Steps recorded between the last poll and the end.
       reply = GetMetrics(client, job_id, std::max<int64_t>(last, 0));
       if (reply.ok()) print(*reply);
@@ -210,7 +203,7 @@ int Wait(Client& client, const std::string& job_id) {
         }
         running_since = absl::Now();
       }
-      if (Ended(state)) break;
+      if (IsTerminal(state)) break;
       continue;
     }
     if (event.step() == 0) continue;  // validation before training
@@ -239,7 +232,8 @@ int Wait(Client& client, const std::string& job_id) {
       std::cout << line << std::endl;
     }
   }
-  if (grpc::Status status = reader->Finish(); !status.ok() && !Ended(state)) return Fail(status);
+  if (grpc::Status status = reader->Finish(); !status.ok() && !IsTerminal(state))
+    return Fail(status);
   return state == v1::JOB_STATE_SUCCEEDED ? kExitOk : kExitFailed;
 }
 

@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/jobs/job_states.h"
 #include "common/logging/logging.h"
 #include "common/rpc/auth.h"
 #include "common/rpc/pending_unary.h"
@@ -175,9 +176,7 @@ std::string PrometheusText(Controller& controller) {
   // Every job counts (from the controller's counts, not a page of ListJobs); only the jobs that
   // run are read, for their series below.
   const absl::StatusOr<v1::GetClusterReply> cluster = controller.GetCluster({});
-  const absl::StatusOr<std::vector<v1::Job>> jobs =
-      controller.AllJobsIn({v1::JOB_STATE_PLACING, v1::JOB_STATE_STARTING, v1::JOB_STATE_RUNNING,
-                            v1::JOB_STATE_RECOVERING});
+  const absl::StatusOr<std::vector<v1::Job>> jobs = controller.AllJobsIn(ActiveJobStates());
   const absl::StatusOr<v1::ListWorkersReply> workers = controller.ListWorkers({});
   if (cluster.ok()) {
     for (const auto& [name, count] : cluster->jobs_by_state()) {
@@ -232,10 +231,7 @@ std::string PrometheusText(Controller& controller) {
     if (!jobs.ok()) continue;
     for (const v1::Job& job : *jobs) {
       const v1::JobState state = job.state();
-      if (state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
-          state == v1::JOB_STATE_CANCELLED || state == v1::JOB_STATE_QUEUED) {
-        continue;
-      }
+      if (IsTerminal(state) || state == v1::JOB_STATE_QUEUED) continue;
       const std::optional<double> value = series.value(job);
       if (!value) continue;
       absl::StrAppend(&out, series.name, "{job=\"", job.job_id(), "\",name=\"",

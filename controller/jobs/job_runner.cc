@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/jobs/job_states.h"
 #include "common/logging/logging.h"
 #include "common/util/text.h"
 #include "controller/cluster/pool_placement.h"
@@ -40,8 +41,7 @@ void JobRunner::Shutdown() {
 
 void JobRunner::RecoverAfterRestart() {
   JobQuery active;
-  active.states = {v1::JOB_STATE_PLACING, v1::JOB_STATE_STARTING, v1::JOB_STATE_RUNNING,
-                   v1::JOB_STATE_RECOVERING};
+  active.states = ActiveJobStates();
   const absl::StatusOr<JobPage> jobs = jobs_.List(active);
   if (!jobs.ok()) {
     RLOG(ERROR) << "recovering the jobs of the previous controller: " << jobs.status().message();

@@ -21,6 +21,7 @@
 #include "common/config/job_config.h"
 #include "common/status/status_macros.h"
 #include "common/util/files.h"
+#include "common/util/stopwatch.h"
 #include "controller/driver/job_stages.h"
 #include "worker/bench/model_presets.h"
 #include "worker/model/safetensors_writer.h"
@@ -171,8 +172,7 @@ trainer: {total_steps: )", warmup + steps, R"(}
     std::cerr << started.message() << "\n";
     return 1;
   }
-  const double load_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double load_s = SecondsSince(start);
   // Prompts longer than prompt_len tokens (cut on the left to exactly prompt_len).
   std::vector<v1::PromptRow> rows;
   for (int i = 0; i < prompts; ++i) {

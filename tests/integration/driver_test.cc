@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/algorithm/on_policy.h"
+#include "common/jobs/job_states.h"
 #include "common/rpc/auth.h"
 #include "common/util/files.h"
 #include "controller/cluster/pool_placement.h"
@@ -51,11 +52,6 @@ std::string ReadConfig(const std::string& name) {
   std::ifstream in(kSource + "/configs/" + name);
   REQUIRE(in.good());
   return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-bool Terminal(v1::JobState state) {
-  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
-         state == v1::JOB_STATE_CANCELLED;
 }
 
 // A controller (heartbeats every 0.5 s, lost after 3 s, stage calls bounded by 30 s and
@@ -132,7 +128,7 @@ class DriverCluster {
   }
   v1::Job WaitEnded(const std::string& id, absl::Duration timeout = absl::Seconds(180)) {
     return WaitUntil(
-        id, [](const v1::Job& job) { return Terminal(job.state()); }, timeout);
+        id, [](const v1::Job& job) { return IsTerminal(job.state()); }, timeout);
   }
 
   std::vector<v1::StepMetrics> Metrics(const std::string& id) {
@@ -290,7 +286,7 @@ void CheckRunEqualsOneProcess(const std::string& config, int workers,
   // The states in order, and one metrics event per step.
   WaitFor(
       [&] {
-        return !watch.events().empty() && Terminal(watch.events().back().state()) &&
+        return !watch.events().empty() && IsTerminal(watch.events().back().state()) &&
                watch.events().back().step() == 0;
       },
       absl::Seconds(5));
@@ -544,7 +540,7 @@ TEST_CASE("kill -9 of each role's worker mid-step: the job recovers and finishes
     const v1::Job recovered = cluster.WaitUntil(
         id,
         [&](const v1::Job& job) {
-          return job.progress().restarts() > restarts || Terminal(job.state());
+          return job.progress().restarts() > restarts || IsTerminal(job.state());
         },
         absl::Seconds(30));
     INFO(Describe(recovered));
@@ -725,7 +721,7 @@ TEST_CASE("A damaged newest checkpoint is passed over after a controller restart
     const v1::Job running = cluster.WaitUntil(
         id,
         [&](const v1::Job& job) {
-          return Terminal(job.state()) ||
+          return IsTerminal(job.state()) ||
                  (job.state() == v1::JOB_STATE_RUNNING && job.progress().checkpoint_step() > after);
         },
         absl::Seconds(120));
@@ -827,10 +823,10 @@ TEST_CASE("A full disk: the save waits for space, or fails cleanly past the boun
                            "trainer.loggers=[console]", "trainer.checkpoint_dir=" + checkpoints});
   };
   const auto saved_one = [](const v1::Job& job) {
-    return Terminal(job.state()) || job.progress().checkpoint_step() >= 1;
+    return IsTerminal(job.state()) || job.progress().checkpoint_step() >= 1;
   };
   const auto says_full = [](const v1::Job& job) {
-    return Terminal(job.state()) || absl::StrContains(job.message(), "is full");
+    return IsTerminal(job.state()) || absl::StrContains(job.message(), "is full");
   };
 
   const std::string waits = small->path() + "/waits";
