@@ -108,7 +108,10 @@ int Run() {
   std::unique_ptr<controller::Controller> controller = *std::move(created);
 
   EventLoop loop;
-  controller::ServiceContext context{controller.get(), &loop, tokens};
+  // What the gRPC adapters and the REST gateway record of each call, for /metrics. Never
+  // destroyed: RPC threads may outlive main.
+  auto* call_metrics = new controller::CallMetrics();
+  controller::ServiceContext context{controller.get(), &loop, tokens, call_metrics};
   controller::JobServiceImpl job_service(context);
   controller::ClusterServiceImpl cluster_service(context);
   controller::WorkerRegistryImpl registry_service(context);
@@ -141,7 +144,7 @@ int Run() {
   loop.PostEvery(absl::Seconds(1), [] { malloc_trim(0); });
   std::unique_ptr<controller::HttpGateway> gateway;
   if (const std::string http = absl::GetFlag(FLAGS_http_listen); !http.empty()) {
-    auto started = controller::HttpGateway::Start(controller.get(), &loop,
+    auto started = controller::HttpGateway::Start(controller.get(), &loop, call_metrics,
                                                   {.listen = http,
                                                    .tokens = tokens,
                                                    .tls_cert_file = rpc_options.tls_cert_file,

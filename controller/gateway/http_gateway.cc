@@ -19,7 +19,6 @@
 #include "common/rpc/pending_unary.h"
 #include "common/util/files.h"
 #include "common/util/text.h"
-#include "controller/api/call_metrics.h"
 #include "controller/gateway/dashboard.h"
 #include "controller/gateway/openapi.h"
 #include "google/protobuf/util/json_util.h"
@@ -241,11 +240,16 @@ std::string PrometheusText(Controller& controller) {
   return out;
 }
 
-HttpGateway::HttpGateway(Controller* controller, EventLoop* loop, GatewayOptions options)
-    : controller_(controller), loop_(loop), options_(std::move(options)) {}
+HttpGateway::HttpGateway(Controller* controller, EventLoop* loop, CallMetrics* call_metrics,
+                         GatewayOptions options)
+    : controller_(controller),
+      loop_(loop),
+      call_metrics_(call_metrics),
+      options_(std::move(options)) {}
 
 absl::StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(Controller* controller,
                                                                 EventLoop* loop,
+                                                                CallMetrics* call_metrics,
                                                                 GatewayOptions options) {
   const size_t colon = options.listen.rfind(':');
   int port = -1;
@@ -258,7 +262,8 @@ absl::StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(Controller* cont
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
-  std::unique_ptr<HttpGateway> gateway(new HttpGateway(controller, loop, std::move(options)));
+  std::unique_ptr<HttpGateway> gateway(
+      new HttpGateway(controller, loop, call_metrics, std::move(options)));
   gateway->Routes();
   HttpServerOptions server;
   server.host = host;
@@ -300,8 +305,7 @@ void HttpGateway::Add(const std::string& method, const std::string& pattern, Han
                            HttpResponse& response) {
     const absl::Time arrived = absl::Now();
     const absl::Cleanup record = [&] {
-      CallMetrics::Get().Record("rest/" + name, std::to_string(response.status),
-                                absl::Now() - arrived);
+      call_metrics_->Record("rest/" + name, std::to_string(response.status), absl::Now() - arrived);
     };
     const absl::Status allowed =
         CheckHttpAccess(request.Header("Authorization"), options_.tokens, access);
@@ -369,6 +373,7 @@ void HttpGateway::Routes() {
   };
   using Ids = std::vector<std::string>;
   Controller* controller = controller_;
+  CallMetrics* call_metrics = call_metrics_;
 
   Get("/", [](const HttpRequest&, const Ids&, HttpResponse& response) {
     response.content_type = "text/html; charset=utf-8";
@@ -392,7 +397,7 @@ void HttpGateway::Routes() {
         [controller]() -> absl::StatusOr<std::string> { return PrometheusText(*controller); });
     if (!text.ok()) return Reply(response, text.status());
     response.content_type = "text/plain; version=0.0.4";
-    response.body = *text + CallMetrics::Get().PrometheusText();
+    response.body = *text + call_metrics->PrometheusText();
   });
   Get("/v1/cluster", [=](const HttpRequest&, const Ids&, HttpResponse& response) {
     answer(response, on_loop([controller] { return controller->GetCluster({}); }));

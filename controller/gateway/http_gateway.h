@@ -30,6 +30,7 @@
 #include "common/util/event_loop.h"
 #include "controller/controller.h"
 #include "controller/gateway/http_server.h"
+#include "controller/metrics/call_metrics.h"
 
 namespace rlhfd::controller {
 
@@ -42,8 +43,10 @@ struct GatewayOptions {
 
 class HttpGateway {
  public:
-  // Binds and serves on threads of its own. `controller` and `loop` outlive the gateway.
+  // Binds and serves on threads of its own. `controller`, `loop` and `call_metrics` (what each
+  // route records, and /metrics shows) outlive the gateway.
   static absl::StatusOr<std::unique_ptr<HttpGateway>> Start(Controller* controller, EventLoop* loop,
+                                                            CallMetrics* call_metrics,
                                                             GatewayOptions options);
   // Stops serving and joins its threads.
   ~HttpGateway();
@@ -62,7 +65,8 @@ class HttpGateway {
     Handler handler;
   };
 
-  HttpGateway(Controller* controller, EventLoop* loop, GatewayOptions options);
+  HttpGateway(Controller* controller, EventLoop* loop, CallMetrics* call_metrics,
+              GatewayOptions options);
   void Routes();
   // Token-checked routes, named "METHOD pattern" in the call metrics.
   void Get(const std::string& pattern, Handler handler);
@@ -72,6 +76,7 @@ class HttpGateway {
 
   Controller* controller_;
   EventLoop* loop_;
+  CallMetrics* call_metrics_;
   GatewayOptions options_;
   std::vector<Route> routes_;
   std::unique_ptr<HttpServer> server_;  // last: its handler threads use the members above
