@@ -88,7 +88,7 @@ void JobRunner::Submitted(const std::string& job_id) {
 
 void JobRunner::Consider(const std::string& id, Pass& pass) {
   const JobSummary* job = jobs_.Summary(id);
-  if (job == nullptr || !JobManager::IsWaiting(job->state) || running_.count(id)) return;
+  if (job == nullptr || !IsWaiting(job->state) || running_.count(id)) return;
   const int32_t priority = job->priority;
   if (pass.held_back_by && pass.held_back_by->first > priority) {
     jobs_.SetWaitingReason(
