@@ -67,7 +67,15 @@ class HttpGateway {
 
   HttpGateway(Controller* controller, EventLoop* loop, CallMetrics* call_metrics,
               GatewayOptions options);
+  // The routes: the pages (dashboard, OpenAPI, /metrics), the cluster's and the jobs'.
   void Routes();
+  void PageRoutes();
+  void ClusterRoutes();
+  void JobRoutes();
+  // Runs `call` (returning StatusOr<Reply>) on the event loop and waits for it at most the
+  // call deadline; a call the loop gets to later still runs, into a promise nobody reads.
+  template <typename Call>
+  auto OnLoop(Call call) const -> decltype(call());
   // Token-checked routes, named "METHOD pattern" in the call metrics.
   void Get(const std::string& pattern, Handler handler);
   void Post(const std::string& pattern, Handler handler);
