@@ -373,6 +373,18 @@ auto HttpGateway::OnLoop(Call call) const -> decltype(call()) {
   return future.get();
 }
 
+template <typename Reply, typename Begin>
+absl::StatusOr<Reply> HttpGateway::Await(Begin begin) const {
+  auto promise = std::make_shared<std::promise<absl::StatusOr<Reply>>>();
+  std::future<absl::StatusOr<Reply>> future = promise->get_future();
+  begin([promise](absl::StatusOr<Reply> reply) { promise->set_value(std::move(reply)); });
+  if (future.wait_for(absl::ToChronoMilliseconds(options_.call_deadline)) !=
+      std::future_status::ready) {
+    return absl::DeadlineExceededError("the controller did not answer in time");
+  }
+  return future.get();
+}
+
 void HttpGateway::Routes() {
   PageRoutes();
   ClusterRoutes();
@@ -480,13 +492,9 @@ void HttpGateway::JobRoutes() {
                            : type != nullptr && absl::StrContains(*type, "json") ? "rest.json"
                                                                                  : "rest.yaml");
     for (const std::string& item : request.Params("override")) submit.add_overrides(item);
-    // Parsed and validated here, off the loop, as the gRPC adapter does; stored on the loop.
-    absl::StatusOr<JobManager::Submission> prepared =
-        CatchAll<JobManager::Submission>("SubmitJob", [&] { return JobManager::Prepare(submit); });
-    if (!prepared.ok()) return Reply(response, prepared.status());
-    auto submission = std::make_shared<JobManager::Submission>(*std::move(prepared));
-    Answer(response, OnLoop([controller, submission] {
-             return controller->SubmitPrepared(std::move(*submission));
+    // The Controller decides what of it runs on the loop, as for the gRPC adapter.
+    Answer(response, Await<v1::SubmitJobReply>([&](auto done) {
+             controller->SubmitJobAsync(*loop_, submit, std::move(done));
            }));
   });
   Post("/v1/jobs/{id}:cancel",

@@ -76,6 +76,10 @@ class HttpGateway {
   // call deadline; a call the loop gets to later still runs, into a promise nobody reads.
   template <typename Call>
   auto OnLoop(Call call) const -> decltype(call());
+  // Calls `begin(done)`, an asynchronous Controller method, and waits for `done` at most the
+  // call deadline.
+  template <typename Reply, typename Begin>
+  absl::StatusOr<Reply> Await(Begin begin) const;
   // Token-checked routes, named "METHOD pattern" in the call metrics.
   void Get(const std::string& pattern, Handler handler);
   void Post(const std::string& pattern, Handler handler);
