@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/logging/logging.h"
+#include "common/rpc/pending_unary.h"
 #include "common/status/status_macros.h"
 #include "common/util/files.h"
 
@@ -80,6 +81,17 @@ absl::StatusOr<v1::GetJobMetricsReply> Controller::ReadJobMetrics(
 absl::StatusOr<v1::SubmitJobReply> Controller::SubmitJob(const v1::SubmitJobRequest& request) {
   ASSIGN_OR_RETURN(JobManager::Submission submission, JobManager::Prepare(request));
   return SubmitPrepared(std::move(submission));
+}
+
+void Controller::SubmitJobAsync(EventLoop& loop, const v1::SubmitJobRequest& request,
+                                std::function<void(absl::StatusOr<v1::SubmitJobReply>)> done) {
+  absl::StatusOr<JobManager::Submission> prepared =
+      CatchAll<JobManager::Submission>("SubmitJob", [&] { return JobManager::Prepare(request); });
+  if (!prepared.ok()) return done(prepared.status());
+  loop.Post([this, submission = *std::move(prepared), done = std::move(done)]() mutable {
+    done(CatchAll<v1::SubmitJobReply>("SubmitJob",
+                                      [&] { return SubmitPrepared(std::move(submission)); }));
+  });
 }
 
 absl::StatusOr<v1::SubmitJobReply> Controller::SubmitPrepared(JobManager::Submission submission) {

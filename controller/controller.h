@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/util/event_loop.h"
 #include "controller/cluster/worker_registry.h"
 #include "controller/jobs/job_manager.h"
 #include "controller/jobs/job_runner.h"
@@ -38,10 +39,16 @@ class Controller {
   static absl::StatusOr<std::unique_ptr<Controller>> Create(const ControllerOptions& options,
                                                             Clock clock);
 
-  // JobService. SubmitJob = JobManager::Prepare (thread-safe, run by the RPC adapter off the
-  // loop) + SubmitPrepared (on the loop).
+  // JobService. SubmitJob = JobManager::Prepare (thread-safe) + SubmitPrepared (on the loop).
   absl::StatusOr<v1::SubmitJobReply> SubmitJob(const v1::SubmitJobRequest& request);
   absl::StatusOr<v1::SubmitJobReply> SubmitPrepared(JobManager::Submission submission);
+  // SubmitJob as the API adapters (gRPC and REST alike) run it, from any thread: the config is
+  // parsed and validated on the calling thread (bounded work that needs no controller state, so
+  // a large config never holds up the loop); only storing it runs on `loop`, the loop that owns
+  // this Controller. `done` runs once: on the loop, or at once on the calling thread when the
+  // config is refused. What a call throws becomes INTERNAL.
+  void SubmitJobAsync(EventLoop& loop, const v1::SubmitJobRequest& request,
+                      std::function<void(absl::StatusOr<v1::SubmitJobReply>)> done);
   absl::StatusOr<v1::GetJobReply> GetJob(const v1::GetJobRequest& request);
   absl::StatusOr<v1::ListJobsReply> ListJobs(const v1::ListJobsRequest& request);
   // Every job in `states` (all when empty), unpaged, for in-process callers that need each one

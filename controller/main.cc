@@ -79,28 +79,122 @@ absl::Status LoadTokens(const std::string& state_dir, ClientTokens& clients, std
   return absl::OkStatus();
 }
 
+// The flags, read once and checked: what main composes the daemon from.
+struct DaemonConfig {
+  logging::Severity log_severity;
+  controller::ControllerOptions controller;
+  std::string listen, port_file;
+  std::string http_listen, http_port_file;  // the REST gateway (none when http_listen is empty)
+  RpcOptions rpc;
+  absl::Duration shutdown_deadline;
+  absl::Duration stage_timeout, collective_timeout, disk_full_timeout;
+  std::string log_dir;  // the jobs' metric logs; <state_dir>/logs unless --log_dir says
+};
+
+absl::StatusOr<DaemonConfig> ConfigFromFlags() {
+  DaemonConfig config;
+  if (!logging::ParseSeverity(absl::GetFlag(FLAGS_log_level), &config.log_severity)) {
+    return absl::InvalidArgumentError("--log_level must be debug, info, warning or error");
+  }
+  config.controller.state_dir = absl::GetFlag(FLAGS_state_dir);
+  config.controller.liveness.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  config.controller.liveness.liveness_window = absl::GetFlag(FLAGS_liveness_window);
+  config.controller.liveness.lost_retention = absl::GetFlag(FLAGS_lost_worker_retention);
+  config.listen = absl::GetFlag(FLAGS_listen);
+  config.port_file = absl::GetFlag(FLAGS_port_file);
+  config.http_listen = absl::GetFlag(FLAGS_http_listen);
+  config.http_port_file = absl::GetFlag(FLAGS_http_port_file);
+  config.rpc = RpcOptionsFromFlags();
+  config.shutdown_deadline = absl::GetFlag(FLAGS_shutdown_deadline);
+  config.stage_timeout = absl::GetFlag(FLAGS_stage_timeout);
+  config.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
+  config.disk_full_timeout = absl::GetFlag(FLAGS_checkpoint_disk_full_timeout);
+  config.log_dir = absl::GetFlag(FLAGS_log_dir).empty() ? config.controller.state_dir + "/logs"
+                                                        : absl::GetFlag(FLAGS_log_dir);
+  return config;
+}
+
+// The REST gateway when --http_listen asks for one (nullptr otherwise), its port written to
+// --http_port_file.
+absl::StatusOr<std::unique_ptr<controller::HttpGateway>> StartGateway(
+    const DaemonConfig& config, controller::Controller* controller, EventLoop* loop,
+    controller::CallMetrics* call_metrics, const ClientTokens& tokens) {
+  if (config.http_listen.empty()) return nullptr;
+  ASSIGN_OR_RETURN(std::unique_ptr<controller::HttpGateway> gateway,
+                   controller::HttpGateway::Start(controller, loop, call_metrics,
+                                                  {.listen = config.http_listen,
+                                                   .tokens = tokens,
+                                                   .tls_cert_file = config.rpc.tls_cert_file,
+                                                   .tls_key_file = config.rpc.tls_key_file}));
+  RLOG(INFO) << "REST gateway on port " << gateway->port();
+  if (!config.http_port_file.empty()) {
+    RETURN_IF_ERROR(WritePortFile(config.http_port_file, gateway->port()));
+  }
+  return gateway;
+}
+
+// The loop's periodic work: liveness and placement of waiting jobs twice per heartbeat interval;
+// and, each second, handing back to the system the pages gRPC freed after a burst of large
+// requests (malloc keeps them), so the daemon's footprint returns to its working size.
+void SchedulePeriodicWork(EventLoop& loop, controller::Controller* controller,
+                          absl::Duration heartbeat_interval) {
+  loop.PostEvery(heartbeat_interval / 2, [controller] { controller->Tick(); });
+  loop.PostEvery(absl::Seconds(1), [] { malloc_trim(0); });
+}
+
+// The gRPC port to --port_file, the log line, and READY=1 to systemd.
+absl::Status AnnounceServing(const DaemonConfig& config, int port) {
+  if (!config.port_file.empty()) RETURN_IF_ERROR(WritePortFile(config.port_file, port));
+  RLOG(INFO) << "serving on port " << port << ", state in " << config.controller.state_dir
+             << ", tokens in " << config.controller.state_dir << "/{token,read_token}";
+  NotifyReady(absl::StrCat("serving on port ", port));
+  return absl::OkStatus();
+}
+
+// After SIGTERM/SIGINT: watch streams end, then the gateway, then the gRPC server within the
+// deadline, then the drivers. 0, or an exit at once when the loop stays busy.
+int Drain(const DaemonConfig& config, int signal_number, controller::JobServiceImpl& job_service,
+          std::unique_ptr<controller::HttpGateway> gateway, RpcServer& server, EventLoop& loop,
+          controller::Controller* controller) {
+  NotifyStopping();
+  RLOG(INFO) << "signal " << signal_number << ": draining (deadline "
+             << absl::FormatDuration(config.shutdown_deadline) << ")";
+  // Watch streams never end by themselves: end them first, so they do not hold the drain.
+  job_service.EndWatches();
+  gateway.reset();  // its calls wait for the loop at most their deadline
+  // The loop keeps running while the server drains, so calls in flight can finish; calls the
+  // loop has not answered by the deadline are cancelled (and answered CANCELLED) by gRPC.
+  server.Shutdown(config.shutdown_deadline);
+  // Drivers stop (their jobs keep their states: the next controller recovers them); their
+  // threads end the workers' roles and report to a loop that will not run them.
+  loop.Post([controller] { controller->StopRunner(); });
+  if (!loop.StopWithin(absl::Seconds(2))) {
+    // Every change was made durable before it was acknowledged, so nothing is lost by leaving
+    // now; destroying the controller under a running task is what must not happen.
+    RLOG(ERROR) << "the event loop is still busy after the shutdown deadline; exiting without it";
+    std::_Exit(1);
+  }
+  RLOG(INFO) << "stopped";
+  return 0;
+}
+
 int Run() {
   logging::SetProcessName("controller");
-  logging::Severity severity;
-  if (!logging::ParseSeverity(absl::GetFlag(FLAGS_log_level), &severity)) {
-    std::fprintf(stderr, "--log_level must be debug, info, warning or error\n");
+  absl::StatusOr<DaemonConfig> read = ConfigFromFlags();
+  if (!read.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(read.status().message()).c_str());
     return 2;
   }
-  logging::SetMinSeverity(severity);
-
-  controller::ControllerOptions options;
-  options.state_dir = absl::GetFlag(FLAGS_state_dir);
-  options.liveness.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
-  options.liveness.liveness_window = absl::GetFlag(FLAGS_liveness_window);
-  options.liveness.lost_retention = absl::GetFlag(FLAGS_lost_worker_retention);
+  DaemonConfig& config = *read;
+  logging::SetMinSeverity(config.log_severity);
   ClientTokens tokens;
-  if (absl::Status loaded = LoadTokens(options.state_dir, tokens, options.stage_token);
+  if (absl::Status loaded =
+          LoadTokens(config.controller.state_dir, tokens, config.controller.stage_token);
       !loaded.ok()) {
     RLOG(ERROR) << "cannot set up the cluster's tokens: " << loaded.message();
     return 1;
   }
-
-  auto created = controller::Controller::Create(options, NowUnixMillis);
+  auto created = controller::Controller::Create(config.controller, NowUnixMillis);
   if (!created.ok()) {
     RLOG(ERROR) << created.status().message();
     return 1;
@@ -108,66 +202,43 @@ int Run() {
   std::unique_ptr<controller::Controller> controller = *std::move(created);
 
   EventLoop loop;
-  controller::ServiceContext context{controller.get(), &loop, tokens};
+  // What the gRPC adapters and the REST gateway record of each call, for /metrics. Never
+  // destroyed: RPC threads may outlive main.
+  auto* call_metrics = new controller::CallMetrics();
+  controller::ServiceContext context{controller.get(), &loop, tokens, call_metrics};
   controller::JobServiceImpl job_service(context);
   controller::ClusterServiceImpl cluster_service(context);
   controller::WorkerRegistryImpl registry_service(context);
-  const RpcOptions rpc_options = RpcOptionsFromFlags();
-  const std::string listen = absl::GetFlag(FLAGS_listen);
-  if (!rpc_options.tls() && !IsLoopbackAddress(listen)) {
-    RLOG(WARNING) << "serving " << listen << " without TLS: tokens and configs cross the network "
+  if (!config.rpc.tls() && !IsLoopbackAddress(config.listen)) {
+    RLOG(WARNING) << "serving " << config.listen
+                  << " without TLS: tokens and configs cross the network "
                   << "in the clear; set --tls_cert/--tls_key (docs/operations.md)";
   }
-  auto server =
-      RpcServer::Start(listen, rpc_options, {&job_service, &cluster_service, &registry_service});
+  auto server = RpcServer::Start(config.listen, config.rpc,
+                                 {&job_service, &cluster_service, &registry_service});
   if (!server.ok()) {
     RLOG(ERROR) << server.status().message();
     return 1;
   }
   controller->StartRunner(
       [&loop](std::function<void()> task) { loop.Post(std::move(task)); },
-      {.token = options.stage_token,
-       .rpc = rpc_options,
-       .stage_deadline = absl::GetFlag(FLAGS_stage_timeout),
-       .communicator_timeout_ms =
-           absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_collective_timeout)),
-       .log_dir = absl::GetFlag(FLAGS_log_dir).empty() ? options.state_dir + "/logs"
-                                                       : absl::GetFlag(FLAGS_log_dir),
-       .disk_full_timeout = absl::GetFlag(FLAGS_checkpoint_disk_full_timeout)});
-  // Liveness, and placement of waiting jobs, twice per heartbeat interval.
-  loop.PostEvery(options.liveness.heartbeat_interval / 2, [&controller] { controller->Tick(); });
-  // gRPC frees what a burst of large requests took, but malloc keeps the pages; hand them back,
-  // so the daemon's footprint returns to its working size.
-  loop.PostEvery(absl::Seconds(1), [] { malloc_trim(0); });
-  std::unique_ptr<controller::HttpGateway> gateway;
-  if (const std::string http = absl::GetFlag(FLAGS_http_listen); !http.empty()) {
-    auto started = controller::HttpGateway::Start(controller.get(), &loop,
-                                                  {.listen = http,
-                                                   .tokens = tokens,
-                                                   .tls_cert_file = rpc_options.tls_cert_file,
-                                                   .tls_key_file = rpc_options.tls_key_file});
-    if (!started.ok()) {
-      RLOG(ERROR) << started.status().message();
-      return 1;
-    }
-    gateway = *std::move(started);
-    RLOG(INFO) << "REST gateway on port " << gateway->port();
-    if (const std::string file = absl::GetFlag(FLAGS_http_port_file); !file.empty()) {
-      if (auto written = WritePortFile(file, gateway->port()); !written.ok()) {
-        RLOG(ERROR) << written.message();
-        return 1;
-      }
-    }
+      {.token = config.controller.stage_token,
+       .rpc = config.rpc,
+       .stage_deadline = config.stage_timeout,
+       .communicator_timeout_ms = absl::ToInt64Milliseconds(config.collective_timeout),
+       .log_dir = config.log_dir,
+       .disk_full_timeout = config.disk_full_timeout});
+  SchedulePeriodicWork(loop, controller.get(), config.controller.liveness.heartbeat_interval);
+  absl::StatusOr<std::unique_ptr<controller::HttpGateway>> gateway =
+      StartGateway(config, controller.get(), &loop, call_metrics, tokens);
+  if (!gateway.ok()) {
+    RLOG(ERROR) << gateway.status().message();
+    return 1;
   }
-  if (const std::string port_file = absl::GetFlag(FLAGS_port_file); !port_file.empty()) {
-    if (auto written = WritePortFile(port_file, (*server)->port()); !written.ok()) {
-      RLOG(ERROR) << written.message();
-      return 1;
-    }
+  if (absl::Status announced = AnnounceServing(config, (*server)->port()); !announced.ok()) {
+    RLOG(ERROR) << announced.message();
+    return 1;
   }
-  RLOG(INFO) << "serving on port " << (*server)->port() << ", state in " << options.state_dir
-             << ", tokens in " << options.state_dir << "/{token,read_token}";
-  NotifyReady(absl::StrCat("serving on port ", (*server)->port()));
   // The watchdog follows the event loop: a loop stuck in a task stops ticking, the pings stop
   // and systemd restarts the controller (which recovers its jobs). The loop itself never sends.
   std::atomic<int64_t> loop_tick_ms{NowUnixMillis()};
@@ -180,26 +251,8 @@ int Run() {
   });
 
   const int signal_number = WaitForTerminationSignal();
-  NotifyStopping();
-  RLOG(INFO) << "signal " << signal_number << ": draining (deadline "
-             << absl::FormatDuration(absl::GetFlag(FLAGS_shutdown_deadline)) << ")";
-  // Watch streams never end by themselves: end them first, so they do not hold the drain.
-  job_service.EndWatches();
-  gateway.reset();  // its calls wait for the loop at most their deadline
-  // The loop keeps running while the server drains, so calls in flight can finish; calls the
-  // loop has not answered by the deadline are cancelled (and answered CANCELLED) by gRPC.
-  (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_deadline));
-  // Drivers stop (their jobs keep their states: the next controller recovers them); their
-  // threads end the workers' roles and report to a loop that will not run them.
-  loop.Post([&controller] { controller->StopRunner(); });
-  if (!loop.StopWithin(absl::Seconds(2))) {
-    // Every change was made durable before it was acknowledged, so nothing is lost by leaving
-    // now; destroying the controller under a running task is what must not happen.
-    RLOG(ERROR) << "the event loop is still busy after the shutdown deadline; exiting without it";
-    std::_Exit(1);
-  }
-  RLOG(INFO) << "stopped";
-  return 0;
+  return Drain(config, signal_number, job_service, *std::move(gateway), **server, loop,
+               controller.get());
 }
 
 }  // namespace

@@ -51,6 +51,11 @@ bool KlPenalizesReward(const v1::AlgorithmSpec& algorithm) {
   return row != nullptr && row->penalizes_reward;
 }
 
+bool KlInLoss(const v1::AlgorithmSpec& algorithm) {
+  const KlModeTraits* row = FindKlMode(algorithm.kl().mode());
+  return row != nullptr && row->adds_loss_term;
+}
+
 std::string EstimatorNames(bool (*keep)(const EstimatorTraits&)) {
   std::string names;
   for (const EstimatorTraits& row : kEstimators) {

@@ -85,6 +85,8 @@ bool NeedsGroups(const v1::AlgorithmSpec& algorithm);
 bool NeedsGreedyBaseline(const v1::AlgorithmSpec& algorithm);
 bool NeedsReference(const v1::AlgorithmSpec& algorithm);
 bool KlPenalizesReward(const v1::AlgorithmSpec& algorithm);
+// The KL mode puts a term in the actor's loss (weighted by algorithm.kl.coef).
+bool KlInLoss(const v1::AlgorithmSpec& algorithm);
 
 // "grpo, rloo, ..." of the estimators for which `keep` holds, for error messages.
 std::string EstimatorNames(bool (*keep)(const EstimatorTraits&));

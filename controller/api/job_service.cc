@@ -5,8 +5,7 @@
 
 namespace rlhfd::controller {
 
-// The config is parsed and validated here on the RPC thread (bounded work that needs no
-// controller state), so a large config never holds up the loop; only storing it runs there.
+// The Controller decides what of it runs on the loop (SubmitJobAsync).
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* context,
                                                     const v1::SubmitJobRequest* request,
                                                     v1::SubmitJobReply* reply) {
@@ -14,24 +13,17 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   auto done = call.completer();
   const absl::Time arrived = absl::Now();
   if (grpc::Status auth = CheckAccess(*context, service_.tokens, Access::kAdmin); !auth.ok()) {
-    RecordCall<v1::SubmitJobRequest>(FromGrpcStatus(auth), arrived);
+    RecordCall<v1::SubmitJobRequest>(*service_.call_metrics, FromGrpcStatus(auth), arrived);
     done.Finish(FromGrpcStatus(auth));
     return call.reactor();
   }
-  auto prepared = CatchAll<JobManager::Submission>(
-      "SubmitJob", [&] { return JobManager::Prepare(*request); });
-  if (!prepared.ok()) {
-    RecordCall<v1::SubmitJobRequest>(prepared.status(), arrived);
-    done.Finish(prepared.status());
-    return call.reactor();
-  }
-  Controller* controller = service_.controller;
-  service_.loop->Post([controller, submission = *std::move(prepared), done, arrived]() mutable {
-    absl::StatusOr<v1::SubmitJobReply> result = CatchAll<v1::SubmitJobReply>(
-        "SubmitJob", [&] { return controller->SubmitPrepared(std::move(submission)); });
-    RecordCall<v1::SubmitJobRequest>(result.status(), arrived);
-    done.Finish(std::move(result));
-  });
+  CallMetrics* metrics = service_.call_metrics;
+  service_.controller->SubmitJobAsync(
+      *service_.loop, *request,
+      [metrics, done, arrived](absl::StatusOr<v1::SubmitJobReply> result) mutable {
+        RecordCall<v1::SubmitJobRequest>(*metrics, result.status(), arrived);
+        done.Finish(std::move(result));
+      });
   return call.reactor();
 }
 

@@ -1,6 +1,8 @@
 // WatchJob streaming; see job_watch_reactor.h.
 #include "controller/api/job_watch_reactor.h"
 
+#include "common/jobs/job_states.h"
+
 namespace rlhfd::controller {
 
 namespace {
@@ -67,7 +69,7 @@ void JobWatchReactor::Enqueue(const std::shared_ptr<Stream>& stream, const v1::J
   std::lock_guard<std::recursive_mutex> lock(stream->mutex);
   if (stream->reactor == nullptr || stream->finished) return;
   stream->pending.push_back(event);
-  if (JobManager::IsTerminal(event.state())) stream->end_after_pending = true;
+  if (IsTerminal(event.state())) stream->end_after_pending = true;
   if (!stream->writing) {
     stream->writing = true;
     stream->reactor->StartWrite(&stream->pending.front());

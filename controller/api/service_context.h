@@ -3,22 +3,22 @@
 // Finish.
 #pragma once
 
+#include <grpcpp/server_context.h>
+#include <grpcpp/support/server_callback.h>
+
 #include <memory>
 #include <string>
 #include <utility>
 
-#include <grpcpp/server_context.h>
-#include <grpcpp/support/server_callback.h>
-
 #include "absl/status/statusor.h"
-#include "common/logging/logging.h"
-#include "common/rpc/auth.h"
-#include "common/util/event_loop.h"
-#include "common/rpc/pending_unary.h"
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
-#include "controller/api/call_metrics.h"
+#include "common/logging/logging.h"
+#include "common/rpc/auth.h"
+#include "common/rpc/pending_unary.h"
+#include "common/util/event_loop.h"
 #include "controller/controller.h"
+#include "controller/metrics/call_metrics.h"
 
 namespace rlhfd::controller {
 
@@ -26,15 +26,15 @@ struct ServiceContext {
   Controller* controller;
   EventLoop* loop;
   ClientTokens tokens;
+  CallMetrics* call_metrics;  // outlives the services
 };
 
 // Counts a call of the RPC that takes `Request` ("grpc/GetJob" for GetJobRequest).
 template <typename Request>
-void RecordCall(const absl::Status& status, absl::Time arrived) {
+void RecordCall(CallMetrics& metrics, const absl::Status& status, absl::Time arrived) {
   std::string name = Request::descriptor()->name();
   if (absl::EndsWith(name, "Request")) name.resize(name.size() - 7);
-  CallMetrics::Get().Record("grpc/" + name, absl::StatusCodeToString(status.code()),
-                            absl::Now() - arrived);
+  metrics.Record("grpc/" + name, absl::StatusCodeToString(status.code()), absl::Now() - arrived);
 }
 
 // `method` is a Controller member taking `const Request&` and returning StatusOr<Reply>; the
@@ -50,15 +50,16 @@ grpc::ServerUnaryReactor* DispatchUnary(
   auto done = call.completer();
   const absl::Time arrived = absl::Now();
   if (grpc::Status auth = CheckAccess(*context, service.tokens, access); !auth.ok()) {
-    RecordCall<Request>(FromGrpcStatus(auth), arrived);
+    RecordCall<Request>(*service.call_metrics, FromGrpcStatus(auth), arrived);
     done.Finish(FromGrpcStatus(auth));
     return call.reactor();
   }
   Controller* controller = service.controller;
-  service.loop->Post([controller, method, copy = *request, done, arrived] {
+  CallMetrics* metrics = service.call_metrics;
+  service.loop->Post([controller, metrics, method, copy = *request, done, arrived] {
     absl::StatusOr<Reply> result = CatchAll<Reply>(
         Request::descriptor()->name(), [&] { return (controller->*method)(copy); });
-    RecordCall<Request>(result.status(), arrived);
+    RecordCall<Request>(*metrics, result.status(), arrived);
     done.Finish(std::move(result));
   });
   return call.reactor();

@@ -1,19 +1,23 @@
 #include "controller/driver/job_driver.h"
 
 #include <algorithm>
-#include <chrono>
+#include <map>
+#include <utility>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/algorithms/algorithm_traits.h"
 #include "common/logging/logging.h"
-#include "common/roles/job_stages.h"
-#include "common/roles/pool_placement.h"
-#include "common/roles/stage_service.h"
+#include "common/stages/stage_service.h"
 #include "common/status/status_macros.h"
 #include "common/util/clock.h"
+#include "common/util/stopwatch.h"
+#include "controller/cluster/pool_placement.h"
+#include "controller/driver/job_stages.h"
 #include "controller/driver/kl_controller.h"
 #include "controller/driver/prompt_data.h"
+#include "controller/driver/step_metrics.h"
 
 namespace rlhfd::controller {
 namespace {
@@ -104,12 +108,11 @@ void JobDriver::Run() {
   events_.finished(status, IsFault(status));
 }
 
-absl::Status JobDriver::SaveWaitingForSpace(roles::JobStages& job, int64_t step,
-                                            bool export_huggingface, double kl_coef,
-                                            int64_t committed) {
+absl::Status JobDriver::SaveWaitingForSpace(JobStages& job, int64_t step, bool export_huggingface,
+                                            double kl_coef, int64_t committed) {
   const std::string& directory = setup_.spec.trainer().checkpoint_dir();
-  const auto started = std::chrono::steady_clock::now();
-  const auto waited = [&] { return absl::FromChrono(std::chrono::steady_clock::now() - started); };
+  const Stopwatch stopwatch;
+  const auto waited = [&] { return stopwatch.Elapsed(); };
   absl::Duration backoff = absl::Seconds(1);
   for (int attempt = 1;; ++attempt) {
     const absl::Status saved = job.SaveCheckpoint(step, export_huggingface, kl_coef);
@@ -149,55 +152,35 @@ absl::Status JobDriver::SaveWaitingForSpace(roles::JobStages& job, int64_t step,
   }
 }
 
-absl::Status JobDriver::Drive() {
-  const v1::JobSpec& spec = setup_.spec;
-  const v1::TrainerSpec& trainer = spec.trainer();
-  const v1::DataSpec& data = spec.data();
-  std::vector<std::unique_ptr<roles::StageService>> services;
-  for (const std::string& address : setup_.addresses) {
-    ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, MakeChannel(address, setup_.rpc));
-    services.push_back(roles::MakeGrpcStageService(std::move(channel), setup_.token));
-  }
-  {
-    std::lock_guard<std::mutex> lock(cancel_mutex_);
-    cancel_calls_ = [&services] {
-      for (auto& service : services) service->CancelCalls();
-    };
-  }
-  const absl::Cleanup forget_calls = [this] {
-    std::lock_guard<std::mutex> lock(cancel_mutex_);
-    cancel_calls_ = nullptr;
-  };
-  std::vector<roles::StageService*> ranks;
-  for (auto& service : services) ranks.push_back(service.get());
-  roles::JobStages job(setup_.job_id, spec, ranks,
-                       {.stage_deadline = setup_.stage_deadline,
-                        .communicator_timeout_ms = setup_.communicator_timeout_ms,
-                        .nccl = setup_.nccl,
-                        .attempt = setup_.progress.attempt()});
-  // However the run ends, the workers' roles end with it (their communicators aborted). A
-  // cancelled run (a lost or hung worker among them) waits less for its workers' answers.
-  const absl::Cleanup end_roles = [this, &job] {
-    job.End(cancelled_ ? absl::Seconds(3) : absl::Seconds(20));
-  };
-  const auto check_cancelled = [this]() -> absl::Status {
-    if (!cancelled_) return absl::OkStatus();
-    std::lock_guard<std::mutex> lock(cause_mutex_);
-    return cause_;
-  };
+absl::Status JobDriver::CheckCancelled() {
+  if (!cancelled_) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(cause_mutex_);
+  return cause_;
+}
 
-  const std::vector<std::string> train_files(data.train_files().begin(), data.train_files().end());
-  ASSIGN_OR_RETURN(PromptData train, PromptData::Load(train_files, data));
+// What a run reads: its prompts, and how long it is.
+struct JobDriver::RunData {
+  PromptData train;
   PromptData validation;
-  const bool validates = data.val_files_size() > 0;
-  if (validates) {
+  std::vector<v1::PromptRow> validation_prompts;
+  bool validates = false;
+  int64_t total = 0;  // the run's last step
+};
+
+absl::StatusOr<JobDriver::RunData> JobDriver::LoadData(JobStages& job) {
+  const v1::DataSpec& data = setup_.spec.data();
+  RunData run;
+  const std::vector<std::string> train_files(data.train_files().begin(), data.train_files().end());
+  ASSIGN_OR_RETURN(run.train, PromptData::Load(train_files, data));
+  run.validates = data.val_files_size() > 0;
+  if (run.validates) {
     const std::vector<std::string> files(data.val_files().begin(), data.val_files().end());
-    ASSIGN_OR_RETURN(validation, PromptData::Load(files, data));
+    ASSIGN_OR_RETURN(run.validation, PromptData::Load(files, data));
   }
   if (data.filter_overlong_prompts()) {
     // verl's filter: prompts over max_prompt_length (template applied) are left out, measured by
     // the actor's first worker, which holds the tokenizer.
-    for (PromptData* prompts : {&train, &validation}) {
+    for (PromptData* prompts : {&run.train, &run.validation}) {
       std::vector<v1::PromptRow> rows;
       for (int64_t i = 0; i < prompts->size(); ++i) rows.push_back(prompts->row(i));
       absl::StatusOr<std::vector<int64_t>> tokens = job.MeasurePrompts(rows);
@@ -211,161 +194,211 @@ absl::Status JobDriver::Drive() {
     }
   }
   const int64_t batch_size = data.train_batch_size();
-  const int64_t per_epoch = train.size() / batch_size;
+  const int64_t per_epoch = run.train.size() / batch_size;
   if (per_epoch == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.train_files hold ", train.size(), " prompts, fewer than one batch of ", batch_size,
-        " (data.train_batch_size)"));
+    return absl::InvalidArgumentError(absl::StrCat("data.train_files hold ", run.train.size(),
+                                                   " prompts, fewer than one batch of ", batch_size,
+                                                   " (data.train_batch_size)"));
   }
   // A rank's share of a step, and of a validation, travels in one stage call: rows that could
   // not are refused now, naming the row, rather than by gRPC at some later step.
-  const v1::PoolAssignment* actor_pool = roles::FindPool(job.pools(), "actor");
+  const v1::PoolAssignment* actor_pool = FindPool(job.pools(), kActorPool);
   const int64_t actor_ranks = actor_pool == nullptr ? 1 : std::max(1, actor_pool->ranks_size());
   const int64_t call_bytes = setup_.rpc.max_request_bytes - kStageCallOverheadBytes;
-  RETURN_IF_ERROR(CheckShareFits(train, (batch_size + actor_ranks - 1) / actor_ranks, call_bytes,
-                                 "data.train_files"));
-  RETURN_IF_ERROR(CheckShareFits(validation, (validation.size() + actor_ranks - 1) / actor_ranks,
+  RETURN_IF_ERROR(CheckShareFits(run.train, (batch_size + actor_ranks - 1) / actor_ranks,
+                                 call_bytes, "data.train_files"));
+  RETURN_IF_ERROR(CheckShareFits(run.validation,
+                                 (run.validation.size() + actor_ranks - 1) / actor_ranks,
                                  call_bytes, "data.val_files"));
-  const int64_t total = trainer.total_steps() > 0 ? trainer.total_steps()
-                                                  : trainer.total_epochs() * per_epoch;
-  std::vector<v1::PromptRow> validation_prompts;
-  for (int64_t i = 0; i < validation.size(); ++i) validation_prompts.push_back(validation.row(i));
+  const v1::TrainerSpec& trainer = setup_.spec.trainer();
+  run.total =
+      trainer.total_steps() > 0 ? trainer.total_steps() : trainer.total_epochs() * per_epoch;
+  for (int64_t i = 0; i < run.validation.size(); ++i) {
+    run.validation_prompts.push_back(run.validation.row(i));
+  }
+  return run;
+}
 
-  RETURN_IF_ERROR(job.Start(total));
-  RETURN_IF_ERROR(check_cancelled());
-  v1::JobProgress progress = setup_.progress;
-  progress.set_total_steps(total);
-  int64_t first = 1;
-  double kl_coef = spec.algorithm().kl().coef();
+absl::StatusOr<int64_t> JobDriver::Resume(JobStages& job, const RunData& run,
+                                          v1::JobProgress& progress, double& kl_coef) {
+  const v1::TrainerSpec& trainer = setup_.spec.trainer();
+  const v1::DataSpec& data = setup_.spec.data();
   // A run of a job that has committed a checkpoint goes on from it; a new job resumes from the
   // latest in checkpoint_dir when trainer.resume says so (verl's resume_mode auto).
-  if (!trainer.checkpoint_dir().empty() && (progress.checkpoint_step() > 0 || trainer.resume())) {
-    absl::StatusOr<int64_t> loaded = job.LoadCheckpoint(progress.checkpoint_step());
-    for (const std::string& note : job.passed_over()) {
-      events_.notice(absl::StrCat("a damaged checkpoint was passed over: ", note));
-    }
-    if (loaded.ok()) {
-      first = *loaded + 1;
-      kl_coef = job.loaded_kl_coef();
-      const StepRows rows =
-          RowsOfStep(train, *loaded, batch_size, data.shuffle(), data.shuffle_seed());
-      progress.set_checkpoint_step(*loaded);
-      progress.set_checkpoint_epoch(rows.epoch);
-      progress.set_checkpoint_batch(rows.batch);
-      progress.set_checkpoint_kl_coef(kl_coef);
-      progress.set_checkpoint_actor_optimizer_steps(job.actor_optimizer_steps());
-      RLOG(INFO) << "resumed from the checkpoint of step " << *loaded << " in "
-                 << trainer.checkpoint_dir();
-    } else if (!(absl::IsNotFound(loaded.status()) && progress.checkpoint_step() == 0)) {
-      return loaded.status();
-    }
+  if (trainer.checkpoint_dir().empty() || !(progress.checkpoint_step() > 0 || trainer.resume())) {
+    return 1;
   }
-  if (first > total) {
+  absl::StatusOr<int64_t> loaded = job.LoadCheckpoint(progress.checkpoint_step());
+  for (const std::string& note : job.passed_over()) {
+    events_.notice(absl::StrCat("a damaged checkpoint was passed over: ", note));
+  }
+  if (!loaded.ok()) {
+    if (absl::IsNotFound(loaded.status()) && progress.checkpoint_step() == 0) return 1;
+    return loaded.status();
+  }
+  kl_coef = job.loaded_kl_coef();
+  const StepRows rows =
+      RowsOfStep(run.train, *loaded, data.train_batch_size(), data.shuffle(), data.shuffle_seed());
+  progress.set_checkpoint_step(*loaded);
+  progress.set_checkpoint_epoch(rows.epoch);
+  progress.set_checkpoint_batch(rows.batch);
+  progress.set_checkpoint_kl_coef(kl_coef);
+  progress.set_checkpoint_actor_optimizer_steps(job.actor_optimizer_steps());
+  RLOG(INFO) << "resumed from the checkpoint of step " << *loaded << " in "
+             << trainer.checkpoint_dir();
+  return *loaded + 1;
+}
+
+absl::Status JobDriver::ValidateInto(JobStages& job, const RunData& run, int64_t step,
+                                     Metrics& into) {
+  const v1::JobSpec& spec = setup_.spec;
+  // JobStages keys the call by `step` (0: before training), so each validation is its own.
+  absl::StatusOr<ValidationResult> validated =
+      job.Validate(step, run.validation_prompts, StepSeed(spec, step));
+  if (!validated.ok()) {
+    return WithOrigin(validated.status(), run.validation, Identity(run.validation.size()));
+  }
+  const ValidationResult& result = *validated;
+  for (const auto& [name, value] : result.metrics) into[name] = value;
+  // Mean reward per data source (verl's val-core/<source>/reward/mean@<n>).
+  const int64_t n = std::max(1, spec.roles().actor().rollout().val_kwargs().n());
+  std::map<std::string, std::pair<double, int64_t>> by_source;
+  for (size_t i = 0; i < result.scores.size(); ++i) {
+    const std::string& source = run.validation.row(static_cast<int64_t>(i) / n).data_source();
+    auto& [sum, count] = by_source[source.empty() ? "unknown" : source];
+    sum += result.scores[i];
+    ++count;
+  }
+  for (const auto& [source, sum_count] : by_source) {
+    into[absl::StrCat("val-core/", source, "/reward/mean@", n)] =
+        sum_count.first / static_cast<double>(std::max<int64_t>(1, sum_count.second));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobDriver::RunOneStep(JobStages& job, const RunData& run, int64_t step,
+                                   KlController& kl, v1::JobProgress& progress) {
+  const v1::JobSpec& spec = setup_.spec;
+  const v1::TrainerSpec& trainer = spec.trainer();
+  const v1::DataSpec& data = spec.data();
+  const bool kl_in_reward = algorithms::KlPenalizesReward(spec.algorithm());
+  const Stopwatch stopwatch;
+  const StepRows rows =
+      RowsOfStep(run.train, step, data.train_batch_size(), data.shuffle(), data.shuffle_seed());
+  StepPlan plan{
+      .step = step, .seed = StepSeed(spec, step), .kl_coef = kl_in_reward ? kl.value() : 0.0};
+  for (int64_t row : rows.rows) plan.prompts.push_back(run.train.row(row));
+  absl::StatusOr<Metrics> metrics = job.RunStepStages(plan);
+  if (!metrics.ok()) return WithOrigin(metrics.status(), run.train, rows.rows);
+  if (kl_in_reward && metrics->count("actor/reward_kl_penalty")) {
+    const int64_t responses =
+        static_cast<int64_t>(data.train_batch_size()) * spec.roles().actor().rollout().n();
+    kl.Update(metrics->at("actor/reward_kl_penalty"), responses);
+  }
+  if (!trainer.rollout_data_dir().empty()) {
+    RETURN_IF_ERROR(job.DumpBatch(step).status());
+  }
+  if (run.validates &&
+      ((trainer.val_every() > 0 && step % trainer.val_every() == 0) || step == run.total)) {
+    const Stopwatch testing;
+    RETURN_IF_ERROR(ValidateInto(job, run, step, *metrics));
+    (*metrics)["timing_s/testing"] = testing.Seconds();
+  }
+  if (SavesAt(trainer, step, run.total)) {
+    const Stopwatch saving;
+    RETURN_IF_ERROR(SaveWaitingForSpace(job, step, /*export_huggingface=*/step == run.total,
+                                        kl.value(), progress.checkpoint_step()));
+    progress.set_checkpoint_step(step);
+    progress.set_checkpoint_epoch(rows.epoch);
+    progress.set_checkpoint_batch(rows.batch);
+    progress.set_checkpoint_kl_coef(kl.value());
+    progress.set_checkpoint_actor_optimizer_steps(job.actor_optimizer_steps());
+    (*metrics)["timing_s/save_checkpoint"] = saving.Seconds();
+  }
+  if (algorithms::KlInLoss(spec.algorithm())) {
+    (*metrics)["actor/kl_coef"] = spec.algorithm().kl().coef();  // verl logs the loss's coef
+  }
+  // verl's step time covers the whole step, validation and the checkpoint included.
+  const double seconds = stopwatch.Seconds();
+  RecordStepTime(seconds, job.world_size(), *metrics);
+  (*metrics)["training/epoch"] = static_cast<double>(rows.epoch);
+  (*metrics)["training/global_step"] = static_cast<double>(step);
+  progress.set_current_step(step);
+  progress.set_step_time_s(seconds);
+  progress.clear_last_metrics();
+  v1::StepMetrics record;
+  record.set_step(step);
+  record.set_time_ms(NowUnixMillis());
+  for (const auto& [name, value] : *metrics) {
+    (*record.mutable_metrics())[name] = value;
+    (*progress.mutable_last_metrics())[name] = value;
+  }
+  events_.step(record, progress);
+  return absl::OkStatus();
+}
+
+absl::Status JobDriver::Drive() {
+  const v1::JobSpec& spec = setup_.spec;
+  const v1::TrainerSpec& trainer = spec.trainer();
+  std::vector<std::unique_ptr<stages::StageService>> services;
+  for (const std::string& address : setup_.addresses) {
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, MakeChannel(address, setup_.rpc));
+    services.push_back(stages::MakeGrpcStageService(std::move(channel), setup_.token));
+  }
+  {
+    std::lock_guard<std::mutex> lock(cancel_mutex_);
+    cancel_calls_ = [&services] {
+      for (auto& service : services) service->CancelCalls();
+    };
+  }
+  const absl::Cleanup forget_calls = [this] {
+    std::lock_guard<std::mutex> lock(cancel_mutex_);
+    cancel_calls_ = nullptr;
+  };
+  std::vector<stages::StageService*> ranks;
+  for (auto& service : services) ranks.push_back(service.get());
+  JobStages job(setup_.job_id, spec, ranks,
+                {.stage_deadline = setup_.stage_deadline,
+                 .communicator_timeout_ms = setup_.communicator_timeout_ms,
+                 .nccl = setup_.nccl,
+                 .attempt = setup_.progress.attempt()});
+  // However the run ends, the workers' roles end with it (their communicators aborted). A
+  // cancelled run (a lost or hung worker among them) waits less for its workers' answers.
+  const absl::Cleanup end_roles = [this, &job] {
+    job.End(cancelled_ ? absl::Seconds(3) : absl::Seconds(20));
+  };
+
+  ASSIGN_OR_RETURN(const RunData run, LoadData(job));
+  RETURN_IF_ERROR(job.Start(run.total));
+  RETURN_IF_ERROR(CheckCancelled());
+  v1::JobProgress progress = setup_.progress;
+  progress.set_total_steps(run.total);
+  double kl_coef = spec.algorithm().kl().coef();
+  ASSIGN_OR_RETURN(const int64_t first, Resume(job, run, progress, kl_coef));
+  if (first > run.total) {
     // This job's own last step was saved before its end was recorded: nothing is left to do.
     if (setup_.progress.checkpoint_step() > 0) return absl::OkStatus();
     return absl::FailedPreconditionError(absl::StrCat(
         "the checkpoint in ", trainer.checkpoint_dir(), " is of step ", first - 1,
-        ", at or past the run's last step ", total,
+        ", at or past the run's last step ", run.total,
         " (trainer.total_steps): raise it, or point trainer.checkpoint_dir elsewhere"));
   }
   progress.set_current_step(first - 1);
   KlController kl(spec.algorithm().kl(), kl_coef);
   events_.running(progress);
 
-  const auto validate = [&](int64_t step, roles::Metrics& into) -> absl::Status {
-    // JobStages keys the call by `step` (0: before training), so each validation is its own.
-    absl::StatusOr<roles::ValidationResult> validated =
-        job.Validate(step, validation_prompts, StepSeed(spec, step));
-    if (!validated.ok()) {
-      return WithOrigin(validated.status(), validation, Identity(validation.size()));
-    }
-    const roles::ValidationResult& result = *validated;
-    for (const auto& [name, value] : result.metrics) into[name] = value;
-    // Mean reward per data source (verl's val-core/<source>/reward/mean@<n>).
-    const int64_t n = std::max(1, spec.roles().actor().rollout().val_kwargs().n());
-    std::map<std::string, std::pair<double, int64_t>> by_source;
-    for (size_t i = 0; i < result.scores.size(); ++i) {
-      const std::string& source = validation.row(static_cast<int64_t>(i) / n).data_source();
-      auto& [sum, count] = by_source[source.empty() ? "unknown" : source];
-      sum += result.scores[i];
-      ++count;
-    }
-    for (const auto& [source, sum_count] : by_source) {
-      into[absl::StrCat("val-core/", source, "/reward/mean@", n)] =
-          sum_count.first / static_cast<double>(std::max<int64_t>(1, sum_count.second));
-    }
-    return absl::OkStatus();
-  };
-
-  if (first == 1 && validates && trainer.val_before_train()) {
-    roles::Metrics metrics;
-    RETURN_IF_ERROR(validate(0, metrics));
+  if (first == 1 && run.validates && trainer.val_before_train()) {
+    Metrics metrics;
+    RETURN_IF_ERROR(ValidateInto(job, run, 0, metrics));
     v1::StepMetrics step;
     step.set_step(0);
     step.set_time_ms(NowUnixMillis());
     for (const auto& [name, value] : metrics) (*step.mutable_metrics())[name] = value;
     events_.step(step, progress);
   }
-
-  const bool kl_in_reward = spec.algorithm().kl().mode() == v1::KL_MODE_IN_REWARD;
-  const int64_t responses = batch_size * spec.roles().actor().rollout().n();
-  for (int64_t step = first; step <= total; ++step) {
-    RETURN_IF_ERROR(check_cancelled());
-    const auto start = std::chrono::steady_clock::now();
-    const StepRows rows = RowsOfStep(train, step, batch_size, data.shuffle(), data.shuffle_seed());
-    roles::StepPlan plan{.step = step, .seed = StepSeed(spec, step),
-                         .kl_coef = kl_in_reward ? kl.value() : 0.0};
-    for (int64_t row : rows.rows) plan.prompts.push_back(train.row(row));
-    absl::StatusOr<roles::Metrics> metrics = job.RunStep(plan);
-    if (!metrics.ok()) return WithOrigin(metrics.status(), train, rows.rows);
-    if (kl_in_reward && metrics->count("actor/reward_kl_penalty")) {
-      kl.Update(metrics->at("actor/reward_kl_penalty"), responses);
-    }
-    if (!trainer.rollout_data_dir().empty()) {
-      RETURN_IF_ERROR(job.DumpBatch(step).status());
-    }
-    if (validates && ((trainer.val_every() > 0 && step % trainer.val_every() == 0) ||
-                      step == total)) {
-      const auto testing = std::chrono::steady_clock::now();
-      RETURN_IF_ERROR(validate(step, *metrics));
-      (*metrics)["timing_s/testing"] =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - testing).count();
-    }
-    if (SavesAt(trainer, step, total)) {
-      const auto saving = std::chrono::steady_clock::now();
-      RETURN_IF_ERROR(SaveWaitingForSpace(job, step, /*export_huggingface=*/step == total,
-                                          kl.value(), progress.checkpoint_step()));
-      progress.set_checkpoint_step(step);
-      progress.set_checkpoint_epoch(rows.epoch);
-      progress.set_checkpoint_batch(rows.batch);
-      progress.set_checkpoint_kl_coef(kl.value());
-      progress.set_checkpoint_actor_optimizer_steps(job.actor_optimizer_steps());
-      (*metrics)["timing_s/save_checkpoint"] =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - saving).count();
-    }
-    if (spec.algorithm().kl().mode() == v1::KL_MODE_LOSS) {
-      (*metrics)["actor/kl_coef"] = spec.algorithm().kl().coef();  // verl logs the loss's coef
-    }
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    // verl's step time covers the whole step, validation and the checkpoint included.
-    (*metrics)["timing_s/step"] = seconds;
-    (*metrics)["perf/time_per_step"] = seconds;
-    (*metrics)["perf/throughput"] = (*metrics)["perf/total_num_tokens"] /
-                                    std::max(seconds, 1e-9) / std::max(1, job.world_size());
-    (*metrics)["training/epoch"] = static_cast<double>(rows.epoch);
-    (*metrics)["training/global_step"] = static_cast<double>(step);
-    progress.set_current_step(step);
-    progress.set_step_time_s(seconds);
-    progress.clear_last_metrics();
-    v1::StepMetrics record;
-    record.set_step(step);
-    record.set_time_ms(NowUnixMillis());
-    for (const auto& [name, value] : *metrics) {
-      (*record.mutable_metrics())[name] = value;
-      (*progress.mutable_last_metrics())[name] = value;
-    }
-    events_.step(record, progress);
+  for (int64_t step = first; step <= run.total; ++step) {
+    RETURN_IF_ERROR(CheckCancelled());
+    RETURN_IF_ERROR(RunOneStep(job, run, step, kl, progress));
   }
   return absl::OkStatus();
 }

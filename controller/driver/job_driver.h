@@ -15,16 +15,17 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/rpc/grpc_options.h"
+#include "controller/driver/pool_calls.h"
 #include "rlhfd/v1/job_service.pb.h"
 #include "rlhfd/v1/job_spec.pb.h"
 
-namespace rlhfd::roles {
-class JobStages;
-}  // namespace rlhfd::roles
-
 namespace rlhfd::controller {
+
+class JobStages;
+class KlController;
 
 struct DriverSetup {
   std::string job_id;
@@ -75,11 +76,28 @@ class JobDriver {
   static bool IsFault(const absl::Status& status);
 
  private:
+  struct RunData;
+
   void Run();
   absl::Status Drive();
+  // The cause when the run is cancelled; OK otherwise.
+  absl::Status CheckCancelled();
+  // The run's prompts (overlong ones left out when data.filter_overlong_prompts says so) and
+  // its last step; refuses data that would not fit a stage call.
+  absl::StatusOr<RunData> LoadData(JobStages& job);
+  // Loads the checkpoint the run goes on from, if any, into `progress` and `kl_coef`; the first
+  // step to run.
+  absl::StatusOr<int64_t> Resume(JobStages& job, const RunData& run, v1::JobProgress& progress,
+                                 double& kl_coef);
+  // Validation after `step` (0: before training), its metrics (per data source too) into `into`.
+  absl::Status ValidateInto(JobStages& job, const RunData& run, int64_t step, Metrics& into);
+  // Step `step` with its dump, validation and checkpoint on their cadence; its metrics to
+  // events_.step.
+  absl::Status RunOneStep(JobStages& job, const RunData& run, int64_t step, KlController& kl,
+                          v1::JobProgress& progress);
   // SaveCheckpoint, tried again with backoff while the disk is full, up to
   // setup_.disk_full_timeout; `committed` is the job's checkpoint before this one (0: none).
-  absl::Status SaveWaitingForSpace(roles::JobStages& job, int64_t step, bool export_huggingface,
+  absl::Status SaveWaitingForSpace(JobStages& job, int64_t step, bool export_huggingface,
                                    double kl_coef, int64_t committed);
 
   DriverSetup setup_;

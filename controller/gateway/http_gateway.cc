@@ -13,12 +13,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/jobs/job_states.h"
 #include "common/logging/logging.h"
 #include "common/rpc/auth.h"
 #include "common/rpc/pending_unary.h"
 #include "common/util/files.h"
 #include "common/util/text.h"
-#include "controller/api/call_metrics.h"
 #include "controller/gateway/dashboard.h"
 #include "controller/gateway/openapi.h"
 #include "google/protobuf/util/json_util.h"
@@ -95,6 +95,16 @@ void Reply(HttpResponse& response, const google::protobuf::Message& message) {
 
 // The {placeholders} a path fills in `pattern`, each one or more characters other than '/' and
 // ':'; nullopt when the path does not match. Linear, unlike a regex on a 32 KiB path.
+// The reply, or the error, of a StatusOr.
+template <typename Result>
+void Answer(HttpResponse& response, const Result& result) {
+  if (result.ok()) {
+    Reply(response, *result);
+  } else {
+    Reply(response, result.status());
+  }
+}
+
 std::optional<std::vector<std::string>> MatchPath(absl::string_view pattern,
                                                   absl::string_view path) {
   std::vector<std::string> ids;
@@ -175,9 +185,7 @@ std::string PrometheusText(Controller& controller) {
   // Every job counts (from the controller's counts, not a page of ListJobs); only the jobs that
   // run are read, for their series below.
   const absl::StatusOr<v1::GetClusterReply> cluster = controller.GetCluster({});
-  const absl::StatusOr<std::vector<v1::Job>> jobs =
-      controller.AllJobsIn({v1::JOB_STATE_PLACING, v1::JOB_STATE_STARTING, v1::JOB_STATE_RUNNING,
-                            v1::JOB_STATE_RECOVERING});
+  const absl::StatusOr<std::vector<v1::Job>> jobs = controller.AllJobsIn(ActiveJobStates());
   const absl::StatusOr<v1::ListWorkersReply> workers = controller.ListWorkers({});
   if (cluster.ok()) {
     for (const auto& [name, count] : cluster->jobs_by_state()) {
@@ -232,10 +240,7 @@ std::string PrometheusText(Controller& controller) {
     if (!jobs.ok()) continue;
     for (const v1::Job& job : *jobs) {
       const v1::JobState state = job.state();
-      if (state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
-          state == v1::JOB_STATE_CANCELLED || state == v1::JOB_STATE_QUEUED) {
-        continue;
-      }
+      if (IsTerminal(state) || state == v1::JOB_STATE_QUEUED) continue;
       const std::optional<double> value = series.value(job);
       if (!value) continue;
       absl::StrAppend(&out, series.name, "{job=\"", job.job_id(), "\",name=\"",
@@ -245,11 +250,16 @@ std::string PrometheusText(Controller& controller) {
   return out;
 }
 
-HttpGateway::HttpGateway(Controller* controller, EventLoop* loop, GatewayOptions options)
-    : controller_(controller), loop_(loop), options_(std::move(options)) {}
+HttpGateway::HttpGateway(Controller* controller, EventLoop* loop, CallMetrics* call_metrics,
+                         GatewayOptions options)
+    : controller_(controller),
+      loop_(loop),
+      call_metrics_(call_metrics),
+      options_(std::move(options)) {}
 
 absl::StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(Controller* controller,
                                                                 EventLoop* loop,
+                                                                CallMetrics* call_metrics,
                                                                 GatewayOptions options) {
   const size_t colon = options.listen.rfind(':');
   int port = -1;
@@ -262,7 +272,8 @@ absl::StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(Controller* cont
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
-  std::unique_ptr<HttpGateway> gateway(new HttpGateway(controller, loop, std::move(options)));
+  std::unique_ptr<HttpGateway> gateway(
+      new HttpGateway(controller, loop, call_metrics, std::move(options)));
   gateway->Routes();
   HttpServerOptions server;
   server.host = host;
@@ -304,8 +315,7 @@ void HttpGateway::Add(const std::string& method, const std::string& pattern, Han
                            HttpResponse& response) {
     const absl::Time arrived = absl::Now();
     const absl::Cleanup record = [&] {
-      CallMetrics::Get().Record("rest/" + name, std::to_string(response.status),
-                                absl::Now() - arrived);
+      call_metrics_->Record("rest/" + name, std::to_string(response.status), absl::Now() - arrived);
     };
     const absl::Status allowed =
         CheckHttpAccess(request.Header("Authorization"), options_.tokens, access);
@@ -348,32 +358,43 @@ HttpResponse HttpGateway::Handle(const HttpRequest& request) const {
   return response;
 }
 
+template <typename Call>
+auto HttpGateway::OnLoop(Call call) const -> decltype(call()) {
+  using Result = decltype(call());
+  auto promise = std::make_shared<std::promise<Result>>();
+  std::future<Result> future = promise->get_future();
+  loop_->Post([promise, call = std::move(call)]() mutable {
+    promise->set_value(CatchAll<typename Result::value_type>("REST", call));
+  });
+  if (future.wait_for(absl::ToChronoMilliseconds(options_.call_deadline)) !=
+      std::future_status::ready) {
+    return Result(absl::DeadlineExceededError("the controller did not answer in time"));
+  }
+  return future.get();
+}
+
+template <typename Reply, typename Begin>
+absl::StatusOr<Reply> HttpGateway::Await(Begin begin) const {
+  auto promise = std::make_shared<std::promise<absl::StatusOr<Reply>>>();
+  std::future<absl::StatusOr<Reply>> future = promise->get_future();
+  begin([promise](absl::StatusOr<Reply> reply) { promise->set_value(std::move(reply)); });
+  if (future.wait_for(absl::ToChronoMilliseconds(options_.call_deadline)) !=
+      std::future_status::ready) {
+    return absl::DeadlineExceededError("the controller did not answer in time");
+  }
+  return future.get();
+}
+
 void HttpGateway::Routes() {
-  // Runs `call` (returning StatusOr<Reply>) on the event loop and waits for it at most the
-  // call deadline; a call the loop gets to later still runs, into a promise nobody reads.
-  const auto on_loop = [this](auto call) {
-    using Result = decltype(call());
-    auto promise = std::make_shared<std::promise<Result>>();
-    std::future<Result> future = promise->get_future();
-    loop_->Post([promise, call = std::move(call)]() mutable {
-      promise->set_value(CatchAll<typename Result::value_type>("REST", call));
-    });
-    if (future.wait_for(absl::ToChronoMilliseconds(options_.call_deadline)) !=
-        std::future_status::ready) {
-      return Result(absl::DeadlineExceededError("the controller did not answer in time"));
-    }
-    return future.get();
-  };
-  const auto answer = [](HttpResponse& response, const auto& result) {
-    if (result.ok()) {
-      Reply(response, *result);
-    } else {
-      Reply(response, result.status());
-    }
-  };
+  PageRoutes();
+  ClusterRoutes();
+  JobRoutes();
+}
+
+void HttpGateway::PageRoutes() {
   using Ids = std::vector<std::string>;
   Controller* controller = controller_;
-
+  CallMetrics* call_metrics = call_metrics_;
   Get("/", [](const HttpRequest&, const Ids&, HttpResponse& response) {
     response.content_type = "text/html; charset=utf-8";
     response.body = DashboardPage();
@@ -391,20 +412,30 @@ void HttpGateway::Routes() {
     response.content_type = "application/json";
     response.body = OpenApiDocument();
   });
-  Get("/metrics", [=](const HttpRequest&, const Ids&, HttpResponse& response) {
-    const absl::StatusOr<std::string> text = on_loop(
+  Get("/metrics", [=, this](const HttpRequest&, const Ids&, HttpResponse& response) {
+    const absl::StatusOr<std::string> text = OnLoop(
         [controller]() -> absl::StatusOr<std::string> { return PrometheusText(*controller); });
     if (!text.ok()) return Reply(response, text.status());
     response.content_type = "text/plain; version=0.0.4";
-    response.body = *text + CallMetrics::Get().PrometheusText();
+    response.body = *text + call_metrics->PrometheusText();
   });
-  Get("/v1/cluster", [=](const HttpRequest&, const Ids&, HttpResponse& response) {
-    answer(response, on_loop([controller] { return controller->GetCluster({}); }));
+}
+
+void HttpGateway::ClusterRoutes() {
+  using Ids = std::vector<std::string>;
+  Controller* controller = controller_;
+  Get("/v1/cluster", [=, this](const HttpRequest&, const Ids&, HttpResponse& response) {
+    Answer(response, OnLoop([controller] { return controller->GetCluster({}); }));
   });
-  Get("/v1/workers", [=](const HttpRequest&, const Ids&, HttpResponse& response) {
-    answer(response, on_loop([controller] { return controller->ListWorkers({}); }));
+  Get("/v1/workers", [=, this](const HttpRequest&, const Ids&, HttpResponse& response) {
+    Answer(response, OnLoop([controller] { return controller->ListWorkers({}); }));
   });
-  Get("/v1/jobs", [=](const HttpRequest& request, const Ids&, HttpResponse& response) {
+}
+
+void HttpGateway::JobRoutes() {
+  using Ids = std::vector<std::string>;
+  Controller* controller = controller_;
+  Get("/v1/jobs", [=, this](const HttpRequest& request, const Ids&, HttpResponse& response) {
     v1::ListJobsRequest list;
     if (const std::string* states = request.Param("state")) {
       for (absl::string_view item : absl::StrSplit(*states, ',', absl::SkipEmpty())) {
@@ -424,15 +455,15 @@ void HttpGateway::Routes() {
       list.set_page_size(page_size);
     }
     if (const std::string* token = request.Param("page_token")) list.set_page_token(*token);
-    answer(response, on_loop([controller, list] { return controller->ListJobs(list); }));
+    Answer(response, OnLoop([controller, list] { return controller->ListJobs(list); }));
   });
-  Get("/v1/jobs/{id}", [=](const HttpRequest&, const Ids& ids, HttpResponse& response) {
+  Get("/v1/jobs/{id}", [=, this](const HttpRequest&, const Ids& ids, HttpResponse& response) {
     v1::GetJobRequest get;
     get.set_job_id(ids[0]);
-    answer(response, on_loop([controller, get] { return controller->GetJob(get); }));
+    Answer(response, OnLoop([controller, get] { return controller->GetJob(get); }));
   });
-  Get("/v1/jobs/{id}/metrics", [=](const HttpRequest& request, const Ids& ids,
-                                   HttpResponse& response) {
+  Get("/v1/jobs/{id}/metrics", [=, this](const HttpRequest& request, const Ids& ids,
+                                         HttpResponse& response) {
     v1::GetJobMetricsRequest get;
     get.set_job_id(ids[0]);
     if (const std::string* text = request.Param("since")) {
@@ -447,12 +478,12 @@ void HttpGateway::Routes() {
     v1::GetJobRequest job;
     job.set_job_id(get.job_id());
     const absl::StatusOr<v1::GetJobReply> found =
-        on_loop([controller, job] { return controller->GetJob(job); });
+        OnLoop([controller, job] { return controller->GetJob(job); });
     if (!found.ok()) return Reply(response, found.status());
-    answer(response, CatchAll<v1::GetJobMetricsReply>(
+    Answer(response, CatchAll<v1::GetJobMetricsReply>(
                          "GetJobMetrics", [&] { return controller->ReadJobMetrics(get); }));
   });
-  Post("/v1/jobs", [=](const HttpRequest& request, const Ids&, HttpResponse& response) {
+  Post("/v1/jobs", [=, this](const HttpRequest& request, const Ids&, HttpResponse& response) {
     v1::SubmitJobRequest submit;
     submit.set_config_text(request.body);
     const std::string* type = request.Header("Content-Type");
@@ -461,20 +492,17 @@ void HttpGateway::Routes() {
                            : type != nullptr && absl::StrContains(*type, "json") ? "rest.json"
                                                                                  : "rest.yaml");
     for (const std::string& item : request.Params("override")) submit.add_overrides(item);
-    // Parsed and validated here, off the loop, as the gRPC adapter does; stored on the loop.
-    absl::StatusOr<JobManager::Submission> prepared =
-        CatchAll<JobManager::Submission>("SubmitJob", [&] { return JobManager::Prepare(submit); });
-    if (!prepared.ok()) return Reply(response, prepared.status());
-    auto submission = std::make_shared<JobManager::Submission>(*std::move(prepared));
-    answer(response, on_loop([controller, submission] {
-             return controller->SubmitPrepared(std::move(*submission));
+    // The Controller decides what of it runs on the loop, as for the gRPC adapter.
+    Answer(response, Await<v1::SubmitJobReply>([&](auto done) {
+             controller->SubmitJobAsync(*loop_, submit, std::move(done));
            }));
   });
-  Post("/v1/jobs/{id}:cancel", [=](const HttpRequest&, const Ids& ids, HttpResponse& response) {
-    v1::CancelJobRequest cancel;
-    cancel.set_job_id(ids[0]);
-    answer(response, on_loop([controller, cancel] { return controller->CancelJob(cancel); }));
-  });
+  Post("/v1/jobs/{id}:cancel",
+       [=, this](const HttpRequest&, const Ids& ids, HttpResponse& response) {
+         v1::CancelJobRequest cancel;
+         cancel.set_job_id(ids[0]);
+         Answer(response, OnLoop([controller, cancel] { return controller->CancelJob(cancel); }));
+       });
 }
 
 }  // namespace rlhfd::controller

@@ -30,6 +30,7 @@
 #include "common/util/event_loop.h"
 #include "controller/controller.h"
 #include "controller/gateway/http_server.h"
+#include "controller/metrics/call_metrics.h"
 
 namespace rlhfd::controller {
 
@@ -42,8 +43,10 @@ struct GatewayOptions {
 
 class HttpGateway {
  public:
-  // Binds and serves on threads of its own. `controller` and `loop` outlive the gateway.
+  // Binds and serves on threads of its own. `controller`, `loop` and `call_metrics` (what each
+  // route records, and /metrics shows) outlive the gateway.
   static absl::StatusOr<std::unique_ptr<HttpGateway>> Start(Controller* controller, EventLoop* loop,
+                                                            CallMetrics* call_metrics,
                                                             GatewayOptions options);
   // Stops serving and joins its threads.
   ~HttpGateway();
@@ -62,8 +65,21 @@ class HttpGateway {
     Handler handler;
   };
 
-  HttpGateway(Controller* controller, EventLoop* loop, GatewayOptions options);
+  HttpGateway(Controller* controller, EventLoop* loop, CallMetrics* call_metrics,
+              GatewayOptions options);
+  // The routes: the pages (dashboard, OpenAPI, /metrics), the cluster's and the jobs'.
   void Routes();
+  void PageRoutes();
+  void ClusterRoutes();
+  void JobRoutes();
+  // Runs `call` (returning StatusOr<Reply>) on the event loop and waits for it at most the
+  // call deadline; a call the loop gets to later still runs, into a promise nobody reads.
+  template <typename Call>
+  auto OnLoop(Call call) const -> decltype(call());
+  // Calls `begin(done)`, an asynchronous Controller method, and waits for `done` at most the
+  // call deadline.
+  template <typename Reply, typename Begin>
+  absl::StatusOr<Reply> Await(Begin begin) const;
   // Token-checked routes, named "METHOD pattern" in the call metrics.
   void Get(const std::string& pattern, Handler handler);
   void Post(const std::string& pattern, Handler handler);
@@ -72,6 +88,7 @@ class HttpGateway {
 
   Controller* controller_;
   EventLoop* loop_;
+  CallMetrics* call_metrics_;
   GatewayOptions options_;
   std::vector<Route> routes_;
   std::unique_ptr<HttpServer> server_;  // last: its handler threads use the members above

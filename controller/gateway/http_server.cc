@@ -1,12 +1,11 @@
-// HttpServer (http_server.h): sockets, TLS, deadlines, connection caps and the handler pool.
+// HttpServer (http_server.h): the I/O thread (accept under the connection caps, requests read
+// under the byte, body and time limits, replies out), and the handler pool. A connection's bytes
+// on the wire, plain or TLS, are http_connection.h's.
 #include "controller/gateway/http_server.h"
 
 #include <arpa/inet.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -25,60 +24,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging/logging.h"
+#include "controller/gateway/http_connection.h"
 
 namespace rlhfd::controller {
 namespace {
 
 constexpr size_t kReadChunk = 16 << 10;
-
-const char* Reason(int status) {
-  switch (status) {
-    case 100:
-      return "Continue";
-    case 200:
-      return "OK";
-    case 400:
-      return "Bad Request";
-    case 401:
-      return "Unauthorized";
-    case 403:
-      return "Forbidden";
-    case 404:
-      return "Not Found";
-    case 408:
-      return "Request Timeout";
-    case 409:
-      return "Conflict";
-    case 413:
-      return "Content Too Large";
-    case 429:
-      return "Too Many Requests";
-    case 431:
-      return "Request Header Fields Too Large";
-    case 500:
-      return "Internal Server Error";
-    case 501:
-      return "Not Implemented";
-    case 503:
-      return "Service Unavailable";
-    case 504:
-      return "Gateway Timeout";
-    default:
-      return "Status";
-  }
-}
-
-std::string Serialize(const HttpResponse& response, bool keep_alive) {
-  std::string out = absl::StrCat("HTTP/1.1 ", response.status, " ", Reason(response.status),
-                                 "\r\nContent-Type: ", response.content_type,
-                                 "\r\nContent-Length: ", response.body.size(), "\r\n");
-  for (const auto& [name, value] : response.headers) {
-    absl::StrAppend(&out, name, ": ", value, "\r\n");
-  }
-  absl::StrAppend(&out, keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n",
-                  response.body);
-  return out;
-}
 
 }  // namespace
 
@@ -106,43 +57,13 @@ class HttpServer::Impl {
 
   absl::Status Open() {
     if (!options_.tls_cert_file.empty()) {
-      if (absl::Status tls = OpenTls(); !tls.ok()) return tls;
+      absl::StatusOr<SSL_CTX*> tls = MakeServerTls(options_.tls_cert_file, options_.tls_key_file);
+      if (!tls.ok()) return tls.status();
+      tls_ = *tls;
     }
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    addrinfo* found = nullptr;
-    const std::string port = std::to_string(options_.port);
-    if (getaddrinfo(options_.host.empty() ? nullptr : options_.host.c_str(), port.c_str(), &hints,
-                    &found) != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--http_listen: cannot resolve host '", options_.host, "'"));
-    }
-    int error = 0;
-    for (addrinfo* at = found; at != nullptr && listen_fd_ < 0; at = at->ai_next) {
-      const int fd = socket(at->ai_family, at->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-      if (fd < 0) continue;
-      const int on = 1;
-      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-      if (bind(fd, at->ai_addr, at->ai_addrlen) == 0 && listen(fd, 512) == 0) {
-        listen_fd_ = fd;
-      } else {
-        error = errno;
-        close(fd);
-      }
-    }
-    freeaddrinfo(found);
-    if (listen_fd_ < 0) {
-      return absl::UnavailableError(absl::StrCat(
-          "the REST gateway cannot listen on ", options_.host, ":", options_.port, " (",
-          std::strerror(error), "); free the port or choose another --http_listen"));
-    }
-    sockaddr_storage bound{};
-    socklen_t size = sizeof(bound);
-    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &size);
-    port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                              : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    absl::StatusOr<int> listening = ListenOn(options_.host, options_.port, &port_);
+    if (!listening.ok()) return listening.status();
+    listen_fd_ = *listening;
     wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0) return absl::InternalError("the REST gateway cannot create an eventfd");
     for (int i = 0; i < std::max(1, options_.handler_threads); ++i) {
@@ -155,48 +76,8 @@ class HttpServer::Impl {
   int port() const { return port_; }
 
  private:
-  enum class Phase { kHandshake, kReading, kHandling, kWriting, kDraining };
-  struct Connection {
-    explicit Connection(const HttpLimits& limits) : parser(limits) {}
-    uint64_t id = 0;
-    int fd = -1;
-    SSL* ssl = nullptr;
-    std::string address;
-    Phase phase = Phase::kReading;
-    RequestParser parser;
-    RequestParser::State seen = RequestParser::State::kHead;  // for the deadline's kind
-    bool idle = false;    // waiting for a keep-alive request's first byte
-    std::string pending;  // read past the request being handled
-    std::string out;
-    size_t out_sent = 0;
-    bool sent_continue = false;
-    bool keep_alive = true;
-    bool drain_after_write = false;
-    size_t drained = 0;
-    size_t body_held = 0;  // of bodies_held_
-    bool ssl_wants_write = false, ssl_wants_read = false;
-    absl::Time deadline;
-    absl::Time waiting_since;  // eviction order: longest waiting for a request goes first
-  };
-  enum class Io { kDone, kAgain, kClosed };
-
-  absl::Status OpenTls() {
-    tls_ = SSL_CTX_new(TLS_server_method());
-    if (tls_ == nullptr) return absl::InternalError("OpenSSL cannot create a TLS context");
-    SSL_CTX_set_min_proto_version(tls_, TLS1_2_VERSION);
-    SSL_CTX_set_mode(tls_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-    if (SSL_CTX_use_certificate_chain_file(tls_, options_.tls_cert_file.c_str()) != 1 ||
-        SSL_CTX_use_PrivateKey_file(tls_, options_.tls_key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
-        SSL_CTX_check_private_key(tls_) != 1) {
-      char reason[256] = "";
-      ERR_error_string_n(ERR_get_error(), reason, sizeof(reason));
-      ERR_clear_error();
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the REST gateway cannot use --tls_cert ", options_.tls_cert_file, " and --tls_key ",
-          options_.tls_key_file, " (", reason, "): give a PEM certificate and its key"));
-    }
-    return absl::OkStatus();
-  }
+  using Connection = HttpConnection;
+  using Phase = ConnectionPhase;
 
   void Wake() {
     if (wake_fd_ < 0) return;
@@ -436,15 +317,37 @@ class HttpServer::Impl {
     connections_.erase(c.id);  // `c` is gone
   }
 
-  static void CloseSocket(Connection& c) {
-    if (c.ssl != nullptr) {
-      if (SSL_is_init_finished(c.ssl)) SSL_shutdown(c.ssl);  // best effort, non-blocking
-      SSL_free(c.ssl);
-      c.ssl = nullptr;
-      ERR_clear_error();
+  // The reply is out: drain what a refused client still sends, close, or wait for the next
+  // request on a kept-alive connection. False when the connection is closed (and gone).
+  bool AfterReply(Connection& c) {
+    if (c.drain_after_write) {
+      c.phase = Phase::kDraining;
+      c.deadline = absl::Now() + options_.limits.drain_timeout;
+    } else if (!c.keep_alive) {
+      Close(c);
+      return false;
+    } else {
+      c.phase = Phase::kReading;
+      c.idle = true;
+      c.seen = RequestParser::State::kHead;
+      c.sent_continue = false;
+      c.waiting_since = absl::Now();
+      c.deadline = c.waiting_since + options_.limits.idle_timeout;
     }
-    if (c.fd >= 0) close(c.fd);
-    c.fd = -1;
+    return true;
+  }
+
+  // Reads and discards until the client stops sending (for now), closes, or has sent
+  // max_drain_bytes; then the connection is closed.
+  void Drain(Connection& c) {
+    char discard[kReadChunk];
+    while (true) {
+      size_t got = 0;
+      const Io read = Read(c, discard, sizeof(discard), &got);
+      if (read == Io::kAgain) return;
+      c.drained += got;
+      if (read == Io::kClosed || c.drained >= options_.limits.max_drain_bytes) return Close(c);
+    }
   }
 
   // Moves the connection on as far as it can without blocking; closes it when it is done.
@@ -461,31 +364,8 @@ class HttpServer::Impl {
         if (flushed == Io::kClosed) return Close(c);
         if (flushed == Io::kAgain && c.phase == Phase::kWriting) return;
       }
-      if (c.phase == Phase::kWriting) {  // the reply is out
-        if (c.drain_after_write) {
-          c.phase = Phase::kDraining;
-          c.deadline = absl::Now() + options_.limits.drain_timeout;
-        } else if (!c.keep_alive) {
-          return Close(c);
-        } else {
-          c.phase = Phase::kReading;
-          c.idle = true;
-          c.seen = RequestParser::State::kHead;
-          c.sent_continue = false;
-          c.waiting_since = absl::Now();
-          c.deadline = c.waiting_since + options_.limits.idle_timeout;
-        }
-      }
-      if (c.phase == Phase::kDraining) {
-        char discard[kReadChunk];
-        while (true) {
-          size_t got = 0;
-          const Io read = Read(c, discard, sizeof(discard), &got);
-          if (read == Io::kAgain) return;
-          c.drained += got;
-          if (read == Io::kClosed || c.drained >= options_.limits.max_drain_bytes) return Close(c);
-        }
-      }
+      if (c.phase == Phase::kWriting && !AfterReply(c)) return;  // the reply is out
+      if (c.phase == Phase::kDraining) return Drain(c);
       if (c.phase != Phase::kReading) return;
       // Bytes left from the last read first, then the socket.
       std::string input = std::move(c.pending);
@@ -565,78 +445,6 @@ class HttpServer::Impl {
       work_.emplace_back(c.id, std::move(request));
     }
     work_ready_.notify_one();
-  }
-
-  Io Handshake(Connection& c) {
-    ERR_clear_error();
-    const int result = SSL_accept(c.ssl);
-    if (result == 1) return Io::kDone;
-    const int error = SSL_get_error(c.ssl, result);
-    c.ssl_wants_write = error == SSL_ERROR_WANT_WRITE;
-    if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) return Io::kAgain;
-    ERR_clear_error();
-    return Io::kClosed;  // plaintext on the TLS port, an untrusting client, ...
-  }
-
-  Io Read(Connection& c, char* buffer, size_t size, size_t* got) {
-    if (c.ssl == nullptr) {
-      const ssize_t n = recv(c.fd, buffer, size, 0);
-      if (n > 0) {
-        *got = n;
-        return Io::kDone;
-      }
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return Io::kAgain;
-      return Io::kClosed;
-    }
-    ERR_clear_error();
-    const int n = SSL_read(c.ssl, buffer, static_cast<int>(size));
-    c.ssl_wants_write = false;
-    if (n > 0) {
-      *got = n;
-      return Io::kDone;
-    }
-    const int error = SSL_get_error(c.ssl, n);
-    if (error == SSL_ERROR_WANT_READ) return Io::kAgain;
-    if (error == SSL_ERROR_WANT_WRITE) {
-      c.ssl_wants_write = true;
-      return Io::kAgain;
-    }
-    ERR_clear_error();
-    return Io::kClosed;
-  }
-
-  Io Flush(Connection& c) {
-    while (c.out_sent < c.out.size()) {
-      const char* data = c.out.data() + c.out_sent;
-      const size_t size = c.out.size() - c.out_sent;
-      if (c.ssl == nullptr) {
-        const ssize_t n = send(c.fd, data, size, MSG_NOSIGNAL);
-        if (n < 0) {
-          if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return Io::kAgain;
-          return Io::kClosed;
-        }
-        c.out_sent += n;
-        continue;
-      }
-      ERR_clear_error();
-      const int n = SSL_write(c.ssl, data, static_cast<int>(std::min<size_t>(size, 1 << 30)));
-      c.ssl_wants_read = false;
-      if (n > 0) {
-        c.out_sent += n;
-        continue;
-      }
-      const int error = SSL_get_error(c.ssl, n);
-      if (error == SSL_ERROR_WANT_WRITE) return Io::kAgain;
-      if (error == SSL_ERROR_WANT_READ) {
-        c.ssl_wants_read = true;
-        return Io::kAgain;
-      }
-      ERR_clear_error();
-      return Io::kClosed;
-    }
-    c.out.clear();
-    c.out_sent = 0;
-    return Io::kDone;
   }
 
   const HttpServerOptions options_;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/config/job_config.h"
 #include "common/config/job_validator.h"
+#include "common/jobs/job_states.h"
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 #include "common/util/text.h"
@@ -54,15 +55,6 @@ JobManager::JobManager(JobStore store) : store_(std::move(store)) {
   });
   if (!loaded.ok()) RLOG(ERROR) << "job store: " << loaded.message();
   if (!jobs_.empty()) RLOG(INFO) << "job store: loaded " << jobs_.size() << " jobs";
-}
-
-bool JobManager::IsTerminal(v1::JobState state) {
-  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
-         state == v1::JOB_STATE_CANCELLED;
-}
-
-bool JobManager::IsWaiting(v1::JobState state) {
-  return state == v1::JOB_STATE_QUEUED || state == v1::JOB_STATE_RECOVERING;
 }
 
 void JobManager::Index(int64_t number, const JobSummary& summary) {

@@ -120,9 +120,6 @@ class JobManager {
                       int64_t now_ms);
   void PublishStep(const std::string& job_id, const v1::StepMetrics& step);
 
-  static bool IsTerminal(v1::JobState state);
-  static bool IsWaiting(v1::JobState state);
-
  private:
   // Persists the new state before it takes effect, then notifies watchers.
   absl::Status Transition(v1::Job job, v1::JobState state, const std::string& message,

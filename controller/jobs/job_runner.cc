@@ -5,9 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/jobs/job_states.h"
 #include "common/logging/logging.h"
-#include "common/roles/pool_placement.h"
 #include "common/util/text.h"
+#include "controller/cluster/pool_placement.h"
 
 namespace rlhfd::controller {
 namespace {
@@ -40,8 +41,7 @@ void JobRunner::Shutdown() {
 
 void JobRunner::RecoverAfterRestart() {
   JobQuery active;
-  active.states = {v1::JOB_STATE_PLACING, v1::JOB_STATE_STARTING, v1::JOB_STATE_RUNNING,
-                   v1::JOB_STATE_RECOVERING};
+  active.states = ActiveJobStates();
   const absl::StatusOr<JobPage> jobs = jobs_.List(active);
   if (!jobs.ok()) {
     RLOG(ERROR) << "recovering the jobs of the previous controller: " << jobs.status().message();
@@ -88,7 +88,7 @@ void JobRunner::Submitted(const std::string& job_id) {
 
 void JobRunner::Consider(const std::string& id, Pass& pass) {
   const JobSummary* job = jobs_.Summary(id);
-  if (job == nullptr || !JobManager::IsWaiting(job->state) || running_.count(id)) return;
+  if (job == nullptr || !IsWaiting(job->state) || running_.count(id)) return;
   const int32_t priority = job->priority;
   if (pass.held_back_by && pass.held_back_by->first > priority) {
     jobs_.SetWaitingReason(
@@ -122,7 +122,7 @@ void JobRunner::Consider(const std::string& id, Pass& pass) {
 void JobRunner::Start(const v1::Job& job, const Placement& placement) {
   const std::string id = job.job_id();
   faulted_at_.erase(id);
-  const std::vector<v1::PoolAssignment> pools = roles::PlacePools(job.spec());
+  const std::vector<v1::PoolAssignment> pools = PlacePools(job.spec());
   v1::JobProgress progress = job.progress();
   progress.set_attempt(progress.attempt() + 1);
   LogIfFailed(jobs_.Update(

@@ -4,13 +4,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/roles/pool_placement.h"
+#include "controller/cluster/pool_placement.h"
 
 namespace rlhfd::controller {
 
 PlacementNeed NeedOf(const v1::JobSpec& spec) {
-  return {.device = spec.trainer().device(),
-          .world_size = roles::WorldSize(roles::PlacePools(spec))};
+  return {.device = spec.trainer().device(), .world_size = WorldSize(PlacePools(spec))};
 }
 
 absl::StatusOr<Placement> PlaceJob(const PlacementNeed& need,

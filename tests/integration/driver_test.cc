@@ -28,10 +28,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/roles/on_policy.h"
-#include "common/roles/pool_placement.h"
+#include "common/algorithms/on_policy.h"
+#include "common/jobs/job_states.h"
 #include "common/rpc/auth.h"
 #include "common/util/files.h"
+#include "controller/cluster/pool_placement.h"
 #include "controller/store/job_store.h"
 #include "rlhfd/v1/worker_service.grpc.pb.h"
 #include "tests/support/cluster_fixture.h"
@@ -51,11 +52,6 @@ std::string ReadConfig(const std::string& name) {
   std::ifstream in(kSource + "/configs/" + name);
   REQUIRE(in.good());
   return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-bool Terminal(v1::JobState state) {
-  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
-         state == v1::JOB_STATE_CANCELLED;
 }
 
 // A controller (heartbeats every 0.5 s, lost after 3 s, stage calls bounded by 30 s and
@@ -132,7 +128,7 @@ class DriverCluster {
   }
   v1::Job WaitEnded(const std::string& id, absl::Duration timeout = absl::Seconds(180)) {
     return WaitUntil(
-        id, [](const v1::Job& job) { return Terminal(job.state()); }, timeout);
+        id, [](const v1::Job& job) { return IsTerminal(job.state()); }, timeout);
   }
 
   std::vector<v1::StepMetrics> Metrics(const std::string& id) {
@@ -290,7 +286,7 @@ void CheckRunEqualsOneProcess(const std::string& config, int workers,
   // The states in order, and one metrics event per step.
   WaitFor(
       [&] {
-        return !watch.events().empty() && Terminal(watch.events().back().state()) &&
+        return !watch.events().empty() && IsTerminal(watch.events().back().state()) &&
                watch.events().back().step() == 0;
       },
       absl::Seconds(5));
@@ -324,8 +320,8 @@ void CheckRunEqualsOneProcess(const std::string& config, int workers,
 
   // One process over the same batches.
   const v1::JobSpec& spec = job.spec();
-  const std::vector<v1::PoolAssignment> pools = roles::PlacePools(spec);
-  const v1::PoolAssignment* actor = roles::FindPool(pools, "actor");
+  const std::vector<v1::PoolAssignment> pools = controller::PlacePools(spec);
+  const v1::PoolAssignment* actor = controller::FindPool(pools, "actor");
   REQUIRE(actor != nullptr);
   ReferenceModels reference = LoadReferenceModels(spec);
   const double kl_coef =
@@ -343,7 +339,7 @@ void CheckRunEqualsOneProcess(const std::string& config, int workers,
         spec, reference, ours, kl_coef,
         spec.roles().reward().model().empty() ? ours.tensors.at("scores") : at::Tensor());
     std::vector<std::string> compared = {"token_rewards", "advantages"};
-    if (roles::NeedsOldLogProbs(spec)) compared.push_back("old_log_probs");
+    if (algorithms::NeedsOldLogProbs(spec)) compared.push_back("old_log_probs");
     if (spec.roles().has_reference()) compared.push_back("ref_log_probs");
     if (spec.roles().has_critic()) compared.push_back("values");
     // Step 1 starts from the same weights; later steps from weights within 1e-5 of one
@@ -556,7 +552,7 @@ TEST_CASE("kill -9 of each role's worker mid-step: the job recovers and finishes
     const v1::Job recovered = cluster.WaitUntil(
         id,
         [&](const v1::Job& job) {
-          return job.progress().restarts() > restarts || Terminal(job.state());
+          return job.progress().restarts() > restarts || IsTerminal(job.state());
         },
         absl::Seconds(30));
     INFO(Describe(recovered));
@@ -737,7 +733,7 @@ TEST_CASE("A damaged newest checkpoint is passed over after a controller restart
     const v1::Job running = cluster.WaitUntil(
         id,
         [&](const v1::Job& job) {
-          return Terminal(job.state()) ||
+          return IsTerminal(job.state()) ||
                  (job.state() == v1::JOB_STATE_RUNNING && job.progress().checkpoint_step() > after);
         },
         absl::Seconds(120));
@@ -839,10 +835,10 @@ TEST_CASE("A full disk: the save waits for space, or fails cleanly past the boun
                            "trainer.loggers=[console]", "trainer.checkpoint_dir=" + checkpoints});
   };
   const auto saved_one = [](const v1::Job& job) {
-    return Terminal(job.state()) || job.progress().checkpoint_step() >= 1;
+    return IsTerminal(job.state()) || job.progress().checkpoint_step() >= 1;
   };
   const auto says_full = [](const v1::Job& job) {
-    return Terminal(job.state()) || absl::StrContains(job.message(), "is full");
+    return IsTerminal(job.state()) || absl::StrContains(job.message(), "is full");
   };
 
   const std::string waits = small->path() + "/waits";

@@ -15,12 +15,12 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "common/roles/job_stages.h"
-#include "common/roles/pool_placement.h"
-#include "common/roles/stage_service.h"
 #include "common/rpc/auth.h"
 #include "common/rpc/grpc_options.h"
+#include "common/stages/stage_service.h"
 #include "common/util/files.h"
+#include "controller/cluster/pool_placement.h"
+#include "controller/driver/job_stages.h"
 #include "tests/roles/step_check.h"
 #include "tests/support/cluster_fixture.h"
 #include "tests/support/controller_client.h"
@@ -29,8 +29,17 @@
 namespace rlhfd::roles {
 namespace {
 
+using controller::JobStages;
+using controller::JobStagesOptions;
+using controller::Metrics;
+using controller::PlacePools;
+using controller::StepPlan;
+using controller::WorldSize;
 using rlhfd::testing::LocalCluster;
 using rlhfd::testing::TempDir;
+using stages::CallStage;
+using stages::MakeGrpcStageService;
+using stages::StageService;
 using testing::TestPrompts;
 using testing::TestSpec;
 

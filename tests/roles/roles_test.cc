@@ -13,9 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/config/job_config.h"
-#include "common/roles/job_stages.h"
-#include "common/roles/pool_placement.h"
 #include "common/util/files.h"
+#include "controller/cluster/pool_placement.h"
+#include "controller/driver/job_stages.h"
 #include "tests/roles/step_check.h"
 #include "tests/support/subprocess.h"
 #include "worker/model/state_dict.h"
@@ -26,7 +26,13 @@
 namespace rlhfd::roles {
 namespace {
 
+using controller::JobStages;
+using controller::PlacePools;
+using controller::WorldSize;
 using rlhfd::testing::TempDir;
+using stages::CallStage;
+using stages::StageDone;
+using stages::StageService;
 using testing::kGrpoJob;
 using testing::kPpoJob;
 using testing::TestPrompts;

@@ -7,15 +7,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/algorithms/on_policy.h"
 #include "common/config/job_config.h"
-#include "common/roles/on_policy.h"
-#include "common/roles/pool_placement.h"
+#include "controller/cluster/pool_placement.h"
 #include "tests/support/subprocess.h"
 #include "worker/model/state_dict.h"
 #include "worker/rollout/engine.h"
 
 namespace rlhfd::roles::testing {
 
+using algorithms::NeedsOldLogProbs;
+using controller::FindPool;
+using controller::JobStages;
+using controller::StepPlan;
 using rlhfd::testing::LargestDifference;
 using rlhfd::testing::StepTensors;
 using rlhfd::testing::TempDir;
@@ -172,8 +176,9 @@ double StepKlCoefficient(const v1::JobSpec& spec) {
   return spec.algorithm().kl().mode() == v1::KL_MODE_IN_REWARD ? spec.algorithm().kl().coef() : 0;
 }
 
-void CheckAgainstOneProcess(const v1::JobSpec& job_spec, const std::vector<StageService*>& services,
-                            int prompts, int steps) {
+void CheckAgainstOneProcess(const v1::JobSpec& job_spec,
+                            const std::vector<stages::StageService*>& services, int prompts,
+                            int steps) {
   TempDir dir;
   v1::JobSpec spec = job_spec;
   spec.mutable_trainer()->set_checkpoint_dir(dir.path() + "/checkpoints");

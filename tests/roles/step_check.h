@@ -3,14 +3,14 @@
 // process computing them with the engine functions.
 #pragma once
 
+#include <ATen/Tensor.h>
+
 #include <map>
 #include <string>
 #include <vector>
 
-#include <ATen/Tensor.h>
-
-#include "common/roles/job_stages.h"
-#include "common/roles/stage_service.h"
+#include "common/stages/stage_service.h"
+#include "controller/driver/job_stages.h"
 #include "rlhfd/v1/job_spec.pb.h"
 #include "tests/support/rl_reference.h"
 
@@ -30,7 +30,7 @@ std::vector<v1::PromptRow> TestPrompts(int count);
 double StepKlCoefficient(const v1::JobSpec& spec);
 
 // The actor ranks' dumps of `step` (in the job's trainer.rollout_data_dir), merged in row order.
-rlhfd::testing::StepTensors Dumped(JobStages& job, int64_t step);
+rlhfd::testing::StepTensors Dumped(controller::JobStages& job, int64_t step);
 
 // A role's parameters as its data-parallel rank 0 saved them at `step`, for the names of `like`.
 std::map<std::string, at::Tensor> SavedParameters(const std::string& directory, int64_t step,
@@ -40,7 +40,8 @@ std::map<std::string, at::Tensor> SavedParameters(const std::string& directory, 
 // Starts the job on `services`, runs `steps` steps, and after each compares with one process:
 // greedy responses identical to one engine's, every intermediate within 1e-5, the weights
 // within 1e-5 and their updates within 0.1% of the update's norm.
-void CheckAgainstOneProcess(const v1::JobSpec& spec, const std::vector<StageService*>& services,
-                            int prompts, int steps);
+void CheckAgainstOneProcess(const v1::JobSpec& spec,
+                            const std::vector<stages::StageService*>& services, int prompts,
+                            int steps);
 
 }  // namespace rlhfd::roles::testing

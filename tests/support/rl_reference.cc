@@ -4,7 +4,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "common/roles/on_policy.h"
+#include "common/algorithms/on_policy.h"
 #include "worker/model/model_loader.h"
 #include "worker/model/state_dict.h"
 #include "worker/train/advantage.h"
@@ -200,7 +200,7 @@ void ReferenceUpdates(const v1::JobSpec& spec, ReferenceModels& models, const St
         .response_mask = Pad(t.at("response_mask"), p),
         // On-policy the actor takes its own, detached.
         .old_log_probs =
-            roles::ActorUpdateIsOnPolicy(spec) ? at::Tensor() : Pad(t.at("old_log_probs"), p),
+            algorithms::ActorUpdateIsOnPolicy(spec) ? at::Tensor() : Pad(t.at("old_log_probs"), p),
         .advantages = Pad(t.at("advantages"), p),
         .ref_log_probs = kl_loss ? Pad(t.at("ref_log_probs"), p) : at::Tensor()};
     train::PolicyUpdateOptions options;

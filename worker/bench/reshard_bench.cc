@@ -25,6 +25,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/util/stopwatch.h"
 #include "worker/bench/model_presets.h"
 #include "worker/parallel/nccl_communicator.h"
 #include "worker/parallel/reshard.h"
@@ -41,11 +42,8 @@ ABSL_FLAG(std::string, bucket_mib, "1024", "Bucket sizes to measure (comma-separ
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using rlhfd::SecondsSince;
 using rlhfd::parallel::Communicator;
-
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
-}
 
 int64_t Allocated() {
   return c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device())
@@ -106,7 +104,7 @@ int RunRank(int rank, int ranks) {
     (void)world.AllGather(input, output);
     auto start = Clock::now();
     for (int i = 0; i < 5; ++i) (void)world.AllGather(input, output);
-    double seconds = Seconds(start) / 5;
+    double seconds = SecondsSince(start) / 5;
     allgather_bandwidth = -MaxOver(**sockets, -2.0 * piece * (ranks - 1) / seconds);
     // Exchange: every rank sends the same piece to, and receives one from, every other rank.
     std::vector<rlhfd::parallel::PeerTransfer> transfers;
@@ -119,7 +117,7 @@ int RunRank(int rank, int ranks) {
     (void)world.SendRecv(transfers);
     start = Clock::now();
     for (int i = 0; i < 5; ++i) (void)world.SendRecv(transfers);
-    seconds = Seconds(start) / 5;
+    seconds = SecondsSince(start) / 5;
     exchange_bandwidth = -MaxOver(**sockets, -2.0 * piece * (ranks - 1) / seconds);
   }
   c10::cuda::CUDACachingAllocator::emptyCache();
@@ -151,7 +149,7 @@ int RunRank(int rank, int ranks) {
       const auto plan_start = Clock::now();
       auto plan = rlhfd::parallel::ReshardPlan::Create(world, specs, dtypes, train, rollout, device,
                                                        options);
-      const double plan_seconds = MaxOver(**sockets, Seconds(plan_start));
+      const double plan_seconds = MaxOver(**sockets, SecondsSince(plan_start));
       if (!plan.ok()) {
         std::cerr << plan.status() << "\n";
         return 1;
@@ -171,7 +169,7 @@ int RunRank(int rank, int ranks) {
           return 1;
         }
         c10::cuda::device_synchronize();
-        const double seconds = MaxOver(**sockets, Seconds(start));
+        const double seconds = MaxOver(**sockets, SecondsSince(start));
         rollout_bytes = Allocated() - base;  // The slices' one allocation (the rest are views).
         if (r > 0 && seconds < best) {
           best = seconds;

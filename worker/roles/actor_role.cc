@@ -8,8 +8,8 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "common/algorithms/on_policy.h"
 #include "common/logging/logging.h"
-#include "common/roles/on_policy.h"
 #include "common/status/status_macros.h"
 #include "worker/model/model_loader.h"
 #include "worker/parallel/fully_sharded.h"
@@ -430,7 +430,7 @@ absl::StatusOr<v1::UpdateReply> ActorRole::Update(const v1::UpdateRequest& reque
   ASSIGN_OR_RETURN(const at::Tensor advantages, batch.Get("advantages", "the actor update"));
   // On-policy the driver skips the old-log-prob forward and the update takes its own
   // log-probs, detached, as the old ones (verl's actor does the same).
-  if (!ActorUpdateIsOnPolicy(spec_)) {
+  if (!algorithms::ActorUpdateIsOnPolicy(spec_)) {
     ASSIGN_OR_RETURN(const at::Tensor old_log_probs,
                      batch.Get("old_log_probs", "the actor update"));
     update.old_log_probs = ToTrainingLayout(old_log_probs, p);

@@ -140,7 +140,8 @@ absl::StatusOr<HostedJob*> RoleHost::FindJob(const std::string& job_id, int64_t 
 }
 
 template <typename Reply, typename Body>
-void RoleHost::RunStage(const v1::StageKey& key, bool mutates, StageDone<Reply> done, Body body) {
+void RoleHost::RunStage(const v1::StageKey& key, bool mutates, stages::StageDone<Reply> done,
+                        Body body) {
   executor_.Post([this, key, mutates, done = std::move(done), body = std::move(body)]() mutable {
     logging::ScopedLogContext context({.job = key.job_id(), .step = key.step()});
     absl::StatusOr<Reply> result = CatchAll<Reply>(key.stage(), [&]() -> absl::StatusOr<Reply> {
@@ -194,7 +195,7 @@ RowRange RowsFor(const HostedJob& job, const std::string& role, int64_t total_ro
 }  // namespace
 
 void RoleHost::PrepareJob(const v1::PrepareJobRequest& request, absl::Duration,
-                          StageDone<v1::PrepareJobReply> done) {
+                          stages::StageDone<v1::PrepareJobReply> done) {
   const auto arrived = std::chrono::steady_clock::now();
   executor_.Post([this, request, arrived, done = std::move(done)] {
     const absl::Cleanup publish = [this] { PublishHosted(); };
@@ -251,7 +252,7 @@ void RoleHost::PrepareJob(const v1::PrepareJobRequest& request, absl::Duration,
 }
 
 void RoleHost::StartJob(const v1::StartJobRequest& request, absl::Duration,
-                        StageDone<v1::StartJobReply> done) {
+                        stages::StageDone<v1::StartJobReply> done) {
   const auto cancelled = CancelFlag(absl::StrCat(request.job_id(), "#", request.attempt()));
   const auto arrived = std::chrono::steady_clock::now();
   executor_.Post([this, request, cancelled, arrived, done = std::move(done)] {
@@ -363,7 +364,7 @@ void RoleHost::StartJob(const v1::StartJobRequest& request, absl::Duration,
 }
 
 void RoleHost::Generate(const v1::GenerateRequest& request, absl::Duration,
-                        StageDone<v1::GenerateReply> done) {
+                        stages::StageDone<v1::GenerateReply> done) {
   RunStage<v1::GenerateReply>(
       request.key(), false, std::move(done),
       [request, device = options_.device](HostedJob& job) -> absl::StatusOr<v1::GenerateReply> {
@@ -403,7 +404,7 @@ void RoleHost::Generate(const v1::GenerateRequest& request, absl::Duration,
 }
 
 void RoleHost::MoveTensors(const v1::MoveTensorsRequest& request, absl::Duration,
-                           StageDone<v1::MoveTensorsReply> done) {
+                           stages::StageDone<v1::MoveTensorsReply> done) {
   RunStage<v1::MoveTensorsReply>(
       request.key(), false, std::move(done),
       [request, device = options_.device](HostedJob& job) -> absl::StatusOr<v1::MoveTensorsReply> {
@@ -477,7 +478,7 @@ void RoleHost::MoveTensors(const v1::MoveTensorsRequest& request, absl::Duration
 }
 
 void RoleHost::Forward(const v1::ForwardRequest& request, absl::Duration,
-                       StageDone<v1::ForwardReply> done) {
+                       stages::StageDone<v1::ForwardReply> done) {
   RunStage<v1::ForwardReply>(
       request.key(), false, std::move(done),
       [request](HostedJob& job) -> absl::StatusOr<v1::ForwardReply> {
@@ -515,7 +516,7 @@ void RoleHost::Forward(const v1::ForwardRequest& request, absl::Duration,
 }
 
 void RoleHost::ComputeRewards(const v1::RewardRequest& request, absl::Duration,
-                              StageDone<v1::RewardReply> done) {
+                              stages::StageDone<v1::RewardReply> done) {
   RunStage<v1::RewardReply>(
       request.key(), false, std::move(done),
       [request](HostedJob& job) -> absl::StatusOr<v1::RewardReply> {
@@ -558,7 +559,7 @@ void RoleHost::ComputeRewards(const v1::RewardRequest& request, absl::Duration,
 }
 
 void RoleHost::ComputeAdvantages(const v1::AdvantageRequest& request, absl::Duration,
-                                 StageDone<v1::AdvantageReply> done) {
+                                 stages::StageDone<v1::AdvantageReply> done) {
   RunStage<v1::AdvantageReply>(
       request.key(), false, std::move(done),
       [request](HostedJob& job) -> absl::StatusOr<v1::AdvantageReply> {
@@ -572,7 +573,7 @@ void RoleHost::ComputeAdvantages(const v1::AdvantageRequest& request, absl::Dura
 }
 
 void RoleHost::UpdateActor(const v1::UpdateRequest& request, absl::Duration,
-                           StageDone<v1::UpdateReply> done) {
+                           stages::StageDone<v1::UpdateReply> done) {
   RunStage<v1::UpdateReply>(request.key(), true, std::move(done),
                             [request](HostedJob& job) -> absl::StatusOr<v1::UpdateReply> {
                               RETURN_IF_ERROR(NeedRole(job, kActor, job.actor != nullptr));
@@ -581,7 +582,7 @@ void RoleHost::UpdateActor(const v1::UpdateRequest& request, absl::Duration,
 }
 
 void RoleHost::UpdateCritic(const v1::UpdateRequest& request, absl::Duration,
-                            StageDone<v1::UpdateReply> done) {
+                            stages::StageDone<v1::UpdateReply> done) {
   RunStage<v1::UpdateReply>(request.key(), true, std::move(done),
                             [request](HostedJob& job) -> absl::StatusOr<v1::UpdateReply> {
                               RETURN_IF_ERROR(NeedRole(job, kCritic, job.critic != nullptr));
@@ -590,7 +591,7 @@ void RoleHost::UpdateCritic(const v1::UpdateRequest& request, absl::Duration,
 }
 
 void RoleHost::Validate(const v1::ValidateRequest& request, absl::Duration,
-                        StageDone<v1::ValidateReply> done) {
+                        stages::StageDone<v1::ValidateReply> done) {
   RunStage<v1::ValidateReply>(
       request.key(), false, std::move(done),
       [request](HostedJob& job) -> absl::StatusOr<v1::ValidateReply> {
@@ -651,7 +652,7 @@ absl::Status CheckCheckpointDirectory(const HostedJob& job, const std::string& r
 }  // namespace
 
 void RoleHost::SaveCheckpoint(const v1::CheckpointRequest& request, absl::Duration,
-                              StageDone<v1::CheckpointReply> done) {
+                              stages::StageDone<v1::CheckpointReply> done) {
   RunStage<v1::CheckpointReply>(
       request.key(), false, std::move(done),
       [request](HostedJob& job) -> absl::StatusOr<v1::CheckpointReply> {
@@ -693,7 +694,7 @@ void RoleHost::SaveCheckpoint(const v1::CheckpointRequest& request, absl::Durati
 }
 
 void RoleHost::CommitCheckpoint(const v1::CheckpointRequest& request, absl::Duration,
-                                StageDone<v1::CheckpointReply> done) {
+                                stages::StageDone<v1::CheckpointReply> done) {
   RunStage<v1::CheckpointReply>(
       request.key(), false, std::move(done),
       [request](HostedJob& job) -> absl::StatusOr<v1::CheckpointReply> {
@@ -717,7 +718,7 @@ void RoleHost::CommitCheckpoint(const v1::CheckpointRequest& request, absl::Dura
 }
 
 void RoleHost::LoadCheckpoint(const v1::CheckpointRequest& request, absl::Duration,
-                              StageDone<v1::CheckpointReply> done) {
+                              stages::StageDone<v1::CheckpointReply> done) {
   // Loading is what clears a poisoned job, so it runs outside RunStage's refusal.
   executor_.Post([this, request, done = std::move(done)] {
     logging::ScopedLogContext context({.job = request.key().job_id()});
@@ -763,7 +764,7 @@ void RoleHost::LoadCheckpoint(const v1::CheckpointRequest& request, absl::Durati
 }
 
 void RoleHost::Offload(const v1::OffloadRequest& request, absl::Duration,
-                       StageDone<v1::OffloadReply> done) {
+                       stages::StageDone<v1::OffloadReply> done) {
   RunStage<v1::OffloadReply>(
       request.key(), false, std::move(done),
       [this, request](HostedJob& job) -> absl::StatusOr<v1::OffloadReply> {
@@ -795,7 +796,7 @@ void RoleHost::Offload(const v1::OffloadRequest& request, absl::Duration,
 }
 
 void RoleHost::DumpBatch(const v1::DumpBatchRequest& request, absl::Duration,
-                         StageDone<v1::DumpBatchReply> done) {
+                         stages::StageDone<v1::DumpBatchReply> done) {
   RunStage<v1::DumpBatchReply>(
       request.key(), false, std::move(done),
       [request](HostedJob& job) -> absl::StatusOr<v1::DumpBatchReply> {
@@ -828,7 +829,7 @@ void RoleHost::DumpBatch(const v1::DumpBatchRequest& request, absl::Duration,
 }
 
 void RoleHost::MeasurePrompts(const v1::MeasurePromptsRequest& request, absl::Duration,
-                              StageDone<v1::MeasurePromptsReply> done) {
+                              stages::StageDone<v1::MeasurePromptsReply> done) {
   executor_.Post([this, request, done = std::move(done)] {
     logging::ScopedLogContext context({.job = request.key().job_id()});
     done(CatchAll<v1::MeasurePromptsReply>(
@@ -858,7 +859,7 @@ void RoleHost::MeasurePrompts(const v1::MeasurePromptsRequest& request, absl::Du
 }
 
 void RoleHost::EndJob(const v1::EndJobRequest& request, absl::Duration,
-                      StageDone<v1::EndJobReply> done) {
+                      stages::StageDone<v1::EndJobReply> done) {
   if (absl::Status valid = CheckAttempt(request.attempt()); !valid.ok()) {
     done(valid);
     return;

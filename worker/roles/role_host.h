@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "common/roles/stage_service.h"
+#include "common/stages/stage_service.h"
 #include "common/util/event_loop.h"
 #include "worker/model/tokenizer.h"
 
@@ -32,7 +32,7 @@ struct RoleHostOptions {
   std::chrono::milliseconds collective_timeout{300000};
 };
 
-class RoleHost final : public StageService {
+class RoleHost final : public stages::StageService {
  public:
   explicit RoleHost(RoleHostOptions options);
   // Ends every job (after the stage in hand).
@@ -40,9 +40,9 @@ class RoleHost final : public StageService {
   RoleHost(const RoleHost&) = delete;
   RoleHost& operator=(const RoleHost&) = delete;
 
-#define RLHFD_HOST_STAGE(Name, Request, Reply)                                        \
-  void Name(const v1::Request& request, absl::Duration deadline,                      \
-            StageDone<v1::Reply> done) override;
+#define RLHFD_HOST_STAGE(Name, Request, Reply)                   \
+  void Name(const v1::Request& request, absl::Duration deadline, \
+            stages::StageDone<v1::Reply> done) override;
   RLHFD_STAGES(RLHFD_HOST_STAGE)
 #undef RLHFD_HOST_STAGE
 
@@ -64,7 +64,7 @@ class RoleHost final : public StageService {
   // Runs `body` on the executor for the job of `key`, with the stored-reply and poisoned-job
   // rules, and catches what it throws.
   template <typename Reply, typename Body>
-  void RunStage(const v1::StageKey& key, bool mutates, StageDone<Reply> done, Body body);
+  void RunStage(const v1::StageKey& key, bool mutates, stages::StageDone<Reply> done, Body body);
   // The job `job_id` when it runs `attempt` (0: any).
   absl::StatusOr<HostedJob*> FindJob(const std::string& job_id, int64_t attempt);
   // The cancel flag of "<job>#<attempt>".

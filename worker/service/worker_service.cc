@@ -39,8 +39,8 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::GetWorkerStatus(
 template <typename Request, typename Reply>
 grpc::ServerUnaryReactor* WorkerServiceImpl::Serve(
     grpc::CallbackServerContext* context, const Request* request, Reply* reply,
-    void (roles::StageService::*method)(const Request&, absl::Duration,
-                                        roles::StageDone<Reply>)) {
+    void (stages::StageService::*method)(const Request&, absl::Duration,
+                                         stages::StageDone<Reply>)) {
   PendingUnary<Reply> call(reply);
   auto done = call.completer();
   if (grpc::Status auth = CheckStageToken(*context); !auth.ok()) {

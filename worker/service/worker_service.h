@@ -7,8 +7,8 @@
 #include <functional>
 #include <string>
 
-#include "common/roles/stage_service.h"
 #include "common/rpc/auth.h"
+#include "common/stages/stage_service.h"
 #include "rlhfd/v1/worker_service.grpc.pb.h"
 #include "worker/service/controller_link.h"
 
@@ -22,7 +22,7 @@ struct HostedStatus {
 
 class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
  public:
-  WorkerServiceImpl(const ControllerLink* link, roles::StageService* stages,
+  WorkerServiceImpl(const ControllerLink* link, stages::StageService* stages,
                     std::function<HostedStatus()> hosted, std::function<std::string()> stage_token,
                     int64_t start_time_ms)
       : link_(link),
@@ -35,26 +35,27 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
                                             const v1::GetWorkerStatusRequest* request,
                                             v1::GetWorkerStatusReply* reply) override;
 
-#define RLHFD_SERVE_STAGE(Name, Request, Reply)                                         \
-  grpc::ServerUnaryReactor* Name(grpc::CallbackServerContext* context,                  \
-                                 const v1::Request* request, v1::Reply* reply) override { \
-    return Serve(context, request, reply, &roles::StageService::Name);                  \
+#define RLHFD_SERVE_STAGE(Name, Request, Reply)                                                    \
+  grpc::ServerUnaryReactor* Name(grpc::CallbackServerContext* context, const v1::Request* request, \
+                                 v1::Reply* reply) override {                                      \
+    return Serve(context, request, reply, &stages::StageService::Name);                            \
   }
   RLHFD_STAGES(RLHFD_SERVE_STAGE)
 #undef RLHFD_SERVE_STAGE
 
  private:
   template <typename Request, typename Reply>
-  grpc::ServerUnaryReactor* Serve(
-      grpc::CallbackServerContext* context, const Request* request, Reply* reply,
-      void (roles::StageService::*method)(const Request&, absl::Duration,
-                                          roles::StageDone<Reply>));
+  grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context, const Request* request,
+                                  Reply* reply,
+                                  void (stages::StageService::*method)(const Request&,
+                                                                       absl::Duration,
+                                                                       stages::StageDone<Reply>));
 
   // OK for a call carrying the controller's stage token.
   grpc::Status CheckStageToken(const grpc::ServerContextBase& context) const;
 
   const ControllerLink* link_;
-  roles::StageService* stages_;
+  stages::StageService* stages_;
   std::function<HostedStatus()> hosted_;
   // The controller's stage token, from the link's registration (empty before the first).
   std::function<std::string()> stage_token_;

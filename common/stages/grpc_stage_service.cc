@@ -6,12 +6,12 @@
 #include <mutex>
 #include <set>
 
-#include "common/roles/stage_service.h"
 #include "common/rpc/auth.h"
 #include "common/rpc/grpc_status.h"
+#include "common/stages/stage_service.h"
 #include "rlhfd/v1/worker_service.grpc.pb.h"
 
-namespace rlhfd::roles {
+namespace rlhfd::stages {
 namespace {
 
 class GrpcStageService final : public StageService {
@@ -19,23 +19,23 @@ class GrpcStageService final : public StageService {
   GrpcStageService(std::shared_ptr<grpc::Channel> channel, std::string token)
       : stub_(v1::WorkerService::NewStub(std::move(channel))), token_(std::move(token)) {}
 
-#define RLHFD_GRPC_STAGE(Name, Request, Reply)                                          \
-  void Name(const v1::Request& request, absl::Duration deadline,                        \
-            StageDone<v1::Reply> done) override {                                       \
-    /* gRPC reads the request and writes the reply until the callback runs. */         \
-    auto call = std::make_shared<Call<v1::Request, v1::Reply>>();                       \
-    call->request = request;                                                            \
-    Prepare(call->context, deadline);                                                   \
-    Track(&call->context);                                                              \
-    stub_->async()->Name(&call->context, &call->request, &call->reply,                  \
-                         [this, call, done = std::move(done)](grpc::Status status) {    \
-                           Untrack(&call->context);                                     \
-                           if (status.ok()) {                                           \
-                             done(std::move(call->reply));                              \
-                           } else {                                                     \
-                             done(FromGrpcStatus(status));                              \
-                           }                                                            \
-                         });                                                            \
+#define RLHFD_GRPC_STAGE(Name, Request, Reply)                                              \
+  void Name(const v1::Request& request, absl::Duration deadline, StageDone<v1::Reply> done) \
+      override {                                                                            \
+    /* gRPC reads the request and writes the reply until the callback runs. */              \
+    auto call = std::make_shared<Call<v1::Request, v1::Reply>>();                           \
+    call->request = request;                                                                \
+    Prepare(call->context, deadline);                                                       \
+    Track(&call->context);                                                                  \
+    stub_->async()->Name(&call->context, &call->request, &call->reply,                      \
+                         [this, call, done = std::move(done)](grpc::Status status) {        \
+                           Untrack(&call->context);                                         \
+                           if (status.ok()) {                                               \
+                             done(std::move(call->reply));                                  \
+                           } else {                                                         \
+                             done(FromGrpcStatus(status));                                  \
+                           }                                                                \
+                         });                                                                \
   }
   RLHFD_STAGES(RLHFD_GRPC_STAGE)
 #undef RLHFD_GRPC_STAGE
@@ -96,4 +96,4 @@ std::unique_ptr<StageService> MakeGrpcStageService(std::shared_ptr<grpc::Channel
   return std::make_unique<GrpcStageService>(std::move(channel), std::move(token));
 }
 
-}  // namespace rlhfd::roles
+}  // namespace rlhfd::stages

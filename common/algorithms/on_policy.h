@@ -2,9 +2,10 @@
 // driver (which schedules the stage) and the actor (which takes the ratio) read the same rule.
 #pragma once
 
+#include "common/algorithms/algorithm_traits.h"
 #include "rlhfd/v1/job_spec.pb.h"
 
-namespace rlhfd::roles {
+namespace rlhfd::algorithms {
 
 // One PPO epoch over a single mini-batch of the whole step (ppo_epochs 1, ppo_mini_batch_size =
 // data.train_batch_size): the update starts from the very weights that sampled the batch, so the
@@ -15,10 +16,10 @@ inline bool ActorUpdateIsOnPolicy(const v1::JobSpec& spec) {
   return train.ppo_epochs() == 1 && train.ppo_mini_batch_size() == spec.data().train_batch_size();
 }
 
-// The old-log-prob forward is needed by an off-policy update's ratio and by the KL penalty in the
-// reward (old against reference log-probs); otherwise the driver skips it.
+// The old-log-prob forward is needed by an off-policy update's ratio and by a KL mode that
+// penalizes the reward (old against reference log-probs); otherwise the driver skips it.
 inline bool NeedsOldLogProbs(const v1::JobSpec& spec) {
-  return !ActorUpdateIsOnPolicy(spec) || spec.algorithm().kl().mode() == v1::KL_MODE_IN_REWARD;
+  return !ActorUpdateIsOnPolicy(spec) || KlPenalizesReward(spec.algorithm());
 }
 
-}  // namespace rlhfd::roles
+}  // namespace rlhfd::algorithms

@@ -1,6 +1,7 @@
 // CallMetrics: counts and latency histograms of the controller's API calls (gRPC and REST), by
 // method and status code, for /metrics. Thread-safe: RPC threads, the event loop and the
-// gateway's threads record; /metrics reads.
+// gateway's threads record; /metrics reads. main() makes the one instance and hands it to the
+// gRPC adapters (ServiceContext) and the REST gateway.
 #pragma once
 
 #include <array>
@@ -17,9 +18,6 @@ namespace rlhfd::controller {
 
 class CallMetrics {
  public:
-  // The one instance of the process.
-  static CallMetrics& Get();
-
   // One call of `method` ("grpc/GetJob", "rest/GET /v1/jobs/{id}") that ended with `code` (a
   // gRPC code's name, or an HTTP status) after `latency`.
   void Record(const std::string& method, const std::string& code, absl::Duration latency);

@@ -19,9 +19,10 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "common/config/job_config.h"
-#include "common/roles/job_stages.h"
 #include "common/status/status_macros.h"
 #include "common/util/files.h"
+#include "common/util/stopwatch.h"
+#include "controller/driver/job_stages.h"
 #include "worker/bench/model_presets.h"
 #include "worker/model/safetensors_writer.h"
 #include "worker/model/transformer.h"
@@ -61,22 +62,21 @@ absl::StatusOr<model::ModelConfig> Config(const std::string& preset) {
 absl::Status WriteModel(const model::ModelConfig& config, const std::string& tokenizer,
                         const std::string& dir) {
   RETURN_IF_ERROR(MakeDirectories(dir));
-  const nlohmann::json json = {
-      {"architectures", {"Qwen2ForCausalLM"}},
-      {"model_type", "qwen2"},
-      {"vocab_size", config.vocab_size},
-      {"hidden_size", config.hidden_size},
-      {"intermediate_size", config.intermediate_size},
-      {"num_hidden_layers", config.num_layers},
-      {"num_attention_heads", config.num_heads},
-      {"num_key_value_heads", config.num_kv_heads},
-      {"max_position_embeddings", config.max_position_embeddings},
-      {"rms_norm_eps", 1e-6},
-      {"rope_theta", config.rope.theta},
-      {"tie_word_embeddings", config.tie_word_embeddings},
-      {"hidden_act", "silu"},
-      {"eos_token_id", config.vocab_size - 1},
-      {"torch_dtype", "bfloat16"}};
+  const nlohmann::json json = {{"architectures", {"Qwen2ForCausalLM"}},
+                               {"model_type", "qwen2"},
+                               {"vocab_size", config.vocab_size},
+                               {"hidden_size", config.hidden_size},
+                               {"intermediate_size", config.intermediate_size},
+                               {"num_hidden_layers", config.num_layers},
+                               {"num_attention_heads", config.num_heads},
+                               {"num_key_value_heads", config.num_kv_heads},
+                               {"max_position_embeddings", config.max_position_embeddings},
+                               {"rms_norm_eps", 1e-6},
+                               {"rope_theta", config.rope.theta},
+                               {"tie_word_embeddings", config.tie_word_embeddings},
+                               {"hidden_act", "silu"},
+                               {"eos_token_id", config.vocab_size - 1},
+                               {"torch_dtype", "bfloat16"}};
   RETURN_IF_ERROR(WriteFileAtomically(dir + "/config.json", json.dump(1)));
   at::manual_seed(0);
   model::Transformer module(config);
@@ -137,27 +137,33 @@ int Run() {
   }
   const int prompts = absl::GetFlag(FLAGS_prompts), n = absl::GetFlag(FLAGS_n);
   const int steps = absl::GetFlag(FLAGS_steps), warmup = absl::GetFlag(FLAGS_warmup);
-  const std::string yaml = absl::StrCat(R"(
+  const std::string yaml =
+      absl::StrCat(R"(
 name: stage-bench
-model: {path: )", model_dir, R"(, dtype: )", cuda ? "bf16" : "fp32", R"(}
-data: {train_files: [unused.jsonl], max_prompt_length: )", absl::GetFlag(FLAGS_prompt_len),
-                                        R"(, truncation: left, max_response_length: )",
-                                        absl::GetFlag(FLAGS_response_len),
-                                        R"(, train_batch_size: )", prompts, R"(}
-algorithm: {adv_estimator: grpo, kl: {mode: loss, coef: )", absl::GetFlag(FLAGS_kl_coef),
-                                        R"(, estimator: k3}}
+model: {path: )",
+                   model_dir, R"(, dtype: )", cuda ? "bf16" : "fp32", R"(}
+data: {train_files: [unused.jsonl], max_prompt_length: )",
+                   absl::GetFlag(FLAGS_prompt_len), R"(, truncation: left, max_response_length: )",
+                   absl::GetFlag(FLAGS_response_len), R"(, train_batch_size: )", prompts, R"(}
+algorithm: {adv_estimator: grpo, kl: {mode: loss, coef: )",
+                   absl::GetFlag(FLAGS_kl_coef),
+                   R"(, estimator: k3}}
 roles:
   actor:
     gpus: 1
-    train: {ppo_mini_batch_size: )", absl::GetFlag(FLAGS_mini_batch),
-                                        R"(, ppo_micro_batch_size_per_gpu: )",
-                                        absl::GetFlag(FLAGS_micro_batch), R"(, lr: 1.0e-6}
-    rollout: {n: )", n, R"(, temperature: 1.0, max_num_seqs: 1024, gpu_memory_utilization: 0.5,
-              log_prob_micro_batch_size_per_gpu: )", absl::GetFlag(FLAGS_micro_batch), R"(}
-  reference: {log_prob_micro_batch_size_per_gpu: )", absl::GetFlag(FLAGS_micro_batch), R"(}
+    train: {ppo_mini_batch_size: )",
+                   absl::GetFlag(FLAGS_mini_batch), R"(, ppo_micro_batch_size_per_gpu: )",
+                   absl::GetFlag(FLAGS_micro_batch), R"(, lr: 1.0e-6}
+    rollout: {n: )",
+                   n, R"(, temperature: 1.0, max_num_seqs: 1024, gpu_memory_utilization: 0.5,
+              log_prob_micro_batch_size_per_gpu: )",
+                   absl::GetFlag(FLAGS_micro_batch), R"(}
+  reference: {log_prob_micro_batch_size_per_gpu: )",
+                   absl::GetFlag(FLAGS_micro_batch), R"(}
   reward: {rule: exact_match}
 placement: colocated
-trainer: {total_steps: )", warmup + steps, R"(}
+trainer: {total_steps: )",
+                   warmup + steps, R"(}
 )");
   auto spec = config::ParseJobSpec(yaml, "stage_bench");
   if (!spec.ok()) {
@@ -165,14 +171,13 @@ trainer: {total_steps: )", warmup + steps, R"(}
     return 1;
   }
   roles::RoleHost host({.device = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU)});
-  roles::JobStages job("bench", *spec, {&host});
+  controller::JobStages job("bench", *spec, {&host});
   const auto start = std::chrono::steady_clock::now();
   if (absl::Status started = job.Start(warmup + steps); !started.ok()) {
     std::cerr << started.message() << "\n";
     return 1;
   }
-  const double load_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double load_s = SecondsSince(start);
   // Prompts longer than prompt_len tokens (cut on the left to exactly prompt_len).
   std::vector<v1::PromptRow> rows;
   for (int i = 0; i < prompts; ++i) {
@@ -189,7 +194,8 @@ trainer: {total_steps: )", warmup + steps, R"(}
   double peak = 0;
   for (int step = 1; step <= warmup + steps; ++step) {
     if (cuda) c10::cuda::CUDACachingAllocator::resetPeakStats(0);
-    auto metrics = job.RunStep({.step = step, .prompts = rows, .seed = static_cast<uint64_t>(step)});
+    auto metrics =
+        job.RunStep({.step = step, .prompts = rows, .seed = static_cast<uint64_t>(step)});
     if (!metrics.ok()) {
       std::cerr << "step " << step << ": " << metrics.status().message() << "\n";
       return 1;
@@ -209,12 +215,14 @@ trainer: {total_steps: )", warmup + steps, R"(}
   offload.add_roles("actor");
   offload.add_roles("reference");
   offload.set_to_host(true);
-  auto offloaded = roles::CallStage(host, &roles::StageService::Offload, offload, absl::Minutes(5));
+  auto offloaded =
+      stages::CallStage(host, &stages::StageService::Offload, offload, absl::Minutes(5));
   if (cuda) c10::cuda::CUDACachingAllocator::emptyCache();
   const Memory after_offload = DeviceMemory(cuda);
   offload.mutable_key()->set_stage("onload");
   offload.set_to_host(false);
-  auto onloaded = roles::CallStage(host, &roles::StageService::Offload, offload, absl::Minutes(5));
+  auto onloaded =
+      stages::CallStage(host, &stages::StageService::Offload, offload, absl::Minutes(5));
   job.End();
   if (cuda) c10::cuda::CUDACachingAllocator::emptyCache();
   const Memory released = DeviceMemory(cuda);
@@ -237,15 +245,16 @@ trainer: {total_steps: )", warmup + steps, R"(}
   for (const auto& [name, value] : sums) out["mean"][name] = value;
   std::cout << out.dump() << "\n";
   std::printf("\n%-28s %10s\n", "stage (mean of timed steps)", "seconds");
-  for (const char* name : {"timing_s/gen", "timing_s/old_log_prob", "timing_s/ref",
-                           "timing_s/reward", "timing_s/adv", "timing_s/update_actor",
-                           "timing_s/step"}) {
+  for (const char* name :
+       {"timing_s/gen", "timing_s/old_log_prob", "timing_s/ref", "timing_s/reward", "timing_s/adv",
+        "timing_s/update_actor", "timing_s/step"}) {
     std::printf("%-28s %10.3f\n", name, sums.count(name) ? sums[name] : 0.0);
   }
   std::printf("%-28s %10.1f\n", "response_length/mean", sums["response_length/mean"]);
-  std::printf("peak %.2f GiB; after the steps %.2f GiB; after offload %.2f GiB; after release "
-              "%.2f GiB\n",
-              peak, GiB(trained.allocated), GiB(after_offload.allocated), GiB(released.allocated));
+  std::printf(
+      "peak %.2f GiB; after the steps %.2f GiB; after offload %.2f GiB; after release "
+      "%.2f GiB\n",
+      peak, GiB(trained.allocated), GiB(after_offload.allocated), GiB(released.allocated));
   return 0;
 }
 

@@ -1,8 +1,8 @@
-#include "common/roles/pool_placement.h"
+#include "controller/cluster/pool_placement.h"
 
 #include <algorithm>
 
-namespace rlhfd::roles {
+namespace rlhfd::controller {
 
 std::vector<v1::PoolAssignment> PlacePools(const v1::JobSpec& spec) {
   const v1::RolesSpec& roles = spec.roles();
@@ -18,13 +18,13 @@ std::vector<v1::PoolAssignment> PlacePools(const v1::JobSpec& spec) {
     pools.push_back(std::move(pool));
   };
   const int actor = std::max(1, roles.actor().gpus());
-  add("actor", actor);
-  if (roles.has_critic()) add("critic", colocated ? actor : std::max(1, roles.critic().gpus()));
+  add(kActorPool, actor);
+  if (roles.has_critic()) add(kCriticPool, colocated ? actor : std::max(1, roles.critic().gpus()));
   if (roles.has_reference()) {
-    add("reference", colocated ? actor : std::max(1, roles.reference().gpus()));
+    add(kReferencePool, colocated ? actor : std::max(1, roles.reference().gpus()));
   }
   if (!roles.reward().model().empty()) {
-    add("reward", colocated ? actor : std::max(1, roles.reward().gpus()));
+    add(kRewardPool, colocated ? actor : std::max(1, roles.reward().gpus()));
   }
   return pools;
 }
@@ -45,4 +45,4 @@ const v1::PoolAssignment* FindPool(const std::vector<v1::PoolAssignment>& pools,
   return nullptr;
 }
 
-}  // namespace rlhfd::roles
+}  // namespace rlhfd::controller

@@ -1,61 +1,45 @@
 // A job's stages over its workers, as the driver runs them: start (rendezvous through rank 0's
-// bootstrap), one RL step (generate → moves → old/ref log-probs, values, rewards → advantages →
-// updates), validation, checkpoints, dumps and the end. Each stage fans out to its pool's ranks
-// at once and waits for all of them; tensors stay on the workers. No LibTorch: the controller's
-// driver uses it, tests drive it against in-process or real workers.
+// bootstrap), one RL step (the step plan, rl_step.h), validation, checkpoints, dumps and the
+// end. Each stage fans out to its pool's ranks at once and waits for all of them (PoolCalls);
+// tensors stay on the workers. No LibTorch: the controller's driver uses it, tests drive it
+// against in-process or real workers.
 //
 // Blocking: call it from a thread of its own, never from an event loop.
 #pragma once
 
-#include <functional>
-#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/roles/stage_service.h"
+#include "common/stages/stage_service.h"
+#include "controller/driver/pool_calls.h"
+#include "controller/driver/rl_step.h"
 #include "rlhfd/v1/job_spec.pb.h"
 #include "rlhfd/v1/worker_service.pb.h"
 
-namespace rlhfd::roles {
-
-using Metrics = std::map<std::string, double>;
-
-struct JobStagesOptions {
-  absl::Duration stage_deadline = absl::Minutes(30);  // each stage call
-  absl::Duration start_deadline = absl::Minutes(10);  // StartJob: loading models, rendezvous
-  int64_t communicator_timeout_ms = 300000;
-  bool nccl = false;  // GPU workers: NCCL; else sockets
-  // The job's attempt (StageKey.attempt); a driver that recovers a job uses a new one.
-  int64_t attempt = 1;
-};
-
-// One step's batch.
-struct StepPlan {
-  int64_t step = 1;
-  std::vector<v1::PromptRow> prompts;
-  uint64_t seed = 1;
-  double kl_coef = 0;  // the KL coefficient in the reward (the driver's controller keeps it)
-};
+namespace rlhfd::controller {
 
 struct ValidationResult {
   std::vector<double> scores;  // per response, prompt-major
   std::vector<std::string> responses;
-  Metrics metrics;             // val/score/mean, val/response_length/mean
+  Metrics metrics;  // val/score/mean, val/response_length/mean
 };
 
 class JobStages {
  public:
   // `ranks[r]` serves world rank r and outlives this object.
-  JobStages(std::string job_id, v1::JobSpec spec, std::vector<StageService*> ranks,
+  JobStages(std::string job_id, v1::JobSpec spec, std::vector<stages::StageService*> ranks,
             JobStagesOptions options = {});
 
   // PrepareJob on rank 0, then StartJob on every rank at once. `total_steps` sizes the
   // learning-rate schedules.
   absl::Status Start(int64_t total_steps);
-  // One RL step; metrics in verl's names (actor/pg_loss, critic/score/mean, timing_s/gen, ...).
+  // One RL step, timed alone (timing_s/step is the step's stages): for tests and benchmarks.
   absl::StatusOr<Metrics> RunStep(const StepPlan& plan);
+  // One RL step's stages without the step's own time, for a caller that times a wider span
+  // (the driver's step includes validation and the checkpoint) with RecordStepTime.
+  absl::StatusOr<Metrics> RunStepStages(const StepPlan& plan);
   // Generates for `prompts` with rollout.val_kwargs and scores them; `step` keys the call.
   absl::StatusOr<ValidationResult> Validate(int64_t step, const std::vector<v1::PromptRow>& prompts,
                                             uint64_t seed);
@@ -78,37 +62,23 @@ class JobStages {
   // or hung).
   void End(absl::Duration deadline = absl::Seconds(20));
 
-  const std::vector<v1::PoolAssignment>& pools() const { return pools_; }
-  int world_size() const { return static_cast<int>(ranks_.size()); }
-  int64_t actor_optimizer_steps() const { return actor_optimizer_steps_; }
+  const std::vector<v1::PoolAssignment>& pools() const { return calls_.pools(); }
+  int world_size() const { return calls_.world_size(); }
+  int64_t actor_optimizer_steps() const { return optimizer_steps_.actor; }
   // The kl_coef the loaded checkpoint was saved with.
   double loaded_kl_coef() const { return loaded_kl_coef_; }
   // What the last LoadCheckpoint passed over: "step <N>: <file>: <what is wrong>", each once.
   const std::vector<std::string>& passed_over() const { return passed_over_; }
 
  private:
-  // Calls `method` on each rank of `ranks` at once with `make(rank, position)`; the replies in
-  // the same order, or the first failure, naming its rank.
-  template <typename Request, typename Reply>
-  absl::StatusOr<std::vector<Reply>> FanOut(
-      const std::vector<int>& ranks,
-      void (StageService::*method)(const Request&, absl::Duration, StageDone<Reply>),
-      const std::function<Request(int rank, int position)>& make, absl::Duration deadline);
-  std::vector<int> RanksOf(const std::string& role) const;
-  v1::StageKey Key(int64_t step, const std::string& stage) const;
-  // Moves `tensors` of the step from one pool to another (nothing when they share their ranks).
-  absl::Status Move(int64_t step, const std::vector<std::string>& tensors, const std::string& from,
-                    const std::string& to, Metrics& metrics);
+  // One round of LoadCheckpoint: every rank loads the newest intact step at or below `want`.
+  absl::StatusOr<std::vector<v1::CheckpointReply>> LoadRound(int64_t want);
 
-  std::string job_id_;
   v1::JobSpec spec_;
-  std::vector<StageService*> ranks_;
-  JobStagesOptions options_;
-  std::vector<v1::PoolAssignment> pools_;
-  int64_t total_rows_ = 0, prompt_length_ = 0, response_length_ = 0;
-  int64_t actor_optimizer_steps_ = 0, critic_optimizer_steps_ = 0;
+  PoolCalls calls_;
+  OptimizerSteps optimizer_steps_;
   double loaded_kl_coef_ = 0;
   std::vector<std::string> passed_over_;
 };
 
-}  // namespace rlhfd::roles
+}  // namespace rlhfd::controller

@@ -16,7 +16,7 @@ namespace grpc {
 class Channel;
 }  // namespace grpc
 
-namespace rlhfd::roles {
+namespace rlhfd::stages {
 
 // Runs once with the reply or the error, on a thread of the implementation.
 template <typename Reply>
@@ -24,22 +24,22 @@ using StageDone = std::function<void(absl::StatusOr<Reply>)>;
 
 // Every stage as (method, request, reply), in worker_service.proto's order: the one list the
 // interface, the gRPC client and the worker's gRPC adapter are stamped from.
-#define RLHFD_STAGES(X)                                   \
-  X(PrepareJob, PrepareJobRequest, PrepareJobReply)       \
-  X(StartJob, StartJobRequest, StartJobReply)             \
-  X(Generate, GenerateRequest, GenerateReply)             \
-  X(MoveTensors, MoveTensorsRequest, MoveTensorsReply)    \
-  X(Forward, ForwardRequest, ForwardReply)                \
-  X(ComputeRewards, RewardRequest, RewardReply)           \
-  X(ComputeAdvantages, AdvantageRequest, AdvantageReply)  \
-  X(UpdateActor, UpdateRequest, UpdateReply)              \
-  X(UpdateCritic, UpdateRequest, UpdateReply)             \
-  X(Validate, ValidateRequest, ValidateReply)             \
-  X(SaveCheckpoint, CheckpointRequest, CheckpointReply)   \
-  X(CommitCheckpoint, CheckpointRequest, CheckpointReply) \
-  X(LoadCheckpoint, CheckpointRequest, CheckpointReply)   \
-  X(Offload, OffloadRequest, OffloadReply)                \
-  X(DumpBatch, DumpBatchRequest, DumpBatchReply)          \
+#define RLHFD_STAGES(X)                                         \
+  X(PrepareJob, PrepareJobRequest, PrepareJobReply)             \
+  X(StartJob, StartJobRequest, StartJobReply)                   \
+  X(Generate, GenerateRequest, GenerateReply)                   \
+  X(MoveTensors, MoveTensorsRequest, MoveTensorsReply)          \
+  X(Forward, ForwardRequest, ForwardReply)                      \
+  X(ComputeRewards, RewardRequest, RewardReply)                 \
+  X(ComputeAdvantages, AdvantageRequest, AdvantageReply)        \
+  X(UpdateActor, UpdateRequest, UpdateReply)                    \
+  X(UpdateCritic, UpdateRequest, UpdateReply)                   \
+  X(Validate, ValidateRequest, ValidateReply)                   \
+  X(SaveCheckpoint, CheckpointRequest, CheckpointReply)         \
+  X(CommitCheckpoint, CheckpointRequest, CheckpointReply)       \
+  X(LoadCheckpoint, CheckpointRequest, CheckpointReply)         \
+  X(Offload, OffloadRequest, OffloadReply)                      \
+  X(DumpBatch, DumpBatchRequest, DumpBatchReply)                \
   X(MeasurePrompts, MeasurePromptsRequest, MeasurePromptsReply) \
   X(EndJob, EndJobRequest, EndJobReply)
 
@@ -71,6 +71,6 @@ absl::StatusOr<Reply> CallStage(StageService& service,
 std::unique_ptr<StageService> MakeGrpcStageService(std::shared_ptr<grpc::Channel> channel,
                                                    std::string token);
 
-}  // namespace rlhfd::roles
+}  // namespace rlhfd::stages
 
-#include "common/roles/stage_service_inl.h"
+#include "common/stages/stage_service_inl.h"

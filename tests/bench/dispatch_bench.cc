@@ -21,9 +21,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/roles/job_stages.h"
 #include "common/rpc/grpc_options.h"
 #include "common/status/status_macros.h"
+#include "controller/driver/job_stages.h"
 #include "worker/service/worker_service.h"
 
 ABSL_FLAG(std::string, workers, "64,256", "Comma-separated simulated worker counts");
@@ -37,32 +37,32 @@ namespace {
 constexpr char kToken[] = "dispatch-bench-token";
 
 // A worker's stages answering at once, as a worker would with nothing to compute.
-class EmptyStages final : public roles::StageService {
+class EmptyStages final : public stages::StageService {
  public:
-#define RLHFD_EMPTY_STAGE(Name, Request, Reply)                                            \
-  void Name(const v1::Request&, absl::Duration, roles::StageDone<v1::Reply> done) override { \
-    done(v1::Reply());                                                                     \
+#define RLHFD_EMPTY_STAGE(Name, Request, Reply)                                               \
+  void Name(const v1::Request&, absl::Duration, stages::StageDone<v1::Reply> done) override { \
+    done(v1::Reply());                                                                        \
   }
   RLHFD_STAGES(RLHFD_EMPTY_STAGE)
 #undef RLHFD_EMPTY_STAGE
 };
 
 // The stage client of one rank, recording each call's round trip.
-class TimedStages final : public roles::StageService {
+class TimedStages final : public stages::StageService {
  public:
-  TimedStages(std::unique_ptr<roles::StageService> inner, std::mutex& mutex,
+  TimedStages(std::unique_ptr<stages::StageService> inner, std::mutex& mutex,
               std::vector<double>& samples_ms)
       : inner_(std::move(inner)), mutex_(mutex), samples_ms_(samples_ms) {}
 
-#define RLHFD_TIMED_STAGE(Name, Request, Reply)                                             \
-  void Name(const v1::Request& request, absl::Duration deadline,                            \
-            roles::StageDone<v1::Reply> done) override {                                    \
-    const auto start = std::chrono::steady_clock::now();                                    \
-    inner_->Name(request, deadline,                                                         \
-                 [this, start, done = std::move(done)](absl::StatusOr<v1::Reply> reply) {   \
-                   Record(start);                                                           \
-                   done(std::move(reply));                                                  \
-                 });                                                                        \
+#define RLHFD_TIMED_STAGE(Name, Request, Reply)                                           \
+  void Name(const v1::Request& request, absl::Duration deadline,                          \
+            stages::StageDone<v1::Reply> done) override {                                 \
+    const auto start = std::chrono::steady_clock::now();                                  \
+    inner_->Name(request, deadline,                                                       \
+                 [this, start, done = std::move(done)](absl::StatusOr<v1::Reply> reply) { \
+                   Record(start);                                                         \
+                   done(std::move(reply));                                                \
+                 });                                                                      \
   }
   RLHFD_STAGES(RLHFD_TIMED_STAGE)
 #undef RLHFD_TIMED_STAGE
@@ -70,13 +70,12 @@ class TimedStages final : public roles::StageService {
  private:
   void Record(std::chrono::steady_clock::time_point start) {
     const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count();
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     std::lock_guard<std::mutex> lock(mutex_);
     samples_ms_.push_back(ms);
   }
 
-  std::unique_ptr<roles::StageService> inner_;
+  std::unique_ptr<stages::StageService> inner_;
   std::mutex& mutex_;
   std::vector<double>& samples_ms_;
 };
@@ -130,23 +129,23 @@ absl::StatusOr<Result> Run(int workers, int steps, int warmup, int prompts_per_a
   }
   std::mutex mutex;
   std::vector<double> calls_ms;
-  std::vector<std::unique_ptr<roles::StageService>> clients;
-  std::vector<roles::StageService*> ranks;
+  std::vector<std::unique_ptr<stages::StageService>> clients;
+  std::vector<stages::StageService*> ranks;
   for (int i = 0; i < workers; ++i) {
     ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
                      MakeChannel(absl::StrCat("127.0.0.1:", ports[i]), RpcOptions{}));
     clients.push_back(std::make_unique<TimedStages>(
-        roles::MakeGrpcStageService(std::move(channel), kToken), mutex, calls_ms));
+        stages::MakeGrpcStageService(std::move(channel), kToken), mutex, calls_ms));
     ranks.push_back(clients.back().get());
   }
   const v1::JobSpec spec = Spec(workers);
-  roles::JobStages job("job-bench", spec, ranks, {.stage_deadline = absl::Seconds(10)});
+  controller::JobStages job("job-bench", spec, ranks, {.stage_deadline = absl::Seconds(10)});
   RETURN_IF_ERROR(job.Start(steps + warmup));
   const int64_t actors = spec.roles().actor().gpus();
   std::vector<double> stages_ms;
   double timed_seconds = 0;
   for (int step = 1; step <= warmup + steps; ++step) {
-    roles::StepPlan plan{.step = step, .seed = static_cast<uint64_t>(step)};
+    controller::StepPlan plan{.step = step, .seed = static_cast<uint64_t>(step)};
     for (int64_t p = 0; p < actors * prompts_per_actor; ++p) {
       v1::PromptRow row;
       row.set_text(absl::StrCat("What is ", p, " + ", step, "? Answer with the number."));
@@ -157,7 +156,7 @@ absl::StatusOr<Result> Run(int workers, int steps, int warmup, int prompts_per_a
       std::lock_guard<std::mutex> lock(mutex);
       calls_ms.clear();
     }
-    ASSIGN_OR_RETURN(const roles::Metrics metrics, job.RunStep(plan));
+    ASSIGN_OR_RETURN(const controller::Metrics metrics, job.RunStep(plan));
     if (step <= warmup) continue;
     timed_seconds += metrics.at("timing_s/step");
     for (const auto& [name, value] : metrics) {
@@ -193,9 +192,9 @@ int Main() {
       std::cerr << "error: --workers takes counts of at least 8, e.g. 64,256\n";
       return 2;
     }
-    absl::StatusOr<Result> result = Run(workers, absl::GetFlag(FLAGS_steps),
-                                        absl::GetFlag(FLAGS_warmup),
-                                        absl::GetFlag(FLAGS_prompts_per_actor));
+    absl::StatusOr<Result> result =
+        Run(workers, absl::GetFlag(FLAGS_steps), absl::GetFlag(FLAGS_warmup),
+            absl::GetFlag(FLAGS_prompts_per_actor));
     if (!result.ok()) {
       std::cerr << "error: " << result.status().message() << "\n";
       return 1;

@@ -4,7 +4,7 @@
 #include <future>
 #include <memory>
 
-namespace rlhfd::roles {
+namespace rlhfd::stages {
 
 template <typename Request, typename Reply>
 absl::StatusOr<Reply> CallStage(StageService& service,
@@ -13,9 +13,10 @@ absl::StatusOr<Reply> CallStage(StageService& service,
                                 const Request& request, absl::Duration deadline) {
   auto promise = std::make_shared<std::promise<absl::StatusOr<Reply>>>();
   std::future<absl::StatusOr<Reply>> result = promise->get_future();
-  (service.*method)(request, deadline,
-                    [promise](absl::StatusOr<Reply> reply) { promise->set_value(std::move(reply)); });
+  (service.*method)(request, deadline, [promise](absl::StatusOr<Reply> reply) {
+    promise->set_value(std::move(reply));
+  });
   return result.get();
 }
 
-}  // namespace rlhfd::roles
+}  // namespace rlhfd::stages

@@ -1,13 +1,8 @@
-#include "controller/api/call_metrics.h"
+#include "controller/metrics/call_metrics.h"
 
 #include "absl/strings/str_cat.h"
 
 namespace rlhfd::controller {
-
-CallMetrics& CallMetrics::Get() {
-  static CallMetrics* metrics = new CallMetrics();  // never destroyed: RPC threads may outlive main
-  return *metrics;
-}
 
 void CallMetrics::Record(const std::string& method, const std::string& code,
                          absl::Duration latency) {

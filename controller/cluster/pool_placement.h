@@ -4,12 +4,19 @@
 // on the actor ranks).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "rlhfd/v1/job_spec.pb.h"
 #include "rlhfd/v1/worker_service.pb.h"
 
-namespace rlhfd::roles {
+namespace rlhfd::controller {
+
+// The pools' names (PoolAssignment.role), as the workers' role hosts know them.
+inline constexpr char kActorPool[] = "actor";
+inline constexpr char kCriticPool[] = "critic";
+inline constexpr char kReferencePool[] = "reference";
+inline constexpr char kRewardPool[] = "reward";
 
 std::vector<v1::PoolAssignment> PlacePools(const v1::JobSpec& spec);
 
@@ -20,4 +27,4 @@ int WorldSize(const std::vector<v1::PoolAssignment>& pools);
 const v1::PoolAssignment* FindPool(const std::vector<v1::PoolAssignment>& pools,
                                    const std::string& role);
 
-}  // namespace rlhfd::roles
+}  // namespace rlhfd::controller

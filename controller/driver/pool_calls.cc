@@ -1,0 +1,69 @@
+#include "controller/driver/pool_calls.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_join.h"
+#include "common/status/status_macros.h"
+#include "controller/cluster/pool_placement.h"
+
+namespace rlhfd::controller {
+
+PoolCalls::PoolCalls(std::string job_id, std::vector<stages::StageService*> ranks,
+                     std::vector<v1::PoolAssignment> pools, JobStagesOptions options)
+    : job_id_(std::move(job_id)),
+      ranks_(std::move(ranks)),
+      pools_(std::move(pools)),
+      options_(options) {}
+
+std::vector<int> PoolCalls::RanksOf(const std::string& role) const {
+  const v1::PoolAssignment* pool = FindPool(pools_, role);
+  if (pool == nullptr) return {};
+  return std::vector<int>(pool->ranks().begin(), pool->ranks().end());
+}
+
+std::vector<int> PoolCalls::Everyone() const {
+  std::vector<int> everyone(ranks_.size());
+  for (size_t r = 0; r < ranks_.size(); ++r) everyone[r] = static_cast<int>(r);
+  return everyone;
+}
+
+v1::StageKey PoolCalls::Key(int64_t step, const std::string& stage) const {
+  v1::StageKey key;
+  key.set_job_id(job_id_);
+  key.set_step(step);
+  key.set_stage(stage);
+  key.set_attempt(options_.attempt);
+  return key;
+}
+
+absl::Status PoolCalls::Move(int64_t step, const StepShape& shape,
+                             const std::vector<std::string>& tensors, const std::string& from,
+                             const std::string& to, Metrics& metrics) const {
+  const std::vector<int> sources = RanksOf(from), destinations = RanksOf(to);
+  if (sources.empty() || destinations.empty() || sources == destinations) return absl::OkStatus();
+  std::vector<int> involved = sources;
+  for (int rank : destinations) {
+    if (std::find(involved.begin(), involved.end(), rank) == involved.end())
+      involved.push_back(rank);
+  }
+  const std::string stage = absl::StrCat("move ", absl::StrJoin(tensors, ","), " ", from, ">", to);
+  ASSIGN_OR_RETURN(const std::vector<v1::MoveTensorsReply> replies,
+                   (FanOut<v1::MoveTensorsRequest, v1::MoveTensorsReply>(
+                       involved, &stages::StageService::MoveTensors, [&](int, int) {
+                         v1::MoveTensorsRequest move;
+                         *move.mutable_key() = Key(step, stage);
+                         for (const std::string& name : tensors) move.add_tensors(name);
+                         move.set_from_role(from);
+                         move.set_to_role(to);
+                         move.set_rows(shape.rows);
+                         move.set_prompt_length(shape.prompt_length);
+                         move.set_response_length(shape.response_length);
+                         return move;
+                       })));
+  for (const v1::MoveTensorsReply& reply : replies) {
+    metrics["perf/moved_bytes"] += static_cast<double>(reply.bytes_sent());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace rlhfd::controller

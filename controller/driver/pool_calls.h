@@ -1,0 +1,131 @@
+// A job's ranks as its pools, for the driver: one stage call to every rank of a pool at once
+// (FanOut, which waits for all of them), the calls' keys, and moves of a step's tensors from
+// one pool to another. No LibTorch; blocking: call it from the driver's own thread.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/stages/stage_service.h"
+#include "rlhfd/v1/worker_service.pb.h"
+
+namespace rlhfd::controller {
+
+// A step's metrics in verl's names (actor/pg_loss, critic/score/mean, timing_s/gen, ...).
+using Metrics = std::map<std::string, double>;
+
+struct JobStagesOptions {
+  absl::Duration stage_deadline = absl::Minutes(30);  // each stage call
+  absl::Duration start_deadline = absl::Minutes(10);  // StartJob: loading models, rendezvous
+  int64_t communicator_timeout_ms = 300000;
+  bool nccl = false;  // GPU workers: NCCL; else sockets
+  // The job's attempt (StageKey.attempt); a driver that recovers a job uses a new one.
+  int64_t attempt = 1;
+};
+
+// The rows of a step's batch and their widths, which a move names to the ranks it involves.
+struct StepShape {
+  int64_t rows = 0;
+  int32_t prompt_length = 0;
+  int32_t response_length = 0;
+};
+
+template <typename Request, typename Reply>
+using StageMethod = void (stages::StageService::*)(const Request&, absl::Duration,
+                                                   stages::StageDone<Reply>);
+
+class PoolCalls {
+ public:
+  // `ranks[r]` serves world rank r and outlives this object.
+  PoolCalls(std::string job_id, std::vector<stages::StageService*> ranks,
+            std::vector<v1::PoolAssignment> pools, JobStagesOptions options);
+
+  // Calls `method` on each rank of `ranks` at once with `make(rank, position)`; the replies in
+  // the same order, or the first failure, naming its rank. `deadline`: the stage deadline when
+  // not given.
+  template <typename Request, typename Reply>
+  absl::StatusOr<std::vector<Reply>> FanOut(
+      const std::vector<int>& ranks, StageMethod<Request, Reply> method,
+      const std::function<Request(int rank, int position)>& make,
+      std::optional<absl::Duration> deadline = std::nullopt) const;
+
+  // Moves `tensors` of the step from one pool to another (nothing when they share their ranks);
+  // the bytes sent add to metrics["perf/moved_bytes"].
+  absl::Status Move(int64_t step, const StepShape& shape, const std::vector<std::string>& tensors,
+                    const std::string& from, const std::string& to, Metrics& metrics) const;
+
+  // The world ranks of `role`'s pool (none when the job has no such pool).
+  std::vector<int> RanksOf(const std::string& role) const;
+  // Every world rank.
+  std::vector<int> Everyone() const;
+  v1::StageKey Key(int64_t step, const std::string& stage) const;
+
+  const std::string& job_id() const { return job_id_; }
+  const std::vector<v1::PoolAssignment>& pools() const { return pools_; }
+  const JobStagesOptions& options() const { return options_; }
+  int world_size() const { return static_cast<int>(ranks_.size()); }
+
+ private:
+  std::string job_id_;
+  std::vector<stages::StageService*> ranks_;
+  std::vector<v1::PoolAssignment> pools_;
+  JobStagesOptions options_;
+};
+
+template <typename Request, typename Reply>
+absl::StatusOr<std::vector<Reply>> PoolCalls::FanOut(
+    const std::vector<int>& ranks, StageMethod<Request, Reply> method,
+    const std::function<Request(int rank, int position)>& make,
+    std::optional<absl::Duration> deadline) const {
+  // Outlives this call: replies that come after a failure land here and are dropped.
+  struct Gather {
+    std::mutex mutex;
+    std::condition_variable done;
+    size_t left = 0;
+    std::optional<size_t> failed;  // the first rank (position) whose call failed
+    std::vector<absl::StatusOr<Reply>> replies;
+  };
+  auto gather = std::make_shared<Gather>();
+  gather->left = ranks.size();
+  gather->replies.resize(ranks.size(), absl::UnknownError("no reply"));
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int rank = ranks[i];
+    if (rank < 0 || rank >= static_cast<int>(ranks_.size())) {
+      return absl::InternalError(absl::StrCat("rank ", rank, " is outside the job's world"));
+    }
+    (ranks_[rank]->*method)(make(rank, static_cast<int>(i)),
+                            deadline.value_or(options_.stage_deadline),
+                            [gather, i](absl::StatusOr<Reply> reply) {
+                              std::lock_guard<std::mutex> lock(gather->mutex);
+                              if (!reply.ok() && !gather->failed) gather->failed = i;
+                              gather->replies[i] = std::move(reply);
+                              if (--gather->left == 0 || gather->failed) {
+                                gather->done.notify_all();
+                              }
+                            });
+  }
+  // The first failure ends the fan-out: the other ranks may be waiting in a collective for the
+  // failed one, and would hold the step until the collective timeout. Ending the attempt
+  // (EndJob, which the driver sends next) interrupts them.
+  std::unique_lock<std::mutex> lock(gather->mutex);
+  gather->done.wait(lock, [&] { return gather->left == 0 || gather->failed.has_value(); });
+  if (gather->failed) {
+    const size_t i = *gather->failed;
+    const absl::Status& status = gather->replies[i].status();
+    return absl::Status(status.code(), absl::StrCat("rank ", ranks[i], ": ", status.message()));
+  }
+  std::vector<Reply> replies;
+  for (size_t i = 0; i < ranks.size(); ++i) replies.push_back(*std::move(gather->replies[i]));
+  return replies;
+}
+
+}  // namespace rlhfd::controller

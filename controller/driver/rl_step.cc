@@ -1,0 +1,244 @@
+#include "controller/driver/rl_step.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/algorithms/algorithm_traits.h"
+#include "common/algorithms/on_policy.h"
+#include "common/status/status_macros.h"
+#include "common/util/row_split.h"
+#include "common/util/stopwatch.h"
+#include "controller/cluster/pool_placement.h"
+#include "controller/driver/step_metrics.h"
+
+namespace rlhfd::controller {
+namespace {
+
+using stages::StageService;
+
+// One step's run: what it was given, what it has learnt of its batch, its metrics so far.
+class StepRun {
+ public:
+  StepRun(const PoolCalls& pools, const v1::JobSpec& spec, const StepPlan& plan,
+          OptimizerSteps& optimizer_steps)
+      : pools_(pools), spec_(spec), plan_(plan), optimizer_steps_(optimizer_steps) {}
+
+  // The step list; each line one stage group.
+  absl::StatusOr<Metrics> Run() {
+    const bool critic = algorithms::NeedsCritic(spec_.algorithm());
+    RETURN_IF_ERROR(CheckPromptsSplit());
+    // 1. Rollout: each actor rank generates for its share of the prompts.
+    RETURN_IF_ERROR(Generate());
+    // 2. The other pools' inputs moved to them, their forwards, and the results back.
+    if (algorithms::NeedsOldLogProbs(spec_)) RETURN_IF_ERROR(OldLogProbs());
+    if (spec_.roles().has_reference()) RETURN_IF_ERROR(ReferenceLogProbs());
+    if (critic) RETURN_IF_ERROR(Values());
+    RETURN_IF_ERROR(Rewards());
+    // 3. Advantages over the whole batch, on the actor ranks.
+    RETURN_IF_ERROR(Advantages());
+    // 4. The updates: the critic towards the returns, the actor after critic_warmup steps.
+    if (critic) RETURN_IF_ERROR(UpdateCritic());
+    if (plan_.step > spec_.trainer().critic_warmup()) RETURN_IF_ERROR(UpdateActor());
+    AddTimePerToken(tokens_, metrics_);
+    return std::move(metrics_);
+  }
+
+ private:
+  absl::Status CheckPromptsSplit() const;
+  absl::Status Generate();
+  absl::Status OldLogProbs();
+  absl::Status ReferenceLogProbs();
+  absl::Status Values();
+  absl::Status Rewards();
+  absl::Status Advantages();
+  absl::Status UpdateCritic();
+  absl::Status UpdateActor();
+
+  // Runs `body`, adding its time to timing_s/<name>.
+  template <typename Body>
+  absl::Status Timed(const char* name, Body&& body) {
+    const Stopwatch stopwatch;
+    absl::Status status = body();
+    metrics_[absl::StrCat("timing_s/", name)] += stopwatch.Seconds();
+    return status;
+  }
+  // A Forward of `kind` on `role`'s ranks, timed as timing_s/<timing>.
+  absl::Status Forward(const std::string& role, v1::ForwardKind kind, const char* stage,
+                       const char* timing);
+  absl::Status Move(const std::vector<std::string>& tensors, const std::string& from,
+                    const std::string& to) {
+    return pools_.Move(plan_.step, shape_, tensors, from, to, metrics_);
+  }
+  // A request of the step that names only its key.
+  template <typename Request>
+  std::function<Request(int, int)> Keyed(const char* stage) const {
+    return [this, stage](int, int) {
+      Request request;
+      *request.mutable_key() = pools_.Key(plan_.step, stage);
+      return request;
+    };
+  }
+
+  const PoolCalls& pools_;
+  const v1::JobSpec& spec_;
+  const StepPlan& plan_;
+  OptimizerSteps& optimizer_steps_;
+  StepShape shape_;
+  StepTokens tokens_;
+  Metrics metrics_;
+};
+
+// The sequences a frozen pool's forward reads.
+const std::vector<std::string>& Sequences() {
+  static const auto* sequences = new std::vector<std::string>{"input_ids", "attention_mask"};
+  return *sequences;
+}
+
+absl::Status StepRun::CheckPromptsSplit() const {
+  const int64_t prompts = static_cast<int64_t>(plan_.prompts.size());
+  const int64_t dp = static_cast<int64_t>(pools_.RanksOf(kActorPool).size());
+  if (prompts < 1 || prompts % dp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("step ", plan_.step, ": ", prompts,
+                                                   " prompts do not split evenly over the actor's ",
+                                                   dp, " ranks"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepRun::Generate() {
+  const std::vector<int> actors = pools_.RanksOf(kActorPool);
+  const int64_t prompts = static_cast<int64_t>(plan_.prompts.size());
+  const int64_t dp = static_cast<int64_t>(actors.size());
+  std::vector<v1::GenerateReply> generated;
+  RETURN_IF_ERROR(Timed("gen", [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(generated, (pools_.FanOut<v1::GenerateRequest, v1::GenerateReply>(
+                                    actors, &StageService::Generate, [&](int, int position) {
+                                      const RowRange share = ContiguousPart(prompts, position, dp);
+                                      v1::GenerateRequest request;
+                                      *request.mutable_key() = pools_.Key(plan_.step, "generate");
+                                      for (int64_t p = share.begin; p < share.end; ++p) {
+                                        *request.add_prompts() = plan_.prompts[p];
+                                      }
+                                      request.set_first_prompt(share.begin);
+                                      request.set_total_prompts(prompts);
+                                      request.set_seed(plan_.seed);
+                                      return request;
+                                    })));
+    return absl::OkStatus();
+  }));
+  shape_ = StepShape{.rows = prompts * spec_.roles().actor().rollout().n(),
+                     .prompt_length = generated[0].prompt_length(),
+                     .response_length = generated[0].response_length()};
+  tokens_ = AddGenerationMetrics(generated, shape_.rows, metrics_);
+  return absl::OkStatus();
+}
+
+absl::Status StepRun::Forward(const std::string& role, v1::ForwardKind kind, const char* stage,
+                              const char* timing) {
+  const auto request = [&](int, int) {
+    v1::ForwardRequest forward;
+    *forward.mutable_key() = pools_.Key(plan_.step, stage);
+    forward.set_kind(kind);
+    return forward;
+  };
+  return Timed(timing, [&]() -> absl::Status {
+    return pools_
+        .FanOut<v1::ForwardRequest, v1::ForwardReply>(pools_.RanksOf(role), &StageService::Forward,
+                                                      request)
+        .status();
+  });
+}
+
+absl::Status StepRun::OldLogProbs() {
+  return Forward(kActorPool, v1::FORWARD_KIND_OLD_LOG_PROBS, "old_log_probs", "old_log_prob");
+}
+
+absl::Status StepRun::ReferenceLogProbs() {
+  RETURN_IF_ERROR(Move(Sequences(), kActorPool, kReferencePool));
+  RETURN_IF_ERROR(Forward(kReferencePool, v1::FORWARD_KIND_REF_LOG_PROBS, "ref_log_probs", "ref"));
+  return Move({"ref_log_probs"}, kReferencePool, kActorPool);
+}
+
+absl::Status StepRun::Values() {
+  RETURN_IF_ERROR(Move({"input_ids", "attention_mask", "response_mask"}, kActorPool, kCriticPool));
+  RETURN_IF_ERROR(Forward(kCriticPool, v1::FORWARD_KIND_VALUES, "values", "values"));
+  return Move({"values"}, kCriticPool, kActorPool);
+}
+
+// From the reward model's pool, or by the rule (or remote scorer) on the actor ranks.
+absl::Status StepRun::Rewards() {
+  if (!spec_.roles().reward().model().empty()) {
+    RETURN_IF_ERROR(Move(Sequences(), kActorPool, kRewardPool));
+    RETURN_IF_ERROR(
+        Forward(kRewardPool, v1::FORWARD_KIND_REWARD_SCORES, "reward_scores", "reward"));
+    return Move({"scores"}, kRewardPool, kActorPool);
+  }
+  return Timed("reward", [&]() -> absl::Status {
+    return pools_
+        .FanOut<v1::RewardRequest, v1::RewardReply>(pools_.RanksOf(kActorPool),
+                                                    &StageService::ComputeRewards,
+                                                    Keyed<v1::RewardRequest>("rewards"))
+        .status();
+  });
+}
+
+absl::Status StepRun::Advantages() {
+  std::vector<v1::AdvantageReply> advantages;
+  RETURN_IF_ERROR(Timed("adv", [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(
+        advantages,
+        (pools_.FanOut<v1::AdvantageRequest, v1::AdvantageReply>(
+            pools_.RanksOf(kActorPool), &StageService::ComputeAdvantages, [&](int, int) {
+              v1::AdvantageRequest request;
+              *request.mutable_key() = pools_.Key(plan_.step, "advantages");
+              request.set_kl_coef(plan_.kl_coef);
+              return request;
+            })));
+    return absl::OkStatus();
+  }));
+  for (const auto& [name, value] : advantages[0].metrics()) metrics_[name] = value;
+  return absl::OkStatus();
+}
+
+absl::Status StepRun::UpdateCritic() {
+  RETURN_IF_ERROR(Move({"returns"}, kActorPool, kCriticPool));
+  return Timed("update_critic", [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(const std::vector<v1::UpdateReply> updated,
+                     (pools_.FanOut<v1::UpdateRequest, v1::UpdateReply>(
+                         pools_.RanksOf(kCriticPool), &StageService::UpdateCritic, [&](int, int) {
+                           v1::UpdateRequest request;
+                           *request.mutable_key() = pools_.Key(plan_.step, "update_critic");
+                           request.set_optimizer_steps_before(optimizer_steps_.critic);
+                           return request;
+                         })));
+    AddCriticUpdateMetrics(updated, metrics_);
+    optimizer_steps_.critic = updated[0].optimizer_steps();
+    return absl::OkStatus();
+  });
+}
+
+absl::Status StepRun::UpdateActor() {
+  return Timed("update_actor", [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(const std::vector<v1::UpdateReply> updated,
+                     (pools_.FanOut<v1::UpdateRequest, v1::UpdateReply>(
+                         pools_.RanksOf(kActorPool), &StageService::UpdateActor, [&](int, int) {
+                           v1::UpdateRequest request;
+                           *request.mutable_key() = pools_.Key(plan_.step, "update_actor");
+                           request.set_optimizer_steps_before(optimizer_steps_.actor);
+                           return request;
+                         })));
+    AddActorUpdateMetrics(updated, metrics_);
+    optimizer_steps_.actor = updated[0].optimizer_steps();
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<Metrics> RunStepStages(const PoolCalls& pools, const v1::JobSpec& spec,
+                                      const StepPlan& plan, OptimizerSteps& optimizer_steps) {
+  return StepRun(pools, spec, plan, optimizer_steps).Run();
+}
+
+}  // namespace rlhfd::controller

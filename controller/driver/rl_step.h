@@ -1,0 +1,37 @@
+// The step plan: one RL step over a job's pools in verl's order, as docs/architecture.md's "One
+// RL step across processes" lists it — generate, the other pools' forwards, rewards,
+// advantages, the updates. Tensors stay on the workers; back come row lengths and metrics.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "controller/driver/pool_calls.h"
+#include "rlhfd/v1/job_spec.pb.h"
+#include "rlhfd/v1/worker_service.pb.h"
+
+namespace rlhfd::controller {
+
+// One step's batch.
+struct StepPlan {
+  int64_t step = 1;
+  std::vector<v1::PromptRow> prompts;
+  uint64_t seed = 1;
+  double kl_coef = 0;  // the KL coefficient in the reward (the driver's controller keeps it)
+};
+
+// The optimizer steps each trained pool has taken, which its next update names (so a repeated
+// update call is recognised); a loaded checkpoint sets them.
+struct OptimizerSteps {
+  int64_t actor = 0;
+  int64_t critic = 0;
+};
+
+// Runs the stages of `plan`'s step on `pools`; their metrics in verl's names (timing_s/<stage>
+// included). The step's own time is not among them: RecordStepTime (step_metrics.h) over
+// whatever span the caller counts as the step.
+absl::StatusOr<Metrics> RunStepStages(const PoolCalls& pools, const v1::JobSpec& spec,
+                                      const StepPlan& plan, OptimizerSteps& optimizer_steps);
+
+}  // namespace rlhfd::controller

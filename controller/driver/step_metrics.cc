@@ -1,0 +1,134 @@
+#include "controller/driver/step_metrics.h"
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+
+namespace rlhfd::controller {
+namespace {
+
+// verl's names for the update metrics.
+const std::map<std::string, std::string>& ActorMetricNames() {
+  static const auto* names =
+      new std::map<std::string, std::string>{{"policy_loss", "actor/pg_loss"},
+                                             {"kl_loss", "actor/kl_loss"},
+                                             {"clip_fraction", "actor/pg_clipfrac"},
+                                             {"clip_fraction_low", "actor/pg_clipfrac_lower"},
+                                             {"approx_kl", "actor/ppo_kl"},
+                                             {"entropy", "actor/entropy"},
+                                             {"grad_norm", "actor/grad_norm"},
+                                             {"lr", "actor/lr"},
+                                             {"nonfinite_skips", "actor/nonfinite_skips"},
+                                             {"response_tokens_per_s", "actor/tokens_per_s"}};
+  return *names;
+}
+
+const std::map<std::string, std::string>& CriticMetricNames() {
+  static const auto* names =
+      new std::map<std::string, std::string>{{"value_loss", "critic/vf_loss"},
+                                             {"value_clip_fraction", "critic/vf_clipfrac"},
+                                             {"values", "critic/vpred_mean"},
+                                             {"explained_variance", "critic/vf_explained_var"},
+                                             {"grad_norm", "critic/grad_norm"},
+                                             {"lr", "critic/lr"},
+                                             {"nonfinite_skips", "critic/nonfinite_skips"}};
+  return *names;
+}
+
+void AddRenamed(const google::protobuf::Map<std::string, double>& from,
+                const std::map<std::string, std::string>& names, Metrics& to) {
+  for (const auto& [name, value] : from) {
+    const auto renamed = names.find(name);
+    if (renamed != names.end()) to[renamed->second] = value;
+  }
+}
+
+// The largest of the replies' `name` metric; none when no reply has it (a GPU-only figure on
+// CPU workers).
+template <typename Reply>
+std::optional<double> Largest(const std::vector<Reply>& replies, const std::string& name) {
+  std::optional<double> largest;
+  for (const Reply& reply : replies) {
+    const auto found = reply.metrics().find(name);
+    if (found != reply.metrics().end())
+      largest = std::max(largest.value_or(found->second), found->second);
+  }
+  return largest;
+}
+
+}  // namespace
+
+StepTokens AddGenerationMetrics(const std::vector<v1::GenerateReply>& generated, int64_t rows,
+                                Metrics& metrics) {
+  // Bringing the rollout's weights up to date is part of generating; verl times it apart.
+  metrics["timing_s/update_weights"] = Largest(generated, "update_weights_s").value_or(0.0);
+  StepTokens tokens;
+  double longest = 0, shortest = 1e18, truncated = 0;
+  double longest_prompt = 0, shortest_prompt = 1e18;
+  for (const v1::GenerateReply& reply : generated) {
+    for (const v1::RowInfo& row : reply.rows()) {
+      longest_prompt = std::max<double>(longest_prompt, row.prompt_tokens());
+      shortest_prompt = std::min<double>(shortest_prompt, row.prompt_tokens());
+      tokens.response += row.response_tokens();
+      tokens.prompt += row.prompt_tokens();
+      longest = std::max<double>(longest, row.response_tokens());
+      shortest = std::min<double>(shortest, row.response_tokens());
+      truncated += row.truncated() ? 1 : 0;
+    }
+  }
+  const double all_rows = static_cast<double>(rows);
+  metrics["response_length/mean"] = tokens.response / all_rows;
+  metrics["response_length/max"] = longest;
+  metrics["response_length/min"] = shortest;
+  metrics["response_length/clip_ratio"] = truncated / all_rows;
+  metrics["prompt_length/mean"] = tokens.prompt / all_rows;
+  metrics["prompt_length/max"] = longest_prompt;
+  metrics["prompt_length/min"] = shortest_prompt;
+  metrics["perf/total_num_tokens"] = tokens.response + tokens.prompt;
+  return tokens;
+}
+
+void AddActorUpdateMetrics(const std::vector<v1::UpdateReply>& updated, Metrics& metrics) {
+  AddRenamed(updated[0].metrics(), ActorMetricNames(), metrics);
+  // verl's MFU is the batch's FLOPs over the time, the peak and the world: the ranks' mean.
+  double mfu = 0;
+  for (const v1::UpdateReply& reply : updated) {
+    const auto found = reply.metrics().find("mfu");
+    if (found != reply.metrics().end()) mfu += found->second;
+  }
+  metrics["perf/mfu/actor"] = mfu / static_cast<double>(updated.size());
+  for (const char* memory : {"max_memory_allocated_gb", "max_memory_reserved_gb"}) {
+    if (const std::optional<double> peak = Largest(updated, memory)) {
+      metrics[absl::StrCat("perf/", memory)] = *peak;
+    }
+  }
+}
+
+void AddCriticUpdateMetrics(const std::vector<v1::UpdateReply>& updated, Metrics& metrics) {
+  AddRenamed(updated[0].metrics(), CriticMetricNames(), metrics);
+}
+
+void AddTimePerToken(const StepTokens& tokens, Metrics& metrics) {
+  const double all_tokens = std::max(1.0, tokens.response + tokens.prompt);
+  for (const char* stage :
+       {"gen", "old_log_prob", "ref", "values", "reward", "adv", "update_critic", "update_actor"}) {
+    const auto timed_stage = metrics.find(absl::StrCat("timing_s/", stage));
+    if (timed_stage == metrics.end()) continue;
+    const double stage_tokens =
+        std::string_view(stage) == "gen" ? std::max(1.0, tokens.response) : all_tokens;
+    metrics[absl::StrCat("timing_per_token_ms/", stage)] =
+        timed_stage->second * 1000 / stage_tokens;
+  }
+}
+
+void RecordStepTime(double seconds, int world_size, Metrics& metrics) {
+  metrics["timing_s/step"] = seconds;
+  metrics["perf/time_per_step"] = seconds;
+  metrics["perf/throughput"] =
+      metrics["perf/total_num_tokens"] / std::max(seconds, 1e-9) / std::max(1, world_size);
+}
+
+}  // namespace rlhfd::controller
