@@ -12,6 +12,7 @@
 #include "worker/model/tokenizer.h"
 #include "worker/parallel/communicator.h"
 #include "worker/parallel/tensor_parallel.h"
+#include "worker/roles/hosted_role.h"
 #include "worker/roles/response_scorer.h"
 #include "worker/roles/step_batch.h"
 #include "worker/rollout/engine.h"
@@ -20,7 +21,7 @@
 
 namespace rlhfd::roles {
 
-class ActorRole {
+class ActorRole final : public TrainedRole {
  public:
   // Loads model.path (a causal LM) and its tokenizer on `device`, in the training layout over
   // `pool` (the actor pool, which must outlive the role). `rl_steps` sizes the LR schedule.
@@ -50,15 +51,14 @@ class ActorRole {
                                                      const std::atomic<bool>* cancelled);
 
   const model::Tokenizer& tokenizer() const { return tokenizer_; }
-  train::TrainedModel& trained() { return *trained_; }
-  int64_t optimizer_steps() const { return optimizer_steps_; }
-  void set_optimizer_steps(int64_t steps) { optimizer_steps_ = steps; }
-  // Optimiser steps skipped for a non-finite loss or gradient norm in the run so far
-  // (trainer.max_nonfinite_skips bounds them; checkpoints keep the count).
-  int64_t nonfinite_skips() const { return nonfinite_skips_; }
-  void set_nonfinite_skips(int64_t skips) { nonfinite_skips_ = skips; }
+  train::TrainedModel& trained() override { return *trained_; }
+  int64_t optimizer_steps() const override { return optimizer_steps_; }
+  void set_optimizer_steps(int64_t steps) override { optimizer_steps_ = steps; }
+  int64_t nonfinite_skips() const override { return nonfinite_skips_; }
+  void set_nonfinite_skips(int64_t skips) override { nonfinite_skips_ = skips; }
   // Frees the engine's cache and the storage of any copy of the weights.
   void ReleaseRollout();
+  void ReleaseDerived() override { ReleaseRollout(); }
   // A module with the full current weights (the training module itself unless the layout
   // shards them), for exports.
   absl::StatusOr<model::Transformer> FullWeights();
