@@ -12,6 +12,7 @@
 #include "worker/model/safetensors_writer.h"
 #include "worker/parallel/transfer.h"
 #include "worker/roles/advantage_stage.h"
+#include "worker/roles/scored_generation.h"
 
 namespace rlhfd::roles {
 namespace {
@@ -24,7 +25,7 @@ absl::Status PutGreedyBaseline(HostedJob& job, const v1::GenerateRequest& reques
         "remax scores its greedy baseline with roles.reward.rule or .remote");
   }
   ASSIGN_OR_RETURN(const std::vector<double> baseline,
-                   job.actor->GreedyBaseline(request, *job.scorer, job.cancelled.get()));
+                   GreedyBaseline(*job.actor, request, *job.scorer, job.cancelled.get()));
   const at::Tensor per_prompt = at::tensor(baseline, at::kDouble).to(at::kFloat);
   return job.batch.Put("reward_baselines",
                        per_prompt.repeat_interleave(n).to(device).contiguous());
@@ -233,7 +234,7 @@ absl::StatusOr<v1::ValidateReply> RunValidate(HostedJob& job, const v1::Validate
         "validate: validation scores with roles.reward.rule or .remote; a reward model's "
         "validation is not supported yet");
   }
-  return job.actor->Validate(request, request.first_prompt(), *job.scorer, job.cancelled.get());
+  return ValidateActor(*job.actor, request, *job.scorer, job.cancelled.get());
 }
 
 absl::StatusOr<v1::DumpBatchReply> RunDumpBatch(HostedJob& job,
