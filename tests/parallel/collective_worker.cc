@@ -34,12 +34,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "worker/model/transformer.h"
-#include "worker/parallel/fully_sharded.h"
 #include "worker/parallel/reshard.h"
-#include "worker/parallel/sharded_optimizer.h"
 #include "worker/parallel/socket_communicator.h"
 #include "worker/parallel/tensor_parallel.h"
 #include "worker/parallel/transfer.h"
+#include "worker/train/distributed/fully_sharded.h"
+#include "worker/train/distributed/sharded_optimizer.h"
 #if RLHFD_HAVE_CUDA
 #include "worker/parallel/nccl_communicator.h"
 #endif
@@ -53,6 +53,9 @@ ABSL_FLAG(std::string, backend, "socket", "socket or nccl");
 
 namespace rlhfd::parallel {
 namespace {
+
+using train::FullyShardedModel;
+using train::ShardedAdamW;
 
 int failures = 0;
 

@@ -10,11 +10,11 @@
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 #include "worker/model/model_loader.h"
-#include "worker/parallel/fully_sharded.h"
 #include "worker/roles/rollout_sampling.h"
 #include "worker/roles/training_setup.h"
 #include "worker/rollout/device_support.h"
 #include "worker/rollout/tensor_parallel_generation.h"
+#include "worker/train/distributed/fully_sharded.h"
 
 namespace rlhfd::roles {
 namespace {
@@ -52,7 +52,7 @@ HybridEngine::HybridEngine(const v1::JobSpec& spec, const at::Device& device,
 
 absl::StatusOr<model::Transformer> HybridEngine::WeightsIn(at::ScalarType dtype) {
   model::Transformer& trained = trained_.module();
-  auto* sharded = dynamic_cast<parallel::FullyShardedModel*>(&trained_);
+  auto* sharded = dynamic_cast<train::FullyShardedModel*>(&trained_);
   if (sharded == nullptr && dtype == at::kFloat) return trained;
   // The layout shards the weights, or they are wanted in a narrower dtype: a copy.
   std::vector<at::Tensor> full;
