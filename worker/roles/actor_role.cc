@@ -77,8 +77,7 @@ absl::Status PutRollout(const v1::GenerateRequest& request, const PromptRequests
 
 }  // namespace
 
-ActorRole::ActorRole(const v1::JobSpec& spec, const at::Device& device,
-                     model::Tokenizer tokenizer)
+ActorRole::ActorRole(const v1::JobSpec& spec, const at::Device& device, model::Tokenizer tokenizer)
     : spec_(spec), device_(device), tokenizer_(std::move(tokenizer)) {}
 
 absl::StatusOr<std::unique_ptr<ActorRole>> ActorRole::Create(const v1::JobSpec& spec,

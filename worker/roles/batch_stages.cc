@@ -27,8 +27,7 @@ absl::Status PutGreedyBaseline(HostedJob& job, const v1::GenerateRequest& reques
   ASSIGN_OR_RETURN(const std::vector<double> baseline,
                    GreedyBaseline(*job.actor, request, *job.scorer, job.cancelled.get()));
   const at::Tensor per_prompt = at::tensor(baseline, at::kDouble).to(at::kFloat);
-  return job.batch.Put("reward_baselines",
-                       per_prompt.repeat_interleave(n).to(device).contiguous());
+  return job.batch.Put("reward_baselines", per_prompt.repeat_interleave(n).to(device).contiguous());
 }
 
 // Checks a move's shape against the step this rank holds, or (a receiver new to the step)
@@ -39,19 +38,17 @@ absl::Status BeginOrCheckMove(HostedJob& job, const v1::MoveTensorsRequest& requ
   const int64_t step = request.key().step();
   StepBatch& batch = job.batch;
   const bool current = batch.begun() && batch.step() == step;
-  if (current &&
-      (batch.total_rows() != rows || batch.prompt_length() != request.prompt_length() ||
-       batch.response_length() != request.response_length())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "move: step ", step, " has ", batch.total_rows(), " rows with P ", batch.prompt_length(),
-        " and R ", batch.response_length(), ", not ", rows, ", ", request.prompt_length(), ", ",
-        request.response_length()));
+  if (current && (batch.total_rows() != rows || batch.prompt_length() != request.prompt_length() ||
+                  batch.response_length() != request.response_length())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("move: step ", step, " has ", batch.total_rows(), " rows with P ",
+                     batch.prompt_length(), " and R ", batch.response_length(), ", not ", rows,
+                     ", ", request.prompt_length(), ", ", request.response_length()));
   }
   if (current) return absl::OkStatus();
   if (sends) return NeedStepRows(batch, step, "move");
   if (rows < 1 || request.prompt_length() < 1 || request.response_length() < 1) {
-    return absl::InvalidArgumentError(
-        "move: rows, prompt_length and response_length must be >= 1");
+    return absl::InvalidArgumentError("move: rows, prompt_length and response_length must be >= 1");
   }
   batch.Begin(step, rows, job.layout->RowsOf(to.role, rows), request.prompt_length(),
               request.response_length());
@@ -73,10 +70,10 @@ absl::StatusOr<v1::GenerateReply> RunGenerate(HostedJob& job, const v1::Generate
   const int64_t n = job.spec.roles().actor().rollout().n();
   if (request.total_prompts() < 1 || request.first_prompt() < 0 ||
       request.first_prompt() + request.prompts_size() > request.total_prompts()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "generate: prompts [", request.first_prompt(), ", ",
-        request.first_prompt() + request.prompts_size(), ") are not within total_prompts ",
-        request.total_prompts()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("generate: prompts [", request.first_prompt(), ", ",
+                     request.first_prompt() + request.prompts_size(),
+                     ") are not within total_prompts ", request.total_prompts()));
   }
   const int64_t total_rows = request.total_prompts() * n;
   const RowRange rows = job.layout->RowsOf(kActor, total_rows);
@@ -99,15 +96,15 @@ absl::StatusOr<v1::MoveTensorsReply> RunMoveTensors(HostedJob& job,
   const RolePool* from = job.layout->Find(request.from_role());
   const RolePool* to = job.layout->Find(request.to_role());
   if (from == nullptr || to == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "move: the job has no ", from == nullptr ? request.from_role() : request.to_role(),
-        " pool"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("move: the job has no ",
+                     from == nullptr ? request.from_role() : request.to_role(), " pool"));
   }
   const bool sends = job.layout->Hosts(request.from_role());
   const bool receives = job.layout->Hosts(request.to_role());
   if (!sends && !receives) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "move: this rank is in neither the ", from->role, " nor the ", to->role, " pool"));
+    return absl::FailedPreconditionError(absl::StrCat("move: this rank is in neither the ",
+                                                      from->role, " nor the ", to->role, " pool"));
   }
   RETURN_IF_ERROR(BeginOrCheckMove(job, request, *to, sends));
   StepBatch& batch = job.batch;
@@ -183,8 +180,7 @@ absl::StatusOr<v1::RewardReply> RunRewards(HostedJob& job, const v1::RewardReque
   RETURN_IF_ERROR(NeedStepRows(batch, request.key().step(), "rewards"));
   ASSIGN_OR_RETURN(const at::Tensor ids, batch.Get("input_ids", "rewards"));
   ASSIGN_OR_RETURN(const at::Tensor mask, batch.Get("response_mask", "rewards"));
-  const at::Tensor host_ids =
-      ids.narrow(1, batch.prompt_length(), batch.response_length()).cpu();
+  const at::Tensor host_ids = ids.narrow(1, batch.prompt_length(), batch.response_length()).cpu();
   const at::Tensor lengths = mask.sum(1).to(at::kLong).cpu();
   std::vector<ScoredResponse> responses;
   for (int64_t row = 0; row < batch.rows().size(); ++row) {
@@ -221,8 +217,7 @@ absl::StatusOr<v1::UpdateReply> RunUpdateActor(HostedJob& job, const v1::UpdateR
   return job.actor->Update(request, job.batch);
 }
 
-absl::StatusOr<v1::UpdateReply> RunUpdateCritic(HostedJob& job,
-                                                const v1::UpdateRequest& request) {
+absl::StatusOr<v1::UpdateReply> RunUpdateCritic(HostedJob& job, const v1::UpdateRequest& request) {
   RETURN_IF_ERROR(NeedRole(job, kCritic, job.critic != nullptr));
   return job.critic->Update(request, job.batch);
 }
@@ -248,15 +243,15 @@ absl::StatusOr<v1::DumpBatchReply> RunDumpBatch(HostedJob& job,
                                                           batch.tensors().end());
   const std::string path = absl::StrCat(request.directory(), "/step_", batch.step(), "_rank_",
                                         job.layout->rank(), ".safetensors");
-  RETURN_IF_ERROR(model::WriteSafetensors(
-      path, tensors,
-      {{"format", "pt"},
-       {"step", std::to_string(batch.step())},
-       {"total_rows", std::to_string(batch.total_rows())},
-       {"first_row", std::to_string(batch.rows().begin)},
-       {"rows", std::to_string(batch.rows().size())},
-       {"prompt_length", std::to_string(batch.prompt_length())},
-       {"response_length", std::to_string(batch.response_length())}}));
+  RETURN_IF_ERROR(
+      model::WriteSafetensors(path, tensors,
+                              {{"format", "pt"},
+                               {"step", std::to_string(batch.step())},
+                               {"total_rows", std::to_string(batch.total_rows())},
+                               {"first_row", std::to_string(batch.rows().begin)},
+                               {"rows", std::to_string(batch.rows().size())},
+                               {"prompt_length", std::to_string(batch.prompt_length())},
+                               {"response_length", std::to_string(batch.response_length())}}));
   v1::DumpBatchReply reply;
   reply.set_path(path);
   return reply;

@@ -78,8 +78,8 @@ absl::StatusOr<v1::CheckpointReply> RunCommitCheckpoint(HostedJob& job,
   RETURN_IF_ERROR(CommitStep(request.directory(), request.step()));
   // The commit stands whatever happens to the deletion of older steps; a failed one is tried
   // again after the next commit.
-  const absl::StatusOr<std::vector<std::string>> removed = RemoveOldSteps(
-      request.directory(), request.step(), job.spec.trainer().max_ckpt_to_keep());
+  const absl::StatusOr<std::vector<std::string>> removed =
+      RemoveOldSteps(request.directory(), request.step(), job.spec.trainer().max_ckpt_to_keep());
   if (!removed.ok()) {
     RLOG(WARNING) << "trainer.max_ckpt_to_keep: " << removed.status().message();
   } else if (!removed->empty()) {

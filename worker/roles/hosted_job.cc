@@ -31,8 +31,8 @@ absl::Status CheckAttempt(int64_t attempt) {
 
 absl::Status NeedRole(const HostedJob& job, absl::string_view role, bool hosted) {
   if (hosted) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "this worker (rank ", job.layout->rank(), ") does not host the job's ", role));
+  return absl::FailedPreconditionError(
+      absl::StrCat("this worker (rank ", job.layout->rank(), ") does not host the job's ", role));
 }
 
 absl::Status NeedStepRows(const StepBatch& batch, int64_t step, absl::string_view stage) {

@@ -39,8 +39,9 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> ConnectWorld(
 #endif
   }
   if (bootstrap.socket_master().empty() && request.world_size() > 1) {
-    return absl::InvalidArgumentError("StartJob: bootstrap has neither a socket master nor "
-                                      "an NCCL id (PrepareJob on rank 0 makes one)");
+    return absl::InvalidArgumentError(
+        "StartJob: bootstrap has neither a socket master nor "
+        "an NCCL id (PrepareJob on rank 0 makes one)");
   }
   parallel::SocketOptions socket{
       .master = bootstrap.socket_master().empty() ? "127.0.0.1:1" : bootstrap.socket_master(),

@@ -70,9 +70,9 @@ absl::StatusOr<v1::MeasurePromptsReply> PromptMeasurer::Measure(
   untruncated.set_truncation(v1::TRUNCATION_ERROR);
   v1::MeasurePromptsReply reply;
   for (int i = 0; i < request.prompts_size(); ++i) {
-    ASSIGN_OR_RETURN(const EncodedPrompt encoded,
-                     EncodePrompt(*tokenizer_, request.prompts(i), untruncated,
-                                  request.first_prompt() + i));
+    ASSIGN_OR_RETURN(
+        const EncodedPrompt encoded,
+        EncodePrompt(*tokenizer_, request.prompts(i), untruncated, request.first_prompt() + i));
     reply.add_tokens(static_cast<int64_t>(encoded.ids.size()));
   }
   return reply;

@@ -249,8 +249,8 @@ void RoleHost::MeasurePrompts(const v1::MeasurePromptsRequest& request, absl::Du
   // No job: the controller measures a job's prompts before it starts one.
   executor_.Post([this, request, done = std::move(done)] {
     logging::ScopedLogContext context({.job = request.key().job_id()});
-    done(CatchAll<v1::MeasurePromptsReply>(
-        "MeasurePrompts", [&] { return prompt_measurer_.Measure(request); }));
+    done(CatchAll<v1::MeasurePromptsReply>("MeasurePrompts",
+                                           [&] { return prompt_measurer_.Measure(request); }));
   });
 }
 
@@ -396,4 +396,3 @@ int64_t RoleHost::MemoryInUse() const {
 }
 
 }  // namespace rlhfd::roles
-

@@ -43,9 +43,9 @@ rollout::SamplingParams ValidationSampling(const v1::JobSpec& spec) {
 }
 
 absl::StatusOr<PromptRequests> EncodeRequests(
-    const model::Tokenizer& tokenizer, const google::protobuf::RepeatedPtrField<v1::PromptRow>& prompts,
-    const v1::DataSpec& data, int64_t first_prompt, uint64_t seed,
-    const rollout::SamplingParams& sampling) {
+    const model::Tokenizer& tokenizer,
+    const google::protobuf::RepeatedPtrField<v1::PromptRow>& prompts, const v1::DataSpec& data,
+    int64_t first_prompt, uint64_t seed, const rollout::SamplingParams& sampling) {
   PromptRequests encoded_prompts;
   for (int64_t i = 0; i < prompts.size(); ++i) {
     const int64_t index = first_prompt + i;

@@ -28,8 +28,8 @@ struct PromptRequests {
   std::vector<std::string> texts;
 };
 absl::StatusOr<PromptRequests> EncodeRequests(
-    const model::Tokenizer& tokenizer, const google::protobuf::RepeatedPtrField<v1::PromptRow>& prompts,
-    const v1::DataSpec& data, int64_t first_prompt, uint64_t seed,
-    const rollout::SamplingParams& sampling);
+    const model::Tokenizer& tokenizer,
+    const google::protobuf::RepeatedPtrField<v1::PromptRow>& prompts, const v1::DataSpec& data,
+    int64_t first_prompt, uint64_t seed, const rollout::SamplingParams& sampling);
 
 }  // namespace rlhfd::roles

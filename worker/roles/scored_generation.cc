@@ -15,9 +15,9 @@ absl::StatusOr<v1::ValidateReply> GenerateAndScore(
     int64_t first_prompt, uint64_t seed, const rollout::SamplingParams& sampling,
     const ResponseScorer& scorer, const std::atomic<bool>* cancelled) {
   const model::Tokenizer& tokenizer = actor.tokenizer();
-  ASSIGN_OR_RETURN(const PromptRequests encoded,
-                   EncodeRequests(tokenizer, prompts, actor.spec().data(), first_prompt, seed,
-                                  sampling));
+  ASSIGN_OR_RETURN(
+      const PromptRequests encoded,
+      EncodeRequests(tokenizer, prompts, actor.spec().data(), first_prompt, seed, sampling));
   const std::vector<rollout::GenerationRequest>& requests = encoded.requests;
   ASSIGN_OR_RETURN(std::vector<rollout::GenerationResult> results,
                    actor.hybrid().Generate(requests));
