@@ -34,12 +34,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "worker/model/transformer.h"
-#include "worker/parallel/fully_sharded.h"
 #include "worker/parallel/reshard.h"
-#include "worker/parallel/sharded_optimizer.h"
 #include "worker/parallel/socket_communicator.h"
 #include "worker/parallel/tensor_parallel.h"
 #include "worker/parallel/transfer.h"
+#include "worker/train/distributed/fully_sharded.h"
+#include "worker/train/distributed/sharded_optimizer.h"
 #if RLHFD_HAVE_CUDA
 #include "worker/parallel/nccl_communicator.h"
 #endif
@@ -53,6 +53,9 @@ ABSL_FLAG(std::string, backend, "socket", "socket or nccl");
 
 namespace rlhfd::parallel {
 namespace {
+
+using train::FullyShardedModel;
+using train::ShardedAdamW;
 
 int failures = 0;
 
@@ -245,8 +248,8 @@ void Reshards(Communicator& world, const at::Device& device) {
   for (const int64_t bucket_bytes : {int64_t{256} << 20, int64_t{200}}) {
     for (const auto& [train_dp, train_tp] : factorings) {
       for (const auto& [rollout_tp, rollout_dp] : factorings) {
-        const TrainLayout train{train_dp, train_tp};
-        const RolloutLayout rollout{rollout_tp, rollout_dp};
+        const TrainLayout train{.dp = train_dp, .tp = train_tp};
+        const RolloutLayout rollout{.tp = rollout_tp, .dp = rollout_dp};
         const std::string name =
             absl::StrCat("reshard dp ", train_dp, " tp ", train_tp, " -> tp_g ", rollout_tp,
                          " dp_g ", rollout_dp, ", buckets of ", bucket_bytes, " bytes");
@@ -298,10 +301,10 @@ void Reshards(Communicator& world, const at::Device& device) {
   // A shard of the wrong size is refused on every rank, naming the parameter.
   std::vector<at::Tensor> wrong;
   for (size_t i = 0; i < parameters.size(); ++i) {
-    wrong.push_back(TrainShard(full[i], parameters[i], {size, 1}, me));
+    wrong.push_back(TrainShard(full[i], parameters[i], {.dp = size, .tp = 1}, me));
   }
   wrong[1] = wrong[1].narrow(0, 0, wrong[1].numel() - 1);
-  auto refused = Reshard(world, parameters, wrong, {size, 1}, {size, 1});
+  auto refused = Reshard(world, parameters, wrong, {.dp = size, .tp = 1}, {.tp = size, .dp = 1});
   Expect(!refused.ok() && absl::StrContains(refused.status().message(), "o_proj.weight"),
          "reshard refuses a wrong-sized shard, naming it");
 }
@@ -415,9 +418,9 @@ void TensorParallel(Communicator& world, const at::Device& device) {
   auto parameters = full->named_parameters();
   std::vector<at::Tensor> shards;
   for (const ShardedParameter& spec : specs) {
-    shards.push_back(TrainShard(parameters[spec.name], spec, {size, 1}, me));
+    shards.push_back(TrainShard(parameters[spec.name], spec, {.dp = size, .tp = 1}, me));
   }
-  auto slices = Reshard(world, specs, shards, {size, 1}, {2, size / 2});
+  auto slices = Reshard(world, specs, shards, {.dp = size, .tp = 1}, {.tp = 2, .dp = size / 2});
   ExpectOk(slices.status(), "reshard to tp = 2");
   auto group = world.Split(me / 2, me);
   ExpectOk(group.status(), "tp group");
@@ -482,7 +485,7 @@ void TensorParallel(Communicator& world, const at::Device& device) {
   double worst = 0;
   for (const ShardedParameter& spec : specs) {
     const at::Tensor expected_grad =
-        RolloutSlice(parameters[spec.name].grad(), spec, {2, size / 2}, me);
+        RolloutSlice(parameters[spec.name].grad(), spec, {.tp = 2, .dp = size / 2}, me);
     const at::Tensor& got = leaves[spec.name].grad();
     if (!got.defined()) {
       Expect(false, "tp gradient missing for " + spec.name);
@@ -526,7 +529,7 @@ void TensorParallel(Communicator& world, const at::Device& device) {
   double worst_parameter = 0;
   for (const ShardedParameter& spec : specs) {
     const at::Tensor expected_slice =
-        RolloutSlice(parameters[spec.name].detach(), spec, {2, size / 2}, me);
+        RolloutSlice(parameters[spec.name].detach(), spec, {.tp = 2, .dp = size / 2}, me);
     const double difference =
         (leaves[spec.name].detach() - expected_slice).abs().max().cpu().item<double>();
     if (!(difference <= worst_parameter)) worst_parameter = difference;  // NaN sticks.

@@ -123,7 +123,7 @@ int RunRank(int rank, int ranks) {
   c10::cuda::CUDACachingAllocator::emptyCache();
 
   // Training shards (dp = ranks, tp = 1), random values, in the model's order.
-  const rlhfd::parallel::TrainLayout train{ranks, 1};
+  const rlhfd::parallel::TrainLayout train{.dp = ranks, .tp = 1};
   const std::vector<rlhfd::parallel::ShardedParameter> specs =
       rlhfd::parallel::TensorParallelSpecs(*config);
   std::vector<at::Tensor> shards;
@@ -136,7 +136,8 @@ int RunRank(int rank, int ranks) {
   }
   c10::cuda::device_synchronize();
   for (const rlhfd::parallel::RolloutLayout rollout :
-       {rlhfd::parallel::RolloutLayout{ranks, 1}, rlhfd::parallel::RolloutLayout{1, ranks}}) {
+       {rlhfd::parallel::RolloutLayout{.tp = ranks, .dp = 1},
+        rlhfd::parallel::RolloutLayout{.tp = 1, .dp = ranks}}) {
     for (const absl::string_view mib : absl::StrSplit(absl::GetFlag(FLAGS_bucket_mib), ',')) {
       rlhfd::parallel::ReshardOptions options;
       int bucket_mib = 0;

@@ -27,6 +27,9 @@ struct ShardedParameter {
   int tp_dim = -1;             // 0: column / vocab parallel, 1: row parallel, -1: replicated
 };
 
+// The two layouts name their sizes in opposite orders (verl's dp × tp for training, tp_g × dp_g
+// for the rollout): build them with designated initializers ({.dp = ..., .tp = ...}), never by
+// position.
 struct TrainLayout {
   int dp = 1;
   int tp = 1;

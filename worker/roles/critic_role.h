@@ -9,13 +9,14 @@
 #include "rlhfd/v1/job_spec.pb.h"
 #include "rlhfd/v1/worker_service.pb.h"
 #include "worker/parallel/communicator.h"
+#include "worker/roles/hosted_role.h"
 #include "worker/roles/step_batch.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/trained_model.h"
 
 namespace rlhfd::roles {
 
-class CriticRole {
+class CriticRole final : public TrainedRole {
  public:
   static absl::StatusOr<std::unique_ptr<CriticRole>> Create(const v1::JobSpec& spec,
                                                             const at::Device& device,
@@ -27,13 +28,11 @@ class CriticRole {
   // One value update towards the step's returns, clipped around its values.
   absl::StatusOr<v1::UpdateReply> Update(const v1::UpdateRequest& request, StepBatch& batch);
 
-  train::TrainedModel& trained() { return *trained_; }
-  int64_t optimizer_steps() const { return optimizer_steps_; }
-  void set_optimizer_steps(int64_t steps) { optimizer_steps_ = steps; }
-  // Optimiser steps skipped for a non-finite loss or gradient norm in the run so far
-  // (trainer.max_nonfinite_skips bounds them; checkpoints keep the count).
-  int64_t nonfinite_skips() const { return nonfinite_skips_; }
-  void set_nonfinite_skips(int64_t skips) { nonfinite_skips_ = skips; }
+  train::TrainedModel& trained() override { return *trained_; }
+  int64_t optimizer_steps() const override { return optimizer_steps_; }
+  void set_optimizer_steps(int64_t steps) override { optimizer_steps_ = steps; }
+  int64_t nonfinite_skips() const override { return nonfinite_skips_; }
+  void set_nonfinite_skips(int64_t skips) override { nonfinite_skips_ = skips; }
 
  private:
   CriticRole(const v1::JobSpec& spec, const at::Device& device) : spec_(spec), device_(device) {}

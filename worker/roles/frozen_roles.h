@@ -8,17 +8,19 @@
 #include "absl/status/statusor.h"
 #include "rlhfd/v1/job_spec.pb.h"
 #include "worker/model/transformer.h"
+#include "worker/roles/hosted_role.h"
 #include "worker/roles/step_batch.h"
 
 namespace rlhfd::roles {
 
-class ReferenceRole {
+class ReferenceRole final : public HostedRole {
  public:
   static absl::StatusOr<std::unique_ptr<ReferenceRole>> Create(const v1::JobSpec& spec,
                                                                const at::Device& device);
   // ref_log_probs (rows, R).
   absl::Status ComputeLogProbs(StepBatch& batch);
   model::Transformer& module() { return module_; }
+  std::vector<at::Tensor> ResidentTensors() override { return module_->parameters(); }
 
  private:
   ReferenceRole(const v1::JobSpec& spec, const at::Device& device, model::Transformer module)
@@ -28,13 +30,14 @@ class ReferenceRole {
   model::Transformer module_;
 };
 
-class RewardModelRole {
+class RewardModelRole final : public HostedRole {
  public:
   static absl::StatusOr<std::unique_ptr<RewardModelRole>> Create(const v1::JobSpec& spec,
                                                                  const at::Device& device);
   // scores (rows).
   absl::Status ComputeScores(StepBatch& batch);
   model::Transformer& module() { return module_; }
+  std::vector<at::Tensor> ResidentTensors() override { return module_->parameters(); }
 
  private:
   RewardModelRole(const v1::JobSpec& spec, const at::Device& device, model::Transformer module)

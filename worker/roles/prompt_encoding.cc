@@ -1,5 +1,7 @@
 #include "worker/roles/prompt_encoding.h"
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "common/util/text.h"
@@ -52,6 +54,28 @@ absl::StatusOr<EncodedPrompt> EncodePrompt(const model::Tokenizer& tokenizer,
   }
   encoded.ids.assign(begin, end);
   return encoded;
+}
+
+absl::StatusOr<v1::MeasurePromptsReply> PromptMeasurer::Measure(
+    const v1::MeasurePromptsRequest& request) {
+  const v1::ModelSpec& model = request.spec().model();
+  const std::string dir = model.tokenizer_path().empty() ? model.path() : model.tokenizer_path();
+  if (!tokenizer_ || tokenizer_dir_ != dir) {
+    ASSIGN_OR_RETURN(model::Tokenizer tokenizer, model::Tokenizer::Load(dir));
+    tokenizer_ = std::make_unique<model::Tokenizer>(std::move(tokenizer));
+    tokenizer_dir_ = dir;
+  }
+  v1::DataSpec untruncated = request.spec().data();
+  untruncated.set_max_prompt_length(std::numeric_limits<int32_t>::max());
+  untruncated.set_truncation(v1::TRUNCATION_ERROR);
+  v1::MeasurePromptsReply reply;
+  for (int i = 0; i < request.prompts_size(); ++i) {
+    ASSIGN_OR_RETURN(
+        const EncodedPrompt encoded,
+        EncodePrompt(*tokenizer_, request.prompts(i), untruncated, request.first_prompt() + i));
+    reply.add_tokens(static_cast<int64_t>(encoded.ids.size()));
+  }
+  return reply;
 }
 
 }  // namespace rlhfd::roles

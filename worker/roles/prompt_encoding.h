@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,5 +26,16 @@ struct EncodedPrompt {
 absl::StatusOr<EncodedPrompt> EncodePrompt(const model::Tokenizer& tokenizer,
                                            const v1::PromptRow& prompt, const v1::DataSpec& data,
                                            int64_t index);
+
+// MeasurePrompts: each prompt's token count, measured whole (no truncation: the limit is what
+// the controller checks). The tokenizer last loaded is kept, since a job measures in chunks.
+class PromptMeasurer {
+ public:
+  absl::StatusOr<v1::MeasurePromptsReply> Measure(const v1::MeasurePromptsRequest& request);
+
+ private:
+  std::string tokenizer_dir_;
+  std::unique_ptr<model::Tokenizer> tokenizer_;
+};
 
 }  // namespace rlhfd::roles

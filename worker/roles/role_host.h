@@ -3,6 +3,8 @@
 // job's state: calls are posted to it and answered from it, so callers never block and stages
 // never race. A stage call repeated with the same (job, step, stage) key gets the first call's
 // stored reply; an update that failed leaves its job refusing stages until a checkpoint loads.
+// RoleHost keeps that bookkeeping; what each stage does lives by concern in job_bootstrap.h,
+// batch_stages.h and checkpoint_stages.h, over the HostedJob of hosted_job.h.
 #pragma once
 
 #include <ATen/Device.h>
@@ -17,7 +19,7 @@
 
 #include "common/stages/stage_service.h"
 #include "common/util/event_loop.h"
-#include "worker/model/tokenizer.h"
+#include "worker/roles/prompt_encoding.h"
 
 namespace rlhfd::roles {
 
@@ -81,9 +83,7 @@ class RoleHost final : public stages::StageService {
   std::atomic<int> hosted_jobs_{0};
   mutable std::mutex hosted_mutex_;
   std::vector<v1::JobAttempt> hosted_attempts_;  // guarded by hosted_mutex_
-  // The tokenizer MeasurePrompts last loaded, and its directory (a job measures in chunks).
-  std::string measure_tokenizer_dir_;
-  std::unique_ptr<model::Tokenizer> measure_tokenizer_;
+  PromptMeasurer prompt_measurer_;
   // Shared with calling threads: EndJob cancels a job's long waits before it reaches the
   // executor.
   std::mutex cancel_mutex_;

@@ -2,8 +2,8 @@
 
 #include <ATen/autocast_mode.h>
 
-#include "worker/parallel/fully_sharded.h"
-#include "worker/parallel/replicated_model.h"
+#include "worker/train/distributed/fully_sharded.h"
+#include "worker/train/distributed/replicated_model.h"
 
 namespace rlhfd::roles {
 
@@ -16,9 +16,9 @@ std::unique_ptr<train::TrainedModel> MakeTrainedModel(model::Transformer module,
                                  .weight_decay = train.weight_decay()};
   if (pool.size() == 1) return std::make_unique<train::LocalModel>(std::move(module), adam);
   if (train.zero_stage() == 3) {
-    return std::make_unique<parallel::FullyShardedModel>(std::move(module), pool, adam);
+    return std::make_unique<train::FullyShardedModel>(std::move(module), pool, adam);
   }
-  return std::make_unique<parallel::ReplicatedModel>(std::move(module), pool, adam);
+  return std::make_unique<train::ReplicatedModel>(std::move(module), pool, adam);
 }
 
 int64_t OptimizerStepsPerRlStep(const v1::JobSpec& spec, const v1::TrainSpec& train) {

@@ -9,16 +9,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "common/util/stopwatch.h"
 #include "worker/rollout/request_check.h"
 #include "worker/rollout/sampler.h"
 #include "worker/rollout/sampling_math.h"
 
 namespace rlhfd::rollout {
 namespace {
-
-double Seconds(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
-}
 
 at::TensorOptions HostOptions(const at::Device& device, at::ScalarType dtype) {
   // Pinned on GPU hosts, so per-step copies are asynchronous DMA.
@@ -76,7 +73,7 @@ class GenerationEngine::Run {
     }
     // Decode time: all but the prefills (steps overlap, so they are not timed one by one).
     engine_.stats_.decode_seconds +=
-        Seconds(start) - (engine_.stats_.prefill_seconds - prefill_before);
+        SecondsSince(start) - (engine_.stats_.prefill_seconds - prefill_before);
     return std::move(results_);
   }
 
@@ -177,7 +174,7 @@ class GenerationEngine::Run {
 
     engine_.stats_.prompts += batch;
     engine_.stats_.prefill_tokens += std::count(mask_data, mask_data + batch * longest, 1);
-    engine_.stats_.prefill_seconds += Seconds(start);
+    engine_.stats_.prefill_seconds += SecondsSince(start);
   }
 
   // Launches one decode step over every running sequence. Inputs come from the device when the

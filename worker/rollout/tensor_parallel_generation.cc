@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <bit>
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
@@ -12,6 +13,44 @@
 
 namespace rlhfd::rollout {
 namespace {
+
+// A rank's requests as int64 words (doubles bit for bit), for gathering over a group.
+void AppendRequests(const std::vector<GenerationRequest>& requests, std::vector<int64_t>& words) {
+  words.push_back(static_cast<int64_t>(requests.size()));
+  for (const GenerationRequest& request : requests) {
+    const SamplingParams& s = request.sampling;
+    words.insert(words.end(),
+                 {static_cast<int64_t>(s.seed.value_or(0)), std::bit_cast<int64_t>(s.temperature),
+                  s.top_k, std::bit_cast<int64_t>(s.top_p), s.max_new_tokens, s.n,
+                  s.ignore_eos ? 1 : 0, static_cast<int64_t>(s.stop_token_ids.size()),
+                  static_cast<int64_t>(request.prompt_ids.size())});
+    words.insert(words.end(), s.stop_token_ids.begin(), s.stop_token_ids.end());
+    words.insert(words.end(), request.prompt_ids.begin(), request.prompt_ids.end());
+  }
+}
+
+// The inverse of AppendRequests: appends one rank's requests to `requests`.
+void ReadRequests(const int64_t* words, std::vector<GenerationRequest>& requests) {
+  const int64_t count = *words++;
+  for (int64_t i = 0; i < count; ++i) {
+    GenerationRequest request;
+    SamplingParams& s = request.sampling;
+    s.seed = static_cast<uint64_t>(words[0]);
+    s.temperature = std::bit_cast<double>(words[1]);
+    s.top_k = words[2];
+    s.top_p = std::bit_cast<double>(words[3]);
+    s.max_new_tokens = words[4];
+    s.n = words[5];
+    s.ignore_eos = words[6] != 0;
+    const int64_t stops = words[7], length = words[8];
+    words += 9;
+    s.stop_token_ids.assign(words, words + stops);
+    words += stops;
+    request.prompt_ids.assign(words, words + length);
+    words += length;
+    requests.push_back(std::move(request));
+  }
+}
 
 struct Row {
   size_t request = 0;
@@ -110,6 +149,26 @@ absl::StatusOr<std::vector<GenerationResult>> GenerateTensorParallel(
   std::vector<GenerationResult> results(requests.size());
   for (Row& row : rows) results[row.request].samples.push_back(std::move(row.completion));
   return results;
+}
+
+absl::StatusOr<GroupRequests> GatherGroupRequests(parallel::Communicator& group,
+                                                  const std::vector<GenerationRequest>& requests) {
+  std::vector<int64_t> mine;
+  AppendRequests(requests, mine);
+  at::Tensor size = at::tensor({static_cast<int64_t>(mine.size())}, at::kLong);
+  at::Tensor sizes = at::empty({group.size()}, at::kLong);
+  RETURN_IF_ERROR(group.AllGather(size, sizes));
+  const int64_t longest = sizes.max().item<int64_t>();
+  at::Tensor padded = at::zeros({1, longest}, at::kLong);
+  std::copy(mine.begin(), mine.end(), padded.data_ptr<int64_t>());
+  at::Tensor everyone = at::empty({group.size(), longest}, at::kLong);
+  RETURN_IF_ERROR(group.AllGather(padded, everyone));
+  GroupRequests gathered;
+  for (int r = 0; r < group.size(); ++r) {
+    if (r == group.rank()) gathered.first = gathered.all.size();
+    ReadRequests(everyone[r].data_ptr<int64_t>(), gathered.all);
+  }
+  return gathered;
 }
 
 }  // namespace rlhfd::rollout

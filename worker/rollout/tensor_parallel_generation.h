@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/parallel/communicator.h"
 #include "worker/parallel/tensor_parallel.h"
 #include "worker/rollout/request.h"
 
@@ -21,5 +22,15 @@ namespace rlhfd::rollout {
 absl::StatusOr<std::vector<GenerationResult>> GenerateTensorParallel(
     parallel::TensorParallelTransformer& model, const std::vector<GenerationRequest>& requests,
     const std::vector<int64_t>& eos_token_ids, int64_t vocab_size);
+
+// A tensor-parallel group decodes its ranks' prompts together: every rank calls this with its own
+// requests and gets every rank's, in rank order (sent as int64 words, doubles bit for bit), and
+// where its own begin.
+struct GroupRequests {
+  std::vector<GenerationRequest> all;
+  size_t first = 0;  // this rank's requests are all[first, first + its count)
+};
+absl::StatusOr<GroupRequests> GatherGroupRequests(parallel::Communicator& group,
+                                                  const std::vector<GenerationRequest>& requests);
 
 }  // namespace rlhfd::rollout

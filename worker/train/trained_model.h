@@ -1,6 +1,7 @@
 // What the updates train: a module, how one mini-batch's gradients become a step, and the
 // data-parallel replicas it is one of. One interface for every training layout: LocalModel here
-// (one process), ReplicatedModel (ZeRO-2) and FullyShardedModel (ZeRO-3) in worker/parallel.
+// (one process), ReplicatedModel (ZeRO-2) and FullyShardedModel (ZeRO-3) in
+// worker/train/distributed.
 //
 // Data parallelism: every replica runs the same number of mini-batches, each over its own rows;
 // the update loop sums each mini-batch's loss denominators over the replicas, so every replica's

@@ -1,4 +1,4 @@
-#include "worker/parallel/sharded_optimizer.h"
+#include "worker/train/distributed/sharded_optimizer.h"
 
 #include <ATen/ATen.h>
 
@@ -6,7 +6,7 @@
 
 #include "common/status/status_macros.h"
 
-namespace rlhfd::parallel {
+namespace rlhfd::train {
 namespace {
 
 at::ScalarType Wide(const at::Tensor& t) {
@@ -15,8 +15,8 @@ at::ScalarType Wide(const at::Tensor& t) {
 
 }  // namespace
 
-ShardedAdamW::ShardedAdamW(std::vector<at::Tensor> params, Communicator& group,
-                           train::AdamWOptions options)
+ShardedAdamW::ShardedAdamW(std::vector<at::Tensor> params, parallel::Communicator& group,
+                           AdamWOptions options)
     : params_(std::move(params)), group_(group) {
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> flat;
@@ -28,7 +28,7 @@ ShardedAdamW::ShardedAdamW(std::vector<at::Tensor> params, Communicator& group,
   at::Tensor padded = at::zeros({shard_size_ * group.size()}, flat.front().options());
   padded.narrow(0, 0, total_).copy_(at::cat(flat));
   master_ = padded.narrow(0, group.rank() * shard_size_, shard_size_).clone();
-  optimizer_ = std::make_unique<train::AdamW>(std::vector<at::Tensor>{master_}, options);
+  optimizer_ = std::make_unique<AdamW>(std::vector<at::Tensor>{master_}, options);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> ShardedAdamW::State() const {
@@ -50,15 +50,15 @@ absl::StatusOr<double> ShardedAdamW::Step(double lr, double max_norm) {
     offset += p.numel();
   }
   at::Tensor grad_shard = at::empty({shard_size_}, options);
-  RETURN_IF_ERROR(group_.ReduceScatter(flat_grad, grad_shard, ReduceOp::kAvg));
+  RETURN_IF_ERROR(group_.ReduceScatter(flat_grad, grad_shard, parallel::ReduceOp::kAvg));
   flat_grad = at::Tensor();
   at::Tensor squares = grad_shard.pow(2).sum().reshape({1});
-  RETURN_IF_ERROR(group_.AllReduce(squares, ReduceOp::kSum));
+  RETURN_IF_ERROR(group_.AllReduce(squares, parallel::ReduceOp::kSum));
   const double norm = std::sqrt(squares.item<double>());
   // Every rank has the same norm, so all skip together: nothing non-finite reaches the masters.
   if (!std::isfinite(norm)) return norm;
   if (max_norm > 0 && norm > max_norm) {
-    grad_shard.mul_(max_norm / (norm + 1e-6));  // As torch's clip_grad_norm_ and train::AdamW.
+    grad_shard.mul_(max_norm / (norm + 1e-6));  // As torch's clip_grad_norm_ and AdamW.
   }
   master_.mutable_grad() = grad_shard;
   optimizer_->Step(lr);
@@ -73,4 +73,4 @@ absl::StatusOr<double> ShardedAdamW::Step(double lr, double max_norm) {
   return norm;
 }
 
-}  // namespace rlhfd::parallel
+}  // namespace rlhfd::train

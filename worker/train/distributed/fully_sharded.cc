@@ -1,4 +1,4 @@
-#include "worker/parallel/fully_sharded.h"
+#include "worker/train/distributed/fully_sharded.h"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
@@ -9,10 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
-#include "worker/parallel/replicated_model.h"
+#include "worker/train/distributed/replicated_model.h"
 #include "worker/train/finite_check.h"
 
-namespace rlhfd::parallel {
+namespace rlhfd::train {
 
 struct FullyShardedModel::Unit {
   std::vector<at::Tensor> params;  // The module's tensors; emptied between uses.
@@ -20,7 +20,7 @@ struct FullyShardedModel::Unit {
   at::TensorOptions param_options;
   int64_t total = 0, shard_size = 0;
   at::Tensor master;  // This rank's shard (padded flat), wide dtype.
-  Communicator* group = nullptr;
+  parallel::Communicator* group = nullptr;
   absl::Status* failure = nullptr;  // The model's first failure (see RecordFailure).
 
   // Keeps the first failure of a collective inside autograd, which must not throw: a peer's
@@ -34,7 +34,8 @@ struct FullyShardedModel::Unit {
     return true;
   }
 
-  void Init(std::vector<at::Tensor> tensors, Communicator& communicator, absl::Status* first) {
+  void Init(std::vector<at::Tensor> tensors, parallel::Communicator& communicator,
+            absl::Status* first) {
     group = &communicator;
     failure = first;
     params = std::move(tensors);
@@ -91,7 +92,7 @@ struct FullyShardedModel::Unit {
       offset += n;
     }
     at::Tensor shard = at::empty({shard_size}, master.options());
-    RETURN_IF_ERROR(group->ReduceScatter(flat, shard, ReduceOp::kAvg));
+    RETURN_IF_ERROR(group->ReduceScatter(flat, shard, parallel::ReduceOp::kAvg));
     if (master.grad().defined()) {
       master.mutable_grad().add_(shard);
     } else {
@@ -150,8 +151,8 @@ class GatheredLayer : public torch::autograd::Function<GatheredLayer> {
 
 }  // namespace
 
-FullyShardedModel::FullyShardedModel(model::Transformer model, Communicator& group,
-                                     train::AdamWOptions options)
+FullyShardedModel::FullyShardedModel(model::Transformer model, parallel::Communicator& group,
+                                     AdamWOptions options)
     : model_(std::move(model)), group_(group) {
   std::vector<at::Tensor> root, masters;
   std::vector<std::vector<at::Tensor>> per_layer(model_->config().num_layers);
@@ -173,7 +174,7 @@ FullyShardedModel::FullyShardedModel(model::Transformer model, Communicator& gro
   root_ = std::make_unique<Unit>();
   root_->Init(std::move(root), group, &failure_);
   masters.push_back(root_->master);
-  optimizer_ = std::make_unique<train::AdamW>(masters, options);
+  optimizer_ = std::make_unique<AdamW>(masters, options);
   model_->set_layer_runner([this](int64_t index, model::DecoderLayerImpl& layer,
                                   const at::Tensor& x, const model::AttentionContext& context) {
     return GatheredLayer::apply(x, layers_[index].get(), &layer, context);
@@ -195,12 +196,11 @@ void FullyShardedModel::ZeroGrad() {
   }
 }
 
-absl::Status FullyShardedModel::ReduceOverReplicas(std::vector<double>& values,
-                                                   train::ReplicaReduce op) {
+absl::Status FullyShardedModel::ReduceOverReplicas(std::vector<double>& values, ReplicaReduce op) {
   return ReduceDoubles(group_, root_->master.device(), values, op);
 }
 
-train::TrainedModel::NamedTensors FullyShardedModel::StateTensors() {
+TrainedModel::NamedTensors FullyShardedModel::StateTensors() {
   NamedTensors state;
   for (size_t k = 0; k < layers_.size(); ++k) {
     state.emplace_back("unit." + std::to_string(k), layers_[k]->master);
@@ -227,7 +227,7 @@ absl::StatusOr<double> FullyShardedModel::FinishStep(double lr, double max_norm)
   for (Unit* unit : units) {
     if (unit->master.grad().defined()) squares += unit->master.grad().pow(2).sum();
   }
-  RETURN_IF_ERROR(group_.AllReduce(squares, ReduceOp::kSum));
+  RETURN_IF_ERROR(group_.AllReduce(squares, parallel::ReduceOp::kSum));
   const double norm = std::sqrt(squares.item<double>());
   if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) {
     for (Unit* unit : units) {
@@ -246,9 +246,9 @@ absl::StatusOr<std::optional<std::string>> FullyShardedModel::NonFiniteParameter
   std::vector<at::Tensor> masters;
   for (auto& unit : layers_) masters.push_back(unit->master);
   masters.push_back(root_->master);
-  const std::optional<size_t> mine = train::FirstNonFinite(masters);
+  const std::optional<size_t> mine = FirstNonFinite(masters);
   std::vector<double> found = {mine ? static_cast<double>(masters.size() - *mine) : 0.0};
-  RETURN_IF_ERROR(ReduceOverReplicas(found, train::ReplicaReduce::kMax));
+  RETURN_IF_ERROR(ReduceOverReplicas(found, ReplicaReduce::kMax));
   if (found[0] == 0) return std::nullopt;
   const size_t unit = masters.size() - static_cast<size_t>(found[0]);
   if (unit < layers_.size()) return absl::StrCat("model.layers.", unit, ".*");
@@ -273,4 +273,4 @@ absl::StatusOr<std::vector<at::Tensor>> FullyShardedModel::FullParameters() {
   return out;
 }
 
-}  // namespace rlhfd::parallel
+}  // namespace rlhfd::train

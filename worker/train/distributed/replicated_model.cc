@@ -1,25 +1,28 @@
-#include "worker/parallel/replicated_model.h"
+#include "worker/train/distributed/replicated_model.h"
 
 #include <ATen/ATen.h>
 
 #include "common/status/status_macros.h"
 
-namespace rlhfd::parallel {
+namespace rlhfd::train {
 
-absl::Status ReduceDoubles(Communicator& group, const at::Device& device,
-                           std::vector<double>& values, train::ReplicaReduce op) {
+absl::Status ReduceDoubles(parallel::Communicator& group, const at::Device& device,
+                           std::vector<double>& values, ReplicaReduce op) {
   if (values.empty() || group.size() == 1) return absl::OkStatus();
   at::Tensor tensor = at::tensor(values, at::kDouble).to(device);
   RETURN_IF_ERROR(group.AllReduce(
-      tensor, op == train::ReplicaReduce::kSum ? ReduceOp::kSum : ReduceOp::kMax));
+      tensor, op == ReplicaReduce::kSum ? parallel::ReduceOp::kSum : parallel::ReduceOp::kMax));
   const at::Tensor host = tensor.cpu();
-  for (size_t i = 0; i < values.size(); ++i) values[i] = host[static_cast<int64_t>(i)].item<double>();
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = host[static_cast<int64_t>(i)].item<double>();
   return absl::OkStatus();
 }
 
-ReplicatedModel::ReplicatedModel(model::Transformer module, Communicator& group,
-                                 train::AdamWOptions options)
-    : module_(std::move(module)), group_(group), optimizer_(module_->parameters(), group, options) {}
+ReplicatedModel::ReplicatedModel(model::Transformer module, parallel::Communicator& group,
+                                 AdamWOptions options)
+    : module_(std::move(module)),
+      group_(group),
+      optimizer_(module_->parameters(), group, options) {}
 
 absl::StatusOr<double> ReplicatedModel::FinishStep(double lr, double max_norm) {
   absl::StatusOr<double> norm = optimizer_.Step(lr, max_norm);
@@ -33,18 +36,17 @@ void ReplicatedModel::ZeroGrad() {
   }
 }
 
-absl::Status ReplicatedModel::ReduceOverReplicas(std::vector<double>& values,
-                                                 train::ReplicaReduce op) {
+absl::Status ReplicatedModel::ReduceOverReplicas(std::vector<double>& values, ReplicaReduce op) {
   const std::vector<at::Tensor> params = module_->parameters();
   return ReduceDoubles(group_, params.empty() ? at::Device(at::kCPU) : params.front().device(),
                        values, op);
 }
 
-train::TrainedModel::NamedTensors ReplicatedModel::StateTensors() {
+TrainedModel::NamedTensors ReplicatedModel::StateTensors() {
   NamedTensors state;
   for (const auto& item : module_->named_parameters()) state.emplace_back(item.key(), item.value());
   for (auto& [name, tensor] : optimizer_.State()) state.emplace_back("optimizer." + name, tensor);
   return state;
 }
 
-}  // namespace rlhfd::parallel
+}  // namespace rlhfd::train

@@ -23,13 +23,13 @@
 #include "worker/train/optimizer.h"
 #include "worker/train/trained_model.h"
 
-namespace rlhfd::parallel {
+namespace rlhfd::train {
 
-class FullyShardedModel final : public train::TrainedModel {
+class FullyShardedModel final : public TrainedModel {
  public:
   // Takes over `model`'s parameters (the same values on every rank of `group`), which must
   // outlive this object along with `group`.
-  FullyShardedModel(model::Transformer model, Communicator& group, train::AdamWOptions options);
+  FullyShardedModel(model::Transformer model, parallel::Communicator& group, AdamWOptions options);
   ~FullyShardedModel();
 
   model::Transformer& module() override { return model_; }
@@ -46,7 +46,7 @@ class FullyShardedModel final : public train::TrainedModel {
   // The first failure inside forward or backward since the last call; clears it.
   absl::Status TakeStatus() override;
   int replicas() const override { return group_.size(); }
-  absl::Status ReduceOverReplicas(std::vector<double>& values, train::ReplicaReduce op) override;
+  absl::Status ReduceOverReplicas(std::vector<double>& values, ReplicaReduce op) override;
   // Layers gather their parameters inside every forward: all ranks run as many.
   bool lockstep_forwards() const override { return true; }
   // The unit whose master shard holds a NaN or an infinity on any rank ("model.layers.<k>.*").
@@ -61,11 +61,11 @@ class FullyShardedModel final : public train::TrainedModel {
 
  private:
   model::Transformer model_;
-  Communicator& group_;
+  parallel::Communicator& group_;
   std::vector<std::unique_ptr<Unit>> layers_;
   std::unique_ptr<Unit> root_;
-  std::unique_ptr<train::AdamW> optimizer_;
+  std::unique_ptr<AdamW> optimizer_;
   absl::Status failure_;
 };
 
-}  // namespace rlhfd::parallel
+}  // namespace rlhfd::train

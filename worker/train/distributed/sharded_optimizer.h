@@ -14,13 +14,13 @@
 #include "worker/parallel/communicator.h"
 #include "worker/train/optimizer.h"
 
-namespace rlhfd::parallel {
+namespace rlhfd::train {
 
 class ShardedAdamW {
  public:
   // `params`: the module's parameters, the same shapes and order on every rank; `group`: the
   // data-parallel group (it must outlive this object).
-  ShardedAdamW(std::vector<at::Tensor> params, Communicator& group, train::AdamWOptions options);
+  ShardedAdamW(std::vector<at::Tensor> params, parallel::Communicator& group, AdamWOptions options);
 
   // After each rank's backward (its loss a mean over an equal share of the batch): averages the
   // gradients, clips them by their global norm (max_norm > 0), updates and redistributes the
@@ -34,10 +34,10 @@ class ShardedAdamW {
 
  private:
   std::vector<at::Tensor> params_;
-  Communicator& group_;
+  parallel::Communicator& group_;
   int64_t total_ = 0, shard_size_ = 0;
   at::Tensor master_;  // This rank's shard of the flattened parameters (padded), wide dtype.
-  std::unique_ptr<train::AdamW> optimizer_;
+  std::unique_ptr<AdamW> optimizer_;
 };
 
-}  // namespace rlhfd::parallel
+}  // namespace rlhfd::train

@@ -1,0 +1,107 @@
+// The tokenizer's internals, shared by its files and no one else: UTF-8 and GPT-2 byte-map
+// helpers, the pre-tokenizer regex, and Tokenizer::Impl. tokenizer_json.cc builds an Impl from
+// tokenizer.json; tokenizer.cc encodes and decodes with it; tokenizer_text.cc holds the helpers.
+#pragma once
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "worker/model/tokenizer.h"
+
+namespace rlhfd::model {
+namespace tokenizer_internal {
+
+// GPT-2's pattern, used by ByteLevel pre-tokenizers with use_regex.
+inline constexpr char kGpt2Pattern[] =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+inline constexpr char kReplacement[] = "\xEF\xBF\xBD";  // U+FFFD
+
+void AppendUtf8(uint32_t cp, std::string* out);
+// Decodes one UTF-8 sequence at `i`. Returns its length and sets `cp`, or returns the length of
+// the maximal invalid subpart (>= 1) with cp = UINT32_MAX (Unicode's substitution practice,
+// which Rust's from_utf8_lossy follows).
+size_t DecodeUtf8(absl::string_view s, size_t i, uint32_t* cp);
+bool IsValidUtf8(absl::string_view s);
+// Invalid sequences become U+FFFD.
+std::string LossyUtf8(absl::string_view s);
+
+// GPT-2's reversible byte → printable-character map, and its inverse.
+struct ByteMap {
+  std::string to_unicode[256];
+  std::unordered_map<uint32_t, uint8_t> to_byte;
+  ByteMap();
+};
+const ByteMap& Bytes();
+
+struct RegexDeleter {
+  void operator()(pcre2_code* code) const { pcre2_code_free(code); }
+};
+using Regex = std::shared_ptr<pcre2_code>;
+
+absl::StatusOr<Regex> CompileRegex(const std::string& pattern, absl::string_view source);
+// Splits `text` into matches and the gaps between them ("Isolated" behaviour), in order.
+void SplitIsolated(const Regex& regex, absl::string_view text, std::vector<std::string>* out);
+
+// Unicode White_Space (what tokenizers' lstrip / rstrip test, Rust's char::is_whitespace).
+bool IsWhitespace(uint32_t c);
+// The code point starting at byte `i` of valid UTF-8 `text`, and its length.
+std::pair<uint32_t, size_t> CodePointAt(absl::string_view text, size_t i);
+// Where the whitespace run ending at `end` starts, not before `floor`.
+size_t WhitespaceRunStart(absl::string_view text, size_t floor, size_t end);
+// Where the whitespace run starting at `begin` ends.
+size_t WhitespaceRunEnd(absl::string_view text, size_t begin);
+
+struct PreTokenizerStep {
+  enum Kind { kSplit, kByteLevel } kind;
+  Regex regex;  // kSplit, or kByteLevel with use_regex
+  bool add_prefix_space = false;
+};
+
+struct AddedToken {
+  int32_t id;
+  std::string content;
+  bool special;
+  bool lstrip = false;  // The whitespace right before it belongs to the token (is dropped).
+  bool rstrip = false;  // The whitespace right after it does.
+};
+
+}  // namespace tokenizer_internal
+
+struct Tokenizer::Impl {
+  std::unordered_map<std::string, int32_t> vocab;
+  std::vector<std::string> id_to_token;
+  std::unordered_map<std::string, int32_t> merge_rank;  // "left right" → rank
+  bool ignore_merges = false;
+  bool nfc = false;
+  std::vector<tokenizer_internal::PreTokenizerStep> pre;
+  std::vector<tokenizer_internal::AddedToken>
+      added;  // Longest content first, for leftmost-longest matching.
+  std::unordered_map<int32_t, size_t> added_index;
+  std::vector<int32_t> prefix_ids, suffix_ids;  // TemplateProcessing around a single sequence.
+  ChatTemplate chat = ChatTemplate::kNone;
+  std::string default_system;
+  std::string bos_token;
+
+  // The BPE model's vocab, merges and flags; added tokens. Each raises *max_id to its largest id.
+  absl::Status ParseBpeModel(const nlohmann::json& model, absl::string_view source,
+                             int32_t* max_id);
+  absl::Status ParseAddedTokens(const nlohmann::json& root, absl::string_view source,
+                                int32_t* max_id);
+  absl::Status ParseNormalizer(const nlohmann::json& normalizer, absl::string_view source);
+  absl::Status ParsePreTokenizer(const nlohmann::json& step, absl::string_view source);
+  absl::Status ParsePostProcessor(const nlohmann::json& processor, absl::string_view source);
+  void Bpe(const std::string& piece, std::vector<int32_t>* ids) const;
+  void EncodeSegment(absl::string_view text, std::vector<int32_t>* ids) const;
+};
+
+}  // namespace rlhfd::model

@@ -1,0 +1,34 @@
+// The stages over a step's rows, each on the hosted job it is given (RoleHost runs them on its
+// executor with the stored-reply and poisoned-job rules): generation, moves between pools,
+// forwards, rewards, advantages, updates, validation and the rollout-data dump.
+#pragma once
+
+#include <ATen/Device.h>
+
+#include "absl/status/statusor.h"
+#include "rlhfd/v1/worker_service.pb.h"
+#include "worker/roles/hosted_job.h"
+
+namespace rlhfd::roles {
+
+// The actor's rollout of this rank's prompts; with ReMax, also the greedy baseline's rewards.
+absl::StatusOr<v1::GenerateReply> RunGenerate(HostedJob& job, const v1::GenerateRequest& request,
+                                              const at::Device& device);
+// Sends the named tensors from one pool's ranks to another's; a receiving rank that holds
+// nothing of the step yet begins it with the request's shape.
+absl::StatusOr<v1::MoveTensorsReply> RunMoveTensors(HostedJob& job,
+                                                    const v1::MoveTensorsRequest& request,
+                                                    const at::Device& device);
+absl::StatusOr<v1::ForwardReply> RunForward(HostedJob& job, const v1::ForwardRequest& request);
+// Rule or remote rewards of the step's responses, on the actor ranks.
+absl::StatusOr<v1::RewardReply> RunRewards(HostedJob& job, const v1::RewardRequest& request);
+absl::StatusOr<v1::AdvantageReply> RunAdvantages(HostedJob& job,
+                                                 const v1::AdvantageRequest& request);
+absl::StatusOr<v1::UpdateReply> RunUpdateActor(HostedJob& job, const v1::UpdateRequest& request);
+absl::StatusOr<v1::UpdateReply> RunUpdateCritic(HostedJob& job, const v1::UpdateRequest& request);
+absl::StatusOr<v1::ValidateReply> RunValidate(HostedJob& job, const v1::ValidateRequest& request);
+// This rank's tensors of the step, to <trainer.rollout_data_dir>/step_<N>_rank_<r>.safetensors.
+absl::StatusOr<v1::DumpBatchReply> RunDumpBatch(HostedJob& job,
+                                                const v1::DumpBatchRequest& request);
+
+}  // namespace rlhfd::roles

@@ -1,0 +1,153 @@
+#include "worker/roles/checkpoint_stages.h"
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging/logging.h"
+#include "common/status/status_macros.h"
+#include "common/util/text.h"
+#include "nlohmann/json.hpp"
+#include "worker/model/model_export.h"
+#include "worker/roles/checkpoint.h"
+
+namespace rlhfd::roles {
+namespace {
+
+// A manifest's "extra" values (its CRC was checked; a version-1 manifest's was not).
+int64_t JsonInteger(const nlohmann::json& object, const char* key, int64_t fallback) {
+  const auto found = object.find(key);
+  return found != object.end() && found->is_number_integer() ? found->get<int64_t>() : fallback;
+}
+double JsonNumber(const nlohmann::json& object, const char* key, double fallback) {
+  const auto found = object.find(key);
+  return found != object.end() && found->is_number() ? found->get<double>() : fallback;
+}
+
+absl::Status CheckCheckpointDirectory(const HostedJob& job, const std::string& requested) {
+  return CheckConfiguredDirectory(requested, job.spec.trainer().checkpoint_dir(),
+                                  "trainer.checkpoint_dir");
+}
+
+// The actor's full weights as a Hugging Face directory beside the step's checkpoint. Gathering
+// sharded weights is a collective: every actor rank takes part, the first writes.
+absl::Status ExportActor(HostedJob& job, const v1::CheckpointRequest& request, int position) {
+  ASSIGN_OR_RETURN(model::Transformer full, job.actor->FullWeights());
+  if (position == 0) {
+    RETURN_IF_ERROR(model::ExportHuggingFaceDirectory(
+        full, job.spec.model().path(),
+        absl::StrCat(StepDirectory(request.directory(), request.step()), "/actor/huggingface"),
+        at::kBFloat16));
+  }
+  job.actor->ReleaseRollout();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::CheckpointReply> RunSaveCheckpoint(HostedJob& job,
+                                                      const v1::CheckpointRequest& request) {
+  RETURN_IF_ERROR(CheckCheckpointDirectory(job, request.directory()));
+  if (request.step() < 1) return absl::InvalidArgumentError("checkpoint: step must be >= 1");
+  v1::CheckpointReply reply;
+  for (auto& [role, trained] : job.TrainedRoles()) {
+    const int position = job.layout->PositionIn(role);
+    ASSIGN_OR_RETURN(const int64_t bytes,
+                     SaveRoleState(request.directory(), request.step(), role, position,
+                                   trained->trained().StateTensors(),
+                                   {{"optimizer_steps", trained->optimizer_steps()},
+                                    {"nonfinite_skips", trained->nonfinite_skips()},
+                                    {"seed", job.spec.trainer().seed()},
+                                    {"kl_coef", request.kl_coef()}}));
+    reply.set_bytes(reply.bytes() + bytes);
+    reply.set_path(RankDirectory(request.directory(), request.step(), role, position));
+    if (role == kActor && request.export_huggingface()) {
+      RETURN_IF_ERROR(ExportActor(job, request, position));
+    }
+  }
+  reply.set_step(request.step());
+  return reply;
+}
+
+absl::StatusOr<v1::CheckpointReply> RunCommitCheckpoint(HostedJob& job,
+                                                        const v1::CheckpointRequest& request) {
+  RETURN_IF_ERROR(CheckCheckpointDirectory(job, request.directory()));
+  RETURN_IF_ERROR(CommitStep(request.directory(), request.step()));
+  // The commit stands whatever happens to the deletion of older steps; a failed one is tried
+  // again after the next commit.
+  const absl::StatusOr<std::vector<std::string>> removed =
+      RemoveOldSteps(request.directory(), request.step(), job.spec.trainer().max_ckpt_to_keep());
+  if (!removed.ok()) {
+    RLOG(WARNING) << "trainer.max_ckpt_to_keep: " << removed.status().message();
+  } else if (!removed->empty()) {
+    RLOG(INFO) << "trainer.max_ckpt_to_keep " << job.spec.trainer().max_ckpt_to_keep()
+               << ": deleted " << absl::StrJoin(*removed, ", ");
+  }
+  v1::CheckpointReply reply;
+  reply.set_step(request.step());
+  reply.set_path(StepDirectory(request.directory(), request.step()));
+  return reply;
+}
+
+absl::StatusOr<v1::CheckpointReply> RunLoadCheckpoint(HostedJob& job,
+                                                      const v1::CheckpointRequest& request) {
+  RETURN_IF_ERROR(CheckCheckpointDirectory(job, request.directory()));
+  const std::vector<std::pair<std::string, TrainedRole*>> trained_roles = job.TrainedRoles();
+  std::vector<RolePart> parts;
+  for (auto& [role, trained] : trained_roles) {
+    parts.push_back({.role = role,
+                     .rank = job.layout->PositionIn(role),
+                     .state = trained->trained().StateTensors()});
+  }
+  ASSIGN_OR_RETURN(const LoadedCheckpoint loaded,
+                   LoadNewestIntact(request.directory(), request.step(), parts));
+  v1::CheckpointReply reply;
+  reply.set_step(loaded.step);
+  for (const std::string& note : loaded.passed_over) reply.add_passed_over(note);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string& role = parts[i].role;
+    TrainedRole& trained = *trained_roles[i].second;
+    const nlohmann::json& extra = loaded.extras[i];
+    const int64_t steps = JsonInteger(extra, "optimizer_steps", 0);
+    reply.set_kl_coef(JsonNumber(extra, "kl_coef", job.spec.algorithm().kl().coef()));
+    trained.set_optimizer_steps(steps);
+    trained.set_nonfinite_skips(JsonInteger(extra, "nonfinite_skips", 0));
+    trained.ReleaseDerived();
+    if (role == kActor) {
+      reply.set_optimizer_steps(steps);
+    } else {
+      reply.set_critic_optimizer_steps(steps);
+    }
+    reply.set_path(RankDirectory(request.directory(), loaded.step, role, parts[i].rank));
+  }
+  job.poisoned.clear();
+  job.replies.clear();
+  job.batch.Begin(0, 0, {}, 0, 0);
+  RLOG(INFO) << "loaded step " << loaded.step << " from " << request.directory();
+  return reply;
+}
+
+absl::StatusOr<v1::OffloadReply> RunOffload(HostedJob& job, const v1::OffloadRequest& request,
+                                            const at::Device& device) {
+  const at::Device target = request.to_host() ? at::Device(at::kCPU) : device;
+  const bool pin = request.to_host() && device.is_cuda();
+  for (const std::string& name : request.roles()) {
+    HostedRole* role = job.Role(name);
+    if (role == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("offload: this worker hosts no ", SanitizeForDisplay(name, 40)));
+    }
+    role->ReleaseDerived();
+    for (at::Tensor& tensor : role->ResidentTensors()) {
+      at::Tensor moved = tensor.to(target, /*non_blocking=*/false, /*copy=*/false);
+      if (pin && !moved.is_pinned()) moved = moved.pin_memory();
+      tensor.set_data(moved);
+    }
+  }
+  return v1::OffloadReply();
+}
+
+}  // namespace rlhfd::roles

@@ -1,0 +1,61 @@
+#include "worker/roles/hosted_job.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/util/files.h"
+#include "common/util/text.h"
+
+namespace rlhfd::roles {
+
+HostedRole* HostedJob::Role(const std::string& role) {
+  if (role == kActor) return actor.get();
+  if (role == kCritic) return critic.get();
+  if (role == kReference) return reference.get();
+  if (role == kReward) return reward_model.get();
+  return nullptr;
+}
+
+std::vector<std::pair<std::string, TrainedRole*>> HostedJob::TrainedRoles() {
+  std::vector<std::pair<std::string, TrainedRole*>> trained;
+  if (actor) trained.emplace_back(kActor, actor.get());
+  if (critic) trained.emplace_back(kCritic, critic.get());
+  return trained;
+}
+
+absl::Status CheckAttempt(int64_t attempt) {
+  if (attempt < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attempt ", attempt, ": a call must name its job's attempt (from 1)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NeedRole(const HostedJob& job, absl::string_view role, bool hosted) {
+  if (hosted) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("this worker (rank ", job.layout->rank(), ") does not host the job's ", role));
+}
+
+absl::Status NeedStepRows(const StepBatch& batch, int64_t step, absl::string_view stage) {
+  if (batch.begun() && batch.step() == step) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(stage, ": step ", step,
+                   " has not generated here (this rank holds none of its rows; generate, or "
+                   "move them here, first)"));
+}
+
+absl::Status CheckConfiguredDirectory(const std::string& requested, const std::string& configured,
+                                      absl::string_view key) {
+  if (configured.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this job sets no ", key, "; a stage request cannot name a directory"));
+  }
+  const std::string clean = CleanAbsolutePath(requested);
+  if (clean.empty() || clean != CleanAbsolutePath(configured)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "directory '", SanitizeForDisplay(requested, 200), "' is not this job's ", key, " (",
+        SanitizeForDisplay(configured, 200), "): a stage request may name only that one"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace rlhfd::roles

@@ -1,0 +1,81 @@
+// A job as one worker hosts it (its layout, communicators, roles and the step's rows), the
+// rendezvous rank 0 holds between PrepareJob and StartJob, and the checks every stage shares.
+// RoleHost owns these on its executor; the stage files (job_bootstrap, batch_stages,
+// checkpoint_stages) work on them.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "rlhfd/v1/worker_service.pb.h"
+#include "worker/parallel/communicator.h"
+#include "worker/parallel/socket_communicator.h"
+#include "worker/roles/actor_role.h"
+#include "worker/roles/critic_role.h"
+#include "worker/roles/frozen_roles.h"
+#include "worker/roles/job_layout.h"
+#include "worker/roles/response_scorer.h"
+#include "worker/roles/step_batch.h"
+
+namespace rlhfd::roles {
+
+// Rank 0's rendezvous, between PrepareJob and StartJob.
+struct PreparedJob {
+  int64_t attempt = 0;
+  std::chrono::steady_clock::time_point arrived;  // when PrepareJob reached this worker
+  std::unique_ptr<parallel::RendezvousListener> listener;
+  v1::Bootstrap bootstrap;
+};
+
+// A job as this worker hosts it.
+struct HostedJob {
+  std::string id;
+  int64_t attempt = 0;
+  std::chrono::steady_clock::time_point arrived;  // when StartJob reached this worker
+  v1::JobSpec spec;
+  std::unique_ptr<JobLayout> layout;
+  std::unique_ptr<parallel::Communicator> world;
+  std::map<std::string, std::unique_ptr<parallel::Communicator>> pools;  // role → its pool's
+  std::unique_ptr<ActorRole> actor;
+  std::unique_ptr<CriticRole> critic;
+  std::unique_ptr<ReferenceRole> reference;
+  std::unique_ptr<RewardModelRole> reward_model;
+  std::unique_ptr<ResponseScorer> scorer;  // rule / remote rewards, on the actor ranks
+  StepBatch batch;
+  v1::StartJobReply started;
+  // Successful replies by key, serialized; the last two steps' are kept.
+  std::map<std::pair<int64_t, std::string>, std::string> replies;
+  // Set when an update failed midway: the weights are in doubt until a checkpoint loads.
+  std::string poisoned;
+  std::shared_ptr<std::atomic<bool>> cancelled;
+
+  // The role of that name this rank hosts (kActor, kCritic, kReference, kReward), or null.
+  HostedRole* Role(const std::string& role);
+  // The trained roles this rank hosts, by name, actor first.
+  std::vector<std::pair<std::string, TrainedRole*>> TrainedRoles();
+  // The communicator of `role`'s pool (this rank must be in it).
+  parallel::Communicator& PoolOf(const std::string& role) { return *pools.at(role); }
+};
+
+// INVALID_ARGUMENT unless `attempt` >= 1: every call names its job's attempt, so a call cannot
+// reach whichever attempt runs.
+absl::Status CheckAttempt(int64_t attempt);
+// FAILED_PRECONDITION naming this rank when it does not host `role` (`hosted` false).
+absl::Status NeedRole(const HostedJob& job, absl::string_view role, bool hosted);
+// FAILED_PRECONDITION unless this rank holds rows of `step` (generated here, or moved here):
+// `stage` runs on them.
+absl::Status NeedStepRows(const StepBatch& batch, int64_t step, absl::string_view stage);
+// The directory a stage request names must be the one the job's config gave under `key`: no
+// request makes a worker write, read or probe a path anywhere else (no other absolute path, no
+// ".."). FAILED_PRECONDITION when the config gives none, PERMISSION_DENIED for another path.
+absl::Status CheckConfiguredDirectory(const std::string& requested, const std::string& configured,
+                                      absl::string_view key);
+
+}  // namespace rlhfd::roles

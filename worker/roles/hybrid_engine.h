@@ -1,0 +1,81 @@
+// The actor's hybrid engine: the training layout's weights are the source of truth; a rollout
+// runs the generation engine over them (over a copy gathered or cast into the rollout's dtype
+// when the training module cannot serve), or with rollout tp > 1 the tensor-parallel group's
+// generation over slices cut from them. The KV cache and the copy's storage are released before
+// the weights train again.
+#pragma once
+
+#include <ATen/Device.h>
+
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "rlhfd/v1/job_spec.pb.h"
+#include "worker/model/transformer.h"
+#include "worker/parallel/communicator.h"
+#include "worker/parallel/tensor_parallel.h"
+#include "worker/rollout/engine.h"
+#include "worker/train/trained_model.h"
+
+namespace rlhfd::roles {
+
+// rollout tp > 1: this rank's tensor-parallel group within the actor pool (rollout rank k * tp +
+// j is slice j of group k, reshard.h's numbering); null for tp 1. CPU workers only, and tp must
+// divide the pool.
+absl::StatusOr<std::unique_ptr<parallel::Communicator>> SplitRolloutGroup(
+    const v1::JobSpec& spec, const at::Device& device, parallel::Communicator& pool);
+
+class HybridEngine {
+ public:
+  // `pool` (the actor pool) and `trained` must outlive the engine; `tp_group` comes from
+  // SplitRolloutGroup.
+  HybridEngine(const v1::JobSpec& spec, const at::Device& device, parallel::Communicator& pool,
+               train::TrainedModel& trained, std::unique_ptr<parallel::Communicator> tp_group);
+
+  // Generates for `requests` over the current weights (with tp > 1 every rank of the group calls
+  // it together, each with its own requests). A library error releases the rollout state.
+  absl::StatusOr<std::vector<rollout::GenerationResult>> Generate(
+      const std::vector<rollout::GenerationRequest>& requests);
+  // Frees the engine's KV cache (the update needs the memory); the weights' copy stays.
+  void ReleaseCache();
+  // Frees the engine's cache and the storage of any copy of the weights.
+  void Release();
+  // A module with the full current weights (the training module itself unless the layout
+  // shards them), for exports.
+  absl::StatusOr<model::Transformer> FullWeights() { return WeightsIn(at::kFloat); }
+  // Seconds the last rollout took to bring its weights up to date (verl's
+  // timing_s/update_weights).
+  double weights_update_s() const { return weights_update_s_; }
+
+ private:
+  // The engine over the current weights (a copy gathered or cast when the layout needs one).
+  absl::StatusOr<rollout::GenerationEngine*> Engine();
+  // A module with the current weights in `dtype`: the training module when it holds them whole
+  // in that dtype, else a copy.
+  absl::StatusOr<model::Transformer> WeightsIn(at::ScalarType dtype);
+  absl::StatusOr<std::vector<rollout::GenerationResult>> GenerateTensorParallel(
+      const std::vector<rollout::GenerationRequest>& requests);
+  // Frees the copy's storage.
+  void ReleaseCopy();
+
+  const v1::JobSpec& spec_;
+  at::Device device_;
+  parallel::Communicator& pool_;
+  train::TrainedModel& trained_;
+  // A copy of the weights for the rollout (or an export) when the training module cannot serve:
+  // its module lives on, its storage only while in use.
+  std::optional<model::Transformer> copy_;
+  at::ScalarType copy_dtype_ = at::kFloat;
+  std::vector<std::pair<std::vector<int64_t>, at::ScalarType>> copy_shapes_;
+  bool copy_held_ = false;
+  std::unique_ptr<rollout::GenerationEngine> engine_;
+  // rollout tp > 1: the group, and the slices' model while a rollout runs.
+  std::unique_ptr<parallel::Communicator> tp_group_;
+  std::optional<parallel::TensorParallelTransformer> tensor_parallel_;
+  double weights_update_s_ = 0;
+};
+
+}  // namespace rlhfd::roles

@@ -1,0 +1,146 @@
+#include "worker/roles/job_bootstrap.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+#include "worker/parallel/socket_communicator.h"
+#ifdef RLHFD_HAVE_CUDA
+#include "worker/parallel/nccl_communicator.h"
+#endif
+
+namespace rlhfd::roles {
+namespace {
+
+std::string RandomSecret() {
+  std::random_device device;
+  std::string secret(parallel::kSocketSecretBytes, '\0');
+  for (char& c : secret) c = static_cast<char>(device() & 0xFF);
+  return secret;
+}
+
+// The job's world: NCCL when the bootstrap carries an id, else sockets through rank 0's listener.
+absl::StatusOr<std::unique_ptr<parallel::Communicator>> ConnectWorld(
+    const v1::StartJobRequest& request, const RoleHostOptions& options,
+    const std::shared_ptr<std::atomic<bool>>& cancelled,
+    std::map<std::string, std::unique_ptr<PreparedJob>>& prepared_jobs) {
+  const auto timeout = request.communicator_timeout_ms() > 0
+                           ? std::chrono::milliseconds(request.communicator_timeout_ms())
+                           : options.collective_timeout;
+  const v1::Bootstrap& bootstrap = request.bootstrap();
+  if (!bootstrap.nccl_unique_id().empty()) {
+#ifdef RLHFD_HAVE_CUDA
+    return parallel::CreateNcclCommunicator(request.rank(), request.world_size(),
+                                            bootstrap.nccl_unique_id(), options.device,
+                                            {.timeout = timeout, .interrupt = cancelled});
+#else
+    return absl::FailedPreconditionError("this worker was built without CUDA (no NCCL)");
+#endif
+  }
+  if (bootstrap.socket_master().empty() && request.world_size() > 1) {
+    return absl::InvalidArgumentError(
+        "StartJob: bootstrap has neither a socket master nor "
+        "an NCCL id (PrepareJob on rank 0 makes one)");
+  }
+  parallel::SocketOptions socket{
+      .master = bootstrap.socket_master().empty() ? "127.0.0.1:1" : bootstrap.socket_master(),
+      .timeout = timeout,
+      .secret = bootstrap.secret(),
+      .interrupt = cancelled};
+  std::unique_ptr<PreparedJob> prepared;
+  if (request.rank() == 0 && request.world_size() > 1) {
+    auto found = prepared_jobs.find(request.job_id());
+    if (found == prepared_jobs.end() || !found->second->listener) {
+      return absl::FailedPreconditionError(
+          "StartJob on rank 0: PrepareJob was not called on this worker for the job");
+    }
+    prepared = std::move(found->second);
+    prepared_jobs.erase(found);
+    socket.listener = prepared->listener.get();
+  }
+  return parallel::CreateSocketCommunicator(request.rank(), request.world_size(), socket);
+}
+
+// The roles this rank hosts, each over its pool's communicator.
+absl::Status CreateRoles(HostedJob& job, int64_t total_steps, const at::Device& device) {
+  const int64_t rl_steps = std::max<int64_t>(1, total_steps);
+  const v1::JobSpec& spec = job.spec;
+  if (job.layout->Hosts(kActor)) {
+    ASSIGN_OR_RETURN(job.actor, ActorRole::Create(spec, device, job.PoolOf(kActor), rl_steps));
+    ASSIGN_OR_RETURN(job.scorer, ResponseScorer::Create(spec.roles().reward()));
+  }
+  if (job.layout->Hosts(kCritic)) {
+    ASSIGN_OR_RETURN(job.critic, CriticRole::Create(spec, device, job.PoolOf(kCritic), rl_steps));
+  }
+  if (job.layout->Hosts(kReference)) {
+    ASSIGN_OR_RETURN(job.reference, ReferenceRole::Create(spec, device));
+  }
+  if (job.layout->Hosts(kReward)) {
+    if (spec.roles().reward().model().empty()) {
+      return absl::InvalidArgumentError(
+          "pools: a reward pool needs roles.reward.model (rule and remote rewards run on the "
+          "actor ranks)");
+    }
+    ASSIGN_OR_RETURN(job.reward_model, RewardModelRole::Create(spec, device));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PreparedJob>> PrepareRendezvous(
+    const v1::PrepareJobRequest& request, const RoleHostOptions& options,
+    std::chrono::steady_clock::time_point arrived) {
+  auto prepared = std::make_unique<PreparedJob>();
+  prepared->attempt = request.attempt();
+  prepared->arrived = arrived;
+  if (request.nccl()) {
+#ifdef RLHFD_HAVE_CUDA
+    ASSIGN_OR_RETURN(std::string id, parallel::NewNcclUniqueId());
+    prepared->bootstrap.set_nccl_unique_id(id);
+#else
+    return absl::FailedPreconditionError("this worker was built without CUDA (no NCCL)");
+#endif
+  } else {
+    ASSIGN_OR_RETURN(parallel::RendezvousListener listener,
+                     parallel::RendezvousListener::Bind(options.host));
+    prepared->bootstrap.set_socket_master(listener.address());
+    prepared->listener = std::make_unique<parallel::RendezvousListener>(std::move(listener));
+  }
+  prepared->bootstrap.set_secret(RandomSecret());
+  return prepared;
+}
+
+absl::StatusOr<std::unique_ptr<HostedJob>> StartHostedJob(
+    const v1::StartJobRequest& request, const RoleHostOptions& options,
+    std::shared_ptr<std::atomic<bool>> cancelled, std::chrono::steady_clock::time_point arrived,
+    std::map<std::string, std::unique_ptr<PreparedJob>>& prepared) {
+  if (request.job_id().empty()) {
+    return absl::InvalidArgumentError("StartJob: job_id is required");
+  }
+  cancelled->store(false);
+  auto job = std::make_unique<HostedJob>();
+  job->id = request.job_id();
+  job->attempt = request.attempt();
+  job->arrived = arrived;
+  job->spec = request.spec();
+  job->cancelled = cancelled;
+  ASSIGN_OR_RETURN(JobLayout layout,
+                   JobLayout::Create(request.world_size(), request.rank(), request.pools()));
+  job->layout = std::make_unique<JobLayout>(std::move(layout));
+  ASSIGN_OR_RETURN(job->world, ConnectWorld(request, options, cancelled, prepared));
+  prepared.erase(request.job_id());
+  // A communicator per pool, split from the world in the same order on every rank.
+  for (const RolePool& pool : job->layout->pools()) {
+    const int position = job->layout->PositionIn(pool.role);
+    ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> split,
+                     job->world->Split(position >= 0 ? 0 : -1, position));
+    if (split) job->pools[pool.role] = std::move(split);
+  }
+  RETURN_IF_ERROR(CreateRoles(*job, request.total_steps(), options.device));
+  for (const std::string& role : job->layout->HostedRoles()) job->started.add_roles(role);
+  return job;
+}
+
+}  // namespace rlhfd::roles

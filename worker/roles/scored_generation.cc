@@ -1,0 +1,70 @@
+#include "worker/roles/scored_generation.h"
+
+#include <string>
+#include <utility>
+
+#include "common/status/status_macros.h"
+#include "worker/roles/rollout_sampling.h"
+
+namespace rlhfd::roles {
+namespace {
+
+// Generates for `prompts` with `sampling` (seeded per prompt from `seed`) and scores them.
+absl::StatusOr<v1::ValidateReply> GenerateAndScore(
+    ActorRole& actor, const google::protobuf::RepeatedPtrField<v1::PromptRow>& prompts,
+    int64_t first_prompt, uint64_t seed, const rollout::SamplingParams& sampling,
+    const ResponseScorer& scorer, const std::atomic<bool>* cancelled) {
+  const model::Tokenizer& tokenizer = actor.tokenizer();
+  ASSIGN_OR_RETURN(
+      const PromptRequests encoded,
+      EncodeRequests(tokenizer, prompts, actor.spec().data(), first_prompt, seed, sampling));
+  const std::vector<rollout::GenerationRequest>& requests = encoded.requests;
+  ASSIGN_OR_RETURN(std::vector<rollout::GenerationResult> results,
+                   actor.hybrid().Generate(requests));
+  actor.ReleaseRollout();
+  v1::ValidateReply reply;
+  std::vector<ScoredResponse> scored;
+  for (int64_t i = 0; i < prompts.size(); ++i) {
+    for (const rollout::Completion& sample : results[i].samples) {
+      const std::vector<int32_t> ids(sample.token_ids.begin(), sample.token_ids.end());
+      std::string text = tokenizer.Decode(ids, /*skip_special_tokens=*/true);
+      v1::RowInfo* info = reply.add_rows();
+      info->set_prompt_tokens(static_cast<int32_t>(requests[i].prompt_ids.size()));
+      info->set_response_tokens(static_cast<int32_t>(ids.size()));
+      info->set_truncated(sample.finish_reason == rollout::FinishReason::kLength);
+      reply.add_responses(text);
+      scored.push_back({encoded.texts[i], std::move(text), prompts[i].ground_truth_json(),
+                        prompts[i].data_source()});
+    }
+  }
+  ASSIGN_OR_RETURN(const std::vector<double> scores, scorer.Score(scored, first_prompt, cancelled));
+  for (double score : scores) reply.add_scores(score);
+  return reply;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::ValidateReply> ValidateActor(ActorRole& actor,
+                                                const v1::ValidateRequest& request,
+                                                const ResponseScorer& scorer,
+                                                const std::atomic<bool>* cancelled) {
+  return GenerateAndScore(actor, request.prompts(), request.first_prompt(), request.seed(),
+                          ValidationSampling(actor.spec()), scorer, cancelled);
+}
+
+absl::StatusOr<std::vector<double>> GreedyBaseline(ActorRole& actor,
+                                                   const v1::GenerateRequest& request,
+                                                   const ResponseScorer& scorer,
+                                                   const std::atomic<bool>* cancelled) {
+  rollout::SamplingParams greedy = TrainingSampling(actor.spec());
+  greedy.n = 1;
+  greedy.temperature = 0;
+  greedy.top_k = 0;
+  greedy.top_p = 1.0;
+  ASSIGN_OR_RETURN(const v1::ValidateReply scored,
+                   GenerateAndScore(actor, request.prompts(), request.first_prompt(),
+                                    request.seed(), greedy, scorer, cancelled));
+  return std::vector<double>(scored.scores().begin(), scored.scores().end());
+}
+
+}  // namespace rlhfd::roles
