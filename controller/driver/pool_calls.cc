@@ -37,7 +37,7 @@ v1::StageKey PoolCalls::Key(int64_t step, const std::string& stage) const {
 }
 
 absl::Status PoolCalls::Move(int64_t step, const StepShape& shape,
-                             const std::vector<std::string>& tensors, const std::string& from,
+                             const std::vector<std::string_view>& tensors, const std::string& from,
                              const std::string& to, Metrics& metrics) const {
   const std::vector<int> sources = RanksOf(from), destinations = RanksOf(to);
   if (sources.empty() || destinations.empty() || sources == destinations) return absl::OkStatus();
@@ -46,13 +46,15 @@ absl::Status PoolCalls::Move(int64_t step, const StepShape& shape,
     if (std::find(involved.begin(), involved.end(), rank) == involved.end())
       involved.push_back(rank);
   }
-  const std::string stage = absl::StrCat("move ", absl::StrJoin(tensors, ","), " ", from, ">", to);
+  std::string names;  // absl::StrJoin here takes no std::string_view (Debian's Abseil)
+  for (std::string_view name : tensors) names.append(names.empty() ? "" : ",").append(name);
+  const std::string stage = absl::StrCat("move ", names, " ", from, ">", to);
   ASSIGN_OR_RETURN(const std::vector<v1::MoveTensorsReply> replies,
                    (FanOut<v1::MoveTensorsRequest, v1::MoveTensorsReply>(
                        involved, &stages::StageService::MoveTensors, [&](int, int) {
                          v1::MoveTensorsRequest move;
                          *move.mutable_key() = Key(step, stage);
-                         for (const std::string& name : tensors) move.add_tensors(name);
+                         for (std::string_view name : tensors) move.add_tensors(std::string(name));
                          move.set_from_role(from);
                          move.set_to_role(to);
                          move.set_rows(shape.rows);

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -60,8 +61,10 @@ class PoolCalls {
 
   // Moves `tensors` of the step from one pool to another (nothing when they share their ranks);
   // the bytes sent add to metrics["perf/moved_bytes"].
-  absl::Status Move(int64_t step, const StepShape& shape, const std::vector<std::string>& tensors,
-                    const std::string& from, const std::string& to, Metrics& metrics) const;
+  // `tensors` are names of the step-tensor table (common/stages/step_tensors.h).
+  absl::Status Move(int64_t step, const StepShape& shape,
+                    const std::vector<std::string_view>& tensors, const std::string& from,
+                    const std::string& to, Metrics& metrics) const;
 
   // The world ranks of `role`'s pool (none when the job has no such pool).
   std::vector<int> RanksOf(const std::string& role) const;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/algorithms/algorithm_traits.h"
 #include "common/algorithms/on_policy.h"
+#include "common/stages/step_tensors.h"
 #include "common/status/status_macros.h"
 #include "common/util/row_split.h"
 #include "common/util/stopwatch.h"
@@ -16,6 +17,7 @@ namespace rlhfd::controller {
 namespace {
 
 using stages::StageService;
+namespace tensors = stages::tensors;
 
 // One step's run: what it was given, what it has learnt of its batch, its metrics so far.
 class StepRun {
@@ -66,7 +68,7 @@ class StepRun {
   // A Forward of `kind` on `role`'s ranks, timed as timing_s/<timing>.
   absl::Status Forward(const std::string& role, v1::ForwardKind kind, const char* stage,
                        const char* timing);
-  absl::Status Move(const std::vector<std::string>& tensors, const std::string& from,
+  absl::Status Move(const std::vector<std::string_view>& tensors, const std::string& from,
                     const std::string& to) {
     return pools_.Move(plan_.step, shape_, tensors, from, to, metrics_);
   }
@@ -90,8 +92,9 @@ class StepRun {
 };
 
 // The sequences a frozen pool's forward reads.
-const std::vector<std::string>& Sequences() {
-  static const auto* sequences = new std::vector<std::string>{"input_ids", "attention_mask"};
+const std::vector<std::string_view>& Sequences() {
+  static const auto* sequences =
+      new std::vector<std::string_view>{tensors::kInputIds, tensors::kAttentionMask};
   return *sequences;
 }
 
@@ -157,13 +160,14 @@ absl::Status StepRun::OldLogProbs() {
 absl::Status StepRun::ReferenceLogProbs() {
   RETURN_IF_ERROR(Move(Sequences(), kActorPool, kReferencePool));
   RETURN_IF_ERROR(Forward(kReferencePool, v1::FORWARD_KIND_REF_LOG_PROBS, "ref_log_probs", "ref"));
-  return Move({"ref_log_probs"}, kReferencePool, kActorPool);
+  return Move({tensors::kRefLogProbs}, kReferencePool, kActorPool);
 }
 
 absl::Status StepRun::Values() {
-  RETURN_IF_ERROR(Move({"input_ids", "attention_mask", "response_mask"}, kActorPool, kCriticPool));
+  RETURN_IF_ERROR(Move({tensors::kInputIds, tensors::kAttentionMask, tensors::kResponseMask},
+                       kActorPool, kCriticPool));
   RETURN_IF_ERROR(Forward(kCriticPool, v1::FORWARD_KIND_VALUES, "values", "values"));
-  return Move({"values"}, kCriticPool, kActorPool);
+  return Move({tensors::kValues}, kCriticPool, kActorPool);
 }
 
 // From the reward model's pool, or by the rule (or remote scorer) on the actor ranks.
@@ -172,7 +176,7 @@ absl::Status StepRun::Rewards() {
     RETURN_IF_ERROR(Move(Sequences(), kActorPool, kRewardPool));
     RETURN_IF_ERROR(
         Forward(kRewardPool, v1::FORWARD_KIND_REWARD_SCORES, "reward_scores", "reward"));
-    return Move({"scores"}, kRewardPool, kActorPool);
+    return Move({tensors::kScores}, kRewardPool, kActorPool);
   }
   return Timed("reward", [&]() -> absl::Status {
     return pools_
@@ -202,7 +206,7 @@ absl::Status StepRun::Advantages() {
 }
 
 absl::Status StepRun::UpdateCritic() {
-  RETURN_IF_ERROR(Move({"returns"}, kActorPool, kCriticPool));
+  RETURN_IF_ERROR(Move({tensors::kReturns}, kActorPool, kCriticPool));
   return Timed("update_critic", [&]() -> absl::Status {
     ASSIGN_OR_RETURN(const std::vector<v1::UpdateReply> updated,
                      (pools_.FanOut<v1::UpdateRequest, v1::UpdateReply>(

@@ -114,7 +114,7 @@ absl::StatusOr<v1::MoveTensorsReply> RunMoveTensors(HostedJob& job,
       parallel::TransferPlan::Contiguous(request.rows(), from->ranks, to->ranks);
   v1::MoveTensorsReply reply;
   for (const std::string& name : request.tensors()) {
-    ASSIGN_OR_RETURN(const TensorInfo info, FindStepTensor(name));
+    ASSIGN_OR_RETURN(const TensorInfo info, CheckStepTensor(name));
     at::Tensor local;
     if (sends) {
       ASSIGN_OR_RETURN(local, batch.Get(name, "move"));

@@ -7,44 +7,16 @@
 namespace rlhfd::roles {
 namespace {
 
-// Which stage makes each tensor, for errors about stages called out of order.
-std::string_view MadeBy(std::string_view name) {
-  if (name == "input_ids" || name == "attention_mask" || name == "response_mask" ||
-      name == "rollout_log_probs") {
-    return "generate";
-  }
-  if (name == "old_log_probs") return "a forward of kind OLD_LOG_PROBS on the actor";
-  if (name == "ref_log_probs") return "a forward of kind REF_LOG_PROBS on the reference";
-  if (name == "values") return "a forward of kind VALUES on the critic";
-  if (name == "scores") return "rewards (or a REWARD_SCORES forward on the reward model)";
-  if (name == "reward_baselines") return "generate (remax's greedy baseline)";
-  return "advantages";
-}
-
 std::string Shape(const std::vector<int64_t>& shape) {
   return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
 }
 
 }  // namespace
 
-const std::vector<TensorInfo>& StepTensors() {
-  static const std::vector<TensorInfo> tensors = {
-      {"input_ids", TensorKind::kTokens},        {"attention_mask", TensorKind::kTokens},
-      {"response_mask", TensorKind::kPerToken},  {"rollout_log_probs", TensorKind::kPerToken},
-      {"old_log_probs", TensorKind::kPerToken},  {"ref_log_probs", TensorKind::kPerToken},
-      {"values", TensorKind::kPerToken},         {"scores", TensorKind::kPerRow},
-      {"token_rewards", TensorKind::kPerToken},  {"advantages", TensorKind::kPerToken},
-      {"returns", TensorKind::kPerToken},        {"reward_baselines", TensorKind::kPerRow},
-  };
-  return tensors;
-}
-
-absl::StatusOr<TensorInfo> FindStepTensor(std::string_view name) {
-  for (const TensorInfo& info : StepTensors()) {
-    if (info.name == name) return info;
-  }
+absl::StatusOr<TensorInfo> CheckStepTensor(std::string_view name) {
+  if (const TensorInfo* found = stages::FindStepTensor(name); found != nullptr) return *found;
   std::vector<std::string> names;
-  for (const TensorInfo& info : StepTensors()) names.emplace_back(info.name);
+  for (const TensorInfo& info : stages::kStepTensors) names.emplace_back(info.name);
   return absl::InvalidArgumentError(absl::StrCat(
       "tensors: '", SanitizeForDisplay(absl::string_view(name.data(), name.size()), 40),
       "' is not a step tensor (", absl::StrJoin(names, ", "), ")"));
@@ -78,7 +50,7 @@ at::ScalarType StepBatch::DtypeOf(const TensorInfo& info) {
 }
 
 absl::Status StepBatch::Put(std::string_view name, at::Tensor tensor) {
-  absl::StatusOr<TensorInfo> info = FindStepTensor(name);
+  absl::StatusOr<TensorInfo> info = CheckStepTensor(name);
   if (!info.ok()) return info.status();
   std::vector<int64_t> expected = {rows_.size()};
   for (int64_t d : RowShape(*info)) expected.push_back(d);
@@ -98,9 +70,11 @@ absl::Status StepBatch::Put(std::string_view name, at::Tensor tensor) {
 absl::StatusOr<at::Tensor> StepBatch::Get(std::string_view name, std::string_view needed_by) const {
   const auto found = tensors_.find(std::string(name));
   if (found == tensors_.end()) {
+    const TensorInfo* info = stages::FindStepTensor(name);
     return absl::FailedPreconditionError(absl::StrCat(
         std::string(needed_by), " needs ", std::string(name), " of step ", step_,
-        ", which this rank does not hold: call ", std::string(MadeBy(name)),
+        ", which this rank does not hold: call ",
+        info != nullptr ? std::string(info->made_by) : std::string("the stage that makes it"),
         " (and move it here) first"));
   }
   return found->second;

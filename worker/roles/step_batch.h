@@ -11,27 +11,18 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/stages/step_tensors.h"
 #include "common/util/row_split.h"
 
 namespace rlhfd::roles {
 
-// The shape of a named tensor's rows.
-enum class TensorKind {
-  kTokens,    // (rows, P + R), int64: input_ids, attention_mask
-  kPerToken,  // (rows, R), float32: response_mask, log-probs, values, rewards, advantages
-  kPerRow,    // (rows), float32: scores
-};
+// A row of the step-tensor table (common/stages/step_tensors.h), which says every tensor's name,
+// row shape and maker.
+using TensorInfo = stages::StepTensor;
+using stages::TensorKind;
 
-struct TensorInfo {
-  std::string_view name;
-  TensorKind kind;
-};
-
-// Every tensor of a step: input_ids, attention_mask, response_mask, rollout_log_probs,
-// old_log_probs, ref_log_probs, values, scores, token_rewards, advantages, returns.
-const std::vector<TensorInfo>& StepTensors();
-// INVALID_ARGUMENT for a name that is not one of them.
-absl::StatusOr<TensorInfo> FindStepTensor(std::string_view name);
+// The row of `name`; INVALID_ARGUMENT, listing the step's tensors, for a name that has none.
+absl::StatusOr<TensorInfo> CheckStepTensor(std::string_view name);
 
 // What a response row was generated from (kept on the actor ranks for rewards and logs).
 struct RowSource {
