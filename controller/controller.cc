@@ -63,19 +63,24 @@ void Controller::Tick() {
   Schedule();
 }
 
-absl::StatusOr<v1::GetJobMetricsReply> Controller::GetJobMetrics(
-    const v1::GetJobMetricsRequest& request) {
-  RETURN_IF_ERROR(jobs_.Get(request.job_id()).status());
-  return ReadJobMetrics(request);
-}
-
-absl::StatusOr<v1::GetJobMetricsReply> Controller::ReadJobMetrics(
-    const v1::GetJobMetricsRequest& request) {
-  ASSIGN_OR_RETURN(std::vector<v1::StepMetrics> steps,
-                   history_->Get(request.job_id(), request.after_step()));
-  v1::GetJobMetricsReply reply;
-  for (v1::StepMetrics& step : steps) *reply.add_steps() = std::move(step);
-  return reply;
+void Controller::GetJobMetricsAsync(
+    EventLoop& loop, const v1::GetJobMetricsRequest& request,
+    std::function<void(absl::StatusOr<v1::GetJobMetricsReply>)> done) {
+  loop.Post([this, request, done = std::move(done)]() mutable {
+    const absl::Status found =
+        CatchAll<v1::Job>("GetJobMetrics", [&] { return jobs_.Get(request.job_id()); }).status();
+    if (!found.ok()) return done(found);
+    history_reads_.Post([this, request, done = std::move(done)] {
+      done(CatchAll<v1::GetJobMetricsReply>(
+          "GetJobMetrics", [&]() -> absl::StatusOr<v1::GetJobMetricsReply> {
+            ASSIGN_OR_RETURN(std::vector<v1::StepMetrics> steps,
+                             history_->Get(request.job_id(), request.after_step()));
+            v1::GetJobMetricsReply reply;
+            for (v1::StepMetrics& step : steps) *reply.add_steps() = std::move(step);
+            return reply;
+          }));
+    });
+  });
 }
 
 absl::StatusOr<v1::SubmitJobReply> Controller::SubmitJob(const v1::SubmitJobRequest& request) {

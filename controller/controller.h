@@ -58,10 +58,12 @@ class Controller {
   absl::StatusOr<v1::DeleteJobReply> DeleteJob(const v1::DeleteJobRequest& request);
   absl::StatusOr<int64_t> WatchJob(const v1::WatchJobRequest& request, JobManager::EventSink sink);
   void UnwatchJob(int64_t subscription);
-  absl::StatusOr<v1::GetJobMetricsReply> GetJobMetrics(const v1::GetJobMetricsRequest& request);
-  // The history read of GetJobMetrics alone, from any thread (the store is thread-safe): a long
-  // history is read off the loop once GetJob (on the loop) has found the job.
-  absl::StatusOr<v1::GetJobMetricsReply> ReadJobMetrics(const v1::GetJobMetricsRequest& request);
+  // GetJobMetrics as the API adapters run it, from any thread: the job is looked up on `loop`
+  // (the loop that owns this Controller), and its history, which may be long, is read on a
+  // thread of the Controller's own (the store is thread-safe), so the loop never waits on it.
+  // `done` runs once, on either. What a call throws becomes INTERNAL.
+  void GetJobMetricsAsync(EventLoop& loop, const v1::GetJobMetricsRequest& request,
+                          std::function<void(absl::StatusOr<v1::GetJobMetricsReply>)> done);
 
   // ClusterService.
   absl::StatusOr<v1::ListWorkersReply> ListWorkers(const v1::ListWorkersRequest& request);
@@ -99,6 +101,7 @@ class Controller {
   WorkerRegistry workers_;
   JobManager jobs_;
   std::unique_ptr<MetricHistory> history_;
+  EventLoop history_reads_;            // reads of history_ off the loop (GetJobMetricsAsync)
   std::unique_ptr<JobRunner> runner_;  // last: its drivers report into the members above
 };
 

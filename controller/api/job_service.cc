@@ -5,26 +5,11 @@
 
 namespace rlhfd::controller {
 
-// The Controller decides what of it runs on the loop (SubmitJobAsync).
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* context,
                                                     const v1::SubmitJobRequest* request,
                                                     v1::SubmitJobReply* reply) {
-  PendingUnary<v1::SubmitJobReply> call(reply);
-  auto done = call.completer();
-  const absl::Time arrived = absl::Now();
-  if (grpc::Status auth = CheckAccess(*context, service_.tokens, Access::kAdmin); !auth.ok()) {
-    RecordCall<v1::SubmitJobRequest>(*service_.call_metrics, FromGrpcStatus(auth), arrived);
-    done.Finish(FromGrpcStatus(auth));
-    return call.reactor();
-  }
-  CallMetrics* metrics = service_.call_metrics;
-  service_.controller->SubmitJobAsync(
-      *service_.loop, *request,
-      [metrics, done, arrived](absl::StatusOr<v1::SubmitJobReply> result) mutable {
-        RecordCall<v1::SubmitJobRequest>(*metrics, result.status(), arrived);
-        done.Finish(std::move(result));
-      });
-  return call.reactor();
+  return DispatchUnary(service_, Access::kAdmin, context, request, reply,
+                       &Controller::SubmitJobAsync);
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,

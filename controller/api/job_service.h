@@ -40,7 +40,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                           const v1::GetJobMetricsRequest* request,
                                           v1::GetJobMetricsReply* reply) override {
     return DispatchUnary(service_, Access::kRead, context, request, reply,
-                         &Controller::GetJobMetrics);
+                         &Controller::GetJobMetricsAsync);
   }
 
  private:

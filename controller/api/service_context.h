@@ -1,6 +1,6 @@
 // What every controller gRPC adapter needs, and DispatchUnary: the one path of a unary call —
-// token's access checked on the RPC thread, then the Controller method on the event loop, then
-// Finish.
+// the token's access checked on the RPC thread, then the Controller method (on the event loop,
+// or as the method itself decides), then Finish.
 #pragma once
 
 #include <grpcpp/server_context.h>
@@ -37,15 +37,13 @@ void RecordCall(CallMetrics& metrics, const absl::Status& status, absl::Time arr
   metrics.Record("grpc/" + name, absl::StatusCodeToString(status.code()), absl::Now() - arrived);
 }
 
-// `method` is a Controller member taking `const Request&` and returning StatusOr<Reply>; the
-// caller's token must grant `access` (kRead: reads only, kAdmin: changes something). The
-// RPC thread never blocks: the loop finishes the call when it gets to it. The request is copied,
-// because gRPC may free it once the call is cancelled.
-template <typename Request, typename Reply>
-grpc::ServerUnaryReactor* DispatchUnary(
-    const ServiceContext& service, Access access, grpc::CallbackServerContext* context,
-    const Request* request, Reply* reply,
-    absl::StatusOr<Reply> (Controller::*method)(const Request&)) {
+// The one path of a unary call: the caller's token must grant `access` (kRead: reads only,
+// kAdmin: changes something), checked on the RPC thread; then `start(finish)` begins the call,
+// and `finish` (from any thread, once) records and completes it. No RPC thread waits.
+template <typename Request, typename Reply, typename Start>
+grpc::ServerUnaryReactor* Dispatch(const ServiceContext& service, Access access,
+                                   grpc::CallbackServerContext* context, Reply* reply,
+                                   Start start) {
   PendingUnary<Reply> call(reply);
   auto done = call.completer();
   const absl::Time arrived = absl::Now();
@@ -54,15 +52,41 @@ grpc::ServerUnaryReactor* DispatchUnary(
     done.Finish(FromGrpcStatus(auth));
     return call.reactor();
   }
-  Controller* controller = service.controller;
   CallMetrics* metrics = service.call_metrics;
-  service.loop->Post([controller, metrics, method, copy = *request, done, arrived] {
-    absl::StatusOr<Reply> result = CatchAll<Reply>(
-        Request::descriptor()->name(), [&] { return (controller->*method)(copy); });
+  start([metrics, done, arrived](absl::StatusOr<Reply> result) mutable {
     RecordCall<Request>(*metrics, result.status(), arrived);
     done.Finish(std::move(result));
   });
   return call.reactor();
+}
+
+// A Controller method that runs on the loop: `const Request&` in, StatusOr<Reply> out. The
+// request is copied, because gRPC may free it once the call is cancelled.
+template <typename Request, typename Reply>
+grpc::ServerUnaryReactor* DispatchUnary(
+    const ServiceContext& service, Access access, grpc::CallbackServerContext* context,
+    const Request* request, Reply* reply,
+    absl::StatusOr<Reply> (Controller::*method)(const Request&)) {
+  return Dispatch<Request>(service, access, context, reply, [&](auto finish) {
+    service.loop->Post([controller = service.controller, method, copy = *request,
+                        finish = std::move(finish)]() mutable {
+      finish(CatchAll<Reply>(Request::descriptor()->name(),
+                             [&] { return (controller->*method)(copy); }));
+    });
+  });
+}
+
+// A Controller method that decides itself what of the call runs on the loop (SubmitJobAsync,
+// GetJobMetricsAsync).
+template <typename Request, typename Reply>
+grpc::ServerUnaryReactor* DispatchUnary(
+    const ServiceContext& service, Access access, grpc::CallbackServerContext* context,
+    const Request* request, Reply* reply,
+    void (Controller::*method)(EventLoop&, const Request&,
+                               std::function<void(absl::StatusOr<Reply>)>)) {
+  return Dispatch<Request>(service, access, context, reply, [&](auto finish) {
+    (service.controller->*method)(*service.loop, *request, std::move(finish));
+  });
 }
 
 }  // namespace rlhfd::controller

@@ -164,13 +164,12 @@ std::string ShortState(const google::protobuf::EnumDescriptor* type, int value,
   return absl::AsciiStrToLower(name);
 }
 
-}  // namespace
+void AppendGaugeHead(std::string& out, const char* name, const char* help) {
+  absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " gauge\n");
+}
 
-std::string PrometheusText(Controller& controller) {
-  std::string out;
-  const auto gauge = [&](const char* name, const char* help) {
-    absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " gauge\n");
-  };
+// rlhfd_jobs and rlhfd_workers: every state, with its count (0 included).
+void AppendStateCounts(Controller& controller, std::string& out) {
   std::map<std::string, int> jobs_by_state, workers_by_state;
   for (int i = v1::JobState_MIN; i <= v1::JobState_MAX; ++i) {
     if (v1::JobState_IsValid(i) && i != v1::JOB_STATE_UNSPECIFIED) {
@@ -182,10 +181,8 @@ std::string PrometheusText(Controller& controller) {
       workers_by_state[ShortState(v1::WorkerState_descriptor(), i, "WORKER_STATE_")] = 0;
     }
   }
-  // Every job counts (from the controller's counts, not a page of ListJobs); only the jobs that
-  // run are read, for their series below.
+  // Every job counts (from the controller's counts, not a page of ListJobs).
   const absl::StatusOr<v1::GetClusterReply> cluster = controller.GetCluster({});
-  const absl::StatusOr<std::vector<v1::Job>> jobs = controller.AllJobsIn(ActiveJobStates());
   const absl::StatusOr<v1::ListWorkersReply> workers = controller.ListWorkers({});
   if (cluster.ok()) {
     for (const auto& [name, count] : cluster->jobs_by_state()) {
@@ -200,14 +197,20 @@ std::string PrometheusText(Controller& controller) {
       ++workers_by_state[ShortState(v1::WorkerState_descriptor(), worker.state(), "WORKER_STATE_")];
     }
   }
-  gauge("rlhfd_jobs", "Jobs by state.");
+  AppendGaugeHead(out, "rlhfd_jobs", "Jobs by state.");
   for (const auto& [state, count] : jobs_by_state) {
     absl::StrAppend(&out, "rlhfd_jobs{state=\"", state, "\"} ", count, "\n");
   }
-  gauge("rlhfd_workers", "Workers by state.");
+  AppendGaugeHead(out, "rlhfd_workers", "Workers by state.");
   for (const auto& [state, count] : workers_by_state) {
     absl::StrAppend(&out, "rlhfd_workers{state=\"", state, "\"} ", count, "\n");
   }
+}
+
+// A series per running job: its step, total steps, step time, restarts, reward, throughput.
+void AppendJobSeries(Controller& controller, std::string& out) {
+  // Only the jobs that run are read.
+  const absl::StatusOr<std::vector<v1::Job>> jobs = controller.AllJobsIn(ActiveJobStates());
   struct PerJob {
     const char* name;
     const char* help;
@@ -236,7 +239,7 @@ std::string PrometheusText(Controller& controller) {
        metric("perf/throughput")},
   };
   for (const PerJob& series : per_job) {
-    gauge(series.name, series.help);
+    AppendGaugeHead(out, series.name, series.help);
     if (!jobs.ok()) continue;
     for (const v1::Job& job : *jobs) {
       const v1::JobState state = job.state();
@@ -247,6 +250,14 @@ std::string PrometheusText(Controller& controller) {
                       Escaped(job.spec().name()), "\"} ", PrometheusNumber(*value), "\n");
     }
   }
+}
+
+}  // namespace
+
+std::string PrometheusText(Controller& controller) {
+  std::string out;
+  AppendStateCounts(controller, out);
+  AppendJobSeries(controller, out);
   return out;
 }
 
@@ -474,14 +485,10 @@ void HttpGateway::JobRoutes() {
       }
       get.set_after_step(since);
     }
-    // The job is looked up on the loop; its history, which may be long, is read here.
-    v1::GetJobRequest job;
-    job.set_job_id(get.job_id());
-    const absl::StatusOr<v1::GetJobReply> found =
-        OnLoop([controller, job] { return controller->GetJob(job); });
-    if (!found.ok()) return Reply(response, found.status());
-    Answer(response, CatchAll<v1::GetJobMetricsReply>(
-                         "GetJobMetrics", [&] { return controller->ReadJobMetrics(get); }));
+    // The Controller decides what of it runs on the loop, as for the gRPC adapter.
+    Answer(response, Await<v1::GetJobMetricsReply>([&](auto done) {
+             controller->GetJobMetricsAsync(*loop_, get, std::move(done));
+           }));
   });
   Post("/v1/jobs", [=, this](const HttpRequest& request, const Ids&, HttpResponse& response) {
     v1::SubmitJobRequest submit;
