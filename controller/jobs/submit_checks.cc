@@ -12,7 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/config/config_errors.h"
+#include "common/models/architectures.h"
 #include "common/util/files.h"
+#include "common/util/text.h"
 #include "controller/driver/prompt_data.h"
 
 namespace rlhfd::controller {
@@ -74,6 +76,30 @@ class FileChecker {
                                           ? " (pytorch_model.bin is not read: convert it to "
                                             "safetensors)"
                                           : "")));
+      return;
+    }
+    Architecture(key, *path + "/config.json");
+  }
+
+  // config.json names an architecture of the table the workers load from (one family, one
+  // head): an unsupported model is refused here, not when the job starts.
+  void Architecture(const std::string& key, const std::string& config_path) {
+    auto text = ReadFilePrefix(config_path, 1 << 20);
+    if (!text.ok()) return;  // ModelDirectory named what is missing
+    const nlohmann::json config = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    const nlohmann::json* names =
+        config.is_object() && config.contains("architectures") ? &config["architectures"] : nullptr;
+    if (names == nullptr || !names->is_array() || names->size() != 1 || !(*names)[0].is_string()) {
+      errors_->Add(key, absl::StrCat(config_path,
+                                     ": 'architectures' must list exactly one "
+                                     "architecture"));
+      return;
+    }
+    const std::string name = (*names)[0].get<std::string>();
+    if (!models::FindArchitecture(name)) {
+      errors_->Add(
+          key, absl::StrCat(config_path, ": architecture '", SanitizeForDisplay(name, 80),
+                            "' is not supported; supported: ", models::SupportedArchitectures()));
     }
   }
 

@@ -139,6 +139,23 @@ TEST_CASE("the controller checks a job's files and layout at submission", "[inte
   CHECK(incomplete.exit_code == 1);
   CHECK_THAT(incomplete.err, Catch::Contains("is not a complete model directory: no tokenizer.json, "
                                              "no *.safetensors weights (pytorch_model.bin is not read"));
+  // A complete directory of a family the workers do not run (Gemma2): refused at submission,
+  // naming config.json and what is supported, and with the other problems in the same answer.
+  const std::string gemma = dir.path() + "/gemma";
+  REQUIRE(MakeDirectories(gemma).ok());
+  REQUIRE(WriteFileAtomically(gemma + "/config.json",
+                              R"({"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2"})")
+              .ok());
+  REQUIRE(WriteFileAtomically(gemma + "/tokenizer.json", "{}").ok());
+  REQUIRE(WriteFileAtomically(gemma + "/model.safetensors", "x").ok());
+  CommandResult unsupported = submit(Config("gemma", gemma, dir.path() + "/absent.jsonl"));
+  CHECK(unsupported.exit_code == 1);
+  CHECK_THAT(unsupported.err,
+             Catch::Contains("model.path: " + gemma +
+                             "/config.json: architecture "
+                             "'Gemma2ForCausalLM' is not supported; supported: Llama, Mistral, "
+                             "Qwen2, Qwen3 with ForCausalLM") &&
+                 Catch::Contains("data.train_files[0]: cannot read data file"));
   // Data files.
   CommandResult missing = submit(Config("missing", kModel, dir.path() + "/absent.jsonl"));
   CHECK(missing.exit_code == 1);

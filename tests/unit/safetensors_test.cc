@@ -89,6 +89,13 @@ TEST_CASE("config.json: unsupported architectures and options are refused by nam
     "num_hidden_layers": 1, "num_attention_heads": 2)";
   CHECK_THAT(error(R"({"architectures": ["GPT2LMHeadModel"], )" + base + "}"),
              Catch::Contains("architecture 'GPT2LMHeadModel' is not supported"));
+  // A known family with another head, or a known prefix of another family, is not a match.
+  CHECK_THAT(error(R"({"architectures": ["Qwen2MoeForCausalLM"], )" + base + "}"),
+             Catch::Contains("'Qwen2MoeForCausalLM' is not supported; supported: Llama, Mistral, "
+                             "Qwen2, Qwen3 with ForCausalLM, ForSequenceClassification or "
+                             "ForTokenClassification"));
+  CHECK_THAT(error(R"({"architectures": ["LlamaForCausalLMX"], )" + base + "}"),
+             Catch::Contains("is not supported"));
   // Wrong types name the key instead of throwing; sizes are bounded.
   CHECK_THAT(error(R"({"architectures": ["LlamaForCausalLM"], "hidden_act": 7, )" + base + "}"),
              Catch::Contains("'hidden_act' must be a string, not 7"));

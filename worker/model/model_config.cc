@@ -63,34 +63,14 @@ absl::StatusOr<ModelConfig> Parse(const nlohmann::json& config, absl::string_vie
     return Invalid(source, "'architectures' must list exactly one architecture");
   }
   out.architecture = config["architectures"][0].get<std::string>();
-  const std::string& arch = out.architecture;
-  struct Family {
-    const char* prefix;
-    ModelFamily family;
-  };
-  const Family families[] = {{"Llama", ModelFamily::kLlama},
-                             {"Mistral", ModelFamily::kMistral},
-                             {"Qwen2", ModelFamily::kQwen2},
-                             {"Qwen3", ModelFamily::kQwen3}};
-  bool known = false;
-  for (const Family& family : families) {
-    for (const auto& [suffix, head] :
-         {std::pair{"ForCausalLM", HeadKind::kCausalLm},
-          std::pair{"ForSequenceClassification", HeadKind::kSequenceScore},
-          std::pair{"ForTokenClassification", HeadKind::kTokenScore}}) {
-      if (arch == absl::StrCat(family.prefix, suffix)) {
-        out.family = family.family;
-        out.head = head;
-        known = true;
-      }
-    }
-  }
+  const std::optional<models::Architecture> known = models::FindArchitecture(out.architecture);
   if (!known) {
-    return Invalid(source, absl::StrCat("architecture '", SanitizeForDisplay(arch, 80),
-                                        "' is not supported; supported: Llama, Mistral, Qwen2, "
-                                        "Qwen3 with ForCausalLM, ForSequenceClassification or "
-                                        "ForTokenClassification"));
+    return Invalid(
+        source, absl::StrCat("architecture '", SanitizeForDisplay(out.architecture, 80),
+                             "' is not supported; supported: ", models::SupportedArchitectures()));
   }
+  out.family = known->family;
+  out.head = known->head;
   if (config.contains("num_experts") || config.contains("num_local_experts")) {
     return Invalid(source, "mixture-of-experts models are not supported");
   }

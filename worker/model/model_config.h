@@ -8,13 +8,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/models/architectures.h"
 
 namespace rlhfd::model {
 
-enum class ModelFamily { kLlama, kMistral, kQwen2, kQwen3 };
-// Which head sits on the decoder: next-token logits, or a scalar per token (critics, reward
-// models: *ForSequenceClassification pools the last token, *ForTokenClassification does not).
-enum class HeadKind { kCausalLm, kSequenceScore, kTokenScore };
+// The families and heads of the architecture table (common/models/architectures.h).
+using ModelFamily = models::Family;
+using HeadKind = models::Head;
 
 struct RopeConfig {
   double theta = 10000.0;
