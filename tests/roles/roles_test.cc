@@ -93,7 +93,7 @@ TEST_CASE("a GRPO step (n = 4) through role hosts equals one process", "[roles]"
   CheckAgainstOneProcess(TestSpec(kGrpoJob), 2, 2);
 }
 
-TEST_CASE("the same steps colocated give the same numbers", "[roles]") {
+TEST_CASE("the same steps colocated (roles sharing workers) equal one process", "[roles]") {
   SECTION("PPO, one worker hosting every role") {
     CheckAgainstOneProcess(TestSpec(kPpoJob, {"placement=colocated", "roles.actor.gpus=1"}), 4, 2);
   }
@@ -106,7 +106,9 @@ TEST_CASE("the same steps colocated give the same numbers", "[roles]") {
 
 // Two PPO epochs make the update off-policy after its first optimiser step: the old-log-prob
 // forward runs (the GRPO job above, one epoch, skips it) and its log-probs are the ratio's.
-TEST_CASE("an off-policy GRPO update (two epochs) uses the old-log-prob forward", "[roles]") {
+TEST_CASE(
+    "an off-policy GRPO update (two epochs) uses the old-log-prob forward and equals one process",
+    "[roles]") {
   CheckAgainstOneProcess(
       TestSpec(kGrpoJob, {"placement=colocated", "roles.actor.gpus=1", "roles.reward.gpus=1",
                           "roles.reference.gpus=1", "roles.actor.train.ppo_epochs=2"}),
@@ -115,7 +117,9 @@ TEST_CASE("an off-policy GRPO update (two epochs) uses the old-log-prob forward"
 
 // The actor's two ranks decode as one tensor-parallel group (each its half of every layer): the
 // greedy responses are those of one engine over the whole model (tp_g 1), and so is the rest.
-TEST_CASE("the actor's rollout at tp_g 2 gives the responses of tp_g 1", "[roles][tp]") {
+TEST_CASE(
+    "the actor's rollout at tp_g 2 gives the responses of tp_g 1; the steps equal one process",
+    "[roles][tp]") {
   SECTION("PPO split (greedy)") {
     CheckAgainstOneProcess(TestSpec(kPpoJob, {"roles.actor.rollout.tp=2", "trainer.device=cpu"}), 4,
                            2);

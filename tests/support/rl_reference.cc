@@ -4,7 +4,6 @@
 
 #include <catch2/catch.hpp>
 
-#include "common/algorithms/on_policy.h"
 #include "worker/model/model_loader.h"
 #include "worker/model/state_dict.h"
 #include "worker/train/advantage.h"
@@ -198,9 +197,12 @@ void ReferenceUpdates(const v1::JobSpec& spec, ReferenceModels& models, const St
         .input_ids = t.at("input_ids"),
         .attention_mask = t.at("attention_mask"),
         .response_mask = Pad(t.at("response_mask"), p),
-        // On-policy the actor takes its own, detached.
+        // On-policy (one epoch over one mini-batch of the whole step) the actor takes its own,
+        // detached; written out here rather than read from the product's rule.
         .old_log_probs =
-            algorithms::ActorUpdateIsOnPolicy(spec) ? at::Tensor() : Pad(t.at("old_log_probs"), p),
+            train.ppo_epochs() == 1 && train.ppo_mini_batch_size() == spec.data().train_batch_size()
+                ? at::Tensor()
+                : Pad(t.at("old_log_probs"), p),
         .advantages = Pad(t.at("advantages"), p),
         .ref_log_probs = kl_loss ? Pad(t.at("ref_log_probs"), p) : at::Tensor()};
     train::PolicyUpdateOptions options;

@@ -201,17 +201,9 @@ absl::StatusOr<v1::UpdateReply> ActorRole::Update(const v1::UpdateRequest& reque
     update.ref_log_probs = ToTrainingLayout(ref, p);
   }
   const v1::TrainSpec& train = spec_.roles().actor().train();
-  train::PolicyUpdateOptions options;
-  options.loop =
-      UpdateLoopOptionsOf(spec_, "actor", train, trained_->replicas(), request.key().step(),
-                          &*schedule_, request.optimizer_steps_before(), nonfinite_skips_);
-  options.policy = {.clip_ratio_low = algorithm.clip_ratio_low(),
-                    .clip_ratio_high = algorithm.clip_ratio_high(),
-                    .clip_ratio_c = algorithm.clip_ratio_c(),
-                    .aggregation = algorithm.loss_agg_mode()};
-  options.entropy_coeff = algorithm.entropy_coeff();
-  options.kl_coef = kl_loss ? algorithm.kl().coef() : 0.0;
-  options.kl_estimator = algorithm.kl().estimator();
+  const train::PolicyUpdateOptions options =
+      PolicyUpdateOptionsOf(spec_, trained_->replicas(), request.key().step(), &*schedule_,
+                            request.optimizer_steps_before(), nonfinite_skips_);
   ComputeScope compute(spec_, device_);
   const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(const train::UpdateMetrics metrics,

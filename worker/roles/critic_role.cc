@@ -58,13 +58,9 @@ absl::StatusOr<v1::UpdateReply> CriticRole::Update(const v1::UpdateRequest& requ
   update.response_mask = ToTrainingLayout(response_mask, p);
   update.old_values = ToTrainingLayout(values, p);
   update.returns = ToTrainingLayout(returns, p);
-  const v1::TrainSpec& train = spec_.roles().critic().train();
-  train::CriticUpdateOptions options;
-  options.loop =
-      UpdateLoopOptionsOf(spec_, "critic", train, trained_->replicas(), request.key().step(),
-                          &*schedule_, request.optimizer_steps_before(), nonfinite_skips_);
-  options.value_clip = train.cliprange_value();
-  options.aggregation = spec_.algorithm().loss_agg_mode();
+  const train::CriticUpdateOptions options =
+      CriticUpdateOptionsOf(spec_, trained_->replicas(), request.key().step(), &*schedule_,
+                            request.optimizer_steps_before(), nonfinite_skips_);
   ComputeScope compute(spec_, device_);
   ASSIGN_OR_RETURN(const train::UpdateMetrics metrics, train::UpdateCritic(*trained_, update, options));
   // The gradients are spent: their memory goes back before the next rollout.

@@ -2,6 +2,7 @@
 
 #include <ATen/autocast_mode.h>
 
+#include "common/algorithms/algorithm_traits.h"
 #include "worker/train/distributed/fully_sharded.h"
 #include "worker/train/distributed/replicated_model.h"
 
@@ -52,6 +53,36 @@ train::UpdateLoopOptions UpdateLoopOptionsOf(const v1::JobSpec& spec, const std:
   loop.max_nonfinite_skips = spec.trainer().max_nonfinite_skips();
   loop.nonfinite_skips_before = nonfinite_skips;
   return loop;
+}
+
+train::PolicyUpdateOptions PolicyUpdateOptionsOf(const v1::JobSpec& spec, int replicas,
+                                                 int64_t rl_step, const train::LrSchedule* schedule,
+                                                 int64_t first_step, int64_t nonfinite_skips) {
+  const v1::AlgorithmSpec& algorithm = spec.algorithm();
+  const bool kl_loss = algorithms::KlInLoss(algorithm) && algorithm.kl().coef() > 0;
+  train::PolicyUpdateOptions options;
+  options.loop = UpdateLoopOptionsOf(spec, "actor", spec.roles().actor().train(), replicas, rl_step,
+                                     schedule, first_step, nonfinite_skips);
+  options.policy = {.clip_ratio_low = algorithm.clip_ratio_low(),
+                    .clip_ratio_high = algorithm.clip_ratio_high(),
+                    .clip_ratio_c = algorithm.clip_ratio_c(),
+                    .aggregation = algorithm.loss_agg_mode()};
+  options.entropy_coeff = algorithm.entropy_coeff();
+  options.kl_coef = kl_loss ? algorithm.kl().coef() : 0.0;
+  options.kl_estimator = algorithm.kl().estimator();
+  return options;
+}
+
+train::CriticUpdateOptions CriticUpdateOptionsOf(const v1::JobSpec& spec, int replicas,
+                                                 int64_t rl_step, const train::LrSchedule* schedule,
+                                                 int64_t first_step, int64_t nonfinite_skips) {
+  const v1::TrainSpec& train = spec.roles().critic().train();
+  train::CriticUpdateOptions options;
+  options.loop = UpdateLoopOptionsOf(spec, "critic", train, replicas, rl_step, schedule, first_step,
+                                     nonfinite_skips);
+  options.value_clip = train.cliprange_value();
+  options.aggregation = spec.algorithm().loss_agg_mode();
+  return options;
 }
 
 at::ScalarType WeightDtype(const v1::JobSpec& spec, const at::Device& device, bool trains) {

@@ -1,5 +1,6 @@
-// What the actor and critic share: the training layout a TrainSpec asks for, its optimiser and
-// update-loop options, and the compute precision of a role's forwards.
+// What the actor and critic share: the training layout a TrainSpec asks for, its optimiser, its
+// update-loop options and each role's update options, and the compute precision of a role's
+// forwards.
 #pragma once
 
 #include <memory>
@@ -8,7 +9,9 @@
 #include "rlhfd/v1/job_spec.pb.h"
 #include "worker/model/transformer.h"
 #include "worker/parallel/communicator.h"
+#include "worker/train/critic_update.h"
 #include "worker/train/lr_schedule.h"
+#include "worker/train/policy_update.h"
 #include "worker/train/trained_model.h"
 #include "worker/train/update_loop.h"
 
@@ -30,6 +33,18 @@ train::UpdateLoopOptions UpdateLoopOptionsOf(const v1::JobSpec& spec, const std:
                                              const v1::TrainSpec& train, int replicas,
                                              int64_t rl_step, const train::LrSchedule* schedule,
                                              int64_t first_step, int64_t nonfinite_skips);
+
+// The actor's update options: the loop of UpdateLoopOptionsOf, the policy loss's clip ratios and
+// aggregation, the entropy bonus, and the KL loss (its weight 0 unless algorithm.kl asks for a
+// loss with a positive coefficient).
+train::PolicyUpdateOptions PolicyUpdateOptionsOf(const v1::JobSpec& spec, int replicas,
+                                                 int64_t rl_step, const train::LrSchedule* schedule,
+                                                 int64_t first_step, int64_t nonfinite_skips);
+
+// The critic's: the loop of UpdateLoopOptionsOf, cliprange_value and the loss aggregation.
+train::CriticUpdateOptions CriticUpdateOptionsOf(const v1::JobSpec& spec, int replicas,
+                                                 int64_t rl_step, const train::LrSchedule* schedule,
+                                                 int64_t first_step, int64_t nonfinite_skips);
 
 // The dtype a role's weights are loaded in: float32 on the CPU; on a GPU float32 masters for
 // roles that train, model.dtype for frozen ones.
