@@ -9,7 +9,7 @@ std::vector<v1::PoolAssignment> PlacePools(const v1::JobSpec& spec) {
   const bool colocated = spec.placement() == v1::PLACEMENT_COLOCATED;
   std::vector<v1::PoolAssignment> pools;
   int next = 0;
-  const auto add = [&](const char* role, int gpus) {
+  const auto add = [&](v1::Role role, int gpus) {
     v1::PoolAssignment pool;
     pool.set_role(role);
     const int first = colocated ? 0 : next;
@@ -18,13 +18,15 @@ std::vector<v1::PoolAssignment> PlacePools(const v1::JobSpec& spec) {
     pools.push_back(std::move(pool));
   };
   const int actor = std::max(1, roles.actor().gpus());
-  add(kActorPool, actor);
-  if (roles.has_critic()) add(kCriticPool, colocated ? actor : std::max(1, roles.critic().gpus()));
+  add(v1::ROLE_ACTOR, actor);
+  if (roles.has_critic()) {
+    add(v1::ROLE_CRITIC, colocated ? actor : std::max(1, roles.critic().gpus()));
+  }
   if (roles.has_reference()) {
-    add(kReferencePool, colocated ? actor : std::max(1, roles.reference().gpus()));
+    add(v1::ROLE_REFERENCE, colocated ? actor : std::max(1, roles.reference().gpus()));
   }
   if (!roles.reward().model().empty()) {
-    add(kRewardPool, colocated ? actor : std::max(1, roles.reward().gpus()));
+    add(v1::ROLE_REWARD, colocated ? actor : std::max(1, roles.reward().gpus()));
   }
   return pools;
 }
@@ -37,8 +39,7 @@ int WorldSize(const std::vector<v1::PoolAssignment>& pools) {
   return size;
 }
 
-const v1::PoolAssignment* FindPool(const std::vector<v1::PoolAssignment>& pools,
-                                   const std::string& role) {
+const v1::PoolAssignment* FindPool(const std::vector<v1::PoolAssignment>& pools, v1::Role role) {
   for (const v1::PoolAssignment& pool : pools) {
     if (pool.role() == role) return &pool;
   }

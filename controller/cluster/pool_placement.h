@@ -4,7 +4,6 @@
 // on the actor ranks).
 #pragma once
 
-#include <string>
 #include <vector>
 
 #include "rlhfd/v1/job_spec.pb.h"
@@ -12,19 +11,12 @@
 
 namespace rlhfd::controller {
 
-// The pools' names (PoolAssignment.role), as the workers' role hosts know them.
-inline constexpr char kActorPool[] = "actor";
-inline constexpr char kCriticPool[] = "critic";
-inline constexpr char kReferencePool[] = "reference";
-inline constexpr char kRewardPool[] = "reward";
-
 std::vector<v1::PoolAssignment> PlacePools(const v1::JobSpec& spec);
 
 // Ranks of the world the pools span.
 int WorldSize(const std::vector<v1::PoolAssignment>& pools);
 
 // The pool of `role` (nullptr when the job has none).
-const v1::PoolAssignment* FindPool(const std::vector<v1::PoolAssignment>& pools,
-                                   const std::string& role);
+const v1::PoolAssignment* FindPool(const std::vector<v1::PoolAssignment>& pools, v1::Role role);
 
 }  // namespace rlhfd::controller

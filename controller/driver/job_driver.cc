@@ -202,7 +202,7 @@ absl::StatusOr<JobDriver::RunData> JobDriver::LoadData(JobStages& job) {
   }
   // A rank's share of a step, and of a validation, travels in one stage call: rows that could
   // not are refused now, naming the row, rather than by gRPC at some later step.
-  const v1::PoolAssignment* actor_pool = FindPool(job.pools(), kActorPool);
+  const v1::PoolAssignment* actor_pool = FindPool(job.pools(), v1::ROLE_ACTOR);
   const int64_t actor_ranks = actor_pool == nullptr ? 1 : std::max(1, actor_pool->ranks_size());
   const int64_t call_bytes = setup_.rpc.max_request_bytes - kStageCallOverheadBytes;
   RETURN_IF_ERROR(CheckShareFits(run.train, (batch_size + actor_ranks - 1) / actor_ranks,

@@ -71,7 +71,7 @@ absl::StatusOr<Metrics> JobStages::RunStepStages(const StepPlan& plan) {
 absl::StatusOr<ValidationResult> JobStages::Validate(int64_t step,
                                                      const std::vector<v1::PromptRow>& prompts,
                                                      uint64_t seed) {
-  const std::vector<int> actors = calls_.RanksOf(kActorPool);
+  const std::vector<int> actors = calls_.RanksOf(v1::ROLE_ACTOR);
   const int64_t count = static_cast<int64_t>(prompts.size());
   const int64_t dp = static_cast<int64_t>(actors.size());
   ASSIGN_OR_RETURN(const std::vector<v1::ValidateReply> replies,

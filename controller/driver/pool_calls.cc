@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_join.h"
+#include "common/stages/role_names.h"
 #include "common/status/status_macros.h"
 #include "controller/cluster/pool_placement.h"
 
@@ -15,7 +16,7 @@ PoolCalls::PoolCalls(std::string job_id, std::vector<stages::StageService*> rank
       pools_(std::move(pools)),
       options_(options) {}
 
-std::vector<int> PoolCalls::RanksOf(const std::string& role) const {
+std::vector<int> PoolCalls::RanksOf(v1::Role role) const {
   const v1::PoolAssignment* pool = FindPool(pools_, role);
   if (pool == nullptr) return {};
   return std::vector<int>(pool->ranks().begin(), pool->ranks().end());
@@ -37,8 +38,8 @@ v1::StageKey PoolCalls::Key(int64_t step, const std::string& stage) const {
 }
 
 absl::Status PoolCalls::Move(int64_t step, const StepShape& shape,
-                             const std::vector<std::string_view>& tensors, const std::string& from,
-                             const std::string& to, Metrics& metrics) const {
+                             const std::vector<std::string_view>& tensors, v1::Role from,
+                             v1::Role to, Metrics& metrics) const {
   const std::vector<int> sources = RanksOf(from), destinations = RanksOf(to);
   if (sources.empty() || destinations.empty() || sources == destinations) return absl::OkStatus();
   std::vector<int> involved = sources;
@@ -48,7 +49,8 @@ absl::Status PoolCalls::Move(int64_t step, const StepShape& shape,
   }
   std::string names;  // absl::StrJoin here takes no std::string_view (Debian's Abseil)
   for (std::string_view name : tensors) names.append(names.empty() ? "" : ",").append(name);
-  const std::string stage = absl::StrCat("move ", names, " ", from, ">", to);
+  const std::string stage =
+      absl::StrCat("move ", names, " ", stages::RoleName(from), ">", stages::RoleName(to));
   ASSIGN_OR_RETURN(const std::vector<v1::MoveTensorsReply> replies,
                    (FanOut<v1::MoveTensorsRequest, v1::MoveTensorsReply>(
                        involved, &stages::StageService::MoveTensors, [&](int, int) {

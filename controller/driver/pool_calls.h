@@ -63,11 +63,11 @@ class PoolCalls {
   // the bytes sent add to metrics["perf/moved_bytes"].
   // `tensors` are names of the step-tensor table (common/stages/step_tensors.h).
   absl::Status Move(int64_t step, const StepShape& shape,
-                    const std::vector<std::string_view>& tensors, const std::string& from,
-                    const std::string& to, Metrics& metrics) const;
+                    const std::vector<std::string_view>& tensors, v1::Role from, v1::Role to,
+                    Metrics& metrics) const;
 
   // The world ranks of `role`'s pool (none when the job has no such pool).
-  std::vector<int> RanksOf(const std::string& role) const;
+  std::vector<int> RanksOf(v1::Role role) const;
   // Every world rank.
   std::vector<int> Everyone() const;
   v1::StageKey Key(int64_t step, const std::string& stage) const;

@@ -66,10 +66,8 @@ class StepRun {
     return status;
   }
   // A Forward of `kind` on `role`'s ranks, timed as timing_s/<timing>.
-  absl::Status Forward(const std::string& role, v1::ForwardKind kind, const char* stage,
-                       const char* timing);
-  absl::Status Move(const std::vector<std::string_view>& tensors, const std::string& from,
-                    const std::string& to) {
+  absl::Status Forward(v1::Role role, v1::ForwardKind kind, const char* stage, const char* timing);
+  absl::Status Move(const std::vector<std::string_view>& tensors, v1::Role from, v1::Role to) {
     return pools_.Move(plan_.step, shape_, tensors, from, to, metrics_);
   }
   // A request of the step that names only its key.
@@ -100,7 +98,7 @@ const std::vector<std::string_view>& Sequences() {
 
 absl::Status StepRun::CheckPromptsSplit() const {
   const int64_t prompts = static_cast<int64_t>(plan_.prompts.size());
-  const int64_t dp = static_cast<int64_t>(pools_.RanksOf(kActorPool).size());
+  const int64_t dp = static_cast<int64_t>(pools_.RanksOf(v1::ROLE_ACTOR).size());
   if (prompts < 1 || prompts % dp != 0) {
     return absl::InvalidArgumentError(absl::StrCat("step ", plan_.step, ": ", prompts,
                                                    " prompts do not split evenly over the actor's ",
@@ -110,7 +108,7 @@ absl::Status StepRun::CheckPromptsSplit() const {
 }
 
 absl::Status StepRun::Generate() {
-  const std::vector<int> actors = pools_.RanksOf(kActorPool);
+  const std::vector<int> actors = pools_.RanksOf(v1::ROLE_ACTOR);
   const int64_t prompts = static_cast<int64_t>(plan_.prompts.size());
   const int64_t dp = static_cast<int64_t>(actors.size());
   std::vector<v1::GenerateReply> generated;
@@ -137,7 +135,7 @@ absl::Status StepRun::Generate() {
   return absl::OkStatus();
 }
 
-absl::Status StepRun::Forward(const std::string& role, v1::ForwardKind kind, const char* stage,
+absl::Status StepRun::Forward(v1::Role role, v1::ForwardKind kind, const char* stage,
                               const char* timing) {
   const auto request = [&](int, int) {
     v1::ForwardRequest forward;
@@ -154,33 +152,34 @@ absl::Status StepRun::Forward(const std::string& role, v1::ForwardKind kind, con
 }
 
 absl::Status StepRun::OldLogProbs() {
-  return Forward(kActorPool, v1::FORWARD_KIND_OLD_LOG_PROBS, "old_log_probs", "old_log_prob");
+  return Forward(v1::ROLE_ACTOR, v1::FORWARD_KIND_OLD_LOG_PROBS, "old_log_probs", "old_log_prob");
 }
 
 absl::Status StepRun::ReferenceLogProbs() {
-  RETURN_IF_ERROR(Move(Sequences(), kActorPool, kReferencePool));
-  RETURN_IF_ERROR(Forward(kReferencePool, v1::FORWARD_KIND_REF_LOG_PROBS, "ref_log_probs", "ref"));
-  return Move({tensors::kRefLogProbs}, kReferencePool, kActorPool);
+  RETURN_IF_ERROR(Move(Sequences(), v1::ROLE_ACTOR, v1::ROLE_REFERENCE));
+  RETURN_IF_ERROR(
+      Forward(v1::ROLE_REFERENCE, v1::FORWARD_KIND_REF_LOG_PROBS, "ref_log_probs", "ref"));
+  return Move({tensors::kRefLogProbs}, v1::ROLE_REFERENCE, v1::ROLE_ACTOR);
 }
 
 absl::Status StepRun::Values() {
   RETURN_IF_ERROR(Move({tensors::kInputIds, tensors::kAttentionMask, tensors::kResponseMask},
-                       kActorPool, kCriticPool));
-  RETURN_IF_ERROR(Forward(kCriticPool, v1::FORWARD_KIND_VALUES, "values", "values"));
-  return Move({tensors::kValues}, kCriticPool, kActorPool);
+                       v1::ROLE_ACTOR, v1::ROLE_CRITIC));
+  RETURN_IF_ERROR(Forward(v1::ROLE_CRITIC, v1::FORWARD_KIND_VALUES, "values", "values"));
+  return Move({tensors::kValues}, v1::ROLE_CRITIC, v1::ROLE_ACTOR);
 }
 
 // From the reward model's pool, or by the rule (or remote scorer) on the actor ranks.
 absl::Status StepRun::Rewards() {
   if (!spec_.roles().reward().model().empty()) {
-    RETURN_IF_ERROR(Move(Sequences(), kActorPool, kRewardPool));
+    RETURN_IF_ERROR(Move(Sequences(), v1::ROLE_ACTOR, v1::ROLE_REWARD));
     RETURN_IF_ERROR(
-        Forward(kRewardPool, v1::FORWARD_KIND_REWARD_SCORES, "reward_scores", "reward"));
-    return Move({tensors::kScores}, kRewardPool, kActorPool);
+        Forward(v1::ROLE_REWARD, v1::FORWARD_KIND_REWARD_SCORES, "reward_scores", "reward"));
+    return Move({tensors::kScores}, v1::ROLE_REWARD, v1::ROLE_ACTOR);
   }
   return Timed("reward", [&]() -> absl::Status {
     return pools_
-        .FanOut<v1::RewardRequest, v1::RewardReply>(pools_.RanksOf(kActorPool),
+        .FanOut<v1::RewardRequest, v1::RewardReply>(pools_.RanksOf(v1::ROLE_ACTOR),
                                                     &StageService::ComputeRewards,
                                                     Keyed<v1::RewardRequest>("rewards"))
         .status();
@@ -193,7 +192,7 @@ absl::Status StepRun::Advantages() {
     ASSIGN_OR_RETURN(
         advantages,
         (pools_.FanOut<v1::AdvantageRequest, v1::AdvantageReply>(
-            pools_.RanksOf(kActorPool), &StageService::ComputeAdvantages, [&](int, int) {
+            pools_.RanksOf(v1::ROLE_ACTOR), &StageService::ComputeAdvantages, [&](int, int) {
               v1::AdvantageRequest request;
               *request.mutable_key() = pools_.Key(plan_.step, "advantages");
               request.set_kl_coef(plan_.kl_coef);
@@ -206,16 +205,17 @@ absl::Status StepRun::Advantages() {
 }
 
 absl::Status StepRun::UpdateCritic() {
-  RETURN_IF_ERROR(Move({tensors::kReturns}, kActorPool, kCriticPool));
+  RETURN_IF_ERROR(Move({tensors::kReturns}, v1::ROLE_ACTOR, v1::ROLE_CRITIC));
   return Timed("update_critic", [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(const std::vector<v1::UpdateReply> updated,
-                     (pools_.FanOut<v1::UpdateRequest, v1::UpdateReply>(
-                         pools_.RanksOf(kCriticPool), &StageService::UpdateCritic, [&](int, int) {
-                           v1::UpdateRequest request;
-                           *request.mutable_key() = pools_.Key(plan_.step, "update_critic");
-                           request.set_optimizer_steps_before(optimizer_steps_.critic);
-                           return request;
-                         })));
+    ASSIGN_OR_RETURN(
+        const std::vector<v1::UpdateReply> updated,
+        (pools_.FanOut<v1::UpdateRequest, v1::UpdateReply>(
+            pools_.RanksOf(v1::ROLE_CRITIC), &StageService::UpdateCritic, [&](int, int) {
+              v1::UpdateRequest request;
+              *request.mutable_key() = pools_.Key(plan_.step, "update_critic");
+              request.set_optimizer_steps_before(optimizer_steps_.critic);
+              return request;
+            })));
     AddCriticUpdateMetrics(updated, metrics_);
     optimizer_steps_.critic = updated[0].optimizer_steps();
     return absl::OkStatus();
@@ -226,7 +226,7 @@ absl::Status StepRun::UpdateActor() {
   return Timed("update_actor", [&]() -> absl::Status {
     ASSIGN_OR_RETURN(const std::vector<v1::UpdateReply> updated,
                      (pools_.FanOut<v1::UpdateRequest, v1::UpdateReply>(
-                         pools_.RanksOf(kActorPool), &StageService::UpdateActor, [&](int, int) {
+                         pools_.RanksOf(v1::ROLE_ACTOR), &StageService::UpdateActor, [&](int, int) {
                            v1::UpdateRequest request;
                            *request.mutable_key() = pools_.Key(plan_.step, "update_actor");
                            request.set_optimizer_steps_before(optimizer_steps_.actor);

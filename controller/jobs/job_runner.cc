@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "common/jobs/job_states.h"
 #include "common/logging/logging.h"
+#include "common/stages/role_names.h"
 #include "common/util/text.h"
 #include "controller/cluster/pool_placement.h"
 
@@ -132,7 +133,7 @@ void JobRunner::Start(const v1::Job& job, const Placement& placement) {
                     record.clear_placement();
                     for (const v1::PoolAssignment& pool : pools) {
                       v1::RolePlacement* role = record.add_placement();
-                      role->set_role(pool.role());
+                      role->set_role(stages::RoleName(pool.role()));
                       for (int rank : pool.ranks()) {
                         role->add_worker_ids(placement.worker_ids[rank]);
                       }

@@ -212,8 +212,8 @@ trainer: {total_steps: )",
   offload.mutable_key()->set_step(warmup + steps);
   offload.mutable_key()->set_stage("offload");
   offload.mutable_key()->set_attempt(1);  // JobStages' default
-  offload.add_roles("actor");
-  offload.add_roles("reference");
+  offload.add_roles(v1::ROLE_ACTOR);
+  offload.add_roles(v1::ROLE_REFERENCE);
   offload.set_to_host(true);
   auto offloaded =
       stages::CallStage(host, &stages::StageService::Offload, offload, absl::Minutes(5));

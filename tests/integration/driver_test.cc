@@ -321,7 +321,7 @@ void CheckRunEqualsOneProcess(const std::string& config, int workers,
   // One process over the same batches.
   const v1::JobSpec& spec = job.spec();
   const std::vector<v1::PoolAssignment> pools = controller::PlacePools(spec);
-  const v1::PoolAssignment* actor = controller::FindPool(pools, "actor");
+  const v1::PoolAssignment* actor = controller::FindPool(pools, v1::ROLE_ACTOR);
   REQUIRE(actor != nullptr);
   ReferenceModels reference = LoadReferenceModels(spec);
   const double kl_coef =

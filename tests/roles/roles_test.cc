@@ -267,8 +267,8 @@ TEST_CASE("bad stage input gets a clear error naming what to fix", "[roles]") {
     v1::MoveTensorsRequest move;
     *move.mutable_key() = Key("job-order", 1, "move");
     move.add_tensors("input_ids");
-    move.set_from_role("actor");
-    move.set_to_role("reference");
+    move.set_from_role(v1::ROLE_ACTOR);
+    move.set_to_role(v1::ROLE_REFERENCE);
     move.set_rows(8);
     move.set_prompt_length(3);
     move.set_response_length(99);

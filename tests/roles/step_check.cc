@@ -95,7 +95,7 @@ std::vector<v1::PromptRow> TestPrompts(int count) {
 
 namespace {
 
-std::vector<int> Ranks(const JobStages& job, const std::string& role) {
+std::vector<int> Ranks(const JobStages& job, v1::Role role) {
   const v1::PoolAssignment* pool = FindPool(job.pools(), role);
   return pool == nullptr ? std::vector<int>()
                          : std::vector<int>(pool->ranks().begin(), pool->ranks().end());
@@ -107,7 +107,7 @@ StepTensors Dumped(JobStages& job, int64_t step) {
   auto paths = job.DumpBatch(step);
   REQUIRE(paths.ok());
   std::vector<std::string> actor_paths;
-  for (int rank : Ranks(job, "actor")) actor_paths.push_back((*paths)[rank]);
+  for (int rank : Ranks(job, v1::ROLE_ACTOR)) actor_paths.push_back((*paths)[rank]);
   return rlhfd::testing::MergeDumps(actor_paths);
 }
 

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/algorithms/algorithm_traits.h"
+#include "common/stages/role_names.h"
 #include "common/status/status_macros.h"
 #include "common/util/files.h"
 #include "worker/model/safetensors_writer.h"
@@ -67,7 +68,7 @@ int64_t RowBytes(const TensorInfo& info, const std::vector<int64_t>& row_shape) 
 
 absl::StatusOr<v1::GenerateReply> RunGenerate(HostedJob& job, const v1::GenerateRequest& request,
                                               const at::Device& device) {
-  RETURN_IF_ERROR(NeedRole(job, kActor, job.actor != nullptr));
+  RETURN_IF_ERROR(NeedRole(job, v1::ROLE_ACTOR, job.actor != nullptr));
   const int64_t n = job.spec.roles().actor().rollout().n();
   if (request.total_prompts() < 1 || request.first_prompt() < 0 ||
       request.first_prompt() + request.prompts_size() > request.total_prompts()) {
@@ -77,7 +78,7 @@ absl::StatusOr<v1::GenerateReply> RunGenerate(HostedJob& job, const v1::Generate
                      ") are not within total_prompts ", request.total_prompts()));
   }
   const int64_t total_rows = request.total_prompts() * n;
-  const RowRange rows = job.layout->RowsOf(kActor, total_rows);
+  const RowRange rows = job.layout->RowsOf(v1::ROLE_ACTOR, total_rows);
   if (rows.begin != request.first_prompt() * n) {
     return absl::InvalidArgumentError(absl::StrCat(
         "generate: this rank's rows start at ", rows.begin, ", so its first prompt is ",
@@ -97,15 +98,16 @@ absl::StatusOr<v1::MoveTensorsReply> RunMoveTensors(HostedJob& job,
   const RolePool* from = job.layout->Find(request.from_role());
   const RolePool* to = job.layout->Find(request.to_role());
   if (from == nullptr || to == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("move: the job has no ",
-                     from == nullptr ? request.from_role() : request.to_role(), " pool"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "move: the job has no ",
+        stages::RoleName(from == nullptr ? request.from_role() : request.to_role()), " pool"));
   }
   const bool sends = job.layout->Hosts(request.from_role());
   const bool receives = job.layout->Hosts(request.to_role());
   if (!sends && !receives) {
     return absl::FailedPreconditionError(absl::StrCat("move: this rank is in neither the ",
-                                                      from->role, " nor the ", to->role, " pool"));
+                                                      stages::RoleName(from->role), " nor the ",
+                                                      stages::RoleName(to->role), " pool"));
   }
   RETURN_IF_ERROR(BeginOrCheckMove(job, request, *to, sends));
   StepBatch& batch = job.batch;
@@ -147,19 +149,19 @@ absl::StatusOr<v1::ForwardReply> RunForward(HostedJob& job, const v1::ForwardReq
   RETURN_IF_ERROR(NeedStepRows(job.batch, request.key().step(), "forward"));
   switch (request.kind()) {
     case v1::FORWARD_KIND_OLD_LOG_PROBS:
-      RETURN_IF_ERROR(NeedRole(job, kActor, job.actor != nullptr));
+      RETURN_IF_ERROR(NeedRole(job, v1::ROLE_ACTOR, job.actor != nullptr));
       RETURN_IF_ERROR(job.actor->ComputeOldLogProbs(job.batch));
       break;
     case v1::FORWARD_KIND_REF_LOG_PROBS:
-      RETURN_IF_ERROR(NeedRole(job, kReference, job.reference != nullptr));
+      RETURN_IF_ERROR(NeedRole(job, v1::ROLE_REFERENCE, job.reference != nullptr));
       RETURN_IF_ERROR(job.reference->ComputeLogProbs(job.batch));
       break;
     case v1::FORWARD_KIND_VALUES:
-      RETURN_IF_ERROR(NeedRole(job, kCritic, job.critic != nullptr));
+      RETURN_IF_ERROR(NeedRole(job, v1::ROLE_CRITIC, job.critic != nullptr));
       RETURN_IF_ERROR(job.critic->ComputeValues(job.batch));
       break;
     case v1::FORWARD_KIND_REWARD_SCORES:
-      RETURN_IF_ERROR(NeedRole(job, "reward model", job.reward_model != nullptr));
+      RETURN_IF_ERROR(NeedRole(job, v1::ROLE_REWARD, job.reward_model != nullptr));
       RETURN_IF_ERROR(job.reward_model->ComputeScores(job.batch));
       break;
     default:
@@ -172,7 +174,7 @@ absl::StatusOr<v1::ForwardReply> RunForward(HostedJob& job, const v1::ForwardReq
 }
 
 absl::StatusOr<v1::RewardReply> RunRewards(HostedJob& job, const v1::RewardRequest& request) {
-  RETURN_IF_ERROR(NeedRole(job, kActor, job.actor != nullptr));
+  RETURN_IF_ERROR(NeedRole(job, v1::ROLE_ACTOR, job.actor != nullptr));
   if (!job.scorer) {
     return absl::FailedPreconditionError(
         "rewards: roles.reward.model scores with a REWARD_SCORES forward on the reward pool");
@@ -208,23 +210,23 @@ absl::StatusOr<v1::RewardReply> RunRewards(HostedJob& job, const v1::RewardReque
 
 absl::StatusOr<v1::AdvantageReply> RunAdvantages(HostedJob& job,
                                                  const v1::AdvantageRequest& request) {
-  RETURN_IF_ERROR(NeedRole(job, kActor, job.actor != nullptr));
+  RETURN_IF_ERROR(NeedRole(job, v1::ROLE_ACTOR, job.actor != nullptr));
   RETURN_IF_ERROR(NeedStepRows(job.batch, request.key().step(), "advantages"));
-  return ComputeAdvantages(job.spec, request, job.batch, job.PoolOf(kActor));
+  return ComputeAdvantages(job.spec, request, job.batch, job.PoolOf(v1::ROLE_ACTOR));
 }
 
 absl::StatusOr<v1::UpdateReply> RunUpdateActor(HostedJob& job, const v1::UpdateRequest& request) {
-  RETURN_IF_ERROR(NeedRole(job, kActor, job.actor != nullptr));
+  RETURN_IF_ERROR(NeedRole(job, v1::ROLE_ACTOR, job.actor != nullptr));
   return job.actor->Update(request, job.batch);
 }
 
 absl::StatusOr<v1::UpdateReply> RunUpdateCritic(HostedJob& job, const v1::UpdateRequest& request) {
-  RETURN_IF_ERROR(NeedRole(job, kCritic, job.critic != nullptr));
+  RETURN_IF_ERROR(NeedRole(job, v1::ROLE_CRITIC, job.critic != nullptr));
   return job.critic->Update(request, job.batch);
 }
 
 absl::StatusOr<v1::ValidateReply> RunValidate(HostedJob& job, const v1::ValidateRequest& request) {
-  RETURN_IF_ERROR(NeedRole(job, kActor, job.actor != nullptr));
+  RETURN_IF_ERROR(NeedRole(job, v1::ROLE_ACTOR, job.actor != nullptr));
   if (!job.scorer) {
     return absl::UnimplementedError(
         "validate: validation scores with roles.reward.rule or .remote; a reward model's "

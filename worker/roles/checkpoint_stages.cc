@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging/logging.h"
+#include "common/stages/role_names.h"
 #include "common/status/status_macros.h"
-#include "common/util/text.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/model_export.h"
 #include "worker/roles/checkpoint.h"
@@ -56,15 +56,16 @@ absl::StatusOr<v1::CheckpointReply> RunSaveCheckpoint(HostedJob& job,
   for (auto& [role, trained] : job.TrainedRoles()) {
     const int position = job.layout->PositionIn(role);
     ASSIGN_OR_RETURN(const int64_t bytes,
-                     SaveRoleState(request.directory(), request.step(), role, position,
-                                   trained->trained().StateTensors(),
+                     SaveRoleState(request.directory(), request.step(), stages::RoleName(role),
+                                   position, trained->trained().StateTensors(),
                                    {{"optimizer_steps", trained->optimizer_steps()},
                                     {"nonfinite_skips", trained->nonfinite_skips()},
                                     {"seed", job.spec.trainer().seed()},
                                     {"kl_coef", request.kl_coef()}}));
     reply.set_bytes(reply.bytes() + bytes);
-    reply.set_path(RankDirectory(request.directory(), request.step(), role, position));
-    if (role == kActor && request.export_huggingface()) {
+    reply.set_path(
+        RankDirectory(request.directory(), request.step(), stages::RoleName(role), position));
+    if (role == v1::ROLE_ACTOR && request.export_huggingface()) {
       RETURN_IF_ERROR(ExportActor(job, request, position));
     }
   }
@@ -95,10 +96,10 @@ absl::StatusOr<v1::CheckpointReply> RunCommitCheckpoint(HostedJob& job,
 absl::StatusOr<v1::CheckpointReply> RunLoadCheckpoint(HostedJob& job,
                                                       const v1::CheckpointRequest& request) {
   RETURN_IF_ERROR(CheckCheckpointDirectory(job, request.directory()));
-  const std::vector<std::pair<std::string, TrainedRole*>> trained_roles = job.TrainedRoles();
+  const std::vector<std::pair<v1::Role, TrainedRole*>> trained_roles = job.TrainedRoles();
   std::vector<RolePart> parts;
   for (auto& [role, trained] : trained_roles) {
-    parts.push_back({.role = role,
+    parts.push_back({.role = stages::RoleName(role),
                      .rank = job.layout->PositionIn(role),
                      .state = trained->trained().StateTensors()});
   }
@@ -108,7 +109,7 @@ absl::StatusOr<v1::CheckpointReply> RunLoadCheckpoint(HostedJob& job,
   reply.set_step(loaded.step);
   for (const std::string& note : loaded.passed_over) reply.add_passed_over(note);
   for (size_t i = 0; i < parts.size(); ++i) {
-    const std::string& role = parts[i].role;
+    const v1::Role role = trained_roles[i].first;
     TrainedRole& trained = *trained_roles[i].second;
     const nlohmann::json& extra = loaded.extras[i];
     const int64_t steps = JsonInteger(extra, "optimizer_steps", 0);
@@ -116,12 +117,12 @@ absl::StatusOr<v1::CheckpointReply> RunLoadCheckpoint(HostedJob& job,
     trained.set_optimizer_steps(steps);
     trained.set_nonfinite_skips(JsonInteger(extra, "nonfinite_skips", 0));
     trained.ReleaseDerived();
-    if (role == kActor) {
+    if (role == v1::ROLE_ACTOR) {
       reply.set_optimizer_steps(steps);
     } else {
       reply.set_critic_optimizer_steps(steps);
     }
-    reply.set_path(RankDirectory(request.directory(), loaded.step, role, parts[i].rank));
+    reply.set_path(RankDirectory(request.directory(), loaded.step, parts[i].role, parts[i].rank));
   }
   job.poisoned.clear();
   job.replies.clear();
@@ -134,11 +135,11 @@ absl::StatusOr<v1::OffloadReply> RunOffload(HostedJob& job, const v1::OffloadReq
                                             const at::Device& device) {
   const at::Device target = request.to_host() ? at::Device(at::kCPU) : device;
   const bool pin = request.to_host() && device.is_cuda();
-  for (const std::string& name : request.roles()) {
-    HostedRole* role = job.Role(name);
+  for (const int name : request.roles()) {
+    HostedRole* role = job.Role(static_cast<v1::Role>(name));
     if (role == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("offload: this worker hosts no ", SanitizeForDisplay(name, 40)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "offload: this worker hosts no ", stages::RoleName(static_cast<v1::Role>(name))));
     }
     role->ReleaseDerived();
     for (at::Tensor& tensor : role->ResidentTensors()) {

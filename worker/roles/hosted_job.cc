@@ -1,23 +1,31 @@
 #include "worker/roles/hosted_job.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/stages/role_names.h"
 #include "common/util/files.h"
 #include "common/util/text.h"
 
 namespace rlhfd::roles {
 
-HostedRole* HostedJob::Role(const std::string& role) {
-  if (role == kActor) return actor.get();
-  if (role == kCritic) return critic.get();
-  if (role == kReference) return reference.get();
-  if (role == kReward) return reward_model.get();
-  return nullptr;
+HostedRole* HostedJob::Role(v1::Role role) {
+  switch (role) {
+    case v1::ROLE_ACTOR:
+      return actor.get();
+    case v1::ROLE_CRITIC:
+      return critic.get();
+    case v1::ROLE_REFERENCE:
+      return reference.get();
+    case v1::ROLE_REWARD:
+      return reward_model.get();
+    default:
+      return nullptr;
+  }
 }
 
-std::vector<std::pair<std::string, TrainedRole*>> HostedJob::TrainedRoles() {
-  std::vector<std::pair<std::string, TrainedRole*>> trained;
-  if (actor) trained.emplace_back(kActor, actor.get());
-  if (critic) trained.emplace_back(kCritic, critic.get());
+std::vector<std::pair<v1::Role, TrainedRole*>> HostedJob::TrainedRoles() {
+  std::vector<std::pair<v1::Role, TrainedRole*>> trained;
+  if (actor) trained.emplace_back(v1::ROLE_ACTOR, actor.get());
+  if (critic) trained.emplace_back(v1::ROLE_CRITIC, critic.get());
   return trained;
 }
 
@@ -29,10 +37,12 @@ absl::Status CheckAttempt(int64_t attempt) {
   return absl::OkStatus();
 }
 
-absl::Status NeedRole(const HostedJob& job, absl::string_view role, bool hosted) {
+absl::Status NeedRole(const HostedJob& job, v1::Role role, bool hosted) {
   if (hosted) return absl::OkStatus();
+  // The reward pool hosts a reward model (rule and remote rewards need no pool).
+  const char* name = role == v1::ROLE_REWARD ? "reward model" : stages::RoleName(role);
   return absl::FailedPreconditionError(
-      absl::StrCat("this worker (rank ", job.layout->rank(), ") does not host the job's ", role));
+      absl::StrCat("this worker (rank ", job.layout->rank(), ") does not host the job's ", name));
 }
 
 absl::Status NeedStepRows(const StepBatch& batch, int64_t step, absl::string_view stage) {

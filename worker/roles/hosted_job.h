@@ -42,7 +42,7 @@ struct HostedJob {
   v1::JobSpec spec;
   std::unique_ptr<JobLayout> layout;
   std::unique_ptr<parallel::Communicator> world;
-  std::map<std::string, std::unique_ptr<parallel::Communicator>> pools;  // role → its pool's
+  std::map<v1::Role, std::unique_ptr<parallel::Communicator>> pools;  // role → its pool's
   std::unique_ptr<ActorRole> actor;
   std::unique_ptr<CriticRole> critic;
   std::unique_ptr<ReferenceRole> reference;
@@ -56,19 +56,19 @@ struct HostedJob {
   std::string poisoned;
   std::shared_ptr<std::atomic<bool>> cancelled;
 
-  // The role of that name this rank hosts (kActor, kCritic, kReference, kReward), or null.
-  HostedRole* Role(const std::string& role);
-  // The trained roles this rank hosts, by name, actor first.
-  std::vector<std::pair<std::string, TrainedRole*>> TrainedRoles();
+  // `role` as this rank hosts it, or null.
+  HostedRole* Role(v1::Role role);
+  // The trained roles this rank hosts, actor first.
+  std::vector<std::pair<v1::Role, TrainedRole*>> TrainedRoles();
   // The communicator of `role`'s pool (this rank must be in it).
-  parallel::Communicator& PoolOf(const std::string& role) { return *pools.at(role); }
+  parallel::Communicator& PoolOf(v1::Role role) { return *pools.at(role); }
 };
 
 // INVALID_ARGUMENT unless `attempt` >= 1: every call names its job's attempt, so a call cannot
 // reach whichever attempt runs.
 absl::Status CheckAttempt(int64_t attempt);
 // FAILED_PRECONDITION naming this rank when it does not host `role` (`hosted` false).
-absl::Status NeedRole(const HostedJob& job, absl::string_view role, bool hosted);
+absl::Status NeedRole(const HostedJob& job, v1::Role role, bool hosted);
 // FAILED_PRECONDITION unless this rank holds rows of `step` (generated here, or moved here):
 // `stage` runs on them.
 absl::Status NeedStepRows(const StepBatch& batch, int64_t step, absl::string_view stage);

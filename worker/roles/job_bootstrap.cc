@@ -66,17 +66,19 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> ConnectWorld(
 absl::Status CreateRoles(HostedJob& job, int64_t total_steps, const at::Device& device) {
   const int64_t rl_steps = std::max<int64_t>(1, total_steps);
   const v1::JobSpec& spec = job.spec;
-  if (job.layout->Hosts(kActor)) {
-    ASSIGN_OR_RETURN(job.actor, ActorRole::Create(spec, device, job.PoolOf(kActor), rl_steps));
+  if (job.layout->Hosts(v1::ROLE_ACTOR)) {
+    ASSIGN_OR_RETURN(job.actor,
+                     ActorRole::Create(spec, device, job.PoolOf(v1::ROLE_ACTOR), rl_steps));
     ASSIGN_OR_RETURN(job.scorer, ResponseScorer::Create(spec.roles().reward()));
   }
-  if (job.layout->Hosts(kCritic)) {
-    ASSIGN_OR_RETURN(job.critic, CriticRole::Create(spec, device, job.PoolOf(kCritic), rl_steps));
+  if (job.layout->Hosts(v1::ROLE_CRITIC)) {
+    ASSIGN_OR_RETURN(job.critic,
+                     CriticRole::Create(spec, device, job.PoolOf(v1::ROLE_CRITIC), rl_steps));
   }
-  if (job.layout->Hosts(kReference)) {
+  if (job.layout->Hosts(v1::ROLE_REFERENCE)) {
     ASSIGN_OR_RETURN(job.reference, ReferenceRole::Create(spec, device));
   }
-  if (job.layout->Hosts(kReward)) {
+  if (job.layout->Hosts(v1::ROLE_REWARD)) {
     if (spec.roles().reward().model().empty()) {
       return absl::InvalidArgumentError(
           "pools: a reward pool needs roles.reward.model (rule and remote rewards run on the "
@@ -139,7 +141,7 @@ absl::StatusOr<std::unique_ptr<HostedJob>> StartHostedJob(
     if (split) job->pools[pool.role] = std::move(split);
   }
   RETURN_IF_ERROR(CreateRoles(*job, request.total_steps(), options.device));
-  for (const std::string& role : job->layout->HostedRoles()) job->started.add_roles(role);
+  for (const v1::Role role : job->layout->HostedRoles()) job->started.add_roles(role);
   return job;
 }
 

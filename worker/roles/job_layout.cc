@@ -4,7 +4,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "common/util/text.h"
+#include "common/stages/role_names.h"
 
 namespace rlhfd::roles {
 
@@ -19,23 +19,23 @@ absl::StatusOr<JobLayout> JobLayout::Create(
   layout.rank_ = rank;
   std::vector<const RolePool*> pool_of_rank(world_size, nullptr);
   for (const v1::PoolAssignment& pool : pools) {
-    const std::string& role = pool.role();
-    if (role != kActor && role != kCritic && role != kReference && role != kReward) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "pools: unknown role '", SanitizeForDisplay(role, 40),
-          "' (actor, critic, reference, reward)"));
+    const v1::Role role = pool.role();
+    if (role == v1::ROLE_UNSPECIFIED || !v1::Role_IsValid(role)) {
+      return absl::InvalidArgumentError(absl::StrCat("pools: unknown role ", static_cast<int>(role),
+                                                     " (actor, critic, reference, reward)"));
     }
+    const char* name = stages::RoleName(role);
     if (layout.Find(role) != nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("pools: role ", role, " appears twice"));
+      return absl::InvalidArgumentError(absl::StrCat("pools: role ", name, " appears twice"));
     }
     if (pool.ranks().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("pools: the ", role, " pool has no ranks"));
+      return absl::InvalidArgumentError(absl::StrCat("pools: the ", name, " pool has no ranks"));
     }
     std::set<int> seen;
     for (int member : pool.ranks()) {
       if (member < 0 || member >= world_size || !seen.insert(member).second) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "pools: the ", role, " pool lists rank ", member,
+            "pools: the ", name, " pool lists rank ", member,
             member < 0 || member >= world_size ? absl::StrCat(", outside the world of ", world_size)
                                                : " twice"));
       }
@@ -47,7 +47,8 @@ absl::StatusOr<JobLayout> JobLayout::Create(
       const RolePool*& other = pool_of_rank[member];
       if (other != nullptr && other->ranks != pool.ranks) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "pools: rank ", member, " is in the ", other->role, " and ", pool.role,
+            "pools: rank ", member, " is in the ", stages::RoleName(other->role), " and ",
+            stages::RoleName(pool.role),
             " pools, which list different ranks; pools share ranks only when colocated, with "
             "the same ranks"));
       }
@@ -59,35 +60,35 @@ absl::StatusOr<JobLayout> JobLayout::Create(
       return absl::InvalidArgumentError(absl::StrCat("pools: rank ", member, " is in no pool"));
     }
   }
-  if (layout.Find(kActor) == nullptr) {
+  if (layout.Find(v1::ROLE_ACTOR) == nullptr) {
     return absl::InvalidArgumentError("pools: a job needs an actor pool");
   }
   return layout;
 }
 
-const RolePool* JobLayout::Find(const std::string& role) const {
+const RolePool* JobLayout::Find(v1::Role role) const {
   for (const RolePool& pool : pools_) {
     if (pool.role == role) return &pool;
   }
   return nullptr;
 }
 
-int JobLayout::PositionIn(const std::string& role) const {
+int JobLayout::PositionIn(v1::Role role) const {
   const RolePool* pool = Find(role);
   if (pool == nullptr) return -1;
   const auto at = std::find(pool->ranks.begin(), pool->ranks.end(), rank_);
   return at == pool->ranks.end() ? -1 : static_cast<int>(at - pool->ranks.begin());
 }
 
-std::vector<std::string> JobLayout::HostedRoles() const {
-  std::vector<std::string> roles;
+std::vector<v1::Role> JobLayout::HostedRoles() const {
+  std::vector<v1::Role> roles;
   for (const RolePool& pool : pools_) {
     if (PositionIn(pool.role) >= 0) roles.push_back(pool.role);
   }
   return roles;
 }
 
-RowRange JobLayout::RowsOf(const std::string& role, int64_t rows) const {
+RowRange JobLayout::RowsOf(v1::Role role, int64_t rows) const {
   const int position = PositionIn(role);
   if (position < 0) return {};
   return ContiguousPart(rows, position, static_cast<int64_t>(Find(role)->ranks.size()));

@@ -2,7 +2,6 @@
 // this worker's rank, and which of a batch's rows each rank holds.
 #pragma once
 
-#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -11,13 +10,8 @@
 
 namespace rlhfd::roles {
 
-inline constexpr char kActor[] = "actor";
-inline constexpr char kCritic[] = "critic";
-inline constexpr char kReference[] = "reference";
-inline constexpr char kReward[] = "reward";
-
 struct RolePool {
-  std::string role;
+  v1::Role role = v1::ROLE_UNSPECIFIED;
   std::vector<int> ranks;  // world ranks in data-parallel order
 };
 
@@ -34,14 +28,14 @@ class JobLayout {
   int rank() const { return rank_; }
   const std::vector<RolePool>& pools() const { return pools_; }
   // Null when the job has no such pool.
-  const RolePool* Find(const std::string& role) const;
-  bool Hosts(const std::string& role) const { return PositionIn(role) >= 0; }
+  const RolePool* Find(v1::Role role) const;
+  bool Hosts(v1::Role role) const { return PositionIn(role) >= 0; }
   // This rank's data-parallel position in the role's pool, -1 when it is not in it.
-  int PositionIn(const std::string& role) const;
+  int PositionIn(v1::Role role) const;
   // The roles this rank hosts.
-  std::vector<std::string> HostedRoles() const;
+  std::vector<v1::Role> HostedRoles() const;
   // The rows of an N-row batch this rank holds as a member of `role`'s pool (empty if not one).
-  RowRange RowsOf(const std::string& role, int64_t rows) const;
+  RowRange RowsOf(v1::Role role, int64_t rows) const;
 
  private:
   int world_size_ = 0;
