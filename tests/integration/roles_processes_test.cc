@@ -103,6 +103,14 @@ v1::JobSpec WithDirectories(v1::JobSpec spec, const std::string& directory) {
   return spec;
 }
 
+// GRPO with every role on one worker, writing under `directory`.
+v1::JobSpec OneWorkerGrpo(const std::string& directory) {
+  return WithDirectories(
+      TestSpec(testing::kGrpoJob, {"placement=colocated", "roles.actor.gpus=1",
+                                   "roles.reference.gpus=1", "roles.reward.gpus=1"}),
+      directory);
+}
+
 TEST_CASE("PPO and GRPO steps through worker processes equal one process", "[roles][processes]") {
   at::set_num_threads(1);
   SECTION("PPO (GAE): actor dp 2, critic, reference, reward model") {
@@ -211,10 +219,7 @@ TEST_CASE("a save cut short by a kill is never loaded; the one before it is",
           "[roles][processes]") {
   at::set_num_threads(1);
   TempDir dir;
-  const v1::JobSpec spec = WithDirectories(
-      TestSpec(testing::kGrpoJob, {"placement=colocated", "roles.actor.gpus=1",
-                                   "roles.reference.gpus=1", "roles.reward.gpus=1"}),
-      dir.path());
+  const v1::JobSpec spec = OneWorkerGrpo(dir.path());
   const std::string checkpoints = spec.trainer().checkpoint_dir();
   Workers workers(1);
   {
@@ -343,10 +348,7 @@ TEST_CASE("a worker's stage API refuses every token but the controller's stage t
           "[roles][processes][auth]") {
   at::set_num_threads(1);
   TempDir dir;
-  const v1::JobSpec spec = WithDirectories(
-      TestSpec(testing::kGrpoJob, {"placement=colocated", "roles.actor.gpus=1",
-                                   "roles.reference.gpus=1", "roles.reward.gpus=1"}),
-      dir.path());
+  const v1::JobSpec spec = OneWorkerGrpo(dir.path());
   Workers workers(1);
   const int port = workers.cluster().WorkerPort(0);
   auto channel = MakeChannel(absl::StrCat("127.0.0.1:", port), RpcOptions{});

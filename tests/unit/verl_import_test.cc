@@ -227,8 +227,8 @@ algorithm: {adv_estimator: gae}
   CHECK_FALSE(grpo.roles().has_critic());
 }
 
-TEST_CASE("verl RLOO and ReMax convert and validate", "[verl]") {
-  for (const std::string estimator : {"rloo", "remax"}) {
+TEST_CASE("verl's critic-free estimators convert and validate without a critic", "[verl]") {
+  for (const std::string estimator : {"rloo", "remax", "grpo_passk", "opo"}) {
     INFO(estimator);
     const v1::JobSpec spec = Validated(Convert(
         R"(
@@ -243,24 +243,6 @@ trainer: {n_gpus_per_node: 1}
               spec.algorithm().adv_estimator())) == estimator);
     CHECK_FALSE(spec.roles().has_critic());
     CHECK(spec.algorithm().kl().mode() == v1::KL_MODE_NONE);  // verl's switches default off
-  }
-}
-
-TEST_CASE("verl's grpo_passk and opo convert and validate without a critic", "[verl]") {
-  for (const std::string estimator : {"grpo_passk", "opo"}) {
-    INFO(estimator);
-    const v1::JobSpec spec = Validated(Convert(
-        R"(
-data: {train_batch_size: 16}
-actor_rollout_ref:
-  actor: {ppo_mini_batch_size: 8, ppo_micro_batch_size_per_gpu: 8}
-  rollout: {n: 4}
-trainer: {n_gpus_per_node: 1}
-)",
-        {"algorithm.adv_estimator=" + estimator}));
-    CHECK(config::EnumConfigName(*v1::AdvantageEstimator_descriptor()->FindValueByNumber(
-              spec.algorithm().adv_estimator())) == estimator);
-    CHECK_FALSE(spec.roles().has_critic());
   }
 }
 
