@@ -1,6 +1,6 @@
-// The data plane's layout, and the socket communicator across real processes on loopback: every
-// collective against a reference with 2 and 4 ranks, and a rank that hangs or exits surfacing as
-// an error on all the others within the timeout.
+// The socket communicator across real processes on loopback: every collective against a
+// reference with 2 and 4 ranks, and a rank that hangs or exits surfacing as an error on all the
+// others within the timeout.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/support/subprocess.h"
-#include "worker/parallel/layout.h"
 #include "worker/parallel/transfer.h"
 
 namespace rlhfd::parallel {
@@ -38,7 +37,9 @@ std::unique_ptr<Ranks> StartRanks(int size, const std::string& scenario, int tim
 void ExpectAllRanksPass(int size, const std::string& scenario) {
   auto ranks = StartRanks(size, scenario, 20000);
   for (int rank = 0; rank < size; ++rank) {
-    const auto status = ranks->processes[rank]->Wait(absl::Seconds(60));
+    // A bound for a hung rank, not a speed check: four ranks of the tensor-parallel scenario on
+    // a loaded 2-core machine took over a minute.
+    const auto status = ranks->processes[rank]->Wait(absl::Seconds(300));
     INFO(scenario << ", rank " << rank << " of " << size << ", log:\n"
                   << ranks->processes[rank]->ReadLog());
     REQUIRE(status.has_value());
@@ -47,29 +48,6 @@ void ExpectAllRanksPass(int size, const std::string& scenario) {
 }
 
 }  // namespace
-
-TEST_CASE("layout: pools, tensor- and data-parallel groups", "[parallel]") {
-  auto layout = ParallelLayout::Create(
-      {{"actor", 4, 2}, {"critic", 2, 1}, {"reference", 1, 1}, {"reward", 1, 1}});
-  REQUIRE(layout.ok());
-  CHECK(layout->world_size() == 8);
-  CHECK(layout->FindPool("critic")->first_rank == 4);
-  CHECK(layout->PoolOf(6).name == "reference");
-  CHECK(layout->TpGroup(3) == std::vector<int>{2, 3});
-  CHECK(layout->DpGroup(3) == std::vector<int>{1, 3});
-  CHECK(layout->TpRank(3) == 1);
-  CHECK(layout->DpRank(3) == 1);
-  CHECK(layout->DpGroup(5) == std::vector<int>{4, 5});
-  CHECK(layout->TpGroup(5) == std::vector<int>{5});
-  CHECK(layout->PoolRanks(7) == std::vector<int>{7});
-  CHECK_FALSE(layout->FindPool("judge").ok());
-
-  auto bad = ParallelLayout::Create({{"actor", 6, 4}});
-  REQUIRE_FALSE(bad.ok());
-  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("pool 'actor': tp 4"));
-  CHECK_FALSE(ParallelLayout::Create({{"actor", 2, 1}, {"actor", 2, 1}}).ok());
-  CHECK_FALSE(ParallelLayout::Create({{"critic", 0, 1}}).ok());
-}
 
 TEST_CASE("socket communicator: every collective against a reference, 2 and 4 ranks",
           "[parallel]") {

@@ -80,6 +80,7 @@ ActorRole::ActorRole(const v1::JobSpec& spec, const at::Device& device, model::T
 
 absl::StatusOr<std::unique_ptr<ActorRole>> ActorRole::Create(const v1::JobSpec& spec,
                                                              const at::Device& device,
+                                                             const JobLayout& layout,
                                                              parallel::Communicator& pool,
                                                              int64_t rl_steps) {
   const v1::ModelSpec& model_spec = spec.model();
@@ -104,7 +105,7 @@ absl::StatusOr<std::unique_ptr<ActorRole>> ActorRole::Create(const v1::JobSpec& 
   // The rollout's tensor-parallel group is split before the training layout is made, in the same
   // order on every rank.
   ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> tp_group,
-                   SplitRolloutGroup(spec, device, pool));
+                   SplitRolloutGroup(spec, device, layout, pool));
   auto role = std::unique_ptr<ActorRole>(new ActorRole(spec, device, std::move(tokenizer)));
   const v1::TrainSpec& train = spec.roles().actor().train();
   role->trained_ = MakeTrainedModel(std::move(module), train, pool);

@@ -13,6 +13,7 @@
 #include "worker/parallel/communicator.h"
 #include "worker/roles/hosted_role.h"
 #include "worker/roles/hybrid_engine.h"
+#include "worker/roles/job_layout.h"
 #include "worker/roles/step_batch.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/trained_model.h"
@@ -22,9 +23,11 @@ namespace rlhfd::roles {
 class ActorRole final : public TrainedRole {
  public:
   // Loads model.path (a causal LM) and its tokenizer on `device`, in the training layout over
-  // `pool` (the actor pool, which must outlive the role). `rl_steps` sizes the LR schedule.
+  // `pool` (the actor pool of `layout`, which must outlive the role). `rl_steps` sizes the LR
+  // schedule.
   static absl::StatusOr<std::unique_ptr<ActorRole>> Create(const v1::JobSpec& spec,
                                                            const at::Device& device,
+                                                           const JobLayout& layout,
                                                            parallel::Communicator& pool,
                                                            int64_t rl_steps);
 

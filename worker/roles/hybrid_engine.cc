@@ -19,18 +19,20 @@
 
 namespace rlhfd::roles {
 absl::StatusOr<std::unique_ptr<parallel::Communicator>> SplitRolloutGroup(
-    const v1::JobSpec& spec, const at::Device& device, parallel::Communicator& pool) {
+    const v1::JobSpec& spec, const at::Device& device, const JobLayout& layout,
+    parallel::Communicator& pool) {
   const int tp = spec.roles().actor().rollout().tp();
   if (tp <= 1) return std::unique_ptr<parallel::Communicator>();
-  if (device.is_cuda() || pool.size() % tp != 0) {
+  const auto place = layout.TensorParallelPlaceIn(v1::ROLE_ACTOR, tp);
+  if (device.is_cuda() || !place.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("roles.actor.rollout.tp ", tp,
                                                       " runs on CPU workers whose actor pool (",
                                                       pool.size(), " ranks) it divides"));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> group,
-                   pool.Split(pool.rank() / tp, pool.rank() % tp));
-  RLOG(INFO) << "actor rank " << pool.rank() << ": rollout as slice " << pool.rank() % tp
-             << " of tensor-parallel group " << pool.rank() / tp << " (tp " << tp << ")";
+                   pool.Split(place->group, place->slice));
+  RLOG(INFO) << "actor rank " << pool.rank() << ": rollout as slice " << place->slice
+             << " of tensor-parallel group " << place->group << " (tp " << tp << ")";
   return group;
 }
 

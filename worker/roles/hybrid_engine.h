@@ -17,16 +17,18 @@
 #include "worker/model/transformer.h"
 #include "worker/parallel/communicator.h"
 #include "worker/parallel/tensor_parallel.h"
+#include "worker/roles/job_layout.h"
 #include "worker/rollout/engine.h"
 #include "worker/train/trained_model.h"
 
 namespace rlhfd::roles {
 
-// rollout tp > 1: this rank's tensor-parallel group within the actor pool (rollout rank k * tp +
-// j is slice j of group k, reshard.h's numbering); null for tp 1. CPU workers only, and tp must
-// divide the pool.
+// rollout tp > 1: this rank's tensor-parallel group within the actor pool `pool`, at the place
+// JobLayout::TensorParallelPlaceIn gives it (rollout rank k * tp + j is slice j of group k,
+// reshard.h's numbering); null for tp 1. CPU workers only, and tp must divide the pool.
 absl::StatusOr<std::unique_ptr<parallel::Communicator>> SplitRolloutGroup(
-    const v1::JobSpec& spec, const at::Device& device, parallel::Communicator& pool);
+    const v1::JobSpec& spec, const at::Device& device, const JobLayout& layout,
+    parallel::Communicator& pool);
 
 class HybridEngine {
  public:

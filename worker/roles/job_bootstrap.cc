@@ -67,8 +67,8 @@ absl::Status CreateRoles(HostedJob& job, int64_t total_steps, const at::Device& 
   const int64_t rl_steps = std::max<int64_t>(1, total_steps);
   const v1::JobSpec& spec = job.spec;
   if (job.layout->Hosts(v1::ROLE_ACTOR)) {
-    ASSIGN_OR_RETURN(job.actor,
-                     ActorRole::Create(spec, device, job.PoolOf(v1::ROLE_ACTOR), rl_steps));
+    ASSIGN_OR_RETURN(job.actor, ActorRole::Create(spec, device, *job.layout,
+                                                  job.PoolOf(v1::ROLE_ACTOR), rl_steps));
     ASSIGN_OR_RETURN(job.scorer, ResponseScorer::Create(spec.roles().reward()));
   }
   if (job.layout->Hosts(v1::ROLE_CRITIC)) {

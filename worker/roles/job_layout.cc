@@ -94,4 +94,20 @@ RowRange JobLayout::RowsOf(v1::Role role, int64_t rows) const {
   return ContiguousPart(rows, position, static_cast<int64_t>(Find(role)->ranks.size()));
 }
 
+absl::StatusOr<JobLayout::TensorParallelPlace> JobLayout::TensorParallelPlaceIn(v1::Role role,
+                                                                                int tp) const {
+  const int position = PositionIn(role);
+  if (position < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank_, " is not in the ", stages::RoleName(role), " pool"));
+  }
+  const int size = static_cast<int>(Find(role)->ranks.size());
+  if (tp < 1 || size % tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor-parallel size ", tp,
+                                                   " does not divide the ", stages::RoleName(role),
+                                                   " pool of ", size, " ranks"));
+  }
+  return TensorParallelPlace{.group = position / tp, .slice = position % tp};
+}
+
 }  // namespace rlhfd::roles

@@ -37,6 +37,16 @@ class JobLayout {
   // The rows of an N-row batch this rank holds as a member of `role`'s pool (empty if not one).
   RowRange RowsOf(v1::Role role, int64_t rows) const;
 
+  // Where this rank sits when `role`'s pool is cut into tensor-parallel groups of `tp`
+  // consecutive positions (consecutive ranks, so a group stays on one host): which group, and
+  // which slice of the weights within it. INVALID_ARGUMENT when tp does not divide the pool or
+  // this rank is not in it.
+  struct TensorParallelPlace {
+    int group = 0;
+    int slice = 0;
+  };
+  absl::StatusOr<TensorParallelPlace> TensorParallelPlaceIn(v1::Role role, int tp) const;
+
  private:
   int world_size_ = 0;
   int rank_ = 0;

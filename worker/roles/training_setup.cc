@@ -3,6 +3,7 @@
 #include <ATen/autocast_mode.h>
 
 #include "common/algorithms/algorithm_traits.h"
+#include "common/stages/role_names.h"
 #include "worker/train/distributed/fully_sharded.h"
 #include "worker/train/distributed/replicated_model.h"
 
@@ -27,7 +28,7 @@ int64_t OptimizerStepsPerRlStep(const v1::JobSpec& spec, const v1::TrainSpec& tr
   return mini_batches * train.ppo_epochs();
 }
 
-train::UpdateLoopOptions UpdateLoopOptionsOf(const v1::JobSpec& spec, const std::string& role,
+train::UpdateLoopOptions UpdateLoopOptionsOf(const v1::JobSpec& spec, v1::Role role,
                                              const v1::TrainSpec& train, int replicas,
                                              int64_t rl_step, const train::LrSchedule* schedule,
                                              int64_t first_step, int64_t nonfinite_skips) {
@@ -49,7 +50,7 @@ train::UpdateLoopOptions UpdateLoopOptionsOf(const v1::JobSpec& spec, const std:
   loop.schedule = schedule;
   loop.first_optimizer_step = first_step;
   loop.loss_horizon = spec.data().max_response_length();
-  loop.role = role;
+  loop.role = stages::RoleName(role);
   loop.max_nonfinite_skips = spec.trainer().max_nonfinite_skips();
   loop.nonfinite_skips_before = nonfinite_skips;
   return loop;
@@ -61,8 +62,8 @@ train::PolicyUpdateOptions PolicyUpdateOptionsOf(const v1::JobSpec& spec, int re
   const v1::AlgorithmSpec& algorithm = spec.algorithm();
   const bool kl_loss = algorithms::KlInLoss(algorithm) && algorithm.kl().coef() > 0;
   train::PolicyUpdateOptions options;
-  options.loop = UpdateLoopOptionsOf(spec, "actor", spec.roles().actor().train(), replicas, rl_step,
-                                     schedule, first_step, nonfinite_skips);
+  options.loop = UpdateLoopOptionsOf(spec, v1::ROLE_ACTOR, spec.roles().actor().train(), replicas,
+                                     rl_step, schedule, first_step, nonfinite_skips);
   options.policy = {.clip_ratio_low = algorithm.clip_ratio_low(),
                     .clip_ratio_high = algorithm.clip_ratio_high(),
                     .clip_ratio_c = algorithm.clip_ratio_c(),
@@ -78,8 +79,8 @@ train::CriticUpdateOptions CriticUpdateOptionsOf(const v1::JobSpec& spec, int re
                                                  int64_t first_step, int64_t nonfinite_skips) {
   const v1::TrainSpec& train = spec.roles().critic().train();
   train::CriticUpdateOptions options;
-  options.loop = UpdateLoopOptionsOf(spec, "critic", train, replicas, rl_step, schedule, first_step,
-                                     nonfinite_skips);
+  options.loop = UpdateLoopOptionsOf(spec, v1::ROLE_CRITIC, train, replicas, rl_step, schedule,
+                                     first_step, nonfinite_skips);
   options.value_clip = train.cliprange_value();
   options.aggregation = spec.algorithm().loss_agg_mode();
   return options;

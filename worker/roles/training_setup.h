@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "rlhfd/v1/job_spec.pb.h"
+#include "rlhfd/v1/worker_service.pb.h"
 #include "worker/model/transformer.h"
 #include "worker/parallel/communicator.h"
 #include "worker/train/critic_update.h"
@@ -29,7 +30,7 @@ int64_t OptimizerStepsPerRlStep(const v1::JobSpec& spec, const v1::TrainSpec& tr
 // The loop of one update of `role`: per-replica mini-batches of ppo_mini_batch_size x n / dp
 // responses, micro-batches by count or token budget (packed forwards), the schedule from
 // `first_step`, and trainer.max_nonfinite_skips less the `nonfinite_skips` the run took so far.
-train::UpdateLoopOptions UpdateLoopOptionsOf(const v1::JobSpec& spec, const std::string& role,
+train::UpdateLoopOptions UpdateLoopOptionsOf(const v1::JobSpec& spec, v1::Role role,
                                              const v1::TrainSpec& train, int replicas,
                                              int64_t rl_step, const train::LrSchedule* schedule,
                                              int64_t first_step, int64_t nonfinite_skips);
