@@ -43,14 +43,19 @@ at::ScalarType ComputeType(const at::Tensor& weight) {
                                                    : weight.scalar_type();
 }
 
+at::Tensor ProjectLayer(torch::nn::Linear& layer, const at::Tensor& x) {
+  return Project(layer->weight, layer->bias, x);
+}
+
+}  // namespace
+
 // float64 stays float64 (gradient checks); everything narrower accumulates in float32.
 at::ScalarType AccumulationType(at::ScalarType type) {
   return type == at::kDouble ? at::kDouble : at::kFloat;
 }
 
-// y = x W^T + b with x rounded to the weight's dtype (the GEMM's input) and y in float32: the
-// GEMM accumulates in float32 anyway, and not rounding its output to bf16 removes one of the two
-// roundings every linear layer adds. (B, T, in) → (B, T, out) float32.
+// The GEMM accumulates in float32 anyway, and not rounding its output to bf16 removes one of the
+// two roundings every linear layer adds.
 at::Tensor Project(const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x) {
   // weight (out, in); bias (out) or undefined.
   if (at::isFloatingType(weight.scalar_type()) && weight.element_size() >= 4) {
@@ -68,11 +73,44 @@ at::Tensor Project(const at::Tensor& weight, const at::Tensor& bias, const at::T
   return y.view(shape);
 }
 
-at::Tensor Project(torch::nn::Linear& layer, const at::Tensor& x) {
-  return Project(layer->weight, layer->bias, x);
+at::Tensor ApplyRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  // In float32 (or wider), as transformers does, then back to the input dtype before the weight.
+  // at::rms_norm is one fused kernel on the GPU (and one in its backward).
+  const at::Tensor wide = x.to(AccumulationType(x.scalar_type()));
+  if (weight.scalar_type() == wide.scalar_type() && x.scalar_type() == wide.scalar_type()) {
+    return at::rms_norm(wide, {x.size(-1)}, weight, eps);
+  }
+  return weight * at::rms_norm(wide, {x.size(-1)}, std::nullopt, eps).to(x.scalar_type());
 }
 
-}  // namespace
+at::Tensor AttentionHeads(const AttentionWeights& w, const at::Tensor& x,
+                          const AttentionContext& context, int64_t layer) {
+  const int64_t b = x.size(0), t = x.size(1), d = w.head_dim;
+  // Projections come out float32; attention runs in the GEMMs' dtype. The input is narrowed once
+  // for all three projections rather than once by each.
+  const at::ScalarType compute = ComputeType(w.q_weight);
+  const at::Tensor input = x.to(compute);
+  at::Tensor q = Project(w.q_weight, w.q_bias, input).view({b, t, w.heads, d});     // (B, T, H, D)
+  at::Tensor k = Project(w.k_weight, w.k_bias, input).view({b, t, w.kv_heads, d});  // (B, T, K, D)
+  at::Tensor v = Project(w.v_weight, w.v_bias, input).view({b, t, w.kv_heads, d});
+  if (w.q_norm.defined()) {
+    q = ApplyRmsNorm(q, w.q_norm, w.eps);
+    k = ApplyRmsNorm(k, w.k_norm, w.eps);
+  }
+  q = ApplyRope(q.transpose(1, 2), context.cos, context.sin).to(compute);  // (B, H, T, D)
+  k = ApplyRope(k.transpose(1, 2), context.cos, context.sin).to(compute);  // (B, K, T, D)
+  v = v.transpose(1, 2).to(compute);
+  at::Tensor out = context.cache != nullptr ? context.cache->Attend(layer, q, k, v, context.mask)
+                                            : ScaledDotProductAttention(q, k, v, context.mask);
+  return out.transpose(1, 2).reshape({b, t, w.heads * d});
+}
+
+at::Tensor GatedActivation(const at::Tensor& gate_weight, const at::Tensor& gate_bias,
+                           const at::Tensor& up_weight, const at::Tensor& up_bias,
+                           const at::Tensor& x) {
+  const at::Tensor input = x.to(ComputeType(gate_weight));  // Narrowed once for both.
+  return at::silu(Project(gate_weight, gate_bias, input)) * Project(up_weight, up_bias, input);
+}
 
 KvCache::KvCache(const ModelConfig& config, int64_t batch, int64_t capacity,
                  at::TensorOptions options)
@@ -104,21 +142,14 @@ RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", at::ones({dim}));
 }
 
-at::Tensor RmsNormImpl::forward(const at::Tensor& x) {
-  // In float32 (or wider), as transformers does, then back to the input dtype before the weight.
-  // at::rms_norm is one fused kernel on the GPU (and one in its backward).
-  const at::Tensor wide = x.to(AccumulationType(x.scalar_type()));
-  if (weight.scalar_type() == wide.scalar_type() && x.scalar_type() == wide.scalar_type()) {
-    return at::rms_norm(wide, {x.size(-1)}, weight, eps_);
-  }
-  return weight * at::rms_norm(wide, {x.size(-1)}, std::nullopt, eps_).to(x.scalar_type());
-}
+at::Tensor RmsNormImpl::forward(const at::Tensor& x) { return ApplyRmsNorm(x, weight, eps_); }
 
 AttentionImpl::AttentionImpl(const ModelConfig& config, int64_t layer)
     : layer_(layer),
       heads_(config.num_heads),
       kv_heads_(config.num_kv_heads),
-      head_dim_(config.head_dim) {
+      head_dim_(config.head_dim),
+      eps_(config.rms_norm_eps) {
   const int64_t c = config.hidden_size;
   q_proj = register_module("q_proj", MakeLinear(c, heads_ * head_dim_, config.attention_bias));
   k_proj = register_module("k_proj", MakeLinear(c, kv_heads_ * head_dim_, config.attention_bias));
@@ -131,24 +162,19 @@ AttentionImpl::AttentionImpl(const ModelConfig& config, int64_t layer)
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const AttentionContext& context) {
-  const int64_t b = x.size(0), t = x.size(1);
-  // Projections come out float32; attention runs in the GEMMs' dtype. The input is narrowed once
-  // for all three projections rather than once by each.
-  const at::ScalarType compute = ComputeType(q_proj->weight);
-  const at::Tensor input = x.to(compute);
-  at::Tensor q = Project(q_proj, input).view({b, t, heads_, head_dim_});     // (B, T, H, D)
-  at::Tensor k = Project(k_proj, input).view({b, t, kv_heads_, head_dim_});  // (B, T, K, D)
-  at::Tensor v = Project(v_proj, input).view({b, t, kv_heads_, head_dim_});
-  if (q_norm) {
-    q = q_norm(q);
-    k = k_norm(k);
-  }
-  q = ApplyRope(q.transpose(1, 2), context.cos, context.sin).to(compute);  // (B, H, T, D)
-  k = ApplyRope(k.transpose(1, 2), context.cos, context.sin).to(compute);  // (B, K, T, D)
-  v = v.transpose(1, 2).to(compute);
-  at::Tensor out = context.cache != nullptr ? context.cache->Attend(layer_, q, k, v, context.mask)
-                                            : ScaledDotProductAttention(q, k, v, context.mask);
-  return Project(o_proj, out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));  // (B, T, C)
+  const AttentionWeights weights{.q_weight = q_proj->weight,
+                                 .q_bias = q_proj->bias,
+                                 .k_weight = k_proj->weight,
+                                 .k_bias = k_proj->bias,
+                                 .v_weight = v_proj->weight,
+                                 .v_bias = v_proj->bias,
+                                 .q_norm = q_norm ? q_norm->weight : at::Tensor(),
+                                 .k_norm = k_norm ? k_norm->weight : at::Tensor(),
+                                 .heads = heads_,
+                                 .kv_heads = kv_heads_,
+                                 .head_dim = head_dim_,
+                                 .eps = eps_};
+  return ProjectLayer(o_proj, AttentionHeads(weights, x, context, layer_));  // (B, T, C)
 }
 
 MlpImpl::MlpImpl(const ModelConfig& config) {
@@ -159,8 +185,8 @@ MlpImpl::MlpImpl(const ModelConfig& config) {
 }
 
 at::Tensor MlpImpl::forward(const at::Tensor& x) {
-  const at::Tensor input = x.to(ComputeType(gate_proj->weight));  // Narrowed once for both.
-  return Project(down_proj, at::silu(Project(gate_proj, input)) * Project(up_proj, input));
+  return ProjectLayer(down_proj, GatedActivation(gate_proj->weight, gate_proj->bias,
+                                                 up_proj->weight, up_proj->bias, x));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, int64_t layer) {

@@ -78,6 +78,53 @@ struct ForwardBatch {
   at::Tensor cu_seqlens;
 };
 
+// The layer math on explicit weights. The modules below call these with their parameters and the
+// tensor-parallel model (worker/parallel/tensor_parallel.h) with one rank's slices, so the
+// decoder's numerics exist once.
+
+// RMS norm of x (..., dim) in float32 (float64 stays), then the weight (dim); fused with the
+// weight when the dtypes allow. In x's dtype, or the wider of it and the weight's.
+at::Tensor ApplyRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// y = x W^T + b, weight (out, in), bias (out) or undefined: x is rounded to the weight's dtype
+// (the GEMM's input) and y comes out float32 (float64 stays). (..., in) → (..., out).
+at::Tensor Project(const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x);
+
+// What a model with weights of `type` accumulates in and keeps its residual stream in: float64
+// stays float64 (gradient checks), everything narrower widens to float32.
+at::ScalarType AccumulationType(at::ScalarType type);
+
+// Per-forward data shared by every layer's attention.
+struct AttentionContext {
+  at::Tensor cos, sin;  // (B, T, D)
+  // (B, 1, T, S) bool: true where a query may attend a key. Undefined for a plain causal batch
+  // (no padding, packing or cache), which lets SDPA pick its fused causal kernels.
+  at::Tensor mask;
+  AttentionCache* cache = nullptr;
+};
+
+// One attention block's input-side weights (Hugging Face's self_attn.{q,k,v}_proj and q/k_norm):
+// the whole block's, or one tensor-parallel rank's heads. `heads` and `kv_heads` count the heads
+// these weights hold.
+struct AttentionWeights {
+  at::Tensor q_weight, q_bias, k_weight, k_bias, v_weight, v_bias;  // biases may be undefined
+  at::Tensor q_norm, k_norm;  // (D); undefined without qk-norm
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  double eps = 0;  // of q_norm and k_norm
+};
+
+// Attention of x (B, T, C) up to, not including, the output projection: q/k/v projections,
+// qk-norm, RoPE, then attention (through context.cache, as `layer`, when there is one).
+// Returns (B, T, heads * D) in the GEMMs' dtype.
+at::Tensor AttentionHeads(const AttentionWeights& weights, const at::Tensor& x,
+                          const AttentionContext& context, int64_t layer);
+
+// The gated MLP's hidden activation silu(x G^T + g) * (x U^T + u): (B, T, C) → (B, T, F) float32,
+// for the down projection to follow. Biases may be undefined.
+at::Tensor GatedActivation(const at::Tensor& gate_weight, const at::Tensor& gate_bias,
+                           const at::Tensor& up_weight, const at::Tensor& up_bias,
+                           const at::Tensor& x);
+
 class RmsNormImpl : public torch::nn::Module {
  public:
   RmsNormImpl(int64_t dim, double eps);
@@ -89,15 +136,6 @@ class RmsNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RmsNorm);
 
-// Per-forward data shared by every layer's attention.
-struct AttentionContext {
-  at::Tensor cos, sin;  // (B, T, D)
-  // (B, 1, T, S) bool: true where a query may attend a key. Undefined for a plain causal batch
-  // (no padding, packing or cache), which lets SDPA pick its fused causal kernels.
-  at::Tensor mask;
-  AttentionCache* cache = nullptr;
-};
-
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const ModelConfig& config, int64_t layer);
@@ -105,6 +143,7 @@ class AttentionImpl : public torch::nn::Module {
 
  private:
   int64_t layer_, heads_, kv_heads_, head_dim_;
+  double eps_;
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RmsNorm q_norm{nullptr}, k_norm{nullptr};
 };

@@ -12,14 +12,6 @@
 namespace rlhfd::parallel {
 namespace {
 
-// As the model's RmsNorm: in float32 (float64 stays), then the weight (float32 in a loaded
-// bf16 model), in x's dtype.
-at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  const at::Tensor wide = x.scalar_type() == at::kDouble ? x : x.to(at::kFloat);
-  return (weight * at::rms_norm(wide, {x.size(-1)}, std::nullopt, eps).to(x.scalar_type()))
-      .to(x.scalar_type());
-}
-
 // Megatron's conjugate operators, so the tensor-parallel forward trains: g (all-reduce forward,
 // identity backward) after the row-parallel layers and the vocabulary-parallel embedding and
 // sums, and f (identity forward, all-reduce backward) before the column-parallel layers, where a
@@ -186,57 +178,62 @@ const at::Tensor& TensorParallelTransformer::W(const std::string& name) const {
   return it == w_.end() ? kNone : it->second;
 }
 
-at::Tensor TensorParallelTransformer::Linear(const at::Tensor& x, const std::string& prefix) const {
-  return at::linear(x, W(prefix + ".weight"), W(prefix + ".bias"));
-}
-
 absl::StatusOr<at::Tensor> TensorParallelTransformer::Hidden(const at::Tensor& ids) {
-  const int64_t b = ids.size(0), t = ids.size(1), d = config_.head_dim;
-  const int64_t heads = config_.num_heads / group_->size();
-  const int64_t kv_heads = config_.num_kv_heads / group_->size();
+  const int64_t b = ids.size(0), t = ids.size(1);
+  const at::Tensor& embed = W("model.embed_tokens.weight");
+  // The residual stream in float32 whatever the weights' dtype, as the decoder's.
+  const at::ScalarType residual = model::AccumulationType(embed.scalar_type());
   // Vocabulary-parallel embedding: rows of other ranks' ranges are zero here; the sum is the row.
   const at::Tensor local_ids = ids - vocab_begin_;
   const at::Tensor mine = (local_ids >= 0).logical_and(local_ids < vocab_size_);
-  at::Tensor x = ReduceFrom(
-      at::embedding(W("model.embed_tokens.weight"), local_ids.clamp(0, vocab_size_ - 1)) *
-      mine.unsqueeze(-1).to(W("model.embed_tokens.weight").scalar_type()));
+  at::Tensor x = ReduceFrom((at::embedding(embed, local_ids.clamp(0, vocab_size_ - 1)) *
+                             mine.unsqueeze(-1).to(embed.scalar_type()))
+                                .to(residual));
   const at::Tensor positions = at::arange(t, ids.options()).unsqueeze(0).expand({b, t});
-  auto [cos, sin] = model::RopeCosSin(inv_freq_, positions, x.scalar_type());
+  auto [cos, sin] = model::RopeCosSin(inv_freq_, positions, residual);
+  // Right-padded batches attend causally: no mask, no cache.
+  const model::AttentionContext context{cos, sin, at::Tensor(), nullptr};
   const double eps = config_.rms_norm_eps;
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     const std::string p = absl::StrCat("model.layers.", i, ".");
-    const at::Tensor h = CopyTo(RmsNorm(x, W(p + "input_layernorm.weight"), eps));
-    at::Tensor q = Linear(h, p + "self_attn.q_proj").view({b, t, heads, d});
-    at::Tensor k = Linear(h, p + "self_attn.k_proj").view({b, t, kv_heads, d});
-    const at::Tensor v = Linear(h, p + "self_attn.v_proj").view({b, t, kv_heads, d});
-    if (config_.qk_norm) {
-      q = RmsNorm(q, W(p + "self_attn.q_norm.weight"), eps);
-      k = RmsNorm(k, W(p + "self_attn.k_norm.weight"), eps);
-    }
-    q = model::ApplyRope(q.transpose(1, 2), cos, sin);
-    k = model::ApplyRope(k.transpose(1, 2), cos, sin);
-    const at::Tensor attention =
-        model::ScaledDotProductAttention(q, k, v.transpose(1, 2), at::Tensor());  // (B, h, T, D)
+    const model::AttentionWeights attention_weights{
+        .q_weight = W(p + "self_attn.q_proj.weight"),
+        .q_bias = W(p + "self_attn.q_proj.bias"),
+        .k_weight = W(p + "self_attn.k_proj.weight"),
+        .k_bias = W(p + "self_attn.k_proj.bias"),
+        .v_weight = W(p + "self_attn.v_proj.weight"),
+        .v_bias = W(p + "self_attn.v_proj.bias"),
+        .q_norm = W(p + "self_attn.q_norm.weight"),
+        .k_norm = W(p + "self_attn.k_norm.weight"),
+        .heads = config_.num_heads / group_->size(),
+        .kv_heads = config_.num_kv_heads / group_->size(),
+        .head_dim = config_.head_dim,
+        .eps = eps};
+    const at::Tensor heads = model::AttentionHeads(
+        attention_weights, CopyTo(model::ApplyRmsNorm(x, W(p + "input_layernorm.weight"), eps)),
+        context, i);
     // Row-parallel o_proj: partial sums, then the all-reduce; its bias (replicated) once after.
-    at::Tensor o = ReduceFrom(at::linear(attention.transpose(1, 2).reshape({b, t, heads * d}),
-                                         W(p + "self_attn.o_proj.weight")));
+    at::Tensor o =
+        ReduceFrom(model::Project(W(p + "self_attn.o_proj.weight"), at::Tensor(), heads));
     if (W(p + "self_attn.o_proj.bias").defined()) o = o + W(p + "self_attn.o_proj.bias");
     x = x + o;
-    const at::Tensor h2 = CopyTo(RmsNorm(x, W(p + "post_attention_layernorm.weight"), eps));
-    const at::Tensor act =
-        at::silu(Linear(h2, p + "mlp.gate_proj")) * Linear(h2, p + "mlp.up_proj");
-    at::Tensor down = ReduceFrom(at::linear(act, W(p + "mlp.down_proj.weight")));
+    const at::Tensor activation = model::GatedActivation(
+        W(p + "mlp.gate_proj.weight"), W(p + "mlp.gate_proj.bias"), W(p + "mlp.up_proj.weight"),
+        W(p + "mlp.up_proj.bias"),
+        CopyTo(model::ApplyRmsNorm(x, W(p + "post_attention_layernorm.weight"), eps)));
+    at::Tensor down =
+        ReduceFrom(model::Project(W(p + "mlp.down_proj.weight"), at::Tensor(), activation));
     if (W(p + "mlp.down_proj.bias").defined()) down = down + W(p + "mlp.down_proj.bias");
     x = x + down;
   }
   RETURN_IF_ERROR(TakeStatus());
-  return RmsNorm(x, W("model.norm.weight"), eps);
+  return model::ApplyRmsNorm(x, W("model.norm.weight"), eps).to(residual);
 }
 
 at::Tensor TensorParallelTransformer::LocalLogits(const at::Tensor& hidden) const {
   const at::Tensor& head =
       config_.tie_word_embeddings ? W("model.embed_tokens.weight") : W("lm_head.weight");
-  return at::linear(CopyTo(hidden), head);  // (B, T, V / tp)
+  return model::Project(head, at::Tensor(), CopyTo(hidden));  // (B, T, V / tp) float32
 }
 
 absl::StatusOr<at::Tensor> TensorParallelTransformer::TokenLogProbs(const at::Tensor& hidden,

@@ -6,8 +6,11 @@
 //
 // Weights are the rollout slices of reshard.h (TensorParallelSpecs gives every parameter's
 // split), so resharding feeds this directly. Plain ATen ops on any device; padded right batches.
-// It trains too: with slices that require grad, backward through TokenLogProbs gives every rank
-// the gradient of its own slices (Megatron's f / g operators around the parallel layers).
+// The layer math is the decoder's own (model::AttentionHeads, GatedActivation, ApplyRmsNorm,
+// Project in transformer.h), so its numerics are the decoder's: a float32 residual stream and
+// float32 logits whatever the weights' dtype. It trains too: with slices that require grad,
+// backward through TokenLogProbs gives every rank the gradient of its own slices (Megatron's f / g
+// operators around the parallel layers).
 #pragma once
 
 #include <ATen/Tensor.h>
@@ -70,7 +73,6 @@ class TensorParallelTransformer {
   TensorParallelTransformer(const model::ModelConfig& config,
                             std::map<std::string, at::Tensor> slices, Communicator& group);
   const at::Tensor& W(const std::string& name) const;
-  at::Tensor Linear(const at::Tensor& x, const std::string& prefix) const;
   // Local logits (B, T, V / tp) of this rank's vocabulary range.
   at::Tensor LocalLogits(const at::Tensor& hidden) const;
   // g and f (see TensorParallelContext).
