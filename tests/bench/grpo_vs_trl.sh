@@ -33,9 +33,13 @@ export RLHFD_TOKEN_FILE="${run}/state/token"
 "${bin}/rlhfd-worker" --controller="${RLHFD_CONTROLLER}" --device=cuda:0 --worker_id=gpu0 \
   >"${run}/worker.log" 2>&1 &
 pids+=($!)
+alive=0
 for _ in $(seq 300); do
-  [[ $("${bin}/rlhfctl" --json workers | grep -c WORKER_STATE_ALIVE) -ge 1 ]] && break; sleep 0.1
+  alive=$("${bin}/rlhfctl" --json workers | grep -c WORKER_STATE_ALIVE) || true
+  [[ "${alive}" -ge 1 ]] && break; sleep 0.1
 done
+# A worker that never registers would leave the job queued forever.
+[[ "${alive}" -ge 1 ]] || { echo "the worker did not register within 30 s:"; tail -20 "${run}/worker.log"; exit 1; }
 start=$(date +%s.%N)
 "${bin}/rlhfctl" submit --wait "${config}" || { tail -50 "${run}/worker.log"; exit 1; }
 wall=$(python3 -c "import time; print(time.time() - ${start})")
