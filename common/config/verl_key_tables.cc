@@ -49,7 +49,6 @@ const std::vector<std::pair<std::string, std::string>>& DirectTable() {
       {"actor_rollout_ref.rollout.gpu_memory_utilization",
        "roles.actor.rollout.gpu_memory_utilization"},
       {"actor_rollout_ref.rollout.max_num_seqs", "roles.actor.rollout.max_num_seqs"},
-      {"actor_rollout_ref.rollout.tensor_model_parallel_size", "roles.actor.rollout.tp"},
       {"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
        "roles.actor.rollout.log_prob_micro_batch_size_per_gpu"},
       {"actor_rollout_ref.rollout.val_kwargs.temperature",
@@ -186,6 +185,14 @@ const std::map<std::string, std::string>& UnsupportedTable() {
       {"actor_rollout_ref.model.override_config", "config.json is used as it is"},
       {"actor_rollout_ref.actor.ulysses_sequence_parallel_size",
        "sequence parallelism is not supported"},
+      {"actor_rollout_ref.actor.ppo_micro_batch_size",
+       "the deprecated global micro-batch size; give ppo_micro_batch_size_per_gpu"},
+      {"actor_rollout_ref.rollout.log_prob_micro_batch_size",
+       "the deprecated global micro-batch size; give log_prob_micro_batch_size_per_gpu"},
+      {"actor_rollout_ref.ref.log_prob_micro_batch_size",
+       "the deprecated global micro-batch size; give log_prob_micro_batch_size_per_gpu"},
+      {"critic.ppo_micro_batch_size",
+       "the deprecated global micro-batch size; give ppo_micro_batch_size_per_gpu"},
       {"actor_rollout_ref.actor.policy_loss.loss_mode",
        "only the vanilla PPO clip loss (with dual clip) is implemented"},
       {"actor_rollout_ref.rollout.multi_turn.enable", "multi-turn rollouts are not supported"},
@@ -208,10 +215,8 @@ const std::map<std::string, std::string>& UnsupportedTable() {
   return *table;
 }
 
-// Values that mean "at verl's default": unset, null, and Hydra interpolations.
-bool Unset(const Json& value) {
-  return value.is_null() || (value.is_string() && absl::StartsWith(value.get<std::string>(), "${"));
-}
+// Values that mean "not given": null (interpolations are resolved before the tables are read).
+bool Unset(const Json& value) { return value.is_null(); }
 
 // Whether a refused or ignored key's value is the one verl would have anyway.
 bool IsVerlNeutral(const std::string& key, const Json& value) {

@@ -20,7 +20,7 @@ const std::map<std::string, std::string>& HarmlessTable();
 // Keys that would change training if ignored: key → why, refused when set.
 const std::map<std::string, std::string>& UnsupportedTable();
 
-// Values that mean "at verl's default": unset, null, and Hydra interpolations.
+// Values that mean "not given": null (interpolations are resolved before the tables are read).
 bool Unset(const nlohmann::json& value);
 
 // Whether a refused or ignored key's value is the one verl would have anyway.
