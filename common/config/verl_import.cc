@@ -108,10 +108,11 @@ class Converter {
   // value the run gives (differs from verl's default); `unresolved`: keys whose interpolation
   // could not be resolved, with why.
   Converter(std::map<std::string, Json> flat, std::set<std::string> user_set,
-            std::map<std::string, std::string> unresolved)
+            std::map<std::string, std::string> unresolved, std::set<std::string> verl_keys)
       : flat_(std::move(flat)),
         user_set_(std::move(user_set)),
-        unresolved_(std::move(unresolved)) {}
+        unresolved_(std::move(unresolved)),
+        verl_keys_(std::move(verl_keys)) {}
 
   VerlConversion Run() {
     Direct();
@@ -245,6 +246,22 @@ class Converter {
       } else {
         Error(optim + "betas", "expected [beta1, beta2]");
       }
+    }
+    // verl 0.9's engine clips with optim.clip_grad (optim.grad_clip, deprecated, replaces it);
+    // the role's own grad_clip is no longer read there.
+    std::string clip_key = optim + "grad_clip";
+    const Json* clip = Take(clip_key);
+    if (const Json* norm = Take(optim + "clip_grad"); clip == nullptr) {
+      clip = norm;
+      clip_key = optim + "clip_grad";
+    }
+    if (clip != nullptr) Map(clip_key, train + ".grad_clip", *clip);
+    const std::string role_clip = prefix + "grad_clip";
+    Take(role_clip);
+    if (user_set_.count(role_clip)) {
+      Warn(role_clip, absl::StrCat("verl 0.9 clips gradients with ", clip_key,
+                                   "; this key is "
+                                   "not read"));
     }
     const Json* steps = Take(optim + "lr_warmup_steps");
     const Json* ratio = Take(optim + "lr_warmup_steps_ratio");
@@ -500,6 +517,9 @@ class Converter {
         if (!IsVerlNeutral(key, value)) Warn(key, harmless->second);
       } else if (auto refused = UnsupportedTable().find(key); refused != UnsupportedTable().end()) {
         if (!IsVerlNeutral(key, value)) Error(key, refused->second);
+      } else if (!verl_keys_.count(key)) {
+        // Hydra refuses such an override (without a leading +); verl's code never reads it.
+        Warn(key, "not a key of verl 0.9's config");
       } else if (!Unset(value)) {
         Warn(key, "not a key rlhfd reads");
       }
@@ -509,6 +529,7 @@ class Converter {
   std::map<std::string, Json> flat_;
   std::set<std::string> user_set_;
   std::map<std::string, std::string> unresolved_;
+  std::set<std::string> verl_keys_;
   std::set<std::string> consumed_;
   std::set<std::string> noted_;
   VerlConversion out_{Json::object(), {}, {}, {}, {}};
@@ -540,15 +561,18 @@ absl::StatusOr<VerlConversion> ConvertVerlConfig(absl::string_view text, absl::s
     std::map<std::string, Json> verl_defaults, given;
     Flatten(defaults, "", &verl_defaults);
     Flatten(document, "", &given);
-    std::set<std::string> user_set;
+    std::set<std::string> user_set, verl_keys;
     for (const auto& [key, value] : given) {
       auto fallback = verl_defaults.find(key);
       if (fallback == verl_defaults.end() || fallback->second != value) user_set.insert(key);
     }
+    for (const auto& [key, value] : verl_defaults) verl_keys.insert(key);
     std::map<std::string, std::string> unresolved = ResolveInterpolations(&document);
     std::map<std::string, Json> flat;
     Flatten(document, "", &flat);
-    return Converter(std::move(flat), std::move(user_set), std::move(unresolved)).Run();
+    return Converter(std::move(flat), std::move(user_set), std::move(unresolved),
+                     std::move(verl_keys))
+        .Run();
   } catch (const std::exception& error) {
     return absl::InvalidArgumentError(absl::StrCat(
         source, ": cannot convert (", SanitizeForDisplay(error.what(), 200), ")"));

@@ -367,7 +367,8 @@ TEST_CASE("every verl setting rlhfd cannot honour is named, with why", "[verl]")
   CHECK(Contains(no_kl.warnings, "actor_rollout_ref.ref: ignored (no KL is used"));
   // A key rlhfd does not know is named as ignored.
   const VerlConversion unknown = Convert("", {"trainer.some_new_verl_knob=3"});
-  CHECK(Contains(unknown.warnings, "trainer.some_new_verl_knob: ignored (not a key rlhfd reads)"));
+  CHECK(Contains(unknown.warnings,
+                 "trainer.some_new_verl_knob: ignored (not a key of verl 0.9's config)"));
 }
 
 // verl keeps max_actor_ckpt_to_keep actor and max_critic_ckpt_to_keep critic checkpoints; an
