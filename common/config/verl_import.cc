@@ -130,6 +130,7 @@ class Converter {
     Critic();
     Rest();
     Unresolved(out_.config, "");
+    out_.read.assign(consumed_.begin(), consumed_.end());
     return std::move(out_);
   }
 
@@ -506,17 +507,17 @@ class Converter {
   // unsupported ones refuse, unknown ones warn.
   void Rest() {
     for (const auto& [key, value] : flat_) {
+      // Hydra's composition list and settings are how a config is made, not what it says.
       if (consumed_.count(key) || !user_set_.count(key) || key == "defaults" ||
-          absl::StartsWith(key, "hydra.") || absl::StrContains(key, "profiler") ||
-          absl::EndsWith(key, "._target_") || key == "_target_" ||
-          absl::StrContains(key, ".checkpoint.") || absl::StartsWith(key, "ray_kwargs.") ||
-          absl::StartsWith(key, "ray_init.")) {
+          absl::StartsWith(key, "hydra.")) {
         continue;
       }
       if (auto harmless = HarmlessTable().find(key); harmless != HarmlessTable().end()) {
         if (!IsVerlNeutral(key, value)) Warn(key, harmless->second);
       } else if (auto refused = UnsupportedTable().find(key); refused != UnsupportedTable().end()) {
         if (!IsVerlNeutral(key, value)) Error(key, refused->second);
+      } else if (const std::string* family = verl_keys::IgnoredFamily(key)) {
+        Warn(key, *family);
       } else if (!verl_keys_.count(key)) {
         // Hydra refuses such an override (without a leading +); verl's code never reads it.
         Warn(key, "not a key of verl 0.9's config");
@@ -532,7 +533,7 @@ class Converter {
   std::set<std::string> verl_keys_;
   std::set<std::string> consumed_;
   std::set<std::string> noted_;
-  VerlConversion out_{Json::object(), {}, {}, {}, {}};
+  VerlConversion out_{Json::object(), {}, {}, {}, {}, {}};
 };
 
 }  // namespace

@@ -29,6 +29,7 @@ struct VerlConversion {
   std::vector<std::string> warnings;  // "verl.key: ignored (why)"
   std::vector<std::string> errors;    // "verl.key: not supported (why)"
   std::vector<VerlNote> notes;        // the warnings and errors, once per key
+  std::vector<std::string> read;      // every verl key the converter's code read (for tests)
 };
 
 // The notes grouped by reason, errors first: "error: not supported (why): key, key" lines.

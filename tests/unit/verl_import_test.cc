@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,12 +19,14 @@
 #include "common/config/config_printer.h"
 #include "common/config/job_config.h"
 #include "common/config/proto_json_schema.h"
+#include "common/config/verl_key_tables.h"
 
 namespace rlhfd::config {
 namespace {
 
 using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
+using Json = nlohmann::json;
 
 VerlConversion Convert(const std::string& text, const std::vector<std::string>& overrides = {}) {
   auto converted = ConvertVerlConfig(text, "verl.yaml", overrides);
@@ -369,6 +373,73 @@ TEST_CASE("every verl setting rlhfd cannot honour is named, with why", "[verl]")
   const VerlConversion unknown = Convert("", {"trainer.some_new_verl_knob=3"});
   CHECK(Contains(unknown.warnings,
                  "trainer.some_new_verl_knob: ignored (not a key of verl 0.9's config)"));
+}
+
+// docs/coming-from-verl.md gives each key's fate from the tables; a key the converter's code reads
+// must be in one of them, so that the page says what becomes of it.
+TEST_CASE("every verl key the converter reads has its fate in the key tables", "[verl]") {
+  std::set<std::string> tabled;
+  for (const auto& [from, to] : verl_keys::DirectTable()) tabled.insert(from);
+  for (const auto* table :
+       {&verl_keys::DerivedTable(), &verl_keys::HarmlessTable(), &verl_keys::UnsupportedTable()}) {
+    for (const auto& [key, why] : *table) tabled.insert(key);
+  }
+  for (const std::vector<std::string>& overrides :
+       {std::vector<std::string>{},
+        {"actor_rollout_ref.actor.use_kl_loss=true"},
+        {"algorithm.use_kl_in_reward=true", "reward_model.enable=true"},
+        {"algorithm.adv_estimator=grpo"}}) {
+    const VerlConversion converted = Convert("", overrides);
+    CHECK(converted.read.size() > 80);
+    for (const std::string& key : converted.read) {
+      INFO(key);
+      CHECK(tabled.count(key) == 1);
+    }
+  }
+}
+
+// OmegaConf's forms, as verl's configs use them, resolved in a verl YAML and in overrides; what
+// cannot be resolved is refused naming the key, and nothing ${...} reaches the output.
+TEST_CASE("verl interpolations resolve as OmegaConf resolves them", "[verl]") {
+  ::setenv("RLHFD_VERL_TEST_LR", "3e-6", 1);
+  const VerlConversion converted = Convert(R"(
+data: {train_batch_size: 64, max_response_length: 256}
+actor_rollout_ref:
+  actor:
+    ppo_mini_batch_size: ${oc.select:data.train_batch_size,8}
+    ppo_epochs: ${oc.select:actor_rollout_ref.actor.no_such_key,3}
+    optim:
+      lr: ${oc.env:RLHFD_VERL_TEST_LR,1e-6}
+      weight_decay: ${oc.env:RLHFD_NO_SUCH_VAR,0.05}
+  rollout:
+    n: ${..actor.ppo_epochs}
+trainer:
+  project_name: p
+  experiment_name: e-${data.max_response_length}
+)");
+  const Json& train = converted.config["roles"]["actor"]["train"];
+  CHECK(train["ppo_mini_batch_size"] == 64);  // typed: the node's value, not text
+  CHECK(train["ppo_epochs"] == 3);            // oc.select's default for a missing key
+  // oc.env gives text, as OmegaConf's does; read as a number, as verl's float fields take it.
+  CHECK(train["lr"] == 3e-6);
+  CHECK(train["weight_decay"] == 0.05);
+  CHECK(converted.config["roles"]["actor"]["rollout"]["n"] == 3);  // relative, two levels up
+  CHECK(converted.config["name"] == "e-256");                      // embedded in text
+  CHECK(converted.config["trainer"]["checkpoint_dir"] == "checkpoints/p/e-256");  // verl's own
+  CHECK(converted.errors.empty());
+
+  const VerlConversion missing =
+      Convert("", {"trainer.project_name=${trainer.no_such_key}",
+                   "actor_rollout_ref.actor.ppo_epochs=${oc.decode:'2'}",
+                   "actor_rollout_ref.rollout.n=${actor_rollout_ref.rollout.n}"});
+  CHECK(Contains(missing.errors,
+                 "trainer.project_name: not supported ('${trainer.no_such_key}' "
+                 "cannot be resolved: `trainer.no_such_key` is not a key"));
+  CHECK(Contains(missing.errors, "actor_rollout_ref.actor.ppo_epochs: not supported"));
+  CHECK(Contains(missing.errors, "the resolver 'oc.decode' is not one verl's configs use"));
+  CHECK(Contains(missing.errors, "actor_rollout_ref.rollout.n: not supported"));
+  CHECK(Contains(missing.errors, "refers to itself"));
+  CHECK(missing.config.dump().find("${") == std::string::npos);
 }
 
 // verl keeps max_actor_ckpt_to_keep actor and max_critic_ckpt_to_keep critic checkpoints; an
