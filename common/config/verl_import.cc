@@ -516,11 +516,11 @@ class Converter {
         if (!IsVerlNeutral(key, value)) Warn(key, harmless->second);
       } else if (auto refused = UnsupportedTable().find(key); refused != UnsupportedTable().end()) {
         if (!IsVerlNeutral(key, value)) Error(key, refused->second);
-      } else if (const std::string* family = verl_keys::IgnoredFamily(key)) {
-        Warn(key, *family);
       } else if (!verl_keys_.count(key)) {
         // Hydra refuses such an override (without a leading +); verl's code never reads it.
         Warn(key, "not a key of verl 0.9's config");
+      } else if (const std::string* family = verl_keys::IgnoredFamily(key)) {
+        Warn(key, *family);
       } else if (!Unset(value)) {
         Warn(key, "not a key rlhfd reads");
       }

@@ -440,6 +440,14 @@ trainer:
   CHECK(Contains(missing.errors, "actor_rollout_ref.rollout.n: not supported"));
   CHECK(Contains(missing.errors, "refers to itself"));
   CHECK(missing.config.dump().find("${") == std::string::npos);
+
+  // An rlhfd config holds values: `validate` refuses a ${...} copied into one, naming the key.
+  auto literal = LoadConfig("trainer: {project_name: '${trainer.experiment_name}'}\n", "job.yaml",
+                            {"model.path=/models/m", "data.train_files=[/data/train.jsonl]"});
+  REQUIRE_FALSE(literal.ok());
+  CHECK_THAT(std::string(literal.status().message()),
+             Catch::Contains("trainer.project_name: '${trainer.experiment_name}' is an "
+                             "interpolation"));
 }
 
 // verl keeps max_actor_ckpt_to_keep actor and max_critic_ckpt_to_keep critic checkpoints; an
