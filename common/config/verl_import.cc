@@ -533,7 +533,7 @@ class Converter {
   std::set<std::string> verl_keys_;
   std::set<std::string> consumed_;
   std::set<std::string> noted_;
-  VerlConversion out_{Json::object(), {}, {}, {}, {}, {}};
+  VerlConversion out_{Json::object(), {}, {}, {}, {}, {}, nullptr};
 };
 
 }  // namespace
@@ -571,9 +571,11 @@ absl::StatusOr<VerlConversion> ConvertVerlConfig(absl::string_view text, absl::s
     std::map<std::string, std::string> unresolved = ResolveInterpolations(&document);
     std::map<std::string, Json> flat;
     Flatten(document, "", &flat);
-    return Converter(std::move(flat), std::move(user_set), std::move(unresolved),
-                     std::move(verl_keys))
-        .Run();
+    VerlConversion conversion =
+        Converter(std::move(flat), std::move(user_set), std::move(unresolved), std::move(verl_keys))
+            .Run();
+    conversion.verl_resolved = std::move(document);
+    return conversion;
   } catch (const std::exception& error) {
     return absl::InvalidArgumentError(absl::StrCat(
         source, ": cannot convert (", SanitizeForDisplay(error.what(), 200), ")"));

@@ -30,6 +30,7 @@ struct VerlConversion {
   std::vector<std::string> errors;    // "verl.key: not supported (why)"
   std::vector<VerlNote> notes;        // the warnings and errors, once per key
   std::vector<std::string> read;      // every verl key the converter's code read (for tests)
+  nlohmann::json verl_resolved;       // the verl config as composed and resolved, before mapping
 };
 
 // The notes grouped by reason, errors first: "error: not supported (why): key, key" lines.

@@ -143,7 +143,8 @@ int ConvertVerl(const std::string& path, const std::vector<std::string>& overrid
     std::cout << nlohmann::json{{"config", conversion->config},
                                 {"mapped", conversion->mapped},
                                 {"warnings", conversion->warnings},
-                                {"errors", conversion->errors}}
+                                {"errors", conversion->errors},
+                                {"verl_resolved", conversion->verl_resolved}}
                      .dump(1)
               << "\n";
   } else {
