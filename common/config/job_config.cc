@@ -1,10 +1,11 @@
 // The config pipeline; see job_config.h.
-#include "absl/strings/string_view.h"
 #include "common/config/job_config.h"
 
 #include <google/protobuf/util/json_util.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/config/config_document.h"
 #include "common/config/config_errors.h"
 #include "common/config/job_defaults.h"
@@ -18,9 +19,29 @@
 namespace rlhfd::config {
 namespace {
 
+// rlhfd configs hold values: a Hydra/OmegaConf `${...}` left in one (copied from a verl config)
+// would otherwise pass as text (a name, a path) and mean something else than it says.
+void RefuseInterpolations(const nlohmann::json& node, const std::string& path,
+                          ConfigErrors* errors) {
+  if (node.is_object()) {
+    for (const auto& [key, value] : node.items()) {
+      RefuseInterpolations(value, path.empty() ? key : absl::StrCat(path, ".", key), errors);
+    }
+  } else if (node.is_array()) {
+    for (size_t i = 0; i < node.size(); ++i) {
+      RefuseInterpolations(node[i], absl::StrCat(path, "[", i, "]"), errors);
+    }
+  } else if (node.is_string() && absl::StrContains(node.get_ref<const std::string&>(), "${")) {
+    errors->Add(path, absl::StrCat("'", SanitizeForDisplay(node.get<std::string>(), 120),
+                                   "' is an interpolation; rlhfd configs take values (`rlhfctl "
+                                   "convert-verl` resolves a verl config's)"));
+  }
+}
+
 absl::StatusOr<LoadedConfig> SpecFromDocument(const nlohmann::json& document,
                                               absl::string_view source) {
   ConfigErrors schema_errors{std::string(source)};
+  RefuseInterpolations(document, "", &schema_errors);
   nlohmann::json normalized =
       NormalizeToSchema(document, *v1::JobSpec::descriptor(), &schema_errors);
   LoadedConfig loaded;

@@ -16,6 +16,8 @@
 #include "common/algorithms/algorithm_traits.h"
 #include "common/config/config_document.h"
 #include "common/config/overrides.h"
+#include "common/config/verl_defaults.h"
+#include "common/config/verl_interpolation.h"
 #include "common/config/verl_key_tables.h"
 #include "common/status/status_macros.h"
 #include "common/util/text.h"
@@ -57,6 +59,27 @@ Json Typed(const Json& value) {
   return value;
 }
 
+// Every scalar of `node` typed as YAML types it.
+void TypeAll(Json* node) {
+  if (node->is_object()) {
+    for (auto& [key, child] : node->items()) TypeAll(&child);
+  } else {
+    *node = Typed(*node);
+  }
+}
+
+// `over` laid over `base`, mapping by mapping, as Hydra composes a config over its defaults.
+void MergeInto(Json* base, const Json& over) {
+  for (const auto& [key, value] : over.items()) {
+    Json& slot = (*base)[key];
+    if (value.is_object() && slot.is_object()) {
+      MergeInto(&slot, value);
+    } else {
+      slot = value;
+    }
+  }
+}
+
 // The document's leaves as dotted keys (lists and empty mappings are leaves).
 void Flatten(const Json& node, const std::string& path, std::map<std::string, Json>* out) {
   if (node.is_object() && !node.empty()) {
@@ -81,7 +104,15 @@ void Set(Json* config, const std::string& path, Json value) {
 
 class Converter {
  public:
-  explicit Converter(std::map<std::string, Json> flat) : flat_(std::move(flat)) {}
+  // `flat`: the config on verl's defaults, interpolations resolved; `user_set`: the keys whose
+  // value the run gives (differs from verl's default); `unresolved`: keys whose interpolation
+  // could not be resolved, with why.
+  Converter(std::map<std::string, Json> flat, std::set<std::string> user_set,
+            std::map<std::string, std::string> unresolved, std::set<std::string> verl_keys)
+      : flat_(std::move(flat)),
+        user_set_(std::move(user_set)),
+        unresolved_(std::move(unresolved)),
+        verl_keys_(std::move(verl_keys)) {}
 
   VerlConversion Run() {
     Direct();
@@ -98,25 +129,51 @@ class Converter {
     Name();
     Critic();
     Rest();
+    Unresolved(out_.config, "");
+    out_.read.assign(consumed_.begin(), consumed_.end());
     return std::move(out_);
   }
 
  private:
-  // The value of `key` when it is set (not null, not an interpolation); consumes it.
+  // The value of `key` when it is set (not null); consumes it. An interpolation that could not
+  // be resolved is refused here rather than copied as text.
   const Json* Take(const std::string& key) {
     consumed_.insert(key);
     auto it = flat_.find(key);
-    return it == flat_.end() || Unset(it->second) ? nullptr : &it->second;
+    if (it == flat_.end() || Unset(it->second)) return nullptr;
+    if (HasInterpolation(it->second)) {
+      auto why = unresolved_.find(key);
+      Error(key, absl::StrCat("'", Text(it->second), "' cannot be resolved: ",
+                              why == unresolved_.end() ? "an interpolation" : why->second));
+      return nullptr;
+    }
+    return &it->second;
   }
   void Map(const std::string& from, const std::string& to, Json value) {
     Set(&out_.config, to, std::move(value));
     out_.mapped.push_back(absl::StrCat(from, " -> ", to));
   }
+  // Each key not honoured is listed once, with why.
   void Error(const std::string& key, absl::string_view why) {
+    if (!noted_.insert(key).second) return;
     out_.errors.push_back(absl::StrCat(key, ": not supported (", why, ")"));
+    out_.notes.push_back({key, std::string(why), /*refused=*/true});
   }
   void Warn(const std::string& key, absl::string_view why) {
+    if (!noted_.insert(key).second) return;
     out_.warnings.push_back(absl::StrCat(key, ": ignored (", why, ")"));
+    out_.notes.push_back({key, std::string(why), /*refused=*/false});
+  }
+
+  // Nothing unresolved reaches the output: a `${...}` left in it is refused, naming the key.
+  void Unresolved(const Json& node, const std::string& path) {
+    if (node.is_object()) {
+      for (const auto& [key, value] : node.items()) {
+        Unresolved(value, path.empty() ? key : path + "." + key);
+      }
+    } else if (HasInterpolation(node)) {
+      Error(path, absl::StrCat("'", Text(node), "' is an interpolation that was not resolved"));
+    }
   }
   static std::string Text(const Json& value) {
     return value.is_string() ? value.get<std::string>() : value.dump();
@@ -168,14 +225,19 @@ class Converter {
 
   void Schedule(const std::string& prefix, const std::string& train) {
     const std::string optim = prefix + "optim.";
-    for (const std::string name : {"warmup_style", "lr_scheduler_type"}) {
-      if (const Json* value = Take(optim + name)) {
-        const std::string style = Text(*value);
-        if (style == "constant" || style == "cosine") {
-          Map(optim + name, train + ".lr_schedule", style);
-        } else {
-          Error(optim + name, absl::StrCat("'", style, "': schedules are constant, cosine, linear"));
-        }
+    // verl's optimizer config: a warmup_style (deprecated) replaces lr_scheduler_type.
+    const Json* style_value = Take(optim + "warmup_style");
+    std::string style_key = optim + "warmup_style";
+    if (const Json* scheduler = Take(optim + "lr_scheduler_type"); style_value == nullptr) {
+      style_value = scheduler;
+      style_key = optim + "lr_scheduler_type";
+    }
+    if (style_value != nullptr) {
+      const std::string style = Text(*style_value);
+      if (style == "constant" || style == "cosine") {
+        Map(style_key, train + ".lr_schedule", style);
+      } else {
+        Error(style_key, absl::StrCat("'", style, "': schedules are constant, cosine, linear"));
       }
     }
     if (const Json* betas = Take(optim + "betas")) {
@@ -185,6 +247,22 @@ class Converter {
       } else {
         Error(optim + "betas", "expected [beta1, beta2]");
       }
+    }
+    // verl 0.9's engine clips with optim.clip_grad (optim.grad_clip, deprecated, replaces it);
+    // the role's own grad_clip is no longer read there.
+    std::string clip_key = optim + "grad_clip";
+    const Json* clip = Take(clip_key);
+    if (const Json* norm = Take(optim + "clip_grad"); clip == nullptr) {
+      clip = norm;
+      clip_key = optim + "clip_grad";
+    }
+    if (clip != nullptr) Map(clip_key, train + ".grad_clip", *clip);
+    const std::string role_clip = prefix + "grad_clip";
+    Take(role_clip);
+    if (user_set_.count(role_clip)) {
+      Warn(role_clip, absl::StrCat("verl 0.9 clips gradients with ", clip_key,
+                                   "; this key is "
+                                   "not read"));
     }
     const Json* steps = Take(optim + "lr_warmup_steps");
     const Json* ratio = Take(optim + "lr_warmup_steps_ratio");
@@ -203,12 +281,18 @@ class Converter {
     }
   }
 
+  // verl's policy loss takes clip_ratio_low / _high, and clip_ratio only where one is null.
   void ClipRatio() {
     const Json* both = Take(std::string(kActor) + "clip_ratio");
     if (both == nullptr) return;
     for (const std::string side : {"low", "high"}) {
-      if (flat_.count(absl::StrCat(kActor, "clip_ratio_", side)) == 0) {
+      const auto own = flat_.find(absl::StrCat(kActor, "clip_ratio_", side));
+      if (own == flat_.end() || Unset(own->second)) {
         Map(std::string(kActor) + "clip_ratio", "algorithm.clip_ratio_" + side, *both);
+      } else if (user_set_.count(std::string(kActor) + "clip_ratio") &&
+                 !user_set_.count(own->first)) {
+        Warn(std::string(kActor) + "clip_ratio",
+             absl::StrCat("verl uses ", own->first, " (", Text(own->second), ") over it"));
       }
     }
   }
@@ -261,14 +345,34 @@ class Converter {
     } else if (!use_loss && !use_reward && has_reference) {
       // verl loads no reference without a KL; rlhfd refuses an unused role.
       out_.config["roles"].erase("reference");
-      Warn("actor_rollout_ref.ref", "no KL is used, so there is no reference model");
+      const auto set = user_set_.lower_bound("actor_rollout_ref.ref.");
+      if (set != user_set_.end() && absl::StartsWith(*set, "actor_rollout_ref.ref.")) {
+        Warn("actor_rollout_ref.ref", "no KL is used, so there is no reference model");
+      }
     }
   }
 
   void Rollout() {
     if (const Json* name = Take(std::string(kRollout) + "name")) {
-      Warn(std::string(kRollout) + "name",
-           absl::StrCat("'", Text(*name), "': ", HarmlessTable().at(std::string(kRollout) + "name")));
+      if (user_set_.count(std::string(kRollout) + "name")) {
+        Warn(std::string(kRollout) + "name",
+             absl::StrCat("'", Text(*name),
+                          "': ", HarmlessTable().at(std::string(kRollout) + "name")));
+      }
+    }
+    // Tensor-parallel rollout runs on CPU workers only, for now: on GPUs the rollout is not split.
+    const std::string tp_key = std::string(kRollout) + "tensor_model_parallel_size";
+    const Json* tp = Take(tp_key);
+    if (tp == nullptr) return;
+    const auto device = flat_.find("trainer.device");
+    const bool cpu = device != flat_.end() && device->second == "cpu";
+    if (tp->is_number_integer() && tp->get<int64_t>() > 1 && !cpu) {
+      Map(tp_key, "roles.actor.rollout.tp", 1);
+      Warn(tp_key, absl::StrCat(Text(*tp),
+                                ": tensor-parallel rollout on GPUs is not supported "
+                                "yet; each GPU generates with the whole model (tp 1)"));
+    } else {
+      Map(tp_key, "roles.actor.rollout.tp", *tp);
     }
   }
 
@@ -309,17 +413,6 @@ class Converter {
     if (const Json* save = Take("trainer.save_freq")) {
       Map("trainer.save_freq", "trainer.save_every",
           save->is_number() && save->get<int64_t>() < 0 ? Json(-1) : *save);
-      // verl's default_local_dir: checkpoints/<project>/<experiment>, under the launch directory.
-      if (save->is_number() && save->get<int64_t>() > 0 &&
-          !(out_.config.contains("trainer") && out_.config["trainer"].contains("checkpoint_dir"))) {
-        const auto name = [&](const char* key, const char* fallback) {
-          const auto it = flat_.find(key);
-          return it == flat_.end() || Unset(it->second) ? std::string(fallback) : Text(it->second);
-        };
-        Map("trainer.default_local_dir (verl's default)", "trainer.checkpoint_dir",
-            absl::StrCat("checkpoints/", name("trainer.project_name", "verl_examples"), "/",
-                         name("trainer.experiment_name", "gsm8k")));
-      }
     }
     // verl keeps actor and critic checkpoints apart; a step directory here holds both, so it
     // keeps as many as the larger asks for (null or <= 0: all, as in verl).
@@ -399,40 +492,35 @@ class Converter {
       const Json* value = Take(from);
       if (critic && value != nullptr) Map(from, to, Paths(from, *value));
     }
-    // Where the critic's own key is unset, verl's critic takes the actor's value (critic.yaml:
-    // ${oc.select:actor_rollout_ref.actor.<key>,...}); so does the converted one, rather than
-    // falling back on rlhfd's critic defaults.
-    for (const char* key : {"ppo_mini_batch_size", "use_dynamic_bsz", "ppo_epochs"}) {
-      if (!critic) break;
-      const auto own = flat_.find(absl::StrCat("critic.", key));
-      if (own != flat_.end() && !Unset(own->second)) continue;
-      const std::string from = absl::StrCat(kActor, key);
-      const auto actor = flat_.find(from);
-      if (actor == flat_.end() || Unset(actor->second)) continue;
-      Set(&out_.config, absl::StrCat("roles.critic.train.", key), actor->second);
-      out_.mapped.push_back(
-          absl::StrCat(from, " -> roles.critic.train.", key, " (verl's critic inherits it)"));
-    }
     if (critic) {
       Set(&out_.config, "roles.critic",
           out_.config["roles"].contains("critic") ? out_.config["roles"]["critic"] : Json::object());
+    } else if (out_.config["roles"].contains("critic")) {
+      // The critic's strategy and schedule (mapped with the actor's) go too: there is no critic.
+      out_.config["roles"].erase("critic");
+      std::erase_if(out_.mapped,
+                    [](const std::string& line) { return absl::StartsWith(line, "critic."); });
     }
   }
 
-  // Whatever is left: harmless keys warn when set to something verl would not use by default,
-  // known unsupported ones refuse, unknown ones warn.
+  // Whatever is left, where the run sets it away from verl's default: harmless keys warn, known
+  // unsupported ones refuse, unknown ones warn.
   void Rest() {
     for (const auto& [key, value] : flat_) {
-      if (consumed_.count(key) || key == "defaults" || absl::StartsWith(key, "hydra.") ||
-          absl::StrContains(key, "profiler") || absl::EndsWith(key, "._target_") ||
-          key == "_target_" || absl::StrContains(key, ".checkpoint.") ||
-          absl::StartsWith(key, "ray_kwargs.") || absl::StartsWith(key, "ray_init.")) {
+      // Hydra's composition list and settings are how a config is made, not what it says.
+      if (consumed_.count(key) || !user_set_.count(key) || key == "defaults" ||
+          absl::StartsWith(key, "hydra.")) {
         continue;
       }
       if (auto harmless = HarmlessTable().find(key); harmless != HarmlessTable().end()) {
         if (!IsVerlNeutral(key, value)) Warn(key, harmless->second);
       } else if (auto refused = UnsupportedTable().find(key); refused != UnsupportedTable().end()) {
         if (!IsVerlNeutral(key, value)) Error(key, refused->second);
+      } else if (!verl_keys_.count(key)) {
+        // Hydra refuses such an override (without a leading +); verl's code never reads it.
+        Warn(key, "not a key of verl 0.9's config");
+      } else if (const std::string* family = verl_keys::IgnoredFamily(key)) {
+        Warn(key, *family);
       } else if (!Unset(value)) {
         Warn(key, "not a key rlhfd reads");
       }
@@ -440,8 +528,12 @@ class Converter {
   }
 
   std::map<std::string, Json> flat_;
+  std::set<std::string> user_set_;
+  std::map<std::string, std::string> unresolved_;
+  std::set<std::string> verl_keys_;
   std::set<std::string> consumed_;
-  VerlConversion out_{Json::object(), {}, {}, {}};
+  std::set<std::string> noted_;
+  VerlConversion out_{Json::object(), {}, {}, {}, {}, {}, nullptr};
 };
 
 }  // namespace
@@ -449,20 +541,58 @@ class Converter {
 absl::StatusOr<VerlConversion> ConvertVerlConfig(absl::string_view text, absl::string_view source,
                                                  const std::vector<std::string>& overrides) {
   try {
-    Json document = Json::object();
+    // The run's config as verl's Hydra composes it: its defaults, the file over them, then the
+    // overrides; then every ${...} resolved as OmegaConf resolves it.
+    ASSIGN_OR_RETURN(Json defaults,
+                     ParseConfigDocument(VerlPpoTrainerYaml(), "verl_ppo_trainer.yaml"));
+    TypeAll(&defaults);
+    Json document = defaults;
     if (!text.empty()) {
-      ASSIGN_OR_RETURN(document, ParseConfigDocument(text, source));
+      ASSIGN_OR_RETURN(Json file, ParseConfigDocument(text, source));
+      if (!file.is_object()) {
+        return absl::InvalidArgumentError(absl::StrCat(source, ": a verl config is a mapping"));
+      }
+      TypeAll(&file);
+      MergeInto(&document, file);
     }
     if (absl::Status applied = ApplyOverrides(overrides, &document); !applied.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(source, ": ", applied.message()));
     }
+    TypeAll(&document);
+    std::map<std::string, Json> verl_defaults, given;
+    Flatten(defaults, "", &verl_defaults);
+    Flatten(document, "", &given);
+    std::set<std::string> user_set, verl_keys;
+    for (const auto& [key, value] : given) {
+      auto fallback = verl_defaults.find(key);
+      if (fallback == verl_defaults.end() || fallback->second != value) user_set.insert(key);
+    }
+    for (const auto& [key, value] : verl_defaults) verl_keys.insert(key);
+    std::map<std::string, std::string> unresolved = ResolveInterpolations(&document);
     std::map<std::string, Json> flat;
     Flatten(document, "", &flat);
-    return Converter(std::move(flat)).Run();
+    VerlConversion conversion =
+        Converter(std::move(flat), std::move(user_set), std::move(unresolved), std::move(verl_keys))
+            .Run();
+    conversion.verl_resolved = std::move(document);
+    return conversion;
   } catch (const std::exception& error) {
     return absl::InvalidArgumentError(absl::StrCat(
         source, ": cannot convert (", SanitizeForDisplay(error.what(), 200), ")"));
   }
+}
+
+std::string FormatVerlNotes(const VerlConversion& conversion) {
+  // (refused first, why) -> keys, in the order they were found.
+  std::map<std::pair<bool, std::string>, std::vector<std::string>> groups;
+  for (const VerlNote& note : conversion.notes)
+    groups[{!note.refused, note.why}].push_back(note.key);
+  std::string out;
+  for (const auto& [group, keys] : groups) {
+    absl::StrAppend(&out, group.first ? "warning: ignored (" : "error: not supported (",
+                    group.second, "): ", absl::StrJoin(keys, ", "), "\n");
+  }
+  return out;
 }
 
 const std::vector<std::pair<std::string, std::string>>& VerlDirectMappings() {

@@ -16,15 +16,31 @@
 
 namespace rlhfd::config {
 
+// A verl key the conversion does not honour, and why.
+struct VerlNote {
+  std::string key;
+  std::string why;
+  bool refused = false;  // true: training would change (an error); false: it would not
+};
+
 struct VerlConversion {
   nlohmann::json config;              // an rlhfd config document (not yet validated)
   std::vector<std::string> mapped;    // "verl.key -> rlhfd.key"
   std::vector<std::string> warnings;  // "verl.key: ignored (why)"
   std::vector<std::string> errors;    // "verl.key: not supported (why)"
+  std::vector<VerlNote> notes;        // the warnings and errors, once per key
+  std::vector<std::string> read;      // every verl key the converter's code read (for tests)
+  nlohmann::json verl_resolved;       // the verl config as composed and resolved, before mapping
 };
 
-// `text` may be empty (overrides alone, on verl's defaults). INVALID_ARGUMENT only when the
-// text or an override cannot be read; unsupported keys go to `errors`.
+// The notes grouped by reason, errors first: "error: not supported (why): key, key" lines.
+std::string FormatVerlNotes(const VerlConversion& conversion);
+
+// The config is composed as verl's Hydra composes it: verl's own defaults (verl_defaults.h), `text`
+// over them, then the overrides; `${...}` interpolations are resolved as OmegaConf resolves them,
+// and one that cannot be is refused naming its key. `text` may be empty (overrides alone).
+// INVALID_ARGUMENT only when the text or an override cannot be read; unsupported keys go to
+// `errors`.
 absl::StatusOr<VerlConversion> ConvertVerlConfig(absl::string_view text, absl::string_view source,
                                                  const std::vector<std::string>& overrides);
 

@@ -2,6 +2,7 @@
 #include "common/config/verl_key_tables.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 
 namespace rlhfd::config::verl_keys {
 
@@ -21,6 +22,7 @@ const std::vector<std::pair<std::string, std::string>>& DirectTable() {
       {"data.filter_overlong_prompts", "data.filter_overlong_prompts"},
       {"data.truncation", "data.truncation"},
       {"actor_rollout_ref.model.path", "model.path"},
+      {"actor_rollout_ref.model.tokenizer_path", "model.tokenizer_path"},
       {"actor_rollout_ref.model.enable_gradient_checkpointing",
        "roles.actor.train.gradient_checkpointing"},
       {"actor_rollout_ref.actor.ppo_mini_batch_size", "roles.actor.train.ppo_mini_batch_size"},
@@ -30,7 +32,6 @@ const std::vector<std::pair<std::string, std::string>>& DirectTable() {
       {"actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
        "roles.actor.train.ppo_max_token_len_per_gpu"},
       {"actor_rollout_ref.actor.ppo_epochs", "roles.actor.train.ppo_epochs"},
-      {"actor_rollout_ref.actor.grad_clip", "roles.actor.train.grad_clip"},
       {"actor_rollout_ref.actor.clip_ratio_low", "algorithm.clip_ratio_low"},
       {"actor_rollout_ref.actor.clip_ratio_high", "algorithm.clip_ratio_high"},
       {"actor_rollout_ref.actor.clip_ratio_c", "algorithm.clip_ratio_c"},
@@ -49,7 +50,6 @@ const std::vector<std::pair<std::string, std::string>>& DirectTable() {
       {"actor_rollout_ref.rollout.gpu_memory_utilization",
        "roles.actor.rollout.gpu_memory_utilization"},
       {"actor_rollout_ref.rollout.max_num_seqs", "roles.actor.rollout.max_num_seqs"},
-      {"actor_rollout_ref.rollout.tensor_model_parallel_size", "roles.actor.rollout.tp"},
       {"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
        "roles.actor.rollout.log_prob_micro_batch_size_per_gpu"},
       {"actor_rollout_ref.rollout.val_kwargs.temperature",
@@ -65,8 +65,8 @@ const std::vector<std::pair<std::string, std::string>>& DirectTable() {
       {"actor_rollout_ref.ref.fsdp_config.param_offload", "roles.reference.param_offload"},
       {"critic.model.path", "roles.critic.model_path"},
       {"critic.model.enable_gradient_checkpointing", "roles.critic.train.gradient_checkpointing"},
-      {"critic.model.fsdp_config.param_offload", "roles.critic.train.param_offload"},
-      {"critic.model.fsdp_config.optimizer_offload", "roles.critic.train.optimizer_offload"},
+      {"critic.fsdp.param_offload", "roles.critic.train.param_offload"},
+      {"critic.fsdp.optimizer_offload", "roles.critic.train.optimizer_offload"},
       {"critic.optim.lr", "roles.critic.train.lr"},
       {"critic.optim.weight_decay", "roles.critic.train.weight_decay"},
       {"critic.optim.min_lr_ratio", "roles.critic.train.min_lr_ratio"},
@@ -75,7 +75,6 @@ const std::vector<std::pair<std::string, std::string>>& DirectTable() {
       {"critic.use_dynamic_bsz", "roles.critic.train.use_dynamic_bsz"},
       {"critic.ppo_max_token_len_per_gpu", "roles.critic.train.ppo_max_token_len_per_gpu"},
       {"critic.ppo_epochs", "roles.critic.train.ppo_epochs"},
-      {"critic.grad_clip", "roles.critic.train.grad_clip"},
       {"critic.cliprange_value", "roles.critic.train.cliprange_value"},
       {"algorithm.adv_estimator", "algorithm.adv_estimator"},
       {"algorithm.gamma", "algorithm.gamma"},
@@ -172,6 +171,49 @@ const std::map<std::string, std::string>& HarmlessTable() {
       {"reward_model.reward_manager", "rule rewards score each row by itself (naive)"},
       {"reward_model.launch_reward_fn_async", "rewards are computed by the reward role"},
       {"reward_model.strategy", "reward models run on the reward role"},
+      {"actor_rollout_ref.actor.calculate_entropy", "a metric switch of verl's"},
+      {"actor_rollout_ref.actor.calculate_sum_pi_squared", "a metric switch of verl's"},
+      {"actor_rollout_ref.actor.data_loader_seed", "mini-batches are shuffled with trainer.seed"},
+      {"critic.data_loader_seed", "mini-batches are shuffled with trainer.seed"},
+      {"actor_rollout_ref.actor.entropy_from_logits_chunk_size",
+       "entropy is always computed in chunks"},
+      {"actor_rollout_ref.ref.entropy_from_logits_chunk_size",
+       "entropy is always computed in chunks"},
+      {"actor_rollout_ref.ref.entropy_checkpointing", "entropy is always computed in chunks"},
+      {"actor_rollout_ref.actor.freeze_vision_tower", "rlhfd trains text models"},
+      {"actor_rollout_ref.actor.pad_to_length", "micro-batches are packed by rlhfd"},
+      {"actor_rollout_ref.actor.use_prefix_grouper", "an optimisation of verl's"},
+      {"actor_rollout_ref.actor.optim.optimizer_impl", "rlhfd trains with its own AdamW"},
+      {"critic.optim.optimizer_impl", "rlhfd trains with its own AdamW"},
+      {"actor_rollout_ref.model.enable_activation_offload", "an option of verl's engine"},
+      {"critic.model.enable_activation_offload", "an option of verl's engine"},
+      {"critic.model.use_fused_kernels", "rlhfd has its own fused kernels"},
+      {"critic.model.use_liger", "rlhfd has its own fused kernels"},
+      {"critic.model.use_shm", "models load from local disk"},
+      {"actor_rollout_ref.rollout.cudagraph_capture_sizes", "CUDA graphs are chosen by the engine"},
+      {"actor_rollout_ref.rollout.data_parallel_size", "rollout replicas follow the GPUs"},
+      {"actor_rollout_ref.rollout.enable_prefix_caching", "an option of vLLM / SGLang"},
+      {"actor_rollout_ref.rollout.full_determinism", "an option of vLLM / SGLang"},
+      {"actor_rollout_ref.rollout.max_model_len",
+       "lengths come from data.max_prompt_length and max_response_length"},
+      {"actor_rollout_ref.rollout.moe_load_balance_metrics_interval", "a metric of verl's"},
+      {"actor_rollout_ref.rollout.multi_stage_wake_up", "an option of vLLM / SGLang"},
+      {"actor_rollout_ref.rollout.router_config_path", "an option of verl's rollout servers"},
+      {"actor_rollout_ref.rollout.scheduling_policy", "the engine schedules its own requests"},
+      {"actor_rollout_ref.rollout.seed", "sampling is seeded from trainer.seed"},
+      {"actor_rollout_ref.rollout.skip_tokenizer_init", "an option of vLLM / SGLang"},
+      {"data.image_key", "rlhfd trains text models"},
+      {"data.video_key", "rlhfd trains text models"},
+      {"data.audio_key", "rlhfd trains text models"},
+      {"data.image_patch_size", "rlhfd trains text models"},
+      {"data.mm_processor_kwargs", "rlhfd trains text models"},
+      {"data.return_multi_modal_inputs", "rlhfd trains text models"},
+      {"data.tokenizer", "the model's tokenizer is used"},
+      {"data.trust_remote_code", "the model's tokenizer is implemented natively"},
+      {"data.gen_batch_size", "read only with algorithm.filter_groups.enable, which is refused"},
+      {"data.custom_cls.name", "read only with data.custom_cls.path, which is refused"},
+      {"trainer.checkpoint_callback_class", "checkpoint callbacks are verl's Python"},
+      {"trainer.use_v1", "verl's trainer implementation switch"},
   };
   return *table;
 }
@@ -186,6 +228,14 @@ const std::map<std::string, std::string>& UnsupportedTable() {
       {"actor_rollout_ref.model.override_config", "config.json is used as it is"},
       {"actor_rollout_ref.actor.ulysses_sequence_parallel_size",
        "sequence parallelism is not supported"},
+      {"actor_rollout_ref.actor.ppo_micro_batch_size",
+       "the deprecated global micro-batch size; give ppo_micro_batch_size_per_gpu"},
+      {"actor_rollout_ref.rollout.log_prob_micro_batch_size",
+       "the deprecated global micro-batch size; give log_prob_micro_batch_size_per_gpu"},
+      {"actor_rollout_ref.ref.log_prob_micro_batch_size",
+       "the deprecated global micro-batch size; give log_prob_micro_batch_size_per_gpu"},
+      {"critic.ppo_micro_batch_size",
+       "the deprecated global micro-batch size; give ppo_micro_batch_size_per_gpu"},
       {"actor_rollout_ref.actor.policy_loss.loss_mode",
        "only the vanilla PPO clip loss (with dual clip) is implemented"},
       {"actor_rollout_ref.rollout.multi_turn.enable", "multi-turn rollouts are not supported"},
@@ -204,20 +254,248 @@ const std::map<std::string, std::string>& UnsupportedTable() {
       {"data.sampler.class_path", "batches are drawn in (shuffled) order"},
       {"data.datagen.path", "datasets are JSONL files (docs/data.md)"},
       {"trainer.val_only", "validation runs inside a training job"},
+      {"actor_rollout_ref.actor.loss_scale_factor", "the loss is not rescaled"},
+      {"actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",
+       "sequence parallelism is not supported"},
+      {"critic.fsdp.ulysses_sequence_parallel_size", "sequence parallelism is not supported"},
+      {"actor_rollout_ref.actor.optim.optimizer", "rlhfd trains with AdamW"},
+      {"critic.optim.optimizer", "rlhfd trains with AdamW"},
+      {"actor_rollout_ref.actor.optim.num_cycles", "the cosine schedule is rlhfd's half cycle"},
+      {"critic.optim.num_cycles", "the cosine schedule is rlhfd's half cycle"},
+      {"actor_rollout_ref.actor.optim.zero_indexed_step", "the schedule's step count is rlhfd's"},
+      {"critic.optim.zero_indexed_step", "the schedule's step count is rlhfd's"},
+      {"actor_rollout_ref.actor.optim.override_optimizer_config", "AdamW takes no other options"},
+      {"critic.optim.override_optimizer_config", "AdamW takes no other options"},
+      {"actor_rollout_ref.model.hf_config_path", "config.json in model.path is used"},
+      {"critic.model.hf_config_path", "config.json in the critic's model path is used"},
+      {"actor_rollout_ref.model.lora_adapter_path", "LoRA is not supported yet"},
+      {"critic.model.lora_adapter_path", "LoRA is not supported yet"},
+      {"critic.model.custom_chat_template", "the actor's chat template is used"},
+      {"critic.model.external_lib", "models are implemented natively; none is loaded"},
+      {"actor_rollout_ref.rollout.enable_rollout_routing_replay",
+       "MoE routing replay is not "
+       "supported"},
+      {"actor_rollout_ref.rollout.expert_parallel_size", "expert parallelism is not supported"},
+      {"actor_rollout_ref.rollout.pipeline_model_parallel_size",
+       "pipeline-parallel rollout is not supported"},
+      {"actor_rollout_ref.rollout.nnodes", "the rollout runs on the actor's GPUs (hybrid engine)"},
+      {"actor_rollout_ref.rollout.logprobs_mode", "other rollout log-prob modes are not supported"},
+      {"actor_rollout_ref.rollout.quantization", "quantized rollout is not supported"},
+      {"actor_rollout_ref.rollout.quantization_config_file", "quantized rollout is not supported"},
+      {"algorithm.rollout_correction.rollout_is",
+       "rollout importance-sampling correction is not supported"},
+      {"algorithm.rollout_correction.rollout_rs", "rollout rejection sampling is not supported"},
+      {"algorithm.rollout_correction.bypass_mode", "rollout correction is not supported"},
+      {"data.train_max_samples", "every row of data.train_files is read; cut the file instead"},
+      {"data.val_max_samples", "every row of data.val_files is read; cut the file instead"},
+      {"data.apply_chat_template_kwargs", "chat template options are not passed"},
+      {"sandbox_fusion.url", "sandboxed code execution is not supported"},
+      {"reward.sandbox_fusion.url", "sandboxed code execution is not supported"},
+      {"distillation.enabled", "distillation from a teacher model is not supported"},
+      {"actor_rollout_ref.model.lora.rank", "LoRA is not supported yet; train all parameters"},
+      {"critic.model.lora.rank", "LoRA is not supported yet"},
+      {"actor_rollout_ref.actor.qat.enable", "quantisation-aware training is not supported"},
+      {"actor_rollout_ref.actor.fsdp_config.qat.enable",
+       "quantisation-aware training is not supported"},
+      {"actor_rollout_ref.model.mtp.enable", "multi-token prediction is not supported"},
+      {"critic.model.mtp.enable", "multi-token prediction is not supported"},
+      {"skip.rollout.enable", "rollouts are not replayed"},
+      {"skip.rollout_tq.enable", "rollouts are not replayed"},
+      {"skip.async_rollout.enable", "rollouts are not replayed"},
+      {"reward.reward_model.enable",
+       "verl 0.9's reward.* section is not converted yet; give reward_model.enable and "
+       "reward_model.model.path"},
   };
   return *table;
 }
 
-// Values that mean "at verl's default": unset, null, and Hydra interpolations.
-bool Unset(const Json& value) {
-  return value.is_null() || (value.is_string() && absl::StartsWith(value.get<std::string>(), "${"));
+// Keys the converter reads and turns into something else.
+const std::map<std::string, std::string>& DerivedTable() {
+  static const auto* table = new std::map<std::string, std::string>{
+      {"actor_rollout_ref.actor.strategy",
+       "`roles.actor.train.zero_stage: 3` for fsdp / fsdp2; megatron is refused"},
+      {"critic.strategy",
+       "`roles.critic.train.zero_stage: 3` for fsdp / fsdp2; megatron is refused"},
+      {"actor_rollout_ref.actor.optim.lr_scheduler_type",
+       "`roles.actor.train.lr_schedule` (constant, cosine) unless warmup_style is set"},
+      {"actor_rollout_ref.actor.optim.warmup_style",
+       "`roles.actor.train.lr_schedule` when set (verl's deprecated name wins, as in verl)"},
+      {"critic.optim.lr_scheduler_type",
+       "`roles.critic.train.lr_schedule` (constant, cosine) unless warmup_style is set"},
+      {"critic.optim.warmup_style",
+       "`roles.critic.train.lr_schedule` when set (verl's deprecated name wins, as in verl)"},
+      {"actor_rollout_ref.actor.optim.betas", "`roles.actor.train.adam_beta1`, `adam_beta2`"},
+      {"critic.optim.betas", "`roles.critic.train.adam_beta1`, `adam_beta2`"},
+      {"actor_rollout_ref.actor.optim.clip_grad",
+       "`roles.actor.train.grad_clip` unless optim.grad_clip is set"},
+      {"actor_rollout_ref.actor.optim.grad_clip",
+       "`roles.actor.train.grad_clip` when set (verl's deprecated name wins, as in verl)"},
+      {"critic.optim.clip_grad", "`roles.critic.train.grad_clip` unless optim.grad_clip is set"},
+      {"critic.optim.grad_clip",
+       "`roles.critic.train.grad_clip` when set (verl's deprecated name wins, as in verl)"},
+      {"actor_rollout_ref.actor.grad_clip",
+       "not read by verl 0.9 (its engine clips with optim.clip_grad); listed when set"},
+      {"critic.grad_clip",
+       "not read by verl 0.9 (its engine clips with optim.clip_grad); listed when set"},
+      {"actor_rollout_ref.actor.optim.lr_warmup_steps",
+       "`roles.actor.train.lr_warmup_steps` when >= 0"},
+      {"actor_rollout_ref.actor.optim.lr_warmup_steps_ratio",
+       "× trainer.total_training_steps: `roles.actor.train.lr_warmup_steps` when "
+       "lr_warmup_steps < 0"},
+      {"actor_rollout_ref.actor.optim.total_training_steps", "filled in by verl at run time"},
+      {"critic.optim.lr_warmup_steps", "`roles.critic.train.lr_warmup_steps` when >= 0"},
+      {"critic.optim.lr_warmup_steps_ratio",
+       "× trainer.total_training_steps: `roles.critic.train.lr_warmup_steps` when "
+       "lr_warmup_steps < 0"},
+      {"critic.optim.total_training_steps", "filled in by verl at run time"},
+      {"actor_rollout_ref.actor.clip_ratio",
+       "`algorithm.clip_ratio_low` / `_high` where clip_ratio_low / _high are null (verl's "
+       "rule); listed when it is set and they are not"},
+      {"actor_rollout_ref.actor.use_kl_loss",
+       "`algorithm.kl.mode: loss` and a `roles.reference` (with use_kl_in_reward: refused)"},
+      {"algorithm.use_kl_in_reward", "`algorithm.kl.mode: in_reward` and a `roles.reference`"},
+      {"actor_rollout_ref.actor.kl_loss_coef", "`algorithm.kl.coef` with use_kl_loss"},
+      {"actor_rollout_ref.actor.kl_loss_type",
+       "`algorithm.kl.estimator` with use_kl_loss (kl/k1, mse/k2, low_var_kl/k3)"},
+      {"algorithm.kl_penalty",
+       "`algorithm.kl.estimator` with use_kl_in_reward (kl/k1, mse/k2, low_var_kl/k3)"},
+      {"algorithm.kl_ctrl.type", "`algorithm.kl.controller` with use_kl_in_reward"},
+      {"algorithm.kl_ctrl.kl_coef", "`algorithm.kl.coef` with use_kl_in_reward"},
+      {"algorithm.kl_ctrl.target_kl", "`algorithm.kl.target` with use_kl_in_reward"},
+      {"algorithm.kl_ctrl.horizon", "`algorithm.kl.horizon` with use_kl_in_reward"},
+      {"actor_rollout_ref.rollout.tensor_model_parallel_size",
+       "`roles.actor.rollout.tp`; above 1 on GPUs it is listed and the rollout runs tp 1 "
+       "(tensor-parallel GPU rollout is not supported yet)"},
+      {"trainer.n_gpus_per_node", "× trainer.nnodes: `roles.actor.gpus` (every role shares them)"},
+      {"trainer.nnodes", "× trainer.n_gpus_per_node: `roles.actor.gpus`"},
+      {"actor_rollout_ref.hybrid_engine",
+       "`placement: colocated`; false is refused (give rlhfd's placement: split instead)"},
+      {"reward_model.enable",
+       "with reward_model.model.path: `roles.reward.model`; else "
+       "`roles.reward.rule: auto` (by data_source, verl's default reward)"},
+      {"reward_model.model.path", "`roles.reward.model` with reward_model.enable"},
+      {"reward_model.model.input_tokenizer",
+       "the actor's tokenizer renders the reward model's "
+       "input"},
+      {"trainer.save_freq", "`trainer.save_every` (-1: never, as in verl)"},
+      {"trainer.max_actor_ckpt_to_keep",
+       "the larger with max_critic_ckpt_to_keep: `trainer.max_ckpt_to_keep` (a step holds both)"},
+      {"trainer.max_critic_ckpt_to_keep",
+       "the larger with max_actor_ckpt_to_keep: `trainer.max_ckpt_to_keep` (a step holds both)"},
+      {"trainer.test_freq", "`trainer.val_every` (verl's -1, never, is 0)"},
+      {"trainer.resume_mode", "`trainer.resume` (auto: true, disable: false; resume_path refused)"},
+      {"trainer.logger",
+       "`trainer.loggers` (console, file as jsonl, tensorboard); others are listed and left out"},
+      // verl's copies of a key for another section: rlhfd reads the original.
+      {"actor_rollout_ref.actor.rollout_n", "verl's copy of rollout.n"},
+      {"actor_rollout_ref.ref.rollout_n", "verl's copy of rollout.n"},
+      {"actor_rollout_ref.actor.use_fused_kernels", "verl's copy of model.use_fused_kernels"},
+      {"actor_rollout_ref.actor.use_remove_padding", "verl's copy of model.use_remove_padding"},
+      {"actor_rollout_ref.ref.strategy", "verl's copy of actor.strategy"},
+      {"actor_rollout_ref.ref.use_torch_compile", "verl's copy of actor.use_torch_compile"},
+      {"actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+       "verl's copy of actor.ulysses_sequence_parallel_size"},
+      {"actor_rollout_ref.ref.pad_to_length", "verl's copy of actor.pad_to_length"},
+      {"actor_rollout_ref.rollout.n_gpus_per_node", "verl's copy of trainer.n_gpus_per_node"},
+      {"actor_rollout_ref.rollout.mtp", "verl's copy of model.mtp"},
+      {"actor_rollout_ref.rollout.qat", "verl's copy of actor.fsdp_config.qat"},
+      {"critic.forward_micro_batch_size", "verl's copy of critic.ppo_micro_batch_size"},
+      {"critic.loss_scale_factor", "verl's copy of actor.loss_scale_factor"},
+      {"data.function_tool_path", "verl's copy of rollout.multi_turn.function_tool_path"},
+      {"data.tool_config_path", "verl's copy of rollout.multi_turn.tool_config_path"},
+  };
+  return *table;
 }
+
+const std::vector<std::pair<std::string, std::string>>& IgnoredFamilyTable() {
+  static const auto* table = new std::vector<std::pair<std::string, std::string>>{
+      {"._target_", "the Python class verl builds the section as"},
+      {"_target_", "the Python class verl builds the section as"},
+      {"hydra.", "Hydra's own settings"},
+      {"defaults", "Hydra's composition list"},
+      {"global_profiler.", "profilers are not run; rlhfd reports stage times and MFU itself"},
+      {".profiler.", "profilers are not run; rlhfd reports stage times and MFU itself"},
+      {".checkpoint.", "rlhfd checkpoints model, optimizer and RNG state per rank, always"},
+      {"ray_kwargs.", "there is no Ray"},
+      {"ray_init.", "there is no Ray"},
+      {"transfer_queue.", "verl's Ray data transfer; rlhfd moves tensors over its communicator"},
+      {".turbo_config.", "options of verl's FSDP engine"},
+      {".engine_kwargs.", "options of vLLM / SGLang / TensorRT-LLM"},
+      {".wrap_policy.", "rlhfd shards every decoder layer"},
+      {"distillation.", "read only with distillation.enabled, which is refused"},
+      {".qat.", "read only with qat.enable, which is refused"},
+      {".mtp.", "read only with mtp.enable, which is refused"},
+      {".lora.", "read only with lora.rank > 0, which is refused"},
+      {"trainer.v1.", "verl's experimental v1 trainer"},
+      {"skip.", "read only with skip.*.enable, which is refused"},
+      {".agent.", "agent loops (multi-turn) are not supported"},
+      {".multi_turn.", "read only with multi_turn.enable, which is refused"},
+      {".trace.", "rollout tracing is verl's"},
+      {".prometheus.", "the controller serves its own /metrics"},
+      {".disaggregation.", "prefill/decode disaggregation is vLLM's"},
+      {".policy_loss.", "parameters of policy losses other than PPO's clip, which are refused"},
+      {"actor_rollout_ref.actor.tau_",
+       "parameters of policy losses other than PPO's clip, which "
+       "are refused"},
+      {"algorithm.filter_groups.", "read only with filter_groups.enable, which is refused"},
+      {"algorithm.pf_ppo.", "read only with use_pf_ppo, which is refused"},
+      {"algorithm.rollout_correction.",
+       "read only with rollout_is / rollout_rs, which are refused"},
+      {".fsdp_config.", "an option of verl's FSDP engine; rlhfd's ZeRO training has its own"},
+      {"critic.fsdp.", "an option of verl's FSDP engine; rlhfd's ZeRO training has its own"},
+      {".tiled_mlp.", "an option of verl's engine"},
+      {".fused_kernel_options.", "rlhfd has its own fused kernels"},
+      {".checkpoint_engine.", "weights move to the rollout by resharding"},
+      {"actor_rollout_ref.model.lora_alpha", "read only with LoRA, which is refused"},
+      {"critic.model.lora_alpha", "read only with LoRA, which is refused"},
+      {"actor_rollout_ref.model.target_modules", "read only with LoRA, which is refused"},
+      {"critic.model.target_modules", "read only with LoRA, which is refused"},
+      {"actor_rollout_ref.model.exclude_modules", "read only with LoRA, which is refused"},
+      {"critic.model.exclude_modules", "read only with LoRA, which is refused"},
+      {"reward_model.",
+       "an option of verl's reward-model workers; rlhfd's reward role runs the "
+       "model itself"},
+      {"reward.", "verl 0.9's reward section is not converted yet (reward_model.* is)"},
+      {"sandbox_fusion.", "sandboxed code execution is not supported"},
+  };
+  return *table;
+}
+
+const std::string* IgnoredFamily(const std::string& key) {
+  for (const auto& [part, why] : IgnoredFamilyTable()) {
+    const bool match = part.front() == '.' ? absl::StrContains(key, part) ||
+                                                 (part.back() != '.' && absl::EndsWith(key, part))
+                                           : absl::StartsWith(key, part) || key == part;
+    if (match) return &why;
+  }
+  return nullptr;
+}
+
+std::string Fate(const std::string& key) {
+  for (const auto& [from, to] : DirectTable()) {
+    if (from == key) return absl::StrCat("mapped to `", to, "`");
+  }
+  if (auto it = DerivedTable().find(key); it != DerivedTable().end()) {
+    return absl::StrCat("derived: ", it->second);
+  }
+  if (auto it = UnsupportedTable().find(key); it != UnsupportedTable().end()) {
+    return absl::StrCat("refused unless at verl's default: ", it->second);
+  }
+  if (auto it = HarmlessTable().find(key); it != HarmlessTable().end()) {
+    return absl::StrCat("ignored: ", it->second);
+  }
+  if (const std::string* why = IgnoredFamily(key)) return absl::StrCat("ignored: ", *why);
+  return "not read by rlhfd; listed as ignored when a run sets it";
+}
+
+// Values that mean "not given": null (interpolations are resolved before the tables are read).
+bool Unset(const Json& value) { return value.is_null(); }
 
 // Whether a refused or ignored key's value is the one verl would have anyway.
 bool IsVerlNeutral(const std::string& key, const Json& value) {
   if (Unset(value)) return true;
   if (value.is_boolean() && !value.get<bool>()) return true;  // a switch left off
-  if (key == "actor_rollout_ref.model.lora_rank" || key == "critic.model.lora_rank" ||
+  if (absl::EndsWith(key, "lora_rank") || absl::EndsWith(key, "lora.rank") ||
       key == "actor_rollout_ref.rollout.over_sample_rate") {
     return value.is_number() && value.get<double>() == 0;
   }

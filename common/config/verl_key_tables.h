@@ -20,7 +20,22 @@ const std::map<std::string, std::string>& HarmlessTable();
 // Keys that would change training if ignored: key → why, refused when set.
 const std::map<std::string, std::string>& UnsupportedTable();
 
-// Values that mean "at verl's default": unset, null, and Hydra interpolations.
+// Keys the converter reads and turns into something else (verl_import.cc's code): key → what
+// becomes of it. With the direct table, every key the converter reads.
+const std::map<std::string, std::string>& DerivedTable();
+
+// Families of keys not read, by a part of their name: ("global_profiler.", why) matches keys
+// starting with it, (".profiler.", why) keys containing it, ("._target_", why) keys ending with it.
+const std::vector<std::pair<std::string, std::string>>& IgnoredFamilyTable();
+
+// The family `key` belongs to (its why), or nullptr.
+const std::string* IgnoredFamily(const std::string& key);
+
+// What becomes of `key`, in words, from the tables above: "mapped to `x`", "derived: ...",
+// "refused unless at verl's default: ...", "ignored: ...", or not read.
+std::string Fate(const std::string& key);
+
+// Values that mean "not given": null (interpolations are resolved before the tables are read).
 bool Unset(const nlohmann::json& value);
 
 // Whether a refused or ignored key's value is the one verl would have anyway.

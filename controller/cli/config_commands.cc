@@ -31,10 +31,9 @@ absl::StatusOr<std::string> ConfigText(const std::string& path, bool verl) {
   return text;
 }
 
+// The verl keys not honoured, each once, grouped by why.
 void PrintConversionReport(const config::VerlConversion& conversion) {
-  for (const std::string& warning : conversion.warnings)
-    std::cerr << "warning: " << warning << "\n";
-  for (const std::string& error : conversion.errors) std::cerr << "error: " << error << "\n";
+  std::cerr << config::FormatVerlNotes(conversion);
 }
 
 // The rlhfd config text a submission sends: the file as it is, or the conversion of a verl
@@ -144,7 +143,8 @@ int ConvertVerl(const std::string& path, const std::vector<std::string>& overrid
     std::cout << nlohmann::json{{"config", conversion->config},
                                 {"mapped", conversion->mapped},
                                 {"warnings", conversion->warnings},
-                                {"errors", conversion->errors}}
+                                {"errors", conversion->errors},
+                                {"verl_resolved", conversion->verl_resolved}}
                      .dump(1)
               << "\n";
   } else {

@@ -108,10 +108,22 @@ TEST_CASE("rlhfctl convert-verl prints the rlhfd config and what it leaves out",
   INFO(converted.err);
   CHECK(converted.exit_code == 0);
   CHECK_THAT(converted.out, Catch::Contains("placement: colocated"));
-  CHECK_THAT(converted.err, Catch::Contains("warning: actor_rollout_ref.rollout.name: ignored"));
-  CommandResult refused = Ctl({"convert-verl", "-", "actor_rollout_ref.model.lora_rank=8"});
+  // What is not honoured: each key once, grouped by why.
+  CHECK_THAT(converted.err, Catch::Contains("warning: ignored ('vllm': rlhfd generates with its "
+                                            "own engine"));
+  CHECK_THAT(converted.err, Catch::Contains("): actor_rollout_ref.rollout.name\n"));
+  CHECK_THAT(converted.err,
+             Catch::Contains("tensor-parallel rollout on GPUs is not supported yet"));
+  CommandResult refused =
+      Ctl({"convert-verl", "-", "actor_rollout_ref.model.lora_rank=8", "critic.model.lora_rank=8"});
   CHECK(refused.exit_code == 1);
-  CHECK_THAT(refused.err, Catch::Contains("error: actor_rollout_ref.model.lora_rank: not supported"));
+  CHECK_THAT(refused.err, Catch::Contains("error: not supported (LoRA is not supported yet; train "
+                                          "all parameters): actor_rollout_ref.model.lora_rank\n"));
+  // An interpolation that cannot be resolved is refused, naming its key.
+  CommandResult unresolved = Ctl({"convert-verl", "-", "trainer.project_name=${no.such.key}"});
+  CHECK(unresolved.exit_code == 1);
+  CHECK_THAT(unresolved.err, Catch::Contains("cannot be resolved: `no.such.key` is not a key of "
+                                             "the config): trainer.project_name"));
 }
 
 TEST_CASE("the controller checks a job's files and layout at submission", "[integration][cli]") {
@@ -210,9 +222,10 @@ TEST_CASE("the controller checks a job's files and layout at submission", "[inte
   // submit --from-verl, the conversion done by rlhfctl and the check by the controller.
   CommandResult verl = cluster.Ctl(
       {"submit", "--from-verl", "-", "algorithm.adv_estimator=grpo",
+       // verl's default val_files (~/data/rlhf/gsm8k/test.parquet) is verl's, so given here.
        "actor_rollout_ref.model.path=" + kModel, "data.train_files=" + kData,
-       "actor_rollout_ref.rollout.n=2", "trainer.n_gpus_per_node=1", "data.train_batch_size=8",
-       "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+       "data.val_files=" + kData, "actor_rollout_ref.rollout.n=2", "trainer.n_gpus_per_node=1",
+       "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
        "trainer.experiment_name=from-verl"});
   INFO(verl.err);

@@ -54,10 +54,14 @@ TEST_CASE("verl's Parquet rows read as the same prompts as their JSONL", "[parqu
   auto verl = PromptData::Load({files.path("verl.parquet")}, v1::DataSpec());
   REQUIRE(verl.ok());
   REQUIRE(verl->size() == 10);  // four row groups of 3, 3, 3 and 1
-  CHECK(verl->row(9).chat_size() == 2);
-  CHECK(verl->row(9).chat(1).role() == "user");
+  CHECK(verl->row(9).chat_size() == 1);  // verl's gsm8k.py: one user message
+  CHECK(verl->row(9).chat(0).role() == "user");
+  CHECK_THAT(verl->row(9).chat(0).content(),
+             Catch::EndsWith(" Let's think step by step and output the final answer after "
+                             "\"####\"."));
   CHECK(verl->row(9).data_source() == "openai/gsm8k");  // dictionary-encoded in the file
-  CHECK(verl->row(9).ground_truth_json() == "\"25\"");  // reward_model.ground_truth
+  CHECK(verl->row(9).ground_truth_json() == "\"72\"");  // reward_model.ground_truth
+  CHECK(verl->row(4).ground_truth_json() == "\"1500\"");  // "#### 1,500", commas dropped
   auto numbers = PromptData::Load({files.path("numbers.parquet")}, v1::DataSpec());
   REQUIRE(numbers.ok());
   CHECK(numbers->row(0).ground_truth_json() == "42");
@@ -67,7 +71,8 @@ TEST_CASE("verl's Parquet rows read as the same prompts as their JSONL", "[parqu
   answer_key.set_answer_key("extra_info.answer");
   auto answers = PromptData::Load({files.path("verl.parquet")}, answer_key);
   REQUIRE(answers.ok());
-  CHECK(answers->row(3).ground_truth_json() == "\"#### 3\"");
+  CHECK(answers->row(3).ground_truth_json() ==
+        "\"Together they cost 2 + 1 = <<2+1=3>>3 dollars.\\n#### 3\"");
   // Files of both kinds in one list: rows in order, each with its own origin.
   auto both =
       PromptData::Load({files.path("numbers.parquet"), files.path("lists.jsonl")}, v1::DataSpec());

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,12 +19,14 @@
 #include "common/config/config_printer.h"
 #include "common/config/job_config.h"
 #include "common/config/proto_json_schema.h"
+#include "common/config/verl_key_tables.h"
 
 namespace rlhfd::config {
 namespace {
 
 using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
+using Json = nlohmann::json;
 
 VerlConversion Convert(const std::string& text, const std::vector<std::string>& overrides = {}) {
   auto converted = ConvertVerlConfig(text, "verl.yaml", overrides);
@@ -177,8 +181,13 @@ trainer: {n_gpus_per_node: 4, total_training_steps: 100, resume_mode: disable, l
   CHECK(spec.algorithm().kl().coef() == Approx(0.02));
   CHECK(spec.algorithm().kl().target() == Approx(0.05));
   CHECK(spec.algorithm().kl().horizon() == 5000);
-  CHECK(spec.algorithm().clip_ratio_low() == Approx(0.25));  // clip_ratio sets both sides
-  CHECK(spec.algorithm().clip_ratio_high() == Approx(0.25));
+  // verl's loss takes clip_ratio_low / _high (0.2 by default) and clip_ratio only where one is
+  // null: clip_ratio alone changes nothing in verl, and the conversion says so.
+  CHECK(spec.algorithm().clip_ratio_low() == Approx(0.2));
+  CHECK(spec.algorithm().clip_ratio_high() == Approx(0.2));
+  CHECK(Contains(converted.warnings,
+                 "actor_rollout_ref.actor.clip_ratio: ignored (verl uses "
+                 "actor_rollout_ref.actor.clip_ratio_low (0.2) over it)"));
   REQUIRE(spec.roles().has_critic());
   CHECK(spec.roles().critic().model_path() == "/models/critic");
   CHECK(spec.roles().critic().train().lr() == Approx(1e-5));
@@ -213,14 +222,14 @@ algorithm: {adv_estimator: gae}
   CHECK(spec.roles().critic().train().use_dynamic_bsz());
   CHECK(spec.roles().critic().train().ppo_epochs() == 2);
   CHECK(Contains(converted.mapped,
-                 "actor_rollout_ref.actor.ppo_mini_batch_size -> "
-                 "roles.critic.train.ppo_mini_batch_size (verl's critic"));
-  // The critic's own keys win, as in verl; so does an interpolation left as verl writes it.
+                 "critic.ppo_mini_batch_size -> roles.critic.train.ppo_mini_batch_size"));
+  // The critic's own keys win, as in verl; an interpolation is resolved as OmegaConf resolves it
+  // (x does not exist: oc.select's default, 1).
   const VerlConversion own =
       Convert(quickstart, {"critic.ppo_mini_batch_size=32", "critic.ppo_epochs=${oc.select:x,1}"});
   const v1::JobSpec own_spec = Validated(own);
   CHECK(own_spec.roles().critic().train().ppo_mini_batch_size() == 32);
-  CHECK(own_spec.roles().critic().train().ppo_epochs() == 2);
+  CHECK(own_spec.roles().critic().train().ppo_epochs() == 1);
   // No critic (GRPO): nothing is inherited.
   const v1::JobSpec grpo = Validated(
       Convert(quickstart, {"algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=4"}));
@@ -344,20 +353,101 @@ TEST_CASE("every verl setting rlhfd cannot honour is named, with why", "[verl]")
   const VerlConversion both = Convert(
       "", {"actor_rollout_ref.actor.use_kl_loss=true", "algorithm.use_kl_in_reward=true"});
   CHECK(Contains(both.errors, "algorithm.use_kl_in_reward: not supported"));
-  // Settings left at verl's defaults are not reported, whatever their key.
+  // Settings left at verl's defaults are not reported, whatever their key; only the two defaults
+  // of verl's that rlhfd cannot honour are: tensor-parallel rollout (2) on GPUs and wandb.
   const VerlConversion quiet = Convert("", {"actor_rollout_ref.model.lora_rank=0",
                                             "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
                                             "reward_model.reward_manager=naive",
                                             "actor_rollout_ref.actor.profiler.enable=false"});
   CHECK(quiet.errors.empty());
-  CHECK(quiet.warnings.empty());
+  std::vector<std::string> quiet_keys;
+  for (const VerlNote& note : quiet.notes) quiet_keys.push_back(note.key);
+  CHECK(quiet_keys ==
+        std::vector<std::string>{"actor_rollout_ref.rollout.tensor_model_parallel_size",
+                                 "trainer.logger"});
   // Reference settings without a KL: verl loads no reference, and neither does rlhfd.
   const VerlConversion no_kl = Convert("", {"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4"});
   CHECK_FALSE(no_kl.config["roles"].contains("reference"));
   CHECK(Contains(no_kl.warnings, "actor_rollout_ref.ref: ignored (no KL is used"));
   // A key rlhfd does not know is named as ignored.
   const VerlConversion unknown = Convert("", {"trainer.some_new_verl_knob=3"});
-  CHECK(Contains(unknown.warnings, "trainer.some_new_verl_knob: ignored (not a key rlhfd reads)"));
+  CHECK(Contains(unknown.warnings,
+                 "trainer.some_new_verl_knob: ignored (not a key of verl 0.9's config)"));
+}
+
+// docs/coming-from-verl.md gives each key's fate from the tables; a key the converter's code reads
+// must be in one of them, so that the page says what becomes of it.
+TEST_CASE("every verl key the converter reads has its fate in the key tables", "[verl]") {
+  std::set<std::string> tabled;
+  for (const auto& [from, to] : verl_keys::DirectTable()) tabled.insert(from);
+  for (const auto* table :
+       {&verl_keys::DerivedTable(), &verl_keys::HarmlessTable(), &verl_keys::UnsupportedTable()}) {
+    for (const auto& [key, why] : *table) tabled.insert(key);
+  }
+  for (const std::vector<std::string>& overrides :
+       {std::vector<std::string>{},
+        {"actor_rollout_ref.actor.use_kl_loss=true"},
+        {"algorithm.use_kl_in_reward=true", "reward_model.enable=true"},
+        {"algorithm.adv_estimator=grpo"}}) {
+    const VerlConversion converted = Convert("", overrides);
+    CHECK(converted.read.size() > 80);
+    for (const std::string& key : converted.read) {
+      INFO(key);
+      CHECK(tabled.count(key) == 1);
+    }
+  }
+}
+
+// OmegaConf's forms, as verl's configs use them, resolved in a verl YAML and in overrides; what
+// cannot be resolved is refused naming the key, and nothing ${...} reaches the output.
+TEST_CASE("verl interpolations resolve as OmegaConf resolves them", "[verl]") {
+  ::setenv("RLHFD_VERL_TEST_LR", "3e-6", 1);
+  const VerlConversion converted = Convert(R"(
+data: {train_batch_size: 64, max_response_length: 256}
+actor_rollout_ref:
+  actor:
+    ppo_mini_batch_size: ${oc.select:data.train_batch_size,8}
+    ppo_epochs: ${oc.select:actor_rollout_ref.actor.no_such_key,3}
+    optim:
+      lr: ${oc.env:RLHFD_VERL_TEST_LR,1e-6}
+      weight_decay: ${oc.env:RLHFD_NO_SUCH_VAR,0.05}
+  rollout:
+    n: ${..actor.ppo_epochs}
+trainer:
+  project_name: p
+  experiment_name: e-${data.max_response_length}
+)");
+  const Json& train = converted.config["roles"]["actor"]["train"];
+  CHECK(train["ppo_mini_batch_size"] == 64);  // typed: the node's value, not text
+  CHECK(train["ppo_epochs"] == 3);            // oc.select's default for a missing key
+  // oc.env gives text, as OmegaConf's does; read as a number, as verl's float fields take it.
+  CHECK(train["lr"] == 3e-6);
+  CHECK(train["weight_decay"] == 0.05);
+  CHECK(converted.config["roles"]["actor"]["rollout"]["n"] == 3);  // relative, two levels up
+  CHECK(converted.config["name"] == "e-256");                      // embedded in text
+  CHECK(converted.config["trainer"]["checkpoint_dir"] == "checkpoints/p/e-256");  // verl's own
+  CHECK(converted.errors.empty());
+
+  const VerlConversion missing =
+      Convert("", {"trainer.project_name=${trainer.no_such_key}",
+                   "actor_rollout_ref.actor.ppo_epochs=${oc.decode:'2'}",
+                   "actor_rollout_ref.rollout.n=${actor_rollout_ref.rollout.n}"});
+  CHECK(Contains(missing.errors,
+                 "trainer.project_name: not supported ('${trainer.no_such_key}' "
+                 "cannot be resolved: `trainer.no_such_key` is not a key"));
+  CHECK(Contains(missing.errors, "actor_rollout_ref.actor.ppo_epochs: not supported"));
+  CHECK(Contains(missing.errors, "the resolver 'oc.decode' is not one verl's configs use"));
+  CHECK(Contains(missing.errors, "actor_rollout_ref.rollout.n: not supported"));
+  CHECK(Contains(missing.errors, "refers to itself"));
+  CHECK(missing.config.dump().find("${") == std::string::npos);
+
+  // An rlhfd config holds values: `validate` refuses a ${...} copied into one, naming the key.
+  auto literal = LoadConfig("trainer: {project_name: '${trainer.experiment_name}'}\n", "job.yaml",
+                            {"model.path=/models/m", "data.train_files=[/data/train.jsonl]"});
+  REQUIRE_FALSE(literal.ok());
+  CHECK_THAT(std::string(literal.status().message()),
+             Catch::Contains("trainer.project_name: '${trainer.experiment_name}' is an "
+                             "interpolation"));
 }
 
 // verl keeps max_actor_ckpt_to_keep actor and max_critic_ckpt_to_keep critic checkpoints; an
