@@ -59,12 +59,12 @@ absl::Status JobStages::Start(int64_t total_steps) {
 
 absl::StatusOr<Metrics> JobStages::RunStep(const StepPlan& plan) {
   const Stopwatch stopwatch;
-  ASSIGN_OR_RETURN(Metrics metrics, RunStepStages(plan));
-  RecordStepTime(stopwatch.Seconds(), world_size(), metrics);
-  return metrics;
+  ASSIGN_OR_RETURN(StepResult result, RunStepStages(plan));
+  RecordStepTime(stopwatch.Seconds(), world_size(), result.metrics);
+  return std::move(result.metrics);
 }
 
-absl::StatusOr<Metrics> JobStages::RunStepStages(const StepPlan& plan) {
+absl::StatusOr<StepResult> JobStages::RunStepStages(const StepPlan& plan) {
   return controller::RunStepStages(calls_, spec_, plan, optimizer_steps_);
 }
 
@@ -96,6 +96,11 @@ absl::StatusOr<ValidationResult> JobStages::Validate(int64_t step,
     result.responses.insert(result.responses.end(), reply.responses().begin(),
                             reply.responses().end());
     for (const v1::RowInfo& row : reply.rows()) tokens += row.response_tokens();
+    for (const v1::ResponseSample& sample : reply.samples()) {
+      if (static_cast<int64_t>(result.samples.size()) < spec_.trainer().log_samples()) {
+        result.samples.push_back(sample);
+      }
+    }
   }
   double total = 0;
   for (double score : result.scores) total += score;
