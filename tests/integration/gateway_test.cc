@@ -177,8 +177,9 @@ TEST_CASE("No route answers without the token but /healthz", "[gateway]") {
   const auto basic = [](const std::string& credentials) {
     return httplib::Headers{{"Authorization", "Basic " + absl::Base64Escape(credentials)}};
   };
-  for (const char* path : {"/", "/static/chart.js", "/v1/openapi.json", "/metrics", "/v1/cluster",
-                           "/v1/workers", "/v1/jobs", "/v1/jobs/job-1", "/v1/jobs/job-1/metrics"}) {
+  for (const char* path :
+       {"/", "/static/chart.js", "/v1/openapi.json", "/metrics", "/v1/cluster", "/v1/workers",
+        "/v1/jobs", "/v1/jobs/job-1", "/v1/jobs/job-1/metrics", "/v1/jobs/job-1/samples"}) {
     INFO(path);
     const httplib::Result missing = gateway.http().Get(path);
     CheckError(missing, 401, "UNAUTHENTICATED", "missing bearer token");
