@@ -142,10 +142,11 @@ std::string RunFourSteps(Gateway& gateway) {
         if (!job) return false;
         const json state = json::parse(job->body)["job"]["state"];
         if (state == "JOB_STATE_RUNNING" && workers_on_job < 2) {
-          auto workers = gateway.Get("/v1/workers");
-          REQUIRE(workers);
+          auto reply = gateway.Get("/v1/workers");
+          REQUIRE(reply);
+          const json workers = json::parse(reply->body);
           workers_on_job = 0;
-          for (const json& worker : json::parse(workers->body)["workers"]) {
+          for (const json& worker : workers["workers"]) {
             workers_on_job += worker.value("job_id", "") == id ? 1 : 0;
           }
         }
