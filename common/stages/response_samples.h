@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "common/util/text.h"
@@ -51,6 +52,16 @@ inline v1::ResponseSample MakeResponseSample(int64_t row, absl::string_view prom
   sample.set_score(score);
   sample.set_validation(validation);
   return sample;
+}
+
+// Appends `from` (a rank's samples, in row order) to `into` while it holds fewer than `limit`
+// (trainer.log_samples): no more than asked for, whatever a peer sends.
+inline void AppendSamples(const google::protobuf::RepeatedPtrField<v1::ResponseSample>& from,
+                          int64_t limit, std::vector<v1::ResponseSample>& into) {
+  for (const v1::ResponseSample& sample : from) {
+    if (static_cast<int64_t>(into.size()) >= limit) return;
+    into.push_back(sample);
+  }
 }
 
 }  // namespace rlhfd::stages

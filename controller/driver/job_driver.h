@@ -90,7 +90,7 @@ class JobDriver {
   absl::StatusOr<int64_t> Resume(JobStages& job, const RunData& run, v1::JobProgress& progress,
                                  double& kl_coef);
   // Validation after `step` (0: before training), its metrics (per data source too) into `into`,
-  // its logged responses after `samples`.
+  // its logged responses appended to `samples`.
   absl::Status ValidateInto(JobStages& job, const RunData& run, int64_t step, Metrics& into,
                             std::vector<v1::ResponseSample>& samples);
   // Step `step` with its dump, validation and checkpoint on their cadence; its metrics to

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging/logging.h"
+#include "common/stages/response_samples.h"
 #include "common/status/status_macros.h"
 #include "common/util/row_split.h"
 #include "common/util/stopwatch.h"
@@ -96,11 +97,7 @@ absl::StatusOr<ValidationResult> JobStages::Validate(int64_t step,
     result.responses.insert(result.responses.end(), reply.responses().begin(),
                             reply.responses().end());
     for (const v1::RowInfo& row : reply.rows()) tokens += row.response_tokens();
-    for (const v1::ResponseSample& sample : reply.samples()) {
-      if (static_cast<int64_t>(result.samples.size()) < spec_.trainer().log_samples()) {
-        result.samples.push_back(sample);
-      }
-    }
+    stages::AppendSamples(reply.samples(), spec_.trainer().log_samples(), result.samples);
   }
   double total = 0;
   for (double score : result.scores) total += score;

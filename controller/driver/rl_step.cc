@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/algorithms/algorithm_traits.h"
 #include "common/algorithms/on_policy.h"
+#include "common/stages/response_samples.h"
 #include "common/stages/step_tensors.h"
 #include "common/status/status_macros.h"
 #include "common/util/row_split.h"
@@ -202,14 +203,9 @@ absl::Status StepRun::Advantages() {
     return absl::OkStatus();
   }));
   for (const auto& [name, value] : advantages[0].metrics()) metrics_[name] = value;
-  // The ranks' rows follow each other, so their samples do too; no more than asked for, whatever
-  // a peer sends.
+  // The ranks' rows follow each other, so their samples do too.
   for (const v1::AdvantageReply& reply : advantages) {
-    for (const v1::ResponseSample& sample : reply.samples()) {
-      if (static_cast<int64_t>(samples_.size()) < spec_.trainer().log_samples()) {
-        samples_.push_back(sample);
-      }
-    }
+    stages::AppendSamples(reply.samples(), spec_.trainer().log_samples(), samples_);
   }
   return absl::OkStatus();
 }
