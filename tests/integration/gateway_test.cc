@@ -533,6 +533,42 @@ TEST_CASE("The dashboard shows a job's curves in a real browser", "[gateway][das
   CHECK(absl::StrContains(dom.out, "What is"));
   CHECK(absl::StrContains(dom.out, "cpu-worker-0"));
   CHECK(absl::StrContains(dom.out, "4 / 4"));
+
+  // A running job is shown before a newer one that waits behind it, and the workers' job column
+  // names it.
+  const auto submit = [&](int64_t steps) {
+    auto submitted = gateway.Post("/v1/jobs?" + AbsolutePaths() + "&" +
+                                      Override(absl::StrCat("trainer.total_steps=", steps)) + "&" +
+                                      Override("trainer.save_every=-1"),
+                                  DemoConfig());
+    REQUIRE(submitted);
+    REQUIRE(submitted->status == 200);
+    return json::parse(submitted->body)["job"]["job_id"].get<std::string>();
+  };
+  const std::string running = submit(100000);
+  REQUIRE(WaitFor(
+      [&] {
+        auto job = gateway.Get("/v1/jobs/" + running);
+        return job && json::parse(job->body)["job"]["state"] == "JOB_STATE_RUNNING";
+      },
+      absl::Seconds(120)));
+  const std::string waiting = submit(4);  // queued: both workers are the running job's
+  const CommandResult later = RunCommand(dump, absl::Seconds(120));
+  INFO(later.out.substr(0, 4000) << later.err);
+  REQUIRE(later.exit_code == 0);
+  CHECK(absl::StrContains(later.out, "data-selected=\"" + running + "\""));
+  size_t cells = 0;  // the two workers' job cells and the job's own row
+  const std::string cell = "<td>" + running + "</td>";
+  for (size_t at = later.out.find(cell); at != std::string::npos;
+       at = later.out.find(cell, at + 1)) {
+    ++cells;
+  }
+  CHECK(cells == 3);
+  for (const std::string& id : {waiting, running}) {
+    auto cancelled = gateway.Post("/v1/jobs/" + id + ":cancel", "", "text/plain");
+    REQUIRE(cancelled);
+    CHECK(cancelled->status == 200);
+  }
 }
 
 }  // namespace
