@@ -2,6 +2,7 @@
 #include "controller/controller.h"
 
 #include <algorithm>
+#include <map>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
@@ -76,6 +77,26 @@ void Controller::GetJobMetricsAsync(
             ASSIGN_OR_RETURN(std::vector<v1::StepMetrics> steps,
                              history_->Get(request.job_id(), request.after_step()));
             v1::GetJobMetricsReply reply;
+            for (v1::StepMetrics& step : steps) *reply.add_steps() = std::move(step);
+            return reply;
+          }));
+    });
+  });
+}
+
+void Controller::GetJobSamplesAsync(
+    EventLoop& loop, const v1::GetJobSamplesRequest& request,
+    std::function<void(absl::StatusOr<v1::GetJobSamplesReply>)> done) {
+  loop.Post([this, request, done = std::move(done)]() mutable {
+    const absl::Status found =
+        CatchAll<v1::Job>("GetJobSamples", [&] { return jobs_.Get(request.job_id()); }).status();
+    if (!found.ok()) return done(found);
+    history_reads_.Post([this, request, done = std::move(done)] {
+      done(CatchAll<v1::GetJobSamplesReply>(
+          "GetJobSamples", [&]() -> absl::StatusOr<v1::GetJobSamplesReply> {
+            ASSIGN_OR_RETURN(std::vector<v1::StepMetrics> steps,
+                             history_->GetSamples(request.job_id(), request.after_step()));
+            v1::GetJobSamplesReply reply;
             for (v1::StepMetrics& step : steps) *reply.add_steps() = std::move(step);
             return reply;
           }));
@@ -222,7 +243,15 @@ void Controller::UnwatchJob(int64_t subscription) { jobs_.Unwatch(subscription);
 
 absl::StatusOr<v1::ListWorkersReply> Controller::ListWorkers(const v1::ListWorkersRequest&) {
   v1::ListWorkersReply reply;
-  for (v1::Worker& worker : workers_.List()) *reply.add_workers() = std::move(worker);
+  // The registry knows workers; which job each runs is the runner's (its placements).
+  const std::map<std::string, std::string> jobs =
+      runner_ ? runner_->WorkerJobs() : std::map<std::string, std::string>();
+  for (v1::Worker& worker : workers_.List()) {
+    if (const auto job = jobs.find(worker.worker_id()); job != jobs.end()) {
+      worker.set_job_id(job->second);
+    }
+    *reply.add_workers() = std::move(worker);
+  }
   return reply;
 }
 

@@ -64,6 +64,9 @@ class Controller {
   // `done` runs once, on either. What a call throws becomes INTERNAL.
   void GetJobMetricsAsync(EventLoop& loop, const v1::GetJobMetricsRequest& request,
                           std::function<void(absl::StatusOr<v1::GetJobMetricsReply>)> done);
+  // GetJobSamples, likewise.
+  void GetJobSamplesAsync(EventLoop& loop, const v1::GetJobSamplesRequest& request,
+                          std::function<void(absl::StatusOr<v1::GetJobSamplesReply>)> done);
 
   // ClusterService.
   absl::StatusOr<v1::ListWorkersReply> ListWorkers(const v1::ListWorkersRequest& request);
@@ -101,7 +104,7 @@ class Controller {
   WorkerRegistry workers_;
   JobManager jobs_;
   std::unique_ptr<MetricHistory> history_;
-  EventLoop history_reads_;            // reads of history_ off the loop (GetJobMetricsAsync)
+  EventLoop history_reads_;            // reads of history_ off the loop (GetJob*Async)
   std::unique_ptr<JobRunner> runner_;  // last: its drivers report into the members above
 };
 

@@ -62,7 +62,7 @@ constexpr const char* kDefaultsJson = R"json({
     "checkpoint_dir": "", "resume": true, "loggers": ["console"], "seed": 1,
     "project_name": "rlhfd", "experiment_name": "", "critic_warmup": 0,
     "val_before_train": true, "max_restarts": 3, "device": "auto", "rollout_data_dir": "", "priority": 0,
-    "max_ckpt_to_keep": 0, "max_nonfinite_skips": 0
+    "max_ckpt_to_keep": 0, "max_nonfinite_skips": 0, "log_samples": 4
   }
 })json";
 
@@ -85,6 +85,8 @@ const std::map<std::string, std::string>& VerlNotes() {
       {"trainer.experiment_name", "the job's name; verl's default is gsm8k"},
       {"trainer.save_every", "0: at the end only; verl's save_freq -1 (never) is -1 here"},
       {"trainer.val_every", "0: never, like verl's test_freq -1"},
+      {"trainer.log_samples",
+       "verl's log_val_generations (validation only) defaults to 0; here training steps too"},
       {"placement", "verl's hybrid engine colocates actor, rollout and reference"},
   };
   return notes;

@@ -13,6 +13,7 @@
 #include "common/algorithms/algorithm_traits.h"
 #include "common/config/proto_json_schema.h"
 #include "common/config/reward_rules.h"
+#include "common/stages/response_samples.h"
 
 namespace rlhfd::config {
 namespace {
@@ -414,6 +415,7 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
                             "null to keep them all"));
   }
   check.Within("trainer.max_nonfinite_skips", trainer.max_nonfinite_skips(), 0, 1000000);
+  check.Within("trainer.log_samples", trainer.log_samples(), 0, stages::kMaxLogSamples);
   if (trainer.device() != "auto" && trainer.device() != "cpu" && trainer.device() != "cuda") {
     check.Fail("trainer.device", absl::StrCat("'", trainer.device(), "' is not auto, cpu or cuda"));
   }

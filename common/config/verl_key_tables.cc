@@ -87,6 +87,7 @@ const std::vector<std::pair<std::string, std::string>>& DirectTable() {
       {"trainer.critic_warmup", "trainer.critic_warmup"},
       {"trainer.val_before_train", "trainer.val_before_train"},
       {"trainer.rollout_data_dir", "trainer.rollout_data_dir"},
+      {"trainer.log_val_generations", "trainer.log_samples"},
       {"trainer.device", "trainer.device"},
       {"trainer.default_local_dir", "trainer.checkpoint_dir"},
   };
@@ -160,7 +161,6 @@ const std::map<std::string, std::string>& HarmlessTable() {
       {"data.reward_fn_key", "rows pick their rule reward by data_source"},
       {"data.use_shm", "data loads from local disk"},
       {"trainer.balance_batch", "rows are dealt to data-parallel ranks evenly"},
-      {"trainer.log_val_generations", "validation metrics are logged, not generations"},
       {"trainer.resume_from_path", "resume reads trainer.checkpoint_dir"},
       {"trainer.del_local_ckpt_after_load", "checkpoints are kept"},
       {"trainer.ray_wait_register_center_timeout", "there is no Ray"},

@@ -42,6 +42,12 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
     return DispatchUnary(service_, Access::kRead, context, request, reply,
                          &Controller::GetJobMetricsAsync);
   }
+  grpc::ServerUnaryReactor* GetJobSamples(grpc::CallbackServerContext* context,
+                                          const v1::GetJobSamplesRequest* request,
+                                          v1::GetJobSamplesReply* reply) override {
+    return DispatchUnary(service_, Access::kRead, context, request, reply,
+                         &Controller::GetJobSamplesAsync);
+  }
 
  private:
   ServiceContext service_;

@@ -250,7 +250,7 @@ absl::StatusOr<int64_t> JobDriver::Resume(JobStages& job, const RunData& run,
 }
 
 absl::Status JobDriver::ValidateInto(JobStages& job, const RunData& run, int64_t step,
-                                     Metrics& into) {
+                                     Metrics& into, std::vector<v1::ResponseSample>& samples) {
   const v1::JobSpec& spec = setup_.spec;
   // JobStages keys the call by `step` (0: before training), so each validation is its own.
   absl::StatusOr<ValidationResult> validated =
@@ -260,6 +260,7 @@ absl::Status JobDriver::ValidateInto(JobStages& job, const RunData& run, int64_t
   }
   const ValidationResult& result = *validated;
   for (const auto& [name, value] : result.metrics) into[name] = value;
+  samples.insert(samples.end(), result.samples.begin(), result.samples.end());
   // Mean reward per data source (verl's val-core/<source>/reward/mean@<n>).
   const int64_t n = std::max(1, spec.roles().actor().rollout().val_kwargs().n());
   std::map<std::string, std::pair<double, int64_t>> by_source;
@@ -288,8 +289,10 @@ absl::Status JobDriver::RunOneStep(JobStages& job, const RunData& run, int64_t s
   StepPlan plan{
       .step = step, .seed = StepSeed(spec, step), .kl_coef = kl_in_reward ? kl.value() : 0.0};
   for (int64_t row : rows.rows) plan.prompts.push_back(run.train.row(row));
-  absl::StatusOr<Metrics> metrics = job.RunStepStages(plan);
-  if (!metrics.ok()) return WithOrigin(metrics.status(), run.train, rows.rows);
+  absl::StatusOr<StepResult> stepped = job.RunStepStages(plan);
+  if (!stepped.ok()) return WithOrigin(stepped.status(), run.train, rows.rows);
+  Metrics* metrics = &stepped->metrics;
+  std::vector<v1::ResponseSample>& samples = stepped->samples;
   if (kl_in_reward && metrics->count("actor/reward_kl_penalty")) {
     const int64_t responses =
         static_cast<int64_t>(data.train_batch_size()) * spec.roles().actor().rollout().n();
@@ -301,7 +304,7 @@ absl::Status JobDriver::RunOneStep(JobStages& job, const RunData& run, int64_t s
   if (run.validates &&
       ((trainer.val_every() > 0 && step % trainer.val_every() == 0) || step == run.total)) {
     const Stopwatch testing;
-    RETURN_IF_ERROR(ValidateInto(job, run, step, *metrics));
+    RETURN_IF_ERROR(ValidateInto(job, run, step, *metrics, samples));
     (*metrics)["timing_s/testing"] = testing.Seconds();
   }
   if (SavesAt(trainer, step, run.total)) {
@@ -333,6 +336,7 @@ absl::Status JobDriver::RunOneStep(JobStages& job, const RunData& run, int64_t s
     (*record.mutable_metrics())[name] = value;
     (*progress.mutable_last_metrics())[name] = value;
   }
+  for (v1::ResponseSample& sample : samples) *record.add_samples() = std::move(sample);
   events_.step(record, progress);
   return absl::OkStatus();
 }
@@ -389,11 +393,13 @@ absl::Status JobDriver::Drive() {
 
   if (first == 1 && run.validates && trainer.val_before_train()) {
     Metrics metrics;
-    RETURN_IF_ERROR(ValidateInto(job, run, 0, metrics));
+    std::vector<v1::ResponseSample> samples;
+    RETURN_IF_ERROR(ValidateInto(job, run, 0, metrics, samples));
     v1::StepMetrics step;
     step.set_step(0);
     step.set_time_ms(NowUnixMillis());
     for (const auto& [name, value] : metrics) (*step.mutable_metrics())[name] = value;
+    for (v1::ResponseSample& sample : samples) *step.add_samples() = std::move(sample);
     events_.step(step, progress);
   }
   for (int64_t step = first; step <= run.total; ++step) {

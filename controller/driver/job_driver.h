@@ -89,8 +89,10 @@ class JobDriver {
   // step to run.
   absl::StatusOr<int64_t> Resume(JobStages& job, const RunData& run, v1::JobProgress& progress,
                                  double& kl_coef);
-  // Validation after `step` (0: before training), its metrics (per data source too) into `into`.
-  absl::Status ValidateInto(JobStages& job, const RunData& run, int64_t step, Metrics& into);
+  // Validation after `step` (0: before training), its metrics (per data source too) into `into`,
+  // its logged responses appended to `samples`.
+  absl::Status ValidateInto(JobStages& job, const RunData& run, int64_t step, Metrics& into,
+                            std::vector<v1::ResponseSample>& samples);
   // Step `step` with its dump, validation and checkpoint on their cadence; its metrics to
   // events_.step.
   absl::Status RunOneStep(JobStages& job, const RunData& run, int64_t step, KlController& kl,

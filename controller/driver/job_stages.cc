@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging/logging.h"
+#include "common/stages/response_samples.h"
 #include "common/status/status_macros.h"
 #include "common/util/row_split.h"
 #include "common/util/stopwatch.h"
@@ -59,12 +60,12 @@ absl::Status JobStages::Start(int64_t total_steps) {
 
 absl::StatusOr<Metrics> JobStages::RunStep(const StepPlan& plan) {
   const Stopwatch stopwatch;
-  ASSIGN_OR_RETURN(Metrics metrics, RunStepStages(plan));
-  RecordStepTime(stopwatch.Seconds(), world_size(), metrics);
-  return metrics;
+  ASSIGN_OR_RETURN(StepResult result, RunStepStages(plan));
+  RecordStepTime(stopwatch.Seconds(), world_size(), result.metrics);
+  return std::move(result.metrics);
 }
 
-absl::StatusOr<Metrics> JobStages::RunStepStages(const StepPlan& plan) {
+absl::StatusOr<StepResult> JobStages::RunStepStages(const StepPlan& plan) {
   return controller::RunStepStages(calls_, spec_, plan, optimizer_steps_);
 }
 
@@ -96,6 +97,7 @@ absl::StatusOr<ValidationResult> JobStages::Validate(int64_t step,
     result.responses.insert(result.responses.end(), reply.responses().begin(),
                             reply.responses().end());
     for (const v1::RowInfo& row : reply.rows()) tokens += row.response_tokens();
+    stages::AppendSamples(reply.samples(), spec_.trainer().log_samples(), result.samples);
   }
   double total = 0;
   for (double score : result.scores) total += score;

@@ -24,6 +24,7 @@ struct ValidationResult {
   std::vector<double> scores;  // per response, prompt-major
   std::vector<std::string> responses;
   Metrics metrics;  // val/score/mean, val/response_length/mean
+  std::vector<v1::ResponseSample> samples;  // the first trainer.log_samples responses
 };
 
 class JobStages {
@@ -39,7 +40,7 @@ class JobStages {
   absl::StatusOr<Metrics> RunStep(const StepPlan& plan);
   // One RL step's stages without the step's own time, for a caller that times a wider span
   // (the driver's step includes validation and the checkpoint) with RecordStepTime.
-  absl::StatusOr<Metrics> RunStepStages(const StepPlan& plan);
+  absl::StatusOr<StepResult> RunStepStages(const StepPlan& plan);
   // Generates for `prompts` with rollout.val_kwargs and scores them; `step` keys the call.
   absl::StatusOr<ValidationResult> Validate(int64_t step, const std::vector<v1::PromptRow>& prompts,
                                             uint64_t seed);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/algorithms/algorithm_traits.h"
 #include "common/algorithms/on_policy.h"
+#include "common/stages/response_samples.h"
 #include "common/stages/step_tensors.h"
 #include "common/status/status_macros.h"
 #include "common/util/row_split.h"
@@ -27,7 +28,7 @@ class StepRun {
       : pools_(pools), spec_(spec), plan_(plan), optimizer_steps_(optimizer_steps) {}
 
   // The step list; each line one stage group.
-  absl::StatusOr<Metrics> Run() {
+  absl::StatusOr<StepResult> Run() {
     const bool critic = algorithms::NeedsCritic(spec_.algorithm());
     RETURN_IF_ERROR(CheckPromptsSplit());
     // 1. Rollout: each actor rank generates for its share of the prompts.
@@ -43,7 +44,7 @@ class StepRun {
     if (critic) RETURN_IF_ERROR(UpdateCritic());
     if (plan_.step > spec_.trainer().critic_warmup()) RETURN_IF_ERROR(UpdateActor());
     AddTimePerToken(tokens_, metrics_);
-    return std::move(metrics_);
+    return StepResult{.metrics = std::move(metrics_), .samples = std::move(samples_)};
   }
 
  private:
@@ -87,6 +88,7 @@ class StepRun {
   StepShape shape_;
   StepTokens tokens_;
   Metrics metrics_;
+  std::vector<v1::ResponseSample> samples_;
 };
 
 // The sequences a frozen pool's forward reads.
@@ -201,6 +203,10 @@ absl::Status StepRun::Advantages() {
     return absl::OkStatus();
   }));
   for (const auto& [name, value] : advantages[0].metrics()) metrics_[name] = value;
+  // The ranks' rows follow each other, so their samples do too.
+  for (const v1::AdvantageReply& reply : advantages) {
+    stages::AppendSamples(reply.samples(), spec_.trainer().log_samples(), samples_);
+  }
   return absl::OkStatus();
 }
 
@@ -240,8 +246,8 @@ absl::Status StepRun::UpdateActor() {
 
 }  // namespace
 
-absl::StatusOr<Metrics> RunStepStages(const PoolCalls& pools, const v1::JobSpec& spec,
-                                      const StepPlan& plan, OptimizerSteps& optimizer_steps) {
+absl::StatusOr<StepResult> RunStepStages(const PoolCalls& pools, const v1::JobSpec& spec,
+                                         const StepPlan& plan, OptimizerSteps& optimizer_steps) {
   return StepRun(pools, spec, plan, optimizer_steps).Run();
 }
 

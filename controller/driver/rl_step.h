@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "controller/driver/pool_calls.h"
+#include "rlhfd/v1/job_service.pb.h"
 #include "rlhfd/v1/job_spec.pb.h"
 #include "rlhfd/v1/worker_service.pb.h"
 
@@ -28,10 +29,17 @@ struct OptimizerSteps {
   int64_t critic = 0;
 };
 
-// Runs the stages of `plan`'s step on `pools`; their metrics in verl's names (timing_s/<stage>
-// included). The step's own time is not among them: RecordStepTime (step_metrics.h) over
-// whatever span the caller counts as the step.
-absl::StatusOr<Metrics> RunStepStages(const PoolCalls& pools, const v1::JobSpec& spec,
-                                      const StepPlan& plan, OptimizerSteps& optimizer_steps);
+// What a step's stages came to.
+struct StepResult {
+  // In verl's names (timing_s/<stage> included).
+  Metrics metrics;
+  // The step's first trainer.log_samples responses, in row order.
+  std::vector<v1::ResponseSample> samples;
+};
+
+// Runs the stages of `plan`'s step on `pools`. The step's own time is not among the metrics:
+// RecordStepTime (step_metrics.h) over whatever span the caller counts as the step.
+absl::StatusOr<StepResult> RunStepStages(const PoolCalls& pools, const v1::JobSpec& spec,
+                                         const StepPlan& plan, OptimizerSteps& optimizer_steps);
 
 }  // namespace rlhfd::controller

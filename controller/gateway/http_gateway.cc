@@ -490,6 +490,22 @@ void HttpGateway::JobRoutes() {
              controller->GetJobMetricsAsync(*loop_, get, std::move(done));
            }));
   });
+  Get("/v1/jobs/{id}/samples", [=, this](const HttpRequest& request, const Ids& ids,
+                                         HttpResponse& response) {
+    v1::GetJobSamplesRequest get;
+    get.set_job_id(ids[0]);
+    if (const std::string* text = request.Param("since")) {
+      int64_t since = 0;
+      if (!absl::SimpleAtoi(*text, &since) || since < 0) {
+        return Reply(response, absl::InvalidArgumentError(
+                                   "since: give the step after which to list (an integer >= 0)"));
+      }
+      get.set_after_step(since);
+    }
+    Answer(response, Await<v1::GetJobSamplesReply>([&](auto done) {
+             controller->GetJobSamplesAsync(*loop_, get, std::move(done));
+           }));
+  });
   Post("/v1/jobs", [=, this](const HttpRequest& request, const Ids&, HttpResponse& response) {
     v1::SubmitJobRequest submit;
     submit.set_config_text(request.body);

@@ -15,6 +15,7 @@
 //   GET  /v1/jobs[?state=running,...&page_size=N&page_token=T]  ListJobs, a page at a time
 //   GET  /v1/jobs/{id}                 GetJob
 //   GET  /v1/jobs/{id}/metrics[?since=STEP]   GetJobMetrics (steps after STEP)
+//   GET  /v1/jobs/{id}/samples[?since=STEP]   GetJobSamples (steps after STEP)
 //   POST /v1/jobs[?name=FILE&override=k=v...] SubmitJob; the body is the YAML or JSON config
 //   POST /v1/jobs/{id}:cancel          CancelJob
 #pragma once

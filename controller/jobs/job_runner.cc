@@ -59,11 +59,17 @@ bool JobRunner::Current(const std::string& job_id, int64_t generation) const {
   return found != running_.end() && found->second.generation == generation;
 }
 
+std::map<std::string, std::string> JobRunner::WorkerJobs() const {
+  std::map<std::string, std::string> jobs;
+  for (const auto& [id, running] : running_) {
+    for (const std::string& worker : running.workers) jobs[worker] = id;
+  }
+  return jobs;
+}
+
 JobRunner::Pass JobRunner::BeginPass() const {
   Pass pass;
-  for (const auto& [id, running] : running_) {
-    for (const std::string& worker : running.workers) pass.used[worker] = id;
-  }
+  pass.used = WorkerJobs();
   pass.workers = workers_.List();
   return pass;
 }

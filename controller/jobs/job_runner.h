@@ -65,6 +65,8 @@ class JobRunner {
   // Whether `attempt`, which `worker_id` hosts, belongs to a job this controller knows and no
   // longer runs there (its run moved on: a later attempt, other workers, or the job's end).
   bool MovedOn(const std::string& worker_id, const v1::JobAttempt& attempt) const;
+  // The job each busy worker runs (worker id -> job id), as placement counts them busy.
+  std::map<std::string, std::string> WorkerJobs() const;
 
  private:
   struct Running {

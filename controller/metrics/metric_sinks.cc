@@ -15,11 +15,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging/logging.h"
+#include "common/stages/response_samples.h"
 #include "common/status/status_macros.h"
-#include "absl/time/clock.h"
 #include "common/util/crc32c.h"
 #include "common/util/files.h"
 #include "common/util/metric_value.h"
+#include "common/util/text.h"
 
 namespace rlhfd::controller {
 namespace {
@@ -58,6 +59,9 @@ std::map<std::string, double> Sorted(const v1::StepMetrics& step) {
   return {step.metrics().begin(), step.metrics().end()};
 }
 
+// A logged text's bytes in a console line (the files keep what the worker sent).
+constexpr size_t kConsoleTextBytes = 500;
+
 class ConsoleSink final : public MetricSink {
  public:
   explicit ConsoleSink(std::string job_id) : job_id_(std::move(job_id)) {}
@@ -69,6 +73,15 @@ class ConsoleSink final : public MetricSink {
       absl::StrAppend(&line, " - ", name, ":", FormatMetric(value));
     }
     RLOG(INFO) << line;
+    // verl prints a logged generation as [prompt] / [response] / [score]; here one line each
+    // sample, its texts escaped and shortened for the log.
+    for (const v1::ResponseSample& sample : step.samples()) {
+      RLOG(INFO) << job_id_ << " step:" << step.step() << " sample"
+                 << (sample.validation() ? " (validation)" : "") << " row:" << sample.row()
+                 << " score:" << FormatMetric(sample.score()) << " [prompt] "
+                 << SanitizeForDisplay(sample.prompt(), kConsoleTextBytes) << " [response] "
+                 << SanitizeForDisplay(sample.response(), kConsoleTextBytes);
+    }
     return absl::OkStatus();
   }
 
@@ -140,22 +153,49 @@ absl::Status CutAfterStep(const std::string& path, int64_t keep_through) {
   return absl::OkStatus();
 }
 
+// metrics.jsonl, and samples.jsonl beside it: a line per logged response, {"step": N, "row": R,
+// "validation": false, "score": S, "prompt": ..., "response": ..., "prompt_truncated": false,
+// "response_truncated": false}.
 class JsonlSink final : public MetricSink {
  public:
-  JsonlSink(std::string path, AppendFile file) : path_(std::move(path)), file_(std::move(file)) {}
+  struct File {
+    std::string path;
+    AppendFile file;  // opened for appending: writes land at the end, wherever a cut left it
+  };
+  JsonlSink(File metrics, File samples)
+      : metrics_(std::move(metrics)), samples_(std::move(samples)) {}
   absl::Status StartRun(int64_t resumed_after) override {
     // From the start, step 0 (validation before training) runs again too.
-    return CutAfterStep(path_, resumed_after > 0 ? resumed_after : -1);
+    const int64_t keep_through = resumed_after > 0 ? resumed_after : -1;
+    RETURN_IF_ERROR(CutAfterStep(metrics_.path, keep_through));
+    return CutAfterStep(samples_.path, keep_through);
   }
   absl::Status Write(const v1::StepMetrics& step) override {
     nlohmann::json data = nlohmann::json::object();
     for (const auto& [name, value] : Sorted(step)) data[name] = MetricToJson(value);
-    return file_.Append(nlohmann::json{{"step", step.step()}, {"data", data}}.dump() + "\n");
+    RETURN_IF_ERROR(
+        metrics_.file.Append(nlohmann::json{{"step", step.step()}, {"data", data}}.dump() + "\n"));
+    if (step.samples().empty()) return absl::OkStatus();
+    std::string lines;
+    for (const v1::ResponseSample& sample : step.samples()) {
+      const nlohmann::json line = {{"step", step.step()},
+                                   {"row", sample.row()},
+                                   {"validation", sample.validation()},
+                                   {"score", MetricToJson(sample.score())},
+                                   {"prompt", sample.prompt()},
+                                   {"response", sample.response()},
+                                   {"prompt_truncated", sample.prompt_truncated()},
+                                   {"response_truncated", sample.response_truncated()}};
+      lines += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    }
+    // One write: a crash leaves the step's samples whole or cut at a line (CutAfterStep drops a
+    // line it cut).
+    return samples_.file.Append(lines);
   }
 
  private:
-  std::string path_;
-  AppendFile file_;  // opened for appending: writes land at the end, wherever a cut left it
+  File metrics_;
+  File samples_;
 };
 
 // Protobuf wire format, for the few fields of tensorflow.Event and Summary written here.
@@ -186,6 +226,42 @@ std::string EventHeader(double wall_time, int64_t step) {
   Varint(event, (2 << 3) | 0);
   Varint(event, static_cast<uint64_t>(step));
   return event;
+}
+
+// A sample as the text plugin shows it (Markdown): its row and score, then the texts verbatim.
+std::string SampleMarkdown(const v1::ResponseSample& sample) {
+  const auto verbatim = [](const std::string& text, bool truncated) {
+    return absl::StrCat(
+        "\n\n```\n", text, "\n```",
+        truncated ? absl::StrCat("\n\n(cut at ", stages::kMaxSampleTextBytes, " bytes)") : "");
+  };
+  return absl::StrCat("**row ", sample.row(), "**, score ", FormatMetric(sample.score()),
+                      "\n\nprompt:", verbatim(sample.prompt(), sample.prompt_truncated()),
+                      "\n\nresponse:", verbatim(sample.response(), sample.response_truncated()));
+}
+
+// Summary.Value{tag = 1, metadata = 9, tensor = 8} of TensorBoard's text plugin: a string tensor
+// of shape [texts] (the plugin shows it as a table, a row per text).
+std::string TextValue(const std::string& tag, const std::vector<std::string>& texts) {
+  std::string plugin_data;
+  LengthDelimited(plugin_data, 1, "text");  // PluginData.plugin_name
+  std::string metadata;
+  LengthDelimited(metadata, 1, plugin_data);  // SummaryMetadata.plugin_data
+  std::string dim;
+  Varint(dim, (1 << 3) | 0);  // TensorShapeProto.Dim.size
+  Varint(dim, texts.size());
+  std::string shape;
+  LengthDelimited(shape, 2, dim);  // TensorShapeProto.dim
+  std::string tensor;
+  Varint(tensor, (1 << 3) | 0);       // TensorProto.dtype
+  Varint(tensor, 7);                  // DT_STRING
+  LengthDelimited(tensor, 2, shape);  // TensorProto.tensor_shape
+  for (const std::string& text : texts) LengthDelimited(tensor, 8, text);  // .string_val
+  std::string value;
+  LengthDelimited(value, 1, tag);
+  LengthDelimited(value, 9, metadata);
+  LengthDelimited(value, 8, tensor);
+  return value;
 }
 
 class TensorBoardSink final : public MetricSink {
@@ -228,6 +304,15 @@ class TensorBoardSink final : public MetricSink {
       Fixed(item, static_cast<float>(value));
       LengthDelimited(summary, 1, item);    // Summary.value
     }
+    for (const bool validation : {false, true}) {
+      std::vector<std::string> texts;
+      for (const v1::ResponseSample& sample : step.samples()) {
+        if (sample.validation() == validation) texts.push_back(SampleMarkdown(sample));
+      }
+      if (!texts.empty()) {
+        LengthDelimited(summary, 1, TextValue(validation ? "samples/val" : "samples/train", texts));
+      }
+    }
     std::string event = EventHeader(static_cast<double>(step.time_ms()) / 1000.0, step.step());
     LengthDelimited(event, 5, summary);
     return Record(event);
@@ -262,9 +347,13 @@ absl::StatusOr<std::vector<std::unique_ptr<MetricSink>>> MakeMetricSinks(
       sinks.push_back(std::make_unique<ConsoleSink>(job_id));
     } else if (logger == "jsonl") {
       RETURN_IF_ERROR(MakeDirectories(dir));
-      const std::string path = dir + "/metrics.jsonl";
-      ASSIGN_OR_RETURN(AppendFile file, AppendFile::Open(path));
-      sinks.push_back(std::make_unique<JsonlSink>(path, std::move(file)));
+      const std::string metrics = dir + "/metrics.jsonl";
+      const std::string samples = dir + "/samples.jsonl";
+      ASSIGN_OR_RETURN(AppendFile metrics_file, AppendFile::Open(metrics));
+      ASSIGN_OR_RETURN(AppendFile samples_file, AppendFile::Open(samples));
+      sinks.push_back(std::make_unique<JsonlSink>(
+          JsonlSink::File{.path = metrics, .file = std::move(metrics_file)},
+          JsonlSink::File{.path = samples, .file = std::move(samples_file)}));
     } else if (logger == "tensorboard") {
       ASSIGN_OR_RETURN(std::unique_ptr<TensorBoardSink> sink,
                        TensorBoardSink::Open(dir + "/tensorboard"));

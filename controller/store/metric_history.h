@@ -1,8 +1,9 @@
-// MetricHistory: every job's per-step metrics, durable, each step once (a step re-run after a
-// recovery replaces its earlier record). Thread-safe: the loop writes while other threads read.
-// An interface, so the store can change; SQLite (WAL mode, each write a transaction, each read
-// on a connection of its own so it never holds up a write) is what the controller uses. Values
-// are kept as they are, NaN and infinities included (common/util/metric_value.h).
+// MetricHistory: every job's per-step metrics and logged responses (samples), durable, each step
+// once (a step re-run after a recovery replaces its earlier record, samples included). Thread-safe:
+// the loop writes while other threads read. An interface, so the store can change; SQLite (WAL
+// mode, each write a transaction, each read on a connection of its own so it never holds up a
+// write) is what the controller uses. Values are kept as they are, NaN and infinities included
+// (common/util/metric_value.h).
 #pragma once
 
 #include <cstdint>
@@ -19,12 +20,16 @@ namespace rlhfd::controller {
 class MetricHistory {
  public:
   virtual ~MetricHistory() = default;
-  // Records (or replaces) `job_id`'s step.
+  // Records (or replaces) `job_id`'s step: its metrics and its samples.
   virtual absl::Status Put(const std::string& job_id, const v1::StepMetrics& step) = 0;
-  // The job's steps after `after_step`, oldest first.
+  // The job's steps after `after_step`, oldest first: step, time and metrics (no samples).
   virtual absl::StatusOr<std::vector<v1::StepMetrics>> Get(const std::string& job_id,
                                                            int64_t after_step) = 0;
-  // Forgets the job's steps (DeleteJob).
+  // The job's steps with samples after `after_step`, oldest first: step, time and samples (no
+  // metrics).
+  virtual absl::StatusOr<std::vector<v1::StepMetrics>> GetSamples(const std::string& job_id,
+                                                                  int64_t after_step) = 0;
+  // Forgets the job's steps and samples (DeleteJob).
   virtual absl::Status Remove(const std::string& job_id) = 0;
 };
 

@@ -21,6 +21,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <thread>
@@ -32,6 +33,7 @@
 #include "common/jobs/job_states.h"
 #include "common/rpc/auth.h"
 #include "common/util/files.h"
+#include "common/util/text.h"
 #include "controller/cluster/pool_placement.h"
 #include "controller/store/job_store.h"
 #include "rlhfd/v1/worker_service.grpc.pb.h"
@@ -139,6 +141,28 @@ class DriverCluster {
     Prepare(context);
     REQUIRE(client_.jobs->GetJobMetrics(&context, request, &reply).ok());
     return {reply.steps().begin(), reply.steps().end()};
+  }
+
+  // The job's logged responses per step (GetJobSamples).
+  std::vector<v1::StepMetrics> Samples(const std::string& id) {
+    v1::GetJobSamplesRequest request;
+    request.set_job_id(id);
+    v1::GetJobSamplesReply reply;
+    grpc::ClientContext context;
+    Prepare(context);
+    REQUIRE(client_.jobs->GetJobSamples(&context, request, &reply).ok());
+    return {reply.steps().begin(), reply.steps().end()};
+  }
+
+  // Worker id -> the job ListWorkers says it runs ("" when idle); empty if the call fails.
+  std::map<std::string, std::string> WorkerJobs() {
+    v1::ListWorkersReply reply;
+    grpc::ClientContext context;
+    Prepare(context);
+    if (!client_.cluster->ListWorkers(&context, v1::ListWorkersRequest(), &reply).ok()) return {};
+    std::map<std::string, std::string> jobs;
+    for (const v1::Worker& worker : reply.workers()) jobs[worker.worker_id()] = worker.job_id();
+    return jobs;
   }
 
   grpc::Status Cancel(const std::string& id) {
@@ -1288,6 +1312,13 @@ TEST_CASE("A resumed job's metrics.jsonl and TensorBoard log hold each step once
   for (int64_t step = 1; step <= total; ++step) expected.push_back(step);
   const std::string logs = cluster.cluster().state_dir() + "/logs/" + id;
   CHECK(JsonlSteps(logs + "/metrics.jsonl", nullptr) == expected);
+  // trainer.log_samples' default of 4 a step, each step's once, in step order.
+  std::vector<int64_t> sample_steps;
+  for (int64_t step : expected) sample_steps.insert(sample_steps.end(), 4, step);
+  CHECK(JsonlSteps(logs + "/samples.jsonl", nullptr) == sample_steps);
+  const std::vector<v1::StepMetrics> history_samples = cluster.Samples(id);
+  REQUIRE(history_samples.size() == static_cast<size_t>(total));
+  for (const v1::StepMetrics& step : history_samples) CHECK(step.samples_size() == 4);
   const nlohmann::json scalars = TensorBoardScalars(logs);
   REQUIRE(scalars.contains("critic/score/mean"));
   for (const auto& [tag, points] : scalars.items()) {
@@ -1300,6 +1331,144 @@ TEST_CASE("A resumed job's metrics.jsonl and TensorBoard log hold each step once
     if (tag == "critic/score/mean" || tag == "actor/pg_loss") CHECK(steps == expected);
   }
   CheckHistory(cluster.Metrics(id), total);
+}
+
+// The samples.jsonl lines of `path`, by step.
+std::map<int64_t, std::vector<nlohmann::json>> SamplesByStep(const std::string& path) {
+  std::map<int64_t, std::vector<nlohmann::json>> by_step;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    REQUIRE(row.is_object());
+    by_step[row["step"].get<int64_t>()].push_back(row);
+  }
+  return by_step;
+}
+
+// A reward server scoring len(prompt + response) / 1000 (Python's len: characters) makes every
+// response's score differ and lets the test recompute each one from the logged texts alone.
+TEST_CASE(
+    "trainer.log_samples: each step's responses with prompt and score in samples.jsonl, "
+    "TensorBoard and GetJobSamples; ListWorkers names the running job",
+    "[driver][samples]") {
+  TempDir dir;
+  const int port = FreeLoopbackPort();
+  Subprocess server({"/bin/sh", "-c",
+                     absl::StrCat("cd ", dir.path(), " && exec ", RLHFD_PYTHON, " ",
+                                  RLHFD_REWARD_SERVER, " ", port, " length")},
+                    dir.path() + "/server.log");
+  REQUIRE(WaitFor([&] { return server.ReadLog().find("serving") != std::string::npos; },
+                  absl::Seconds(20)));
+  DriverCluster cluster;
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  const int64_t rows = 8 * 4;  // train_batch_size x rollout.n: every row of the step logged
+  const std::string id =
+      cluster.Submit(ReadConfig("tiny-cpu-demo.yaml"),
+                     {"trainer.total_steps=2", "trainer.save_every=-1", "~roles.reward.rule",
+                      absl::StrCat("roles.reward.remote=http://127.0.0.1:", port, "/score"),
+                      "data.val_files=[tests/fixtures/data/repeat_test.jsonl]",
+                      absl::StrCat("trainer.log_samples=", rows),
+                      "trainer.loggers=[console, jsonl, tensorboard]"});
+  // While it runs, both workers are the job's.
+  std::map<std::string, std::string> running_on;
+  const v1::Job running = cluster.WaitUntil(
+      id,
+      [&](const v1::Job& job) {
+        if (job.state() != v1::JOB_STATE_RUNNING) return IsTerminal(job.state());
+        running_on = cluster.WorkerJobs();
+        return true;
+      },
+      absl::Seconds(120));
+  INFO(Describe(running));
+  REQUIRE(running.state() == v1::JOB_STATE_RUNNING);
+  CHECK(running_on ==
+        std::map<std::string, std::string>{{"cpu-worker-0", id}, {"cpu-worker-1", id}});
+  const v1::Job job = cluster.WaitEnded(id);
+  INFO(Describe(job));
+  REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
+  for (const auto& [worker, job_id] : cluster.WorkerJobs()) CHECK(job_id.empty());
+
+  const std::string logs = cluster.cluster().state_dir() + "/logs/" + id;
+  std::map<int64_t, nlohmann::json> metrics;
+  JsonlSteps(logs + "/metrics.jsonl", &metrics);
+  const auto samples = SamplesByStep(logs + "/samples.jsonl");
+  REQUIRE(samples.size() == 3);  // validation before training (step 0), steps 1 and 2
+  const auto expected_score = [](const nlohmann::json& sample) {
+    const std::string query =
+        sample["prompt"].get<std::string>() + sample["response"].get<std::string>();
+    return static_cast<double>(CountCharacters(query)) / 1000.0;
+  };
+  for (const auto& [step, lines] : samples) {
+    INFO("step " << step);
+    std::vector<nlohmann::json> train, validation;
+    for (const nlohmann::json& line : lines) {
+      (line["validation"].get<bool>() ? validation : train).push_back(line);
+      CHECK_FALSE(line["prompt_truncated"].get<bool>());
+      CHECK_FALSE(line["response_truncated"].get<bool>());
+      // The score is the reward of exactly this prompt and response.
+      CHECK(line["score"].get<double>() == Approx(expected_score(line)).margin(1e-6));
+    }
+    // Validation (repeat_test.jsonl: 10 prompts, val_kwargs.n 1) before training and at the end.
+    CHECK(validation.size() == (step == 1 ? 0u : 10u));
+    for (size_t i = 0; i < validation.size(); ++i) {
+      CHECK(validation[i]["row"] == i);
+      CHECK_THAT(validation[i]["prompt"].get<std::string>(),
+                 Catch::Contains(absl::StrCat("Repeat ", i)));
+    }
+    if (step == 0) {
+      CHECK(train.empty());
+      CHECK(metrics[0]["data"]["val/score/mean"].get<double>() ==
+            Approx(std::accumulate(validation.begin(), validation.end(), 0.0,
+                                   [](double sum, const nlohmann::json& line) {
+                                     return sum + line["score"].get<double>();
+                                   }) /
+                   10)
+                .margin(1e-6));
+      continue;
+    }
+    REQUIRE(train.size() == static_cast<size_t>(rows));
+    double total = 0;
+    for (int64_t row = 0; row < rows; ++row) {
+      CHECK(train[row]["row"] == row);
+      CHECK_THAT(train[row]["prompt"].get<std::string>(), Catch::Contains("What is"));
+      // rollout.n = 4 responses to each prompt.
+      CHECK(train[row]["prompt"] == train[row / 4 * 4]["prompt"]);
+      total += train[row]["score"].get<double>();
+    }
+    // Every row logged: their mean is the step's reported mean reward.
+    CHECK(metrics[step]["data"]["critic/score/mean"].get<double>() ==
+          Approx(total / static_cast<double>(rows)).margin(1e-5));
+  }
+
+  // The history holds what the file does.
+  const std::vector<v1::StepMetrics> history = cluster.Samples(id);
+  REQUIRE(history.size() == 3);
+  for (const v1::StepMetrics& step : history) {
+    INFO("step " << step.step());
+    const std::vector<nlohmann::json>& lines = samples.at(step.step());
+    REQUIRE(static_cast<size_t>(step.samples_size()) == lines.size());
+    CHECK(step.metrics().empty());
+    for (size_t i = 0; i < lines.size(); ++i) {
+      CHECK(step.samples(i).response() == lines[i]["response"]);
+      CHECK(step.samples(i).score() == lines[i]["score"].get<double>());
+    }
+  }
+
+  // TensorBoard's text plugin has each step's samples.
+  const CommandResult read = RunCommand(
+      {RLHFD_PYTHON, RLHFD_READ_TENSORBOARD, "--text", logs + "/tensorboard"}, absl::Seconds(120));
+  INFO(read.err);
+  REQUIRE(read.exit_code == 0);
+  const nlohmann::json text = nlohmann::json::parse(read.out);
+  REQUIRE(text.contains("samples/train"));
+  REQUIRE(text["samples/train"].size() == 2);
+  for (int64_t step = 1; step <= 2; ++step) {
+    CHECK(text["samples/train"][step - 1][0] == step);
+    CHECK(text["samples/train"][step - 1][1].size() == static_cast<size_t>(rows));
+  }
+  REQUIRE(text.contains("samples/val"));
+  CHECK(text["samples/val"].size() == 2);  // steps 0 and 2
 }
 
 }  // namespace

@@ -135,12 +135,26 @@ std::string RunFourSteps(Gateway& gateway) {
   INFO(submitted->body);
   REQUIRE(submitted->status == 200);
   const std::string id = json::parse(submitted->body)["job"]["job_id"];
+  int workers_on_job = 0;  // of the two, while it ran
   REQUIRE(WaitFor(
       [&] {
         auto job = gateway.Get("/v1/jobs/" + id);
-        return job && json::parse(job->body)["job"]["state"] == "JOB_STATE_SUCCEEDED";
+        if (!job) return false;
+        const json state = json::parse(job->body)["job"]["state"];
+        if (state == "JOB_STATE_RUNNING" && workers_on_job < 2) {
+          auto reply = gateway.Get("/v1/workers");
+          REQUIRE(reply);
+          const json workers = json::parse(reply->body);
+          workers_on_job = 0;
+          for (const json& worker : workers["workers"]) {
+            workers_on_job += worker.value("job_id", "") == id ? 1 : 0;
+          }
+        }
+        return state == "JOB_STATE_SUCCEEDED";
       },
       absl::Seconds(300)));  // about 10 s on an idle machine; a loaded one may take much longer
+  // The workers' job column (GET /v1/workers, the dashboard's) named the job while it ran.
+  CHECK(workers_on_job == 2);
   return id;
 }
 
@@ -164,8 +178,9 @@ TEST_CASE("No route answers without the token but /healthz", "[gateway]") {
   const auto basic = [](const std::string& credentials) {
     return httplib::Headers{{"Authorization", "Basic " + absl::Base64Escape(credentials)}};
   };
-  for (const char* path : {"/", "/static/chart.js", "/v1/openapi.json", "/metrics", "/v1/cluster",
-                           "/v1/workers", "/v1/jobs", "/v1/jobs/job-1", "/v1/jobs/job-1/metrics"}) {
+  for (const char* path :
+       {"/", "/static/chart.js", "/v1/openapi.json", "/metrics", "/v1/cluster", "/v1/workers",
+        "/v1/jobs", "/v1/jobs/job-1", "/v1/jobs/job-1/metrics", "/v1/jobs/job-1/samples"}) {
     INFO(path);
     const httplib::Result missing = gateway.http().Get(path);
     CheckError(missing, 401, "UNAUTHENTICATED", "missing bearer token");
@@ -340,6 +355,8 @@ TEST_CASE("Every route equals its gRPC twin; errors carry code and message", "[g
   CheckError(gateway.Get("/v1/jobs/job-99"), 404, "NOT_FOUND", "job-99");
   CheckError(gateway.Get("/v1/jobs/job-01"), 404, "NOT_FOUND", "job-01");  // canonical ids only
   CheckError(gateway.Get("/v1/jobs/job-1/metrics?since=soon"), 400, "INVALID_ARGUMENT", "since");
+  CheckError(gateway.Get("/v1/jobs/job-1/samples?since=-1"), 400, "INVALID_ARGUMENT", "since");
+  CheckError(gateway.Get("/v1/jobs/job-99/samples"), 404, "NOT_FOUND", "job-99");
   CheckError(gateway.Get("/v1/nothing"), 404, "NOT_FOUND", "no route GET /v1/nothing");
   CheckError(gateway.Post("/v1/jobs?name=bad.yaml", "name: x\nroles: {actor: {gpu: 1}}\n"), 400,
              "INVALID_ARGUMENT", "did you mean 'gpus'");
@@ -369,6 +386,26 @@ TEST_CASE("A job's metrics and /metrics while and after it runs", "[gateway]") {
   const json since = json::parse(gateway.Get("/v1/jobs/" + id + "/metrics?since=2")->body);
   REQUIRE(since["steps"].size() == 2);
   CHECK(since["steps"][0]["step"] == "3");  // int64 in protobuf's JSON mapping is a string
+
+  // Each step's logged responses (trainer.log_samples' default: 4), REST as gRPC.
+  v1::GetJobSamplesRequest samples_request;
+  samples_request.set_job_id(id);
+  const auto logged = gateway.Grpc<v1::GetJobSamplesReply>([&](auto* context, auto* reply) {
+    return gateway.jobs().GetJobSamples(context, samples_request, reply);
+  });
+  REQUIRE(logged.steps_size() == 4);
+  for (const v1::StepMetrics& step : logged.steps()) {
+    REQUIRE(step.samples_size() == 4);
+    for (int row = 0; row < 4; ++row) {
+      CHECK(step.samples(row).row() == row);
+      CHECK(absl::StrContains(step.samples(row).prompt(), "What is"));
+    }
+  }
+  CHECK(json::parse(gateway.Get("/v1/jobs/" + id + "/samples")->body) == ToJson(logged));
+  const json last = json::parse(gateway.Get("/v1/jobs/" + id + "/samples?since=3")->body);
+  REQUIRE(last["steps"].size() == 1);
+  CHECK(last["steps"][0]["step"] == "4");
+  CHECK(last["steps"][0]["samples"].size() == 4);
 
   auto metrics = gateway.Get("/metrics");
   REQUIRE(metrics);
@@ -435,6 +472,23 @@ TEST_CASE("The dashboard shows a job's curves in a real browser", "[gateway][das
   Gateway gateway;
   REQUIRE(RunFourSteps(gateway) == "job-1");
   TempDir dir;
+  // A newer job that fails before its first step: the page still shows job-1, which has steps.
+  {
+    std::ofstream bad(dir.path() + "/bad.jsonl");
+    bad << "{\"prompt\": 3}\n";
+  }
+  auto failing = gateway.Post("/v1/jobs?" + AbsolutePaths() + "&" +
+                                  Override("data.train_files=[" + dir.path() + "/bad.jsonl]"),
+                              DemoConfig());
+  REQUIRE(failing);
+  INFO(failing->body);
+  REQUIRE(failing->status == 200);
+  REQUIRE(WaitFor(
+      [&] {
+        auto job = gateway.Get("/v1/jobs/job-2");
+        return job && json::parse(job->body)["job"]["state"] == "JOB_STATE_FAILED";
+      },
+      absl::Seconds(120)));
   const std::string page =
       absl::StrCat("http://rlhfd:", gateway.token(), "@127.0.0.1:", gateway.port(), "/");
   const std::vector<std::string> browser = {"/usr/bin/chromium",
@@ -466,9 +520,55 @@ TEST_CASE("The dashboard shows a job's curves in a real browser", "[gateway][das
   REQUIRE(dom.exit_code == 0);
   CHECK(absl::StrContains(dom.out, "data-loaded=\"true\""));
   CHECK(absl::StrContains(dom.out, "data-metric=\"critic/score/mean\""));
+  CHECK(absl::StrContains(dom.out, "data-selected=\"job-1\""));
   CHECK(absl::StrContains(dom.out, "data-job=\"job-1\" data-steps=\"1,2,3,4\""));
+  // The samples panel: the latest step's 4 responses (trainer.log_samples' default).
+  CHECK(absl::StrContains(dom.out, "id=\"samples\" data-job=\"job-1\" data-step=\"4\""));
+  size_t sample_rows = 0;
+  for (size_t at = dom.out.find("class=\"sample\""); at != std::string::npos;
+       at = dom.out.find("class=\"sample\"", at + 1)) {
+    ++sample_rows;
+  }
+  CHECK(sample_rows == 4);
+  CHECK(absl::StrContains(dom.out, "What is"));
   CHECK(absl::StrContains(dom.out, "cpu-worker-0"));
   CHECK(absl::StrContains(dom.out, "4 / 4"));
+
+  // A running job is shown before a newer one that waits behind it, and the workers' job column
+  // names it.
+  const auto submit = [&](int64_t steps) {
+    auto submitted = gateway.Post("/v1/jobs?" + AbsolutePaths() + "&" +
+                                      Override(absl::StrCat("trainer.total_steps=", steps)) + "&" +
+                                      Override("trainer.save_every=-1"),
+                                  DemoConfig());
+    REQUIRE(submitted);
+    REQUIRE(submitted->status == 200);
+    return json::parse(submitted->body)["job"]["job_id"].get<std::string>();
+  };
+  const std::string running = submit(100000);
+  REQUIRE(WaitFor(
+      [&] {
+        auto job = gateway.Get("/v1/jobs/" + running);
+        return job && json::parse(job->body)["job"]["state"] == "JOB_STATE_RUNNING";
+      },
+      absl::Seconds(120)));
+  const std::string waiting = submit(4);  // queued: both workers are the running job's
+  const CommandResult later = RunCommand(dump, absl::Seconds(120));
+  INFO(later.out.substr(0, 4000) << later.err);
+  REQUIRE(later.exit_code == 0);
+  CHECK(absl::StrContains(later.out, "data-selected=\"" + running + "\""));
+  size_t cells = 0;  // the two workers' job cells and the job's own row
+  const std::string cell = "<td>" + running + "</td>";
+  for (size_t at = later.out.find(cell); at != std::string::npos;
+       at = later.out.find(cell, at + 1)) {
+    ++cells;
+  }
+  CHECK(cells == 3);
+  for (const std::string& id : {waiting, running}) {
+    auto cancelled = gateway.Post("/v1/jobs/" + id + ":cancel", "", "text/plain");
+    REQUIRE(cancelled);
+    CHECK(cancelled->status == 200);
+  }
 }
 
 }  // namespace

@@ -1,16 +1,18 @@
 // The controller's metric sinks: CRC32C against its published check value, verl's JSONL shape,
 // and TensorBoard event files read back by tensorboard's own EventAccumulator (Python); NaN and
 // infinities written as such, here and in the metric history; a resumed run's steps once.
-#include <catch2/catch.hpp>
+#include "controller/metrics/metric_sinks.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
+#include "common/stages/response_samples.h"
 #include "common/util/crc32c.h"
 #include "common/util/metric_value.h"
-#include "controller/metrics/metric_sinks.h"
 #include "controller/store/metric_history.h"
 #include "tests/support/subprocess.h"
 
@@ -196,6 +198,117 @@ TEST_CASE("a resumed run's sinks hold each step once, with the new run's values"
   CHECK(again[0]["step"] == 1);
   scalars = ReadTensorBoard(dir.path() + "/tensorboard");
   CHECK(scalars["critic/score/mean"] == nlohmann::json::parse("[[1, 7.0]]"));
+}
+
+// A step with `train` training samples and `val` validation ones, texts naming step and row.
+v1::StepMetrics StepWithSamples(int64_t step, int train, int val) {
+  v1::StepMetrics metrics = Step(step, 0.5);
+  for (int i = 0; i < train + val; ++i) {
+    const bool validation = i >= train;
+    const int64_t row = validation ? i - train : i;
+    *metrics.add_samples() = stages::MakeResponseSample(
+        row, absl::StrCat("prompt ", step, "/", row, "\nsecond line"),
+        absl::StrCat("response ", step, "/", row), 0.25 * static_cast<double>(row), validation);
+  }
+  return metrics;
+}
+
+// The TensorBoard directory's text summaries, read by tensorboard itself.
+nlohmann::json ReadTensorBoardText(const std::string& dir) {
+  const auto read =
+      RunCommand({RLHFD_PYTHON, RLHFD_READ_TENSORBOARD, "--text", dir}, absl::Seconds(60));
+  INFO(read.err);
+  REQUIRE(read.exit_code == 0);
+  return nlohmann::json::parse(read.out);
+}
+
+TEST_CASE("samples: bounded texts, samples.jsonl, TensorBoard text, the history, resumed runs",
+          "[metrics][samples]") {
+  // Bounds: 2,000 bytes at a character boundary, invalid UTF-8 replaced.
+  const std::string long_text = std::string(1999, 'a') + "\xC3\xA9" + "tail";
+  const v1::ResponseSample cut = stages::MakeResponseSample(3, long_text, "ok\xC3", 1.0, false);
+  CHECK(cut.prompt() == std::string(1999, 'a'));
+  CHECK(cut.prompt_truncated());
+  CHECK(cut.response() == "ok\xEF\xBF\xBD");
+  CHECK_FALSE(cut.response_truncated());
+
+  TempDir dir;
+  {
+    auto sinks = MakeMetricSinks("job-7", {"console", "jsonl", "tensorboard"}, dir.path());
+    REQUIRE(sinks.ok());
+    for (auto& sink : *sinks) REQUIRE(sink->StartRun(0).ok());
+    for (int64_t step = 0; step <= 3; ++step) {
+      // Step 0 is validation only; step 3 validates too.
+      const v1::StepMetrics written =
+          StepWithSamples(step, step == 0 ? 0 : 2, step == 0 || step == 3 ? 1 : 0);
+      for (auto& sink : *sinks) REQUIRE(sink->Write(written).ok());
+    }
+  }
+  std::vector<nlohmann::json> rows = JsonlRows(dir.path() + "/samples.jsonl");
+  REQUIRE(rows.size() == 8);  // 1 + 2 + 2 + 3
+  CHECK(rows[0] == nlohmann::json::parse(R"({"step": 0, "row": 0, "validation": true,
+      "score": 0.0, "prompt": "prompt 0/0\nsecond line", "response": "response 0/0",
+      "prompt_truncated": false, "response_truncated": false})"));
+  CHECK(rows[2]["step"] == 1);
+  CHECK(rows[2]["row"] == 1);
+  CHECK(rows[2]["score"] == 0.25);
+  CHECK(rows[2]["response"] == "response 1/1");
+  CHECK(rows[7]["validation"] == true);
+  CHECK(JsonlRows(dir.path() + "/metrics.jsonl").size() == 4);
+
+  const nlohmann::json text = ReadTensorBoardText(dir.path() + "/tensorboard");
+  REQUIRE(text.contains("samples/train"));
+  REQUIRE(text.contains("samples/val"));
+  REQUIRE(text["samples/train"].size() == 3);  // steps 1..3
+  CHECK(text["samples/train"][0][0] == 1);
+  REQUIRE(text["samples/train"][0][1].size() == 2);
+  const std::string shown = text["samples/train"][0][1][1];
+  CHECK_THAT(shown, Catch::Contains("**row 1**, score 0.25") &&
+                        Catch::Contains("prompt 1/1\nsecond line") &&
+                        Catch::Contains("response 1/1"));
+  CHECK(text["samples/val"].size() == 2);  // steps 0 and 3
+  // The scalars are unchanged by the text beside them.
+  CHECK(ReadTensorBoard(dir.path() + "/tensorboard")["critic/score/mean"].size() == 4);
+
+  // A run resumed after step 1 drops the later steps' samples and writes its own.
+  {
+    auto sinks = MakeMetricSinks("job-7", {"jsonl"}, dir.path());
+    REQUIRE(sinks.ok());
+    for (auto& sink : *sinks) REQUIRE(sink->StartRun(1).ok());
+    for (auto& sink : *sinks) REQUIRE(sink->Write(StepWithSamples(2, 1, 0)).ok());
+  }
+  rows = JsonlRows(dir.path() + "/samples.jsonl");
+  REQUIRE(rows.size() == 4);  // step 0's one, step 1's two, the new step 2's one
+  CHECK(rows[3]["step"] == 2);
+  CHECK(rows[2]["step"] == 1);
+
+  // The history keeps them apart from the metrics; a re-run step replaces its samples.
+  auto history = OpenSqliteMetricHistory(dir.path() + "/metrics.db");
+  REQUIRE(history.ok());
+  REQUIRE((*history)->Put("job-7", StepWithSamples(1, 2, 0)).ok());
+  REQUIRE((*history)->Put("job-7", StepWithSamples(2, 2, 1)).ok());
+  REQUIRE((*history)->Put("job-7", Step(3, 0.5)).ok());              // none
+  REQUIRE((*history)->Put("job-7", StepWithSamples(2, 1, 0)).ok());  // step 2 again
+  auto metrics = (*history)->Get("job-7", 0);
+  REQUIRE(metrics.ok());
+  REQUIRE(metrics->size() == 3);
+  CHECK((*metrics)[0].samples().empty());
+  auto samples = (*history)->GetSamples("job-7", 0);
+  REQUIRE(samples.ok());
+  REQUIRE(samples->size() == 2);
+  CHECK((*samples)[0].step() == 1);
+  CHECK((*samples)[0].metrics().empty());
+  REQUIRE((*samples)[0].samples_size() == 2);
+  CHECK((*samples)[0].samples(1).response() == "response 1/1");
+  CHECK((*samples)[1].step() == 2);
+  CHECK((*samples)[1].samples_size() == 1);
+  auto later = (*history)->GetSamples("job-7", 1);
+  REQUIRE(later.ok());
+  CHECK(later->size() == 1);
+  REQUIRE((*history)->Remove("job-7").ok());
+  auto removed = (*history)->GetSamples("job-7", 0);
+  REQUIRE(removed.ok());
+  CHECK(removed->empty());
 }
 
 TEST_CASE("an unknown logger or an unwritable directory is a clear error", "[metrics]") {

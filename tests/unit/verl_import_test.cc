@@ -472,6 +472,19 @@ TEST_CASE("verl's max_*_ckpt_to_keep become trainer.max_ckpt_to_keep", "[verl]")
   CHECK(Contains(wrong.errors, "trainer.max_actor_ckpt_to_keep: not supported ('many'"));
 }
 
+TEST_CASE("verl's log_val_generations becomes trainer.log_samples", "[verl]") {
+  const VerlConversion converted = Convert(kVerlGrpo, {"trainer.log_val_generations=10"});
+  CHECK(Contains(converted.mapped, "trainer.log_val_generations -> trainer.log_samples"));
+  CHECK(Validated(converted).trainer().log_samples() == 10);
+  CHECK(Validated(Convert(kVerlGrpo, {})).trainer().log_samples() == 4);
+  // Past the bound: the validator names the key.
+  const VerlConversion many = Convert(kVerlGrpo, {"trainer.log_val_generations=1000"});
+  const auto refused = LoadConfig(many.config.dump(), "verl.json",
+                                  {"model.path=/models/m", "data.train_files=[/data/train.jsonl]"});
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("trainer.log_samples"));
+}
+
 TEST_CASE("Hydra overrides apply to verl configs and to rlhfd configs", "[verl][overrides]") {
   // verl: overrides win over the file, ~ removes, + adds.
   const VerlConversion converted =

@@ -2,12 +2,14 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/algorithms/algorithm_traits.h"
+#include "common/stages/response_samples.h"
 #include "common/stages/role_names.h"
 #include "common/status/status_macros.h"
 #include "common/util/files.h"
@@ -62,6 +64,33 @@ int64_t RowBytes(const TensorInfo& info, const std::vector<int64_t>& row_shape) 
   int64_t row_bytes = StepBatch::DtypeOf(info) == at::kLong ? 8 : 4;
   for (int64_t d : row_shape) row_bytes *= d;
   return row_bytes;
+}
+
+// This rank's rows among the step's first trainer.log_samples: prompt and response texts and the
+// score every reward source leaves in the batch (rule, remote or the reward model's).
+absl::Status AddStepSamples(HostedJob& job, v1::AdvantageReply& reply) {
+  const StepBatch& batch = job.batch;
+  const int64_t first = batch.rows().begin;
+  const int64_t count =
+      std::min<int64_t>(batch.rows().size(), job.spec.trainer().log_samples() - first);
+  if (count <= 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const at::Tensor ids, batch.Get("input_ids", "advantages"));
+  ASSIGN_OR_RETURN(const at::Tensor mask, batch.Get("response_mask", "advantages"));
+  ASSIGN_OR_RETURN(const at::Tensor scores, batch.Get("scores", "advantages"));
+  const at::Tensor host_ids =
+      ids.narrow(0, 0, count).narrow(1, batch.prompt_length(), batch.response_length()).cpu();
+  const at::Tensor lengths = mask.narrow(0, 0, count).sum(1).to(at::kLong).cpu();
+  const at::Tensor host_scores = scores.narrow(0, 0, count).to(at::kDouble).cpu();
+  for (int64_t row = 0; row < count; ++row) {
+    const int64_t length = lengths[row].item<int64_t>();
+    const int64_t* data = host_ids[row].data_ptr<int64_t>();
+    const std::vector<int32_t> tokens(data, data + length);
+    *reply.add_samples() = stages::MakeResponseSample(
+        first + row, batch.sources().at(row).prompt_text,
+        job.actor->tokenizer().Decode(tokens, /*skip_special_tokens=*/true),
+        host_scores[row].item<double>(), /*validation=*/false);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -212,7 +241,10 @@ absl::StatusOr<v1::AdvantageReply> RunAdvantages(HostedJob& job,
                                                  const v1::AdvantageRequest& request) {
   RETURN_IF_ERROR(NeedRole(job, v1::ROLE_ACTOR, job.actor != nullptr));
   RETURN_IF_ERROR(NeedStepRows(job.batch, request.key().step(), "advantages"));
-  return ComputeAdvantages(job.spec, request, job.batch, job.PoolOf(v1::ROLE_ACTOR));
+  ASSIGN_OR_RETURN(v1::AdvantageReply reply,
+                   ComputeAdvantages(job.spec, request, job.batch, job.PoolOf(v1::ROLE_ACTOR)));
+  RETURN_IF_ERROR(AddStepSamples(job, reply));
+  return reply;
 }
 
 absl::StatusOr<v1::UpdateReply> RunUpdateActor(HostedJob& job, const v1::UpdateRequest& request) {

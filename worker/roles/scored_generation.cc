@@ -3,17 +3,20 @@
 #include <string>
 #include <utility>
 
+#include "common/stages/response_samples.h"
 #include "common/status/status_macros.h"
 #include "worker/roles/rollout_sampling.h"
 
 namespace rlhfd::roles {
 namespace {
 
-// Generates for `prompts` with `sampling` (seeded per prompt from `seed`) and scores them.
+// Generates for `prompts` with `sampling` (seeded per prompt from `seed`) and scores them; the
+// responses among the first `log_samples` of all prompts' (this rank's prompts start at
+// `first_prompt`) also as samples.
 absl::StatusOr<v1::ValidateReply> GenerateAndScore(
     ActorRole& actor, const google::protobuf::RepeatedPtrField<v1::PromptRow>& prompts,
     int64_t first_prompt, uint64_t seed, const rollout::SamplingParams& sampling,
-    const ResponseScorer& scorer, const std::atomic<bool>* cancelled) {
+    const ResponseScorer& scorer, const std::atomic<bool>* cancelled, int64_t log_samples) {
   const model::Tokenizer& tokenizer = actor.tokenizer();
   ASSIGN_OR_RETURN(
       const PromptRequests encoded,
@@ -24,8 +27,12 @@ absl::StatusOr<v1::ValidateReply> GenerateAndScore(
   actor.ReleaseRollout();
   v1::ValidateReply reply;
   std::vector<ScoredResponse> scored;
+  std::vector<int64_t> rows;  // each response's index among all prompts' responses
   for (int64_t i = 0; i < prompts.size(); ++i) {
-    for (const rollout::Completion& sample : results[i].samples) {
+    const int64_t per_prompt = static_cast<int64_t>(results[i].samples.size());
+    for (int64_t j = 0; j < per_prompt; ++j) {
+      const rollout::Completion& sample = results[i].samples[j];
+      rows.push_back((first_prompt + i) * per_prompt + j);
       const std::vector<int32_t> ids(sample.token_ids.begin(), sample.token_ids.end());
       std::string text = tokenizer.Decode(ids, /*skip_special_tokens=*/true);
       v1::RowInfo* info = reply.add_rows();
@@ -39,6 +46,11 @@ absl::StatusOr<v1::ValidateReply> GenerateAndScore(
   }
   ASSIGN_OR_RETURN(const std::vector<double> scores, scorer.Score(scored, first_prompt, cancelled));
   for (double score : scores) reply.add_scores(score);
+  for (size_t i = 0; i < scored.size() && rows[i] < log_samples; ++i) {
+    *reply.add_samples() = stages::MakeResponseSample(rows[i], scored[i].prompt_text,
+                                                      scored[i].response_text, scores[i],
+                                                      /*validation=*/true);
+  }
   return reply;
 }
 
@@ -49,7 +61,8 @@ absl::StatusOr<v1::ValidateReply> ValidateActor(ActorRole& actor,
                                                 const ResponseScorer& scorer,
                                                 const std::atomic<bool>* cancelled) {
   return GenerateAndScore(actor, request.prompts(), request.first_prompt(), request.seed(),
-                          ValidationSampling(actor.spec()), scorer, cancelled);
+                          ValidationSampling(actor.spec()), scorer, cancelled,
+                          actor.spec().trainer().log_samples());
 }
 
 absl::StatusOr<std::vector<double>> GreedyBaseline(ActorRole& actor,
@@ -63,7 +76,8 @@ absl::StatusOr<std::vector<double>> GreedyBaseline(ActorRole& actor,
   greedy.top_p = 1.0;
   ASSIGN_OR_RETURN(const v1::ValidateReply scored,
                    GenerateAndScore(actor, request.prompts(), request.first_prompt(),
-                                    request.seed(), greedy, scorer, cancelled));
+                                    request.seed(), greedy, scorer, cancelled,
+                                    /*log_samples=*/0));
   return std::vector<double>(scored.scores().begin(), scored.scores().end());
 }
 
