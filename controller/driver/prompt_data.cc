@@ -61,10 +61,15 @@ absl::StatusOr<v1::PromptRow> PromptOf(const nlohmann::json& row, const std::str
       added->set_role(role->get<std::string>());
       added->set_content(content->get<std::string>());
     }
-  } else {
+  } else if (value == nullptr || value->is_null()) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": no prompt under '", prompt_key,
                      "' (data.prompt_key): give text or a list of {role, content} turns"));
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": the prompt under '", prompt_key, "' (data.prompt_key) is ",
+                     value->is_array() ? "an empty list" : absl::StrCat("a ", value->type_name()),
+                     ", not text or a list of {role, content} turns"));
   }
   const nlohmann::json* truth = Find(row, answer_key);
   // The default key falls back on verl's layout.
@@ -139,13 +144,15 @@ struct RowKeys {
 
 bool IsParquetFile(const std::string& file) { return absl::EndsWith(file, ".parquet"); }
 
-absl::Status CheckFirstParquetRow(const std::string& file, const v1::DataSpec& data) {
+absl::Status CheckParquetHead(const std::string& file, const v1::DataSpec& data) {
   const RowKeys keys(data);
+  const ParquetReadLimits limits{.max_cell_bytes = kMaxRowBytes, .batch_rows = kParquetHeadRows};
   const absl::Status read =
-      ReadParquetRows(file, keys.Columns(), [&](int64_t row, nlohmann::json object) {
+      ReadParquetRows(file, keys.Columns(), limits, [&](int64_t row, nlohmann::json object) {
         RETURN_IF_ERROR(
             PromptOf(object, absl::StrCat(file, ":", row), keys.prompt, keys.answer).status());
-        return absl::CancelledError("the first row is enough");
+        return row < kParquetHeadRows ? absl::OkStatus()
+                                      : absl::CancelledError("the first rows are enough");
       });
   return absl::IsCancelled(read) ? absl::OkStatus() : read;
 }
@@ -168,7 +175,8 @@ absl::StatusOr<PromptData> PromptData::Load(const std::vector<std::string>& file
       return absl::OkStatus();
     };
     if (IsParquetFile(file)) {
-      RETURN_IF_ERROR(ReadParquetRows(file, keys.Columns(), add));
+      RETURN_IF_ERROR(ReadParquetRows(file, keys.Columns(),
+                                      ParquetReadLimits{.max_cell_bytes = kMaxRowBytes}, add));
     } else {
       RETURN_IF_ERROR(ReadJsonlRows(file, add));
     }

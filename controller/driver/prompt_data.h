@@ -27,9 +27,15 @@ struct PromptOrigin {
 // Whether `file` is read as Parquet (its name ends in .parquet) rather than JSONL.
 bool IsParquetFile(const std::string& file);
 
-// OK if the Parquet `file` opens and its first row makes a prompt under `data`'s keys (what
-// submission checks; every row is read when the job starts). Errors as PromptData::Load's.
-absl::Status CheckFirstParquetRow(const std::string& file, const v1::DataSpec& data);
+// The rows of a Parquet file submission decodes (the first rows decoded together).
+inline constexpr int64_t kParquetHeadRows = 16;
+
+// OK if the Parquet `file` opens, every row group's metadata is whole (its column chunks lie
+// inside the file) and its first kParquetHeadRows rows make prompts under `data`'s keys: what
+// submission checks, in well under a second whatever the file's size (a page over the reader's
+// memory cap is refused, not read). Every row is read when the job starts. Errors as
+// PromptData::Load's.
+absl::Status CheckParquetHead(const std::string& file, const v1::DataSpec& data);
 
 class PromptData {
  public:

@@ -108,7 +108,7 @@ class FileChecker {
   void DataFile(const std::string& key, std::string* path, const v1::DataSpec& data) {
     if (!Resolve(key, path)) return;
     if (IsParquetFile(*path)) {
-      if (absl::Status read = CheckFirstParquetRow(*path, data); !read.ok()) {
+      if (absl::Status read = CheckParquetHead(*path, data); !read.ok()) {
         errors_->Add(key, std::string(read.message()));
       }
       return;
@@ -167,12 +167,15 @@ class FileChecker {
 
 }  // namespace
 
-absl::Status ResolveAndCheckFiles(const std::string& base_dir, const std::string& source,
-                                  v1::JobSpec* spec) {
-  config::ConfigErrors errors(source);
+void ResolveAndCheckFiles(const std::string& base_dir, v1::JobSpec* spec,
+                          config::ConfigErrors* problems) {
+  config::ConfigErrors errors(problems->source());
+  // A path the config check refused already is not checked again.
+  errors.SuppressConsequencesOf(*problems);
   if (!base_dir.empty() && (base_dir[0] != '/' || base_dir.size() > 4096)) {
     errors.Add("", "base_dir must be an absolute directory");
-    return errors.ToStatus();
+    problems->Append(errors);
+    return;
   }
   FileChecker check(base_dir, &errors);
   auto* model = spec->mutable_model();
@@ -202,7 +205,7 @@ absl::Status ResolveAndCheckFiles(const std::string& base_dir, const std::string
   }
   check.SplitsInto("roles.actor.rollout.tp", roles->actor().rollout().tp(), model->path());
   check.Directory("trainer.checkpoint_dir", spec->mutable_trainer()->mutable_checkpoint_dir());
-  return errors.ToStatus();
+  problems->Append(errors);
 }
 
 }  // namespace rlhfd::controller
