@@ -1,7 +1,8 @@
 // The docs that tables of code are copied into stay in step with the code: every verl key the
 // converter maps directly appears in docs/coming-from-verl.md with where it lands; every field of
 // rlhfd.v1.JobSpec is in docs/config-reference.md, every key there is a field, and every field
-// has its comment in job_spec.proto (the authority the reference points to).
+// has its comment in job_spec.proto (the authority the reference points to); data.md lists the
+// data sources `rule: auto` scores as the rule table has them.
 #include <catch2/catch.hpp>
 #include <regex>
 #include <set>
@@ -11,11 +12,30 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/config/reward_rules.h"
 #include "common/config/verl_import.h"
 #include "common/util/files.h"
 #include "rlhfd/v1/job_spec.pb.h"
 
 namespace rlhfd::config {
+
+TEST_CASE("data.md lists the data sources rule auto scores, as the rule table has them", "[docs]") {
+  auto doc = ReadFileToString(std::string(RLHFD_DOCS_DIR) + "/data.md");
+  REQUIRE(doc.ok());
+  for (const RewardRuleInfo& rule : RewardRules()) {
+    if (rule.data_sources.empty()) continue;
+    std::vector<std::string> sources;
+    for (absl::string_view source :
+         absl::StrSplit(absl::string_view(rule.data_sources.data(), rule.data_sources.size()),
+                        ", ")) {
+      sources.push_back(absl::StrCat("`", source, "`"));
+    }
+    const std::string row = absl::StrCat("| `", std::string(rule.name), "` | ",
+                                         absl::StrJoin(sources, ", "), " |");
+    INFO(row);
+    CHECK_THAT(*doc, Catch::Contains(row));
+  }
+}
 
 TEST_CASE("coming-from-verl.md lists every direct mapping", "[docs]") {
   auto doc = ReadFileToString(std::string(RLHFD_DOCS_DIR) + "/coming-from-verl.md");
