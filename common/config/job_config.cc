@@ -78,13 +78,13 @@ std::optional<LoadedConfig> LoadConfigCollectingErrors(absl::string_view text,
         if (!text.empty()) {
           ASSIGN_OR_RETURN(document, ParseConfigDocument(text, source));
         }
-        if (absl::Status applied = ApplyOverrides(overrides, &document); !applied.ok()) {
-          return absl::InvalidArgumentError(absl::StrCat(source, ": ", applied.message()));
+        if (!ApplyOverrides(overrides, &document, errors)) {
+          return std::optional<LoadedConfig>();
         }
         return SpecFromDocument(document, source, errors);
       });
   if (!loaded.ok()) {
-    // Text that does not parse (or an override that does not apply) leaves nothing to check.
+    // Text that does not parse leaves nothing to check.
     errors->AddNamed(loaded.status().message());
     return std::nullopt;
   }

@@ -32,7 +32,8 @@ absl::StatusOr<LoadedConfig> LoadConfig(absl::string_view text, absl::string_vie
 // LoadConfig for callers that check more of the job (the files it names) and report everything
 // at once: every problem goes to `errors`, and a config with problems still yields its spec (a
 // refused value replaced by its default) for the further checks. nullopt only when the text does
-// not parse (a YAML syntax error, an override that does not apply): nothing more can be checked.
+// not parse (a YAML syntax error; a bad override is one problem among the others): nothing more
+// can be checked.
 std::optional<LoadedConfig> LoadConfigCollectingErrors(absl::string_view text,
                                                        absl::string_view source,
                                                        const std::vector<std::string>& overrides,
