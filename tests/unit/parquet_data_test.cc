@@ -78,7 +78,7 @@ TEST_CASE("verl's Parquet rows read as the same prompts as their JSONL", "[parqu
   REQUIRE(both.ok());
   REQUIRE(both->size() == 3);
   CHECK(both->origin(2).file == files.path("lists.jsonl"));
-  CHECK(CheckParquetHead(files.path("verl.parquet"), v1::DataSpec()).ok());
+  CHECK(CheckDataHead(files.path("verl.parquet"), v1::DataSpec(), "").ok());
 }
 
 TEST_CASE("A bad Parquet file is refused naming the file and what is wrong", "[parquet]") {
@@ -94,7 +94,7 @@ TEST_CASE("A bad Parquet file is refused naming the file and what is wrong", "[p
       CHECK_THAT(std::string(loaded.message()), Catch::Contains(word));
     }
     // What submission checks sees the same.
-    CHECK(CheckParquetHead(files.path(name), v1::DataSpec()).code() == code);
+    CHECK(CheckDataHead(files.path(name), v1::DataSpec(), "").code() == code);
   };
   refused("binary_prompt.parquet", absl::StatusCode::kInvalidArgument,
           {":1", "column 'prompt'", "binary"});
@@ -104,6 +104,43 @@ TEST_CASE("A bad Parquet file is refused naming the file and what is wrong", "[p
   refused("truncated.parquet", absl::StatusCode::kInvalidArgument, {"is not a Parquet file"});
   refused("garbled.parquet", absl::StatusCode::kInvalidArgument, {"row group 0"});
   refused("missing.parquet", absl::StatusCode::kNotFound, {"cannot be read"});
+}
+
+TEST_CASE("Submission checks the first rows against the reward rule, as the worker reads them",
+          "[parquet]") {
+  const ParquetFiles files;
+  for (const std::string format : {".parquet", ".jsonl"}) {
+    INFO(format);
+    // verl's gsm8k rows: rule auto picks gsm8k by their data_source; countdown cannot read them.
+    CHECK(CheckDataHead(files.path("verl" + format), v1::DataSpec(), "auto").ok());
+    CHECK(CheckDataHead(files.path("verl" + format), v1::DataSpec(), "gsm8k").ok());
+    const absl::Status countdown =
+        CheckDataHead(files.path("verl" + format), v1::DataSpec(), "countdown");
+    CHECK_THAT(std::string(countdown.message()),
+               Catch::Contains(files.path("verl" + format) +
+                               ":1: under 'ground_truth' "
+                               "(data.answer_key): ground truth: the countdown rule needs"));
+    // reward_model.ground_truth as a list: the gsm8k rule reads text or a number.
+    const absl::Status listed =
+        CheckDataHead(files.path("list_truth" + format), v1::DataSpec(), "auto");
+    CHECK(listed.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(listed.message()),
+               Catch::Contains(files.path("list_truth" + format) +
+                               ":1: under 'ground_truth' (data.answer_key): ground truth: the "
+                               "gsm8k rule compares with text or a number, and the row has array"));
+    // No data_source: auto has no rule for it. A null ground truth: nothing to compare with.
+    const absl::Status unknown =
+        CheckDataHead(files.path("numbers" + format), v1::DataSpec(), "auto");
+    CHECK_THAT(std::string(unknown.message()),
+               Catch::Contains(":1: data_source '' picks no reward rule under roles.reward.rule "
+                               "auto"));
+    const absl::Status null =
+        CheckDataHead(files.path("numbers" + format), v1::DataSpec(), "exact_match");
+    CHECK_THAT(std::string(null.message()), Catch::Contains(":2: under 'ground_truth'") &&
+                                                Catch::Contains("and the row has null"));
+    // No rule (a reward model scores): the rows need only make prompts.
+    CHECK(CheckDataHead(files.path("numbers" + format), v1::DataSpec(), "").ok());
+  }
 }
 
 // Peak resident memory of this process, in bytes.
@@ -122,7 +159,7 @@ TEST_CASE(
                                          const std::vector<std::string>& words) {
     INFO(name);
     const absl::Time start = absl::Now();
-    const absl::Status checked = CheckParquetHead(files.path(name), v1::DataSpec());
+    const absl::Status checked = CheckDataHead(files.path(name), v1::DataSpec(), "");
     const absl::Duration took = absl::Now() - start;
     INFO(checked << " in " << took);
     CHECK(checked.code() == absl::StatusCode::kInvalidArgument);
@@ -162,7 +199,7 @@ TEST_CASE(
   // and the first rows, so it passes there; the job's start reads every row and fails naming the
   // rows, row group and column (docs/data.md).
   const std::string late = files.path("garbled_late.parquet");
-  CHECK(CheckParquetHead(late, v1::DataSpec()).ok());
+  CHECK(CheckDataHead(late, v1::DataSpec(), "").ok());
   const absl::Status loaded = PromptData::Load({late}, v1::DataSpec()).status();
   INFO(loaded);
   CHECK(loaded.code() == absl::StatusCode::kInvalidArgument);
