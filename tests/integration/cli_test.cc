@@ -165,6 +165,8 @@ TEST_CASE(
   };
   for (const auto& [name, words] : std::vector<std::pair<std::string, std::string>>{
            {"int_prompt.parquet", ":1: the prompt under 'prompt' (data.prompt_key) is a number"},
+           {"list_truth.parquet", ":1: under 'ground_truth' (data.answer_key): ground truth: the "
+                                  "arithmetic rule needs a number, and the row has array"},
            {"truncated.parquet", "is not a Parquet file"},
            {"hollow.parquet", "rows 1001-2000 (row group 1), column '"},
            {"big_cell.parquet", ":2: column 'prompt' holds a string of 5000000 bytes"},
@@ -300,14 +302,31 @@ TEST_CASE("the controller checks a job's files and layout at submission", "[inte
   // A waiting job says why it waits.
   CommandResult status = cluster.Ctl({"status", "job-1"});
   CHECK_THAT(status.out, Catch::Contains("waiting for workers: needs 1 CPU worker: 0 alive"));
-  // submit --from-verl, the conversion done by rlhfctl and the check by the controller.
-  CommandResult verl = cluster.Ctl(
-      {"submit", "--from-verl", "-", "algorithm.adv_estimator=grpo",
-       "actor_rollout_ref.model.path=" + kModel, "data.train_files=" + kData,
-       "actor_rollout_ref.rollout.n=2", "trainer.n_gpus_per_node=1", "data.train_batch_size=8",
-       "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-       "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-       "trainer.experiment_name=from-verl"});
+  // submit --from-verl, the conversion done by rlhfctl and the check by the controller. verl
+  // picks the reward by each row's data_source (rule auto), and the controller checks the first
+  // rows pick one: the fixture's 'arithmetic' rows do not.
+  const std::vector<std::string> verl_args = {
+      "submit", "--from-verl", "-", "algorithm.adv_estimator=grpo",
+      "actor_rollout_ref.model.path=" + kModel, "actor_rollout_ref.rollout.n=2",
+      "trainer.n_gpus_per_node=1", "data.train_batch_size=8",
+      "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+      "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+      "trainer.experiment_name=from-verl"};
+  std::vector<std::string> unscored = verl_args;
+  unscored.push_back("data.train_files=" + kData);
+  CommandResult refused = cluster.Ctl(unscored);
+  CHECK(refused.exit_code == 1);
+  CHECK_THAT(refused.err, Catch::Contains("arithmetic_train.jsonl:1: data_source 'arithmetic' "
+                                          "picks no reward rule under roles.reward.rule auto"));
+  std::string gsm8k_rows;
+  for (int i = 1; i <= 8; ++i) {
+    absl::StrAppend(&gsm8k_rows, R"({"prompt": "What is )", i, R"( + 1?", "data_source": )",
+                    R"("openai/gsm8k", "reward_model": {"ground_truth": ")", i + 1, "\"}}\n");
+  }
+  REQUIRE(WriteFileAtomically(dir.path() + "/gsm8k.jsonl", gsm8k_rows).ok());
+  std::vector<std::string> scored = verl_args;
+  scored.push_back("data.train_files=" + dir.path() + "/gsm8k.jsonl");
+  CommandResult verl = cluster.Ctl(scored);
   INFO(verl.err);
   CHECK(verl.exit_code == 0);
   CHECK_THAT(verl.out, Catch::Contains("submitted job-4 (from-verl)"));
