@@ -25,10 +25,11 @@ struct ParquetReadLimits {
   // column, without being copied.
   int64_t max_cell_bytes = 1 << 20;
   // What Arrow may hold at once for the file (bytes read, pages decompressed, arrays decoded): a
-  // page over it (one cell of 100 MB) is refused naming the rows and column it holds.
-  int64_t max_decode_bytes = 64 << 20;
+  // page over it (one cell of 100 MB at submission's 64 MiB) is refused naming the rows and
+  // column it holds. `batch_rows` rows of the largest a row may be fit well inside it.
+  int64_t max_decode_bytes = 256 << 20;
   // Rows decoded at a time: a page that does not decode is named by these rows.
-  int64_t batch_rows = 1024;
+  int64_t batch_rows = 64;
 };
 
 // Given each row (numbered from 1) as an object of the columns the file has.

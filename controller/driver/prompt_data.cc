@@ -183,7 +183,10 @@ absl::Status CheckDataHead(const std::string& file, const v1::DataSpec& data,
     return CheckRowReward(prompt, where, keys.answer, reward_rule);
   };
   if (IsParquetFile(file)) {
-    const ParquetReadLimits limits{.max_cell_bytes = kMaxRowBytes, .batch_rows = kHeadRows};
+    // A tighter cap than the job's start: a page too large for it (a 100 MB cell) is refused
+    // before it is read, in a fraction of a second.
+    const ParquetReadLimits limits{
+        .max_cell_bytes = kMaxRowBytes, .max_decode_bytes = 64 << 20, .batch_rows = kHeadRows};
     const absl::Status read =
         ReadParquetRows(file, keys.Columns(), limits, [&](int64_t row, nlohmann::json object) {
           RETURN_IF_ERROR(check_row(row, object));

@@ -204,7 +204,7 @@ TEST_CASE(
   INFO(loaded);
   CHECK(loaded.code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(loaded.message()),
-             Catch::Contains(late + ": rows 2001-3000 (row group 2), column '") &&
+             Catch::Contains(late + ": rows 2001-2064 (row group 2), column '") &&
                  Catch::Contains("' does not decode"));
 }
 
