@@ -71,7 +71,10 @@ absl::Status ReadParquetRows(const std::string& file, const std::vector<std::str
   std::call_once(once, [] { plugin = LoadPlugin(); });
   if (plugin.read == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
-        file, " is Parquet, and this controller has no Parquet reader: ", plugin.error,
+        file,
+        " is Parquet, and this program (rlhfd-controller, or rlhfctl validate) has no Parquet "
+        "reader: ",
+        plugin.error,
         ". Build with -DRLHFD_WITH_PARQUET=ON (deploy/setup.sh installs pyarrow), bundle without "
         "RLHFD_BUNDLE_PARQUET=0, set RLHFD_PARQUET_PLUGIN, or give the data as JSONL "
         "(docs/data.md)"));

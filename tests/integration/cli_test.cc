@@ -165,8 +165,9 @@ TEST_CASE(
   };
   for (const auto& [name, words] : std::vector<std::pair<std::string, std::string>>{
            {"int_prompt.parquet", ":1: the prompt under 'prompt' (data.prompt_key) is a number"},
-           {"list_truth.parquet", ":1: under 'ground_truth' (data.answer_key): ground truth: the "
-                                  "arithmetic rule needs a number, and the row has array"},
+           {"list_truth.parquet",
+            ":1: under 'ground_truth' (data.answer_key): ground truth: the "
+            "arithmetic rule needs a number, and the row has array"},
            {"truncated.parquet", "is not a Parquet file"},
            {"hollow.parquet", "rows 1001-2000 (row group 1), column '"},
            {"big_cell.parquet", ":2: column 'prompt' holds a string of 5000000 bytes"},
@@ -306,9 +307,14 @@ TEST_CASE("the controller checks a job's files and layout at submission", "[inte
   // picks the reward by each row's data_source (rule auto), and the controller checks the first
   // rows pick one: the fixture's 'arithmetic' rows do not.
   const std::vector<std::string> verl_args = {
-      "submit", "--from-verl", "-", "algorithm.adv_estimator=grpo",
-      "actor_rollout_ref.model.path=" + kModel, "actor_rollout_ref.rollout.n=2",
-      "trainer.n_gpus_per_node=1", "data.train_batch_size=8",
+      "submit",
+      "--from-verl",
+      "-",
+      "algorithm.adv_estimator=grpo",
+      "actor_rollout_ref.model.path=" + kModel,
+      "actor_rollout_ref.rollout.n=2",
+      "trainer.n_gpus_per_node=1",
+      "data.train_batch_size=8",
       "actor_rollout_ref.actor.ppo_mini_batch_size=4",
       "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
       "trainer.experiment_name=from-verl"};

@@ -1105,7 +1105,8 @@ TEST_CASE("rlhfctl submit --wait, metrics --follow and export", "[driver][cli]")
   {
     // Past the rows submission reads (controller::kHeadRows), so the job's start finds it.
     std::ofstream out(bad);
-    for (int i = 0; i < 16; ++i) out << "{\"prompt\": \"What is 1 + 1?\", \"ground_truth\": \"2\"}\n";
+    for (int i = 0; i < 16; ++i)
+      out << "{\"prompt\": \"What is 1 + 1?\", \"ground_truth\": \"2\"}\n";
     out << "{\"prompt\": 3}\n";
   }
   std::vector<std::string> failing = {"--wait", "submit", kSource + "/configs/tiny-cpu-demo.yaml",

@@ -25,13 +25,12 @@ TEST_CASE("data.md lists the data sources rule auto scores, as the rule table ha
   for (const RewardRuleInfo& rule : RewardRules()) {
     if (rule.data_sources.empty()) continue;
     std::vector<std::string> sources;
-    for (absl::string_view source :
-         absl::StrSplit(absl::string_view(rule.data_sources.data(), rule.data_sources.size()),
-                        ", ")) {
+    for (absl::string_view source : absl::StrSplit(
+             absl::string_view(rule.data_sources.data(), rule.data_sources.size()), ", ")) {
       sources.push_back(absl::StrCat("`", source, "`"));
     }
-    const std::string row = absl::StrCat("| `", std::string(rule.name), "` | ",
-                                         absl::StrJoin(sources, ", "), " |");
+    const std::string row =
+        absl::StrCat("| `", std::string(rule.name), "` | ", absl::StrJoin(sources, ", "), " |");
     INFO(row);
     CHECK_THAT(*doc, Catch::Contains(row));
   }
