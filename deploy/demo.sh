@@ -27,7 +27,9 @@ else
   build_dir="${RLHFD_BUILD_DIR:-${repo_root}/build}"
   "${repo_root}/deploy/setup.sh"
   # Only the three programs the demo runs (and the controller's Parquet plugin), not the tests
-  # and benchmarks (129 of the 188 objects).
+  # and benchmarks (docs/PERFORMANCE.md counts the build steps and times a first run). Ninja's
+  # [step/total] lines are the progress.
+  echo "== building rlhfd-controller, rlhfd-worker, rlhfctl in ${build_dir}"
   "${repo_root}/deploy/build.sh" rlhfd-controller rlhfd-worker rlhfctl
   controller_bin="${build_dir}/controller/rlhfd-controller"
   worker_bin="${build_dir}/worker/rlhfd-worker"

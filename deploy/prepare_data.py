@@ -12,7 +12,7 @@
     # problem. A test set wants a far seed and --exclude (which drops the training set's prompts
     # and says how many).
 
-    # verl's parquet files (pip install pandas pyarrow), row by row, keys kept.
+    # verl's parquet files (pyarrow, in .venv), row by row, keys kept.
     python deploy/prepare_data.py parquet ~/data/gsm8k/train.parquet data/gsm8k/train.jsonl
 
 Each row: {"prompt": [{"role": "user", "content": ...}], "ground_truth": "...",
@@ -20,6 +20,7 @@ Each row: {"prompt": [{"role": "user", "content": ...}], "ground_truth": "...",
 which rlhfd reads too.
 """
 import argparse
+import base64
 import json
 import os
 import sys
@@ -107,24 +108,37 @@ def from_reasoning_gym(args):
 
 
 def plain(value):
-    """numpy arrays and scalars from a parquet row as JSON values."""
-    if hasattr(value, "tolist"):
-        value = value.tolist()
+    """A parquet cell (as pyarrow's to_pylist gives it) as a JSON value: bytes as base64 text,
+    dates, times and decimals as their text."""
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
+        # A map column reads as a list of (key, value) pairs.
+        if value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
+            return {str(k): plain(v) for k, v in value}
         return [plain(v) for v in value]
-    return value
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode("ascii")
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
 
 
 def from_parquet(args):
     try:
-        import pandas
+        import pyarrow.parquet as pq
     except ImportError:
-        sys.exit("pandas (and pyarrow) are not installed: pip install pandas pyarrow")
-    frame = pandas.read_parquet(os.path.expanduser(args.input))
-    write_rows(({k: plain(v) for k, v in row.items()} for row in frame.to_dict(orient="records")),
-               args.out)
+        sys.exit("pyarrow is not installed: pip install pyarrow (deploy/setup.sh installs it in "
+                 ".venv)")
+    parquet = pq.ParquetFile(os.path.expanduser(args.input))
+
+    def rows():
+        # A row group at a time: the whole file is never held as Python objects.
+        for group in range(parquet.num_row_groups):
+            for row in parquet.read_row_group(group).to_pylist():
+                yield {k: plain(v) for k, v in row.items()}
+
+    write_rows(rows(), args.out)
 
 
 def main():

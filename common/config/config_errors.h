@@ -32,6 +32,16 @@ class ConfigErrors {
                                        : absl::StrCat(source_, ": ", key_path, ": ", message));
   }
 
+  // A problem whose message names the file already (a syntax error, a file that cannot be read).
+  void AddNamed(absl::string_view message) {
+    paths_.emplace_back();
+    if (errors_.size() >= kMaxErrors) {
+      ++dropped_;
+      return;
+    }
+    errors_.emplace_back(message);
+  }
+
   // Problems found later that follow from `earlier`'s (a value already refused, replaced by
   // its default, would otherwise be reported again as an inconsistency) are left out: those at
   // an earlier key or below it, and those whose message names one.

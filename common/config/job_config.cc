@@ -3,6 +3,8 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <optional>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -38,8 +40,11 @@ void RefuseInterpolations(const nlohmann::json& node, const std::string& path,
   }
 }
 
-absl::StatusOr<LoadedConfig> SpecFromDocument(const nlohmann::json& document,
-                                              absl::string_view source) {
+// The spec of `document` with every problem added to `errors`; nullopt only when no spec can be
+// made of it at all. The checks run even after schema errors, so one pass reports everything;
+// what follows from a value already refused (its default stood in) is left out.
+std::optional<LoadedConfig> SpecFromDocument(const nlohmann::json& document,
+                                             absl::string_view source, ConfigErrors* errors) {
   ConfigErrors schema_errors{std::string(source)};
   RefuseInterpolations(document, "", &schema_errors);
   nlohmann::json normalized =
@@ -52,19 +57,20 @@ absl::StatusOr<LoadedConfig> SpecFromDocument(const nlohmann::json& document,
   auto parsed =
       google::protobuf::util::JsonStringToMessage(normalized.dump(), &loaded.spec, options);
   if (!parsed.ok()) {
-    RETURN_IF_ERROR(schema_errors.ToStatus());
+    errors->Append(schema_errors);
     // The schema walk should have caught everything the parser refuses.
-    return absl::InternalError(
-        absl::StrCat(source, ": config passed the schema check but not protobuf's parser (",
-                     parsed.ToString(), "); please report this"));
+    if (schema_errors.empty()) {
+      errors->AddNamed(absl::StrCat(source,
+                                    ": config passed the schema check but not protobuf's parser (",
+                                    parsed.ToString(), "); please report this"));
+    }
+    return std::nullopt;
   }
-  // The checks run even after schema errors, so one pass reports everything; what follows from
-  // a value already refused (its default stood in) is left out.
-  ConfigErrors errors{std::string(source)};
-  errors.SuppressConsequencesOf(schema_errors);
-  CompleteAndValidateJobSpec(&loaded.spec, &errors, &loaded.derived);
-  schema_errors.Append(errors);
-  RETURN_IF_ERROR(schema_errors.ToStatus());
+  ConfigErrors checks{std::string(source)};
+  checks.SuppressConsequencesOf(schema_errors);
+  CompleteAndValidateJobSpec(&loaded.spec, &checks, &loaded.derived);
+  errors->Append(schema_errors);
+  errors->Append(checks);
   return loaded;
 }
 
@@ -83,18 +89,36 @@ absl::StatusOr<Result> Guarded(absl::string_view source, Body body) {
 
 }  // namespace
 
+std::optional<LoadedConfig> LoadConfigCollectingErrors(absl::string_view text,
+                                                       absl::string_view source,
+                                                       const std::vector<std::string>& overrides,
+                                                       ConfigErrors* errors) {
+  absl::StatusOr<std::optional<LoadedConfig>> loaded = Guarded<std::optional<LoadedConfig>>(
+      source, [&]() -> absl::StatusOr<std::optional<LoadedConfig>> {
+        nlohmann::json document = nlohmann::json::object();
+        if (!text.empty()) {
+          ASSIGN_OR_RETURN(document, ParseConfigDocument(text, source));
+        }
+        if (!ApplyOverrides(overrides, &document, errors)) {
+          return std::optional<LoadedConfig>();
+        }
+        return SpecFromDocument(document, source, errors);
+      });
+  if (!loaded.ok()) {
+    // Text that does not parse leaves nothing to check.
+    errors->AddNamed(loaded.status().message());
+    return std::nullopt;
+  }
+  return *std::move(loaded);
+}
+
 absl::StatusOr<LoadedConfig> LoadConfig(absl::string_view text, absl::string_view source,
                                         const std::vector<std::string>& overrides) {
-  return Guarded<LoadedConfig>(source, [&]() -> absl::StatusOr<LoadedConfig> {
-    nlohmann::json document = nlohmann::json::object();
-    if (!text.empty()) {
-      ASSIGN_OR_RETURN(document, ParseConfigDocument(text, source));
-    }
-    if (absl::Status applied = ApplyOverrides(overrides, &document); !applied.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": ", applied.message()));
-    }
-    return SpecFromDocument(document, source);
-  });
+  ConfigErrors errors{std::string(source)};
+  std::optional<LoadedConfig> loaded = LoadConfigCollectingErrors(text, source, overrides, &errors);
+  RETURN_IF_ERROR(errors.ToStatus());
+  if (!loaded) return absl::InternalError(absl::StrCat(source, ": no spec and no error"));
+  return *std::move(loaded);
 }
 
 absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, absl::string_view source,
@@ -125,8 +149,11 @@ absl::StatusOr<v1::JobSpec> CompleteJobSpec(const v1::JobSpec& spec, absl::strin
     }
     ASSIGN_OR_RETURN(nlohmann::json document,
                      ParseConfigDocument(json, absl::StrCat(source, ".json")));
-    ASSIGN_OR_RETURN(LoadedConfig loaded, SpecFromDocument(document, source));
-    return std::move(loaded.spec);
+    ConfigErrors errors{std::string(source)};
+    std::optional<LoadedConfig> loaded = SpecFromDocument(document, source, &errors);
+    RETURN_IF_ERROR(errors.ToStatus());
+    if (!loaded) return absl::InternalError(absl::StrCat(source, ": no spec and no error"));
+    return std::move(loaded->spec);
   });
 }
 

@@ -3,12 +3,14 @@
 // of a config's problems are reported together.
 #pragma once
 
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/config/config_errors.h"
 #include "rlhfd/v1/job_spec.pb.h"
 
 namespace rlhfd::config {
@@ -26,6 +28,16 @@ struct LoadedConfig {
 // `source` (the file name) appears in every error.
 absl::StatusOr<LoadedConfig> LoadConfig(absl::string_view text, absl::string_view source,
                                         const std::vector<std::string>& overrides = {});
+
+// LoadConfig for callers that check more of the job (the files it names) and report everything
+// at once: every problem goes to `errors`, and a config with problems still yields its spec (a
+// refused value replaced by its default) for the further checks. nullopt only when the text does
+// not parse (a YAML syntax error; a bad override is one problem among the others): nothing more
+// can be checked.
+std::optional<LoadedConfig> LoadConfigCollectingErrors(absl::string_view text,
+                                                       absl::string_view source,
+                                                       const std::vector<std::string>& overrides,
+                                                       ConfigErrors* errors);
 
 // LoadConfig's spec.
 absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, absl::string_view source,

@@ -233,7 +233,8 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
   // data
   const auto& data = spec->data();
   if (data.train_files().empty()) {
-    check.Fail("data.train_files", "is required: list at least one JSONL file of prompts");
+    check.Fail("data.train_files",
+               "is required: list at least one file of prompts (JSONL or Parquet)");
   }
   check.Within("data.max_prompt_length", data.max_prompt_length(), 1, 1 << 20);
   check.Within("data.max_response_length", data.max_response_length(), 1, 1 << 20);

@@ -1,11 +1,14 @@
 // Lookups over the rule table.
 #include "common/config/reward_rules.h"
 
+#include <charconv>
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/util/text.h"
 
 namespace rlhfd::config {
 namespace {
@@ -59,6 +62,83 @@ std::string_view KnownDataSources() {
     return sources;
   }();
   return list;
+}
+
+absl::StatusOr<std::string_view> RuleForRow(std::string_view rule, std::string_view data_source) {
+  if (rule != kAutoRewardRule) return rule;
+  const std::string_view picked = RuleForDataSource(data_source);
+  if (picked.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data_source '", SanitizeForDisplay(View(data_source), 80),
+        "' picks no reward rule under roles.reward.rule auto (known: ", View(KnownDataSources()),
+        "); name a rule instead"));
+  }
+  return picked;
+}
+
+absl::StatusOr<GroundTruth> ReadGroundTruth(std::string_view rule, const nlohmann::json& truth) {
+  const RewardRuleInfo* info = nullptr;
+  for (const RewardRuleInfo& row : kRewardRules) {
+    if (row.name == rule) info = &row;
+  }
+  if (info == nullptr || info->ground_truth == GroundTruthKind::kNone) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", SanitizeForDisplay(View(rule), 60), "' is not a rule that scores"));
+  }
+  GroundTruth read;
+  switch (info->ground_truth) {
+    case GroundTruthKind::kTextOrNumber:
+      if (truth.is_string()) {
+        read.text = truth.get<std::string>();
+        return read;
+      }
+      if (truth.is_number()) {
+        read.text = truth.dump();
+        return read;
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ground truth: the ", View(rule),
+          " rule compares with text or a number, and the row has ", truth.type_name()));
+    case GroundTruthKind::kNumber:
+      if (truth.is_number()) {
+        read.number = truth.get<double>();
+        return read;
+      }
+      if (truth.is_string()) {
+        const std::string& text = truth.get_ref<const std::string&>();
+        const auto [end, error] =
+            std::from_chars(text.data(), text.data() + text.size(), read.number);
+        if (error == std::errc() && end == text.data() + text.size()) return read;
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ground truth: the ", View(rule), " rule needs a number, and the row has ",
+          truth.is_string()
+              ? absl::StrCat("\"", SanitizeForDisplay(truth.get<std::string>(), 40), "\"")
+              : std::string(truth.type_name())));
+    case GroundTruthKind::kTargetAndNumbers: {
+      const absl::Status shape = absl::InvalidArgumentError(
+          absl::StrCat("ground truth: the ", View(rule),
+                       " rule needs {\"target\": number, \"numbers\": [integers]}, and the row "
+                       "has ",
+                       truth.type_name()));
+      if (!truth.is_object()) return shape;
+      const auto target = truth.find("target");
+      const auto numbers = truth.find("numbers");
+      if (target == truth.end() || !target->is_number() || numbers == truth.end() ||
+          !numbers->is_array()) {
+        return shape;
+      }
+      read.number = target->get<double>();
+      for (const nlohmann::json& number : *numbers) {
+        if (!number.is_number_integer()) return shape;
+        read.numbers.push_back(number.get<int64_t>());
+      }
+      return read;
+    }
+    case GroundTruthKind::kNone:
+      break;
+  }
+  return absl::InternalError("unreachable");
 }
 
 }  // namespace rlhfd::config

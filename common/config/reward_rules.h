@@ -4,15 +4,29 @@
 // none. Adding a rule is a row here plus its function there.
 #pragma once
 
+#include <cstdint>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
 
 namespace rlhfd::config {
+
+// What a rule reads of a row's ground truth.
+enum class GroundTruthKind {
+  kTextOrNumber,      // a string as it is, a number as JSON writes it
+  kNumber,            // a number, or a string that is one
+  kTargetAndNumbers,  // {"target": number, "numbers": [integers]} (countdown)
+  kNone,              // "auto": the rule its row's data_source picks reads it
+};
 
 struct RewardRuleInfo {
   std::string_view name;
   std::string_view summary;
+  GroundTruthKind ground_truth;
   // The data_source values roles.reward.rule auto scores with this rule, ", "-separated; a
   // trailing '*' matches any source that starts with what precedes it.
   std::string_view data_sources;
@@ -23,20 +37,24 @@ inline constexpr RewardRuleInfo kRewardRules[] = {
     {"gsm8k",
      "the number after the last \"#### \" in the response's last 300 characters equals the ground "
      "truth (verl's gsm8k, strict)",
+     GroundTruthKind::kTextOrNumber,
      // deploy/prepare_data.py writes reasoning-gym problems in GSM8K's shape.
      "openai/gsm8k, reasoning_gym/*"},
     {"math", "the last \\boxed{...} equals the ground truth after verl's LaTeX normalisation",
+     GroundTruthKind::kTextOrNumber,
      "lighteval/MATH, DigitalLearningGmbH/MATH-lighteval, HuggingFaceH4/MATH-500"},
-    {"exact_match", "the response equals the ground truth, surrounding whitespace aside", ""},
+    {"exact_match", "the response equals the ground truth, surrounding whitespace aside",
+     GroundTruthKind::kTextOrNumber, ""},
     {"countdown",
      "<answer>equation</answer> uses each given number once and evaluates to the target: 1; "
      "well-formed but wrong: 0.1 (verl's countdown)",
-     "countdown"},
+     GroundTruthKind::kTargetAndNumbers, "countdown"},
     {"arithmetic",
      "the number the response starts with equals the ground truth: 1; another number: 0.1 (the "
      "quickstart's task)",
-     "rlhfd/arithmetic"},
-    {"auto", "the rule for each row's data_source, as verl's default reward chooses", ""},
+     GroundTruthKind::kNumber, "rlhfd/arithmetic"},
+    {"auto", "the rule for each row's data_source, as verl's default reward chooses",
+     GroundTruthKind::kNone, ""},
 };
 
 // The rule name that picks a rule per row.
@@ -56,5 +74,21 @@ std::string_view RuleForDataSource(std::string_view data_source);
 
 // "openai/gsm8k, reasoning_gym/*, ..." for error messages.
 std::string_view KnownDataSources();
+
+// A row's ground truth as rule `rule` (not "auto") reads it: the text rules' text, the arithmetic
+// rule's number, or countdown's target and numbers. INVALID_ARGUMENT naming the rule and what it
+// needs when `truth` is not of the rule's kind: the worker scores with it, and submission checks
+// a data file's first rows with it, so both refuse the same rows.
+struct GroundTruth {
+  std::string text;              // kTextOrNumber
+  double number = 0;             // kNumber; kTargetAndNumbers: the target
+  std::vector<int64_t> numbers;  // kTargetAndNumbers
+};
+absl::StatusOr<GroundTruth> ReadGroundTruth(std::string_view rule, const nlohmann::json& truth);
+
+// The rule a row of `data_source` is scored with under roles.reward.rule `rule`: `rule` itself,
+// or for "auto" RuleForDataSource's; INVALID_ARGUMENT naming the source and the known ones when
+// "auto" has none for it.
+absl::StatusOr<std::string_view> RuleForRow(std::string_view rule, std::string_view data_source);
 
 }  // namespace rlhfd::config

@@ -4,9 +4,11 @@
 
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/config/config_errors.h"
 #include "common/config/config_printer.h"
 #include "common/config/job_config.h"
 #include "common/config/job_defaults.h"
@@ -94,17 +96,18 @@ int Validate(const std::string& path, bool from_verl, std::vector<std::string> o
     return absl::IsInvalidArgument(text.status()) ? kExitFailed : kExitUsage;
   }
   const std::string source = from_verl ? absl::StrCat(path, ".json") : path;
-  auto loaded = config::LoadConfig(*text, source, overrides);
-  if (loaded.ok()) {
+  // The config's problems and those of the files it names on this machine, all at once, as the
+  // controller reports them at submission.
+  config::ConfigErrors problems(source);
+  std::optional<config::LoadedConfig> loaded =
+      config::LoadConfigCollectingErrors(*text, source, overrides, &problems);
+  if (loaded) {
     char cwd[4096];
     const std::string base_dir = ::getcwd(cwd, sizeof(cwd)) != nullptr ? cwd : "";
-    if (absl::Status files = controller::ResolveAndCheckFiles(base_dir, source, &loaded->spec);
-        !files.ok()) {
-      loaded = files;
-    }
+    controller::ResolveAndCheckFiles(base_dir, &loaded->spec, &problems);
   }
-  if (!loaded.ok()) {
-    std::cerr << "error: " << loaded.status().message() << "\n";
+  if (absl::Status status = problems.ToStatus(); !status.ok()) {
+    std::cerr << "error: " << status.message() << "\n";
     return kExitFailed;
   }
   if (absl::GetFlag(FLAGS_json)) {

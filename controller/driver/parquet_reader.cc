@@ -6,10 +6,14 @@
 #include <arrow/io/file.h>
 #include <parquet/arrow/reader.h>
 #include <parquet/arrow/schema.h>
+#include <parquet/metadata.h>
+#include <parquet/properties.h>
 
+#include <algorithm>
 #include <exception>
 #include <filesystem>
 #include <set>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -29,9 +33,23 @@ nlohmann::json NumberAt(const arrow::Array& array, int64_t i) {
   return static_cast<const arrow::NumericArray<ArrowType>&>(array).Value(i);
 }
 
+// A string cell's text, refused when over the limit: it is not copied (a 100 MB cell would be,
+// twice over, before the row check could refuse it).
+absl::StatusOr<nlohmann::json> Text(std::string_view view, const std::string& column,
+                                    int64_t max_cell_bytes) {
+  if (static_cast<int64_t>(view.size()) > max_cell_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("column '", column, "' holds a string of ", view.size(), " bytes, over the ",
+                     max_cell_bytes,
+                     " bytes a cell may (what one row may carry to the workers): shorten it, "
+                     "or leave the row out"));
+  }
+  return nlohmann::json(std::string(view));
+}
+
 // The JSON value of `array`'s element `i`; `column` (the top-level column) names it in errors.
-absl::StatusOr<nlohmann::json> Cell(const arrow::Array& array, int64_t i,
-                                    const std::string& column) {
+absl::StatusOr<nlohmann::json> Cell(const arrow::Array& array, int64_t i, const std::string& column,
+                                    int64_t max_cell_bytes) {
   if (array.IsNull(i)) return nlohmann::json(nullptr);
   switch (array.type_id()) {
     case arrow::Type::NA:
@@ -59,13 +77,13 @@ absl::StatusOr<nlohmann::json> Cell(const arrow::Array& array, int64_t i,
     case arrow::Type::DOUBLE:
       return NumberAt<arrow::DoubleType>(array, i);
     case arrow::Type::STRING:
-      return nlohmann::json(std::string(static_cast<const arrow::StringArray&>(array).GetView(i)));
+      return Text(static_cast<const arrow::StringArray&>(array).GetView(i), column, max_cell_bytes);
     case arrow::Type::LARGE_STRING:
-      return nlohmann::json(
-          std::string(static_cast<const arrow::LargeStringArray&>(array).GetView(i)));
+      return Text(static_cast<const arrow::LargeStringArray&>(array).GetView(i), column,
+                  max_cell_bytes);
     case arrow::Type::STRING_VIEW:
-      return nlohmann::json(
-          std::string(static_cast<const arrow::StringViewArray&>(array).GetView(i)));
+      return Text(static_cast<const arrow::StringViewArray&>(array).GetView(i), column,
+                  max_cell_bytes);
     case arrow::Type::LIST:
     case arrow::Type::LARGE_LIST:
     case arrow::Type::FIXED_SIZE_LIST: {
@@ -89,7 +107,7 @@ absl::StatusOr<nlohmann::json> Cell(const arrow::Array& array, int64_t i,
       }
       nlohmann::json items = nlohmann::json::array();
       for (int64_t k = 0; k < length; ++k) {
-        absl::StatusOr<nlohmann::json> item = Cell(*values, begin + k, column);
+        absl::StatusOr<nlohmann::json> item = Cell(*values, begin + k, column, max_cell_bytes);
         if (!item.ok()) return item.status();
         items.push_back(*std::move(item));
       }
@@ -99,7 +117,7 @@ absl::StatusOr<nlohmann::json> Cell(const arrow::Array& array, int64_t i,
       const auto& record = static_cast<const arrow::StructArray&>(array);
       nlohmann::json object = nlohmann::json::object();
       for (int k = 0; k < record.num_fields(); ++k) {
-        absl::StatusOr<nlohmann::json> value = Cell(*record.field(k), i, column);
+        absl::StatusOr<nlohmann::json> value = Cell(*record.field(k), i, column, max_cell_bytes);
         if (!value.ok()) return value.status();
         object[record.struct_type()->field(k)->name()] = *std::move(value);
       }
@@ -109,13 +127,13 @@ absl::StatusOr<nlohmann::json> Cell(const arrow::Array& array, int64_t i,
       const auto& map = static_cast<const arrow::MapArray&>(array);
       nlohmann::json object = nlohmann::json::object();
       for (int64_t k = map.value_offset(i); k < map.value_offset(i) + map.value_length(i); ++k) {
-        absl::StatusOr<nlohmann::json> key = Cell(*map.keys(), k, column);
+        absl::StatusOr<nlohmann::json> key = Cell(*map.keys(), k, column, max_cell_bytes);
         if (!key.ok()) return key.status();
         if (!key->is_string()) {
           return absl::InvalidArgumentError(
               absl::StrCat("column '", column, "' holds a map whose keys are not strings"));
         }
-        absl::StatusOr<nlohmann::json> value = Cell(*map.items(), k, column);
+        absl::StatusOr<nlohmann::json> value = Cell(*map.items(), k, column, max_cell_bytes);
         if (!value.ok()) return value.status();
         object[key->get<std::string>()] = *std::move(value);
       }
@@ -123,7 +141,7 @@ absl::StatusOr<nlohmann::json> Cell(const arrow::Array& array, int64_t i,
     }
     case arrow::Type::DICTIONARY: {
       const auto& encoded = static_cast<const arrow::DictionaryArray&>(array);
-      return Cell(*encoded.dictionary(), encoded.GetValueIndex(i), column);
+      return Cell(*encoded.dictionary(), encoded.GetValueIndex(i), column, max_cell_bytes);
     }
     default:
       return absl::InvalidArgumentError(absl::StrCat(
@@ -138,8 +156,52 @@ void Leaves(const parquet::arrow::SchemaField& field, std::vector<int>* out) {
   for (const parquet::arrow::SchemaField& child : field.children) Leaves(child, out);
 }
 
+// A top-level column a row is made of, and the leaf columns a row group is read by.
+struct RowColumn {
+  std::string name;
+  std::vector<int> leaves;
+};
+
+// "rows 4-6 (row group 1)", or "row 4 (row group 1)".
+std::string Rows(int group, int64_t first, int64_t last) {
+  return first == last ? absl::StrCat("row ", first, " (row group ", group, ")")
+                       : absl::StrCat("rows ", first, "-", last, " (row group ", group, ")");
+}
+
+// Every row group's column chunks of `columns` lie inside the file: what a truncated or
+// overwritten footer betrays without decoding a page.
+absl::Status CheckChunksInFile(const std::string& file, const parquet::FileMetaData& metadata,
+                               const std::vector<RowColumn>& columns, int64_t file_size) {
+  int64_t first_row = 1;
+  for (int group = 0; group < metadata.num_row_groups(); ++group) {
+    const std::unique_ptr<parquet::RowGroupMetaData> row_group = metadata.RowGroup(group);
+    const int64_t rows = row_group->num_rows();
+    if (rows < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ": row group ", group, " claims ", rows,
+                                                     " rows; the file is corrupt"));
+    }
+    for (const RowColumn& column : columns) {
+      for (int leaf : column.leaves) {
+        const std::unique_ptr<parquet::ColumnChunkMetaData> chunk = row_group->ColumnChunk(leaf);
+        const int64_t start = chunk->has_dictionary_page() && chunk->dictionary_page_offset() > 0
+                                  ? chunk->dictionary_page_offset()
+                                  : chunk->data_page_offset();
+        const int64_t size = chunk->total_compressed_size();
+        if (start < 0 || size < 0 || start > file_size || size > file_size - start) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              file, ": ", Rows(group, first_row, first_row + rows - 1), ", column '", column.name,
+              "': its data is said to lie at bytes ", start, "+", size, ", outside the file's ",
+              file_size, " bytes; the file is truncated or corrupt: write it again"));
+        }
+      }
+    }
+    first_row += rows;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadRows(const std::string& file, const std::vector<std::string>& columns,
-                      const ParquetRowVisitor& visit) {
+                      const ParquetReadLimits& limits, const ParquetRowVisitor& visit) {
   std::error_code ignored;
   if (!std::filesystem::exists(file, ignored)) {
     return absl::NotFoundError(
@@ -147,46 +209,98 @@ absl::Status ReadRows(const std::string& file, const std::vector<std::string>& c
                      " cannot be read (data.train_files / val_files): it must exist on "
                      "the controller's machine"));
   }
+  // Everything Arrow allocates for this file (the bytes it reads, the pages it decompresses, the
+  // arrays it decodes) comes from this pool: a page over the cap (a huge cell) fails to decode
+  // rather than taking the controller's memory. Pages are read one at a time through a buffered
+  // stream, not a column chunk (or, pre-buffered, a row group) at once.
+  arrow::CappedMemoryPool pool(arrow::default_memory_pool(), limits.max_decode_bytes);
   arrow::Result<std::shared_ptr<arrow::io::ReadableFile>> input =
-      arrow::io::ReadableFile::Open(file);
+      arrow::io::ReadableFile::Open(file, &pool);
   if (!input.ok()) return FromArrow(input.status(), file);
-  arrow::Result<std::unique_ptr<parquet::arrow::FileReader>> opened =
-      parquet::arrow::OpenFile(*input, arrow::default_memory_pool());
-  if (!opened.ok()) {
-    return FromArrow(opened.status(), absl::StrCat(file, " is not a Parquet file"));
+  arrow::Result<int64_t> file_size = (*input)->GetSize();
+  if (!file_size.ok()) return FromArrow(file_size.status(), file);
+  parquet::ReaderProperties properties(&pool);
+  properties.enable_buffered_stream();
+  properties.set_buffer_size(64 << 10);
+  parquet::ArrowReaderProperties arrow_properties(/*use_threads=*/false);
+  arrow_properties.set_pre_buffer(false);
+  arrow_properties.set_batch_size(limits.batch_rows);
+  parquet::arrow::FileReaderBuilder builder;
+  if (arrow::Status opened = builder.Open(*input, properties); !opened.ok()) {
+    return FromArrow(opened, absl::StrCat(file,
+                                          " is not a Parquet file (its footer does not "
+                                          "decode; a truncated file reads so)"));
   }
-  parquet::arrow::FileReader& reader = **opened;
+  std::unique_ptr<parquet::arrow::FileReader> built;
+  if (arrow::Status made = builder.memory_pool(&pool)->properties(arrow_properties)->Build(&built);
+      !made.ok()) {
+    return FromArrow(made, absl::StrCat(file, " is not a Parquet file"));
+  }
+  parquet::arrow::FileReader& reader = *built;
   const std::set<std::string> wanted(columns.begin(), columns.end());
-  std::vector<int> leaves;
+  std::vector<RowColumn> row_columns;
   std::vector<std::string> names;
   for (const parquet::arrow::SchemaField& field : reader.manifest().schema_fields) {
     names.push_back(field.field->name());
-    if (wanted.count(field.field->name())) Leaves(field, &leaves);
+    if (!wanted.count(field.field->name())) continue;
+    RowColumn column{.name = field.field->name()};
+    Leaves(field, &column.leaves);
+    if (!column.leaves.empty()) row_columns.push_back(std::move(column));
   }
-  if (leaves.empty()) {
+  if (row_columns.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         file, " has none of the columns ", absl::StrJoin(columns, ", "),
         " (its columns: ", absl::StrJoin(names, ", "), "; data.prompt_key names the prompt's)"));
   }
+  const std::shared_ptr<parquet::FileMetaData> metadata = reader.parquet_reader()->metadata();
+  if (absl::Status chunks = CheckChunksInFile(file, *metadata, row_columns, *file_size);
+      !chunks.ok()) {
+    return chunks;
+  }
   int64_t row = 0;
   for (int group = 0; group < reader.num_row_groups(); ++group) {
-    arrow::Result<std::shared_ptr<arrow::Table>> table = reader.ReadRowGroup(group, leaves);
-    const std::string where =
-        absl::StrCat(file, ": row group ", group, " (from row ", row + 1, ")");
-    if (!table.ok()) return FromArrow(table.status(), absl::StrCat(where, " does not decode"));
-    arrow::TableBatchReader batches(**table);
-    std::shared_ptr<arrow::RecordBatch> batch;
-    while (true) {
-      if (arrow::Status next = batches.ReadNext(&batch); !next.ok()) {
-        return FromArrow(next, absl::StrCat(where, " does not decode"));
+    const int64_t group_end = row + metadata->RowGroup(group)->num_rows();
+    // One reader per column, read in step, so that a page that does not decode names its column.
+    std::vector<std::unique_ptr<arrow::RecordBatchReader>> readers;
+    for (const RowColumn& column : row_columns) {
+      auto opened = reader.GetRecordBatchReader({group}, column.leaves);
+      if (!opened.ok()) {
+        return FromArrow(opened.status(), absl::StrCat(file, ": ", Rows(group, row + 1, group_end),
+                                                       ", column '", column.name, "'"));
       }
-      if (batch == nullptr) break;
-      for (int64_t i = 0; i < batch->num_rows(); ++i) {
+      readers.push_back(*std::move(opened));
+    }
+    while (row < group_end) {
+      const int64_t last = std::min(group_end, row + limits.batch_rows);
+      std::vector<std::shared_ptr<arrow::RecordBatch>> batches(row_columns.size());
+      for (size_t c = 0; c < row_columns.size(); ++c) {
+        const std::string where = absl::StrCat(file, ": ", Rows(group, row + 1, last), ", column '",
+                                               row_columns[c].name, "'");
+        arrow::Status next = readers[c]->ReadNext(&batches[c]);
+        if (next.IsOutOfMemory()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, ": decoding needs more than the ", limits.max_decode_bytes,
+              " bytes this reader holds at once for a file, so a cell there is far larger than "
+              "the ",
+              limits.max_cell_bytes,
+              " bytes one may be (or the file's pages are): "
+              "shorten it, or leave the row out"));
+        }
+        if (!next.ok()) return FromArrow(next, absl::StrCat(where, " does not decode"));
+        if (batches[c] == nullptr || batches[c]->num_rows() != last - row ||
+            batches[c]->num_columns() != 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, " does not decode: the column holds fewer rows than its row group says (",
+              metadata->RowGroup(group)->num_rows(), "); the file is corrupt"));
+        }
+      }
+      for (int64_t i = 0; row < last; ++i) {
         ++row;
         nlohmann::json object = nlohmann::json::object();
-        for (int c = 0; c < batch->num_columns(); ++c) {
-          const std::string& name = batch->schema()->field(c)->name();
-          absl::StatusOr<nlohmann::json> value = Cell(*batch->column(c), i, name);
+        for (size_t c = 0; c < row_columns.size(); ++c) {
+          const std::string& name = row_columns[c].name;
+          absl::StatusOr<nlohmann::json> value =
+              Cell(*batches[c]->column(0), i, name, limits.max_cell_bytes);
           if (!value.ok()) {
             return absl::InvalidArgumentError(
                 absl::StrCat(file, ":", row, ": ", value.status().message()));
@@ -204,12 +318,13 @@ absl::Status ReadRows(const std::string& file, const std::vector<std::string>& c
 
 }  // namespace rlhfd::controller
 
-// The plugin's entry point (kParquetReaderSymbol); nothing it throws leaves it.
-extern "C" absl::Status rlhfd_read_parquet_rows_v1(
+// The plugin's entry point (kEntryPoint in parquet_rows.cc); nothing it throws leaves it.
+extern "C" absl::Status rlhfd_read_parquet_rows_v2(
     const std::string& file, const std::vector<std::string>& columns,
+    const rlhfd::controller::ParquetReadLimits& limits,
     const rlhfd::controller::ParquetRowVisitor& visit) {
   try {
-    return rlhfd::controller::ReadRows(file, columns, visit);
+    return rlhfd::controller::ReadRows(file, columns, limits, visit);
   } catch (const std::exception& error) {
     return absl::InvalidArgumentError(
         absl::StrCat(file, " does not read as Parquet: ", error.what()));

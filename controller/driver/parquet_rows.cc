@@ -16,9 +16,9 @@ namespace rlhfd::controller {
 namespace {
 
 using ReadFn = absl::Status (*)(const std::string&, const std::vector<std::string>&,
-                                const ParquetRowVisitor&);
+                                const ParquetReadLimits&, const ParquetRowVisitor&);
 constexpr char kPluginFile[] = "librlhfd_parquet.so";
-constexpr char kEntryPoint[] = "rlhfd_read_parquet_rows_v1";
+constexpr char kEntryPoint[] = "rlhfd_read_parquet_rows_v2";
 
 std::string ExecutableDirectory() {
   char path[PATH_MAX] = {};
@@ -65,18 +65,21 @@ Plugin LoadPlugin() {
 }  // namespace
 
 absl::Status ReadParquetRows(const std::string& file, const std::vector<std::string>& columns,
-                             const ParquetRowVisitor& visit) {
+                             const ParquetReadLimits& limits, const ParquetRowVisitor& visit) {
   static std::once_flag once;
   static Plugin plugin;
   std::call_once(once, [] { plugin = LoadPlugin(); });
   if (plugin.read == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
-        file, " is Parquet, and this controller has no Parquet reader: ", plugin.error,
+        file,
+        " is Parquet, and this program (rlhfd-controller, or rlhfctl validate) has no Parquet "
+        "reader: ",
+        plugin.error,
         ". Build with -DRLHFD_WITH_PARQUET=ON (deploy/setup.sh installs pyarrow), bundle without "
         "RLHFD_BUNDLE_PARQUET=0, set RLHFD_PARQUET_PLUGIN, or give the data as JSONL "
         "(docs/data.md)"));
   }
-  return plugin.read(file, columns, visit);
+  return plugin.read(file, columns, limits, visit);
 }
 
 }  // namespace rlhfd::controller

@@ -10,7 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/config/config_document.h"
+#include "common/config/reward_rules.h"
 #include "common/status/status_macros.h"
+#include "common/util/files.h"
 #include "common/util/text.h"
 #include "controller/driver/parquet_rows.h"
 
@@ -61,10 +63,15 @@ absl::StatusOr<v1::PromptRow> PromptOf(const nlohmann::json& row, const std::str
       added->set_role(role->get<std::string>());
       added->set_content(content->get<std::string>());
     }
-  } else {
+  } else if (value == nullptr || value->is_null()) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": no prompt under '", prompt_key,
                      "' (data.prompt_key): give text or a list of {role, content} turns"));
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": the prompt under '", prompt_key, "' (data.prompt_key) is ",
+                     value->is_array() ? "an empty list" : absl::StrCat("a ", value->type_name()),
+                     ", not text or a list of {role, content} turns"));
   }
   const nlohmann::json* truth = Find(row, answer_key);
   // The default key falls back on verl's layout.
@@ -90,6 +97,16 @@ absl::StatusOr<v1::PromptRow> PromptOf(const nlohmann::json& row, const std::str
   return prompt;
 }
 
+// The bounds one JSONL line is parsed within.
+config::DocumentLimits JsonlLimits() {
+  config::DocumentLimits limits;
+  limits.max_text_bytes = kMaxLineBytes;
+  limits.max_depth = 64;
+  limits.max_values = 1'000'000;
+  limits.max_scalar_bytes = kMaxLineBytes;
+  return limits;
+}
+
 // Each non-blank line of a JSONL file, numbered from 1.
 absl::Status ReadJsonlRows(const std::string& file,
                            const std::function<absl::Status(int64_t, nlohmann::json)>& visit) {
@@ -100,11 +117,7 @@ absl::Status ReadJsonlRows(const std::string& file,
                      " cannot be read (data.train_files / val_files): it must exist on "
                      "the controller's machine"));
   }
-  config::DocumentLimits limits;
-  limits.max_text_bytes = kMaxLineBytes;
-  limits.max_depth = 64;
-  limits.max_values = 1'000'000;
-  limits.max_scalar_bytes = kMaxLineBytes;
+  const config::DocumentLimits limits = JsonlLimits();
   std::string text;
   for (int64_t line = 1; std::getline(in, text); ++line) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -139,15 +152,81 @@ struct RowKeys {
 
 bool IsParquetFile(const std::string& file) { return absl::EndsWith(file, ".parquet"); }
 
-absl::Status CheckFirstParquetRow(const std::string& file, const v1::DataSpec& data) {
+namespace {
+
+// A row of a data file's head as the worker's reward rule will read it.
+absl::Status CheckRowReward(const v1::PromptRow& prompt, const std::string& where,
+                            const std::string& answer_key, const std::string& reward_rule) {
+  if (reward_rule.empty()) return absl::OkStatus();
+  absl::StatusOr<std::string_view> rule = config::RuleForRow(reward_rule, prompt.data_source());
+  if (!rule.ok())
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", rule.status().message()));
+  const nlohmann::json truth =
+      prompt.ground_truth_json().empty()
+          ? nlohmann::json()
+          : nlohmann::json::parse(prompt.ground_truth_json(), nullptr, /*allow_exceptions=*/false);
+  if (absl::Status read = config::ReadGroundTruth(*rule, truth).status(); !read.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": under '", answer_key, "' (data.answer_key): ", read.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckDataHead(const std::string& file, const v1::DataSpec& data,
+                           const std::string& reward_rule) {
   const RowKeys keys(data);
-  const absl::Status read =
-      ReadParquetRows(file, keys.Columns(), [&](int64_t row, nlohmann::json object) {
-        RETURN_IF_ERROR(
-            PromptOf(object, absl::StrCat(file, ":", row), keys.prompt, keys.answer).status());
-        return absl::CancelledError("the first row is enough");
-      });
-  return absl::IsCancelled(read) ? absl::OkStatus() : read;
+  const auto check_row = [&](int64_t row, const nlohmann::json& object) -> absl::Status {
+    const std::string where = absl::StrCat(file, ":", row);
+    ASSIGN_OR_RETURN(v1::PromptRow prompt, PromptOf(object, where, keys.prompt, keys.answer));
+    return CheckRowReward(prompt, where, keys.answer, reward_rule);
+  };
+  if (IsParquetFile(file)) {
+    // A tighter cap than the job's start: a page too large for it (a 100 MB cell) is refused
+    // before it is read, in a fraction of a second.
+    const ParquetReadLimits limits{
+        .max_cell_bytes = kMaxRowBytes, .max_decode_bytes = 64 << 20, .batch_rows = kHeadRows};
+    const absl::Status read =
+        ReadParquetRows(file, keys.Columns(), limits, [&](int64_t row, nlohmann::json object) {
+          RETURN_IF_ERROR(check_row(row, object));
+          return row < kHeadRows ? absl::OkStatus()
+                                 : absl::CancelledError("the first rows are enough");
+        });
+    return absl::IsCancelled(read) ? absl::OkStatus() : read;
+  }
+  auto head = ReadFilePrefix(file, kMaxRowBytes);
+  if (!head.ok()) {
+    return absl::Status(head.status().code(),
+                        absl::StrCat("cannot read data file: ", head.status().message()));
+  }
+  const size_t start = head->find_first_not_of(" \t\r\n");
+  if (start == std::string::npos)
+    return absl::InvalidArgumentError(absl::StrCat("'", file, "' is empty"));
+  if ((*head)[start] != '{') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", file,
+                     "' is not JSONL: its first line does not start with a JSON object "
+                     "({\"prompt\": ...}; docs/data.md)"));
+  }
+  // Whole lines only: a line cut by the prefix is read when the job starts.
+  const bool whole_file = head->size() < static_cast<size_t>(kMaxRowBytes);
+  int64_t rows = 0;
+  size_t begin = 0;
+  for (int64_t line = 1; begin < head->size() && rows < kHeadRows; ++line) {
+    const size_t end = head->find('\n', begin);
+    if (end == std::string::npos && !whole_file) break;
+    const std::string text =
+        head->substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    begin = end == std::string::npos ? head->size() : end + 1;
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = absl::StrCat(file, ":", line);
+    ASSIGN_OR_RETURN(const nlohmann::json object,
+                     config::ParseBoundedJson(text, where, JsonlLimits()));
+    RETURN_IF_ERROR(check_row(line, object));
+    ++rows;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<PromptData> PromptData::Load(const std::vector<std::string>& files,
@@ -168,7 +247,8 @@ absl::StatusOr<PromptData> PromptData::Load(const std::vector<std::string>& file
       return absl::OkStatus();
     };
     if (IsParquetFile(file)) {
-      RETURN_IF_ERROR(ReadParquetRows(file, keys.Columns(), add));
+      RETURN_IF_ERROR(ReadParquetRows(file, keys.Columns(),
+                                      ParquetReadLimits{.max_cell_bytes = kMaxRowBytes}, add));
     } else {
       RETURN_IF_ERROR(ReadJsonlRows(file, add));
     }

@@ -27,9 +27,19 @@ struct PromptOrigin {
 // Whether `file` is read as Parquet (its name ends in .parquet) rather than JSONL.
 bool IsParquetFile(const std::string& file);
 
-// OK if the Parquet `file` opens and its first row makes a prompt under `data`'s keys (what
-// submission checks; every row is read when the job starts). Errors as PromptData::Load's.
-absl::Status CheckFirstParquetRow(const std::string& file, const v1::DataSpec& data);
+// The rows of a data file submission reads (Parquet: the first rows decoded together).
+inline constexpr int64_t kHeadRows = 16;
+
+// What submission checks of a data file, in well under a second whatever its size: a Parquet
+// file opens, every row group's metadata is whole (its column chunks lie inside the file) and its
+// first kHeadRows rows decode (a page over the reader's memory cap is refused, not read); a JSONL
+// file's first kHeadRows lines within its first MiB are JSON objects. Each of those rows makes a
+// prompt under `data`'s keys, and, when `reward_rule` (roles.reward.rule) is set, picks a rule
+// (auto: by its data_source) whose ground truth it holds (config::ReadGroundTruth, as the worker
+// reads it). Every row is read when the job starts. Errors as PromptData::Load's, naming the
+// file and row (line).
+absl::Status CheckDataHead(const std::string& file, const v1::DataSpec& data,
+                           const std::string& reward_rule);
 
 class PromptData {
  public:

@@ -2,6 +2,7 @@
 #include "controller/jobs/job_manager.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -100,18 +101,31 @@ absl::StatusOr<JobManager::Submission> JobManager::Prepare(const v1::SubmitJobRe
     return absl::InvalidArgumentError("overrides apply to config_text, not to spec");
   }
   const std::vector<std::string> overrides(request.overrides().begin(), request.overrides().end());
-  absl::StatusOr<v1::JobSpec> spec =
-      !request.config_text().empty() || !overrides.empty()
-          ? config::ParseJobSpec(request.config_text(), source, overrides)
-      : request.has_spec()
-          ? config::CompleteJobSpec(request.spec(), source)
-          : absl::InvalidArgumentError("SubmitJob needs config_text (a YAML/JSON config) or spec");
-  if (spec.ok()) {
-    // Files are checked here, at once, rather than by a worker hours later.
-    if (absl::Status files = ResolveAndCheckFiles(request.base_dir(), source, &*spec);
-        !files.ok()) {
-      spec = files;
+  absl::StatusOr<v1::JobSpec> spec;
+  if (!request.config_text().empty() || !overrides.empty()) {
+    // The config's problems and its files' in one answer: the files of a config with errors are
+    // checked too, so that fixing one problem does not reveal the next.
+    config::ConfigErrors problems(source);
+    std::optional<config::LoadedConfig> loaded =
+        config::LoadConfigCollectingErrors(request.config_text(), source, overrides, &problems);
+    if (loaded) {
+      // Files are checked here, at once, rather than by a worker hours later.
+      ResolveAndCheckFiles(request.base_dir(), &loaded->spec, &problems);
     }
+    if (absl::Status status = problems.ToStatus(); !status.ok()) {
+      spec = status;
+    } else {
+      spec = std::move(loaded->spec);
+    }
+  } else if (request.has_spec()) {
+    spec = config::CompleteJobSpec(request.spec(), source);
+    if (spec.ok()) {
+      config::ConfigErrors problems(source);
+      ResolveAndCheckFiles(request.base_dir(), &*spec, &problems);
+      if (absl::Status status = problems.ToStatus(); !status.ok()) spec = status;
+    }
+  } else {
+    spec = absl::InvalidArgumentError("SubmitJob needs config_text (a YAML/JSON config) or spec");
   }
   if (!spec.ok()) {
     RLOG(INFO) << "job refused: " << SanitizeForDisplay(spec.status().message(), 500);

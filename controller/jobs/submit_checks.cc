@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/config/config_errors.h"
+#include "common/config/reward_rules.h"
 #include "common/models/architectures.h"
 #include "common/util/files.h"
 #include "common/util/text.h"
@@ -103,29 +104,13 @@ class FileChecker {
     }
   }
 
-  // A data file: present, and its first row readable (a Parquet file's first row makes a prompt;
-  // a JSONL file's first line is a JSON object). Every row is read when the job starts.
-  void DataFile(const std::string& key, std::string* path, const v1::DataSpec& data) {
+  // A data file: present, and its first rows make prompts the reward rule can score
+  // (CheckDataHead). Every row is read when the job starts.
+  void DataFile(const std::string& key, std::string* path, const v1::DataSpec& data,
+                const std::string& reward_rule) {
     if (!Resolve(key, path)) return;
-    if (IsParquetFile(*path)) {
-      if (absl::Status read = CheckFirstParquetRow(*path, data); !read.ok()) {
-        errors_->Add(key, std::string(read.message()));
-      }
-      return;
-    }
-    auto head = ReadFilePrefix(*path, 1 << 20);
-    if (!head.ok()) {
-      errors_->Add(key, absl::StrCat("cannot read data file: ", head.status().message()));
-      return;
-    }
-    const size_t start = head->find_first_not_of(" \t\r\n");
-    if (start == std::string::npos) {
-      errors_->Add(key, absl::StrCat("'", *path, "' is empty"));
-      return;
-    }
-    if ((*head)[start] != '{') {
-      errors_->Add(key, absl::StrCat("'", *path, "' is not JSONL: its first line does not start "
-                                     "with a JSON object ({\"prompt\": ...}; docs/data.md)"));
+    if (absl::Status read = CheckDataHead(*path, data, reward_rule); !read.ok()) {
+      errors_->Add(key, std::string(read.message()));
     }
   }
 
@@ -167,12 +152,15 @@ class FileChecker {
 
 }  // namespace
 
-absl::Status ResolveAndCheckFiles(const std::string& base_dir, const std::string& source,
-                                  v1::JobSpec* spec) {
-  config::ConfigErrors errors(source);
+void ResolveAndCheckFiles(const std::string& base_dir, v1::JobSpec* spec,
+                          config::ConfigErrors* problems) {
+  config::ConfigErrors errors(problems->source());
+  // A path the config check refused already is not checked again.
+  errors.SuppressConsequencesOf(*problems);
   if (!base_dir.empty() && (base_dir[0] != '/' || base_dir.size() > 4096)) {
     errors.Add("", "base_dir must be an absolute directory");
-    return errors.ToStatus();
+    problems->Append(errors);
+    return;
   }
   FileChecker check(base_dir, &errors);
   auto* model = spec->mutable_model();
@@ -185,11 +173,21 @@ absl::Status ResolveAndCheckFiles(const std::string& base_dir, const std::string
     }
   }
   auto* data = spec->mutable_data();
+  // The rule the rows are scored with, when a rule scores them (not a reward model or service).
+  // (A rule the config check refused is not checked against.)
+  const std::string& rule = spec->roles().reward().rule();
+  const std::string roles_rule = spec->roles().reward().model().empty() &&
+                                         spec->roles().reward().remote().empty() &&
+                                         config::IsRewardRule(rule)
+                                     ? rule
+                                     : std::string();
   for (int i = 0; i < data->train_files_size(); ++i) {
-    check.DataFile(absl::StrCat("data.train_files[", i, "]"), data->mutable_train_files(i), *data);
+    check.DataFile(absl::StrCat("data.train_files[", i, "]"), data->mutable_train_files(i), *data,
+                   roles_rule);
   }
   for (int i = 0; i < data->val_files_size(); ++i) {
-    check.DataFile(absl::StrCat("data.val_files[", i, "]"), data->mutable_val_files(i), *data);
+    check.DataFile(absl::StrCat("data.val_files[", i, "]"), data->mutable_val_files(i), *data,
+                   roles_rule);
   }
   auto* roles = spec->mutable_roles();
   if (roles->has_critic() && !roles->critic().model_path().empty()) {
@@ -202,7 +200,7 @@ absl::Status ResolveAndCheckFiles(const std::string& base_dir, const std::string
   }
   check.SplitsInto("roles.actor.rollout.tp", roles->actor().rollout().tp(), model->path());
   check.Directory("trainer.checkpoint_dir", spec->mutable_trainer()->mutable_checkpoint_dir());
-  return errors.ToStatus();
+  problems->Append(errors);
 }
 
 }  // namespace rlhfd::controller

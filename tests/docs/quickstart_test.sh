@@ -16,16 +16,23 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "${work}"' EXIT
 ln -sfn "${build}" "${work}/build"
 ln -sfn "${repo}/.venv" "${work}/.venv"
 
-# The marked blocks, in order.
+# The marked blocks, in the order the page has them, each followed by how long it took (the
+# page promises times: section 6's run is measured here).
 script="${work}/quickstart-commands.sh"
 awk '
+  /^## / { section = $0 }
   /<!-- quickstart: run -->/ { take = 1; next }
-  /^```sh/ && take == 1 { inside = 1; next }
-  /^```/ && inside == 1 { inside = 0; take = 0; next }
+  /^```sh/ && take == 1 { inside = 1; print "block_start=${SECONDS}"; next }
+  /^```/ && inside == 1 {
+    inside = 0; take = 0
+    printf "echo \"quickstart_test: %s: $((SECONDS - block_start)) s\" >&2\n", section
+    next
+  }
   inside == 1 { print }
 ' "${repo}/docs/quickstart.md" > "${script}"
-[[ -s "${script}" ]] || { echo "quickstart_test: no runnable commands found" >&2; exit 1; }
-echo "quickstart_test: running $(grep -c . "${script}") commands in ${work}"
+grep -qv '^block_start=\|^echo "quickstart_test' "${script}" ||
+  { echo "quickstart_test: no runnable commands found" >&2; exit 1; }
+echo "quickstart_test: running $(grep -cv '^block_start=\|^echo "quickstart_test' "${script}") commands in ${work}"
 cd "${work}"
 set -x
 # shellcheck disable=SC1090

@@ -3,11 +3,12 @@
 // against a real controller (missing model or data, parquet, a layout the engines do not run,
 // relative paths, warnings), submit --from-verl, overrides and delete.
 #include <catch2/catch.hpp>
-
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/util/files.h"
 #include "tests/support/cluster_fixture.h"
 
@@ -88,13 +89,108 @@ TEST_CASE("rlhfctl validate works offline and marks what came from defaults", "[
   CHECK(invalid.exit_code == 1);
   CHECK_THAT(invalid.err, Catch::Contains("roles.actor.rollout.n: expected a whole number"));
   CHECK_THAT(invalid.err, Catch::Contains("trainer.loggers[0]: wandb is not supported"));
-  // File checks come after the config is valid.
-  CommandResult files = Ctl({"validate", bad, "~trainer"});
-  CHECK(files.exit_code == 1);
-  CHECK_THAT(files.err, Catch::Contains("model.path: model directory '" + dir.path() +
-                                        "/no-model' not found"));
-  CHECK_THAT(files.err, Catch::Contains("data.train_files[0]: cannot read data file"));
+  // The files are checked in the same pass as the config.
+  CHECK_THAT(invalid.err, Catch::Contains("model.path: model directory '" + dir.path() +
+                                          "/no-model' not found"));
+  CHECK_THAT(invalid.err, Catch::Contains("data.train_files[0]: cannot read data file"));
+  CHECK_THAT(invalid.err, Catch::Contains("4 problems in " + bad));
 }
+
+// A model directory complete but of a family the workers do not run (Gemma2).
+std::string GemmaModel(const std::string& dir) {
+  const std::string gemma = dir + "/gemma";
+  REQUIRE(MakeDirectories(gemma).ok());
+  REQUIRE(WriteFileAtomically(gemma + "/config.json",
+                              R"({"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2"})")
+              .ok());
+  REQUIRE(WriteFileAtomically(gemma + "/tokenizer.json", "{}").ok());
+  REQUIRE(WriteFileAtomically(gemma + "/model.safetensors", "x").ok());
+  return gemma;
+}
+
+TEST_CASE("one validate and one submit list every problem, of every stage, at once",
+          "[integration][cli]") {
+  LocalCluster cluster(Binaries(), absl::Milliseconds(200), absl::Seconds(2));
+  std::string error;
+  REQUIRE(cluster.StartController(&error));
+  TempDir dir;
+  const std::string gemma = GemmaModel(dir.path());
+  const std::string fake_parquet = dir.path() + "/val.parquet";
+  REQUIRE(WriteFileAtomically(fake_parquet, "{\"prompt\": \"JSONL in disguise\"}\n").ok());
+  // A bad enum, an out-of-range number and an unknown key (the config's checks), an unsupported
+  // model family, a missing data file and an unreadable one (the files' checks).
+  const std::string path = dir.path() + "/all.yaml";
+  REQUIRE(WriteFileAtomically(path, Config("all-at-once", gemma, dir.path() + "/absent.jsonl",
+                                           "placement: sideways\n"
+                                           "trainer: {total_steps: -3, seeds: 1}\n"))
+              .ok());
+  const std::vector<std::string> expected = {
+      "6 problems in " + path,
+      "placement: \"sideways\" is not one of",
+      "trainer.total_steps: -3 must be",
+      "trainer.seeds: unknown key",
+      "model.path: " + gemma + "/config.json: architecture 'Gemma2ForCausalLM' is not supported",
+      "data.train_files[0]: cannot read data file",
+      "data.val_files[0]: " + fake_parquet + " is not a Parquet file"};
+  CommandResult validated = Ctl({"validate", path, "data.val_files=[" + fake_parquet + "]"});
+  CHECK(validated.exit_code == 1);
+  CommandResult submitted = cluster.Ctl({"submit", path, "data.val_files=[" + fake_parquet + "]"});
+  CHECK(submitted.exit_code == 1);
+  for (const std::string& text : expected) {
+    CHECK_THAT(validated.err, Catch::Contains(text));
+    CHECK_THAT(submitted.err, Catch::Contains(text));
+  }
+  // Fixed, it is valid and queued.
+  REQUIRE(WriteFileAtomically(path, Config("all-at-once", kModel, kData)).ok());
+  CHECK(Ctl({"validate", path}).exit_code == 0);
+  CHECK(cluster.Ctl({"submit", path}).exit_code == 0);
+}
+
+#ifdef RLHFD_HAVE_PARQUET
+TEST_CASE(
+    "a broken Parquet file is refused at submission within a second; the controller serves on",
+    "[integration][cli][parquet]") {
+  LocalCluster cluster(Binaries(), absl::Milliseconds(200), absl::Seconds(2));
+  std::string error;
+  REQUIRE(cluster.StartController(&error));
+  TempDir dir;
+  const CommandResult made = RunCommand(
+      {RLHFD_PYTHON, kFixtures + "/make_parquet_rows.py", dir.path()}, absl::Seconds(120));
+  INFO(made.out << made.err);
+  REQUIRE(made.exit_code == 0);
+  const auto submit = [&](const std::string& name) {
+    const std::string path = dir.path() + "/job.yaml";
+    REQUIRE(WriteFileAtomically(path, Config(name, kModel, dir.path() + "/" + name)).ok());
+    return cluster.Ctl({"submit", path});
+  };
+  for (const auto& [name, words] : std::vector<std::pair<std::string, std::string>>{
+           {"int_prompt.parquet", ":1: the prompt under 'prompt' (data.prompt_key) is a number"},
+           {"list_truth.parquet",
+            ":1: under 'ground_truth' (data.answer_key): ground truth: the "
+            "arithmetic rule needs a number, and the row has array"},
+           {"truncated.parquet", "is not a Parquet file"},
+           {"hollow.parquet", "rows 1001-2000 (row group 1), column '"},
+           {"big_cell.parquet", ":2: column 'prompt' holds a string of 5000000 bytes"},
+           {"huge_cell.parquet", "rows 1-3 (row group 0), column 'prompt': decoding needs more"}}) {
+    INFO(name);
+    const absl::Time start = absl::Now();
+    const CommandResult refused = submit(name);
+    const absl::Duration took = absl::Now() - start;
+    INFO(refused.err << "in " << took);
+    CHECK(refused.exit_code == 1);
+    CHECK(took < absl::Seconds(1));
+    CHECK_THAT(refused.err, Catch::Contains("data.train_files[0]: " + dir.path() + "/" + name));
+    CHECK_THAT(refused.err, Catch::Contains(words));
+  }
+  // The same controller takes the next job, Parquet or JSONL.
+  CommandResult parquet = submit("verl.parquet");
+  INFO(parquet.err);
+  CHECK(parquet.exit_code == 0);
+  CHECK_THAT(parquet.out, Catch::Contains("submitted job-1"));
+  REQUIRE(WriteFileAtomically(dir.path() + "/jsonl.yaml", Config("jsonl", kModel, kData)).ok());
+  CHECK(cluster.Ctl({"submit", dir.path() + "/jsonl.yaml"}).exit_code == 0);
+}
+#endif
 
 TEST_CASE("rlhfctl convert-verl prints the rlhfd config and what it leaves out",
           "[integration][cli]") {
@@ -219,15 +315,39 @@ TEST_CASE("the controller checks a job's files and layout at submission", "[inte
   // A waiting job says why it waits.
   CommandResult status = cluster.Ctl({"status", "job-1"});
   CHECK_THAT(status.out, Catch::Contains("waiting for workers: needs 1 CPU worker: 0 alive"));
-  // submit --from-verl, the conversion done by rlhfctl and the check by the controller.
-  CommandResult verl = cluster.Ctl(
-      {"submit", "--from-verl", "-", "algorithm.adv_estimator=grpo",
-       // verl's default val_files (~/data/rlhf/gsm8k/test.parquet) is verl's, so given here.
-       "actor_rollout_ref.model.path=" + kModel, "data.train_files=" + kData,
-       "data.val_files=" + kData, "actor_rollout_ref.rollout.n=2", "trainer.n_gpus_per_node=1",
-       "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-       "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-       "trainer.experiment_name=from-verl"});
+  // submit --from-verl, the conversion done by rlhfctl and the check by the controller. verl
+  // picks the reward by each row's data_source (rule auto), and the controller checks the first
+  // rows pick one: the fixture's 'arithmetic' rows do not. (verl's default val_files,
+  // ~/data/rlhf/gsm8k/test.parquet, is verl's, so each run names its own.)
+  const std::vector<std::string> verl_args = {
+      "submit",
+      "--from-verl",
+      "-",
+      "algorithm.adv_estimator=grpo",
+      "actor_rollout_ref.model.path=" + kModel,
+      "actor_rollout_ref.rollout.n=2",
+      "trainer.n_gpus_per_node=1",
+      "data.train_batch_size=8",
+      "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+      "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+      "trainer.experiment_name=from-verl"};
+  std::vector<std::string> unscored = verl_args;
+  unscored.push_back("data.train_files=" + kData);
+  unscored.push_back("data.val_files=" + kData);
+  CommandResult refused = cluster.Ctl(unscored);
+  CHECK(refused.exit_code == 1);
+  CHECK_THAT(refused.err, Catch::Contains("arithmetic_train.jsonl:1: data_source 'arithmetic' "
+                                          "picks no reward rule under roles.reward.rule auto"));
+  std::string gsm8k_rows;
+  for (int i = 1; i <= 8; ++i) {
+    absl::StrAppend(&gsm8k_rows, R"({"prompt": "What is )", i, R"( + 1?", "data_source": )",
+                    R"("openai/gsm8k", "reward_model": {"ground_truth": ")", i + 1, "\"}}\n");
+  }
+  REQUIRE(WriteFileAtomically(dir.path() + "/gsm8k.jsonl", gsm8k_rows).ok());
+  std::vector<std::string> scored = verl_args;
+  scored.push_back("data.train_files=" + dir.path() + "/gsm8k.jsonl");
+  scored.push_back("data.val_files=" + dir.path() + "/gsm8k.jsonl");
+  CommandResult verl = cluster.Ctl(scored);
   INFO(verl.err);
   CHECK(verl.exit_code == 0);
   CHECK_THAT(verl.out, Catch::Contains("submitted job-4 (from-verl)"));

@@ -1019,9 +1019,11 @@ TEST_CASE("Bad input fails the job naming what to fix; the daemons keep serving"
   write(data, rows);
   const std::string missing = cluster.Submit(config, with({"data.train_files=[" + data + "]"}));
   fs::remove(data);
+  // Past the rows submission reads (controller::kHeadRows), so the job's start finds it.
   const std::string malformed_file = dir.path() + "/malformed.jsonl";
-  write(malformed_file, rows.substr(0, rows.find('\n') + 1) + rows.substr(0, rows.find('\n') + 1) +
-                            "{\"prompt\": \"unterminated\n" + rows);
+  std::string first_rows;
+  for (int i = 0; i < 16; ++i) first_rows += rows.substr(0, rows.find('\n') + 1);
+  write(malformed_file, first_rows + "{\"prompt\": \"unterminated\n" + rows);
   const std::string malformed =
       cluster.Submit(config, with({"data.train_files=[" + malformed_file + "]"}));
   const std::string long_file = dir.path() + "/long.jsonl";
@@ -1065,7 +1067,7 @@ TEST_CASE("Bad input fails the job naming what to fix; the daemons keep serving"
     for (const std::string& word : words) CHECK(absl::StrContains(job.message(), word));
   };
   failed_with(missing, {data});
-  failed_with(malformed, {malformed_file + ":3"});
+  failed_with(malformed, {malformed_file + ":17"});
   failed_with(overlong, {long_file + ":2", "max_prompt_length"});
   failed_with(bad_model, {model_dir + "/model.safetensors"});
   failed_with(huge, {huge_file + ":2", "'ground_truth'"});
@@ -1125,7 +1127,10 @@ TEST_CASE("rlhfctl submit --wait, metrics --follow and export", "[driver][cli]")
   // A job that fails: --wait exits 1 with the reason.
   const std::string bad = dir.path() + "/bad.jsonl";
   {
+    // Past the rows submission reads (controller::kHeadRows), so the job's start finds it.
     std::ofstream out(bad);
+    for (int i = 0; i < 16; ++i)
+      out << "{\"prompt\": \"What is 1 + 1?\", \"ground_truth\": \"2\"}\n";
     out << "{\"prompt\": 3}\n";
   }
   std::vector<std::string> failing = {"--wait", "submit", kSource + "/configs/tiny-cpu-demo.yaml",
@@ -1135,7 +1140,7 @@ TEST_CASE("rlhfctl submit --wait, metrics --follow and export", "[driver][cli]")
   const CommandResult failed = cluster.cluster().Ctl(failing);
   INFO(failed.out << failed.err);
   CHECK(failed.exit_code == 1);
-  CHECK(absl::StrContains(failed.out, "failed: " + bad + ":1"));
+  CHECK(absl::StrContains(failed.out, "failed: " + bad + ":17"));
 }
 
 // The steps of each line of a metrics.jsonl, in file order, and its rows by step.

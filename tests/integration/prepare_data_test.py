@@ -7,7 +7,7 @@ reasoning-gym makes problem i of a dataset from the seed plus i, so sets made wi
 share problems: this checks that --exclude leaves every prompt of the training set out of the
 test set (and says how many it dropped), that a space too small for a held-out set is an error
 naming --exclude, that an unreadable, malformed or binary --exclude file is an error naming it, and that
-the rows are verl-style chat rows. Exit 77 (skipped) where reasoning-gym is not installed.
+the rows are verl-style chat rows; and that the parquet command converts verl's rows. Exit 77 (skipped) where reasoning-gym is not installed.
 """
 import json
 import os
@@ -91,6 +91,21 @@ def main():
         made = prepare(repo, f"{tmp}/x.jsonl", "--size", "4", "--exclude", binary)
         check(made.returncode == 1 and f"--exclude {binary}: not UTF-8 text" in made.stderr,
               f"binary --exclude file: {made.stderr}")
+        # The parquet command on verl's rows (tests/fixtures/make_parquet_rows.py writes them, and
+        # the same rows as JSONL): the same objects, row groups in order, bytes as base64.
+        fixtures = f"{tmp}/parquet"
+        subprocess.run([sys.executable, f"{repo}/tests/fixtures/make_parquet_rows.py", fixtures],
+                       check=True)
+        for name in ("verl", "numbers", "lists"):
+            made = subprocess.run([sys.executable, f"{repo}/deploy/prepare_data.py", "parquet",
+                                   f"{fixtures}/{name}.parquet", f"{tmp}/{name}.jsonl"],
+                                  capture_output=True, text=True)
+            check(made.returncode == 0, f"parquet {name}: {made.stderr}")
+            converted = [json.loads(line) for line in open(f"{tmp}/{name}.jsonl")]
+            expected = [json.loads(line) for line in open(f"{fixtures}/{name}.jsonl")]
+            for row in converted:
+                check(name != "verl" or len(row.pop("images", "")) == 136, f"{name}: images")
+            check(converted == expected, f"parquet {name}: {converted[:1]} vs {expected[:1]}")
     print(f"{len(failures)} failures")
     return 1 if failures else 0
 

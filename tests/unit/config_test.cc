@@ -260,6 +260,18 @@ trainer: {seeds: 1}
   CHECK_THAT(typed, Catch::Contains("data.truncation: \"middle\" is not one of: error, left, right"));
   CHECK_THAT(typed, Catch::Contains("roles.reward.rule: 'vibes' is not one of"));
   CHECK_THAT(typed, Catch::Contains("roles.actor.rollout.top_p: 2 must be in"));
+
+  // A bad override is one problem among the others: the good overrides still apply.
+  auto overridden =
+      ParseJobSpec(kValidYaml, "job.yaml",
+                   {"roles.actor.gpus 2", "placement=sideways", "data.train_batch_size=0"});
+  REQUIRE_FALSE(overridden.ok());
+  const std::string both(overridden.status().message());
+  CHECK_THAT(both, Catch::Contains("3 problems in job.yaml"));
+  CHECK_THAT(both,
+             Catch::Contains("job.yaml: override 'roles.actor.gpus 2': expected key.path=value"));
+  CHECK_THAT(both, Catch::Contains("job.yaml: placement: \"sideways\" is not one of"));
+  CHECK_THAT(both, Catch::Contains("job.yaml: data.train_batch_size: 0"));
 }
 
 TEST_CASE("a spec built by a program gets defaults and validation", "[config]") {

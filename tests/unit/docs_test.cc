@@ -2,7 +2,8 @@
 // trainer config is in docs/coming-from-verl.md with what convert-verl does with it, made from the
 // converter's tables; every field of rlhfd.v1.JobSpec is in docs/config-reference.md, every key
 // there is a field, and every field has its comment in job_spec.proto (the authority the
-// reference points to).
+// reference points to); data.md lists the data sources `rule: auto` scores as the rule table has
+// them.
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
@@ -14,12 +15,30 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/config/reward_rules.h"
 #include "common/config/verl_import.h"
 #include "common/config/verl_key_doc.h"
 #include "common/util/files.h"
 #include "rlhfd/v1/job_spec.pb.h"
 
 namespace rlhfd::config {
+
+TEST_CASE("data.md lists the data sources rule auto scores, as the rule table has them", "[docs]") {
+  auto doc = ReadFileToString(std::string(RLHFD_DOCS_DIR) + "/data.md");
+  REQUIRE(doc.ok());
+  for (const RewardRuleInfo& rule : RewardRules()) {
+    if (rule.data_sources.empty()) continue;
+    std::vector<std::string> sources;
+    for (absl::string_view source : absl::StrSplit(
+             absl::string_view(rule.data_sources.data(), rule.data_sources.size()), ", ")) {
+      sources.push_back(absl::StrCat("`", source, "`"));
+    }
+    const std::string row =
+        absl::StrCat("| `", std::string(rule.name), "` | ", absl::StrJoin(sources, ", "), " |");
+    INFO(row);
+    CHECK_THAT(*doc, Catch::Contains(row));
+  }
+}
 
 // The page's per-key tables are made from the converter's tables (verl_key_doc.h); to rewrite
 // them after changing a table: RLHFD_UPDATE_DOCS=1 build/tests/config_test "[docs]".

@@ -2,12 +2,16 @@
 // (tests/fixtures/make_parquet_rows.py): verl's row schema reads to the same prompts as the same
 // rows in JSONL (an independent path: nlohmann's JSON parser), across row groups, with a
 // dictionary-encoded column and a binary column nobody reads; bad files are refused naming the
-// file and the row group, row or column; submission reads the first row.
+// file and the row group, row or column; submission reads the metadata and the first rows, and
+// refuses a broken file (wrong column type, cut, a 100 MB cell) within a second.
 #include <stdlib.h>
+#include <sys/resource.h>
 
 #include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "controller/driver/prompt_data.h"
 #include "tests/support/subprocess.h"
 
@@ -79,7 +83,7 @@ TEST_CASE("verl's Parquet rows read as the same prompts as their JSONL", "[parqu
   REQUIRE(both.ok());
   REQUIRE(both->size() == 3);
   CHECK(both->origin(2).file == files.path("lists.jsonl"));
-  CHECK(CheckFirstParquetRow(files.path("verl.parquet"), v1::DataSpec()).ok());
+  CHECK(CheckDataHead(files.path("verl.parquet"), v1::DataSpec(), "").ok());
 }
 
 TEST_CASE("A bad Parquet file is refused naming the file and what is wrong", "[parquet]") {
@@ -95,7 +99,7 @@ TEST_CASE("A bad Parquet file is refused naming the file and what is wrong", "[p
       CHECK_THAT(std::string(loaded.message()), Catch::Contains(word));
     }
     // What submission checks sees the same.
-    CHECK(CheckFirstParquetRow(files.path(name), v1::DataSpec()).code() == code);
+    CHECK(CheckDataHead(files.path(name), v1::DataSpec(), "").code() == code);
   };
   refused("binary_prompt.parquet", absl::StatusCode::kInvalidArgument,
           {":1", "column 'prompt'", "binary"});
@@ -105,6 +109,108 @@ TEST_CASE("A bad Parquet file is refused naming the file and what is wrong", "[p
   refused("truncated.parquet", absl::StatusCode::kInvalidArgument, {"is not a Parquet file"});
   refused("garbled.parquet", absl::StatusCode::kInvalidArgument, {"row group 0"});
   refused("missing.parquet", absl::StatusCode::kNotFound, {"cannot be read"});
+}
+
+TEST_CASE("Submission checks the first rows against the reward rule, as the worker reads them",
+          "[parquet]") {
+  const ParquetFiles files;
+  for (const std::string format : {".parquet", ".jsonl"}) {
+    INFO(format);
+    // verl's gsm8k rows: rule auto picks gsm8k by their data_source; countdown cannot read them.
+    CHECK(CheckDataHead(files.path("verl" + format), v1::DataSpec(), "auto").ok());
+    CHECK(CheckDataHead(files.path("verl" + format), v1::DataSpec(), "gsm8k").ok());
+    const absl::Status countdown =
+        CheckDataHead(files.path("verl" + format), v1::DataSpec(), "countdown");
+    CHECK_THAT(std::string(countdown.message()),
+               Catch::Contains(files.path("verl" + format) +
+                               ":1: under 'ground_truth' "
+                               "(data.answer_key): ground truth: the countdown rule needs"));
+    // reward_model.ground_truth as a list: the gsm8k rule reads text or a number.
+    const absl::Status listed =
+        CheckDataHead(files.path("list_truth" + format), v1::DataSpec(), "auto");
+    CHECK(listed.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(listed.message()),
+               Catch::Contains(files.path("list_truth" + format) +
+                               ":1: under 'ground_truth' (data.answer_key): ground truth: the "
+                               "gsm8k rule compares with text or a number, and the row has array"));
+    // No data_source: auto has no rule for it. A null ground truth: nothing to compare with.
+    const absl::Status unknown =
+        CheckDataHead(files.path("numbers" + format), v1::DataSpec(), "auto");
+    CHECK_THAT(std::string(unknown.message()),
+               Catch::Contains(":1: data_source '' picks no reward rule under roles.reward.rule "
+                               "auto"));
+    const absl::Status null =
+        CheckDataHead(files.path("numbers" + format), v1::DataSpec(), "exact_match");
+    CHECK_THAT(std::string(null.message()), Catch::Contains(":2: under 'ground_truth'") &&
+                                                Catch::Contains("and the row has null"));
+    // No rule (a reward model scores): the rows need only make prompts.
+    CHECK(CheckDataHead(files.path("numbers" + format), v1::DataSpec(), "").ok());
+  }
+}
+
+// Peak resident memory of this process, in bytes.
+int64_t PeakResidentBytes() {
+  struct rusage usage = {};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;
+}
+
+TEST_CASE(
+    "A broken Parquet file is refused at submission within a second, naming file, row and "
+    "column",
+    "[parquet]") {
+  const ParquetFiles files;
+  const auto refused_at_submission = [&](const std::string& name,
+                                         const std::vector<std::string>& words) {
+    INFO(name);
+    const absl::Time start = absl::Now();
+    const absl::Status checked = CheckDataHead(files.path(name), v1::DataSpec(), "");
+    const absl::Duration took = absl::Now() - start;
+    INFO(checked << " in " << took);
+    CHECK(checked.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(took < absl::Seconds(1));
+    CHECK_THAT(std::string(checked.message()), Catch::Contains(files.path(name)));
+    for (const std::string& word : words) {
+      CHECK_THAT(std::string(checked.message()), Catch::Contains(word));
+    }
+  };
+  // A column of the wrong type: every row's, so the first row says it.
+  refused_at_submission("int_prompt.parquet",
+                        {":1: the prompt under 'prompt' (data.prompt_key) is a number"});
+  refused_at_submission("binary_prompt.parquet", {":1: column 'prompt' holds binary"});
+  // A cut file: its footer does not decode; a file whose data was cut out under a whole footer:
+  // a later row group's chunks lie outside it, found before any row is decoded.
+  refused_at_submission("truncated.parquet", {"is not a Parquet file"});
+  refused_at_submission("hollow.parquet",
+                        {"rows 1001-2000 (row group 1), column '", "outside the file's"});
+  // A 5 MB cell decodes and is refused by its size, naming the row; a 100 MB one is refused by
+  // the reader's memory cap before it is read whole, naming its rows, column and the limits.
+  refused_at_submission("big_cell.parquet", {":2: column 'prompt' holds a string of 5000000 bytes, "
+                                             "over the 1048576 bytes a cell may"});
+  const int64_t peak_before = PeakResidentBytes();
+  refused_at_submission("huge_cell.parquet",
+                        {"rows 1-3 (row group 0), column 'prompt': decoding needs more than the "
+                         "67108864 bytes",
+                         "the 1048576 bytes one may be"});
+  // Less than the cell: it was not read whole (the cap is 64 MiB).
+  CHECK(PeakResidentBytes() - peak_before < 90'000'000);
+  // Starting the job reads them the same way.
+  for (const std::string name : {"huge_cell.parquet", "big_cell.parquet", "hollow.parquet"}) {
+    INFO(name);
+    CHECK(PromptData::Load({files.path(name)}, v1::DataSpec()).status().code() ==
+          absl::StatusCode::kInvalidArgument);
+  }
+  // A row group past the first rows that does not decode: submission reads the metadata (whole)
+  // and the first rows, so it passes there; the job's start reads every row and fails naming the
+  // rows, row group and column (docs/data.md).
+  const std::string late = files.path("garbled_late.parquet");
+  CHECK(CheckDataHead(late, v1::DataSpec(), "").ok());
+  const absl::Status loaded = PromptData::Load({late}, v1::DataSpec()).status();
+  INFO(loaded);
+  CHECK(loaded.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(loaded.message()),
+             Catch::Contains(late + ": rows 2001-2064 (row group 2), column '") &&
+                 Catch::Contains("' does not decode"));
 }
 
 }  // namespace

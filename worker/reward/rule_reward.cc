@@ -1,6 +1,5 @@
 #include "worker/reward/rule_reward.h"
 
-#include <charconv>
 #include <cstdint>
 #include <iterator>
 
@@ -20,56 +19,13 @@ using nlohmann::json;
 
 absl::string_view View(std::string_view text) { return {text.data(), text.size()}; }
 
-std::string KindOf(const json& value) { return value.type_name(); }
-
-// A ground truth the text rules compare with: a string as it is, a number as JSON writes it.
-absl::StatusOr<std::string> TextOf(const json& ground_truth, std::string_view rule) {
-  if (ground_truth.is_string()) return ground_truth.get<std::string>();
-  if (ground_truth.is_number()) return ground_truth.dump();
-  return absl::InvalidArgumentError(
-      absl::StrCat("ground truth: the ", View(rule), " rule compares with text or a number, and "
-                   "the row has ", KindOf(ground_truth)));
-}
-
-absl::StatusOr<double> NumberOf(const json& ground_truth) {
-  if (ground_truth.is_number()) return ground_truth.get<double>();
-  if (ground_truth.is_string()) {
-    const std::string& text = ground_truth.get_ref<const std::string&>();
-    double value = 0;
-    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (error == std::errc() && end == text.data() + text.size()) return value;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "ground truth: the arithmetic rule needs a number, and the row has ",
-      ground_truth.is_string() ? absl::StrCat("\"", SanitizeForDisplay(ground_truth.get<std::string>(), 40), "\"")
-                               : KindOf(ground_truth)));
-}
-
-absl::StatusOr<double> ScoreCountdown(std::string_view response, const json& ground_truth) {
-  const auto shape_error = [] {
-    return absl::InvalidArgumentError(
-        "ground truth: the countdown rule needs {\"target\": number, \"numbers\": [integers]}");
-  };
-  if (!ground_truth.is_object()) return shape_error();
-  const auto target = ground_truth.find("target");
-  const auto numbers = ground_truth.find("numbers");
-  if (target == ground_truth.end() || !target->is_number() || numbers == ground_truth.end() ||
-      !numbers->is_array()) {
-    return shape_error();
-  }
-  std::vector<int64_t> available;
-  for (const json& number : *numbers) {
-    if (!number.is_number_integer()) return shape_error();
-    available.push_back(number.get<int64_t>());
-  }
-  return CountdownScore(response, target->get<double>(), available);
-}
-
+// The ground truth as the table says `rule` reads it (config::ReadGroundTruth: submission checks
+// data files' first rows with the same function).
 template <double (*Compare)(std::string_view, std::string_view), const char* kName>
 absl::StatusOr<double> ScoreAgainstText(std::string_view response, const json& ground_truth) {
-  absl::StatusOr<std::string> truth = TextOf(ground_truth, kName);
+  absl::StatusOr<config::GroundTruth> truth = config::ReadGroundTruth(kName, ground_truth);
   if (!truth.ok()) return truth.status();
-  return Compare(response, *truth);
+  return Compare(response, truth->text);
 }
 
 double Gsm8kStrict(std::string_view response, std::string_view truth) {
@@ -77,9 +33,15 @@ double Gsm8kStrict(std::string_view response, std::string_view truth) {
 }
 
 absl::StatusOr<double> ScoreArithmetic(std::string_view response, const json& ground_truth) {
-  absl::StatusOr<double> answer = NumberOf(ground_truth);
-  if (!answer.ok()) return answer.status();
-  return ArithmeticScore(response, *answer);
+  absl::StatusOr<config::GroundTruth> truth = config::ReadGroundTruth("arithmetic", ground_truth);
+  if (!truth.ok()) return truth.status();
+  return ArithmeticScore(response, truth->number);
+}
+
+absl::StatusOr<double> ScoreCountdown(std::string_view response, const json& ground_truth) {
+  absl::StatusOr<config::GroundTruth> truth = config::ReadGroundTruth("countdown", ground_truth);
+  if (!truth.ok()) return truth.status();
+  return CountdownScore(response, truth->number, truth->numbers);
 }
 
 constexpr char kGsm8k[] = "gsm8k", kMath[] = "math", kExactMatch[] = "exact_match";
@@ -133,20 +95,12 @@ absl::StatusOr<RuleReward> RuleReward::Make(std::string_view rule) {
 
 absl::StatusOr<double> RuleReward::Score(std::string_view response, const json& ground_truth,
                                          std::string_view data_source) const {
-  std::string_view rule = rule_;
-  if (rule == config::kAutoRewardRule) {
-    rule = config::RuleForDataSource(data_source);
-    if (rule.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("data_source '", SanitizeForDisplay(View(data_source), 80),
-                       "' picks no reward rule under roles.reward.rule auto (known: ",
-                       View(config::KnownDataSources()), "); name a rule instead"));
-    }
-  }
+  absl::StatusOr<std::string_view> rule = config::RuleForRow(rule_, data_source);
+  if (!rule.ok()) return rule.status();
   for (const RegisteredRule& registered : kRegistry) {
-    if (registered.name == rule) return registered.score(response, ground_truth);
+    if (registered.name == *rule) return registered.score(response, ground_truth);
   }
-  return absl::InternalError(absl::StrCat("reward rule '", View(rule), "' is not implemented"));
+  return absl::InternalError(absl::StrCat("reward rule '", View(*rule), "' is not implemented"));
 }
 
 }  // namespace rlhfd::reward
