@@ -53,6 +53,8 @@ TEST_CASE("every example config in configs/ loads and validates", "[config]") {
   auto names = ListDirectory(RLHFD_CONFIGS_DIR);
   REQUIRE(names.ok());
   for (const std::string& name : *names) {
+    // configs/verl/ holds verl's own trainer config (convert-verl's defaults), not a job.
+    if (name == "verl") continue;
     const std::string path = std::string(RLHFD_CONFIGS_DIR) + "/" + name;
     INFO(path);
     auto spec = LoadJobSpecFile(path);
