@@ -183,7 +183,11 @@ class Converter {
     for (const auto& [from, to] : DirectTable()) {
       // The critic's keys are placed by Critic(), once it is known whether there is a critic.
       if (absl::StartsWith(from, "critic.")) continue;
-      if (const Json* value = Take(from)) Map(from, to, Paths(from, *value));
+      const Json* value = Take(from);
+      // verl's 0 validation generations still prints a sample per step from its reward manager;
+      // rlhfd's default samples stand in for that unless the run asks for a number.
+      if (from == "trainer.log_val_generations" && !user_set_.count(from)) continue;
+      if (value != nullptr) Map(from, to, Paths(from, *value));
     }
   }
 

@@ -474,7 +474,10 @@ TEST_CASE("The dashboard shows a job's curves in a real browser", "[gateway][das
   TempDir dir;
   // A newer job that fails before its first step: the page still shows job-1, which has steps.
   {
+    // Past the rows submission reads (controller::kHeadRows), so the job's start finds it.
     std::ofstream bad(dir.path() + "/bad.jsonl");
+    for (int i = 0; i < 16; ++i)
+      bad << "{\"prompt\": \"What is 1 + 1?\", \"ground_truth\": \"2\"}\n";
     bad << "{\"prompt\": 3}\n";
   }
   auto failing = gateway.Post("/v1/jobs?" + AbsolutePaths() + "&" +
