@@ -193,7 +193,7 @@ absl::StatusOr<v1::RewardReply> RunRewards(HostedJob& job, const v1::RewardReque
     const RowSource& source = batch.sources().at(row);
     responses.push_back({source.prompt_text,
                          job.actor->tokenizer().Decode(tokens, /*skip_special_tokens=*/true),
-                         source.ground_truth_json, source.data_source});
+                         source.ground_truth_json, source.data_source, source.extra_info_json});
   }
   ASSIGN_OR_RETURN(const std::vector<double> scores,
                    job.scorer->Score(responses, batch.rows().begin, job.cancelled.get()));
