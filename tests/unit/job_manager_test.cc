@@ -101,6 +101,38 @@ TEST_CASE("an invalid config creates no job", "[jobs]") {
   CHECK(absl::IsNotFound(controller->GetJob(get).status()));
 }
 
+TEST_CASE("a Python reward function's file is checked at submission, relative to base_dir",
+          "[jobs]") {
+  testing::TempDir dir;
+  int64_t now = 0;
+  auto controller = MakeController(dir.path(), &now);
+  const auto submit = [&](const std::string& path, const std::string& name) {
+    v1::SubmitJobRequest request = FromFile("tiny-cpu-demo.yaml");
+    request.set_base_dir(kFixtures);
+    request.add_overrides("~roles.reward.rule");
+    request.add_overrides("roles.reward.custom_reward_function.path=" + path);
+    if (!name.empty()) request.add_overrides("roles.reward.custom_reward_function.name=" + name);
+    return controller->SubmitJob(request);
+  };
+  // Relative to the submitting directory; the default name, compute_score, is in the file.
+  const auto accepted = submit("python_rewards/verl_docs_reward.py", "");
+  INFO(accepted.status());
+  REQUIRE(accepted.ok());
+  CHECK(accepted->job().spec().roles().reward().custom_reward_function().path() ==
+        kFixtures + "/python_rewards/verl_docs_reward.py");
+  CHECK(submit("python_rewards/verl_docs_reward.py", "my_reward_fn").ok());
+  const auto missing = submit("python_rewards/absent.py", "");
+  CHECK_THAT(std::string(missing.status().message()),
+             Catch::Contains("roles.reward.custom_reward_function.path") &&
+                 Catch::Contains("python_rewards/absent.py"));
+  const auto unnamed = submit("python_rewards/verl_docs_reward.py", "score_it");
+  CHECK_THAT(std::string(unnamed.status().message()),
+             Catch::Contains("roles.reward.custom_reward_function.name: 'score_it' is not "
+                             "defined in"));
+  // A prefix of a name is not the name.
+  CHECK_FALSE(submit("python_rewards/verl_docs_reward.py", "compute").ok());
+}
+
 TEST_CASE("a job file of the older store is imported, a corrupt one set aside", "[jobs]") {
   testing::TempDir dir;
   int64_t now = 0;

@@ -136,13 +136,13 @@ TEST_CASE(
   };
   const Case cases[] = {
       {"raises",
-       {"row 1", "Traceback", "misbehaving_rewards.py", "in raises", "ValueError: cannot score 'x",
-        "': no answer found"}},
+       {"row 1", "raised ValueError: cannot score", "Traceback", "misbehaving_rewards.py",
+        "in raises", "ValueError: cannot score 'x", "': no answer found"}},
       {"returns_text", {"row 1", "returns_text returned a str", "'high'"}},
       {"returns_dict_without_score", {"a dict without 'score'", "['reward']"}},
       {"returns_nan", {"non-finite score (nan)"}},
-      {"exits", {"exited with status 3", "restarted"}},
-      {"kills_itself", {"killed by signal 9", "restarted"}},
+      {"exits", {"exited with status 3", "takes its place"}},
+      {"kills_itself", {"killed by signal 9", "takes its place"}},
   };
   for (const Case& c : cases) {
     DYNAMIC_SECTION(c.name) {

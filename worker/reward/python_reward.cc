@@ -23,6 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 
 extern char** environ;
@@ -75,11 +76,34 @@ absl::StatusOr<std::string> ResolvePython(const std::string& configured) {
 std::string Describe(int wait_status) {
   if (WIFSIGNALED(wait_status)) {
     const int signal = WTERMSIG(wait_status);
-    return absl::StrCat("was killed by signal ", signal, " (", strsignal(signal), ")",
-                        signal == SIGKILL ? "; an out-of-memory kill looks like this too" : "");
+    return absl::StrCat("was killed by signal ", signal, " (", strsignal(signal), ")");
   }
   if (WIFEXITED(wait_status)) return absl::StrCat("exited with status ", WEXITSTATUS(wait_status));
   return "stopped";
+}
+
+// The job's message is cut at 2,000 bytes: the end of a long traceback (the innermost frames
+// and the exception) is kept, and the worker's log has the whole of it.
+constexpr size_t kMaxTracebackBytes = 1200;
+
+// What a runner's {"error", "traceback"} says, for the job's message.
+std::string FailureText(const nlohmann::json& reply) {
+  const auto text = [&](const char* key) {
+    const auto found = reply.find(key);
+    if (found == reply.end()) return std::string();
+    return found->is_string() ? found->get<std::string>() : found->dump();
+  };
+  const std::string error = text("error");
+  std::string traceback = text("traceback");
+  if (traceback.empty()) return error;
+  if (traceback.size() > kMaxTracebackBytes) {
+    size_t cut = traceback.size() - kMaxTracebackBytes;
+    while (cut < traceback.size() && (static_cast<unsigned char>(traceback[cut]) & 0xC0) == 0x80) {
+      ++cut;
+    }
+    traceback = absl::StrCat("...", traceback.substr(cut));
+  }
+  return absl::StrCat(error, "; traceback:\n", traceback);
 }
 
 }  // namespace
@@ -243,9 +267,11 @@ absl::Status PythonReward::Start(Process& process) {
   for (;;) {
     if (std::optional<nlohmann::json> message = TakeFrame(process.received)) {
       if (message->is_object() && message->value("ready", false)) return absl::OkStatus();
-      if (message->is_object() && message->contains("error") && (*message)["error"].is_string()) {
-        return fail(absl::StrCat("loading ", options_.name, " from ", options_.path, " failed:\n",
-                                 (*message)["error"].get<std::string>()));
+      if (message->is_object() && message->contains("error")) {
+        RLOG(WARNING) << "loading " << options_.name << " from " << options_.path
+                      << " failed: " << message->dump();
+        return fail(absl::StrCat("loading ", options_.name, " from ", options_.path,
+                                 " failed: ", FailureText(*message)));
       }
       return fail(
           "the Python process answered its setup with something else than the runner's "
@@ -385,11 +411,12 @@ absl::StatusOr<std::vector<double>> PythonReward::Score(const std::vector<Python
           const pid_t dead = ::waitpid(process.pid, &status, 0);
           if (dead == process.pid) process.pid = -1;
           Kill(process);
-          return finish(absl::InvalidArgumentError(
-              absl::StrCat(row, ": the Python process running ", function, " ",
-                           dead > 0 ? Describe(status) : "closed its socket",
-                           " (os._exit, a signal, a crash in native code, or the memory limit of ",
-                           options_.memory_limit_mb, " MiB); it is restarted for the next step")));
+          return finish(absl::InvalidArgumentError(absl::StrCat(
+              row, ": the Python process running ", function, " ",
+              dead > 0 ? Describe(status) : "closed its socket",
+              " while scoring it: the function ended it (os._exit, a signal, a crash "
+              "in native code) or it reached its memory limit of ",
+              options_.memory_limit_mb, " MiB; a new process takes its place for the next step")));
         }
         if (!reply->is_object() || !reply->contains("id") || (*reply)["id"] != index) {
           Kill(process);
@@ -397,10 +424,14 @@ absl::StatusOr<std::vector<double>> PythonReward::Score(const std::vector<Python
               absl::StrCat(row, ": the Python reward process sent a malformed reply")));
         }
         process.call = -1;
-        if (const auto error = reply->find("error"); error != reply->end()) {
+        if (reply->contains("error")) {
+          if (reply->contains("traceback")) {
+            RLOG(WARNING) << row << ": " << function << " raised: " << reply->dump();
+            return finish(absl::InvalidArgumentError(
+                absl::StrCat(row, ": ", function, " raised ", FailureText(*reply))));
+          }
           return finish(absl::InvalidArgumentError(
-              absl::StrCat(row, ": ", function, " failed:\n",
-                           error->is_string() ? error->get<std::string>() : error->dump())));
+              absl::StrCat(row, ": ", FailureText(*reply), " (", options_.path, ")")));
         }
         const auto score = reply->find("score");
         if (score == reply->end() || !score->is_number()) {

@@ -7,9 +7,10 @@
 //
 // Wire format (both ways): a decimal byte count, "\n", then that many bytes of one JSON object.
 //   first, to the runner:  {"path", "name", "reward_kwargs"}
-//   runner:                {"ready": true} | {"error": traceback}
+//   runner:                {"ready": true} | {"error": exception, "traceback": text}
 //   per call:              {"id", "data_source", "solution_str", "ground_truth", "extra_info"}
-//   runner:                {"id", "score": number} | {"id", "error": traceback or message}
+//   runner:                {"id", "score": number} | {"id", "error": what, "traceback"?: text}
+// ("traceback" when the function raised: its frames in the user's code, then the exception.)
 #pragma once
 
 #include <sys/types.h>

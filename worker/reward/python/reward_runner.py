@@ -2,9 +2,11 @@
 
 Started by the worker with its socket on fd 3. Messages both ways are a decimal byte count, a
 newline, then that many bytes of one JSON object. The first message names the file, the function
-and reward_kwargs; the runner imports the file once, answers {"ready": true} or {"error": ...},
+and reward_kwargs; the runner imports the file once, answers {"ready": true} or
+{"error", "traceback"},
 then answers each call {"id", "data_source", "solution_str", "ground_truth", "extra_info"} with
-{"id", "score"} or {"id", "error"}. The function is called as verl's reward manager calls it:
+{"id", "score"} or {"id", "error"} ("error" says what went wrong in a line; when the function
+raised, "traceback" holds its traceback). The function is called as verl's reward manager calls it:
 compute_score(data_source=..., solution_str=..., ground_truth=..., extra_info=..., **reward_kwargs),
 extra_info being the row's extra_info with verl's num_turns and rollout_reward_scores added.
 """
@@ -60,10 +62,22 @@ def short(text):
     return "...\n" + text[-MAX_ERROR_CHARS:]
 
 
-def user_traceback():
-    """The traceback of the exception being handled, without this runner's own frame."""
+RUNNER_FILE = os.path.abspath(__file__)
+
+
+def failure():
+    """The exception being handled: {"error": its last line, "traceback": its frames in the
+    user's code (this runner's and importlib's left out)}."""
     kind, value, trace = sys.exc_info()
-    return short("".join(traceback.format_exception(kind, value, trace.tb_next)))
+    frames = [frame for frame in traceback.extract_tb(trace)
+              if os.path.abspath(frame.filename) != RUNNER_FILE
+              and not frame.filename.startswith("<frozen importlib")]
+    summary = "".join(traceback.format_exception_only(kind, value)).strip()
+    text = ""
+    if frames:
+        text = "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames))
+        text += summary
+    return {"error": short(summary), "traceback": short(text)}
 
 
 def load_function(path, name):
@@ -113,7 +127,7 @@ def main():
     try:
         function = load_function(setup["path"], name)
     except BaseException:  # noqa: BLE001 - everything the import raised goes back to the worker
-        send({"error": user_traceback()})
+        send(failure())
         return 1
     reward_kwargs = setup.get("reward_kwargs") or {}
     send({"ready": True})
@@ -138,7 +152,7 @@ def main():
         try:
             result = function(**kwargs)
         except BaseException:  # noqa: BLE001 - SystemExit and KeyboardInterrupt fail the call too
-            send({"id": call["id"], "error": user_traceback()})
+            send({"id": call["id"], **failure()})
             continue
         score, error = score_of(result, name)
         if error is None:
