@@ -6,12 +6,15 @@
 #include "worker/reward/python_reward.h"
 
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -62,6 +65,14 @@ std::vector<nlohmann::json> ReadRecord(const std::string& path) {
 }
 
 std::string MessageOf(const absl::Status& status) { return std::string(status.message()); }
+
+// Whether `pid` is gone (or a zombie nobody has reaped yet).
+bool Ended(pid_t pid) {
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  if (!stat) return true;
+  std::string text((std::istreambuf_iterator<char>(stat)), {});
+  return text.find(") Z ") != std::string::npos;
+}
 
 TEST_CASE("python reward: verl's arguments arrive exactly; reward_kwargs win", "[reward]") {
   TempDir dir;
@@ -190,13 +201,7 @@ TEST_CASE("python reward: a process killed while idle is replaced on the next ba
   for (pid_t pid : before) ::kill(pid, SIGKILL);
   // Dead, not merely signalled: a zombie's socket is closed.
   for (pid_t pid : before) {
-    REQUIRE(rlhfd::testing::WaitFor(
-        [&] {
-          std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-          std::string text((std::istreambuf_iterator<char>(stat)), {});
-          return text.find(") Z ") != std::string::npos;
-        },
-        absl::Seconds(5)));
+    REQUIRE(rlhfd::testing::WaitFor([&] { return Ended(pid); }, absl::Seconds(5)));
   }
   const absl::StatusOr<std::vector<double>> scores = reward->Score(Calls(4));
   INFO(scores.status());
@@ -204,6 +209,43 @@ TEST_CASE("python reward: a process killed while idle is replaced on the next ba
   CHECK(*scores == std::vector<double>{1, 2, 3, 4});
   for (pid_t pid : reward->pids()) {
     CHECK(std::find(before.begin(), before.end(), pid) == before.end());
+  }
+}
+
+TEST_CASE("python reward: processes end with their worker, even in the middle of a call",
+          "[reward]") {
+  // A stand-in for the worker, forked: it starts a pool, has one process hang in a call, reports
+  // the pids and ends without cleaning up, as a worker killed with SIGKILL would.
+  int report[2];
+  REQUIRE(::pipe(report) == 0);
+  const pid_t worker = ::fork();
+  REQUIRE(worker >= 0);
+  if (worker == 0) {
+    ::close(report[0]);
+    auto created = PythonReward::Create(Options("hangs"));
+    if (!created.ok()) ::_exit(2);
+    std::unique_ptr<PythonReward> reward = *std::move(created);
+    std::thread([&] { (void)reward->Score(Calls(2)); }).detach();
+    for (int i = 0; i < 100 && reward->pids().size() < 2; ++i) ::usleep(50'000);
+    ::usleep(300'000);  // the calls are under way
+    for (pid_t pid : reward->pids()) {
+      if (::write(report[1], &pid, sizeof(pid)) != sizeof(pid)) ::_exit(3);
+    }
+    ::_exit(0);
+  }
+  ::close(report[1]);
+  std::vector<pid_t> pids;
+  pid_t pid = 0;
+  while (::read(report[0], &pid, sizeof(pid)) == sizeof(pid)) pids.push_back(pid);
+  ::close(report[0]);
+  int status = 0;
+  REQUIRE(::waitpid(worker, &status, 0) == worker);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  REQUIRE(pids.size() == 2);
+  for (pid_t process : pids) {
+    INFO("process " << process);
+    CHECK(rlhfd::testing::WaitFor([&] { return Ended(process); }, absl::Seconds(5)));
   }
 }
 

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -214,7 +213,6 @@ absl::Status PythonReward::Start(Process& process) {
   const rlim_t limit = options_.memory_limit_mb > 0
                            ? static_cast<rlim_t>(options_.memory_limit_mb) << 20
                            : RLIM_INFINITY;
-  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int error = errno;
@@ -224,8 +222,8 @@ absl::Status PythonReward::Start(Process& process) {
     return absl::ResourceExhaustedError(absl::StrCat("fork: ", std::strerror(error)));
   }
   if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);
+    // No PR_SET_PDEATHSIG: it fires when the forking thread ends, which a stage thread may do
+    // while the worker lives on. The runner watches for its worker's end itself.
     // The runner talks on fd 3; fd 1 goes to the worker's log (fd 2), so that a print in the
     // user's function cannot corrupt the protocol.
     const int channel = ::fcntl(pair[1], F_DUPFD, 10);
@@ -318,7 +316,8 @@ absl::StatusOr<std::unique_ptr<PythonReward>> PythonReward::Create(PythonRewardO
   }
   auto reward = std::unique_ptr<PythonReward>(new PythonReward(std::move(options)));
   ASSIGN_OR_RETURN(reward->python_, ResolvePython(reward->options_.python));
-  reward->setup_ = Frame({{"path", reward->options_.path},
+  reward->setup_ = Frame({{"worker_pid", ::getpid()},
+                          {"path", reward->options_.path},
                           {"name", reward->options_.name},
                           {"reward_kwargs", reward->options_.reward_kwargs}});
   for (int i = 0; i < reward->options_.processes; ++i) {

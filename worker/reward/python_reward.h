@@ -3,10 +3,10 @@
 // (worker/reward/python/reward_runner.py). Each process imports the user's file once and answers
 // one call at a time over a socket; this side holds every call to its deadline with poll() and
 // kills (SIGKILL) and replaces a process that overruns or dies. Processes start with an
-// address-space limit and die with the worker (PR_SET_PDEATHSIG).
+// address-space limit and end within a second of the worker (the runner watches its parent).
 //
 // Wire format (both ways): a decimal byte count, "\n", then that many bytes of one JSON object.
-//   first, to the runner:  {"path", "name", "reward_kwargs"}
+//   first, to the runner:  {"worker_pid", "path", "name", "reward_kwargs"}
 //   runner:                {"ready": true} | {"error": exception, "traceback": text}
 //   per call:              {"id", "data_source", "solution_str", "ground_truth", "extra_info"}
 //   runner:                {"id", "score": number} | {"id", "error": what, "traceback"?: text}

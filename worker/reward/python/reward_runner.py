@@ -1,14 +1,14 @@
 """Runs a verl custom_reward_function for rlhfd-worker (worker/reward/python_reward.h).
 
 Started by the worker with its socket on fd 3. Messages both ways are a decimal byte count, a
-newline, then that many bytes of one JSON object. The first message names the file, the function
-and reward_kwargs; the runner imports the file once, answers {"ready": true} or
-{"error", "traceback"},
-then answers each call {"id", "data_source", "solution_str", "ground_truth", "extra_info"} with
-{"id", "score"} or {"id", "error"} ("error" says what went wrong in a line; when the function
-raised, "traceback" holds its traceback). The function is called as verl's reward manager calls it:
-compute_score(data_source=..., solution_str=..., ground_truth=..., extra_info=..., **reward_kwargs),
-extra_info being the row's extra_info with verl's num_turns and rollout_reward_scores added.
+newline, then that many bytes of one JSON object. The first message names the worker's pid, the
+file, the function and reward_kwargs; the runner imports the file once and answers
+{"ready": true} or {"error", "traceback"}, then answers each call {"id", "data_source",
+"solution_str", "ground_truth", "extra_info"} with {"id", "score"} or {"id", "error"} ("error"
+says what went wrong in a line; when the function raised, "traceback" holds its traceback).
+The function is called as verl's reward manager calls it: compute_score(data_source=...,
+solution_str=..., ground_truth=..., extra_info=..., **reward_kwargs), extra_info being the row's
+extra_info with verl's num_turns and rollout_reward_scores added.
 """
 
 import importlib
@@ -18,6 +18,8 @@ import math
 import numbers
 import os
 import sys
+import threading
+import time
 import traceback
 
 CHANNEL_FD = 3
@@ -117,12 +119,21 @@ def score_of(result, name):
                   f"'score': {short(repr(result))}")
 
 
+def exit_when_orphaned(worker_pid):
+    """Ends this process once its worker has gone (it is then another process's child), even in
+    the middle of a call that would never return."""
+    while os.getppid() == worker_pid:
+        time.sleep(1.0)
+    os._exit(1)
+
+
 def main():
     # The user's prints go to the worker's log; fd 1 already points there.
     sys.stdout = sys.stderr
     setup = receive()
     if setup is None:
         return 0
+    threading.Thread(target=exit_when_orphaned, args=(setup["worker_pid"],), daemon=True).start()
     name = setup["name"]
     try:
         function = load_function(setup["path"], name)
