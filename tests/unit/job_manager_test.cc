@@ -111,6 +111,7 @@ TEST_CASE("a Python reward function's file is checked at submission, relative to
     request.set_base_dir(kFixtures);
     request.add_overrides("~roles.reward.rule");
     request.add_overrides("roles.reward.custom_reward_function.path=" + path);
+    request.add_overrides("+roles.reward.custom_reward_function.reward_kwargs={scale: 2, tag: a}");
     if (!name.empty()) request.add_overrides("roles.reward.custom_reward_function.name=" + name);
     return controller->SubmitJob(request);
   };
@@ -131,6 +132,18 @@ TEST_CASE("a Python reward function's file is checked at submission, relative to
                              "defined in"));
   // A prefix of a name is not the name.
   CHECK_FALSE(submit("python_rewards/verl_docs_reward.py", "compute").ok());
+  // reward_kwargs (a google.protobuf.Struct) survive the job store and a restart.
+  const auto& kwargs =
+      accepted->job().spec().roles().reward().custom_reward_function().reward_kwargs();
+  CHECK(kwargs.fields().at("scale").number_value() == 2);
+  CHECK(kwargs.fields().at("tag").string_value() == "a");
+  controller.reset();
+  auto restarted = MakeController(dir.path(), &now);
+  v1::GetJobRequest get;
+  get.set_job_id(accepted->job().job_id());
+  const auto reread = restarted->GetJob(get);
+  REQUIRE(reread.ok());
+  CHECK(reread->job().spec().SerializeAsString() == accepted->job().spec().SerializeAsString());
 }
 
 TEST_CASE("a job file of the older store is imported, a corrupt one set aside", "[jobs]") {
