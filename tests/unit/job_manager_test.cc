@@ -1,6 +1,7 @@
 // JobManager and Controller: submission, validation, persistence across restarts, cancellation
 // and events, driven directly (no RPC).
 #include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/message_differencer.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 
@@ -143,7 +144,9 @@ TEST_CASE("a Python reward function's file is checked at submission, relative to
   get.set_job_id(accepted->job().job_id());
   const auto reread = restarted->GetJob(get);
   REQUIRE(reread.ok());
-  CHECK(reread->job().spec().SerializeAsString() == accepted->job().spec().SerializeAsString());
+  // (Compared field by field: a Struct is a map, whose serialized order is not fixed.)
+  CHECK(google::protobuf::util::MessageDifferencer::Equals(reread->job().spec(),
+                                                           accepted->job().spec()));
 }
 
 TEST_CASE("a job file of the older store is imported, a corrupt one set aside", "[jobs]") {
