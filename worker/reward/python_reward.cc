@@ -223,12 +223,14 @@ absl::Status PythonReward::Start(Process& process) {
   }
   if (pid == 0) {
     // No PR_SET_PDEATHSIG: it fires when the forking thread ends, which a stage thread may do
-    // while the worker lives on. The runner watches for its worker's end itself.
+    // while the worker lives on; the runner watches for its worker's end itself.
     // The runner talks on fd 3; fd 1 goes to the worker's log (fd 2), so that a print in the
-    // user's function cannot corrupt the protocol.
+    // user's function cannot corrupt the protocol. Both descriptors move above 10 first, so that
+    // neither is overwritten by the other's dup2 whatever numbers they had.
     const int channel = ::fcntl(pair[1], F_DUPFD, 10);
+    const int input = dev_null >= 0 ? ::fcntl(dev_null, F_DUPFD, 10) : -1;
     if (channel < 0 || ::dup2(channel, 3) < 0) ::_exit(127);
-    if (dev_null >= 0) ::dup2(dev_null, 0);
+    if (input >= 0) ::dup2(input, 0);
     ::dup2(2, 1);
     ::syscall(SYS_close_range, 4u, ~0u, 0u);
     struct rlimit address_space = {limit, limit};
