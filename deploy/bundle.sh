@@ -4,8 +4,8 @@
 # lack those libraries — e.g. GPU machines that only have CUDA, NCCL and PyTorch.
 #   deploy/bundle.sh OUT_DIR [EXTRA_BINARY ...]
 #   deploy/bundle.sh --tarball DIST_DIR   # DIST_DIR/rlhfd-VERSION-linux-ARCH.tar.gz, a release
-# Layout: OUT_DIR/bin (daemons, extras), OUT_DIR/lib (libraries; RPATH $ORIGIN/../lib), and
-# OUT_DIR/env.sh, which finds the host's LibTorch and CUDA libraries for LibTorch binaries.
+# Layout: OUT_DIR/bin (daemons, extras), OUT_DIR/lib (libraries; RPATH $ORIGIN/../lib),
+# OUT_DIR/share/rlhfd/reward_runner.py (Python reward functions) and OUT_DIR/env.sh, which finds the host's LibTorch and CUDA libraries for LibTorch binaries.
 # LibTorch, CUDA, NCCL and glibc/libstdc++ are not copied: the target supplies them. A release
 # adds VERSION, configs/, the systemd units and Slurm script, and demo.sh with the demo's tiny
 # model and data, so `./demo.sh` runs the README's main job from the unpacked folder.
@@ -73,6 +73,9 @@ for binary in "${binaries[@]}"; do
   patchelf --set-rpath '$ORIGIN/../lib' "${out}/bin/$(basename "${binary}")"
   copy_libraries "${binary}"
 done
+# The worker's runner of Python reward functions, where it looks: ../share/rlhfd of its binary.
+mkdir -p "${out}/share/rlhfd"
+cp "${repo_root}/worker/reward/python/reward_runner.py" "${out}/share/rlhfd/"
 parquet_plugin="${build_dir}/controller/librlhfd_parquet.so"
 if [[ "${RLHFD_BUNDLE_PARQUET:-1}" != 0 && -f "${parquet_plugin}" ]]; then
   cp "${parquet_plugin}" "${out}/lib/"

@@ -96,6 +96,43 @@ void Derived(std::set<std::string>* derived, const std::string& path) {
   if (derived != nullptr) derived->insert(path);
 }
 
+bool IsPythonIdentifier(const std::string& name) {
+  if (name.empty() || absl::ascii_isdigit(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+// roles.reward.custom_reward_function: checks what the controller can (the file itself is on
+// the workers' machines, which may not be this one) and fills in the defaults.
+void CompletePythonReward(Checker& check, v1::PythonRewardSpec* function) {
+  const std::string path = "roles.reward.custom_reward_function";
+  if (function->path().empty()) {
+    check.Fail(path + ".path",
+               "is required: the .py file that defines the reward function, as the workers see "
+               "it");
+  } else if (!absl::EndsWith(function->path(), ".py") &&
+             !absl::StartsWith(function->path(), "pkg://")) {
+    check.Fail(path + ".path", absl::StrCat("'", function->path(),
+                                            "' is not a .py file (or pkg://module, as verl "
+                                            "accepts)"));
+  }
+  if (function->name().empty()) function->set_name("compute_score");
+  if (!IsPythonIdentifier(function->name())) {
+    check.Fail(path + ".name",
+               absl::StrCat("'", function->name(), "' is not the name of a Python function"));
+  }
+  if (function->processes() == 0) function->set_processes(4);
+  check.Within(path + ".processes", function->processes(), 1, 64);
+  if (function->timeout_s() == 0) function->set_timeout_s(30);
+  check.Within(path + ".timeout_s", function->timeout_s(), 1e-3, 3600);
+  if (function->memory_limit_mb() == 0) function->set_memory_limit_mb(8192);
+  if (function->memory_limit_mb() != -1) {
+    check.Within(path + ".memory_limit_mb", static_cast<double>(function->memory_limit_mb()), 64,
+                 1 << 24);
+  }
+}
+
 bool IsValidJobName(const std::string& name) {
   if (name.empty() || name.size() > 128) return false;
   for (char c : name) {
@@ -367,13 +404,21 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
   }
 
   auto* reward = roles->mutable_reward();
-  const int reward_kinds =
-      !reward->rule().empty() + !reward->model().empty() + !reward->remote().empty();
+  // A Python function is a kind of its own: as in verl, it replaces the rule reward, and a
+  // reward model's or a service's scores would leave it unused.
+  const int reward_kinds = !reward->rule().empty() + !reward->model().empty() +
+                           !reward->remote().empty() + reward->has_custom_reward_function();
   if (reward_kinds != 1) {
     check.Fail("roles.reward",
-               reward_kinds == 0 ? "is required: give one of rule (e.g. gsm8k), model (a reward "
-                                   "model directory) or remote (a scoring URL)"
-                                 : "give exactly one of rule, model or remote");
+               reward_kinds == 0
+                   ? "is required: give one of rule (e.g. gsm8k), model (a reward model "
+                     "directory), remote (a scoring URL) or custom_reward_function (a Python "
+                     "compute_score)"
+                   : "give exactly one of rule, model, remote or custom_reward_function (a "
+                     "Python function replaces the rule reward, as in verl)");
+  }
+  if (reward->has_custom_reward_function()) {
+    CompletePythonReward(check, reward->mutable_custom_reward_function());
   }
   if (!reward->rule().empty() && !IsRewardRule(reward->rule())) {
     check.Fail("roles.reward.rule", absl::StrCat("'", reward->rule(), "' is not one of: ",
@@ -388,8 +433,8 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
     check.Fail("roles.reward.model",
                absl::StrCat(Name(estimator),
                             " scores each prompt's greedy baseline response on "
-                            "the actor's workers, with roles.reward.rule or .remote; a reward "
-                            "model is not supported with it yet"));
+                            "the actor's workers, with roles.reward.rule, .custom_reward_function "
+                            "or .remote; a reward model is not supported with it yet"));
   }
   if (!reward->model().empty()) {
     int32_t gpus = reward->gpus();

@@ -181,6 +181,35 @@ class SchemaWalker {
     return out;
   }
 
+  // A free-form value: the config parser keeps every YAML scalar as text, so text that reads
+  // as true/false or a number becomes one (as YAML's core schema reads a plain scalar).
+  static nlohmann::json Free(const nlohmann::json& value) {
+    if (value.is_object() || value.is_array()) {
+      nlohmann::json out = value.is_object() ? nlohmann::json::object() : nlohmann::json::array();
+      for (const auto& [key, item] : value.items()) {
+        if (value.is_object()) {
+          out[key] = Free(item);
+        } else {
+          out.push_back(Free(item));
+        }
+      }
+      return out;
+    }
+    if (!value.is_string()) return value;
+    const std::string& text = value.get_ref<const std::string&>();
+    const std::string lower = absl::AsciiStrToLower(text);
+    if (lower == "true") return true;
+    if (lower == "false") return false;
+    int64_t integer = 0;
+    if (absl::SimpleAtoi(text, &integer)) return integer;
+    double number = 0;
+    if (absl::SimpleAtod(text, &number) && std::isfinite(number) &&
+        text.find_first_of("0123456789") != std::string::npos) {
+      return number;
+    }
+    return value;
+  }
+
   nlohmann::json Single(const nlohmann::json& value, const FieldDescriptor& field,
                         const std::string& path) {
     const nlohmann::json discarded = nlohmann::json::value_t::discarded;
@@ -192,6 +221,9 @@ class SchemaWalker {
           errors_->Add(path, absl::StrCat("expected a mapping of keys, got ", Describe(value)));
           return discarded;
         }
+        // Free-form keys (custom_reward_function.reward_kwargs): passed on as written, within
+        // the document's own bounds, with YAML's plain scalars typed.
+        if (field.message_type()->full_name() == "google.protobuf.Struct") return Free(value);
         return Message(value, *field.message_type(), path);
       case FieldDescriptor::CPPTYPE_STRING:
         if (!ScalarText(value, &text)) {

@@ -196,7 +196,8 @@ class Converter {
   Json Paths(const std::string& key, Json value) {
     const bool path = key == "actor_rollout_ref.model.path" || key == "critic.model.path" ||
                       key == "data.train_files" || key == "data.val_files" ||
-                      key == "trainer.default_local_dir" || key == "reward_model.model.path";
+                      key == "trainer.default_local_dir" || key == "reward_model.model.path" ||
+                      absl::EndsWith(key, "custom_reward_function.path");
     if (!path) return value;
     const char* home = std::getenv("HOME");
     const auto expand = [&](Json& item) {
@@ -396,11 +397,48 @@ class Converter {
     Map("actor_rollout_ref.hybrid_engine", "placement", "colocated");
   }
 
+  // verl's custom_reward_function (top level, or under reward: in verl's newer layout), with
+  // its reward_kwargs; the key it came from, or "" when none is set.
+  std::string CustomRewardFunction() {
+    std::string found;
+    for (const std::string prefix : {"custom_reward_function.", "reward.custom_reward_function."}) {
+      const Json* path = Take(prefix + "path");
+      const Json* name = Take(prefix + "name");
+      std::vector<std::string> kwargs;
+      for (const auto& [key, value] : flat_) {
+        if (absl::StartsWith(key, prefix + "reward_kwargs")) kwargs.push_back(key);
+      }
+      if (path == nullptr || !found.empty()) {
+        for (const std::string& key : kwargs) Take(key);
+        continue;
+      }
+      found = prefix + "path";
+      const std::string to = "roles.reward.custom_reward_function";
+      Map(found, to + ".path", Paths(found, *path));
+      if (name != nullptr) Map(prefix + "name", to + ".name", *name);
+      for (const std::string& key : kwargs) {
+        const Json* value = Take(key);
+        const std::string argument = key.substr(std::min(key.size(), prefix.size() + 14));
+        if (value != nullptr && !argument.empty()) {
+          Map(key, absl::StrCat(to, ".reward_kwargs.", argument), *value);
+        }
+      }
+    }
+    return found;
+  }
+
   void Reward() {
+    const std::string custom = CustomRewardFunction();
     const Json* enable = Take("reward_model.enable");
     const Json* path = Take("reward_model.model.path");
     Take("reward_model.model.input_tokenizer");
     if (enable != nullptr && enable->is_boolean() && enable->get<bool>()) {
+      if (!custom.empty()) {
+        Error(custom,
+              "with reward_model.enable verl scores with the reward model and leaves the "
+              "function unused; keep one of them");
+        return;
+      }
       if (path == nullptr) {
         Error("reward_model.model.path", "reward_model.enable needs the reward model's path");
         return;
@@ -408,6 +446,8 @@ class Converter {
       Map("reward_model.model.path", "roles.reward.model", Paths("reward_model.model.path", *path));
       return;
     }
+    // A custom function replaces verl's default reward.
+    if (!custom.empty()) return;
     // verl's default reward picks a rule by each row's data_source.
     Set(&out_.config, "roles.reward.rule", "auto");
     out_.mapped.push_back("(verl's default reward) -> roles.reward.rule: auto");

@@ -244,9 +244,6 @@ const std::map<std::string, std::string>& UnsupportedTable() {
       {"critic.ulysses_sequence_parallel_size", "sequence parallelism is not supported"},
       {"critic.model.lora_rank", "LoRA is not supported yet"},
       {"critic.model.override_config", "config.json is used as it is"},
-      {"custom_reward_function.path",
-       "Python reward functions are not run; use a rule (gsm8k, math, exact_match, countdown), "
-       "a reward model or a remote scoring service (roles.reward.remote)"},
       {"algorithm.use_pf_ppo", "PF-PPO reweighting is not implemented"},
       {"algorithm.filter_groups.enable", "DAPO's dynamic sampling is not implemented"},
       {"reward_model.sandbox_fusion.url", "sandboxed code execution is not supported"},

@@ -221,6 +221,7 @@ absl::StatusOr<std::vector<int64_t>> JobStages::MeasurePrompts(
     for (end = first; end < total && end - first < kChunkRows; ++end) {
       v1::PromptRow prompt = prompts[end];
       prompt.clear_ground_truth_json();
+      prompt.clear_extra_info_json();
       const int64_t size = static_cast<int64_t>(prompt.ByteSizeLong());
       if (end > first && bytes + size > kChunkBytes) break;
       bytes += size;

@@ -86,6 +86,12 @@ absl::StatusOr<v1::PromptRow> PromptOf(const nlohmann::json& row, const std::str
       source != nullptr && source->is_string()) {
     prompt.set_data_source(source->get<std::string>());
   }
+  // verl's extra_info column, for Python reward functions and remote rewards.
+  if (const nlohmann::json* extra = Find(row, "extra_info");
+      extra != nullptr && extra->is_object()) {
+    prompt.set_extra_info_json(
+        extra->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
   if (const int64_t bytes = static_cast<int64_t>(prompt.ByteSizeLong()); bytes > kMaxRowBytes) {
     const int64_t truth_bytes = static_cast<int64_t>(prompt.ground_truth_json().size());
     return absl::InvalidArgumentError(absl::StrCat(
@@ -142,7 +148,7 @@ struct RowKeys {
   // The Parquet columns a row is made of: the first part of each key.
   std::vector<std::string> Columns() const {
     return {prompt.substr(0, prompt.find('.')), answer.substr(0, answer.find('.')), "reward_model",
-            "data_source"};
+            "data_source", "extra_info"};
   }
 
   std::string prompt, answer;

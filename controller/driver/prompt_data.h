@@ -1,8 +1,9 @@
 // A job's prompts, read by the controller from Parquet files as verl's data preprocessing
 // writes them (*.parquet; parquet_rows.h) or from JSONL files: the prompt as text or a chat (a
 // list of {role, content}) under data.prompt_key, the reference answer under data.answer_key (a
-// dotted path; by default ground_truth, else reward_model.ground_truth) and an optional
-// data_source. Each row remembers its file and line (a Parquet file's row) for errors.
+// dotted path; by default ground_truth, else reward_model.ground_truth), an optional
+// data_source and an optional extra_info object (for Python reward functions and remote
+// rewards). Each row remembers its file and line (a Parquet file's row) for errors.
 #pragma once
 
 #include <cstdint>

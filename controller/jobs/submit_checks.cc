@@ -141,6 +141,34 @@ class FileChecker {
     }
   }
 
+  // A Python reward function's file (workers read it; a shared path, as model directories are):
+  // present, and naming the function somewhere. pkg:// modules are looked up by the workers.
+  void RewardFunction(const std::string& key, v1::PythonRewardSpec* function) {
+    std::string* path = function->mutable_path();
+    if (path->empty() || absl::StartsWith(*path, "pkg://")) return;
+    if (absl::StartsWith(*path, "file://")) path->erase(0, 7);
+    if (!Resolve(key + ".path", path)) return;
+    auto text = ReadFilePrefix(*path, 16 << 20);
+    if (!text.ok()) {
+      errors_->Add(key + ".path", absl::StrCat("cannot read the reward function's file: ",
+                                               text.status().message()));
+      return;
+    }
+    // The name as a word: a def, an assignment or an import all name it.
+    const std::string& name = function->name().empty() ? "compute_score" : function->name();
+    bool named = false;
+    for (size_t at = text->find(name); at != std::string::npos && !named;
+         at = text->find(name, at + 1)) {
+      const auto word = [](char c) { return absl::ascii_isalnum(c) || c == '_'; };
+      named = (at == 0 || !word((*text)[at - 1])) &&
+              (at + name.size() == text->size() || !word((*text)[at + name.size()]));
+    }
+    if (!named) {
+      errors_->Add(key + ".name", absl::StrCat("'", name, "' is not defined in ", *path,
+                                               " (verl's default name is compute_score)"));
+    }
+  }
+
   void Directory(const std::string& key, std::string* path) {
     if (!path->empty()) Resolve(key, path);
   }
@@ -197,6 +225,10 @@ void ResolveAndCheckFiles(const std::string& base_dir, v1::JobSpec* spec,
   if (!roles->reward().model().empty()) {
     check.ModelDirectory("roles.reward.model", roles->mutable_reward()->mutable_model(),
                          /*needs_tokenizer=*/false);
+  }
+  if (roles->reward().has_custom_reward_function()) {
+    check.RewardFunction("roles.reward.custom_reward_function",
+                         roles->mutable_reward()->mutable_custom_reward_function());
   }
   check.SplitsInto("roles.actor.rollout.tp", roles->actor().rollout().tp(), model->path());
   check.Directory("trainer.checkpoint_dir", spec->mutable_trainer()->mutable_checkpoint_dir());

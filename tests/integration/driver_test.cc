@@ -1476,5 +1476,122 @@ TEST_CASE(
   CHECK(text["samples/val"].size() == 2);  // steps 0 and 2
 }
 
+// verl's data layout in Parquet (data_source, prompt, reward_model.ground_truth, extra_info
+// {split, index}), made by pyarrow from the arithmetic fixture; its path.
+std::string WriteVerlParquet(const std::string& directory) {
+  const std::string parquet = directory + "/arithmetic_verl.parquet";
+  const CommandResult written = RunCommand(
+      {RLHFD_PYTHON, "-c",
+       "import json, sys, pyarrow as pa, pyarrow.parquet as pq\n"
+       "rows = [json.loads(line) for line in open(sys.argv[1])]\n"
+       "pq.write_table(pa.Table.from_pylist([{'data_source': 'rlhfd/arithmetic', 'prompt': "
+       "r['prompt'], 'ability': 'math', 'reward_model': {'style': 'rule', 'ground_truth': "
+       "r['ground_truth']}, 'extra_info': {'split': 'train', 'index': i}} for i, r in "
+       "enumerate(rows)]), sys.argv[2], row_group_size=16)",
+       std::string(RLHFD_FIXTURES_DIR) + "/data/arithmetic_train.jsonl", parquet},
+      absl::Seconds(60));
+  INFO(written.err);
+  REQUIRE(written.exit_code == 0);
+  return parquet;
+}
+
+const std::string kPythonRewards = std::string(RLHFD_FIXTURES_DIR) + "/python_rewards";
+
+// The demo's job with a Python reward function in place of its rule.
+std::vector<std::string> WithPythonReward(const std::string& file, const std::string& name,
+                                          std::vector<std::string> extra = {}) {
+  std::vector<std::string> overrides = {"~roles.reward.rule",
+                                        "roles.reward.custom_reward_function.path=" + file,
+                                        "roles.reward.custom_reward_function.name=" + name,
+                                        "trainer.save_every=-1", "trainer.loggers=[console]"};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  return overrides;
+}
+
+TEST_CASE("A verl compute_score scores a Parquet job; each score is the function's own",
+          "[driver][python-reward]") {
+  // The worker's Python reward processes run the virtualenv's interpreter.
+  setenv("RLHFD_PYTHON", RLHFD_PYTHON, 1);
+  DriverCluster cluster;
+  TempDir dir;
+  const std::string parquet = WriteVerlParquet(dir.path());
+  const int64_t steps = 2;
+  const std::string function = kPythonRewards + "/verl_docs_reward.py";
+  const std::string id = cluster.Submit(
+      ReadConfig("tiny-cpu-demo.yaml"),
+      WithPythonReward(function, "compute_score",
+                       {"data.train_files=[" + parquet + "]", "data.shuffle=false",
+                        absl::StrCat("trainer.total_steps=", steps),
+                        "trainer.rollout_data_dir=" + dir.path() + "/rollouts",
+                        "+roles.reward.custom_reward_function.reward_kwargs.bonus=0.25"}));
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  const v1::Job job = cluster.WaitEnded(id);
+  INFO(Describe(job));
+  REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(job.spec().roles().reward().custom_reward_function().name() == "compute_score");
+  // The function called directly in Python on the responses the workers dumped, with the row's
+  // data as pyarrow reads it: the same score for every row of every step.
+  const CommandResult parity =
+      RunCommand({RLHFD_PYTHON, kSource + "/tests/integration/python_reward_parity.py",
+                  dir.path() + "/rollouts", parquet,
+                  kSource + "/tests/fixtures/models/tiny-qwen2/tokenizer.json", function,
+                  "compute_score", "4", std::to_string(steps), R"({"bonus": 0.25})"},
+                 absl::Seconds(120));
+  INFO(parity.out << parity.err);
+  CHECK(parity.exit_code == 0);
+  CHECK_THAT(parity.out, Catch::Contains(absl::StrCat(steps * 32, " rows compared")));
+}
+
+TEST_CASE(
+    "A Python reward that raises, hangs, dies or returns text fails its job with why; the "
+    "workers run the next job",
+    "[driver][python-reward]") {
+  setenv("RLHFD_PYTHON", RLHFD_PYTHON, 1);
+  DriverCluster cluster;
+  const std::string config = ReadConfig("tiny-cpu-demo.yaml");
+  const std::vector<std::string> one_step = {"trainer.total_steps=1",
+                                             "trainer.val_before_train=false"};
+  const std::string misbehaving = kPythonRewards + "/misbehaving_rewards.py";
+  struct Case {
+    std::string file, name;
+    std::vector<std::string> words;
+  };
+  const std::vector<Case> cases = {
+      {misbehaving,
+       "raises",
+       {"row ", "Traceback (most recent call last)", "misbehaving_rewards.py", "in raises",
+        "ValueError: cannot score"}},
+      {misbehaving, "hangs", {"did not return within 2s", "timeout_s"}},
+      {misbehaving, "kills_itself", {"killed by signal 9"}},
+      {misbehaving, "exits", {"exited with status 3"}},
+      {misbehaving, "returns_text", {"returns_text returned a str, not a number", "'high'"}},
+      {kPythonRewards + "/fails_on_import.py",
+       "compute_score",
+       {"ModuleNotFoundError", "this_module_does_not_exist", "fails_on_import.py"}},
+  };
+  std::vector<std::string> ids;
+  for (const Case& c : cases) {
+    std::vector<std::string> extra = one_step;
+    extra.push_back("roles.reward.custom_reward_function.timeout_s=2");
+    ids.push_back(cluster.Submit(config, WithPythonReward(c.file, c.name, extra)));
+  }
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const absl::Time start = absl::Now();
+    const v1::Job job = cluster.WaitEnded(ids[i], absl::Seconds(120));
+    INFO(cases[i].name << ": " << Describe(job));
+    CHECK(job.state() == v1::JOB_STATE_FAILED);
+    CHECK(job.progress().restarts() == 0);  // the function's doing, not a fault: no retry
+    for (const std::string& word : cases[i].words) CHECK_THAT(job.message(), Catch::Contains(word));
+    CHECK(absl::Now() - start < absl::Seconds(90));
+  }
+  // Both workers still serve, and the next job on them runs.
+  CHECK(cluster.AliveWorkers() == 2);
+  const v1::Job good = cluster.WaitEnded(cluster.Submit(
+      config, WithPythonReward(kPythonRewards + "/verl_docs_reward.py", "my_reward_fn", one_step)));
+  INFO(Describe(good));
+  CHECK(good.state() == v1::JOB_STATE_SUCCEEDED);
+}
+
 }  // namespace
 }  // namespace rlhfd::testing

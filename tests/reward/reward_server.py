@@ -3,8 +3,8 @@
 
     reward_server.py PORT MODE
 
-POST {"query": [...], "prompts": [...], "labels": [...]} answers {"rewards": [...]}: 1.0 where the
-query ends with its label, else 0.0. MODE changes that:
+POST {"query": [...], "prompts": [...], "labels": [...], ...} answers {"rewards": [...]}: 1.0 where
+the query ends with its label, else 0.0. MODE changes that:
   ok          as above
   slow        sleeps 5 s before answering
   malformed   answers "this is not json"
@@ -13,7 +13,8 @@ query ends with its label, else 0.0. MODE changes that:
   flaky       HTTP 503 to the first two requests, then as ok
   bad_request HTTP 400 {"error": "labels missing"}
   length      len(query) / 1000: a score that differs from response to response
-The number of requests served is written to PORT.count beside this server's working directory.
+The number of requests served is written to PORT.count, and the last request's body to
+PORT.request.json, in this server's working directory.
 """
 import json
 import sys
@@ -41,7 +42,10 @@ class Handler(BaseHTTPRequestHandler):
         served += 1
         with open(f"{PORT}.count", "w") as out:
             out.write(str(served))
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        raw = self.rfile.read(int(self.headers["Content-Length"]))
+        with open(f"{PORT}.request.json", "wb") as out:
+            out.write(raw)
+        body = json.loads(raw)
         rewards = [1.0 if q.endswith(str(label)) else 0.0 for q, label in zip(body["query"], body["labels"])]
         if MODE == "length":
             rewards = [len(q) / 1000.0 for q in body["query"]]

@@ -226,7 +226,47 @@ TEST_CASE("inconsistent sections are refused with the fix", "[config][errors]") 
   CHECK_THAT(ErrorOf(Replace(yaml, "  reference: {}\n", "")),
              Catch::Contains("roles.reference: is required by algorithm.kl.mode loss"));
   CHECK_THAT(ErrorOf(Replace(yaml, "{rule: gsm8k}", "{rule: gsm8k, remote: http://x}")),
-             Catch::Contains("roles.reward: give exactly one of rule, model or remote"));
+             Catch::Contains("roles.reward: give exactly one of rule, model, remote or "
+                             "custom_reward_function"));
+  // A Python function is a reward kind of its own: it replaces the rule, as in verl.
+  CHECK_THAT(ErrorOf(Replace(yaml, "{rule: gsm8k}",
+                             "{rule: gsm8k, custom_reward_function: {path: /r.py}}")),
+             Catch::Contains("roles.reward: give exactly one of rule, model, remote or "
+                             "custom_reward_function (a Python function replaces the rule"));
+  CHECK_THAT(ErrorOf(Replace(yaml, "{rule: gsm8k}", "{custom_reward_function: {name: f}}")),
+             Catch::Contains("roles.reward.custom_reward_function.path: is required"));
+  CHECK_THAT(ErrorOf(Replace(yaml, "{rule: gsm8k}", "{custom_reward_function: {path: /r.txt}}")),
+             Catch::Contains("roles.reward.custom_reward_function.path: '/r.txt' is not a .py"));
+  CHECK_THAT(ErrorOf(Replace(yaml, "{rule: gsm8k}",
+                             "{custom_reward_function: {path: /r.py, name: 'a-b'}}")),
+             Catch::Contains("custom_reward_function.name: 'a-b' is not the name of a Python"));
+  CHECK_THAT(ErrorOf(Replace(yaml, "{rule: gsm8k}",
+                             "{custom_reward_function: {path: /r.py, timeout_s: -1, "
+                             "processes: 65}}")),
+             Catch::Contains("custom_reward_function.timeout_s: -1 must be in") &&
+                 Catch::Contains("custom_reward_function.processes: 65 must be in"));
+  CHECK_THAT(ErrorOf(Replace(yaml, "{rule: gsm8k}",
+                             "{custom_reward_function: {path: /r.py, reward_kwargs: [1]}}")),
+             Catch::Contains("reward_kwargs: expected a mapping of keys"));
+  {
+    const auto spec =
+        ParseJobSpec(Replace(yaml, "{rule: gsm8k}",
+                             "{custom_reward_function: {path: /r.py, reward_kwargs: {scale: 0.5, "
+                             "style: {strict: true, tags: [a, 1]}}}}"),
+                     "job.yaml");
+    INFO(spec.status());
+    REQUIRE(spec.ok());
+    const v1::PythonRewardSpec& function = spec->roles().reward().custom_reward_function();
+    CHECK(function.name() == "compute_score");  // verl's default
+    CHECK(function.processes() == 4);
+    CHECK(function.timeout_s() == 30);
+    CHECK(function.memory_limit_mb() == 8192);
+    CHECK(function.reward_kwargs().fields().at("scale").number_value() == 0.5);
+    const auto& style = function.reward_kwargs().fields().at("style").struct_value().fields();
+    CHECK(style.at("strict").bool_value());
+    CHECK(style.at("tags").list_value().values(0).string_value() == "a");
+    CHECK(style.at("tags").list_value().values(1).number_value() == 1);
+  }
   CHECK_THAT(ErrorOf(Replace(yaml, "{rule: gsm8k}", "{rule: vibes}")),
              Catch::Contains("roles.reward.rule: 'vibes' is not one of: gsm8k"));
   CHECK_THAT(ErrorOf(Replace(yaml, "reference: {}", "reference: {gpus: 1}") +

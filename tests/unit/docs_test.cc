@@ -76,7 +76,8 @@ namespace {
 using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
 
-// Dotted paths of JobSpec's fields; messages are walked into (their own path is listed too).
+// Dotted paths of JobSpec's fields; messages are walked into (their own path is listed too),
+// except protobuf's own (a google.protobuf.Struct is a free-form value in a config).
 void FieldPaths(const Descriptor* message, const std::string& prefix, std::set<std::string>* out,
                 int depth = 0) {
   for (int i = 0; i < message->field_count(); ++i) {
@@ -84,7 +85,8 @@ void FieldPaths(const Descriptor* message, const std::string& prefix, std::set<s
     const std::string path =
         prefix.empty() ? field->name() : absl::StrCat(prefix, ".", field->name());
     out->insert(path);
-    if (field->type() == FieldDescriptor::TYPE_MESSAGE && depth < 6) {
+    if (field->type() == FieldDescriptor::TYPE_MESSAGE && depth < 6 &&
+        !absl::StartsWith(field->message_type()->full_name(), "google.protobuf.")) {
       FieldPaths(field->message_type(), path, out, depth + 1);
     }
   }

@@ -1,6 +1,7 @@
 // JobManager and Controller: submission, validation, persistence across restarts, cancellation
 // and events, driven directly (no RPC).
 #include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/message_differencer.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 
@@ -99,6 +100,53 @@ TEST_CASE("an invalid config creates no job", "[jobs]") {
   v1::GetJobRequest get;
   get.set_job_id("job-1");
   CHECK(absl::IsNotFound(controller->GetJob(get).status()));
+}
+
+TEST_CASE("a Python reward function's file is checked at submission, relative to base_dir",
+          "[jobs]") {
+  testing::TempDir dir;
+  int64_t now = 0;
+  auto controller = MakeController(dir.path(), &now);
+  const auto submit = [&](const std::string& path, const std::string& name) {
+    v1::SubmitJobRequest request = FromFile("tiny-cpu-demo.yaml");
+    request.set_base_dir(kFixtures);
+    request.add_overrides("~roles.reward.rule");
+    request.add_overrides("roles.reward.custom_reward_function.path=" + path);
+    request.add_overrides("+roles.reward.custom_reward_function.reward_kwargs={scale: 2, tag: a}");
+    if (!name.empty()) request.add_overrides("roles.reward.custom_reward_function.name=" + name);
+    return controller->SubmitJob(request);
+  };
+  // Relative to the submitting directory; the default name, compute_score, is in the file.
+  const auto accepted = submit("python_rewards/verl_docs_reward.py", "");
+  INFO(accepted.status());
+  REQUIRE(accepted.ok());
+  CHECK(accepted->job().spec().roles().reward().custom_reward_function().path() ==
+        kFixtures + "/python_rewards/verl_docs_reward.py");
+  CHECK(submit("python_rewards/verl_docs_reward.py", "my_reward_fn").ok());
+  const auto missing = submit("python_rewards/absent.py", "");
+  CHECK_THAT(std::string(missing.status().message()),
+             Catch::Contains("roles.reward.custom_reward_function.path") &&
+                 Catch::Contains("python_rewards/absent.py"));
+  const auto unnamed = submit("python_rewards/verl_docs_reward.py", "score_it");
+  CHECK_THAT(std::string(unnamed.status().message()),
+             Catch::Contains("roles.reward.custom_reward_function.name: 'score_it' is not "
+                             "defined in"));
+  // A prefix of a name is not the name.
+  CHECK_FALSE(submit("python_rewards/verl_docs_reward.py", "compute").ok());
+  // reward_kwargs (a google.protobuf.Struct) survive the job store and a restart.
+  const auto& kwargs =
+      accepted->job().spec().roles().reward().custom_reward_function().reward_kwargs();
+  CHECK(kwargs.fields().at("scale").number_value() == 2);
+  CHECK(kwargs.fields().at("tag").string_value() == "a");
+  controller.reset();
+  auto restarted = MakeController(dir.path(), &now);
+  v1::GetJobRequest get;
+  get.set_job_id(accepted->job().job_id());
+  const auto reread = restarted->GetJob(get);
+  REQUIRE(reread.ok());
+  // (Compared field by field: a Struct is a map, whose serialized order is not fixed.)
+  CHECK(google::protobuf::util::MessageDifferencer::Equals(reread->job().spec(),
+                                                           accepted->job().spec()));
 }
 
 TEST_CASE("a job file of the older store is imported, a corrupt one set aside", "[jobs]") {

@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -66,10 +67,17 @@ TEST_CASE("verl's Parquet rows read as the same prompts as their JSONL", "[parqu
   CHECK(verl->row(9).data_source() == "openai/gsm8k");  // dictionary-encoded in the file
   CHECK(verl->row(9).ground_truth_json() == "\"72\"");  // reward_model.ground_truth
   CHECK(verl->row(4).ground_truth_json() == "\"1500\"");  // "#### 1,500", commas dropped
+  // extra_info, a struct column, travels as an object for Python and remote rewards.
+  const nlohmann::json extra = nlohmann::json::parse(verl->row(9).extra_info_json());
+  CHECK(extra["split"] == "train");
+  CHECK(extra["index"] == 9);
+  CHECK(absl::EndsWith(extra["answer"].get<std::string>(), "#### 72"));
+  CHECK(extra.size() == 4);
   auto numbers = PromptData::Load({files.path("numbers.parquet")}, v1::DataSpec());
   REQUIRE(numbers.ok());
   CHECK(numbers->row(0).ground_truth_json() == "42");
   CHECK(numbers->row(1).ground_truth_json().empty());  // null: none
+  CHECK(numbers->row(0).extra_info_json().empty());    // no extra_info column
   // A dotted key reaches into a struct column: extra_info.answer as the answer.
   v1::DataSpec answer_key;
   answer_key.set_answer_key("extra_info.answer");

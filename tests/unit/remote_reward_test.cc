@@ -32,6 +32,11 @@ class RewardServer {
         absl::Seconds(20)));
   }
   std::string url() const { return absl::StrCat("http://127.0.0.1:", port_, "/score"); }
+  // The body of the last request the server read.
+  nlohmann::json last_request() const {
+    std::ifstream in(absl::StrCat(dir_.path(), "/", port_, ".request.json"));
+    return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  }
   int served() const {
     std::ifstream in(absl::StrCat(dir_.path(), "/", port_, ".count"));
     int count = 0;
@@ -48,7 +53,10 @@ class RewardServer {
 RemoteRewardRequest TwoRows() {
   return {.queries = {"Q: 1+1? A: 2", "Q: 2+2? A: 5"},
           .prompts = {"Q: 1+1? A:", "Q: 2+2? A:"},
-          .labels = {"2", 4}};
+          .labels = {"2", 4},
+          .responses = {" 2", " 5"},
+          .data_sources = {"openai/gsm8k", "lighteval/MATH"},
+          .extra_infos = {nlohmann::json{{"split", "train"}, {"index", 7}}, nullptr}};
 }
 
 RemoteRewardOptions Options(const std::string& url) {
@@ -64,6 +72,15 @@ TEST_CASE("remote reward: OpenRLHF's protocol against a real server", "[reward]"
       RemoteReward(Options(server.url())).Score(TwoRows());
   REQUIRE(rewards.ok());
   CHECK(*rewards == std::vector<double>{1.0, 0.0});
+  // What a verl compute_score takes travels beside OpenRLHF's keys, the prompt and the response
+  // apart as well as joined.
+  const nlohmann::json sent = server.last_request();
+  CHECK(sent["query"] == nlohmann::json{"Q: 1+1? A: 2", "Q: 2+2? A: 5"});
+  CHECK(sent["prompts"] == nlohmann::json{"Q: 1+1? A:", "Q: 2+2? A:"});
+  CHECK(sent["labels"] == nlohmann::json::parse(R"(["2", 4])"));
+  CHECK(sent["responses"] == nlohmann::json{" 2", " 5"});
+  CHECK(sent["data_sources"] == nlohmann::json{"openai/gsm8k", "lighteval/MATH"});
+  CHECK(sent["extra_infos"] == nlohmann::json::parse(R"([{"split": "train", "index": 7}, null])"));
   CHECK(RemoteReward(Options(server.url())).Score({})->empty());
 }
 

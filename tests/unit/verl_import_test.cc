@@ -325,6 +325,51 @@ TEST_CASE("verl's parquet data files are kept as they are", "[verl]") {
   CHECK(data.at("val_files").dump().find("/data/gsm8k/test.parquet") != std::string::npos);
 }
 
+TEST_CASE("verl's custom_reward_function becomes roles.reward.custom_reward_function", "[verl]") {
+  // verl's top-level keys, with reward_kwargs, in place of the default rule reward.
+  const VerlConversion legacy =
+      Convert(kVerlGrpo, {"custom_reward_function.path=/code/reward.py",
+                          "custom_reward_function.name=my_reward_fn",
+                          "+custom_reward_function.reward_kwargs.scale=0.5",
+                          "+custom_reward_function.reward_kwargs.style.strict=true"});
+  const v1::JobSpec spec = Validated(legacy);
+  CHECK(spec.roles().reward().rule().empty());
+  const v1::PythonRewardSpec& function = spec.roles().reward().custom_reward_function();
+  CHECK(function.path() == "/code/reward.py");
+  CHECK(function.name() == "my_reward_fn");
+  CHECK(function.reward_kwargs().fields().at("scale").number_value() == 0.5);
+  CHECK(function.reward_kwargs()
+            .fields()
+            .at("style")
+            .struct_value()
+            .fields()
+            .at("strict")
+            .bool_value());
+  CHECK(Contains(legacy.mapped,
+                 "custom_reward_function.path -> roles.reward.custom_reward_function.path"));
+  // verl's newer layout (under reward:), the name left at verl's default; ~ expanded here.
+  const VerlConversion newer =
+      Convert(kVerlGrpo, {"+reward.custom_reward_function.path=~/rewards/reward.py",
+                          "+reward.custom_reward_function.name=compute_score"});
+  const v1::JobSpec newer_spec = Validated(newer);
+  const std::string path = newer_spec.roles().reward().custom_reward_function().path();
+  CHECK(path[0] == '/');
+  CHECK(absl::EndsWith(path, "/rewards/reward.py"));
+  CHECK(newer_spec.roles().reward().custom_reward_function().name() == "compute_score");
+  // verl's defaults (no path, a name): its default reward, the rule picked by data_source.
+  const v1::JobSpec unset =
+      Validated(Convert(kVerlGrpo, {"+reward.custom_reward_function.name=compute_score",
+                                    "+custom_reward_function.path=null"}));
+  CHECK(unset.roles().reward().rule() == "auto");
+  CHECK_FALSE(unset.roles().reward().has_custom_reward_function());
+  // With a reward model verl would leave the function unused: refused.
+  const VerlConversion both =
+      Convert("", {"custom_reward_function.path=/code/reward.py", "reward_model.enable=true",
+                   "reward_model.model.path=/models/rm"});
+  CHECK(Contains(both.errors, "custom_reward_function.path: not supported"));
+  CHECK(Contains(both.errors, "keep one of them"));
+}
+
 TEST_CASE("every verl setting rlhfd cannot honour is named, with why", "[verl]") {
   const std::vector<std::pair<std::string, std::string>> refused = {
       {"actor_rollout_ref.model.lora_rank=16", "LoRA"},
@@ -332,7 +377,6 @@ TEST_CASE("every verl setting rlhfd cannot honour is named, with why", "[verl]")
       {"actor_rollout_ref.actor.policy_loss.loss_mode=gpg", "vanilla PPO clip loss"},
       {"actor_rollout_ref.rollout.multi_turn.enable=true", "multi-turn"},
       {"actor_rollout_ref.actor.strategy=megatron", "Megatron"},
-      {"custom_reward_function.path=/code/reward.py", "Python reward functions"},
       {"algorithm.use_pf_ppo=true", "PF-PPO"},
       {"actor_rollout_ref.model.custom_chat_template=my_template", "model.chat_template"},
       {"actor_rollout_ref.actor.kl_loss_type=full", "estimators are kl"},

@@ -69,13 +69,20 @@ RemoteReward::RemoteReward(RemoteRewardOptions options) : options_(std::move(opt
 absl::StatusOr<std::vector<double>> RemoteReward::Score(const RemoteRewardRequest& request,
                                                         const std::atomic<bool>* cancelled) const {
   const size_t count = request.queries.size();
-  if (request.prompts.size() != count || request.labels.size() != count) {
-    return absl::InternalError("remote reward: queries, prompts and labels differ in length");
+  if (request.prompts.size() != count || request.labels.size() != count ||
+      request.responses.size() != count || request.data_sources.size() != count ||
+      request.extra_infos.size() != count) {
+    return absl::InternalError(
+        "remote reward: queries, prompts, labels, responses, data_sources and extra_infos differ "
+        "in length");
   }
   if (count == 0) return std::vector<double>();
   const json payload = {{"query", request.queries},
                         {"prompts", request.prompts},
-                        {"labels", request.labels}};
+                        {"labels", request.labels},
+                        {"responses", request.responses},
+                        {"data_sources", request.data_sources},
+                        {"extra_infos", request.extra_infos}};
   const std::string body = payload.dump(-1, ' ', false, json::error_handler_t::replace);
   const std::string where = absl::StrCat("remote reward ", SanitizeForDisplay(options_.url, 200));
 

@@ -1,8 +1,11 @@
 // A remote scoring service in OpenRLHF's protocol (its remote_rm_url): one HTTP POST of
-//   {"query": [prompt + response, ...], "prompts": [prompt, ...], "labels": [ground truth, ...]}
-// answered by {"rewards": [number, ...]}, one per query. Each attempt has a deadline; connection
-// failures, deadlines, HTTP 429 and 5xx are retried a bounded number of times with doubling
-// backoff; anything else fails at once. Every error names the URL and what came back.
+//   {"query": [prompt + response, ...], "prompts": [prompt, ...], "labels": [ground truth, ...],
+//    "responses": [response, ...], "data_sources": [...], "extra_infos": [object or null, ...]}
+// answered by {"rewards": [number, ...]}, one per query. The last three lists carry what a verl
+// compute_score takes (docs/rewards.md); a service that knows only OpenRLHF's keys ignores them.
+// Each attempt has a deadline; connection failures, deadlines, HTTP 429 and 5xx are retried a
+// bounded number of times with doubling backoff; anything else fails at once. Every error names the
+// URL and what came back.
 #pragma once
 
 #include <atomic>
@@ -28,6 +31,9 @@ struct RemoteRewardRequest {
   std::vector<std::string> queries;  // prompt + response
   std::vector<std::string> prompts;
   std::vector<nlohmann::json> labels;  // ground truths as the data holds them
+  std::vector<std::string> responses;  // the decoded responses alone
+  std::vector<std::string> data_sources;
+  std::vector<nlohmann::json> extra_infos;  // each row's extra_info object, or null
 };
 
 class RemoteReward {

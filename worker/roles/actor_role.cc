@@ -55,7 +55,8 @@ absl::Status PutRollout(const v1::GenerateRequest& request, const PromptRequests
       info->set_response_tokens(static_cast<int32_t>(produced));
       info->set_truncated(sample.finish_reason == rollout::FinishReason::kLength);
       batch.sources().push_back({request.prompts(i).ground_truth_json(),
-                                 request.prompts(i).data_source(), encoded.texts[i]});
+                                 request.prompts(i).data_source(), encoded.texts[i],
+                                 request.prompts(i).extra_info_json()});
       response_tokens += static_cast<double>(produced);
       prompt_tokens += static_cast<double>(length);
       truncated += info->truncated() ? 1 : 0;

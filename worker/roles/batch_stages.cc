@@ -26,7 +26,8 @@ absl::Status PutGreedyBaseline(HostedJob& job, const v1::GenerateRequest& reques
                                const at::Device& device) {
   if (!job.scorer) {
     return absl::FailedPreconditionError(
-        "remax scores its greedy baseline with roles.reward.rule or .remote");
+        "remax scores its greedy baseline with roles.reward.rule, .custom_reward_function or "
+        ".remote");
   }
   ASSIGN_OR_RETURN(const std::vector<double> baseline,
                    GreedyBaseline(*job.actor, request, *job.scorer, job.cancelled.get()));
@@ -222,7 +223,7 @@ absl::StatusOr<v1::RewardReply> RunRewards(HostedJob& job, const v1::RewardReque
     const RowSource& source = batch.sources().at(row);
     responses.push_back({source.prompt_text,
                          job.actor->tokenizer().Decode(tokens, /*skip_special_tokens=*/true),
-                         source.ground_truth_json, source.data_source});
+                         source.ground_truth_json, source.data_source, source.extra_info_json});
   }
   ASSIGN_OR_RETURN(const std::vector<double> scores,
                    job.scorer->Score(responses, batch.rows().begin, job.cancelled.get()));
@@ -261,7 +262,8 @@ absl::StatusOr<v1::ValidateReply> RunValidate(HostedJob& job, const v1::Validate
   RETURN_IF_ERROR(NeedRole(job, v1::ROLE_ACTOR, job.actor != nullptr));
   if (!job.scorer) {
     return absl::UnimplementedError(
-        "validate: validation scores with roles.reward.rule or .remote; a reward model's "
+        "validate: validation scores with roles.reward.rule, .custom_reward_function or .remote; a "
+        "reward model's "
         "validation is not supported yet");
   }
   return ValidateActor(*job.actor, request, *job.scorer, job.cancelled.get());

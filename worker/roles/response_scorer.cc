@@ -1,7 +1,9 @@
 #include "worker/roles/response_scorer.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
 #include "common/util/text.h"
+#include "google/protobuf/util/json_util.h"
 
 namespace rlhfd::roles {
 
@@ -12,6 +14,21 @@ absl::StatusOr<std::unique_ptr<ResponseScorer>> ResponseScorer::Create(
     absl::StatusOr<reward::RuleReward> rule = reward::RuleReward::Make(spec.rule());
     if (!rule.ok()) return rule.status();
     scorer->rule_ = *std::move(rule);
+  } else if (!spec.custom_reward_function().path().empty()) {
+    const v1::PythonRewardSpec& function = spec.custom_reward_function();
+    std::string kwargs;
+    if (!google::protobuf::util::MessageToJsonString(function.reward_kwargs(), &kwargs).ok()) {
+      return absl::InvalidArgumentError(
+          "roles.reward.custom_reward_function.reward_kwargs cannot be written as JSON");
+    }
+    reward::PythonRewardOptions options{
+        .path = function.path(),
+        .reward_kwargs = nlohmann::json::parse(kwargs, nullptr, /*allow_exceptions=*/false),
+        .processes = function.processes(),
+        .timeout = absl::Seconds(function.timeout_s()),
+        .memory_limit_mb = function.memory_limit_mb()};
+    if (!function.name().empty()) options.name = function.name();
+    ASSIGN_OR_RETURN(scorer->python_, reward::PythonReward::Create(std::move(options)));
   } else if (!spec.remote().empty()) {
     scorer->remote_ = std::make_unique<reward::RemoteReward>(reward::RemoteRewardOptions{
         .url = spec.remote(), .timeout = absl::Seconds(spec.remote_timeout_s())});
@@ -36,12 +53,37 @@ absl::StatusOr<std::vector<double>> ResponseScorer::Score(
     }
     truths.push_back(std::move(truth));
   }
-  if (remote_) {
+  if (python_ || remote_) {
+    std::vector<nlohmann::json> extra_infos;
+    for (size_t i = 0; i < responses.size(); ++i) {
+      const std::string& text = responses[i].extra_info_json;
+      nlohmann::json extra =
+          text.empty() ? nlohmann::json() : nlohmann::json::parse(text, nullptr, false);
+      if (extra.is_discarded()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("row ", first_row + static_cast<int64_t>(i),
+                         ": extra_info_json is not JSON: ", SanitizeForDisplay(text, 80)));
+      }
+      extra_infos.push_back(std::move(extra));
+    }
+    if (python_) {
+      std::vector<reward::PythonRewardCall> calls;
+      for (size_t i = 0; i < responses.size(); ++i) {
+        calls.push_back({.data_source = responses[i].data_source,
+                         .solution_str = responses[i].response_text,
+                         .ground_truth = std::move(truths[i]),
+                         .extra_info = std::move(extra_infos[i])});
+      }
+      return python_->Score(calls, first_row, cancelled);
+    }
     reward::RemoteRewardRequest request;
     for (size_t i = 0; i < responses.size(); ++i) {
       request.queries.push_back(responses[i].prompt_text + responses[i].response_text);
       request.prompts.push_back(responses[i].prompt_text);
       request.labels.push_back(truths[i]);
+      request.responses.push_back(responses[i].response_text);
+      request.data_sources.push_back(responses[i].data_source);
+      request.extra_infos.push_back(std::move(extra_infos[i]));
     }
     return remote_->Score(request, cancelled);
   }

@@ -1,5 +1,5 @@
-// Rule and remote rewards of decoded responses, computed where the responses are (the actor
-// ranks): the reward role's work when it has no model of its own.
+// Rule, Python-function and remote rewards of decoded responses, computed where the responses
+// are (the actor ranks): the reward role's work when it has no model of its own.
 #pragma once
 
 #include <atomic>
@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "rlhfd/v1/job_spec.pb.h"
+#include "worker/reward/python_reward.h"
 #include "worker/reward/remote_reward.h"
 #include "worker/reward/rule_reward.h"
 
@@ -20,15 +21,18 @@ struct ScoredResponse {
   std::string response_text;
   std::string ground_truth_json;  // "" when the row has none
   std::string data_source;
+  std::string extra_info_json;  // "" when the row has none
 };
 
 class ResponseScorer {
  public:
-  // For roles.reward.rule or .remote; null for a reward model (which scores on its own pool).
+  // For roles.reward.rule, .custom_reward_function or .remote; null for a reward model (which
+  // scores on its own pool). A Python function's pool starts here: its import errors come back.
   static absl::StatusOr<std::unique_ptr<ResponseScorer>> Create(const v1::RewardSpec& spec);
 
   // One score per response. INVALID_ARGUMENT names the row (`first_row` + its position) whose
-  // ground truth is not JSON or not what the rule reads; the remote reward's errors as they are.
+  // ground truth or extra_info is not JSON or not what the rule reads; the Python and remote
+  // rewards' errors as they are.
   absl::StatusOr<std::vector<double>> Score(const std::vector<ScoredResponse>& responses,
                                             int64_t first_row,
                                             const std::atomic<bool>* cancelled) const;
@@ -36,6 +40,7 @@ class ResponseScorer {
  private:
   std::optional<reward::RuleReward> rule_;
   std::unique_ptr<reward::RemoteReward> remote_;
+  std::unique_ptr<reward::PythonReward> python_;
 };
 
 }  // namespace rlhfd::roles

@@ -41,7 +41,7 @@ absl::StatusOr<v1::ValidateReply> GenerateAndScore(
       info->set_truncated(sample.finish_reason == rollout::FinishReason::kLength);
       reply.add_responses(text);
       scored.push_back({encoded.texts[i], std::move(text), prompts[i].ground_truth_json(),
-                        prompts[i].data_source()});
+                        prompts[i].data_source(), prompts[i].extra_info_json()});
     }
   }
   ASSIGN_OR_RETURN(const std::vector<double> scores, scorer.Score(scored, first_prompt, cancelled));

@@ -28,7 +28,8 @@ absl::StatusOr<TensorInfo> CheckStepTensor(std::string_view name);
 struct RowSource {
   std::string ground_truth_json;
   std::string data_source;
-  std::string prompt_text;  // as the model saw it (the chat template applied)
+  std::string prompt_text;      // as the model saw it (the chat template applied)
+  std::string extra_info_json;  // the row's extra_info object; "" when it has none
 };
 
 class StepBatch {
