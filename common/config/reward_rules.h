@@ -96,17 +96,19 @@ bool IsRewardRule(std::string_view name);
 std::string_view RewardRuleList();
 
 // The rule "auto" scores a row of `data_source` with, as verl's default_compute_score chooses
-// (openai/gsm8k, the MATH sets, countdown), plus rlhfd's own sources (reasoning_gym/*,
-// rlhfd/arithmetic). Empty for a source no rule is known for.
+// (openai/gsm8k, the MATH sets, DAPO's math and AIME sets, Search-R1's QA sets), plus countdown
+// and rlhfd's own sources (reasoning_gym/*, rlhfd/arithmetic). Empty for a source no rule is
+// known for.
 std::string_view RuleForDataSource(std::string_view data_source);
 
 // "openai/gsm8k, reasoning_gym/*, ..." for error messages.
 std::string_view KnownDataSources();
 
 // A row's ground truth as rule `rule` (not "auto") reads it: the text rules' text, the arithmetic
-// rule's number, or countdown's target and numbers. INVALID_ARGUMENT naming the rule and what it
-// needs when `truth` is not of the rule's kind: the worker scores with it, and submission checks
-// a data file's first rows with it, so both refuse the same rows.
+// rule's number, countdown's target and numbers, or search_r1_qa_em's target texts.
+// INVALID_ARGUMENT naming the rule and what it needs when `truth` is not of the rule's kind: the
+// worker scores with it, and submission checks a data file's first rows with it, so both refuse the
+// same rows.
 struct GroundTruth {
   std::string text;                // kTextOrNumber
   std::vector<std::string> texts;  // kTargetTexts
