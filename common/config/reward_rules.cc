@@ -68,6 +68,19 @@ absl::StatusOr<std::string_view> RuleForRow(std::string_view rule, std::string_v
   if (rule != kAutoRewardRule) return rule;
   const std::string_view picked = RuleForDataSource(data_source);
   if (picked.empty()) {
+    for (const VerlSourceWithoutRule& source : kVerlSourcesWithoutRule) {
+      for (absl::string_view pattern :
+           absl::StrSplit(View(source.data_sources), ", ", absl::SkipEmpty())) {
+        if (!MatchesSource(pattern, View(data_source))) continue;
+        return absl::InvalidArgumentError(absl::StrCat(
+            "data_source '", SanitizeForDisplay(View(data_source), 80),
+            "' has no native reward rule under "
+            "roles.reward.rule auto: ",
+            View(source.why),
+            ". Score it with a Python reward function (custom_reward_function) or a remote "
+            "scoring service (roles.reward.remote)"));
+      }
+    }
     return absl::InvalidArgumentError(absl::StrCat(
         "data_source '", SanitizeForDisplay(View(data_source), 80),
         "' picks no reward rule under roles.reward.rule auto (known: ", View(KnownDataSources()),
@@ -132,6 +145,26 @@ absl::StatusOr<GroundTruth> ReadGroundTruth(std::string_view rule, const nlohman
       for (const nlohmann::json& number : *numbers) {
         if (!number.is_number_integer()) return shape;
         read.numbers.push_back(number.get<int64_t>());
+      }
+      return read;
+    }
+    case GroundTruthKind::kTargetTexts: {
+      const absl::Status shape = absl::InvalidArgumentError(absl::StrCat(
+          "ground truth: the ", View(rule),
+          " rule needs {\"target\": text or [texts]}, and the row has ",
+          truth.is_object() ? "an object without a text or a list of texts at \"target\""
+                            : truth.type_name()));
+      if (!truth.is_object()) return shape;
+      const auto target = truth.find("target");
+      if (target == truth.end()) return shape;
+      if (target->is_string()) {
+        read.texts.push_back(target->get<std::string>());
+        return read;
+      }
+      if (!target->is_array()) return shape;
+      for (const nlohmann::json& text : *target) {
+        if (!text.is_string()) return shape;
+        read.texts.push_back(text.get<std::string>());
       }
       return read;
     }

@@ -3,7 +3,7 @@
 // converter's tables; every field of rlhfd.v1.JobSpec is in docs/config-reference.md, every key
 // there is a field, and every field has its comment in job_spec.proto (the authority the
 // reference points to); data.md lists the data sources `rule: auto` scores as the rule table has
-// them.
+// them, and the verl sources it refuses.
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
@@ -35,6 +35,17 @@ TEST_CASE("data.md lists the data sources rule auto scores, as the rule table ha
     }
     const std::string row =
         absl::StrCat("| `", std::string(rule.name), "` | ", absl::StrJoin(sources, ", "), " |");
+    INFO(row);
+    CHECK_THAT(*doc, Catch::Contains(row));
+  }
+  for (const VerlSourceWithoutRule& source : kVerlSourcesWithoutRule) {
+    std::vector<std::string> sources;
+    for (absl::string_view name : absl::StrSplit(
+             absl::string_view(source.data_sources.data(), source.data_sources.size()), ", ")) {
+      sources.push_back(absl::StrCat("`", name, "`"));
+    }
+    const std::string row =
+        absl::StrCat("| ", absl::StrJoin(sources, ", "), " | ", std::string(source.why), " |");
     INFO(row);
     CHECK_THAT(*doc, Catch::Contains(row));
   }

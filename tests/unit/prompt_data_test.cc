@@ -1,6 +1,7 @@
 // PromptData's bounds on what rows carry to the workers: one limit per row, checked where the
-// file is read and naming the file, line and key; and the check that a rank's share of a step fits
-// the one stage call it travels in, naming the largest row.
+// file is read and naming the file, line and key; the check that a rank's share of a step fits
+// the one stage call it travels in, naming the largest row; and submission's check of the first
+// rows against rule auto's sources.
 #include "controller/driver/prompt_data.h"
 
 #include <catch2/catch.hpp>
@@ -72,6 +73,38 @@ TEST_CASE("A rank's share must fit one stage call: the largest rows decide", "[p
   // One at a time fits, and so does any share of an empty set.
   CHECK(CheckShareFits(*data, 1, limit, "data.train_files").ok());
   CHECK(CheckShareFits(PromptData(), 4, limit, "data.val_files").ok());
+}
+
+TEST_CASE("Submission refuses verl's sources no rule scores and reads Search-R1's targets",
+          "[prompt_data]") {
+  TempDir dir;
+  const std::string path = dir.path() + "/train.jsonl";
+  const auto write = [&](const std::string& text) {
+    REQUIRE(WriteFileAtomically(path, text).ok());
+  };
+  // verl's layout for Search-R1: the ground truth's targets under reward_model.
+  write(R"({"prompt": "Capital of France?", "data_source": "searchR1_nq", )"
+        R"("reward_model": {"ground_truth": {"target": ["Paris", "paris, france"]}}})"
+        "\n"
+        R"({"prompt": "Find n.", "data_source": "aime_2024", "ground_truth": "204"})"
+        "\n");
+  CHECK(CheckDataHead(path, v1::DataSpec(), "auto").ok());
+
+  write(R"({"prompt": "Capital of France?", "data_source": "searchR1_nq", "ground_truth": "Paris"})"
+        "\n");
+  const absl::Status bare = CheckDataHead(path, v1::DataSpec(), "auto");
+  CHECK_THAT(std::string(bare.message()), Catch::Contains(path + ":1") &&
+                                              Catch::Contains("search_r1_qa_em") &&
+                                              Catch::Contains("{\"target\": text or [texts]}"));
+
+  write(
+      R"({"prompt": "Find the angle.", "data_source": "hiyouga/geometry3k", "ground_truth": "30"})"
+      "\n");
+  CHECK(CheckDataHead(path, v1::DataSpec(), "exact_match").ok());  // a named rule reads any source
+  CHECK_THAT(std::string(CheckDataHead(path, v1::DataSpec(), "auto").message()),
+             Catch::Contains(path + ":1: data_source 'hiyouga/geometry3k' has no native reward "
+                                    "rule") &&
+                 Catch::Contains("mathruler") && Catch::Contains("custom_reward_function"));
 }
 
 }  // namespace

@@ -1,17 +1,20 @@
 // Rule rewards, hand-worked case by case against verl's reward_score code read line by line
-// (gsm8k.py, math_reward.py, countdown.py), including where its Python raises, clips by
-// characters or keeps a loop variable; the registry against the config's table of names.
-#include <catch2/catch.hpp>
+// (gsm8k.py, math_reward.py, math_dapo.py, search_r1_like_qa_em.py, countdown.py), including where
+// its Python raises, clips by characters or keeps a loop variable; the registry against the
+// config's table of names.
+#include "common/config/reward_rules.h"
 
+#include <catch2/catch.hpp>
 #include <string>
 
-#include "common/config/reward_rules.h"
 #include "nlohmann/json.hpp"
 #include "worker/reward/countdown.h"
 #include "worker/reward/expression.h"
 #include "worker/reward/gsm8k.h"
 #include "worker/reward/math_answer.h"
+#include "worker/reward/math_dapo.h"
 #include "worker/reward/rule_reward.h"
+#include "worker/reward/search_r1_qa.h"
 #include "worker/reward/simple_rules.h"
 
 namespace rlhfd::reward {
@@ -120,6 +123,60 @@ TEST_CASE("math: scores", "[reward]") {
   CHECK(MathScore("\\boxed{\\frac}", "\\frac ") == 0.0);
 }
 
+TEST_CASE("math_dapo: the last Minerva answer line, as Python's regex finds it", "[reward]") {
+  CHECK(LastMinervaAnswer("The answer is 3.\nAnswer: $\\frac{1}{2}$\n") == "$\\frac{1}{2}$");
+  CHECK(LastMinervaAnswer("ANSWER :\n 7") == "7");     // \s* crosses the newline
+  CHECK(LastMinervaAnswer("Answer: \t\n\n") == "\t");  // \s* gives back what [^\n]+ needs
+  CHECK(LastMinervaAnswer("An\u017fwer: 5") == "5");   // IGNORECASE folds LONG S onto 's'
+  CHECK(LastMinervaAnswer("Answer: 1 answer: 2\nanswer:3") == "3");
+  CHECK(LastMinervaAnswer("Answer:\n\n") == std::nullopt);
+  CHECK(LastMinervaAnswer("no marker") == std::nullopt);
+}
+
+TEST_CASE("math_dapo: normalize_final_answer, hand-worked", "[reward]") {
+  CHECK(NormalizeDapoAnswer("x = 1,000") == "1000");
+  CHECK(NormalizeDapoAnswer("\\frac12") == "\\frac{1}{2}");
+  CHECK(NormalizeDapoAnswer("\\sqrt2") == "\\sqrt{2}");
+  CHECK(NormalizeDapoAnswer("$5$ cm") == "5");
+  CHECK(NormalizeDapoAnswer("\\text{(A)}") == "(A)");
+  CHECK(NormalizeDapoAnswer("10^\\circ") == "10");
+  CHECK(NormalizeDapoAnswer("\\boxed{\\frac{1}{2}}") == "\\frac{1}{2}");
+}
+
+TEST_CASE("math_dapo: scores 1 or -1, Minerva first, then the box as written", "[reward]") {
+  CHECK(MathDapoScore("Answer: 5 dollars", "5") == 1.0);
+  CHECK(MathDapoScore("Answer: 6", "5") == -1.0);
+  CHECK(MathDapoScore("\\boxed{5}", "5") == 1.0);
+  CHECK(MathDapoScore("so \\boxed{ 5}", "5") == -1.0);         // the box is not normalised
+  CHECK(MathDapoScore("Answer: 4\n\\boxed{5}", "5") == -1.0);  // Minerva's answer decides
+  // Only the last 300 characters are read; with no answer at all, the normalised ground truth
+  // is compared with "[INVALID]".
+  CHECK(MathDapoScore("Answer: 5\n" + Repeat("\u00e9", 300), "5") == -1.0);
+  CHECK(MathDapoScore("Answer: 5\n" + Repeat("\u00e9", 300), "[INVALID]") == 1.0);
+  // The box is looked for in the last 100 characters.
+  CHECK(MathDapoScore("\\boxed{5}" + Repeat(" ", 91), "5") == 1.0);
+  CHECK(MathDapoScore("\\boxed{5}" + Repeat(" ", 92), "5") == -1.0);
+}
+
+TEST_CASE("search_r1_qa_em: the last tagged answer against SQuAD-normalised targets", "[reward]") {
+  CHECK(ExtractTaggedAnswer("<answer> a </answer> then <answer>\n Paris \n</answer>") == "Paris");
+  CHECK(ExtractTaggedAnswer("<answer>Paris") == std::nullopt);
+  CHECK(NormalizeQaAnswer("The Beatles!") == "beatles");
+  CHECK(NormalizeQaAnswer("  A  Tale of\tTwo Cities. ") == "tale of two cities");
+  CHECK(NormalizeQaAnswer("anthem") == "anthem");
+  CHECK(NormalizeQaAnswer("\u00c9COLE") == "\u00e9cole");  // str.lower beyond ASCII
+  CHECK(NormalizeQaAnswer("\u0130") == "i\u0307");         // and into two characters
+  CHECK(NormalizeQaAnswer("a_b") == "ab");                 // '_' is punctuation
+  CHECK(NormalizeQaAnswer("\u00e9 a") == "\u00e9");        // \b after a non-ASCII letter
+
+  CHECK(SearchR1QaScore("<answer>The Beatles</answer>", {"beatles", "x"}) == 1.0);
+  CHECK(SearchR1QaScore(Repeat("<answer>beatles</answer>", 10), {"Beatles"}) == 1.0);
+  CHECK(SearchR1QaScore(Repeat("<answer>beatles</answer>", 11), {"Beatles"}) == 0.25);
+  CHECK(SearchR1QaScore("<answer>stones</answer>", {"beatles"}) == 0.0);
+  CHECK(SearchR1QaScore("beatles", {"beatles"}) == 0.0);
+  CHECK(SearchR1QaScore("<answer>beatles</answer>", {}) == 0.0);
+}
+
 TEST_CASE("countdown: equations as verl scores them", "[reward]") {
   const std::vector<int64_t> numbers = {6, 4, 3, 1};
   CHECK(CountdownScore("Let me think.\n<answer>6 / (1 - 3 / 4)</answer>", 24, numbers) == 1.0);
@@ -198,11 +255,19 @@ TEST_CASE("auto picks the row that lists a data source", "[reward]") {
   CHECK(config::RuleForDataSource("HuggingFaceH4/MATH-500") == "math");
   CHECK(config::RuleForDataSource("countdown") == "countdown");
   CHECK(config::RuleForDataSource("rlhfd/arithmetic") == "arithmetic");
+  CHECK(config::RuleForDataSource("math") == "math_dapo");
+  CHECK(config::RuleForDataSource("math_dapo_reasoning") == "math_dapo");
+  CHECK(config::RuleForDataSource("aime2024") == "math_dapo");
+  CHECK(config::RuleForDataSource("searchR1_nq") == "search_r1_qa_em");
+  CHECK(config::RuleForDataSource("searchR1_bamboogle") == "search_r1_qa_em");
+  CHECK(config::RuleForDataSource("nq") == "");
   CHECK(config::RuleForDataSource("openai/gsm8k2") == "");
   CHECK(config::RuleForDataSource("") == "");
   CHECK(config::KnownDataSources() ==
         "openai/gsm8k, reasoning_gym/*, lighteval/MATH, DigitalLearningGmbH/MATH-lighteval, "
-        "HuggingFaceH4/MATH-500, countdown, rlhfd/arithmetic");
+        "HuggingFaceH4/MATH-500, math_dapo, math, math_dapo_reasoning, aime*, searchR1_nq, "
+        "searchR1_triviaqa, searchR1_popqa, searchR1_hotpotqa, searchR1_2wikimultihopqa, "
+        "searchR1_musique, searchR1_bamboogle, countdown, rlhfd/arithmetic");
 }
 
 TEST_CASE("rule rewards from data rows", "[reward]") {
@@ -232,6 +297,28 @@ TEST_CASE("rule rewards from data rows", "[reward]") {
   REQUIRE_FALSE(unknown.ok());
   CHECK_THAT(std::string(unknown.status().message()),
              Catch::Contains("my/dataset") && Catch::Contains("HuggingFaceH4/MATH-500"));
+
+  CHECK(*automatic.Score("Answer: 72", json("72"), "aime25") == 1.0);
+  CHECK(*automatic.Score("<answer>Paris</answer>", json{{"target", {"paris", "Lyon"}}},
+                         "searchR1_popqa") == 1.0);
+  CHECK(*automatic.Score("<answer>Paris</answer>", json{{"target", "the Paris"}},
+                         "searchR1_popqa") == 1.0);
+  const absl::StatusOr<double> bare_target =
+      automatic.Score("<answer>Paris</answer>", json("Paris"), "searchR1_nq");
+  REQUIRE_FALSE(bare_target.ok());
+  CHECK_THAT(std::string(bare_target.status().message()),
+             Catch::Contains("{\"target\": text or [texts]}") && Catch::Contains("string"));
+  CHECK_FALSE(automatic.Score("<answer>1</answer>", json{{"target", {1}}}, "searchR1_nq").ok());
+  // verl's sources no rule reproduces are refused saying why and what to use instead.
+  for (const char* source : {"hiyouga/geometry3k", "numina_olympiads", "apps", "taco"}) {
+    const absl::StatusOr<double> refused = automatic.Score("x", json("x"), source);
+    REQUIRE_FALSE(refused.ok());
+    CHECK_THAT(std::string(refused.status().message()),
+               Catch::Contains(source) && Catch::Contains("no native reward rule") &&
+                   Catch::Contains("custom_reward_function"));
+  }
+  CHECK_THAT(std::string(automatic.Score("x", json("x"), "hiyouga/geometry3k").status().message()),
+             Catch::Contains("mathruler"));
 
   const absl::StatusOr<RuleReward> bad = RuleReward::Make("gsm9k");
   REQUIRE_FALSE(bad.ok());

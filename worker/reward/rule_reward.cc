@@ -10,6 +10,8 @@
 #include "worker/reward/countdown.h"
 #include "worker/reward/gsm8k.h"
 #include "worker/reward/math_answer.h"
+#include "worker/reward/math_dapo.h"
+#include "worker/reward/search_r1_qa.h"
 #include "worker/reward/simple_rules.h"
 
 namespace rlhfd::reward {
@@ -44,7 +46,15 @@ absl::StatusOr<double> ScoreCountdown(std::string_view response, const json& gro
   return CountdownScore(response, truth->number, truth->numbers);
 }
 
-constexpr char kGsm8k[] = "gsm8k", kMath[] = "math", kExactMatch[] = "exact_match";
+absl::StatusOr<double> ScoreSearchR1Qa(std::string_view response, const json& ground_truth) {
+  absl::StatusOr<config::GroundTruth> truth =
+      config::ReadGroundTruth("search_r1_qa_em", ground_truth);
+  if (!truth.ok()) return truth.status();
+  return SearchR1QaScore(response, truth->texts);
+}
+
+constexpr char kGsm8k[] = "gsm8k", kMath[] = "math", kMathDapo[] = "math_dapo",
+               kExactMatch[] = "exact_match";
 
 using RuleFunction = absl::StatusOr<double> (*)(std::string_view response,
                                                 const json& ground_truth);
@@ -57,6 +67,8 @@ struct RegisteredRule {
 constexpr RegisteredRule kRegistry[] = {
     {kGsm8k, ScoreAgainstText<Gsm8kStrict, kGsm8k>},
     {kMath, ScoreAgainstText<MathScore, kMath>},
+    {kMathDapo, ScoreAgainstText<MathDapoScore, kMathDapo>},
+    {"search_r1_qa_em", ScoreSearchR1Qa},
     {kExactMatch, ScoreAgainstText<ExactMatchScore, kExactMatch>},
     {"countdown", ScoreCountdown},
     {"arithmetic", ScoreArithmetic},
@@ -85,10 +97,9 @@ std::vector<std::string_view> ImplementedRules() {
 
 absl::StatusOr<RuleReward> RuleReward::Make(std::string_view rule) {
   if (!config::IsRewardRule(rule)) {
-    return absl::InvalidArgumentError(absl::StrCat("roles.reward.rule: '",
-                                                   SanitizeForDisplay(View(rule), 60),
-                                                   "' is not one of: ",
-                                                   View(config::RewardRuleList())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("roles.reward.rule: '", SanitizeForDisplay(View(rule), 60),
+                     "' is not one of: ", View(config::RewardRuleList())));
   }
   return RuleReward(std::string(rule));
 }
