@@ -367,6 +367,16 @@ const std::map<std::string, std::string>& DerivedTable() {
       {"trainer.nnodes", "× trainer.n_gpus_per_node: `roles.actor.gpus`"},
       {"actor_rollout_ref.hybrid_engine",
        "`placement: colocated`; false is refused (give rlhfd's placement: split instead)"},
+      {"custom_reward_function.path",
+       "`roles.reward.custom_reward_function.path` (a Python compute_score, docs/rewards.md), "
+       "with reward_kwargs.*; refused beside reward_model.enable, as verl leaves it unused"},
+      {"custom_reward_function.name",
+       "`roles.reward.custom_reward_function.name` with its path (default compute_score)"},
+      {"reward.custom_reward_function.path",
+       "`roles.reward.custom_reward_function.path` when the top-level custom_reward_function "
+       "names none (verl 0.9's layout)"},
+      {"reward.custom_reward_function.name",
+       "`roles.reward.custom_reward_function.name` with its path"},
       {"reward_model.enable",
        "with reward_model.model.path: `roles.reward.model`; else "
        "`roles.reward.rule: auto` (by data_source, verl's default reward)"},
