@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "common/algorithms/algorithm_traits.h"
 #include "common/config/config_document.h"
+#include "common/config/hydra_compose.h"
 #include "common/config/overrides.h"
 #include "common/config/verl_defaults.h"
 #include "common/config/verl_interpolation.h"
@@ -30,77 +31,15 @@ using Json = nlohmann::json;
 constexpr char kActor[] = "actor_rollout_ref.actor.";
 constexpr char kRollout[] = "actor_rollout_ref.rollout.";
 
+using hydra::Flatten;
+using hydra::MergeInto;
+using hydra::Set;
+using hydra::TypeAll;
 using verl_keys::DirectTable;
 using verl_keys::HarmlessTable;
 using verl_keys::IsVerlNeutral;
 using verl_keys::Unset;
 using verl_keys::UnsupportedTable;
-
-// YAML plain scalars arrive as text (rlhfd's schema types them later); verl's keys are read
-// here before that, so "True", "512" and "1e-6" become what YAML (and Hydra) would make them.
-Json Typed(const Json& value) {
-  if (value.is_array()) {
-    Json out = Json::array();
-    for (const Json& item : value) out.push_back(Typed(item));
-    return out;
-  }
-  if (!value.is_string()) return value;
-  const std::string text = value.get<std::string>();
-  const std::string lower = absl::AsciiStrToLower(text);
-  if (lower == "true") return true;
-  if (lower == "false") return false;
-  int64_t integer;
-  if (absl::SimpleAtoi(text, &integer)) return integer;
-  double number;
-  if (absl::SimpleAtod(text, &number) && std::isfinite(number) &&
-      text.find_first_of("0123456789") != std::string::npos) {
-    return number;
-  }
-  return value;
-}
-
-// Every scalar of `node` typed as YAML types it.
-void TypeAll(Json* node) {
-  if (node->is_object()) {
-    for (auto& [key, child] : node->items()) TypeAll(&child);
-  } else {
-    *node = Typed(*node);
-  }
-}
-
-// `over` laid over `base`, mapping by mapping, as Hydra composes a config over its defaults.
-void MergeInto(Json* base, const Json& over) {
-  for (const auto& [key, value] : over.items()) {
-    Json& slot = (*base)[key];
-    if (value.is_object() && slot.is_object()) {
-      MergeInto(&slot, value);
-    } else {
-      slot = value;
-    }
-  }
-}
-
-// The document's leaves as dotted keys (lists and empty mappings are leaves).
-void Flatten(const Json& node, const std::string& path, std::map<std::string, Json>* out) {
-  if (node.is_object() && !node.empty()) {
-    for (const auto& [key, value] : node.items()) {
-      Flatten(value, path.empty() ? key : path + "." + key, out);
-    }
-  } else if (!path.empty()) {
-    (*out)[path] = Typed(node);
-  }
-}
-
-void Set(Json* config, const std::string& path, Json value) {
-  Json* node = config;
-  const std::vector<std::string> parts = absl::StrSplit(path, '.');
-  for (size_t i = 0; i + 1 < parts.size(); ++i) {
-    Json& child = (*node)[parts[i]];
-    if (!child.is_object()) child = Json::object();
-    node = &child;
-  }
-  (*node)[parts.back()] = std::move(value);
-}
 
 class Converter {
  public:
