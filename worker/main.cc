@@ -147,7 +147,8 @@ int Run() {
         return worker::HostedStatus{.jobs = role_host.jobs(),
                                     .memory_in_use_bytes = role_host.MemoryInUse()};
       },
-      [&link] { return link.state().stage_token; }, NowUnixMillis());
+      // A call racing the first registration's reply waits for it (bounded) rather than fail.
+      [&link] { return link.WaitForStageToken(absl::Seconds(5)); }, NowUnixMillis());
   auto server = RpcServer::Start(listen, rpc_options, {&service});
   if (!server.ok()) {
     RLOG(ERROR) << server.status().message();

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/algorithms/algorithm_traits.h"
 #include "common/config/proto_json_schema.h"
+#include "common/config/python_reward_limits.h"
 #include "common/config/reward_rules.h"
 #include "common/stages/response_samples.h"
 
@@ -117,19 +118,19 @@ void CompletePythonReward(Checker& check, v1::PythonRewardSpec* function) {
                                             "' is not a .py file (or pkg://module, as verl "
                                             "accepts)"));
   }
-  if (function->name().empty()) function->set_name("compute_score");
+  if (function->name().empty()) function->set_name(kPythonRewardFunctionName);
   if (!IsPythonIdentifier(function->name())) {
     check.Fail(path + ".name",
                absl::StrCat("'", function->name(), "' is not the name of a Python function"));
   }
-  if (function->processes() == 0) function->set_processes(4);
-  check.Within(path + ".processes", function->processes(), 1, 64);
-  if (function->timeout_s() == 0) function->set_timeout_s(30);
-  check.Within(path + ".timeout_s", function->timeout_s(), 1e-3, 3600);
-  if (function->memory_limit_mb() == 0) function->set_memory_limit_mb(8192);
+  if (function->processes() == 0) function->set_processes(kPythonRewardProcesses);
+  check.Within(path + ".processes", function->processes(), 1, kMaxPythonRewardProcesses);
+  if (function->timeout_s() == 0) function->set_timeout_s(kPythonRewardTimeoutS);
+  check.Within(path + ".timeout_s", function->timeout_s(), 1e-3, kMaxPythonRewardTimeoutS);
+  if (function->memory_limit_mb() == 0) function->set_memory_limit_mb(kPythonRewardMemoryLimitMb);
   if (function->memory_limit_mb() != -1) {
-    check.Within(path + ".memory_limit_mb", static_cast<double>(function->memory_limit_mb()), 64,
-                 1 << 24);
+    check.Within(path + ".memory_limit_mb", static_cast<double>(function->memory_limit_mb()),
+                 static_cast<double>(kMinPythonRewardMemoryLimitMb), 1 << 24);
   }
 }
 

@@ -26,6 +26,9 @@ using Path = std::vector<std::string>;
 
 // Interpolations naming interpolations: deeper than this is a cycle in all but name.
 constexpr int kMaxDepth = 32;
+// Text one value may resolve to: keys that repeat each other (k1: ${k0}${k0}, k2: ${k1}${k1})
+// would otherwise double it per key.
+constexpr size_t kMaxResolvedBytes = size_t{1} << 20;
 
 // The end of the interpolation opening at `open` ("${"): the index of its "}", or npos.
 size_t ClosingBrace(absl::string_view text, size_t open) {
@@ -197,6 +200,12 @@ class Resolver {
           Json part,
           Expression(absl::string_view(text).substr(open + 2, close - open - 2), where, depth));
       out += AsText(part);
+      if (out.size() > kMaxResolvedBytes) {
+        return absl::InvalidArgumentError(absl::StrCat("resolves to more than ",
+                                                       kMaxResolvedBytes >> 20,
+                                                       " MiB of text (interpolations "
+                                                       "that repeat each other)"));
+      }
       at = close + 1;
     }
     return Json(out);
@@ -223,7 +232,7 @@ class Resolver {
 
   // An argument: a scalar, or text with interpolations of its own.
   absl::StatusOr<Json> Argument(const std::string& text, const Path& where, int depth) {
-    if (absl::StrContains(text, "${")) return Text(text, where, depth);
+    if (absl::StrContains(text, "${")) return Text(text, where, depth + 1);
     return ParseScalar(text);
   }
 

@@ -55,12 +55,16 @@ inline v1::ResponseSample MakeResponseSample(int64_t row, absl::string_view prom
 }
 
 // Appends `from` (a rank's samples, in row order) to `into` while it holds fewer than `limit`
-// (trainer.log_samples): no more than asked for, whatever a peer sends.
+// (trainer.log_samples): no more than asked for, and no longer, whatever a peer sends.
 inline void AppendSamples(const google::protobuf::RepeatedPtrField<v1::ResponseSample>& from,
                           int64_t limit, std::vector<v1::ResponseSample>& into) {
   for (const v1::ResponseSample& sample : from) {
     if (static_cast<int64_t>(into.size()) >= limit) return;
-    into.push_back(sample);
+    v1::ResponseSample bounded = MakeResponseSample(
+        sample.row(), sample.prompt(), sample.response(), sample.score(), sample.validation());
+    bounded.set_prompt_truncated(bounded.prompt_truncated() || sample.prompt_truncated());
+    bounded.set_response_truncated(bounded.response_truncated() || sample.response_truncated());
+    into.push_back(std::move(bounded));
   }
 }
 

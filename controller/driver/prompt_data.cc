@@ -94,11 +94,16 @@ absl::StatusOr<v1::PromptRow> PromptOf(const nlohmann::json& row, const std::str
   }
   if (const int64_t bytes = static_cast<int64_t>(prompt.ByteSizeLong()); bytes > kMaxRowBytes) {
     const int64_t truth_bytes = static_cast<int64_t>(prompt.ground_truth_json().size());
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": the row carries ", bytes, " bytes to the workers, over the ", kMaxRowBytes,
-        " a row may; the most is under '", truth_bytes > bytes / 2 ? answer_key : prompt_key, "' (",
-        truth_bytes > bytes / 2 ? truth_bytes : bytes - truth_bytes,
-        " bytes): shorten it, or leave the row out"));
+    const int64_t extra_bytes = static_cast<int64_t>(prompt.extra_info_json().size());
+    const int64_t prompt_bytes = bytes - truth_bytes - extra_bytes;
+    const int64_t most = std::max({truth_bytes, extra_bytes, prompt_bytes});
+    const std::string column = most == truth_bytes   ? std::string(answer_key)
+                               : most == extra_bytes ? std::string("extra_info")
+                                                     : std::string(prompt_key);
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": the row carries ", bytes, " bytes to the workers, over the ",
+                     kMaxRowBytes, " a row may; the most is under '", column, "' (", most,
+                     " bytes): shorten it, or leave the row out"));
   }
   return prompt;
 }

@@ -55,9 +55,12 @@ class SqliteMetricHistory final : public MetricHistory {
   absl::StatusOr<std::vector<v1::StepMetrics>> GetSamples(const std::string& job_id,
                                                           int64_t after_step) override {
     std::vector<v1::StepMetrics> steps;
-    RETURN_IF_ERROR(Read(
-        "SELECT step, time_ms, samples FROM samples WHERE job_id = ?1 AND step > ?2 ORDER BY step",
-        job_id, after_step, "reading samples", [&](sqlite3_stmt* row) {
+    static const std::string kSelect = absl::StrCat(
+        "SELECT step, time_ms, samples FROM samples WHERE job_id = ?1 AND step > ?2 ORDER BY step "
+        "LIMIT ",
+        kMaxSampleSteps);
+    RETURN_IF_ERROR(
+        Read(kSelect.c_str(), job_id, after_step, "reading samples", [&](sqlite3_stmt* row) {
           v1::StepMetrics step;
           // A record this controller did not write whole is passed over, not an error.
           if (!step.ParseFromArray(sqlite3_column_blob(row, 2), sqlite3_column_bytes(row, 2))) {

@@ -25,8 +25,11 @@ class MetricHistory {
   // The job's steps after `after_step`, oldest first: step, time and metrics (no samples).
   virtual absl::StatusOr<std::vector<v1::StepMetrics>> Get(const std::string& job_id,
                                                            int64_t after_step) = 0;
-  // The job's steps with samples after `after_step`, oldest first: step, time and samples (no
-  // metrics).
+  // At most this many steps per GetSamples: a step holds up to 2 x 64 samples of two
+  // 2,000-byte texts, so one reply stays far below a gRPC message's 64 MiB.
+  static constexpr int64_t kMaxSampleSteps = 50;
+  // The job's first kMaxSampleSteps steps with samples after `after_step`, oldest first: step,
+  // time and samples (no metrics). The next ones come after the last step returned.
   virtual absl::StatusOr<std::vector<v1::StepMetrics>> GetSamples(const std::string& job_id,
                                                                   int64_t after_step) = 0;
   // Forgets the job's steps and samples (DeleteJob).

@@ -309,6 +309,21 @@ TEST_CASE("samples: bounded texts, samples.jsonl, TensorBoard text, the history,
   auto removed = (*history)->GetSamples("job-7", 0);
   REQUIRE(removed.ok());
   CHECK(removed->empty());
+
+  // A long job's samples come a bounded number of steps at a time, the next after the last.
+  const int64_t steps = MetricHistory::kMaxSampleSteps + 10;
+  for (int64_t step = 1; step <= steps; ++step) {
+    REQUIRE((*history)->Put("job-8", StepWithSamples(step, 1, 0)).ok());
+  }
+  auto first = (*history)->GetSamples("job-8", 0);
+  REQUIRE(first.ok());
+  REQUIRE(static_cast<int64_t>(first->size()) == MetricHistory::kMaxSampleSteps);
+  CHECK(first->back().step() == MetricHistory::kMaxSampleSteps);
+  auto rest = (*history)->GetSamples("job-8", first->back().step());
+  REQUIRE(rest.ok());
+  REQUIRE(rest->size() == 10u);
+  CHECK(rest->front().step() == MetricHistory::kMaxSampleSteps + 1);
+  CHECK(rest->back().step() == steps);
 }
 
 TEST_CASE("an unknown logger or an unwritable directory is a clear error", "[metrics]") {

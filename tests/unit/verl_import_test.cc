@@ -485,6 +485,23 @@ trainer:
   CHECK(Contains(missing.errors, "refers to itself"));
   CHECK(missing.config.dump().find("${") == std::string::npos);
 
+  // Hostile nesting and repetition end in an error, not a crash or an exhausted memory:
+  // 10,000 nested ${ and keys that each repeat the one before twice.
+  std::string nested;
+  for (int i = 0; i < 10000; ++i) nested += "${";
+  nested += "trainer.project_name";
+  for (int i = 0; i < 10000; ++i) nested += "}";
+  const VerlConversion deep = Convert("", {"trainer.experiment_name=" + nested});
+  CHECK(Contains(deep.errors, "nest too deeply"));
+  std::string doubling = "trainer:\n  k00: ab\n";
+  for (int i = 1; i <= 40; ++i) {
+    doubling += absl::StrCat("  k", i < 10 ? "0" : "", i, ": ${trainer.k", i <= 10 ? "0" : "",
+                             i - 1, "}${trainer.k", i <= 10 ? "0" : "", i - 1, "}\n");
+  }
+  doubling += "  experiment_name: ${trainer.k25}\n";  // 2^26 bytes, 26 deep
+  const VerlConversion repeated = Convert(doubling, {});
+  CHECK(Contains(repeated.errors, "MiB of text"));
+
   // An rlhfd config holds values: `validate` refuses a ${...} copied into one, naming the key.
   auto literal = LoadConfig("trainer: {project_name: '${trainer.experiment_name}'}\n", "job.yaml",
                             {"model.path=/models/m", "data.train_files=[/data/train.jsonl]"});

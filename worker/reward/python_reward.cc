@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,7 +35,6 @@ using Clock = std::chrono::steady_clock;
 
 // A reply larger than this is not one of the runner's (a traceback is cut well below it).
 constexpr size_t kMaxFrameBytes = 16 << 20;
-constexpr int kMaxProcesses = 64;
 
 std::string Frame(const nlohmann::json& message) {
   const std::string body = message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -108,7 +108,8 @@ std::string FailureText(const nlohmann::json& reply) {
 }  // namespace
 
 struct PythonReward::Process {
-  pid_t pid = -1;
+  pid_t pid = -1;        // -1 once reaped
+  pid_t group = -1;      // its process group (the runner's first pid), outlives the runner
   int fd = -1;           // this side of the socket pair
   std::string received;  // bytes read and not yet a whole frame
   int64_t call = -1;     // the call it is running, -1 when idle
@@ -130,6 +131,8 @@ std::vector<pid_t> PythonReward::pids() const {
 }
 
 void PythonReward::Kill(Process& process) {
+  // The runner leads its own process group: whatever the function started goes with it.
+  if (process.group > 0) ::kill(-process.group, SIGKILL);
   if (process.pid > 0) {
     ::kill(process.pid, SIGKILL);
     int status = 0;
@@ -186,6 +189,17 @@ bool IdleAndAlive(int fd) {
   return ::poll(&watched, 1, 0) == 0;
 }
 
+// The exit status of a runner whose socket closed, waiting at most a second for it to end (one
+// that closed its socket but lives on is killed by the caller); 0 when it has not ended.
+pid_t ReapBriefly(pid_t pid, int* status) {
+  for (int i = 0; i < 100; ++i) {
+    const pid_t dead = ::waitpid(pid, status, WNOHANG);
+    if (dead != 0) return dead;
+    ::usleep(10'000);
+  }
+  return 0;
+}
+
 bool SendAll(int fd, const std::string& bytes) {
   size_t sent = 0;
   while (sent < bytes.size()) {
@@ -213,6 +227,15 @@ absl::Status PythonReward::Start(Process& process) {
   const rlim_t limit = options_.memory_limit_mb > 0
                            ? static_cast<rlim_t>(options_.memory_limit_mb) << 20
                            : RLIM_INFINITY;
+  const long open_limit = ::sysconf(_SC_OPEN_MAX);
+  const int open_max =
+      open_limit > 0 ? static_cast<int>(std::min<long>(open_limit, 1 << 20)) : 1024;
+  // A send to a runner that stopped reading fails after the call's deadline instead of blocking
+  // the worker's stage executor.
+  const int64_t send_ms = std::max<int64_t>(1000, absl::ToInt64Milliseconds(options_.timeout));
+  const timeval send_timeout = {.tv_sec = static_cast<time_t>(send_ms / 1000),
+                                .tv_usec = static_cast<suseconds_t>(send_ms % 1000 * 1000)};
+  ::setsockopt(pair[0], SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof(send_timeout));
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int error = errno;
@@ -232,7 +255,13 @@ absl::Status PythonReward::Start(Process& process) {
     if (channel < 0 || ::dup2(channel, 3) < 0) ::_exit(127);
     if (input >= 0) ::dup2(input, 0);
     ::dup2(2, 1);
-    ::syscall(SYS_close_range, 4u, ~0u, 0u);
+    // Its own process group: a deadline kill reaches what the function started, and a Ctrl-C
+    // at the worker's terminal does not reach the function.
+    ::setpgid(0, 0);
+    if (::syscall(SYS_close_range, 4u, ~0u, 0u) != 0) {
+      // Kernels before 5.9 (or a seccomp profile without it): one close per descriptor.
+      for (int fd = 4; fd < open_max; ++fd) ::close(fd);
+    }
     struct rlimit address_space = {limit, limit};
     ::setrlimit(RLIMIT_AS, &address_space);
     ::signal(SIGPIPE, SIG_DFL);
@@ -244,7 +273,9 @@ absl::Status PythonReward::Start(Process& process) {
   }
   ::close(pair[1]);
   if (dev_null >= 0) ::close(dev_null);
+  ::setpgid(pid, pid);  // As the child does: whichever runs first, the group exists after.
   process.pid = pid;
+  process.group = pid;
   process.fd = pair[0];
   process.call = -1;
   process.received.clear();
@@ -279,7 +310,7 @@ absl::Status PythonReward::Start(Process& process) {
     }
     if (closed) {
       int status = 0;
-      const pid_t dead = ::waitpid(process.pid, &status, 0);
+      const pid_t dead = ReapBriefly(process.pid, &status);
       if (dead == process.pid) process.pid = -1;
       return fail(absl::StrCat("the Python process (", python_, " ", options_.runner, ") ",
                                dead > 0 ? Describe(status) : "closed its socket", " while loading ",
@@ -303,9 +334,10 @@ absl::StatusOr<std::unique_ptr<PythonReward>> PythonReward::Create(PythonRewardO
   if (options.path.empty()) {
     return absl::InvalidArgumentError("roles.reward.custom_reward_function.path is required");
   }
-  if (options.processes < 1 || options.processes > kMaxProcesses) {
+  if (options.processes < 1 || options.processes > config::kMaxPythonRewardProcesses) {
     return absl::InvalidArgumentError(
-        absl::StrCat("roles.reward.custom_reward_function.processes must be 1..", kMaxProcesses));
+        absl::StrCat("roles.reward.custom_reward_function.processes must be 1..",
+                     config::kMaxPythonRewardProcesses));
   }
   if (options.runner.empty()) options.runner = RewardRunnerPath();
   if (options.runner.empty() || ::access(options.runner.c_str(), R_OK) != 0) {
@@ -409,7 +441,7 @@ absl::StatusOr<std::vector<double>> PythonReward::Score(const std::vector<Python
         if (!reply.has_value()) {
           if (open) continue;
           int status = 0;
-          const pid_t dead = ::waitpid(process.pid, &status, 0);
+          const pid_t dead = ReapBriefly(process.pid, &status);
           if (dead == process.pid) process.pid = -1;
           Kill(process);
           return finish(absl::InvalidArgumentError(absl::StrCat(

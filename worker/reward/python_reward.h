@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/config/python_reward_limits.h"
 #include "nlohmann/json.hpp"
 
 namespace rlhfd::reward {
@@ -34,11 +35,13 @@ struct PythonRewardOptions {
   // reward_runner.py; "" means the one installed with the worker (RewardRunnerPath()).
   std::string runner;
   std::string path;  // the user's .py file (or pkg://module.name, as verl accepts)
-  std::string name = "compute_score";
+  std::string name = config::kPythonRewardFunctionName;
   nlohmann::json reward_kwargs = nlohmann::json::object();
-  int processes = 4;
-  absl::Duration timeout = absl::Seconds(30);  // per call; importing the file gets the same
-  int64_t memory_limit_mb = 8192;              // RLIMIT_AS of each process; <= 0 for none
+  int processes = config::kPythonRewardProcesses;
+  // Per call; importing the file gets the same.
+  absl::Duration timeout = absl::Seconds(config::kPythonRewardTimeoutS);
+  // RLIMIT_AS of each process; <= 0 for none.
+  int64_t memory_limit_mb = config::kPythonRewardMemoryLimitMb;
 };
 
 // One call, with the arguments verl's reward manager passes.

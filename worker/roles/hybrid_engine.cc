@@ -23,11 +23,14 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> SplitRolloutGroup(
     parallel::Communicator& pool) {
   const int tp = spec.roles().actor().rollout().tp();
   if (tp <= 1) return std::unique_ptr<parallel::Communicator>();
+  if (device.is_cuda()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("roles.actor.rollout.tp ", tp, " runs on CPU workers only (yet)"));
+  }
   const auto place = layout.TensorParallelPlaceIn(v1::ROLE_ACTOR, tp);
-  if (device.is_cuda() || !place.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("roles.actor.rollout.tp ", tp,
-                                                      " runs on CPU workers whose actor pool (",
-                                                      pool.size(), " ranks) it divides"));
+  if (!place.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("roles.actor.rollout.tp: ", place.status().message()));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> group,
                    pool.Split(place->group, place->slice));

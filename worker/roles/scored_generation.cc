@@ -44,7 +44,9 @@ absl::StatusOr<v1::ValidateReply> GenerateAndScore(
                         prompts[i].data_source(), prompts[i].extra_info_json()});
     }
   }
-  ASSIGN_OR_RETURN(const std::vector<double> scores, scorer.Score(scored, first_prompt, cancelled));
+  // Errors name the first response's row among all prompts' responses, as `rows` numbers them.
+  ASSIGN_OR_RETURN(const std::vector<double> scores,
+                   scorer.Score(scored, rows.empty() ? 0 : rows.front(), cancelled));
   for (double score : scores) reply.add_scores(score);
   for (size_t i = 0; i < scored.size() && rows[i] < log_samples; ++i) {
     *reply.add_samples() = stages::MakeResponseSample(rows[i], scored[i].prompt_text,

@@ -62,6 +62,13 @@ bool ControllerLink::SleepFor(absl::Duration duration) {
   return !stopping_;
 }
 
+std::string ControllerLink::WaitForStageToken(absl::Duration timeout) const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  wake_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                 [this] { return stopping_ || !state_.stage_token.empty(); });
+  return state_.stage_token;
+}
+
 bool ControllerLink::RegisterWithBackoff(absl::Duration* heartbeat_interval) {
   absl::Duration backoff = options_.initial_backoff;
   while (true) {
@@ -88,6 +95,7 @@ bool ControllerLink::RegisterWithBackoff(absl::Duration* heartbeat_interval) {
         state_.incarnation = reply.incarnation();
         state_.stage_token = reply.stage_token();
       }
+      wake_.notify_all();
       *heartbeat_interval = absl::Milliseconds(std::max<int64_t>(reply.heartbeat_interval_ms(), 10));
       RLOG(INFO) << "registered as " << request.worker_id() << " (incarnation "
                 << reply.incarnation() << ", heartbeat every "

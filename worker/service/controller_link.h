@@ -56,6 +56,10 @@ class ControllerLink {
   void Start(std::string worker_id, std::string advertised_address);
   void Stop();
   State state() const;
+  // The stage token, waiting up to `timeout` while the first registration is under way: the
+  // controller may call a worker it has just registered before the reply reaches this side.
+  // Empty when none arrived in time.
+  std::string WaitForStageToken(absl::Duration timeout) const;
   const v1::WorkerCapacity& capacity() const { return capacity_; }
 
  private:
@@ -72,7 +76,7 @@ class ControllerLink {
   std::string advertised_address_;
 
   mutable std::mutex mutex_;
-  std::condition_variable wake_;
+  mutable std::condition_variable wake_;
   bool stopping_ = false;
   State state_;
   std::thread thread_;
