@@ -115,6 +115,11 @@ def unpermute(weights, heads):
             .reshape(weights.shape))
 
 
+def float32_decimal(value):
+    import numpy as np
+    return float(str(np.float32(value)))
+
+
 def build_config(fields, arch, vocab_size, tied, dtype):
     g = lambda key, default=KeyError: fields.get(f"{arch}.{key}", default)
     hidden = int(g("embedding_length"))
@@ -131,8 +136,9 @@ def build_config(fields, arch, vocab_size, tied, dtype):
         "num_hidden_layers": int(g("block_count")), "num_attention_heads": heads,
         "num_key_value_heads": int(g("attention.head_count_kv", heads)), "head_dim": head_dim,
         "hidden_act": "silu", "max_position_embeddings": int(g("context_length")),
-        "rms_norm_eps": float(g("attention.layer_norm_rms_epsilon")),
-        "rope_theta": float(g("rope.freq_base", 10000.0)),
+        # GGUF stores these as float32: written as the shortest decimal of that float32.
+        "rms_norm_eps": float32_decimal(g("attention.layer_norm_rms_epsilon")),
+        "rope_theta": float32_decimal(g("rope.freq_base", 10000.0)),
         "tie_word_embeddings": tied, "torch_dtype": "bfloat16" if dtype == "bf16" else "float32",
         "attention_dropout": 0.0, "initializer_range": 0.02, "use_cache": True,
     }
@@ -142,6 +148,11 @@ def build_config(fields, arch, vocab_size, tied, dtype):
         config["bos_token_id"] = int(bos)
     if eos is not None:
         config["eos_token_id"] = int(eos)
+    try:  # Without it transformers 5 takes a local config for a pre-5.0 Mistral one and warns.
+        from importlib.metadata import version
+        config["transformers_version"] = version("transformers")
+    except Exception:
+        pass
     if arch == "llama":
         config.update(attention_bias=False, mlp_bias=False, pretraining_tp=1)
     if arch in ("qwen2", "qwen3"):

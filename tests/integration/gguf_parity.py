@@ -5,13 +5,14 @@ converts them, against transformers' own GGUF loader of the same file:
 - tokens: the converted tokenizer.json (transformers), transformers' GGUF tokenizer and
   `rlhfd-infer tokenize` give the same ids on every text of TEXTS (54);
 - log-probs: each text's next-token log-probabilities from the converted directory in
-  transformers (fp32, and bf16) against transformers' GGUF loader (fp32), and from
+  transformers (fp32, and bf16: max and mean abs difference) against transformers' GGUF loader
+  (fp32), and from
   `rlhfd-infer logprobs` (fp32) on the first few texts; fp32 within TOLERANCE.
 
 Prints the figures as JSON (docs/real-model.md quotes them). Exits 77 (skipped) where the models
 are not fetched or transformers/gguf are missing.
 
-    tests/integration/gguf_parity.py RLHFD_INFER MODEL_CACHE [--logprob-texts N] [--infer-texts N]
+    tests/integration/gguf_parity.py RLHFD_INFER [MODEL_CACHE] [--logprob-texts N] [--infer-texts N]
         [--models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b]
 """
 import argparse
@@ -130,18 +131,21 @@ def check_model(name, infer, cache, logprob_texts, infer_texts):
     reference = AutoModelForCausalLM.from_pretrained(cache, gguf_file=gguf_name, dtype=torch.float32).eval()
     expected = [next_token_logprobs(reference, ids[i]) for i in scored]
     del reference
-    worst = {}
+    worst, mean = {}, {}
     for dtype in (torch.float32, torch.bfloat16):
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
         key = "fp32" if dtype == torch.float32 else "bf16"
-        worst[key] = max(abs(a - b) for n, i in enumerate(scored)
-                         for a, b in zip(next_token_logprobs(model, ids[i]), expected[n]))
+        diffs = [abs(a - b) for n, i in enumerate(scored)
+                 for a, b in zip(next_token_logprobs(model, ids[i]), expected[n])]
+        worst[key], mean[key] = max(diffs), sum(diffs) / len(diffs)
         del model
     assert worst["fp32"] <= TOLERANCE, (name, worst)
     result["logprob_texts"] = len(scored)
     result["logprob_tokens"] = sum(len(e) for e in expected)
     result["max_abs_logprob_diff_converted_fp32_vs_gguf_loader"] = worst["fp32"]
     result["max_abs_logprob_diff_converted_bf16_vs_gguf_loader"] = worst["bf16"]
+    result["mean_abs_logprob_diff_converted_fp32_vs_gguf_loader"] = mean["fp32"]
+    result["mean_abs_logprob_diff_converted_bf16_vs_gguf_loader"] = mean["bf16"]
     if infer and infer_texts:
         native_worst, tokens = 0.0, 0
         for n, i in enumerate(scored[:infer_texts]):
@@ -162,7 +166,10 @@ def check_model(name, infer, cache, logprob_texts, infer_texts):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("infer", help="build/worker/rlhfd-infer ('' to leave it out)")
-    parser.add_argument("cache", help="deploy/fetch_models.sh's cache (~/.cache/rlhfd/models)")
+    parser.add_argument("cache", nargs="?", help="deploy/fetch_models.sh's cache (default: "
+                        "RLHFD_MODEL_CACHE or ~/.cache/rlhfd/models)",
+                        default=os.environ.get("RLHFD_MODEL_CACHE",
+                                               os.path.expanduser("~/.cache/rlhfd/models")))
     parser.add_argument("--logprob-texts", type=int, default=8, help="texts scored, per model")
     parser.add_argument("--infer-texts", type=int, default=2, help="of those, scored by rlhfd-infer")
     parser.add_argument("--models", default=",".join(MODELS))
