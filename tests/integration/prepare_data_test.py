@@ -193,6 +193,13 @@ def check_gsm_symbolic(repo, check):
         check(rows(f"{tmp}/c/train.jsonl") != train, "another seed makes other rows")
         check(rows(f"{tmp}/c/test.jsonl") == test, "the test set does not depend on the seed")
 
+        # --style boxed: the package's instruction (the answer in \\boxed{}) before the question.
+        made = prepare(f"{tmp}/boxed", "--count", "2", "--templates", "6", "--style", "boxed")
+        boxed = rows(f"{tmp}/boxed/train.jsonl") + rows(f"{tmp}/boxed/test.jsonl")
+        check(made.returncode == 0 and len(boxed) == 3 and all(
+            r["prompt"][0]["content"].endswith("\n\n" + r["extra_info"]["question"]) and
+            "\\boxed{" in r["prompt"][0]["content"] for r in boxed), f"--style boxed: {boxed[:1]}")
+
         made = prepare(f"{tmp}/x", "--templates", "6,100")
         check(made.returncode != 0 and "no template 100" in made.stderr, made.stderr)
         made = prepare(f"{tmp}/x", "--count", "-1")
