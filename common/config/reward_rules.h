@@ -41,6 +41,16 @@ inline constexpr RewardRuleInfo kRewardRules[] = {
      GroundTruthKind::kTextOrNumber,
      // deploy/prepare_data.py writes reasoning-gym problems in GSM8K's shape.
      "openai/gsm8k, reasoning_gym/*"},
+    // gsm8k's other answer formats: named in a config, never picked by auto, which keeps verl's
+    // default (strict) for openai/gsm8k.
+    {"gsm8k_flexible",
+     "the last number in the response's last 300 characters equals the ground truth as text "
+     "(verl's gsm8k, flexible)",
+     GroundTruthKind::kTextOrNumber, ""},
+    {"gsm8k_boxed",
+     "the inside of the response's last \\boxed{...}, commas and surrounding whitespace removed, "
+     "equals the ground truth as text (rlhfd's; verl's gsm8k has no boxed format)",
+     GroundTruthKind::kTextOrNumber, ""},
     {"math", "the last \\boxed{...} equals the ground truth after verl's LaTeX normalisation",
      GroundTruthKind::kTextOrNumber,
      "lighteval/MATH, DigitalLearningGmbH/MATH-lighteval, HuggingFaceH4/MATH-500"},

@@ -66,6 +66,31 @@ TEST_CASE("gsm8k: flexible extraction takes the last number that is not '.'", "[
   CHECK(ExtractGsm8kAnswer("none", Gsm8kMethod::kFlexible) == std::nullopt);
 }
 
+TEST_CASE("gsm8k_boxed: the last box's inside, commas and surrounding spaces removed", "[reward]") {
+  // rlhfd's own format (verl has none), hand-worked from its definition in gsm8k.h.
+  CHECK(ExtractGsm8kAnswer("so \\boxed{72}.", Gsm8kMethod::kBoxed) == "72");
+  CHECK(ExtractGsm8kAnswer("\\boxed{1} then \\boxed{ 1,234 }", Gsm8kMethod::kBoxed) == "1234");
+  CHECK(ExtractGsm8kAnswer("\\boxed{-5}", Gsm8kMethod::kBoxed) == "-5");
+  CHECK(ExtractGsm8kAnswer("\\boxed{\\frac{1}{2}}", Gsm8kMethod::kBoxed) == "\\frac{1}{2}");
+  CHECK(ExtractGsm8kAnswer("#### 72", Gsm8kMethod::kBoxed) == std::nullopt);
+  CHECK(ExtractGsm8kAnswer("\\boxed{72", Gsm8kMethod::kBoxed) == std::nullopt);  // unclosed
+  CHECK(ExtractGsm8kAnswer("\\fbox{72}", Gsm8kMethod::kBoxed) == std::nullopt);
+
+  CHECK(Gsm8kScore("The total is \\boxed{72}.", "72", Gsm8kMethod::kBoxed) == 1.0);
+  CHECK(Gsm8kScore("\\boxed{1,234}", "1234", Gsm8kMethod::kBoxed) == 1.0);
+  CHECK(Gsm8kScore("\\boxed{72} wait, \\boxed{73}", "72", Gsm8kMethod::kBoxed) == 0.0);
+  // Compared as text, as strict compares "#### N": no numeric equivalence, no units.
+  CHECK(Gsm8kScore("\\boxed{72.0}", "72", Gsm8kMethod::kBoxed) == 0.0);
+  CHECK(Gsm8kScore("\\boxed{\\$72}", "72", Gsm8kMethod::kBoxed) == 0.0);
+  CHECK(Gsm8kScore("\\boxed{72 apples}", "72", Gsm8kMethod::kBoxed) == 0.0);
+  // Strict and boxed read different markers.
+  CHECK(Gsm8kScore("#### 72", "72", Gsm8kMethod::kBoxed) == 0.0);
+  CHECK(Gsm8kScore("\\boxed{72}", "72") == 0.0);
+  // Not clipped to 300 characters, as the math rule reads boxes.
+  CHECK(Gsm8kScore("\\boxed{72}" + Repeat(" ", 400), "72", Gsm8kMethod::kBoxed) == 1.0);
+  CHECK(Gsm8kScore("#### 72" + Repeat(" ", 400), "72") == 0.0);
+}
+
 TEST_CASE("math: the last boxed answer", "[reward]") {
   CHECK(LastBoxedOnlyString("a \\boxed{1} b \\boxed{\\frac{1}{2}} c") == "\\boxed{\\frac{1}{2}}");
   CHECK(LastBoxedOnlyString("\\boxed{a}{b}") == "\\boxed{a}");
@@ -279,6 +304,17 @@ TEST_CASE("rule rewards from data rows", "[reward]") {
   CHECK_THAT(std::string(object_truth.status().message()),
              Catch::Contains("ground truth") && Catch::Contains("object"));
 
+  // The three gsm8k formats by name; auto keeps verl's default, strict, for openai/gsm8k.
+  const std::string both = "3 apples, so #### 72 and finally 75";
+  CHECK(*gsm8k.Score(both, json("72"), "") == 1.0);
+  CHECK(*RuleReward::Make("gsm8k_flexible")->Score(both, json("72"), "") == 0.0);
+  CHECK(*RuleReward::Make("gsm8k_flexible")->Score(both, json("75"), "") == 1.0);
+  CHECK(*RuleReward::Make("gsm8k_flexible")->Score("1,000", json(1000), "") == 0.0);  // as verl
+  CHECK(*RuleReward::Make("gsm8k_boxed")->Score("\\boxed{1,000}", json(1000), "") == 1.0);
+  CHECK(*RuleReward::Make("gsm8k_boxed")->Score(both, json("72"), "openai/gsm8k") == 0.0);
+  CHECK(config::RuleForDataSource("openai/gsm8k") == "gsm8k");
+  CHECK_FALSE(RuleReward::Make("gsm8k_boxed")->Score("\\boxed{1}", json::array(), "").ok());
+
   const RuleReward countdown = *RuleReward::Make("countdown");
   CHECK(*countdown.Score("<answer>44 + 19 + 35</answer>",
                          json{{"target", 98}, {"numbers", {44, 19, 35}}}, "") == 1.0);
@@ -323,7 +359,8 @@ TEST_CASE("rule rewards from data rows", "[reward]") {
   const absl::StatusOr<RuleReward> bad = RuleReward::Make("gsm9k");
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(std::string(bad.status().message()),
-             Catch::Contains("roles.reward.rule") && Catch::Contains("gsm8k, math"));
+             Catch::Contains("roles.reward.rule") &&
+                 Catch::Contains("gsm8k, gsm8k_flexible, gsm8k_boxed, math"));
 }
 
 }  // namespace

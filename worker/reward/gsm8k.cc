@@ -2,8 +2,10 @@
 
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_replace.h"
 #include "common/util/text.h"
+#include "worker/reward/math_answer.h"
 
 namespace rlhfd::reward {
 namespace {
@@ -46,6 +48,14 @@ std::vector<std::string_view> FindNumbers(std::string_view text, std::string_vie
 }  // namespace
 
 std::optional<std::string> ExtractGsm8kAnswer(std::string_view response, Gsm8kMethod method) {
+  if (method == Gsm8kMethod::kBoxed) {
+    // The whole response, as the math rule reads boxes: a box is written once, at the end.
+    const std::optional<std::string> boxed = LastBoxedOnlyString(response);
+    if (!boxed) return std::nullopt;
+    const std::optional<std::string> inside = RemoveBoxed(*boxed);
+    if (!inside) return std::nullopt;
+    return std::string(absl::StripAsciiWhitespace(absl::StrReplaceAll(*inside, {{",", ""}})));
+  }
   const absl::string_view clipped =
       LastCharacters(absl::string_view(response.data(), response.size()), kClipCharacters);
   const std::string_view text(clipped.data(), clipped.size());

@@ -1,7 +1,11 @@
 // verl's gsm8k reward (verl/utils/reward_score/gsm8k.py), character for character: the answer is
 // read from the response's last 300 characters, either after the last "#### " (strict: verl's
-// default, and what rlhfd's "gsm8k" rule uses) or as the last number (flexible), and compared
-// with the ground truth as text.
+// default, and what rlhfd's "gsm8k" rule uses) or as the last number (flexible: the
+// "gsm8k_flexible" rule), and compared with the ground truth as text. Plus a format verl lacks,
+// for prompts that ask for a boxed answer ("gsm8k_boxed"): the last \boxed{...} of the whole
+// response as the math rule finds it (verl's last_boxed_only_string), commas and surrounding
+// whitespace removed, compared as text in the same way ("\boxed{1,234}" scores for "1234";
+// "\boxed{72.0}", "\boxed{\$72}" and "\boxed{72 apples}" do not for "72", as "#### 72.0" does not).
 #pragma once
 
 #include <optional>
@@ -10,10 +14,11 @@
 
 namespace rlhfd::reward {
 
-enum class Gsm8kMethod { kStrict, kFlexible };
+enum class Gsm8kMethod { kStrict, kFlexible, kBoxed };
 
 // The answer verl's extract_solution finds, or nullopt when it finds none. Strict strips ',' and
-// '$'; flexible returns the last match of -?[0-9.,]+ that is not "" or "." as it stands.
+// '$'; flexible returns the last match of -?[0-9.,]+ that is not "" or "." as it stands; boxed
+// returns the last box's inside without ',' and surrounding whitespace.
 std::optional<std::string> ExtractGsm8kAnswer(std::string_view response,
                                               Gsm8kMethod method = Gsm8kMethod::kStrict);
 

@@ -34,6 +34,14 @@ double Gsm8kStrict(std::string_view response, std::string_view truth) {
   return Gsm8kScore(response, truth);
 }
 
+double Gsm8kFlexible(std::string_view response, std::string_view truth) {
+  return Gsm8kScore(response, truth, Gsm8kMethod::kFlexible);
+}
+
+double Gsm8kBoxed(std::string_view response, std::string_view truth) {
+  return Gsm8kScore(response, truth, Gsm8kMethod::kBoxed);
+}
+
 absl::StatusOr<double> ScoreArithmetic(std::string_view response, const json& ground_truth) {
   absl::StatusOr<config::GroundTruth> truth = config::ReadGroundTruth("arithmetic", ground_truth);
   if (!truth.ok()) return truth.status();
@@ -53,7 +61,8 @@ absl::StatusOr<double> ScoreSearchR1Qa(std::string_view response, const json& gr
   return SearchR1QaScore(response, truth->texts);
 }
 
-constexpr char kGsm8k[] = "gsm8k", kMath[] = "math", kMathDapo[] = "math_dapo",
+constexpr char kGsm8k[] = "gsm8k", kGsm8kFlexible[] = "gsm8k_flexible",
+               kGsm8kBoxed[] = "gsm8k_boxed", kMath[] = "math", kMathDapo[] = "math_dapo",
                kExactMatch[] = "exact_match";
 
 using RuleFunction = absl::StatusOr<double> (*)(std::string_view response,
@@ -66,6 +75,8 @@ struct RegisteredRule {
 // The function of each row of config::kRewardRules but "auto", in the table's order.
 constexpr RegisteredRule kRegistry[] = {
     {kGsm8k, ScoreAgainstText<Gsm8kStrict, kGsm8k>},
+    {kGsm8kFlexible, ScoreAgainstText<Gsm8kFlexible, kGsm8kFlexible>},
+    {kGsm8kBoxed, ScoreAgainstText<Gsm8kBoxed, kGsm8kBoxed>},
     {kMath, ScoreAgainstText<MathScore, kMath>},
     {kMathDapo, ScoreAgainstText<MathDapoScore, kMathDapo>},
     {"search_r1_qa_em", ScoreSearchR1Qa},
