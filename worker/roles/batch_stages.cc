@@ -67,6 +67,27 @@ int64_t RowBytes(const TensorInfo& info, const std::vector<int64_t>& row_shape) 
   return row_bytes;
 }
 
+// The first `count` of this rank's responses as text (special tokens skipped), for the reward
+// stage (all rows) and the logged samples (the first trainer.log_samples).
+absl::StatusOr<std::vector<std::string>> DecodeResponses(const HostedJob& job, int64_t count,
+                                                         const char* stage) {
+  const StepBatch& batch = job.batch;
+  ASSIGN_OR_RETURN(const at::Tensor ids, batch.Get("input_ids", stage));
+  ASSIGN_OR_RETURN(const at::Tensor mask, batch.Get("response_mask", stage));
+  const at::Tensor host_ids =
+      ids.narrow(0, 0, count).narrow(1, batch.prompt_length(), batch.response_length()).cpu();
+  const at::Tensor lengths = mask.narrow(0, 0, count).sum(1).to(at::kLong).cpu();
+  std::vector<std::string> texts;
+  texts.reserve(static_cast<size_t>(count));
+  for (int64_t row = 0; row < count; ++row) {
+    const int64_t length = lengths[row].item<int64_t>();
+    const int64_t* data = host_ids[row].data_ptr<int64_t>();
+    const std::vector<int32_t> tokens(data, data + length);
+    texts.push_back(job.actor->tokenizer().Decode(tokens, /*skip_special_tokens=*/true));
+  }
+  return texts;
+}
+
 // This rank's rows among the step's first trainer.log_samples: prompt and response texts and the
 // score every reward source leaves in the batch (rule, remote or the reward model's).
 absl::Status AddStepSamples(HostedJob& job, v1::AdvantageReply& reply) {
@@ -75,21 +96,14 @@ absl::Status AddStepSamples(HostedJob& job, v1::AdvantageReply& reply) {
   const int64_t count =
       std::min<int64_t>(batch.rows().size(), job.spec.trainer().log_samples() - first);
   if (count <= 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const at::Tensor ids, batch.Get("input_ids", "advantages"));
-  ASSIGN_OR_RETURN(const at::Tensor mask, batch.Get("response_mask", "advantages"));
+  ASSIGN_OR_RETURN(const std::vector<std::string> responses,
+                   DecodeResponses(job, count, "advantages"));
   ASSIGN_OR_RETURN(const at::Tensor scores, batch.Get("scores", "advantages"));
-  const at::Tensor host_ids =
-      ids.narrow(0, 0, count).narrow(1, batch.prompt_length(), batch.response_length()).cpu();
-  const at::Tensor lengths = mask.narrow(0, 0, count).sum(1).to(at::kLong).cpu();
   const at::Tensor host_scores = scores.narrow(0, 0, count).to(at::kDouble).cpu();
   for (int64_t row = 0; row < count; ++row) {
-    const int64_t length = lengths[row].item<int64_t>();
-    const int64_t* data = host_ids[row].data_ptr<int64_t>();
-    const std::vector<int32_t> tokens(data, data + length);
-    *reply.add_samples() = stages::MakeResponseSample(
-        first + row, batch.sources().at(row).prompt_text,
-        job.actor->tokenizer().Decode(tokens, /*skip_special_tokens=*/true),
-        host_scores[row].item<double>(), /*validation=*/false);
+    *reply.add_samples() =
+        stages::MakeResponseSample(first + row, batch.sources().at(row).prompt_text, responses[row],
+                                   host_scores[row].item<double>(), /*validation=*/false);
   }
   return absl::OkStatus();
 }
@@ -211,22 +225,17 @@ absl::StatusOr<v1::RewardReply> RunRewards(HostedJob& job, const v1::RewardReque
   }
   StepBatch& batch = job.batch;
   RETURN_IF_ERROR(NeedStepRows(batch, request.key().step(), "rewards"));
-  ASSIGN_OR_RETURN(const at::Tensor ids, batch.Get("input_ids", "rewards"));
-  ASSIGN_OR_RETURN(const at::Tensor mask, batch.Get("response_mask", "rewards"));
-  const at::Tensor host_ids = ids.narrow(1, batch.prompt_length(), batch.response_length()).cpu();
-  const at::Tensor lengths = mask.sum(1).to(at::kLong).cpu();
+  ASSIGN_OR_RETURN(std::vector<std::string> texts,
+                   DecodeResponses(job, batch.rows().size(), "rewards"));
   std::vector<ScoredResponse> responses;
   for (int64_t row = 0; row < batch.rows().size(); ++row) {
-    const int64_t length = lengths[row].item<int64_t>();
-    const int64_t* data = host_ids[row].data_ptr<int64_t>();
-    const std::vector<int32_t> tokens(data, data + length);
     const RowSource& source = batch.sources().at(row);
-    responses.push_back({source.prompt_text,
-                         job.actor->tokenizer().Decode(tokens, /*skip_special_tokens=*/true),
-                         source.ground_truth_json, source.data_source, source.extra_info_json});
+    responses.push_back({source.prompt_text, std::move(texts[row]), source.ground_truth_json,
+                         source.data_source, source.extra_info_json});
   }
   ASSIGN_OR_RETURN(const std::vector<double> scores,
                    job.scorer->Score(responses, batch.rows().begin, job.cancelled.get()));
+  ASSIGN_OR_RETURN(const at::Tensor mask, batch.Get("response_mask", "rewards"));
   RETURN_IF_ERROR(batch.Put("scores", at::tensor(scores, at::kFloat).to(mask.device())));
   v1::RewardReply reply;
   double total = 0;
