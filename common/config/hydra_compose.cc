@@ -14,6 +14,20 @@ using Json = nlohmann::json;
 
 // YAML plain scalars arrive as text (rlhfd's schema types them later); verl's keys are read
 // here before that, so "True", "512" and "1e-6" become what YAML (and Hydra) would make them.
+std::optional<Json> TypedScalar(const std::string& text) {
+  const std::string lower = absl::AsciiStrToLower(text);
+  if (lower == "true") return Json(true);
+  if (lower == "false") return Json(false);
+  int64_t integer;
+  if (absl::SimpleAtoi(text, &integer)) return Json(integer);
+  double number;
+  if (absl::SimpleAtod(text, &number) && std::isfinite(number) &&
+      text.find_first_of("0123456789") != std::string::npos) {
+    return Json(number);
+  }
+  return std::nullopt;
+}
+
 Json Typed(const Json& value) {
   if (value.is_array()) {
     Json out = Json::array();
@@ -21,18 +35,8 @@ Json Typed(const Json& value) {
     return out;
   }
   if (!value.is_string()) return value;
-  const std::string text = value.get<std::string>();
-  const std::string lower = absl::AsciiStrToLower(text);
-  if (lower == "true") return true;
-  if (lower == "false") return false;
-  int64_t integer;
-  if (absl::SimpleAtoi(text, &integer)) return integer;
-  double number;
-  if (absl::SimpleAtod(text, &number) && std::isfinite(number) &&
-      text.find_first_of("0123456789") != std::string::npos) {
-    return number;
-  }
-  return value;
+  std::optional<Json> typed = TypedScalar(value.get_ref<const std::string&>());
+  return typed.has_value() ? *std::move(typed) : value;
 }
 
 void TypeAll(Json* node) {

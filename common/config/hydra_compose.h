@@ -4,11 +4,16 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "nlohmann/json.hpp"
 
 namespace rlhfd::config::hydra {
+
+// `text` as a YAML (and OmegaConf) plain scalar types it: true/false in any case, an integer or
+// a finite number; nullopt for text that stays text.
+std::optional<nlohmann::json> TypedScalar(const std::string& text);
 
 // "True", "512" and "1e-6" as YAML (and Hydra) would make them; other values as they are.
 nlohmann::json Typed(const nlohmann::json& value);

@@ -1,7 +1,6 @@
 // OmegaConf-style interpolation over a JSON document; see verl_interpolation.h.
 #include "common/config/verl_interpolation.h"
 
-#include <cmath>
 #include <cstdlib>
 #include <optional>
 #include <set>
@@ -16,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/config/hydra_compose.h"
 #include "common/status/status_macros.h"
 
 namespace rlhfd::config {
@@ -73,17 +73,8 @@ Json ParseScalar(absl::string_view raw) {
       text.back() == text.front()) {
     return text.substr(1, text.size() - 2);
   }
-  const std::string lower = absl::AsciiStrToLower(text);
-  if (lower == "null") return nullptr;
-  if (lower == "true") return true;
-  if (lower == "false") return false;
-  int64_t integer;
-  if (absl::SimpleAtoi(text, &integer)) return integer;
-  double number;
-  if (absl::SimpleAtod(text, &number) && std::isfinite(number) &&
-      text.find_first_of("0123456789") != std::string::npos) {
-    return number;
-  }
+  if (absl::AsciiStrToLower(text) == "null") return nullptr;
+  if (std::optional<Json> typed = hydra::TypedScalar(text)) return *std::move(typed);
   if (text.size() >= 2 && text.front() == '[' && text.back() == ']') {
     Json list = Json::array();
     const absl::string_view inside = absl::string_view(text).substr(1, text.size() - 2);

@@ -26,6 +26,18 @@
 namespace rlhfd::controller {
 namespace {
 
+// The `since` parameter of the metrics and samples routes: the step after which to list (0, from
+// the first, when absent).
+absl::StatusOr<int64_t> SinceParam(const HttpRequest& request) {
+  const std::string* text = request.Param("since");
+  if (text == nullptr) return 0;
+  int64_t since = 0;
+  if (!absl::SimpleAtoi(*text, &since) || since < 0) {
+    return absl::InvalidArgumentError("since: give the step after which to list (an integer >= 0)");
+  }
+  return since;
+}
+
 // A config is at most 1 MiB (the gRPC limit's reason); a little more for the request around it.
 constexpr size_t kMaxBody = (1 << 20) + 4096;
 
@@ -477,14 +489,9 @@ void HttpGateway::JobRoutes() {
                                          HttpResponse& response) {
     v1::GetJobMetricsRequest get;
     get.set_job_id(ids[0]);
-    if (const std::string* text = request.Param("since")) {
-      int64_t since = 0;
-      if (!absl::SimpleAtoi(*text, &since) || since < 0) {
-        return Reply(response, absl::InvalidArgumentError(
-                                   "since: give the step after which to list (an integer >= 0)"));
-      }
-      get.set_after_step(since);
-    }
+    absl::StatusOr<int64_t> since = SinceParam(request);
+    if (!since.ok()) return Reply(response, since.status());
+    get.set_after_step(*since);
     // The Controller decides what of it runs on the loop, as for the gRPC adapter.
     Answer(response, Await<v1::GetJobMetricsReply>([&](auto done) {
              controller->GetJobMetricsAsync(*loop_, get, std::move(done));
@@ -494,14 +501,9 @@ void HttpGateway::JobRoutes() {
                                          HttpResponse& response) {
     v1::GetJobSamplesRequest get;
     get.set_job_id(ids[0]);
-    if (const std::string* text = request.Param("since")) {
-      int64_t since = 0;
-      if (!absl::SimpleAtoi(*text, &since) || since < 0) {
-        return Reply(response, absl::InvalidArgumentError(
-                                   "since: give the step after which to list (an integer >= 0)"));
-      }
-      get.set_after_step(since);
-    }
+    absl::StatusOr<int64_t> since = SinceParam(request);
+    if (!since.ok()) return Reply(response, since.status());
+    get.set_after_step(*since);
     Answer(response, Await<v1::GetJobSamplesReply>([&](auto done) {
              controller->GetJobSamplesAsync(*loop_, get, std::move(done));
            }));
