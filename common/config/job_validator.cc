@@ -425,6 +425,13 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
     check.Fail("roles.reward.rule", absl::StrCat("'", reward->rule(), "' is not one of: ",
                                                  std::string(RewardRuleList())));
   }
+  for (int i = 0; i < reward->val_rules_size(); ++i) {
+    if (!IsRewardRule(reward->val_rules(i))) {
+      check.Fail(absl::StrCat("roles.reward.val_rules[", i, "]"),
+                 absl::StrCat("'", reward->val_rules(i),
+                              "' is not one of: ", std::string(RewardRuleList())));
+    }
+  }
   if (!reward->remote().empty() && !absl::StartsWith(reward->remote(), "http://") &&
       !absl::StartsWith(reward->remote(), "https://")) {
     check.Fail("roles.reward.remote", "must be an http:// or https:// URL");

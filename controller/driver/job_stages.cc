@@ -1,6 +1,8 @@
 #include "controller/driver/job_stages.h"
 
 #include <algorithm>
+#include <map>
+#include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -92,7 +94,12 @@ absl::StatusOr<ValidationResult> JobStages::Validate(int64_t step,
                        })));
   ValidationResult result;
   double tokens = 0;
+  std::map<std::string, double> rule_totals;  // roles.reward.val_rules
   for (const v1::ValidateReply& reply : replies) {
+    for (const v1::RuleScores& rule : reply.rule_scores()) {
+      double& total = rule_totals[rule.rule()];
+      for (double score : rule.scores()) total += score;
+    }
     result.scores.insert(result.scores.end(), reply.scores().begin(), reply.scores().end());
     result.responses.insert(result.responses.end(), reply.responses().begin(),
                             reply.responses().end());
@@ -104,6 +111,9 @@ absl::StatusOr<ValidationResult> JobStages::Validate(int64_t step,
   const double responses = std::max<double>(1, static_cast<double>(result.scores.size()));
   result.metrics["val/score/mean"] = total / responses;
   result.metrics["val/response_length/mean"] = tokens / responses;
+  for (const auto& [rule, total] : rule_totals) {
+    result.metrics[absl::StrCat("val/score/", rule, "/mean")] = total / responses;
+  }
   return result;
 }
 

@@ -23,7 +23,7 @@ namespace rlhfd::controller {
 struct ValidationResult {
   std::vector<double> scores;  // per response, prompt-major
   std::vector<std::string> responses;
-  Metrics metrics;  // val/score/mean, val/response_length/mean
+  Metrics metrics;  // val/score/mean, val/response_length/mean, val/score/<rule>/mean
   std::vector<v1::ResponseSample> samples;  // the first trainer.log_samples responses
 };
 

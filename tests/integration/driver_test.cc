@@ -26,6 +26,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -1368,13 +1369,13 @@ TEST_CASE(
   DriverCluster cluster;
   for (int i = 0; i < 2; ++i) cluster.StartWorker();
   const int64_t rows = 8 * 4;  // train_batch_size x rollout.n: every row of the step logged
-  const std::string id =
-      cluster.Submit(ReadConfig("tiny-cpu-demo.yaml"),
-                     {"trainer.total_steps=2", "trainer.save_every=-1", "~roles.reward.rule",
-                      absl::StrCat("roles.reward.remote=http://127.0.0.1:", port, "/score"),
-                      "data.val_files=[tests/fixtures/data/repeat_test.jsonl]",
-                      absl::StrCat("trainer.log_samples=", rows),
-                      "trainer.loggers=[console, jsonl, tensorboard]"});
+  const std::string id = cluster.Submit(
+      ReadConfig("tiny-cpu-demo.yaml"),
+      {"trainer.total_steps=2", "trainer.save_every=-1", "~roles.reward.rule",
+       absl::StrCat("roles.reward.remote=http://127.0.0.1:", port, "/score"),
+       "data.val_files=[tests/fixtures/data/repeat_test.jsonl]",
+       "roles.reward.val_rules=[exact_match]", absl::StrCat("trainer.log_samples=", rows),
+       "trainer.loggers=[console, jsonl, tensorboard]"});
   // While it runs, both workers are the job's.
   std::map<std::string, std::string> running_on;
   const v1::Job running = cluster.WaitUntil(
@@ -1430,6 +1431,15 @@ TEST_CASE(
                                    }) /
                    10)
                 .margin(1e-6));
+      // A val_rules rule beside the remote reward, scored here by its definition:
+      // repeat_test.jsonl's row i has ground truth "i".
+      double exact = 0;
+      for (size_t i = 0; i < validation.size(); ++i) {
+        exact += absl::StripAsciiWhitespace(validation[i]["response"].get<std::string>()) ==
+                 std::to_string(i);
+      }
+      CHECK(metrics[step]["data"]["val/score/exact_match/mean"].get<double>() ==
+            Approx(exact / 10).margin(1e-6));
       continue;
     }
     REQUIRE(train.size() == static_cast<size_t>(rows));

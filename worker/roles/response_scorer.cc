@@ -6,10 +6,52 @@
 #include "google/protobuf/util/json_util.h"
 
 namespace rlhfd::roles {
+namespace {
+
+// Each response's ground truth as JSON (null when the row has none).
+absl::StatusOr<std::vector<nlohmann::json>> GroundTruths(
+    const std::vector<ScoredResponse>& responses, int64_t first_row) {
+  std::vector<nlohmann::json> truths;
+  for (size_t i = 0; i < responses.size(); ++i) {
+    const std::string& text = responses[i].ground_truth_json;
+    nlohmann::json truth =
+        text.empty() ? nlohmann::json() : nlohmann::json::parse(text, nullptr, false);
+    if (truth.is_discarded()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("row ", first_row + static_cast<int64_t>(i),
+                       ": ground_truth_json is not JSON: ", SanitizeForDisplay(text, 80)));
+    }
+    truths.push_back(std::move(truth));
+  }
+  return truths;
+}
+
+absl::StatusOr<std::vector<double>> ScoreWithRule(const reward::RuleReward& rule,
+                                                  const std::vector<ScoredResponse>& responses,
+                                                  const std::vector<nlohmann::json>& truths,
+                                                  int64_t first_row) {
+  std::vector<double> scores;
+  for (size_t i = 0; i < responses.size(); ++i) {
+    absl::StatusOr<double> score =
+        rule.Score(responses[i].response_text, truths[i], responses[i].data_source);
+    if (!score.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("row ", first_row + static_cast<int64_t>(i),
+                                                     ": ", score.status().message()));
+    }
+    scores.push_back(*score);
+  }
+  return scores;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ResponseScorer>> ResponseScorer::Create(
     const v1::RewardSpec& spec) {
   auto scorer = std::unique_ptr<ResponseScorer>(new ResponseScorer());
+  for (const std::string& name : spec.val_rules()) {
+    ASSIGN_OR_RETURN(reward::RuleReward rule, reward::RuleReward::Make(name));
+    scorer->val_rules_.push_back(std::move(rule));
+  }
   if (!spec.rule().empty()) {
     absl::StatusOr<reward::RuleReward> rule = reward::RuleReward::Make(spec.rule());
     if (!rule.ok()) return rule.status();
@@ -41,18 +83,7 @@ absl::StatusOr<std::unique_ptr<ResponseScorer>> ResponseScorer::Create(
 absl::StatusOr<std::vector<double>> ResponseScorer::Score(
     const std::vector<ScoredResponse>& responses, int64_t first_row,
     const std::atomic<bool>* cancelled) const {
-  std::vector<nlohmann::json> truths;
-  for (size_t i = 0; i < responses.size(); ++i) {
-    const std::string& text = responses[i].ground_truth_json;
-    nlohmann::json truth = text.empty() ? nlohmann::json()
-                                        : nlohmann::json::parse(text, nullptr, false);
-    if (truth.is_discarded()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "row ", first_row + static_cast<int64_t>(i), ": ground_truth_json is not JSON: ",
-          SanitizeForDisplay(text, 80)));
-    }
-    truths.push_back(std::move(truth));
-  }
+  ASSIGN_OR_RETURN(std::vector<nlohmann::json> truths, GroundTruths(responses, first_row));
   if (python_ || remote_) {
     std::vector<nlohmann::json> extra_infos;
     for (size_t i = 0; i < responses.size(); ++i) {
@@ -87,17 +118,20 @@ absl::StatusOr<std::vector<double>> ResponseScorer::Score(
     }
     return remote_->Score(request, cancelled);
   }
-  std::vector<double> scores;
-  for (size_t i = 0; i < responses.size(); ++i) {
-    absl::StatusOr<double> score =
-        rule_->Score(responses[i].response_text, truths[i], responses[i].data_source);
-    if (!score.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "row ", first_row + static_cast<int64_t>(i), ": ", score.status().message()));
-    }
-    scores.push_back(*score);
+  return ScoreWithRule(*rule_, responses, truths, first_row);
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, std::vector<double>>>>
+ResponseScorer::ScoreWithValRules(const std::vector<ScoredResponse>& responses,
+                                  int64_t first_row) const {
+  std::vector<std::pair<std::string, std::vector<double>>> scored;
+  if (val_rules_.empty()) return scored;
+  ASSIGN_OR_RETURN(const std::vector<nlohmann::json> truths, GroundTruths(responses, first_row));
+  for (const reward::RuleReward& rule : val_rules_) {
+    ASSIGN_OR_RETURN(std::vector<double> scores, ScoreWithRule(rule, responses, truths, first_row));
+    scored.emplace_back(rule.rule(), std::move(scores));
   }
-  return scores;
+  return scored;
 }
 
 }  // namespace rlhfd::roles

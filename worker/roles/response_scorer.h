@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -37,8 +38,14 @@ class ResponseScorer {
                                             int64_t first_row,
                                             const std::atomic<bool>* cancelled) const;
 
+  // Each roles.reward.val_rules rule's score of every response, in the config's order; errors as
+  // Score's.
+  absl::StatusOr<std::vector<std::pair<std::string, std::vector<double>>>> ScoreWithValRules(
+      const std::vector<ScoredResponse>& responses, int64_t first_row) const;
+
  private:
   std::optional<reward::RuleReward> rule_;
+  std::vector<reward::RuleReward> val_rules_;
   std::unique_ptr<reward::RemoteReward> remote_;
   std::unique_ptr<reward::PythonReward> python_;
 };

@@ -12,11 +12,12 @@ namespace {
 
 // Generates for `prompts` with `sampling` (seeded per prompt from `seed`) and scores them; the
 // responses among the first `log_samples` of all prompts' (this rank's prompts start at
-// `first_prompt`) also as samples.
+// `first_prompt`) also as samples, and with roles.reward.val_rules when `val_rules`.
 absl::StatusOr<v1::ValidateReply> GenerateAndScore(
     ActorRole& actor, const google::protobuf::RepeatedPtrField<v1::PromptRow>& prompts,
     int64_t first_prompt, uint64_t seed, const rollout::SamplingParams& sampling,
-    const ResponseScorer& scorer, const std::atomic<bool>* cancelled, int64_t log_samples) {
+    const ResponseScorer& scorer, const std::atomic<bool>* cancelled, int64_t log_samples,
+    bool val_rules) {
   const model::Tokenizer& tokenizer = actor.tokenizer();
   ASSIGN_OR_RETURN(
       const PromptRequests encoded,
@@ -48,6 +49,15 @@ absl::StatusOr<v1::ValidateReply> GenerateAndScore(
   ASSIGN_OR_RETURN(const std::vector<double> scores,
                    scorer.Score(scored, rows.empty() ? 0 : rows.front(), cancelled));
   for (double score : scores) reply.add_scores(score);
+  if (val_rules) {
+    ASSIGN_OR_RETURN(const auto rule_scores,
+                     scorer.ScoreWithValRules(scored, rows.empty() ? 0 : rows.front()));
+    for (const auto& [rule, values] : rule_scores) {
+      v1::RuleScores* out = reply.add_rule_scores();
+      out->set_rule(rule);
+      out->mutable_scores()->Add(values.begin(), values.end());
+    }
+  }
   for (size_t i = 0; i < scored.size() && rows[i] < log_samples; ++i) {
     *reply.add_samples() = stages::MakeResponseSample(rows[i], scored[i].prompt_text,
                                                       scored[i].response_text, scores[i],
@@ -64,7 +74,7 @@ absl::StatusOr<v1::ValidateReply> ValidateActor(ActorRole& actor,
                                                 const std::atomic<bool>* cancelled) {
   return GenerateAndScore(actor, request.prompts(), request.first_prompt(), request.seed(),
                           ValidationSampling(actor.spec()), scorer, cancelled,
-                          actor.spec().trainer().log_samples());
+                          actor.spec().trainer().log_samples(), /*val_rules=*/true);
 }
 
 absl::StatusOr<std::vector<double>> GreedyBaseline(ActorRole& actor,
@@ -79,7 +89,7 @@ absl::StatusOr<std::vector<double>> GreedyBaseline(ActorRole& actor,
   ASSIGN_OR_RETURN(const v1::ValidateReply scored,
                    GenerateAndScore(actor, request.prompts(), request.first_prompt(),
                                     request.seed(), greedy, scorer, cancelled,
-                                    /*log_samples=*/0));
+                                    /*log_samples=*/0, /*val_rules=*/false));
   return std::vector<double>(scored.scores().begin(), scored.scores().end());
 }
 

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# GRPO on GSM8K with a Qwen2.5-Coder GGUF on one GPU, across back-to-back device calls of at most
+# ten minutes each (docs/real-model.md, "GSM8K with Qwen2.5-Coder"). `start` converts the GGUF
+# (once), starts a controller and one GPU worker in sessions of their own (setsid), so that they
+# outlive the call while the machine stays warm, and submits the config; `watch` follows the job
+# for up to SECONDS; `stop` cancels it. Each prints the job's steps as they land and copies its
+# metrics.jsonl, samples.jsonl and the daemons' logs into OUT_DIR.
+#   tests/bench/gsm8k_gpu.sh start GGUF CONFIG OUT_DIR ["key=value ..."]
+#   tests/bench/gsm8k_gpu.sh watch SECONDS OUT_DIR
+#   tests/bench/gsm8k_gpu.sh stop OUT_DIR
+# start needs RLHFD_BIN_DIR (a deploy/bundle.sh bin/; the bundle is copied into the work dir, since a
+# carried folder is gone in the next call) and python3 with torch, gguf, safetensors, tokenizers.
+# RLHFD_GSM8K_DIR (default /tmp/gsm8k-gpu): the model, the bundle's copy, state and checkpoints.
+# RLHFD_GSM8K_DEVICE (default cuda:0): the worker's device (cpu rehearses the script).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo_root="$(cd "${here}/../.." && pwd)"
+work="${RLHFD_GSM8K_DIR:-/tmp/gsm8k-gpu}"
+command=${1:?start, watch or stop}; shift
+
+ctl() { "${work}/bundle/bin/rlhfctl" "$@"; }
+connect() {
+  source "${work}/bundle/env.sh"
+  export RLHFD_CONTROLLER="127.0.0.1:$(cat "${work}/controller.port")"
+  export RLHFD_TOKEN_FILE="${work}/state/token"
+}
+# The job's state (JOB_STATE_RUNNING, ...) from `rlhfctl --json status`.
+job_state() {
+  ctl --json status job-1 2>/dev/null |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["job"]["state"])' 2>/dev/null || echo "?"
+}
+# One line per step of metrics.jsonl after line $1: the figures docs/real-model.md tabulates.
+print_steps() {
+  python3 - "${work}/state/logs/job-1/metrics.jsonl" "$1" <<'PY'
+import json, sys
+path, skip = sys.argv[1], int(sys.argv[2])
+try:
+    lines = open(path).read().splitlines()
+except FileNotFoundError:
+    sys.exit()
+keys = ["critic/score/mean", "val/score/mean", "val/score/gsm8k_flexible/mean",
+        "val/score/gsm8k_boxed/mean", "response_length/mean", "val/response_length/mean",
+        "timing_s/step", "timing_s/gen", "timing_s/update_actor", "timing_s/testing",
+        "perf/throughput", "perf/max_memory_allocated_gb", "actor/kl_loss"]
+for line in lines[skip:]:
+    row = json.loads(line)
+    data = row["data"]
+    shown = " ".join(f"{k}={data[k]:.4g}" for k in keys if isinstance(data.get(k), (int, float)))
+    print(f"step {row['step']}: {shown}", flush=True)
+PY
+}
+collect() {
+  local out=$1
+  mkdir -p "${out}"
+  cp "${work}/state/logs/job-1/metrics.jsonl" "${work}/state/logs/job-1/samples.jsonl" \
+    "${work}"/*.log "${out}/" 2>/dev/null || true
+}
+follow() {
+  local seconds=$1 out=$2 seen=0 now state
+  local deadline=$(($(date +%s) + seconds))
+  seen=$(cat "${work}/printed" 2>/dev/null || echo 0)
+  while :; do
+    now=$(cat "${work}/state/logs/job-1/metrics.jsonl" 2>/dev/null | wc -l)
+    if ((now > seen)); then print_steps "${seen}"; seen=${now}; echo "${seen}" > "${work}/printed"; fi
+    state=$(job_state)
+    case "${state}" in *SUCCEEDED | *FAILED | *CANCELLED)
+      echo "job-1 ${state}"; ctl status job-1 | tail -5; break ;;
+    esac
+    (($(date +%s) < deadline)) || { echo "job-1 ${state} after ${seconds} s of watching"; break; }
+    sleep 10
+  done
+  collect "${out}"
+}
+
+case "${command}" in
+  start)
+    gguf=${1:?GGUF}; config=${2:?CONFIG}; out=${3:?OUT_DIR}; overrides=${4:-}
+    : "${RLHFD_BIN_DIR:?set RLHFD_BIN_DIR to the bin of a bundle}"
+    mkdir -p "${work}"
+    rm -rf "${work}/bundle"; cp -r "${RLHFD_BIN_DIR}/.." "${work}/bundle"
+    if [[ ! -f "${work}/model/config.json" ]]; then
+      start=$(date +%s)
+      python3 "${repo_root}/deploy/convert_gguf.py" "${gguf}" "${work}/model" --dtype bf16
+      echo "converted in $(($(date +%s) - start)) s"
+    fi
+    rm -rf "${work}/state" "${work}/printed"
+    connect_port="${work}/controller.port"; rm -f "${connect_port}"
+    source "${work}/bundle/env.sh"
+    setsid "${work}/bundle/bin/rlhfd-controller" --listen=127.0.0.1:0 --state_dir="${work}/state" \
+      --port_file="${connect_port}" >"${work}/controller.log" 2>&1 < /dev/null &
+    for _ in $(seq 100); do [[ -s "${connect_port}" ]] && break; sleep 0.1; done
+    connect
+    setsid "${work}/bundle/bin/rlhfd-worker" --controller="${RLHFD_CONTROLLER}" \
+      --device="${RLHFD_GSM8K_DEVICE:-cuda:0}" --worker_id=gpu0 >"${work}/worker.log" 2>&1 < /dev/null &
+    for _ in $(seq 300); do
+      ctl --json workers | grep -q WORKER_STATE_ALIVE && break; sleep 0.1
+    done
+    # shellcheck disable=SC2086  # the overrides are words
+    ctl submit "${config}" "model.path=${work}/model" ${overrides}
+    follow "${RLHFD_WATCH_S:-480}" "${out}"
+    ;;
+  watch)
+    seconds=${1:?SECONDS}; out=${2:?OUT_DIR}
+    connect
+    follow "${seconds}" "${out}"
+    ;;
+  stop)
+    out=${1:?OUT_DIR}
+    connect
+    ctl cancel job-1 || true
+    follow 60 "${out}"
+    pkill -f "${work}/bundle/bin/rlhfd-" || true
+    ;;
+  *) echo "gsm8k_gpu.sh: unknown command '${command}' (start, watch, stop)" >&2; exit 2 ;;
+esac
