@@ -7,6 +7,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/algorithms/algorithm_traits.h"
 #include "common/logging/logging.h"
 #include "common/stages/stage_service.h"
@@ -290,7 +291,23 @@ absl::Status JobDriver::RunOneStep(JobStages& job, const RunData& run, int64_t s
       .step = step, .seed = StepSeed(spec, step), .kl_coef = kl_in_reward ? kl.value() : 0.0};
   for (int64_t row : rows.rows) plan.prompts.push_back(run.train.row(row));
   absl::StatusOr<StepResult> stepped = job.RunStepStages(plan);
-  if (!stepped.ok()) return WithOrigin(stepped.status(), run.train, rows.rows);
+  if (!stepped.ok()) {
+    const absl::Status failed = WithOrigin(stepped.status(), run.train, rows.rows);
+    // A step that failed after its batch was complete (a non-finite update, say) leaves the batch
+    // where it can be replayed; a stage before that left none, and the dump says so. A lost
+    // worker (a fault: the job recovers) or a cancellation has no one to ask.
+    if (trainer.rollout_data_dir().empty() || IsFault(failed) ||
+        failed.code() == absl::StatusCode::kCancelled) {
+      return failed;
+    }
+    const absl::StatusOr<std::vector<std::string>> dumped = job.DumpBatch(step);
+    if (!dumped.ok()) {
+      RLOG(INFO) << "step " << step << " left no batch to dump: " << dumped.status().message();
+      return failed;
+    }
+    return absl::Status(failed.code(), absl::StrCat(failed.message(), " (the step's batch: ",
+                                                    absl::StrJoin(*dumped, ", "), ")"));
+  }
   Metrics* metrics = &stepped->metrics;
   std::vector<v1::ResponseSample>& samples = stepped->samples;
   if (kl_in_reward && metrics->count("actor/reward_kl_penalty")) {

@@ -78,8 +78,9 @@ absl::StatusOr<HostedJob*> RoleHost::FindJob(const std::string& job_id, int64_t 
 }
 
 template <typename Reply, typename Body>
-void RoleHost::RunStage(const v1::StageKey& key, bool mutates, StageDone<Reply> done, Body body) {
-  executor_.Post([this, key, mutates, done = std::move(done), body = std::move(body)]() mutable {
+void RoleHost::RunStage(const v1::StageKey& key, StageEffect effect, StageDone<Reply> done,
+                        Body body) {
+  executor_.Post([this, key, effect, done = std::move(done), body = std::move(body)]() mutable {
     logging::ScopedLogContext context({.job = key.job_id(), .step = key.step()});
     absl::StatusOr<Reply> result = CatchAll<Reply>(key.stage(), [&]() -> absl::StatusOr<Reply> {
       RETURN_IF_ERROR(CheckKey(key));
@@ -90,13 +91,13 @@ void RoleHost::RunStage(const v1::StageKey& key, bool mutates, StageDone<Reply> 
         reply.ParseFromString(stored->second);
         return reply;  // a retry: the first call's reply, nothing run again
       }
-      if (!job->poisoned.empty()) {
+      if (!job->poisoned.empty() && effect != StageEffect::kReadsBatchOnly) {
         return absl::FailedPreconditionError(absl::StrCat(
             KeyText(key), ": ", job->poisoned, "; load a checkpoint before further stages"));
       }
       absl::StatusOr<Reply> reply = body(*job);
       if (!reply.ok()) {
-        if (mutates) job->poisoned = absl::StrCat(key.stage(), " of step ", key.step(), " failed");
+        if (effect == StageEffect::kUpdatesWeights) job->poisoned = absl::StrCat(key.stage(), " of step ", key.step(), " failed");
         return absl::Status(reply.status().code(),
                             absl::StrCat(KeyText(key), ": ", reply.status().message()));
       }
@@ -191,7 +192,7 @@ void RoleHost::StartJob(const v1::StartJobRequest& request, absl::Duration,
 
 void RoleHost::Generate(const v1::GenerateRequest& request, absl::Duration,
                         StageDone<v1::GenerateReply> done) {
-  RunStage<v1::GenerateReply>(request.key(), false, std::move(done),
+  RunStage<v1::GenerateReply>(request.key(), StageEffect::kLeavesWeights, std::move(done),
                               [request, device = options_.device](HostedJob& job) {
                                 return RunGenerate(job, request, device);
                               });
@@ -199,7 +200,7 @@ void RoleHost::Generate(const v1::GenerateRequest& request, absl::Duration,
 
 void RoleHost::MoveTensors(const v1::MoveTensorsRequest& request, absl::Duration,
                            StageDone<v1::MoveTensorsReply> done) {
-  RunStage<v1::MoveTensorsReply>(request.key(), false, std::move(done),
+  RunStage<v1::MoveTensorsReply>(request.key(), StageEffect::kLeavesWeights, std::move(done),
                                  [request, device = options_.device](HostedJob& job) {
                                    return RunMoveTensors(job, request, device);
                                  });
@@ -207,43 +208,43 @@ void RoleHost::MoveTensors(const v1::MoveTensorsRequest& request, absl::Duration
 
 void RoleHost::Forward(const v1::ForwardRequest& request, absl::Duration,
                        StageDone<v1::ForwardReply> done) {
-  RunStage<v1::ForwardReply>(request.key(), false, std::move(done),
+  RunStage<v1::ForwardReply>(request.key(), StageEffect::kLeavesWeights, std::move(done),
                              [request](HostedJob& job) { return RunForward(job, request); });
 }
 
 void RoleHost::ComputeRewards(const v1::RewardRequest& request, absl::Duration,
                               StageDone<v1::RewardReply> done) {
-  RunStage<v1::RewardReply>(request.key(), false, std::move(done),
+  RunStage<v1::RewardReply>(request.key(), StageEffect::kLeavesWeights, std::move(done),
                             [request](HostedJob& job) { return RunRewards(job, request); });
 }
 
 void RoleHost::ComputeAdvantages(const v1::AdvantageRequest& request, absl::Duration,
                                  StageDone<v1::AdvantageReply> done) {
-  RunStage<v1::AdvantageReply>(request.key(), false, std::move(done),
+  RunStage<v1::AdvantageReply>(request.key(), StageEffect::kLeavesWeights, std::move(done),
                                [request](HostedJob& job) { return RunAdvantages(job, request); });
 }
 
 void RoleHost::UpdateActor(const v1::UpdateRequest& request, absl::Duration,
                            StageDone<v1::UpdateReply> done) {
-  RunStage<v1::UpdateReply>(request.key(), true, std::move(done),
+  RunStage<v1::UpdateReply>(request.key(), StageEffect::kUpdatesWeights, std::move(done),
                             [request](HostedJob& job) { return RunUpdateActor(job, request); });
 }
 
 void RoleHost::UpdateCritic(const v1::UpdateRequest& request, absl::Duration,
                             StageDone<v1::UpdateReply> done) {
-  RunStage<v1::UpdateReply>(request.key(), true, std::move(done),
+  RunStage<v1::UpdateReply>(request.key(), StageEffect::kUpdatesWeights, std::move(done),
                             [request](HostedJob& job) { return RunUpdateCritic(job, request); });
 }
 
 void RoleHost::Validate(const v1::ValidateRequest& request, absl::Duration,
                         StageDone<v1::ValidateReply> done) {
-  RunStage<v1::ValidateReply>(request.key(), false, std::move(done),
+  RunStage<v1::ValidateReply>(request.key(), StageEffect::kLeavesWeights, std::move(done),
                               [request](HostedJob& job) { return RunValidate(job, request); });
 }
 
 void RoleHost::DumpBatch(const v1::DumpBatchRequest& request, absl::Duration,
                          StageDone<v1::DumpBatchReply> done) {
-  RunStage<v1::DumpBatchReply>(request.key(), false, std::move(done),
+  RunStage<v1::DumpBatchReply>(request.key(), StageEffect::kReadsBatchOnly, std::move(done),
                                [request](HostedJob& job) { return RunDumpBatch(job, request); });
 }
 
@@ -261,14 +262,14 @@ void RoleHost::MeasurePrompts(const v1::MeasurePromptsRequest& request, absl::Du
 
 void RoleHost::SaveCheckpoint(const v1::CheckpointRequest& request, absl::Duration,
                               StageDone<v1::CheckpointReply> done) {
-  RunStage<v1::CheckpointReply>(request.key(), false, std::move(done), [request](HostedJob& job) {
+  RunStage<v1::CheckpointReply>(request.key(), StageEffect::kLeavesWeights, std::move(done), [request](HostedJob& job) {
     return RunSaveCheckpoint(job, request);
   });
 }
 
 void RoleHost::CommitCheckpoint(const v1::CheckpointRequest& request, absl::Duration,
                                 StageDone<v1::CheckpointReply> done) {
-  RunStage<v1::CheckpointReply>(request.key(), false, std::move(done), [request](HostedJob& job) {
+  RunStage<v1::CheckpointReply>(request.key(), StageEffect::kLeavesWeights, std::move(done), [request](HostedJob& job) {
     return RunCommitCheckpoint(job, request);
   });
 }
@@ -287,7 +288,7 @@ void RoleHost::LoadCheckpoint(const v1::CheckpointRequest& request, absl::Durati
 
 void RoleHost::Offload(const v1::OffloadRequest& request, absl::Duration,
                        StageDone<v1::OffloadReply> done) {
-  RunStage<v1::OffloadReply>(request.key(), false, std::move(done),
+  RunStage<v1::OffloadReply>(request.key(), StageEffect::kLeavesWeights, std::move(done),
                              [request, device = options_.device](HostedJob& job) {
                                return RunOffload(job, request, device);
                              });

@@ -63,10 +63,15 @@ class RoleHost final : public stages::StageService {
                   std::chrono::steady_clock::time_point asked_at);
 
  private:
+  // What a stage does to the job's weights, for the poisoned-job rule: a failed update poisons
+  // the job (its weights may be half updated), which then refuses every later stage but one that
+  // reads only the step's batch, which the update left as it was (a dump, to replay the step).
+  enum class StageEffect { kLeavesWeights, kUpdatesWeights, kReadsBatchOnly };
   // Runs `body` on the executor for the job of `key`, with the stored-reply and poisoned-job
   // rules, and catches what it throws.
   template <typename Reply, typename Body>
-  void RunStage(const v1::StageKey& key, bool mutates, stages::StageDone<Reply> done, Body body);
+  void RunStage(const v1::StageKey& key, StageEffect effect, stages::StageDone<Reply> done,
+                Body body);
   // The job `job_id` when it runs `attempt` (0: any).
   absl::StatusOr<HostedJob*> FindJob(const std::string& job_id, int64_t attempt);
   // The cancel flag of "<job>#<attempt>".

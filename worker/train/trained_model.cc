@@ -12,6 +12,17 @@ TrainedModel::NamedTensors ModuleAndOptimizerState(model::Transformer& module,
   return state;
 }
 
+std::string FirstNonFiniteGradient(model::Transformer& module) {
+  std::vector<std::string> names;
+  std::vector<at::Tensor> gradients;
+  for (const auto& item : module->named_parameters()) {
+    names.push_back(item.key());
+    gradients.push_back(item.value().grad());
+  }
+  const std::optional<size_t> found = FirstNonFinite(gradients);
+  return found ? names[*found] : "";
+}
+
 absl::StatusOr<std::optional<std::string>> TrainedModel::NonFiniteParameter() {
   std::vector<std::string> names;
   std::vector<at::Tensor> tensors;

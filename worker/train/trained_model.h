@@ -58,17 +58,27 @@ class TrainedModel {
   // gets the same answer. One fused reduction over the parameters (finite_check.h). This default
   // reads module()'s parameters, which every replica holds whole and equal.
   virtual absl::StatusOr<std::optional<std::string>> NonFiniteParameter();
+  // After a FinishStep whose norm was not finite: the parameter (or group of them) whose gradient
+  // this rank found non-finite first, for the error that says where the step went wrong; "" when
+  // the layout does not tell (a replicated optimiser flattens them) or none was.
+  const std::string& nonfinite_gradient() const { return nonfinite_gradient_; }
 
   // Everything this rank's training state is, as tensors that alias it (parameters or their
   // shards, optimiser moments, step counts), by name: a checkpoint writes them and a load copies
   // into them, which restores training bitwise.
   using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
   virtual NamedTensors StateTensors() = 0;
+
+ protected:
+  std::string nonfinite_gradient_;
 };
 
 // The module's parameters by name, then `optimizer`'s state under "optimizer.".
 TrainedModel::NamedTensors ModuleAndOptimizerState(model::Transformer& module,
                                                    const AdamW& optimizer);
+
+// The name of `module`'s first parameter whose gradient holds a NaN or an infinity ("" if none).
+std::string FirstNonFiniteGradient(model::Transformer& module);
 
 // One process: the module and AdamW over its parameters.
 class LocalModel final : public TrainedModel {
@@ -79,9 +89,11 @@ class LocalModel final : public TrainedModel {
   model::Transformer& module() override { return module_; }
   absl::StatusOr<double> FinishStep(double lr, double max_norm) override {
     const double norm = optimizer_.ClipGradNorm(max_norm);
+    nonfinite_gradient_.clear();
     if (std::isfinite(norm)) {
       optimizer_.Step(lr);
     } else {
+      nonfinite_gradient_ = FirstNonFiniteGradient(module_);
       optimizer_.ZeroGrad();
     }
     return norm;

@@ -127,7 +127,13 @@ absl::StatusOr<UpdateMetrics> Loop(TrainedModel& model, const at::Tensor& respon
                               : "the loss on another data-parallel rank is not finite";
       } else {
         ASSIGN_OR_RETURN(norm, model.FinishStep(lr, options.grad_clip));
-        if (!std::isfinite(norm)) non_finite = absl::StrCat("grad_norm is ", FormatMetric(norm));
+        if (!std::isfinite(norm)) {
+          non_finite = absl::StrCat("grad_norm is ", FormatMetric(norm));
+          if (!model.nonfinite_gradient().empty()) {
+            absl::StrAppend(&non_finite, " (first non-finite gradient on this rank: ",
+                            model.nonfinite_gradient(), ")");
+          }
+        }
       }
       if (!non_finite.empty()) {
         // No step was taken. Say whether the weights were already bad (a checkpoint with

@@ -1,5 +1,5 @@
 // Non-finite values: FirstNonFinite, a NaN loss failing the update with no weight changed,
-// trainer.max_nonfinite_skips, and an overflowing update naming the parameter.
+// trainer.max_nonfinite_skips, a NaN gradient and an overflowing update naming the parameter.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -112,6 +112,29 @@ TEST_CASE("trainer.max_nonfinite_skips skips that many non-finite steps, then fa
   CHECK_THAT(std::string(failed.status().message()),
              Catch::Contains("trainer.max_nonfinite_skips (1) allows no more skipped steps (1 so "
                              "far)"));
+}
+
+TEST_CASE("a finite loss with a non-finite gradient fails naming the parameter",
+          "[train][nonfinite]") {
+  // A hook makes one leaf's gradient NaN while the loss stays finite (as a backward that
+  // overflows where the forward did not would): the error names that parameter.
+  model::Transformer net = LoadFloat64Fixture("tiny-qwen2");
+  const std::string poisoned = "model.layers.0.mlp.down_proj.weight";
+  net->named_parameters()[poisoned].register_hook(
+      [](const at::Tensor& grad) { return grad * std::numeric_limits<double>::quiet_NaN(); });
+  LocalModel trained(net, {});
+  PolicyUpdateOptions options;
+  options.loop.mini_batch = 4;
+  options.loop.lr = 1e-3;
+  options.loop.role = "actor";
+  const auto failed = UpdatePolicy(trained, NonFiniteBatch({}), options);
+  REQUIRE_FALSE(failed.ok());
+  const std::string message(failed.status().message());
+  INFO(message);
+  CHECK_THAT(message, Catch::Contains("grad_norm is NaN (first non-finite gradient on this rank: " +
+                                      poisoned + ")"));
+  CHECK_THAT(message, Catch::Contains("no update was applied"));
+  for (const at::Tensor& p : net->parameters()) CHECK_FALSE(p.grad().defined());
 }
 
 TEST_CASE("an update that overflows the weights fails naming a parameter", "[train][nonfinite]") {

@@ -235,7 +235,17 @@ absl::StatusOr<double> FullyShardedModel::FinishStep(double lr, double max_norm)
     }
   }
   // The norm is the same on every rank: all skip a non-finite step together.
-  if (std::isfinite(norm)) optimizer_->Step(lr);
+  nonfinite_gradient_.clear();
+  if (std::isfinite(norm)) {
+    optimizer_->Step(lr);
+  } else {
+    std::vector<at::Tensor> gradients;
+    for (Unit* unit : units) gradients.push_back(unit->master.grad());
+    const std::optional<size_t> found = FirstNonFinite(gradients);
+    nonfinite_gradient_ = !found                      ? ""
+                          : *found < layers_.size()   ? absl::StrCat("model.layers.", *found, ".*")
+                                                      : "the embeddings, final norm or head";
+  }
   optimizer_->ZeroGrad();
   return norm;
 }
