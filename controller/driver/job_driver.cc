@@ -305,8 +305,9 @@ absl::Status JobDriver::RunOneStep(JobStages& job, const RunData& run, int64_t s
       RLOG(INFO) << "step " << step << " left no batch to dump: " << dumped.status().message();
       return failed;
     }
-    return absl::Status(failed.code(), absl::StrCat(failed.message(), " (the step's batch: ",
-                                                    absl::StrJoin(*dumped, ", "), ")"));
+    return absl::Status(
+        failed.code(),
+        absl::StrCat(failed.message(), " (the step's batch: ", absl::StrJoin(*dumped, ", "), ")"));
   }
   Metrics* metrics = &stepped->metrics;
   std::vector<v1::ResponseSample>& samples = stepped->samples;

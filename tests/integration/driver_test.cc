@@ -1181,11 +1181,12 @@ TEST_CASE(
   // A warm-up from lr 0 over two optimiser steps: step 1 trains at lr 0 and is saved; step 2 at
   // 5e38, which no float32 AdamW update survives (the injected fault: a learning rate that
   // overflows, nothing test-only in the product).
-  const std::string id = cluster.Submit(
-      ReadConfig("tiny-cpu-demo.yaml"),
-      {"trainer.total_steps=3", "trainer.save_every=1", "trainer.checkpoint_dir=" + dir.path(),
-       "trainer.loggers=[console]", "roles.actor.train.lr=1e39",
-       "roles.actor.train.lr_warmup_steps=2", "trainer.rollout_data_dir=" + dir.path() + "/batches"});
+  const std::string id =
+      cluster.Submit(ReadConfig("tiny-cpu-demo.yaml"),
+                     {"trainer.total_steps=3", "trainer.save_every=1",
+                      "trainer.checkpoint_dir=" + dir.path(), "trainer.loggers=[console]",
+                      "roles.actor.train.lr=1e39", "roles.actor.train.lr_warmup_steps=2",
+                      "trainer.rollout_data_dir=" + dir.path() + "/batches"});
   const v1::Job job = cluster.WaitEnded(id);
   INFO(Describe(job));
   CHECK(job.state() == v1::JOB_STATE_FAILED);
@@ -1199,7 +1200,8 @@ TEST_CASE(
   // trainer.rollout_data_dir: the failed step's batch too, to replay its update, named in the
   // error.
   for (int rank : {0, 1}) {
-    const std::string batch = absl::StrCat(dir.path(), "/batches/step_2_rank_", rank, ".safetensors");
+    const std::string batch =
+        absl::StrCat(dir.path(), "/batches/step_2_rank_", rank, ".safetensors");
     CHECK(absl::StrContains(job.message(), batch));
     const auto dumped = model::StateDict::Load(batch);
     REQUIRE(dumped.ok());

@@ -97,7 +97,8 @@ void RoleHost::RunStage(const v1::StageKey& key, StageEffect effect, StageDone<R
       }
       absl::StatusOr<Reply> reply = body(*job);
       if (!reply.ok()) {
-        if (effect == StageEffect::kUpdatesWeights) job->poisoned = absl::StrCat(key.stage(), " of step ", key.step(), " failed");
+        if (effect == StageEffect::kUpdatesWeights)
+          job->poisoned = absl::StrCat(key.stage(), " of step ", key.step(), " failed");
         return absl::Status(reply.status().code(),
                             absl::StrCat(KeyText(key), ": ", reply.status().message()));
       }
@@ -262,16 +263,16 @@ void RoleHost::MeasurePrompts(const v1::MeasurePromptsRequest& request, absl::Du
 
 void RoleHost::SaveCheckpoint(const v1::CheckpointRequest& request, absl::Duration,
                               StageDone<v1::CheckpointReply> done) {
-  RunStage<v1::CheckpointReply>(request.key(), StageEffect::kLeavesWeights, std::move(done), [request](HostedJob& job) {
-    return RunSaveCheckpoint(job, request);
-  });
+  RunStage<v1::CheckpointReply>(
+      request.key(), StageEffect::kLeavesWeights, std::move(done),
+      [request](HostedJob& job) { return RunSaveCheckpoint(job, request); });
 }
 
 void RoleHost::CommitCheckpoint(const v1::CheckpointRequest& request, absl::Duration,
                                 StageDone<v1::CheckpointReply> done) {
-  RunStage<v1::CheckpointReply>(request.key(), StageEffect::kLeavesWeights, std::move(done), [request](HostedJob& job) {
-    return RunCommitCheckpoint(job, request);
-  });
+  RunStage<v1::CheckpointReply>(
+      request.key(), StageEffect::kLeavesWeights, std::move(done),
+      [request](HostedJob& job) { return RunCommitCheckpoint(job, request); });
 }
 
 void RoleHost::LoadCheckpoint(const v1::CheckpointRequest& request, absl::Duration,

@@ -242,9 +242,9 @@ absl::StatusOr<double> FullyShardedModel::FinishStep(double lr, double max_norm)
     std::vector<at::Tensor> gradients;
     for (Unit* unit : units) gradients.push_back(unit->master.grad());
     const std::optional<size_t> found = FirstNonFinite(gradients);
-    nonfinite_gradient_ = !found                      ? ""
-                          : *found < layers_.size()   ? absl::StrCat("model.layers.", *found, ".*")
-                                                      : "the embeddings, final norm or head";
+    nonfinite_gradient_ = !found                    ? ""
+                          : *found < layers_.size() ? absl::StrCat("model.layers.", *found, ".*")
+                                                    : "the embeddings, final norm or head";
   }
   optimizer_->ZeroGrad();
   return norm;
