@@ -1,7 +1,8 @@
 // [gpu] ChunkedLogProbs through its fused kernels against a float64 CPU computation from full
 // logits (log_softmax, entropy, autograd): values and gradients, float32 and under bf16 and fp16
 // autocast, a vocabulary of vector loads (1024) and one of scalar loads (1001), rows over several
-// chunks; and an id outside the vocabulary.
+// chunks; and an id outside the vocabulary. Packed sequences through FlashAttention's
+// variable-length kernel against each sequence alone, float64 on the CPU.
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <torch/types.h>
@@ -10,6 +11,9 @@
 #include <iostream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "worker/model/model_loader.h"
+#include "worker/model/transformer.h"
 #include "worker/train/chunked_log_probs.h"
 
 namespace rlhfd::train {
@@ -108,6 +112,84 @@ TEST_CASE("an id outside the vocabulary gets a NaN log-prob on the GPU, never an
   CHECK(bad[150].item<bool>());
   CHECK(bad.sum().item<int64_t>() == 2);
   CHECK(at::isfinite(entropy).all().item<bool>());
+}
+
+TEST_CASE("packed sequences through the variable-length kernel equal each sequence alone",
+          "[gpu][train][packing]") {
+  // The bf16 packed forward (the training path: one row, cu_seqlens, no mask) and each sequence's
+  // own bf16 causal forward (SDPA, nothing packed) both against float64 on the CPU: the packed
+  // path may be no further from it than twice the unpacked one (plus 5e-3), hidden states and
+  // every parameter's gradient, with and without activation checkpointing.
+  const at::Device device(at::kCUDA, 0);
+  const std::string dir = absl::StrCat(RLHFD_FIXTURES_DIR, "/models/tiny-qwen2");
+  auto reference = model::LoadModel(dir, {at::kDouble, at::kCPU});
+  REQUIRE(reference.ok());
+  const int64_t head_dim = (*reference)->config().head_dim;
+  REQUIRE(model::VarlenAttentionApplies(device, at::kBFloat16, head_dim));
+  at::manual_seed(12);
+  const std::vector<int64_t> lengths = {37, 5, 120, 64, 1, 90};
+  std::vector<at::Tensor> sequences;
+  std::vector<int64_t> starts = {0};
+  for (int64_t n : lengths) {
+    sequences.push_back(at::randint(3, 500, {n}, at::kLong));
+    starts.push_back(starts.back() + n);
+  }
+  const int64_t total = starts.back(), width = (*reference)->config().hidden_size;
+  const at::Tensor weights = at::randn({total, width}, at::kDouble);
+
+  // Hidden states (total, C) and each parameter's gradient of Σ weights · hidden.
+  struct Pass {
+    at::Tensor hidden;
+    std::vector<at::Tensor> grads;
+  };
+  const auto finish = [&](model::Transformer& net, const at::Tensor& hidden) {
+    (hidden.to(at::kDouble) * weights.to(hidden.device())).sum().backward();
+    Pass pass{hidden.detach().to(at::kDouble).cpu(), {}};
+    for (const at::Tensor& p : net->parameters())
+      pass.grads.push_back(p.grad().to(at::kDouble).cpu());
+    return pass;
+  };
+  const auto each_alone = [&](model::Transformer& net, const at::Device& on) {
+    std::vector<at::Tensor> hidden;
+    for (const at::Tensor& sequence : sequences) {
+      hidden.push_back(net->Hidden({sequence.to(on).unsqueeze(0)}).squeeze(0));
+    }
+    return finish(net, at::cat(hidden));
+  };
+  const Pass exact = each_alone(*reference, at::kCPU);
+
+  for (bool checkpointing : {false, true}) {
+    INFO("activation checkpointing " << checkpointing);
+    const auto bf16_pass = [&](bool packed) {
+      auto loaded = model::LoadModel(dir, {at::kFloat, device});
+      REQUIRE(loaded.ok());
+      model::Transformer net = *loaded;
+      net->set_activation_checkpointing(checkpointing);
+      at::autocast::set_autocast_enabled(at::kCUDA, true);
+      at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+      Pass pass;
+      if (packed) {
+        model::ForwardBatch batch{at::cat(sequences).to(device).unsqueeze(0)};
+        batch.cu_seqlens = at::tensor(starts, at::kLong).to(device);
+        pass = finish(net, net->Hidden(batch).squeeze(0));
+      } else {
+        pass = each_alone(net, device);
+      }
+      at::autocast::set_autocast_enabled(at::kCUDA, false);
+      return pass;
+    };
+    const Pass packed = bf16_pass(true), alone = bf16_pass(false);
+    const double packed_error = Relative(packed.hidden, exact.hidden);
+    const double alone_error = Relative(alone.hidden, exact.hidden);
+    INFO("hidden: packed " << packed_error << ", alone " << alone_error);
+    CHECK(packed_error <= 2 * alone_error + 5e-3);
+    for (size_t i = 0; i < exact.grads.size(); ++i) {
+      const double packed_grad = Relative(packed.grads[i], exact.grads[i]);
+      const double alone_grad = Relative(alone.grads[i], exact.grads[i]);
+      INFO("parameter " << i << ": packed " << packed_grad << ", alone " << alone_grad);
+      CHECK(packed_grad <= 2 * alone_grad + 5e-3);
+    }
+  }
 }
 
 }  // namespace rlhfd::train

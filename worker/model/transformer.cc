@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
+#include <ATen/cuda/CUDAContextLight.h>
 #include <torch/autograd.h>
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/options/linear.h>
@@ -100,9 +101,29 @@ at::Tensor AttentionHeads(const AttentionWeights& w, const at::Tensor& x,
   q = ApplyRope(q.transpose(1, 2), context.cos, context.sin).to(compute);  // (B, H, T, D)
   k = ApplyRope(k.transpose(1, 2), context.cos, context.sin).to(compute);  // (B, K, T, D)
   v = v.transpose(1, 2).to(compute);
+  if (context.varlen_cu_seqlens.defined()) {
+    // B = 1: the packed tokens as (T, heads, D), the layout of the variable-length kernel, which
+    // takes fewer key/value heads than query heads as they are (GQA).
+    const auto tokens = [&](const at::Tensor& heads) {
+      return heads.transpose(1, 2).reshape({t, heads.size(1), d});
+    };
+    const at::Tensor out = std::get<0>(at::_flash_attention_forward(
+        tokens(q), tokens(k), tokens(v), context.varlen_cu_seqlens, context.varlen_cu_seqlens,
+        context.varlen_max_seqlen, context.varlen_max_seqlen, /*dropout_p=*/0.0,
+        /*is_causal=*/true, /*return_debug_mask=*/false));  // (T, H, D)
+    return out.reshape({b, t, w.heads * d});
+  }
   at::Tensor out = context.cache != nullptr ? context.cache->Attend(layer, q, k, v, context.mask)
                                             : ScaledDotProductAttention(q, k, v, context.mask);
   return out.transpose(1, 2).reshape({b, t, w.heads * d});
+}
+
+bool VarlenAttentionApplies(const at::Device& device, at::ScalarType compute, int64_t head_dim) {
+  if (!device.is_cuda() || (compute != at::kBFloat16 && compute != at::kHalf)) return false;
+  // FlashAttention 2's limits: head dims up to 256 in multiples of 8, Ampere (sm80) or newer.
+  if (head_dim > 256 || head_dim % 8 != 0) return false;
+  const int index = device.has_index() ? device.index() : at::cuda::current_device();
+  return at::cuda::getDeviceProperties(index)->major >= 8;  // cached by ATen
 }
 
 at::Tensor GatedActivation(const at::Tensor& gate_weight, const at::Tensor& gate_bias,
@@ -240,6 +261,8 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     ctx->saved_data["cos"] = context.cos;
     ctx->saved_data["sin"] = context.sin;
     ctx->saved_data["mask"] = context.mask;
+    ctx->saved_data["varlen_cu_seqlens"] = context.varlen_cu_seqlens;
+    ctx->saved_data["varlen_max_seqlen"] = context.varlen_max_seqlen;
     const at::DeviceType device = x.device().type();
     ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(device);
     ctx->saved_data["autocast_dtype"] = at::autocast::get_autocast_dtype(device);
@@ -250,9 +273,13 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     auto* layer = reinterpret_cast<DecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
-    const AttentionContext context{ctx->saved_data["cos"].toTensor(),
-                                   ctx->saved_data["sin"].toTensor(),
-                                   ctx->saved_data["mask"].toTensor(), nullptr};
+    const AttentionContext context{
+        .cos = ctx->saved_data["cos"].toTensor(),
+        .sin = ctx->saved_data["sin"].toTensor(),
+        .mask = ctx->saved_data["mask"].toTensor(),
+        .cache = nullptr,
+        .varlen_cu_seqlens = ctx->saved_data["varlen_cu_seqlens"].toTensor(),
+        .varlen_max_seqlen = ctx->saved_data["varlen_max_seqlen"].toInt()};
     const at::Tensor input = ctx->get_saved_variables()[0].detach().requires_grad_(true);
     const at::DeviceType device = input.device().type();
     // The backward may run on another thread: restore the forward's autocast state there.
@@ -274,7 +301,9 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
 
 // Positions (B, T) and the attention mask (B, 1, T, S) of a batch; the mask is undefined for a
 // plain causal batch (no padding, packing or cache), so SDPA can use its fused causal kernels.
-static std::pair<at::Tensor, at::Tensor> PositionsAndMask(const ForwardBatch& batch, int64_t past) {
+// With `varlen` (packed sequences for the variable-length kernel) the mask is left undefined.
+static std::pair<at::Tensor, at::Tensor> PositionsAndMask(const ForwardBatch& batch, int64_t past,
+                                                          bool varlen) {
   const at::Tensor& ids = batch.input_ids;  // (B, T)
   const int64_t b = ids.size(0), t = ids.size(1), s = past + t;
   const auto long_options = at::TensorOptions().dtype(at::kLong).device(ids.device());
@@ -293,6 +322,7 @@ static std::pair<at::Tensor, at::Tensor> PositionsAndMask(const ForwardBatch& ba
     at::Tensor token = at::arange(0, t, long_options);
     at::Tensor sequence = at::searchsorted(starts, token, /*out_int32=*/false, /*right=*/true) - 1;
     if (!positions.defined()) positions = (token - starts.index_select(0, sequence)).unsqueeze(0);
+    if (varlen) return {positions, at::Tensor()};
     allowed = causal.logical_and(sequence.view({t, 1}) == sequence.view({1, t}));
   } else {
     if (!positions.defined()) positions = DefaultPositions(batch, past, t);
@@ -310,9 +340,15 @@ static std::pair<at::Tensor, at::Tensor> PositionsAndMask(const ForwardBatch& ba
   return {positions, allowed.unsqueeze(1)};
 }
 
+bool TransformerImpl::PacksWithVarlenAttention(const at::Device& device) {
+  return VarlenAttentionApplies(device, ComputeType(model->embed_tokens->weight), config_.head_dim);
+}
+
 at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, AttentionCache* cache) {
   const int64_t past = cache != nullptr ? cache->past_length() : 0;
-  auto [positions, mask] = PositionsAndMask(batch, past);
+  const bool varlen =
+      batch.cu_seqlens.defined() && past == 0 && PacksWithVarlenAttention(batch.input_ids.device());
+  auto [positions, mask] = PositionsAndMask(batch, past, varlen);
   // The residual stream stays in float32 whatever the weights' dtype: in bf16 its rounding, added
   // up over the layers, costs more accuracy than the matmuls do (docs/architecture.md).
   const at::ScalarType residual = AccumulationType(model->embed_tokens->weight.scalar_type());
@@ -326,7 +362,16 @@ at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, AttentionCache* ca
   // Kept on the inputs' device once there, so decode steps (and CUDA graphs of them) copy nothing.
   if (inv_freq_.device() != positions.device()) inv_freq_ = inv_freq_.to(positions.device());
   auto [cos, sin] = RopeCosSin(inv_freq_, positions, rope_dtype);
-  AttentionContext context{cos, sin, mask, cache};
+  AttentionContext context{.cos = cos, .sin = sin, .mask = mask, .cache = cache};
+  if (varlen) {
+    context.varlen_cu_seqlens = batch.cu_seqlens.to(at::kInt);
+    context.varlen_max_seqlen = batch.max_seqlen > 0
+                                    ? batch.max_seqlen
+                                    : (batch.cu_seqlens.narrow(0, 1, batch.cu_seqlens.size(0) - 1) -
+                                       batch.cu_seqlens.narrow(0, 0, batch.cu_seqlens.size(0) - 1))
+                                          .max()
+                                          .item<int64_t>();
+  }
   const bool checkpoint =
       activation_checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
   int64_t index = 0;

@@ -76,6 +76,8 @@ struct ForwardBatch {
   // Packed variable-length sequences: B = 1 and cu_seqlens (N + 1) int64 marks where each of
   // the N sequences starts; attention stays within a sequence and positions restart.
   at::Tensor cu_seqlens;
+  // The longest packed sequence (0: read from cu_seqlens, a device sync where it lives on a GPU).
+  int64_t max_seqlen = 0;
 };
 
 // The layer math on explicit weights. The modules below call these with their parameters and the
@@ -101,6 +103,11 @@ struct AttentionContext {
   // (no padding, packing or cache), which lets SDPA pick its fused causal kernels.
   at::Tensor mask;
   AttentionCache* cache = nullptr;
+  // Packed sequences on a GPU in bf16 / fp16 (VarlenAttentionApplies): cu_seqlens (N + 1) int32
+  // and the longest sequence, for FlashAttention's variable-length kernel, which computes no
+  // padding and no (T, T) mask; `mask` is then undefined.
+  at::Tensor varlen_cu_seqlens;
+  int64_t varlen_max_seqlen = 0;
 };
 
 // One attention block's input-side weights (Hugging Face's self_attn.{q,k,v}_proj and q/k_norm):
@@ -118,6 +125,10 @@ struct AttentionWeights {
 // Returns (B, T, heads * D) in the GEMMs' dtype.
 at::Tensor AttentionHeads(const AttentionWeights& weights, const at::Tensor& x,
                           const AttentionContext& context, int64_t layer);
+
+// Whether packed sequences on `device`, attended in `compute`, go through FlashAttention's
+// variable-length kernel: CUDA (sm80 or newer), bf16 or fp16, head_dim ≤ 256 in multiples of 8.
+bool VarlenAttentionApplies(const at::Device& device, at::ScalarType compute, int64_t head_dim);
 
 // The gated MLP's hidden activation silu(x G^T + g) * (x U^T + u): (B, T, C) → (B, T, F) float32,
 // for the down projection to follow. Biases may be undefined.
@@ -188,6 +199,9 @@ class TransformerImpl : public torch::nn::Module {
   // Final hidden states (B, T, C), float32. With a cache, keys/values of the new tokens are
   // appended.
   at::Tensor Hidden(const ForwardBatch& batch, AttentionCache* cache = nullptr);
+  // Whether Hidden runs packed sequences (cu_seqlens) on `device` through the variable-length
+  // kernel, with the autocast state as it is now (VarlenAttentionApplies).
+  bool PacksWithVarlenAttention(const at::Device& device);
   // Next-token logits (B, T, V), float32 (in the autocast dtype inside an autocast region).
   // Causal-LM head only.
   at::Tensor Logits(const at::Tensor& hidden);

@@ -40,9 +40,8 @@ train::UpdateLoopOptions UpdateLoopOptionsOf(const v1::JobSpec& spec, v1::Role r
   loop.seed = spec.trainer().seed() * 1000003 + rl_step;
   loop.micro.micro_batch = train.ppo_micro_batch_size_per_gpu();
   loop.micro.micro_batch_tokens = train.use_dynamic_bsz() ? train.ppo_max_token_len_per_gpu() : 0;
-  // Padded rows: packing runs attention over the whole micro-batch as one sequence with a block
-  // mask (quadratic in its total length), which an H200 measured slower than padding
-  // (docs/PERFORMANCE.md) until a variable-length attention kernel replaces it.
+  // Padded rows, except where the model packs them through the variable-length attention kernel
+  // (ForwardMicroBatch decides: a GPU in bf16 / fp16).
   loop.micro.packed = false;
   loop.micro.activation_checkpointing = train.gradient_checkpointing();
   loop.grad_clip = train.grad_clip();

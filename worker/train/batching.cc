@@ -58,7 +58,7 @@ ScoredPositions ForwardMicroBatch(model::Transformer& model, const at::Tensor& i
   ScoredPositions out;
   out.rows = n;
   out.columns = t - 1;
-  if (!packed) {
+  if (!packed && !model->PacksWithVarlenAttention(ids.device())) {
     // Without padding the mask adds nothing, and leaving it out lets attention run the fused
     // causal kernels instead of a masked one.
     const bool padded = attention_mask.defined() && attention_mask.min().item<int64_t>() == 0;
@@ -95,6 +95,9 @@ ScoredPositions ForwardMicroBatch(model::Transformer& model, const at::Tensor& i
   const at::Tensor packed_ids = at::cat(tokens);  // (N)
   model::ForwardBatch batch{packed_ids.unsqueeze(0)};
   batch.cu_seqlens = at::tensor(starts, at::kLong).to(ids.device());
+  for (size_t i = 1; i < starts.size(); ++i) {
+    batch.max_seqlen = std::max(batch.max_seqlen, starts[i] - starts[i - 1]);
+  }
   const at::Tensor hidden = model->Hidden(batch).squeeze(0);  // (N, C)
   const at::Tensor index = at::tensor(predicting, at::kLong).to(ids.device());
   out.hidden = hidden.index_select(0, index);

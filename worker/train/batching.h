@@ -39,7 +39,10 @@ struct ScoredPositions {
 // Runs `model` over ids (n, T) with attention_mask (n, T) (1 = token; undefined = all tokens).
 // Padded: one (n, T) forward, all n (T-1) positions. Packed: the rows' real tokens (contiguous,
 // left or right padding) concatenated into one sequence with cu_seqlens, so no padding token is
-// computed; only positions whose next token is real are returned.
+// computed; only positions whose next token is real are returned. Rows are packed when `packed`
+// asks or the model packs through the variable-length attention kernel where it runs (a GPU in
+// bf16 / fp16); elsewhere packed attention is a masked kernel quadratic in the packed length,
+// which an H200 measured slower than padding (docs/PERFORMANCE.md).
 ScoredPositions ForwardMicroBatch(model::Transformer& model, const at::Tensor& ids,
                                   const at::Tensor& attention_mask, bool packed);
 
