@@ -60,6 +60,9 @@ def main():
                         help="rows per RL step (default: all of --data)")
     parser.add_argument("--mini_batch_prompts", type=int, default=0,
                         help="rows per optimizer step (default: the RL step's)")
+    parser.add_argument("--vllm", action="store_true",
+                        help="generate with vLLM colocated (vllm_mode colocate, "
+                             "vllm_gpu_memory_utilization 0.3) instead of transformers' generate")
     args = parser.parse_args()
     dataset = load_dataset("json", data_files=args.data, split="train")
     if args.verl_rows:
@@ -87,7 +90,8 @@ def main():
         num_generations=args.n, max_completion_length=args.response_len, beta=0.001,
         learning_rate=1e-6, temperature=1.0, max_steps=args.steps * updates, logging_steps=1,
         report_to=[], bf16=args.verl_rows,
-        save_strategy="no", use_vllm=False, seed=0, dataloader_num_workers=0,
+        save_strategy="no", use_vllm=args.vllm, vllm_mode="colocate",
+        vllm_gpu_memory_utilization=0.3, seed=0, dataloader_num_workers=0,
         gradient_checkpointing=bool(args.gradient_checkpointing))
 
     def exact(completions, ground_truth, **kwargs):
@@ -125,7 +129,8 @@ def main():
     completions = prompts * args.n
     tokens = prompt_tokens * args.n + completions * mean_length
     print(json.dumps({
-        "bench": "trl_grpo_step", "trl": __import__("trl").__version__, "prompts": prompts, "n": args.n,
+        "bench": "trl_grpo_step", "trl": __import__("trl").__version__, "vllm": args.vllm,
+        "prompts": prompts, "n": args.n,
         "response_len": args.response_len, "micro_batch": args.micro_batch,
         "gradient_checkpointing": bool(args.gradient_checkpointing),
         "gradient_accumulation_steps": accumulation, "updates_per_step": updates,
