@@ -90,12 +90,15 @@ class DriverCluster {
     return std::stoul(worker_id.substr(std::string("cpu-worker-").size()));
   }
 
-  // Submits `text` as if from the source directory; the job id.
+  // Submits `text` as if from the source directory; the job id. Checkpoints go to this cluster's
+  // own directory unless `overrides` name one: the configs' shared default (tiny-cpu-demo's
+  // /tmp/rlhfd/...) would let tests running side by side resume from each other's steps.
   std::string Submit(const std::string& text, const std::vector<std::string>& overrides) {
     v1::SubmitJobRequest request;
     request.set_config_text(text);
     request.set_config_name("test.yaml");
     request.set_base_dir(kSource);
+    request.add_overrides("trainer.checkpoint_dir=" + checkpoints_.path());
     for (const std::string& item : overrides) request.add_overrides(item);
     v1::SubmitJobReply reply;
     grpc::ClientContext context;
@@ -240,6 +243,7 @@ class DriverCluster {
   };
 
  private:
+  TempDir checkpoints_;  // trainer.checkpoint_dir unless a test names another
   void Prepare(grpc::ClientContext& context) {
     client_.Authorize(&context);
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));

@@ -44,9 +44,13 @@ std::string Override(const std::string& item) {
 }
 
 // The overrides that make the demo's relative paths absolute (REST has no working directory).
+// The demo config's paths made absolute, and checkpoints in this process's own directory (the
+// config's shared default would let tests running side by side resume from each other's steps).
 std::string AbsolutePaths() {
+  static const TempDir checkpoints;
   return Override("model.path=" + kSource + "/tests/fixtures/models/tiny-qwen2") + "&" +
-         Override("data.train_files=[" + kSource + "/tests/fixtures/data/arithmetic_train.jsonl]");
+         Override("data.train_files=[" + kSource + "/tests/fixtures/data/arithmetic_train.jsonl]") +
+         "&" + Override("trainer.checkpoint_dir=" + checkpoints.path());
 }
 
 json ToJson(const google::protobuf::Message& message) {
