@@ -364,7 +364,7 @@ at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, AttentionCache* ca
   auto [cos, sin] = RopeCosSin(inv_freq_, positions, rope_dtype);
   AttentionContext context{.cos = cos, .sin = sin, .mask = mask, .cache = cache};
   if (varlen) {
-    context.varlen_cu_seqlens = batch.cu_seqlens.to(at::kInt);
+    context.varlen_cu_seqlens = batch.cu_seqlens.to(batch.input_ids.device(), at::kInt);
     context.varlen_max_seqlen = batch.max_seqlen > 0
                                     ? batch.max_seqlen
                                     : (batch.cu_seqlens.narrow(0, 1, batch.cu_seqlens.size(0) - 1) -
