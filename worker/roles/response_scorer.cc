@@ -8,22 +8,30 @@
 namespace rlhfd::roles {
 namespace {
 
-// Each response's ground truth as JSON (null when the row has none).
+// Each response's `field` (ground_truth_json or extra_info_json, named `name` in errors) parsed
+// as JSON; null where the row has none.
+absl::StatusOr<std::vector<nlohmann::json>> JsonPerResponse(
+    const std::vector<ScoredResponse>& responses, std::string ScoredResponse::*field,
+    const char* name, int64_t first_row) {
+  std::vector<nlohmann::json> values;
+  for (size_t i = 0; i < responses.size(); ++i) {
+    const std::string& text = responses[i].*field;
+    nlohmann::json value =
+        text.empty() ? nlohmann::json() : nlohmann::json::parse(text, nullptr, false);
+    if (value.is_discarded()) {
+      return absl::InvalidArgumentError(absl::StrCat("row ", first_row + static_cast<int64_t>(i),
+                                                     ": ", name, " is not JSON: ",
+                                                     SanitizeForDisplay(text, 80)));
+    }
+    values.push_back(std::move(value));
+  }
+  return values;
+}
+
 absl::StatusOr<std::vector<nlohmann::json>> GroundTruths(
     const std::vector<ScoredResponse>& responses, int64_t first_row) {
-  std::vector<nlohmann::json> truths;
-  for (size_t i = 0; i < responses.size(); ++i) {
-    const std::string& text = responses[i].ground_truth_json;
-    nlohmann::json truth =
-        text.empty() ? nlohmann::json() : nlohmann::json::parse(text, nullptr, false);
-    if (truth.is_discarded()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("row ", first_row + static_cast<int64_t>(i),
-                       ": ground_truth_json is not JSON: ", SanitizeForDisplay(text, 80)));
-    }
-    truths.push_back(std::move(truth));
-  }
-  return truths;
+  return JsonPerResponse(responses, &ScoredResponse::ground_truth_json, "ground_truth_json",
+                         first_row);
 }
 
 absl::StatusOr<std::vector<double>> ScoreWithRule(const reward::RuleReward& rule,
@@ -85,18 +93,9 @@ absl::StatusOr<std::vector<double>> ResponseScorer::Score(
     const std::atomic<bool>* cancelled) const {
   ASSIGN_OR_RETURN(std::vector<nlohmann::json> truths, GroundTruths(responses, first_row));
   if (python_ || remote_) {
-    std::vector<nlohmann::json> extra_infos;
-    for (size_t i = 0; i < responses.size(); ++i) {
-      const std::string& text = responses[i].extra_info_json;
-      nlohmann::json extra =
-          text.empty() ? nlohmann::json() : nlohmann::json::parse(text, nullptr, false);
-      if (extra.is_discarded()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("row ", first_row + static_cast<int64_t>(i),
-                         ": extra_info_json is not JSON: ", SanitizeForDisplay(text, 80)));
-      }
-      extra_infos.push_back(std::move(extra));
-    }
+    ASSIGN_OR_RETURN(std::vector<nlohmann::json> extra_infos,
+                     JsonPerResponse(responses, &ScoredResponse::extra_info_json,
+                                     "extra_info_json", first_row));
     if (python_) {
       std::vector<reward::PythonRewardCall> calls;
       for (size_t i = 0; i < responses.size(); ++i) {
