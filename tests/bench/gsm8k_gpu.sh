@@ -88,10 +88,12 @@ case "${command}" in
     source "${work}/bundle/env.sh"
     setsid "${work}/bundle/bin/rlhfd-controller" --listen=127.0.0.1:0 --state_dir="${work}/state" \
       --port_file="${connect_port}" >"${work}/controller.log" 2>&1 < /dev/null &
+    echo $! > "${work}/controller.pid"
     for _ in $(seq 100); do [[ -s "${connect_port}" ]] && break; sleep 0.1; done
     connect
     setsid "${work}/bundle/bin/rlhfd-worker" --controller="${RLHFD_CONTROLLER}" \
       --device="${RLHFD_GSM8K_DEVICE:-cuda:0}" --worker_id=gpu0 >"${work}/worker.log" 2>&1 < /dev/null &
+    echo $! > "${work}/worker.pid"
     for _ in $(seq 300); do
       ctl --json workers | grep -q WORKER_STATE_ALIVE && break; sleep 0.1
     done
@@ -109,7 +111,13 @@ case "${command}" in
     connect
     ctl cancel job-1 || true
     follow 60 "${out}"
-    pkill -f "${work}/bundle/bin/rlhfd-" || true
+    # SIGTERM, then SIGKILL for a daemon still there after 10 s.
+    for daemon in worker controller; do
+      pid=$(cat "${work}/${daemon}.pid" 2>/dev/null) || continue
+      kill "${pid}" 2>/dev/null || continue
+      for _ in $(seq 100); do kill -0 "${pid}" 2>/dev/null || break; sleep 0.1; done
+      kill -9 "${pid}" 2>/dev/null || true
+    done
     ;;
   *) echo "gsm8k_gpu.sh: unknown command '${command}' (start, watch, stop)" >&2; exit 2 ;;
 esac
