@@ -11,6 +11,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -31,6 +33,9 @@ ABSL_FLAG(double, temperature, 1.0, "0 = greedy");
 ABSL_FLAG(bool, cuda_graphs, true, "Replay decode steps as CUDA graphs");
 ABSL_FLAG(double, gpu_memory_utilization, 0.6, "Share of free GPU memory for the KV cache");
 ABSL_FLAG(int64_t, repeat, 2, "Timed runs; the best is reported");
+ABSL_FLAG(std::string, write_hf_config, "",
+          "Write the preset's Hugging Face config.json into this directory and exit (the same "
+          "shape for a peer: tests/bench/vllm_generate_baseline.py)");
 ABSL_FLAG(std::string, profile, "",
           "Also write Chrome traces of one more run per batch with 32 new tokens to PREFIX.bB.json "
           "(summarise with tests/bench/summarize_trace.py FILE 32)");
@@ -165,16 +170,42 @@ bool RunBatch(rlhfd::model::Transformer& model, const rlhfd::model::ModelConfig&
 
 }  // namespace
 
+// The preset as Hugging Face's Qwen2 config.json (bf16, random weights are the reader's).
+nlohmann::json HfConfig(const rlhfd::model::ModelConfig& c) {
+  return {{"architectures", {c.architecture}},
+          {"model_type", "qwen2"},
+          {"hidden_size", c.hidden_size},
+          {"intermediate_size", c.intermediate_size},
+          {"num_hidden_layers", c.num_layers},
+          {"num_attention_heads", c.num_heads},
+          {"num_key_value_heads", c.num_kv_heads},
+          {"vocab_size", c.vocab_size},
+          {"max_position_embeddings", c.max_position_embeddings},
+          {"rope_theta", c.rope.theta},
+          {"rms_norm_eps", c.rms_norm_eps},
+          {"tie_word_embeddings", c.tie_word_embeddings},
+          {"hidden_act", "silu"},
+          {"torch_dtype", "bfloat16"},
+          {"bos_token_id", nullptr},
+          {"eos_token_id", nullptr}};
+}
+
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  if (!torch::cuda::is_available()) {
-    std::cerr << "rollout_bench needs a CUDA GPU\n";
-    return 1;
-  }
   auto config = rlhfd::bench::PresetConfig(absl::GetFlag(FLAGS_preset));
   if (!config.ok()) {
     std::cerr << config.status().message() << "\n";
     return 2;
+  }
+  if (const std::string dir = absl::GetFlag(FLAGS_write_hf_config); !dir.empty()) {
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/config.json") << HfConfig(*config).dump(2) << "\n";
+    std::cout << dir << "/config.json\n";
+    return 0;
+  }
+  if (!torch::cuda::is_available()) {
+    std::cerr << "rollout_bench needs a CUDA GPU\n";
+    return 1;
   }
   std::vector<int64_t> batches;
   for (const std::string& text : absl::GetFlag(FLAGS_batch)) {
