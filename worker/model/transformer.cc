@@ -312,17 +312,20 @@ static std::pair<at::Tensor, at::Tensor> PositionsAndMask(const ForwardBatch& ba
     if (!positions.defined()) positions = DefaultPositions(batch, past, t);
     return {positions, at::Tensor()};
   }
+  // Packed: sequence id of each token; attention within a sequence; positions restart.
+  at::Tensor sequence;
+  if (batch.cu_seqlens.defined()) {
+    at::Tensor starts = batch.cu_seqlens.to(long_options.device()).to(at::kLong);
+    at::Tensor token = at::arange(0, t, long_options);
+    sequence = at::searchsorted(starts, token, /*out_int32=*/false, /*right=*/true) - 1;
+    if (!positions.defined()) positions = (token - starts.index_select(0, sequence)).unsqueeze(0);
+    if (varlen) return {positions, at::Tensor()};  // no (T, T) mask is ever made
+  }
   at::Tensor allowed;  // (B, T, S) bool
   at::Tensor query_index = at::arange(past, s, long_options).view({t, 1});
   at::Tensor key_index = at::arange(0, s, long_options).view({1, s});
   at::Tensor causal = (key_index <= query_index).unsqueeze(0);  // (1, T, S)
   if (batch.cu_seqlens.defined()) {
-    // Packed: sequence id of each token; attention within a sequence; positions restart.
-    at::Tensor starts = batch.cu_seqlens.to(long_options.device()).to(at::kLong);
-    at::Tensor token = at::arange(0, t, long_options);
-    at::Tensor sequence = at::searchsorted(starts, token, /*out_int32=*/false, /*right=*/true) - 1;
-    if (!positions.defined()) positions = (token - starts.index_select(0, sequence)).unsqueeze(0);
-    if (varlen) return {positions, at::Tensor()};
     allowed = causal.logical_and(sequence.view({t, 1}) == sequence.view({1, t}));
   } else {
     if (!positions.defined()) positions = DefaultPositions(batch, past, t);
