@@ -29,15 +29,21 @@ job_state() {
   ctl --json status job-1 2>/dev/null |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["job"]["state"])' 2>/dev/null || echo "?"
 }
-# One line per step of metrics.jsonl after line $1: the figures docs/real-model.md tabulates.
+# One line per step of metrics.jsonl after those already printed (their count is kept in
+# ${work}/printed): the figures docs/real-model.md tabulates. A line still being written waits.
 print_steps() {
-  python3 - "${work}/state/logs/job-1/metrics.jsonl" "$1" <<'PY'
+  python3 - "${work}/state/logs/job-1/metrics.jsonl" "${work}/printed" <<'PY'
 import json, sys
-path, skip = sys.argv[1], int(sys.argv[2])
+path, printed = sys.argv[1], sys.argv[2]
 try:
-    lines = open(path).read().splitlines()
+    skip = int(open(printed).read())
+except (FileNotFoundError, ValueError):
+    skip = 0
+try:
+    text = open(path).read()
 except FileNotFoundError:
     sys.exit()
+lines = text.split("\n")[:-1]  # complete lines only
 keys = ["critic/score/mean", "val/score/mean", "val/score/gsm8k_flexible/mean",
         "val/score/gsm8k_boxed/mean", "response_length/mean", "val/response_length/mean",
         "timing_s/step", "timing_s/gen", "timing_s/update_actor", "timing_s/testing",
@@ -47,6 +53,7 @@ for line in lines[skip:]:
     data = row["data"]
     shown = " ".join(f"{k}={data[k]:.4g}" for k in keys if isinstance(data.get(k), (int, float)))
     print(f"step {row['step']}: {shown}", flush=True)
+open(printed, "w").write(str(max(skip, len(lines))))
 PY
 }
 collect() {
@@ -56,15 +63,13 @@ collect() {
     "${work}"/*.log "${out}/" 2>/dev/null || true
 }
 follow() {
-  local seconds=$1 out=$2 seen=0 now state
+  local seconds=$1 out=$2 state
   local deadline=$(($(date +%s) + seconds))
-  seen=$(cat "${work}/printed" 2>/dev/null || echo 0)
   while :; do
-    now=$(cat "${work}/state/logs/job-1/metrics.jsonl" 2>/dev/null | wc -l)
-    if ((now > seen)); then print_steps "${seen}"; seen=${now}; echo "${seen}" > "${work}/printed"; fi
+    print_steps
     state=$(job_state)
     case "${state}" in *SUCCEEDED | *FAILED | *CANCELLED)
-      echo "job-1 ${state}"; ctl status job-1 | tail -5; break ;;
+      print_steps; echo "job-1 ${state}"; ctl status job-1 | tail -5; break ;;
     esac
     (($(date +%s) < deadline)) || { echo "job-1 ${state} after ${seconds} s of watching"; break; }
     sleep 10
@@ -84,12 +89,12 @@ case "${command}" in
       echo "converted in $(($(date +%s) - start)) s"
     fi
     rm -rf "${work}/state" "${work}/printed"
-    connect_port="${work}/controller.port"; rm -f "${connect_port}"
+    port_file="${work}/controller.port"; rm -f "${port_file}"
     source "${work}/bundle/env.sh"
     setsid "${work}/bundle/bin/rlhfd-controller" --listen=127.0.0.1:0 --state_dir="${work}/state" \
-      --port_file="${connect_port}" >"${work}/controller.log" 2>&1 < /dev/null &
+      --port_file="${port_file}" >"${work}/controller.log" 2>&1 < /dev/null &
     echo $! > "${work}/controller.pid"
-    for _ in $(seq 100); do [[ -s "${connect_port}" ]] && break; sleep 0.1; done
+    for _ in $(seq 100); do [[ -s "${port_file}" ]] && break; sleep 0.1; done
     connect
     setsid "${work}/bundle/bin/rlhfd-worker" --controller="${RLHFD_CONTROLLER}" \
       --device="${RLHFD_GSM8K_DEVICE:-cuda:0}" --worker_id=gpu0 >"${work}/worker.log" 2>&1 < /dev/null &
