@@ -1,6 +1,7 @@
 // [gpu] The rollout engine's CUDA path: the decode-attention kernel against ATen's attention, the
 // sampling kernel against its CPU twin, greedy bf16 generation (with CUDA graphs) against the
-// model's own full forward, graphs against eager decoding, and memory returned on release.
+// model's own full forward, graphs against eager decoding, a GRPO group's shared prefill, and
+// memory returned on release.
 #include <ATen/ATen.h>
 #include <torch/types.h>
 
@@ -37,7 +38,7 @@ model::Transformer SmallModel(bool qwen3 = false) {
   c.num_heads = qwen3 ? 8 : 7;
   c.num_kv_heads = qwen3 ? 2 : 1;
   c.head_dim = qwen3 ? 128 : 64;
-  c.max_position_embeddings = 1024;
+  c.max_position_embeddings = 2048;
   c.tie_word_embeddings = !qwen3;
   at::manual_seed(3);
   model::Transformer model(c);
@@ -183,6 +184,45 @@ TEST_CASE("CUDA-graph decoding equals eager decoding", "[gpu][rollout]") {
   CHECK((*eager)->stats().graph_batch_sizes.empty());
   for (size_t i = 0; i < requests.size(); ++i) {
     CHECK((*a)[i].samples[0].token_ids == (*b)[i].samples[0].token_ids);
+  }
+}
+
+TEST_CASE("a GRPO batch prefills each prompt once, with the tokens of unshared prompts",
+          "[gpu][rollout]") {
+  // 64 prompts x n 8 of P = 1,024 (issue [rollout-tp]): 64 prefills of 1,024 tokens, not 512,
+  // the other 7 samples copying the prompt's keys and values; greedy tokens equal to 512 separate
+  // n = 1 requests of the same prompts (the same prefill and decode batch shapes either way).
+  torch::NoGradGuard no_grad;
+  model::Transformer model = SmallModel();
+  EngineOptions options;
+  options.max_model_len = 1024 + 16;
+  options.max_num_seqs = 512;
+  auto engine = GenerationEngine::Create(model, options);
+  REQUIRE(engine.ok());
+  std::vector<GenerationRequest> grouped, separate;
+  for (int i = 0; i < 64; ++i) {
+    GenerationRequest request;
+    for (int t = 0; t < 1024; ++t) request.prompt_ids.push_back((i * 131 + t * 17 + t * t) % 2048);
+    request.sampling.temperature = 0;
+    request.sampling.max_new_tokens = 16;
+    request.sampling.ignore_eos = true;
+    for (int j = 0; j < 8; ++j) separate.push_back(request);
+    request.sampling.n = 8;
+    grouped.push_back(request);
+  }
+  auto shared = (*engine)->Generate(grouped);
+  REQUIRE(shared.ok());
+  CHECK((*engine)->stats().prompts == 64);
+  CHECK((*engine)->stats().prefill_tokens == 64 * 1024);
+  auto alone = (*engine)->Generate(separate);
+  REQUIRE(alone.ok());
+  CHECK((*engine)->stats().prompts == 64 + 512);
+  for (int i = 0; i < 64; ++i) {
+    REQUIRE((*shared)[i].samples.size() == 8);
+    for (int j = 0; j < 8; ++j) {
+      INFO("prompt " << i << " sample " << j);
+      CHECK((*shared)[i].samples[j].token_ids == (*alone)[i * 8 + j].samples[0].token_ids);
+    }
   }
 }
 
