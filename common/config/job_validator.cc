@@ -426,10 +426,15 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
                                                  std::string(RewardRuleList())));
   }
   for (int i = 0; i < reward->val_rules_size(); ++i) {
-    if (!IsRewardRule(reward->val_rules(i))) {
-      check.Fail(absl::StrCat("roles.reward.val_rules[", i, "]"),
-                 absl::StrCat("'", reward->val_rules(i),
-                              "' is not one of: ", std::string(RewardRuleList())));
+    const std::string& rule = reward->val_rules(i);
+    const std::string path = absl::StrCat("roles.reward.val_rules[", i, "]");
+    if (!IsRewardRule(rule)) {
+      check.Fail(path, absl::StrCat("'", rule, "' is not one of: ", std::string(RewardRuleList())));
+    }
+    for (int j = 0; j < i; ++j) {
+      if (reward->val_rules(j) == rule) {
+        check.Fail(path, absl::StrCat("'", rule, "' is named twice (also at [", j, "])"));
+      }
     }
   }
   if (!reward->remote().empty() && !absl::StartsWith(reward->remote(), "http://") &&

@@ -95,13 +95,16 @@ case "${command}" in
       --port_file="${port_file}" >"${work}/controller.log" 2>&1 < /dev/null &
     echo $! > "${work}/controller.pid"
     for _ in $(seq 100); do [[ -s "${port_file}" ]] && break; sleep 0.1; done
+    [[ -s "${port_file}" ]] || { tail -20 "${work}/controller.log"; echo "no controller" >&2; exit 1; }
     connect
     setsid "${work}/bundle/bin/rlhfd-worker" --controller="${RLHFD_CONTROLLER}" \
       --device="${RLHFD_GSM8K_DEVICE:-cuda:0}" --worker_id=gpu0 >"${work}/worker.log" 2>&1 < /dev/null &
     echo $! > "${work}/worker.pid"
+    alive=0
     for _ in $(seq 300); do
-      ctl --json workers | grep -q WORKER_STATE_ALIVE && break; sleep 0.1
+      ctl --json workers | grep -q WORKER_STATE_ALIVE && { alive=1; break; }; sleep 0.1
     done
+    ((alive)) || { tail -20 "${work}/worker.log"; echo "the worker did not register" >&2; exit 1; }
     # shellcheck disable=SC2086  # the overrides are words
     ctl submit "${config}" "model.path=${work}/model" ${overrides}
     follow "${RLHFD_WATCH_S:-480}" "${out}"

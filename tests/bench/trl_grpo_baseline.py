@@ -82,14 +82,14 @@ def main():
         tokenizer.pad_token = settings.get("pad_token") or tokenizer.eos_token
     else:
         tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(
-        args.model, dtype=torch.bfloat16 if args.verl_rows else torch.float32)
+    # float32 weights under TRL's default bf16 mixed precision, as rlhfd keeps float32 masters.
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
     config = GRPOConfig(
         output_dir=args.out, per_device_train_batch_size=args.micro_batch,
         gradient_accumulation_steps=accumulation, steps_per_generation=accumulation * updates,
         num_generations=args.n, max_completion_length=args.response_len, beta=0.001,
         learning_rate=1e-6, temperature=1.0, max_steps=args.steps * updates, logging_steps=1,
-        report_to=[], bf16=args.verl_rows,
+        report_to=[],
         save_strategy="no", use_vllm=args.vllm, vllm_mode="colocate",
         vllm_gpu_memory_utilization=0.3, seed=0, dataloader_num_workers=0,
         gradient_checkpointing=bool(args.gradient_checkpointing))
@@ -121,7 +121,8 @@ def main():
     mean_length = sum(h["completions/mean_length"] for h in history) / max(1, len(history))
     def prompt_length(prompt):
         if isinstance(prompt, list):
-            return len(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True))
+            return len(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True,
+                                                     return_dict=False))
         return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
 
     shown = dataset.select(range(min(prompts, len(dataset))))

@@ -3,7 +3,8 @@
 rollout_bench's preset (its config.json, written by `rollout_bench --write_hf_config DIR`), random
 weights (`load_format="dummy"`), B prompts of P random tokens, N new tokens each (ignore_eos,
 temperature 1), the best of --repeat timed runs after a warm-up. vLLM at its defaults for the GPU
-otherwise (its V2 runner, FlashAttention, CUDA graphs, torch.compile). A measuring stick only.
+otherwise (its V2 runner, FlashAttention, CUDA graphs, torch.compile), prefix caching off. A
+measuring stick only.
 Prints one JSON line per batch size.
 
     python3 tests/bench/vllm_generate_baseline.py --config_dir DIR --batch 64 256 \\
@@ -51,7 +52,10 @@ def main():
 
     llm = LLM(model=args.config_dir, load_format="dummy", dtype="bfloat16", seed=0,
               max_model_len=args.prompt_len + args.new_tokens,
-              max_num_seqs=max(args.batch), gpu_memory_utilization=args.gpu_memory_utilization)
+              max_num_seqs=max(args.batch), gpu_memory_utilization=args.gpu_memory_utilization,
+              # The timed runs repeat the warm-up's prompts: cached prefixes would skip their
+              # prefill, which rlhfd's engine does every time.
+              enable_prefix_caching=False)
     sampling = SamplingParams(temperature=1.0, max_tokens=args.new_tokens,
                               min_tokens=args.new_tokens, ignore_eos=True)
     rng = np.random.default_rng(0)

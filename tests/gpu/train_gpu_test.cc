@@ -169,6 +169,8 @@ TEST_CASE("packed sequences through the variable-length kernel equal each sequen
       at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
       Pass pass;
       if (packed) {
+        // The variable-length kernel, not the masked fallback, is what this pass runs.
+        REQUIRE(net->PacksWithVarlenAttention(device));
         model::ForwardBatch batch{at::cat(sequences).to(device).unsqueeze(0)};
         batch.cu_seqlens = at::tensor(starts, at::kLong).to(device);
         pass = finish(net, net->Hidden(batch).squeeze(0));

@@ -43,9 +43,9 @@ std::string Override(const std::string& item) {
   return out;
 }
 
-// The overrides that make the demo's relative paths absolute (REST has no working directory).
-// The demo config's paths made absolute, and checkpoints in this process's own directory (the
-// config's shared default would let tests running side by side resume from each other's steps).
+// The overrides that make the demo's relative paths absolute (REST has no working directory),
+// and put checkpoints in this process's own directory (the config's shared default would let
+// tests running side by side resume from each other's steps).
 std::string AbsolutePaths() {
   static const TempDir checkpoints;
   return Override("model.path=" + kSource + "/tests/fixtures/models/tiny-qwen2") + "&" +

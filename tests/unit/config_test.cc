@@ -272,6 +272,10 @@ TEST_CASE("inconsistent sections are refused with the fix", "[config][errors]") 
   CHECK_THAT(
       ErrorOf(Replace(yaml, "{rule: gsm8k}", "{rule: gsm8k, val_rules: [gsm8k_boxed, vibes]}")),
       Catch::Contains("roles.reward.val_rules[1]: 'vibes' is not one of: gsm8k"));
+  CHECK_THAT(ErrorOf(Replace(yaml, "{rule: gsm8k}",
+                             "{rule: gsm8k, val_rules: [exact_match, exact_match]}")),
+             Catch::Contains(
+                 "roles.reward.val_rules[1]: 'exact_match' is named twice (also at [0])"));
   CHECK_THAT(ErrorOf(Replace(yaml, "reference: {}", "reference: {gpus: 1}") +
                      "placement: colocated\n"),
              Catch::Contains("roles.reference.gpus: placement colocated runs every role on the "

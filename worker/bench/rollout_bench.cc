@@ -198,8 +198,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (const std::string dir = absl::GetFlag(FLAGS_write_hf_config); !dir.empty()) {
-    std::filesystem::create_directories(dir);
-    std::ofstream(dir + "/config.json") << HfConfig(*config).dump(2) << "\n";
+    std::error_code error;
+    std::filesystem::create_directories(dir, error);
+    std::ofstream out(dir + "/config.json");
+    out << HfConfig(*config).dump(2) << "\n";
+    out.close();
+    if (error || !out) {
+      std::cerr << "--write_hf_config: cannot write " << dir << "/config.json\n";
+      return 1;
+    }
     std::cout << dir << "/config.json\n";
     return 0;
   }

@@ -3,11 +3,13 @@
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
-#include <ATen/cuda/CUDAContextLight.h>
 #include <torch/autograd.h>
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/options/linear.h>
 
+#if RLHFD_HAVE_CUDA
+#include <ATen/cuda/CUDAContextLight.h>
+#endif
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -102,6 +104,7 @@ at::Tensor AttentionHeads(const AttentionWeights& w, const at::Tensor& x,
   k = ApplyRope(k.transpose(1, 2), context.cos, context.sin).to(compute);  // (B, K, T, D)
   v = v.transpose(1, 2).to(compute);
   if (context.varlen_cu_seqlens.defined()) {
+    TORCH_CHECK(b == 1, "packed sequences come as one row, not ", b);
     // B = 1: the packed tokens as (T, heads, D), the layout of the variable-length kernel, which
     // takes fewer key/value heads than query heads as they are (GQA).
     const auto tokens = [&](const at::Tensor& heads) {
@@ -119,11 +122,15 @@ at::Tensor AttentionHeads(const AttentionWeights& w, const at::Tensor& x,
 }
 
 bool VarlenAttentionApplies(const at::Device& device, at::ScalarType compute, int64_t head_dim) {
+#if RLHFD_HAVE_CUDA
   if (!device.is_cuda() || (compute != at::kBFloat16 && compute != at::kHalf)) return false;
   // FlashAttention 2's limits: head dims up to 256 in multiples of 8, Ampere (sm80) or newer.
   if (head_dim > 256 || head_dim % 8 != 0) return false;
   const int index = device.has_index() ? device.index() : at::cuda::current_device();
   return at::cuda::getDeviceProperties(index)->major >= 8;  // cached by ATen
+#else
+  return false;  // built without CUDA
+#endif
 }
 
 at::Tensor GatedActivation(const at::Tensor& gate_weight, const at::Tensor& gate_bias,
@@ -248,6 +255,23 @@ TransformerImpl::TransformerImpl(const ModelConfig& config)
   }
 }
 
+void SaveAttentionContext(torch::autograd::AutogradContext* ctx, const AttentionContext& context) {
+  ctx->saved_data["cos"] = context.cos;
+  ctx->saved_data["sin"] = context.sin;
+  ctx->saved_data["mask"] = context.mask;
+  ctx->saved_data["varlen_cu_seqlens"] = context.varlen_cu_seqlens;
+  ctx->saved_data["varlen_max_seqlen"] = context.varlen_max_seqlen;
+}
+
+AttentionContext RestoredAttentionContext(torch::autograd::AutogradContext* ctx) {
+  return {.cos = ctx->saved_data["cos"].toTensor(),
+          .sin = ctx->saved_data["sin"].toTensor(),
+          .mask = ctx->saved_data["mask"].toTensor(),
+          .cache = nullptr,
+          .varlen_cu_seqlens = ctx->saved_data["varlen_cu_seqlens"].toTensor(),
+          .varlen_max_seqlen = ctx->saved_data["varlen_max_seqlen"].toInt()};
+}
+
 // Activation checkpointing of one decoder layer, reentrant as torch.utils.checkpoint's default:
 // the forward runs without recording a graph and keeps only the layer's input; the backward runs
 // the layer again with grad on (under the autocast state of the forward) and back-propagates
@@ -258,11 +282,7 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
                             DecoderLayerImpl* layer, const AttentionContext& context) {
     // The layer outlives the step; its address rides in the context as an integer.
     ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
-    ctx->saved_data["cos"] = context.cos;
-    ctx->saved_data["sin"] = context.sin;
-    ctx->saved_data["mask"] = context.mask;
-    ctx->saved_data["varlen_cu_seqlens"] = context.varlen_cu_seqlens;
-    ctx->saved_data["varlen_max_seqlen"] = context.varlen_max_seqlen;
+    SaveAttentionContext(ctx, context);
     const at::DeviceType device = x.device().type();
     ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(device);
     ctx->saved_data["autocast_dtype"] = at::autocast::get_autocast_dtype(device);
@@ -273,13 +293,7 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     auto* layer = reinterpret_cast<DecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
-    const AttentionContext context{
-        .cos = ctx->saved_data["cos"].toTensor(),
-        .sin = ctx->saved_data["sin"].toTensor(),
-        .mask = ctx->saved_data["mask"].toTensor(),
-        .cache = nullptr,
-        .varlen_cu_seqlens = ctx->saved_data["varlen_cu_seqlens"].toTensor(),
-        .varlen_max_seqlen = ctx->saved_data["varlen_max_seqlen"].toInt()};
+    const AttentionContext context = RestoredAttentionContext(ctx);
     const at::Tensor input = ctx->get_saved_variables()[0].detach().requires_grad_(true);
     const at::DeviceType device = input.device().type();
     // The backward may run on another thread: restore the forward's autocast state there.
@@ -349,8 +363,8 @@ bool TransformerImpl::PacksWithVarlenAttention(const at::Device& device) {
 
 at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, AttentionCache* cache) {
   const int64_t past = cache != nullptr ? cache->past_length() : 0;
-  const bool varlen =
-      batch.cu_seqlens.defined() && past == 0 && PacksWithVarlenAttention(batch.input_ids.device());
+  const bool varlen = batch.cu_seqlens.defined() && cache == nullptr &&
+                      PacksWithVarlenAttention(batch.input_ids.device());
   auto [positions, mask] = PositionsAndMask(batch, past, varlen);
   // The residual stream stays in float32 whatever the weights' dtype: in bf16 its rounding, added
   // up over the layers, costs more accuracy than the matmuls do (docs/architecture.md).

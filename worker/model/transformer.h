@@ -20,6 +20,10 @@
 #include "absl/status/status.h"
 #include "worker/model/model_config.h"
 
+namespace torch::autograd {
+struct AutogradContext;
+}  // namespace torch::autograd
+
 namespace rlhfd::model {
 
 class StateDict;
@@ -125,6 +129,12 @@ struct AttentionWeights {
 // Returns (B, T, heads * D) in the GEMMs' dtype.
 at::Tensor AttentionHeads(const AttentionWeights& weights, const at::Tensor& x,
                           const AttentionContext& context, int64_t layer);
+
+// A layer recomputed in backward (activation checkpointing, ZeRO-3's gathered layers) keeps its
+// attention context in the autograd context: every field, so the recompute attends as the forward
+// did. The restored context has no cache.
+void SaveAttentionContext(torch::autograd::AutogradContext* ctx, const AttentionContext& context);
+AttentionContext RestoredAttentionContext(torch::autograd::AutogradContext* ctx);
 
 // Whether packed sequences on `device`, attended in `compute`, go through FlashAttention's
 // variable-length kernel: CUDA (sm80 or newer), bf16 or fp16, head_dim ≤ 256 in multiples of 8.

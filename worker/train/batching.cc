@@ -70,20 +70,27 @@ ScoredPositions ForwardMicroBatch(model::Transformer& model, const at::Tensor& i
     out.column = at::arange(t - 1, longs).repeat({n});
     return out;
   }
-  // Packed: each row's real tokens, one after another; positions restart per sequence.
+  // Packed: each row's real tokens, one after another; positions restart per sequence. Every
+  // index is worked out on the host from one copy of the mask and moved to the device once,
+  // before the forward, so that the host never waits for the GPU in between (a blocking copy
+  // after the forward would wait for all of it).
   const at::Tensor real =
       attention_mask.defined() ? attention_mask.to(at::kBool).cpu() : at::ones({n, t}, at::kBool);
-  std::vector<at::Tensor> tokens, rows, columns;
-  std::vector<int64_t> starts = {0}, predicting;  // Packed index of each scored position.
+  const bool* real_data = real.contiguous().data_ptr<bool>();
+  std::vector<int64_t> gather;                    // flat (n * T) index of each packed token
+  std::vector<int64_t> starts = {0}, predicting;  // packed index of each scored position
+  std::vector<int64_t> rows, columns;             // and where it lands in (n, T - 1)
   for (int64_t i = 0; i < n; ++i) {
-    const at::Tensor positions = real[i].nonzero().view({-1});  // Contiguous by contract.
-    const int64_t length = positions.size(0);
-    tokens.push_back(ids[i].index_select(0, positions.to(ids.device())));
-    if (length >= 2) {
-      const at::Tensor from = positions.narrow(0, 0, length - 1);
-      rows.push_back(at::full({length - 1}, i, at::kLong));
-      columns.push_back(from);
-      for (int64_t j = 0; j + 1 < length; ++j) predicting.push_back(starts.back() + j);
+    int64_t length = 0;
+    for (int64_t c = 0; c < t; ++c) {
+      if (!real_data[i * t + c]) continue;
+      gather.push_back(i * t + c);
+      ++length;
+    }
+    for (int64_t j = 0; j + 1 < length; ++j) {
+      predicting.push_back(starts.back() + j);
+      rows.push_back(i);
+      columns.push_back(gather[starts.back() + j] - i * t);
     }
     starts.push_back(starts.back() + length);
   }
@@ -92,18 +99,23 @@ ScoredPositions ForwardMicroBatch(model::Transformer& model, const at::Tensor& i
     out.targets = out.row = out.column = at::empty({0}, longs);
     return out;
   }
-  const at::Tensor packed_ids = at::cat(tokens);  // (N)
+  const at::Device device = ids.device();
+  const auto on_device = [&](const std::vector<int64_t>& values) {
+    at::Tensor host = at::tensor(values, at::kLong);
+    return device.is_cuda() ? host.pin_memory().to(device, /*non_blocking=*/true) : host;
+  };
+  const at::Tensor packed_ids = ids.reshape({-1}).index_select(0, on_device(gather));  // (N)
   model::ForwardBatch batch{packed_ids.unsqueeze(0)};
-  batch.cu_seqlens = at::tensor(starts, at::kLong).to(ids.device());
+  batch.cu_seqlens = on_device(starts);
   for (size_t i = 1; i < starts.size(); ++i) {
     batch.max_seqlen = std::max(batch.max_seqlen, starts[i] - starts[i - 1]);
   }
+  const at::Tensor index = on_device(predicting);
+  out.row = on_device(rows);
+  out.column = on_device(columns);
   const at::Tensor hidden = model->Hidden(batch).squeeze(0);  // (N, C)
-  const at::Tensor index = at::tensor(predicting, at::kLong).to(ids.device());
   out.hidden = hidden.index_select(0, index);
   out.targets = packed_ids.index_select(0, index + 1);
-  out.row = at::cat(rows).to(ids.device());
-  out.column = at::cat(columns).to(ids.device());
   return out;
 }
 

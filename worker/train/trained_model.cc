@@ -12,12 +12,14 @@ TrainedModel::NamedTensors ModuleAndOptimizerState(model::Transformer& module,
   return state;
 }
 
-std::string FirstNonFiniteGradient(model::Transformer& module) {
+std::string NonFiniteGradientOrigin(model::Transformer& module) {
+  // The backward runs from the output back: a NaN born in layer k spreads to every parameter
+  // before it, so the last non-finite gradient in forward order is nearest to where it began.
   std::vector<std::string> names;
   std::vector<at::Tensor> gradients;
   for (const auto& item : module->named_parameters()) {
-    names.push_back(item.key());
-    gradients.push_back(item.value().grad());
+    names.insert(names.begin(), item.key());
+    gradients.insert(gradients.begin(), item.value().grad());
   }
   const std::optional<size_t> found = FirstNonFinite(gradients);
   return found ? names[*found] : "";

@@ -58,9 +58,10 @@ class TrainedModel {
   // gets the same answer. One fused reduction over the parameters (finite_check.h). This default
   // reads module()'s parameters, which every replica holds whole and equal.
   virtual absl::StatusOr<std::optional<std::string>> NonFiniteParameter();
-  // After a FinishStep whose norm was not finite: the parameter (or group of them) whose gradient
-  // this rank found non-finite first, for the error that says where the step went wrong; "" when
-  // the layout does not tell (a replicated optimiser flattens them) or none was.
+  // After a FinishStep whose norm was not finite: the parameter (or layer) nearest the output
+  // whose gradient this rank found non-finite, where the backward went wrong (a NaN spreads to
+  // every earlier parameter), for the error; "" when the layout does not tell (a replicated
+  // optimiser flattens them) or none was.
   const std::string& nonfinite_gradient() const { return nonfinite_gradient_; }
 
   // Everything this rank's training state is, as tensors that alias it (parameters or their
@@ -77,8 +78,9 @@ class TrainedModel {
 TrainedModel::NamedTensors ModuleAndOptimizerState(model::Transformer& module,
                                                    const AdamW& optimizer);
 
-// The name of `module`'s first parameter whose gradient holds a NaN or an infinity ("" if none).
-std::string FirstNonFiniteGradient(model::Transformer& module);
+// The name of `module`'s parameter nearest the output whose gradient holds a NaN or an infinity
+// ("" if none): where the backward went non-finite, since it spreads to every earlier parameter.
+std::string NonFiniteGradientOrigin(model::Transformer& module);
 
 // One process: the module and AdamW over its parameters.
 class LocalModel final : public TrainedModel {
@@ -93,7 +95,7 @@ class LocalModel final : public TrainedModel {
     if (std::isfinite(norm)) {
       optimizer_.Step(lr);
     } else {
-      nonfinite_gradient_ = FirstNonFiniteGradient(module_);
+      nonfinite_gradient_ = NonFiniteGradientOrigin(module_);
       optimizer_.ZeroGrad();
     }
     return norm;

@@ -130,7 +130,7 @@ absl::StatusOr<UpdateMetrics> Loop(TrainedModel& model, const at::Tensor& respon
         if (!std::isfinite(norm)) {
           non_finite = absl::StrCat("grad_norm is ", FormatMetric(norm));
           if (!model.nonfinite_gradient().empty()) {
-            absl::StrAppend(&non_finite, " (first non-finite gradient on this rank: ",
+            absl::StrAppend(&non_finite, " (the backward went non-finite at ",
                             model.nonfinite_gradient(), ")");
           }
         }

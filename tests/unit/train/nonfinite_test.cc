@@ -1,5 +1,6 @@
 // Non-finite values: FirstNonFinite, a NaN loss failing the update with no weight changed,
-// trainer.max_nonfinite_skips, a NaN gradient and an overflowing update naming the parameter.
+// trainer.max_nonfinite_skips, a NaN gradient naming where the backward broke, and an overflowing
+// update naming the parameter.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -114,14 +115,26 @@ TEST_CASE("trainer.max_nonfinite_skips skips that many non-finite steps, then fa
                              "far)"));
 }
 
-TEST_CASE("a finite loss with a non-finite gradient fails naming the parameter",
+TEST_CASE("a finite loss with a non-finite gradient fails naming where the backward broke",
           "[train][nonfinite]") {
-  // A hook makes one leaf's gradient NaN while the loss stays finite (as a backward that
-  // overflows where the forward did not would): the error names that parameter.
+  // A hook on layer 1's output turns the gradient flowing into it NaN while the loss stays
+  // finite (as a backward that overflows where the forward did not would): the NaN spreads to
+  // layer 1's parameters and everything before it (layer 0, the embeddings); layer 1 is named,
+  // its last parameter in forward order, the first the backward reached.
   model::Transformer net = LoadFloat64Fixture("tiny-qwen2");
-  const std::string poisoned = "model.layers.0.mlp.down_proj.weight";
-  net->named_parameters()[poisoned].register_hook(
-      [](const at::Tensor& grad) { return grad * std::numeric_limits<double>::quiet_NaN(); });
+  net->set_layer_runner([](int64_t index, model::DecoderLayerImpl& layer, const at::Tensor& x,
+                           const model::AttentionContext& context) {
+    at::Tensor out = layer.forward(x, context);
+    if (index == 1 && out.requires_grad()) {
+      out.register_hook(
+          [](const at::Tensor& grad) { return grad * std::numeric_limits<double>::quiet_NaN(); });
+    }
+    return out;
+  });
+  std::string last_of_layer_1;
+  for (const auto& item : net->named_parameters()) {
+    if (item.key().rfind("model.layers.1.", 0) == 0) last_of_layer_1 = item.key();
+  }
   LocalModel trained(net, {});
   PolicyUpdateOptions options;
   options.loop.mini_batch = 4;
@@ -131,8 +144,8 @@ TEST_CASE("a finite loss with a non-finite gradient fails naming the parameter",
   REQUIRE_FALSE(failed.ok());
   const std::string message(failed.status().message());
   INFO(message);
-  CHECK_THAT(message, Catch::Contains("grad_norm is NaN (first non-finite gradient on this rank: " +
-                                      poisoned + ")"));
+  CHECK_THAT(message, Catch::Contains("grad_norm is NaN (the backward went non-finite at " +
+                                      last_of_layer_1 + ")"));
   CHECK_THAT(message, Catch::Contains("no update was applied"));
   for (const at::Tensor& p : net->parameters()) CHECK_FALSE(p.grad().defined());
 }

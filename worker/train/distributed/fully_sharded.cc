@@ -114,9 +114,7 @@ class GatheredLayer : public torch::autograd::Function<GatheredLayer> {
     // Both outlive the step; their addresses ride in the context as integers.
     ctx->saved_data["unit"] = reinterpret_cast<int64_t>(unit);
     ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
-    ctx->saved_data["cos"] = context.cos;
-    ctx->saved_data["sin"] = context.sin;
-    ctx->saved_data["mask"] = context.mask;
+    model::SaveAttentionContext(ctx, context);
     ctx->save_for_backward({x});
     // After a failure the step's result is void (FinishStep reports the failure); the layer
     // passes its input through so the graph stays well-formed.
@@ -130,9 +128,7 @@ class GatheredLayer : public torch::autograd::Function<GatheredLayer> {
                                                  torch::autograd::variable_list grad_outputs) {
     auto* unit = reinterpret_cast<FullyShardedModel::Unit*>(ctx->saved_data["unit"].toInt());
     auto* layer = reinterpret_cast<model::DecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
-    const model::AttentionContext context{ctx->saved_data["cos"].toTensor(),
-                                          ctx->saved_data["sin"].toTensor(),
-                                          ctx->saved_data["mask"].toTensor(), nullptr};
+    const model::AttentionContext context = model::RestoredAttentionContext(ctx);
     const at::Tensor input = ctx->get_saved_variables()[0].detach().requires_grad_(true);
     if (unit->Failed(unit->Gather())) {
       return {at::zeros_like(input), at::Tensor(), at::Tensor(), at::Tensor()};
@@ -239,12 +235,16 @@ absl::StatusOr<double> FullyShardedModel::FinishStep(double lr, double max_norm)
   if (std::isfinite(norm)) {
     optimizer_->Step(lr);
   } else {
+    // The layers from the last: a NaN born in the backward spreads to every layer before it (and
+    // to the embeddings, which share the root unit with the head, so the root comes last).
     std::vector<at::Tensor> gradients;
-    for (Unit* unit : units) gradients.push_back(unit->master.grad());
+    for (size_t k = layers_.size(); k-- > 0;) gradients.push_back(layers_[k]->master.grad());
+    gradients.push_back(root_->master.grad());
     const std::optional<size_t> found = FirstNonFinite(gradients);
-    nonfinite_gradient_ = !found                    ? ""
-                          : *found < layers_.size() ? absl::StrCat("model.layers.", *found, ".*")
-                                                    : "the embeddings, final norm or head";
+    nonfinite_gradient_ =
+        !found                      ? ""
+        : *found < layers_.size()   ? absl::StrCat("model.layers.", layers_.size() - 1 - *found, ".*")
+                                    : "the embeddings, final norm or head";
   }
   optimizer_->ZeroGrad();
   return norm;
