@@ -52,7 +52,9 @@ last_start=$(grep -o "^step [0-9]*" "${work}/start.txt" | tail -1 | cut -d' ' -f
 "${script}" stop "${work}/out3" > "${work}/stop.txt" 2>&1 || { cat "${work}/stop.txt"; fail "stop"; }
 grep -q "job-1 JOB_STATE_CANCELLED" "${work}/stop.txt" || { cat "${work}/stop.txt"; fail "not cancelled"; }
 for daemon in controller worker; do
-  ! kill -0 "$(cat "${RLHFD_GSM8K_DIR}/${daemon}.pid")" 2>/dev/null || fail "the ${daemon} survived stop"
+  pid=$(cat "${RLHFD_GSM8K_DIR}/${daemon}.pid")
+  for _ in $(seq 50); do kill -0 "${pid}" 2>/dev/null || break; sleep 0.1; done  # being reaped
+  ! kill -0 "${pid}" 2>/dev/null || fail "the ${daemon} survived stop"
 done
 [[ -s "${work}/out3/metrics.jsonl" ]] || fail "stop collected no metrics"
 echo "PASS: start, watch and stop"
