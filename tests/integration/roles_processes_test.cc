@@ -10,10 +10,12 @@
 #include <stdlib.h>
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc/auth.h"
 #include "common/rpc/grpc_options.h"
@@ -36,6 +38,7 @@ using controller::PlacePools;
 using controller::StepPlan;
 using controller::WorldSize;
 using rlhfd::testing::LocalCluster;
+using rlhfd::testing::Subprocess;
 using rlhfd::testing::TempDir;
 using stages::CallStage;
 using stages::MakeGrpcStageService;
@@ -91,6 +94,21 @@ class Workers {
   LocalCluster cluster_;
   std::vector<std::unique_ptr<StageService>> services_;
 };
+
+// How many of `pid`'s threads sleep in poll(2): the socket communicator waits for its peers there
+// (gRPC's threads wait in epoll or on futexes).
+int ThreadsInPoll(pid_t pid) {
+  int polling = 0;
+  std::error_code error;
+  for (const auto& task :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), error)) {
+    std::ifstream wchan(task.path() / "wchan");
+    std::string where;
+    std::getline(wchan, where);
+    if (absl::StrContains(where, "poll_schedule_timeout")) ++polling;
+  }
+  return polling;
+}
 
 JobStagesOptions Options() {
   return {.stage_deadline = absl::Minutes(5), .communicator_timeout_ms = 8000};
@@ -273,12 +291,16 @@ TEST_CASE("a worker killed in the middle of a step: every rank fails within the 
   JobStages job("job-peer", spec, workers.services(), Options());
   REQUIRE(job.Start(1).ok());
   REQUIRE(job.RunStep({.step = 1, .prompts = TestPrompts(4), .seed = 1, .kl_coef = 0.05}).ok());
+  // The critic is stopped before step 2 and killed while the step runs: the step cannot finish
+  // without it, so the kill lands in the middle of the step however slow or fast the machine is.
+  Subprocess& critic = workers.cluster().worker(2);
+  REQUIRE(::kill(critic.pid(), SIGSTOP) == 0);
   const absl::Time start = absl::Now();
   auto step = std::async(std::launch::async, [&] {
     return job.RunStep({.step = 2, .prompts = TestPrompts(4), .seed = 2, .kl_coef = 0.05});
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  workers.cluster().worker(2).Stop(SIGKILL, absl::Seconds(5));  // the critic
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  critic.Stop(SIGKILL, absl::Seconds(5));
   const absl::StatusOr<Metrics> result = step.get();
   REQUIRE_FALSE(result.ok());
   INFO(result.status().message());
@@ -314,8 +336,20 @@ TEST_CASE(
   // while rank 1 generates and waits for rank 0 to agree the batch's lengths.
   std::vector<v1::PromptRow> prompts = TestPrompts(2);
   prompts[0].mutable_chat(0)->clear_role();
+  // Rank 0 is held (SIGSTOP) until rank 1 waits in the collective, so that rank 1 is waiting
+  // when the step fails, however the two ranks' calls are scheduled.
+  Subprocess& rank0 = workers.cluster().worker(0);
+  const int polling_before = ThreadsInPoll(workers.cluster().worker(1).pid());
+  REQUIRE(::kill(rank0.pid(), SIGSTOP) == 0);
   const absl::Time start = absl::Now();
-  const absl::StatusOr<Metrics> step = job.RunStep({.step = 1, .prompts = prompts, .seed = 1});
+  auto running = std::async(
+      std::launch::async, [&] { return job.RunStep({.step = 1, .prompts = prompts, .seed = 1}); });
+  const bool rank1_waits = rlhfd::testing::WaitFor(
+      [&] { return ThreadsInPoll(workers.cluster().worker(1).pid()) > polling_before; },
+      absl::Seconds(60));
+  REQUIRE(::kill(rank0.pid(), SIGCONT) == 0);
+  REQUIRE(rank1_waits);
+  const absl::StatusOr<Metrics> step = running.get();
   const absl::Duration failed_after = absl::Now() - start;
   REQUIRE_FALSE(step.ok());
   INFO(step.status().message() << " after " << absl::FormatDuration(failed_after));
@@ -333,8 +367,12 @@ TEST_CASE(
   WARN("the step failed after " << absl::FormatDuration(failed_after) << ", the job ended "
                                 << absl::FormatDuration(ended_after) << " later (collective "
                                 << "timeout 120s)");
+  // Rank 1's generate ended on the end of the job: interrupted by its EndJob, or by rank 0
+  // closing its connections on its own EndJob, whichever came first.
   CHECK_THAT(workers.cluster().worker(1).ReadLog(),
-             Catch::Contains("the job's attempt was ended while it waited for its peers"));
+             Catch::Contains("step 1 generate: the job's attempt was ended while it waited for "
+                             "its peers") ||
+                 Catch::Contains("step 1 generate: recv from rank 0: Connection reset by peer"));
   JobStages next("job-after", spec, workers.services(), options);
   REQUIRE(next.Start(1).ok());
   const absl::StatusOr<Metrics> good =

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -67,11 +68,22 @@ std::vector<nlohmann::json> ReadRecord(const std::string& path) {
 std::string MessageOf(const absl::Status& status) { return std::string(status.message()); }
 
 // Whether `pid` is gone (or a zombie nobody has reaped yet).
+// Whether `pid` has ended with every thread, its descriptors closed: reaped, or a zombie with no
+// other thread left. (A killed process's main thread turns zombie before its other threads have
+// exited, and the threads share its descriptors: the socket stays open until the last is gone.)
 bool Ended(pid_t pid) {
   std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
   if (!stat) return true;
   std::string text((std::istreambuf_iterator<char>(stat)), {});
-  return text.find(") Z ") != std::string::npos;
+  if (text.find(") Z ") == std::string::npos) return false;
+  std::error_code error;
+  int threads = 0;
+  for (const auto& task :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), error)) {
+    (void)task;
+    ++threads;
+  }
+  return threads <= 1;
 }
 
 TEST_CASE("python reward: verl's arguments arrive exactly; reward_kwargs win", "[reward]") {
