@@ -22,7 +22,9 @@ constexpr const char* kDefaultsJson = R"json({
     "kl": {"mode": "KL_MODE_NONE", "coef": 0.001,
            "controller": "KL_CONTROLLER_FIXED", "target": 0.1, "horizon": 10000},
     "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0, "entropy_coeff": 0.0,
-    "loss_agg_mode": "LOSS_AGGREGATION_TOKEN_MEAN", "norm_adv_by_std_in_grpo": true
+    "loss_agg_mode": "LOSS_AGGREGATION_TOKEN_MEAN", "norm_adv_by_std_in_grpo": true,
+    "rollout_correction": {"rollout_is": "", "rollout_is_threshold": 2.0,
+                           "rollout_is_batch_normalize": false, "bypass_mode": false}
   },
   "roles": {
     "actor": {
@@ -62,7 +64,8 @@ constexpr const char* kDefaultsJson = R"json({
     "checkpoint_dir": "", "resume": true, "loggers": ["console"], "seed": 1,
     "project_name": "rlhfd", "experiment_name": "", "critic_warmup": 0,
     "val_before_train": true, "max_restarts": 3, "device": "auto", "rollout_data_dir": "", "priority": 0,
-    "max_ckpt_to_keep": 0, "max_nonfinite_skips": 0, "log_samples": 4
+    "max_ckpt_to_keep": 0, "max_nonfinite_skips": 0, "log_samples": 4,
+    "mode": "TRAINER_MODE_SYNC", "verify_weight_sync": 0
   }
 })json";
 

@@ -15,6 +15,7 @@
 #include "common/config/python_reward_limits.h"
 #include "common/config/reward_rules.h"
 #include "common/stages/response_samples.h"
+#include "common/util/text.h"
 
 namespace rlhfd::config {
 namespace {
@@ -295,6 +296,15 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
                absl::StrCat(algorithm->clip_ratio_c(), " must be > 1, or 0 to turn dual-clip off"));
   }
   check.AtLeast("algorithm.entropy_coeff", algorithm->entropy_coeff(), 0);
+  const v1::RolloutCorrectionSpec& correction = algorithm->rollout_correction();
+  if (!correction.rollout_is().empty() && correction.rollout_is() != "token" &&
+      correction.rollout_is() != "sequence") {
+    check.Fail("algorithm.rollout_correction.rollout_is",
+               absl::StrCat("'", SanitizeForDisplay(correction.rollout_is(), 40),
+                            "' is not token, sequence or null (off)"));
+  }
+  check.Above("algorithm.rollout_correction.rollout_is_threshold",
+              correction.rollout_is_threshold(), 0);
   check.AtLeast("algorithm.kl.coef", algorithm->kl().coef(), 0);
   const algorithms::KlModeTraits* kl_mode = algorithms::FindKlMode(algorithm->kl().mode());
   if (algorithm->kl().estimator() == v1::KL_ESTIMATOR_UNSPECIFIED) {
@@ -475,6 +485,7 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
   }
   check.Within("trainer.max_nonfinite_skips", trainer.max_nonfinite_skips(), 0, 1000000);
   check.Within("trainer.log_samples", trainer.log_samples(), 0, stages::kMaxLogSamples);
+  check.Within("trainer.verify_weight_sync", trainer.verify_weight_sync(), 0, kMaxSteps);
   if (trainer.device() != "auto" && trainer.device() != "cpu" && trainer.device() != "cuda") {
     check.Fail("trainer.device", absl::StrCat("'", trainer.device(), "' is not auto, cpu or cuda"));
   }

@@ -50,7 +50,8 @@ const std::pair<const char*, const char*> kRenamedFields[] = {
 
 // Fields where null means "at the default", as verl writes them (max_actor_ckpt_to_keep: null
 // keeps every checkpoint): the key is dropped and the default applies.
-const char* const kNullMeansDefault[] = {"rlhfd.v1.TrainerSpec.max_ckpt_to_keep"};
+const char* const kNullMeansDefault[] = {"rlhfd.v1.TrainerSpec.max_ckpt_to_keep",
+                                         "rlhfd.v1.RolloutCorrectionSpec.rollout_is"};
 
 // Keys are the user's text: shown sanitised and cut, so an error message stays one short line.
 std::string JoinPath(absl::string_view parent, absl::string_view key) {

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -290,9 +292,22 @@ absl::Status JobDriver::RunOneStep(JobStages& job, const RunData& run, int64_t s
   StepPlan plan{
       .step = step, .seed = StepSeed(spec, step), .kl_coef = kl_in_reward ? kl.value() : 0.0};
   for (int64_t row : rows.rows) plan.prompts.push_back(run.train.row(row));
-  absl::StatusOr<StepResult> stepped = job.RunStepStages(plan);
+  // one_step_off: the next step's prompts, whose rollout this step generates before it trains.
+  std::optional<StepPlan> next;
+  StepRows next_rows;
+  if (trainer.mode() == v1::TRAINER_MODE_ONE_STEP_OFF && step < run.total) {
+    next.emplace(StepPlan{.step = step + 1, .seed = StepSeed(spec, step + 1)});
+    next_rows = RowsOfStep(run.train, step + 1, data.train_batch_size(), data.shuffle(),
+                           data.shuffle_seed());
+    for (int64_t row : next_rows.rows) next->prompts.push_back(run.train.row(row));
+  }
+  absl::StatusOr<StepResult> stepped = job.RunStepStages(plan, next ? &*next : nullptr);
   if (!stepped.ok()) {
-    const absl::Status failed = WithOrigin(stepped.status(), run.train, rows.rows);
+    // A bad prompt of the next step's rollout is named by that step's rows.
+    const bool in_next = next && absl::StrContains(stepped.status().message(),
+                                                   absl::StrCat("step ", step + 1, " generate"));
+    const absl::Status failed =
+        WithOrigin(stepped.status(), run.train, in_next ? next_rows.rows : rows.rows);
     // A step that failed after its batch was complete (a non-finite update, say) leaves the batch
     // where it can be replayed; a stage before that left none, and the dump says so. A lost
     // worker (a fault: the job recovers) or a cancellation has no one to ask.

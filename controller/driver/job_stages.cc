@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -60,15 +61,24 @@ absl::Status JobStages::Start(int64_t total_steps) {
       .status();
 }
 
-absl::StatusOr<Metrics> JobStages::RunStep(const StepPlan& plan) {
+absl::StatusOr<Metrics> JobStages::RunStep(const StepPlan& plan, const StepPlan* next) {
   const Stopwatch stopwatch;
-  ASSIGN_OR_RETURN(StepResult result, RunStepStages(plan));
+  ASSIGN_OR_RETURN(StepResult result, RunStepStages(plan, next));
   RecordStepTime(stopwatch.Seconds(), world_size(), result.metrics);
   return std::move(result.metrics);
 }
 
-absl::StatusOr<StepResult> JobStages::RunStepStages(const StepPlan& plan) {
-  return controller::RunStepStages(calls_, spec_, plan, optimizer_steps_);
+absl::StatusOr<StepResult> JobStages::RunStepStages(const StepPlan& plan, const StepPlan* next) {
+  const bool one_step_off = spec_.trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF;
+  RolloutSchedule schedule{.ahead = std::exchange(ahead_, std::nullopt),
+                           .next = one_step_off ? next : nullptr,
+                           .overlap = calls_.options().overlap_rollout};
+  ASSIGN_OR_RETURN(
+      StepResult result,
+      controller::RunStepStages(calls_, spec_, plan, optimizer_steps_, std::move(schedule)));
+  ahead_ = std::move(result.next_rollout);
+  result.next_rollout.reset();
+  return result;
 }
 
 absl::StatusOr<ValidationResult> JobStages::Validate(int64_t step,
@@ -162,6 +172,7 @@ absl::StatusOr<std::vector<v1::CheckpointReply>> JobStages::LoadRound(int64_t wa
 }
 
 absl::StatusOr<int64_t> JobStages::LoadCheckpoint(int64_t step) {
+  ahead_.reset();  // made with weights the load replaces
   const std::string& directory = spec_.trainer().checkpoint_dir();
   passed_over_.clear();
   std::vector<v1::CheckpointReply> loaded;

@@ -7,6 +7,7 @@
 // Blocking: call it from a thread of its own, never from an event loop.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,10 +38,12 @@ class JobStages {
   // learning-rate schedules.
   absl::Status Start(int64_t total_steps);
   // One RL step, timed alone (timing_s/step is the step's stages): for tests and benchmarks.
-  absl::StatusOr<Metrics> RunStep(const StepPlan& plan);
+  absl::StatusOr<Metrics> RunStep(const StepPlan& plan, const StepPlan* next = nullptr);
   // One RL step's stages without the step's own time, for a caller that times a wider span
-  // (the driver's step includes validation and the checkpoint) with RecordStepTime.
-  absl::StatusOr<StepResult> RunStepStages(const StepPlan& plan);
+  // (the driver's step includes validation and the checkpoint) with RecordStepTime. With
+  // trainer.mode one_step_off, `next` (null for the last step) is the next step's plan: its
+  // rollout is generated before this step trains and kept for the next call.
+  absl::StatusOr<StepResult> RunStepStages(const StepPlan& plan, const StepPlan* next = nullptr);
   // Generates for `prompts` with rollout.val_kwargs and scores them; `step` keys the call.
   absl::StatusOr<ValidationResult> Validate(int64_t step, const std::vector<v1::PromptRow>& prompts,
                                             uint64_t seed);
@@ -78,6 +81,9 @@ class JobStages {
   v1::JobSpec spec_;
   PoolCalls calls_;
   OptimizerSteps optimizer_steps_;
+  // one_step_off: the rollout the last step made for the next one (dropped by a failed step or
+  // a checkpoint load: that step then generates its own).
+  std::optional<StepRollout> ahead_;
   double loaded_kl_coef_ = 0;
   std::vector<std::string> passed_over_;
 };

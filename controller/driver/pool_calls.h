@@ -31,6 +31,10 @@ struct JobStagesOptions {
   bool nccl = false;  // GPU workers: NCCL; else sockets
   // The job's attempt (StageKey.attempt); a driver that recovers a job uses a new one.
   int64_t attempt = 1;
+  // trainer.mode one_step_off: run the next step's rollout while the step's other stages run
+  // (RolloutSchedule::overlap). Only where the ranks that generate take stage calls of two steps
+  // at once: simulated workers (dispatch_bench) until the rollout has a pool of its own.
+  bool overlap_rollout = false;
 };
 
 // The rows of a step's batch and their widths, which a move names to the ranks it involves.

@@ -1,5 +1,6 @@
 #include "controller/driver/rl_step.h"
 
+#include <future>
 #include <string>
 #include <utility>
 
@@ -28,11 +29,53 @@ class StepRun {
       : pools_(pools), spec_(spec), plan_(plan), optimizer_steps_(optimizer_steps) {}
 
   // The step list; each line one stage group.
-  absl::StatusOr<StepResult> Run() {
+  absl::StatusOr<StepResult> Run(RolloutSchedule schedule) {
     const bool critic = algorithms::NeedsCritic(spec_.algorithm());
-    RETURN_IF_ERROR(CheckPromptsSplit());
-    // 1. Rollout: each actor rank generates for its share of the prompts.
-    RETURN_IF_ERROR(Generate());
+    // 1. Rollout: each actor rank generates for its share of the prompts (one_step_off: made
+    // ahead, by the previous step's run, unless this is the first step run).
+    std::optional<StepRollout> rollout = std::move(schedule.ahead);
+    if (!rollout || rollout->step != plan_.step) {
+      ASSIGN_OR_RETURN(rollout, GenerateRollout(pools_, spec_, plan_, plan_.step - 1));
+    }
+    UseRollout(*rollout);
+    // one_step_off: the next step's rollout, with the weights this step starts from: first, or
+    // while this step trains when the rollout runs apart.
+    StepResult result;
+    std::future<absl::StatusOr<StepRollout>> next;
+    if (schedule.next != nullptr) {
+      const StepPlan& next_plan = *schedule.next;
+      const auto generate_next = [&] {
+        return GenerateRollout(pools_, spec_, next_plan, plan_.step - 1);
+      };
+      if (schedule.overlap) {
+        next = std::async(std::launch::async, generate_next);
+      } else {
+        ASSIGN_OR_RETURN(result.next_rollout, generate_next());
+      }
+    }
+    absl::Status trained = Train(critic);
+    if (next.valid()) {
+      // Joined whatever this step's stages came to: the call holds references to this run.
+      absl::StatusOr<StepRollout> made = next.get();
+      if (trained.ok() && !made.ok()) trained = made.status();
+      if (made.ok()) result.next_rollout = *std::move(made);
+    }
+    RETURN_IF_ERROR(trained);
+    if (result.next_rollout) metrics_["timing_s/generate_ahead"] = result.next_rollout->seconds;
+    AddTimePerToken(tokens_, metrics_);
+    result.metrics = std::move(metrics_);
+    result.samples = std::move(samples_);
+    return result;
+  }
+
+  // Generates `plan`'s rollout on the actor ranks, with the weights after step `weights_step`.
+  static absl::StatusOr<StepRollout> GenerateRollout(const PoolCalls& pools,
+                                                     const v1::JobSpec& spec, const StepPlan& plan,
+                                                     int64_t weights_step);
+
+ private:
+  // 2. - 4.: the stages after the rollout.
+  absl::Status Train(bool critic) {
     // 2. The other pools' inputs moved to them, their forwards, and the results back.
     if (algorithms::NeedsOldLogProbs(spec_)) RETURN_IF_ERROR(OldLogProbs());
     if (spec_.roles().has_reference()) RETURN_IF_ERROR(ReferenceLogProbs());
@@ -43,13 +86,9 @@ class StepRun {
     // 4. The updates: the critic towards the returns, the actor after critic_warmup steps.
     if (critic) RETURN_IF_ERROR(UpdateCritic());
     if (plan_.step > spec_.trainer().critic_warmup()) RETURN_IF_ERROR(UpdateActor());
-    AddTimePerToken(tokens_, metrics_);
-    return StepResult{.metrics = std::move(metrics_), .samples = std::move(samples_)};
+    return absl::OkStatus();
   }
-
- private:
-  absl::Status CheckPromptsSplit() const;
-  absl::Status Generate();
+  void UseRollout(const StepRollout& rollout);
   absl::Status OldLogProbs();
   absl::Status ReferenceLogProbs();
   absl::Status Values();
@@ -98,43 +137,51 @@ const std::vector<std::string_view>& Sequences() {
   return *sequences;
 }
 
-absl::Status StepRun::CheckPromptsSplit() const {
-  const int64_t prompts = static_cast<int64_t>(plan_.prompts.size());
-  const int64_t dp = static_cast<int64_t>(pools_.RanksOf(v1::ROLE_ACTOR).size());
+absl::StatusOr<StepRollout> StepRun::GenerateRollout(const PoolCalls& pools,
+                                                     const v1::JobSpec& spec, const StepPlan& plan,
+                                                     int64_t weights_step) {
+  const std::vector<int> actors = pools.RanksOf(v1::ROLE_ACTOR);
+  const int64_t prompts = static_cast<int64_t>(plan.prompts.size());
+  const int64_t dp = static_cast<int64_t>(actors.size());
   if (prompts < 1 || prompts % dp != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("step ", plan_.step, ": ", prompts,
+    return absl::InvalidArgumentError(absl::StrCat("step ", plan.step, ": ", prompts,
                                                    " prompts do not split evenly over the actor's ",
                                                    dp, " ranks"));
   }
-  return absl::OkStatus();
+  const Stopwatch stopwatch;
+  StepRollout rollout{.step = plan.step, .weights_step = weights_step};
+  ASSIGN_OR_RETURN(rollout.replies, (pools.FanOut<v1::GenerateRequest, v1::GenerateReply>(
+                                        actors, &StageService::Generate, [&](int, int position) {
+                                          const RowRange share =
+                                              ContiguousPart(prompts, position, dp);
+                                          v1::GenerateRequest request;
+                                          *request.mutable_key() = pools.Key(plan.step, "generate");
+                                          for (int64_t p = share.begin; p < share.end; ++p) {
+                                            *request.add_prompts() = plan.prompts[p];
+                                          }
+                                          request.set_first_prompt(share.begin);
+                                          request.set_total_prompts(prompts);
+                                          request.set_seed(plan.seed);
+                                          return request;
+                                        })));
+  rollout.seconds = stopwatch.Seconds();
+  return rollout;
 }
 
-absl::Status StepRun::Generate() {
-  const std::vector<int> actors = pools_.RanksOf(v1::ROLE_ACTOR);
+void StepRun::UseRollout(const StepRollout& rollout) {
+  const std::vector<v1::GenerateReply>& generated = rollout.replies;
   const int64_t prompts = static_cast<int64_t>(plan_.prompts.size());
-  const int64_t dp = static_cast<int64_t>(actors.size());
-  std::vector<v1::GenerateReply> generated;
-  RETURN_IF_ERROR(Timed("gen", [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(generated, (pools_.FanOut<v1::GenerateRequest, v1::GenerateReply>(
-                                    actors, &StageService::Generate, [&](int, int position) {
-                                      const RowRange share = ContiguousPart(prompts, position, dp);
-                                      v1::GenerateRequest request;
-                                      *request.mutable_key() = pools_.Key(plan_.step, "generate");
-                                      for (int64_t p = share.begin; p < share.end; ++p) {
-                                        *request.add_prompts() = plan_.prompts[p];
-                                      }
-                                      request.set_first_prompt(share.begin);
-                                      request.set_total_prompts(prompts);
-                                      request.set_seed(plan_.seed);
-                                      return request;
-                                    })));
-    return absl::OkStatus();
-  }));
   shape_ = StepShape{.rows = prompts * spec_.roles().actor().rollout().n(),
                      .prompt_length = generated[0].prompt_length(),
                      .response_length = generated[0].response_length()};
   tokens_ = AddGenerationMetrics(generated, shape_.rows, metrics_);
-  return absl::OkStatus();
+  metrics_["timing_s/gen"] = rollout.seconds;
+  if (spec_.trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF) {
+    // How many updates behind the weights being trained the rollout's weights are (verl's
+    // trajectory staleness, in steps): 1 in one_step_off, 0 at the first step and after a resume.
+    metrics_["training/off_policy/trajectory_staleness/mean"] =
+        static_cast<double>(plan_.step - 1 - rollout.weights_step);
+  }
 }
 
 absl::Status StepRun::Forward(v1::Role role, v1::ForwardKind kind, const char* stage,
@@ -247,8 +294,9 @@ absl::Status StepRun::UpdateActor() {
 }  // namespace
 
 absl::StatusOr<StepResult> RunStepStages(const PoolCalls& pools, const v1::JobSpec& spec,
-                                         const StepPlan& plan, OptimizerSteps& optimizer_steps) {
-  return StepRun(pools, spec, plan, optimizer_steps).Run();
+                                         const StepPlan& plan, OptimizerSteps& optimizer_steps,
+                                         RolloutSchedule schedule) {
+  return StepRun(pools, spec, plan, optimizer_steps).Run(std::move(schedule));
 }
 
 }  // namespace rlhfd::controller

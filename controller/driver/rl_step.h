@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -29,17 +30,43 @@ struct OptimizerSteps {
   int64_t critic = 0;
 };
 
+// A step's rollout: the actor ranks' Generate replies.
+struct StepRollout {
+  int64_t step = 0;
+  // The last step whose update the weights it was generated with include (0: the initial ones).
+  int64_t weights_step = 0;
+  std::vector<v1::GenerateReply> replies;
+  double seconds = 0;
+};
+
 // What a step's stages came to.
 struct StepResult {
   // In verl's names (timing_s/<stage> included).
   Metrics metrics;
   // The step's first trainer.log_samples responses, in row order.
   std::vector<v1::ResponseSample> samples;
+  // trainer.mode one_step_off: the next step's rollout, generated before this step trained.
+  std::optional<StepRollout> next_rollout;
+};
+
+// How a step runs its rollout (trainer.mode).
+struct RolloutSchedule {
+  // This step's rollout, made by the previous step's run (one_step_off); none: generate it now.
+  std::optional<StepRollout> ahead;
+  // one_step_off: the next step, whose rollout is generated with the weights this step starts
+  // from, before this step trains; null on the last step, or in sync mode.
+  const StepPlan* next = nullptr;
+  // Whether the next step's rollout runs while this step's other stages do (a rollout placed
+  // apart from the pools that train), or first, awaited (the hybrid engine: the actor's ranks
+  // generate and train in turn, and two stage calls of different steps must reach every rank in
+  // the same order).
+  bool overlap = false;
 };
 
 // Runs the stages of `plan`'s step on `pools`. The step's own time is not among the metrics:
 // RecordStepTime (step_metrics.h) over whatever span the caller counts as the step.
 absl::StatusOr<StepResult> RunStepStages(const PoolCalls& pools, const v1::JobSpec& spec,
-                                         const StepPlan& plan, OptimizerSteps& optimizer_steps);
+                                         const StepPlan& plan, OptimizerSteps& optimizer_steps,
+                                         RolloutSchedule schedule = {});
 
 }  // namespace rlhfd::controller

@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace rlhfd::controller {
@@ -65,6 +66,13 @@ StepTokens AddGenerationMetrics(const std::vector<v1::GenerateReply>& generated,
                                 Metrics& metrics) {
   // Bringing the rollout's weights up to date is part of generating; verl times it apart.
   metrics["timing_s/update_weights"] = Largest(generated, "update_weights_s").value_or(0.0);
+  // trainer.verify_weight_sync: present on the steps checked (a failed check fails the step).
+  if (const std::optional<double> checked = Largest(generated, "weight_sync_check_s")) {
+    metrics["timing_s/verify_weight_sync"] = *checked;
+    metrics["actor/weight_sync_ok"] = Largest(generated, "weight_sync_ok").value_or(0.0);
+    metrics["actor/rollout_weights_checksum"] =
+        Largest(generated, "rollout_weights_checksum").value_or(0.0);
+  }
   StepTokens tokens;
   double longest = 0, shortest = 1e18, truncated = 0;
   double longest_prompt = 0, shortest_prompt = 1e18;
@@ -93,6 +101,10 @@ StepTokens AddGenerationMetrics(const std::vector<v1::GenerateReply>& generated,
 
 void AddActorUpdateMetrics(const std::vector<v1::UpdateReply>& updated, Metrics& metrics) {
   AddRenamed(updated[0].metrics(), ActorMetricNames(), metrics);
+  // The rollout correction's, already over every rank, in verl's names.
+  for (const auto& [name, value] : updated[0].metrics()) {
+    if (absl::StartsWith(name, "rollout_corr/")) metrics[name] = value;
+  }
   // verl's MFU is the batch's FLOPs over the time, the peak and the world: the ranks' mean.
   double mfu = 0;
   for (const v1::UpdateReply& reply : updated) {
@@ -100,6 +112,9 @@ void AddActorUpdateMetrics(const std::vector<v1::UpdateReply>& updated, Metrics&
     if (found != reply.metrics().end()) mfu += found->second;
   }
   metrics["perf/mfu/actor"] = mfu / static_cast<double>(updated.size());
+  if (const std::optional<double> checksum = Largest(updated, "weights_checksum")) {
+    metrics["actor/weights_checksum"] = *checksum;
+  }
   for (const char* memory : {"max_memory_allocated_gb", "max_memory_reserved_gb"}) {
     if (const std::optional<double> peak = Largest(updated, memory)) {
       metrics[absl::StrCat("perf/", memory)] = *peak;

@@ -311,6 +311,26 @@ void CheckRunEqualsOneProcess(const std::string& config, int workers,
   CHECK(job.progress().current_step() == total);
   CHECK(job.progress().restarts() == 0);
   CheckHistory(cluster.Metrics(id), total);
+  // one_step_off: every batch after the first is one update stale; with verify_weight_sync
+  // each rollout was checked and is the weights after the update before last.
+  if (job.spec().trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF) {
+    std::map<int64_t, std::map<std::string, double>> by_step;
+    for (const v1::StepMetrics& step : cluster.Metrics(id)) {
+      by_step[step.step()].insert(step.metrics().begin(), step.metrics().end());
+    }
+    for (int64_t step = 1; step <= total; ++step) {
+      INFO("step " << step);
+      const auto& metrics = by_step[step];
+      CHECK(metrics.at("training/off_policy/trajectory_staleness/mean") == (step == 1 ? 0 : 1));
+      if (job.spec().trainer().verify_weight_sync() == 1) {
+        CHECK(metrics.at("actor/weight_sync_ok") == 1);
+        if (step > 2) {
+          CHECK(metrics.at("actor/rollout_weights_checksum") ==
+                by_step[step - 2].at("actor/weights_checksum"));
+        }
+      }
+    }
+  }
 
   // The states in order, and one metrics event per step.
   WaitFor(
@@ -415,6 +435,18 @@ TEST_CASE("The tiny GRPO config runs to its end and equals one process", "[drive
   CheckRunEqualsOneProcess("tiny-cpu-demo.yaml", 2,
                            {"roles.actor.train.lr=1e-5", "roles.actor.train.zero_stage=2",
                             "data.train_files=[" + parquet + "]"});
+}
+
+// trainer.mode one_step_off through the controller and worker processes: step k + 1's rollout
+// is generated before step k trains (with the weights step k started from), every rollout's
+// weights are checked, and the token-level rollout correction weighs the loss; the dumped
+// batches replayed in one process give the same log-probs, advantages and final weights.
+TEST_CASE("one_step_off with the rollout correction runs to its end and equals one process",
+          "[driver][runs]") {
+  CheckRunEqualsOneProcess(
+      "tiny-cpu-demo.yaml", 2,
+      {"roles.actor.train.lr=1e-5", "roles.actor.train.zero_stage=2", "trainer.mode=one_step_off",
+       "trainer.verify_weight_sync=1", "algorithm.rollout_correction.rollout_is=token"});
 }
 
 TEST_CASE("The tiny PPO config runs to its end and equals one process", "[driver][runs]") {

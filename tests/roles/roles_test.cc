@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "tests/support/subprocess.h"
 #include "worker/model/state_dict.h"
 #include "worker/roles/checkpoint.h"
+#include "worker/roles/hybrid_engine.h"
 #include "worker/roles/role_host.h"
 #include "worker/rollout/engine.h"
 
@@ -134,6 +136,137 @@ TEST_CASE(
     CheckAgainstOneProcess(TestSpec(kGrpoJob, {"roles.actor.rollout.tp=2", "trainer.device=cpu"}),
                            2, 2);
   }
+}
+
+// trainer.verify_weight_sync 1 checks every rollout's weights against the trained ones and
+// reports their checksum, which (step_check) equals that of the weights after the update the
+// rollout follows. Under ZeRO-3 each rank generates from a gathered copy of every rank's shards.
+TEST_CASE("verify_weight_sync checks each rollout's weights; the steps equal one process",
+          "[roles][weight_sync]") {
+  SECTION("ZeRO-2, actor dp 2") {
+    CheckAgainstOneProcess(TestSpec(kGrpoJob, {"trainer.verify_weight_sync=1"}), 2, 2);
+  }
+  SECTION("ZeRO-2, rollout tp 2") {
+    CheckAgainstOneProcess(TestSpec(kPpoJob, {"roles.actor.rollout.tp=2", "trainer.device=cpu",
+                                              "trainer.verify_weight_sync=1"}),
+                           4, 2);
+  }
+}
+
+// Under ZeRO-3 each actor rank generates from a copy gathered from every rank's shards: each
+// rollout's checksum is that of the weights after the update it follows (one_step_off: the one
+// before last), and every check passes.
+TEST_CASE("verify_weight_sync under ZeRO-3: the gathered copy is the trained weights",
+          "[roles][weight_sync][one_step_off]") {
+  for (const char* mode : {"sync", "one_step_off"}) {
+    INFO(mode);
+    const v1::JobSpec spec =
+        TestSpec(kGrpoJob, {"roles.actor.train.zero_stage=3", "trainer.verify_weight_sync=1",
+                            absl::StrCat("trainer.mode=", mode)});
+    const int64_t lag = spec.trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF ? 2 : 1;
+    Hosts hosts(spec);
+    JobStages job(absl::StrCat("job-zero3-", mode), spec, hosts.services);
+    REQUIRE(job.Start(4).ok());
+    std::map<int64_t, double> rollout_checksum, weights_checksum;
+    for (int64_t step = 1; step <= 4; ++step) {
+      const controller::StepPlan plan{.step = step, .prompts = TestPrompts(2), .seed = 10u + step};
+      const controller::StepPlan next{
+          .step = step + 1, .prompts = TestPrompts(2), .seed = 11u + step};
+      const absl::StatusOr<controller::Metrics> metrics = job.RunStep(plan, &next);
+      INFO("step " << step << ": " << metrics.status());
+      REQUIRE(metrics.ok());
+      CHECK(metrics->at("actor/weight_sync_ok") == 1);
+      rollout_checksum[step] = metrics->at("actor/rollout_weights_checksum");
+      weights_checksum[step] = metrics->at("actor/weights_checksum");
+      CHECK(rollout_checksum[step] ==
+            (step > lag ? weights_checksum[step - lag] : rollout_checksum[1]));
+    }
+    CHECK(rollout_checksum[4] != rollout_checksum[1]);
+    job.End();
+  }
+}
+
+// trainer.mode one_step_off: step k's rollout is generated before step k - 1 trains, with the
+// weights step k - 1 started from (the update before last): its checksum is theirs, and
+// greedy responses are those of one engine over them. Every other stage and the updates equal
+// one process running the same off-policy schedule.
+TEST_CASE(
+    "one_step_off: each rollout uses the weights of the update before last; the steps "
+    "equal one process",
+    "[roles][one_step_off]") {
+  SECTION("PPO split, greedy, ZeRO-2") {
+    CheckAgainstOneProcess(
+        TestSpec(kPpoJob, {"trainer.mode=one_step_off", "trainer.verify_weight_sync=1"}), 4, 3);
+  }
+  SECTION("GRPO on two workers each hosting every role, sampled") {
+    CheckAgainstOneProcess(
+        TestSpec(kGrpoJob, {"placement=colocated", "roles.reference.gpus=2", "roles.reward.gpus=2",
+                            "trainer.mode=one_step_off", "trainer.verify_weight_sync=1"}),
+        2, 3);
+  }
+}
+
+// algorithm.rollout_correction at a sampling temperature of 0.7: the trainer's log-probs are
+// those of softmax(logits / T), which the rollout sampled from (step_check compares the two on
+// the weights that sampled), and the importance weights (token or sequence, batch-normalised),
+// or the rollout's log-probs as the old ones (bypass), make the same updates as one process.
+TEST_CASE("rollout correction and bypass mode at temperature 0.7 equal one process",
+          "[roles][rollout_correction]") {
+  SECTION("token weights, one step off") {
+    CheckAgainstOneProcess(
+        TestSpec(kGrpoJob, {"trainer.mode=one_step_off", "roles.actor.rollout.temperature=0.7",
+                            "algorithm.rollout_correction.rollout_is=token"}),
+        2, 3);
+  }
+  SECTION("sequence weights, batch-normalised, in sync") {
+    CheckAgainstOneProcess(
+        TestSpec(kGrpoJob, {"roles.actor.rollout.temperature=0.7",
+                            "algorithm.rollout_correction.rollout_is=sequence",
+                            "algorithm.rollout_correction.rollout_is_batch_normalize=true",
+                            "algorithm.rollout_correction.rollout_is_threshold=1.5"}),
+        2, 2);
+  }
+  SECTION("bypass mode, one step off") {
+    CheckAgainstOneProcess(
+        TestSpec(kGrpoJob, {"trainer.mode=one_step_off", "roles.actor.rollout.temperature=0.7",
+                            "algorithm.rollout_correction.bypass_mode=true"}),
+        2, 3);
+  }
+}
+
+// A byte of one rank's rollout copy flipped after the update (as a faulty transfer would): the
+// check fails the step on every rank before any generates, naming the tensor and the ranks.
+TEST_CASE("verify_weight_sync: a byte flipped in one rank's rollout weights fails the step",
+          "[roles][weight_sync]") {
+  const v1::JobSpec spec =
+      TestSpec(kGrpoJob, {"roles.actor.train.zero_stage=3", "trainer.verify_weight_sync=2"});
+  Hosts hosts(spec);
+  JobStages job("job-flip", spec, hosts.services);
+  REQUIRE(job.Start(3).ok());
+  const char* const kFlipped = "model.layers.1.mlp.down_proj.weight";
+  SetRolloutWeightsHookForTesting([&](model::Transformer& weights, int rank) {
+    if (rank != 1) return;
+    at::Tensor tensor = weights->named_parameters()[kFlipped];
+    static_cast<uint8_t*>(tensor.data_ptr())[tensor.nbytes() - 3] ^= 0x04;
+  });
+  // Step 1 is checked and fails; step 2 is not checked (every 2 steps) and runs on the copy the
+  // next update rebuilds.
+  const absl::StatusOr<controller::Metrics> failed =
+      job.RunStep({.step = 1, .prompts = TestPrompts(2), .seed = 1});
+  REQUIRE_FALSE(failed.ok());
+  INFO(failed.status());
+  CHECK(failed.status().code() == absl::StatusCode::kDataLoss);
+  CHECK_THAT(std::string(failed.status().message()),
+             Catch::Contains("trainer.verify_weight_sync: step 1") &&
+                 Catch::Contains(absl::StrCat(kFlipped, " in actor rank 1's rollout weights")) &&
+                 Catch::Contains("trained crc32c"));
+  SetRolloutWeightsHookForTesting(nullptr);
+  const absl::StatusOr<controller::Metrics> unchecked =
+      job.RunStep({.step = 2, .prompts = TestPrompts(2), .seed = 2});
+  INFO(unchecked.status());
+  REQUIRE(unchecked.ok());
+  CHECK(unchecked->count("actor/weight_sync_ok") == 0);
+  job.End();
 }
 
 // Calls a stage on one host and waits.

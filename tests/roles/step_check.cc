@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -172,6 +173,20 @@ void CheckUpdate(const std::map<std::string, at::Tensor>& before,
 
 }  // namespace
 
+namespace {
+
+// A module of `like`'s architecture holding `weights`.
+model::Transformer WithWeights(model::Transformer& like,
+                               const std::map<std::string, at::Tensor>& weights) {
+  model::Transformer copy(like->config());
+  at::NoGradGuard no_grad;
+  for (auto& item : copy->named_parameters()) item.value().copy_(weights.at(item.key()));
+  copy->eval();
+  return copy;
+}
+
+}  // namespace
+
 double StepKlCoefficient(const v1::JobSpec& spec) {
   return spec.algorithm().kl().mode() == v1::KL_MODE_IN_REWARD ? spec.algorithm().kl().coef() : 0;
 }
@@ -186,15 +201,43 @@ void CheckAgainstOneProcess(const v1::JobSpec& job_spec,
   JobStages job("job-test", spec, services, {.stage_deadline = absl::Minutes(5)});
   REQUIRE(job.Start(spec.trainer().total_steps()).ok());
   rlhfd::testing::ReferenceModels reference = rlhfd::testing::LoadReferenceModels(spec);
+  // one_step_off: step k's rollout runs before step k - 1 trains, with the weights step k - 1
+  // started from.
+  const bool one_step_off = spec.trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF;
+  const auto plan_of = [&](int64_t step) {
+    return StepPlan{.step = step,
+                    .prompts = TestPrompts(prompts),
+                    .seed = static_cast<uint64_t>(100 + step),
+                    .kl_coef = StepKlCoefficient(spec)};
+  };
+  std::map<std::string, at::Tensor> rollout_weights = Cloned(Parameters(reference.actor));
+  std::map<int64_t, double> rollout_checksums, weights_checksums;
   for (int64_t step = 1; step <= steps; ++step) {
     INFO("step " << step);
-    StepPlan plan{.step = step,
-                  .prompts = TestPrompts(prompts),
-                  .seed = static_cast<uint64_t>(100 + step),
-                  .kl_coef = StepKlCoefficient(spec)};
-    auto metrics = job.RunStep(plan);
+    const StepPlan plan = plan_of(step);
+    const StepPlan next = plan_of(step + 1);
+    auto metrics = job.RunStep(plan, step < steps ? &next : nullptr);
     INFO((metrics.ok() ? "" : std::string(metrics.status().message())));
     REQUIRE(metrics.ok());
+    if (one_step_off) {
+      CHECK(metrics->at("training/off_policy/trajectory_staleness/mean") == (step == 1 ? 0 : 1));
+      CHECK(metrics->count("timing_s/generate_ahead") == (step < steps ? 1 : 0));
+    }
+    // trainer.verify_weight_sync 1: every rollout checked, and its checksum is that of the
+    // weights after the update it should follow (none before step 1, or step 2 one step off).
+    if (spec.trainer().verify_weight_sync() == 1) {
+      CHECK(metrics->at("actor/weight_sync_ok") == 1);
+      CHECK(metrics->at("timing_s/verify_weight_sync") >= 0);
+      rollout_checksums[step] = metrics->at("actor/rollout_weights_checksum");
+      weights_checksums[step] = metrics->at("actor/weights_checksum");
+      const int64_t lag = one_step_off ? 2 : 1;
+      if (step > lag) {
+        CHECK(rollout_checksums[step] == weights_checksums[step - lag]);
+      } else {
+        CHECK(rollout_checksums[step] == rollout_checksums[1]);
+      }
+      if (step > 1) CHECK((rollout_checksums[step] != rollout_checksums[step - 1]) == (step > lag));
+    }
     CHECK(metrics->count("timing_s/step"));
     CHECK(metrics->count("actor/pg_loss"));
     // The weight sync is part of generating; the MFU is against verl's CPU figure (448 GFLOP/s)
@@ -209,7 +252,8 @@ void CheckAgainstOneProcess(const v1::JobSpec& job_spec,
     // are taken as the workers drew them (their seeds do not depend on the layout, but a
     // batch's arithmetic may).
     if (spec.roles().actor().rollout().temperature() == 0) {
-      auto engine = rollout::GenerationEngine::Create(reference.actor, {});
+      model::Transformer rollout_model = WithWeights(reference.actor, rollout_weights);
+      auto engine = rollout::GenerationEngine::Create(rollout_model, {});
       REQUIRE(engine.ok());
       const at::Tensor ids = ours.tensors.at("input_ids");
       const at::Tensor mask = ours.tensors.at("attention_mask");
@@ -236,11 +280,25 @@ void CheckAgainstOneProcess(const v1::JobSpec& job_spec,
     const StepTensors expected =
         rlhfd::testing::ReferenceForwards(spec, reference, ours, plan.kl_coef);
     std::vector<std::string> compared = {"scores", "token_rewards", "advantages", "returns"};
-    // On-policy without a KL reward the old-log-prob forward is skipped: none were made.
-    if (NeedsOldLogProbs(spec)) {
+    // On-policy without a KL reward the old-log-prob forward is skipped: none were made (in
+    // bypass mode the rollout's stand in).
+    if (NeedsOldLogProbs(spec) || algorithms::OldLogProbsFromRollout(spec)) {
       compared.push_back("old_log_probs");
     } else {
       CHECK(ours.tensors.count("old_log_probs") == 0);
+    }
+    // The rollout sampled from the distribution the trainer takes log-probs of (its temperature,
+    // no top-k / top-p here): on the weights it sampled with, the two agree.
+    if (NeedsOldLogProbs(spec) && !one_step_off) {
+      CHECK(LargestDifference(ours.tensors,
+                              {{"rollout_log_probs", ours.tensors.at("old_log_probs")}},
+                              {"rollout_log_probs"}) < 1e-4);
+    }
+    if (algorithms::AppliesRolloutIsWeights(spec)) {
+      CHECK(metrics->at("rollout_corr/rollout_is_mean") > 0);
+      CHECK(metrics->at("rollout_corr/rollout_is_max") <=
+            spec.algorithm().rollout_correction().rollout_is_threshold());
+      CHECK(metrics->count("rollout_corr/k3_kl") == 1);
     }
     if (spec.roles().has_reference()) compared.push_back("ref_log_probs");
     if (spec.roles().has_critic()) compared.push_back("values");
@@ -250,11 +308,14 @@ void CheckAgainstOneProcess(const v1::JobSpec& job_spec,
     CHECK(expected.tensors.at("advantages").abs().max().item<double>() > 1e-3);
 
     const auto actor_before = Cloned(Parameters(reference.actor));
+    // The next rollout's weights: these (one_step_off), or those after this step's update.
+    if (one_step_off) rollout_weights = actor_before;
     const auto critic_before = reference.critic ? Cloned(Parameters(reference.critic))
                                                 : std::map<std::string, at::Tensor>();
     rlhfd::testing::ReferenceUpdates(spec, reference, expected, step);
     REQUIRE(job.SaveCheckpoint(step, false).ok());
     const auto actor = Parameters(reference.actor);
+    if (!one_step_off) rollout_weights = Cloned(actor);
     CheckUpdate(actor_before, SavedParameters(dir.path() + "/checkpoints", step, "actor", actor),
                 actor);
     if (reference.critic) {

@@ -108,16 +108,23 @@ StepTensors ReferenceForwards(const v1::JobSpec& spec, ReferenceModels& models,
   const at::Tensor ids = t.at("input_ids"), mask = t.at("attention_mask");
   const at::Tensor response_mask = t.at("response_mask");
   const int64_t p = generated.prompt_length, r = response_mask.size(1);
-  // Log-probs from full logits: position j predicts token j + 1.
+  // Log-probs from full logits: position j predicts token j + 1, under the rollout's sampling
+  // temperature (1 for a greedy rollout), as verl's actor and reference take them.
+  const double temperature = spec.roles().actor().rollout().temperature() > 0
+                                 ? spec.roles().actor().rollout().temperature()
+                                 : 1.0;
   const auto log_probs = [&](model::Transformer& model) {
     const at::Tensor logits =
-        model->Logits(model->Hidden({.input_ids = ids, .attention_mask = mask}));
+        model->Logits(model->Hidden({.input_ids = ids, .attention_mask = mask})) / temperature;
     const at::Tensor all = at::log_softmax(logits.narrow(1, 0, ids.size(1) - 1).to(at::kDouble), -1)
                                .gather(-1, ids.narrow(1, 1, ids.size(1) - 1).unsqueeze(-1))
                                .squeeze(-1);
     return (all.narrow(1, p - 1, r) * response_mask).to(at::kFloat);
   };
-  t["old_log_probs"] = log_probs(models.actor);
+  // verl's bypass mode: the rollout's log-probs are the old ones.
+  const v1::RolloutCorrectionSpec& correction = spec.algorithm().rollout_correction();
+  t["old_log_probs"] =
+      correction.bypass_mode() ? t.at("rollout_log_probs") : log_probs(models.actor);
   if (models.reference) t["ref_log_probs"] = log_probs(models.reference);
   if (models.critic) {
     const at::Tensor values =
@@ -193,16 +200,20 @@ void ReferenceUpdates(const v1::JobSpec& spec, ReferenceModels& models, const St
     }
     const train::LrSchedule schedule(train, ScheduleLength(spec, train));
     const bool kl_loss = algorithm.kl().mode() == v1::KL_MODE_LOSS && algorithm.kl().coef() > 0;
+    const v1::RolloutCorrectionSpec& correction = algorithm.rollout_correction();
+    const bool is_weights = !correction.rollout_is().empty() && !correction.bypass_mode();
+    const bool on_policy =
+        train.ppo_epochs() == 1 && train.ppo_mini_batch_size() == spec.data().train_batch_size();
     train::PolicyUpdateBatch batch{
         .input_ids = t.at("input_ids"),
         .attention_mask = t.at("attention_mask"),
         .response_mask = Pad(t.at("response_mask"), p),
         // On-policy (one epoch over one mini-batch of the whole step) the actor takes its own,
-        // detached; written out here rather than read from the product's rule.
-        .old_log_probs =
-            train.ppo_epochs() == 1 && train.ppo_mini_batch_size() == spec.data().train_batch_size()
-                ? at::Tensor()
-                : Pad(t.at("old_log_probs"), p),
+        // detached, unless it was given old ones (bypass: the rollout's) or weighs by them;
+        // written out here rather than read from the product's rule.
+        .old_log_probs = on_policy && !is_weights && !correction.bypass_mode()
+                             ? at::Tensor()
+                             : Pad(t.at("old_log_probs"), p),
         .advantages = Pad(t.at("advantages"), p),
         .ref_log_probs = kl_loss ? Pad(t.at("ref_log_probs"), p) : at::Tensor()};
     train::PolicyUpdateOptions options;
@@ -215,6 +226,26 @@ void ReferenceUpdates(const v1::JobSpec& spec, ReferenceModels& models, const St
     options.entropy_coeff = algorithm.entropy_coeff();
     options.kl_coef = kl_loss ? algorithm.kl().coef() : 0.0;
     options.kl_estimator = algorithm.kl().estimator();
+    options.temperature = spec.roles().actor().rollout().temperature() > 0
+                              ? spec.roles().actor().rollout().temperature()
+                              : 1.0;
+    if (is_weights) {
+      // verl's truncated importance weights, written out.
+      const at::Tensor response = t.at("response_mask").to(at::kDouble);
+      const at::Tensor d =
+          (t.at("old_log_probs") - t.at("rollout_log_probs")).to(at::kDouble) * response;
+      at::Tensor w = correction.rollout_is() == "sequence"
+                         ? d.sum(1, true).clamp(-20, 20).exp().expand_as(d) * response
+                         : d.clamp(-20, 20).exp() * response;
+      w = w.clamp_max(correction.rollout_is_threshold());
+      if (correction.rollout_is_batch_normalize()) {
+        const at::Tensor mean = correction.rollout_is() == "sequence"
+                                    ? (w.sum(1) / response.sum(1).clamp_min(1)).mean()
+                                    : w.sum() / response.sum();
+        w = w / mean;
+      }
+      batch.rollout_is_weights = Pad(w.to(at::kFloat), p);
+    }
     REQUIRE(train::UpdatePolicy(*models.actor_training, batch, options).ok());
   }
 }

@@ -169,6 +169,32 @@ name: x
 algorithm: {adv_estimator: ppo}
 )");
   CHECK_THAT(error, Catch::Contains("algorithm.adv_estimator: \"ppo\" is not one of: gae, grpo"));
+  CHECK_THAT(ErrorOf(With("trainer: {mode: async}\n")),
+             Catch::Contains("trainer.mode: \"async\" is not one of: sync, one_step_off"));
+}
+
+TEST_CASE("trainer.mode, verify_weight_sync and the rollout correction: values and refusals",
+          "[config]") {
+  const std::string yaml = kValidYaml;
+  const auto correction = [&](const std::string& keys) {
+    return Replace(yaml, "adv_estimator: grpo,",
+                   "adv_estimator: grpo, rollout_correction: {" + keys + "},");
+  };
+  auto spec = ParseJobSpec(
+      correction("rollout_is: null") + "trainer: {mode: one_step_off, verify_weight_sync: 5}\n",
+      "x.yaml");
+  REQUIRE(spec.ok());
+  CHECK(spec->trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF);
+  CHECK(spec->trainer().verify_weight_sync() == 5);
+  CHECK(spec->algorithm().rollout_correction().rollout_is().empty());
+  CHECK(spec->algorithm().rollout_correction().rollout_is_threshold() == 2.0);  // verl's default
+  CHECK_THAT(ErrorOf(With("trainer: {verify_weight_sync: -1}\n")),
+             Catch::Contains("trainer.verify_weight_sync: -1 must be in [0, "));
+  CHECK_THAT(ErrorOf(correction("rollout_is: tok")),
+             Catch::Contains("algorithm.rollout_correction.rollout_is: 'tok' is not token, "
+                             "sequence or null (off)"));
+  CHECK_THAT(ErrorOf(correction("rollout_is_threshold: 0")),
+             Catch::Contains("algorithm.rollout_correction.rollout_is_threshold: 0 must be > 0"));
 }
 
 TEST_CASE("out-of-range values say the allowed range", "[config][errors]") {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/algorithms/algorithm_traits.h"
@@ -19,6 +21,7 @@
 #include "worker/rollout/device_support.h"
 #include "worker/train/flops_estimate.h"
 #include "worker/train/policy_update.h"
+#include "worker/train/rollout_correction.h"
 
 namespace rlhfd::roles {
 namespace {
@@ -132,7 +135,7 @@ absl::StatusOr<v1::GenerateReply> ActorRole::Generate(const v1::GenerateRequest&
                    EncodeRequests(tokenizer_, request.prompts(), spec_.data(),
                                   request.first_prompt(), request.seed(), TrainingSampling(spec_)));
   ASSIGN_OR_RETURN(const std::vector<rollout::GenerationResult> results,
-                   hybrid_->Generate(encoded.requests));
+                   hybrid_->Generate(encoded.requests, request.key().step()));
   hybrid_->ReleaseCache();  // the update needs the memory
 
   // P and R over the whole batch: every rank of the pool lays its rows out the same way.
@@ -149,12 +152,22 @@ absl::StatusOr<v1::GenerateReply> ActorRole::Generate(const v1::GenerateRequest&
   batch.Begin(request.key().step(), total_rows, rows, p, r);
   v1::GenerateReply reply;
   RETURN_IF_ERROR(PutRollout(request, encoded, results, device_, batch, reply));
+  if (algorithms::OldLogProbsFromRollout(spec_)) {
+    // verl's bypass mode: the rollout's log-probs are the old ones.
+    ASSIGN_OR_RETURN(const at::Tensor rollout_log_probs, batch.Get("rollout_log_probs", "bypass"));
+    RETURN_IF_ERROR(batch.Put("old_log_probs", rollout_log_probs.clone()));
+  }
   reply.set_prompt_length(static_cast<int32_t>(p));
   reply.set_response_length(static_cast<int32_t>(r));
   const double seconds = SecondsSince(start);
   auto& metrics = *reply.mutable_metrics();
   metrics["generate_s"] = seconds;
   metrics["update_weights_s"] = hybrid_->weights_update_s();
+  if (const std::optional<WeightSyncCheck>& check = hybrid_->last_check()) {
+    metrics["weight_sync_ok"] = 1;
+    metrics["weight_sync_check_s"] = check->seconds;
+    metrics["rollout_weights_checksum"] = check->checksum;
+  }
   metrics["tokens_per_s"] = metrics["response_tokens"] / std::max(seconds, 1e-9);
   return reply;
 }
@@ -171,7 +184,8 @@ absl::Status ActorRole::ComputeOldLogProbs(StepBatch& batch) {
   RETURN_IF_ERROR(trained_->BeginStep());
   absl::StatusOr<at::Tensor> log_probs =
       ResponseLogProbs(trained_->module(), ids, mask, batch.prompt_length(),
-                       spec_.roles().actor().rollout().log_prob_micro_batch_size_per_gpu());
+                       spec_.roles().actor().rollout().log_prob_micro_batch_size_per_gpu(),
+                       LogProbTemperature(spec_));
   trained_->EndForwards();
   RETURN_IF_ERROR(trained_->TakeStatus());
   if (!log_probs.ok()) return log_probs.status();
@@ -191,10 +205,29 @@ absl::StatusOr<v1::UpdateReply> ActorRole::Update(const v1::UpdateRequest& reque
   ASSIGN_OR_RETURN(const at::Tensor advantages, batch.Get("advantages", "the actor update"));
   // On-policy the driver skips the old-log-prob forward and the update takes its own
   // log-probs, detached, as the old ones (verl's actor does the same).
-  if (!algorithms::ActorUpdateIsOnPolicy(spec_)) {
-    ASSIGN_OR_RETURN(const at::Tensor old_log_probs,
-                     batch.Get("old_log_probs", "the actor update"));
+  at::Tensor old_log_probs;
+  if (algorithms::UpdateReadsOldLogProbs(spec_)) {
+    ASSIGN_OR_RETURN(old_log_probs, batch.Get("old_log_probs", "the actor update"));
     update.old_log_probs = ToTrainingLayout(old_log_probs, p);
+  }
+  std::map<std::string, double> correction_metrics;
+  if (algorithms::AppliesRolloutIsWeights(spec_)) {
+    ASSIGN_OR_RETURN(const at::Tensor rollout_log_probs,
+                     batch.Get("rollout_log_probs", "the rollout correction"));
+    const v1::RolloutCorrectionSpec& correction = spec_.algorithm().rollout_correction();
+    ASSIGN_OR_RETURN(train::RolloutCorrection weights,
+                     train::ComputeRolloutCorrection(
+                         old_log_probs, rollout_log_probs, response_mask,
+                         {.sequence = correction.rollout_is() == "sequence",
+                          .threshold = correction.rollout_is_threshold(),
+                          .batch_normalize = correction.rollout_is_batch_normalize()},
+                         [&](std::vector<double>& values, bool maximum) {
+                           return trained_->ReduceOverReplicas(
+                               values,
+                               maximum ? train::ReplicaReduce::kMax : train::ReplicaReduce::kSum);
+                         }));
+    update.rollout_is_weights = ToTrainingLayout(weights.weights, p);
+    correction_metrics = std::move(weights.metrics);
   }
   update.response_mask = ToTrainingLayout(response_mask, p);
   update.advantages = ToTrainingLayout(advantages, p);
@@ -217,6 +250,7 @@ absl::StatusOr<v1::UpdateReply> ActorRole::Update(const v1::UpdateRequest& reque
   v1::UpdateReply reply;
   auto& out = *reply.mutable_metrics();
   for (const auto& [name, value] : metrics) out[name] = value;
+  for (const auto& [name, value] : correction_metrics) out[name] = value;
   // verl's perf/mfu/actor over this rank's rows (the driver averages the ranks), and the
   // device's peak memory so far (GPU only: the CPU has no allocator statistics to read).
   const at::Tensor lengths = update.attention_mask.sum(1).to(at::kCPU, at::kLong).contiguous();
@@ -237,6 +271,14 @@ absl::StatusOr<v1::UpdateReply> ActorRole::Update(const v1::UpdateRequest& reque
       request.optimizer_steps_before() +
       static_cast<int64_t>(metrics.count("optimizer_steps") ? metrics.at("optimizer_steps") : 0);
   reply.set_optimizer_steps(optimizer_steps_);
+  // The checksum the next checked rollout over these weights must report (one_step_off: the
+  // rollout after next is the first to use them).
+  const int64_t used_by =
+      request.key().step() + (spec_.trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF ? 2 : 1);
+  if (WeightSyncCheckDue(spec_, used_by)) {
+    ASSIGN_OR_RETURN(const double checksum, hybrid_->TrainedWeightsChecksum());
+    out["weights_checksum"] = checksum;
+  }
   if (const auto skips = metrics.find("nonfinite_skips"); skips != metrics.end()) {
     nonfinite_skips_ += static_cast<int64_t>(skips->second);
   }

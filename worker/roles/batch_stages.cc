@@ -32,7 +32,8 @@ absl::Status PutGreedyBaseline(HostedJob& job, const v1::GenerateRequest& reques
   ASSIGN_OR_RETURN(const std::vector<double> baseline,
                    GreedyBaseline(*job.actor, request, *job.scorer, job.cancelled.get()));
   const at::Tensor per_prompt = at::tensor(baseline, at::kDouble).to(at::kFloat);
-  return job.batch.Put("reward_baselines", per_prompt.repeat_interleave(n).to(device).contiguous());
+  return job.BatchOf(request.key().step())
+      .Put("reward_baselines", per_prompt.repeat_interleave(n).to(device).contiguous());
 }
 
 // Checks a move's shape against the step this rank holds, or (a receiver new to the step)
@@ -41,7 +42,7 @@ absl::Status BeginOrCheckMove(HostedJob& job, const v1::MoveTensorsRequest& requ
                               const RolePool& to, bool sends) {
   const int64_t rows = request.rows();
   const int64_t step = request.key().step();
-  StepBatch& batch = job.batch;
+  StepBatch& batch = job.BatchOf(step);
   const bool current = batch.begun() && batch.step() == step;
   if (current && (batch.total_rows() != rows || batch.prompt_length() != request.prompt_length() ||
                   batch.response_length() != request.response_length())) {
@@ -69,9 +70,9 @@ int64_t RowBytes(const TensorInfo& info, const std::vector<int64_t>& row_shape) 
 
 // The first `count` of this rank's responses as text (special tokens skipped), for the reward
 // stage (all rows) and the logged samples (the first trainer.log_samples).
-absl::StatusOr<std::vector<std::string>> DecodeResponses(const HostedJob& job, int64_t count,
+absl::StatusOr<std::vector<std::string>> DecodeResponses(const HostedJob& job,
+                                                         const StepBatch& batch, int64_t count,
                                                          const char* stage) {
-  const StepBatch& batch = job.batch;
   ASSIGN_OR_RETURN(const at::Tensor ids, batch.Get("input_ids", stage));
   ASSIGN_OR_RETURN(const at::Tensor mask, batch.Get("response_mask", stage));
   const at::Tensor host_ids =
@@ -90,14 +91,14 @@ absl::StatusOr<std::vector<std::string>> DecodeResponses(const HostedJob& job, i
 
 // This rank's rows among the step's first trainer.log_samples: prompt and response texts and the
 // score every reward source leaves in the batch (rule, remote or the reward model's).
-absl::Status AddStepSamples(HostedJob& job, v1::AdvantageReply& reply) {
-  const StepBatch& batch = job.batch;
+absl::Status AddStepSamples(const HostedJob& job, const StepBatch& batch,
+                            v1::AdvantageReply& reply) {
   const int64_t first = batch.rows().begin;
   const int64_t count =
       std::min<int64_t>(batch.rows().size(), job.spec.trainer().log_samples() - first);
   if (count <= 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(const std::vector<std::string> responses,
-                   DecodeResponses(job, count, "advantages"));
+                   DecodeResponses(job, batch, count, "advantages"));
   ASSIGN_OR_RETURN(const at::Tensor scores, batch.Get("scores", "advantages"));
   const at::Tensor host_scores = scores.narrow(0, 0, count).to(at::kDouble).cpu();
   for (int64_t row = 0; row < count; ++row) {
@@ -128,8 +129,8 @@ absl::StatusOr<v1::GenerateReply> RunGenerate(HostedJob& job, const v1::Generate
         "generate: this rank's rows start at ", rows.begin, ", so its first prompt is ",
         rows.begin / n, ", not ", request.first_prompt()));
   }
-  ASSIGN_OR_RETURN(v1::GenerateReply reply,
-                   job.actor->Generate(request, total_rows, rows, job.batch));
+  ASSIGN_OR_RETURN(v1::GenerateReply reply, job.actor->Generate(request, total_rows, rows,
+                                                                job.BatchOf(request.key().step())));
   if (algorithms::NeedsGreedyBaseline(job.spec.algorithm())) {
     RETURN_IF_ERROR(PutGreedyBaseline(job, request, n, device));
   }
@@ -154,7 +155,7 @@ absl::StatusOr<v1::MoveTensorsReply> RunMoveTensors(HostedJob& job,
                                                       stages::RoleName(to->role), " pool"));
   }
   RETURN_IF_ERROR(BeginOrCheckMove(job, request, *to, sends));
-  StepBatch& batch = job.batch;
+  StepBatch& batch = job.BatchOf(request.key().step());
   const int rank = job.layout->rank();
   const parallel::TransferPlan plan =
       parallel::TransferPlan::Contiguous(request.rows(), from->ranks, to->ranks);
@@ -190,23 +191,24 @@ absl::StatusOr<v1::MoveTensorsReply> RunMoveTensors(HostedJob& job,
 
 absl::StatusOr<v1::ForwardReply> RunForward(HostedJob& job, const v1::ForwardRequest& request) {
   const auto start = std::chrono::steady_clock::now();
-  RETURN_IF_ERROR(NeedStepRows(job.batch, request.key().step(), "forward"));
+  StepBatch& batch = job.BatchOf(request.key().step());
+  RETURN_IF_ERROR(NeedStepRows(batch, request.key().step(), "forward"));
   switch (request.kind()) {
     case v1::FORWARD_KIND_OLD_LOG_PROBS:
       RETURN_IF_ERROR(NeedRole(job, v1::ROLE_ACTOR, job.actor != nullptr));
-      RETURN_IF_ERROR(job.actor->ComputeOldLogProbs(job.batch));
+      RETURN_IF_ERROR(job.actor->ComputeOldLogProbs(batch));
       break;
     case v1::FORWARD_KIND_REF_LOG_PROBS:
       RETURN_IF_ERROR(NeedRole(job, v1::ROLE_REFERENCE, job.reference != nullptr));
-      RETURN_IF_ERROR(job.reference->ComputeLogProbs(job.batch));
+      RETURN_IF_ERROR(job.reference->ComputeLogProbs(batch));
       break;
     case v1::FORWARD_KIND_VALUES:
       RETURN_IF_ERROR(NeedRole(job, v1::ROLE_CRITIC, job.critic != nullptr));
-      RETURN_IF_ERROR(job.critic->ComputeValues(job.batch));
+      RETURN_IF_ERROR(job.critic->ComputeValues(batch));
       break;
     case v1::FORWARD_KIND_REWARD_SCORES:
       RETURN_IF_ERROR(NeedRole(job, v1::ROLE_REWARD, job.reward_model != nullptr));
-      RETURN_IF_ERROR(job.reward_model->ComputeScores(job.batch));
+      RETURN_IF_ERROR(job.reward_model->ComputeScores(batch));
       break;
     default:
       return absl::InvalidArgumentError("forward: kind is required");
@@ -223,10 +225,10 @@ absl::StatusOr<v1::RewardReply> RunRewards(HostedJob& job, const v1::RewardReque
     return absl::FailedPreconditionError(
         "rewards: roles.reward.model scores with a REWARD_SCORES forward on the reward pool");
   }
-  StepBatch& batch = job.batch;
+  StepBatch& batch = job.BatchOf(request.key().step());
   RETURN_IF_ERROR(NeedStepRows(batch, request.key().step(), "rewards"));
   ASSIGN_OR_RETURN(std::vector<std::string> texts,
-                   DecodeResponses(job, batch.rows().size(), "rewards"));
+                   DecodeResponses(job, batch, batch.rows().size(), "rewards"));
   std::vector<ScoredResponse> responses;
   for (int64_t row = 0; row < batch.rows().size(); ++row) {
     const RowSource& source = batch.sources().at(row);
@@ -250,21 +252,22 @@ absl::StatusOr<v1::RewardReply> RunRewards(HostedJob& job, const v1::RewardReque
 absl::StatusOr<v1::AdvantageReply> RunAdvantages(HostedJob& job,
                                                  const v1::AdvantageRequest& request) {
   RETURN_IF_ERROR(NeedRole(job, v1::ROLE_ACTOR, job.actor != nullptr));
-  RETURN_IF_ERROR(NeedStepRows(job.batch, request.key().step(), "advantages"));
+  StepBatch& batch = job.BatchOf(request.key().step());
+  RETURN_IF_ERROR(NeedStepRows(batch, request.key().step(), "advantages"));
   ASSIGN_OR_RETURN(v1::AdvantageReply reply,
-                   ComputeAdvantages(job.spec, request, job.batch, job.PoolOf(v1::ROLE_ACTOR)));
-  RETURN_IF_ERROR(AddStepSamples(job, reply));
+                   ComputeAdvantages(job.spec, request, batch, job.PoolOf(v1::ROLE_ACTOR)));
+  RETURN_IF_ERROR(AddStepSamples(job, batch, reply));
   return reply;
 }
 
 absl::StatusOr<v1::UpdateReply> RunUpdateActor(HostedJob& job, const v1::UpdateRequest& request) {
   RETURN_IF_ERROR(NeedRole(job, v1::ROLE_ACTOR, job.actor != nullptr));
-  return job.actor->Update(request, job.batch);
+  return job.actor->Update(request, job.BatchOf(request.key().step()));
 }
 
 absl::StatusOr<v1::UpdateReply> RunUpdateCritic(HostedJob& job, const v1::UpdateRequest& request) {
   RETURN_IF_ERROR(NeedRole(job, v1::ROLE_CRITIC, job.critic != nullptr));
-  return job.critic->Update(request, job.batch);
+  return job.critic->Update(request, job.BatchOf(request.key().step()));
 }
 
 absl::StatusOr<v1::ValidateReply> RunValidate(HostedJob& job, const v1::ValidateRequest& request) {
@@ -282,7 +285,7 @@ absl::StatusOr<v1::DumpBatchReply> RunDumpBatch(HostedJob& job,
                                                 const v1::DumpBatchRequest& request) {
   RETURN_IF_ERROR(CheckConfiguredDirectory(
       request.directory(), job.spec.trainer().rollout_data_dir(), "trainer.rollout_data_dir"));
-  const StepBatch& batch = job.batch;
+  const StepBatch& batch = job.BatchOf(request.key().step());
   RETURN_IF_ERROR(NeedStepRows(batch, request.key().step(), "dump"));
   RETURN_IF_ERROR(MakeDirectories(request.directory()));
   std::vector<std::pair<std::string, at::Tensor>> tensors(batch.tensors().begin(),

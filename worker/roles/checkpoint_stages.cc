@@ -126,7 +126,7 @@ absl::StatusOr<v1::CheckpointReply> RunLoadCheckpoint(HostedJob& job,
   }
   job.poisoned.clear();
   job.replies.clear();
-  job.batch.Begin(0, 0, {}, 0, 0);
+  job.batches.clear();
   RLOG(INFO) << "loaded step " << loaded.step << " from " << request.directory();
   return reply;
 }

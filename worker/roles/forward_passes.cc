@@ -42,8 +42,8 @@ at::Tensor ToTrainingLayout(const at::Tensor& per_token, int64_t prompt_length) 
 }
 
 absl::StatusOr<at::Tensor> ResponseLogProbs(model::Transformer& model, const at::Tensor& input_ids,
-                                            const at::Tensor& attention_mask,
-                                            int64_t prompt_length, int64_t micro_batch) {
+                                            const at::Tensor& attention_mask, int64_t prompt_length,
+                                            int64_t micro_batch, double temperature) {
   const int64_t response_length = input_ids.size(1) - prompt_length;
   return InMicroBatches(
       input_ids.size(0), micro_batch, "log-probs", [&](int64_t begin, int64_t count) {
@@ -51,7 +51,9 @@ absl::StatusOr<at::Tensor> ResponseLogProbs(model::Transformer& model, const at:
             model, input_ids.narrow(0, begin, count), attention_mask.narrow(0, begin, count),
             /*packed=*/false);
         const at::Tensor log_probs = scored.Unflatten(
-            train::ChunkedLogProbs(scored.hidden, model->HeadWeight(), scored.targets).first);
+            train::ChunkedLogProbs(train::TemperatureScaled(scored.hidden, temperature),
+                                   model->HeadWeight(), scored.targets)
+                .first);
         return log_probs.narrow(1, prompt_length - 1, response_length).to(at::kFloat) *
                attention_mask.narrow(0, begin, count).narrow(1, prompt_length, response_length);
       });

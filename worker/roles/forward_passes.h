@@ -13,10 +13,11 @@ namespace rlhfd::roles {
 // (rows, R) → (rows, P + R − 1): zeros over the prompt's positions.
 at::Tensor ToTrainingLayout(const at::Tensor& per_token, int64_t prompt_length);
 
-// Log-probabilities (rows, R) of the response tokens; zero past each response. Causal-LM head.
+// Log-probabilities (rows, R) of the response tokens under softmax(logits / temperature); zero
+// past each response. Causal-LM head.
 absl::StatusOr<at::Tensor> ResponseLogProbs(model::Transformer& model, const at::Tensor& input_ids,
-                                            const at::Tensor& attention_mask,
-                                            int64_t prompt_length, int64_t micro_batch);
+                                            const at::Tensor& attention_mask, int64_t prompt_length,
+                                            int64_t micro_batch, double temperature);
 
 // Values (rows, R): the score head at the position before each response token (the position
 // whose value estimates the return from that token on), as the critic update reads them.

@@ -36,7 +36,8 @@ absl::Status ReferenceRole::ComputeLogProbs(StepBatch& batch) {
   ComputeScope compute(spec_, device_);
   ASSIGN_OR_RETURN(at::Tensor log_probs,
                    ResponseLogProbs(module_, ids, mask, batch.prompt_length(),
-                                    spec_.roles().reference().log_prob_micro_batch_size_per_gpu()));
+                                    spec_.roles().reference().log_prob_micro_batch_size_per_gpu(),
+                                    LogProbTemperature(spec_)));
   return batch.Put("ref_log_probs", std::move(log_probs));
 }
 

@@ -7,6 +7,11 @@
 
 namespace rlhfd::roles {
 
+StepBatch& HostedJob::BatchOf(int64_t step) {
+  batches.erase(batches.begin(), batches.lower_bound(step - 1));
+  return batches[step];
+}
+
 HostedRole* HostedJob::Role(v1::Role role) {
   switch (role) {
     case v1::ROLE_ACTOR:

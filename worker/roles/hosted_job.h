@@ -48,7 +48,9 @@ struct HostedJob {
   std::unique_ptr<ReferenceRole> reference;
   std::unique_ptr<RewardModelRole> reward_model;
   std::unique_ptr<ResponseScorer> scorer;  // rule / remote rewards, on the actor ranks
-  StepBatch batch;
+  // The rows of the steps under way, by step: with trainer.mode one_step_off, step s + 1's
+  // rollout begins before step s trains.
+  std::map<int64_t, StepBatch> batches;
   v1::StartJobReply started;
   // Successful replies by key, serialized; the last two steps' are kept.
   std::map<std::pair<int64_t, std::string>, std::string> replies;
@@ -60,6 +62,9 @@ struct HostedJob {
   HostedRole* Role(v1::Role role);
   // The trained roles this rank hosts, actor first.
   std::vector<std::pair<v1::Role, TrainedRole*>> TrainedRoles();
+  // The rows this rank holds of `step` (none begun when it holds none yet). Steps before
+  // step - 1 are dropped: no stage goes back to them.
+  StepBatch& BatchOf(int64_t step);
   // The communicator of `role`'s pool (this rank must be in it).
   parallel::Communicator& PoolOf(v1::Role role) { return *pools.at(role); }
 };

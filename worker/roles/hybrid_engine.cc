@@ -39,6 +39,19 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> SplitRolloutGroup(
   return group;
 }
 
+namespace {
+
+std::function<void(model::Transformer&, int)>& RolloutWeightsHook() {
+  static auto* hook = new std::function<void(model::Transformer&, int)>();
+  return *hook;
+}
+
+}  // namespace
+
+void SetRolloutWeightsHookForTesting(std::function<void(model::Transformer&, int)> hook) {
+  RolloutWeightsHook() = std::move(hook);
+}
+
 HybridEngine::HybridEngine(const v1::JobSpec& spec, const at::Device& device,
                            parallel::Communicator& pool, train::TrainedModel& trained,
                            std::unique_ptr<parallel::Communicator> tp_group)
@@ -102,14 +115,37 @@ void HybridEngine::ReleaseCopy() {
   copy_held_ = false;
 }
 
-absl::StatusOr<rollout::GenerationEngine*> HybridEngine::Engine() {
-  // The engine reads the weights when it allocates its cache (after Release), so the copy is
-  // refreshed first; the engine itself (over the same module) lives from step to step.
+absl::StatusOr<model::Transformer> HybridEngine::RolloutWeights(int64_t step) {
   const auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(model::Transformer rollout_model,
+  last_check_.reset();
+  ASSIGN_OR_RETURN(model::Transformer weights,
                    WeightsIn(WeightDtype(spec_, device_, /*trains=*/false)));
+  if (RolloutWeightsHook()) RolloutWeightsHook()(weights, pool_.rank());
   rollout::Synchronize(device_);
   weights_update_s_ = SecondsSince(start);
+  if (WeightSyncCheckDue(spec_, step)) {
+    absl::StatusOr<WeightSyncCheck> check =
+        VerifyRolloutWeights(trained_, weights, pool_, device_, step);
+    if (!check.ok()) {
+      ReleaseCopy();
+      return check.status();
+    }
+    last_check_ = *check;
+  }
+  return weights;
+}
+
+absl::StatusOr<double> HybridEngine::TrainedWeightsChecksum() {
+  // The rollout holds the copy's dtypes when it needs a copy, else the training module's own.
+  const bool copies = copy_.has_value() && copy_dtype_ == WeightDtype(spec_, device_, false);
+  return roles::TrainedWeightsChecksum(trained_, DtypesOf(copies ? *copy_ : trained_.module()),
+                                       pool_, device_);
+}
+
+absl::StatusOr<rollout::GenerationEngine*> HybridEngine::Engine(int64_t step) {
+  // The engine reads the weights when it allocates its cache (after Release), so the copy is
+  // refreshed first; the engine itself (over the same module) lives from step to step.
+  ASSIGN_OR_RETURN(model::Transformer rollout_model, RolloutWeights(step));
   if (engine_) return engine_.get();
   const v1::RolloutSpec& rollout = spec_.roles().actor().rollout();
   rollout::EngineOptions options;
@@ -132,14 +168,13 @@ void HybridEngine::Release() {
 }
 
 absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::GenerateTensorParallel(
-    const std::vector<rollout::GenerationRequest>& requests) {
+    const std::vector<rollout::GenerationRequest>& requests, int64_t step) {
   parallel::Communicator& group = *tp_group_;
   ASSIGN_OR_RETURN(rollout::GroupRequests gathered, rollout::GatherGroupRequests(group, requests));
 
   // This rank's slices, cut from the current weights (views where a slice is a run of them).
   const auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(model::Transformer weights,
-                   WeightsIn(WeightDtype(spec_, device_, /*trains=*/false)));
+  ASSIGN_OR_RETURN(model::Transformer weights, RolloutWeights(step));
   const model::ModelConfig& config = weights->config();
   const int tp = group.size();
   const parallel::RolloutLayout layout{.tp = tp, .dp = pool_.size() / tp};
@@ -152,7 +187,7 @@ absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::GenerateTen
   ASSIGN_OR_RETURN(parallel::TensorParallelTransformer model,
                    parallel::TensorParallelTransformer::Create(config, std::move(slices), group));
   tensor_parallel_.emplace(std::move(model));
-  weights_update_s_ = SecondsSince(start);
+  weights_update_s_ = SecondsSince(start) - (last_check_ ? last_check_->seconds : 0.0);
   ASSIGN_OR_RETURN(std::vector<rollout::GenerationResult> results,
                    rollout::GenerateTensorParallel(*tensor_parallel_, gathered.all,
                                                    config.eos_token_ids, config.vocab_size));
@@ -165,17 +200,17 @@ absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::GenerateTen
 }
 
 absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::Generate(
-    const std::vector<rollout::GenerationRequest>& requests) {
+    const std::vector<rollout::GenerationRequest>& requests, int64_t step) {
   if (tp_group_) {
     try {
-      return GenerateTensorParallel(requests);
+      return GenerateTensorParallel(requests, step);
     } catch (const std::exception& error) {
       Release();
       return absl::InternalError(absl::StrCat("tensor-parallel generation failed: ",
                                               std::string(error.what()).substr(0, 300)));
     }
   }
-  ASSIGN_OR_RETURN(rollout::GenerationEngine * engine, Engine());
+  ASSIGN_OR_RETURN(rollout::GenerationEngine * engine, Engine(step));
   try {
     at::NoGradGuard no_grad;
     return engine->Generate(requests);

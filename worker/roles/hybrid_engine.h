@@ -7,6 +7,7 @@
 
 #include <ATen/Device.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "worker/parallel/communicator.h"
 #include "worker/parallel/tensor_parallel.h"
 #include "worker/roles/job_layout.h"
+#include "worker/roles/weight_sync.h"
 #include "worker/rollout/engine.h"
 #include "worker/train/trained_model.h"
 
@@ -30,6 +32,11 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> SplitRolloutGroup(
     const v1::JobSpec& spec, const at::Device& device, const JobLayout& layout,
     parallel::Communicator& pool);
 
+// Tests: called on each rank with the rollout's weights right after every update, before any
+// check (to corrupt them as a faulty transfer would). Set before the engines run; null clears.
+void SetRolloutWeightsHookForTesting(
+    std::function<void(model::Transformer& weights, int pool_rank)> hook);
+
 class HybridEngine {
  public:
   // `pool` (the actor pool) and `trained` must outlive the engine; `tp_group` comes from
@@ -37,10 +44,17 @@ class HybridEngine {
   HybridEngine(const v1::JobSpec& spec, const at::Device& device, parallel::Communicator& pool,
                train::TrainedModel& trained, std::unique_ptr<parallel::Communicator> tp_group);
 
-  // Generates for `requests` over the current weights (with tp > 1 every rank of the group calls
-  // it together, each with its own requests). A library error releases the rollout state.
+  // Generates step `step`'s `requests` over the current weights (with tp > 1 every rank of the
+  // group calls it together, each with its own requests), first checking them against the
+  // trained ones when trainer.verify_weight_sync asks (weight_sync.h). A library error releases
+  // the rollout state.
   absl::StatusOr<std::vector<rollout::GenerationResult>> Generate(
-      const std::vector<rollout::GenerationRequest>& requests);
+      const std::vector<rollout::GenerationRequest>& requests, int64_t step);
+  // The check of the last Generate; none when it was not due.
+  const std::optional<WeightSyncCheck>& last_check() const { return last_check_; }
+  // The pool's checksum of the trained weights as the rollout will hold them (every rank of the
+  // pool calls it together): what the check of the next rollout over them reports.
+  absl::StatusOr<double> TrainedWeightsChecksum();
   // Frees the engine's KV cache (the update needs the memory); the weights' copy stays.
   void ReleaseCache();
   // Frees the engine's cache and the storage of any copy of the weights.
@@ -54,12 +68,14 @@ class HybridEngine {
 
  private:
   // The engine over the current weights (a copy gathered or cast when the layout needs one).
-  absl::StatusOr<rollout::GenerationEngine*> Engine();
+  absl::StatusOr<rollout::GenerationEngine*> Engine(int64_t step);
   // A module with the current weights in `dtype`: the training module when it holds them whole
   // in that dtype, else a copy.
   absl::StatusOr<model::Transformer> WeightsIn(at::ScalarType dtype);
+  // The rollout's weights brought up to date, and checked when `step`'s check is due.
+  absl::StatusOr<model::Transformer> RolloutWeights(int64_t step);
   absl::StatusOr<std::vector<rollout::GenerationResult>> GenerateTensorParallel(
-      const std::vector<rollout::GenerationRequest>& requests);
+      const std::vector<rollout::GenerationRequest>& requests, int64_t step);
   // Frees the copy's storage.
   void ReleaseCopy();
 
@@ -78,6 +94,7 @@ class HybridEngine {
   std::unique_ptr<parallel::Communicator> tp_group_;
   std::optional<parallel::TensorParallelTransformer> tensor_parallel_;
   double weights_update_s_ = 0;
+  std::optional<WeightSyncCheck> last_check_;
 };
 
 }  // namespace rlhfd::roles

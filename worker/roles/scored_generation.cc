@@ -24,7 +24,7 @@ absl::StatusOr<v1::ValidateReply> GenerateAndScore(
       EncodeRequests(tokenizer, prompts, actor.spec().data(), first_prompt, seed, sampling));
   const std::vector<rollout::GenerationRequest>& requests = encoded.requests;
   ASSIGN_OR_RETURN(std::vector<rollout::GenerationResult> results,
-                   actor.hybrid().Generate(requests));
+                   actor.hybrid().Generate(requests, /*step=*/0));  // 0: not a step's rollout
   actor.ReleaseRollout();
   v1::ValidateReply reply;
   std::vector<ScoredResponse> scored;

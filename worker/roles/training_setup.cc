@@ -55,6 +55,11 @@ train::UpdateLoopOptions UpdateLoopOptionsOf(const v1::JobSpec& spec, v1::Role r
   return loop;
 }
 
+double LogProbTemperature(const v1::JobSpec& spec) {
+  const double temperature = spec.roles().actor().rollout().temperature();
+  return temperature > 0 ? temperature : 1.0;
+}
+
 train::PolicyUpdateOptions PolicyUpdateOptionsOf(const v1::JobSpec& spec, int replicas,
                                                  int64_t rl_step, const train::LrSchedule* schedule,
                                                  int64_t first_step, int64_t nonfinite_skips) {
@@ -70,6 +75,7 @@ train::PolicyUpdateOptions PolicyUpdateOptionsOf(const v1::JobSpec& spec, int re
   options.entropy_coeff = algorithm.entropy_coeff();
   options.kl_coef = kl_loss ? algorithm.kl().coef() : 0.0;
   options.kl_estimator = algorithm.kl().estimator();
+  options.temperature = LogProbTemperature(spec);
   return options;
 }
 

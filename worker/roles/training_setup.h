@@ -35,6 +35,10 @@ train::UpdateLoopOptions UpdateLoopOptionsOf(const v1::JobSpec& spec, v1::Role r
                                              int64_t rl_step, const train::LrSchedule* schedule,
                                              int64_t first_step, int64_t nonfinite_skips);
 
+// The temperature the actor's and reference's log-probs are taken at: the rollout's sampling
+// temperature, 1 for a greedy rollout (temperature 0), as verl divides its logits.
+double LogProbTemperature(const v1::JobSpec& spec);
+
 // The actor's update options: the loop of UpdateLoopOptionsOf, the policy loss's clip ratios and
 // aggregation, the entropy bonus, and the KL loss (its weight 0 unless algorithm.kl asks for a
 // loss with a positive coefficient).

@@ -171,6 +171,10 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
 
 }  // namespace
 
+at::Tensor TemperatureScaled(const at::Tensor& hidden, double temperature) {
+  return temperature == 1.0 ? hidden : hidden / temperature;
+}
+
 std::pair<at::Tensor, at::Tensor> ChunkedLogProbs(const at::Tensor& hidden,
                                                   const at::Tensor& weight,
                                                   const at::Tensor& targets, int64_t chunk) {

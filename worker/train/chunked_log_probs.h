@@ -14,6 +14,11 @@ namespace rlhfd::train {
 // hidden (N, C), weight (V, C) (the LM head or tied embeddings), targets (N) int64.
 // Returns {log p(target) (N), entropy (N)}, both float32 (float64 for float64 inputs) and
 // differentiable in hidden and weight. `chunk` tokens are processed at a time.
+// The hidden states whose logits are those of `hidden` divided by `temperature` (the head is
+// linear without a bias): log-probs of a sampling temperature from ChunkedLogProbs. `hidden`
+// itself at temperature 1.
+at::Tensor TemperatureScaled(const at::Tensor& hidden, double temperature);
+
 std::pair<at::Tensor, at::Tensor> ChunkedLogProbs(const at::Tensor& hidden, const at::Tensor& weight,
                                                   const at::Tensor& targets, int64_t chunk = 4096);
 

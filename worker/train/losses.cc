@@ -43,7 +43,7 @@ at::Tensor AggregateLoss(const at::Tensor& loss, const at::Tensor& mask, v1::Los
 PolicyLoss ComputePolicyLoss(const at::Tensor& log_prob, const at::Tensor& old_log_prob,
                              const at::Tensor& advantages, const at::Tensor& mask,
                              const PolicyLossOptions& options,
-                             const std::optional<LossScale>& scale) {
+                             const std::optional<LossScale>& scale, const at::Tensor& is_weights) {
   const at::Tensor log_ratio = (log_prob - old_log_prob).clamp(-20.0, 20.0);
   const at::Tensor ratio = log_ratio.exp();
   const at::Tensor unclipped = -advantages * ratio;
@@ -62,6 +62,7 @@ PolicyLoss ComputePolicyLoss(const at::Tensor& log_prob, const at::Tensor& old_l
   } else {
     out.clip_fraction_low = at::zeros({}, mask.options());
   }
+  if (is_weights.defined()) per_token = per_token * is_weights;
   out.loss = AggregateLoss(per_token, mask, options.aggregation, scale);
   out.approx_kl = MaskedMean(-log_ratio, mask).detach();
   return out;

@@ -59,11 +59,13 @@ struct PolicyLoss {
 // PPO's clipped surrogate: ratio = exp(log_prob - old_log_prob) (log-ratio clamped to ±20);
 // per token max(-A·ratio, -A·clip(ratio, 1 - low, 1 + high)), and for A < 0 at most -A·c.
 // `loss` is aggregated with `scale` (see AggregateLoss); the fractions and the KL are this
-// micro-batch's token means.
+// micro-batch's token means. `is_weights` (defined: the rollout correction's importance weights,
+// rollout_correction.h) multiply each token's loss before aggregating, as verl's.
 PolicyLoss ComputePolicyLoss(const at::Tensor& log_prob, const at::Tensor& old_log_prob,
                              const at::Tensor& advantages, const at::Tensor& mask,
                              const PolicyLossOptions& options,
-                             const std::optional<LossScale>& scale = std::nullopt);
+                             const std::optional<LossScale>& scale = std::nullopt,
+                             const at::Tensor& is_weights = at::Tensor());
 
 struct ValueLoss {
   at::Tensor loss;           // scalar: 0.5 · aggregate(max((v - R)², (clip(v) - R)²))

@@ -23,6 +23,7 @@ absl::StatusOr<UpdateMetrics> UpdatePolicy(TrainedModel& trained, const PolicyUp
   check.PerToken("old_log_probs", batch.old_log_probs, /*required=*/!on_policy);
   check.PerToken("advantages", batch.advantages);
   check.PerToken("ref_log_probs", batch.ref_log_probs, /*required=*/options.kl_coef != 0);
+  check.PerToken("rollout_is_weights", batch.rollout_is_weights, /*required=*/false);
   RETURN_IF_ERROR(check.status());
   const auto rows_of = [](const at::Tensor& t, const at::Tensor& rows) {
     return t.defined() ? t.index_select(0, rows) : t;
@@ -34,8 +35,8 @@ absl::StatusOr<UpdateMetrics> UpdatePolicy(TrainedModel& trained, const PolicyUp
     const ScoredPositions scored =
         ForwardMicroBatch(model, batch.input_ids.index_select(0, rows),
                           rows_of(batch.attention_mask, rows), options.loop.micro.packed);
-    auto [flat_log_prob, flat_entropy] =
-        ChunkedLogProbs(scored.hidden, model->HeadWeight(), scored.targets);
+    auto [flat_log_prob, flat_entropy] = ChunkedLogProbs(
+        TemperatureScaled(scored.hidden, options.temperature), model->HeadWeight(), scored.targets);
     const at::Tensor log_prob = scored.Unflatten(flat_log_prob);  // (n, T-1)
     const at::Tensor entropy = scored.Unflatten(flat_entropy);
     const at::Tensor old_log_prob = batch.old_log_probs.defined()
@@ -43,7 +44,7 @@ absl::StatusOr<UpdateMetrics> UpdatePolicy(TrainedModel& trained, const PolicyUp
                                         : log_prob.detach();
     const PolicyLoss policy =
         ComputePolicyLoss(log_prob, old_log_prob, batch.advantages.index_select(0, rows), mask,
-                          options.policy, micro.scale);
+                          options.policy, micro.scale, rows_of(batch.rollout_is_weights, rows));
     // As verl's actor: the entropy bonus and the KL loss aggregate like the policy loss.
     at::Tensor loss = policy.loss;
     if (options.entropy_coeff != 0) {

@@ -21,6 +21,8 @@ struct PolicyUpdateBatch {
   at::Tensor old_log_probs;   // (B, T-1) under the rollout policy; see UpdatePolicy
   at::Tensor advantages;      // (B, T-1)
   at::Tensor ref_log_probs;   // (B, T-1), required with a KL loss
+  // (B, T-1), optional: the rollout correction's weights of each token's policy loss.
+  at::Tensor rollout_is_weights;
 };
 
 struct PolicyUpdateOptions {
@@ -29,6 +31,9 @@ struct PolicyUpdateOptions {
   double entropy_coeff = 0.0;
   double kl_coef = 0.0;  // KL loss weight; 0 disables it
   v1::KlEstimator kl_estimator = v1::KL_ESTIMATOR_K3;
+  // The rollout's sampling temperature: log-probs and entropy are those of softmax(logits / T),
+  // the distribution the responses were drawn from (verl's actor divides its logits the same).
+  double temperature = 1.0;
 };
 
 // Updates `model` in place. The policy loss, the entropy bonus and the KL loss aggregate as

@@ -25,6 +25,17 @@ std::string NonFiniteGradientOrigin(model::Transformer& module) {
   return found ? names[*found] : "";
 }
 
+TrainedModel::OwnedPieces TrainedModel::Pieces() {
+  OwnedPieces pieces;
+  std::vector<PieceSpan> whole;
+  for (const auto& item : module()->named_parameters()) {
+    whole.push_back({.name = item.key(), .offset = 0, .count = item.value().numel()});
+    pieces.values.push_back(item.value().detach().reshape(-1));
+  }
+  pieces.layout.assign(static_cast<size_t>(replicas()), whole);
+  return pieces;
+}
+
 absl::StatusOr<std::optional<std::string>> TrainedModel::NonFiniteParameter() {
   std::vector<std::string> names;
   std::vector<at::Tensor> tensors;

@@ -70,6 +70,20 @@ class TrainedModel {
   using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
   virtual NamedTensors StateTensors() = 0;
 
+  // Which rank holds which part of the trained weights as its source of truth (what the
+  // rollout's weights are checked against): every replica every parameter whole where each holds
+  // the module (this default), each rank the pieces in its shards under ZeRO-3.
+  struct PieceSpan {
+    std::string name;    // a parameter
+    int64_t offset = 0;  // its elements [offset, offset + count), flattened
+    int64_t count = 0;
+  };
+  struct OwnedPieces {
+    std::vector<std::vector<PieceSpan>> layout;  // every replica's pieces, by rank
+    std::vector<at::Tensor> values;              // this rank's pieces (its layout's order), flat
+  };
+  virtual OwnedPieces Pieces();
+
  protected:
   std::string nonfinite_gradient_;
 };

@@ -3,7 +3,9 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -263,6 +265,43 @@ absl::StatusOr<std::optional<std::string>> FullyShardedModel::NonFiniteParameter
   const size_t unit = masters.size() - static_cast<size_t>(found[0]);
   if (unit < layers_.size()) return absl::StrCat("model.layers.", unit, ".*");
   return std::string("the embeddings, final norm or head (outside model.layers)");
+}
+
+TrainedModel::OwnedPieces FullyShardedModel::Pieces() {
+  std::map<const void*, std::string> names;  // Module tensor → its name.
+  for (const auto& item : model_->named_parameters()) {
+    names[item.value().unsafeGetTensorImpl()] = item.key();
+  }
+  std::vector<Unit*> units;
+  for (auto& layer : layers_) units.push_back(layer.get());
+  units.push_back(root_.get());
+  OwnedPieces pieces;
+  pieces.layout.resize(static_cast<size_t>(group_.size()));
+  for (int rank = 0; rank < group_.size(); ++rank) {
+    for (Unit* unit : units) {
+      // A rank's shard is elements [first, first + shard_size) of the unit's parameters
+      // flattened and concatenated (then padded).
+      const int64_t first = rank * unit->shard_size;
+      int64_t offset = 0;
+      for (size_t i = 0; i < unit->params.size(); ++i) {
+        int64_t numel = 1;
+        for (int64_t size : unit->shapes[i]) numel *= size;
+        const int64_t begin = std::max(offset, first);
+        const int64_t end = std::min(offset + numel, first + unit->shard_size);
+        if (begin < end) {
+          pieces.layout[rank].push_back({.name = names.at(unit->params[i].unsafeGetTensorImpl()),
+                                         .offset = begin - offset,
+                                         .count = end - begin});
+          if (rank == group_.rank()) {
+            pieces.values.push_back(unit->master.narrow(0, begin - first, end - begin)
+                                        .to(unit->param_options.dtype().toScalarType()));
+          }
+        }
+        offset += numel;
+      }
+    }
+  }
+  return pieces;
 }
 
 absl::StatusOr<std::vector<at::Tensor>> FullyShardedModel::FullParameters() {

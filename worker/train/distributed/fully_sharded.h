@@ -53,6 +53,8 @@ class FullyShardedModel final : public TrainedModel {
   absl::StatusOr<std::optional<std::string>> NonFiniteParameter() override;
   // Each unit's master shard ("unit.<k>") and the AdamW state over them.
   NamedTensors StateTensors() override;
+  // The pieces of the parameters in each rank's shards of the units.
+  OwnedPieces Pieces() override;
   // The full parameters, in the model's parameter order (an all-gather of every unit).
   absl::StatusOr<std::vector<at::Tensor>> FullParameters();
 

@@ -1,0 +1,196 @@
+// schedule_bench: what trainer.mode does to a step's time, over simulated workers whose stages
+// take set durations. Each simulated worker runs its rollout and its training on two lanes of its
+// own (a rollout placed apart from the trainer, as a rollout pool will be): Generate takes
+// --sync_ms (bringing the weights over) plus --generate_ms on the rollout lane, UpdateActor
+// --train_ms on the training lane, every other stage answers at once. The driver's own JobStages
+// runs a PPO job over them in each mode: sync should take about generate + train + sync per step,
+// one_step_off (the next step's rollout overlapping this step's training) about
+// max(generate + sync, train).
+//   schedule_bench --generate_ms=2000 --train_ms=2000 --sync_ms=100 --steps=5
+// Prints one JSON line per mode and a table.
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status/status_macros.h"
+#include "common/util/event_loop.h"
+#include "controller/driver/job_stages.h"
+
+ABSL_FLAG(std::string, modes, "sync,one_step_off", "Comma-separated trainer.mode values");
+ABSL_FLAG(int, generate_ms, 2000, "Generate's duration on each actor rank");
+ABSL_FLAG(int, train_ms, 2000, "UpdateActor's duration on each actor rank");
+ABSL_FLAG(int, sync_ms, 100, "The weight update before each Generate");
+ABSL_FLAG(int, steps, 5, "Timed steps per mode (after one untimed step)");
+ABSL_FLAG(int, workers, 8, "Simulated workers: half actor, a quarter critic, reference, reward");
+
+namespace rlhfd {
+namespace {
+
+struct Durations {
+  absl::Duration generate, train, sync;
+};
+
+// One simulated worker: a lane for its rollout and one for its training, each running its calls
+// in order; stages without a duration answer at once.
+class TimedStages final : public stages::StageService {
+ public:
+  explicit TimedStages(Durations durations) : durations_(durations) {}
+
+  void Generate(const v1::GenerateRequest&, absl::Duration,
+                stages::StageDone<v1::GenerateReply> done) override {
+    rollout_.Post([this, done = std::move(done)] {
+      absl::SleepFor(durations_.sync + durations_.generate);
+      done(v1::GenerateReply());
+    });
+  }
+  void UpdateActor(const v1::UpdateRequest&, absl::Duration,
+                   stages::StageDone<v1::UpdateReply> done) override {
+    training_.Post([this, done = std::move(done)] {
+      absl::SleepFor(durations_.train);
+      done(v1::UpdateReply());
+    });
+  }
+#define RLHFD_AT_ONCE(Name, Request, Reply)                                                   \
+  void Name(const v1::Request&, absl::Duration, stages::StageDone<v1::Reply> done) override { \
+    done(v1::Reply());                                                                        \
+  }
+  RLHFD_AT_ONCE(PrepareJob, PrepareJobRequest, PrepareJobReply)
+  RLHFD_AT_ONCE(StartJob, StartJobRequest, StartJobReply)
+  RLHFD_AT_ONCE(MoveTensors, MoveTensorsRequest, MoveTensorsReply)
+  RLHFD_AT_ONCE(Forward, ForwardRequest, ForwardReply)
+  RLHFD_AT_ONCE(ComputeRewards, RewardRequest, RewardReply)
+  RLHFD_AT_ONCE(ComputeAdvantages, AdvantageRequest, AdvantageReply)
+  RLHFD_AT_ONCE(UpdateCritic, UpdateRequest, UpdateReply)
+  RLHFD_AT_ONCE(Validate, ValidateRequest, ValidateReply)
+  RLHFD_AT_ONCE(SaveCheckpoint, CheckpointRequest, CheckpointReply)
+  RLHFD_AT_ONCE(CommitCheckpoint, CheckpointRequest, CheckpointReply)
+  RLHFD_AT_ONCE(LoadCheckpoint, CheckpointRequest, CheckpointReply)
+  RLHFD_AT_ONCE(Offload, OffloadRequest, OffloadReply)
+  RLHFD_AT_ONCE(DumpBatch, DumpBatchRequest, DumpBatchReply)
+  RLHFD_AT_ONCE(MeasurePrompts, MeasurePromptsRequest, MeasurePromptsReply)
+  RLHFD_AT_ONCE(EndJob, EndJobRequest, EndJobReply)
+#undef RLHFD_AT_ONCE
+
+ private:
+  Durations durations_;
+  EventLoop rollout_, training_;
+};
+
+v1::JobSpec Spec(int workers, v1::TrainerMode mode) {
+  v1::JobSpec spec;
+  spec.set_name("schedule-bench");
+  spec.set_placement(v1::PLACEMENT_SPLIT);
+  spec.mutable_algorithm()->set_adv_estimator(v1::ADVANTAGE_ESTIMATOR_GAE);
+  spec.mutable_trainer()->set_mode(mode);
+  v1::RolesSpec& roles = *spec.mutable_roles();
+  roles.mutable_actor()->set_gpus(workers / 2);
+  roles.mutable_actor()->mutable_rollout()->set_n(1);
+  roles.mutable_critic()->set_gpus(workers / 4);
+  roles.mutable_reference()->set_gpus(workers / 8);
+  roles.mutable_reward()->set_model("/simulated/reward-model");
+  roles.mutable_reward()->set_gpus(workers - workers / 2 - workers / 4 - workers / 8);
+  return spec;
+}
+
+struct Result {
+  std::string mode;
+  double step_s = 0;            // the timed steps' mean
+  double generate_ahead_s = 0;  // one_step_off: the next rollout's time within a step (mean)
+};
+
+controller::StepPlan Plan(int64_t step, int64_t prompts) {
+  controller::StepPlan plan{.step = step, .seed = static_cast<uint64_t>(step)};
+  for (int64_t p = 0; p < prompts; ++p) {
+    v1::PromptRow row;
+    row.set_text(absl::StrCat("prompt ", p));
+    plan.prompts.push_back(std::move(row));
+  }
+  return plan;
+}
+
+absl::StatusOr<Result> Run(const std::string& mode_name, int workers, int steps,
+                           Durations durations) {
+  v1::TrainerMode mode = v1::TRAINER_MODE_UNSPECIFIED;
+  if (mode_name == "sync") mode = v1::TRAINER_MODE_SYNC;
+  if (mode_name == "one_step_off") mode = v1::TRAINER_MODE_ONE_STEP_OFF;
+  if (mode == v1::TRAINER_MODE_UNSPECIFIED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--modes: '", mode_name, "' is not sync or one_step_off"));
+  }
+  std::vector<std::unique_ptr<TimedStages>> simulated;
+  std::vector<stages::StageService*> ranks;
+  for (int i = 0; i < workers; ++i) {
+    simulated.push_back(std::make_unique<TimedStages>(durations));
+    ranks.push_back(simulated.back().get());
+  }
+  const v1::JobSpec spec = Spec(workers, mode);
+  controller::JobStages job("job-schedule", spec, ranks,
+                            {.stage_deadline = absl::Minutes(1), .overlap_rollout = true});
+  RETURN_IF_ERROR(job.Start(steps + 1));
+  const int64_t prompts = spec.roles().actor().gpus();
+  Result result{.mode = mode_name};
+  for (int64_t step = 1; step <= steps + 1; ++step) {
+    const controller::StepPlan plan = Plan(step, prompts);
+    const controller::StepPlan next = Plan(step + 1, prompts);
+    ASSIGN_OR_RETURN(const controller::Metrics metrics,
+                     job.RunStep(plan, step <= steps ? &next : nullptr));
+    if (step == 1) continue;  // the first step has no rollout made ahead
+    result.step_s += metrics.at("timing_s/step") / steps;
+    if (const auto ahead = metrics.find("timing_s/generate_ahead"); ahead != metrics.end()) {
+      result.generate_ahead_s += ahead->second / std::max(1, steps - 1);  // all but the last
+    }
+  }
+  job.End();
+  return result;
+}
+
+int Main() {
+  const Durations durations{.generate = absl::Milliseconds(absl::GetFlag(FLAGS_generate_ms)),
+                            .train = absl::Milliseconds(absl::GetFlag(FLAGS_train_ms)),
+                            .sync = absl::Milliseconds(absl::GetFlag(FLAGS_sync_ms))};
+  const int workers = absl::GetFlag(FLAGS_workers);
+  if (workers < 8 || absl::GetFlag(FLAGS_steps) < 1) {
+    std::cerr << "error: --workers must be at least 8 and --steps at least 1\n";
+    return 2;
+  }
+  std::vector<Result> results;
+  for (absl::string_view mode : absl::StrSplit(absl::GetFlag(FLAGS_modes), ',')) {
+    absl::StatusOr<Result> result =
+        Run(std::string(mode), workers, absl::GetFlag(FLAGS_steps), durations);
+    if (!result.ok()) {
+      std::cerr << "error: " << result.status().message() << "\n";
+      return 1;
+    }
+    std::cout << nlohmann::json{{"mode", result->mode},
+                                {"workers", workers},
+                                {"generate_ms", absl::GetFlag(FLAGS_generate_ms)},
+                                {"train_ms", absl::GetFlag(FLAGS_train_ms)},
+                                {"sync_ms", absl::GetFlag(FLAGS_sync_ms)},
+                                {"steps", absl::GetFlag(FLAGS_steps)},
+                                {"step_s", result->step_s},
+                                {"generate_ahead_s", result->generate_ahead_s}}
+                     .dump()
+              << std::endl;
+    results.push_back(*result);
+  }
+  std::printf("\n%14s %10s %20s\n", "mode", "step s", "next rollout s");
+  for (const Result& r : results) {
+    std::printf("%14s %10.3f %20.3f\n", r.mode.c_str(), r.step_s, r.generate_ahead_s);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace rlhfd
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return rlhfd::Main();
+}

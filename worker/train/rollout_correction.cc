@@ -1,0 +1,88 @@
+#include "worker/train/rollout_correction.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <limits>
+
+#include "common/status/status_macros.h"
+
+namespace rlhfd::train {
+namespace {
+
+constexpr double kSafetyBound = 20.0;  // verl's SAFETY_BOUND on log-ratios before exp
+
+double Item(const at::Tensor& scalar) { return scalar.to(at::kDouble).item<double>(); }
+
+}  // namespace
+
+absl::StatusOr<RolloutCorrection> ComputeRolloutCorrection(const at::Tensor& old_log_probs,
+                                                           const at::Tensor& rollout_log_probs,
+                                                           const at::Tensor& response_mask,
+                                                           const RolloutCorrectionOptions& options,
+                                                           const ReplicaSum& reduce) {
+  at::NoGradGuard no_grad;
+  const at::Tensor mask = response_mask.to(at::kDouble);
+  const at::Tensor log_ratio = (old_log_probs.to(at::kDouble) - rollout_log_probs.to(at::kDouble));
+  // The raw weights (zero past each response), and what the high/low fractions count over:
+  // tokens, or for "sequence" one log-ratio sum per response with tokens.
+  at::Tensor raw, ratio_for_fractions, counted;
+  if (options.sequence) {
+    const at::Tensor sums = (log_ratio * mask).sum(1, /*keepdim=*/true);
+    raw = sums.clamp(-kSafetyBound, kSafetyBound).exp().expand_as(log_ratio) * mask;
+    ratio_for_fractions = sums.squeeze(1);
+    counted = mask.sum(1).gt(0).to(at::kDouble);
+  } else {
+    raw = log_ratio.clamp(-kSafetyBound, kSafetyBound).exp() * mask;
+    ratio_for_fractions = log_ratio;
+    counted = mask;
+  }
+  at::Tensor weights = raw.clamp_max(options.threshold);
+  const double log_high = std::log(options.threshold), log_low = -std::log(options.threshold);
+  const double infinity = std::numeric_limits<double>::infinity();
+  const at::Tensor valid = mask.gt(0);
+  // Sums over this rank's rows, then over every replica's.
+  std::vector<double> sums = {
+      Item(mask.sum()),
+      Item((weights * mask).sum()),
+      Item(counted.sum()),
+      Item((ratio_for_fractions.gt(log_high).to(at::kDouble) * counted).sum()),
+      Item((ratio_for_fractions.lt(log_low).to(at::kDouble) * counted).sum()),
+      Item(((rollout_log_probs.to(at::kDouble) - old_log_probs.to(at::kDouble)) * mask).sum()),
+      Item(((log_ratio.exp() - log_ratio - 1) * mask).sum()),
+      Item(mask.sum(1).gt(0).to(at::kDouble).sum()),
+      Item((weights.sum(1) / mask.sum(1).clamp_min(1)).sum()),  // each response's mean weight
+  };
+  RETURN_IF_ERROR(reduce(sums, /*maximum=*/false));
+  // Extremes, as verl: of the weights applied ("token"), of the raw sequence weights in log
+  // space ("sequence"); the smallest as the largest negation.
+  const at::Tensor of = options.sequence ? ratio_for_fractions : weights;
+  const at::Tensor among = options.sequence ? counted.gt(0) : valid;
+  std::vector<double> extremes = {Item(of.masked_fill(among.logical_not(), -infinity).max()),
+                                  -Item(of.masked_fill(among.logical_not(), infinity).min())};
+  RETURN_IF_ERROR(reduce(extremes, /*maximum=*/true));
+  if (options.sequence) {
+    extremes[0] = std::exp(std::min(extremes[0], kSafetyBound));
+    extremes[1] = -std::exp(-extremes[1]);
+  }
+  const double tokens = std::max(sums[0], 1.0), responses = std::max(sums[2], 1.0);
+  RolloutCorrection out;
+  auto& metrics = out.metrics;
+  metrics["rollout_corr/rollout_is_mean"] = sums[1] / tokens;
+  metrics["rollout_corr/rollout_is_max"] = extremes[0];
+  metrics["rollout_corr/rollout_is_min"] = -extremes[1];
+  metrics["rollout_corr/rollout_is_ratio_fraction_high"] = sums[3] / responses;
+  metrics["rollout_corr/rollout_is_ratio_fraction_low"] = sums[4] / responses;
+  metrics["rollout_corr/kl"] = sums[5] / tokens;
+  metrics["rollout_corr/k3_kl"] = sums[6] / tokens;
+  if (options.batch_normalize) {
+    // Over tokens ("token") or over responses' mean weights ("sequence"), as verl.
+    const double mean = options.sequence ? sums[8] / std::max(sums[7], 1.0) : sums[1] / tokens;
+    if (mean > 1e-8) weights = weights / mean;
+    metrics["rollout_corr/rollout_is_batch_norm_factor"] = mean > 1e-8 ? mean : 1.0;
+  }
+  out.weights = weights.to(at::kFloat);
+  return out;
+}
+
+}  // namespace rlhfd::train
