@@ -303,15 +303,15 @@ absl::Status JobDriver::RunOneStep(JobStages& job, const RunData& run, int64_t s
   }
   absl::StatusOr<StepResult> stepped = job.RunStepStages(plan, next ? &*next : nullptr);
   if (!stepped.ok()) {
-    // A bad prompt of the next step's rollout is named by that step's rows.
-    const bool in_next = next && absl::StrContains(stepped.status().message(),
-                                                   absl::StrCat("step ", step + 1, " generate"));
+    // A bad prompt of the next step's rollout is named by that step's rows, and this step's batch
+    // is not what failed.
+    const bool in_next = FailedRolloutStep(stepped.status()) == step + 1;
     const absl::Status failed =
         WithOrigin(stepped.status(), run.train, in_next ? next_rows.rows : rows.rows);
     // A step that failed after its batch was complete (a non-finite update, say) leaves the batch
     // where it can be replayed; a stage before that left none, and the dump says so. A lost
     // worker (a fault: the job recovers) or a cancellation has no one to ask.
-    if (trainer.rollout_data_dir().empty() || IsFault(failed) ||
+    if (trainer.rollout_data_dir().empty() || IsFault(failed) || in_next ||
         failed.code() == absl::StatusCode::kCancelled) {
       return failed;
     }

@@ -33,7 +33,7 @@ struct JobStagesOptions {
   int64_t attempt = 1;
   // trainer.mode one_step_off: run the next step's rollout while the step's other stages run
   // (RolloutSchedule::overlap). Only where the ranks that generate take stage calls of two steps
-  // at once: simulated workers (dispatch_bench) until the rollout has a pool of its own.
+  // at once: simulated workers (schedule_bench) until the rollout has a pool of its own.
   bool overlap_rollout = false;
 };
 

@@ -4,6 +4,8 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/algorithms/algorithm_traits.h"
 #include "common/algorithms/on_policy.h"
@@ -50,14 +52,16 @@ class StepRun {
       if (schedule.overlap) {
         next = std::async(std::launch::async, generate_next);
       } else {
-        ASSIGN_OR_RETURN(result.next_rollout, generate_next());
+        absl::StatusOr<StepRollout> made = generate_next();
+        if (!made.ok()) return WithFailedRollout(made.status(), next_plan.step);
+        result.next_rollout = *std::move(made);
       }
     }
     absl::Status trained = Train(critic);
     if (next.valid()) {
       // Joined whatever this step's stages came to: the call holds references to this run.
       absl::StatusOr<StepRollout> made = next.get();
-      if (trained.ok() && !made.ok()) trained = made.status();
+      if (trained.ok() && !made.ok()) trained = WithFailedRollout(made.status(), plan_.step + 1);
       if (made.ok()) result.next_rollout = *std::move(made);
     }
     RETURN_IF_ERROR(trained);
@@ -292,6 +296,22 @@ absl::Status StepRun::UpdateActor() {
 }
 
 }  // namespace
+
+namespace {
+constexpr absl::string_view kFailedRolloutStep = "type.rlhfd.dev/failed-rollout-step";
+}  // namespace
+
+absl::Status WithFailedRollout(absl::Status status, int64_t step) {
+  status.SetPayload(kFailedRolloutStep, absl::Cord(absl::StrCat(step)));
+  return status;
+}
+
+std::optional<int64_t> FailedRolloutStep(const absl::Status& status) {
+  const auto payload = status.GetPayload(kFailedRolloutStep);
+  int64_t step = 0;
+  if (!payload || !absl::SimpleAtoi(std::string(*payload), &step)) return std::nullopt;
+  return step;
+}
 
 absl::StatusOr<StepResult> RunStepStages(const PoolCalls& pools, const v1::JobSpec& spec,
                                          const StepPlan& plan, OptimizerSteps& optimizer_steps,

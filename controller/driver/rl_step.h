@@ -59,9 +59,14 @@ struct RolloutSchedule {
   // Whether the next step's rollout runs while this step's other stages do (a rollout placed
   // apart from the pools that train), or first, awaited (the hybrid engine: the actor's ranks
   // generate and train in turn, and two stage calls of different steps must reach every rank in
-  // the same order).
+  // the same order). Only schedule_bench's simulated workers overlap yet.
   bool overlap = false;
 };
+
+// A step that failed in the next step's rollout (one_step_off) says so: that step's number, for
+// naming its bad prompt by its own rows.
+absl::Status WithFailedRollout(absl::Status status, int64_t step);
+std::optional<int64_t> FailedRolloutStep(const absl::Status& status);
 
 // Runs the stages of `plan`'s step on `pools`. The step's own time is not among the metrics:
 // RecordStepTime (step_metrics.h) over whatever span the caller counts as the step.

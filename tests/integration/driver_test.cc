@@ -1076,6 +1076,15 @@ TEST_CASE("Cancel mid-step: CANCELLED within 10 s and the workers take a new job
   CHECK(job.state() == v1::JOB_STATE_SUCCEEDED);
 }
 
+// Line `number` (from 1) of `path`, without its newline.
+std::string ReadLine(const std::string& path, int number) {
+  std::ifstream in(path);
+  std::string line;
+  for (int i = 0; i < number && std::getline(in, line); ++i) {
+  }
+  return line;
+}
+
 TEST_CASE("Bad input fails the job naming what to fix; the daemons keep serving",
           "[driver][bad-input]") {
   DriverCluster cluster;
@@ -1120,6 +1129,19 @@ TEST_CASE("Bad input fails the job naming what to fix; the daemons keep serving"
                      "\", \"ground_truth\": \"15\"}\n" + rows);
   const std::string overlong =
       cluster.Submit(config, with({"data.train_files=[" + long_file + "]", "data.shuffle=false"}));
+  // one_step_off: the over-long prompt is the first of step 2's batch, whose rollout step 1
+  // generates; the error names its line all the same.
+  const std::string ahead_file = dir.path() + "/ahead.jsonl";
+  {
+    std::string lines = rows;
+    std::string long_row = ReadLine(long_file, 2);
+    size_t eighth = 0;
+    for (int i = 0; i < 8; ++i) eighth = lines.find('\n', eighth) + 1;
+    write(ahead_file, lines.substr(0, eighth) + long_row + "\n" + lines.substr(eighth));
+  }
+  const std::string ahead =
+      cluster.Submit(config, with({"data.train_files=[" + ahead_file + "]", "data.shuffle=false",
+                                   "trainer.total_steps=2", "trainer.mode=one_step_off"}));
   // A 10 MB ground truth: over the limit of a row, refused naming its file, line and key.
   const std::string huge_file = dir.path() + "/huge.jsonl";
   write(huge_file, rows.substr(0, rows.find('\n') + 1) +
@@ -1152,6 +1174,7 @@ TEST_CASE("Bad input fails the job naming what to fix; the daemons keep serving"
   failed_with(missing, {data});
   failed_with(malformed, {malformed_file + ":17"});
   failed_with(overlong, {long_file + ":2", "max_prompt_length"});
+  failed_with(ahead, {ahead_file + ":9", "max_prompt_length", "step 2 generate"});
   failed_with(bad_model, {model_dir + "/model.safetensors"});
   failed_with(huge, {huge_file + ":2", "'ground_truth'"});
   failed_with(heavy, {"data.train_files", heavy_file + ":4", "data.train_batch_size"});

@@ -3,6 +3,7 @@
 // the engine functions; stored replies; refusals of bad input.
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
@@ -42,14 +43,15 @@ using testing::TestSpec;
 
 // One role host per world rank of `spec`, on loopback.
 struct Hosts {
-  explicit Hosts(const v1::JobSpec& spec) {
+  explicit Hosts(const v1::JobSpec& spec, RolloutWeightsHook hook = nullptr) {
     at::set_num_threads(1);
     const int world = WorldSize(PlacePools(spec));
     for (int r = 0; r < world; ++r) {
-      hosts.push_back(std::make_unique<RoleHost>(
-          RoleHostOptions{.device = at::kCPU,
-                          .host = "127.0.0.1",
-                          .collective_timeout = std::chrono::seconds(60)}));
+      hosts.push_back(
+          std::make_unique<RoleHost>(RoleHostOptions{.device = at::kCPU,
+                                                     .host = "127.0.0.1",
+                                                     .collective_timeout = std::chrono::seconds(60),
+                                                     .rollout_weights_hook = hook}));
       services.push_back(hosts.back().get());
     }
   }
@@ -240,15 +242,16 @@ TEST_CASE("verify_weight_sync: a byte flipped in one rank's rollout weights fail
           "[roles][weight_sync]") {
   const v1::JobSpec spec =
       TestSpec(kGrpoJob, {"roles.actor.train.zero_stage=3", "trainer.verify_weight_sync=2"});
-  Hosts hosts(spec);
-  JobStages job("job-flip", spec, hosts.services);
-  REQUIRE(job.Start(3).ok());
   const char* const kFlipped = "model.layers.1.mlp.down_proj.weight";
-  SetRolloutWeightsHookForTesting([&](model::Transformer& weights, int rank) {
-    if (rank != 1) return;
+  // Set for step 1 only.
+  auto flip = std::make_shared<std::atomic<bool>>(true);
+  Hosts hosts(spec, [flip, kFlipped](model::Transformer& weights, int rank) {
+    if (rank != 1 || !flip->load()) return;
     at::Tensor tensor = weights->named_parameters()[kFlipped];
     static_cast<uint8_t*>(tensor.data_ptr())[tensor.nbytes() - 3] ^= 0x04;
   });
+  JobStages job("job-flip", spec, hosts.services);
+  REQUIRE(job.Start(3).ok());
   // Step 1 is checked and fails; step 2 is not checked (every 2 steps) and runs on the copy the
   // next update rebuilds.
   const absl::StatusOr<controller::Metrics> failed =
@@ -260,7 +263,7 @@ TEST_CASE("verify_weight_sync: a byte flipped in one rank's rollout weights fail
              Catch::Contains("trainer.verify_weight_sync: step 1") &&
                  Catch::Contains(absl::StrCat(kFlipped, " in actor rank 1's rollout weights")) &&
                  Catch::Contains("trained crc32c"));
-  SetRolloutWeightsHookForTesting(nullptr);
+  flip->store(false);
   const absl::StatusOr<controller::Metrics> unchecked =
       job.RunStep({.step = 2, .prompts = TestPrompts(2), .seed = 2});
   INFO(unchecked.status());

@@ -295,9 +295,14 @@ void CheckAgainstOneProcess(const v1::JobSpec& job_spec,
                               {"rollout_log_probs"}) < 1e-4);
     }
     if (algorithms::AppliesRolloutIsWeights(spec)) {
+      const v1::RolloutCorrectionSpec& correction = spec.algorithm().rollout_correction();
       CHECK(metrics->at("rollout_corr/rollout_is_mean") > 0);
-      CHECK(metrics->at("rollout_corr/rollout_is_max") <=
-            spec.algorithm().rollout_correction().rollout_is_threshold());
+      // Token weights are truncated at the threshold (the sequence extremes are raw, as verl's).
+      if (correction.rollout_is() == "token") {
+        CHECK(metrics->at("rollout_corr/rollout_is_max") <= correction.rollout_is_threshold());
+      }
+      CHECK(metrics->at("rollout_corr/rollout_is_ratio_fraction_high") >= 0);
+      CHECK(metrics->at("rollout_corr/rollout_is_ratio_fraction_high") <= 1);
       CHECK(metrics->count("rollout_corr/k3_kl") == 1);
     }
     if (spec.roles().has_reference()) compared.push_back("ref_log_probs");

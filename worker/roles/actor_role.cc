@@ -82,11 +82,9 @@ absl::Status PutRollout(const v1::GenerateRequest& request, const PromptRequests
 ActorRole::ActorRole(const v1::JobSpec& spec, const at::Device& device, model::Tokenizer tokenizer)
     : spec_(spec), device_(device), tokenizer_(std::move(tokenizer)) {}
 
-absl::StatusOr<std::unique_ptr<ActorRole>> ActorRole::Create(const v1::JobSpec& spec,
-                                                             const at::Device& device,
-                                                             const JobLayout& layout,
-                                                             parallel::Communicator& pool,
-                                                             int64_t rl_steps) {
+absl::StatusOr<std::unique_ptr<ActorRole>> ActorRole::Create(
+    const v1::JobSpec& spec, const at::Device& device, const JobLayout& layout,
+    parallel::Communicator& pool, int64_t rl_steps, RolloutWeightsHook hook) {
   const v1::ModelSpec& model_spec = spec.model();
   const std::string tokenizer_dir =
       model_spec.tokenizer_path().empty() ? model_spec.path() : model_spec.tokenizer_path();
@@ -116,7 +114,7 @@ absl::StatusOr<std::unique_ptr<ActorRole>> ActorRole::Create(const v1::JobSpec& 
   role->schedule_.emplace(train,
                           std::max<int64_t>(1, rl_steps * OptimizerStepsPerRlStep(spec, train)));
   role->hybrid_ = std::make_unique<HybridEngine>(role->spec_, device, pool, *role->trained_,
-                                                 std::move(tp_group));
+                                                 std::move(tp_group), std::move(hook));
   return role;
 }
 

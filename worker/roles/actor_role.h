@@ -25,11 +25,9 @@ class ActorRole final : public TrainedRole {
   // Loads model.path (a causal LM) and its tokenizer on `device`, in the training layout over
   // `pool` (the actor pool of `layout`, which must outlive the role). `rl_steps` sizes the LR
   // schedule.
-  static absl::StatusOr<std::unique_ptr<ActorRole>> Create(const v1::JobSpec& spec,
-                                                           const at::Device& device,
-                                                           const JobLayout& layout,
-                                                           parallel::Communicator& pool,
-                                                           int64_t rl_steps);
+  static absl::StatusOr<std::unique_ptr<ActorRole>> Create(
+      const v1::JobSpec& spec, const at::Device& device, const JobLayout& layout,
+      parallel::Communicator& pool, int64_t rl_steps, RolloutWeightsHook hook = nullptr);
 
   // Generates rollout.n responses to each of this rank's prompts, agrees P and R with the pool,
   // and starts `batch` for the step with this rank's rows (`rows` of `total_rows`): input_ids,

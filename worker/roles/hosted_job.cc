@@ -8,7 +8,10 @@
 namespace rlhfd::roles {
 
 StepBatch& HostedJob::BatchOf(int64_t step) {
-  batches.erase(batches.begin(), batches.lower_bound(step - 1));
+  // one_step_off: step s's stages follow step s + 1's rollout; otherwise a step's memory goes
+  // as soon as the next one begins.
+  const bool one_step_off = spec.trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF;
+  batches.erase(batches.begin(), batches.lower_bound(one_step_off ? step - 1 : step));
   return batches[step];
 }
 

@@ -62,8 +62,8 @@ struct HostedJob {
   HostedRole* Role(v1::Role role);
   // The trained roles this rank hosts, actor first.
   std::vector<std::pair<v1::Role, TrainedRole*>> TrainedRoles();
-  // The rows this rank holds of `step` (none begun when it holds none yet). Steps before
-  // step - 1 are dropped: no stage goes back to them.
+  // The rows this rank holds of `step` (none begun when it holds none yet). Earlier steps are
+  // dropped (with trainer.mode one_step_off, those before step - 1): no stage goes back to them.
   StepBatch& BatchOf(int64_t step);
   // The communicator of `role`'s pool (this rank must be in it).
   parallel::Communicator& PoolOf(v1::Role role) { return *pools.at(role); }

@@ -39,27 +39,16 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> SplitRolloutGroup(
   return group;
 }
 
-namespace {
-
-std::function<void(model::Transformer&, int)>& RolloutWeightsHook() {
-  static auto* hook = new std::function<void(model::Transformer&, int)>();
-  return *hook;
-}
-
-}  // namespace
-
-void SetRolloutWeightsHookForTesting(std::function<void(model::Transformer&, int)> hook) {
-  RolloutWeightsHook() = std::move(hook);
-}
-
 HybridEngine::HybridEngine(const v1::JobSpec& spec, const at::Device& device,
                            parallel::Communicator& pool, train::TrainedModel& trained,
-                           std::unique_ptr<parallel::Communicator> tp_group)
+                           std::unique_ptr<parallel::Communicator> tp_group,
+                           RolloutWeightsHook hook)
     : spec_(spec),
       device_(device),
       pool_(pool),
       trained_(trained),
-      tp_group_(std::move(tp_group)) {}
+      tp_group_(std::move(tp_group)),
+      hook_(std::move(hook)) {}
 
 absl::StatusOr<model::Transformer> HybridEngine::WeightsIn(at::ScalarType dtype) {
   model::Transformer& trained = trained_.module();
@@ -120,7 +109,7 @@ absl::StatusOr<model::Transformer> HybridEngine::RolloutWeights(int64_t step) {
   last_check_.reset();
   ASSIGN_OR_RETURN(model::Transformer weights,
                    WeightsIn(WeightDtype(spec_, device_, /*trains=*/false)));
-  if (RolloutWeightsHook()) RolloutWeightsHook()(weights, pool_.rank());
+  if (hook_) hook_(weights, pool_.rank());
   rollout::Synchronize(device_);
   weights_update_s_ = SecondsSince(start);
   if (WeightSyncCheckDue(spec_, step)) {

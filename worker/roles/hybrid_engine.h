@@ -32,17 +32,17 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> SplitRolloutGroup(
     const v1::JobSpec& spec, const at::Device& device, const JobLayout& layout,
     parallel::Communicator& pool);
 
-// Tests: called on each rank with the rollout's weights right after every update, before any
-// check (to corrupt them as a faulty transfer would). Set before the engines run; null clears.
-void SetRolloutWeightsHookForTesting(
-    std::function<void(model::Transformer& weights, int pool_rank)> hook);
+// Tests: called on each actor rank with the rollout's weights right after they are brought up to
+// date, before any check, to corrupt them as a faulty transfer would.
+using RolloutWeightsHook = std::function<void(model::Transformer& weights, int pool_rank)>;
 
 class HybridEngine {
  public:
   // `pool` (the actor pool) and `trained` must outlive the engine; `tp_group` comes from
   // SplitRolloutGroup.
   HybridEngine(const v1::JobSpec& spec, const at::Device& device, parallel::Communicator& pool,
-               train::TrainedModel& trained, std::unique_ptr<parallel::Communicator> tp_group);
+               train::TrainedModel& trained, std::unique_ptr<parallel::Communicator> tp_group,
+               RolloutWeightsHook hook = nullptr);
 
   // Generates step `step`'s `requests` over the current weights (with tp > 1 every rank of the
   // group calls it together, each with its own requests), first checking them against the
@@ -95,6 +95,7 @@ class HybridEngine {
   std::optional<parallel::TensorParallelTransformer> tensor_parallel_;
   double weights_update_s_ = 0;
   std::optional<WeightSyncCheck> last_check_;
+  RolloutWeightsHook hook_;
 };
 
 }  // namespace rlhfd::roles

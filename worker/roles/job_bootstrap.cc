@@ -63,12 +63,14 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> ConnectWorld(
 }
 
 // The roles this rank hosts, each over its pool's communicator.
-absl::Status CreateRoles(HostedJob& job, int64_t total_steps, const at::Device& device) {
+absl::Status CreateRoles(HostedJob& job, int64_t total_steps, const RoleHostOptions& options) {
+  const at::Device& device = options.device;
   const int64_t rl_steps = std::max<int64_t>(1, total_steps);
   const v1::JobSpec& spec = job.spec;
   if (job.layout->Hosts(v1::ROLE_ACTOR)) {
-    ASSIGN_OR_RETURN(job.actor, ActorRole::Create(spec, device, *job.layout,
-                                                  job.PoolOf(v1::ROLE_ACTOR), rl_steps));
+    ASSIGN_OR_RETURN(job.actor,
+                     ActorRole::Create(spec, device, *job.layout, job.PoolOf(v1::ROLE_ACTOR),
+                                       rl_steps, options.rollout_weights_hook));
     ASSIGN_OR_RETURN(job.scorer, ResponseScorer::Create(spec.roles().reward()));
   }
   if (job.layout->Hosts(v1::ROLE_CRITIC)) {
@@ -140,7 +142,7 @@ absl::StatusOr<std::unique_ptr<HostedJob>> StartHostedJob(
                      job->world->Split(position >= 0 ? 0 : -1, position));
     if (split) job->pools[pool.role] = std::move(split);
   }
-  RETURN_IF_ERROR(CreateRoles(*job, request.total_steps(), options.device));
+  RETURN_IF_ERROR(CreateRoles(*job, request.total_steps(), options));
   for (const v1::Role role : job->layout->HostedRoles()) job->started.add_roles(role);
   return job;
 }

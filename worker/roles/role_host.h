@@ -19,6 +19,7 @@
 
 #include "common/stages/stage_service.h"
 #include "common/util/event_loop.h"
+#include "worker/roles/hybrid_engine.h"
 #include "worker/roles/prompt_encoding.h"
 
 namespace rlhfd::roles {
@@ -32,6 +33,8 @@ struct RoleHostOptions {
   std::string host = "127.0.0.1";
   // Rendezvous and collective deadline when StartJob gives none.
   std::chrono::milliseconds collective_timeout{300000};
+  // Tests: see HybridEngine's RolloutWeightsHook (corrupts the rollout's weights).
+  RolloutWeightsHook rollout_weights_hook;
 };
 
 class RoleHost final : public stages::StageService {

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -39,30 +42,66 @@ uint32_t ExtendWithCrc(uint32_t crc, uint32_t value) {
   return Crc32cExtend(crc, absl::string_view(reinterpret_cast<const char*>(&value), sizeof(value)));
 }
 
-// Every rank's trained pieces' CRC-32C, in the layout's order rank by rank, each piece cast to
-// the dtype the rollout holds it in (as the update casts it).
-absl::StatusOr<std::vector<uint32_t>> SharedTrainedCrcs(
-    const train::TrainedModel::OwnedPieces& pieces, const RolloutDtypes& dtypes,
-    parallel::Communicator& pool, const at::Device& device) {
-  if (pieces.layout.size() != static_cast<size_t>(pool.size())) {
-    return absl::InternalError(absl::StrCat("the trained weights are laid out over ",
-                                            pieces.layout.size(), " ranks, the actor pool has ",
-                                            pool.size()));
+// Every rank's trained pieces (TrainedModel::Pieces) and their CRC-32C in the layout's order
+// rank by rank, each piece cast to the dtype the rollout holds it in (as the update casts it).
+struct SharedPieces {
+  std::vector<std::vector<train::TrainedModel::PieceSpan>> layout;
+  std::vector<uint32_t> crcs;
+};
+
+// Every rank of `pool` calls it together; a rank's failure (a library error) is shared, so that
+// every rank returns an error rather than one waiting for the others in a later collective.
+absl::StatusOr<SharedPieces> ShareTrainedPieces(train::TrainedModel& trained,
+                                                const RolloutDtypes& dtypes,
+                                                parallel::Communicator& pool,
+                                                const at::Device& device) {
+  SharedPieces shared;
+  absl::Status local;
+  std::vector<double> mine;
+  try {
+    train::TrainedModel::OwnedPieces pieces = trained.Pieces();
+    shared.layout = std::move(pieces.layout);
+    if (shared.layout.size() != static_cast<size_t>(pool.size())) {
+      local = absl::InternalError(absl::StrCat("the trained weights are laid out over ",
+                                               shared.layout.size(), " ranks, the actor pool has ",
+                                               pool.size()));
+    } else {
+      const std::vector<train::TrainedModel::PieceSpan>& spans = shared.layout[pool.rank()];
+      for (size_t i = 0; i < spans.size(); ++i) {
+        const auto dtype = dtypes.find(spans[i].name);
+        const at::Tensor& values = pieces.values[i];
+        mine.push_back(TensorCrc32c(dtype == dtypes.end() ? values : values.to(dtype->second)));
+      }
+    }
+  } catch (const std::exception& error) {
+    local = absl::InternalError(
+        absl::StrCat("the trained weights' checksums: ", std::string(error.what()).substr(0, 300)));
   }
+  // Entries: every rank's CRCs at its place, then a failure flag per rank.
   size_t total = 0, first = 0;
+  if (local.ok()) {
+    for (int rank = 0; rank < pool.size(); ++rank) {
+      if (rank == pool.rank()) first = total;
+      total += shared.layout[rank].size();
+    }
+  }
+  // The failures first: a rank that failed cannot size the exchange of the CRCs.
+  std::vector<double> flags(static_cast<size_t>(pool.size()), 0.0);
+  flags[pool.rank()] = local.ok() ? 0.0 : 1.0;
+  RETURN_IF_ERROR(train::ReduceDoubles(pool, device, flags, train::ReplicaReduce::kMax));
+  RETURN_IF_ERROR(local);
   for (int rank = 0; rank < pool.size(); ++rank) {
-    if (rank == pool.rank()) first = total;
-    total += pieces.layout[rank].size();
+    if (flags[rank] != 0) {
+      return absl::InternalError(absl::StrCat("actor rank ", rank,
+                                              " could not checksum its trained weights (its log "
+                                              "says why)"));
+    }
   }
-  std::vector<double> shared(total, 0.0);
-  const std::vector<train::TrainedModel::PieceSpan>& mine = pieces.layout[pool.rank()];
-  for (size_t i = 0; i < mine.size(); ++i) {
-    const auto dtype = dtypes.find(mine[i].name);
-    const at::Tensor& values = pieces.values[i];
-    shared[first + i] = TensorCrc32c(dtype == dtypes.end() ? values : values.to(dtype->second));
-  }
-  RETURN_IF_ERROR(train::ReduceDoubles(pool, device, shared, train::ReplicaReduce::kMax));
-  return std::vector<uint32_t>(shared.begin(), shared.end());
+  std::vector<double> all(total, 0.0);
+  std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(first));
+  RETURN_IF_ERROR(train::ReduceDoubles(pool, device, all, train::ReplicaReduce::kMax));
+  shared.crcs.assign(all.begin(), all.end());
+  return shared;
 }
 
 double Fold(const std::vector<uint32_t>& crcs) {
@@ -94,53 +133,74 @@ absl::StatusOr<WeightSyncCheck> VerifyRolloutWeights(train::TrainedModel& traine
                                                      const at::Device& device, int64_t step) {
   const auto start = std::chrono::steady_clock::now();
   at::NoGradGuard no_grad;
-  const train::TrainedModel::OwnedPieces pieces = trained.Pieces();
-  ASSIGN_OR_RETURN(const std::vector<uint32_t> expected,
-                   SharedTrainedCrcs(pieces, DtypesOf(rollout), pool, device));
+  ASSIGN_OR_RETURN(const SharedPieces shared,
+                   ShareTrainedPieces(trained, DtypesOf(rollout), pool, device));
   // This rank's rollout weights against every rank's trained pieces: each rank checks the
-  // weights it will generate with, whole.
+  // weights it will generate from, whole. A span every replica holds alike (ZeRO-2) is summed
+  // once.
   const auto named = rollout->named_parameters();
   std::map<std::string, int64_t> index_of;
   for (size_t i = 0; i < named.size(); ++i) index_of[named[i].key()] = static_cast<int64_t>(i);
-  // This rank's first differing piece: [parameter index + 1 (0: none), trainer rank, first
-  // element, elements, trained CRC, rollout CRC].
+  // This rank's first finding: [parameter index + 1 (-1: this rank could not check), trainer
+  // rank, first element, elements, trained CRC, rollout CRC].
   constexpr int kFields = 6;
   std::vector<double> mine(kFields, 0.0);
   absl::Status local;
-  size_t k = 0;
-  for (int rank = 0; rank < pool.size() && mine[0] == 0; ++rank) {
-    for (const train::TrainedModel::PieceSpan& span : pieces.layout[rank]) {
-      const uint32_t want = expected[k++];
-      const auto found = index_of.find(span.name);
-      uint32_t have = 0;
-      if (found == index_of.end() ||
-          named[found->second].value().numel() < span.offset + span.count) {
-        // Said after the findings are shared, so that no rank waits for this one.
-        local = absl::InternalError(absl::StrCat("the rollout's weights have no ", span.name,
-                                                 " of ", span.offset + span.count, " elements"));
-      } else {
-        have = TensorCrc32c(
-            named[found->second].value().detach().reshape(-1).narrow(0, span.offset, span.count));
-      }
-      if (!local.ok() || have != want) {
-        mine = {static_cast<double>(local.ok() ? found->second + 1 : 1),
-                static_cast<double>(rank),
-                static_cast<double>(span.offset),
-                static_cast<double>(span.count),
-                static_cast<double>(want),
-                static_cast<double>(have)};
-        break;
+  try {
+    std::map<std::tuple<std::string, int64_t, int64_t>, uint32_t> summed;
+    size_t k = 0;
+    for (int rank = 0; rank < pool.size() && mine[0] == 0; ++rank) {
+      for (const train::TrainedModel::PieceSpan& span : shared.layout[rank]) {
+        const uint32_t want = shared.crcs[k++];
+        const auto parameter = index_of.find(span.name);
+        if (parameter == index_of.end() ||
+            named[parameter->second].value().numel() < span.offset + span.count) {
+          local = absl::InternalError(absl::StrCat("the rollout's weights have no ", span.name,
+                                                   " of ", span.offset + span.count, " elements"));
+          mine[0] = -1;
+          break;
+        }
+        const auto key = std::make_tuple(span.name, span.offset, span.count);
+        auto have = summed.find(key);
+        if (have == summed.end()) {
+          const at::Tensor values = named[parameter->second].value().detach().reshape(-1);
+          have = summed.emplace(key, TensorCrc32c(values.narrow(0, span.offset, span.count))).first;
+        }
+        if (have->second != want) {
+          mine = {static_cast<double>(parameter->second + 1),
+                  static_cast<double>(rank),
+                  static_cast<double>(span.offset),
+                  static_cast<double>(span.count),
+                  static_cast<double>(want),
+                  static_cast<double>(have->second)};
+          break;
+        }
       }
     }
+  } catch (const std::exception& error) {
+    local = absl::InternalError(
+        absl::StrCat("checking the rollout's weights: ", std::string(error.what()).substr(0, 300)));
+    mine[0] = -1;
   }
   // Every rank learns every rank's finding, so that all fail together with the same message.
   std::vector<double> found(kFields * static_cast<size_t>(pool.size()), 0.0);
   std::copy(mine.begin(), mine.end(), found.begin() + kFields * pool.rank());
+  // Each rank's slots carry its own finding; the others put -2 (below any finding) in the
+  // first field and 0 in the rest, so the maximum keeps it.
+  for (int rank = 0; rank < pool.size(); ++rank) {
+    if (rank != pool.rank()) found[kFields * rank] = -2;
+  }
   RETURN_IF_ERROR(train::ReduceDoubles(pool, device, found, train::ReplicaReduce::kMax));
   RETURN_IF_ERROR(local);
   std::vector<std::string> mismatches;
   for (int rank = 0; rank < pool.size(); ++rank) {
     const double* finding = found.data() + kFields * rank;
+    if (finding[0] == -1) {
+      return absl::InternalError(absl::StrCat("trainer.verify_weight_sync: step ", step,
+                                              ": actor rank ", rank,
+                                              " could not check its rollout weights (its log "
+                                              "says why)"));
+    }
     const int64_t parameter = static_cast<int64_t>(finding[0]) - 1;
     if (parameter < 0) continue;
     const auto offset = static_cast<int64_t>(finding[2]);
@@ -157,7 +217,7 @@ absl::StatusOr<WeightSyncCheck> VerifyRolloutWeights(train::TrainedModel& traine
         ": the rollout's weights differ from the trained ones: ", absl::StrJoin(mismatches, "; "),
         ". The train-to-rollout weight update went wrong; the step is not trained"));
   }
-  return WeightSyncCheck{.seconds = SecondsSince(start), .checksum = Fold(expected)};
+  return WeightSyncCheck{.seconds = SecondsSince(start), .checksum = Fold(shared.crcs)};
 }
 
 absl::StatusOr<double> TrainedWeightsChecksum(train::TrainedModel& trained,
@@ -165,9 +225,8 @@ absl::StatusOr<double> TrainedWeightsChecksum(train::TrainedModel& trained,
                                               parallel::Communicator& pool,
                                               const at::Device& device) {
   at::NoGradGuard no_grad;
-  ASSIGN_OR_RETURN(const std::vector<uint32_t> crcs,
-                   SharedTrainedCrcs(trained.Pieces(), dtypes, pool, device));
-  return Fold(crcs);
+  ASSIGN_OR_RETURN(const SharedPieces shared, ShareTrainedPieces(trained, dtypes, pool, device));
+  return Fold(shared.crcs);
 }
 
 }  // namespace rlhfd::roles

@@ -4,7 +4,10 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 
 namespace rlhfd::train {
@@ -22,44 +25,63 @@ absl::StatusOr<RolloutCorrection> ComputeRolloutCorrection(const at::Tensor& old
                                                            const RolloutCorrectionOptions& options,
                                                            const ReplicaSum& reduce) {
   at::NoGradGuard no_grad;
-  const at::Tensor mask = response_mask.to(at::kDouble);
-  const at::Tensor log_ratio = (old_log_probs.to(at::kDouble) - rollout_log_probs.to(at::kDouble));
-  // The raw weights (zero past each response), and what the high/low fractions count over:
-  // tokens, or for "sequence" one log-ratio sum per response with tokens.
-  at::Tensor raw, ratio_for_fractions, counted;
-  if (options.sequence) {
-    const at::Tensor sums = (log_ratio * mask).sum(1, /*keepdim=*/true);
-    raw = sums.clamp(-kSafetyBound, kSafetyBound).exp().expand_as(log_ratio) * mask;
-    ratio_for_fractions = sums.squeeze(1);
-    counted = mask.sum(1).gt(0).to(at::kDouble);
-  } else {
-    raw = log_ratio.clamp(-kSafetyBound, kSafetyBound).exp() * mask;
-    ratio_for_fractions = log_ratio;
-    counted = mask;
+  // Everything this rank computes comes before the reductions, and a failure here is shared
+  // through them (the last sum counts failed ranks), so that no rank waits for another in them.
+  at::Tensor weights;
+  std::vector<double> sums(10, 0.0), extremes(2, 0.0);
+  std::string failure;
+  try {
+    const at::Tensor mask = response_mask.to(at::kDouble);
+    const at::Tensor old = old_log_probs.to(at::kDouble);
+    const at::Tensor rollout = rollout_log_probs.to(at::kDouble);
+    const at::Tensor log_ratio = old - rollout;
+    // The raw weights (zero past each response), and what the high/low fractions count over:
+    // tokens, or for "sequence" one log-ratio sum per response with tokens.
+    at::Tensor raw, ratio_for_fractions, counted;
+    if (options.sequence) {
+      const at::Tensor sequence_sums = (log_ratio * mask).sum(1, /*keepdim=*/true);
+      raw = sequence_sums.clamp(-kSafetyBound, kSafetyBound).exp().expand_as(log_ratio) * mask;
+      ratio_for_fractions = sequence_sums.squeeze(1);
+      counted = mask.sum(1).gt(0).to(at::kDouble);
+    } else {
+      raw = log_ratio.clamp(-kSafetyBound, kSafetyBound).exp() * mask;
+      ratio_for_fractions = log_ratio;
+      counted = mask;
+    }
+    weights = raw.clamp_max(options.threshold);
+    const double log_high = std::log(options.threshold), log_low = -log_high;
+    sums = {
+        Item(mask.sum()),
+        Item((weights * mask).sum()),
+        Item(counted.sum()),
+        Item((ratio_for_fractions.gt(log_high).to(at::kDouble) * counted).sum()),
+        Item((ratio_for_fractions.lt(log_low).to(at::kDouble) * counted).sum()),
+        Item(((rollout - old) * mask).sum()),
+        Item(((log_ratio.exp() - log_ratio - 1) * mask).sum()),
+        Item(mask.sum(1).gt(0).to(at::kDouble).sum()),
+        Item((weights.sum(1) / mask.sum(1).clamp_min(1)).sum()),  // each response's mean weight
+        0.0,
+    };
+    // Extremes, as verl: of the weights applied ("token"), of the raw sequence weights in log
+    // space ("sequence"); the smallest as the largest negation.
+    const double infinity = std::numeric_limits<double>::infinity();
+    const at::Tensor of = options.sequence ? ratio_for_fractions : weights;
+    const at::Tensor among = options.sequence ? counted.gt(0) : mask.gt(0);
+    extremes = {Item(of.masked_fill(among.logical_not(), -infinity).max()),
+                -Item(of.masked_fill(among.logical_not(), infinity).min())};
+  } catch (const std::exception& error) {
+    failure = std::string(error.what()).substr(0, 300);
+    sums.assign(10, 0.0);
+    sums[9] = 1;
   }
-  at::Tensor weights = raw.clamp_max(options.threshold);
-  const double log_high = std::log(options.threshold), log_low = -std::log(options.threshold);
-  const double infinity = std::numeric_limits<double>::infinity();
-  const at::Tensor valid = mask.gt(0);
-  // Sums over this rank's rows, then over every replica's.
-  std::vector<double> sums = {
-      Item(mask.sum()),
-      Item((weights * mask).sum()),
-      Item(counted.sum()),
-      Item((ratio_for_fractions.gt(log_high).to(at::kDouble) * counted).sum()),
-      Item((ratio_for_fractions.lt(log_low).to(at::kDouble) * counted).sum()),
-      Item(((rollout_log_probs.to(at::kDouble) - old_log_probs.to(at::kDouble)) * mask).sum()),
-      Item(((log_ratio.exp() - log_ratio - 1) * mask).sum()),
-      Item(mask.sum(1).gt(0).to(at::kDouble).sum()),
-      Item((weights.sum(1) / mask.sum(1).clamp_min(1)).sum()),  // each response's mean weight
-  };
   RETURN_IF_ERROR(reduce(sums, /*maximum=*/false));
-  // Extremes, as verl: of the weights applied ("token"), of the raw sequence weights in log
-  // space ("sequence"); the smallest as the largest negation.
-  const at::Tensor of = options.sequence ? ratio_for_fractions : weights;
-  const at::Tensor among = options.sequence ? counted.gt(0) : valid;
-  std::vector<double> extremes = {Item(of.masked_fill(among.logical_not(), -infinity).max()),
-                                  -Item(of.masked_fill(among.logical_not(), infinity).min())};
+  if (!failure.empty()) {
+    return absl::InternalError(absl::StrCat("the rollout correction's weights: ", failure));
+  }
+  if (sums[9] > 0) {
+    return absl::InternalError(
+        "the rollout correction's weights failed on another replica (its log says why)");
+  }
   RETURN_IF_ERROR(reduce(extremes, /*maximum=*/true));
   if (options.sequence) {
     extremes[0] = std::exp(std::min(extremes[0], kSafetyBound));

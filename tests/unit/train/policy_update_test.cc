@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,45 @@ namespace rlhfd::train {
 namespace {
 
 using testing::LoadFloat64Fixture;
+
+// The update takes its log-probs at the rollout's temperature: given old log-probs computed
+// independently as log_softmax(logits / T), an on-policy ratio is 1 (nothing clipped, no KL
+// between them); at any other temperature it is not.
+TEST_CASE("policy update: log-probs at the sampling temperature", "[train][update]") {
+  auto load = [] { return LoadFloat64Fixture("tiny-qwen2"); };
+  at::manual_seed(5);
+  const int64_t b = 2, t = 8;
+  PolicyUpdateBatch batch;
+  batch.input_ids = at::randint(3, 500, {b, t}, at::kLong);
+  batch.attention_mask = at::ones({b, t}, at::kLong);
+  batch.response_mask = at::zeros({b, t - 1}, at::kDouble);
+  batch.response_mask.narrow(1, 3, t - 4).fill_(1);
+  batch.advantages = at::randn({b, t - 1}, at::kDouble) * batch.response_mask;
+  const double temperature = 0.6;
+  {
+    model::Transformer reference = load();
+    torch::NoGradGuard no_grad;
+    const at::Tensor logits =
+        reference->Logits(reference->Hidden({batch.input_ids, batch.attention_mask}))
+            .narrow(1, 0, t - 1);
+    batch.old_log_probs = at::log_softmax(logits / temperature, -1)
+                              .gather(-1, batch.input_ids.narrow(1, 1, t - 1).unsqueeze(-1))
+                              .squeeze(-1);
+  }
+  const auto approx_kl = [&](double at_temperature) {
+    model::Transformer net = load();
+    LocalModel trained(net, {});
+    PolicyUpdateOptions options;
+    options.loop.mini_batch = b;
+    options.loop.lr = 0;
+    options.temperature = at_temperature;
+    auto metrics = UpdatePolicy(trained, batch, options);
+    REQUIRE(metrics.ok());
+    return metrics->at("approx_kl");
+  };
+  CHECK(std::abs(approx_kl(temperature)) < 1e-10);
+  CHECK(std::abs(approx_kl(1.0)) > 1e-3);
+}
 
 TEST_CASE("policy update: accumulation, token budgets, packing and checkpointing change nothing",
           "[train][update]") {

@@ -7,9 +7,12 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "worker/train/chunked_log_probs.h"
+#include "worker/train/losses.h"
 
 namespace rlhfd::train {
 namespace {
@@ -121,6 +124,30 @@ TEST_CASE("rollout correction over two replicas: batch means and extremes span b
   CHECK(m.at("rollout_corr/rollout_is_max") == Approx(2.0));
   // Normalised by the whole batch's mean, not this replica's.
   CHECK(at::allclose(combined->weights, Rows({{2.0, 0.6, 1.0}}) / mean, 0, 1e-6));
+}
+
+// The weights multiply each token's policy loss before it is aggregated, as verl's: weights of
+// 0.5 halve the loss and its gradient; per-token weights weigh each token's term.
+TEST_CASE("importance weights multiply the policy loss and its gradient",
+          "[train][rollout_correction]") {
+  const at::Tensor old = Rows({{0.0, -0.1, 0.2}, {0.1, 0.0, 0.0}}).to(at::kDouble);
+  const at::Tensor advantages = Rows({{1.0, -2.0, 0.5}, {-1.0, 0, 0}}).to(at::kDouble);
+  const at::Tensor mask = Mask().to(at::kDouble);
+  const auto loss_and_gradient = [&](const at::Tensor& weights) {
+    at::Tensor log_prob = Rows({{0.05, -0.05, 0.1}, {0.0, 0, 0}}).to(at::kDouble).requires_grad_();
+    const PolicyLoss loss =
+        ComputePolicyLoss(log_prob, old, advantages, mask, {}, std::nullopt, weights);
+    loss.loss.backward();
+    return std::make_pair(loss.loss.item<double>(), log_prob.grad());
+  };
+  const auto [plain, plain_gradient] = loss_and_gradient(at::Tensor());
+  const auto [half, half_gradient] = loss_and_gradient(at::full({2, 3}, 0.5, at::kDouble));
+  CHECK(half == Approx(plain / 2));
+  CHECK(at::allclose(half_gradient, plain_gradient / 2));
+  const at::Tensor per_token = Rows({{2.0, 0.0, 1.0}, {0.5, 0, 0}}).to(at::kDouble);
+  const auto [weighted, weighted_gradient] = loss_and_gradient(per_token);
+  CHECK(at::allclose(weighted_gradient, plain_gradient * per_token));
+  CHECK(weighted != Approx(plain));
 }
 
 TEST_CASE("log-probs at a sampling temperature are those of log_softmax(logits / T)",
