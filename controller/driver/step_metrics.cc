@@ -66,6 +66,11 @@ StepTokens AddGenerationMetrics(const std::vector<v1::GenerateReply>& generated,
                                 Metrics& metrics) {
   // Bringing the rollout's weights up to date is part of generating; verl times it apart.
   metrics["timing_s/update_weights"] = Largest(generated, "update_weights_s").value_or(0.0);
+  for (const char* name : {"reshard_buffer_bytes", "reshard_received_bytes"}) {
+    if (const std::optional<double> bytes = Largest(generated, name)) {
+      metrics[absl::StrCat("perf/rollout_", name)] = *bytes;
+    }
+  }
   // trainer.verify_weight_sync: present on the steps checked (a failed check fails the step).
   if (const std::optional<double> checked = Largest(generated, "weight_sync_check_s")) {
     metrics["timing_s/verify_weight_sync"] = *checked;

@@ -307,6 +307,53 @@ void Reshards(Communicator& world, const at::Device& device) {
   auto refused = Reshard(world, parameters, wrong, {.dp = size, .tp = 1}, {.tp = size, .dp = 1});
   Expect(!refused.ok() && absl::StrContains(refused.status().message(), "o_proj.weight"),
          "reshard refuses a wrong-sized shard, naming it");
+  // ZeRO-3's layout: the parameters flattened and concatenated, then cut into equal shards, so a
+  // parameter's pieces are uneven and some ranks hold none of it (train_ranges).
+  int64_t total = 0;
+  for (const at::Tensor& tensor : full) total += tensor.numel();
+  const int64_t shard = (total + size - 1) / size;
+  std::vector<ShardedParameter> uneven = parameters;
+  int64_t offset = 0;
+  for (size_t i = 0; i < uneven.size(); ++i) {
+    const int64_t numel = full[i].numel();
+    for (int d = 0; d < size; ++d) {
+      const int64_t begin = std::clamp<int64_t>(d * shard - offset, 0, numel);
+      const int64_t end = std::clamp<int64_t>((d + 1) * shard - offset, begin, numel);
+      uneven[i].train_ranges.emplace_back(begin, end);
+    }
+    offset += numel;
+  }
+  for (const auto& [rollout_tp, rollout_dp] : factorings) {
+    const TrainLayout train{.dp = size, .tp = 1};
+    const RolloutLayout rollout{.tp = rollout_tp, .dp = rollout_dp};
+    const std::string name =
+        absl::StrCat("reshard from ZeRO-3 shards over ", size, " -> tp_g ", rollout_tp);
+    std::vector<at::Tensor> shards;
+    std::vector<at::ScalarType> dtypes;
+    for (size_t i = 0; i < uneven.size(); ++i) {
+      shards.push_back(TrainShard(full[i], uneven[i], train, me));
+      dtypes.push_back(full[i].scalar_type());
+    }
+    auto plan = ReshardPlan::Create(world, uneven, dtypes, train, rollout, device, {256});
+    ExpectOk(plan.status(), name + ": plan");
+    if (!plan.ok()) continue;
+    auto slices = plan->Run(world, shards);
+    ExpectOk(slices.status(), name);
+    if (!slices.ok()) continue;
+    for (size_t i = 0; i < uneven.size(); ++i) {
+      Expect(at::equal((*slices)[i].cpu(), RolloutSlice(full[i], uneven[i], rollout, me).cpu()),
+             absl::StrCat(name, ": ", uneven[i].name, " equals the direct slice"));
+    }
+    Expect(plan->stats().buffer_bytes <= 2 * 256 * size,
+           absl::StrCat(name, ": buffers of ", plan->stats().buffer_bytes, " bytes"));
+  }
+  // Ranges that do not partition the parameter are refused.
+  std::vector<ShardedParameter> gapped = {uneven[0]};
+  gapped[0].train_ranges.back().second -= 1;
+  Expect(!ReshardPlan::Create(world, gapped, {full[0].scalar_type()}, {.dp = size, .tp = 1},
+                              {.tp = 1, .dp = size}, device)
+              .ok(),
+         "train_ranges that leave an element out are refused");
 }
 
 // A small random float64 transformer, the same on every rank, on `device`.

@@ -188,6 +188,52 @@ TEST_CASE("verify_weight_sync under ZeRO-3: the gathered copy is the trained wei
   }
 }
 
+// Rollout tp 2 over ZeRO-3 shards: each actor rank receives only its own slices, resharded from
+// the shards that hold them (no rank gathers the model). With verify_weight_sync every step also
+// gathers the weights, checks them against the shards, and holds the resharded slices to their
+// slices bitwise; the greedy responses are those of the same job decoding at tp 1.
+TEST_CASE("rollout tp 2 from ZeRO-3 shards: resharded slices equal the gathered weights' slices",
+          "[roles][tp][weight_sync]") {
+  const auto responses = [](const std::vector<std::string>& overrides) {
+    TempDir dir;
+    v1::JobSpec spec = TestSpec(kPpoJob, overrides);
+    spec.mutable_trainer()->set_rollout_data_dir(dir.path() + "/dumps");
+    Hosts hosts(spec);
+    JobStages job("job-reshard", spec, hosts.services);
+    REQUIRE(job.Start(3).ok());
+    std::vector<at::Tensor> ids;
+    for (int64_t step = 1; step <= 3; ++step) {
+      const absl::StatusOr<controller::Metrics> metrics =
+          job.RunStep({.step = step,
+                       .prompts = TestPrompts(4),
+                       .seed = 40u + step,
+                       .kl_coef = testing::StepKlCoefficient(spec)});
+      INFO("step " << step << ": " << metrics.status());
+      REQUIRE(metrics.ok());
+      // Resharded (tp 2): buffers within the default 1 GiB bucket, and slices received.
+      if (spec.roles().actor().rollout().tp() == 2) {
+        CHECK(metrics->at("perf/rollout_reshard_received_bytes") > 0);
+        CHECK(metrics->at("perf/rollout_reshard_buffer_bytes") <= double{1 << 30});
+      }
+      ids.push_back(testing::Dumped(job, step).tensors.at("input_ids"));
+    }
+    job.End();
+    return ids;
+  };
+  const std::vector<at::Tensor> resharded =
+      responses({"roles.actor.train.zero_stage=3", "roles.actor.rollout.tp=2", "trainer.device=cpu",
+                 "trainer.verify_weight_sync=1"});
+  const std::vector<at::Tensor> unchecked = responses(
+      {"roles.actor.train.zero_stage=3", "roles.actor.rollout.tp=2", "trainer.device=cpu"});
+  const std::vector<at::Tensor> whole =
+      responses({"roles.actor.train.zero_stage=3", "trainer.device=cpu"});
+  for (size_t step = 0; step < whole.size(); ++step) {
+    INFO("step " << step + 1);
+    CHECK(at::equal(resharded[step], whole[step]));
+    CHECK(at::equal(unchecked[step], whole[step]));
+  }
+}
+
 // trainer.mode one_step_off: step k's rollout is generated before step k - 1 trains, with the
 // weights step k - 1 started from (the update before last): its checksum is theirs, and
 // greedy responses are those of one engine over them. Every other stage and the updates equal

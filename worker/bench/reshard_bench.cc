@@ -129,7 +129,7 @@ int RunRank(int rank, int ranks) {
   std::vector<at::Tensor> shards;
   int64_t model_bytes = 0;
   for (const auto& spec : specs) {
-    shards.push_back(at::randn({rlhfd::parallel::TrainShardNumel(spec, train)}, bf16));
+    shards.push_back(at::randn({rlhfd::parallel::TrainShardNumel(spec, train, rank)}, bf16));
     int64_t numel = 1;
     for (int64_t d : spec.shape) numel *= d;
     model_bytes += numel * 2;

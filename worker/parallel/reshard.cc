@@ -39,8 +39,10 @@ struct Grid {
 int Parts(const ShardedParameter& p, int tp) { return p.tp_dim < 0 ? 1 : tp; }
 
 // The flat positions [begin, end) of part `t`'s padded flattening that training rank (d, t)
-// holds, clipped to the part's real elements.
-std::pair<int64_t, int64_t> ShardRange(const Grid& grid, int parts, int dp, int d) {
+// holds, clipped to the part's real elements (or the parameter's own train_ranges).
+std::pair<int64_t, int64_t> ShardRange(const ShardedParameter& p, const Grid& grid, int parts,
+                                       int dp, int d) {
+  if (!p.train_ranges.empty()) return p.train_ranges[d];
   const int64_t part_numel = grid.numel() / parts;
   const int64_t shard = (part_numel + dp - 1) / dp;
   return {std::min(part_numel, d * shard), std::min(part_numel, (d + 1) * shard)};
@@ -82,7 +84,7 @@ std::vector<Block> Blocks(const ShardedParameter& p, const Piece& piece, const T
   if (train_parts == 1 && train.tp > 1 && source % train.tp != 0) return {};
   const int t = train_parts == 1 ? 0 : source % train.tp, d = source / train.tp;
   const int j = rollout_parts == 1 ? 0 : destination % rollout.tp;
-  const auto [begin, end] = ShardRange(grid, train_parts, train.dp, d);
+  const auto [begin, end] = ShardRange(p, grid, train_parts, train.dp, d);
   if (begin >= end) return {};
   const auto [part_rows, part_columns] = grid.PartShape(train_parts);
   const auto [slice_rows, slice_columns] = grid.PartShape(rollout_parts);
@@ -122,6 +124,32 @@ std::vector<Block> Blocks(const ShardedParameter& p, const Piece& piece, const T
          (row_lo - slice_row0) * slice_columns + (column_lo - slice_column0), slice_columns});
   }
   return blocks;
+}
+
+// Explicit training ranges: training tp 1, one per data-parallel rank, in order, covering the
+// parameter exactly.
+absl::Status CheckTrainRanges(const ShardedParameter& p, const Grid& grid,
+                              const TrainLayout& train) {
+  if (p.train_ranges.empty()) return absl::OkStatus();
+  if (train.tp != 1 || p.train_ranges.size() != static_cast<size_t>(train.dp)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reshard: parameter ", p.name,
+                     ": train_ranges need training tp 1 and one range per dp rank"));
+  }
+  int64_t covered = 0;
+  for (const auto& [begin, end] : p.train_ranges) {
+    if (begin > end || end > grid.numel() || (begin < end && begin != covered)) {
+      return absl::InvalidArgumentError(absl::StrCat("reshard: parameter ", p.name,
+                                                     ": train_ranges must partition its ",
+                                                     grid.numel(), " elements in rank order"));
+    }
+    if (begin < end) covered = end;
+  }
+  if (covered != grid.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reshard: parameter ", p.name, ": train_ranges cover ", covered, " of ", grid.numel()));
+  }
+  return absl::OkStatus();
 }
 
 int64_t Aligned(int64_t bytes, int64_t alignment) {
@@ -171,7 +199,11 @@ int64_t SliceInOwnShard(const ShardedParameter& p, const TrainLayout& train,
 
 }  // namespace
 
-int64_t TrainShardNumel(const ShardedParameter& parameter, const TrainLayout& layout) {
+int64_t TrainShardNumel(const ShardedParameter& parameter, const TrainLayout& layout, int rank) {
+  if (!parameter.train_ranges.empty()) {
+    const auto [begin, end] = parameter.train_ranges[rank / layout.tp];
+    return end - begin;
+  }
   const Grid grid = Grid::Of(parameter);
   const int64_t part = grid.numel() / Parts(parameter, layout.tp);
   return (part + layout.dp - 1) / layout.dp;
@@ -182,6 +214,10 @@ at::Tensor TrainShard(const at::Tensor& full, const ShardedParameter& parameter,
   const Grid grid = Grid::Of(parameter);
   const int parts = Parts(parameter, layout.tp);
   const int t = parts == 1 ? 0 : rank % layout.tp, d = rank / layout.tp;
+  if (!parameter.train_ranges.empty()) {
+    const auto [begin, end] = parameter.train_ranges[d];
+    return full.reshape({-1}).narrow(0, begin, end - begin).clone();
+  }
   const at::Tensor matrix = full.reshape({grid.rows, grid.columns});
   const at::Tensor part = matrix.chunk(parts, grid.dim)[t].reshape({-1});
   const int64_t shard = (part.numel() + layout.dp - 1) / layout.dp;
@@ -227,12 +263,13 @@ absl::StatusOr<ReshardPlan> ReshardPlan::Create(
     const ShardedParameter& p = parameters[i];
     const Grid grid = Grid::Of(p);
     RETURN_IF_ERROR(CheckDivisible(p, grid, Parts(p, train.tp)));
+    RETURN_IF_ERROR(CheckTrainRanges(p, grid, train));
     RETURN_IF_ERROR(CheckDivisible(p, grid, Parts(p, rollout.tp)));
     element_bytes.push_back(static_cast<int64_t>(c10::elementSize(dtypes[i])));
     // The rollout copy: every slice that is not a view of the shard in one allocation, each
     // 256-byte aligned.
     plan.shard_views_.push_back(SliceInOwnShard(p, train, rollout, me, size));
-    plan.shard_numel_.push_back(TrainShardNumel(p, train));
+    plan.shard_numel_.push_back(TrainShardNumel(p, train, me));
     plan.slice_offsets_.push_back(plan.slice_bytes_);
     const int64_t slice_bytes = grid.numel() / Parts(p, rollout.tp) * element_bytes[i];
     if (plan.shard_views_[i] >= 0) {

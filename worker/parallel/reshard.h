@@ -13,6 +13,7 @@
 #include <ATen/Tensor.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -25,6 +26,11 @@ struct ShardedParameter {
   std::string name;
   std::vector<int64_t> shape;  // 1-D or 2-D
   int tp_dim = -1;             // 0: column / vocab parallel, 1: row parallel, -1: replicated
+  // Training tp 1 only: when not empty, the elements [first, second) of the flattened parameter
+  // that training rank d holds, in place of the even split (ZeRO-3's units shard their
+  // parameters concatenated, so a parameter's pieces are uneven and some empty). The ranges
+  // partition the parameter.
+  std::vector<std::pair<int64_t, int64_t>> train_ranges;
 };
 
 // The two layouts name their sizes in opposite orders (verl's dp × tp for training, tp_g × dp_g
@@ -40,10 +46,10 @@ struct RolloutLayout {
   int dp = 1;
 };
 
-// This rank's training shard of `full` (flat, padded with zeros) and its rollout slice, sliced
-// directly from the full tensor: how shards are made at load time, and the tests' reference.
-// TrainShardNumel is the shard's length without building it.
-int64_t TrainShardNumel(const ShardedParameter& parameter, const TrainLayout& layout);
+// This rank's training shard of `full` (flat, padded with zeros; or its train_ranges' elements)
+// and its rollout slice, sliced directly from the full tensor: how shards are made at load time,
+// and the tests' reference. TrainShardNumel is rank `rank`'s shard's length without building it.
+int64_t TrainShardNumel(const ShardedParameter& parameter, const TrainLayout& layout, int rank);
 at::Tensor TrainShard(const at::Tensor& full, const ShardedParameter& parameter,
                       const TrainLayout& layout, int rank);
 at::Tensor RolloutSlice(const at::Tensor& full, const ShardedParameter& parameter,

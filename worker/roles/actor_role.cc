@@ -161,6 +161,12 @@ absl::StatusOr<v1::GenerateReply> ActorRole::Generate(const v1::GenerateRequest&
   auto& metrics = *reply.mutable_metrics();
   metrics["generate_s"] = seconds;
   metrics["update_weights_s"] = hybrid_->weights_update_s();
+  if (const parallel::ReshardStats* reshard = hybrid_->reshard_stats()) {
+    // The reshard's transient memory (its send and receive buffers, at most a bucket) and the
+    // slices it leaves this rank.
+    metrics["reshard_buffer_bytes"] = static_cast<double>(reshard->buffer_bytes);
+    metrics["reshard_received_bytes"] = static_cast<double>(reshard->received_bytes);
+  }
   if (const std::optional<WeightSyncCheck>& check = hybrid_->last_check()) {
     metrics["weight_sync_ok"] = 1;
     metrics["weight_sync_check_s"] = check->seconds;

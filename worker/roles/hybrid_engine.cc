@@ -5,6 +5,8 @@
 #include <chrono>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging/logging.h"
@@ -16,6 +18,7 @@
 #include "worker/rollout/device_support.h"
 #include "worker/rollout/tensor_parallel_generation.h"
 #include "worker/train/distributed/fully_sharded.h"
+#include "worker/train/distributed/replicated_model.h"
 
 namespace rlhfd::roles {
 absl::StatusOr<std::unique_ptr<parallel::Communicator>> SplitRolloutGroup(
@@ -106,7 +109,6 @@ void HybridEngine::ReleaseCopy() {
 
 absl::StatusOr<model::Transformer> HybridEngine::RolloutWeights(int64_t step) {
   const auto start = std::chrono::steady_clock::now();
-  last_check_.reset();
   ASSIGN_OR_RETURN(model::Transformer weights,
                    WeightsIn(WeightDtype(spec_, device_, /*trains=*/false)));
   if (hook_) hook_(weights, pool_.rank());
@@ -156,23 +158,105 @@ void HybridEngine::Release() {
   ReleaseCopy();
 }
 
+absl::StatusOr<std::map<std::string, at::Tensor>> HybridEngine::TensorParallelSlices(int64_t step) {
+  const model::ModelConfig& config = trained_.module()->config();
+  const parallel::RolloutLayout layout{.tp = tp_group_->size(),
+                                       .dp = pool_.size() / tp_group_->size()};
+  const std::vector<parallel::ShardedParameter> specs = parallel::TensorParallelSpecs(config);
+  auto* sharded = dynamic_cast<train::FullyShardedModel*>(&trained_);
+  const at::ScalarType dtype = WeightDtype(spec_, device_, /*trains=*/false);
+  std::map<std::string, at::Tensor> resharded;
+  if (sharded != nullptr && dtype == sharded->module()->parameters()[0].scalar_type()) {
+    // ZeRO-3: each rank receives only its own slices, straight from the shards that hold them
+    // (the 3D-HybridEngine's reshard): no rank gathers the whole model.
+    ASSIGN_OR_RETURN(resharded, Reshard(specs, layout, dtype));
+    if (!WeightSyncCheckDue(spec_, step)) return resharded;
+  }
+  // The slices of the current weights (views where a slice is a run of them); a checked step
+  // under ZeRO-3 gathers them too (checked against the trained shards) and holds the resharded
+  // slices to them, bitwise.
+  ASSIGN_OR_RETURN(model::Transformer weights, RolloutWeights(step));
+  auto named = weights->named_parameters();
+  std::map<std::string, at::Tensor> slices;
+  for (const parallel::ShardedParameter& parameter : specs) {
+    slices[parameter.name] =
+        parallel::RolloutSlice(named[parameter.name].detach(), parameter, layout, pool_.rank());
+  }
+  if (resharded.empty()) return slices;
+  int64_t differing = -1;
+  for (size_t i = 0; i < specs.size() && differing < 0; ++i) {
+    if (!at::equal(resharded.at(specs[i].name), slices.at(specs[i].name))) {
+      differing = static_cast<int64_t>(i);
+    }
+  }
+  std::vector<double> found(static_cast<size_t>(pool_.size()), 0.0);
+  found[pool_.rank()] = static_cast<double>(differing + 1);
+  RETURN_IF_ERROR(train::ReduceDoubles(pool_, device_, found, train::ReplicaReduce::kMax));
+  ReleaseCopy();
+  for (int rank = 0; rank < pool_.size(); ++rank) {
+    if (found[rank] > 0) {
+      return absl::DataLossError(absl::StrCat("trainer.verify_weight_sync: step ", step,
+                                              ": actor rank ", rank, "'s resharded slice of ",
+                                              specs[static_cast<size_t>(found[rank]) - 1].name,
+                                              " differs from the slice of the gathered weights"));
+    }
+  }
+  return resharded;
+}
+
+absl::StatusOr<std::map<std::string, at::Tensor>> HybridEngine::Reshard(
+    const std::vector<parallel::ShardedParameter>& specs, const parallel::RolloutLayout& layout,
+    at::ScalarType dtype) {
+  // Which part of each parameter each rank's shards hold, and this rank's parts.
+  const train::TrainedModel::OwnedPieces pieces = trained_.Pieces();
+  std::map<std::string, at::Tensor> mine;
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> ranges;
+  for (int rank = 0; rank < pool_.size(); ++rank) {
+    for (size_t i = 0; i < pieces.layout[rank].size(); ++i) {
+      const train::TrainedModel::PieceSpan& span = pieces.layout[rank][i];
+      auto& of = ranges[span.name];
+      of.resize(static_cast<size_t>(pool_.size()), {span.offset, span.offset});
+      of[rank] = {span.offset, span.offset + span.count};
+      if (rank == pool_.rank()) mine[span.name] = pieces.values[i];
+    }
+  }
+  std::vector<parallel::ShardedParameter> sharded = specs;
+  std::vector<at::Tensor> shards;
+  for (parallel::ShardedParameter& parameter : sharded) {
+    std::vector<std::pair<int64_t, int64_t>>& of = ranges[parameter.name];
+    // A rank holding none of a parameter holds the empty range where its neighbours meet.
+    int64_t reached = 0;
+    for (auto& [begin, end] : of) {
+      if (begin == end) begin = end = reached;
+      reached = end;
+    }
+    parameter.train_ranges = of;
+    const auto own = mine.find(parameter.name);
+    shards.push_back(own != mine.end() ? own->second.contiguous()
+                                       : at::empty({0}, at::TensorOptions(dtype).device(device_)));
+  }
+  if (!reshard_) {
+    std::vector<at::ScalarType> dtypes(sharded.size(), dtype);
+    ASSIGN_OR_RETURN(parallel::ReshardPlan plan,
+                     parallel::ReshardPlan::Create(pool_, sharded, dtypes,
+                                                   {.dp = pool_.size(), .tp = 1}, layout, device_));
+    reshard_.emplace(std::move(plan));
+  }
+  ASSIGN_OR_RETURN(std::vector<at::Tensor> slices, reshard_->Run(pool_, shards));
+  std::map<std::string, at::Tensor> named;
+  for (size_t i = 0; i < sharded.size(); ++i) named[sharded[i].name] = std::move(slices[i]);
+  return named;
+}
+
 absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::GenerateTensorParallel(
     const std::vector<rollout::GenerationRequest>& requests, int64_t step) {
   parallel::Communicator& group = *tp_group_;
   ASSIGN_OR_RETURN(rollout::GroupRequests gathered, rollout::GatherGroupRequests(group, requests));
 
-  // This rank's slices, cut from the current weights (views where a slice is a run of them).
   const auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(model::Transformer weights, RolloutWeights(step));
-  const model::ModelConfig& config = weights->config();
-  const int tp = group.size();
-  const parallel::RolloutLayout layout{.tp = tp, .dp = pool_.size() / tp};
-  auto named = weights->named_parameters();
-  std::map<std::string, at::Tensor> slices;
-  for (const parallel::ShardedParameter& parameter : parallel::TensorParallelSpecs(config)) {
-    slices[parameter.name] =
-        parallel::RolloutSlice(named[parameter.name].detach(), parameter, layout, pool_.rank());
-  }
+  using Slices = std::map<std::string, at::Tensor>;
+  ASSIGN_OR_RETURN(Slices slices, TensorParallelSlices(step));
+  const model::ModelConfig& config = trained_.module()->config();
   ASSIGN_OR_RETURN(parallel::TensorParallelTransformer model,
                    parallel::TensorParallelTransformer::Create(config, std::move(slices), group));
   tensor_parallel_.emplace(std::move(model));
@@ -190,6 +274,7 @@ absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::GenerateTen
 
 absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::Generate(
     const std::vector<rollout::GenerationRequest>& requests, int64_t step) {
+  last_check_.reset();
   if (tp_group_) {
     try {
       return GenerateTensorParallel(requests, step);

@@ -8,6 +8,7 @@
 #include <ATen/Device.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -17,6 +18,7 @@
 #include "rlhfd/v1/job_spec.pb.h"
 #include "worker/model/transformer.h"
 #include "worker/parallel/communicator.h"
+#include "worker/parallel/reshard.h"
 #include "worker/parallel/tensor_parallel.h"
 #include "worker/roles/job_layout.h"
 #include "worker/roles/weight_sync.h"
@@ -52,6 +54,10 @@ class HybridEngine {
       const std::vector<rollout::GenerationRequest>& requests, int64_t step);
   // The check of the last Generate; none when it was not due.
   const std::optional<WeightSyncCheck>& last_check() const { return last_check_; }
+  // What the reshard from ZeRO-3 shards moves per rollout (tp > 1); none without one.
+  const parallel::ReshardStats* reshard_stats() const {
+    return reshard_ ? &reshard_->stats() : nullptr;
+  }
   // The pool's checksum of the trained weights as the rollout will hold them (every rank of the
   // pool calls it together): what the check of the next rollout over them reports.
   absl::StatusOr<double> TrainedWeightsChecksum();
@@ -76,6 +82,13 @@ class HybridEngine {
   absl::StatusOr<model::Transformer> RolloutWeights(int64_t step);
   absl::StatusOr<std::vector<rollout::GenerationResult>> GenerateTensorParallel(
       const std::vector<rollout::GenerationRequest>& requests, int64_t step);
+  // This rank's tensor-parallel slices of the current weights, by name: resharded from the
+  // ZeRO-3 shards (and, on a checked step, held to the slices of the gathered weights), else cut
+  // from the weights this rank holds whole.
+  absl::StatusOr<std::map<std::string, at::Tensor>> TensorParallelSlices(int64_t step);
+  absl::StatusOr<std::map<std::string, at::Tensor>> Reshard(
+      const std::vector<parallel::ShardedParameter>& specs, const parallel::RolloutLayout& layout,
+      at::ScalarType dtype);
   // Frees the copy's storage.
   void ReleaseCopy();
 
@@ -93,6 +106,8 @@ class HybridEngine {
   // rollout tp > 1: the group, and the slices' model while a rollout runs.
   std::unique_ptr<parallel::Communicator> tp_group_;
   std::optional<parallel::TensorParallelTransformer> tensor_parallel_;
+  // ZeRO-3 with rollout tp > 1: the plan moving shards to slices, made at the first rollout.
+  std::optional<parallel::ReshardPlan> reshard_;
   double weights_update_s_ = 0;
   std::optional<WeightSyncCheck> last_check_;
   RolloutWeightsHook hook_;
