@@ -234,6 +234,36 @@ TEST_CASE("rollout tp 2 from ZeRO-3 shards: resharded slices equal the gathered 
   }
 }
 
+// A byte flipped in one rank's resharded slice (as a faulty reshard would) fails the checked step
+// on every rank, naming the rank and the tensor. The tensor is row-parallel, so its slices are
+// copies received from other ranks, never views of the rank's own shard.
+TEST_CASE("rollout tp 2 from ZeRO-3 shards: a corrupted resharded slice fails the step",
+          "[roles][tp][weight_sync]") {
+  const v1::JobSpec spec =
+      TestSpec(kPpoJob, {"roles.actor.train.zero_stage=3", "roles.actor.rollout.tp=2",
+                         "trainer.device=cpu", "trainer.verify_weight_sync=1"});
+  const char* const kFlipped = "model.layers.0.self_attn.o_proj.weight";
+  Hosts hosts(
+      spec, [kFlipped](bool resharded, const std::map<std::string, at::Tensor>& weights, int rank) {
+        if (rank != 1 || !resharded) return;
+        const at::Tensor& tensor = weights.at(kFlipped);
+        static_cast<uint8_t*>(tensor.data_ptr())[5] ^= 0x10;
+      });
+  JobStages job("job-reshard-flip", spec, hosts.services);
+  REQUIRE(job.Start(1).ok());
+  const absl::StatusOr<controller::Metrics> failed =
+      job.RunStep({.step = 1,
+                   .prompts = TestPrompts(4),
+                   .seed = 3,
+                   .kl_coef = testing::StepKlCoefficient(spec)});
+  REQUIRE_FALSE(failed.ok());
+  INFO(failed.status());
+  CHECK(failed.status().code() == absl::StatusCode::kDataLoss);
+  CHECK_THAT(std::string(failed.status().message()),
+             Catch::Contains(absl::StrCat("actor rank 1's resharded slice of ", kFlipped)));
+  job.End();
+}
+
 // trainer.mode one_step_off: step k's rollout is generated before step k - 1 trains, with the
 // weights step k - 1 started from (the update before last): its checksum is theirs, and
 // greedy responses are those of one engine over them. Every other stage and the updates equal
@@ -291,11 +321,12 @@ TEST_CASE("verify_weight_sync: a byte flipped in one rank's rollout weights fail
   const char* const kFlipped = "model.layers.1.mlp.down_proj.weight";
   // Set for step 1 only.
   auto flip = std::make_shared<std::atomic<bool>>(true);
-  Hosts hosts(spec, [flip, kFlipped](model::Transformer& weights, int rank) {
-    if (rank != 1 || !flip->load()) return;
-    at::Tensor tensor = weights->named_parameters()[kFlipped];
-    static_cast<uint8_t*>(tensor.data_ptr())[tensor.nbytes() - 3] ^= 0x04;
-  });
+  Hosts hosts(spec,
+              [flip, kFlipped](bool, const std::map<std::string, at::Tensor>& weights, int rank) {
+                if (rank != 1 || !flip->load()) return;
+                const at::Tensor& tensor = weights.at(kFlipped);
+                static_cast<uint8_t*>(tensor.data_ptr())[tensor.nbytes() - 3] ^= 0x04;
+              });
   JobStages job("job-flip", spec, hosts.services);
   REQUIRE(job.Start(3).ok());
   // Step 1 is checked and fails; step 2 is not checked (every 2 steps) and runs on the copy the

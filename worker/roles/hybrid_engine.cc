@@ -111,7 +111,11 @@ absl::StatusOr<model::Transformer> HybridEngine::RolloutWeights(int64_t step) {
   const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(model::Transformer weights,
                    WeightsIn(WeightDtype(spec_, device_, /*trains=*/false)));
-  if (hook_) hook_(weights, pool_.rank());
+  if (hook_) {
+    std::map<std::string, at::Tensor> named;
+    for (const auto& item : weights->named_parameters()) named[item.key()] = item.value();
+    hook_(/*resharded=*/false, named, pool_.rank());
+  }
   rollout::Synchronize(device_);
   weights_update_s_ = SecondsSince(start);
   if (WeightSyncCheckDue(spec_, step)) {
@@ -169,7 +173,10 @@ absl::StatusOr<std::map<std::string, at::Tensor>> HybridEngine::TensorParallelSl
   if (sharded != nullptr && dtype == sharded->module()->parameters()[0].scalar_type()) {
     // ZeRO-3: each rank receives only its own slices, straight from the shards that hold them
     // (the 3D-HybridEngine's reshard): no rank gathers the whole model.
+    const auto start = std::chrono::steady_clock::now();
     ASSIGN_OR_RETURN(resharded, Reshard(specs, layout, dtype));
+    reshard_s_ = SecondsSince(start);
+    if (hook_) hook_(/*resharded=*/true, resharded, pool_.rank());
     if (!WeightSyncCheckDue(spec_, step)) return resharded;
   }
   // The slices of the current weights (views where a slice is a run of them); a checked step
@@ -183,17 +190,30 @@ absl::StatusOr<std::map<std::string, at::Tensor>> HybridEngine::TensorParallelSl
         parallel::RolloutSlice(named[parameter.name].detach(), parameter, layout, pool_.rank());
   }
   if (resharded.empty()) return slices;
-  int64_t differing = -1;
-  for (size_t i = 0; i < specs.size() && differing < 0; ++i) {
-    if (!at::equal(resharded.at(specs[i].name), slices.at(specs[i].name))) {
-      differing = static_cast<int64_t>(i);
+  // The first differing slice (its index + 1; -1: this rank could not compare), shared so that
+  // every rank fails together.
+  double differing = 0;
+  try {
+    for (size_t i = 0; i < specs.size() && differing == 0; ++i) {
+      if (!at::equal(resharded.at(specs[i].name), slices.at(specs[i].name))) {
+        differing = static_cast<double>(i + 1);
+      }
     }
+  } catch (const std::exception& error) {
+    RLOG(WARNING) << "comparing the resharded slices: " << error.what();
+    differing = -1;
   }
-  std::vector<double> found(static_cast<size_t>(pool_.size()), 0.0);
-  found[pool_.rank()] = static_cast<double>(differing + 1);
+  std::vector<double> found(static_cast<size_t>(pool_.size()), -2.0);
+  found[pool_.rank()] = differing;
   RETURN_IF_ERROR(train::ReduceDoubles(pool_, device_, found, train::ReplicaReduce::kMax));
   ReleaseCopy();
   for (int rank = 0; rank < pool_.size(); ++rank) {
+    if (found[rank] == -1) {
+      return absl::InternalError(absl::StrCat("trainer.verify_weight_sync: step ", step,
+                                              ": actor rank ", rank,
+                                              " could not compare its resharded slices (its log "
+                                              "says why)"));
+    }
     if (found[rank] > 0) {
       return absl::DataLossError(absl::StrCat("trainer.verify_weight_sync: step ", step,
                                               ": actor rank ", rank, "'s resharded slice of ",
@@ -223,7 +243,12 @@ absl::StatusOr<std::map<std::string, at::Tensor>> HybridEngine::Reshard(
   std::vector<parallel::ShardedParameter> sharded = specs;
   std::vector<at::Tensor> shards;
   for (parallel::ShardedParameter& parameter : sharded) {
-    std::vector<std::pair<int64_t, int64_t>>& of = ranges[parameter.name];
+    const auto found = ranges.find(parameter.name);
+    if (found == ranges.end()) {
+      return absl::InternalError(
+          absl::StrCat("reshard: no rank's ZeRO-3 shards hold ", parameter.name));
+    }
+    std::vector<std::pair<int64_t, int64_t>>& of = found->second;
     // A rank holding none of a parameter holds the empty range where its neighbours meet.
     int64_t reached = 0;
     for (auto& [begin, end] : of) {
@@ -260,7 +285,11 @@ absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::GenerateTen
   ASSIGN_OR_RETURN(parallel::TensorParallelTransformer model,
                    parallel::TensorParallelTransformer::Create(config, std::move(slices), group));
   tensor_parallel_.emplace(std::move(model));
-  weights_update_s_ = SecondsSince(start) - (last_check_ ? last_check_->seconds : 0.0);
+  // Resharded: the reshard alone (a checked step's gather is the check's cost); else the cut
+  // from the weights brought up to date.
+  weights_update_s_ = reshard_s_ >= 0
+                          ? reshard_s_
+                          : SecondsSince(start) - (last_check_ ? last_check_->seconds : 0.0);
   ASSIGN_OR_RETURN(std::vector<rollout::GenerationResult> results,
                    rollout::GenerateTensorParallel(*tensor_parallel_, gathered.all,
                                                    config.eos_token_ids, config.vocab_size));
@@ -275,6 +304,7 @@ absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::GenerateTen
 absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::Generate(
     const std::vector<rollout::GenerationRequest>& requests, int64_t step) {
   last_check_.reset();
+  reshard_s_ = -1;
   if (tp_group_) {
     try {
       return GenerateTensorParallel(requests, step);

@@ -34,9 +34,12 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> SplitRolloutGroup(
     const v1::JobSpec& spec, const at::Device& device, const JobLayout& layout,
     parallel::Communicator& pool);
 
-// Tests: called on each actor rank with the rollout's weights right after they are brought up to
-// date, before any check, to corrupt them as a faulty transfer would.
-using RolloutWeightsHook = std::function<void(model::Transformer& weights, int pool_rank)>;
+// Tests: called on each actor rank with the rollout's weights by name right after they are
+// brought up to date, before any check, to corrupt them as a faulty transfer would. `resharded`:
+// the tensor-parallel slices resharded from ZeRO-3 shards, else the (gathered or cast) copy or
+// the training module the rollout reads.
+using RolloutWeightsHook = std::function<void(
+    bool resharded, const std::map<std::string, at::Tensor>& weights, int pool_rank)>;
 
 class HybridEngine {
  public:
@@ -108,6 +111,7 @@ class HybridEngine {
   std::optional<parallel::TensorParallelTransformer> tensor_parallel_;
   // ZeRO-3 with rollout tp > 1: the plan moving shards to slices, made at the first rollout.
   std::optional<parallel::ReshardPlan> reshard_;
+  double reshard_s_ = -1;  // the last rollout's reshard, when it had one
   double weights_update_s_ = 0;
   std::optional<WeightSyncCheck> last_check_;
   RolloutWeightsHook hook_;
