@@ -630,6 +630,22 @@ TEST_CASE("kill -9 of each role's worker mid-step: the job recovers and finishes
   CheckHistory(cluster.Metrics(id), total);
 }
 
+// Kills the controller once job `id` has passed step 3, starts a new one, and returns the job as
+// it ended, which must be a success.
+v1::Job KillControllerMidRun(DriverCluster& cluster, const std::string& id) {
+  const v1::Job before = cluster.WaitUntil(
+      id, [](const v1::Job& job) { return job.progress().current_step() >= 3; },
+      absl::Seconds(120));
+  INFO(Describe(before));
+  REQUIRE(before.state() == v1::JOB_STATE_RUNNING);
+  cluster.KillController();
+  cluster.StartController();
+  const v1::Job job = cluster.WaitEnded(id);
+  INFO(Describe(job));
+  REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
+  return job;
+}
+
 TEST_CASE("kill -9 of the controller mid-step: the job resumes and ends as if uninterrupted",
           "[driver][faults]") {
   TempDir dir;
@@ -651,16 +667,7 @@ TEST_CASE("kill -9 of the controller mid-step: the job resumes and ends as if un
   DriverCluster cluster;
   for (int i = 0; i < 2; ++i) cluster.StartWorker();
   const std::string id = cluster.Submit(config, with_dir("killed"));
-  const v1::Job before = cluster.WaitUntil(
-      id, [](const v1::Job& job) { return job.progress().current_step() >= 3; },
-      absl::Seconds(120));
-  INFO(Describe(before));
-  REQUIRE(before.state() == v1::JOB_STATE_RUNNING);
-  cluster.KillController();
-  cluster.StartController();
-  const v1::Job job = cluster.WaitEnded(id);
-  INFO(Describe(job));
-  REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
+  const v1::Job job = KillControllerMidRun(cluster, id);
   CHECK(job.progress().current_step() == 6);
   CHECK(job.progress().restarts() == 0);  // a controller restart costs the job none
   CheckHistory(cluster.Metrics(id), 6);
@@ -695,16 +702,8 @@ TEST_CASE(
                      {absl::StrCat("trainer.total_steps=", total), "trainer.save_every=2",
                       "trainer.loggers=[console]", "trainer.mode=one_step_off",
                       "trainer.verify_weight_sync=1", "trainer.checkpoint_dir=" + dir.path()});
-  const v1::Job before = cluster.WaitUntil(
-      id, [](const v1::Job& job) { return job.progress().current_step() >= 3; },
-      absl::Seconds(120));
-  INFO(Describe(before));
-  REQUIRE(before.state() == v1::JOB_STATE_RUNNING);
-  cluster.KillController();
-  cluster.StartController();
-  const v1::Job job = cluster.WaitEnded(id);
-  INFO(Describe(job));
-  REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
+  const v1::Job job = KillControllerMidRun(cluster, id);
+  CHECK(job.progress().restarts() == 0);
   const std::vector<v1::StepMetrics> history = cluster.Metrics(id);
   CheckHistory(history, total);
   const std::string log = cluster.cluster().controller()->ReadLog();
