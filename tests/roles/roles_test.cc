@@ -282,6 +282,13 @@ TEST_CASE(
                             "trainer.mode=one_step_off", "trainer.verify_weight_sync=1"}),
         2, 3);
   }
+  SECTION("PPO split, greedy, ZeRO-3 resharded to a tp 2 rollout") {
+    CheckAgainstOneProcess(
+        TestSpec(kPpoJob, {"roles.actor.train.zero_stage=3", "roles.actor.rollout.tp=2",
+                           "trainer.device=cpu", "trainer.mode=one_step_off",
+                           "trainer.verify_weight_sync=1"}),
+        4, 3);
+  }
 }
 
 // algorithm.rollout_correction at a sampling temperature of 0.7: the trainer's log-probs are

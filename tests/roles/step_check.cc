@@ -124,17 +124,8 @@ std::map<std::string, at::Tensor> Parameters(model::Transformer& model) {
 
 std::map<std::string, at::Tensor> SavedParameters(const std::string& directory, int64_t step,
                                                   const std::string& role,
-                                                  const std::map<std::string, at::Tensor>& like) {
-  auto saved = model::StateDict::Load(
-      absl::StrCat(directory, "/step_", step, "/", role, "/rank_0/state.safetensors"));
-  REQUIRE(saved.ok());
-  std::map<std::string, at::Tensor> out;
-  for (const auto& [name, tensor] : like) {
-    auto value = saved->Get(name);
-    REQUIRE(value.ok());
-    out[name] = value->clone();
-  }
-  return out;
+                                                  model::Transformer& like) {
+  return rlhfd::testing::SavedWeights(absl::StrCat(directory, "/step_", step, "/", role), like);
 }
 
 namespace {
@@ -321,12 +312,14 @@ void CheckAgainstOneProcess(const v1::JobSpec& job_spec,
     REQUIRE(job.SaveCheckpoint(step, false).ok());
     const auto actor = Parameters(reference.actor);
     if (!one_step_off) rollout_weights = Cloned(actor);
-    CheckUpdate(actor_before, SavedParameters(dir.path() + "/checkpoints", step, "actor", actor),
+    CheckUpdate(actor_before,
+                SavedParameters(dir.path() + "/checkpoints", step, "actor", reference.actor),
                 actor);
     if (reference.critic) {
       const auto critic = Parameters(reference.critic);
       CheckUpdate(critic_before,
-                  SavedParameters(dir.path() + "/checkpoints", step, "critic", critic), critic);
+                  SavedParameters(dir.path() + "/checkpoints", step, "critic", reference.critic),
+                  critic);
     }
   }
   job.End();

@@ -32,10 +32,11 @@ double StepKlCoefficient(const v1::JobSpec& spec);
 // The actor ranks' dumps of `step` (in the job's trainer.rollout_data_dir), merged in row order.
 rlhfd::testing::StepTensors Dumped(controller::JobStages& job, int64_t step);
 
-// A role's parameters as its data-parallel rank 0 saved them at `step`, for the names of `like`.
+// A role's parameters as it saved them at `step` (every layout: SavedWeights), for a model of
+// `like`'s architecture.
 std::map<std::string, at::Tensor> SavedParameters(const std::string& directory, int64_t step,
                                                   const std::string& role,
-                                                  const std::map<std::string, at::Tensor>& like);
+                                                  model::Transformer& like);
 
 // Starts the job on `services`, runs `steps` steps, and after each compares with one process:
 // greedy responses identical to one engine's, every intermediate within 1e-5, the weights

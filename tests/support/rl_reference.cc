@@ -250,6 +250,58 @@ void ReferenceUpdates(const v1::JobSpec& spec, ReferenceModels& models, const St
   }
 }
 
+std::map<std::string, at::Tensor> SavedWeights(const std::string& role_dir,
+                                               model::Transformer& like) {
+  auto first = model::StateDict::Load(role_dir + "/rank_0/state.safetensors");
+  REQUIRE(first.ok());
+  std::map<std::string, at::Tensor> out;
+  const auto named = like->named_parameters();
+  if (first->Get("unit.root").ok()) {
+    // ZeRO-3: the units' parameter names in module order, and every rank's shard of each.
+    std::map<std::string, std::vector<std::string>> units;
+    for (const auto& item : named) {
+      const std::string& name = item.key();
+      const std::string prefix = "model.layers.";
+      std::string unit = "unit.root";
+      if (name.rfind(prefix, 0) == 0) {
+        unit = "unit." + name.substr(prefix.size(), name.find('.', prefix.size()) - prefix.size());
+      }
+      units[unit].push_back(name);
+    }
+    std::vector<model::StateDict> ranks;
+    for (int rank = 0;; ++rank) {
+      auto state =
+          model::StateDict::Load(absl::StrCat(role_dir, "/rank_", rank, "/state.safetensors"));
+      if (!state.ok()) break;
+      ranks.push_back(*std::move(state));
+    }
+    for (const auto& [unit, names] : units) {
+      std::vector<at::Tensor> shards;
+      for (const model::StateDict& state : ranks) {
+        auto shard = state.Get(unit);
+        INFO(unit);
+        REQUIRE(shard.ok());
+        shards.push_back(*shard);
+      }
+      const at::Tensor flat = at::cat(shards);
+      int64_t offset = 0;
+      for (const std::string& name : names) {
+        const at::Tensor& shape = named[name];
+        out[name] = flat.narrow(0, offset, shape.numel()).view(shape.sizes()).clone();
+        offset += shape.numel();
+      }
+    }
+    return out;
+  }
+  for (const auto& item : named) {
+    auto value = first->Get(item.key());
+    INFO(item.key());
+    REQUIRE(value.ok());
+    out[item.key()] = value->clone();
+  }
+  return out;
+}
+
 double LargestDifference(const std::map<std::string, at::Tensor>& a,
                          const std::map<std::string, at::Tensor>& b,
                          const std::vector<std::string>& names) {

@@ -52,6 +52,14 @@ void ReferenceUpdates(const v1::JobSpec& spec, ReferenceModels& models, const St
                       int64_t rl_step);
 
 // Largest |a - b| over tensors present in both maps under `names`.
+// The parameters a role's checkpoint holds (`role_dir`: <checkpoint_dir>/step_<N>/<role>), by
+// name, for a model of `like`'s architecture: read whole from rank_0 (one process, ZeRO-2), or
+// put together from every rank's ZeRO-3 unit shards. That layout is written out here, apart from
+// the product's: a unit is each decoder layer's parameters, then one of all the others, each
+// flattened and concatenated in module order, padded and cut into equal shards rank by rank.
+std::map<std::string, at::Tensor> SavedWeights(const std::string& role_dir,
+                                               model::Transformer& like);
+
 double LargestDifference(const std::map<std::string, at::Tensor>& a,
                          const std::map<std::string, at::Tensor>& b,
                          const std::vector<std::string>& names);
