@@ -371,6 +371,22 @@ void Reshards(Communicator& world, const at::Device& device) {
     for (const auto& [begin, end] : p.train_ranges) empty_range = empty_range || begin == end;
   }
   Expect(size < 2 || empty_range, "some rank holds none of some parameter");
+  // Ranks given different (each valid) ranges for a parameter refuse the plan together: rank 0
+  // puts the whole parameter on the last rank.
+  if (size > 1) {
+    std::vector<ShardedParameter> disagreeing = {uneven[0]};
+    if (me == 0) {
+      const int64_t numel = full[0].numel();
+      for (int d = 0; d < size; ++d) {
+        disagreeing[0].train_ranges[d] = d + 1 < size ? std::pair<int64_t, int64_t>{0, 0}
+                                                      : std::pair<int64_t, int64_t>{0, numel};
+      }
+    }
+    Expect(!ReshardPlan::Create(world, disagreeing, {full[0].scalar_type()}, {.dp = size, .tp = 1},
+                                {.tp = 1, .dp = size}, device)
+                .ok(),
+           "ranks given different train_ranges refuse the plan");
+  }
   // Ranges that do not partition the parameter are refused.
   std::vector<ShardedParameter> gapped = {uneven[0]};
   gapped[0].train_ranges.back().second -= 1;
