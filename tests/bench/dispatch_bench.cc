@@ -24,6 +24,7 @@
 #include "common/rpc/grpc_options.h"
 #include "common/status/status_macros.h"
 #include "controller/driver/job_stages.h"
+#include "tests/bench/simulated_job.h"
 #include "worker/service/worker_service.h"
 
 ABSL_FLAG(std::string, workers, "64,256", "Comma-separated simulated worker counts");
@@ -94,21 +95,6 @@ struct Result {
   int64_t calls = 0, stages = 0;
 };
 
-v1::JobSpec Spec(int workers) {
-  v1::JobSpec spec;
-  spec.set_name("dispatch-bench");
-  spec.set_placement(v1::PLACEMENT_SPLIT);
-  spec.mutable_algorithm()->set_adv_estimator(v1::ADVANTAGE_ESTIMATOR_GAE);
-  v1::RolesSpec& roles = *spec.mutable_roles();
-  roles.mutable_actor()->set_gpus(workers / 2);
-  roles.mutable_actor()->mutable_rollout()->set_n(1);
-  roles.mutable_critic()->set_gpus(workers / 4);
-  roles.mutable_reference()->set_gpus(workers / 8);
-  roles.mutable_reward()->set_model("/simulated/reward-model");
-  roles.mutable_reward()->set_gpus(workers - workers / 2 - workers / 4 - workers / 8);
-  return spec;
-}
-
 absl::StatusOr<Result> Run(int workers, int steps, int warmup, int prompts_per_actor) {
   // The simulated workers: one server each, on a port of its own.
   EmptyStages stages;
@@ -138,7 +124,7 @@ absl::StatusOr<Result> Run(int workers, int steps, int warmup, int prompts_per_a
         stages::MakeGrpcStageService(std::move(channel), kToken), mutex, calls_ms));
     ranks.push_back(clients.back().get());
   }
-  const v1::JobSpec spec = Spec(workers);
+  const v1::JobSpec spec = bench::SimulatedPpoJob("dispatch-bench", workers);
   controller::JobStages job("job-bench", spec, ranks, {.stage_deadline = absl::Seconds(10)});
   RETURN_IF_ERROR(job.Start(steps + warmup));
   const int64_t actors = spec.roles().actor().gpus();

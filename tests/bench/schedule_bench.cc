@@ -22,6 +22,7 @@
 #include "common/status/status_macros.h"
 #include "common/util/event_loop.h"
 #include "controller/driver/job_stages.h"
+#include "tests/bench/simulated_job.h"
 
 ABSL_FLAG(std::string, modes, "sync,one_step_off", "Comma-separated trainer.mode values");
 ABSL_FLAG(int, generate_ms, 2000, "Generate's duration on each actor rank");
@@ -83,22 +84,6 @@ class TimedStages final : public stages::StageService {
   EventLoop rollout_, training_;
 };
 
-v1::JobSpec Spec(int workers, v1::TrainerMode mode) {
-  v1::JobSpec spec;
-  spec.set_name("schedule-bench");
-  spec.set_placement(v1::PLACEMENT_SPLIT);
-  spec.mutable_algorithm()->set_adv_estimator(v1::ADVANTAGE_ESTIMATOR_GAE);
-  spec.mutable_trainer()->set_mode(mode);
-  v1::RolesSpec& roles = *spec.mutable_roles();
-  roles.mutable_actor()->set_gpus(workers / 2);
-  roles.mutable_actor()->mutable_rollout()->set_n(1);
-  roles.mutable_critic()->set_gpus(workers / 4);
-  roles.mutable_reference()->set_gpus(workers / 8);
-  roles.mutable_reward()->set_model("/simulated/reward-model");
-  roles.mutable_reward()->set_gpus(workers - workers / 2 - workers / 4 - workers / 8);
-  return spec;
-}
-
 struct Result {
   std::string mode;
   double step_s = 0;            // the timed steps' mean
@@ -130,7 +115,8 @@ absl::StatusOr<Result> Run(const std::string& mode_name, int workers, int steps,
     simulated.push_back(std::make_unique<TimedStages>(durations));
     ranks.push_back(simulated.back().get());
   }
-  const v1::JobSpec spec = Spec(workers, mode);
+  v1::JobSpec spec = bench::SimulatedPpoJob("schedule-bench", workers);
+  spec.mutable_trainer()->set_mode(mode);
   controller::JobStages job("job-schedule", spec, ranks,
                             {.stage_deadline = absl::Minutes(1), .overlap_rollout = true});
   RETURN_IF_ERROR(job.Start(steps + 1));
