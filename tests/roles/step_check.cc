@@ -285,6 +285,11 @@ void CheckAgainstOneProcess(const v1::JobSpec& job_spec,
                               {{"rollout_log_probs", ours.tensors.at("old_log_probs")}},
                               {"rollout_log_probs"}) < 1e-4);
     }
+    if (algorithms::OldLogProbsFromRollout(spec)) {
+      // verl's bypass loss reports the gap between the trained policy and the rollout's.
+      CHECK(metrics->count("rollout_corr/kl") == 1);
+      CHECK(metrics->at("rollout_corr/k3_kl") >= 0);
+    }
     if (algorithms::AppliesRolloutIsWeights(spec)) {
       const v1::RolloutCorrectionSpec& correction = spec.algorithm().rollout_correction();
       CHECK(metrics->at("rollout_corr/rollout_is_mean") > 0);

@@ -3,6 +3,7 @@
 #include <ATen/autocast_mode.h>
 
 #include "common/algorithms/algorithm_traits.h"
+#include "common/algorithms/on_policy.h"
 #include "common/stages/role_names.h"
 #include "worker/train/distributed/fully_sharded.h"
 #include "worker/train/distributed/replicated_model.h"
@@ -76,6 +77,7 @@ train::PolicyUpdateOptions PolicyUpdateOptionsOf(const v1::JobSpec& spec, int re
   options.kl_coef = kl_loss ? algorithm.kl().coef() : 0.0;
   options.kl_estimator = algorithm.kl().estimator();
   options.temperature = LogProbTemperature(spec);
+  options.rollout_gap_metrics = algorithms::OldLogProbsFromRollout(spec);
   return options;
 }
 

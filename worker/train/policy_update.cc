@@ -64,6 +64,14 @@ absl::StatusOr<UpdateMetrics> UpdatePolicy(TrainedModel& trained, const PolicyUp
     sums["clip_fraction"] += policy.clip_fraction.item<double>() * micro.token_share;
     sums["clip_fraction_low"] += policy.clip_fraction_low.item<double>() * micro.token_share;
     sums["approx_kl"] += policy.approx_kl.item<double>() * micro.token_share;
+    if (options.rollout_gap_metrics) {
+      // As verl's bypass loss: kl = mean(rollout - current), k3 = mean(exp(d) - d - 1) with
+      // d = current - rollout.
+      const at::Tensor gap = log_prob.detach() - old_log_prob;
+      sums["rollout_corr/kl"] += MaskedMean(-gap, mask).item<double>() * micro.token_share;
+      sums["rollout_corr/k3_kl"] +=
+          MaskedMean(gap.exp() - gap - 1, mask).item<double>() * micro.token_share;
+    }
     sums["entropy"] += MaskedMean(entropy, mask).item<double>() * micro.token_share;
     return absl::OkStatus();
   };

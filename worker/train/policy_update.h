@@ -34,6 +34,9 @@ struct PolicyUpdateOptions {
   // The rollout's sampling temperature: log-probs and entropy are those of softmax(logits / T),
   // the distribution the responses were drawn from (verl's actor divides its logits the same).
   double temperature = 1.0;
+  // Bypass mode (the old log-probs are the rollout's): report verl's rollout_corr/kl and
+  // rollout_corr/k3_kl of the policy being trained against them, per optimiser step.
+  bool rollout_gap_metrics = false;
 };
 
 // Updates `model` in place. The policy loss, the entropy bonus and the KL loss aggregate as
