@@ -67,6 +67,8 @@ follow() {
   local deadline=$(($(date +%s) + seconds))
   while :; do
     print_steps
+    # Copied every round, so that a call cut short by its time limit still brings them back.
+    collect "${out}"
     state=$(job_state)
     case "${state}" in *SUCCEEDED | *FAILED | *CANCELLED)
       print_steps; echo "job-1 ${state}"; ctl status job-1 | tail -5; break ;;

@@ -41,6 +41,9 @@ class StepTimes(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         torch.cuda.synchronize()
         self.ends.append(time.perf_counter())
+        # As it goes, so that a run cut short by its call's time limit still shows its steps.
+        print(f"trl: optimizer step {len(self.ends)} done at {self.ends[-1] - self.start:.1f} s",
+              flush=True)
 
 
 def main():
