@@ -1,0 +1,344 @@
+// The code interpreter's sandbox (worker/agent/sandbox.h) with real processes and the host's
+// Python: code that loops forever, allocates 10 GB, writes 1 GB of output or files, opens
+// sockets, forks a thousand processes or reads files outside its scratch directory is stopped
+// or refused within the limits, and gets a result rather than harming the caller; a thousand
+// calls leave no process, file, thread or memory behind.
+#include "worker/agent/sandbox.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "tests/support/subprocess.h"
+
+namespace rlhfd::agent {
+namespace {
+
+using rlhfd::testing::TempDir;
+
+SandboxOptions Options() {
+  SandboxOptions options;
+  options.limits.wall_time = absl::Seconds(5);
+  options.limits.cpu_seconds = 2;
+  options.limits.memory_mb = 512;
+  options.limits.processes = 16;
+  options.limits.scratch_mb = 8;
+  options.limits.file_mb = 4;
+  options.limits.output_bytes = 4096;
+  return options;
+}
+
+std::unique_ptr<Sandbox> Make(SandboxOptions options = Options()) {
+  absl::StatusOr<std::unique_ptr<Sandbox>> made = Sandbox::Create(std::move(options));
+  INFO(made.status());
+  REQUIRE(made.ok());
+  return *std::move(made);
+}
+
+SandboxResult Run(Sandbox& sandbox, const std::string& code) {
+  absl::StatusOr<SandboxResult> result = sandbox.Run(code);
+  INFO(result.status());
+  REQUIRE(result.ok());
+  INFO("stdout: " << result->stdout_text << "\nstderr: " << result->stderr_text);
+  return *result;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Host processes inside a sandbox's namespaces: argv names rlhfd-sandbox. `children_only`:
+// those the code started, i.e. neither a namespace's first process (1) nor its Python (2).
+int SandboxProcesses(bool children_only) {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
+    std::string cmdline = ReadFile(entry.path().string() + "/cmdline");
+    if (!absl::StrContains(cmdline, std::string("rlhfd-sandbox\0", 14))) continue;
+    if (!children_only) {
+      ++count;
+      continue;
+    }
+    for (absl::string_view line :
+         absl::StrSplit(ReadFile(entry.path().string() + "/status"), '\n')) {
+      if (!absl::ConsumePrefix(&line, "NSpid:")) continue;
+      const std::vector<absl::string_view> ids = absl::StrSplit(line, '\t', absl::SkipEmpty());
+      int inside = 0;
+      if (!ids.empty() && absl::SimpleAtoi(ids.back(), &inside) && inside > 2) ++count;
+    }
+  }
+  return count;
+}
+
+int64_t StatusField(const std::string& name) {
+  for (absl::string_view line : absl::StrSplit(ReadFile("/proc/self/status"), '\n')) {
+    if (!absl::ConsumePrefix(&line, name + ":")) continue;
+    int64_t value = 0;
+    (void)absl::SimpleAtoi(
+        absl::StripAsciiWhitespace(absl::StripSuffix(absl::StripAsciiWhitespace(line), "kB")),
+        &value);
+    return value;
+  }
+  return -1;
+}
+
+std::vector<std::string> SandboxRoots() {
+  std::vector<std::string> roots;
+  const char* temp = std::getenv("TMPDIR");
+  for (const auto& entry :
+       std::filesystem::directory_iterator(temp != nullptr && *temp ? temp : "/tmp")) {
+    if (absl::StartsWith(entry.path().filename().string(), "rlhfd-sandbox-")) {
+      roots.push_back(entry.path());
+    }
+  }
+  std::sort(roots.begin(), roots.end());
+  return roots;
+}
+
+TEST_CASE("code runs and its output and exceptions come back", "[sandbox]") {
+  auto sandbox = Make();
+  const SandboxResult printed =
+      Run(*sandbox, "print(6 * 7)\nimport sys\nprint('e', file=sys.stderr)");
+  CHECK(printed.exit_code == 0);
+  CHECK(printed.stdout_text == "42\n");
+  CHECK(printed.stderr_text == "e\n");
+  CHECK_FALSE(printed.timed_out);
+  CHECK_FALSE(printed.output_truncated);
+
+  const SandboxResult raised = Run(*sandbox, "x = 1\n1 / 0\n");
+  CHECK(raised.exit_code == 1);
+  CHECK(absl::StrContains(raised.stderr_text, "ZeroDivisionError"));
+  CHECK(absl::StrContains(raised.stderr_text, "File \"<tool>\", line 2"));
+  CHECK_FALSE(absl::StrContains(raised.stderr_text, "<string>"));  // the runner's own frame
+
+  const SandboxResult syntax = Run(*sandbox, "def (:\n");
+  CHECK(syntax.exit_code == 1);
+  CHECK(absl::StrContains(syntax.stderr_text, "SyntaxError"));
+
+  // The scratch directory is the working directory, writable, and new for each call.
+  const SandboxResult wrote =
+      Run(*sandbox,
+          "import os\nopen('a.txt', 'w').write('hi')\nprint(os.getcwd(), open('a.txt').read())");
+  CHECK(wrote.stdout_text == "/work hi\n");
+  CHECK(Run(*sandbox, "import os\nprint(os.listdir('.'))").stdout_text == "[]\n");
+}
+
+TEST_CASE("a loop forever is stopped at the CPU limit, a sleep at the deadline", "[sandbox]") {
+  SandboxOptions options = Options();
+  options.limits.cpu_seconds = 1;
+  options.limits.wall_time = absl::Seconds(30);  // a loaded machine's second of CPU takes longer
+  auto sandbox = Make(options);
+  const SandboxResult spun = Run(*sandbox, "while True:\n    pass\n");
+  INFO("exit " << spun.exit_code << " signal " << spun.signal << " timed out " << spun.timed_out);
+  CHECK(spun.signal == SIGXCPU);
+  CHECK_FALSE(spun.timed_out);
+  CHECK(spun.cpu_time >= absl::Milliseconds(900));  // the kernel counts in ticks
+  // Sleeping takes no CPU: the deadline stops it.
+  options.limits.wall_time = absl::Seconds(2);
+  sandbox = Make(options);
+  const SandboxResult slept = Run(*sandbox, "import time\ntime.sleep(60)\n");
+  CHECK(slept.timed_out);
+  CHECK(slept.signal == SIGKILL);
+  CHECK(slept.wall_time < absl::Seconds(5));
+}
+
+TEST_CASE("10 GB of memory is refused", "[sandbox]") {
+  auto sandbox = Make();
+  const SandboxResult result = Run(*sandbox, "x = bytearray(10 * 1024 ** 3)\n");
+  CHECK(result.exit_code == 1);
+  CHECK(absl::StrContains(result.stderr_text, "MemoryError"));
+}
+
+TEST_CASE("1 GB of output is cut at the cap and its writer stopped", "[sandbox]") {
+  auto sandbox = Make();
+  const SandboxResult result =
+      Run(*sandbox,
+          "import sys\nchunk = 'x' * 65536\nfor _ in range(16384):\n    sys.stdout.write(chunk)\n");
+  CHECK(result.output_truncated);
+  CHECK(result.signal == SIGKILL);
+  CHECK(result.stdout_text.size() + result.stderr_text.size() == 4096);
+  CHECK(result.wall_time < absl::Seconds(5));
+  // A file larger than file_mb, and a scratch directory filled past scratch_mb, are refused.
+  const SandboxResult big_file = Run(*sandbox,
+                                     "try:\n    open('f', 'wb').write(b'x' * (5 << 20))\nexcept "
+                                     "OSError as e:\n    print('refused', e.errno)\n");
+  CHECK(absl::StartsWith(big_file.stdout_text, "refused 27"));  // EFBIG
+  const SandboxResult full =
+      Run(*sandbox,
+          "try:\n    for i in range(4):\n        open(f'f{i}', 'wb').write(b'x' * (3 << 20))\n"
+          "except OSError as e:\n    print('refused', e.errno)\n");
+  CHECK(absl::StartsWith(full.stdout_text, "refused 28"));  // ENOSPC
+}
+
+TEST_CASE("no network: neither the host's loopback nor the outside", "[sandbox]") {
+  // A listener of this process on 127.0.0.1: the code must not reach it.
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  REQUIRE(listener >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
+  REQUIRE(::listen(listener, 4) == 0);
+  socklen_t length = sizeof(address);
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+  const int port = ntohs(address.sin_port);
+
+  auto sandbox = Make();
+  const SandboxResult result =
+      Run(*sandbox, absl::StrCat("import socket\n"
+                                 "for host, port in (('127.0.0.1', ",
+                                 port,
+                                 "), ('8.8.8.8', 53), ('1.1.1.1', 443)):\n"
+                                 "    try:\n"
+                                 "        socket.create_connection((host, port), timeout=2)\n"
+                                 "        print('connected', host)\n"
+                                 "    except OSError as e:\n"
+                                 "        print('refused', host, e.errno)\n"
+                                 "print(sorted(n for _, n in socket.if_nameindex()))\n"));
+  CHECK(result.exit_code == 0);
+  CHECK_FALSE(absl::StrContains(result.stdout_text, "connected"));
+  CHECK(absl::StrContains(result.stdout_text, "refused 127.0.0.1"));
+  CHECK(absl::StrContains(result.stdout_text, "refused 8.8.8.8"));
+  CHECK(absl::StrContains(result.stdout_text, "['lo']"));
+  CHECK(::accept(listener, nullptr, nullptr) < 0);  // nobody came
+  ::close(listener);
+}
+
+TEST_CASE("a thousand forks are refused past the process limit, and none outlives the call",
+          "[sandbox]") {
+  auto sandbox = Make();
+  const SandboxResult result = Run(*sandbox,
+                                   "import os, time\n"
+                                   "started = 0\n"
+                                   "try:\n"
+                                   "    for _ in range(1000):\n"
+                                   "        if os.fork() == 0:\n"
+                                   "            time.sleep(600)\n"
+                                   "            os._exit(0)\n"
+                                   "        started += 1\n"
+                                   "except OSError as e:\n"
+                                   "    print('refused after', started, e.errno)\n");
+  CHECK(result.exit_code == 0);
+  INFO(result.stdout_text);
+  // 16 processes of the sandbox's id: its first, Python and 14 forks; then EAGAIN.
+  CHECK(absl::StartsWith(result.stdout_text, "refused after 14 11"));
+  CHECK(SandboxProcesses(/*children_only=*/true) == 0);
+}
+
+TEST_CASE("files outside the scratch directory are not there to read or write", "[sandbox]") {
+  TempDir secret_dir;
+  const std::string secret = secret_dir.path() + "/secret.txt";
+  std::ofstream(secret) << "the worker's secret";
+  auto sandbox = Make();
+  const SandboxResult result =
+      Run(*sandbox, absl::StrCat("import os\n"
+                                 "for path in ('",
+                                 secret,
+                                 "', '/etc/passwd', '/etc/hostname', '/proc/1/environ', "
+                                 "'/root/.bashrc'):\n"
+                                 "    try:\n"
+                                 "        open(path).read()\n"
+                                 "        print('read', path)\n"
+                                 "    except OSError as e:\n"
+                                 "        print('refused', e.errno)\n"
+                                 "for path in ('/usr/evil', '/evil', '/dev/evil'):\n"
+                                 "    try:\n"
+                                 "        open(path, 'w')\n"
+                                 "        print('wrote', path)\n"
+                                 "    except OSError as e:\n"
+                                 "        print('refused', e.errno)\n"
+                                 "print(sorted(os.listdir('/')))\n"
+                                 "print(os.getuid(), os.getpid())\n"));
+  CHECK(result.exit_code == 0);
+  CHECK_FALSE(absl::StrContains(result.stdout_text, "read "));
+  CHECK_FALSE(absl::StrContains(result.stdout_text, "wrote "));
+  // The root holds the runtime, /dev, /tmp (a link to /work) and /work: nothing of the host's.
+  CHECK(absl::StrContains(result.stdout_text, "'dev', "));
+  CHECK(absl::StrContains(result.stdout_text, "'tmp', 'usr', 'work']"));
+  CHECK_FALSE(absl::StrContains(result.stdout_text, "'etc'"));
+  CHECK_FALSE(absl::StrContains(result.stdout_text, "'proc'"));
+  CHECK_FALSE(absl::StrContains(result.stdout_text, "'root'"));
+  CHECK(absl::StrContains(result.stdout_text, "65534 2\n"));  // nobody, after its first process
+}
+
+TEST_CASE("bad options are refused naming the field", "[sandbox]") {
+  SandboxOptions outside = Options();
+  outside.python = "/opt/elsewhere/python3";
+  absl::StatusOr<std::unique_ptr<Sandbox>> made = Sandbox::Create(outside);
+  CHECK(made.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(absl::StrContains(made.status().message(), "python"));
+  SandboxOptions negative = Options();
+  negative.limits.memory_mb = 0;
+  made = Sandbox::Create(negative);
+  CHECK(made.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(absl::StrContains(made.status().message(), "memory_mb"));
+  SandboxOptions relative = Options();
+  relative.read_only_paths = {"venv"};
+  made = Sandbox::Create(relative);
+  CHECK(absl::StrContains(made.status().message(), "read_only_paths"));
+  auto sandbox = Make();
+  CHECK(sandbox->Run(std::string(2 << 20, '#')).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("a thousand calls, four threads at a time, leave nothing behind", "[sandbox][slow]") {
+  const int64_t threads_before = StatusField("Threads");
+  const std::vector<std::string> roots_before = SandboxRoots();
+  {
+    auto sandbox = Make();
+    Run(*sandbox, "print(0)");  // the first call's allocations are not a leak
+    const int64_t rss_before = StatusField("VmRSS");
+    std::vector<std::thread> callers;
+    std::atomic<int> good{0};
+    std::mutex failures_mutex;
+    std::vector<std::string> failures;
+    for (int t = 0; t < 4; ++t) {
+      callers.emplace_back([&, t] {
+        for (int i = 0; i < 250; ++i) {
+          absl::StatusOr<SandboxResult> result =
+              sandbox->Run(absl::StrCat("print(", t, " * 1000 + ", i, ")"));
+          if (result.ok() && result->exit_code == 0 &&
+              result->stdout_text == absl::StrCat(t * 1000 + i, "\n")) {
+            ++good;
+          } else {
+            std::lock_guard<std::mutex> lock(failures_mutex);
+            failures.push_back(result.ok()
+                                   ? absl::StrCat("exit ", result->exit_code, " signal ",
+                                                  result->signal, " out '", result->stdout_text,
+                                                  "' err '", result->stderr_text, "'")
+                                   : result.status().ToString());
+          }
+        }
+      });
+    }
+    for (std::thread& caller : callers) caller.join();
+    INFO(absl::StrJoin(failures, "\n"));
+    CHECK(good == 1000);
+    CHECK(StatusField("VmRSS") - rss_before < 16 * 1024);  // kB
+    CHECK(SandboxProcesses(/*children_only=*/true) == 0);
+  }
+  CHECK(SandboxProcesses(/*children_only=*/false) == 0);
+  CHECK(SandboxRoots() == roots_before);  // each sandbox's root mount point is removed
+  CHECK(StatusField("Threads") == threads_before);
+}
+
+}  // namespace
+}  // namespace rlhfd::agent
