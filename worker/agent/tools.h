@@ -1,0 +1,54 @@
+// The tools a multi-turn rollout can call, and the text each call gives back to the model. A
+// call never fails the rollout: what goes wrong (an unknown tool, arguments of the wrong shape,
+// code that raised or ran out of time) is the observation, as in verl's ToolAgentLoop.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+#include "worker/agent/sandbox.h"
+#include "worker/agent/tool_calls.h"
+
+namespace rlhfd::agent {
+
+// What one call gave.
+struct ToolObservation {
+  std::string text;    // for the model, before truncation
+  bool error = false;  // counted as a tool error (verl's metric)
+  absl::Duration time;
+};
+
+class Tool {
+ public:
+  virtual ~Tool() = default;
+  virtual const std::string& name() const = 0;
+  // The OpenAI function schema the chat template lists.
+  virtual const nlohmann::json& schema() const = 0;
+  virtual ToolObservation Call(const nlohmann::json& arguments) = 0;
+};
+
+// code_interpreter {"code": str}: runs the code in `sandbox` (not owned); the observation is its
+// stdout and stderr, with a last line saying so where it was stopped or failed.
+std::unique_ptr<Tool> MakeCodeInterpreter(Sandbox* sandbox);
+// calculator {"expression": str}: Python arithmetic (+ - * / // ** and parentheses), evaluated
+// without running anything; the value in the shortest form that reads back exactly ("14",
+// "3.5"; a whole number without ".0", whether Python would have made an int or a float).
+std::unique_ptr<Tool> MakeCalculator();
+
+// The job's tools by name.
+class ToolSet {
+ public:
+  void Add(std::unique_ptr<Tool> tool);
+  // verl's message for a name it does not have, or the tool's observation.
+  ToolObservation Call(const ToolCall& call);
+  std::vector<nlohmann::json> Schemas() const;
+
+ private:
+  std::map<std::string, std::unique_ptr<Tool>> tools_;
+};
+
+}  // namespace rlhfd::agent
