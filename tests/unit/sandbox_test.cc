@@ -7,7 +7,9 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -279,6 +281,39 @@ TEST_CASE("files outside the scratch directory are not there to read or write", 
   CHECK(absl::StrContains(result.stdout_text, "65534 2\n"));  // nobody, after its first process
 }
 
+TEST_CASE("a read-only path stays read-only below, mounts under it included", "[sandbox]") {
+  // A writable tmpfs mounted under a read-only path: a bind remounted read-only at its top
+  // would leave it writable. Mounting needs root; elsewhere the case is reported and left.
+  if (::geteuid() != 0) {
+    WARN("not root: cannot mount the tmpfs this case needs; not run");
+    return;
+  }
+  char dir_template[] = "/var/tmp/rlhfd-readonly-XXXXXX";
+  REQUIRE(::mkdtemp(dir_template) != nullptr);
+  const std::string dir = dir_template;
+  const std::string sub = dir + "/sub";
+  // Writable by anyone, so that only the read-only mount can refuse (EROFS, not EACCES).
+  REQUIRE(::chmod(dir.c_str(), 0777) == 0);
+  REQUIRE(::mkdir(sub.c_str(), 0777) == 0);
+  REQUIRE(::mount("tmpfs", sub.c_str(), "tmpfs", 0, "size=1m,mode=0777") == 0);
+  {
+    SandboxOptions options = Options();
+    options.read_only_paths = {dir};
+    auto sandbox = Make(options);
+    const SandboxResult result = Run(*sandbox, absl::StrCat("for path in ('", dir, "/top', '", sub,
+                                                            "/below'):\n"
+                                                            "    try:\n"
+                                                            "        open(path, 'w')\n"
+                                                            "        print('wrote', path)\n"
+                                                            "    except OSError as e:\n"
+                                                            "        print('refused', e.errno)\n"));
+    CHECK(result.stdout_text == "refused 30\nrefused 30\n");  // EROFS, both
+  }
+  CHECK_FALSE(std::filesystem::exists(sub + "/below"));
+  ::umount2(sub.c_str(), MNT_DETACH);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("bad options are refused naming the field", "[sandbox]") {
   SandboxOptions outside = Options();
   outside.python = "/opt/elsewhere/python3";
@@ -294,6 +329,14 @@ TEST_CASE("bad options are refused naming the field", "[sandbox]") {
   relative.read_only_paths = {"venv"};
   made = Sandbox::Create(relative);
   CHECK(absl::StrContains(made.status().message(), "read_only_paths"));
+  // The sandbox's own /tmp, /work and /dev, and the host's /proc, cannot be bound.
+  for (const char* own : {"/tmp", "/tmp/venv", "/dev", "/proc/self"}) {
+    SandboxOptions clash = Options();
+    clash.read_only_paths = {own};
+    made = Sandbox::Create(clash);
+    CHECK(made.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(absl::StrContains(made.status().message(), "which the sandbox makes its own"));
+  }
   auto sandbox = Make();
   CHECK(sandbox->Run(std::string(2 << 20, '#')).status().code() ==
         absl::StatusCode::kInvalidArgument);

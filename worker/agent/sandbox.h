@@ -33,6 +33,8 @@
 
 namespace rlhfd::agent {
 
+struct SandboxPlan;  // sandbox_child.h
+
 struct SandboxLimits {
   absl::Duration wall_time = absl::Seconds(10);  // from the call to the process's end
   int64_t cpu_seconds = 10;                      // RLIMIT_CPU, per process
@@ -83,9 +85,6 @@ class Sandbox {
   // process.
   absl::StatusOr<SandboxResult> Run(const std::string& code);
 
-  // The namespace setup the child follows (sandbox.cc).
-  struct Plan;
-
  private:
   struct Process {
     pid_t pid = -1;
@@ -101,12 +100,13 @@ class Sandbox {
   SandboxOptions options_;
   // Built once, so that the child, cloned from a threaded process, follows it without
   // allocating.
-  std::unique_ptr<const Plan> plan_;
+  std::unique_ptr<const SandboxPlan> plan_;
   // Held by the worker alone (close-on-exec); each sandbox's first process watches the read end
   // and ends its sandbox when the worker is gone.
   int life_pipe_[2] = {-1, -1};
   std::mutex mutex_;
   std::deque<Process> warm_;
+  int starting_ = 0;  // replacements being started
 };
 
 }  // namespace rlhfd::agent

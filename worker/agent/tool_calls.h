@@ -38,6 +38,8 @@ ParsedResponse ParseHermesToolCalls(absl::string_view text);
 
 // verl's tool_response_truncate_side: keep the head ("left"), the tail ("right") or both halves
 // ("middle") of a response longer than max_characters (Unicode code points, as Python counts).
+// Where Python's slicing would keep everything (n // 2 == 0 for middle, 0 for right) nothing is
+// kept; a negative max_characters is no limit (docs/internals/agent.md).
 enum class TruncateSide { kLeft, kRight, kMiddle };
 absl::StatusOr<TruncateSide> ParseTruncateSide(absl::string_view name);
 std::string TruncateToolResponse(absl::string_view text, int64_t max_characters, TruncateSide side);
