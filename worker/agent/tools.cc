@@ -88,13 +88,11 @@ class CodeInterpreter : public Tool {
 };
 
 // The shortest text that reads back as `value`: "14", "2.5", "0.1", "inf".
-std::string PythonNumber(double value) {
+std::string ShortestNumber(double value) {
   if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
   if (std::isnan(value)) return "nan";
   char buffer[64];
-  const auto [end, error] = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  std::string text(buffer, end);
-  return text;
+  return std::string(buffer, std::to_chars(buffer, buffer + sizeof(buffer), value).ptr);
 }
 
 class Calculator : public Tool {
@@ -113,7 +111,7 @@ class Calculator : public Tool {
     if (!value.has_value()) {
       return Error(absl::StrCat("cannot evaluate '", *expression, "'"), start);
     }
-    return ToolObservation{.text = PythonNumber(*value), .time = absl::Now() - start};
+    return ToolObservation{.text = ShortestNumber(*value), .time = absl::Now() - start};
   }
 
  private:
