@@ -53,10 +53,8 @@ ToolObservation Error(absl::string_view what, absl::Time start) {
 
 class CodeInterpreter : public Tool {
  public:
-  explicit CodeInterpreter(Sandbox* sandbox)
-      : sandbox_(sandbox),
-        schema_(FunctionSchema(name_, "Runs Python code and returns what it prints.", "code",
-                               "The Python program to run")) {}
+  CodeInterpreter(Sandbox* sandbox, std::string name, nlohmann::json schema)
+      : name_(std::move(name)), sandbox_(sandbox), schema_(std::move(schema)) {}
   const std::string& name() const override { return name_; }
   const nlohmann::json& schema() const override { return schema_; }
 
@@ -82,7 +80,7 @@ class CodeInterpreter : public Tool {
   }
 
  private:
-  const std::string name_ = "code_interpreter";
+  const std::string name_;
   Sandbox* sandbox_;
   nlohmann::json schema_;
 };
@@ -97,9 +95,8 @@ std::string ShortestNumber(double value) {
 
 class Calculator : public Tool {
  public:
-  Calculator()
-      : schema_(FunctionSchema(name_, "Evaluates an arithmetic expression.", "expression",
-                               "Numbers with + - * / // ** and parentheses")) {}
+  Calculator(std::string name, nlohmann::json schema)
+      : name_(std::move(name)), schema_(std::move(schema)) {}
   const std::string& name() const override { return name_; }
   const nlohmann::json& schema() const override { return schema_; }
 
@@ -115,17 +112,34 @@ class Calculator : public Tool {
   }
 
  private:
-  const std::string name_ = "calculator";
+  const std::string name_;
   nlohmann::json schema_;
 };
 
 }  // namespace
 
 std::unique_ptr<Tool> MakeCodeInterpreter(Sandbox* sandbox) {
-  return std::make_unique<CodeInterpreter>(sandbox);
+  return std::make_unique<CodeInterpreter>(
+      sandbox, "code_interpreter",
+      FunctionSchema("code_interpreter", "Runs Python code and returns what it prints.", "code",
+                     "The Python program to run"));
 }
 
-std::unique_ptr<Tool> MakeCalculator() { return std::make_unique<Calculator>(); }
+std::unique_ptr<Tool> MakeCalculator() {
+  return std::make_unique<Calculator>(
+      "calculator", FunctionSchema("calculator", "Evaluates an arithmetic expression.",
+                                   "expression", "Numbers with + - * / // ** and parentheses"));
+}
+
+std::unique_ptr<Tool> MakeTool(const ToolSpec& spec, Sandbox* sandbox) {
+  switch (spec.kind) {
+    case ToolSpec::Kind::kCodeInterpreter:
+      return std::make_unique<CodeInterpreter>(sandbox, spec.name, spec.schema);
+    case ToolSpec::Kind::kCalculator:
+      return std::make_unique<Calculator>(spec.name, spec.schema);
+  }
+  return nullptr;
+}
 
 void ToolSet::Add(std::unique_ptr<Tool> tool) {
   const std::string name = tool->name();

@@ -12,6 +12,7 @@
 #include "nlohmann/json.hpp"
 #include "worker/agent/sandbox.h"
 #include "worker/agent/tool_calls.h"
+#include "worker/agent/tool_config.h"
 
 namespace rlhfd::agent {
 
@@ -38,6 +39,10 @@ std::unique_ptr<Tool> MakeCodeInterpreter(Sandbox* sandbox);
 // without running anything; the value in the shortest form that reads back exactly ("14",
 // "3.5"; a whole number without ".0", whether Python would have made an int or a float).
 std::unique_ptr<Tool> MakeCalculator();
+
+// A tool config entry's tool (tool_config.h), under its configured name and schema; a code
+// interpreter runs in `sandbox` (made with spec.limits by the caller; not owned).
+std::unique_ptr<Tool> MakeTool(const ToolSpec& spec, Sandbox* sandbox);
 
 // The job's tools by name.
 class ToolSet {

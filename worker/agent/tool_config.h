@@ -1,0 +1,40 @@
+// verl's tool config (multi_turn.tool_config_path): the tools a multi-turn job may call, read
+// into what rlhfd runs. The file, as verl's examples write it:
+//   tools:
+//     - class_name: verl.tools.sandbox_fusion_tools.SandboxFusionTool
+//       config: {default_timeout: 30, memory_limit_mb: 1024, ...}
+//       tool_schema: {type: function, function: {name: code_interpreter, parameters: ...}}
+// A tool's name is its schema's function name, as in verl. verl's SandboxFusionTool (a remote
+// sandbox service) runs here as the local code interpreter (sandbox.h), with its timeout and
+// memory limit; `calculator` is rlhfd's own. Other classes are refused by name, since their
+// code (Python) is not something this worker runs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+#include "worker/agent/sandbox.h"
+
+namespace rlhfd::agent {
+
+struct ToolSpec {
+  enum class Kind { kCodeInterpreter, kCalculator };
+  Kind kind;
+  std::string name;       // tool_schema.function.name
+  nlohmann::json schema;  // tool_schema as the file gives it (the chat template lists it)
+  SandboxLimits limits;   // kCodeInterpreter: default_timeout, memory_limit_mb
+  // config keys read but not honoured here (sandbox_fusion_url: the sandbox is local), to tell
+  // the user.
+  std::vector<std::string> ignored;
+};
+
+// INVALID_ARGUMENT naming the file, the tool's index and the key for anything wrong: not a
+// mapping with a `tools` list, an unknown class, a schema without a function name, two tools of
+// one name, a limit that is not a positive number, a language other than python.
+absl::StatusOr<std::vector<ToolSpec>> ReadToolConfig(absl::string_view text,
+                                                     absl::string_view source);
+
+}  // namespace rlhfd::agent
