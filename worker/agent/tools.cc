@@ -54,9 +54,7 @@ ToolObservation Error(absl::string_view what, absl::Time start) {
 class CodeInterpreter : public Tool {
  public:
   CodeInterpreter(Sandbox* sandbox, std::string name, nlohmann::json schema)
-      : name_(std::move(name)), sandbox_(sandbox), schema_(std::move(schema)) {}
-  const std::string& name() const override { return name_; }
-  const nlohmann::json& schema() const override { return schema_; }
+      : Tool(std::move(name), std::move(schema)), sandbox_(sandbox) {}
 
   ToolObservation Call(const nlohmann::json& arguments) override {
     const absl::Time start = absl::Now();
@@ -80,9 +78,7 @@ class CodeInterpreter : public Tool {
   }
 
  private:
-  const std::string name_;
   Sandbox* sandbox_;
-  nlohmann::json schema_;
 };
 
 // The shortest text that reads back as `value`: "14", "2.5", "0.1", "inf".
@@ -95,10 +91,7 @@ std::string ShortestNumber(double value) {
 
 class Calculator : public Tool {
  public:
-  Calculator(std::string name, nlohmann::json schema)
-      : name_(std::move(name)), schema_(std::move(schema)) {}
-  const std::string& name() const override { return name_; }
-  const nlohmann::json& schema() const override { return schema_; }
+  Calculator(std::string name, nlohmann::json schema) : Tool(std::move(name), std::move(schema)) {}
 
   ToolObservation Call(const nlohmann::json& arguments) override {
     const absl::Time start = absl::Now();
@@ -110,10 +103,6 @@ class Calculator : public Tool {
     }
     return ToolObservation{.text = ShortestNumber(*value), .time = absl::Now() - start};
   }
-
- private:
-  const std::string name_;
-  nlohmann::json schema_;
 };
 
 }  // namespace

@@ -25,11 +25,17 @@ struct ToolObservation {
 
 class Tool {
  public:
+  Tool(std::string name, nlohmann::json schema)
+      : name_(std::move(name)), schema_(std::move(schema)) {}
   virtual ~Tool() = default;
-  virtual const std::string& name() const = 0;
+  const std::string& name() const { return name_; }
   // The OpenAI function schema the chat template lists.
-  virtual const nlohmann::json& schema() const = 0;
+  const nlohmann::json& schema() const { return schema_; }
   virtual ToolObservation Call(const nlohmann::json& arguments) = 0;
+
+ private:
+  std::string name_;
+  nlohmann::json schema_;
 };
 
 // code_interpreter {"code": str}: runs the code in `sandbox` (not owned); the observation is its
