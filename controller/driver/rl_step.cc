@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/cord.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/algorithms/algorithm_traits.h"
@@ -197,10 +198,14 @@ absl::Status StepRun::Forward(v1::Role role, v1::ForwardKind kind, const char* s
     return forward;
   };
   return Timed(timing, [&]() -> absl::Status {
-    return pools_
-        .FanOut<v1::ForwardRequest, v1::ForwardReply>(pools_.RanksOf(role), &StageService::Forward,
-                                                      request)
-        .status();
+    ASSIGN_OR_RETURN(const std::vector<v1::ForwardReply> replies,
+                     (pools_.FanOut<v1::ForwardRequest, v1::ForwardReply>(
+                         pools_.RanksOf(role), &StageService::Forward, request)));
+    // Figures the ranks reduced among themselves already carry verl's names (training/...).
+    for (const auto& [name, value] : replies[0].metrics()) {
+      if (absl::StartsWith(name, "training/")) metrics_[name] = value;
+    }
+    return absl::OkStatus();
   });
 }
 

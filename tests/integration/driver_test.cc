@@ -310,13 +310,13 @@ void CheckRunEqualsOneProcess(const std::string& config, int workers,
   CHECK(job.progress().current_step() == total);
   CHECK(job.progress().restarts() == 0);
   CheckHistory(cluster.Metrics(id), total);
+  std::map<int64_t, std::map<std::string, double>> by_step;
+  for (const v1::StepMetrics& step : cluster.Metrics(id)) {
+    by_step[step.step()].insert(step.metrics().begin(), step.metrics().end());
+  }
   // one_step_off: every batch after the first is one update stale; with verify_weight_sync
   // each rollout was checked and is the weights after the update before last.
   if (job.spec().trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF) {
-    std::map<int64_t, std::map<std::string, double>> by_step;
-    for (const v1::StepMetrics& step : cluster.Metrics(id)) {
-      by_step[step.step()].insert(step.metrics().begin(), step.metrics().end());
-    }
     for (int64_t step = 1; step <= total; ++step) {
       INFO("step " << step);
       const auto& metrics = by_step[step];
@@ -396,6 +396,22 @@ void CheckRunEqualsOneProcess(const std::string& config, int workers,
     for (const std::string& name : compared) {
       INFO(name << " differs by " << LargestDifference(ours.tensors, expected.tensors, {name}));
       CHECK(LargestDifference(ours.tensors, expected.tensors, {name}) < tolerance);
+    }
+    // verl's rollout-against-trainer figures as logged, against torch's mean and max over the
+    // dumped tensors; absent from steps without an old-log-prob forward.
+    if (algorithms::NeedsOldLogProbs(spec)) {
+      const at::Tensor keep = ours.tensors.at("response_mask").to(at::kBool);
+      const at::Tensor diff = (ours.tensors.at("rollout_log_probs").to(at::kDouble).exp() -
+                               ours.tensors.at("old_log_probs").to(at::kDouble).exp())
+                                  .abs()
+                                  .masked_select(keep);
+      const std::map<std::string, double>& logged = by_step[step];
+      CHECK(logged.at("training/rollout_probs_diff_mean") ==
+            Approx(diff.mean().item<double>()).epsilon(1e-6));
+      CHECK(logged.at("training/rollout_probs_diff_max") ==
+            Approx(diff.max().item<double>()).epsilon(1e-6));
+    } else {
+      CHECK(by_step[step].count("training/rollout_probs_diff_mean") == 0);
     }
     ReferenceUpdates(spec, reference, expected, step);
   }

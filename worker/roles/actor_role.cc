@@ -180,9 +180,12 @@ absl::Status ActorRole::ReduceLongest(std::vector<double>& longest) {
   return trained_->ReduceOverReplicas(longest, train::ReplicaReduce::kMax);
 }
 
-absl::Status ActorRole::ComputeOldLogProbs(StepBatch& batch) {
+absl::StatusOr<std::map<std::string, double>> ActorRole::ComputeOldLogProbs(StepBatch& batch) {
   ASSIGN_OR_RETURN(const at::Tensor ids, batch.Get("input_ids", "old log-probs"));
   ASSIGN_OR_RETURN(const at::Tensor mask, batch.Get("attention_mask", "old log-probs"));
+  ASSIGN_OR_RETURN(const at::Tensor rollout_log_probs,
+                   batch.Get("rollout_log_probs", "old log-probs"));
+  ASSIGN_OR_RETURN(const at::Tensor response_mask, batch.Get("response_mask", "old log-probs"));
   ReleaseRollout();
   ComputeScope compute(spec_, device_);
   RETURN_IF_ERROR(trained_->BeginStep());
@@ -193,7 +196,12 @@ absl::Status ActorRole::ComputeOldLogProbs(StepBatch& batch) {
   trained_->EndForwards();
   RETURN_IF_ERROR(trained_->TakeStatus());
   if (!log_probs.ok()) return log_probs.status();
-  return batch.Put("old_log_probs", *log_probs);
+  RETURN_IF_ERROR(batch.Put("old_log_probs", *log_probs));
+  return train::RolloutProbsDiffMetrics(
+      *log_probs, rollout_log_probs, response_mask, [&](std::vector<double>& values, bool maximum) {
+        return trained_->ReduceOverReplicas(
+            values, maximum ? train::ReplicaReduce::kMax : train::ReplicaReduce::kSum);
+      });
 }
 
 absl::StatusOr<v1::UpdateReply> ActorRole::Update(const v1::UpdateRequest& request,

@@ -3,6 +3,7 @@
 // ReMax's greedy baseline generate through it (scored_generation.h).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -35,8 +36,9 @@ class ActorRole final : public TrainedRole {
   absl::StatusOr<v1::GenerateReply> Generate(const v1::GenerateRequest& request, int64_t total_rows,
                                              RowRange rows, StepBatch& batch);
   // old_log_probs: the response log-probs under the weights that sampled, computed as the
-  // update computes them.
-  absl::Status ComputeOldLogProbs(StepBatch& batch);
+  // update computes them; returns how far the rollout's own log-probs were from them, over every
+  // replica (train::RolloutProbsDiffMetrics).
+  absl::StatusOr<std::map<std::string, double>> ComputeOldLogProbs(StepBatch& batch);
   // One PPO update over the step's rows (advantages, and ref_log_probs with a KL loss).
   absl::StatusOr<v1::UpdateReply> Update(const v1::UpdateRequest& request, StepBatch& batch);
   const model::Tokenizer& tokenizer() const { return tokenizer_; }

@@ -193,11 +193,14 @@ absl::StatusOr<v1::ForwardReply> RunForward(HostedJob& job, const v1::ForwardReq
   const auto start = std::chrono::steady_clock::now();
   StepBatch& batch = job.BatchOf(request.key().step());
   RETURN_IF_ERROR(NeedStepRows(batch, request.key().step(), "forward"));
+  v1::ForwardReply reply;
   switch (request.kind()) {
-    case v1::FORWARD_KIND_OLD_LOG_PROBS:
+    case v1::FORWARD_KIND_OLD_LOG_PROBS: {
       RETURN_IF_ERROR(NeedRole(job, v1::ROLE_ACTOR, job.actor != nullptr));
-      RETURN_IF_ERROR(job.actor->ComputeOldLogProbs(batch));
+      ASSIGN_OR_RETURN(const auto gap, job.actor->ComputeOldLogProbs(batch));
+      reply.mutable_metrics()->insert(gap.begin(), gap.end());
       break;
+    }
     case v1::FORWARD_KIND_REF_LOG_PROBS:
       RETURN_IF_ERROR(NeedRole(job, v1::ROLE_REFERENCE, job.reference != nullptr));
       RETURN_IF_ERROR(job.reference->ComputeLogProbs(batch));
@@ -213,7 +216,6 @@ absl::StatusOr<v1::ForwardReply> RunForward(HostedJob& job, const v1::ForwardReq
     default:
       return absl::InvalidArgumentError("forward: kind is required");
   }
-  v1::ForwardReply reply;
   (*reply.mutable_metrics())["forward_s"] =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return reply;

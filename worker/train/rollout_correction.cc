@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -105,6 +106,64 @@ absl::StatusOr<RolloutCorrection> ComputeRolloutCorrection(const at::Tensor& old
   }
   out.weights = weights.to(at::kFloat);
   return out;
+}
+
+absl::StatusOr<std::map<std::string, double>> RolloutProbsDiffMetrics(
+    const at::Tensor& old_log_probs, const at::Tensor& rollout_log_probs,
+    const at::Tensor& response_mask, const ReplicaSum& reduce) {
+  at::NoGradGuard no_grad;
+  // As ComputeRolloutCorrection: this rank's failure travels in the last sum, so every rank
+  // enters the same reductions.
+  std::vector<double> sums(9, 0.0), largest = {0.0};
+  std::string failure;
+  try {
+    const at::Tensor mask = response_mask.to(at::kDouble);
+    const at::Tensor rollout = rollout_log_probs.to(at::kDouble).exp() * mask;
+    const at::Tensor actor = old_log_probs.to(at::kDouble).exp() * mask;
+    const at::Tensor diff = (rollout - actor).abs();
+    sums = {Item(mask.sum()),
+            Item(diff.sum()),
+            Item((diff * diff).sum()),
+            Item(rollout.sum()),
+            Item(actor.sum()),
+            Item((rollout * rollout).sum()),
+            Item((actor * actor).sum()),
+            Item((rollout * actor).sum()),
+            0.0};
+    largest = {Item(diff.max())};  // diff is 0 outside the mask, and |.| >= 0 inside
+  } catch (const std::exception& error) {
+    failure = std::string(error.what()).substr(0, 300);
+    sums.assign(9, 0.0);
+    sums[8] = 1;
+  }
+  RETURN_IF_ERROR(reduce(sums, /*maximum=*/false));
+  if (!failure.empty()) {
+    return absl::InternalError(absl::StrCat("training/rollout_probs_diff: ", failure));
+  }
+  if (sums[8] > 0) {
+    return absl::InternalError(
+        "training/rollout_probs_diff failed on another replica (its log says why)");
+  }
+  RETURN_IF_ERROR(reduce(largest, /*maximum=*/true));
+  std::map<std::string, double> metrics;
+  const double n = sums[0];
+  if (n < 1) return metrics;  // no response tokens: nothing to compare
+  const double mean = sums[1] / n;
+  // Sums of squares less n times the squared mean: clamped at 0 against rounding.
+  const auto centred = [n](double sum, double square_sum) {
+    return std::max(0.0, square_sum - sum * sum / n);
+  };
+  metrics["training/rollout_probs_diff_valid"] = 1;
+  metrics["training/rollout_probs_diff_max"] = largest[0];
+  metrics["training/rollout_probs_diff_mean"] = mean;
+  metrics["training/rollout_probs_diff_std"] =
+      n > 1 ? std::sqrt(centred(sums[1], sums[2]) / (n - 1)) : 0.0;
+  const double spread = std::sqrt(centred(sums[3], sums[5]) * centred(sums[4], sums[6]));
+  if (spread > 0) {
+    metrics["training/rollout_actor_probs_pearson_corr"] =
+        (sums[7] - sums[3] * sums[4] / n) / spread;
+  }
+  return metrics;
 }
 
 }  // namespace rlhfd::train

@@ -40,6 +40,17 @@ struct RolloutCorrection {
   std::map<std::string, double> metrics;
 };
 
+// verl's check that the rollout and the trainer agree on the sampled tokens' probabilities (what
+// its rollout.calculate_log_probs adds: training/rollout_probs_diff_max / _mean / _std over
+// |exp(rollout)
+// - exp(old)| of the response tokens, std unbiased as torch.std, and
+// training/rollout_actor_probs_pearson_corr of the two probabilities), over every replica's
+// tokens. verl's FAQ: a mean above 0.01 means the inference engine's arithmetic is off; a collapse
+// that follows a rising mean is the training-inference mismatch, not the algorithm.
+absl::StatusOr<std::map<std::string, double>> RolloutProbsDiffMetrics(
+    const at::Tensor& old_log_probs, const at::Tensor& rollout_log_probs,
+    const at::Tensor& response_mask, const ReplicaSum& reduce);
+
 absl::StatusOr<RolloutCorrection> ComputeRolloutCorrection(const at::Tensor& old_log_probs,
                                                            const at::Tensor& rollout_log_probs,
                                                            const at::Tensor& response_mask,

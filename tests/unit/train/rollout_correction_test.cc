@@ -1,5 +1,6 @@
 // The rollout correction's importance weights and metrics against hand-worked cases (verl's
-// compute_rollout_correction_weights formulas), over one replica and split over two; and
+// compute_rollout_correction_weights formulas), over one replica and split over two; verl's
+// rollout-vs-trainer probability metrics by hand and against torch's std and corrcoef; and
 // log-probs at a sampling temperature against log_softmax(logits / T) in float64.
 #include "worker/train/rollout_correction.h"
 
@@ -124,6 +125,65 @@ TEST_CASE("rollout correction over two replicas: batch means and extremes span b
   CHECK(m.at("rollout_corr/rollout_is_max") == Approx(2.0));
   // Normalised by the whole batch's mean, not this replica's.
   CHECK(at::allclose(combined->weights, Rows({{2.0, 0.6, 1.0}}) / mean, 0, 1e-6));
+}
+
+TEST_CASE("rollout probs diff: verl's training/rollout_probs_diff_* and pearson, by hand",
+          "[train][rollout_correction]") {
+  // Rollout probabilities 1 everywhere (log 0); the trainer's 3, 0.6, 1 and 0.25 on the four
+  // response tokens: |diff| = 2, 0.4, 0, 0.75.
+  auto metrics = RolloutProbsDiffMetrics(Old(), Rollout(), Mask(), Alone);
+  REQUIRE(metrics.ok());
+  const double mean = (2 + 0.4 + 0 + 0.75) / 4;
+  const double variance = ((2 - mean) * (2 - mean) + (0.4 - mean) * (0.4 - mean) + mean * mean +
+                           (0.75 - mean) * (0.75 - mean)) /
+                          3;  // torch.std: unbiased
+  CHECK(metrics->at("training/rollout_probs_diff_max") == Approx(2.0));
+  CHECK(metrics->at("training/rollout_probs_diff_mean") == Approx(mean));
+  CHECK(metrics->at("training/rollout_probs_diff_std") == Approx(std::sqrt(variance)));
+  CHECK(metrics->at("training/rollout_probs_diff_valid") == 1);
+  // The rollout's probabilities do not vary: no correlation to state.
+  CHECK(metrics->count("training/rollout_actor_probs_pearson_corr") == 0);
+  // Nothing to compare: no metrics rather than NaN.
+  auto empty = RolloutProbsDiffMetrics(Old(), Rollout(), at::zeros({2, 3}), Alone);
+  REQUIRE(empty.ok());
+  CHECK(empty->empty());
+}
+
+TEST_CASE("rollout probs diff against torch's std and corrcoef, split over two replicas",
+          "[train][rollout_correction]") {
+  at::manual_seed(5);
+  const at::Tensor old = -at::rand({6, 9}, at::kDouble) * 4;
+  const at::Tensor rollout = old + at::randn({6, 9}, at::kDouble) * 0.3;
+  const at::Tensor mask = (at::rand({6, 9}) > 0.3).to(at::kFloat);
+  const at::Tensor keep = mask.to(at::kBool);
+  const at::Tensor p_rollout = rollout.exp().masked_select(keep);
+  const at::Tensor p_actor = old.exp().masked_select(keep);
+  const at::Tensor diff = (p_rollout - p_actor).abs();
+  const double pearson = at::corrcoef(at::stack({p_rollout, p_actor}))[0][1].item<double>();
+  // Rows 0-2 on one replica, 3-5 on the other; the stand-in reduction adds the other's sums or
+  // takes the larger maximum, as ReduceOverReplicas.
+  std::vector<std::vector<double>> sums(2), maxima(2);
+  const auto part = [&](const at::Tensor& t, int replica) { return t.narrow(0, 3 * replica, 3); };
+  REQUIRE(RolloutProbsDiffMetrics(part(old, 1), part(rollout, 1), part(mask, 1),
+                                  [&](std::vector<double>& values, bool maximum) {
+                                    (maximum ? maxima : sums)[1] = values;
+                                    return absl::OkStatus();
+                                  })
+              .ok());
+  auto metrics = RolloutProbsDiffMetrics(part(old, 0), part(rollout, 0), part(mask, 0),
+                                         [&](std::vector<double>& values, bool maximum) {
+                                           const auto& other = (maximum ? maxima : sums)[1];
+                                           for (size_t i = 0; i < values.size(); ++i) {
+                                             values[i] = maximum ? std::max(values[i], other[i])
+                                                                 : values[i] + other[i];
+                                           }
+                                           return absl::OkStatus();
+                                         });
+  REQUIRE(metrics.ok());
+  CHECK(metrics->at("training/rollout_probs_diff_max") == Approx(diff.max().item<double>()));
+  CHECK(metrics->at("training/rollout_probs_diff_mean") == Approx(diff.mean().item<double>()));
+  CHECK(metrics->at("training/rollout_probs_diff_std") == Approx(diff.std().item<double>()));
+  CHECK(metrics->at("training/rollout_actor_probs_pearson_corr") == Approx(pearson));
 }
 
 // The weights multiply each token's policy loss before it is aggregated, as verl's: weights of
