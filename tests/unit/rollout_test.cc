@@ -4,15 +4,17 @@
 #include <ATen/ATen.h>
 #include <torch/types.h>
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "worker/model/model_loader.h"
 #include "worker/rollout/engine.h"
 #include "worker/rollout/sampler.h"
+#include "worker/rollout/sampling_math.h"
 
 namespace rlhfd::rollout {
 namespace {
@@ -185,6 +187,44 @@ TEST_CASE("sampled tokens follow softmax(logits / T): chi-square", "[rollout]") 
   // Greedy (temperature 0) is the argmax every time.
   const auto greedy = Histogram(logits, 0.0, 0, 1.0, 100, 1);
   CHECK(greedy[3] == 100);
+}
+
+// Every one of the 2^24 random values gives a finite, positive exponential draw, decreasing in
+// the bits, from -log(1 - 2^-25) to -log(2^-25): none rounds to u = 1, whose infinite Gumbel
+// draw would pick a token whatever its probability.
+TEST_CASE("the sampler's exponential draws are finite and positive for every random value",
+          "[rollout]") {
+  float previous = std::numeric_limits<float>::infinity();
+  int64_t bad = 0, unordered = 0;
+  for (uint32_t bits = 0; bits < (1u << 24); ++bits) {
+    const float e = ExponentialFromBits(bits);
+    bad += !(std::isfinite(e) && e > 0);
+    unordered += !(e < previous);
+    previous = e;
+  }
+  CHECK(bad == 0);
+  CHECK(unordered == 0);
+  CHECK(ExponentialFromBits(0) == Approx(-std::log(0.5 / 16777216.0)).epsilon(1e-6));
+  CHECK(ExponentialFromBits((1u << 24) - 1) == Approx(0.5 / 16777216.0).epsilon(1e-6));
+}
+
+// A Qwen-sized vocabulary (151,936) with three plausible tokens and the rest 30 nats below: a
+// draw from the tail has probability about 151,936 e^-30 = 1.4e-8, so 2,000 draws must never
+// take one. (A Gumbel draw that rounded to infinity took a uniformly random token in about 0.9 %
+// of draws over this vocabulary: some 18 of these.)
+TEST_CASE("a large vocabulary's improbable tail is not drawn", "[rollout]") {
+  const int64_t vocab = 151936, draws = 2000;
+  at::Tensor logits = at::full({vocab}, -30.0f, at::kFloat);
+  logits[17] = 0.0f;
+  logits[4242] = -1.0f;
+  logits[99000] = -2.0f;
+  const auto counts = Histogram(logits, 1.0, 0, 1.0, draws, /*seed=*/77);
+  CHECK(counts[17] + counts[4242] + counts[99000] == draws);
+  // And the three in their proportions (2 degrees of freedom: 0.1% critical value 13.82).
+  const at::Tensor p = at::softmax(logits.to(at::kDouble), 0);
+  std::vector<double> probs(p.data_ptr<double>(), p.data_ptr<double>() + p.numel());
+  for (double& q : probs) q = q > 1e-6 ? q : 0.0;
+  CHECK(ChiSquare(counts, probs, draws) < 13.82);
 }
 
 TEST_CASE("top-k and top-p keep exactly the right tokens", "[rollout]") {

@@ -45,17 +45,27 @@ RLHFD_HOST_DEVICE uint64_t DrawKey(uint64_t seed, uint64_t counter) {
   return Mix64(seed ^ (0xd1b54a32d192ed03ULL * (counter + 1)));
 }
 
-// Uniform in (0, 1), never 0 or 1, from 24 random bits of (draw key, vocabulary id).
-RLHFD_HOST_DEVICE float UniformOpen(uint64_t key, uint32_t index) {
-  const uint32_t bits =
-      Mix32(Mix32(index ^ static_cast<uint32_t>(key)) + static_cast<uint32_t>(key >> 32));
-  return (static_cast<float>(bits >> 8) + 0.5f) * (1.0f / 16777216.0f);
+// 24 random bits of (draw key, vocabulary id).
+RLHFD_HOST_DEVICE uint32_t RandomBits24(uint64_t key, uint32_t index) {
+  return Mix32(Mix32(index ^ static_cast<uint32_t>(key)) + static_cast<uint32_t>(key >> 32)) >> 8;
+}
+
+// -log(u) for u = (bits + 0.5) / 2^24, uniform on (0, 1): an exponential draw, finite and
+// positive for every bits < 2^24. Above 1/2, u is taken as 1 - v with v exact in float and
+// -log1p(-v) is used: in float, u = 1 - 2^-25 itself rounds to 1, whose -log(u) = 0 made an
+// infinite Gumbel draw, so that about one draw in a hundred over a 152k vocabulary picked a
+// token regardless of its probability.
+RLHFD_HOST_DEVICE float ExponentialFromBits(uint32_t bits) {
+  constexpr float kScale = 1.0f / 16777216.0f;  // 2^-24
+  if (bits < (1u << 23)) return -logf((static_cast<float>(bits) + 0.5f) * kScale);
+  return -log1pf(-(static_cast<float>((1u << 24) - 1u - bits) + 0.5f) * kScale);
 }
 
 // Gumbel noise: argmax(z + Gumbel) is a draw from softmax(z). The inner log needs full precision
 // (u near 1 gives the large values that win); the outer one tolerates the GPU's fast log.
+// Bounded by the 24 bits: within [-2.9, 17.4].
 RLHFD_HOST_DEVICE float Gumbel(uint64_t key, uint32_t index) {
-  const float exponential = -logf(UniformOpen(key, index));
+  const float exponential = ExponentialFromBits(RandomBits24(key, index));
 #if defined(__CUDA_ARCH__)
   return -__logf(exponential);
 #else
