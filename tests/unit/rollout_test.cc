@@ -2,14 +2,19 @@
 // statistics, top-k / top-p sets, seeds, continuous batching, shared prefills, log-probs against
 // a full forward, stop conditions and bad requests.
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <torch/types.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <fstream>
+#include <future>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "worker/model/model_loader.h"
 #include "worker/rollout/engine.h"
@@ -343,6 +348,194 @@ TEST_CASE("n samples share one prefill and equal n separate prompts", "[rollout]
     CHECK(first[0].samples[j].token_ids == second[0].samples[j].token_ids);
   }
   CHECK(distinct.size() == 4);
+}
+
+// A scripted turn handler: after each of a sample's first `continuations` stops it inserts
+// {50 + turn, 8, 9} (or `inserted` when given), answering on a thread of its own after a short
+// wait, so that the other samples decode meanwhile; later stops finish the sample.
+class ScriptedTurns : public TurnHandler {
+ public:
+  explicit ScriptedTurns(int continuations, std::vector<int64_t> inserted = {})
+      : continuations_(continuations), inserted_(std::move(inserted)) {}
+  std::future<TurnOutcome> OnStop(size_t request, int64_t sample,
+                                  const Completion& completion) override {
+    const int turn = turns_[{request, sample}]++;
+    stops_ += 1;
+    std::vector<int64_t> tokens = inserted_.empty() ? Insertion(turn) : inserted_;
+    const bool finish = turn >= continuations_;
+    CHECK(completion.token_ids.size() == completion.response_mask.size());
+    return std::async(std::launch::async, [finish, tokens] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      return TurnOutcome{finish, finish ? std::vector<int64_t>{} : tokens};
+    });
+  }
+  static std::vector<int64_t> Insertion(int turn) { return {50 + turn, 8, 9}; }
+  int stops() const { return stops_; }
+
+ private:
+  int continuations_;
+  std::vector<int64_t> inserted_;
+  std::map<std::pair<size_t, int64_t>, int> turns_;
+  int stops_ = 0;
+};
+
+// The same conversation turn by turn: each turn a separate greedy request over the prompt and
+// everything so far, the insertion appended after each stop.
+Completion TurnByTurn(GenerationEngine& engine, const GenerationRequest& request,
+                      int continuations) {
+  Completion out;
+  const int64_t budget = request.sampling.max_new_tokens;
+  for (int turn = 0;; ++turn) {
+    GenerationRequest next = request;
+    next.prompt_ids.insert(next.prompt_ids.end(), out.token_ids.begin(), out.token_ids.end());
+    next.sampling.max_new_tokens = budget - static_cast<int64_t>(out.token_ids.size());
+    const Completion part = MustGenerate(engine, {next})[0].samples[0];
+    out.token_ids.insert(out.token_ids.end(), part.token_ids.begin(), part.token_ids.end());
+    out.logprobs.insert(out.logprobs.end(), part.logprobs.begin(), part.logprobs.end());
+    out.response_mask.insert(out.response_mask.end(), part.token_ids.size(), 1);
+    out.finish_reason = part.finish_reason;
+    if (part.finish_reason != FinishReason::kStop || turn >= continuations) return out;
+    const std::vector<int64_t> inserted = ScriptedTurns::Insertion(turn);
+    const int64_t room = budget - static_cast<int64_t>(out.token_ids.size());
+    const int64_t taken = std::min<int64_t>(room, inserted.size());
+    out.token_ids.insert(out.token_ids.end(), inserted.begin(), inserted.begin() + taken);
+    out.logprobs.insert(out.logprobs.end(), taken, 0.f);
+    out.response_mask.insert(out.response_mask.end(), taken, 0);
+    if (taken == room) {
+      out.finish_reason = FinishReason::kLength;
+      return out;
+    }
+  }
+}
+
+TEST_CASE("multi-turn: a sample that goes on after its stops equals its turns one by one",
+          "[rollout][multi_turn]") {
+  model::Transformer model = Load("tiny-qwen2");
+  auto engine = MakeEngine(model);
+  // Each prompt stops at the third token its plain greedy response has, so that it stops early
+  // and again after each insertion whenever greedy decoding meets that token.
+  std::vector<GenerationRequest> requests;
+  for (int64_t i = 0; i < 5; ++i) {
+    GenerationRequest request = Greedy(Prompt(4 + 3 * i, i), 12);
+    const Completion plain = MustGenerate(*engine, {request})[0].samples[0];
+    REQUIRE(plain.token_ids.size() >= 3);
+    request.sampling.stop_token_ids = {plain.token_ids[2]};
+    request.sampling.max_new_tokens = 14 + 4 * i;
+    requests.push_back(request);
+  }
+  const int continuations = 2;
+  std::vector<Completion> expected;
+  for (const GenerationRequest& request : requests) {
+    expected.push_back(TurnByTurn(*engine, request, continuations));
+  }
+  // Two slots for five prompts: samples pause, resume and join at different steps.
+  EngineOptions options;
+  options.max_num_seqs = 2;
+  auto together = MakeEngine(model, options);
+  ScriptedTurns turns(continuations);
+  auto results = together->Generate(requests, &turns);
+  REQUIRE(results.ok());
+  int inserted = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    INFO("request " << i);
+    const Completion& got = (*results)[i].samples[0];
+    CHECK(got.token_ids == expected[i].token_ids);
+    CHECK(got.response_mask == expected[i].response_mask);
+    CHECK(got.finish_reason == expected[i].finish_reason);
+    REQUIRE(got.logprobs.size() == got.token_ids.size());
+    CHECK(at::allclose(at::tensor(got.logprobs), at::tensor(expected[i].logprobs), 1e-5, 1e-5));
+    inserted += static_cast<int>(std::count(got.response_mask.begin(), got.response_mask.end(), 0));
+  }
+  CHECK(inserted >= 3 * 5);  // every prompt went on at least once
+  CHECK(together->stats().resumed_turns >= 5);
+  CHECK(turns.stops() >= 5);
+}
+
+TEST_CASE("multi-turn: sampled log-probs are those of one forward over the whole trajectory",
+          "[rollout][multi_turn]") {
+  // Independent of the engine's cache: the model's own forward over prompt + response, without
+  // a cache, gives each sampled token's log-probability at temperature 1.
+  model::Transformer model = Load("tiny-llama");
+  auto engine = MakeEngine(model);
+  GenerationRequest request{Prompt(9, 3), {}};
+  request.sampling.temperature = 1.0;
+  request.sampling.seed = 11;
+  request.sampling.max_new_tokens = 40;
+  request.sampling.n = 3;
+  // Stop on a token the samples are likely to meet: the first of a plain draw.
+  const Completion plain = MustGenerate(*engine, {request})[0].samples[0];
+  request.sampling.stop_token_ids = {plain.token_ids[0], plain.token_ids[1]};
+  ScriptedTurns turns(3, {5, 6, 7, 8});
+  auto results = engine->Generate({request}, &turns);
+  REQUIRE(results.ok());
+  int went_on = 0;
+  for (const Completion& sample : (*results)[0].samples) {
+    std::vector<int64_t> ids = request.prompt_ids;
+    ids.insert(ids.end(), sample.token_ids.begin(), sample.token_ids.end());
+    const at::Tensor input = at::tensor(ids, at::kLong).unsqueeze(0);
+    at::Tensor log_probs;
+    {
+      c10::InferenceMode inference;
+      log_probs =
+          at::log_softmax(model->Logits(model->Hidden(model::ForwardBatch{input, at::Tensor()}))
+                              .squeeze(0)
+                              .to(at::kDouble),
+                          -1);
+    }
+    const int64_t p = static_cast<int64_t>(request.prompt_ids.size());
+    for (size_t t = 0; t < sample.token_ids.size(); ++t) {
+      INFO("token " << t);
+      if (sample.response_mask[t] == 0) {
+        CHECK(sample.logprobs[t] == 0.f);
+        continue;
+      }
+      const double reference =
+          log_probs[p + static_cast<int64_t>(t) - 1][sample.token_ids[t]].item<double>();
+      CHECK(sample.logprobs[t] == Approx(reference).margin(1e-4));
+    }
+    went_on += std::count(sample.response_mask.begin(), sample.response_mask.end(), 0) > 0;
+  }
+  CHECK(went_on >= 1);
+}
+
+// A handler whose future throws ends its sample as it stands; an insertion longer than the
+// budget is cut at max_new_tokens (finish "length"); the engine carries on.
+class FailingTurns : public TurnHandler {
+ public:
+  std::future<TurnOutcome> OnStop(size_t request, int64_t, const Completion&) override {
+    if (request == 0) {
+      return std::async(std::launch::async,
+                        []() -> TurnOutcome { throw std::runtime_error("tool crashed"); });
+    }
+    std::promise<TurnOutcome> outcome;
+    outcome.set_value({false, std::vector<int64_t>(100, 7)});
+    return outcome.get_future();
+  }
+};
+
+TEST_CASE("multi-turn: a failing handler ends its sample; an oversized insertion is cut",
+          "[rollout][multi_turn]") {
+  auto engine = MakeEngine(Load("tiny-qwen2"));
+  std::vector<GenerationRequest> requests;
+  for (int64_t i = 0; i < 2; ++i) {
+    GenerationRequest request = Greedy(Prompt(6, 7 + i), 10);
+    const Completion plain = MustGenerate(*engine, {request})[0].samples[0];
+    request.sampling.stop_token_ids = {plain.token_ids[1]};
+    request.sampling.max_new_tokens = 20;
+    requests.push_back(request);
+  }
+  FailingTurns turns;
+  auto results = engine->Generate(requests, &turns);
+  REQUIRE(results.ok());
+  const Completion& failed = (*results)[0].samples[0];
+  CHECK(failed.finish_reason == FinishReason::kStop);
+  CHECK(std::count(failed.response_mask.begin(), failed.response_mask.end(), 0) == 0);
+  const Completion& cut = (*results)[1].samples[0];
+  CHECK(cut.token_ids.size() == 20);
+  CHECK(cut.finish_reason == FinishReason::kLength);
+  CHECK(cut.response_mask.back() == 0);
+  // And the engine serves the next call.
+  CHECK(MustGenerate(*engine, {Greedy(Prompt(5, 1), 4)})[0].samples[0].token_ids.size() == 4);
 }
 
 TEST_CASE("stop tokens, EOS and max_new_tokens end a response", "[rollout]") {

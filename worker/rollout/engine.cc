@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <future>
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
@@ -26,16 +27,23 @@ at::TensorOptions HostOptions(const at::Device& device, at::ScalarType dtype) {
 
 // One sample in flight.
 struct GenerationEngine::Sequence {
+  enum class State { kRunning, kFinished, kStopped };  // kStopped: its turn handler decides
   size_t request = 0;
   int64_t sample = 0;
   int64_t slot = 0;
   int64_t prompt_length = 0;
   uint64_t seed = 0;
   Completion completion;
-  bool finished = false;
+  State state = State::kRunning;
+  std::future<TurnOutcome> next_turn;  // kStopped, once the handler was told
 };
 
 // The state of one Generate call: the waiting queue, the running sequences and the free slots.
+//
+// Multi-turn (a TurnHandler): a sample that stops waits in paused_, keeping its slot, while its
+// handler works out the next turn; when it goes on, its inserted tokens are appended and its
+// whole context is prefilled again into the slot (simple and exact; a prefix cache would save
+// the recomputation).
 //
 // Decode steps are pipelined: step k+1 is launched before the host reads step k's tokens, so the
 // host's bookkeeping and the graph launch overlap the GPU's work. While the running set stays the
@@ -45,8 +53,8 @@ struct GenerationEngine::Sequence {
 // finished and rebuilds the inputs.
 class GenerationEngine::Run {
  public:
-  Run(GenerationEngine& engine, const std::vector<GenerationRequest>& requests)
-      : engine_(engine), requests_(requests), results_(requests.size()) {
+  Run(GenerationEngine& engine, const std::vector<GenerationRequest>& requests, TurnHandler* turns)
+      : engine_(engine), requests_(requests), turns_(turns), results_(requests.size()) {
     for (int64_t slot = engine.usable_slots_ - 1; slot >= 0; --slot) free_slots_.push_back(slot);
     for (size_t i = 0; i < requests.size(); ++i) {
       waiting_.push_back(i);
@@ -61,13 +69,21 @@ class GenerationEngine::Run {
   std::vector<GenerationResult> Execute() {
     const auto start = std::chrono::steady_clock::now();
     const double prefill_before = engine_.stats_.prefill_seconds;
-    while (!waiting_.empty() || !running_.empty()) {
-      if (!waiting_.empty() && (CanAdmit() || any_finished_)) {
+    while (!waiting_.empty() || !running_.empty() || !paused_.empty()) {
+      const bool turn_ready = AnyTurnReady();
+      if (turn_ready || (!waiting_.empty() && (CanAdmit() || any_finished_))) {
         CollectAll();
         Retire();
+        if (turn_ready) Resume();
         if (CanAdmit()) Prefill();
       }
-      if (running_.empty()) continue;
+      if (running_.empty()) {
+        // Only samples waiting on their handlers: wait for the first of them.
+        if (waiting_.empty() && !paused_.empty()) {
+          paused_.front().next_turn.wait_for(std::chrono::milliseconds(5));
+        }
+        continue;
+      }
       LaunchDecode();
       if (in_flight_.size() > 1) CollectOldest();
     }
@@ -144,37 +160,151 @@ class GenerationEngine::Run {
         running_.push_back(std::move(sequence));
       }
     }
-    const at::Device device = engine_.device_;
-    const auto on_device = [&](const std::vector<int64_t>& values) {
-      return at::tensor(values, at::kLong).to(device);
-    };
-    SlotKvCache& cache = *engine_.cache_;
-    at::Tensor logits;  // (B, V) after each prompt's last token
-    if (engine_.fused_) {
-      logits = engine_.fused_->Prefill(ids.to(device), (last_index + 1).to(device),
-                                       on_device(first_slots), engine_.usable_slots_, cache);
-    } else {
-      cache.BeginPrefill(on_device(first_slots));
-      model::ForwardBatch forward{ids.to(device), ragged ? mask.to(device) : at::Tensor()};
-      const at::Tensor hidden = engine_.model_->Hidden(forward, &cache);  // (B, T, C)
-      const at::Tensor last = hidden.index(
-          {at::arange(batch, hidden.options().dtype(at::kLong)), last_index.to(device)});  // (B, C)
-      logits = engine_.model_->Logits(last.unsqueeze(1)).squeeze(1);
+    const at::Tensor logits = PrefillForward(ids, mask, last_index, first_slots, ragged);
+    if (!copy_to.empty()) {
+      engine_.cache_->CopyPrefix(OnDevice(copy_from), OnDevice(copy_to), longest);
     }
-    if (!copy_to.empty()) cache.CopyPrefix(on_device(copy_from), on_device(copy_to), longest);
     // Every sample's first token, drawn now (the host needs them before any decode step).
-    const int64_t samples = static_cast<int64_t>(sample_rows.size());
-    UploadSamplingRows(first_sequence, samples);
-    const SampledTokens drawn =
-        SampleTokens(logits.index_select(0, on_device(sample_rows)), DeviceSamplingRows(samples));
-    const int buffer = CopyToHost(drawn, samples);
-    Synchronize(device);
-    Append(first_sequence, samples, buffer);
-    device_inputs_valid_ = false;
+    DrawFirst(logits.index_select(0, OnDevice(sample_rows)), first_sequence);
 
     engine_.stats_.prompts += batch;
     engine_.stats_.prefill_tokens += std::count(mask_data, mask_data + batch * longest, 1);
     engine_.stats_.prefill_seconds += SecondsSince(start);
+  }
+
+  at::Tensor OnDevice(const std::vector<int64_t>& values) const {
+    return at::tensor(values, at::kLong).to(engine_.device_);
+  }
+
+  // Prefills `ids` (B, T; row b's tokens where `mask` is 1, `last_index` its last) into cache
+  // slots `slots` from position 0; the logits after each row's last token, (B, V).
+  at::Tensor PrefillForward(const at::Tensor& ids, const at::Tensor& mask,
+                            const at::Tensor& last_index, const std::vector<int64_t>& slots,
+                            bool ragged) {
+    const at::Device device = engine_.device_;
+    SlotKvCache& cache = *engine_.cache_;
+    if (engine_.fused_) {
+      return engine_.fused_->Prefill(ids.to(device), (last_index + 1).to(device), OnDevice(slots),
+                                     engine_.usable_slots_, cache);
+    }
+    cache.BeginPrefill(OnDevice(slots));
+    model::ForwardBatch forward{ids.to(device), ragged ? mask.to(device) : at::Tensor()};
+    const at::Tensor hidden = engine_.model_->Hidden(forward, &cache);  // (B, T, C)
+    const at::Tensor last = hidden.index(
+        {at::arange(ids.size(0), hidden.options().dtype(at::kLong)), last_index.to(device)});
+    return engine_.model_->Logits(last.unsqueeze(1)).squeeze(1);
+  }
+
+  // Draws the next token of running_[first, first + rows) from `logits` (rows, V), at once: the
+  // host needs them before any decode step.
+  void DrawFirst(const at::Tensor& logits, size_t first) {
+    const int64_t rows = logits.size(0);
+    UploadSamplingRows(first, rows);
+    const SampledTokens drawn = SampleTokens(logits, DeviceSamplingRows(rows));
+    const int buffer = CopyToHost(drawn, rows);
+    Synchronize(engine_.device_);
+    Append(first, rows, buffer);
+    device_inputs_valid_ = false;
+  }
+
+  bool AnyTurnReady() const {
+    for (const Sequence& sequence : paused_) {
+      if (sequence.next_turn.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // The samples whose handlers have decided: finished, or their inserted tokens appended and
+  // their whole context prefilled again into their slots (batches within the prefill budget),
+  // each drawing its next token. No step may be in flight.
+  void Resume() {
+    std::vector<Sequence> still_paused, going_on;
+    for (Sequence& sequence : paused_) {
+      if (sequence.next_turn.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+        still_paused.push_back(std::move(sequence));
+        continue;
+      }
+      TurnOutcome outcome;
+      try {
+        outcome = sequence.next_turn.get();
+      } catch (...) {
+        outcome = TurnOutcome{};  // A handler that failed ends its sample, as it stands.
+      }
+      const int64_t budget = requests_[sequence.request].sampling.max_new_tokens;
+      Completion& completion = sequence.completion;
+      const int64_t room = budget - static_cast<int64_t>(completion.token_ids.size());
+      if (outcome.finish || outcome.inserted.empty()) {
+        Finish(std::move(sequence));
+        continue;
+      }
+      const int64_t taken = std::min<int64_t>(room, outcome.inserted.size());
+      completion.token_ids.insert(completion.token_ids.end(), outcome.inserted.begin(),
+                                  outcome.inserted.begin() + taken);
+      completion.logprobs.insert(completion.logprobs.end(), taken, 0.f);
+      completion.response_mask.insert(completion.response_mask.end(), taken, 0);
+      if (taken == room) {  // No room left to sample: cut at the length limit.
+        completion.finish_reason = FinishReason::kLength;
+        Finish(std::move(sequence));
+        continue;
+      }
+      sequence.state = Sequence::State::kRunning;
+      going_on.push_back(std::move(sequence));
+    }
+    paused_ = std::move(still_paused);
+    for (size_t begin = 0; begin < going_on.size();) {
+      const auto start = std::chrono::steady_clock::now();
+      // As many as fit the prefill budget, padded to the longest (one always fits).
+      size_t end = begin;
+      int64_t longest = 0;
+      while (end < going_on.size()) {
+        const int64_t length = ContextLength(going_on[end]);
+        const int64_t padded = std::max(longest, length) * static_cast<int64_t>(end - begin + 1);
+        if (end > begin && padded > engine_.options_.max_prefill_tokens) break;
+        longest = std::max(longest, length);
+        ++end;
+      }
+      const int64_t batch = static_cast<int64_t>(end - begin);
+      at::Tensor ids = at::zeros({batch, longest}, at::kLong);
+      at::Tensor mask = at::zeros({batch, longest}, at::kLong);
+      at::Tensor last_index = at::empty({batch}, at::kLong);
+      std::vector<int64_t> slots;
+      bool ragged = false;
+      int64_t tokens = 0;
+      for (int64_t b = 0; b < batch; ++b) {
+        const Sequence& sequence = going_on[begin + b];
+        const std::vector<int64_t>& prompt = requests_[sequence.request].prompt_ids;
+        const std::vector<int64_t>& response = sequence.completion.token_ids;
+        int64_t* row = ids.data_ptr<int64_t>() + b * longest;
+        std::copy(prompt.begin(), prompt.end(), row);
+        std::copy(response.begin(), response.end(), row + prompt.size());
+        const int64_t length = ContextLength(sequence);
+        std::fill_n(mask.data_ptr<int64_t>() + b * longest, length, 1);
+        last_index.data_ptr<int64_t>()[b] = length - 1;
+        ragged |= length != longest;
+        tokens += length;
+        slots.push_back(sequence.slot);
+      }
+      const at::Tensor logits = PrefillForward(ids, mask, last_index, slots, ragged);
+      const size_t first = running_.size();
+      for (size_t i = begin; i < end; ++i) running_.push_back(std::move(going_on[i]));
+      DrawFirst(logits, first);
+      engine_.stats_.resumed_turns += batch;
+      engine_.stats_.prefill_tokens += tokens;
+      engine_.stats_.prefill_seconds += SecondsSince(start);
+      begin = end;
+    }
+  }
+
+  static int64_t ContextLength(const Sequence& sequence) {
+    return sequence.prompt_length + static_cast<int64_t>(sequence.completion.token_ids.size());
+  }
+
+  // Moves a sample to the results and frees its slot.
+  void Finish(Sequence sequence) {
+    free_slots_.push_back(sequence.slot);
+    results_[sequence.request].samples[sequence.sample] = std::move(sequence.completion);
   }
 
   // Launches one decode step over every running sequence. Inputs come from the device when the
@@ -280,38 +410,51 @@ class GenerationEngine::Run {
   }
 
   // Appends the tokens of output `buffer` to running_[first, first + rows), skipping sequences
-  // already finished, and marks those that finish now.
+  // already stopped, and marks those that stop now: finished, or (a stop with a turn handler)
+  // waiting on it.
   void Append(size_t first, int64_t rows, int buffer) {
     const int64_t* token = engine_.host_tokens_[buffer].data_ptr<int64_t>();
     const float* logprob = engine_.host_logprobs_[buffer].data_ptr<float>();
     for (int64_t i = 0; i < rows; ++i) {
       Sequence& sequence = running_[first + i];
-      if (sequence.finished) continue;  // A token past the end, computed by the pipeline.
+      // A token past the end, computed by the pipeline.
+      if (sequence.state != Sequence::State::kRunning) continue;
       const SamplingParams& sampling = requests_[sequence.request].sampling;
       sequence.completion.token_ids.push_back(token[i]);
       sequence.completion.logprobs.push_back(logprob[i]);
+      sequence.completion.response_mask.push_back(1);
       engine_.stats_.generated_tokens += 1;
       const std::optional<FinishReason> finish = FinishWith(
           sampling, eos_, token[i], static_cast<int64_t>(sequence.completion.token_ids.size()));
       if (!finish) continue;
       sequence.completion.finish_reason = *finish;
-      sequence.finished = true;
+      sequence.state = turns_ != nullptr && *finish == FinishReason::kStop
+                           ? Sequence::State::kStopped
+                           : Sequence::State::kFinished;
       any_finished_ = true;
     }
   }
 
-  // Moves finished sequences to the results and frees their slots. No step may be in flight.
+  // Moves finished sequences to the results (freeing their slots) and stopped ones, their
+  // handlers told, to paused_ (keeping them). No step may be in flight.
   void Retire() {
     if (!any_finished_) return;
     std::vector<Sequence> still_running;
     still_running.reserve(running_.size());
     for (Sequence& sequence : running_) {
-      if (!sequence.finished) {
-        still_running.push_back(std::move(sequence));
-        continue;
+      switch (sequence.state) {
+        case Sequence::State::kRunning:
+          still_running.push_back(std::move(sequence));
+          break;
+        case Sequence::State::kFinished:
+          Finish(std::move(sequence));
+          break;
+        case Sequence::State::kStopped:
+          sequence.next_turn =
+              turns_->OnStop(sequence.request, sequence.sample, sequence.completion);
+          paused_.push_back(std::move(sequence));
+          break;
       }
-      free_slots_.push_back(sequence.slot);
-      results_[sequence.request].samples[sequence.sample] = std::move(sequence.completion);
     }
     running_ = std::move(still_running);
     any_finished_ = false;
@@ -320,11 +463,13 @@ class GenerationEngine::Run {
 
   GenerationEngine& engine_;
   const std::vector<GenerationRequest>& requests_;
+  TurnHandler* turns_;  // null: every stop finishes its sample
   std::vector<GenerationResult> results_;
   std::vector<uint64_t> seeds_;
   std::vector<int64_t> eos_;
   std::deque<size_t> waiting_;
   std::vector<Sequence> running_;
+  std::vector<Sequence> paused_;  // stopped, waiting on their turn handlers; slots kept
   std::vector<int64_t> free_slots_;
   std::deque<Step> in_flight_;
   bool any_finished_ = false;
@@ -453,13 +598,13 @@ at::Tensor GenerationEngine::DecodeForward(int64_t rows) {
 }
 
 absl::StatusOr<std::vector<GenerationResult>> GenerationEngine::Generate(
-    const std::vector<GenerationRequest>& requests) {
+    const std::vector<GenerationRequest>& requests, TurnHandler* turns) {
   RETURN_IF_ERROR(ValidateRequests(requests));
   c10::InferenceMode inference;
   RETURN_IF_ERROR(Prepare());
   RETURN_IF_ERROR(ValidateRequests(requests));  // Now against the cache's slot count too.
   try {
-    Run run(*this, requests);
+    Run run(*this, requests, turns);
     std::vector<GenerationResult> results = run.Execute();
     stats_.peak_memory_bytes = QueryDeviceMemory(device_).peak_allocated_bytes;
     return results;

@@ -36,7 +36,8 @@ struct EngineStats {
   int64_t cache_slots = 0;
   int64_t cache_bytes = 0;
   int64_t prompts = 0;
-  int64_t prefill_tokens = 0;  // Real prompt tokens prefilled.
+  int64_t prefill_tokens = 0;  // Real prompt tokens prefilled (resumed contexts included).
+  int64_t resumed_turns = 0;   // Samples that went on after a stop (TurnHandler).
   int64_t decode_steps = 0;
   int64_t generated_tokens = 0;
   double prefill_seconds = 0;
@@ -53,9 +54,12 @@ class GenerationEngine {
   ~GenerationEngine();
 
   // Generates for every request; results in request order. Bad requests are refused before any
-  // work with an error naming the request and the field to fix.
+  // work with an error naming the request and the field to fix. With `turns`, a sample that
+  // stops may go on (multi-turn): the handler's inserted tokens follow its stop token, and the
+  // sample's whole context is prefilled again into its cache slot before it samples the next
+  // token; max_new_tokens bounds the sampled and inserted tokens together.
   absl::StatusOr<std::vector<GenerationResult>> Generate(
-      const std::vector<GenerationRequest>& requests);
+      const std::vector<GenerationRequest>& requests, TurnHandler* turns = nullptr);
 
   // Frees the cache, the CUDA graphs, the fused weight copies and the workspaces; the next
   // Generate allocates them again. The GPU path reads the model's weights when it allocates, so

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <future>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -36,9 +37,33 @@ constexpr std::string_view FinishReasonName(FinishReason reason) {
 struct Completion {
   std::vector<int64_t> token_ids;
   // Log-probability of each token under the distribution it was drawn from: softmax of the
-  // logits over temperature, restricted to the top-k / top-p set (plain softmax for greedy).
+  // logits over temperature, restricted to the top-k / top-p set (plain softmax for greedy); 0
+  // for an inserted token.
   std::vector<float> logprobs;
+  // verl's response_mask: 1 for each token the model sampled, 0 for each a TurnHandler inserted
+  // (a tool's response, the next turn's header), which the model reads but did not choose.
+  std::vector<uint8_t> response_mask;
   FinishReason finish_reason = FinishReason::kLength;
+};
+
+// What follows a sample's stop in a multi-turn rollout: the end of the sample, or the tokens to
+// insert after its stop token before it samples again.
+struct TurnOutcome {
+  bool finish = true;
+  std::vector<int64_t> inserted;  // with finish = false: at least one token
+};
+
+// Multi-turn rollouts: told when a sample stops (EOS or a stop token, not the length limit), it
+// decides whether the sample goes on. The engine calls OnStop on its own thread, and must get
+// back at once: the work of the next turn (running a tool) belongs in the returned future, which
+// the engine polls while the other samples keep decoding. A future that throws ends its sample.
+class TurnHandler {
+ public:
+  virtual ~TurnHandler() = default;
+  // Sample `sample` of request `request` stopped with `completion` so far (its last token the
+  // stop token).
+  virtual std::future<TurnOutcome> OnStop(size_t request, int64_t sample,
+                                          const Completion& completion) = 0;
 };
 
 // Whether a response ends with `token`, its `length`-th: at EOS (unless ignore_eos) or a stop

@@ -136,6 +136,7 @@ absl::StatusOr<std::vector<GenerationResult>> GenerateTensorParallel(
       row.tokens.push_back(token);
       row.completion.token_ids.push_back(token);
       row.completion.logprobs.push_back(logprobs.data_ptr<float>()[b]);
+      row.completion.response_mask.push_back(1);
       const std::optional<FinishReason> finish = FinishWith(
           sampling, eos_token_ids, token, static_cast<int64_t>(row.completion.token_ids.size()));
       if (finish) {
