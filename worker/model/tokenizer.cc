@@ -190,19 +190,42 @@ void Tokenizer::set_chat_template(ChatTemplate chat_template, std::string defaul
   impl_->default_system = std::move(default_system);
 }
 
-absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(const std::vector<ChatMessage>& messages,
-                                                         bool add_generation_prompt) const {
+absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(
+    const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+    absl::Span<const std::string> tools) const {
+  if (!tools.empty() && impl_->chat != ChatTemplate::kChatMl) {
+    return absl::InvalidArgumentError(
+        "tools are listed in the prompt by ChatML templates (Qwen's hermes format) only; this "
+        "model's chat template is another");
+  }
   std::string out;
   switch (impl_->chat) {
-    case ChatTemplate::kChatMl:
-      if (!impl_->default_system.empty() && (messages.empty() || messages[0].role != "system")) {
-        absl::StrAppend(&out, "<|im_start|>system\n", impl_->default_system, "<|im_end|>\n");
+    case ChatTemplate::kChatMl: {
+      const bool has_system = !messages.empty() && messages[0].role == "system";
+      const std::string& system = has_system ? messages[0].content : impl_->default_system;
+      if (!tools.empty()) {
+        // Qwen2.5 and Qwen3's tool block, the system text (if any) before it.
+        absl::StrAppend(
+            &out, "<|im_start|>system\n", system, system.empty() ? "" : "\n\n",
+            "# Tools\n\nYou may call one or more functions to assist with the user "
+            "query.\n\nYou are provided with function signatures within <tools></tools> "
+            "XML tags:\n<tools>");
+        for (const std::string& tool : tools) absl::StrAppend(&out, "\n", tool);
+        out +=
+            "\n</tools>\n\nFor each function call, return a json object with function name and "
+            "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+            "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
+      } else if (!has_system && !system.empty()) {
+        absl::StrAppend(&out, "<|im_start|>system\n", system, "<|im_end|>\n");
       }
-      for (const ChatMessage& message : messages) {
-        absl::StrAppend(&out, "<|im_start|>", message.role, "\n", message.content, "<|im_end|>\n");
+      for (size_t i = 0; i < messages.size(); ++i) {
+        if (i == 0 && has_system && !tools.empty()) continue;  // inside the tool block
+        absl::StrAppend(&out, "<|im_start|>", messages[i].role, "\n", messages[i].content,
+                        "<|im_end|>\n");
       }
       if (add_generation_prompt) out += "<|im_start|>assistant\n";
       return out;
+    }
     case ChatTemplate::kLlama3:
       out = impl_->bos_token;
       for (const ChatMessage& message : messages) {
@@ -217,6 +240,21 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(const std::vector<ChatM
   return absl::InvalidArgumentError(
       "this tokenizer has no chat template; set model.chat_template (chatml, llama3) or give "
       "plain-text prompts");
+}
+
+absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateToolResponses(
+    absl::Span<const std::string> responses) const {
+  if (impl_->chat != ChatTemplate::kChatMl) {
+    return absl::InvalidArgumentError(
+        "tool responses are rendered for ChatML templates (Qwen's hermes format) only; this "
+        "model's chat template is another");
+  }
+  std::string out = "<|im_start|>user";
+  for (const std::string& response : responses) {
+    absl::StrAppend(&out, "\n<tool_response>\n", response, "\n</tool_response>");
+  }
+  out += "<|im_end|>\n<|im_start|>assistant\n";
+  return out;
 }
 
 absl::Status CheckTokenizerFitsModel(const Tokenizer& tokenizer, int64_t model_vocab_size,

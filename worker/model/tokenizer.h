@@ -50,8 +50,18 @@ class Tokenizer {
   int64_t vocab_size() const;
 
   // The prompt text for `messages` in the model's chat format; INVALID_ARGUMENT without one.
+  // `tools`: the function schemas a multi-turn rollout offers, each as the JSON text the
+  // template's `tojson` prints (agent::PythonJsonDumps), listed in the system turn as Qwen's
+  // templates do (ChatML only).
   absl::StatusOr<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
-                                                bool add_generation_prompt) const;
+                                                bool add_generation_prompt,
+                                                absl::Span<const std::string> tools = {}) const;
+  // What the template renders for consecutive tool messages with contents `responses`, then the
+  // generation prompt: what follows an assistant turn that called tools, up to the next
+  // assistant turn's first token (ChatML: one user turn of <tool_response> blocks).
+  // INVALID_ARGUMENT for a template without tool messages.
+  absl::StatusOr<std::string> ApplyChatTemplateToolResponses(
+      absl::Span<const std::string> responses) const;
   ChatTemplate chat_template() const;
   void set_chat_template(ChatTemplate chat_template, std::string default_system = "");
 
