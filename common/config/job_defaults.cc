@@ -41,7 +41,12 @@ constexpr const char* kDefaultsJson = R"json({
         "tp": 1, "n": 1, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 0,
         "max_num_seqs": 1024, "gpu_memory_utilization": 0.5,
         "log_prob_micro_batch_size_per_gpu": 16,
-        "val_kwargs": {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "n": 1, "do_sample": false}
+        "val_kwargs": {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "n": 1, "do_sample": false},
+        "multi_turn": {
+          "enable": false, "tool_config_path": "", "format": "hermes", "max_assistant_turns": 0,
+          "max_user_turns": 0, "max_parallel_calls": 1, "max_tool_response_length": 256,
+          "tool_response_truncate_side": "middle"
+        }
       }
     },
     "critic": {

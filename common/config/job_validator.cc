@@ -348,6 +348,32 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
   }
   check.Within("roles.actor.rollout.log_prob_micro_batch_size_per_gpu",
                rollout.log_prob_micro_batch_size_per_gpu(), 1, kMaxBatch);
+  if (const v1::MultiTurnSpec& turns = rollout.multi_turn(); turns.enable()) {
+    const std::string at = "roles.actor.rollout.multi_turn.";
+    if (turns.tool_config_path().empty()) {
+      check.Fail(at + "tool_config_path",
+                 "is required with multi_turn.enable: the tool config (verl's YAML) listing the "
+                 "tools the model may call");
+    }
+    if (turns.format() != "hermes") {
+      check.Fail(at + "format", absl::StrCat("'", turns.format(),
+                                             "' is not hermes, the one tool-call format read"));
+    }
+    check.Within(at + "max_assistant_turns", turns.max_assistant_turns(), 0, 1000);
+    check.Within(at + "max_user_turns", turns.max_user_turns(), 0, 1000);
+    check.Within(at + "max_parallel_calls", turns.max_parallel_calls(), 1, 64);
+    check.Within(at + "max_tool_response_length", turns.max_tool_response_length(), 1, 1 << 20);
+    const std::string& side = turns.tool_response_truncate_side();
+    if (side != "left" && side != "right" && side != "middle") {
+      check.Fail(at + "tool_response_truncate_side",
+                 absl::StrCat("'", side, "' is not one of: left, right, middle"));
+    }
+    if (rollout.tp() > 1) {
+      check.Fail(at + "enable", absl::StrCat("multi-turn rollouts run at roles.actor.rollout.tp "
+                                             "1 for now; it is ",
+                                             rollout.tp()));
+    }
+  }
   const auto& val = rollout.val_kwargs();
   check.AtLeast("roles.actor.rollout.val_kwargs.temperature", val.temperature(), 0);
   check.Within("roles.actor.rollout.val_kwargs.top_p", val.top_p(), 1e-9, 1);

@@ -121,6 +121,9 @@ absl::StatusOr<ValidationResult> JobStages::Validate(int64_t step,
   const double responses = std::max<double>(1, static_cast<double>(result.scores.size()));
   result.metrics["val/score/mean"] = total / responses;
   result.metrics["val/response_length/mean"] = tokens / responses;
+  std::vector<const google::protobuf::Map<std::string, double>*> turns;
+  for (const v1::ValidateReply& reply : replies) turns.push_back(&reply.metrics());
+  AddTurnMetrics(turns, responses, "val-aux", result.metrics);
   for (const auto& [rule, total] : rule_totals) {
     result.metrics[absl::StrCat("val/score/", rule, "/mean")] = total / responses;
   }

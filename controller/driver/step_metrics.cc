@@ -101,7 +101,38 @@ StepTokens AddGenerationMetrics(const std::vector<v1::GenerateReply>& generated,
   metrics["prompt_length/max"] = longest_prompt;
   metrics["prompt_length/min"] = shortest_prompt;
   metrics["perf/total_num_tokens"] = tokens.response + tokens.prompt;
+  std::vector<const google::protobuf::Map<std::string, double>*> turns;
+  for (const v1::GenerateReply& reply : generated) turns.push_back(&reply.metrics());
+  AddTurnMetrics(turns, all_rows, "training", metrics);
   return tokens;
+}
+
+void AddTurnMetrics(const std::vector<const google::protobuf::Map<std::string, double>*>& replies,
+                    double samples, const std::string& prefix, Metrics& metrics) {
+  double turns = 0, calls = 0, errors = 0, seconds = 0, fewest = 1e18, most = 0;
+  bool any = false;
+  for (const auto* reply : replies) {
+    const auto sum = reply->find("num_turns_sum");
+    if (sum == reply->end()) continue;
+    any = true;
+    turns += sum->second;
+    const auto value = [reply](const char* name) {
+      const auto found = reply->find(name);
+      return found == reply->end() ? 0.0 : found->second;
+    };
+    fewest = std::min(fewest, value("num_turns_min"));
+    most = std::max(most, value("num_turns_max"));
+    calls += value("tool_calls");
+    errors += value("tool_errors");
+    seconds += value("tool_s");
+  }
+  if (!any || samples <= 0) return;
+  metrics[absl::StrCat(prefix, "/num_turns/mean")] = turns / samples;
+  metrics[absl::StrCat(prefix, "/num_turns/min")] = fewest;
+  metrics[absl::StrCat(prefix, "/num_turns/max")] = most;
+  metrics["timing_s/agent_loop/tool_calls/mean"] = seconds / samples;
+  metrics["agent/tool_calls/mean"] = calls / samples;
+  metrics["agent/tool_errors/mean"] = errors / samples;
 }
 
 void AddActorUpdateMetrics(const std::vector<v1::UpdateReply>& updated, Metrics& metrics) {

@@ -3,6 +3,7 @@
 // (docs/metrics.md lists them).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "controller/driver/pool_calls.h"
@@ -20,6 +21,14 @@ struct StepTokens {
 // `rows` rows the actor ranks generated; the batch's tokens.
 StepTokens AddGenerationMetrics(const std::vector<v1::GenerateReply>& generated, int64_t rows,
                                 Metrics& metrics);
+
+// A multi-turn rollout's figures over `samples` responses, from the actor ranks' reply metrics
+// (AgentRollout::AddTurnMetrics): <prefix>/num_turns/{mean,min,max} (verl's: training/ for a
+// step, val-aux/ for validation), timing_s/agent_loop/tool_calls/mean (verl's: a response's
+// tool time, mean), agent/tool_calls/mean and agent/tool_errors/mean (per response). Nothing
+// when the replies carry no turns (single-turn jobs).
+void AddTurnMetrics(const std::vector<const google::protobuf::Map<std::string, double>*>& replies,
+                    double samples, const std::string& prefix, Metrics& metrics);
 
 // actor/* (rank 0's figures), perf/mfu/actor (the ranks' mean) and the ranks' peak memory.
 void AddActorUpdateMetrics(const std::vector<v1::UpdateReply>& updated, Metrics& metrics);

@@ -197,6 +197,32 @@ TEST_CASE("trainer.mode, verify_weight_sync and the rollout correction: values a
              Catch::Contains("algorithm.rollout_correction.rollout_is_threshold: 0 must be > 0"));
 }
 
+TEST_CASE("multi_turn: verl's defaults, and what it needs", "[config]") {
+  const std::string yaml = kValidYaml;
+  const auto turns = [&](const std::string& keys) {
+    return Replace(yaml, "rollout: {n: 4}", "rollout: {n: 4, multi_turn: {" + keys + "}}");
+  };
+  auto spec = ParseJobSpec(turns("enable: true, tool_config_path: /cfg/tools.yaml"), "x.yaml");
+  REQUIRE(spec.ok());
+  const v1::MultiTurnSpec& on = spec->roles().actor().rollout().multi_turn();
+  CHECK(on.format() == "hermes");
+  CHECK(on.max_parallel_calls() == 1);
+  CHECK(on.max_tool_response_length() == 256);
+  CHECK(on.tool_response_truncate_side() == "middle");
+  CHECK(on.max_assistant_turns() == 0);
+  CHECK_THAT(ErrorOf(turns("enable: true")),
+             Catch::Contains("roles.actor.rollout.multi_turn.tool_config_path: is required"));
+  CHECK_THAT(ErrorOf(turns("enable: true, tool_config_path: t.yaml, format: gpt-oss")),
+             Catch::Contains("multi_turn.format: 'gpt-oss' is not hermes"));
+  CHECK_THAT(
+      ErrorOf(turns("enable: true, tool_config_path: t.yaml, tool_response_truncate_side: top")),
+      Catch::Contains("'top' is not one of: left, right, middle"));
+  CHECK_THAT(ErrorOf(turns("enable: true, tool_config_path: t.yaml, max_parallel_calls: 0")),
+             Catch::Contains("multi_turn.max_parallel_calls: 0 must be in [1, 64]"));
+  // Off, nothing is checked (verl's defaults with enable false).
+  CHECK(ParseJobSpec(turns("enable: false, format: other"), "x.yaml").ok());
+}
+
 TEST_CASE("out-of-range values say the allowed range", "[config][errors]") {
   const std::string yaml = kValidYaml;
   CHECK_THAT(ErrorOf(With("trainer: {total_epochs: 0}\n")),

@@ -370,12 +370,32 @@ TEST_CASE("verl's custom_reward_function becomes roles.reward.custom_reward_func
   CHECK(Contains(both.errors, "keep one of them"));
 }
 
+TEST_CASE("verl's multi_turn keys land in roles.actor.rollout.multi_turn", "[verl]") {
+  const v1::JobSpec spec = Validated(
+      Convert(kVerlGrpo, {"actor_rollout_ref.rollout.multi_turn.enable=true",
+                          "actor_rollout_ref.rollout.multi_turn.tool_config_path=/cfg/tools.yaml",
+                          "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=5",
+                          "actor_rollout_ref.rollout.multi_turn.max_parallel_calls=2",
+                          "actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side=left",
+                          "actor_rollout_ref.rollout.tensor_model_parallel_size=1"}));
+  const v1::MultiTurnSpec& turns = spec.roles().actor().rollout().multi_turn();
+  CHECK(turns.enable());
+  CHECK(turns.tool_config_path() == "/cfg/tools.yaml");
+  CHECK(turns.format() == "hermes");
+  CHECK(turns.max_assistant_turns() == 5);
+  CHECK(turns.max_user_turns() == 0);  // verl's null
+  CHECK(turns.max_parallel_calls() == 2);
+  CHECK(turns.max_tool_response_length() == 256);
+  CHECK(turns.tool_response_truncate_side() == "left");
+}
+
 TEST_CASE("every verl setting rlhfd cannot honour is named, with why", "[verl]") {
   const std::vector<std::pair<std::string, std::string>> refused = {
       {"actor_rollout_ref.model.lora_rank=16", "LoRA"},
       {"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "sequence parallelism"},
       {"actor_rollout_ref.actor.policy_loss.loss_mode=gpg", "vanilla PPO clip loss"},
-      {"actor_rollout_ref.rollout.multi_turn.enable=true", "multi-turn"},
+      {"actor_rollout_ref.rollout.multi_turn.function_tool_path=/code/tools.py",
+       "Python function tools"},
       {"actor_rollout_ref.actor.strategy=megatron", "Megatron"},
       {"algorithm.use_pf_ppo=true", "PF-PPO"},
       {"actor_rollout_ref.model.custom_chat_template=my_template", "model.chat_template"},

@@ -50,7 +50,12 @@ absl::Status PutRollout(const v1::GenerateRequest& request, const PromptRequests
       if (produced > 0) {
         input_ids[row].narrow(0, p, produced).copy_(at::tensor(sample.token_ids, at::kLong));
         attention_mask[row].narrow(0, p, produced).fill_(1);
-        response_mask[row].narrow(0, 0, produced).fill_(1);
+        // 1 where the model sampled, 0 where a multi-turn rollout inserted a tool's response:
+        // those tokens are read, but are no action of the policy's (verl's response_mask).
+        response_mask[row]
+            .narrow(0, 0, produced)
+            .copy_(at::tensor(
+                std::vector<float>(sample.response_mask.begin(), sample.response_mask.end())));
         rollout_log_probs[row].narrow(0, 0, produced).copy_(at::tensor(sample.logprobs));
       }
       v1::RowInfo* info = reply.add_rows();
@@ -115,7 +120,22 @@ absl::StatusOr<std::unique_ptr<ActorRole>> ActorRole::Create(
                           std::max<int64_t>(1, rl_steps * OptimizerStepsPerRlStep(spec, train)));
   role->hybrid_ = std::make_unique<HybridEngine>(role->spec_, device, pool, *role->trained_,
                                                  std::move(tp_group), std::move(hook));
+  ASSIGN_OR_RETURN(role->agent_, AgentRollout::Create(role->spec_, role->tokenizer_));
   return role;
+}
+
+absl::StatusOr<std::vector<rollout::GenerationResult>> ActorRole::Rollout(
+    const std::vector<rollout::GenerationRequest>& requests, int64_t step,
+    google::protobuf::Map<std::string, double>& metrics) {
+  if (!agent_) return hybrid_->Generate(requests, step);
+  absl::StatusOr<std::vector<rollout::GenerationResult>> results =
+      agent_->Generate(*hybrid_, requests, step);
+  if (results.ok()) {
+    std::map<std::string, double> turns;
+    agent_->AddTurnMetrics(turns);
+    for (const auto& [name, value] : turns) metrics[name] = value;
+  }
+  return results;
 }
 
 absl::StatusOr<v1::GenerateReply> ActorRole::Generate(const v1::GenerateRequest& request,
@@ -129,11 +149,13 @@ absl::StatusOr<v1::GenerateReply> ActorRole::Generate(const v1::GenerateRequest&
         "generate: this rank holds rows [", rows.begin, ", ", rows.end, ") of ", total_rows,
         ", which is ", rows.size(), " responses, but was given ", prompts, " prompts x n ", n));
   }
-  ASSIGN_OR_RETURN(const PromptRequests encoded,
-                   EncodeRequests(tokenizer_, request.prompts(), spec_.data(),
-                                  request.first_prompt(), request.seed(), TrainingSampling(spec_)));
+  ASSIGN_OR_RETURN(
+      const PromptRequests encoded,
+      EncodeRequests(tokenizer_, request.prompts(), spec_.data(), request.first_prompt(),
+                     request.seed(), TrainingSampling(spec_), prompt_tools()));
+  google::protobuf::Map<std::string, double> turn_metrics;
   ASSIGN_OR_RETURN(const std::vector<rollout::GenerationResult> results,
-                   hybrid_->Generate(encoded.requests, request.key().step()));
+                   Rollout(encoded.requests, request.key().step(), turn_metrics));
   hybrid_->ReleaseCache();  // the update needs the memory
 
   // P and R over the whole batch: every rank of the pool lays its rows out the same way.
@@ -159,6 +181,7 @@ absl::StatusOr<v1::GenerateReply> ActorRole::Generate(const v1::GenerateRequest&
   reply.set_response_length(static_cast<int32_t>(r));
   const double seconds = SecondsSince(start);
   auto& metrics = *reply.mutable_metrics();
+  metrics.insert(turn_metrics.begin(), turn_metrics.end());
   metrics["generate_s"] = seconds;
   metrics["update_weights_s"] = hybrid_->weights_update_s();
   if (const parallel::ReshardStats* reshard = hybrid_->reshard_stats()) {

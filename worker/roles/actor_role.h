@@ -12,6 +12,7 @@
 #include "rlhfd/v1/worker_service.pb.h"
 #include "worker/model/tokenizer.h"
 #include "worker/parallel/communicator.h"
+#include "worker/roles/agent_rollout.h"
 #include "worker/roles/hosted_role.h"
 #include "worker/roles/hybrid_engine.h"
 #include "worker/roles/job_layout.h"
@@ -55,6 +56,16 @@ class ActorRole final : public TrainedRole {
   absl::StatusOr<model::Transformer> FullWeights() { return hybrid_->FullWeights(); }
   HybridEngine& hybrid() { return *hybrid_; }
   const v1::JobSpec& spec() const { return spec_; }
+  // `requests` generated over the current weights, through the agent loop in a multi-turn job
+  // (then with its turns' figures added to `metrics`, AgentRollout::AddTurnMetrics).
+  absl::StatusOr<std::vector<rollout::GenerationResult>> Rollout(
+      const std::vector<rollout::GenerationRequest>& requests, int64_t step,
+      google::protobuf::Map<std::string, double>& metrics);
+  // The tool schemas a multi-turn job's chat prompts list; none otherwise.
+  absl::Span<const std::string> prompt_tools() const {
+    return agent_ ? absl::Span<const std::string>(agent_->prompt_tools())
+                  : absl::Span<const std::string>();
+  }
 
  private:
   ActorRole(const v1::JobSpec& spec, const at::Device& device, model::Tokenizer tokenizer);
@@ -69,6 +80,7 @@ class ActorRole final : public TrainedRole {
   int64_t optimizer_steps_ = 0;
   int64_t nonfinite_skips_ = 0;
   std::unique_ptr<HybridEngine> hybrid_;
+  std::unique_ptr<AgentRollout> agent_;  // multi_turn.enable only
 };
 
 }  // namespace rlhfd::roles

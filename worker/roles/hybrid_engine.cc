@@ -302,10 +302,14 @@ absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::GenerateTen
 }
 
 absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::Generate(
-    const std::vector<rollout::GenerationRequest>& requests, int64_t step) {
+    const std::vector<rollout::GenerationRequest>& requests, int64_t step,
+    rollout::TurnHandler* turns) {
   last_check_.reset();
   reshard_s_ = -1;
   if (tp_group_) {
+    if (turns != nullptr) {
+      return absl::InvalidArgumentError("multi-turn rollouts run at rollout tp 1 for now");
+    }
     try {
       return GenerateTensorParallel(requests, step);
     } catch (const std::exception& error) {
@@ -317,7 +321,7 @@ absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::Generate(
   ASSIGN_OR_RETURN(rollout::GenerationEngine * engine, Engine(step));
   try {
     at::NoGradGuard no_grad;
-    return engine->Generate(requests);
+    return engine->Generate(requests, turns);
   } catch (const std::exception& error) {
     Release();
     engine_.reset();

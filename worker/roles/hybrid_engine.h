@@ -52,9 +52,10 @@ class HybridEngine {
   // Generates step `step`'s `requests` over the current weights (with tp > 1 every rank of the
   // group calls it together, each with its own requests), first checking them against the
   // trained ones when trainer.verify_weight_sync asks (weight_sync.h). A library error releases
-  // the rollout state.
+  // the rollout state. `turns`: multi-turn rollouts (tp 1 only; GenerationEngine::Generate).
   absl::StatusOr<std::vector<rollout::GenerationResult>> Generate(
-      const std::vector<rollout::GenerationRequest>& requests, int64_t step);
+      const std::vector<rollout::GenerationRequest>& requests, int64_t step,
+      rollout::TurnHandler* turns = nullptr);
   // The check of the last Generate; none when it was not due.
   const std::optional<WeightSyncCheck>& last_check() const { return last_check_; }
   // What the reshard from ZeRO-3 shards moves per rollout (tp > 1); none without one.

@@ -5,12 +5,13 @@
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "common/util/text.h"
+#include "worker/roles/agent_rollout.h"
 
 namespace rlhfd::roles {
 
 absl::StatusOr<EncodedPrompt> EncodePrompt(const model::Tokenizer& tokenizer,
                                            const v1::PromptRow& prompt, const v1::DataSpec& data,
-                                           int64_t index) {
+                                           int64_t index, absl::Span<const std::string> tools) {
   const auto invalid = [index](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat("prompt ", index, ": ", what));
   };
@@ -23,7 +24,7 @@ absl::StatusOr<EncodedPrompt> EncodePrompt(const model::Tokenizer& tokenizer,
       messages.push_back({turn.role(), turn.content()});
     }
     absl::StatusOr<std::string> text =
-        tokenizer.ApplyChatTemplate(messages, /*add_generation_prompt=*/true);
+        tokenizer.ApplyChatTemplate(messages, /*add_generation_prompt=*/true, tools);
     if (!text.ok()) return invalid(text.status().message());
     encoded.text = *std::move(text);
   } else {
@@ -65,14 +66,21 @@ absl::StatusOr<v1::MeasurePromptsReply> PromptMeasurer::Measure(
     tokenizer_ = std::make_unique<model::Tokenizer>(std::move(tokenizer));
     tokenizer_dir_ = dir;
   }
+  // A multi-turn job's prompts list its tools: measured with them.
+  const std::string& tool_config =
+      request.spec().roles().actor().rollout().multi_turn().tool_config_path();
+  if (tool_config != tool_config_path_) {
+    ASSIGN_OR_RETURN(tools_, PromptTools(request.spec()));
+    tool_config_path_ = tool_config;
+  }
   v1::DataSpec untruncated = request.spec().data();
   untruncated.set_max_prompt_length(std::numeric_limits<int32_t>::max());
   untruncated.set_truncation(v1::TRUNCATION_ERROR);
   v1::MeasurePromptsReply reply;
   for (int i = 0; i < request.prompts_size(); ++i) {
-    ASSIGN_OR_RETURN(
-        const EncodedPrompt encoded,
-        EncodePrompt(*tokenizer_, request.prompts(i), untruncated, request.first_prompt() + i));
+    ASSIGN_OR_RETURN(const EncodedPrompt encoded,
+                     EncodePrompt(*tokenizer_, request.prompts(i), untruncated,
+                                  request.first_prompt() + i, tools_));
     reply.add_tokens(static_cast<int64_t>(encoded.ids.size()));
   }
   return reply;

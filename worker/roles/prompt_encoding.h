@@ -22,10 +22,11 @@ struct EncodedPrompt {
 
 // INVALID_ARGUMENT naming prompt `index` (of the step's batch): an empty prompt, a chat turn
 // without a role, text that is not UTF-8, or (truncation "error") one longer than
-// max_prompt_length, with its length.
+// max_prompt_length, with its length. `tools`: the schemas a multi-turn rollout lists in a chat
+// prompt (PromptTools).
 absl::StatusOr<EncodedPrompt> EncodePrompt(const model::Tokenizer& tokenizer,
                                            const v1::PromptRow& prompt, const v1::DataSpec& data,
-                                           int64_t index);
+                                           int64_t index, absl::Span<const std::string> tools = {});
 
 // MeasurePrompts: each prompt's token count, measured whole (no truncation: the limit is what
 // the controller checks). The tokenizer last loaded is kept, since a job measures in chunks.
@@ -36,6 +37,8 @@ class PromptMeasurer {
  private:
   std::string tokenizer_dir_;
   std::unique_ptr<model::Tokenizer> tokenizer_;
+  std::string tool_config_path_;  // of tools_
+  std::vector<std::string> tools_;
 };
 
 }  // namespace rlhfd::roles

@@ -45,11 +45,13 @@ rollout::SamplingParams ValidationSampling(const v1::JobSpec& spec) {
 absl::StatusOr<PromptRequests> EncodeRequests(
     const model::Tokenizer& tokenizer,
     const google::protobuf::RepeatedPtrField<v1::PromptRow>& prompts, const v1::DataSpec& data,
-    int64_t first_prompt, uint64_t seed, const rollout::SamplingParams& sampling) {
+    int64_t first_prompt, uint64_t seed, const rollout::SamplingParams& sampling,
+    absl::Span<const std::string> tools) {
   PromptRequests encoded_prompts;
   for (int64_t i = 0; i < prompts.size(); ++i) {
     const int64_t index = first_prompt + i;
-    ASSIGN_OR_RETURN(EncodedPrompt encoded, EncodePrompt(tokenizer, prompts[i], data, index));
+    ASSIGN_OR_RETURN(EncodedPrompt encoded,
+                     EncodePrompt(tokenizer, prompts[i], data, index, tools));
     rollout::GenerationRequest generation{std::move(encoded.ids), sampling};
     generation.sampling.seed = PromptSeed(seed, index);
     encoded_prompts.requests.push_back(std::move(generation));

@@ -30,6 +30,7 @@ struct PromptRequests {
 absl::StatusOr<PromptRequests> EncodeRequests(
     const model::Tokenizer& tokenizer,
     const google::protobuf::RepeatedPtrField<v1::PromptRow>& prompts, const v1::DataSpec& data,
-    int64_t first_prompt, uint64_t seed, const rollout::SamplingParams& sampling);
+    int64_t first_prompt, uint64_t seed, const rollout::SamplingParams& sampling,
+    absl::Span<const std::string> tools = {});
 
 }  // namespace rlhfd::roles

@@ -19,14 +19,15 @@ absl::StatusOr<v1::ValidateReply> GenerateAndScore(
     const ResponseScorer& scorer, const std::atomic<bool>* cancelled, int64_t log_samples,
     bool val_rules) {
   const model::Tokenizer& tokenizer = actor.tokenizer();
-  ASSIGN_OR_RETURN(
-      const PromptRequests encoded,
-      EncodeRequests(tokenizer, prompts, actor.spec().data(), first_prompt, seed, sampling));
+  ASSIGN_OR_RETURN(const PromptRequests encoded,
+                   EncodeRequests(tokenizer, prompts, actor.spec().data(), first_prompt, seed,
+                                  sampling, actor.prompt_tools()));
   const std::vector<rollout::GenerationRequest>& requests = encoded.requests;
-  ASSIGN_OR_RETURN(std::vector<rollout::GenerationResult> results,
-                   actor.hybrid().Generate(requests, /*step=*/0));  // 0: not a step's rollout
-  actor.ReleaseRollout();
   v1::ValidateReply reply;
+  ASSIGN_OR_RETURN(std::vector<rollout::GenerationResult> results,
+                   actor.Rollout(requests, /*step=*/0,  // 0: not a step's rollout
+                                 *reply.mutable_metrics()));
+  actor.ReleaseRollout();
   std::vector<ScoredResponse> scored;
   std::vector<int64_t> rows;  // each response's index among all prompts' responses
   for (int64_t i = 0; i < prompts.size(); ++i) {

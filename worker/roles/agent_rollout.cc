@@ -1,0 +1,110 @@
+#include "worker/roles/agent_rollout.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+#include "common/util/files.h"
+#include "worker/agent/python_json.h"
+#include "worker/agent/tool_config.h"
+
+namespace rlhfd::roles {
+namespace {
+
+absl::StatusOr<std::vector<agent::ToolSpec>> ToolSpecs(const v1::JobSpec& spec) {
+  const std::string& path = spec.roles().actor().rollout().multi_turn().tool_config_path();
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("roles.actor.rollout.multi_turn.tool_config_path: ", text.status().message()));
+  }
+  return agent::ReadToolConfig(*text, path);
+}
+
+std::vector<std::string> SchemasOf(const std::vector<agent::ToolSpec>& specs) {
+  std::vector<std::string> schemas;
+  for (const agent::ToolSpec& tool : specs) schemas.push_back(agent::PythonJsonDumps(tool.schema));
+  return schemas;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> PromptTools(const v1::JobSpec& spec) {
+  if (!spec.roles().actor().rollout().multi_turn().enable()) return std::vector<std::string>{};
+  ASSIGN_OR_RETURN(const std::vector<agent::ToolSpec> specs, ToolSpecs(spec));
+  return SchemasOf(specs);
+}
+
+absl::StatusOr<std::unique_ptr<AgentRollout>> AgentRollout::Create(
+    const v1::JobSpec& spec, const model::Tokenizer& tokenizer) {
+  const v1::MultiTurnSpec& turns = spec.roles().actor().rollout().multi_turn();
+  if (!turns.enable()) return std::unique_ptr<AgentRollout>();
+  ASSIGN_OR_RETURN(const std::vector<agent::ToolSpec> specs, ToolSpecs(spec));
+  auto made = std::unique_ptr<AgentRollout>(new AgentRollout());
+  for (const agent::ToolSpec& tool : specs) {
+    agent::Sandbox* sandbox = nullptr;
+    if (tool.kind == agent::ToolSpec::Kind::kCodeInterpreter) {
+      agent::SandboxOptions options;
+      options.limits = tool.limits;
+      absl::StatusOr<std::unique_ptr<agent::Sandbox>> created = agent::Sandbox::Create(options);
+      if (!created.ok()) {
+        return absl::Status(
+            created.status().code(),
+            absl::StrCat("the code interpreter '", tool.name,
+                         "' (multi_turn.tool_config_path): ", created.status().message()));
+      }
+      sandbox = created->get();
+      made->sandboxes_.push_back(*std::move(created));
+    }
+    made->tools_.Add(agent::MakeTool(tool, sandbox));
+  }
+  made->prompt_tools_ = SchemasOf(specs);
+  agent::MultiTurnOptions options;
+  options.max_assistant_turns = turns.max_assistant_turns();
+  options.max_user_turns = turns.max_user_turns();
+  options.max_parallel_calls = turns.max_parallel_calls();
+  options.max_tool_response_length = turns.max_tool_response_length();
+  ASSIGN_OR_RETURN(options.truncate_side,
+                   agent::ParseTruncateSide(turns.tool_response_truncate_side()));
+  ASSIGN_OR_RETURN(made->loop_, agent::AgentLoop::Create(tokenizer, made->tools_, options));
+  return made;
+}
+
+absl::StatusOr<std::vector<rollout::GenerationResult>> AgentRollout::Generate(
+    HybridEngine& hybrid, const std::vector<rollout::GenerationRequest>& requests, int64_t step) {
+  std::vector<int64_t> budgets;
+  last_samples_.clear();
+  for (const rollout::GenerationRequest& request : requests) {
+    budgets.push_back(request.sampling.max_new_tokens);
+    last_samples_.push_back(request.sampling.n);
+  }
+  loop_->Begin(std::move(budgets));
+  return hybrid.Generate(requests, step, loop_.get());
+}
+
+void AgentRollout::AddTurnMetrics(std::map<std::string, double>& metrics) const {
+  double sum = 0, calls = 0, errors = 0, seconds = 0;
+  double fewest = std::numeric_limits<double>::infinity(), most = 0;
+  for (size_t request = 0; request < last_samples_.size(); ++request) {
+    for (int64_t sample = 0; sample < last_samples_[request]; ++sample) {
+      const agent::SampleTurns turns = loop_->turns(request, sample);
+      const double num_turns = static_cast<double>(turns.assistant_turns + turns.user_turns + 1);
+      sum += num_turns;
+      fewest = std::min(fewest, num_turns);
+      most = std::max(most, num_turns);
+      calls += static_cast<double>(turns.tool_calls);
+      errors += static_cast<double>(turns.tool_errors);
+      seconds += absl::ToDoubleSeconds(turns.tool_time);
+    }
+  }
+  metrics["num_turns_sum"] = sum;
+  metrics["num_turns_min"] = std::isfinite(fewest) ? fewest : 0;
+  metrics["num_turns_max"] = most;
+  metrics["tool_calls"] = calls;
+  metrics["tool_errors"] = errors;
+  metrics["tool_s"] = seconds;
+}
+
+}  // namespace rlhfd::roles
