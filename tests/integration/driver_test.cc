@@ -522,6 +522,86 @@ TEST_CASE("ReMax subtracts the greedy response's reward", "[driver][runs]") {
   }
 }
 
+// multi_turn through the daemons: the tool config's tools are listed in every prompt (the
+// logged samples show them), each worker starts the sandboxed code interpreter, and the training
+// and validation rollouts go through the agent loop, whose turn figures are logged. The tiny
+// model writes no tool calls, so every response is one model turn (verl's num_turns 2) and no
+// tool runs here; the calls themselves are agent_loop_test's, the engine's turns rollout_test's.
+TEST_CASE("multi_turn: a job with tools runs through the daemons", "[driver][runs]") {
+  TempDir dir;
+  // tiny-qwen2 with room for the tool block in its prompts (its byte-level vocabulary spends a
+  // token on most characters).
+  const std::string model = dir.path() + "/model";
+  fs::copy(std::string(RLHFD_FIXTURES_DIR) + "/models/tiny-qwen2", model,
+           fs::copy_options::recursive);
+  nlohmann::json config = nlohmann::json::parse(*ReadFileToString(model + "/config.json"));
+  config["max_position_embeddings"] = 1536;
+  std::ofstream(model + "/config.json") << config.dump(2);
+  std::ofstream(dir.path() + "/tools.yaml") << R"(tools:
+  - class_name: verl.tools.sandbox_fusion_tools.SandboxFusionTool
+    config: {default_timeout: 5, memory_limit_mb: 512}
+    tool_schema:
+      type: function
+      function:
+        name: code_interpreter
+        description: Runs Python code.
+        parameters:
+          type: object
+          properties: {code: {type: string, description: The code.}}
+          required: [code]
+)";
+  const std::string data = std::string(RLHFD_FIXTURES_DIR) + "/data/arithmetic_train.jsonl";
+  DriverCluster cluster;
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  const std::string id = cluster.Submit(
+      ReadConfig("tiny-cpu-demo.yaml"),
+      {"model.path=" + model, "data.max_prompt_length=1400", "data.val_files=[" + data + "]",
+       "roles.actor.rollout.multi_turn={enable: true, tool_config_path: " + dir.path() +
+           "/tools.yaml, max_assistant_turns: 3}",
+       "trainer.total_steps=2", "trainer.save_every=-1", "trainer.loggers=[console]",
+       "trainer.log_samples=2", "trainer.val_every=2"});
+  const v1::Job job = cluster.WaitEnded(id);
+  INFO(Describe(job));
+  REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
+  std::map<int64_t, std::map<std::string, double>> by_step;
+  for (const v1::StepMetrics& step : cluster.Metrics(id)) {
+    by_step[step.step()].insert(step.metrics().begin(), step.metrics().end());
+  }
+  for (int64_t step = 1; step <= 2; ++step) {
+    INFO("step " << step);
+    const auto& metrics = by_step[step];
+    CHECK(metrics.at("training/num_turns/mean") == 2);
+    CHECK(metrics.at("training/num_turns/min") == 2);
+    CHECK(metrics.at("training/num_turns/max") == 2);
+    CHECK(metrics.at("agent/tool_calls/mean") == 0);
+    CHECK(metrics.at("agent/tool_errors/mean") == 0);
+    CHECK(metrics.count("timing_s/agent_loop/tool_calls/mean") == 1);
+  }
+  CHECK(by_step[2].at("val-aux/num_turns/mean") == 2);
+  int prompts = 0;
+  for (const v1::StepMetrics& step : cluster.Samples(id)) {
+    for (const v1::ResponseSample& sample : step.samples()) {
+      ++prompts;
+      INFO(sample.prompt());
+      CHECK(absl::StrContains(sample.prompt(), "# Tools\n\nYou may call one or more functions"));
+      CHECK(absl::StrContains(sample.prompt(),
+                              "<tools>\n{\"type\": \"function\", \"function\": {\"name\": "
+                              "\"code_interpreter\", \"description\": \"Runs Python code.\""));
+    }
+  }
+  CHECK(prompts >= 4);
+  // A tool config that cannot be read fails the job naming the key, and the workers carry on.
+  const v1::Job bad = cluster.WaitEnded(cluster.Submit(
+      ReadConfig("tiny-cpu-demo.yaml"),
+      {"model.path=" + model, "data.max_prompt_length=1400",
+       "roles.actor.rollout.multi_turn={enable: true, tool_config_path: " + dir.path() +
+           "/missing.yaml}",
+       "trainer.total_steps=1", "trainer.save_every=-1", "trainer.loggers=[console]"}));
+  CHECK(bad.state() == v1::JOB_STATE_FAILED);
+  CHECK_THAT(bad.message(), Catch::Contains("multi_turn.tool_config_path"));
+  CHECK(cluster.AliveWorkers() == 2);
+}
+
 TEST_CASE("Two jobs share four workers; a third waits with its reason", "[driver][scheduling]") {
   DriverCluster cluster;
   for (int i = 0; i < 4; ++i) cluster.StartWorker();

@@ -75,22 +75,33 @@ absl::StatusOr<std::unique_ptr<AgentRollout>> AgentRollout::Create(
 absl::StatusOr<std::vector<rollout::GenerationResult>> AgentRollout::Generate(
     HybridEngine& hybrid, const std::vector<rollout::GenerationRequest>& requests, int64_t step) {
   std::vector<int64_t> budgets;
-  last_samples_.clear();
   for (const rollout::GenerationRequest& request : requests) {
     budgets.push_back(request.sampling.max_new_tokens);
-    last_samples_.push_back(request.sampling.n);
   }
   loop_->Begin(std::move(budgets));
-  return hybrid.Generate(requests, step, loop_.get());
+  uncounted_turns_.clear();
+  absl::StatusOr<std::vector<rollout::GenerationResult>> results =
+      hybrid.Generate(requests, step, loop_.get());
+  if (!results.ok()) return results;
+  for (const rollout::GenerationResult& result : *results) {
+    std::vector<int>& uncounted = uncounted_turns_.emplace_back();
+    for (const rollout::Completion& sample : result.samples) {
+      const bool sampled_last = !sample.response_mask.empty() && sample.response_mask.back() == 1;
+      uncounted.push_back(
+          sample.finish_reason == rollout::FinishReason::kLength && sampled_last ? 1 : 0);
+    }
+  }
+  return results;
 }
 
 void AgentRollout::AddTurnMetrics(std::map<std::string, double>& metrics) const {
   double sum = 0, calls = 0, errors = 0, seconds = 0;
   double fewest = std::numeric_limits<double>::infinity(), most = 0;
-  for (size_t request = 0; request < last_samples_.size(); ++request) {
-    for (int64_t sample = 0; sample < last_samples_[request]; ++sample) {
-      const agent::SampleTurns turns = loop_->turns(request, sample);
-      const double num_turns = static_cast<double>(turns.assistant_turns + turns.user_turns + 1);
+  for (size_t request = 0; request < uncounted_turns_.size(); ++request) {
+    for (size_t sample = 0; sample < uncounted_turns_[request].size(); ++sample) {
+      const agent::SampleTurns turns = loop_->turns(request, static_cast<int64_t>(sample));
+      const int64_t assistant_turns = turns.assistant_turns + uncounted_turns_[request][sample];
+      const double num_turns = static_cast<double>(assistant_turns + turns.user_turns + 1);
       sum += num_turns;
       fewest = std::min(fewest, num_turns);
       most = std::max(most, num_turns);

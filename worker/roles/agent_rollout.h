@@ -47,7 +47,9 @@ class AgentRollout {
   agent::ToolSet tools_;
   std::vector<std::string> prompt_tools_;
   std::unique_ptr<agent::AgentLoop> loop_;
-  std::vector<int64_t> last_samples_;  // each request's sample count, of the last Generate
+  // Of the last Generate, per request and sample: 1 where the sample's last turn ended at the
+  // length limit, which the loop never hears of (it is told of stops), else 0.
+  std::vector<std::vector<int>> uncounted_turns_;
 };
 
 }  // namespace rlhfd::roles
