@@ -92,5 +92,20 @@ TEST_CASE("a wrong tool config is refused naming the tool and the key", "[tool_c
   }
 }
 
+TEST_CASE("the prompt lists what verl's schema models keep of a tool schema", "[tool_config]") {
+  const nlohmann::json schema = nlohmann::json::parse(R"({
+    "type": "function", "x-vendor": 1,
+    "function": {"name": "search", "description": "Finds.", "examples": ["a"],
+      "parameters": {"type": "object", "additionalProperties": false, "required": ["q"],
+        "properties": {"q": {"type": "string", "description": "query", "minLength": 1},
+                       "tags": {"type": "array", "items": {"type": "string"}, "enum": [1, 2]}}}}})");
+  CHECK(PromptToolSchema(schema) == nlohmann::json::parse(R"({
+    "type": "function",
+    "function": {"name": "search", "description": "Finds.",
+      "parameters": {"type": "object", "required": ["q"],
+        "properties": {"q": {"type": "string", "description": "query"},
+                       "tags": {"type": "array", "enum": [1, 2]}}}}})"));
+}
+
 }  // namespace
 }  // namespace rlhfd::agent

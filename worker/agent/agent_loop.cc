@@ -35,6 +35,14 @@ std::future<rollout::TurnOutcome> Finished() {
 
 }  // namespace
 
+absl::StatusOr<std::vector<int32_t>> ToolTurnTokens(const model::Tokenizer& tokenizer,
+                                                    absl::Span<const std::string> responses,
+                                                    bool after_turn_end) {
+  absl::StatusOr<std::string> turn = tokenizer.ApplyChatTemplateToolResponses(responses);
+  if (!turn.ok()) return turn.status();
+  return tokenizer.Encode(absl::StrCat(after_turn_end ? "\n" : "", *turn));
+}
+
 absl::StatusOr<std::unique_ptr<AgentLoop>> AgentLoop::Create(const model::Tokenizer& tokenizer,
                                                              ToolSet& tools,
                                                              MultiTurnOptions options) {
@@ -168,14 +176,10 @@ rollout::TurnOutcome AgentLoop::NextTurn(std::pair<size_t, int64_t> key,
   }
   const absl::Duration took = absl::Now() - start;
   rollout::TurnOutcome outcome;  // finish, unless the tool turn fits
-  absl::StatusOr<std::string> turn = tokenizer_.ApplyChatTemplateToolResponses(responses);
-  if (turn.ok()) {
-    // After the model's <|im_end|>, the template's newline first (as verl's Qwen builder).
-    absl::StatusOr<std::vector<int32_t>> ids =
-        tokenizer_.Encode(absl::StrCat(after_turn_end ? "\n" : "", *turn));
-    if (ids.ok() && static_cast<int64_t>(ids->size()) < room) {
-      outcome = {.finish = false, .inserted = {ids->begin(), ids->end()}};
-    }
+  const absl::StatusOr<std::vector<int32_t>> ids =
+      ToolTurnTokens(tokenizer_, responses, after_turn_end);
+  if (ids.ok() && static_cast<int64_t>(ids->size()) < room) {
+    outcome = {.finish = false, .inserted = {ids->begin(), ids->end()}};
   }
   std::lock_guard<std::mutex> lock(mutex_);
   SampleTurns& turns = turns_[key];

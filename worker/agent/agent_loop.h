@@ -32,6 +32,13 @@
 
 namespace rlhfd::agent {
 
+// The tokens that give `responses` back to the model: the chat template's tool turn up to the
+// next model turn, after the template's newline when the model's turn ended with <|im_end|>
+// (`after_turn_end`), as verl's Qwen builder inserts them.
+absl::StatusOr<std::vector<int32_t>> ToolTurnTokens(const model::Tokenizer& tokenizer,
+                                                    absl::Span<const std::string> responses,
+                                                    bool after_turn_end);
+
 // roles.actor.rollout.multi_turn, with verl's defaults.
 struct MultiTurnOptions {
   int64_t max_assistant_turns = 0;  // 0: no limit (verl's null)

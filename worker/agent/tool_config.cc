@@ -107,4 +107,33 @@ absl::StatusOr<std::vector<ToolSpec>> ReadToolConfig(absl::string_view text,
   return specs;
 }
 
+namespace {
+
+nlohmann::json Keep(const nlohmann::json& object, std::initializer_list<const char*> keys) {
+  nlohmann::json kept = nlohmann::json::object();
+  if (!object.is_object()) return kept;
+  for (const char* key : keys) {
+    if (object.contains(key)) kept[key] = object.at(key);
+  }
+  return kept;
+}
+
+}  // namespace
+
+nlohmann::json PromptToolSchema(const nlohmann::json& schema) {
+  nlohmann::json tool = Keep(schema, {"type", "function"});
+  if (!tool.contains("function")) return tool;
+  nlohmann::json& function = tool["function"];
+  function = Keep(function, {"name", "description", "parameters", "strict"});
+  if (!function.contains("parameters")) return tool;
+  nlohmann::json& parameters = function["parameters"];
+  parameters = Keep(parameters, {"type", "properties", "required"});
+  if (parameters.contains("properties") && parameters["properties"].is_object()) {
+    for (auto& [name, property] : parameters["properties"].items()) {
+      property = Keep(property, {"type", "description", "enum"});
+    }
+  }
+  return tool;
+}
+
 }  // namespace rlhfd::agent

@@ -31,6 +31,13 @@ struct ToolSpec {
   std::vector<std::string> ignored;
 };
 
+// A tool's schema as the prompt lists it: what verl's pydantic schema models keep of the file's
+// tool_schema (OpenAIFunctionToolSchema, dumped with exclude_unset): type and function; the
+// function's name, description, parameters and strict; the parameters' type, properties and
+// required; each property's type, description and enum. Other keys (a property's `items`, say)
+// are dropped, as verl drops them.
+nlohmann::json PromptToolSchema(const nlohmann::json& schema);
+
 // INVALID_ARGUMENT naming the file, the tool's index and the key for anything wrong: not a
 // mapping with a `tools` list, an unknown class, a schema without a function name, two tools of
 // one name, a limit that is not a positive number, a language other than python.

@@ -25,7 +25,9 @@ absl::StatusOr<std::vector<agent::ToolSpec>> ToolSpecs(const v1::JobSpec& spec) 
 
 std::vector<std::string> SchemasOf(const std::vector<agent::ToolSpec>& specs) {
   std::vector<std::string> schemas;
-  for (const agent::ToolSpec& tool : specs) schemas.push_back(agent::PythonJsonDumps(tool.schema));
+  for (const agent::ToolSpec& tool : specs) {
+    schemas.push_back(agent::PythonJsonDumps(agent::PromptToolSchema(tool.schema)));
+  }
   return schemas;
 }
 
