@@ -6,6 +6,7 @@
 // a damaged checkpoint is passed over for the one before, old ones are deleted as
 // trainer.max_ckpt_to_keep says, and a full disk holds the save until space returns.
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 #include <signal.h>
@@ -42,7 +43,9 @@
 #include "tests/support/controller_client.h"
 #include "tests/support/rl_reference.h"
 #include "tests/support/small_filesystem.h"
+#include "worker/model/model_loader.h"
 #include "worker/model/state_dict.h"
+#include "worker/model/tokenizer.h"
 
 namespace rlhfd::testing {
 namespace {
@@ -600,6 +603,132 @@ TEST_CASE("multi_turn: a job with tools runs through the daemons", "[driver][run
   CHECK(bad.state() == v1::JOB_STATE_FAILED);
   CHECK_THAT(bad.message(), Catch::Contains("multi_turn.tool_config_path"));
   CHECK(cluster.AliveWorkers() == 2);
+}
+
+// Real tool calls through the daemons: tiny-qwen2-tools (make_fixtures.py) answers each of its
+// sixteen questions with a code_interpreter call, then, given the tool's output, with an answer.
+// Greedy on two workers, each response must be that conversation: the call, the tool turn the
+// worker inserted after running the code in its sandbox ("42"), the answer; the call and the
+// answer in the loss (response_mask 1), the tool turn out of it (0, log-prob 0). The log-probs of
+// the sampled tokens equal one in-process forward of the model over the whole trajectory.
+TEST_CASE("multi_turn: the model's tool calls run in the sandbox, and the turns are its response",
+          "[driver][runs]") {
+  const std::string model = std::string(RLHFD_FIXTURES_DIR) + "/models/tiny-qwen2-tools";
+  TempDir dir;
+  {
+    std::ifstream all(std::string(RLHFD_FIXTURES_DIR) + "/data/arithmetic_train.jsonl");
+    std::ofstream first(dir.path() + "/train.jsonl");
+    std::string line;
+    for (int i = 0; i < 16 && std::getline(all, line); ++i) first << line << "\n";
+  }
+  std::ofstream(dir.path() + "/tools.yaml") << R"(tools:
+  - class_name: verl.tools.sandbox_fusion_tools.SandboxFusionTool
+    config: {default_timeout: 10, memory_limit_mb: 512}
+    tool_schema:
+      type: function
+      function:
+        name: code_interpreter
+        description: Runs Python code and returns what it prints.
+        parameters:
+          type: object
+          properties: {code: {type: string, description: The code.}}
+          required: [code]
+)";
+  const std::string dumps = dir.path() + "/rollouts";
+  DriverCluster cluster;
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  const std::string id = cluster.Submit(
+      ReadConfig("tiny-cpu-demo.yaml"),
+      {"model.path=" + model, "data.train_files=[" + dir.path() + "/train.jsonl]",
+       "data.max_prompt_length=1200", "data.max_response_length=200",
+       "roles.actor.rollout.temperature=0", "roles.actor.rollout.n=2",
+       "roles.actor.train.ppo_mini_batch_size=8",
+       "roles.actor.rollout.multi_turn={enable: true, tool_config_path: " + dir.path() +
+           "/tools.yaml}",
+       "trainer.total_steps=1", "trainer.save_every=-1", "trainer.loggers=[console]",
+       "trainer.rollout_data_dir=" + dumps});
+  const v1::Job job = cluster.WaitEnded(id);
+  INFO(Describe(job));
+  REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
+  std::map<std::string, double> metrics;
+  for (const v1::StepMetrics& step : cluster.Metrics(id)) {
+    if (step.step() == 1) metrics.insert(step.metrics().begin(), step.metrics().end());
+  }
+  CHECK(metrics.at("training/num_turns/mean") == 4);  // two model turns, one tool turn, + 1
+  CHECK(metrics.at("agent/tool_calls/mean") == 1);
+  CHECK(metrics.at("agent/tool_errors/mean") == 0);
+  CHECK(metrics.at("timing_s/agent_loop/tool_calls/mean") > 0);
+
+  absl::StatusOr<model::Tokenizer> tokenizer = model::Tokenizer::Load(model);
+  REQUIRE(tokenizer.ok());
+  const auto encoded = [&](const std::string& text) {
+    absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(text);
+    REQUIRE(ids.ok());
+    return std::vector<int64_t>(ids->begin(), ids->end());
+  };
+  const std::vector<int64_t> call = encoded(
+      "<tool_call>\n{\"name\": \"code_interpreter\", \"arguments\": {\"code\": \"print(6 * 7)\"}}"
+      "\n</tool_call><|im_end|>");
+  const std::vector<int64_t> turn = encoded(
+      "\n<|im_start|>user\n<tool_response>\n42\n\n</tool_response><|im_end|>\n"
+      "<|im_start|>assistant\n");
+  const std::vector<int64_t> answer = encoded("The answer is 42.<|im_end|>");
+  std::vector<int64_t> expected_ids = call, expected_mask(call.size(), 1);
+  expected_ids.insert(expected_ids.end(), turn.begin(), turn.end());
+  expected_mask.insert(expected_mask.end(), turn.size(), 0);
+  expected_ids.insert(expected_ids.end(), answer.begin(), answer.end());
+  expected_mask.insert(expected_mask.end(), answer.size(), 1);
+
+  const StepTensors batch =
+      MergeDumps({dumps + "/step_1_rank_0.safetensors", dumps + "/step_1_rank_1.safetensors"});
+  const at::Tensor ids = batch.tensors.at("input_ids");
+  const at::Tensor attention = batch.tensors.at("attention_mask");
+  const at::Tensor response_mask = batch.tensors.at("response_mask");
+  const at::Tensor rollout_log_probs = batch.tensors.at("rollout_log_probs").to(at::kDouble);
+  const int64_t p = batch.prompt_length;
+  REQUIRE(ids.size(0) == 16);
+  model::LoadOptions load;
+  load.dtype = at::kFloat;
+  absl::StatusOr<model::Transformer> reference = model::LoadModel(model, load);
+  REQUIRE(reference.ok());
+  for (int64_t row = 0; row < ids.size(0); ++row) {
+    INFO("row " << row);
+    const int64_t length = attention[row].narrow(0, p, ids.size(1) - p).sum().item<int64_t>();
+    const at::Tensor response = ids[row].narrow(0, p, length).contiguous();
+    const std::vector<int64_t> got(response.data_ptr<int64_t>(),
+                                   response.data_ptr<int64_t>() + length);
+    CHECK(got == expected_ids);
+    const at::Tensor mask = response_mask[row].narrow(0, 0, length).to(at::kLong).contiguous();
+    CHECK(std::vector<int64_t>(mask.data_ptr<int64_t>(), mask.data_ptr<int64_t>() + length) ==
+          expected_mask);
+    // Inserted tokens: log-prob 0; sampled ones: the in-process forward's.
+    const at::Tensor keep = attention[row].to(at::kBool);
+    const at::Tensor sequence = ids[row].masked_select(keep).unsqueeze(0);
+    at::Tensor log_probs;
+    {
+      c10::InferenceMode inference;
+      log_probs = at::log_softmax(
+          (*reference)
+              ->Logits((*reference)->Hidden(model::ForwardBatch{sequence, at::Tensor()}))
+              .squeeze(0)
+              .to(at::kDouble),
+          -1);
+    }
+    const int64_t prompt_tokens = sequence.size(1) - length;
+    double largest = 0;
+    for (int64_t t = 0; t < length; ++t) {
+      const double logged = rollout_log_probs[row][t].item<double>();
+      if (expected_mask[t] == 0) {
+        CHECK(logged == 0);
+        continue;
+      }
+      const double computed =
+          log_probs[prompt_tokens + t - 1][sequence[0][prompt_tokens + t].item<int64_t>()]
+              .item<double>();
+      largest = std::max(largest, std::abs(logged - computed));
+    }
+    CHECK(largest < 1e-4);
+  }
 }
 
 TEST_CASE("Two jobs share four workers; a third waits with its reason", "[driver][scheduling]") {
