@@ -107,5 +107,25 @@ TEST_CASE("the prompt lists what verl's schema models keep of a tool schema", "[
                        "tags": {"type": "array", "enum": [1, 2]}}}}})"));
 }
 
+TEST_CASE("an http tool needs its service's URL; its timeout is read", "[tool_config]") {
+  const auto read = [](const std::string& config) {
+    return ReadToolConfig(
+        "tools:\n  - class_name: http\n    config: " + config +
+            "\n    tool_schema: {type: function, function: {name: search, description: d}}\n",
+        "tools.yaml");
+  };
+  auto specs = read("{url: 'http://127.0.0.1:9/x', timeout: 3, retries: 2}");
+  REQUIRE(specs.ok());
+  CHECK((*specs)[0].kind == ToolSpec::Kind::kHttp);
+  CHECK((*specs)[0].url == "http://127.0.0.1:9/x");
+  CHECK((*specs)[0].timeout == absl::Seconds(3));
+  CHECK((*specs)[0].ignored == std::vector<std::string>{"retries"});
+  CHECK_THAT(std::string(read("{timeout: 3}").status().message()),
+             Catch::Contains("tools.yaml: tools[0].config.url is missing"));
+  CHECK_THAT(
+      std::string(read("{url: 'ftp://host/x'}").status().message()),
+      Catch::Contains("tools[0].config.url is \"ftp://host/x\": an http:// or https:// URL"));
+}
+
 }  // namespace
 }  // namespace rlhfd::agent

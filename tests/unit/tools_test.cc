@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "tests/support/subprocess.h"
 
 namespace rlhfd::agent {
 namespace {
@@ -74,6 +76,51 @@ TEST_CASE("the calculator evaluates Python arithmetic without running anything",
   const nlohmann::json& schema = schemas[0];
   CHECK(schema["function"]["name"] == "calculator");
   CHECK(schema["function"]["parameters"]["required"] == nlohmann::json{"expression"});
+}
+
+TEST_CASE("the HTTP tool posts its calls to the user's service; failures are observations",
+          "[tools]") {
+  testing::TempDir dir;
+  const int port = testing::FreeLoopbackPort();
+  testing::Subprocess server(
+      {RLHFD_PYTHON, std::string(RLHFD_SOURCE_DIR) + "/tests/agent/tool_server.py",
+       std::to_string(port)},
+      dir.path() + "/server.log");
+  REQUIRE(testing::WaitFor([&] { return server.ReadLog().find("serving") != std::string::npos; },
+                           absl::Seconds(20)));
+  const std::string url = absl::StrCat("http://127.0.0.1:", port, "/call");
+  ToolSet tools;
+  tools.Add(MakeHttpTool("search", nlohmann::json::object(), url, absl::Seconds(2)));
+
+  ToolObservation echoed = tools.Call(Call("search", {{"mode", "echo"}, {"query", "naïve 😀"}}));
+  CHECK(echoed.text ==
+        "{\"arguments\": {\"mode\": \"echo\", \"query\": \"naïve 😀\"}, \"name\": \"search\"}");
+  CHECK_FALSE(echoed.error);
+
+  const ToolObservation slow = tools.Call(Call("search", {{"mode", "slow"}}));
+  CHECK(slow.error);
+  CHECK(absl::StrContains(slow.text, "the search service: no complete answer within 2s"));
+  CHECK(slow.time < absl::Seconds(4));
+
+  const ToolObservation failed = tools.Call(Call("search", {{"mode", "fail"}}));
+  CHECK(failed.error);
+  CHECK(absl::StrContains(failed.text, "HTTP 500: internal trouble"));
+
+  const ToolObservation big = tools.Call(Call("search", {{"mode", "big"}}));
+  CHECK(big.error);
+  CHECK(absl::StrContains(big.text, "the reply is longer than 1048576 bytes"));
+
+  const ToolObservation not_object = tools.Call(Call("search", "text"));
+  CHECK(not_object.error);
+
+  // Nothing listening: an observation, not a failure.
+  ToolSet gone;
+  gone.Add(MakeHttpTool("search", nlohmann::json::object(),
+                        absl::StrCat("http://127.0.0.1:", testing::FreeLoopbackPort(), "/"),
+                        absl::Seconds(2)));
+  const ToolObservation refused = gone.Call(Call("search", {{"mode", "echo"}}));
+  CHECK(refused.error);
+  CHECK(absl::StartsWith(refused.text, "Error when executing tool: the search service: "));
 }
 
 }  // namespace

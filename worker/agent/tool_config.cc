@@ -5,6 +5,7 @@
 #include <iterator>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -18,6 +19,7 @@ const std::pair<const char*, ToolSpec::Kind> kClasses[] = {
     {"verl.tools.sandbox_fusion_tools.SandboxFusionTool", ToolSpec::Kind::kCodeInterpreter},
     {"code_interpreter", ToolSpec::Kind::kCodeInterpreter},
     {"calculator", ToolSpec::Kind::kCalculator},
+    {"http", ToolSpec::Kind::kHttp},
 };
 
 // A positive number from a config value (YAML scalars arrive as strings).
@@ -98,6 +100,27 @@ absl::StatusOr<std::vector<ToolSpec>> ReadToolConfig(absl::string_view text,
           // sandbox_fusion_url, num_workers, rate limits, type: the remote service's settings.
           spec.ignored.push_back(key);
         }
+      }
+    } else if (spec.kind == ToolSpec::Kind::kHttp) {
+      for (const auto& [key, value] : config.items()) {
+        const std::string at = absl::StrCat(where, ".config.", key);
+        if (key == "url") {
+          const std::string url = value.is_string() ? value.get<std::string>() : "";
+          if (!absl::StartsWith(url, "http://") && !absl::StartsWith(url, "https://")) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(at, " is ", value.dump(), ": an http:// or https:// URL"));
+          }
+          spec.url = url;
+        } else if (key == "timeout") {
+          absl::StatusOr<double> seconds = PositiveNumber(value, at);
+          if (!seconds.ok()) return seconds.status();
+          spec.timeout = absl::Seconds(*seconds);
+        } else {
+          spec.ignored.push_back(key);
+        }
+      }
+      if (spec.url.empty()) {
+        return absl::InvalidArgumentError(where + ".config.url is missing: the service to call");
       }
     } else {
       for (const auto& [key, value] : config.items()) spec.ignored.push_back(key);

@@ -6,8 +6,9 @@
 //       tool_schema: {type: function, function: {name: code_interpreter, parameters: ...}}
 // A tool's name is its schema's function name, as in verl. verl's SandboxFusionTool (a remote
 // sandbox service) runs here as the local code interpreter (sandbox.h), with its timeout and
-// memory limit; `calculator` is rlhfd's own. Other classes are refused by name, since their
-// code (Python) is not something this worker runs.
+// memory limit; `calculator` and `http` (a service the user runs: config {url, timeout}) are
+// rlhfd's own. Other classes are refused by name, since their code (Python) is not something
+// this worker runs.
 #pragma once
 
 #include <string>
@@ -15,17 +16,20 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "nlohmann/json.hpp"
 #include "worker/agent/sandbox.h"
 
 namespace rlhfd::agent {
 
 struct ToolSpec {
-  enum class Kind { kCodeInterpreter, kCalculator };
+  enum class Kind { kCodeInterpreter, kCalculator, kHttp };
   Kind kind;
   std::string name;       // tool_schema.function.name
   nlohmann::json schema;  // tool_schema as the file gives it (the chat template lists it)
   SandboxLimits limits;   // kCodeInterpreter: default_timeout, memory_limit_mb
+  std::string url;        // kHttp: config.url, the service the calls go to
+  absl::Duration timeout = absl::Seconds(30);  // kHttp: config.timeout (seconds)
   // config keys read but not honoured here (sandbox_fusion_url: the sandbox is local), to tell
   // the user.
   std::vector<std::string> ignored;

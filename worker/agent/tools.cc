@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "worker/net/http_post.h"
 #include "worker/reward/expression.h"
 
 namespace rlhfd::agent {
@@ -105,7 +106,35 @@ class Calculator : public Tool {
   }
 };
 
+class HttpTool : public Tool {
+ public:
+  HttpTool(std::string name, nlohmann::json schema, std::string url, absl::Duration timeout)
+      : Tool(std::move(name), std::move(schema)),
+        post_{.url = std::move(url), .timeout = timeout, .max_reply_bytes = 1 << 20} {}
+
+  ToolObservation Call(const nlohmann::json& arguments) override {
+    const absl::Time start = absl::Now();
+    if (!arguments.is_object()) {
+      return Error(absl::StrCat("the arguments are not a JSON object: ", arguments.dump()), start);
+    }
+    const std::string body = nlohmann::json{{"name", name()}, {"arguments", arguments}}.dump(
+        -1, ' ', false, nlohmann::json::error_handler_t::replace);
+    const net::HttpReply reply =
+        net::PostJson(post_, body, absl::StrCat("the ", name(), " service"));
+    if (!reply.status.ok()) return Error(reply.status.message(), start);
+    return ToolObservation{.text = reply.body, .time = absl::Now() - start};
+  }
+
+ private:
+  net::HttpPost post_;
+};
+
 }  // namespace
+
+std::unique_ptr<Tool> MakeHttpTool(std::string name, nlohmann::json schema, std::string url,
+                                   absl::Duration timeout) {
+  return std::make_unique<HttpTool>(std::move(name), std::move(schema), std::move(url), timeout);
+}
 
 std::unique_ptr<Tool> MakeCodeInterpreter(Sandbox* sandbox) {
   return std::make_unique<CodeInterpreter>(
@@ -126,6 +155,8 @@ std::unique_ptr<Tool> MakeTool(const ToolSpec& spec, Sandbox* sandbox) {
       return std::make_unique<CodeInterpreter>(sandbox, spec.name, spec.schema);
     case ToolSpec::Kind::kCalculator:
       return std::make_unique<Calculator>(spec.name, spec.schema);
+    case ToolSpec::Kind::kHttp:
+      return MakeHttpTool(spec.name, spec.schema, spec.url, spec.timeout);
   }
   return nullptr;
 }

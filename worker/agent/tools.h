@@ -46,6 +46,13 @@ std::unique_ptr<Tool> MakeCodeInterpreter(Sandbox* sandbox);
 // "3.5"; a whole number without ".0", whether Python would have made an int or a float).
 std::unique_ptr<Tool> MakeCalculator();
 
+// An HTTP service the user runs: each call POSTs {"name": <tool name>, "arguments": {...}} as
+// JSON to `url`; the observation is the reply's body (UTF-8 text) on HTTP 200. No answer within
+// `timeout`, a refused connection, another status or a reply over 1 MiB is an error observation
+// naming what happened; nothing is retried (the model sees the failure, as with any tool).
+std::unique_ptr<Tool> MakeHttpTool(std::string name, nlohmann::json schema, std::string url,
+                                   absl::Duration timeout);
+
 // A tool config entry's tool (tool_config.h), under its configured name and schema; a code
 // interpreter runs in `sandbox` (made with spec.limits by the caller; not owned).
 std::unique_ptr<Tool> MakeTool(const ToolSpec& spec, Sandbox* sandbox);
