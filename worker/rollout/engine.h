@@ -76,6 +76,9 @@ class GenerationEngine {
   GenerationEngine(model::Transformer model, EngineOptions options);
 
   absl::Status ValidateRequests(const std::vector<GenerationRequest>& requests) const;
+  // The call's scheduling, over a prepared cache (engine_run.cc).
+  std::vector<GenerationResult> Execute(const std::vector<GenerationRequest>& requests,
+                                        TurnHandler* turns);
   absl::Status Prepare();  // Allocates the cache and captures the graphs.
   at::Tensor DecodeForward(int64_t rows);
 
