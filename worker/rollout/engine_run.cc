@@ -68,10 +68,9 @@ class GenerationEngine::Run {
         if (CanAdmit()) Prefill();
       }
       if (running_.empty()) {
-        // Only samples waiting on their handlers: wait for the first of them.
-        if (waiting_.empty() && !paused_.empty()) {
-          paused_.front().next_turn.wait_for(std::chrono::milliseconds(5));
-        }
+        // Nothing to decode: the slots are held by samples waiting on their handlers (the
+        // waiting prompts need them too). Wait for the first handler rather than spin.
+        if (!paused_.empty()) paused_.front().next_turn.wait_for(std::chrono::milliseconds(5));
         continue;
       }
       LaunchDecode();
