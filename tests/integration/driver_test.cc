@@ -603,6 +603,17 @@ TEST_CASE("multi_turn: a job with tools runs through the daemons", "[driver][run
   CHECK(bad.state() == v1::JOB_STATE_FAILED);
   CHECK_THAT(bad.message(), Catch::Contains("multi_turn.tool_config_path"));
   CHECK(cluster.AliveWorkers() == 2);
+  // Prompts are measured with the tool block they will carry: at 300 tokens every prompt (some
+  // 30 tokens alone, hundreds with the tools) is too long and filtered out.
+  const v1::Job filtered = cluster.WaitEnded(cluster.Submit(
+      ReadConfig("tiny-cpu-demo.yaml"),
+      {"model.path=" + model, "data.max_prompt_length=300", "data.filter_overlong_prompts=true",
+       "roles.actor.rollout.multi_turn={enable: true, tool_config_path: " + dir.path() +
+           "/tools.yaml}",
+       "trainer.total_steps=1", "trainer.save_every=-1", "trainer.loggers=[console]"}));
+  INFO(Describe(filtered));
+  CHECK(filtered.state() == v1::JOB_STATE_FAILED);
+  CHECK_THAT(filtered.message(), Catch::Contains("data.train_files hold 0 prompts"));
 }
 
 // Real tool calls through the daemons: tiny-qwen2-tools (make_fixtures.py) answers each of its

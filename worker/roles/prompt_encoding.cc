@@ -66,13 +66,10 @@ absl::StatusOr<v1::MeasurePromptsReply> PromptMeasurer::Measure(
     tokenizer_ = std::make_unique<model::Tokenizer>(std::move(tokenizer));
     tokenizer_dir_ = dir;
   }
-  // A multi-turn job's prompts list its tools: measured with them.
-  const std::string& tool_config =
-      request.spec().roles().actor().rollout().multi_turn().tool_config_path();
-  if (tool_config != tool_config_path_) {
-    ASSIGN_OR_RETURN(tools_, PromptTools(request.spec()));
-    tool_config_path_ = tool_config;
-  }
+  // A multi-turn job's prompts list its tools: measured with them. Read for each request (a
+  // small file), so that a job without multi_turn, or an edited tool config, is never measured
+  // with another's tools.
+  ASSIGN_OR_RETURN(const std::vector<std::string> tools, PromptTools(request.spec()));
   v1::DataSpec untruncated = request.spec().data();
   untruncated.set_max_prompt_length(std::numeric_limits<int32_t>::max());
   untruncated.set_truncation(v1::TRUNCATION_ERROR);
@@ -80,7 +77,7 @@ absl::StatusOr<v1::MeasurePromptsReply> PromptMeasurer::Measure(
   for (int i = 0; i < request.prompts_size(); ++i) {
     ASSIGN_OR_RETURN(const EncodedPrompt encoded,
                      EncodePrompt(*tokenizer_, request.prompts(i), untruncated,
-                                  request.first_prompt() + i, tools_));
+                                  request.first_prompt() + i, tools));
     reply.add_tokens(static_cast<int64_t>(encoded.ids.size()));
   }
   return reply;

@@ -37,8 +37,6 @@ class PromptMeasurer {
  private:
   std::string tokenizer_dir_;
   std::unique_ptr<model::Tokenizer> tokenizer_;
-  std::string tool_config_path_;  // of tools_
-  std::vector<std::string> tools_;
 };
 
 }  // namespace rlhfd::roles
