@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -66,13 +67,35 @@ std::string ReadFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-// Host processes inside a sandbox's namespaces: argv names rlhfd-sandbox. `children_only`:
-// those the code started, i.e. neither a namespace's first process (1) nor its Python (2).
+int ParentPid(int pid) {
+  for (absl::string_view line :
+       absl::StrSplit(ReadFile(absl::StrCat("/proc/", pid, "/status")), '\n')) {
+    if (!absl::ConsumePrefix(&line, "PPid:")) continue;
+    int parent = 0;
+    return absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &parent) ? parent : 0;
+  }
+  return 0;
+}
+
+// Whether `pid` is this test process's descendant: other tests run sandboxes at the same time.
+bool DescendsFromSelf(int pid) {
+  const int self = ::getpid();
+  for (int hops = 0; pid > 1 && hops < 64; ++hops) {
+    pid = ParentPid(pid);
+    if (pid == self) return true;
+  }
+  return false;
+}
+
+// This process's host processes inside a sandbox's namespaces: argv names rlhfd-sandbox.
+// `children_only`: those the code started, i.e. neither a namespace's first process (1) nor its
+// Python (2).
 int SandboxProcesses(bool children_only) {
   int count = 0;
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     int pid = 0;
     if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
+    if (!DescendsFromSelf(pid)) continue;
     std::string cmdline = ReadFile(entry.path().string() + "/cmdline");
     if (!absl::StrContains(cmdline, std::string("rlhfd-sandbox\0", 14))) continue;
     if (!children_only) {
@@ -314,6 +337,58 @@ TEST_CASE("a read-only path stays read-only below, mounts under it included", "[
   std::filesystem::remove_all(dir);
 }
 
+// Points $TMPDIR at a directory of this test's own while alive, so that the roots it counts are
+// its sandboxes' and not those of tests running beside it.
+class PrivateTmpdir {
+ public:
+  PrivateTmpdir() {
+    const char* previous = std::getenv("TMPDIR");
+    if (previous != nullptr) previous_ = previous;
+    ::setenv("TMPDIR", dir_.path().c_str(), 1);
+  }
+  ~PrivateTmpdir() {
+    if (previous_.has_value()) {
+      ::setenv("TMPDIR", previous_->c_str(), 1);
+    } else {
+      ::unsetenv("TMPDIR");
+    }
+  }
+  const std::string& path() const { return dir_.path(); }
+
+ private:
+  TempDir dir_;
+  std::optional<std::string> previous_;
+};
+
+TEST_CASE("a root worker's TMPDIR or read-only path that nobody can reach is refused",
+          "[sandbox]") {
+  if (::geteuid() != 0) {
+    WARN("not root: the sandbox runs as this user, whose own directories it reaches; not run");
+    return;
+  }
+  PrivateTmpdir private_tmpdir;  // mkdtemp's 0700: the sandbox's user, nobody, cannot search it
+  absl::StatusOr<std::unique_ptr<Sandbox>> made = Sandbox::Create(Options());
+  CHECK(made.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(absl::StrContains(made.status().message(), "TMPDIR '" + private_tmpdir.path()));
+  CHECK(absl::StrContains(made.status().message(), "chmod o+x"));
+  ::chmod(private_tmpdir.path().c_str(), 0711);
+  // Outside /tmp, which the sandbox makes its own.
+  char hidden_template[] = "/var/tmp/rlhfd-hidden-XXXXXX";
+  REQUIRE(::mkdtemp(hidden_template) != nullptr);
+  const std::string hidden_dir = hidden_template;
+  SandboxOptions hidden = Options();
+  hidden.read_only_paths = {hidden_dir};
+  made = Sandbox::Create(hidden);
+  CHECK(absl::StrContains(made.status().message(), "read_only_paths entry '" + hidden_dir));
+  ::chmod(hidden_dir.c_str(), 0755);
+  {
+    auto sandbox = Make(hidden);
+    CHECK(Run(*sandbox, "import os\nprint(os.listdir('" + hidden_dir + "'))").stdout_text ==
+          "[]\n");
+  }
+  ::rmdir(hidden_dir.c_str());
+}
+
 TEST_CASE("bad options are refused naming the field", "[sandbox]") {
   SandboxOptions outside = Options();
   outside.python = "/opt/elsewhere/python3";
@@ -344,6 +419,8 @@ TEST_CASE("bad options are refused naming the field", "[sandbox]") {
 
 TEST_CASE("a thousand calls, four threads at a time, leave nothing behind", "[sandbox][slow]") {
   const int64_t threads_before = StatusField("Threads");
+  PrivateTmpdir private_tmpdir;
+  ::chmod(private_tmpdir.path().c_str(), 0711);  // a root worker's sandbox user must reach it
   const std::vector<std::string> roots_before = SandboxRoots();
   {
     auto sandbox = Make();

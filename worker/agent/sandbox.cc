@@ -49,6 +49,25 @@ void CloseFd(int& fd) {
   fd = -1;
 }
 
+// A root worker's sandbox runs as nobody (kSandboxId), which reaches a path only through
+// directories that others may search; another worker's runs as the worker's own user.
+absl::Status CheckReachable(const std::string& path, const std::string& what) {
+  if (::geteuid() != 0) return absl::OkStatus();
+  std::string prefix;
+  for (const auto& part : std::filesystem::path(path).lexically_normal().relative_path()) {
+    prefix += "/" + part.string();
+    struct stat info {};
+    if (::stat(prefix.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) break;
+    if ((info.st_mode & S_IXOTH) == 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sandbox: ", what, " '", path, "' is out of reach of the sandbox's user (nobody, the ",
+          "worker running as root): '", prefix, "' is not searchable by others; chmod o+x it ",
+          "or choose another ", what));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 Sandbox::Sandbox(SandboxOptions options) : options_(std::move(options)) {}
@@ -112,6 +131,9 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(SandboxOptions options)
       return absl::InvalidArgumentError(
           absl::StrCat("sandbox read_only_paths: '", path, "' is not a directory"));
     }
+    if (absl::Status reachable = CheckReachable(path, "read_only_paths entry"); !reachable.ok()) {
+      return reachable;
+    }
     read_only.push_back(std::filesystem::path(path).lexically_normal().string());
   }
   const std::string& python = options.python;
@@ -125,10 +147,13 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(SandboxOptions options)
                      absl::StrJoin(read_only, ", "), " (the paths the sandbox can see)"));
   }
 
-  auto plan = std::make_unique<SandboxPlan>();
   const char* temp = std::getenv("TMPDIR");
-  std::string root_template =
-      absl::StrCat(temp != nullptr && *temp != '\0' ? temp : "/tmp", "/rlhfd-sandbox-XXXXXX");
+  const std::string temp_dir = temp != nullptr && *temp != '\0' ? temp : "/tmp";
+  if (absl::Status reachable = CheckReachable(temp_dir, "TMPDIR"); !reachable.ok()) {
+    return reachable;
+  }
+  auto plan = std::make_unique<SandboxPlan>();
+  std::string root_template = absl::StrCat(temp_dir, "/rlhfd-sandbox-XXXXXX");
   if (::mkdtemp(root_template.data()) == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("sandbox: cannot make ", root_template, ": ", std::strerror(errno)));
