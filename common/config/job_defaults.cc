@@ -10,7 +10,8 @@ namespace rlhfd::config {
 namespace {
 
 constexpr const char* kDefaultsJson = R"json({
-  "model": {"dtype": "DTYPE_BF16", "tokenizer_path": "", "chat_template": "auto"},
+  "model": {"dtype": "DTYPE_BF16", "tokenizer_path": "", "chat_template": "auto", "lora_rank": 0,
+            "lora_alpha": 16, "target_modules": ["all-linear"], "lora_adapter_path": ""},
   "data": {
     "prompt_key": "prompt", "answer_key": "ground_truth",
     "max_prompt_length": 512, "max_response_length": 512,

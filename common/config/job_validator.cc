@@ -10,10 +10,12 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/algorithms/algorithm_traits.h"
 #include "common/config/proto_json_schema.h"
 #include "common/config/python_reward_limits.h"
 #include "common/config/reward_rules.h"
+#include "common/models/lora_targets.h"
 #include "common/stages/response_samples.h"
 #include "common/util/text.h"
 
@@ -267,6 +269,27 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
   if (!Contains(kChatTemplates, spec->model().chat_template())) {
     check.Fail("model.chat_template", absl::StrCat("'", spec->model().chat_template(),
                                                    "' is not one of: ", Join(kChatTemplates)));
+  }
+
+  const v1::ModelSpec& model = spec->model();
+  const bool lora = model.lora_rank() > 0 || !model.lora_adapter_path().empty();
+  check.Within("model.lora_rank", model.lora_rank(), 0, 1024);
+  if (lora) {
+    if (!(model.lora_alpha() > 0) || !std::isfinite(model.lora_alpha())) {
+      check.Fail("model.lora_alpha", absl::StrCat(model.lora_alpha(), " must be positive"));
+    }
+    const std::vector<std::string> targets(model.target_modules().begin(),
+                                           model.target_modules().end());
+    if (absl::StatusOr<std::vector<std::string>> layers = models::ResolveLoraTargets(targets);
+        !layers.ok()) {
+      check.Fail("model.target_modules", std::string(absl::StripPrefix(
+                                             layers.status().message(), "target_modules: ")));
+    }
+    if (spec->roles().actor().rollout().tp() > 1) {
+      check.Fail("roles.actor.rollout.tp",
+                 "must be 1 with LoRA (model.lora_rank): the tensor-parallel rollout does not "
+                 "merge adapters yet");
+    }
   }
 
   // data

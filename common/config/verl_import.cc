@@ -57,6 +57,7 @@ class Converter {
     Direct();
     Strategy("actor_rollout_ref.actor.strategy", "roles.actor.train.zero_stage");
     Strategy("critic.strategy", "roles.critic.train.zero_stage");
+    TargetModules();
     Schedule(kActor, "roles.actor.train");
     Schedule("critic.", "roles.critic.train");
     ClipRatio();
@@ -136,6 +137,7 @@ class Converter {
     const bool path = key == "actor_rollout_ref.model.path" || key == "critic.model.path" ||
                       key == "data.train_files" || key == "data.val_files" ||
                       key == "trainer.default_local_dir" || key == "reward_model.model.path" ||
+                      key == "actor_rollout_ref.model.lora_adapter_path" ||
                       absl::EndsWith(key, "custom_reward_function.path");
     if (!path) return value;
     const char* home = std::getenv("HOME");
@@ -153,6 +155,14 @@ class Converter {
       expand(value);
     }
     return value;
+  }
+
+  // verl's target_modules is a string (all-linear) or a list; rlhfd's is a list.
+  void TargetModules() {
+    const std::string key = "actor_rollout_ref.model.target_modules";
+    const Json* value = Take(key);
+    if (value == nullptr) return;
+    Map(key, "model.target_modules", value->is_array() ? *value : Json::array({*value}));
   }
 
   void Strategy(const std::string& key, const std::string& target) {

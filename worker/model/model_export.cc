@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "common/util/files.h"
+#include "worker/model/lora.h"
 #include "worker/model/safetensors_writer.h"
 
 namespace rlhfd::model {
@@ -16,8 +17,9 @@ absl::Status ExportHuggingFaceDirectory(Transformer& model, const std::string& s
                                         const std::string& out_dir, at::ScalarType dtype) {
   RETURN_IF_ERROR(MakeDirectories(out_dir));
   std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const auto& item : model->named_parameters()) {
-    tensors.emplace_back(item.key(), item.value().detach().to(dtype));
+  // An adapted model exports its merged weights, as PEFT's merge_and_unload gives them.
+  for (const auto& [name, tensor] : MergedParameters(model)) {
+    tensors.emplace_back(name, tensor.detach().to(dtype));
   }
   RETURN_IF_ERROR(WriteSafetensors(out_dir + "/model.safetensors", tensors));
   for (const char* name : {"config.json", "generation_config.json", "tokenizer.json",

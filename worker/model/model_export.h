@@ -11,7 +11,7 @@
 namespace rlhfd::model {
 
 // `source_dir` supplies config.json and tokenizer files; weights come from `model` (in the
-// dtype given, e.g. at::kBFloat16 for a bf16 export).
+// dtype given, e.g. at::kBFloat16 for a bf16 export), with LoRA adapters merged.
 absl::Status ExportHuggingFaceDirectory(Transformer& model, const std::string& source_dir,
                                         const std::string& out_dir, at::ScalarType dtype);
 

@@ -46,8 +46,8 @@ at::ScalarType ComputeType(const at::Tensor& weight) {
                                                    : weight.scalar_type();
 }
 
-at::Tensor ProjectLayer(torch::nn::Linear& layer, const at::Tensor& x) {
-  return Project(layer->weight, layer->bias, x);
+at::Tensor ProjectLayer(torch::nn::Linear& layer, const at::Tensor& x, double adapter_scaling) {
+  return Project(layer->weight, layer->bias, x, AdapterOf(layer, adapter_scaling));
 }
 
 }  // namespace
@@ -76,6 +76,27 @@ at::Tensor Project(const at::Tensor& weight, const at::Tensor& bias, const at::T
   return y.view(shape);
 }
 
+at::Tensor Project(const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x,
+                   const LowRankAdapter& adapter) {
+  at::Tensor y = Project(weight, bias, x);
+  if (!adapter.a.defined() || adapter.scaling == 0) return y;
+  // PEFT's order: the rank-r product first, scaled last.
+  return y + Project(adapter.b, at::Tensor(), Project(adapter.a, at::Tensor(), x)) * adapter.scaling;
+}
+
+LowRankAdapter AdapterOf(const torch::nn::Linear& layer, double scaling) {
+  if (scaling == 0) return {};
+  std::shared_ptr<torch::nn::Module> a, b;
+  for (const auto& child : layer->named_children()) {
+    if (child.key() == "lora_A") a = child.value();
+    if (child.key() == "lora_B") b = child.value();
+  }
+  if (a == nullptr || b == nullptr) return {};
+  return {.a = a->as<torch::nn::Linear>()->weight,
+          .b = b->as<torch::nn::Linear>()->weight,
+          .scaling = scaling};
+}
+
 at::Tensor ApplyRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   // In float32 (or wider), as transformers does, then back to the input dtype before the weight.
   // at::rms_norm is one fused kernel on the GPU (and one in its backward).
@@ -93,9 +114,9 @@ at::Tensor AttentionHeads(const AttentionWeights& w, const at::Tensor& x,
   // for all three projections rather than once by each.
   const at::ScalarType compute = ComputeType(w.q_weight);
   const at::Tensor input = x.to(compute);
-  at::Tensor q = Project(w.q_weight, w.q_bias, input).view({b, t, w.heads, d});     // (B, T, H, D)
-  at::Tensor k = Project(w.k_weight, w.k_bias, input).view({b, t, w.kv_heads, d});  // (B, T, K, D)
-  at::Tensor v = Project(w.v_weight, w.v_bias, input).view({b, t, w.kv_heads, d});
+  at::Tensor q = Project(w.q_weight, w.q_bias, input, w.q_adapter).view({b, t, w.heads, d});
+  at::Tensor k = Project(w.k_weight, w.k_bias, input, w.k_adapter).view({b, t, w.kv_heads, d});
+  at::Tensor v = Project(w.v_weight, w.v_bias, input, w.v_adapter).view({b, t, w.kv_heads, d});
   if (w.q_norm.defined()) {
     q = ApplyRmsNorm(q, w.q_norm, w.eps);
     k = ApplyRmsNorm(k, w.k_norm, w.eps);
@@ -135,9 +156,11 @@ bool VarlenAttentionApplies(const at::Device& device, at::ScalarType compute, in
 
 at::Tensor GatedActivation(const at::Tensor& gate_weight, const at::Tensor& gate_bias,
                            const at::Tensor& up_weight, const at::Tensor& up_bias,
-                           const at::Tensor& x) {
+                           const at::Tensor& x, const LowRankAdapter& gate_adapter,
+                           const LowRankAdapter& up_adapter) {
   const at::Tensor input = x.to(ComputeType(gate_weight));  // Narrowed once for both.
-  return at::silu(Project(gate_weight, gate_bias, input)) * Project(up_weight, up_bias, input);
+  return at::silu(Project(gate_weight, gate_bias, input, gate_adapter)) *
+         Project(up_weight, up_bias, input, up_adapter);
 }
 
 KvCache::KvCache(const ModelConfig& config, int64_t batch, int64_t capacity,
@@ -196,13 +219,17 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const AttentionContext& c
                                  .k_bias = k_proj->bias,
                                  .v_weight = v_proj->weight,
                                  .v_bias = v_proj->bias,
+                                 .q_adapter = AdapterOf(q_proj, context.adapter_scaling),
+                                 .k_adapter = AdapterOf(k_proj, context.adapter_scaling),
+                                 .v_adapter = AdapterOf(v_proj, context.adapter_scaling),
                                  .q_norm = q_norm ? q_norm->weight : at::Tensor(),
                                  .k_norm = k_norm ? k_norm->weight : at::Tensor(),
                                  .heads = heads_,
                                  .kv_heads = kv_heads_,
                                  .head_dim = head_dim_,
                                  .eps = eps_};
-  return ProjectLayer(o_proj, AttentionHeads(weights, x, context, layer_));  // (B, T, C)
+  return ProjectLayer(o_proj, AttentionHeads(weights, x, context, layer_),
+                      context.adapter_scaling);  // (B, T, C)
 }
 
 MlpImpl::MlpImpl(const ModelConfig& config) {
@@ -212,9 +239,12 @@ MlpImpl::MlpImpl(const ModelConfig& config) {
   down_proj = register_module("down_proj", MakeLinear(f, c, config.mlp_bias));
 }
 
-at::Tensor MlpImpl::forward(const at::Tensor& x) {
-  return ProjectLayer(down_proj, GatedActivation(gate_proj->weight, gate_proj->bias,
-                                                 up_proj->weight, up_proj->bias, x));
+at::Tensor MlpImpl::forward(const at::Tensor& x, double adapter_scaling) {
+  return ProjectLayer(down_proj,
+                      GatedActivation(gate_proj->weight, gate_proj->bias, up_proj->weight,
+                                      up_proj->bias, x, AdapterOf(gate_proj, adapter_scaling),
+                                      AdapterOf(up_proj, adapter_scaling)),
+                      adapter_scaling);
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, int64_t layer) {
@@ -230,7 +260,7 @@ at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const AttentionContext
   // x is the float32 residual stream; the sublayers round to the weights' dtype where their
   // GEMMs read it and return float32.
   at::Tensor h = x + self_attn(input_layernorm(x), context);
-  return h + mlp(post_attention_layernorm(h));
+  return h + mlp(post_attention_layernorm(h), context.adapter_scaling);
 }
 
 DecoderImpl::DecoderImpl(const ModelConfig& config) {
@@ -261,6 +291,7 @@ void SaveAttentionContext(torch::autograd::AutogradContext* ctx, const Attention
   ctx->saved_data["mask"] = context.mask;
   ctx->saved_data["varlen_cu_seqlens"] = context.varlen_cu_seqlens;
   ctx->saved_data["varlen_max_seqlen"] = context.varlen_max_seqlen;
+  ctx->saved_data["adapter_scaling"] = context.adapter_scaling;
 }
 
 AttentionContext RestoredAttentionContext(torch::autograd::AutogradContext* ctx) {
@@ -268,6 +299,7 @@ AttentionContext RestoredAttentionContext(torch::autograd::AutogradContext* ctx)
           .sin = ctx->saved_data["sin"].toTensor(),
           .mask = ctx->saved_data["mask"].toTensor(),
           .cache = nullptr,
+          .adapter_scaling = ctx->saved_data["adapter_scaling"].toDouble(),
           .varlen_cu_seqlens = ctx->saved_data["varlen_cu_seqlens"].toTensor(),
           .varlen_max_seqlen = ctx->saved_data["varlen_max_seqlen"].toInt()};
 }
@@ -379,7 +411,11 @@ at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, AttentionCache* ca
   // Kept on the inputs' device once there, so decode steps (and CUDA graphs of them) copy nothing.
   if (inv_freq_.device() != positions.device()) inv_freq_ = inv_freq_.to(positions.device());
   auto [cos, sin] = RopeCosSin(inv_freq_, positions, rope_dtype);
-  AttentionContext context{.cos = cos, .sin = sin, .mask = mask, .cache = cache};
+  AttentionContext context{.cos = cos,
+                           .sin = sin,
+                           .mask = mask,
+                           .cache = cache,
+                           .adapter_scaling = adapters_enabled_ ? adapter_scaling_ : 0};
   if (varlen) {
     context.varlen_cu_seqlens = batch.cu_seqlens.to(batch.input_ids.device(), at::kInt);
     context.varlen_max_seqlen = batch.max_seqlen > 0

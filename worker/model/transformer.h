@@ -96,6 +96,18 @@ at::Tensor ApplyRmsNorm(const at::Tensor& x, const at::Tensor& weight, double ep
 // (the GEMM's input) and y comes out float32 (float64 stays). (..., in) → (..., out).
 at::Tensor Project(const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x);
 
+// A LoRA adapter on one linear layer (PEFT's lora_A and lora_B, worker/model/lora.h): the layer
+// computes x W^T + b + scaling (x A^T) B^T. Undefined tensors: no adapter.
+struct LowRankAdapter {
+  at::Tensor a;  // (r, in)
+  at::Tensor b;  // (out, r)
+  double scaling = 0;
+};
+
+// Project plus the adapter's term, when it has one and its scaling is not 0.
+at::Tensor Project(const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x,
+                   const LowRankAdapter& adapter);
+
 // What a model with weights of `type` accumulates in and keeps its residual stream in: float64
 // stays float64 (gradient checks), everything narrower widens to float32.
 at::ScalarType AccumulationType(at::ScalarType type);
@@ -107,6 +119,9 @@ struct AttentionContext {
   // (no padding, packing or cache), which lets SDPA pick its fused causal kernels.
   at::Tensor mask;
   AttentionCache* cache = nullptr;
+  // The LoRA adapters' scaling (alpha / rank) for this forward; 0 runs the base weights alone
+  // (the reference's forward on an adapted actor).
+  double adapter_scaling = 0;
   // Packed sequences on a GPU in bf16 / fp16 (VarlenAttentionApplies): cu_seqlens (N + 1) int32
   // and the longest sequence, for FlashAttention's variable-length kernel, which computes no
   // padding and no (T, T) mask; `mask` is then undefined.
@@ -119,6 +134,7 @@ struct AttentionContext {
 // these weights hold.
 struct AttentionWeights {
   at::Tensor q_weight, q_bias, k_weight, k_bias, v_weight, v_bias;  // biases may be undefined
+  LowRankAdapter q_adapter, k_adapter, v_adapter;                    // LoRA, where adapted
   at::Tensor q_norm, k_norm;  // (D); undefined without qk-norm
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
   double eps = 0;  // of q_norm and k_norm
@@ -141,10 +157,15 @@ AttentionContext RestoredAttentionContext(torch::autograd::AutogradContext* ctx)
 bool VarlenAttentionApplies(const at::Device& device, at::ScalarType compute, int64_t head_dim);
 
 // The gated MLP's hidden activation silu(x G^T + g) * (x U^T + u): (B, T, C) → (B, T, F) float32,
-// for the down projection to follow. Biases may be undefined.
+// for the down projection to follow. Biases may be undefined, adapters empty.
 at::Tensor GatedActivation(const at::Tensor& gate_weight, const at::Tensor& gate_bias,
                            const at::Tensor& up_weight, const at::Tensor& up_bias,
-                           const at::Tensor& x);
+                           const at::Tensor& x, const LowRankAdapter& gate_adapter = {},
+                           const LowRankAdapter& up_adapter = {});
+
+// The adapter registered on `layer` (its lora_A and lora_B children, worker/model/lora.h) at
+// `scaling`; empty when it has none or scaling is 0.
+LowRankAdapter AdapterOf(const torch::nn::Linear& layer, double scaling);
 
 class RmsNormImpl : public torch::nn::Module {
  public:
@@ -173,7 +194,8 @@ TORCH_MODULE(Attention);
 class MlpImpl : public torch::nn::Module {
  public:
   explicit MlpImpl(const ModelConfig& config);
-  at::Tensor forward(const at::Tensor& x);  // (B, T, C) → (B, T, C) via (B, T, F)
+  // (B, T, C) → (B, T, C) via (B, T, F); `adapter_scaling` as in AttentionContext.
+  at::Tensor forward(const at::Tensor& x, double adapter_scaling = 0);
 
  private:
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
@@ -230,6 +252,13 @@ class TransformerImpl : public torch::nn::Module {
   void set_activation_checkpointing(bool on) { activation_checkpointing_ = on; }
   bool activation_checkpointing() const { return activation_checkpointing_; }
 
+  // LoRA (worker/model/lora.h): the scaling of the adapters added to the linear layers (0: none),
+  // and whether forwards use them (off: the base model, as the reference sees it).
+  void set_adapter_scaling(double scaling) { adapter_scaling_ = scaling; }
+  double adapter_scaling() const { return adapter_scaling_; }
+  void set_adapters_enabled(bool on) { adapters_enabled_ = on; }
+  bool adapters_enabled() const { return adapters_enabled_; }
+
   // Runs every decoder layer through `runner` instead of calling it directly (fully sharded
   // data parallelism gathers the layer's parameters around it). Empty: direct calls.
   using LayerRunner =
@@ -240,6 +269,8 @@ class TransformerImpl : public torch::nn::Module {
  private:
   ModelConfig config_;
   bool activation_checkpointing_ = false;
+  double adapter_scaling_ = 0;
+  bool adapters_enabled_ = true;
   LayerRunner layer_runner_;
   at::Tensor inv_freq_;  // (D/2) float32, not a parameter; moved to the inputs' device on use
   Decoder model{nullptr};
