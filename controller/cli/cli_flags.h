@@ -14,4 +14,5 @@ ABSL_DECLARE_FLAG(bool, wait);
 ABSL_DECLARE_FLAG(bool, follow);
 ABSL_DECLARE_FLAG(std::string, out);
 ABSL_DECLARE_FLAG(int64_t, step);
+ABSL_DECLARE_FLAG(bool, merged);
 ABSL_DECLARE_FLAG(int32_t, page_size);

@@ -240,7 +240,7 @@ int Wait(Client& client, const std::string& job_id) {
 int Export(Client& client, const std::string& job_id) {
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) {
-    std::cerr << "usage: rlhfctl export JOB --out DIR [--step N]\n";
+    std::cerr << "usage: rlhfctl export JOB --out DIR [--step N] [--merged]\n";
     return kExitUsage;
   }
   absl::StatusOr<v1::Job> job = GetJob(client, job_id);
@@ -254,7 +254,12 @@ int Export(Client& client, const std::string& job_id) {
     return kExitFailed;
   }
   const std::string step_dir = absl::StrCat(checkpoints, "/step_", step);
-  const std::string source = step_dir + "/actor/huggingface";
+  // A LoRA job's adapter is the product (PEFT loads it over the base); --merged asks for the
+  // whole model instead.
+  const v1::ModelSpec& model = job->spec().model();
+  const bool adapter =
+      (model.lora_rank() > 0 || !model.lora_adapter_path().empty()) && !absl::GetFlag(FLAGS_merged);
+  const std::string source = step_dir + (adapter ? "/actor/lora_adapter" : "/actor/huggingface");
   std::error_code error;
   if (std::filesystem::is_directory(source, error)) {
     std::filesystem::create_directories(out, error);
@@ -266,7 +271,9 @@ int Export(Client& client, const std::string& job_id) {
       std::cerr << "error: copying " << source << " to " << out << ": " << error.message() << "\n";
       return kExitFailed;
     }
-    std::cout << "exported " << job_id << " step " << step << " to " << out << "\n";
+    std::cout << "exported " << job_id << " step " << step
+              << (adapter ? " (its PEFT adapter; --merged for the merged model)" : "") << " to "
+              << out << "\n";
     return kExitOk;
   }
   if (!std::filesystem::is_directory(step_dir, error)) {

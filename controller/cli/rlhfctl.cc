@@ -37,7 +37,9 @@ Jobs:
   watch JOB                         follow a job's events (states, each step's key metrics)
   metrics JOB                       a job's per-step metric history (--json: every metric;
                                     --follow: new steps as they come, to the job's end)
-  export JOB --out DIR [--step N]   copy a checkpoint's actor, a Hugging Face directory, to DIR
+  export JOB --out DIR [--step N] [--merged]
+                                    copy a checkpoint's actor, a Hugging Face directory (a LoRA
+                                    job: its PEFT adapter; --merged: the merged model), to DIR
                                     (the checkpoint directory must be readable here)
   cancel JOB                        cancel a job that has not ended
   delete JOB                        forget an ended job

@@ -140,6 +140,32 @@ TEST_CASE(
   }
 }
 
+// A LoRA actor (rank 4 on every linear layer, lr 1e-3): the rollout runs the merged weights, the
+// update trains the adapters alone (the checkpoint holds only them) and the reference is the
+// base: loaded on its own rank (split), or the actor's module with its adapters off on the
+// actor's ranks (colocated). One process trains the same adapters with the engine functions and
+// takes the reference log-probs from a base it loads apart; greedy PPO also holds the responses
+// to one engine over its merged weights.
+TEST_CASE("a LoRA actor's steps equal one process, split and colocated", "[roles][lora]") {
+  const std::vector<std::string> lora = {"model.lora_rank=4", "model.lora_alpha=8",
+                                         "roles.actor.train.lr=1.0e-3"};
+  const auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), lora.begin(), lora.end());
+    return more;
+  };
+  SECTION("GRPO split, weight sync verified") {
+    CheckAgainstOneProcess(TestSpec(kGrpoJob, with({"trainer.verify_weight_sync=1"})), 2, 2);
+  }
+  SECTION("GRPO colocated: the reference is the actor's base") {
+    CheckAgainstOneProcess(TestSpec(kGrpoJob, with({"placement=colocated", "roles.reference.gpus=2",
+                                                    "roles.reward.gpus=2"})),
+                           2, 2);
+  }
+  SECTION("PPO split (greedy), ZeRO-3 asked for: the adapters train under ZeRO-2") {
+    CheckAgainstOneProcess(TestSpec(kPpoJob, with({"roles.actor.train.zero_stage=3"})), 4, 2);
+  }
+}
+
 // trainer.verify_weight_sync 1 checks every rollout's weights against the trained ones and
 // reports their checksum, which (step_check) equals that of the weights after the update the
 // rollout follows. Under ZeRO-3 each rank generates from a gathered copy of every rank's shards.

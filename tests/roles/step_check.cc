@@ -114,9 +114,22 @@ StepTensors Dumped(JobStages& job, int64_t step) {
 
 namespace {
 
+// The parameters that train (a LoRA model's adapters; every parameter otherwise).
 std::map<std::string, at::Tensor> Parameters(model::Transformer& model) {
   std::map<std::string, at::Tensor> out;
-  for (const auto& item : model->named_parameters()) out[item.key()] = item.value().detach();
+  for (const auto& item : model->named_parameters()) {
+    if (item.value().requires_grad()) out[item.key()] = item.value().detach();
+  }
+  return out;
+}
+
+// The weights the rollout runs: a LoRA model's merged (PEFT's merge, which lora_test holds the
+// product's to), copied.
+std::map<std::string, at::Tensor> RolloutWeightsOf(model::Transformer& model) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [name, tensor] : model::MergedParameters(model)) {
+    out[name] = tensor.detach().clone();
+  }
   return out;
 }
 
@@ -201,7 +214,7 @@ void CheckAgainstOneProcess(const v1::JobSpec& job_spec,
                     .seed = static_cast<uint64_t>(100 + step),
                     .kl_coef = StepKlCoefficient(spec)};
   };
-  std::map<std::string, at::Tensor> rollout_weights = Cloned(Parameters(reference.actor));
+  std::map<std::string, at::Tensor> rollout_weights = RolloutWeightsOf(reference.actor);
   std::map<int64_t, double> rollout_checksums, weights_checksums;
   for (int64_t step = 1; step <= steps; ++step) {
     INFO("step " << step);
@@ -310,13 +323,13 @@ void CheckAgainstOneProcess(const v1::JobSpec& job_spec,
 
     const auto actor_before = Cloned(Parameters(reference.actor));
     // The next rollout's weights: these (one_step_off), or those after this step's update.
-    if (one_step_off) rollout_weights = actor_before;
+    if (one_step_off) rollout_weights = RolloutWeightsOf(reference.actor);
     const auto critic_before = reference.critic ? Cloned(Parameters(reference.critic))
                                                 : std::map<std::string, at::Tensor>();
     rlhfd::testing::ReferenceUpdates(spec, reference, expected, step);
     REQUIRE(job.SaveCheckpoint(step, false).ok());
     const auto actor = Parameters(reference.actor);
-    if (!one_step_off) rollout_weights = Cloned(actor);
+    if (!one_step_off) rollout_weights = RolloutWeightsOf(reference.actor);
     CheckUpdate(actor_before,
                 SavedParameters(dir.path() + "/checkpoints", step, "actor", reference.actor),
                 actor);

@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/models/lora_targets.h"
+#include "worker/model/lora.h"
 #include "worker/model/model_loader.h"
 #include "worker/model/state_dict.h"
 #include "worker/train/advantage.h"
@@ -84,6 +86,19 @@ ReferenceModels LoadReferenceModels(const v1::JobSpec& spec) {
   ReferenceModels models;
   const uint64_t seed = static_cast<uint64_t>(spec.trainer().seed());
   models.actor = MustLoad(spec.model().path(), model::HeadNeed::kCausalLm, false, seed);
+  if (spec.model().lora_rank() > 0) {
+    // Fresh adapters on the layers named, drawn with the job's seed (the product's draw, which
+    // lora_test holds to PEFT's initialisation); the reference below loads the base apart.
+    auto layers = models::ResolveLoraTargets(std::vector<std::string>(
+        spec.model().target_modules().begin(), spec.model().target_modules().end()));
+    REQUIRE(layers.ok());
+    REQUIRE(model::AddLoraAdapters(models.actor,
+                                   {.rank = spec.model().lora_rank(),
+                                    .alpha = spec.model().lora_alpha(),
+                                    .layers = *layers},
+                                   seed)
+                .ok());
+  }
   if (spec.roles().has_critic()) {
     const std::string dir = spec.roles().critic().model_path().empty()
                                 ? spec.model().path()
@@ -294,6 +309,8 @@ std::map<std::string, at::Tensor> SavedWeights(const std::string& role_dir,
     return out;
   }
   for (const auto& item : named) {
+    // A frozen parameter (a LoRA model's base) is the model directory's, not the checkpoint's.
+    if (!item.value().requires_grad()) continue;
     auto value = first->Get(item.key());
     INFO(item.key());
     REQUIRE(value.ok());

@@ -389,9 +389,30 @@ TEST_CASE("verl's multi_turn keys land in roles.actor.rollout.multi_turn", "[ver
   CHECK(turns.tool_response_truncate_side() == "left");
 }
 
+TEST_CASE("verl's LoRA keys map to model.lora_*; target_modules becomes a list", "[verl]") {
+  const char* home = std::getenv("HOME");
+  const VerlConversion converted =
+      Convert("", {"actor_rollout_ref.model.lora_rank=16", "actor_rollout_ref.model.lora_alpha=32",
+                   "actor_rollout_ref.model.lora_adapter_path=~/adapters/a"});
+  INFO(absl::StrJoin(converted.errors, "\n"));
+  CHECK(converted.errors.empty());
+  const nlohmann::json& model = converted.config["model"];
+  CHECK(model["lora_rank"] == 16);
+  CHECK(model["lora_alpha"] == 32);
+  CHECK(model["target_modules"] == nlohmann::json::array({"all-linear"}));  // verl's string
+  CHECK(model["lora_adapter_path"] == std::string(home != nullptr ? home : "~") + "/adapters/a");
+  const VerlConversion listed =
+      Convert("", {"actor_rollout_ref.model.lora_rank=8",
+                   "actor_rollout_ref.model.target_modules=[q_proj,v_proj]"});
+  CHECK(listed.config["model"]["target_modules"] == nlohmann::json::array({"q_proj", "v_proj"}));
+  // A LoRA critic is refused, naming it.
+  const VerlConversion critic = Convert("", {"critic.model.lora_rank=8"});
+  CHECK(Contains(critic.errors, "critic.model.lora_rank: not supported (LoRA critics"));
+}
+
 TEST_CASE("every verl setting rlhfd cannot honour is named, with why", "[verl]") {
   const std::vector<std::pair<std::string, std::string>> refused = {
-      {"actor_rollout_ref.model.lora_rank=16", "LoRA"},
+      {"actor_rollout_ref.model.exclude_modules=[o_proj]", "name the layers in target_modules"},
       {"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "sequence parallelism"},
       {"actor_rollout_ref.actor.policy_loss.loss_mode=gpg", "vanilla PPO clip loss"},
       {"actor_rollout_ref.rollout.multi_turn.function_tool_path=/code/tools.py",

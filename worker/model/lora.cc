@@ -105,6 +105,8 @@ absl::Status AddLoraAdapters(Transformer& model, const LoraOptions& options, uin
   return absl::OkStatus();
 }
 
+bool HasLoraAdapters(Transformer& model) { return model->adapter_scaling() != 0; }
+
 std::vector<at::Tensor> TrainableParameters(Transformer& model) {
   std::vector<at::Tensor> trainable;
   for (const at::Tensor& p : model->parameters()) {

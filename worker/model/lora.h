@@ -33,6 +33,9 @@ bool IsLoraParameter(const std::string& name);
 // the model has adapters already; INVALID_ARGUMENT for a rank below 1 or an unknown layer.
 absl::Status AddLoraAdapters(Transformer& model, const LoraOptions& options, uint64_t seed);
 
+// Whether AddLoraAdapters gave the model adapters.
+bool HasLoraAdapters(Transformer& model);
+
 // The parameters that train: the adapters when the model has them, else every parameter.
 std::vector<at::Tensor> TrainableParameters(Transformer& model);
 

@@ -100,7 +100,9 @@ absl::StatusOr<std::unique_ptr<ActorRole>> ActorRole::Create(
     tokenizer.set_chat_template(chat);
   }
   model::LoadOptions load;
-  load.dtype = WeightDtype(spec, device, /*trains=*/true);
+  // A LoRA actor's base is frozen: in the rollout's dtype, never float32 masters.
+  const bool lora = UsesLora(spec);
+  load.dtype = WeightDtype(spec, device, /*trains=*/!lora);
   load.device = device;
   load.head = model::HeadNeed::kCausalLm;
   load.max_sequence_length = spec.data().max_prompt_length() + ResponseBudget(spec);
@@ -109,11 +111,16 @@ absl::StatusOr<std::unique_ptr<ActorRole>> ActorRole::Create(
   RETURN_IF_ERROR(
       model::CheckTokenizerFitsModel(tokenizer, module->config().vocab_size, model_spec.path()));
   module->train();
+  std::optional<model::LoraOptions> lora_options;
+  if (lora) {
+    ASSIGN_OR_RETURN(lora_options, AddJobLoraAdapters(spec, module));
+  }
   // The rollout's tensor-parallel group is split before the training layout is made, in the same
   // order on every rank.
   ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> tp_group,
                    SplitRolloutGroup(spec, device, layout, pool));
   auto role = std::unique_ptr<ActorRole>(new ActorRole(spec, device, std::move(tokenizer)));
+  role->lora_ = std::move(lora_options);
   const v1::TrainSpec& train = spec.roles().actor().train();
   role->trained_ = MakeTrainedModel(std::move(module), train, pool);
   role->schedule_.emplace(train,

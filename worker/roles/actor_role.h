@@ -54,6 +54,11 @@ class ActorRole final : public TrainedRole {
   // A module with the full current weights (the training module itself unless the layout
   // shards them), for exports.
   absl::StatusOr<model::Transformer> FullWeights() { return hybrid_->FullWeights(); }
+  // The LoRA adapters' options when the actor trains adapters.
+  const std::optional<model::LoraOptions>& lora() const { return lora_; }
+  // The module whose base, adapters off, is the reference model on this worker: the actor's,
+  // when it trains adapters over a base it holds whole; null otherwise.
+  model::Transformer* LoraBase() { return lora_ ? &trained_->module() : nullptr; }
   HybridEngine& hybrid() { return *hybrid_; }
   const v1::JobSpec& spec() const { return spec_; }
   // `requests` generated over the current weights, through the agent loop in a multi-turn job
@@ -80,6 +85,7 @@ class ActorRole final : public TrainedRole {
   int64_t optimizer_steps_ = 0;
   int64_t nonfinite_skips_ = 0;
   std::unique_ptr<HybridEngine> hybrid_;
+  std::optional<model::LoraOptions> lora_;
   std::unique_ptr<AgentRollout> agent_;  // multi_turn.enable only
 };
 

@@ -11,6 +11,7 @@
 #include "common/stages/role_names.h"
 #include "common/status/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "worker/model/lora.h"
 #include "worker/model/model_export.h"
 #include "worker/roles/checkpoint.h"
 
@@ -32,15 +33,21 @@ absl::Status CheckCheckpointDirectory(const HostedJob& job, const std::string& r
                                   "trainer.checkpoint_dir");
 }
 
-// The actor's full weights as a Hugging Face directory beside the step's checkpoint. Gathering
-// sharded weights is a collective: every actor rank takes part, the first writes.
+// The actor's full weights as a Hugging Face directory beside the step's checkpoint (merged, for
+// a LoRA actor, whose adapters also go beside it as a PEFT directory). Gathering sharded
+// weights is a collective: every actor rank takes part, the first writes.
 absl::Status ExportActor(HostedJob& job, const v1::CheckpointRequest& request, int position) {
   ASSIGN_OR_RETURN(model::Transformer full, job.actor->FullWeights());
   if (position == 0) {
-    RETURN_IF_ERROR(model::ExportHuggingFaceDirectory(
-        full, job.spec.model().path(),
-        absl::StrCat(StepDirectory(request.directory(), request.step()), "/actor/huggingface"),
-        at::kBFloat16));
+    const std::string actor_dir =
+        absl::StrCat(StepDirectory(request.directory(), request.step()), "/actor");
+    RETURN_IF_ERROR(model::ExportHuggingFaceDirectory(full, job.spec.model().path(),
+                                                      actor_dir + "/huggingface", at::kBFloat16));
+    if (const std::optional<model::LoraOptions>& lora = job.actor->lora()) {
+      RETURN_IF_ERROR(model::WritePeftAdapter(job.actor->trained().module(), *lora,
+                                              job.spec.model().path(),
+                                              actor_dir + "/lora_adapter"));
+    }
   }
   job.actor->ReleaseRollout();
   return absl::OkStatus();

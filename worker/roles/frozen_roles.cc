@@ -1,6 +1,9 @@
 #include "worker/roles/frozen_roles.h"
 
+#include <optional>
+
 #include "common/status/status_macros.h"
+#include "worker/model/lora.h"
 #include "worker/model/model_loader.h"
 #include "worker/roles/forward_passes.h"
 #include "worker/roles/training_setup.h"
@@ -21,19 +24,26 @@ model::LoadOptions FrozenLoadOptions(const v1::JobSpec& spec, const at::Device& 
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ReferenceRole>> ReferenceRole::Create(const v1::JobSpec& spec,
-                                                                     const at::Device& device) {
+absl::StatusOr<std::unique_ptr<ReferenceRole>> ReferenceRole::Create(
+    const v1::JobSpec& spec, const at::Device& device, model::Transformer* lora_base) {
+  if (lora_base != nullptr) {
+    return std::unique_ptr<ReferenceRole>(
+        new ReferenceRole(spec, device, *lora_base, /*shares_actor=*/true));
+  }
   ASSIGN_OR_RETURN(model::Transformer module,
                    model::LoadModel(spec.model().path(),
                                     FrozenLoadOptions(spec, device, model::HeadNeed::kCausalLm)));
   for (at::Tensor& p : module->parameters()) p.requires_grad_(false);
-  return std::unique_ptr<ReferenceRole>(new ReferenceRole(spec, device, std::move(module)));
+  return std::unique_ptr<ReferenceRole>(
+      new ReferenceRole(spec, device, std::move(module), /*shares_actor=*/false));
 }
 
 absl::Status ReferenceRole::ComputeLogProbs(StepBatch& batch) {
   ASSIGN_OR_RETURN(const at::Tensor ids, batch.Get("input_ids", "reference log-probs"));
   ASSIGN_OR_RETURN(const at::Tensor mask, batch.Get("attention_mask", "reference log-probs"));
   ComputeScope compute(spec_, device_);
+  std::optional<model::AdaptersOff> base;
+  if (shares_actor_) base.emplace(module_);
   ASSIGN_OR_RETURN(at::Tensor log_probs,
                    ResponseLogProbs(module_, ids, mask, batch.prompt_length(),
                                     spec_.roles().reference().log_prob_micro_batch_size_per_gpu(),

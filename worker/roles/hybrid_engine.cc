@@ -12,6 +12,7 @@
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 #include "common/util/stopwatch.h"
+#include "worker/model/lora.h"
 #include "worker/model/model_loader.h"
 #include "worker/roles/rollout_sampling.h"
 #include "worker/roles/training_setup.h"
@@ -56,11 +57,15 @@ HybridEngine::HybridEngine(const v1::JobSpec& spec, const at::Device& device,
 absl::StatusOr<model::Transformer> HybridEngine::WeightsIn(at::ScalarType dtype) {
   model::Transformer& trained = trained_.module();
   auto* sharded = dynamic_cast<train::FullyShardedModel*>(&trained_);
-  if (sharded == nullptr && dtype == at::kFloat) return trained;
-  // The layout shards the weights, or they are wanted in a narrower dtype: a copy.
+  const bool adapted = model::HasLoraAdapters(trained);
+  if (sharded == nullptr && !adapted && dtype == at::kFloat) return trained;
+  // The layout shards the weights, they carry LoRA adapters (the rollout runs them merged), or
+  // they are wanted in a narrower dtype: a copy.
   std::vector<at::Tensor> full;
   if (sharded != nullptr) {
     ASSIGN_OR_RETURN(full, sharded->FullParameters());
+  } else if (adapted) {
+    for (auto& [name, tensor] : model::MergedParameters(trained)) full.push_back(tensor);
   } else {
     full = trained->parameters();
   }

@@ -4,8 +4,11 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 #include "worker/parallel/socket_communicator.h"
+#include "worker/rollout/device_support.h"
 #ifdef RLHFD_HAVE_CUDA
 #include "worker/parallel/nccl_communicator.h"
 #endif
@@ -62,23 +65,38 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> ConnectWorld(
   return parallel::CreateSocketCommunicator(request.rank(), request.world_size(), socket);
 }
 
-// The roles this rank hosts, each over its pool's communicator.
+// The roles this rank hosts, each over its pool's communicator. What each role's creation adds to
+// the device's memory in use is logged (a LoRA actor's reference adds none of the weights).
 absl::Status CreateRoles(HostedJob& job, int64_t total_steps, const RoleHostOptions& options) {
   const at::Device& device = options.device;
   const int64_t rl_steps = std::max<int64_t>(1, total_steps);
   const v1::JobSpec& spec = job.spec;
+  int64_t in_use = rollout::BytesInUse(device);
+  const auto log_memory = [&](const char* role, absl::string_view note) {
+    const int64_t now = rollout::BytesInUse(device);
+    RLOG(INFO) << "the " << role << " holds "
+               << absl::StrFormat("%.3f", static_cast<double>(now - in_use) / (1 << 20)) << " MiB"
+               << note;
+    in_use = now;
+  };
   if (job.layout->Hosts(v1::ROLE_ACTOR)) {
     ASSIGN_OR_RETURN(job.actor,
                      ActorRole::Create(spec, device, *job.layout, job.PoolOf(v1::ROLE_ACTOR),
                                        rl_steps, options.rollout_weights_hook));
     ASSIGN_OR_RETURN(job.scorer, ResponseScorer::Create(spec.roles().reward()));
+    log_memory("actor", job.actor->lora() ? " (a frozen base and LoRA adapters)" : "");
   }
   if (job.layout->Hosts(v1::ROLE_CRITIC)) {
     ASSIGN_OR_RETURN(job.critic,
                      CriticRole::Create(spec, device, job.PoolOf(v1::ROLE_CRITIC), rl_steps));
+    log_memory("critic", "");
   }
   if (job.layout->Hosts(v1::ROLE_REFERENCE)) {
-    ASSIGN_OR_RETURN(job.reference, ReferenceRole::Create(spec, device));
+    // A LoRA actor hosted here lends its base (adapters off) rather than a second copy.
+    ASSIGN_OR_RETURN(job.reference, ReferenceRole::Create(
+                                        spec, device, job.actor ? job.actor->LoraBase() : nullptr));
+    log_memory("reference",
+               job.reference->shares_actor() ? " (the LoRA actor's base, adapters off)" : "");
   }
   if (job.layout->Hosts(v1::ROLE_REWARD)) {
     if (spec.roles().reward().model().empty()) {
@@ -87,6 +105,7 @@ absl::Status CreateRoles(HostedJob& job, int64_t total_steps, const RoleHostOpti
           "actor ranks)");
     }
     ASSIGN_OR_RETURN(job.reward_model, RewardModelRole::Create(spec, device));
+    log_memory("reward model", "");
   }
   return absl::OkStatus();
 }

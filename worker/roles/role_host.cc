@@ -1,7 +1,5 @@
 #include "worker/roles/role_host.h"
 
-#include <malloc.h>
-
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging/logging.h"
@@ -12,9 +10,7 @@
 #include "worker/roles/checkpoint_stages.h"
 #include "worker/roles/hosted_job.h"
 #include "worker/roles/job_bootstrap.h"
-#ifdef RLHFD_HAVE_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#endif
+#include "worker/rollout/device_support.h"
 
 namespace rlhfd::roles {
 
@@ -388,16 +384,6 @@ void RoleHost::EndMovedOn(std::vector<v1::JobAttempt> moved_on,
   });
 }
 
-int64_t RoleHost::MemoryInUse() const {
-#ifdef RLHFD_HAVE_CUDA
-  if (options_.device.is_cuda()) {
-    return c10::cuda::CUDACachingAllocator::getDeviceStats(options_.device.index())
-        .allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
-        .current;
-  }
-#endif
-  const struct mallinfo2 heap = ::mallinfo2();
-  return static_cast<int64_t>(heap.uordblks + heap.hblkhd);
-}
+int64_t RoleHost::MemoryInUse() const { return rollout::BytesInUse(options_.device); }
 
 }  // namespace rlhfd::roles

@@ -2,9 +2,12 @@
 
 #include <ATen/autocast_mode.h>
 
+#include "absl/strings/str_join.h"
 #include "common/algorithms/algorithm_traits.h"
 #include "common/algorithms/on_policy.h"
+#include "common/models/lora_targets.h"
 #include "common/stages/role_names.h"
+#include "common/status/status_macros.h"
 #include "worker/train/distributed/fully_sharded.h"
 #include "worker/train/distributed/replicated_model.h"
 
@@ -18,10 +21,44 @@ std::unique_ptr<train::TrainedModel> MakeTrainedModel(model::Transformer module,
                                  .eps = 1e-8,
                                  .weight_decay = train.weight_decay()};
   if (pool.size() == 1) return std::make_unique<train::LocalModel>(std::move(module), adam);
-  if (train.zero_stage() == 3) {
+  // A LoRA model's frozen base stays whole on every rank, and ZeRO-2 shards the adapters'
+  // optimiser state: ZeRO-3 would shard a base that neither trains nor changes.
+  if (train.zero_stage() == 3 && !model::HasLoraAdapters(module)) {
     return std::make_unique<train::FullyShardedModel>(std::move(module), pool, adam);
   }
   return std::make_unique<train::ReplicatedModel>(std::move(module), pool, adam);
+}
+
+bool UsesLora(const v1::JobSpec& spec) {
+  return spec.model().lora_rank() > 0 || !spec.model().lora_adapter_path().empty();
+}
+
+absl::StatusOr<model::LoraOptions> AddJobLoraAdapters(const v1::JobSpec& spec,
+                                                      model::Transformer& module) {
+  const v1::ModelSpec& model = spec.model();
+  model::LoraOptions options{.rank = model.lora_rank(), .alpha = model.lora_alpha()};
+  ASSIGN_OR_RETURN(options.layers,
+                   models::ResolveLoraTargets(std::vector<std::string>(
+                       model.target_modules().begin(), model.target_modules().end())));
+  const std::string& path = model.lora_adapter_path();
+  if (!path.empty()) {
+    ASSIGN_OR_RETURN(const model::LoraOptions adapter, model::ReadPeftAdapterConfig(path));
+    if (options.rank == 0) {
+      options = adapter;
+    } else if (adapter.rank != options.rank || adapter.alpha != options.alpha ||
+               adapter.layers != options.layers || adapter.rslora) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.lora_adapter_path ", path, " holds rank ", adapter.rank, ", alpha ", adapter.alpha,
+          (adapter.rslora ? " (rsLoRA)" : ""), " on ", absl::StrJoin(adapter.layers, ", "),
+          ", but model.lora_rank is ", options.rank, ", lora_alpha ", options.alpha,
+          " and target_modules ", absl::StrJoin(options.layers, ", "),
+          ": set lora_rank 0 to take the adapter's"));
+    }
+  }
+  RETURN_IF_ERROR(
+      model::AddLoraAdapters(module, options, static_cast<uint64_t>(spec.trainer().seed())));
+  if (!path.empty()) RETURN_IF_ERROR(model::LoadPeftAdapter(module, path));
+  return options;
 }
 
 int64_t OptimizerStepsPerRlStep(const v1::JobSpec& spec, const v1::TrainSpec& train) {

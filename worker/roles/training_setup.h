@@ -19,10 +19,20 @@
 namespace rlhfd::roles {
 
 // One process (a pool of one), ZeRO-2 (zero_stage 1 or 2) or ZeRO-3 over `pool`, which must
-// outlive the model.
+// outlive the model. A module with LoRA adapters trains them with ZeRO-2 at any zero_stage.
 std::unique_ptr<train::TrainedModel> MakeTrainedModel(model::Transformer module,
                                                       const v1::TrainSpec& train,
                                                       parallel::Communicator& pool);
+
+// Whether the job's actor trains LoRA adapters (model.lora_rank or model.lora_adapter_path).
+bool UsesLora(const v1::JobSpec& spec);
+
+// The job's LoRA adapters on the actor's `module`: model.lora_rank, lora_alpha and
+// target_modules, fresh (seeded with trainer.seed, so every replica and a resumed run draw the
+// same), or read from model.lora_adapter_path, whose rank, alpha and layers the job takes when
+// lora_rank is 0 and must equal otherwise (errors name both). Returns the options.
+absl::StatusOr<model::LoraOptions> AddJobLoraAdapters(const v1::JobSpec& spec,
+                                                      model::Transformer& module);
 
 // Optimiser steps one RL step takes: mini-batches per step times PPO epochs.
 int64_t OptimizerStepsPerRlStep(const v1::JobSpec& spec, const v1::TrainSpec& train);

@@ -1,6 +1,7 @@
 #include "worker/rollout/device_support.h"
 
 #include <ATen/ATen.h>
+#include <malloc.h>
 
 #include <optional>
 
@@ -33,6 +34,12 @@ DeviceMemory QueryDeviceMemory(const at::Device& device) {
   memory.peak_reserved_bytes = stats.reserved_bytes[kAll].peak;
   memory.free_bytes = static_cast<int64_t>(free) + memory.reserved_bytes - memory.allocated_bytes;
   return memory;
+}
+
+int64_t BytesInUse(const at::Device& device) {
+  if (device.is_cuda()) return QueryDeviceMemory(device).allocated_bytes;
+  const struct mallinfo2 heap = ::mallinfo2();
+  return static_cast<int64_t>(heap.uordblks + heap.hblkhd);
 }
 
 std::string DeviceName(const at::Device& device) {
@@ -138,6 +145,10 @@ bool DecodeGraphs::empty() const { return !graphs_ || graphs_->by_batch.empty();
 #else  // No CUDA: CPU devices only.
 
 DeviceMemory QueryDeviceMemory(const at::Device&) { return {}; }
+int64_t BytesInUse(const at::Device&) {
+  const struct mallinfo2 heap = ::mallinfo2();
+  return static_cast<int64_t>(heap.uordblks + heap.hblkhd);
+}
 std::string DeviceName(const at::Device&) { return "CPU"; }
 void ResetPeakMemory(const at::Device&) {}
 void ReleaseCachedMemory(const at::Device&) {}

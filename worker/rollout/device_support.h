@@ -24,6 +24,9 @@ struct DeviceMemory {
 
 // All zero for a CPU device.
 DeviceMemory QueryDeviceMemory(const at::Device& device);
+// Bytes the process's tensors on `device` hold now: the CUDA caching allocator's allocated bytes
+// on a GPU, the heap's bytes in use (glibc's mallinfo2, mapped blocks included) on the CPU.
+int64_t BytesInUse(const at::Device& device);
 // The name the device reports ("NVIDIA H200"); "CPU" for the host.
 std::string DeviceName(const at::Device& device);
 void ResetPeakMemory(const at::Device& device);

@@ -7,7 +7,9 @@ namespace rlhfd::train {
 TrainedModel::NamedTensors ModuleAndOptimizerState(model::Transformer& module,
                                                    const AdamW& optimizer) {
   TrainedModel::NamedTensors state;
-  for (const auto& item : module->named_parameters()) state.emplace_back(item.key(), item.value());
+  for (const auto& item : module->named_parameters()) {
+    if (item.value().requires_grad()) state.emplace_back(item.key(), item.value());
+  }
   for (auto& [name, tensor] : optimizer.State()) state.emplace_back("optimizer." + name, tensor);
   return state;
 }
@@ -28,9 +30,9 @@ std::string NonFiniteGradientOrigin(model::Transformer& module) {
 TrainedModel::OwnedPieces TrainedModel::Pieces() {
   OwnedPieces pieces;
   std::vector<PieceSpan> whole;
-  for (const auto& item : module()->named_parameters()) {
-    whole.push_back({.name = item.key(), .offset = 0, .count = item.value().numel()});
-    pieces.values.push_back(item.value().detach().reshape(-1));
+  for (const auto& [name, tensor] : model::MergedParameters(module())) {
+    whole.push_back({.name = name, .offset = 0, .count = tensor.numel()});
+    pieces.values.push_back(tensor.detach().reshape(-1));
   }
   pieces.layout.assign(static_cast<size_t>(replicas()), whole);
   return pieces;

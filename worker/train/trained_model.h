@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/model/lora.h"
 #include "worker/model/transformer.h"
 #include "worker/train/optimizer.h"
 
@@ -72,7 +73,8 @@ class TrainedModel {
 
   // Which rank holds which part of the trained weights as its source of truth (what the
   // rollout's weights are checked against): every replica every parameter whole where each holds
-  // the module (this default), each rank the pieces in its shards under ZeRO-3.
+  // the module (this default; a LoRA model's merged weights, which the rollout runs), each rank
+  // the pieces in its shards under ZeRO-3.
   struct PieceSpan {
     std::string name;    // a parameter
     int64_t offset = 0;  // its elements [offset, offset + count), flattened
@@ -88,7 +90,8 @@ class TrainedModel {
   std::string nonfinite_gradient_;
 };
 
-// The module's parameters by name, then `optimizer`'s state under "optimizer.".
+// The module's trained parameters by name (a LoRA model's adapters: its frozen base is the model
+// directory's), then `optimizer`'s state under "optimizer.".
 TrainedModel::NamedTensors ModuleAndOptimizerState(model::Transformer& module,
                                                    const AdamW& optimizer);
 
@@ -100,7 +103,7 @@ std::string NonFiniteGradientOrigin(model::Transformer& module);
 class LocalModel final : public TrainedModel {
  public:
   LocalModel(model::Transformer module, AdamWOptions options)
-      : module_(std::move(module)), optimizer_(module_->parameters(), options) {}
+      : module_(std::move(module)), optimizer_(model::TrainableParameters(module_), options) {}
 
   model::Transformer& module() override { return module_; }
   absl::StatusOr<double> FinishStep(double lr, double max_norm) override {

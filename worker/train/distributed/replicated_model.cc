@@ -22,7 +22,7 @@ ReplicatedModel::ReplicatedModel(model::Transformer module, parallel::Communicat
                                  AdamWOptions options)
     : module_(std::move(module)),
       group_(group),
-      optimizer_(module_->parameters(), group, options) {}
+      optimizer_(model::TrainableParameters(module_), group, options) {}
 
 absl::StatusOr<double> ReplicatedModel::FinishStep(double lr, double max_norm) {
   absl::StatusOr<double> norm = optimizer_.Step(lr, max_norm);
@@ -44,7 +44,9 @@ absl::Status ReplicatedModel::ReduceOverReplicas(std::vector<double>& values, Re
 
 TrainedModel::NamedTensors ReplicatedModel::StateTensors() {
   NamedTensors state;
-  for (const auto& item : module_->named_parameters()) state.emplace_back(item.key(), item.value());
+  for (const auto& item : module_->named_parameters()) {
+    if (item.value().requires_grad()) state.emplace_back(item.key(), item.value());
+  }
   for (auto& [name, tensor] : optimizer_.State()) state.emplace_back("optimizer." + name, tensor);
   return state;
 }
