@@ -13,6 +13,10 @@
         JSON, the largest difference of its log-probs from REFERENCE's "rlhfd_log_probs".
     peft_reference.py logprobs MODEL_DIR - REFERENCE
         The same for a model directory alone (rlhfd's merged export), in transformers.
+    peft_reference.py export BASE_DIR ADAPTER_DIR MERGED_DIR
+        A trained job's two exports: the PEFT adapter over its base, and the merged model (bf16),
+        on the same random rows; prints, as JSON, their log-probs' relative difference and the
+        norm of the adapter's lora_B (zero at initialisation, so above zero once trained).
 """
 import json
 import os
@@ -83,5 +87,20 @@ def logprobs(model_dir, adapter_dir, reference):
     print(json.dumps({"max_abs_diff": (log_probs - ref["rlhfd_log_probs"]).abs().max().item()}))
 
 
+def export(base_dir, adapter_dir, merged_dir):
+    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).eval()
+    adapted = PeftModel.from_pretrained(base, adapter_dir).eval()
+    merged = AutoModelForCausalLM.from_pretrained(merged_dir, dtype="auto").eval()
+    assert merged.dtype == torch.bfloat16, merged.dtype
+    merged = merged.float()
+    ids, mask = inputs(base.config.vocab_size)
+    with torch.no_grad():
+        ours = next_token_log_probs(adapted, ids, mask)
+        theirs = next_token_log_probs(merged, ids, mask)
+    b_norm = sum(p.detach().pow(2).sum() for n, p in adapted.named_parameters() if "lora_B" in n)
+    print(json.dumps({"relative_error": ((ours - theirs).norm() / ours.norm()).item(),
+                      "lora_b_norm": b_norm.sqrt().item()}))
+
+
 if __name__ == "__main__":
-    {"make": make, "logprobs": logprobs}[sys.argv[1]](*sys.argv[2:])
+    {"make": make, "logprobs": logprobs, "export": export}[sys.argv[1]](*sys.argv[2:])
