@@ -11,8 +11,8 @@ absl::StatusOr<std::vector<std::string>> ResolveLoraTargets(
     const std::vector<std::string>& target_modules) {
   if (target_modules.empty()) {
     return absl::InvalidArgumentError(
-        "target_modules is empty: give \"all-linear\" or layers among q_proj, k_proj, v_proj, "
-        "o_proj, gate_proj, up_proj, down_proj");
+        "target_modules: is empty: give \"all-linear\" or layers among q_proj, k_proj, "
+        "v_proj, o_proj, gate_proj, up_proj, down_proj");
   }
   const bool all = std::find(target_modules.begin(), target_modules.end(), "all-linear") !=
                    target_modules.end();

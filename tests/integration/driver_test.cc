@@ -1564,13 +1564,30 @@ TEST_CASE("A LoRA actor learns the demo; its reference shares the base; its adap
   CHECK(report["relative_error"].get<double>() < 1e-2);
   CHECK(report["lora_b_norm"].get<double>() > 0.1);
 
-  // Learning off: 30 steps at lr 1e-12 stay at chance.
-  const std::string frozen =
-      cluster.Submit(ReadConfig("demo-digits-lora.yaml"),
-                     {"name=demo-digits-lora-frozen", "roles.actor.train.lr=1.0e-12",
-                      "trainer.total_steps=30", "trainer.val_every=0"});
+  // Learning off: 30 steps at lr 1e-12 stay at chance...
+  const std::vector<std::string> learning_off = {"roles.actor.train.lr=1.0e-12",
+                                                 "trainer.total_steps=30", "trainer.val_every=0"};
+  const auto submit = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), learning_off.begin(), learning_off.end());
+    return cluster.Submit(ReadConfig("demo-digits-lora.yaml"), more);
+  };
+  const std::string frozen = submit({"name=demo-digits-lora-frozen"});
   REQUIRE(cluster.WaitEnded(frozen, absl::Seconds(300)).state() == v1::JOB_STATE_SUCCEEDED);
   CHECK(MeanReward(cluster.Metrics(frozen), 21, 30) < 0.1);
+  // ...unless they start from the trained adapter (model.lora_adapter_path; its rank and alpha
+  // are taken with lora_rank 0): then they score as the trained job ended.
+  const std::string adapter_path = "model.lora_adapter_path=" + dir.path() + "/adapter";
+  const std::string seeded =
+      submit({"name=demo-digits-lora-seeded", "model.lora_rank=0", adapter_path});
+  REQUIRE(cluster.WaitEnded(seeded, absl::Seconds(300)).state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(MeanReward(cluster.Metrics(seeded), 1, 30) > 0.35);
+  // An adapter of another rank than the job's fails the job, naming both.
+  const v1::Job mismatch = cluster.WaitEnded(
+      submit({"name=demo-digits-lora-mismatch", "model.lora_rank=4", adapter_path}));
+  INFO(Describe(mismatch));
+  CHECK(mismatch.state() == v1::JOB_STATE_FAILED);
+  CHECK(absl::StrContains(Describe(mismatch), "holds rank 8, alpha 16"));
+  CHECK(absl::StrContains(Describe(mismatch), "but model.lora_rank is 4"));
 }
 
 // The steps of each line of a metrics.jsonl, in file order, and its rows by step.

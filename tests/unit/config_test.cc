@@ -223,6 +223,38 @@ TEST_CASE("multi_turn: verl's defaults, and what it needs", "[config]") {
   CHECK(ParseJobSpec(turns("enable: false, format: other"), "x.yaml").ok());
 }
 
+TEST_CASE("LoRA: verl's defaults, and what is refused", "[config]") {
+  const std::string yaml = kValidYaml;
+  const auto lora = [&](const std::string& keys) {
+    return Replace(yaml, "model: {path: /models/tiny}",
+                   "model: {path: /models/tiny, " + keys + "}");
+  };
+  auto spec = ParseJobSpec(lora("lora_rank: 8"), "x.yaml");
+  REQUIRE(spec.ok());
+  CHECK(spec->model().lora_alpha() == 16);
+  CHECK(std::vector<std::string>(spec->model().target_modules().begin(),
+                                 spec->model().target_modules().end()) ==
+        std::vector<std::string>{"all-linear"});
+  CHECK(spec->model().lora_adapter_path().empty());
+  CHECK(ParseJobSpec(lora("lora_rank: 8, target_modules: [q_proj, v_proj]"), "x.yaml").ok());
+  CHECK(ParseJobSpec(lora("lora_adapter_path: /adapters/a"), "x.yaml").ok());
+  CHECK_THAT(ErrorOf(lora("lora_rank: 2000")),
+             Catch::Contains("model.lora_rank: 2000 must be in [0, 1024]"));
+  CHECK_THAT(ErrorOf(lora("lora_rank: 8, lora_alpha: 0")),
+             Catch::Contains("model.lora_alpha: 0 must be positive"));
+  CHECK_THAT(ErrorOf(lora("lora_rank: 8, target_modules: [lm_head]")),
+             Catch::Contains("model.target_modules: 'lm_head' is not a linear layer of the "
+                             "decoder; give \"all-linear\" or layers among q_proj"));
+  CHECK_THAT(ErrorOf(lora("lora_rank: 8, target_modules: [all-linear, q_proj]")),
+             Catch::Contains("\"all-linear\" already names every layer; give it alone"));
+  CHECK_THAT(ErrorOf(lora("lora_rank: 8, target_modules: []")),
+             Catch::Contains("model.target_modules: is empty: give \"all-linear\""));
+  CHECK_THAT(ErrorOf(Replace(lora("lora_rank: 8"), "rollout: {n: 4}", "rollout: {n: 4, tp: 2}")),
+             Catch::Contains("roles.actor.rollout.tp: must be 1 with LoRA"));
+  // Off, the LoRA keys are not checked (verl's defaults with lora_rank 0).
+  CHECK(ParseJobSpec(lora("lora_alpha: 0, target_modules: [lm_head]"), "x.yaml").ok());
+}
+
 TEST_CASE("out-of-range values say the allowed range", "[config][errors]") {
   const std::string yaml = kValidYaml;
   CHECK_THAT(ErrorOf(With("trainer: {total_epochs: 0}\n")),
