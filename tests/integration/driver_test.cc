@@ -1564,6 +1564,29 @@ TEST_CASE("A LoRA actor learns the demo; its reference shares the base; its adap
   CHECK(report["relative_error"].get<double>() < 1e-2);
   CHECK(report["lora_b_norm"].get<double>() > 0.1);
 
+  // The checkpoint holds the adapters and their optimiser state, none of the frozen base.
+  absl::StatusOr<model::StateDict> saved =
+      model::StateDict::Load(dir.path() + "/checkpoints/step_150/actor/rank_0/state.safetensors");
+  REQUIRE(saved.ok());
+  int adapters = 0;
+  for (const std::string& name : saved->names()) {
+    INFO(name);
+    CHECK((absl::StrContains(name, ".lora_") || absl::StartsWith(name, "optimizer.")));
+    adapters += absl::StrContains(name, ".lora_") ? 1 : 0;
+  }
+  CHECK(adapters == 28);  // A and B on 7 layers of 2 decoder layers
+  // A job over the same checkpoint directory resumes from step 150's adapters (the base is
+  // model.path's again).
+  const std::string resumed = cluster.Submit(
+      ReadConfig("demo-digits-lora.yaml"),
+      {"name=demo-digits-lora-resumed", "trainer.total_steps=160", "trainer.save_every=-1",
+       "trainer.val_every=0", "trainer.checkpoint_dir=" + dir.path() + "/checkpoints"});
+  REQUIRE(cluster.WaitEnded(resumed, absl::Seconds(300)).state() == v1::JOB_STATE_SUCCEEDED);
+  const std::vector<v1::StepMetrics> resumed_history = cluster.Metrics(resumed);
+  REQUIRE(resumed_history.size() == 10);
+  CHECK(resumed_history.front().step() == 151);
+  CHECK(MeanReward(resumed_history, 151, 160) > 0.35);
+
   // Learning off: 30 steps at lr 1e-12 stay at chance...
   const std::vector<std::string> learning_off = {"roles.actor.train.lr=1.0e-12",
                                                  "trainer.total_steps=30", "trainer.val_every=0"};
