@@ -68,8 +68,16 @@ at::Tensor Project(const at::Tensor& weight, const at::Tensor& bias, const at::T
     return at::linear(autocast ? x : x.to(weight.scalar_type()), weight, bias);
   }
   at::Tensor flat = x.reshape({-1, x.size(-1)}).to(weight.scalar_type());
-  at::Tensor y = weight.is_cuda() ? at::mm(flat, weight.t(), at::kFloat)
-                                  : at::mm(flat.to(at::kFloat), weight.t().to(at::kFloat));
+  at::Tensor y;
+  if (!weight.is_cuda()) {
+    y = at::mm(flat.to(at::kFloat), weight.t().to(at::kFloat));
+  } else if (at::GradMode::is_enabled() && flat.requires_grad()) {
+    // The float32-output GEMM has no derivative: a frozen narrow weight that gradients pass
+    // through (a LoRA actor's base) takes the plain GEMM, its output rounded once more.
+    y = at::mm(flat, weight.t()).to(at::kFloat);
+  } else {
+    y = at::mm(flat, weight.t(), at::kFloat);
+  }
   if (bias.defined()) y = y + bias.to(at::kFloat);
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = weight.size(0);
