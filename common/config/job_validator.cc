@@ -285,11 +285,6 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
       check.Fail("model.target_modules", std::string(absl::StripPrefix(
                                              layers.status().message(), "target_modules: ")));
     }
-    if (spec->roles().actor().rollout().tp() > 1) {
-      check.Fail("roles.actor.rollout.tp",
-                 "must be 1 with LoRA (model.lora_rank): the tensor-parallel rollout does not "
-                 "merge adapters yet");
-    }
   }
 
   // data

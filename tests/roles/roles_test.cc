@@ -161,6 +161,11 @@ TEST_CASE("a LoRA actor's steps equal one process, split and colocated", "[roles
                                                     "roles.reward.gpus=2"})),
                            2, 2);
   }
+  SECTION("PPO split (greedy), rollout tp 2: the slices are cut from the merged weights") {
+    CheckAgainstOneProcess(TestSpec(kPpoJob, with({"roles.actor.rollout.tp=2", "trainer.device=cpu",
+                                                   "trainer.verify_weight_sync=1"})),
+                           4, 2);
+  }
   SECTION("PPO split (greedy), ZeRO-3 asked for: the adapters train under ZeRO-2") {
     CheckAgainstOneProcess(TestSpec(kPpoJob, with({"roles.actor.train.zero_stage=3"})), 4, 2);
   }

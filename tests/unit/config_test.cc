@@ -249,8 +249,6 @@ TEST_CASE("LoRA: verl's defaults, and what is refused", "[config]") {
              Catch::Contains("\"all-linear\" already names every layer; give it alone"));
   CHECK_THAT(ErrorOf(lora("lora_rank: 8, target_modules: []")),
              Catch::Contains("model.target_modules: is empty: give \"all-linear\""));
-  CHECK_THAT(ErrorOf(Replace(lora("lora_rank: 8"), "rollout: {n: 4}", "rollout: {n: 4, tp: 2}")),
-             Catch::Contains("roles.actor.rollout.tp: must be 1 with LoRA"));
   // Off, the LoRA keys are not checked (verl's defaults with lora_rank 0).
   CHECK(ParseJobSpec(lora("lora_alpha: 0, target_modules: [lm_head]"), "x.yaml").ok());
 }
