@@ -7,7 +7,7 @@
 # Layout: OUT_DIR/bin (daemons, extras), OUT_DIR/lib (libraries; RPATH $ORIGIN/../lib),
 # OUT_DIR/share/rlhfd/reward_runner.py (Python reward functions) and OUT_DIR/env.sh, which finds the host's LibTorch and CUDA libraries for LibTorch binaries.
 # LibTorch, CUDA, NCCL and glibc/libstdc++ are not copied: the target supplies them. A release
-# adds VERSION, configs/, the systemd units and Slurm script, and demo.sh with the demo's tiny
+# adds VERSION, configs/, the systemd units, Slurm script and Kubernetes manifests, and demo.sh with the demo's tiny
 # model and data, so `./demo.sh` runs the README's main job from the unpacked folder.
 # The controller's Parquet reader (lib/librlhfd_parquet.so with Arrow, about 60 MB) comes along
 # when built; RLHFD_BUNDLE_PARQUET=0 leaves it out (the controller then reads JSONL only), e.g.
@@ -97,9 +97,11 @@ ENV
 if [[ -n "${tarball}" ]]; then
   echo "${version}" > "${out}/VERSION"
   cp -r "${repo_root}/configs" "${out}/configs"
-  mkdir -p "${out}/systemd" "${out}/slurm" "${out}/tests/fixtures/models" "${out}/tests/fixtures/data"
+  mkdir -p "${out}/systemd" "${out}/slurm" "${out}/kubernetes" "${out}/tests/fixtures/models" \
+    "${out}/tests/fixtures/data"
   cp "${repo_root}"/deploy/systemd/*.service "${out}/systemd/"
   cp "${repo_root}"/deploy/slurm/*.sbatch "${out}/slurm/"
+  cp "${repo_root}"/deploy/kubernetes/*.yaml "${out}/kubernetes/"
   cp "${repo_root}/deploy/demo.sh" "${out}/demo.sh"
   # The demo job's model and data, where configs/demo-digits.yaml names them.
   cp -r "${repo_root}/tests/fixtures/models/tiny-qwen2" "${out}/tests/fixtures/models/"
