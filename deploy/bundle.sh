@@ -7,8 +7,9 @@
 # Layout: OUT_DIR/bin (daemons, extras), OUT_DIR/lib (libraries; RPATH $ORIGIN/../lib),
 # OUT_DIR/share/rlhfd/reward_runner.py (Python reward functions) and OUT_DIR/env.sh, which finds the host's LibTorch and CUDA libraries for LibTorch binaries.
 # LibTorch, CUDA, NCCL and glibc/libstdc++ are not copied: the target supplies them. A release
-# adds VERSION, configs/, the systemd units, Slurm script and Kubernetes manifests, and demo.sh with the demo's tiny
-# model and data, so `./demo.sh` runs the README's main job from the unpacked folder.
+# adds VERSION, configs/, the systemd units, Slurm script and Kubernetes manifests, and demo.sh
+# with the demo's tiny model and data, so `./demo.sh` runs the README's main job from the
+# unpacked folder.
 # The controller's Parquet reader (lib/librlhfd_parquet.so with Arrow, about 60 MB) comes along
 # when built; RLHFD_BUNDLE_PARQUET=0 leaves it out (the controller then reads JSONL only), e.g.
 # for a GPU machine that is lent folders of at most 64 MiB.
