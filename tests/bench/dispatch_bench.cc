@@ -4,13 +4,25 @@
 // gRPC stage clients to them, split over actor (1/2 of the workers), critic (1/4), reference and
 // reward model (1/8 each). What is measured is the control plane alone: each stage call's round
 // trip, each stage's fan-out to its pool (issue to last reply), and steps per second.
+// With --worker_processes=K the simulated workers are K child processes of this one (the same
+// binary, serving N/K each), so this process holds only the driver and its clients: its own CPU
+// time per step and per call (getrusage) is the controller's dispatch cost, apart from the
+// workers'. Without it (0) everything shares this process and its CPU time counts the servers.
 //   dispatch_bench --workers=64,256 --steps=200 --warmup=20
+//   dispatch_bench --workers=256,1024 --worker_processes=4 --steps=60 --warmup=5
 // Prints one JSON line per worker count and a table.
 #include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -31,6 +43,10 @@ ABSL_FLAG(std::string, workers, "64,256", "Comma-separated simulated worker coun
 ABSL_FLAG(int, steps, 200, "Timed PPO steps per worker count");
 ABSL_FLAG(int, warmup, 20, "Untimed steps first");
 ABSL_FLAG(int, prompts_per_actor, 4, "Prompts per actor rank per step (request payload)");
+ABSL_FLAG(int, worker_processes, 0,
+          "Child processes holding the simulated workers (0: this process holds them)");
+ABSL_FLAG(int, serve_workers, 0, "Internal: serve this many simulated workers and wait");
+ABSL_FLAG(std::string, serve_port_file, "", "Internal: where a child writes its ports");
 
 namespace rlhfd {
 namespace {
@@ -81,6 +97,124 @@ class TimedStages final : public stages::StageService {
   std::vector<double>& samples_ms_;
 };
 
+// Simulated workers: `count` servers of `stages` on loopback ports; their ports. The servers
+// and services are kept in `servers` and `services`.
+absl::StatusOr<std::vector<int>> StartServers(
+    int count, stages::StageService& stages,
+    std::vector<std::unique_ptr<worker::WorkerServiceImpl>>& services,
+    std::vector<std::unique_ptr<grpc::Server>>& servers) {
+  std::vector<int> ports(count);
+  for (int i = 0; i < count; ++i) {
+    services.push_back(std::make_unique<worker::WorkerServiceImpl>(
+        nullptr, &stages, [] { return worker::HostedStatus{}; }, [] { return std::string(kToken); },
+        0));
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &ports[i]);
+    builder.RegisterService(services.back().get());
+    servers.push_back(builder.BuildAndStart());
+    if (!servers.back() || ports[i] == 0) {
+      return absl::InternalError(absl::StrCat("simulated worker ", i, " did not start"));
+    }
+  }
+  return ports;
+}
+
+// A child: serves --serve_workers workers, writes their ports, and lives until its stdin (a pipe
+// from the parent) closes.
+int Serve() {
+  EmptyStages stages;
+  std::vector<std::unique_ptr<worker::WorkerServiceImpl>> services;
+  std::vector<std::unique_ptr<grpc::Server>> servers;
+  absl::StatusOr<std::vector<int>> ports =
+      StartServers(absl::GetFlag(FLAGS_serve_workers), stages, services, servers);
+  if (!ports.ok()) {
+    std::cerr << "error: " << ports.status().message() << "\n";
+    return 1;
+  }
+  const std::string path = absl::GetFlag(FLAGS_serve_port_file);
+  {
+    std::ofstream out(path + ".tmp");
+    for (int port : *ports) out << port << "\n";
+  }
+  std::filesystem::rename(path + ".tmp", path);
+  char byte;
+  while (::read(0, &byte, 1) > 0) {
+  }
+  for (auto& server : servers) server->Shutdown(std::chrono::system_clock::now());
+  return 0;
+}
+
+// The children serving `workers` simulated workers in `processes` processes; killed and reaped
+// on destruction.
+class WorkerProcesses {
+ public:
+  ~WorkerProcesses() {
+    for (int fd : stdin_fds_) ::close(fd);
+    for (pid_t pid : pids_) {
+      ::kill(pid, SIGTERM);
+      ::waitpid(pid, nullptr, 0);
+    }
+    std::error_code error;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, error);
+  }
+
+  absl::StatusOr<std::vector<int>> Start(int workers, int processes) {
+    char dir_template[] = "/tmp/dispatch-bench-XXXXXX";
+    if (::mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
+    dir_ = dir_template;
+    std::vector<std::string> files;
+    for (int k = 0; k < processes; ++k) {
+      const int count = workers / processes + (k < workers % processes ? 1 : 0);
+      files.push_back(absl::StrCat(dir_, "/ports.", k));
+      int pipe_fds[2];
+      if (::pipe(pipe_fds) != 0) return absl::InternalError("pipe failed");
+      posix_spawn_file_actions_t actions;
+      posix_spawn_file_actions_init(&actions);
+      posix_spawn_file_actions_adddup2(&actions, pipe_fds[0], 0);
+      posix_spawn_file_actions_addclose(&actions, pipe_fds[1]);
+      const std::vector<std::string> args = {"dispatch_bench",
+                                             absl::StrCat("--serve_workers=", count),
+                                             "--serve_port_file=" + files.back()};
+      std::vector<char*> argv;
+      for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+      argv.push_back(nullptr);
+      pid_t pid = 0;
+      const int spawned =
+          ::posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
+      posix_spawn_file_actions_destroy(&actions);
+      ::close(pipe_fds[0]);
+      if (spawned != 0) {
+        ::close(pipe_fds[1]);
+        return absl::InternalError("cannot start a worker process");
+      }
+      pids_.push_back(pid);
+      stdin_fds_.push_back(pipe_fds[1]);
+    }
+    std::vector<int> ports;
+    for (const std::string& file : files) {
+      for (int waited = 0; !std::filesystem::exists(file); ++waited) {
+        if (waited > 1200) return absl::DeadlineExceededError("a worker process did not start");
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      std::ifstream in(file);
+      for (int port; in >> port;) ports.push_back(port);
+    }
+    return ports;
+  }
+
+ private:
+  std::string dir_;
+  std::vector<pid_t> pids_;
+  std::vector<int> stdin_fds_;
+};
+
+double CpuSeconds() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
+
 double Percentile(std::vector<double> values, double p) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
@@ -93,25 +227,22 @@ struct Result {
   double call_p50 = 0, call_p99 = 0, stage_p50 = 0, stage_p99 = 0, stage_max = 0;
   double steps_per_s = 0;
   int64_t calls = 0, stages = 0;
+  int worker_processes = 0;
+  double cpu_ms_per_step = 0, cpu_us_per_call = 0, cpu_share = 0;  // this process's
 };
 
-absl::StatusOr<Result> Run(int workers, int steps, int warmup, int prompts_per_actor) {
-  // The simulated workers: one server each, on a port of its own.
+absl::StatusOr<Result> Run(int workers, int steps, int warmup, int prompts_per_actor,
+                           int worker_processes) {
+  // The simulated workers: one server each, on a port of its own, here or in child processes.
   EmptyStages stages;
   std::vector<std::unique_ptr<worker::WorkerServiceImpl>> services;
   std::vector<std::unique_ptr<grpc::Server>> servers;
-  std::vector<int> ports(workers);
-  for (int i = 0; i < workers; ++i) {
-    services.push_back(std::make_unique<worker::WorkerServiceImpl>(
-        nullptr, &stages, [] { return worker::HostedStatus{}; }, [] { return std::string(kToken); },
-        0));
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &ports[i]);
-    builder.RegisterService(services.back().get());
-    servers.push_back(builder.BuildAndStart());
-    if (!servers.back() || ports[i] == 0) {
-      return absl::InternalError(absl::StrCat("simulated worker ", i, " did not start"));
-    }
+  WorkerProcesses children;
+  std::vector<int> ports;
+  if (worker_processes > 0) {
+    ASSIGN_OR_RETURN(ports, children.Start(workers, worker_processes));
+  } else {
+    ASSIGN_OR_RETURN(ports, StartServers(workers, stages, services, servers));
   }
   std::mutex mutex;
   std::vector<double> calls_ms;
@@ -129,7 +260,7 @@ absl::StatusOr<Result> Run(int workers, int steps, int warmup, int prompts_per_a
   RETURN_IF_ERROR(job.Start(steps + warmup));
   const int64_t actors = spec.roles().actor().gpus();
   std::vector<double> stages_ms;
-  double timed_seconds = 0;
+  double timed_seconds = 0, cpu_before = 0;
   for (int step = 1; step <= warmup + steps; ++step) {
     controller::StepPlan plan{.step = step, .seed = static_cast<uint64_t>(step)};
     for (int64_t p = 0; p < actors * prompts_per_actor; ++p) {
@@ -141,6 +272,7 @@ absl::StatusOr<Result> Run(int workers, int steps, int warmup, int prompts_per_a
     if (step == warmup + 1) {
       std::lock_guard<std::mutex> lock(mutex);
       calls_ms.clear();
+      cpu_before = CpuSeconds();
     }
     ASSIGN_OR_RETURN(const controller::Metrics metrics, job.RunStep(plan));
     if (step <= warmup) continue;
@@ -151,15 +283,20 @@ absl::StatusOr<Result> Run(int workers, int steps, int warmup, int prompts_per_a
       }
     }
   }
+  const double cpu_seconds = CpuSeconds() - cpu_before;
   job.End();
   Result result;
   result.workers = workers;
+  result.worker_processes = worker_processes;
+  result.cpu_ms_per_step = cpu_seconds * 1000 / steps;
+  result.cpu_share = cpu_seconds / std::max(timed_seconds, 1e-9);
   {
     std::lock_guard<std::mutex> lock(mutex);
     result.call_p50 = Percentile(calls_ms, 0.50);
     result.call_p99 = Percentile(calls_ms, 0.99);
     result.calls = static_cast<int64_t>(calls_ms.size());
   }
+  result.cpu_us_per_call = cpu_seconds * 1e6 / std::max<int64_t>(1, result.calls);
   result.stage_p50 = Percentile(stages_ms, 0.50);
   result.stage_p99 = Percentile(stages_ms, 0.99);
   result.stage_max = Percentile(stages_ms, 1.0);
@@ -171,6 +308,7 @@ absl::StatusOr<Result> Run(int workers, int steps, int warmup, int prompts_per_a
 }
 
 int Main() {
+  if (absl::GetFlag(FLAGS_serve_workers) > 0) return Serve();
   std::vector<Result> results;
   for (absl::string_view item : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
     int workers = 0;
@@ -180,7 +318,7 @@ int Main() {
     }
     absl::StatusOr<Result> result =
         Run(workers, absl::GetFlag(FLAGS_steps), absl::GetFlag(FLAGS_warmup),
-            absl::GetFlag(FLAGS_prompts_per_actor));
+            absl::GetFlag(FLAGS_prompts_per_actor), absl::GetFlag(FLAGS_worker_processes));
     if (!result.ok()) {
       std::cerr << "error: " << result.status().message() << "\n";
       return 1;
@@ -194,16 +332,23 @@ int Main() {
                                 {"stage_p50_ms", result->stage_p50},
                                 {"stage_p99_ms", result->stage_p99},
                                 {"stage_max_ms", result->stage_max},
-                                {"steps_per_s", result->steps_per_s}}
+                                {"steps_per_s", result->steps_per_s},
+                                {"worker_processes", result->worker_processes},
+                                {"cpu_ms_per_step", result->cpu_ms_per_step},
+                                {"cpu_us_per_call", result->cpu_us_per_call},
+                                {"cpu_share", result->cpu_share}}
                      .dump()
               << std::endl;
     results.push_back(*result);
   }
-  std::printf("\n%8s %12s %12s %13s %13s %12s %10s\n", "workers", "call p50 ms", "call p99 ms",
-              "stage p50 ms", "stage p99 ms", "stage max ms", "steps/s");
+  // CPU: this process's (with worker processes, the driver's alone).
+  std::printf("\n%8s %12s %12s %13s %13s %12s %10s %12s %12s\n", "workers", "call p50 ms",
+              "call p99 ms", "stage p50 ms", "stage p99 ms", "stage max ms", "steps/s",
+              "cpu ms/step", "cpu us/call");
   for (const Result& r : results) {
-    std::printf("%8d %12.3f %12.3f %13.3f %13.3f %12.3f %10.1f\n", r.workers, r.call_p50,
-                r.call_p99, r.stage_p50, r.stage_p99, r.stage_max, r.steps_per_s);
+    std::printf("%8d %12.3f %12.3f %13.3f %13.3f %12.3f %10.1f %12.2f %12.1f\n", r.workers,
+                r.call_p50, r.call_p99, r.stage_p50, r.stage_p99, r.stage_max, r.steps_per_s,
+                r.cpu_ms_per_step, r.cpu_us_per_call);
   }
   return 0;
 }
