@@ -12,6 +12,7 @@
 //   dispatch_bench --workers=256,1024 --worker_processes=4 --steps=60 --warmup=5
 // Prints one JSON line per worker count and a table.
 #include <grpcpp/grpcpp.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/resource.h>
@@ -167,7 +168,8 @@ class WorkerProcesses {
       const int count = workers / processes + (k < workers % processes ? 1 : 0);
       files.push_back(absl::StrCat(dir_, "/ports.", k));
       int pipe_fds[2];
-      if (::pipe(pipe_fds) != 0) return absl::InternalError("pipe failed");
+      // Close-on-exec: a later child must not hold an earlier one's stdin open.
+      if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
       posix_spawn_file_actions_t actions;
       posix_spawn_file_actions_init(&actions);
       posix_spawn_file_actions_adddup2(&actions, pipe_fds[0], 0);

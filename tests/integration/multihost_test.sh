@@ -39,6 +39,7 @@ cleanup() {
   if [[ "${keep:-0}" == 1 ]]; then echo "multihost_test: logs kept in ${run}"; else rm -rf "${run}"; fi
 }
 trap cleanup EXIT
+trap 'keep=1; echo "multihost_test: FAILED at line ${LINENO}: ${BASH_COMMAND}"' ERR
 fail() {
   echo "multihost_test: FAILED: $*"
   keep=1
@@ -68,10 +69,13 @@ done
 cut() { ip -n "${prefix}-br" link set "${prefix}b$1" down; }
 heal() { ip -n "${prefix}-br" link set "${prefix}b$1" up; }
 on() { local host=$1; shift; ip netns exec "${prefix}-h${host}" "$@"; }
+# As `on`, for a daemon started with `&`: the background shell becomes the daemon (ip netns exec
+# execs it too), so $! is the daemon's pid and the cleanup's kill reaches it.
+spawn_on() { local host=$1; shift; exec ip netns exec "${prefix}-h${host}" "$@"; }
 
 # The controller on host 0: heartbeats every 0.5 s, a worker lost after 3 s of silence.
 controller="${net}.1:50051"
-on 0 "${build}/controller/rlhfd-controller" --state_dir="${run}/state" --listen="${controller}" \
+spawn_on 0 "${build}/controller/rlhfd-controller" --state_dir="${run}/state" --listen="${controller}" \
   --heartbeat_interval=500ms --liveness_window=3s --stage_timeout=30s --collective_timeout=5s \
   > "${run}/controller.log" 2>&1 &
 pids+=($!)
@@ -81,14 +85,24 @@ ctl() { (cd "${repo}" && on 0 "${build}/controller/rlhfctl" --controller="${cont
   --token_file="${run}/state/token" "$@"); }
 start_worker() {
   local host=$1
-  OMP_NUM_THREADS=1 on "${host}" "${build}/worker/rlhfd-worker" --controller="${controller}" \
+  OMP_NUM_THREADS=1 spawn_on "${host}" "${build}/worker/rlhfd-worker" --controller="${controller}" \
     --token_file="${run}/state/token" --device=cpu --listen="${net}.$((host + 1)):0" \
     --worker_id="host-${host}" >> "${run}/worker${host}.log" 2>&1 &
   pids+=($!)
 }
 for ((i = 1; i < hosts; ++i)); do start_worker "${i}"; done
-# $1 evaluated on the JSON of stdin (a GetJob reply's job unwrapped).
-json() { python3 -c "import json, sys; data = json.load(sys.stdin); data = data.get('job', data); print($1)"; }
+# $1 evaluated on the JSON of stdin (a GetJob reply's job unwrapped); ${2:-0} when rlhfctl
+# printed none (a call that failed while the controller was busy recovering).
+json() {
+  python3 -c "
+import json, sys
+try:
+    data = json.load(sys.stdin)
+    data = data.get('job', data)
+    print($1)
+except Exception:
+    print('${2:-0}')"
+}
 workers_in() {  # how many workers are in state $1
   ctl --json workers | json "sum(1 for w in data.get('workers', []) if w.get('state', '') == '$1')"
 }
@@ -102,7 +116,10 @@ job=$(ctl submit configs/tiny-ppo-cpu.yaml "trainer.total_steps=${total}" traine
 [[ -n "${job}" ]] || fail "submission failed"
 status() { ctl --json status "${job}"; }
 host_of() {  # the host (1-6) holding role $1 now
-  status | json "[w for p in data.get('placement', []) if p['role'] == '$1' for w in p['worker_ids']][0].split('-')[1]"
+  local host
+  host=$(status | json "[w for p in data.get('placement', []) if p['role'] == '$1' for w in p['worker_ids']][0].split('-')[1]" "")
+  [[ "${host}" =~ ^[1-6]$ ]] || fail "no host holds the $1"
+  echo "${host}"
 }
 step() { status | json "int(data.get('progress', {}).get('current_step', 0))"; }
 restarts() { status | json "int(data.get('progress', {}).get('restarts', 0))"; }
@@ -159,7 +176,7 @@ heal "${reference_host}"
 echo "multihost_test: host ${reference_host} (the reference) cut for 1 s"
 
 for _ in $(seq 900); do
-  state=$(status | json "data.get('state', '')")
+  state=$(status | json "data.get('state', '')" "")
   [[ "${state}" == JOB_STATE_SUCCEEDED || "${state}" == JOB_STATE_FAILED ]] && break
   sleep 0.2
 done
