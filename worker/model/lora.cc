@@ -29,7 +29,6 @@ constexpr char kAdapterWeights[] = "adapter_model.safetensors";
 
 struct AdaptedLayer {
   std::string name;  // "model.layers.0.self_attn.q_proj"
-  torch::nn::Linear layer;
   torch::nn::Linear a, b;
 };
 
@@ -37,8 +36,7 @@ struct AdaptedLayer {
 std::vector<AdaptedLayer> AdaptedLayers(Transformer& model) {
   std::vector<AdaptedLayer> found;
   for (const auto& item : model->named_modules()) {
-    auto* linear = item.value()->as<torch::nn::LinearImpl>();
-    if (linear == nullptr) continue;
+    if (item.value()->as<torch::nn::LinearImpl>() == nullptr) continue;
     std::shared_ptr<torch::nn::Module> a, b;
     for (const auto& child : item.value()->named_children()) {
       if (child.key() == "lora_A") a = child.value();
@@ -46,8 +44,6 @@ std::vector<AdaptedLayer> AdaptedLayers(Transformer& model) {
     }
     if (a == nullptr || b == nullptr) continue;
     found.push_back({.name = item.key(),
-                     .layer = torch::nn::Linear(std::dynamic_pointer_cast<torch::nn::LinearImpl>(
-                         item.value())),
                      .a = torch::nn::Linear(std::dynamic_pointer_cast<torch::nn::LinearImpl>(a)),
                      .b = torch::nn::Linear(std::dynamic_pointer_cast<torch::nn::LinearImpl>(b))});
   }

@@ -33,9 +33,14 @@ class TrainedRole : public HostedRole {
   virtual int64_t nonfinite_skips() const = 0;
   virtual void set_nonfinite_skips(int64_t skips) = 0;
 
+  // The training state, and the frozen parameters it leaves out (a LoRA actor's base, which a
+  // reference on the same worker reads through the actor).
   std::vector<at::Tensor> ResidentTensors() override {
     std::vector<at::Tensor> tensors;
     for (auto& [name, tensor] : trained().StateTensors()) tensors.push_back(tensor);
+    for (const at::Tensor& p : trained().module()->parameters()) {
+      if (!p.requires_grad()) tensors.push_back(p);
+    }
     return tensors;
   }
 };
