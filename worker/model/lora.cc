@@ -240,16 +240,8 @@ absl::Status LoadPeftAdapter(Transformer& model, const std::string& dir) {
   if (expected.empty()) {
     return absl::FailedPreconditionError("the model has no LoRA adapters to load into");
   }
-  if (missing.empty() && mismatched.empty() && unexpected.empty()) return absl::OkStatus();
-  std::string message = absl::StrCat(path, " does not match the model's adapters:");
-  if (!missing.empty()) absl::StrAppend(&message, "\n  missing: ", absl::StrJoin(missing, ", "));
-  if (!unexpected.empty()) {
-    absl::StrAppend(&message, "\n  unexpected: ", absl::StrJoin(unexpected, ", "));
-  }
-  if (!mismatched.empty()) {
-    absl::StrAppend(&message, "\n  wrong shape: ", absl::StrJoin(mismatched, ", "));
-  }
-  return absl::InvalidArgumentError(message);
+  return TensorMismatch(absl::StrCat(path, " does not match the model's adapters:"), missing,
+                        unexpected, mismatched);
 }
 
 absl::Status WritePeftAdapter(Transformer& model, const LoraOptions& options,

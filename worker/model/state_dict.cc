@@ -34,6 +34,21 @@ std::string ShapeString(at::IntArrayRef shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
+absl::Status TensorMismatch(const std::string& header, const std::vector<std::string>& missing,
+                            const std::vector<std::string>& unexpected,
+                            const std::vector<std::string>& wrong_shape) {
+  if (missing.empty() && unexpected.empty() && wrong_shape.empty()) return absl::OkStatus();
+  std::string message = header;
+  if (!missing.empty()) absl::StrAppend(&message, "\n  missing: ", absl::StrJoin(missing, ", "));
+  if (!unexpected.empty()) {
+    absl::StrAppend(&message, "\n  unexpected: ", absl::StrJoin(unexpected, ", "));
+  }
+  if (!wrong_shape.empty()) {
+    absl::StrAppend(&message, "\n  wrong shape: ", absl::StrJoin(wrong_shape, ", "));
+  }
+  return absl::InvalidArgumentError(message);
+}
+
 absl::Status StateDict::AddFile(const std::string& path) {
   ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, MappedFile::Open(path));
   ASSIGN_OR_RETURN(SafetensorsHeader header, ParseSafetensorsHeader(file->bytes(), path));

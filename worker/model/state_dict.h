@@ -54,4 +54,10 @@ at::ScalarType ToScalarType(TensorDtype dtype);
 // "[64, 160]" for error messages.
 std::string ShapeString(at::IntArrayRef shape);
 
+// INVALID_ARGUMENT for tensors that do not fill what they should: `header`, then a line each for
+// the missing, unexpected and wrong-shaped names that there are. OK when all three are empty.
+absl::Status TensorMismatch(const std::string& header, const std::vector<std::string>& missing,
+                            const std::vector<std::string>& unexpected,
+                            const std::vector<std::string>& wrong_shape);
+
 }  // namespace rlhfd::model

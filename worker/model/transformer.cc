@@ -504,16 +504,7 @@ absl::Status LoadWeights(Transformer& model, const StateDict& weights,
     if (ignored.count(name)) continue;
     if (!expected.count(name)) unexpected.push_back(name);
   }
-  if (missing.empty() && mismatched.empty() && unexpected.empty()) return absl::OkStatus();
-  std::string message = "checkpoint does not match the model:";
-  if (!missing.empty()) absl::StrAppend(&message, "\n  missing: ", absl::StrJoin(missing, ", "));
-  if (!unexpected.empty()) {
-    absl::StrAppend(&message, "\n  unexpected: ", absl::StrJoin(unexpected, ", "));
-  }
-  if (!mismatched.empty()) {
-    absl::StrAppend(&message, "\n  wrong shape: ", absl::StrJoin(mismatched, ", "));
-  }
-  return absl::InvalidArgumentError(message);
+  return TensorMismatch("checkpoint does not match the model:", missing, unexpected, mismatched);
 }
 
 }  // namespace rlhfd::model
