@@ -12,11 +12,7 @@
 //   dispatch_bench --workers=256,1024 --worker_processes=4 --steps=60 --warmup=5
 // Prints one JSON line per worker count and a table.
 #include <grpcpp/grpcpp.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,6 +33,7 @@
 #include "common/rpc/grpc_options.h"
 #include "common/status/status_macros.h"
 #include "controller/driver/job_stages.h"
+#include "tests/bench/child_processes.h"
 #include "tests/bench/simulated_job.h"
 #include "worker/service/worker_service.h"
 
@@ -138,77 +135,35 @@ int Serve() {
     for (int port : *ports) out << port << "\n";
   }
   std::filesystem::rename(path + ".tmp", path);
-  char byte;
-  while (::read(0, &byte, 1) > 0) {
-  }
+  bench::WaitForStdinToClose();
   for (auto& server : servers) server->Shutdown(std::chrono::system_clock::now());
   return 0;
 }
 
-// The children serving `workers` simulated workers in `processes` processes; killed and reaped
-// on destruction.
-class WorkerProcesses {
- public:
-  ~WorkerProcesses() {
-    for (int fd : stdin_fds_) ::close(fd);
-    for (pid_t pid : pids_) {
-      ::kill(pid, SIGTERM);
-      ::waitpid(pid, nullptr, 0);
-    }
-    std::error_code error;
-    if (!dir_.empty()) std::filesystem::remove_all(dir_, error);
+// The children serving `workers` simulated workers in `processes` processes, and their ports.
+absl::StatusOr<std::vector<int>> StartWorkerProcesses(int workers, int processes,
+                                                      const std::string& dir,
+                                                      bench::ChildProcesses& children) {
+  std::vector<std::string> files;
+  for (int k = 0; k < processes; ++k) {
+    const int count = workers / processes + (k < workers % processes ? 1 : 0);
+    files.push_back(absl::StrCat(dir, "/ports.", k));
+    RETURN_IF_ERROR(children
+                        .Start("/proc/self/exe", {absl::StrCat("--serve_workers=", count),
+                                                  "--serve_port_file=" + files.back()})
+                        .status());
   }
-
-  absl::StatusOr<std::vector<int>> Start(int workers, int processes) {
-    char dir_template[] = "/tmp/dispatch-bench-XXXXXX";
-    if (::mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
-    dir_ = dir_template;
-    std::vector<std::string> files;
-    for (int k = 0; k < processes; ++k) {
-      const int count = workers / processes + (k < workers % processes ? 1 : 0);
-      files.push_back(absl::StrCat(dir_, "/ports.", k));
-      int pipe_fds[2];
-      // Close-on-exec: a later child must not hold an earlier one's stdin open.
-      if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
-      posix_spawn_file_actions_t actions;
-      posix_spawn_file_actions_init(&actions);
-      posix_spawn_file_actions_adddup2(&actions, pipe_fds[0], 0);
-      posix_spawn_file_actions_addclose(&actions, pipe_fds[1]);
-      const std::vector<std::string> args = {"dispatch_bench",
-                                             absl::StrCat("--serve_workers=", count),
-                                             "--serve_port_file=" + files.back()};
-      std::vector<char*> argv;
-      for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
-      argv.push_back(nullptr);
-      pid_t pid = 0;
-      const int spawned =
-          ::posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
-      posix_spawn_file_actions_destroy(&actions);
-      ::close(pipe_fds[0]);
-      if (spawned != 0) {
-        ::close(pipe_fds[1]);
-        return absl::InternalError("cannot start a worker process");
-      }
-      pids_.push_back(pid);
-      stdin_fds_.push_back(pipe_fds[1]);
+  std::vector<int> ports;
+  for (const std::string& file : files) {
+    for (int waited = 0; !std::filesystem::exists(file); ++waited) {
+      if (waited > 1200) return absl::DeadlineExceededError("a worker process did not start");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    std::vector<int> ports;
-    for (const std::string& file : files) {
-      for (int waited = 0; !std::filesystem::exists(file); ++waited) {
-        if (waited > 1200) return absl::DeadlineExceededError("a worker process did not start");
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-      std::ifstream in(file);
-      for (int port; in >> port;) ports.push_back(port);
-    }
-    return ports;
+    std::ifstream in(file);
+    for (int port; in >> port;) ports.push_back(port);
   }
-
- private:
-  std::string dir_;
-  std::vector<pid_t> pids_;
-  std::vector<int> stdin_fds_;
-};
+  return ports;
+}
 
 double CpuSeconds() {
   rusage usage{};
@@ -239,10 +194,17 @@ absl::StatusOr<Result> Run(int workers, int steps, int warmup, int prompts_per_a
   EmptyStages stages;
   std::vector<std::unique_ptr<worker::WorkerServiceImpl>> services;
   std::vector<std::unique_ptr<grpc::Server>> servers;
-  WorkerProcesses children;
+  bench::ChildProcesses children;
   std::vector<int> ports;
   if (worker_processes > 0) {
-    ASSIGN_OR_RETURN(ports, children.Start(workers, worker_processes));
+    char dir_template[] = "/tmp/dispatch-bench-XXXXXX";
+    if (::mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
+    absl::StatusOr<std::vector<int>> started =
+        StartWorkerProcesses(workers, worker_processes, dir_template, children);
+    std::error_code error;
+    std::filesystem::remove_all(dir_template, error);
+    if (!started.ok()) return started.status();
+    ports = *std::move(started);
   } else {
     ASSIGN_OR_RETURN(ports, StartServers(workers, stages, services, servers));
   }

@@ -8,10 +8,6 @@
 //   registry_bench --controller_bin=build/controller/rlhfd-controller --workers=1024,4096
 // Prints one JSON line per worker count and a table.
 #include <grpcpp/grpcpp.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -29,7 +25,9 @@
 #include "absl/strings/str_split.h"
 #include "common/rpc/auth.h"
 #include "common/rpc/grpc_options.h"
+#include "common/status/status_macros.h"
 #include "rlhfd/v1/cluster_service.grpc.pb.h"
+#include "tests/bench/child_processes.h"
 #include "worker/service/controller_link.h"
 
 ABSL_FLAG(std::string, controller_bin, "build/controller/rlhfd-controller",
@@ -68,9 +66,7 @@ int Serve() {
     // A port nothing listens on: the controller is never asked to call these workers.
     links.back()->Start(absl::StrCat("sim-", first + i), absl::StrCat("127.0.0.1:", 9 + i % 2));
   }
-  char byte;
-  while (::read(0, &byte, 1) > 0) {
-  }
+  bench::WaitForStdinToClose();
   for (auto& link : links) link->Stop();
   return 0;
 }
@@ -97,22 +93,6 @@ double ResidentMiB(pid_t pid) {
   return 0;
 }
 
-pid_t Spawn(const std::vector<std::string>& args, int stdin_fd, const std::string& log) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (stdin_fd >= 0) posix_spawn_file_actions_adddup2(&actions, stdin_fd, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  std::vector<char*> argv;
-  for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  const int spawned =
-      ::posix_spawn(&pid, args[0].c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  return spawned == 0 ? pid : -1;
-}
-
 struct Result {
   int workers = 0;
   double registration_s = 0, cpu_share = 0, rss_mib = 0, heartbeats_per_s = 0;
@@ -121,13 +101,16 @@ struct Result {
 absl::StatusOr<Result> Run(int workers, const std::string& dir) {
   const std::string state = absl::StrCat(dir, "/state-", workers);
   const std::string port_file = state + ".port";
-  const pid_t controller = Spawn(
-      {absl::GetFlag(FLAGS_controller_bin), "--state_dir=" + state, "--listen=127.0.0.1:0",
-       "--port_file=" + port_file,
-       "--heartbeat_interval=" + absl::FormatDuration(absl::GetFlag(FLAGS_heartbeat_interval)),
-       "--liveness_window=" + absl::FormatDuration(absl::GetFlag(FLAGS_heartbeat_interval) * 5)},
-      -1, dir + "/controller.log");
-  if (controller < 0) return absl::InternalError("cannot start the controller");
+  bench::ChildProcesses controller_process;
+  ASSIGN_OR_RETURN(
+      const pid_t controller,
+      controller_process.Start(
+          absl::GetFlag(FLAGS_controller_bin),
+          {"--state_dir=" + state, "--listen=127.0.0.1:0", "--port_file=" + port_file,
+           "--heartbeat_interval=" + absl::FormatDuration(absl::GetFlag(FLAGS_heartbeat_interval)),
+           "--liveness_window=" +
+               absl::FormatDuration(absl::GetFlag(FLAGS_heartbeat_interval) * 5)},
+          dir + "/controller.log"));
   std::string address;
   for (int waited = 0; address.empty() && waited < 400; ++waited) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -141,20 +124,17 @@ absl::StatusOr<Result> Run(int workers, const std::string& dir) {
   if (address.empty() || token.empty()) return absl::InternalError("the controller did not start");
 
   const auto start = std::chrono::steady_clock::now();
-  std::vector<pid_t> children;
-  std::vector<int> pipes;
+  bench::ChildProcesses links;
   const int processes = absl::GetFlag(FLAGS_processes);
   for (int k = 0, first = 0; k < processes; ++k) {
     const int count = workers / processes + (k < workers % processes ? 1 : 0);
-    int fds[2];
-    // Close-on-exec: a later child must not hold an earlier one's stdin open.
-    if (::pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
-    children.push_back(Spawn({"/proc/self/exe", absl::StrCat("--serve_first=", first),
-                              absl::StrCat("--serve_count=", count),
-                              "--serve_controller=" + address, "--serve_token=" + token},
-                             fds[0], dir + "/children.log"));
-    ::close(fds[0]);
-    pipes.push_back(fds[1]);
+    RETURN_IF_ERROR(
+        links
+            .Start("/proc/self/exe",
+                   {absl::StrCat("--serve_first=", first), absl::StrCat("--serve_count=", count),
+                    "--serve_controller=" + address, "--serve_token=" + token},
+                   dir + "/children.log")
+            .status());
     first += count;
   }
   // GetCluster until all are alive.
@@ -190,10 +170,7 @@ absl::StatusOr<Result> Run(int workers, const std::string& dir) {
   result.rss_mib = ResidentMiB(controller);
   result.heartbeats_per_s = workers / absl::ToDoubleSeconds(absl::GetFlag(FLAGS_heartbeat_interval));
   const int still_alive = alive();
-  for (int fd : pipes) ::close(fd);
-  for (pid_t child : children) ::waitpid(child, nullptr, 0);
-  ::kill(controller, SIGTERM);
-  ::waitpid(controller, nullptr, 0);
+  links.CloseStdinsAndWait();
   if (still_alive != workers) {
     return absl::InternalError(absl::StrCat(workers - still_alive,
                                             " workers were lost during the window"));
