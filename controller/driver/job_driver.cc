@@ -180,6 +180,7 @@ absl::StatusOr<JobDriver::RunData> JobDriver::LoadData(JobStages& job) {
     const std::vector<std::string> files(data.val_files().begin(), data.val_files().end());
     ASSIGN_OR_RETURN(run.validation, PromptData::Load(files, data));
   }
+  int64_t train_filtered = 0;
   if (data.filter_overlong_prompts()) {
     // verl's filter: prompts over max_prompt_length (template applied) are left out, measured by
     // the actor's first worker, which holds the tokenizer.
@@ -189,6 +190,7 @@ absl::StatusOr<JobDriver::RunData> JobDriver::LoadData(JobStages& job) {
       absl::StatusOr<std::vector<int64_t>> tokens = job.MeasurePrompts(rows);
       if (!tokens.ok()) return WithOrigin(tokens.status(), *prompts, Identity(prompts->size()));
       const int64_t dropped = prompts->KeepAtMost(*tokens, data.max_prompt_length());
+      if (prompts == &run.train) train_filtered = dropped;
       if (dropped > 0) {
         RLOG(INFO) << "data.filter_overlong_prompts left out " << dropped << " of "
                    << dropped + prompts->size() << " prompts over " << data.max_prompt_length()
@@ -199,9 +201,17 @@ absl::StatusOr<JobDriver::RunData> JobDriver::LoadData(JobStages& job) {
   const int64_t batch_size = data.train_batch_size();
   const int64_t per_epoch = run.train.size() / batch_size;
   if (per_epoch == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("data.train_files hold ", run.train.size(),
-                                                   " prompts, fewer than one batch of ", batch_size,
-                                                   " (data.train_batch_size)"));
+    // Name the filter when it is what emptied the batch: the files themselves may be ample.
+    const std::string filtered =
+        train_filtered == 0
+            ? std::string()
+            : absl::StrCat(" after data.filter_overlong_prompts left out ", train_filtered,
+                           " over data.max_prompt_length ", data.max_prompt_length(),
+                           " tokens (chat template and tools included; raise it, or shorten "
+                           "the prompts)");
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.train_files hold ", run.train.size(), " prompts", filtered,
+                     ", fewer than one batch of ", batch_size, " (data.train_batch_size)"));
   }
   // A rank's share of a step, and of a validation, travels in one stage call: rows that could
   // not are refused now, naming the row, rather than by gRPC at some later step.

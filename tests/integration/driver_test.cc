@@ -613,7 +613,10 @@ TEST_CASE("multi_turn: a job with tools runs through the daemons", "[driver][run
        "trainer.total_steps=1", "trainer.save_every=-1", "trainer.loggers=[console]"}));
   INFO(Describe(filtered));
   CHECK(filtered.state() == v1::JOB_STATE_FAILED);
-  CHECK_THAT(filtered.message(), Catch::Contains("data.train_files hold 0 prompts"));
+  CHECK_THAT(filtered.message(),
+             Catch::Contains("data.train_files hold 0 prompts after data.filter_overlong_prompts "
+                             "left out "));
+  CHECK_THAT(filtered.message(), Catch::Contains("over data.max_prompt_length 300 tokens"));
 }
 
 // Real tool calls through the daemons: tiny-qwen2-tools (make_fixtures.py) answers each of its
