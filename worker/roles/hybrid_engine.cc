@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,7 +87,21 @@ absl::StatusOr<model::Transformer> HybridEngine::WeightsIn(at::ScalarType dtype)
       }
     }
     std::vector<at::Tensor> params = (*copy_)->parameters();
+    // A LoRA model's frozen parameters outside the adapted layers (embeddings, norms, the head,
+    // layers not targeted) are already what the rollout needs: the copy holds them by reference,
+    // and only the merged layers take new memory.
+    std::set<const c10::TensorImpl*> frozen;
+    if (adapted) {
+      for (const at::Tensor& p : trained->parameters()) {
+        if (!p.requires_grad()) frozen.insert(p.unsafeGetTensorImpl());
+      }
+    }
     for (size_t i = 0; i < params.size(); ++i) {
+      if (frozen.count(full[i].unsafeGetTensorImpl()) &&
+          full[i].scalar_type() == copy_shapes_[i].second && full[i].device() == device_) {
+        params[i].set_data(full[i]);
+        continue;
+      }
       if (params[i].numel() == 0 && !copy_shapes_[i].first.empty()) {
         params[i].set_data(
             at::empty(copy_shapes_[i].first,
