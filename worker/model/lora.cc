@@ -27,25 +27,15 @@ constexpr char kPeftPrefix[] = "base_model.model.";
 constexpr char kAdapterConfig[] = "adapter_config.json";
 constexpr char kAdapterWeights[] = "adapter_model.safetensors";
 
-struct AdaptedLayer {
-  std::string name;  // "model.layers.0.self_attn.q_proj"
-  torch::nn::Linear a, b;
-};
-
-// The model's linear layers that carry an adapter, in parameter order.
-std::vector<AdaptedLayer> AdaptedLayers(Transformer& model) {
-  std::vector<AdaptedLayer> found;
+// The model's linear layers that carry an adapter (transformer.h's AdapterOf), by module name,
+// in parameter order.
+std::vector<std::pair<std::string, LowRankAdapter>> AdaptedLayers(Transformer& model) {
+  std::vector<std::pair<std::string, LowRankAdapter>> found;
   for (const auto& item : model->named_modules()) {
-    if (item.value()->as<torch::nn::LinearImpl>() == nullptr) continue;
-    std::shared_ptr<torch::nn::Module> a, b;
-    for (const auto& child : item.value()->named_children()) {
-      if (child.key() == "lora_A") a = child.value();
-      if (child.key() == "lora_B") b = child.value();
-    }
-    if (a == nullptr || b == nullptr) continue;
-    found.push_back({.name = item.key(),
-                     .a = torch::nn::Linear(std::dynamic_pointer_cast<torch::nn::LinearImpl>(a)),
-                     .b = torch::nn::Linear(std::dynamic_pointer_cast<torch::nn::LinearImpl>(b))});
+    auto linear = std::dynamic_pointer_cast<torch::nn::LinearImpl>(item.value());
+    if (linear == nullptr) continue;
+    LowRankAdapter adapter = AdapterOf(torch::nn::Linear(linear), /*scaling=*/1.0);
+    if (adapter.a.defined()) found.emplace_back(item.key(), std::move(adapter));
   }
   return found;
 }
@@ -113,8 +103,8 @@ std::vector<at::Tensor> TrainableParameters(Transformer& model) {
 
 std::vector<std::pair<std::string, at::Tensor>> MergedParameters(Transformer& model) {
   std::map<std::string, std::pair<at::Tensor, at::Tensor>> adapters;  // layer weight → (A, B)
-  for (const AdaptedLayer& adapted : AdaptedLayers(model)) {
-    adapters[adapted.name + ".weight"] = {adapted.a->weight, adapted.b->weight};
+  for (const auto& [name, adapter] : AdaptedLayers(model)) {
+    adapters[name + ".weight"] = {adapter.a, adapter.b};
   }
   const double scaling = model->adapter_scaling();
   std::vector<std::pair<std::string, at::Tensor>> merged;
