@@ -51,6 +51,9 @@ ABSL_FLAG(std::string, data_plane_host, "",
           "the advertised host (resolved)");
 ABSL_FLAG(absl::Duration, collective_timeout, absl::Minutes(5),
           "Deadline of a job's rendezvous and of each collective when the job sets none");
+ABSL_FLAG(absl::Duration, fault_hold_background_save, absl::ZeroDuration(),
+          "Fault drills only: a background checkpoint save (trainer.async_save) waits this long "
+          "before it writes its files, so a drill can kill the worker mid-save");
 
 namespace rlhfd {
 namespace {
@@ -129,7 +132,8 @@ int Run() {
                ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(capacity->device_index()))
                : at::Device(at::kCPU),
        .host = data_plane_host,
-       .collective_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_collective_timeout))});
+       .collective_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_collective_timeout)),
+       .fault_hold_background_save = absl::GetFlag(FLAGS_fault_hold_background_save)});
   worker::ControllerLinkOptions link_options;
   link_options.token = *token;
   link_options.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);

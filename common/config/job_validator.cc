@@ -551,6 +551,10 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
     check.Fail("trainer.checkpoint_dir",
                "is required when trainer.save_every is set: where should checkpoints go?");
   }
+  if (trainer.async_save() && trainer.checkpoint_dir().empty()) {
+    check.Fail("trainer.checkpoint_dir",
+               "is required when trainer.async_save is set: where should checkpoints go?");
+  }
   if (trainer.val_every() > 0 && data.val_files().empty()) {
     check.Fail("data.val_files", "is required when trainer.val_every is set");
   }

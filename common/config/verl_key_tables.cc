@@ -113,6 +113,7 @@ const std::vector<std::pair<std::string, std::string>>& DirectTable() {
       {"trainer.log_val_generations", "trainer.log_samples"},
       {"trainer.device", "trainer.device"},
       {"trainer.default_local_dir", "trainer.checkpoint_dir"},
+      {"actor_rollout_ref.actor.checkpoint.async_save", "trainer.async_save"},
   };
   return *table;
 }

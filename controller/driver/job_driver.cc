@@ -33,6 +33,15 @@ uint64_t StepSeed(const v1::JobSpec& spec, int64_t step) {
   return static_cast<uint64_t>(spec.trainer().seed()) * 1000003ull + static_cast<uint64_t>(step);
 }
 
+// The job's checkpoint is now `checkpoint`: what a recovering run loads and goes on from.
+void MarkCheckpoint(const CheckpointMark& checkpoint, v1::JobProgress& progress) {
+  progress.set_checkpoint_step(checkpoint.step);
+  progress.set_checkpoint_epoch(checkpoint.rows.epoch);
+  progress.set_checkpoint_batch(checkpoint.rows.batch);
+  progress.set_checkpoint_kl_coef(checkpoint.kl_coef);
+  progress.set_checkpoint_actor_optimizer_steps(checkpoint.optimizer_steps);
+}
+
 bool SavesAt(const v1::TrainerSpec& trainer, int64_t step, int64_t total) {
   if (trainer.checkpoint_dir().empty() || trainer.save_every() < 0) return false;
   if (trainer.save_every() == 0) return step == total;
@@ -155,6 +164,60 @@ absl::Status JobDriver::SaveWaitingForSpace(JobStages& job, int64_t step, bool e
   }
 }
 
+absl::StatusOr<bool> JobDriver::SaveAtStep(JobStages& job, int64_t total, int64_t step,
+                                           const StepRows& rows, double kl_coef,
+                                           v1::JobProgress& progress) {
+  const v1::TrainerSpec& trainer = setup_.spec.trainer();
+  bool saves = SavesAt(trainer, step, total);
+  // The last step's checkpoint (and its export) is whole before the job ends.
+  bool background = trainer.async_save() && step < total;
+  const bool finishes = background_save_.has_value();
+  // A step every rank has written, for this step to commit.
+  std::optional<CheckpointMark> written;
+  if (finishes) {
+    // The save an earlier step started has had this step's stages to write.
+    const absl::StatusOr<int64_t> finished = job.FinishBackgroundSave();
+    const CheckpointMark save = *std::exchange(background_save_, std::nullopt);
+    const std::optional<CheckpointMark> carried = std::exchange(committing_, std::nullopt);
+    if (finished.ok()) {
+      if (carried) MarkCheckpoint(*carried, progress);
+      written = save;
+    } else if (absl::IsResourceExhausted(finished.status())) {
+      // Made up now, in the foreground, where a full disk is waited out.
+      events_.notice(absl::StrCat("the background checkpoint of step ", save.step,
+                                  " could not be written (", finished.status().message(),
+                                  "); step ", step, " saves in the foreground instead"));
+      saves = true;
+      background = false;
+    } else {
+      return finished.status();
+    }
+  }
+  if (saves && background) {
+    // Rank 0's thread commits the written step before it writes this one.
+    RETURN_IF_ERROR(job.StartBackgroundSave(step, kl_coef, written ? written->step : 0));
+    background_save_ = CheckpointMark{.step = step,
+                                      .rows = rows,
+                                      .kl_coef = kl_coef,
+                                      .optimizer_steps = job.actor_optimizer_steps()};
+    committing_ = written;
+    return true;
+  }
+  if (written) {
+    RETURN_IF_ERROR(job.Commit(written->step));
+    MarkCheckpoint(*written, progress);
+  }
+  if (!saves) return finishes;
+  RETURN_IF_ERROR(SaveWaitingForSpace(job, step, /*export_huggingface=*/step == total, kl_coef,
+                                      progress.checkpoint_step()));
+  MarkCheckpoint({.step = step,
+                  .rows = rows,
+                  .kl_coef = kl_coef,
+                  .optimizer_steps = job.actor_optimizer_steps()},
+                 progress);
+  return true;
+}
+
 absl::Status JobDriver::CheckCancelled() {
   if (!cancelled_) return absl::OkStatus();
   std::lock_guard<std::mutex> lock(cause_mutex_);
@@ -252,11 +315,11 @@ absl::StatusOr<int64_t> JobDriver::Resume(JobStages& job, const RunData& run,
   kl_coef = job.loaded_kl_coef();
   const StepRows rows =
       RowsOfStep(run.train, *loaded, data.train_batch_size(), data.shuffle(), data.shuffle_seed());
-  progress.set_checkpoint_step(*loaded);
-  progress.set_checkpoint_epoch(rows.epoch);
-  progress.set_checkpoint_batch(rows.batch);
-  progress.set_checkpoint_kl_coef(kl_coef);
-  progress.set_checkpoint_actor_optimizer_steps(job.actor_optimizer_steps());
+  MarkCheckpoint({.step = *loaded,
+                  .rows = rows,
+                  .kl_coef = kl_coef,
+                  .optimizer_steps = job.actor_optimizer_steps()},
+                 progress);
   RLOG(INFO) << "resumed from the checkpoint of step " << *loaded << " in "
              << trainer.checkpoint_dir();
   return *loaded + 1;
@@ -350,17 +413,9 @@ absl::Status JobDriver::RunOneStep(JobStages& job, const RunData& run, int64_t s
     RETURN_IF_ERROR(ValidateInto(job, run, step, *metrics, samples));
     (*metrics)["timing_s/testing"] = testing.Seconds();
   }
-  if (SavesAt(trainer, step, run.total)) {
-    const Stopwatch saving;
-    RETURN_IF_ERROR(SaveWaitingForSpace(job, step, /*export_huggingface=*/step == run.total,
-                                        kl.value(), progress.checkpoint_step()));
-    progress.set_checkpoint_step(step);
-    progress.set_checkpoint_epoch(rows.epoch);
-    progress.set_checkpoint_batch(rows.batch);
-    progress.set_checkpoint_kl_coef(kl.value());
-    progress.set_checkpoint_actor_optimizer_steps(job.actor_optimizer_steps());
-    (*metrics)["timing_s/save_checkpoint"] = saving.Seconds();
-  }
+  const Stopwatch saving;
+  ASSIGN_OR_RETURN(const bool saved, SaveAtStep(job, run.total, step, rows, kl.value(), progress));
+  if (saved) (*metrics)["timing_s/save_checkpoint"] = saving.Seconds();
   if (algorithms::KlInLoss(spec.algorithm())) {
     (*metrics)["actor/kl_coef"] = spec.algorithm().kl().coef();  // verl logs the loss's coef
   }

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "absl/time/time.h"
 #include "common/rpc/grpc_options.h"
 #include "controller/driver/pool_calls.h"
+#include "controller/driver/prompt_data.h"
 #include "rlhfd/v1/job_service.pb.h"
 #include "rlhfd/v1/job_spec.pb.h"
 
@@ -26,6 +28,15 @@ namespace rlhfd::controller {
 
 class JobStages;
 class KlController;
+
+// A checkpoint as the job's progress records it: the step, its rows, the KL coefficient and the
+// actor's optimiser steps it was saved with.
+struct CheckpointMark {
+  int64_t step = 0;
+  StepRows rows;
+  double kl_coef = 0;
+  int64_t optimizer_steps = 0;
+};
 
 struct DriverSetup {
   std::string job_id;
@@ -102,8 +113,20 @@ class JobDriver {
   absl::Status SaveWaitingForSpace(JobStages& job, int64_t step, bool export_huggingface,
                                    double kl_coef, int64_t committed);
 
+  // Step `step`'s checkpoint (of `total`) on trainer.save_every's cadence. With
+  // trainer.async_save, first the finish of the background save an earlier step started, whose
+  // commit rides on this step's save (rank 0's thread makes it) or is made here when this step
+  // saves none; `progress` records each checkpoint once its commit is confirmed. Whether any
+  // checkpoint work was done.
+  absl::StatusOr<bool> SaveAtStep(JobStages& job, int64_t total, int64_t step, const StepRows& rows,
+                                  double kl_coef, v1::JobProgress& progress);
+
   DriverSetup setup_;
   DriverEvents events_;
+  // trainer.async_save: the step whose background save is in flight, and the step its rank 0
+  // commits first; each goes into the job's progress once confirmed.
+  std::optional<CheckpointMark> background_save_;
+  std::optional<CheckpointMark> committing_;
   std::atomic<bool> cancelled_{false};
   std::condition_variable cancel_wake_;  // with cause_mutex_: wakes a save waiting for space
   std::mutex cause_mutex_;

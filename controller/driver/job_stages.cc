@@ -130,26 +130,56 @@ absl::StatusOr<ValidationResult> JobStages::Validate(int64_t step,
   return result;
 }
 
-absl::Status JobStages::SaveCheckpoint(int64_t step, bool export_huggingface, double kl_coef) {
-  const auto request = [&](const char* stage) {
-    v1::CheckpointRequest save;
-    *save.mutable_key() = calls_.Key(step, stage);
-    save.set_directory(spec_.trainer().checkpoint_dir());
-    save.set_step(step);
-    save.set_export_huggingface(export_huggingface);
-    save.set_kl_coef(kl_coef);
-    return save;
-  };
-  RETURN_IF_ERROR((calls_
-                       .FanOut<v1::CheckpointRequest, v1::CheckpointReply>(
-                           calls_.Everyone(), &StageService::SaveCheckpoint,
-                           [&](int, int) { return request("save"); })
-                       .status()));
+v1::CheckpointRequest JobStages::CheckpointCall(int64_t step, const char* stage) {
+  v1::CheckpointRequest request;
+  *request.mutable_key() = calls_.Key(step, stage);
+  request.set_directory(spec_.trainer().checkpoint_dir());
+  request.set_step(step);
+  return request;
+}
+
+absl::Status JobStages::SaveOnEveryRank(const v1::CheckpointRequest& request) {
+  return calls_
+      .FanOut<v1::CheckpointRequest, v1::CheckpointReply>(
+          calls_.Everyone(), &StageService::SaveCheckpoint, [&](int, int) { return request; })
+      .status();
+}
+
+absl::Status JobStages::Commit(int64_t step) {
   // Only once every rank has saved does `latest` move.
   return calls_
       .FanOut<v1::CheckpointRequest, v1::CheckpointReply>(
-          {0}, &StageService::CommitCheckpoint, [&](int, int) { return request("commit"); })
+          {0}, &StageService::CommitCheckpoint,
+          [&](int, int) { return CheckpointCall(step, "commit"); })
       .status();
+}
+
+absl::Status JobStages::SaveCheckpoint(int64_t step, bool export_huggingface, double kl_coef) {
+  v1::CheckpointRequest save = CheckpointCall(step, "save");
+  save.set_export_huggingface(export_huggingface);
+  save.set_kl_coef(kl_coef);
+  RETURN_IF_ERROR(SaveOnEveryRank(save));
+  return Commit(step);
+}
+
+absl::Status JobStages::StartBackgroundSave(int64_t step, double kl_coef, int64_t commit_step) {
+  v1::CheckpointRequest save = CheckpointCall(step, "save");
+  save.set_kl_coef(kl_coef);
+  save.set_background(true);
+  save.set_commit_step(commit_step);
+  // Set first: ranks that made their copy before another failed write it all the same, and the
+  // next FinishBackgroundSave (or the run's end) collects them.
+  background_save_ = step;
+  return SaveOnEveryRank(save);
+}
+
+absl::StatusOr<int64_t> JobStages::FinishBackgroundSave() {
+  const int64_t step = std::exchange(background_save_, 0);
+  if (step == 0) return 0;
+  v1::CheckpointRequest finish = CheckpointCall(step, "finish-save");
+  finish.set_finish_background(true);
+  RETURN_IF_ERROR(SaveOnEveryRank(finish));
+  return step;
 }
 
 absl::StatusOr<std::vector<v1::CheckpointReply>> JobStages::LoadRound(int64_t want) {
@@ -176,6 +206,7 @@ absl::StatusOr<std::vector<v1::CheckpointReply>> JobStages::LoadRound(int64_t wa
 
 absl::StatusOr<int64_t> JobStages::LoadCheckpoint(int64_t step) {
   ahead_.reset();  // made with weights the load replaces
+  background_save_ = 0;  // the ranks drop a save in flight before they load
   const std::string& directory = spec_.trainer().checkpoint_dir();
   passed_over_.clear();
   std::vector<v1::CheckpointReply> loaded;

@@ -52,6 +52,17 @@ class JobStages {
   // driver's adaptive KL coefficient) is kept with it. RESOURCE_EXHAUSTED: a rank's disk or quota
   // is full; nothing was committed.
   absl::Status SaveCheckpoint(int64_t step, bool export_huggingface, double kl_coef = 0);
+  // trainer.async_save: every rank copies its state of step `step` to host memory and starts
+  // writing it on a thread of its own; returns once every copy is made. `commit_step` (0: none),
+  // a step whose background save every rank has finished, is committed first by rank 0's thread.
+  absl::Status StartBackgroundSave(int64_t step, double kl_coef, int64_t commit_step);
+  // The background save in flight, if any: every rank waits until its thread is done: the files
+  // durable (and on rank 0 the commit it carried made). Returns the step written (0: none was in
+  // flight); it is not committed. However it ends, no save is in flight after it.
+  // RESOURCE_EXHAUSTED: a rank's disk or quota is full.
+  absl::StatusOr<int64_t> FinishBackgroundSave();
+  // Rank 0 commits `step`, which every rank has saved (commit record, `latest`, retention).
+  absl::Status Commit(int64_t step);
   // Every rank loads the newest committed step at or below `step` (0: of all) in
   // trainer.checkpoint_dir whose files pass every rank's checks; returns the step loaded.
   // NOT_FOUND: no checkpoint; DATA_LOSS: none is intact (naming the bad files). Newer steps
@@ -75,6 +86,9 @@ class JobStages {
   const std::vector<std::string>& passed_over() const { return passed_over_; }
 
  private:
+  // A CheckpointRequest for `step` keyed by `stage`, in trainer.checkpoint_dir.
+  v1::CheckpointRequest CheckpointCall(int64_t step, const char* stage);
+  absl::Status SaveOnEveryRank(const v1::CheckpointRequest& request);
   // One round of LoadCheckpoint: every rank loads the newest intact step at or below `want`.
   absl::StatusOr<std::vector<v1::CheckpointReply>> LoadRound(int64_t want);
 
@@ -85,6 +99,7 @@ class JobStages {
   // a checkpoint load: that step then generates its own).
   std::optional<StepRollout> ahead_;
   double loaded_kl_coef_ = 0;
+  int64_t background_save_ = 0;  // the step of the background save in flight (0: none)
   std::vector<std::string> passed_over_;
 };
 

@@ -3,7 +3,8 @@
 // naming the file: a flipped byte, 4 KiB of 0xFF, truncation, a broken header, an edited or
 // missing manifest, a missing step directory, a step never committed, a `latest` naming nothing.
 // Retention (trainer.max_ckpt_to_keep), a failed save cleaning up after itself, and a real full
-// disk (a small tmpfs, where the test may mount one).
+// disk (a small tmpfs, where the test may mount one). Background saves (trainer.async_save): the
+// state as it was at the start, a failure told at the wait.
 #include "worker/roles/checkpoint.h"
 
 #include <ATen/ATen.h>
@@ -21,6 +22,7 @@
 #include "common/util/files.h"
 #include "tests/support/small_filesystem.h"
 #include "tests/support/subprocess.h"
+#include "worker/roles/background_save.h"
 
 namespace rlhfd::roles {
 namespace {
@@ -341,6 +343,56 @@ TEST_CASE(
   REQUIRE(CommitStep(checkpoints, 2).ok());
   CHECK(VerifyRoleState(checkpoints, 1, "actor", 0).ok());
   CHECK(VerifyRoleState(checkpoints, 2, "actor", 0).ok());
+}
+
+TEST_CASE("a background save writes the state as it was when it started, and waits for itself",
+          "[checkpoint][async_save]") {
+  TempDir dir;
+  SaveStep(dir.path(), 1);
+  train::TrainedModel::NamedTensors state = State(2);
+  std::unique_ptr<BackgroundSave> save = BackgroundSave::Start(
+      dir.path(), 2,
+      {{.role = "actor", .rank = 0, .state = state, .extra = {{"optimizer_steps", 2}}}});
+  CHECK(save->step() == 2);
+  CHECK(save->copied_bytes() == 64 * 64 * 8 + 8);
+  // Training goes on: the tensors the save was given change at once.
+  for (auto& [name, tensor] : state) tensor.fill_(3);
+  const absl::StatusOr<int64_t> written = save->Wait();
+  REQUIRE(written.ok());
+  CHECK(*written == 64 * 64 * 8 + 8);
+  CHECK(save->Wait().ok());  // a second wait answers the same
+  // Written, not committed: `latest` still names step 1 until the step is committed.
+  REQUIRE(VerifyRoleState(dir.path(), 2, "actor", 0).ok());
+  CHECK_FALSE(PathExists(StepDirectory(dir.path(), 2) + "/commit.json"));
+  REQUIRE(CommitStep(dir.path(), 2).ok());
+  train::TrainedModel::NamedTensors loaded = State(0);
+  auto step = LoadNewestIntact(dir.path(), 0, Parts(loaded));
+  REQUIRE(step.ok());
+  CHECK(step->step == 2);
+  CHECK(Holds(loaded, 2));  // not 3
+
+  // A save whose owner goes without waiting is still written whole (the destructor waits).
+  BackgroundSave::Start(dir.path(), 3, {{.role = "actor", .rank = 0, .state = State(3)}}).reset();
+  CHECK(VerifyRoleState(dir.path(), 3, "actor", 0).ok());
+}
+
+TEST_CASE("a background save that fails says why when waited for, and leaves no partial files",
+          "[checkpoint][async_save]") {
+  TempDir dir;
+  train::TrainedModel::NamedTensors bad = {
+      {"layer.weight", at::zeros({2, 2}, at::TensorOptions().dtype(at::kComplexDouble))}};
+  std::unique_ptr<BackgroundSave> save =
+      BackgroundSave::Start(dir.path(), 1, {{.role = "actor", .rank = 0, .state = bad}});
+  const absl::StatusOr<int64_t> written = save->Wait();
+  REQUIRE_FALSE(written.ok());
+  CHECK_FALSE(written.status().message().empty());
+  CHECK_FALSE(PathExists(RankDirectory(dir.path(), 1, "actor", 0)));
+  // NaN in the state: refused naming the tensor, as a foreground save refuses it.
+  train::TrainedModel::NamedTensors nan = {{"layer.weight", at::full({2}, NAN, at::kFloat)}};
+  const absl::StatusOr<int64_t> refused =
+      BackgroundSave::Start(dir.path(), 2, {{.role = "actor", .rank = 0, .state = nan}})->Wait();
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("layer.weight"));
 }
 
 }  // namespace

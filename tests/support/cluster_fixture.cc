@@ -69,7 +69,8 @@ std::optional<int> LocalCluster::StopController(int signal) {
   return controller_->Stop(signal, absl::Seconds(15));
 }
 
-size_t LocalCluster::StartWorker(const std::string& worker_id) {
+size_t LocalCluster::StartWorker(const std::string& worker_id,
+                                 const std::vector<std::string>& flags) {
   const size_t index = workers_.size();
   std::vector<std::string> argv = {binaries_.worker, "--controller=" + address(), "--device=cpu",
                                    "--token_file=" + state_dir_ + "/token",
@@ -80,6 +81,7 @@ size_t LocalCluster::StartWorker(const std::string& worker_id) {
                                    absl::StrCat("--port_file=", dir_.path(), "/worker", index,
                                                 ".port")};
   argv.insert(argv.end(), client_flags_.begin(), client_flags_.end());
+  argv.insert(argv.end(), flags.begin(), flags.end());
   worker_argv_.push_back(argv);
   worker_starts_.push_back(0);
   workers_.push_back(nullptr);

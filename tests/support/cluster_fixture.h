@@ -35,8 +35,9 @@ class LocalCluster {
   // SIGTERM (or `signal`), then waits for exit; returns the exit status.
   std::optional<int> StopController(int signal);
 
-  // Starts a CPU worker (id cpu-worker-<index> unless given); returns its index.
-  size_t StartWorker(const std::string& worker_id = "");
+  // Starts a CPU worker (id cpu-worker-<index> unless given, with `flags` besides the
+  // cluster's); returns its index.
+  size_t StartWorker(const std::string& worker_id = "", const std::vector<std::string>& flags = {});
   // Starts worker `index` again (after it exited or was killed), with the same id.
   void RestartWorker(size_t index);
   // The port worker `index` serves on, once it is up (0 if it is not within 20 s).

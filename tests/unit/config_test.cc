@@ -364,6 +364,8 @@ TEST_CASE("inconsistent sections are refused with the fix", "[config][errors]") 
                              "actor's 2 GPUs"));
   CHECK_THAT(ErrorOf(With("trainer: {save_every: 5}\n")),
              Catch::Contains("trainer.checkpoint_dir: is required when trainer.save_every"));
+  CHECK_THAT(ErrorOf(With("trainer: {async_save: true}\n")),
+             Catch::Contains("trainer.checkpoint_dir: is required when trainer.async_save"));
 }
 
 TEST_CASE("every problem in a config is reported at once", "[config][errors]") {

@@ -389,6 +389,15 @@ TEST_CASE("verl's multi_turn keys land in roles.actor.rollout.multi_turn", "[ver
   CHECK(turns.tool_response_truncate_side() == "left");
 }
 
+TEST_CASE("verl's actor checkpoint.async_save maps to trainer.async_save", "[verl]") {
+  const VerlConversion converted =
+      Convert("", {"actor_rollout_ref.actor.checkpoint.async_save=true",
+                   "trainer.default_local_dir=/tmp/checkpoints"});
+  INFO(absl::StrJoin(converted.errors, "\n"));
+  CHECK(converted.errors.empty());
+  CHECK(converted.config["trainer"]["async_save"] == true);
+}
+
 TEST_CASE("verl's LoRA keys map to model.lora_*; target_modules becomes a list", "[verl]") {
   const char* home = std::getenv("HOME");
   const VerlConversion converted =

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -53,47 +54,105 @@ absl::Status ExportActor(HostedJob& job, const v1::CheckpointRequest& request, i
   return absl::OkStatus();
 }
 
+// Commits `step`, then applies trainer.max_ckpt_to_keep (`keep`). The commit stands whatever
+// happens to the deletion of older steps; a failed one is tried again after the next commit.
+absl::Status CommitWithRetention(const std::string& dir, int64_t step, int keep) {
+  RETURN_IF_ERROR(CommitStep(dir, step));
+  const absl::StatusOr<std::vector<std::string>> removed = RemoveOldSteps(dir, step, keep);
+  if (!removed.ok()) {
+    RLOG(WARNING) << "trainer.max_ckpt_to_keep: " << removed.status().message();
+  } else if (!removed->empty()) {
+    RLOG(INFO) << "trainer.max_ckpt_to_keep " << keep << ": deleted "
+               << absl::StrJoin(*removed, ", ");
+  }
+  return absl::OkStatus();
+}
+
+// The save in flight, waited for; its outcome is no longer anyone's to commit.
+void DropBackgroundSave(HostedJob& job) {
+  if (!job.background_save) return;
+  const absl::StatusOr<int64_t> written = job.background_save->Wait();
+  RLOG(INFO) << "the background save of step " << job.background_save->step()
+             << " is dropped uncommitted"
+             << (written.ok() ? std::string() : absl::StrCat(": ", written.status().message()));
+  job.background_save.reset();
+}
+
+absl::StatusOr<v1::CheckpointReply> FinishBackgroundSave(HostedJob& job,
+                                                         const v1::CheckpointRequest& request) {
+  if (!job.background_save || job.background_save->step() != request.step()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no background save of step ", request.step(),
+        " is in flight on this rank (it was dropped: a later save or a load came first)"));
+  }
+  const absl::StatusOr<int64_t> written = job.background_save->Wait();
+  job.background_save.reset();
+  if (!written.ok()) {
+    return absl::Status(written.status().code(),
+                        absl::StrCat("the background save of step ", request.step(),
+                                     " failed: ", written.status().message()));
+  }
+  v1::CheckpointReply reply;
+  reply.set_step(request.step());
+  reply.set_bytes(*written);
+  return reply;
+}
+
 }  // namespace
 
 absl::StatusOr<v1::CheckpointReply> RunSaveCheckpoint(HostedJob& job,
-                                                      const v1::CheckpointRequest& request) {
+                                                      const v1::CheckpointRequest& request,
+                                                      absl::Duration fault_hold) {
   RETURN_IF_ERROR(CheckCheckpointDirectory(job, request.directory()));
   if (request.step() < 1) return absl::InvalidArgumentError("checkpoint: step must be >= 1");
+  if (request.finish_background()) return FinishBackgroundSave(job, request);
+  if (request.background() && request.export_huggingface()) {
+    return absl::InvalidArgumentError("checkpoint: an export is written in the foreground");
+  }
+  DropBackgroundSave(job);  // one write at a time
   v1::CheckpointReply reply;
+  reply.set_step(request.step());
+  std::vector<BackgroundSave::Part> parts;
   for (auto& [role, trained] : job.TrainedRoles()) {
     const int position = job.layout->PositionIn(role);
-    ASSIGN_OR_RETURN(const int64_t bytes,
-                     SaveRoleState(request.directory(), request.step(), stages::RoleName(role),
-                                   position, trained->trained().StateTensors(),
-                                   {{"optimizer_steps", trained->optimizer_steps()},
-                                    {"nonfinite_skips", trained->nonfinite_skips()},
-                                    {"seed", job.spec.trainer().seed()},
-                                    {"kl_coef", request.kl_coef()}}));
-    reply.set_bytes(reply.bytes() + bytes);
-    reply.set_path(
-        RankDirectory(request.directory(), request.step(), stages::RoleName(role), position));
-    if (role == v1::ROLE_ACTOR && request.export_huggingface()) {
-      RETURN_IF_ERROR(ExportActor(job, request, position));
-    }
+    parts.push_back({.role = stages::RoleName(role),
+                     .rank = position,
+                     .state = trained->trained().StateTensors(),
+                     .extra = {{"optimizer_steps", trained->optimizer_steps()},
+                               {"nonfinite_skips", trained->nonfinite_skips()},
+                               {"seed", job.spec.trainer().seed()},
+                               {"kl_coef", request.kl_coef()}}});
+    reply.set_path(RankDirectory(request.directory(), request.step(), parts.back().role, position));
   }
-  reply.set_step(request.step());
+  if (request.background()) {
+    std::function<absl::Status()> commit;
+    if (request.commit_step() > 0 && job.world->rank() == 0) {
+      commit = [dir = request.directory(), step = request.commit_step(),
+                keep = job.spec.trainer().max_ckpt_to_keep()] {
+        return CommitWithRetention(dir, step, keep);
+      };
+    }
+    job.background_save = BackgroundSave::Start(request.directory(), request.step(),
+                                                std::move(parts), std::move(commit), fault_hold);
+    return reply;
+  }
+  for (const BackgroundSave::Part& part : parts) {
+    ASSIGN_OR_RETURN(const int64_t bytes,
+                     SaveRoleState(request.directory(), request.step(), part.role, part.rank,
+                                   part.state, part.extra));
+    reply.set_bytes(reply.bytes() + bytes);
+  }
+  if (request.export_huggingface() && job.actor) {
+    RETURN_IF_ERROR(ExportActor(job, request, job.layout->PositionIn(v1::ROLE_ACTOR)));
+  }
   return reply;
 }
 
 absl::StatusOr<v1::CheckpointReply> RunCommitCheckpoint(HostedJob& job,
                                                         const v1::CheckpointRequest& request) {
   RETURN_IF_ERROR(CheckCheckpointDirectory(job, request.directory()));
-  RETURN_IF_ERROR(CommitStep(request.directory(), request.step()));
-  // The commit stands whatever happens to the deletion of older steps; a failed one is tried
-  // again after the next commit.
-  const absl::StatusOr<std::vector<std::string>> removed =
-      RemoveOldSteps(request.directory(), request.step(), job.spec.trainer().max_ckpt_to_keep());
-  if (!removed.ok()) {
-    RLOG(WARNING) << "trainer.max_ckpt_to_keep: " << removed.status().message();
-  } else if (!removed->empty()) {
-    RLOG(INFO) << "trainer.max_ckpt_to_keep " << job.spec.trainer().max_ckpt_to_keep()
-               << ": deleted " << absl::StrJoin(*removed, ", ");
-  }
+  RETURN_IF_ERROR(CommitWithRetention(request.directory(), request.step(),
+                                      job.spec.trainer().max_ckpt_to_keep()));
   v1::CheckpointReply reply;
   reply.set_step(request.step());
   reply.set_path(StepDirectory(request.directory(), request.step()));
@@ -103,6 +162,7 @@ absl::StatusOr<v1::CheckpointReply> RunCommitCheckpoint(HostedJob& job,
 absl::StatusOr<v1::CheckpointReply> RunLoadCheckpoint(HostedJob& job,
                                                       const v1::CheckpointRequest& request) {
   RETURN_IF_ERROR(CheckCheckpointDirectory(job, request.directory()));
+  DropBackgroundSave(job);  // its files must not change under the load
   const std::vector<std::pair<v1::Role, TrainedRole*>> trained_roles = job.TrainedRoles();
   std::vector<RolePart> parts;
   for (auto& [role, trained] : trained_roles) {

@@ -13,8 +13,14 @@ namespace rlhfd::roles {
 
 // This rank's part of the step's checkpoint (every trained role it hosts); with
 // export_huggingface the actor's full weights too, written by the actor pool's first rank.
-absl::StatusOr<v1::CheckpointReply> RunSaveCheckpoint(HostedJob& job,
-                                                      const v1::CheckpointRequest& request);
+// request.background: the parts are copied to host memory and written on a thread
+// (BackgroundSave; `fault_hold` is its hold), after world rank 0 there commits
+// request.commit_step; request.finish_background waits for that thread. A save still in flight when
+// another starts, or a checkpoint loads, is waited for and dropped: only a finished save is ever
+// committed.
+absl::StatusOr<v1::CheckpointReply> RunSaveCheckpoint(
+    HostedJob& job, const v1::CheckpointRequest& request,
+    absl::Duration fault_hold = absl::ZeroDuration());
 // Commits the step (world rank 0, once every rank saved), then applies
 // trainer.max_ckpt_to_keep.
 absl::StatusOr<v1::CheckpointReply> RunCommitCheckpoint(HostedJob& job,

@@ -18,6 +18,7 @@
 #include "worker/parallel/communicator.h"
 #include "worker/parallel/socket_communicator.h"
 #include "worker/roles/actor_role.h"
+#include "worker/roles/background_save.h"
 #include "worker/roles/critic_role.h"
 #include "worker/roles/frozen_roles.h"
 #include "worker/roles/job_layout.h"
@@ -56,6 +57,8 @@ struct HostedJob {
   std::map<std::pair<int64_t, std::string>, std::string> replies;
   // Set when an update failed midway: the weights are in doubt until a checkpoint loads.
   std::string poisoned;
+  // trainer.async_save: this rank's save in flight, until the driver finishes it.
+  std::unique_ptr<BackgroundSave> background_save;
   std::shared_ptr<std::atomic<bool>> cancelled;
 
   // `role` as this rank hosts it, or null.

@@ -261,7 +261,9 @@ void RoleHost::SaveCheckpoint(const v1::CheckpointRequest& request, absl::Durati
                               StageDone<v1::CheckpointReply> done) {
   RunStage<v1::CheckpointReply>(
       request.key(), StageEffect::kLeavesWeights, std::move(done),
-      [request](HostedJob& job) { return RunSaveCheckpoint(job, request); });
+      [request, hold = options_.fault_hold_background_save](HostedJob& job) {
+        return RunSaveCheckpoint(job, request, hold);
+      });
 }
 
 void RoleHost::CommitCheckpoint(const v1::CheckpointRequest& request, absl::Duration,

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "common/stages/stage_service.h"
 #include "common/util/event_loop.h"
 #include "worker/roles/hybrid_engine.h"
@@ -35,6 +36,9 @@ struct RoleHostOptions {
   std::chrono::milliseconds collective_timeout{300000};
   // Tests: see HybridEngine's RolloutWeightsHook (corrupts the rollout's weights).
   RolloutWeightsHook rollout_weights_hook;
+  // Fault drills: how long a background checkpoint save waits before it writes its files
+  // (BackgroundSave's hold), so a drill can kill the worker mid-save.
+  absl::Duration fault_hold_background_save = absl::ZeroDuration();
 };
 
 class RoleHost final : public stages::StageService {
