@@ -1,9 +1,11 @@
 // File helpers: atomic replacement, size caps and error messages that name the path.
-#include <catch2/catch.hpp>
+#include "common/util/files.h"
+
 #include <sys/stat.h>
 
+#include <catch2/catch.hpp>
 
-#include "common/util/files.h"
+#include "absl/strings/match.h"
 #include "tests/support/subprocess.h"
 
 namespace rlhfd {
@@ -44,6 +46,12 @@ TEST_CASE("directories are made, listed and removed", "[files]") {
   CHECK(PathExists(tree + "/f"));
   CHECK_FALSE(IsDirectory(tree + "/f"));
   CHECK(absl::IsFailedPrecondition(MakeDirectories(tree + "/f")));
+  // Under a file: refused naming the path, nothing made.
+  const absl::Status under_file = MakeDirectories(tree + "/f/g/h");
+  CHECK_FALSE(under_file.ok());
+  CHECK(absl::StrContains(under_file.message(), tree + "/f/g"));
+  REQUIRE(MakeDirectories(tree + "/d/e/").ok());  // a trailing slash
+  CHECK(IsDirectory(tree + "/d/e"));
   REQUIRE(RemoveTree(dir.path() + "/a").ok());
   CHECK_FALSE(PathExists(dir.path() + "/a"));
   CHECK(RemoveTree(dir.path() + "/a").ok());  // Already gone.
