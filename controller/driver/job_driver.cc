@@ -117,7 +117,8 @@ void JobDriver::Run() {
     std::lock_guard<std::mutex> lock(cause_mutex_);
     status = cause_;
   }
-  events_.finished(status, IsFault(status));
+  events_.finished(status, IsFault(status),
+                   absl::IsDeadlineExceeded(status) ? unanswered_ : std::vector<std::string>());
 }
 
 absl::Status JobDriver::SaveWaitingForSpace(JobStages& job, int64_t step, bool export_huggingface,
@@ -459,11 +460,24 @@ absl::Status JobDriver::Drive() {
   };
   std::vector<stages::StageService*> ranks;
   for (auto& service : services) ranks.push_back(service.get());
+  std::vector<std::string> rank_names;
+  for (size_t rank = 0; rank < setup_.worker_ids.size() && rank < setup_.addresses.size(); ++rank) {
+    rank_names.push_back(
+        absl::StrCat("worker ", setup_.worker_ids[rank], " at ", setup_.addresses[rank]));
+  }
   JobStages job(setup_.job_id, spec, ranks,
                 {.stage_deadline = setup_.stage_deadline,
                  .communicator_timeout_ms = setup_.communicator_timeout_ms,
                  .nccl = setup_.nccl,
-                 .attempt = setup_.progress.attempt()});
+                 .attempt = setup_.progress.attempt(),
+                 .rank_names = std::move(rank_names)});
+  const absl::Cleanup note_unanswered = [this, &job] {
+    for (int rank : job.unanswered_ranks()) {
+      if (rank < static_cast<int>(setup_.worker_ids.size())) {
+        unanswered_.push_back(setup_.worker_ids[rank]);
+      }
+    }
+  };
   // However the run ends, the workers' roles end with it (their communicators aborted). A
   // cancelled run (a lost or hung worker among them) waits less for its workers' answers.
   const absl::Cleanup end_roles = [this, &job] {

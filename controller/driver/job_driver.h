@@ -42,6 +42,7 @@ struct DriverSetup {
   std::string job_id;
   v1::JobSpec spec;
   std::vector<std::string> addresses;  // worker address by world rank
+  std::vector<std::string> worker_ids;  // worker id by world rank (errors name them)
   bool nccl = false;
   std::string token;
   RpcOptions rpc;
@@ -66,8 +67,10 @@ struct DriverEvents {
   std::function<void(const v1::StepMetrics& step, const v1::JobProgress& progress)> step;
   // The driver has ended: OK after the last step; otherwise the error, and whether it is a
   // fault a restart may cure (a lost worker, a failed collective, a deadline) rather than the
-  // job's own (a bad model directory, bad data).
-  std::function<void(absl::Status status, bool fault)> finished;
+  // job's own (a bad model directory, bad data). `unanswered`: the workers that had not answered
+  // a stage past its deadline (a hung or slow host among them), when that ended the run.
+  std::function<void(absl::Status status, bool fault, std::vector<std::string> unanswered)>
+      finished;
 };
 
 class JobDriver {
@@ -126,6 +129,7 @@ class JobDriver {
   // trainer.async_save: the step whose background save is in flight, and the step its rank 0
   // commits first; each goes into the job's progress once confirmed.
   std::optional<CheckpointMark> background_save_;
+  std::vector<std::string> unanswered_;  // set by Drive as it ends
   std::optional<CheckpointMark> committing_;
   std::atomic<bool> cancelled_{false};
   std::condition_variable cancel_wake_;  // with cause_mutex_: wakes a save waiting for space

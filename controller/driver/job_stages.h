@@ -82,6 +82,9 @@ class JobStages {
   int64_t actor_optimizer_steps() const { return optimizer_steps_.actor; }
   // The kl_coef the loaded checkpoint was saved with.
   double loaded_kl_coef() const { return loaded_kl_coef_; }
+  // The world ranks that had not answered when a stage ran past its deadline, the last time one
+  // did (PoolCalls::unanswered).
+  std::vector<int> unanswered_ranks() const { return calls_.unanswered(); }
   // What the last LoadCheckpoint passed over: "step <N>: <file>: <what is wrong>", each once.
   const std::vector<std::string>& passed_over() const { return passed_over_; }
 

@@ -16,6 +16,18 @@ PoolCalls::PoolCalls(std::string job_id, std::vector<stages::StageService*> rank
       pools_(std::move(pools)),
       options_(options) {}
 
+std::string PoolCalls::RankName(int rank) const {
+  if (rank < 0 || rank >= static_cast<int>(options_.rank_names.size())) {
+    return absl::StrCat("rank ", rank);
+  }
+  return absl::StrCat("rank ", rank, " (", options_.rank_names[rank], ")");
+}
+
+std::vector<int> PoolCalls::unanswered() const {
+  std::lock_guard<std::mutex> lock(unanswered_mutex_);
+  return unanswered_;
+}
+
 std::vector<int> PoolCalls::RanksOf(v1::Role role) const {
   const v1::PoolAssignment* pool = FindPool(pools_, role);
   if (pool == nullptr) return {};

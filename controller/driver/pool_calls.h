@@ -3,6 +3,7 @@
 // one pool to another. No LibTorch; blocking: call it from the driver's own thread.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -15,6 +16,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/stages/stage_service.h"
 #include "rlhfd/v1/worker_service.pb.h"
@@ -31,6 +34,8 @@ struct JobStagesOptions {
   bool nccl = false;  // GPU workers: NCCL; else sockets
   // The job's attempt (StageKey.attempt); a driver that recovers a job uses a new one.
   int64_t attempt = 1;
+  // How errors name each world rank's worker ("worker W at HOST:PORT"); empty: by rank alone.
+  std::vector<std::string> rank_names;
   // trainer.mode one_step_off: run the next step's rollout while the step's other stages run
   // (RolloutSchedule::overlap). Only where the ranks that generate take stage calls of two steps
   // at once: simulated workers (schedule_bench) until the rollout has a pool of its own.
@@ -56,7 +61,9 @@ class PoolCalls {
 
   // Calls `method` on each rank of `ranks` at once with `make(rank, position)`; the replies in
   // the same order, or the first failure, naming its rank. `deadline`: the stage deadline when
-  // not given.
+  // not given. A call past that deadline fails the fan-out naming every rank that had not
+  // answered by then (a hung or slow worker, and those waiting for it in a collective), which
+  // unanswered() keeps.
   template <typename Request, typename Reply>
   absl::StatusOr<std::vector<Reply>> FanOut(
       const std::vector<int>& ranks, StageMethod<Request, Reply> method,
@@ -74,6 +81,9 @@ class PoolCalls {
   std::vector<int> RanksOf(v1::Role role) const;
   // Every world rank.
   std::vector<int> Everyone() const;
+  // The world ranks that had not answered when a fan-out ran past its deadline, the last time
+  // one did (none otherwise).
+  std::vector<int> unanswered() const;
   v1::StageKey Key(int64_t step, const std::string& stage) const;
 
   const std::string& job_id() const { return job_id_; }
@@ -84,8 +94,13 @@ class PoolCalls {
  private:
   std::string job_id_;
   std::vector<stages::StageService*> ranks_;
+  // "rank R (worker W at HOST:PORT)".
+  std::string RankName(int rank) const;
+
   std::vector<v1::PoolAssignment> pools_;
   JobStagesOptions options_;
+  mutable std::mutex unanswered_mutex_;
+  mutable std::vector<int> unanswered_;
 };
 
 template <typename Request, typename Reply>
@@ -100,21 +115,25 @@ absl::StatusOr<std::vector<Reply>> PoolCalls::FanOut(
     size_t left = 0;
     std::optional<size_t> failed;  // the first rank (position) whose call failed
     std::vector<absl::StatusOr<Reply>> replies;
+    std::vector<bool> answered;
   };
+  const absl::Duration allowed = deadline.value_or(options_.stage_deadline);
+  const absl::Time started = absl::Now();
   auto gather = std::make_shared<Gather>();
   gather->left = ranks.size();
   gather->replies.resize(ranks.size(), absl::UnknownError("no reply"));
+  gather->answered.resize(ranks.size(), false);
   for (size_t i = 0; i < ranks.size(); ++i) {
     const int rank = ranks[i];
     if (rank < 0 || rank >= static_cast<int>(ranks_.size())) {
       return absl::InternalError(absl::StrCat("rank ", rank, " is outside the job's world"));
     }
-    (ranks_[rank]->*method)(make(rank, static_cast<int>(i)),
-                            deadline.value_or(options_.stage_deadline),
+    (ranks_[rank]->*method)(make(rank, static_cast<int>(i)), allowed,
                             [gather, i](absl::StatusOr<Reply> reply) {
                               std::lock_guard<std::mutex> lock(gather->mutex);
                               if (!reply.ok() && !gather->failed) gather->failed = i;
                               gather->replies[i] = std::move(reply);
+                              gather->answered[i] = true;
                               if (--gather->left == 0 || gather->failed) {
                                 gather->done.notify_all();
                               }
@@ -128,7 +147,31 @@ absl::StatusOr<std::vector<Reply>> PoolCalls::FanOut(
   if (gather->failed) {
     const size_t i = *gather->failed;
     const absl::Status& status = gather->replies[i].status();
-    return absl::Status(status.code(), absl::StrCat("rank ", ranks[i], ": ", status.message()));
+    if (!absl::IsDeadlineExceeded(status) || absl::Now() - started < allowed) {
+      return absl::Status(status.code(), absl::StrCat(RankName(ranks[i]), ": ", status.message()));
+    }
+    // Past the stage deadline: every call shares it, so the others end within moments; each
+    // rank without an answer by then is named.
+    gather->done.wait_for(lock, std::chrono::seconds(2), [&] { return gather->left == 0; });
+    std::vector<int> silent;
+    std::vector<std::string> names;
+    for (size_t j = 0; j < ranks.size(); ++j) {
+      if (!gather->answered[j] || absl::IsDeadlineExceeded(gather->replies[j].status())) {
+        silent.push_back(ranks[j]);
+        names.push_back(RankName(ranks[j]));
+      }
+    }
+    {
+      std::lock_guard<std::mutex> unanswered_lock(unanswered_mutex_);
+      unanswered_ = silent;
+    }
+    std::string stage = Request::descriptor()->name();
+    if (stage.size() > 7 && stage.ends_with("Request")) stage.resize(stage.size() - 7);
+    return absl::DeadlineExceededError(absl::StrCat(
+        "no answer to ", stage, " within the stage deadline of ", absl::FormatDuration(allowed),
+        " (the controller's --stage_timeout) from ", absl::StrJoin(names, ", "),
+        ": a worker there is hung or too slow (ranks waiting for it in a collective stop "
+        "answering too)"));
   }
   std::vector<Reply> replies;
   for (size_t i = 0; i < ranks.size(); ++i) replies.push_back(*std::move(gather->replies[i]));

@@ -104,8 +104,16 @@ void JobRunner::Consider(const std::string& id, Pass& pass) {
     return;
   }
   const auto fault = faulted_at_.find(id);
-  absl::StatusOr<Placement> placement =
-      PlaceJob(job->need, pass.workers, pass.used, fault == faulted_at_.end() ? 0 : fault->second);
+  const int64_t heard_after = fault == faulted_at_.end() ? 0 : fault->second;
+  absl::StatusOr<Placement> placement = absl::FailedPreconditionError("not tried");
+  if (const auto avoided = avoided_.find(id); avoided != avoided_.end()) {
+    // Apart from the workers that left a run of this job without an answer, where there are
+    // enough others; with them where there are not (better slow than not at all).
+    std::map<std::string, std::string> used = pass.used;
+    for (const std::string& worker : avoided->second) used.emplace(worker, id);
+    placement = PlaceJob(job->need, pass.workers, used, heard_after);
+  }
+  if (!placement.ok()) placement = PlaceJob(job->need, pass.workers, pass.used, heard_after);
   if (!placement.ok()) {
     jobs_.SetWaitingReason(
         id, absl::StrCat(job->state == v1::JOB_STATE_RECOVERING ? "recovering, " : "",
@@ -124,6 +132,21 @@ void JobRunner::Consider(const std::string& id, Pass& pass) {
   }
   for (const std::string& worker : placement->worker_ids) pass.used[worker] = id;
   Start(*record, *placement);
+}
+
+std::string JobRunner::ApartFrom(const std::string& job_id, const Placement& placement) const {
+  const auto avoided = avoided_.find(job_id);
+  if (avoided == avoided_.end()) return "";
+  std::vector<std::string> apart;
+  for (const std::string& worker : avoided->second) {
+    if (std::find(placement.worker_ids.begin(), placement.worker_ids.end(), worker) ==
+        placement.worker_ids.end()) {
+      apart.push_back(worker);
+    }
+  }
+  if (apart.empty()) return "";
+  return absl::StrCat(" (apart from ", absl::StrJoin(apart, ", "),
+                      ", which left a stage unanswered)");
 }
 
 void JobRunner::Start(const v1::Job& job, const Placement& placement) {
@@ -147,14 +170,17 @@ void JobRunner::Start(const v1::Job& job, const Placement& placement) {
                   },
                   clock_()),
               "recording a placement");
-  LogIfFailed(jobs_.TransitionTo(
-                  id, v1::JOB_STATE_PLACING,
-                  absl::StrCat("placed on ", absl::StrJoin(placement.worker_ids, ", ")), clock_()),
-              "placing a job");
+  LogIfFailed(
+      jobs_.TransitionTo(id, v1::JOB_STATE_PLACING,
+                         absl::StrCat("placed on ", absl::StrJoin(placement.worker_ids, ", "),
+                                      ApartFrom(id, placement)),
+                         clock_()),
+      "placing a job");
   const int64_t generation = next_generation_++;
   DriverSetup setup{.job_id = id,
                     .spec = job.spec(),
                     .addresses = placement.addresses,
+                    .worker_ids = placement.worker_ids,
                     .nccl = placement.gpu,
                     .token = options_.token,
                     .rpc = options_.rpc,
@@ -177,9 +203,10 @@ void JobRunner::Start(const v1::Job& job, const Placement& placement) {
                 [this, id, generation, step, progress] { OnStep(id, generation, step, progress); });
           },
       .finished =
-          [this, id, generation](absl::Status status, bool fault) {
-            post_([this, id, generation, status, fault] {
-              OnFinished(id, generation, status, fault);
+          [this, id, generation](absl::Status status, bool fault,
+                                 std::vector<std::string> unanswered) {
+            post_([this, id, generation, status, fault, unanswered = std::move(unanswered)] {
+              OnFinished(id, generation, status, fault, unanswered);
             });
           }};
   LogIfFailed(jobs_.TransitionTo(id, v1::JOB_STATE_STARTING,
@@ -264,11 +291,17 @@ void JobRunner::OnStep(const std::string& job_id, int64_t generation, const v1::
 }
 
 void JobRunner::OnFinished(const std::string& job_id, int64_t generation,
-                           const absl::Status& status, bool fault) {
+                           const absl::Status& status, bool fault,
+                           const std::vector<std::string>& unanswered) {
   stopping_.erase(generation);  // a cancelled run's clean-up is over
   if (!Current(job_id, generation)) return;
   running_.erase(job_id);  // joins the driver's thread, which is returning
   sinks_.erase(job_id);
+  if (!status.ok() && fault) {
+    avoided_[job_id].insert(unanswered.begin(), unanswered.end());
+  } else {
+    avoided_.erase(job_id);
+  }
   if (status.ok()) {
     const absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
     LogIfFailed(
@@ -303,6 +336,7 @@ void JobRunner::Recover(const std::string& job_id, const std::string& cause, boo
   }
   if (restarts >= job->spec().trainer().max_restarts()) {
     faulted_at_.erase(job_id);
+    avoided_.erase(job_id);
     std::vector<std::string> causes(job->progress().restart_causes().begin(),
                                     job->progress().restart_causes().end());
     causes.push_back(shown);
@@ -330,6 +364,7 @@ void JobRunner::Recover(const std::string& job_id, const std::string& cause, boo
 
 void JobRunner::Cancelled(const std::string& job_id) {
   faulted_at_.erase(job_id);
+  avoided_.erase(job_id);
   const auto found = running_.find(job_id);
   if (found != running_.end()) {
     found->second.driver->Cancel();

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -93,8 +94,10 @@ class JobRunner {
   void RecordProgress(const std::string& job_id, const v1::JobProgress& progress);
   void OnStep(const std::string& job_id, int64_t generation, const v1::StepMetrics& step,
               const v1::JobProgress& progress);
+  // " (apart from W, ...)" naming the avoided_ workers `placement` leaves out; "" when none.
+  std::string ApartFrom(const std::string& job_id, const Placement& placement) const;
   void OnFinished(const std::string& job_id, int64_t generation, const absl::Status& status,
-                  bool fault);
+                  bool fault, const std::vector<std::string>& unanswered);
   // Ends a faulted run: RECOVERING when a restart is left, else FAILED. A restart that `counts`
   // uses one of trainer.max_restarts.
   void Recover(const std::string& job_id, const std::string& cause, bool counts = true);
@@ -114,6 +117,9 @@ class JobRunner {
   // When each recovering job's fault happened (controller clock): workers silent since then are
   // not placed for it.
   std::map<std::string, int64_t> faulted_at_;
+  // Per job, the workers that left a stage of one of its runs unanswered past the deadline (a
+  // hung or slow host): its later placements leave them out while enough others are free.
+  std::map<std::string, std::set<std::string>> avoided_;
   // The last pass's held_back_by, for the jobs submitted after it.
   std::optional<std::pair<int32_t, std::string>> held_back_by_;
   int64_t next_generation_ = 1;

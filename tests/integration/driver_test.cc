@@ -16,6 +16,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -1342,6 +1343,106 @@ TEST_CASE("A full disk: the save waits for space, or fails cleanly past the boun
   CHECK(absl::StrContains(
       cluster.cluster().controller()->ReadLog(),
       absl::StrCat("resumed from the checkpoint of step ", kept, " in ", stays_full)));
+}
+
+// A cgroup (v1 cpu controller) that holds a process to `cpu_ms` of CPU time each second;
+// removed with the process moved back. Null, with why, where this machine gives no such cgroup
+// (not root, no cpu controller mounted).
+class CpuThrottle {
+ public:
+  static std::unique_ptr<CpuThrottle> Apply(pid_t pid, int cpu_ms, std::string* why) {
+    const std::string root = "/sys/fs/cgroup/cpu";
+    if (!IsDirectory(root) || !PathExists(root + "/cgroup.procs")) {
+      *why = root + " (the cgroup v1 cpu controller) is not mounted";
+      return nullptr;
+    }
+    std::unique_ptr<CpuThrottle> throttle(
+        new CpuThrottle(absl::StrCat(root, "/rlhfd-slow-", getpid(), "-", pid), root));
+    if (::mkdir(throttle->dir_.c_str(), 0755) != 0) {
+      *why = absl::StrCat("cannot make ", throttle->dir_, ": ", std::strerror(errno));
+      throttle->dir_.clear();
+      return nullptr;
+    }
+    if (!Write(throttle->dir_ + "/cpu.cfs_period_us", "1000000") ||
+        !Write(throttle->dir_ + "/cpu.cfs_quota_us", std::to_string(1000 * cpu_ms)) ||
+        !Write(throttle->dir_ + "/cgroup.procs", std::to_string(pid))) {
+      *why = "cannot set up " + throttle->dir_;
+      return nullptr;
+    }
+    throttle->pid_ = pid;
+    return throttle;
+  }
+  ~CpuThrottle() {
+    if (dir_.empty()) return;
+    if (pid_ > 0) Write(root_ + "/cgroup.procs", std::to_string(pid_));
+    ::rmdir(dir_.c_str());
+  }
+
+ private:
+  CpuThrottle(std::string dir, std::string root) : dir_(std::move(dir)), root_(std::move(root)) {}
+  static bool Write(const std::string& path, const std::string& text) {
+    std::ofstream out(path);
+    out << text;
+    out.flush();
+    return out.good();
+  }
+  std::string dir_;
+  std::string root_;
+  pid_t pid_ = 0;
+};
+
+// A slow host: one of the job's workers held to 2 ms of CPU a second mid-run, so a stage that
+// takes it 40 ms takes 20 s. It still heartbeats, so only the stage deadline catches it (8 s
+// here, under the 10 s collective timeout; a loaded machine's stages stay far below it). Its peer,
+// waiting for it in a collective, does not answer either, so the cause names both and the next
+// placement leaves both out while two spares are free: the job recovers on the spares and
+// finishes, each step once.
+TEST_CASE(
+    "A slow worker (CPU throttled) runs past the stage deadline; the job recovers "
+    "without it",
+    "[driver][faults]") {
+  // Liveness is not what is tested: at 2 ms a second its heartbeats may come late.
+  DriverCluster cluster(
+      {"--stage_timeout=8s", "--collective_timeout=10s", "--liveness_window=60s"});
+  for (int i = 0; i < 4; ++i) cluster.StartWorker();  // two for the job and two spares
+  TempDir dir;
+  const std::string id =
+      cluster.Submit(ReadConfig("tiny-cpu-demo.yaml"),
+                     {"trainer.total_steps=8", "trainer.save_every=2", "trainer.max_restarts=2",
+                      "trainer.loggers=[console]", "trainer.checkpoint_dir=" + dir.path()});
+  const v1::Job running = cluster.WaitUntil(
+      id,
+      [](const v1::Job& job) {
+        return job.state() == v1::JOB_STATE_RUNNING && job.progress().current_step() >= 2;
+      },
+      absl::Seconds(90));
+  INFO(Describe(running));
+  REQUIRE(running.state() == v1::JOB_STATE_RUNNING);
+  const std::string slow_id = running.placement(0).worker_ids(0);
+  const size_t slow = DriverCluster::IndexOf(slow_id);
+  std::string why;
+  std::unique_ptr<CpuThrottle> throttle =
+      CpuThrottle::Apply(cluster.cluster().worker(slow).pid(), 2, &why);
+  if (!throttle) {
+    WARN("not tested: " << why);
+    return;
+  }
+  const v1::Job job = cluster.WaitEnded(id, absl::Seconds(240));
+  INFO(Describe(job));
+  for (const std::string& cause : job.progress().restart_causes()) INFO("cause: " << cause);
+  CHECK(job.state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(job.progress().restarts() >= 1);
+  REQUIRE(job.progress().restart_causes_size() >= 1);
+  CHECK_THAT(
+      job.progress().restart_causes(0),
+      Catch::Contains("within the stage deadline of 8s (the controller's --stage_timeout)") &&
+          Catch::Contains("worker " + slow_id + " at 127.0.0.1:"));
+  for (const v1::RolePlacement& placement : job.placement()) {
+    for (const std::string& worker : placement.worker_ids()) CHECK(worker != slow_id);
+  }
+  CheckHistory(cluster.Metrics(id), 8);
+  CHECK_THAT(cluster.cluster().controller()->ReadLog(),
+             Catch::Contains(slow_id) && Catch::Contains("which left a stage unanswered"));
 }
 
 TEST_CASE("A hung worker (SIGSTOP) is detected and the job recovers", "[driver][faults]") {
