@@ -127,10 +127,11 @@ absl::StatusOr<v1::CheckpointReply> RunSaveCheckpoint(HostedJob& job,
   if (request.background()) {
     std::function<absl::Status()> commit;
     if (request.commit_step() > 0 && job.world->rank() == 0) {
+      // The job's progress names the step before this commit until the next save confirms it,
+      // so retention keeps one step more: a recovery in between finds the step it loads.
+      const int keep = job.spec.trainer().max_ckpt_to_keep();
       commit = [dir = request.directory(), step = request.commit_step(),
-                keep = job.spec.trainer().max_ckpt_to_keep()] {
-        return CommitWithRetention(dir, step, keep);
-      };
+                keep = keep > 0 ? keep + 1 : 0] { return CommitWithRetention(dir, step, keep); };
     }
     job.background_save = BackgroundSave::Start(request.directory(), request.step(),
                                                 std::move(parts), std::move(commit), fault_hold);
