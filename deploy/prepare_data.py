@@ -36,6 +36,13 @@ import re
 import sys
 
 GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
+# The system turn of --style tools, after verl's gsm8k_multiturn_w_tool.py preprocessing (which
+# names its calc_gsm8k_reward tool where this names the Python tool of
+# configs/tools/code_interpreter.yaml).
+TOOLS_SYSTEM = ("You are a math expert. You are given a question and you need to solve it step by "
+                "step. Reasoning step by step before any tool call. You can use the "
+                "`code_interpreter` tool to run Python code for any calculation: it returns what "
+                "the code prints. Put your final answer in the format of `#### <answer>`.")
 NUMBER_INSTRUCTION = "Answer with the number only."
 
 
@@ -131,11 +138,14 @@ def question_key(text):
 
 def gsm8k_row(question, solution, split, index, template, style, instruction):
     """One row as verl's examples/data_preprocess/gsm8k.py writes it, plus the template's number."""
-    content = (f"{question} {GSM8K_INSTRUCTION}" if style == "gsm8k"
-               else f"{instruction}\n\n{question}")  # the package's boxed instruction leads
+    content = (f"{instruction}\n\n{question}" if style == "boxed"  # the package's instruction leads
+               else f"{question} {GSM8K_INSTRUCTION}")
+    prompt = [{"role": "user", "content": content}]
+    if style == "tools":
+        prompt.insert(0, {"role": "system", "content": TOOLS_SYSTEM})
     return {
         "data_source": "openai/gsm8k",
-        "prompt": [{"role": "user", "content": content}],
+        "prompt": prompt,
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": gsm8k_answer(solution)},
         "extra_info": {"split": split, "index": index, "answer": solution, "question": question,
@@ -324,10 +334,11 @@ def main():
                                "about GSM8K's 7,473)")
     symbolic.add_argument("--seed", type=int, default=1)
     symbolic.add_argument("--format", choices=["parquet", "jsonl", "both"], default="both")
-    symbolic.add_argument("--style", choices=["gsm8k", "boxed"], default="gsm8k",
+    symbolic.add_argument("--style", choices=["gsm8k", "boxed", "tools"], default="gsm8k",
                           help='gsm8k: verl\'s instruction, the answer after "####" (rule gsm8k); '
                                "boxed: the package's instruction, the answer in \\boxed{} "
-                               "(rule gsm8k_boxed)")
+                               "(rule gsm8k_boxed); tools: gsm8k's, after a system turn offering "
+                               "the code_interpreter tool (verl's multi-turn GSM8K)")
     symbolic.add_argument("--templates", default="",
                           help="only these templates (numbers 0-99, comma-separated), e.g. for a "
                                "quick test; the test set then holds their originals only")

@@ -151,7 +151,8 @@ void AddActorUpdateMetrics(const std::vector<v1::UpdateReply>& updated, Metrics&
   if (const std::optional<double> checksum = Largest(updated, "weights_checksum")) {
     metrics["actor/weights_checksum"] = *checksum;
   }
-  for (const char* memory : {"max_memory_allocated_gb", "max_memory_reserved_gb"}) {
+  for (const char* memory :
+       {"max_memory_allocated_gb", "max_memory_reserved_gb", "update_max_memory_allocated_gb"}) {
     if (const std::optional<double> peak = Largest(updated, memory)) {
       metrics[absl::StrCat("perf/", memory)] = *peak;
     }

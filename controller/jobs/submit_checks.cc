@@ -173,6 +173,24 @@ class FileChecker {
     if (!path->empty()) Resolve(key, path);
   }
 
+  // A file the workers read (a shared path, as model directories are): present. `what` names it.
+  void File(const std::string& key, std::string* path, absl::string_view what) {
+    if (path->empty() || !Resolve(key, path)) return;
+    if (!PathExists(*path) || IsDirectory(*path)) {
+      errors_->Add(key, absl::StrCat(what, " '", *path, "' not found"));
+    }
+  }
+
+  // A PEFT adapter directory (the workers check its tensors when the job starts).
+  void AdapterDirectory(const std::string& key, std::string* path) {
+    if (path->empty() || !Resolve(key, path)) return;
+    if (!PathExists(*path + "/adapter_config.json")) {
+      errors_->Add(key, absl::StrCat("'", *path,
+                                     "' is not a PEFT adapter directory: no "
+                                     "adapter_config.json (PeftModel.save_pretrained writes one)"));
+    }
+  }
+
  private:
   const std::string& base_dir_;
   config::ConfigErrors* errors_;
@@ -200,6 +218,7 @@ void ResolveAndCheckFiles(const std::string& base_dir, v1::JobSpec* spec,
                  absl::StrCat("no tokenizer.json in '", model->tokenizer_path(), "'"));
     }
   }
+  check.AdapterDirectory("model.lora_adapter_path", model->mutable_lora_adapter_path());
   auto* data = spec->mutable_data();
   // The rule the rows are scored with, when a rule scores them (not a reward model or service).
   // (A rule the config check refused is not checked against.)
@@ -230,6 +249,10 @@ void ResolveAndCheckFiles(const std::string& base_dir, v1::JobSpec* spec,
     check.RewardFunction("roles.reward.custom_reward_function",
                          roles->mutable_reward()->mutable_custom_reward_function());
   }
+  check.File(
+      "roles.actor.rollout.multi_turn.tool_config_path",
+      roles->mutable_actor()->mutable_rollout()->mutable_multi_turn()->mutable_tool_config_path(),
+      "the tool config");
   check.SplitsInto("roles.actor.rollout.tp", roles->actor().rollout().tp(), model->path());
   check.Directory("trainer.checkpoint_dir", spec->mutable_trainer()->mutable_checkpoint_dir());
   problems->Append(errors);

@@ -4,21 +4,25 @@
 # Qwen2.5-0.5B shape, PROMPTS prompts x n N_SAMPLES, prompts of P tokens, responses of N tokens
 # (random weights sample no EOS), KL loss 0.001. Prints each side's JSON and a table; the rlhfd
 # figures are the means over the steps after the first (verl's timing_s keys), TRL's likewise.
-#   [TRL_RUNS="16:1 64:0"] tests/bench/grpo_vs_trl.sh PROMPTS N_SAMPLES P N [STEPS] [MICRO_BATCH]
+#   [TRL_RUNS="16:1 64:0"] tests/bench/grpo_vs_trl.sh PROMPTS N_SAMPLES P N [STEPS] [MICRO_BATCH] \
+#     [make_grpo_bench.py options: --shape 7b, --lora_rank R]
+# TRL_RUNS=" " measures rlhfd alone.
 # Needs: RLHFD_BIN_DIR (a deploy/bundle.sh bin/, env.sh sourced), python3 with torch,
 # transformers and trl. RLHFD_BENCH_DIR: where the model and logs go (default /tmp/grpo-bench).
 set -euo pipefail
 prompts=${1:?prompts}; samples=${2:?n}; prompt_len=${3:?P}; response_len=${4:?N}
 steps=${5:-5}; micro_batch=${6:-16}
+shift $(($# < 6 ? $# : 6))
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 bin="${RLHFD_BIN_DIR:?set RLHFD_BIN_DIR to the bin of a bundle}"
 work="${RLHFD_BENCH_DIR:-/tmp/grpo-bench}"
 mkdir -p "${work}"
 made=$(python3 "${here}/make_grpo_bench.py" --out "${work}" --prompts "${prompts}" --n "${samples}" \
   --prompt_len "${prompt_len}" --response_len "${response_len}" --steps "${steps}" \
-  --micro_batch "${micro_batch}")
+  --micro_batch "${micro_batch}" "$@")
 config=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["config"])' "${made}")
 data=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["data"])' "${made}")
+model=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["model"])' "${made}")
 
 run="${work}/rlhfd-$(basename "${config}" .yaml)"
 rm -rf "${run}"; mkdir -p "${run}"
@@ -52,7 +56,7 @@ echo "${rlhfd_json}"
 for trl_run in ${TRL_RUNS:-${micro_batch}:1}; do
   trl_micro=${trl_run%%:*}; trl_checkpointing=${trl_run##*:}
   echo "TRL: micro-batch ${trl_micro}, gradient checkpointing ${trl_checkpointing}"
-  trl_json=$(python3 "${here}/trl_grpo_baseline.py" --model "${work}/model" --data "${data}" \
+  trl_json=$(python3 "${here}/trl_grpo_baseline.py" --model "${model}" --data "${data}" \
     --n "${samples}" --response_len "${response_len}" --micro_batch "${trl_micro}" \
     --gradient_checkpointing "${trl_checkpointing}" --steps $((steps > 4 ? 4 : steps)) \
     --out "${work}/trl" 2>"${work}/trl-${trl_run}.log" | tail -1) \

@@ -263,4 +263,19 @@ TEST_CASE("after release the engine holds no GPU memory beyond the weights", "[g
   CHECK(again.ok());
 }
 
+// A job's device is "cuda" with no index when its config says `trainer.device: cuda`: the
+// allocator's figures are then the current device's (they once threw "Invalid device argument").
+TEST_CASE("device memory figures of 'cuda' without an index are the current device's",
+          "[gpu][rollout]") {
+  const at::Device any_cuda(at::kCUDA);
+  const at::Tensor held = at::empty({64 << 20}, at::TensorOptions().dtype(at::kByte).device(kGpu));
+  ResetPeakMemory(any_cuda);
+  const DeviceMemory memory = QueryDeviceMemory(any_cuda);
+  CHECK(memory.allocated_bytes >= held.nbytes());
+  CHECK(memory.peak_allocated_bytes >= memory.allocated_bytes);
+  CHECK(memory.allocated_bytes == QueryDeviceMemory(kGpu).allocated_bytes);
+  CHECK(BytesInUse(any_cuda) == memory.allocated_bytes);
+  CHECK(DeviceName(any_cuda) == DeviceName(kGpu));
+}
+
 }  // namespace rlhfd::rollout

@@ -596,12 +596,14 @@ TEST_CASE("multi_turn: a job with tools runs through the daemons", "[driver][run
     }
   }
   CHECK(prompts >= 4);
-  // A tool config that cannot be read fails the job naming the key, and the workers carry on.
+  // A tool config the workers cannot read fails the job naming the key, and the workers carry
+  // on. (A missing one is refused at submission: job_manager_test.)
+  std::ofstream(dir.path() + "/no_tools.yaml") << "tools: {code_interpreter: true}\n";
   const v1::Job bad = cluster.WaitEnded(cluster.Submit(
       ReadConfig("tiny-cpu-demo.yaml"),
       {"model.path=" + model, "data.max_prompt_length=1400",
        "roles.actor.rollout.multi_turn={enable: true, tool_config_path: " + dir.path() +
-           "/missing.yaml}",
+           "/no_tools.yaml}",
        "trainer.total_steps=1", "trainer.save_every=-1", "trainer.loggers=[console]"}));
   CHECK(bad.state() == v1::JOB_STATE_FAILED);
   CHECK_THAT(bad.message(), Catch::Contains("multi_turn.tool_config_path"));
@@ -1236,17 +1238,22 @@ TEST_CASE("async_save: every step committed, each equal to the foreground save's
 // never committed and the recovered job goes on from the job's last confirmed commit. Every worker
 // holds each background save 3 s before writing it (--fault_hold_background_save), so the save
 // started at the end of the step the test sees finished is still in flight when the kill lands.
+// The victim is the actor's rank 0 (whose save thread commits) or rank 1, when rank 0's thread
+// may still commit the step before while the job recovers: with max_ckpt_to_keep 1 that commit's
+// retention must keep the step the job's progress names, which the recovery loads.
 TEST_CASE("kill -9 of a worker during a background save: that step is never committed",
           "[driver][faults]") {
+  const int victim_rank = GENERATE(0, 1);
+  INFO("the victim is the actor's rank " << victim_rank);
   DriverCluster cluster;
   for (int i = 0; i < 3; ++i) cluster.StartWorker({"--fault_hold_background_save=3s"});
   TempDir dir;
   const int64_t total = 6;
-  const std::string id =
-      cluster.Submit(ReadConfig("tiny-cpu-demo.yaml"),
-                     {absl::StrCat("trainer.total_steps=", total), "trainer.save_every=1",
-                      "trainer.async_save=true", "trainer.loggers=[console]",
-                      "trainer.max_restarts=2", "trainer.checkpoint_dir=" + dir.path()});
+  const std::string id = cluster.Submit(
+      ReadConfig("tiny-cpu-demo.yaml"),
+      {absl::StrCat("trainer.total_steps=", total), "trainer.save_every=1",
+       "trainer.async_save=true", "trainer.loggers=[console]", "trainer.max_restarts=2",
+       "trainer.max_ckpt_to_keep=1", "trainer.checkpoint_dir=" + dir.path()});
   const v1::Job running = cluster.WaitUntil(
       id, [](const v1::Job& job) { return job.progress().current_step() >= 3; },
       absl::Seconds(120));
@@ -1258,7 +1265,9 @@ TEST_CASE("kill -9 of a worker during a background save: that step is never comm
   CHECK(running.progress().checkpoint_step() == saving - 2);
   std::string victim;
   for (const v1::RolePlacement& placement : running.placement()) {
-    if (placement.role() == "actor") victim = placement.worker_ids(0);
+    if (placement.role() == "actor" && placement.worker_ids_size() > victim_rank) {
+      victim = placement.worker_ids(victim_rank);
+    }
   }
   REQUIRE(!victim.empty());
   cluster.cluster().worker(DriverCluster::IndexOf(victim)).Stop(SIGKILL, absl::Seconds(5));

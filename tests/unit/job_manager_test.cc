@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -100,6 +102,46 @@ TEST_CASE("an invalid config creates no job", "[jobs]") {
   v1::GetJobRequest get;
   get.set_job_id("job-1");
   CHECK(absl::IsNotFound(controller->GetJob(get).status()));
+}
+
+TEST_CASE(
+    "a tool config and a LoRA adapter directory are checked at submission, relative to "
+    "base_dir",
+    "[jobs]") {
+  testing::TempDir dir;
+  int64_t now = 0;
+  auto controller = MakeController(dir.path(), &now);
+  std::filesystem::create_directories(dir.path() + "/adapter");
+  std::ofstream(dir.path() + "/tools.yaml") << "tools: []\n";
+  const auto submit = [&](const std::string& override_text) {
+    v1::SubmitJobRequest request = FromFile("tiny-cpu-demo.yaml");
+    request.set_base_dir(dir.path());
+    request.add_overrides("model.path=" + kFixtures + "/models/tiny-qwen2");
+    request.add_overrides("data.train_files=[" + kFixtures + "/data/arithmetic_train.jsonl]");
+    request.add_overrides(override_text);
+    return controller->SubmitJob(request);
+  };
+  const auto tools =
+      submit("roles.actor.rollout.multi_turn={enable: true, tool_config_path: tools.yaml}");
+  INFO(tools.status());
+  REQUIRE(tools.ok());
+  CHECK(tools->job().spec().roles().actor().rollout().multi_turn().tool_config_path() ==
+        dir.path() + "/tools.yaml");
+  CHECK_THAT(
+      std::string(
+          submit("roles.actor.rollout.multi_turn={enable: true, tool_config_path: absent.yaml}")
+              .status()
+              .message()),
+      Catch::Contains("roles.actor.rollout.multi_turn.tool_config_path: the tool config '" +
+                      dir.path() + "/absent.yaml' not found"));
+  CHECK_THAT(std::string(submit("model.lora_adapter_path=adapter").status().message()),
+             Catch::Contains("model.lora_adapter_path: '" + dir.path() +
+                             "/adapter' is not a PEFT adapter directory: no adapter_config.json"));
+  std::ofstream(dir.path() + "/adapter/adapter_config.json") << "{}";
+  const auto adapter = submit("model.lora_adapter_path=adapter");
+  INFO(adapter.status());
+  REQUIRE(adapter.ok());
+  CHECK(adapter->job().spec().model().lora_adapter_path() == dir.path() + "/adapter");
 }
 
 TEST_CASE("a Python reward function's file is checked at submission, relative to base_dir",

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "absl/strings/match.h"
+#include "common/util/files.h"
 #include "worker/agent/tools.h"
 
 namespace rlhfd::agent {
@@ -26,6 +27,22 @@ constexpr char kConfig[] = R"(tools:
   - class_name: calculator
     tool_schema: {type: function, function: {name: calc, description: "Arithmetic."}}
 )";
+
+TEST_CASE("every tool config in configs/tools/ reads", "[tool_config]") {
+  absl::StatusOr<std::vector<std::string>> names =
+      ListDirectory(std::string(RLHFD_CONFIGS_DIR) + "/tools");
+  REQUIRE(names.ok());
+  REQUIRE_FALSE(names->empty());
+  for (const std::string& name : *names) {
+    const std::string path = std::string(RLHFD_CONFIGS_DIR) + "/tools/" + name;
+    absl::StatusOr<std::string> text = ReadFileToString(path);
+    REQUIRE(text.ok());
+    absl::StatusOr<std::vector<ToolSpec>> specs = ReadToolConfig(*text, path);
+    INFO(specs.status());
+    REQUIRE(specs.ok());
+    CHECK_FALSE(specs->empty());
+  }
+}
 
 TEST_CASE("verl's sandbox tool runs as the local code interpreter, with its limits",
           "[tool_config]") {

@@ -26,6 +26,11 @@
 namespace rlhfd::roles {
 namespace {
 
+void KeepPeaks(const rollout::DeviceMemory& memory, rollout::DeviceMemory& peaks) {
+  peaks.peak_allocated_bytes = std::max(peaks.peak_allocated_bytes, memory.peak_allocated_bytes);
+  peaks.peak_reserved_bytes = std::max(peaks.peak_reserved_bytes, memory.peak_reserved_bytes);
+}
+
 // The step's rows in verl's layout (each prompt left-padded to P, its responses right-padded to
 // R, as `batch` began them) on `device`, each row's source, and each row's info and the token
 // counts in `reply`.
@@ -282,6 +287,12 @@ absl::StatusOr<v1::UpdateReply> ActorRole::Update(const v1::UpdateRequest& reque
       PolicyUpdateOptionsOf(spec_, trained_->replicas(), request.key().step(), &*schedule_,
                             request.optimizer_steps_before(), nonfinite_skips_);
   ComputeScope compute(spec_, device_);
+  // The peak so far (the rollout's cache included) is kept, then the allocator's peak restarts,
+  // so that the update's own peak can be told apart from it.
+  if (device_.is_cuda()) {
+    KeepPeaks(rollout::QueryDeviceMemory(device_), peaks_);
+    rollout::ResetPeakMemory(device_);
+  }
   const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(const train::UpdateMetrics metrics,
                    train::UpdatePolicy(*trained_, update, options));
@@ -304,10 +315,13 @@ absl::StatusOr<v1::UpdateReply> ActorRole::Update(const v1::UpdateRequest& reque
                    : train::TrainingFlops(trained_->module()->config(), tokens) *
                          std::max(1, train.ppo_epochs()) / std::max(seconds, 1e-9) / promised;
   if (device_.is_cuda()) {
-    const rollout::DeviceMemory memory = rollout::QueryDeviceMemory(device_);
+    const rollout::DeviceMemory update_memory = rollout::QueryDeviceMemory(device_);
+    KeepPeaks(update_memory, peaks_);
     constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-    out["max_memory_allocated_gb"] = static_cast<double>(memory.peak_allocated_bytes) / kGiB;
-    out["max_memory_reserved_gb"] = static_cast<double>(memory.peak_reserved_bytes) / kGiB;
+    out["max_memory_allocated_gb"] = static_cast<double>(peaks_.peak_allocated_bytes) / kGiB;
+    out["max_memory_reserved_gb"] = static_cast<double>(peaks_.peak_reserved_bytes) / kGiB;
+    out["update_max_memory_allocated_gb"] =
+        static_cast<double>(update_memory.peak_allocated_bytes) / kGiB;
   }
   optimizer_steps_ =
       request.optimizer_steps_before() +

@@ -17,6 +17,7 @@
 #include "worker/roles/hybrid_engine.h"
 #include "worker/roles/job_layout.h"
 #include "worker/roles/step_batch.h"
+#include "worker/rollout/device_support.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/trained_model.h"
 
@@ -84,6 +85,9 @@ class ActorRole final : public TrainedRole {
   std::optional<train::LrSchedule> schedule_;
   int64_t optimizer_steps_ = 0;
   int64_t nonfinite_skips_ = 0;
+  // The device's peaks over the role's life: each update restarts the allocator's peak to
+  // measure its own, so the earlier ones are kept here.
+  rollout::DeviceMemory peaks_;
   std::unique_ptr<HybridEngine> hybrid_;
   std::optional<model::LoraOptions> lora_;
   std::unique_ptr<AgentRollout> agent_;  // multi_turn.enable only

@@ -16,11 +16,13 @@ namespace {
 absl::StatusOr<std::vector<agent::ToolSpec>> ToolSpecs(const v1::JobSpec& spec) {
   const std::string& path = spec.roles().actor().rollout().multi_turn().tool_config_path();
   absl::StatusOr<std::string> text = ReadFileToString(path);
-  if (!text.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("roles.actor.rollout.multi_turn.tool_config_path: ", text.status().message()));
+  absl::StatusOr<std::vector<agent::ToolSpec>> specs =
+      text.ok() ? agent::ReadToolConfig(*text, path) : text.status();
+  if (!specs.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "roles.actor.rollout.multi_turn.tool_config_path: ", specs.status().message()));
   }
-  return agent::ReadToolConfig(*text, path);
+  return specs;
 }
 
 std::vector<std::string> SchemasOf(const std::vector<agent::ToolSpec>& specs) {

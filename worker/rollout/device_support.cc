@@ -20,12 +20,21 @@ namespace rlhfd::rollout {
 
 #if RLHFD_HAVE_CUDA
 
+namespace {
+
+// The allocator's statistics take a device index: "cuda" without one is the current device.
+c10::DeviceIndex IndexOf(const at::Device& device) {
+  return device.has_index() ? device.index() : c10::cuda::current_device();
+}
+
+}  // namespace
+
 DeviceMemory QueryDeviceMemory(const at::Device& device) {
   if (!device.is_cuda()) return {};
   c10::cuda::CUDAGuard guard(device);
   size_t free = 0, total = 0;
   C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(IndexOf(device));
   constexpr auto kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
   DeviceMemory memory;
   memory.allocated_bytes = stats.allocated_bytes[kAll].current;
@@ -48,7 +57,7 @@ std::string DeviceName(const at::Device& device) {
 }
 
 void ResetPeakMemory(const at::Device& device) {
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(IndexOf(device));
 }
 
 void ReleaseCachedMemory(const at::Device& device) {
