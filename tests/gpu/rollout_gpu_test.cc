@@ -68,6 +68,25 @@ std::vector<GenerationRequest> Prompts(int count, int64_t max_new_tokens) {
 
 }  // namespace
 
+// A worker asks for the device's memory before anything has touched the GPU, and its job's
+// device is "cuda" with no index when the config says `trainer.device: cuda`: the figures are
+// then the current device's (they once threw "Invalid device argument": the caching allocator
+// was not initialised yet). Declared first, so that it runs before anything in this process has
+// used the GPU (Catch2 runs test cases in declaration order).
+TEST_CASE("device memory figures of 'cuda' without an index are the current device's",
+          "[gpu][rollout]") {
+  const at::Device any_cuda(at::kCUDA);
+  CHECK(BytesInUse(any_cuda) == 0);
+  ResetPeakMemory(any_cuda);
+  const at::Tensor held = at::empty({64 << 20}, at::TensorOptions().dtype(at::kByte).device(kGpu));
+  const DeviceMemory memory = QueryDeviceMemory(any_cuda);
+  CHECK(memory.allocated_bytes >= held.nbytes());
+  CHECK(memory.peak_allocated_bytes >= memory.allocated_bytes);
+  CHECK(memory.allocated_bytes == QueryDeviceMemory(kGpu).allocated_bytes);
+  CHECK(BytesInUse(any_cuda) == memory.allocated_bytes);
+  CHECK(DeviceName(any_cuda) == DeviceName(kGpu));
+}
+
 TEST_CASE("decode-attention kernel matches ATen's attention", "[gpu][rollout]") {
   torch::NoGradGuard no_grad;
   for (auto [heads, kv_heads, head_dim] : {std::tuple{14, 2, 64}, std::tuple{28, 4, 128},
@@ -261,21 +280,6 @@ TEST_CASE("after release the engine holds no GPU memory beyond the weights", "[g
   auto again = (*engine)->Generate(Prompts(4, 4));
   INFO(again.status().ToString());
   CHECK(again.ok());
-}
-
-// A job's device is "cuda" with no index when its config says `trainer.device: cuda`: the
-// allocator's figures are then the current device's (they once threw "Invalid device argument").
-TEST_CASE("device memory figures of 'cuda' without an index are the current device's",
-          "[gpu][rollout]") {
-  const at::Device any_cuda(at::kCUDA);
-  const at::Tensor held = at::empty({64 << 20}, at::TensorOptions().dtype(at::kByte).device(kGpu));
-  ResetPeakMemory(any_cuda);
-  const DeviceMemory memory = QueryDeviceMemory(any_cuda);
-  CHECK(memory.allocated_bytes >= held.nbytes());
-  CHECK(memory.peak_allocated_bytes >= memory.allocated_bytes);
-  CHECK(memory.allocated_bytes == QueryDeviceMemory(kGpu).allocated_bytes);
-  CHECK(BytesInUse(any_cuda) == memory.allocated_bytes);
-  CHECK(DeviceName(any_cuda) == DeviceName(kGpu));
 }
 
 }  // namespace rlhfd::rollout

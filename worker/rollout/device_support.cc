@@ -22,8 +22,11 @@ namespace rlhfd::rollout {
 
 namespace {
 
-// The allocator's statistics take a device index: "cuda" without one is the current device.
+// The caching allocator's statistics need CUDA initialised (a worker asks before its first
+// allocation: the allocator then has no devices yet and refuses every index) and take an index:
+// "cuda" without one is the current device.
 c10::DeviceIndex IndexOf(const at::Device& device) {
+  at::globalContext().lazyInitDevice(at::kCUDA);
   return device.has_index() ? device.index() : c10::cuda::current_device();
 }
 
