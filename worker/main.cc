@@ -54,6 +54,10 @@ ABSL_FLAG(absl::Duration, collective_timeout, absl::Minutes(5),
 ABSL_FLAG(absl::Duration, fault_hold_background_save, absl::ZeroDuration(),
           "Fault drills only: a background checkpoint save (trainer.async_save) waits this long "
           "before it writes its files, so a drill can kill the worker mid-save");
+ABSL_FLAG(absl::Duration, fault_hold_checkpoint_upload, absl::ZeroDuration(),
+          "Fault drills only: each checkpoint upload (trainer.checkpoint_uri) waits this long "
+          "between a rank's data files and its manifest, so a drill can kill the worker "
+          "mid-upload");
 
 namespace rlhfd {
 namespace {
@@ -133,7 +137,8 @@ int Run() {
                : at::Device(at::kCPU),
        .host = data_plane_host,
        .collective_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_collective_timeout)),
-       .fault_hold_background_save = absl::GetFlag(FLAGS_fault_hold_background_save)});
+       .fault_hold_background_save = absl::GetFlag(FLAGS_fault_hold_background_save),
+       .fault_hold_checkpoint_upload = absl::GetFlag(FLAGS_fault_hold_checkpoint_upload)});
   worker::ControllerLinkOptions link_options;
   link_options.token = *token;
   link_options.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);

@@ -71,7 +71,8 @@ constexpr const char* kDefaultsJson = R"json({
     "project_name": "rlhfd", "experiment_name": "", "critic_warmup": 0,
     "val_before_train": true, "max_restarts": 3, "device": "auto", "rollout_data_dir": "", "priority": 0,
     "max_ckpt_to_keep": 0, "max_nonfinite_skips": 0, "log_samples": 4,
-    "mode": "TRAINER_MODE_SYNC", "verify_weight_sync": 0, "async_save": false
+    "mode": "TRAINER_MODE_SYNC", "verify_weight_sync": 0, "async_save": false,
+    "checkpoint_uri": ""
   }
 })json";
 

@@ -17,6 +17,7 @@
 #include "common/config/reward_rules.h"
 #include "common/models/lora_targets.h"
 #include "common/stages/response_samples.h"
+#include "common/util/s3_uri.h"
 #include "common/util/text.h"
 
 namespace rlhfd::config {
@@ -554,6 +555,16 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
   if (trainer.async_save() && trainer.checkpoint_dir().empty()) {
     check.Fail("trainer.checkpoint_dir",
                "is required when trainer.async_save is set: where should checkpoints go?");
+  }
+  if (!trainer.checkpoint_uri().empty()) {
+    if (const absl::StatusOr<S3Location> location = ParseS3Uri(trainer.checkpoint_uri());
+        !location.ok()) {
+      check.Fail("trainer.checkpoint_uri", std::string(location.status().message()));
+    } else if (trainer.checkpoint_dir().empty()) {
+      check.Fail("trainer.checkpoint_dir",
+                 "is required when trainer.checkpoint_uri is set: the local copy the uploads "
+                 "are made from");
+    }
   }
   if (trainer.val_every() > 0 && data.val_files().empty()) {
     check.Fail("data.val_files", "is required when trainer.val_every is set");

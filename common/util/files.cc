@@ -21,13 +21,16 @@ namespace {
 absl::Status ErrnoStatus(int err, absl::string_view what, const std::string& path) {
   std::string message = absl::StrCat(what, " ", path, ": ", std::strerror(err));
   switch (err) {
-    case ENOENT: return absl::NotFoundError(message);
+    case ENOENT:
+      return absl::NotFoundError(message);
     case EACCES:
-    case EPERM: return absl::PermissionDeniedError(message);
+    case EPERM:
+      return absl::PermissionDeniedError(message);
     case ENOSPC:
     case EDQUOT:
       return absl::ResourceExhaustedError(message);
-    default: return absl::InternalError(message);
+    default:
+      return absl::InternalError(message);
   }
 }
 
@@ -117,9 +120,12 @@ absl::StatusOr<int64_t> ReadFileInPieces(const std::string& path, size_t piece_b
   return total;
 }
 
-absl::Status WriteFileAtomically(const std::string& path, const std::string& contents, int mode) {
+absl::Status WriteFileAtomicallyWith(const std::string& path,
+                                     const std::function<absl::Status(int fd)>& write, int mode) {
   const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
   const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
   std::string tmp = absl::StrCat(dir, "/.", base, ".tmp.XXXXXX");
   FileDescriptor fd(::mkstemp(tmp.data()));
@@ -129,21 +135,35 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
     return ErrnoStatus(err, what, tmp);
   };
   if (::fchmod(fd.get(), mode) != 0) return fail(errno, "cannot chmod");
-  size_t offset = 0;
-  while (offset < contents.size()) {
-    ssize_t n = ::write(fd.get(), contents.data() + offset, contents.size() - offset);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail(errno, "cannot write");
-    }
-    offset += n;
+  if (absl::Status written = write(fd.get()); !written.ok()) {
+    ::unlink(tmp.c_str());
+    return written;
   }
   if (::fsync(fd.get()) != 0) return fail(errno, "cannot fsync");
   if (::close(fd.Release()) != 0) return fail(errno, "cannot close");
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail(errno, "cannot rename onto " + path + " from");
+  if (::rename(tmp.c_str(), path.c_str()) != 0)
+    return fail(errno, "cannot rename onto " + path + " from");
   FileDescriptor dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dir_fd.get() >= 0) ::fsync(dir_fd.get());
   return absl::OkStatus();
+}
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents, int mode) {
+  return WriteFileAtomicallyWith(
+      path,
+      [&](int fd) {
+        size_t offset = 0;
+        while (offset < contents.size()) {
+          const ssize_t n = ::write(fd, contents.data() + offset, contents.size() - offset);
+          if (n < 0) {
+            if (errno == EINTR) continue;
+            return ErrnoStatus(errno, "cannot write", path);
+          }
+          offset += n;
+        }
+        return absl::OkStatus();
+      },
+      mode);
 }
 
 absl::Status MakeDirectories(const std::string& path, int mode) {

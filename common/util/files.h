@@ -13,8 +13,7 @@ namespace rlhfd {
 
 // Reads a whole file; NOT_FOUND / PERMISSION_DENIED name the path. Files over `max_bytes` are
 // refused, so a wrong path (a device, a huge log) cannot exhaust memory.
-absl::StatusOr<std::string> ReadFileToString(const std::string& path,
-                                             size_t max_bytes = 64 << 20);
+absl::StatusOr<std::string> ReadFileToString(const std::string& path, size_t max_bytes = 64 << 20);
 
 // At most the first `max_bytes` of a file (for peeking at large files: a data file's first line).
 absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, size_t max_bytes);
@@ -30,6 +29,12 @@ absl::StatusOr<int64_t> ReadFileInPieces(const std::string& path, size_t piece_b
 // the temporary file is removed.
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents,
                                  int mode = 0644);
+
+// WriteFileAtomically with the contents written by `write` to the temporary file's descriptor
+// (a download streamed to disk); its failure removes the temporary file and is returned.
+absl::Status WriteFileAtomicallyWith(const std::string& path,
+                                     const std::function<absl::Status(int fd)>& write,
+                                     int mode = 0644);
 
 // Creates `path` and its parents if missing.
 absl::Status MakeDirectories(const std::string& path, int mode = 0755);

@@ -43,10 +43,12 @@
 #include "tests/support/cluster_fixture.h"
 #include "tests/support/controller_client.h"
 #include "tests/support/rl_reference.h"
+#include "tests/support/s3_test_server.h"
 #include "tests/support/small_filesystem.h"
 #include "worker/model/model_loader.h"
 #include "worker/model/state_dict.h"
 #include "worker/model/tokenizer.h"
+#include "worker/net/s3_client.h"
 
 namespace rlhfd::testing {
 namespace {
@@ -1282,6 +1284,129 @@ TEST_CASE("kill -9 of a worker during a background save: that step is never comm
   CHECK(absl::StrContains(log, absl::StrCat("resumed from the checkpoint of step ", saving - 2)));
   CHECK_FALSE(absl::StrContains(log, absl::StrCat("resumed from the checkpoint of step ", saving)));
   CHECK(PathExists(absl::StrCat(dir.path(), "/step_", total, "/commit.json")));
+}
+
+// A bucket on a real S3-compatible server (moto), set up as the workers will reach it: they
+// inherit the test's AWS_* environment.
+net::S3Client MakeBucket(const S3TestServer& server, const std::string& name) {
+  SetS3Environment(server.endpoint());
+  net::S3Options options;
+  options.endpoint = server.endpoint();
+  options.credentials = {.access_key_id = "rlhfd-test", .secret_access_key = "rlhfd-test-secret"};
+  net::S3Client bucket(name, options);
+  REQUIRE(bucket.CreateBucket().ok());
+  return bucket;
+}
+
+// trainer.checkpoint_uri: each committed step goes to the bucket (every file, byte for byte,
+// `latest` last), retention deletes there too, and a job whose checkpoint_dir is empty (a new
+// machine) resumes from the bucket's latest step.
+TEST_CASE(
+    "checkpoint_uri: the bucket holds each committed step, and a new machine resumes "
+    "from it",
+    "[driver][checkpoints]") {
+  TempDir dir;
+  S3TestServer server(dir.path());
+  INFO(server.error());
+  REQUIRE(server.ok());
+  net::S3Client bucket = MakeBucket(server, "rlhfd-ckpt");
+  DriverCluster cluster;
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  const std::string config = ReadConfig("tiny-cpu-demo.yaml");
+  const auto submit = [&](const std::string& local, int64_t total) {
+    return cluster.Submit(config,
+                          {absl::StrCat("trainer.total_steps=", total), "trainer.save_every=1",
+                           "trainer.loggers=[console]", "trainer.max_ckpt_to_keep=2",
+                           "trainer.checkpoint_dir=" + dir.path() + "/" + local,
+                           "trainer.checkpoint_uri=s3://rlhfd-ckpt/runs/tiny"});
+  };
+  const std::string first = submit("first", 3);
+  v1::Job job = cluster.WaitEnded(first);
+  INFO(Describe(job));
+  REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(bucket.GetObject("runs/tiny/latest").value() == "step_3\n");
+  // Step 3 in the bucket is the local step 3, every file (the ranks' states and manifests, the
+  // commit record, the Hugging Face export).
+  const std::string step_dir = dir.path() + "/first/step_3";
+  int files = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(step_dir)) {
+    if (!entry.is_regular_file()) continue;
+    const std::string relative = fs::relative(entry.path(), step_dir).string();
+    INFO(relative);
+    const absl::StatusOr<std::string> object =
+        bucket.GetObject("runs/tiny/step_3/" + relative, 1 << 30);
+    REQUIRE(object.ok());
+    CHECK(*object == ReadFileToString(entry.path().string(), 1 << 30).value());
+    ++files;
+  }
+  CHECK(files >= 6);  // two ranks' state and manifest, commit.json, the export's files
+  CHECK(bucket.ListKeys("runs/tiny/step_1/").value().empty());  // max_ckpt_to_keep 2
+  CHECK_FALSE(bucket.ListKeys("runs/tiny/step_2/").value().empty());
+
+  // A new machine: nothing in its checkpoint_dir; the job resumes from the bucket's step 3.
+  const std::string second = submit("second", 5);
+  job = cluster.WaitEnded(second);
+  INFO(Describe(job));
+  REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
+  std::vector<int64_t> steps;
+  for (const v1::StepMetrics& step : cluster.Metrics(second)) {
+    if (step.step() > 0) steps.push_back(step.step());
+  }
+  CHECK(steps == std::vector<int64_t>{4, 5});
+  const std::string log = cluster.cluster().controller()->ReadLog();
+  CHECK(absl::StrContains(log, "resumed from the checkpoint of step 3"));
+  CHECK(bucket.GetObject("runs/tiny/latest").value() == "step_5\n");
+  // Retention, with two kept: the downloaded step 3 went here and there once step 5 committed.
+  CHECK(PathExists(dir.path() + "/second/step_5/commit.json"));
+  CHECK_FALSE(PathExists(dir.path() + "/second/step_3"));
+  CHECK(bucket.ListKeys("runs/tiny/step_3/").value().empty());
+}
+
+// kill -9 of a worker while its part of a step is going up (the data file is in the bucket, its
+// manifest held back by --fault_hold_checkpoint_upload): the bucket's `latest` still names the
+// step before, that step is never committed there, and the recovered job ends with every step.
+TEST_CASE("kill -9 of a worker mid-upload: the bucket's latest stays at the step before",
+          "[driver][faults]") {
+  TempDir dir;
+  S3TestServer server(dir.path());
+  INFO(server.error());
+  REQUIRE(server.ok());
+  net::S3Client bucket = MakeBucket(server, "rlhfd-kill");
+  DriverCluster cluster;
+  for (int i = 0; i < 3; ++i) cluster.StartWorker({"--fault_hold_checkpoint_upload=3s"});
+  const int64_t total = 4;
+  const std::string id =
+      cluster.Submit(ReadConfig("tiny-cpu-demo.yaml"),
+                     {absl::StrCat("trainer.total_steps=", total), "trainer.save_every=1",
+                      "trainer.loggers=[console]", "trainer.max_restarts=2",
+                      "trainer.checkpoint_dir=" + dir.path() + "/checkpoints",
+                      "trainer.checkpoint_uri=s3://rlhfd-kill/run"});
+  REQUIRE(WaitFor(
+      [&] {
+        const absl::StatusOr<std::vector<std::string>> keys = bucket.ListKeys("run/step_2/");
+        return keys.ok() && !keys->empty();
+      },
+      absl::Seconds(120)));
+  const v1::Job running = cluster.Get(id);
+  INFO(Describe(running));
+  std::string victim;
+  for (const v1::RolePlacement& placement : running.placement()) {
+    if (placement.role() == "actor" && placement.worker_ids_size() > 0) {
+      victim = placement.worker_ids(0);
+    }
+  }
+  REQUIRE(!victim.empty());
+  cluster.cluster().worker(DriverCluster::IndexOf(victim)).Stop(SIGKILL, absl::Seconds(5));
+  CHECK(bucket.GetObject("run/latest").value() == "step_1\n");
+  CHECK(absl::IsNotFound(bucket.GetObject("run/step_2/commit.json").status()));
+  const v1::Job job = cluster.WaitEnded(id);
+  INFO(Describe(job));
+  REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(job.progress().restarts() == 1);
+  CheckHistory(cluster.Metrics(id), total);
+  CHECK(absl::StrContains(cluster.cluster().controller()->ReadLog(),
+                          "resumed from the checkpoint of step 1"));
+  CHECK(bucket.GetObject("run/latest").value() == absl::StrCat("step_", total, "\n"));
 }
 
 // A real ENOSPC: the checkpoint directory on a small tmpfs that the test fills. The save waits

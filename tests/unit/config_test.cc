@@ -367,6 +367,12 @@ TEST_CASE("inconsistent sections are refused with the fix", "[config][errors]") 
              Catch::Contains("trainer.checkpoint_dir: is required when trainer.save_every"));
   CHECK_THAT(ErrorOf(With("trainer: {async_save: true}\n")),
              Catch::Contains("trainer.checkpoint_dir: is required when trainer.async_save"));
+  CHECK_THAT(ErrorOf(With("trainer: {checkpoint_uri: s3://ckpt-bucket/run}\n")),
+             Catch::Contains("trainer.checkpoint_dir: is required when trainer.checkpoint_uri"));
+  CHECK_THAT(ErrorOf(With("trainer: {checkpoint_dir: /c, checkpoint_uri: /data/ckpt}\n")),
+             Catch::Contains("trainer.checkpoint_uri: '/data/ckpt' is not an s3:// URI"));
+  CHECK_THAT(ErrorOf(With("trainer: {checkpoint_dir: /c, checkpoint_uri: s3://Bad_Bucket/x}\n")),
+             Catch::Contains("trainer.checkpoint_uri: 'Bad_Bucket' is not a valid S3 bucket"));
 }
 
 TEST_CASE("every problem in a config is reported at once", "[config][errors]") {

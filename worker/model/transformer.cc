@@ -86,10 +86,24 @@ at::Tensor Project(const at::Tensor& weight, const at::Tensor& bias, const at::T
 
 at::Tensor Project(const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x,
                    const LowRankAdapter& adapter) {
-  at::Tensor y = Project(weight, bias, x);
-  if (!adapter.a.defined() || adapter.scaling == 0) return y;
+  if (!adapter.a.defined() || adapter.scaling == 0) return Project(weight, bias, x);
   // PEFT's order: the rank-r product first, scaled last.
-  return y + Project(adapter.b, at::Tensor(), Project(adapter.a, at::Tensor(), x)) * adapter.scaling;
+  const at::Tensor low_rank = Project(adapter.b, at::Tensor(), Project(adapter.a, at::Tensor(), x));
+  if (!weight.is_cuda() || weight.element_size() >= 4) {
+    return Project(weight, bias, x) + low_rank * adapter.scaling;
+  }
+  // A frozen narrow base on the GPU (a LoRA actor's): the base's product and the adapter's term
+  // added in the GEMMs' dtype by one kernel, the dtype a full-weight layer's output has under
+  // autocast. Widening both to float32 first made every adapted layer's output, and what backward
+  // keeps of it, twice as wide, with three more passes over it: the update took 1.6x the
+  // full-weight update's time (docs/PERFORMANCE.md, "LoRA actors").
+  const at::ScalarType type = weight.scalar_type();
+  at::Tensor y = at::add(at::mm(x.reshape({-1, x.size(-1)}).to(type), weight.t()),
+                         low_rank.reshape({-1, weight.size(0)}).to(type), adapter.scaling);
+  if (bias.defined()) y = y + bias.to(type);
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = weight.size(0);
+  return y.view(shape);
 }
 
 LowRankAdapter AdapterOf(const torch::nn::Linear& layer, double scaling) {
@@ -248,11 +262,11 @@ MlpImpl::MlpImpl(const ModelConfig& config) {
 }
 
 at::Tensor MlpImpl::forward(const at::Tensor& x, double adapter_scaling) {
-  return ProjectLayer(down_proj,
-                      GatedActivation(gate_proj->weight, gate_proj->bias, up_proj->weight,
-                                      up_proj->bias, x, AdapterOf(gate_proj, adapter_scaling),
-                                      AdapterOf(up_proj, adapter_scaling)),
-                      adapter_scaling);
+  return ProjectLayer(
+      down_proj,
+      GatedActivation(gate_proj->weight, gate_proj->bias, up_proj->weight, up_proj->bias, x,
+                      AdapterOf(gate_proj, adapter_scaling), AdapterOf(up_proj, adapter_scaling)),
+      adapter_scaling);
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, int64_t layer) {
@@ -471,9 +485,9 @@ absl::Status CheckTokenIds(const at::Tensor& ids, int64_t vocab_size, absl::stri
   const at::Tensor outside = ids.lt(0).logical_or(ids.ge(vocab_size));
   if (!outside.any().item<bool>()) return absl::OkStatus();
   const int64_t first = ids.flatten().index({outside.flatten()})[0].item<int64_t>();
-  return absl::InvalidArgumentError(absl::StrCat(
-      what, ": token id ", first, " is outside the model's vocabulary [0, ", vocab_size,
-      "); was the text tokenized with another model's tokenizer?"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ": token id ", first, " is outside the model's vocabulary [0, ",
+                   vocab_size, "); was the text tokenized with another model's tokenizer?"));
 }
 
 absl::Status LoadWeights(Transformer& model, const StateDict& weights,

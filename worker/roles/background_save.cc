@@ -15,9 +15,7 @@
 namespace rlhfd::roles {
 
 std::unique_ptr<BackgroundSave> BackgroundSave::Start(std::string dir, int64_t step,
-                                                      std::vector<Part> parts,
-                                                      std::function<absl::Status()> first,
-                                                      absl::Duration hold) {
+                                                      std::vector<Part> parts, Around around) {
   int64_t copied_bytes = 0;
   for (Part& part : parts) {
     for (auto& [name, tensor] : part.state) {
@@ -28,7 +26,7 @@ std::unique_ptr<BackgroundSave> BackgroundSave::Start(std::string dir, int64_t s
   }
   std::unique_ptr<BackgroundSave> save(new BackgroundSave(step, copied_bytes));
   save->thread_ = std::thread([save = save.get(), dir = std::move(dir), parts = std::move(parts),
-                               first = std::move(first), hold]() {
+                               around = std::move(around)]() {
     // The write takes only the CPU time training leaves (SCHED_IDLE for this thread): at nice 0,
     // or even 19, it slowed the next step's rollout by 2-3 ms of the CPU demo's 40 ms step
     // (docs/PERFORMANCE.md). LibTorch's check here (FirstNonFinite) runs on the worker's
@@ -36,19 +34,24 @@ std::unique_ptr<BackgroundSave> BackgroundSave::Start(std::string dir, int64_t s
     at::init_num_threads();
     sched_param idle{};
     sched_setscheduler(gettid(), SCHED_IDLE, &idle);
-    if (hold > absl::ZeroDuration()) {
+    if (around.hold > absl::ZeroDuration()) {
       RLOG(WARNING) << "--fault_hold_background_save: the save of step " << save->step_
-                    << " starts writing in " << hold;
-      absl::SleepFor(hold);
+                    << " starts writing in " << around.hold;
+      absl::SleepFor(around.hold);
     }
     absl::StatusOr<int64_t> written = 0;
     try {
-      if (absl::Status done = first ? first() : absl::OkStatus(); !done.ok()) written = done;
+      if (absl::Status done = around.first ? around.first() : absl::OkStatus(); !done.ok()) {
+        written = done;
+      }
       for (const Part& part : parts) {
         if (!written.ok()) break;
         const absl::StatusOr<int64_t> bytes =
             SaveRoleState(dir, save->step_, part.role, part.rank, part.state, part.extra);
         written = bytes.ok() ? absl::StatusOr<int64_t>(*written + *bytes) : bytes.status();
+        if (written.ok() && around.then) {
+          if (absl::Status done = around.then(part); !done.ok()) written = done;
+        }
       }
     } catch (const std::exception& error) {
       written = absl::InternalError(

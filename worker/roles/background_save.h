@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,16 +28,25 @@ class BackgroundSave {
     nlohmann::json extra;
   };
 
+  // What runs on the save's thread besides the writing; a failure of either is the save's.
+  struct Around {
+    // Before the writing: world rank 0 commits the step saved before this one.
+    std::function<absl::Status()> first;
+    // After each part is written: its upload (trainer.checkpoint_uri).
+    std::function<absl::Status(const Part&)> then;
+    // Delays the writing that long (fault drills: the worker's --fault_hold_background_save), so
+    // a drill finds the save in flight and training well past the copy.
+    absl::Duration hold = absl::ZeroDuration();
+  };
+
   // Copies each part's tensors to host memory (on the calling thread: the caller may change
-  // them once this returns), then writes them under `dir` as step `step` on a thread. `hold`
-  // (fault drills: the worker's --fault_hold_background_save) delays the writing that long, so
-  // a drill finds the save in flight and training well past the copy.
-  // `first`, when given, runs on the thread before the writing (world rank 0 commits the step
-  // saved before this one there); its failure is the save's.
+  // them once this returns), then writes them under `dir` as step `step` on a thread.
   static std::unique_ptr<BackgroundSave> Start(std::string dir, int64_t step,
-                                               std::vector<Part> parts,
-                                               std::function<absl::Status()> first = nullptr,
-                                               absl::Duration hold = absl::ZeroDuration());
+                                               std::vector<Part> parts, Around around);
+  static std::unique_ptr<BackgroundSave> Start(std::string dir, int64_t step,
+                                               std::vector<Part> parts) {
+    return Start(std::move(dir), step, std::move(parts), Around());
+  }
   // Waits for the write: a save is never left half done behind its owner's back.
   ~BackgroundSave();
   BackgroundSave(const BackgroundSave&) = delete;

@@ -26,9 +26,8 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr char kStateFile[] = "state.safetensors";
-constexpr char kManifestFile[] = "manifest.json";
-constexpr char kCommitFile[] = "commit.json";
-constexpr char kLatestFile[] = "latest";
+constexpr const char* kManifestFile = kManifestName;
+constexpr const char* kLatestFile = kLatestName;
 // 2: each file's size and CRC-32C, the manifest's own CRC, and commit records. 1: none of them.
 constexpr int kManifestVersion = 2;
 constexpr int kCommitVersion = 1;
@@ -36,7 +35,7 @@ constexpr int kCommitVersion = 1;
 constexpr char kSelfCrcKey[] = "manifest_crc32c";
 
 std::string CommitPath(const std::string& dir, int64_t step) {
-  return absl::StrCat(StepDirectory(dir, step), "/", kCommitFile);
+  return absl::StrCat(dir, "/", CommitRecordName(step));
 }
 
 absl::Status Damaged(const std::string& path, absl::string_view what) {
@@ -60,13 +59,6 @@ bool StringField(const Json& object, const char* key, std::string* value) {
   if (field == nullptr || !field->is_string()) return false;
   *value = field->get<std::string>();
   return true;
-}
-
-// "step_<N>" → N, or -1.
-int64_t StepOfName(absl::string_view name) {
-  int64_t step = 0;
-  if (!absl::ConsumePrefix(&name, "step_") || !absl::SimpleAtoi(name, &step) || step < 1) return -1;
-  return step;
 }
 
 // Steps with a commit record, ascending (none when `dir` cannot be listed).
@@ -237,12 +229,43 @@ absl::StatusOr<std::vector<Json>> CopyStep(const std::string& dir, int64_t step,
 
 }  // namespace
 
+std::string StepName(int64_t step) { return absl::StrCat("step_", step); }
+
+std::string RankPartName(int64_t step, const std::string& role, int rank) {
+  return absl::StrCat(StepName(step), "/", role, "/rank_", rank);
+}
+
+std::string CommitRecordName(int64_t step) { return absl::StrCat(StepName(step), "/commit.json"); }
+
+int64_t StepOfName(absl::string_view name) {
+  int64_t step = 0;
+  if (!absl::ConsumePrefix(&name, "step_") || !absl::SimpleAtoi(name, &step) || step < 1) return -1;
+  return step;
+}
+
 std::string StepDirectory(const std::string& dir, int64_t step) {
-  return absl::StrCat(dir, "/step_", step);
+  return absl::StrCat(dir, "/", StepName(step));
 }
 
 std::string RankDirectory(const std::string& dir, int64_t step, const std::string& role, int rank) {
-  return absl::StrCat(StepDirectory(dir, step), "/", role, "/rank_", rank);
+  return absl::StrCat(dir, "/", RankPartName(step, role, rank));
+}
+
+absl::StatusOr<std::vector<std::string>> ManifestFileNames(const std::string& manifest_text) {
+  const Json manifest = Json::parse(manifest_text, nullptr, /*allow_exceptions=*/false);
+  const Json* files = Field(manifest, "files");
+  if (files == nullptr || !files->is_object()) {
+    return absl::DataLossError("the manifest lists no files");
+  }
+  std::vector<std::string> names;
+  for (const auto& [name, entry] : files->items()) {
+    // Names stay inside the rank's directory whoever wrote the manifest.
+    if (name.empty() || absl::StrContains(name, "/") || name == "." || name == "..") {
+      return absl::DataLossError(absl::StrCat("the manifest lists the file '", name, "'"));
+    }
+    names.push_back(name);
+  }
+  return names;
 }
 
 absl::StatusOr<int64_t> SaveRoleState(const std::string& dir, int64_t step, const std::string& role,

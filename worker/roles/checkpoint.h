@@ -27,6 +27,19 @@ namespace rlhfd::roles {
 std::string StepDirectory(const std::string& dir, int64_t step);
 std::string RankDirectory(const std::string& dir, int64_t step, const std::string& role, int rank);
 
+// The same pieces relative to the checkpoint directory, for a copy kept elsewhere
+// (trainer.checkpoint_uri): "step_<N>", "step_<N>/<role>/rank_<r>", "step_<N>/commit.json".
+std::string StepName(int64_t step);
+std::string RankPartName(int64_t step, const std::string& role, int rank);
+std::string CommitRecordName(int64_t step);
+inline constexpr char kLatestName[] = "latest";
+inline constexpr char kManifestName[] = "manifest.json";
+// The files of a rank's part its manifest lists, besides the manifest (which a copy writes
+// last). DATA_LOSS when the text is no manifest of ours.
+absl::StatusOr<std::vector<std::string>> ManifestFileNames(const std::string& manifest_text);
+// "step_<N>" → N; -1 for any other name.
+int64_t StepOfName(absl::string_view name);
+
 // Writes this rank's part of `step`: the state, then the manifest (with `extra` under "extra").
 // A save of the same step before this one (cut short, or of a run a resume passed over) goes
 // first: the step's commit record, so the step is not taken as committed while it is rewritten,

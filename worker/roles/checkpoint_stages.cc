@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "worker/model/lora.h"
 #include "worker/model/model_export.h"
 #include "worker/roles/checkpoint.h"
+#include "worker/roles/checkpoint_mirror.h"
 
 namespace rlhfd::roles {
 namespace {
@@ -44,26 +46,63 @@ absl::Status ExportActor(HostedJob& job, const v1::CheckpointRequest& request, i
         absl::StrCat(StepDirectory(request.directory(), request.step()), "/actor");
     RETURN_IF_ERROR(model::ExportHuggingFaceDirectory(full, job.spec.model().path(),
                                                       actor_dir + "/huggingface", at::kBFloat16));
+    std::vector<std::string> exported = {"huggingface"};
     if (const std::optional<model::LoraOptions>& lora = job.actor->lora()) {
       RETURN_IF_ERROR(model::WritePeftAdapter(job.actor->trained().module(), *lora,
                                               job.spec.model().path(),
                                               actor_dir + "/lora_adapter"));
+      exported.push_back("lora_adapter");
+    }
+    if (job.checkpoint_mirror) {
+      for (const std::string& name : exported) {
+        RETURN_IF_ERROR(job.checkpoint_mirror->UploadTree(
+            request.directory(), absl::StrCat(StepName(request.step()), "/actor/", name)));
+      }
     }
   }
   job.actor->ReleaseRollout();
   return absl::OkStatus();
 }
 
-// Commits `step`, then applies trainer.max_ckpt_to_keep (`keep`). The commit stands whatever
-// happens to the deletion of older steps; a failed one is tried again after the next commit.
-absl::Status CommitWithRetention(const std::string& dir, int64_t step, int keep) {
+// Commits `step` (and, with trainer.checkpoint_uri, uploads its commit: its failure is the
+// commit's), then applies trainer.max_ckpt_to_keep (`keep`) here and in the bucket. The commit
+// stands whatever happens to the deletion of older steps; a failed one is tried again after the
+// next commit (the bucket's only for the steps deleted here then).
+absl::Status CommitWithRetention(const std::string& dir, int64_t step, int keep,
+                                 CheckpointMirror* mirror) {
   RETURN_IF_ERROR(CommitStep(dir, step));
+  if (mirror != nullptr) RETURN_IF_ERROR(mirror->UploadCommit(dir, step));
   const absl::StatusOr<std::vector<std::string>> removed = RemoveOldSteps(dir, step, keep);
   if (!removed.ok()) {
     RLOG(WARNING) << "trainer.max_ckpt_to_keep: " << removed.status().message();
-  } else if (!removed->empty()) {
-    RLOG(INFO) << "trainer.max_ckpt_to_keep " << keep << ": deleted "
-               << absl::StrJoin(*removed, ", ");
+    return absl::OkStatus();
+  }
+  if (removed->empty()) return absl::OkStatus();
+  RLOG(INFO) << "trainer.max_ckpt_to_keep " << keep << ": deleted "
+             << absl::StrJoin(*removed, ", ");
+  if (mirror != nullptr) {
+    std::vector<int64_t> steps;
+    for (const std::string& path : *removed) {
+      steps.push_back(StepOfName(path.substr(path.rfind('/') + 1)));
+    }
+    if (const absl::Status deleted = mirror->RemoveSteps(steps); !deleted.ok()) {
+      RLOG(WARNING) << "trainer.max_ckpt_to_keep: " << deleted.message();
+    }
+  }
+  return absl::OkStatus();
+}
+
+// With trainer.checkpoint_uri, the files of the step a load would take that this rank lacks:
+// the step asked for, or the bucket's latest (whichever is older), when the local directory has
+// not committed it (a new machine, a lost disk). Nothing when the bucket holds no checkpoint.
+absl::Status FetchFromMirror(HostedJob& job, const std::string& dir, int64_t step,
+                             const std::vector<RolePart>& parts) {
+  absl::StatusOr<int64_t> latest = job.checkpoint_mirror->LatestStep();
+  if (absl::IsNotFound(latest.status())) return absl::OkStatus();
+  RETURN_IF_ERROR(latest.status());
+  const int64_t wanted = step > 0 ? std::min(step, *latest) : *latest;
+  for (const RolePart& part : parts) {
+    RETURN_IF_ERROR(job.checkpoint_mirror->EnsurePart(dir, wanted, part.role, part.rank));
   }
   return absl::OkStatus();
 }
@@ -124,17 +163,25 @@ absl::StatusOr<v1::CheckpointReply> RunSaveCheckpoint(HostedJob& job,
                                {"kl_coef", request.kl_coef()}}});
     reply.set_path(RankDirectory(request.directory(), request.step(), parts.back().role, position));
   }
+  std::shared_ptr<CheckpointMirror> mirror = job.checkpoint_mirror;
   if (request.background()) {
-    std::function<absl::Status()> commit;
+    BackgroundSave::Around around{.hold = fault_hold};
     if (request.commit_step() > 0 && job.world->rank() == 0) {
       // The job's progress names the step before this commit until the next save confirms it,
       // so retention keeps one step more: a recovery in between finds the step it loads.
       const int keep = job.spec.trainer().max_ckpt_to_keep();
-      commit = [dir = request.directory(), step = request.commit_step(),
-                keep = keep > 0 ? keep + 1 : 0] { return CommitWithRetention(dir, step, keep); };
+      around.first = [dir = request.directory(), step = request.commit_step(),
+                      keep = keep > 0 ? keep + 1 : 0,
+                      mirror] { return CommitWithRetention(dir, step, keep, mirror.get()); };
+    }
+    if (mirror) {
+      around.then = [dir = request.directory(), step = request.step(),
+                     mirror](const BackgroundSave::Part& part) {
+        return mirror->UploadPart(dir, step, part.role, part.rank);
+      };
     }
     job.background_save = BackgroundSave::Start(request.directory(), request.step(),
-                                                std::move(parts), std::move(commit), fault_hold);
+                                                std::move(parts), std::move(around));
     return reply;
   }
   for (const BackgroundSave::Part& part : parts) {
@@ -142,6 +189,10 @@ absl::StatusOr<v1::CheckpointReply> RunSaveCheckpoint(HostedJob& job,
                      SaveRoleState(request.directory(), request.step(), part.role, part.rank,
                                    part.state, part.extra));
     reply.set_bytes(reply.bytes() + bytes);
+    if (mirror) {
+      RETURN_IF_ERROR(
+          mirror->UploadPart(request.directory(), request.step(), part.role, part.rank));
+    }
   }
   if (request.export_huggingface() && job.actor) {
     RETURN_IF_ERROR(ExportActor(job, request, job.layout->PositionIn(v1::ROLE_ACTOR)));
@@ -153,7 +204,8 @@ absl::StatusOr<v1::CheckpointReply> RunCommitCheckpoint(HostedJob& job,
                                                         const v1::CheckpointRequest& request) {
   RETURN_IF_ERROR(CheckCheckpointDirectory(job, request.directory()));
   RETURN_IF_ERROR(CommitWithRetention(request.directory(), request.step(),
-                                      job.spec.trainer().max_ckpt_to_keep()));
+                                      job.spec.trainer().max_ckpt_to_keep(),
+                                      job.checkpoint_mirror.get()));
   v1::CheckpointReply reply;
   reply.set_step(request.step());
   reply.set_path(StepDirectory(request.directory(), request.step()));
@@ -170,6 +222,9 @@ absl::StatusOr<v1::CheckpointReply> RunLoadCheckpoint(HostedJob& job,
     parts.push_back({.role = stages::RoleName(role),
                      .rank = job.layout->PositionIn(role),
                      .state = trained->trained().StateTensors()});
+  }
+  if (job.checkpoint_mirror) {
+    RETURN_IF_ERROR(FetchFromMirror(job, request.directory(), request.step(), parts));
   }
   ASSIGN_OR_RETURN(const LoadedCheckpoint loaded,
                    LoadNewestIntact(request.directory(), request.step(), parts));

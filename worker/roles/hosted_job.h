@@ -19,6 +19,7 @@
 #include "worker/parallel/socket_communicator.h"
 #include "worker/roles/actor_role.h"
 #include "worker/roles/background_save.h"
+#include "worker/roles/checkpoint_mirror.h"
 #include "worker/roles/critic_role.h"
 #include "worker/roles/frozen_roles.h"
 #include "worker/roles/job_layout.h"
@@ -59,6 +60,9 @@ struct HostedJob {
   std::string poisoned;
   // trainer.async_save: this rank's save in flight, until the driver finishes it.
   std::unique_ptr<BackgroundSave> background_save;
+  // trainer.checkpoint_uri: the bucket the checkpoints are copied to; null without one. Shared
+  // with the background save's thread.
+  std::shared_ptr<CheckpointMirror> checkpoint_mirror;
   std::shared_ptr<std::atomic<bool>> cancelled;
 
   // `role` as this rank hosts it, or null.

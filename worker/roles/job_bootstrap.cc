@@ -149,6 +149,10 @@ absl::StatusOr<std::unique_ptr<HostedJob>> StartHostedJob(
   job->arrived = arrived;
   job->spec = request.spec();
   job->cancelled = cancelled;
+  if (const std::string& uri = job->spec.trainer().checkpoint_uri(); !uri.empty()) {
+    ASSIGN_OR_RETURN(job->checkpoint_mirror,
+                     CheckpointMirror::Open(uri, cancelled, options.fault_hold_checkpoint_upload));
+  }
   ASSIGN_OR_RETURN(JobLayout layout,
                    JobLayout::Create(request.world_size(), request.rank(), request.pools()));
   job->layout = std::make_unique<JobLayout>(std::move(layout));

@@ -39,6 +39,9 @@ struct RoleHostOptions {
   // Fault drills: how long a background checkpoint save waits before it writes its files
   // (BackgroundSave's hold), so a drill can kill the worker mid-save.
   absl::Duration fault_hold_background_save = absl::ZeroDuration();
+  // Fault drills: how long each rank's checkpoint upload (trainer.checkpoint_uri) waits between
+  // its data files and its manifest, so a drill can kill the worker mid-upload.
+  absl::Duration fault_hold_checkpoint_upload = absl::ZeroDuration();
 };
 
 class RoleHost final : public stages::StageService {

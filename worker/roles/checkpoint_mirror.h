@@ -1,0 +1,59 @@
+// The copy of a job's checkpoints in S3-compatible storage (trainer.checkpoint_uri). The bucket
+// holds the local layout (checkpoint.h) under the URI's prefix, and its `latest` is the commit
+// point: each rank uploads its part of a step before its save answers, world rank 0 uploads the
+// step's commit record and then `latest` after committing locally, so a save cut short anywhere
+// (a rank killed mid-upload) leaves the bucket's `latest` at the step before. A load whose step
+// the local directory lacks downloads this rank's part and the commit record first.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/util/s3_uri.h"
+#include "worker/net/s3_client.h"
+
+namespace rlhfd::roles {
+
+class CheckpointMirror {
+ public:
+  // The mirror of `uri` with credentials and endpoint from the environment; FAILED_PRECONDITION
+  // naming trainer.checkpoint_uri and what is missing.
+  // `cancelled` (the job attempt's) stops every transfer; `fault_hold`: fault drills (the
+  // worker's --fault_hold_checkpoint_upload).
+  static absl::StatusOr<std::shared_ptr<CheckpointMirror>> Open(
+      const std::string& uri, std::shared_ptr<const std::atomic<bool>> cancelled,
+      absl::Duration fault_hold = absl::ZeroDuration());
+  CheckpointMirror(S3Location location, net::S3Options options,
+                   absl::Duration fault_hold = absl::ZeroDuration());
+
+  // This rank's part of `step`, from `dir`: its data files, then its manifest.
+  absl::Status UploadPart(const std::string& dir, int64_t step, const std::string& role, int rank);
+  // Every file under <dir>/<relative> (an export beside a step: actor/huggingface).
+  absl::Status UploadTree(const std::string& dir, const std::string& relative);
+  // After the local commit of `step`: its commit record, then `latest`.
+  absl::Status UploadCommit(const std::string& dir, int64_t step);
+  // The step the bucket's `latest` names; NOT_FOUND when there is none.
+  absl::StatusOr<int64_t> LatestStep();
+  // Makes <dir> hold this rank's part of `step` and its commit record, downloading what the
+  // local copy lacks (the manifest last, so an interrupted download is never a part).
+  absl::Status EnsurePart(const std::string& dir, int64_t step, const std::string& role, int rank);
+  // Deletes the steps' objects (each commit record first: a step half deleted never looks
+  // committed).
+  absl::Status RemoveSteps(const std::vector<int64_t>& steps);
+
+  std::string Describe(const std::string& relative) const;
+
+ private:
+  std::string Key(const std::string& relative) const { return S3Key(location_, relative); }
+
+  S3Location location_;
+  net::S3Client client_;
+  absl::Duration fault_hold_;
+};
+
+}  // namespace rlhfd::roles
