@@ -1356,10 +1356,15 @@ TEST_CASE(
   const std::string log = cluster.cluster().controller()->ReadLog();
   CHECK(absl::StrContains(log, "resumed from the checkpoint of step 3"));
   CHECK(bucket.GetObject("runs/tiny/latest").value() == "step_5\n");
-  // Retention, with two kept: the downloaded step 3 went here and there once step 5 committed.
+  // Retention, with two kept, from what each holds: the downloaded step 3 went here and there
+  // once step 5 committed, and step 2, which only the bucket held, with step 4's commit.
   CHECK(PathExists(dir.path() + "/second/step_5/commit.json"));
   CHECK_FALSE(PathExists(dir.path() + "/second/step_3"));
-  CHECK(bucket.ListKeys("runs/tiny/step_3/").value().empty());
+  for (const int step : {2, 3}) {
+    INFO("step " << step);
+    CHECK(bucket.ListKeys(absl::StrCat("runs/tiny/step_", step, "/")).value().empty());
+  }
+  CHECK_FALSE(bucket.ListKeys("runs/tiny/step_4/").value().empty());
 }
 
 // kill -9 of a worker while its part of a step is going up (the data file is in the bucket, its

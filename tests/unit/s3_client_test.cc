@@ -136,6 +136,8 @@ TEST_CASE("the S3 client against an S3-compatible server", "[s3]") {
                Catch::Contains("s3://rlhfd-ckpt/run/step_2/commit.json"));
     CHECK(client.ListKeys("run/").value() ==
           std::vector<std::string>{"run/latest", "run/step_1/commit.json"});
+    CHECK(client.ListDirectories("").value() == std::vector<std::string>{"other/", "run/"});
+    CHECK(client.ListDirectories("run/").value() == std::vector<std::string>{"run/step_1/"});
     REQUIRE(client.DeleteObject("run/latest").ok());
     CHECK(client.DeleteObject("run/latest").ok());  // already gone
     CHECK(absl::IsNotFound(client.GetObject("run/latest").status()));

@@ -232,23 +232,36 @@ absl::Status S3Client::DownloadFile(const std::string& key, const std::string& p
       path, [&](int fd) { return Send({.method = "GET", .key = key, .download_fd = fd}).status; });
 }
 
-absl::StatusOr<std::vector<std::string>> S3Client::ListKeys(const std::string& prefix) {
-  std::vector<std::string> keys;
+absl::StatusOr<std::vector<std::string>> S3Client::List(
+    std::vector<std::pair<std::string, std::string>> query, const std::string& within,
+    const std::string& tag) {
+  query.emplace_back("list-type", "2");
+  std::vector<std::string> values;
   std::string token;
   while (true) {
-    Call call{.method = "GET", .query = {{"list-type", "2"}, {"prefix", prefix}}};
+    Call call{.method = "GET", .query = query, .max_reply_bytes = 16 << 20};
     if (!token.empty()) call.query.emplace_back("continuation-token", token);
-    call.max_reply_bytes = 16 << 20;
     const HttpReply reply = Send(call);
     if (!reply.status.ok()) return reply.status;
-    for (std::string& key : XmlValues(reply.body, "Key")) keys.push_back(std::move(key));
+    for (const std::string& block :
+         within.empty() ? std::vector<std::string>{reply.body} : XmlValues(reply.body, within)) {
+      for (std::string& value : XmlValues(block, tag)) values.push_back(std::move(value));
+    }
     const std::vector<std::string> next = XmlValues(reply.body, "NextContinuationToken");
     const std::vector<std::string> truncated = XmlValues(reply.body, "IsTruncated");
     if (next.empty() || truncated.empty() || truncated.front() != "true") break;
     token = next.front();
   }
-  std::sort(keys.begin(), keys.end());
-  return keys;
+  std::sort(values.begin(), values.end());
+  return values;
+}
+
+absl::StatusOr<std::vector<std::string>> S3Client::ListKeys(const std::string& prefix) {
+  return List({{"prefix", prefix}}, "Contents", "Key");
+}
+
+absl::StatusOr<std::vector<std::string>> S3Client::ListDirectories(const std::string& prefix) {
+  return List({{"prefix", prefix}, {"delimiter", "/"}}, "CommonPrefixes", "Prefix");
 }
 
 absl::Status S3Client::DeleteObject(const std::string& key) {

@@ -57,6 +57,9 @@ class S3Client {
   absl::Status DownloadFile(const std::string& key, const std::string& path);
   // Every key starting with `prefix`, sorted.
   absl::StatusOr<std::vector<std::string>> ListKeys(const std::string& prefix);
+  // The "directories" right under `prefix` (which ends with '/'): each distinct key prefix up
+  // to the next '/', with it ("runs/step_3/"), sorted.
+  absl::StatusOr<std::vector<std::string>> ListDirectories(const std::string& prefix);
   // Deleting a missing object is not an error (S3's own rule).
   absl::Status DeleteObject(const std::string& key);
 
@@ -78,6 +81,10 @@ class S3Client {
   // One request, tried again on transient failures while attempts remain.
   HttpReply Send(const Call& call) const;
   absl::Status UploadParts(const std::string& key, const std::string& path, int64_t size);
+  // ListObjectsV2 over every page: the values of `tag` in each (nested in `within`, if given).
+  absl::StatusOr<std::vector<std::string>> List(
+      std::vector<std::pair<std::string, std::string>> query, const std::string& within,
+      const std::string& tag);
 
   std::string bucket_;
   S3Options options_;

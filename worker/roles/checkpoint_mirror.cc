@@ -1,5 +1,7 @@
 #include "worker/roles/checkpoint_mirror.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/logging/logging.h"
@@ -138,16 +140,41 @@ absl::Status CheckpointMirror::EnsurePart(const std::string& dir, int64_t step,
   return absl::OkStatus();
 }
 
-absl::Status CheckpointMirror::RemoveSteps(const std::vector<int64_t>& steps) {
+absl::StatusOr<std::vector<int64_t>> CheckpointMirror::RemoveOldSteps(int64_t committed, int keep) {
+  std::vector<int64_t> removed;
+  if (keep <= 0) return removed;
+  const std::string doing = "applying trainer.max_ckpt_to_keep";
+  absl::StatusOr<std::vector<std::string>> directories = client_.ListDirectories(Key(""));
+  if (!directories.ok()) return Within(directories.status(), doing);
+  std::vector<int64_t> steps;
+  for (absl::string_view directory : *directories) {
+    absl::ConsumeSuffix(&directory, "/");
+    const int64_t step = StepOfName(directory.substr(directory.rfind('/') + 1));
+    if (step > 0) steps.push_back(step);
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  int64_t oldest_kept = committed;
+  int kept = 1;
   for (const int64_t step : steps) {
-    const std::string doing = absl::StrCat("deleting step ", step);
+    if (step >= committed || kept >= keep) continue;
+    const absl::StatusOr<std::string> record = client_.GetObject(Key(CommitRecordName(step)));
+    if (record.ok()) {
+      oldest_kept = step;
+      ++kept;
+    } else if (!absl::IsNotFound(record.status())) {
+      return Within(record.status(), doing);
+    }
+  }
+  for (const int64_t step : steps) {
+    if (step >= oldest_kept) continue;
     RETURN_IF_ERROR(Within(client_.DeleteObject(Key(CommitRecordName(step))), doing));
     absl::StatusOr<std::vector<std::string>> keys =
         client_.ListKeys(Key(absl::StrCat(StepName(step), "/")));
     if (!keys.ok()) return Within(keys.status(), doing);
     for (const std::string& key : *keys) RETURN_IF_ERROR(Within(client_.DeleteObject(key), doing));
+    removed.push_back(step);
   }
-  return absl::OkStatus();
+  return removed;
 }
 
 }  // namespace rlhfd::roles

@@ -42,9 +42,12 @@ class CheckpointMirror {
   // Makes <dir> hold this rank's part of `step` and its commit record, downloading what the
   // local copy lacks (the manifest last, so an interrupted download is never a part).
   absl::Status EnsurePart(const std::string& dir, int64_t step, const std::string& role, int rank);
-  // Deletes the steps' objects (each commit record first: a step half deleted never looks
-  // committed).
-  absl::Status RemoveSteps(const std::vector<int64_t>& steps);
+  // Retention in the bucket after committing `committed` (trainer.max_ckpt_to_keep `keep`; <= 0
+  // keeps all), from the bucket's own steps as RemoveOldSteps does from the directory's: keeps
+  // `committed` and the `keep` - 1 newest committed steps before it and deletes every step older
+  // than the oldest kept (each commit record first: a step half deleted never looks committed).
+  // Returns the steps deleted.
+  absl::StatusOr<std::vector<int64_t>> RemoveOldSteps(int64_t committed, int keep);
 
   std::string Describe(const std::string& relative) const;
 

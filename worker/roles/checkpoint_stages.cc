@@ -67,7 +67,7 @@ absl::Status ExportActor(HostedJob& job, const v1::CheckpointRequest& request, i
 // Commits `step` (and, with trainer.checkpoint_uri, uploads its commit: its failure is the
 // commit's), then applies trainer.max_ckpt_to_keep (`keep`) here and in the bucket. The commit
 // stands whatever happens to the deletion of older steps; a failed one is tried again after the
-// next commit (the bucket's only for the steps deleted here then).
+// next commit.
 absl::Status CommitWithRetention(const std::string& dir, int64_t step, int keep,
                                  CheckpointMirror* mirror) {
   RETURN_IF_ERROR(CommitStep(dir, step));
@@ -75,19 +75,17 @@ absl::Status CommitWithRetention(const std::string& dir, int64_t step, int keep,
   const absl::StatusOr<std::vector<std::string>> removed = RemoveOldSteps(dir, step, keep);
   if (!removed.ok()) {
     RLOG(WARNING) << "trainer.max_ckpt_to_keep: " << removed.status().message();
-    return absl::OkStatus();
+  } else if (!removed->empty()) {
+    RLOG(INFO) << "trainer.max_ckpt_to_keep " << keep << ": deleted "
+               << absl::StrJoin(*removed, ", ");
   }
-  if (removed->empty()) return absl::OkStatus();
-  RLOG(INFO) << "trainer.max_ckpt_to_keep " << keep << ": deleted "
-             << absl::StrJoin(*removed, ", ");
-  if (mirror != nullptr) {
-    std::vector<int64_t> steps;
-    for (const std::string& path : *removed) {
-      steps.push_back(StepOfName(path.substr(path.rfind('/') + 1)));
-    }
-    if (const absl::Status deleted = mirror->RemoveSteps(steps); !deleted.ok()) {
-      RLOG(WARNING) << "trainer.max_ckpt_to_keep: " << deleted.message();
-    }
+  if (mirror == nullptr) return absl::OkStatus();
+  const absl::StatusOr<std::vector<int64_t>> removed_there = mirror->RemoveOldSteps(step, keep);
+  if (!removed_there.ok()) {
+    RLOG(WARNING) << removed_there.status().message();
+  } else if (!removed_there->empty()) {
+    RLOG(INFO) << "trainer.max_ckpt_to_keep " << keep << ": deleted steps "
+               << absl::StrJoin(*removed_there, ", ") << " from " << mirror->Describe("");
   }
   return absl::OkStatus();
 }
