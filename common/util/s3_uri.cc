@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
 namespace rlhfd {
@@ -49,9 +50,11 @@ absl::StatusOr<S3Location> ParseS3Uri(absl::string_view uri) {
           "': use letters, digits and ! - _ . * ' ( ) / (S3's safe characters for keys)"));
     }
   }
-  if (absl::StartsWith(prefix, "/") || absl::StrContains(prefix, "//")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the prefix '", prefix, "' has an empty path segment ('//')"));
+  for (const absl::string_view segment : absl::StrSplit(prefix, '/')) {
+    if (!prefix.empty() && (segment.empty() || segment == "." || segment == "..")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the prefix '", prefix, "' has an empty, '.' or '..' path segment (URLs drop them)"));
+    }
   }
   location.prefix = std::string(prefix);
   return location;

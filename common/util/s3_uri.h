@@ -16,7 +16,7 @@ struct S3Location {
 
 // INVALID_ARGUMENT saying what to fix: another scheme, a bucket name S3 refuses (3-63 of
 // a-z 0-9 . -, starting and ending with a letter or digit), or a prefix with characters outside
-// S3's safe set (letters, digits, and ! - _ . * ' ( ) /) or an empty path segment.
+// S3's safe set (letters, digits, and ! - _ . * ' ( ) /) or an empty, "." or ".." segment.
 absl::StatusOr<S3Location> ParseS3Uri(absl::string_view uri);
 
 // The key of `relative` ("step_3/commit.json") under the location's prefix.

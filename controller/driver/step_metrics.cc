@@ -60,6 +60,25 @@ std::optional<double> Largest(const std::vector<Reply>& replies, const std::stri
   return largest;
 }
 
+// A slow host among the rollout's ranks: each rank's own tokens per second (its response tokens
+// over its rollout_s, which leaves out the waits in collectives that make every rank's
+// generate_s the slowest's), the slowest against the median. Needs two ranks or more.
+void AddStragglerMetrics(const std::vector<v1::GenerateReply>& generated, Metrics& metrics) {
+  std::vector<std::pair<double, size_t>> rates;  // (tokens per second, position)
+  for (size_t i = 0; i < generated.size(); ++i) {
+    const auto& reply = generated[i].metrics();
+    const auto seconds = reply.find("rollout_s");
+    const auto tokens = reply.find("response_tokens");
+    if (seconds == reply.end() || tokens == reply.end()) return;
+    rates.emplace_back(tokens->second / std::max(seconds->second, 1e-9), i);
+  }
+  if (rates.size() < 2) return;
+  std::sort(rates.begin(), rates.end());
+  const double median = rates[rates.size() / 2].first;
+  metrics["perf/straggler/gen/rank"] = static_cast<double>(rates.front().second);
+  metrics["perf/straggler/gen/ratio"] = median / std::max(rates.front().first, 1e-9);
+}
+
 }  // namespace
 
 StepTokens AddGenerationMetrics(const std::vector<v1::GenerateReply>& generated, int64_t rows,
@@ -78,6 +97,7 @@ StepTokens AddGenerationMetrics(const std::vector<v1::GenerateReply>& generated,
     metrics["actor/rollout_weights_checksum"] =
         Largest(generated, "rollout_weights_checksum").value_or(0.0);
   }
+  AddStragglerMetrics(generated, metrics);
   StepTokens tokens;
   double longest = 0, shortest = 1e18, truncated = 0;
   double longest_prompt = 0, shortest_prompt = 1e18;

@@ -113,6 +113,13 @@ TEST_CASE("S3 options come from the AWS environment variables", "[s3]") {
   ::setenv("AWS_ENDPOINT_URL", "127.0.0.1:9", 1);
   CHECK_THAT(std::string(S3OptionsFromEnvironment().status().message()),
              Catch::Contains("AWS_ENDPOINT_URL='127.0.0.1:9'"));
+  ::setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9/s3", 1);
+  CHECK_THAT(std::string(S3OptionsFromEnvironment().status().message()),
+             Catch::Contains("no path"));
+  for (const char* name :
+       {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ENDPOINT_URL"}) {
+    ::unsetenv(name);
+  }
 }
 
 TEST_CASE("the S3 client against an S3-compatible server", "[s3]") {
@@ -173,7 +180,9 @@ TEST_CASE("the S3 client against an S3-compatible server", "[s3]") {
     S3Client other("no-such-bucket", options);
     const absl::Status status = other.PutObject("x", "y");
     CHECK(!status.ok());
-    CHECK_THAT(std::string(status.message()), Catch::Contains("s3://no-such-bucket/x"));
+    CHECK(absl::IsFailedPrecondition(status));
+    CHECK_THAT(std::string(status.message()),
+               Catch::Contains("s3://no-such-bucket/x") && Catch::Contains("does not exist"));
     REQUIRE(server.process().Stop(SIGKILL, absl::Seconds(10)).has_value());
     options.attempts = 2;
     const absl::Status gone = S3Client("rlhfd-ckpt", options).PutObject("x", "y");

@@ -24,8 +24,10 @@ TEST_CASE("s3:// URIs S3 would refuse are refused with the reason", "[s3]") {
            {"s3://-bucket/x", "not a valid S3 bucket name"},
            {"s3://bucket/a b", "holds ' '"},
            {"s3://bucket/a?b", "holds '?'"},
-           {"s3://bucket//a", "empty path segment"},
-           {"s3://bucket/a//b", "empty path segment"}}) {
+           {"s3://bucket//a", "empty, '.' or '..' path segment"},
+           {"s3://bucket/a//b", "empty, '.' or '..' path segment"},
+           {"s3://bucket/a/../b", "empty, '.' or '..' path segment"},
+           {"s3://bucket/./b", "empty, '.' or '..' path segment"}}) {
     INFO(uri);
     const absl::StatusOr<S3Location> location = ParseS3Uri(uri);
     REQUIRE(absl::IsInvalidArgument(location.status()));

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/random/distributions.h"
+#include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -59,9 +61,12 @@ absl::StatusOr<S3Options> S3OptionsFromEnvironment() {
   }
   for (const char* name : {"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"}) {
     if (std::string endpoint = Environment(name); !endpoint.empty()) {
-      if (!absl::StartsWith(endpoint, "http://") && !absl::StartsWith(endpoint, "https://")) {
-        return absl::FailedPreconditionError(
-            absl::StrCat(name, "='", endpoint, "': give the server's URL, http(s)://host[:port]"));
+      const size_t host = endpoint.find("://");
+      const size_t path = host == std::string::npos ? host : endpoint.find('/', host + 3);
+      if ((!absl::StartsWith(endpoint, "http://") && !absl::StartsWith(endpoint, "https://")) ||
+          (path != std::string::npos && path + 1 != endpoint.size())) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            name, "='", endpoint, "': give the server's URL, http(s)://host[:port], no path"));
       }
       options.endpoint = std::move(endpoint);
       break;
@@ -91,6 +96,8 @@ HttpReply S3Client::Send(const Call& call) const {
     scheme = std::string(rest.substr(0, scheme_end));
     rest.remove_prefix(scheme_end + 3);
     host = std::string(rest.substr(0, rest.find('/')));
+    // curl sends a default port in no Host header; the signature must name the host the same.
+    if (absl::EndsWith(host, scheme == "https" ? ":443" : ":80")) host.resize(host.rfind(':'));
     path = absl::StrCat("/", bucket_, call.key.empty() ? "" : path);
   }
   const std::string query = CanonicalQuery(call.query);
@@ -101,7 +108,7 @@ HttpReply S3Client::Send(const Call& call) const {
   HttpReply reply;
   absl::Duration backoff = options_.first_backoff;
   for (int attempt = 1;; ++attempt) {
-    if (options_.cancelled && options_.cancelled->load()) {
+    if (!call.despite_cancel && options_.cancelled && options_.cancelled->load()) {
       reply = {absl::CancelledError(absl::StrCat(where, ": cancelled"))};
       return reply;
     }
@@ -121,7 +128,7 @@ HttpReply S3Client::Send(const Call& call) const {
                         .timeout = absl::ZeroDuration(),
                         .stall_timeout = options_.stall_timeout,
                         .max_reply_bytes = call.max_reply_bytes,
-                        .cancelled = options_.cancelled.get()};
+                        .cancelled = call.despite_cancel ? nullptr : options_.cancelled.get()};
     request.headers = SignRequest({.method = call.method,
                                    .host = host,
                                    .path = path,
@@ -135,9 +142,21 @@ HttpReply S3Client::Send(const Call& call) const {
       request.headers.emplace_back("Content-Type", "application/octet-stream");
     }
     reply = Perform(request, where);
+    // S3's own codes where the HTTP status says too little: a missing bucket is no missing
+    // object (a resume must not start afresh over it), and a request the server timed out
+    // waiting for is worth sending again.
+    if (reply.http_status == 404 && absl::StrContains(reply.body, "<Code>NoSuchBucket</Code>")) {
+      reply.status = absl::FailedPreconditionError(absl::StrCat(
+          where, ": the bucket ", bucket_, " does not exist (or the endpoint is another server)"));
+    }
+    if (reply.http_status == 400 && absl::StrContains(reply.body, "<Code>RequestTimeout</Code>")) {
+      reply.retryable = true;
+    }
     if (reply.status.ok() || !reply.retryable || attempt >= options_.attempts) return reply;
-    absl::SleepFor(backoff);
-    backoff *= 2;
+    // Jittered, so that a thousand ranks told to slow down do not come back together.
+    thread_local absl::BitGen jitter;
+    absl::SleepFor(backoff * absl::Uniform(jitter, 0.5, 1.5));
+    backoff = std::min(backoff * 2, options_.max_backoff);
   }
 }
 
@@ -215,8 +234,12 @@ absl::Status S3Client::UploadParts(const std::string& key, const std::string& pa
     }
   }
   if (!status.ok()) {
-    // No parts left billed and invisible; the upload's failure is what is reported.
-    Send({.method = "DELETE", .key = key, .query = {{"uploadId", upload_id}}});
+    // No parts left billed and invisible (sent even when the job's attempt was cancelled); the
+    // upload's failure is what is reported.
+    Send({.method = "DELETE",
+          .key = key,
+          .query = {{"uploadId", upload_id}},
+          .despite_cancel = true});
   }
   return status;
 }
@@ -249,7 +272,11 @@ absl::StatusOr<std::vector<std::string>> S3Client::List(
     }
     const std::vector<std::string> next = XmlValues(reply.body, "NextContinuationToken");
     const std::vector<std::string> truncated = XmlValues(reply.body, "IsTruncated");
-    if (next.empty() || truncated.empty() || truncated.front() != "true") break;
+    if (truncated.empty() || truncated.front() != "true") break;
+    if (next.empty()) {
+      return absl::DataLossError(absl::StrCat("listing ", Describe(""),
+                                              ": the reply is truncated and names no next page"));
+    }
     token = next.front();
   }
   std::sort(values.begin(), values.end());

@@ -28,8 +28,9 @@ struct S3Options {
   AwsCredentials credentials;
   int64_t multipart_threshold = int64_t{64} << 20;  // files above it go in parts
   int64_t part_bytes = int64_t{64} << 20;           // S3: >= 5 MiB, <= 10,000 parts
-  int attempts = 5;                                 // per request, transient failures
-  absl::Duration first_backoff = absl::Milliseconds(200);
+  int attempts = 8;  // per request, transient failures: about 30 s of backoff in all
+  absl::Duration first_backoff = absl::Milliseconds(250);
+  absl::Duration max_backoff = absl::Seconds(10);
   absl::Duration stall_timeout = absl::Seconds(60);  // no byte moved for this long
   // Set: every request in flight stops (CANCELLED) and no new one starts (a job's attempt that
   // was replaced must not write over its successor's objects).
@@ -77,6 +78,7 @@ class S3Client {
     int64_t upload_length = 0;
     int download_fd = -1;
     size_t max_reply_bytes = 1 << 20;
+    bool despite_cancel = false;  // clean-up that must go out even for a cancelled attempt
   };
   // One request, tried again on transient failures while attempts remain.
   HttpReply Send(const Call& call) const;

@@ -168,6 +168,10 @@ absl::StatusOr<v1::GenerateReply> ActorRole::Generate(const v1::GenerateRequest&
   google::protobuf::Map<std::string, double> turn_metrics;
   ASSIGN_OR_RETURN(const std::vector<rollout::GenerationResult> results,
                    Rollout(encoded.requests, request.key().step(), turn_metrics));
+  // This rank's own generating (its tensor-parallel group's), the weights' update left out:
+  // generate_s also holds the wait for the other replicas below, so only this tells a slow
+  // host apart (the driver's perf/straggler/gen/*).
+  const double rollout_seconds = std::max(0.0, SecondsSince(start) - hybrid_->weights_update_s());
   hybrid_->ReleaseCache();  // the update needs the memory
 
   // P and R over the whole batch: every rank of the pool lays its rows out the same way.
@@ -195,6 +199,7 @@ absl::StatusOr<v1::GenerateReply> ActorRole::Generate(const v1::GenerateRequest&
   auto& metrics = *reply.mutable_metrics();
   metrics.insert(turn_metrics.begin(), turn_metrics.end());
   metrics["generate_s"] = seconds;
+  metrics["rollout_s"] = rollout_seconds;
   metrics["update_weights_s"] = hybrid_->weights_update_s();
   if (const parallel::ReshardStats* reshard = hybrid_->reshard_stats()) {
     // The reshard's transient memory (its send and receive buffers, at most a bucket) and the

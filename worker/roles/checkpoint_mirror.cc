@@ -68,6 +68,9 @@ absl::Status CheckpointMirror::UploadPart(const std::string& dir, int64_t step,
   if (!manifest.ok()) return Within(manifest.status(), doing);
   absl::StatusOr<std::vector<std::string>> names = ManifestFileNames(*manifest);
   if (!names.ok()) return Within(names.status(), doing);
+  // A step saved again (a resume went back past it) is no longer committed in the bucket while
+  // its parts are replaced, as SaveRoleState un-commits it on disk.
+  RETURN_IF_ERROR(Within(client_.DeleteObject(Key(CommitRecordName(step))), doing));
   for (const std::string& name : *names) {
     const std::string relative = absl::StrCat(part, "/", name);
     RETURN_IF_ERROR(
@@ -119,25 +122,23 @@ absl::Status CheckpointMirror::EnsurePart(const std::string& dir, int64_t step,
   const std::string manifest_path = absl::StrCat(local, "/", kManifestName);
   const std::string record = CommitRecordName(step);
   const std::string doing = absl::StrCat("downloading ", Describe(part), " to ", local);
+  const std::string local_record = absl::StrCat(dir, "/", record);
+  // A part here is the committed one only beside its commit record: an uncommitted part (an
+  // earlier attempt's, before the job moved) is replaced by the bucket's.
+  if (PathExists(local_record) && PathExists(manifest_path)) return absl::OkStatus();
   RETURN_IF_ERROR(Within(MakeDirectories(local), doing));
-  if (!PathExists(manifest_path)) {
-    absl::StatusOr<std::string> manifest =
-        client_.GetObject(Key(absl::StrCat(part, "/", kManifestName)), 1 << 20);
-    if (!manifest.ok()) return Within(manifest.status(), doing);
-    absl::StatusOr<std::vector<std::string>> names = ManifestFileNames(*manifest);
-    if (!names.ok()) return Within(names.status(), doing);
-    for (const std::string& name : *names) {
-      const std::string relative = absl::StrCat(part, "/", name);
-      RETURN_IF_ERROR(
-          Within(client_.DownloadFile(Key(relative), absl::StrCat(dir, "/", relative)), doing));
-    }
-    RETURN_IF_ERROR(Within(WriteFileAtomically(manifest_path, *manifest), doing));
-  }
-  if (!PathExists(absl::StrCat(dir, "/", record))) {
+  absl::StatusOr<std::string> manifest =
+      client_.GetObject(Key(absl::StrCat(part, "/", kManifestName)), 1 << 20);
+  if (!manifest.ok()) return Within(manifest.status(), doing);
+  absl::StatusOr<std::vector<std::string>> names = ManifestFileNames(*manifest);
+  if (!names.ok()) return Within(names.status(), doing);
+  for (const std::string& name : *names) {
+    const std::string relative = absl::StrCat(part, "/", name);
     RETURN_IF_ERROR(
-        Within(client_.DownloadFile(Key(record), absl::StrCat(dir, "/", record)), doing));
+        Within(client_.DownloadFile(Key(relative), absl::StrCat(dir, "/", relative)), doing));
   }
-  return absl::OkStatus();
+  RETURN_IF_ERROR(Within(WriteFileAtomically(manifest_path, *manifest), doing));
+  return Within(client_.DownloadFile(Key(record), local_record), doing);
 }
 
 absl::StatusOr<std::vector<int64_t>> CheckpointMirror::RemoveOldSteps(int64_t committed, int keep) {

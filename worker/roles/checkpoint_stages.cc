@@ -12,6 +12,7 @@
 #include "common/logging/logging.h"
 #include "common/stages/role_names.h"
 #include "common/status/status_macros.h"
+#include "common/util/files.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/lora.h"
 #include "worker/model/model_export.h"
@@ -93,15 +94,25 @@ absl::Status CommitWithRetention(const std::string& dir, int64_t step, int keep,
 // With trainer.checkpoint_uri, the files of the step a load would take that this rank lacks:
 // the step asked for, or the bucket's latest (whichever is older), when the local directory has
 // not committed it (a new machine, a lost disk). Nothing when the bucket holds no checkpoint.
+// When the bucket cannot be read, a directory with committed steps of its own loads from them
+// (logged); one without fails the load, which would otherwise start the job afresh.
 absl::Status FetchFromMirror(HostedJob& job, const std::string& dir, int64_t step,
                              const std::vector<RolePart>& parts) {
-  absl::StatusOr<int64_t> latest = job.checkpoint_mirror->LatestStep();
-  if (absl::IsNotFound(latest.status())) return absl::OkStatus();
-  RETURN_IF_ERROR(latest.status());
-  const int64_t wanted = step > 0 ? std::min(step, *latest) : *latest;
-  for (const RolePart& part : parts) {
-    RETURN_IF_ERROR(job.checkpoint_mirror->EnsurePart(dir, wanted, part.role, part.rank));
+  if (step > 0 && PathExists(absl::StrCat(dir, "/", CommitRecordName(step)))) {
+    return absl::OkStatus();
   }
+  absl::Status fetched = [&]() -> absl::Status {
+    absl::StatusOr<int64_t> latest = job.checkpoint_mirror->LatestStep();
+    if (absl::IsNotFound(latest.status())) return absl::OkStatus();
+    RETURN_IF_ERROR(latest.status());
+    const int64_t wanted = step > 0 ? std::min(step, *latest) : *latest;
+    for (const RolePart& part : parts) {
+      RETURN_IF_ERROR(job.checkpoint_mirror->EnsurePart(dir, wanted, part.role, part.rank));
+    }
+    return absl::OkStatus();
+  }();
+  if (fetched.ok() || !PathExists(absl::StrCat(dir, "/", kLatestName))) return fetched;
+  RLOG(WARNING) << fetched.message() << "; loading from " << dir << " alone";
   return absl::OkStatus();
 }
 

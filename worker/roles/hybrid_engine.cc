@@ -326,6 +326,7 @@ absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::Generate(
     rollout::TurnHandler* turns) {
   last_check_.reset();
   reshard_s_ = -1;
+  weights_update_s_ = 0;  // a step whose weights are current updates nothing
   if (tp_group_) {
     if (turns != nullptr) {
       return absl::InvalidArgumentError("multi-turn rollouts run at rollout tp 1 for now");
