@@ -26,8 +26,6 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr char kStateFile[] = "state.safetensors";
-constexpr const char* kManifestFile = kManifestName;
-constexpr const char* kLatestFile = kLatestName;
 // 2: each file's size and CRC-32C, the manifest's own CRC, and commit records. 1: none of them.
 constexpr int kManifestVersion = 2;
 constexpr int kCommitVersion = 1;
@@ -76,7 +74,7 @@ std::vector<int64_t> CommittedSteps(const std::string& dir) {
 
 // The step <dir>/latest names: NOT_FOUND without one, DATA_LOSS when it names none.
 absl::StatusOr<int64_t> LatestStep(const std::string& dir) {
-  const std::string path = absl::StrCat(dir, "/", kLatestFile);
+  const std::string path = absl::StrCat(dir, "/", kLatestName);
   if (!PathExists(path)) return absl::NotFoundError(absl::StrCat(path, " is missing"));
   absl::StatusOr<std::string> text = ReadFilePrefix(path, 64);
   if (!text.ok()) return Damaged(path, text.status().message());
@@ -113,14 +111,14 @@ absl::StatusOr<int64_t> WritePart(const std::string& where, int64_t step, const 
        {{kStateFile, {{"bytes", static_cast<int64_t>(file.size())}, {"crc32c", Crc32cHex(crc)}}}}},
       {"extra", extra}};
   manifest[kSelfCrcKey] = SelfCrc(manifest);
-  RETURN_IF_ERROR(WriteFileAtomically(absl::StrCat(where, "/", kManifestFile), manifest.dump(1)));
+  RETURN_IF_ERROR(WriteFileAtomically(absl::StrCat(where, "/", kManifestName), manifest.dump(1)));
   return bytes;
 }
 
 // Each file the manifest lists has its recorded size and CRC-32C.
 absl::Status VerifyFiles(const std::string& where, const Json& manifest) {
   const Json* files = Field(manifest, "files");
-  const std::string manifest_path = absl::StrCat(where, "/", kManifestFile);
+  const std::string manifest_path = absl::StrCat(where, "/", kManifestName);
   if (files == nullptr || !files->is_object() || Field(*files, kStateFile) == nullptr) {
     return Damaged(manifest_path, absl::StrCat("lists no checksum of ", kStateFile));
   }
@@ -306,7 +304,7 @@ absl::Status CommitStep(const std::string& dir, int64_t step) {
     ASSIGN_OR_RETURN(const std::vector<std::string> ranks, ListDirectory(role_dir));
     for (const std::string& rank : ranks) {
       if (!absl::StartsWith(rank, "rank_")) continue;  // actor/huggingface, the export
-      const std::string manifest = absl::StrCat(role_dir, "/", rank, "/", kManifestFile);
+      const std::string manifest = absl::StrCat(role_dir, "/", rank, "/", kManifestName);
       if (!PathExists(manifest)) {
         return absl::FailedPreconditionError(absl::StrCat("commit: ", manifest,
                                                           " is missing: that rank's save of step ",
@@ -321,7 +319,7 @@ absl::Status CommitStep(const std::string& dir, int64_t step) {
   }
   const Json record = {{"version", kCommitVersion}, {"step", step}, {"parts", parts}};
   RETURN_IF_ERROR(WriteFileAtomically(CommitPath(dir, step), record.dump(1)));
-  return WriteFileAtomically(absl::StrCat(dir, "/", kLatestFile),
+  return WriteFileAtomically(absl::StrCat(dir, "/", kLatestName),
                              absl::StrCat("step_", step, "\n"));
 }
 
@@ -352,7 +350,7 @@ absl::StatusOr<nlohmann::json> VerifyRoleState(const std::string& dir, int64_t s
   if (!IsDirectory(StepDirectory(dir, step)))
     return Damaged(StepDirectory(dir, step), "is missing");
   if (!IsDirectory(where)) return Damaged(where, "is missing");
-  const std::string manifest_path = absl::StrCat(where, "/", kManifestFile);
+  const std::string manifest_path = absl::StrCat(where, "/", kManifestName);
   if (!PathExists(manifest_path)) {
     return Damaged(manifest_path, absl::StrCat("is missing (this rank's save of step ", step,
                                                " did not finish, or the file was removed)"));
