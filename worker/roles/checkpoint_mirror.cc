@@ -51,6 +51,7 @@ absl::StatusOr<std::shared_ptr<CheckpointMirror>> CheckpointMirror::Open(
 CheckpointMirror::CheckpointMirror(S3Location location, net::S3Options options,
                                    absl::Duration fault_hold)
     : location_(std::move(location)),
+      cancelled_(options.cancelled),
       client_(location_.bucket, std::move(options)),
       fault_hold_(fault_hold) {}
 
@@ -79,7 +80,12 @@ absl::Status CheckpointMirror::UploadPart(const std::string& dir, int64_t step,
   if (fault_hold_ > absl::ZeroDuration()) {
     RLOG(WARNING) << "--fault_hold_checkpoint_upload: the manifest of " << Describe(part)
                   << " goes up in " << fault_hold_;
-    absl::SleepFor(fault_hold_);
+    // Ends early when the attempt is cancelled, as a real upload would: the worker's next
+    // attempt waits for this one on its executor.
+    const absl::Time until = absl::Now() + fault_hold_;
+    while (absl::Now() < until && !(cancelled_ && cancelled_->load())) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
   }
   return Within(client_.PutObject(Key(absl::StrCat(part, "/", kManifestName)), *manifest), doing);
 }

@@ -55,6 +55,7 @@ class CheckpointMirror {
   std::string Key(const std::string& relative) const { return S3Key(location_, relative); }
 
   S3Location location_;
+  std::shared_ptr<const std::atomic<bool>> cancelled_;  // the job attempt's
   net::S3Client client_;
   absl::Duration fault_hold_;
 };
