@@ -83,6 +83,11 @@ absl::StatusOr<int64_t> LatestStep(const std::string& dir) {
   return step;
 }
 
+// A manifest's file names stay inside the rank's directory, whoever wrote the manifest.
+bool IsPlainFileName(const std::string& name) {
+  return !name.empty() && !absl::StrContains(name, "/") && name != "." && name != "..";
+}
+
 std::string SelfCrc(Json manifest) {
   manifest.erase(kSelfCrcKey);
   return Crc32cHex(Crc32c(manifest.dump()));
@@ -125,8 +130,8 @@ absl::Status VerifyFiles(const std::string& where, const Json& manifest) {
   for (const auto& [name, entry] : files->items()) {
     int64_t bytes = 0;
     std::string crc;
-    if (name.empty() || absl::StrContains(name, "/") || name == "." || name == ".." ||
-        !IntegerField(entry, "bytes", &bytes) || !StringField(entry, "crc32c", &crc)) {
+    if (!IsPlainFileName(name) || !IntegerField(entry, "bytes", &bytes) ||
+        !StringField(entry, "crc32c", &crc)) {
       return Damaged(manifest_path, "has a malformed \"files\" entry");
     }
     const std::string path = absl::StrCat(where, "/", name);
@@ -257,8 +262,7 @@ absl::StatusOr<std::vector<std::string>> ManifestFileNames(const std::string& ma
   }
   std::vector<std::string> names;
   for (const auto& [name, entry] : files->items()) {
-    // Names stay inside the rank's directory whoever wrote the manifest.
-    if (name.empty() || absl::StrContains(name, "/") || name == "." || name == "..") {
+    if (!IsPlainFileName(name)) {
       return absl::DataLossError(absl::StrCat("the manifest lists the file '", name, "'"));
     }
     names.push_back(name);
@@ -323,16 +327,24 @@ absl::Status CommitStep(const std::string& dir, int64_t step) {
                              absl::StrCat("step_", step, "\n"));
 }
 
+int64_t OldestKeptStep(std::vector<int64_t> committed_steps, int64_t committed, int keep) {
+  std::sort(committed_steps.rbegin(), committed_steps.rend());
+  int64_t oldest_kept = committed;
+  int kept = 1;
+  for (const int64_t step : committed_steps) {
+    if (kept >= keep) break;
+    if (step >= committed) continue;
+    oldest_kept = step;
+    ++kept;
+  }
+  return oldest_kept;
+}
+
 absl::StatusOr<std::vector<std::string>> RemoveOldSteps(const std::string& dir, int64_t committed,
                                                         int keep) {
   std::vector<std::string> removed;
   if (keep <= 0) return removed;
-  std::vector<int64_t> kept = {committed};
-  const std::vector<int64_t> steps = CommittedSteps(dir);
-  for (auto it = steps.rbegin(); it != steps.rend() && static_cast<int>(kept.size()) < keep; ++it) {
-    if (*it < committed) kept.push_back(*it);
-  }
-  const int64_t oldest_kept = kept.back();
+  const int64_t oldest_kept = OldestKeptStep(CommittedSteps(dir), committed, keep);
   ASSIGN_OR_RETURN(const std::vector<std::string> names, ListDirectory(dir));
   for (const std::string& name : names) {
     const int64_t step = StepOfName(name);

@@ -62,6 +62,11 @@ absl::Status CommitStep(const std::string& dir, int64_t step);
 absl::StatusOr<std::vector<std::string>> RemoveOldSteps(const std::string& dir, int64_t committed,
                                                         int keep);
 
+// The retention rule, for the directory and the bucket alike: after committing `committed`,
+// steps older than the returned one go — it keeps `committed` and the `keep` - 1 newest of
+// `committed_steps` (any order) before it.
+int64_t OldestKeptStep(std::vector<int64_t> committed_steps, int64_t committed, int keep);
+
 // Checks one rank's part of `step` without loading it: the step directory, the manifest, each
 // file's size and CRC-32C. DATA_LOSS naming the file and what is wrong. Returns the manifest.
 absl::StatusOr<nlohmann::json> VerifyRoleState(const std::string& dir, int64_t step,

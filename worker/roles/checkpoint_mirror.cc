@@ -159,19 +159,17 @@ absl::StatusOr<std::vector<int64_t>> CheckpointMirror::RemoveOldSteps(int64_t co
     const int64_t step = StepOfName(directory.substr(directory.rfind('/') + 1));
     if (step > 0) steps.push_back(step);
   }
-  std::sort(steps.rbegin(), steps.rend());
-  int64_t oldest_kept = committed;
-  int kept = 1;
+  std::vector<int64_t> committed_steps;
   for (const int64_t step : steps) {
-    if (step >= committed || kept >= keep) continue;
+    if (step >= committed) continue;
     const absl::StatusOr<std::string> record = client_.GetObject(Key(CommitRecordName(step)));
     if (record.ok()) {
-      oldest_kept = step;
-      ++kept;
+      committed_steps.push_back(step);
     } else if (!absl::IsNotFound(record.status())) {
       return Within(record.status(), doing);
     }
   }
+  const int64_t oldest_kept = OldestKeptStep(std::move(committed_steps), committed, keep);
   for (const int64_t step : steps) {
     if (step >= oldest_kept) continue;
     RETURN_IF_ERROR(Within(client_.DeleteObject(Key(CommitRecordName(step))), doing));
