@@ -8,8 +8,13 @@
 // binary, serving N/K each), so this process holds only the driver and its clients: its own CPU
 // time per step and per call (getrusage) is the controller's dispatch cost, apart from the
 // workers'. Without it (0) everything shares this process and its CPU time counts the servers.
+// With --stage_ms the simulated workers take that long over the named stages (a Forward by its
+// kind), as a job's real stages would: comparing the step time at N workers with that at 8 (where
+// dispatch costs next to nothing) gives what the control plane adds to a step of that shape.
 //   dispatch_bench --workers=64,256 --steps=200 --warmup=20
 //   dispatch_bench --workers=256,1024 --worker_processes=4 --steps=60 --warmup=5
+//   dispatch_bench --workers=8,1024 --worker_processes=4 --steps=5 --warmup=1
+//       --stage_ms=Generate=3000,UpdateActor=2000,Forward/REF_LOG_PROBS=500   (one line)
 // Prints one JSON line per worker count and a table.
 #include <grpcpp/grpcpp.h>
 #include <sys/resource.h>
@@ -21,15 +26,19 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "common/rpc/grpc_options.h"
 #include "common/status/status_macros.h"
 #include "controller/driver/job_stages.h"
@@ -44,6 +53,10 @@ ABSL_FLAG(int, prompts_per_actor, 4, "Prompts per actor rank per step (request p
 ABSL_FLAG(int, worker_processes, 0,
           "Child processes holding the simulated workers (0: this process holds them)");
 ABSL_FLAG(int, serve_workers, 0, "Internal: serve this many simulated workers and wait");
+ABSL_FLAG(std::string, stage_ms, "",
+          "Simulated stage durations, e.g. Generate=3000,UpdateActor=2000,Forward/VALUES=500 "
+          "(a Forward by its kind: OLD_LOG_PROBS, REF_LOG_PROBS, VALUES, REWARD_SCORES); others "
+          "answer at once");
 ABSL_FLAG(std::string, serve_port_file, "", "Internal: where a child writes its ports");
 
 namespace rlhfd {
@@ -51,15 +64,110 @@ namespace {
 
 constexpr char kToken[] = "dispatch-bench-token";
 
-// A worker's stages answering at once, as a worker would with nothing to compute.
-class EmptyStages final : public stages::StageService {
- public:
-#define RLHFD_EMPTY_STAGE(Name, Request, Reply)                                               \
-  void Name(const v1::Request&, absl::Duration, stages::StageDone<v1::Reply> done) override { \
-    done(v1::Reply());                                                                        \
+// How long each simulated stage takes, by stage name ("Generate", "Forward/VALUES"); --stage_ms
+// parsed. Stages not named take no time.
+using StageDurations = std::map<std::string, absl::Duration>;
+
+#define RLHFD_STAGE_NAME(Name, Request, Reply) #Name,
+const absl::flat_hash_set<std::string> kStageNames = {RLHFD_STAGES(RLHFD_STAGE_NAME)};
+#undef RLHFD_STAGE_NAME
+
+absl::StatusOr<StageDurations> ParseStageDurations(absl::string_view text) {
+  StageDurations durations;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> parts = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    int ms = 0;
+    if (!absl::SimpleAtoi(parts.second, &ms) || ms < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--stage_ms: '", item, "' is not NAME=MILLISECONDS"));
+    }
+    std::string name = parts.first;
+    v1::ForwardKind kind = v1::FORWARD_KIND_UNSPECIFIED;
+    if (absl::StartsWith(name, "Forward/")) {
+      name = "Forward/FORWARD_KIND_" + name.substr(8);
+      if (!v1::ForwardKind_Parse(name.substr(8), &kind) || kind == v1::FORWARD_KIND_UNSPECIFIED) {
+        return absl::InvalidArgumentError(absl::StrCat("--stage_ms: no Forward kind '", item, "'"));
+      }
+    } else if (!kStageNames.contains(name)) {
+      return absl::InvalidArgumentError(absl::StrCat("--stage_ms: no stage named '", name, "'"));
+    }
+    durations[name] = absl::Milliseconds(ms);
   }
-  RLHFD_STAGES(RLHFD_EMPTY_STAGE)
-#undef RLHFD_EMPTY_STAGE
+  return durations;
+}
+
+// Runs callbacks at their due times on a thread of its own, so a simulated stage can take time
+// without holding a gRPC thread.
+class DueCallbacks {
+ public:
+  DueCallbacks() : thread_([this] { Run(); }) {}
+  ~DueCallbacks() {
+    {
+      absl::MutexLock lock(&mutex_);
+      stopping_ = true;
+    }
+    thread_.join();
+  }
+  void At(absl::Time due, std::function<void()> callback) {
+    absl::MutexLock lock(&mutex_);
+    due_.emplace(due, std::move(callback));
+  }
+
+ private:
+  void Run() {
+    absl::MutexLock lock(&mutex_);
+    while (!stopping_) {
+      const absl::Time wake =
+          due_.empty() ? absl::Now() + absl::Milliseconds(50) : due_.begin()->first;
+      mutex_.AwaitWithDeadline(absl::Condition(
+                                   +[](bool* stopping) { return *stopping; }, &stopping_),
+                               wake);
+      while (!due_.empty() && due_.begin()->first <= absl::Now()) {
+        std::function<void()> callback = std::move(due_.begin()->second);
+        due_.erase(due_.begin());
+        mutex_.Unlock();
+        callback();
+        mutex_.Lock();
+      }
+    }
+  }
+
+  absl::Mutex mutex_;
+  std::multimap<absl::Time, std::function<void()>> due_ ABSL_GUARDED_BY(mutex_);
+  bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
+  std::thread thread_;
+};
+
+// A worker's stages answering with empty replies: at once, or after the stage's duration.
+class SimulatedStages final : public stages::StageService {
+ public:
+  explicit SimulatedStages(StageDurations durations) : durations_(std::move(durations)) {}
+  const StageDurations& durations() const { return durations_; }
+
+#define RLHFD_SIMULATED_STAGE(Name, Request, Reply)                                        \
+  void Name(const v1::Request& request, absl::Duration, stages::StageDone<v1::Reply> done) \
+      override {                                                                           \
+    Answer(StageName(#Name, request), [done = std::move(done)] { done(v1::Reply()); });    \
+  }
+  RLHFD_STAGES(RLHFD_SIMULATED_STAGE)
+#undef RLHFD_SIMULATED_STAGE
+
+ private:
+  template <typename Request>
+  static std::string StageName(const char* name, const Request& request) {
+    if constexpr (std::is_same_v<Request, v1::ForwardRequest>) {
+      return absl::StrCat(name, "/", v1::ForwardKind_Name(request.kind()));
+    }
+    return name;
+  }
+  void Answer(const std::string& stage, std::function<void()> answer) {
+    const auto it = durations_.find(stage);
+    if (it == durations_.end() || it->second <= absl::ZeroDuration()) return answer();
+    due_.At(absl::Now() + it->second, std::move(answer));
+  }
+
+  StageDurations durations_;
+  DueCallbacks due_;
 };
 
 // The stage client of one rank, recording each call's round trip.
@@ -120,7 +228,12 @@ absl::StatusOr<std::vector<int>> StartServers(
 // A child: serves --serve_workers workers, writes their ports, and lives until its stdin (a pipe
 // from the parent) closes.
 int Serve() {
-  EmptyStages stages;
+  absl::StatusOr<StageDurations> durations = ParseStageDurations(absl::GetFlag(FLAGS_stage_ms));
+  if (!durations.ok()) {
+    std::cerr << "error: " << durations.status().message() << "\n";
+    return 2;
+  }
+  SimulatedStages stages(*std::move(durations));
   std::vector<std::unique_ptr<worker::WorkerServiceImpl>> services;
   std::vector<std::unique_ptr<grpc::Server>> servers;
   absl::StatusOr<std::vector<int>> ports =
@@ -150,7 +263,8 @@ absl::StatusOr<std::vector<int>> StartWorkerProcesses(int workers, int processes
     files.push_back(absl::StrCat(dir, "/ports.", k));
     RETURN_IF_ERROR(children
                         .Start("/proc/self/exe", {absl::StrCat("--serve_workers=", count),
-                                                  "--serve_port_file=" + files.back()})
+                                                  "--serve_port_file=" + files.back(),
+                                                  "--stage_ms=" + absl::GetFlag(FLAGS_stage_ms)})
                         .status());
   }
   std::vector<int> ports;
@@ -182,7 +296,7 @@ double Percentile(std::vector<double> values, double p) {
 struct Result {
   int workers = 0;
   double call_p50 = 0, call_p99 = 0, stage_p50 = 0, stage_p99 = 0, stage_max = 0;
-  double steps_per_s = 0;
+  double steps_per_s = 0, step_s = 0;
   int64_t calls = 0, stages = 0;
   int worker_processes = 0;
   double cpu_ms_per_step = 0, cpu_us_per_call = 0, cpu_share = 0;  // this process's
@@ -191,7 +305,8 @@ struct Result {
 absl::StatusOr<Result> Run(int workers, int steps, int warmup, int prompts_per_actor,
                            int worker_processes) {
   // The simulated workers: one server each, on a port of its own, here or in child processes.
-  EmptyStages stages;
+  ASSIGN_OR_RETURN(StageDurations durations, ParseStageDurations(absl::GetFlag(FLAGS_stage_ms)));
+  SimulatedStages stages(std::move(durations));
   std::vector<std::unique_ptr<worker::WorkerServiceImpl>> services;
   std::vector<std::unique_ptr<grpc::Server>> servers;
   bench::ChildProcesses children;
@@ -220,7 +335,11 @@ absl::StatusOr<Result> Run(int workers, int steps, int warmup, int prompts_per_a
     ranks.push_back(clients.back().get());
   }
   const v1::JobSpec spec = bench::SimulatedPpoJob("dispatch-bench", workers);
-  controller::JobStages job("job-bench", spec, ranks, {.stage_deadline = absl::Seconds(10)});
+  absl::Duration longest_stage;
+  for (const auto& [name, duration] : stages.durations())
+    longest_stage = std::max(longest_stage, duration);
+  controller::JobStages job("job-bench", spec, ranks,
+                            {.stage_deadline = absl::Seconds(10) + longest_stage});
   RETURN_IF_ERROR(job.Start(steps + warmup));
   const int64_t actors = spec.roles().actor().gpus();
   std::vector<double> stages_ms;
@@ -266,6 +385,7 @@ absl::StatusOr<Result> Run(int workers, int steps, int warmup, int prompts_per_a
   result.stage_max = Percentile(stages_ms, 1.0);
   result.stages = static_cast<int64_t>(stages_ms.size());
   result.steps_per_s = steps / std::max(timed_seconds, 1e-9);
+  result.step_s = timed_seconds / steps;
   clients.clear();
   for (auto& server : servers) server->Shutdown(std::chrono::system_clock::now());
   return result;
@@ -297,6 +417,8 @@ int Main() {
                                 {"stage_p99_ms", result->stage_p99},
                                 {"stage_max_ms", result->stage_max},
                                 {"steps_per_s", result->steps_per_s},
+                                {"step_s", result->step_s},
+                                {"stage_ms", absl::GetFlag(FLAGS_stage_ms)},
                                 {"worker_processes", result->worker_processes},
                                 {"cpu_ms_per_step", result->cpu_ms_per_step},
                                 {"cpu_us_per_call", result->cpu_us_per_call},
@@ -306,13 +428,13 @@ int Main() {
     results.push_back(*result);
   }
   // CPU: this process's (with worker processes, the driver's alone).
-  std::printf("\n%8s %12s %12s %13s %13s %12s %10s %12s %12s\n", "workers", "call p50 ms",
-              "call p99 ms", "stage p50 ms", "stage p99 ms", "stage max ms", "steps/s",
+  std::printf("\n%8s %12s %12s %13s %13s %12s %10s %10s %12s %12s\n", "workers", "call p50 ms",
+              "call p99 ms", "stage p50 ms", "stage p99 ms", "stage max ms", "steps/s", "step s",
               "cpu ms/step", "cpu us/call");
   for (const Result& r : results) {
-    std::printf("%8d %12.3f %12.3f %13.3f %13.3f %12.3f %10.1f %12.2f %12.1f\n", r.workers,
+    std::printf("%8d %12.3f %12.3f %13.3f %13.3f %12.3f %10.1f %10.3f %12.2f %12.1f\n", r.workers,
                 r.call_p50, r.call_p99, r.stage_p50, r.stage_p99, r.stage_max, r.steps_per_s,
-                r.cpu_ms_per_step, r.cpu_us_per_call);
+                r.step_s, r.cpu_ms_per_step, r.cpu_us_per_call);
   }
   return 0;
 }
