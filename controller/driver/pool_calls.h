@@ -1,6 +1,7 @@
 // A job's ranks as its pools, for the driver: one stage call to every rank of a pool at once
 // (FanOut, which waits for all of them), the calls' keys, and moves of a step's tensors from
-// one pool to another. No LibTorch; blocking: call it from the driver's own thread.
+// one pool to another. No LibTorch; blocking: call it from the driver's threads (fan-outs to
+// different pools may run at once).
 #pragma once
 
 #include <chrono>

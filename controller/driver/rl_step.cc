@@ -1,6 +1,7 @@
 #include "controller/driver/rl_step.h"
 
 #include <future>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -82,10 +83,8 @@ class StepRun {
   // 2. - 4.: the stages after the rollout.
   absl::Status Train(bool critic) {
     // 2. The other pools' inputs moved to them, their forwards, and the results back.
-    if (algorithms::NeedsOldLogProbs(spec_)) RETURN_IF_ERROR(OldLogProbs());
-    if (spec_.roles().has_reference()) RETURN_IF_ERROR(ReferenceLogProbs());
-    if (critic) RETURN_IF_ERROR(Values());
-    RETURN_IF_ERROR(Rewards());
+    RETURN_IF_ERROR(Forwards(critic));
+    if (spec_.roles().reward().model().empty()) RETURN_IF_ERROR(RuleRewards());
     // 3. Advantages over the whole batch, on the actor ranks.
     RETURN_IF_ERROR(Advantages());
     // 4. The updates: the critic towards the returns, the actor after critic_warmup steps.
@@ -93,25 +92,40 @@ class StepRun {
     if (plan_.step > spec_.trainer().critic_warmup()) RETURN_IF_ERROR(UpdateActor());
     return absl::OkStatus();
   }
+  // A pool's forward over the step's sequences: what it reads from the actor ranks first, and
+  // what it sends back to them after.
+  struct PoolForward {
+    v1::Role role;
+    v1::ForwardKind kind;
+    const char* stage;
+    const char* timing;
+    std::vector<std::string_view> inputs, outputs;
+  };
+  std::vector<PoolForward> PoolForwards(bool critic) const;
+  // Whether no two of `forwards` share a rank, so that they can run at once (split placement);
+  // colocated pools share their ranks and take turns.
+  bool OnDisjointRanks(const std::vector<PoolForward>& forwards) const;
+  absl::Status Forwards(bool critic);
   void UseRollout(const StepRollout& rollout);
-  absl::Status OldLogProbs();
-  absl::Status ReferenceLogProbs();
-  absl::Status Values();
-  absl::Status Rewards();
+  absl::Status RuleRewards();
   absl::Status Advantages();
   absl::Status UpdateCritic();
   absl::Status UpdateActor();
 
-  // Runs `body`, adding its time to timing_s/<name>.
+  // Runs `body`, adding its time to timing_s/<name> of `metrics` (the step's by default).
   template <typename Body>
   absl::Status Timed(const char* name, Body&& body) {
+    return Timed(metrics_, name, std::forward<Body>(body));
+  }
+  template <typename Body>
+  static absl::Status Timed(Metrics& metrics, const char* name, Body&& body) {
     const Stopwatch stopwatch;
     absl::Status status = body();
-    metrics_[absl::StrCat("timing_s/", name)] += stopwatch.Seconds();
+    metrics[absl::StrCat("timing_s/", name)] += stopwatch.Seconds();
     return status;
   }
-  // A Forward of `kind` on `role`'s ranks, timed as timing_s/<timing>.
-  absl::Status Forward(v1::Role role, v1::ForwardKind kind, const char* stage, const char* timing);
+  // `forward`'s Forward on its pool's ranks, its figures in `metrics`.
+  absl::Status Forward(const PoolForward& forward, Metrics& metrics) const;
   absl::Status Move(const std::vector<std::string_view>& tensors, v1::Role from, v1::Role to) {
     return pools_.Move(plan_.step, shape_, tensors, from, to, metrics_);
   }
@@ -189,52 +203,115 @@ void StepRun::UseRollout(const StepRollout& rollout) {
   }
 }
 
-absl::Status StepRun::Forward(v1::Role role, v1::ForwardKind kind, const char* stage,
-                              const char* timing) {
-  const auto request = [&](int, int) {
-    v1::ForwardRequest forward;
-    *forward.mutable_key() = pools_.Key(plan_.step, stage);
-    forward.set_kind(kind);
-    return forward;
+std::vector<StepRun::PoolForward> StepRun::PoolForwards(bool critic) const {
+  std::vector<PoolForward> forwards;
+  if (algorithms::NeedsOldLogProbs(spec_)) {
+    forwards.push_back(
+        {v1::ROLE_ACTOR, v1::FORWARD_KIND_OLD_LOG_PROBS, "old_log_probs", "old_log_prob", {}, {}});
+  }
+  if (spec_.roles().has_reference()) {
+    forwards.push_back({v1::ROLE_REFERENCE,
+                        v1::FORWARD_KIND_REF_LOG_PROBS,
+                        "ref_log_probs",
+                        "ref",
+                        Sequences(),
+                        {tensors::kRefLogProbs}});
+  }
+  if (critic) {
+    forwards.push_back({v1::ROLE_CRITIC,
+                        v1::FORWARD_KIND_VALUES,
+                        "values",
+                        "values",
+                        {tensors::kInputIds, tensors::kAttentionMask, tensors::kResponseMask},
+                        {tensors::kValues}});
+  }
+  if (!spec_.roles().reward().model().empty()) {
+    forwards.push_back({v1::ROLE_REWARD,
+                        v1::FORWARD_KIND_REWARD_SCORES,
+                        "reward_scores",
+                        "reward",
+                        Sequences(),
+                        {tensors::kScores}});
+  }
+  return forwards;
+}
+
+bool StepRun::OnDisjointRanks(const std::vector<PoolForward>& forwards) const {
+  std::set<int> seen;
+  for (const PoolForward& forward : forwards) {
+    for (int rank : pools_.RanksOf(forward.role)) {
+      if (!seen.insert(rank).second) return false;
+    }
+  }
+  return forwards.size() > 1;
+}
+
+absl::Status StepRun::Forwards(bool critic) {
+  const std::vector<PoolForward> forwards = PoolForwards(critic);
+  const auto move_in = [&](const PoolForward& forward) {
+    return forward.inputs.empty() ? absl::OkStatus()
+                                  : Move(forward.inputs, v1::ROLE_ACTOR, forward.role);
   };
-  return Timed(timing, [&]() -> absl::Status {
+  const auto move_out = [&](const PoolForward& forward) {
+    return forward.outputs.empty() ? absl::OkStatus()
+                                   : Move(forward.outputs, forward.role, v1::ROLE_ACTOR);
+  };
+  if (!OnDisjointRanks(forwards)) {
+    for (const PoolForward& forward : forwards) {
+      RETURN_IF_ERROR(move_in(forward));
+      RETURN_IF_ERROR(Forward(forward, metrics_));
+      RETURN_IF_ERROR(move_out(forward));
+    }
+    return absl::OkStatus();
+  }
+  // Each pool's forward involves its own ranks only, so they run at once; the moves, which all
+  // involve the actor ranks, before and after. Each forward's figures go to a map of its own.
+  for (const PoolForward& forward : forwards) RETURN_IF_ERROR(move_in(forward));
+  std::vector<Metrics> figures(forwards.size());
+  std::vector<std::future<absl::Status>> running;
+  for (size_t i = 0; i < forwards.size(); ++i) {
+    running.push_back(std::async(std::launch::async, [this, &forwards, &figures, i] {
+      return Forward(forwards[i], figures[i]);
+    }));
+  }
+  absl::Status status;
+  for (std::future<absl::Status>& forward : running) status.Update(forward.get());
+  for (const Metrics& own : figures) {
+    for (const auto& [name, value] : own) {
+      if (absl::StartsWith(name, "timing_s/")) {
+        metrics_[name] += value;
+      } else {
+        metrics_[name] = value;
+      }
+    }
+  }
+  RETURN_IF_ERROR(status);
+  for (const PoolForward& forward : forwards) RETURN_IF_ERROR(move_out(forward));
+  return absl::OkStatus();
+}
+
+absl::Status StepRun::Forward(const PoolForward& forward, Metrics& metrics) const {
+  const auto request = [&](int, int) {
+    v1::ForwardRequest call;
+    *call.mutable_key() = pools_.Key(plan_.step, forward.stage);
+    call.set_kind(forward.kind);
+    return call;
+  };
+  return Timed(metrics, forward.timing, [&]() -> absl::Status {
     ASSIGN_OR_RETURN(const std::vector<v1::ForwardReply> replies,
                      (pools_.FanOut<v1::ForwardRequest, v1::ForwardReply>(
-                         pools_.RanksOf(role), &StageService::Forward, request)));
+                         pools_.RanksOf(forward.role), &StageService::Forward, request)));
     // Figures the ranks reduced among themselves already carry verl's names (training/...).
     for (const auto& [name, value] : replies[0].metrics()) {
-      if (absl::StartsWith(name, "training/")) metrics_[name] = value;
+      if (absl::StartsWith(name, "training/")) metrics[name] = value;
     }
     return absl::OkStatus();
   });
 }
 
-absl::Status StepRun::OldLogProbs() {
-  return Forward(v1::ROLE_ACTOR, v1::FORWARD_KIND_OLD_LOG_PROBS, "old_log_probs", "old_log_prob");
-}
-
-absl::Status StepRun::ReferenceLogProbs() {
-  RETURN_IF_ERROR(Move(Sequences(), v1::ROLE_ACTOR, v1::ROLE_REFERENCE));
-  RETURN_IF_ERROR(
-      Forward(v1::ROLE_REFERENCE, v1::FORWARD_KIND_REF_LOG_PROBS, "ref_log_probs", "ref"));
-  return Move({tensors::kRefLogProbs}, v1::ROLE_REFERENCE, v1::ROLE_ACTOR);
-}
-
-absl::Status StepRun::Values() {
-  RETURN_IF_ERROR(Move({tensors::kInputIds, tensors::kAttentionMask, tensors::kResponseMask},
-                       v1::ROLE_ACTOR, v1::ROLE_CRITIC));
-  RETURN_IF_ERROR(Forward(v1::ROLE_CRITIC, v1::FORWARD_KIND_VALUES, "values", "values"));
-  return Move({tensors::kValues}, v1::ROLE_CRITIC, v1::ROLE_ACTOR);
-}
-
-// From the reward model's pool, or by the rule (or remote scorer) on the actor ranks.
-absl::Status StepRun::Rewards() {
-  if (!spec_.roles().reward().model().empty()) {
-    RETURN_IF_ERROR(Move(Sequences(), v1::ROLE_ACTOR, v1::ROLE_REWARD));
-    RETURN_IF_ERROR(
-        Forward(v1::ROLE_REWARD, v1::FORWARD_KIND_REWARD_SCORES, "reward_scores", "reward"));
-    return Move({tensors::kScores}, v1::ROLE_REWARD, v1::ROLE_ACTOR);
-  }
+// The rule's (or a remote scorer's) rewards, on the actor ranks; a reward model's come with
+// the forwards.
+absl::Status StepRun::RuleRewards() {
   return Timed("reward", [&]() -> absl::Status {
     return pools_
         .FanOut<v1::RewardRequest, v1::RewardReply>(pools_.RanksOf(v1::ROLE_ACTOR),
