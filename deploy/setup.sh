@@ -14,7 +14,7 @@ apt_packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libabsl-dev nlohmann-json3-dev libyaml-cpp-dev catch2 patchelf libpcre2-dev libutf8proc-dev
   libcurl4-openssl-dev libssl-dev libsqlite3-dev libcpp-httplib-dev libjs-chart.js chromium libsystemd-dev
-  slurm-wlm munge
+  slurm-wlm munge iptables libnetfilter-queue-dev
 )
 
 install_apt() {

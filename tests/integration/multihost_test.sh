@@ -12,16 +12,29 @@
 #      and the job never holds two copies of a role;
 #   3. the link of the reference's host is cut for a second while the job runs (less than the
 #      liveness window): the job goes on, with at most one recovery (which one is printed);
-# and the job succeeds with every step in its history exactly once.
-# Not here: latency and loss (netem), which this kernel does not have (`tc qdisc ... netem`
-# answers "unknown qdisc"), and a slow host. About 35 s on two cores.
-#   tests/integration/multihost_test.sh REPO_ROOT BUILD_DIR    (exit 77: skipped: not root, or no
-#   network namespaces or bridges)
+# and the job succeeds with every step in its history exactly once. About 35 s on two cores.
+# With SCENARIO slow_link instead, the same cluster runs a shorter job while the critic's host
+# has 100 ms more round trip and loses 1 % of its packets each way: this kernel has no netem
+# (`tc qdisc ... netem` answers "unknown qdisc"), so iptables sends the host's packets to
+# link_shaper, which holds each for 50 ms and drops one in a hundred (NFQUEUE). A probe's
+# round trip and every shaped step's critic call must take the 100 ms; the job succeeds with
+# every step once. About 40 s. A slow host (CPU) is driver_test's.
+#   tests/integration/multihost_test.sh REPO_ROOT BUILD_DIR [faults|slow_link]    (exit 77:
+#   skipped: not root, no network namespaces or bridges; slow_link: no iptables or link_shaper)
 set -euo pipefail
 repo="$(cd "$1" && pwd)"
 build="$(cd "$2" && pwd)"
+scenario="${3:-faults}"
+[[ "${scenario}" == faults || "${scenario}" == slow_link ]] ||
+  { echo "multihost_test: unknown scenario ${scenario} (faults or slow_link)"; exit 2; }
 [[ $(id -u) == 0 ]] || { echo "multihost_test: network namespaces need root: skipped"; exit 77; }
 command -v ip >/dev/null || { echo "multihost_test: no ip (iproute2): skipped"; exit 77; }
+if [[ "${scenario}" == slow_link ]]; then
+  command -v iptables-legacy >/dev/null ||
+    { echo "multihost_test: slow_link needs iptables-legacy (Debian's iptables): skipped"; exit 77; }
+  [[ -x "${build}/tests/link_shaper" ]] ||
+    { echo "multihost_test: slow_link needs link_shaper (built with libnetfilter-queue-dev): skipped"; exit 77; }
+fi
 
 id=$(( ($$ % 200) + 20 ))
 net="10.213.${id}"
@@ -110,10 +123,12 @@ for _ in $(seq 200); do [[ $(workers_in WORKER_STATE_ALIVE) == 6 ]] && break; sl
 [[ $(workers_in WORKER_STATE_ALIVE) == 6 ]] || fail "six workers did not register"
 echo "multihost_test: controller at ${controller}, six workers on hosts 1-6"
 
-total=300
-job=$(ctl submit configs/tiny-ppo-cpu.yaml "trainer.total_steps=${total}" trainer.save_every=10 \
-  "trainer.checkpoint_dir=${run}/checkpoints" trainer.loggers=[console] | awk '/^submitted/ {print $2}')
-[[ -n "${job}" ]] || fail "submission failed"
+submit() {  # the tiny PPO job for $1 steps
+  total=$1
+  job=$(ctl submit configs/tiny-ppo-cpu.yaml "trainer.total_steps=${total}" trainer.save_every=10 \
+    "trainer.checkpoint_dir=${run}/checkpoints" trainer.loggers=[console] | awk '/^submitted/ {print $2}')
+  [[ -n "${job}" ]] || fail "submission failed"
+}
 status() { ctl --json status "${job}"; }
 host_of() {  # the host (1-6) holding role $1 now
   local host
@@ -139,6 +154,74 @@ assert len(workers) == len(set(workers)), workers
 " || fail "a role or worker appears twice in the placement"
 }
 
+wait_end() {  # until the job ends; it must have succeeded
+  for _ in $(seq 900); do
+    state=$(status | json "data.get('state', '')" "")
+    [[ "${state}" == JOB_STATE_SUCCEEDED || "${state}" == JOB_STATE_FAILED ]] && break
+    sleep 0.2
+  done
+  [[ "${state}" == JOB_STATE_SUCCEEDED ]] || fail "the job ended ${state}: $(status | json "data.get('message')")"
+}
+check_history() {  # every step in the history exactly once
+  ctl --json metrics "${job}" | python3 -c "
+import json, sys
+steps = [int(s['step']) for s in json.load(sys.stdin).get('steps', [])]
+assert steps == list(range(1, ${total} + 1)), steps
+" || fail "the history does not hold steps 1-${total} once each"
+}
+
+if [[ "${scenario}" == slow_link ]]; then
+  # 4. The critic's host gets 100 ms more round trip and 1 % loss each way from step 3 on.
+  submit 30
+  wait_step 3
+  critic_host=$(host_of critic)
+  on "${critic_host}" iptables-legacy -A INPUT -i "${prefix}v${critic_host}" \
+    -j NFQUEUE --queue-num 0 --queue-bypass
+  on "${critic_host}" iptables-legacy -A OUTPUT -o "${prefix}v${critic_host}" \
+    -j NFQUEUE --queue-num 0 --queue-bypass
+  spawn_on "${critic_host}" "${build}/tests/link_shaper" --queue=0 --delay_ms=50 --loss=0.01 \
+    > "${run}/shaper.json" 2> "${run}/shaper.log" &
+  shaper=$!
+  pids+=("${shaper}")
+  # A TCP handshake from the shaped host to the controller: one round trip, both ways shaped.
+  rtt_ms=$(on "${critic_host}" python3 -c "
+import socket, time
+best = 1e9
+for _ in range(5):
+    started = time.monotonic()
+    socket.create_connection(('${net}.1', 50051), timeout=10).close()
+    best = min(best, (time.monotonic() - started) * 1000)
+print(int(best))")
+  (( rtt_ms >= 95 )) || fail "host ${critic_host}'s round trip is ${rtt_ms} ms with the shaper on"
+  shaped_from=$(( $(step) + 1 ))  # the first step that starts with the shaper on, at the latest
+  echo "multihost_test: host ${critic_host} (the critic) shaped from step ${shaped_from}: round trip ${rtt_ms} ms"
+  wait_end
+  kill -TERM "${shaper}"
+  wait "${shaper}" || true
+  cat "${run}/shaper.json"
+  python3 -c "
+import json, sys
+shaped = json.load(open('${run}/shaper.json'))
+assert shaped['dropped'] >= 1 and shaped['packets'] >= 500, shaped
+" || fail "the shaper did not drop or hold the critic host's packets: $(cat "${run}/shaper.json")"
+  # Every step that started with the shaper on called the critic (values): one round trip of
+  # 100 ms at the least.
+  ctl --json metrics "${job}" | python3 -c "
+import json, sys
+steps = json.load(sys.stdin).get('steps', [])
+values = {int(s['step']): s['metrics']['timing_s/values'] for s in steps}
+shaped = [values[s] for s in values if s >= ${shaped_from}]
+before = [values[s] for s in values if s <= 3]  # before the shaper was started
+print('multihost_test: timing_s/values at steps 1-3 at most %.3f s, shaped at least %.3f s over %d steps'
+      % (max(before), min(shaped), len(shaped)))
+assert min(shaped) >= 0.095, shaped
+" || fail "a shaped step's critic forward took less than the added round trip"
+  check_history
+  echo "multihost_test: the job succeeded over a slow, lossy link with $(restarts) recoveries; steps 1-${total} once each"
+  exit 0
+fi
+
+submit 300
 # 1. The actor's host loses its link mid-step.
 wait_step 3
 check_placement
@@ -175,19 +258,9 @@ sleep 1
 heal "${reference_host}"
 echo "multihost_test: host ${reference_host} (the reference) cut for 1 s"
 
-for _ in $(seq 900); do
-  state=$(status | json "data.get('state', '')" "")
-  [[ "${state}" == JOB_STATE_SUCCEEDED || "${state}" == JOB_STATE_FAILED ]] && break
-  sleep 0.2
-done
-[[ "${state}" == JOB_STATE_SUCCEEDED ]] || fail "the job ended ${state}: $(status | json "data.get('message')")"
+wait_end
 (( $(restarts) <= before + 1 )) || fail "the short cut cost more than one recovery"
 echo "multihost_test: the 1 s cut cost $(( $(restarts) - before )) recoveries"
 check_placement
-# Every step in the history exactly once.
-ctl --json metrics "${job}" | python3 -c "
-import json, sys
-steps = [int(s['step']) for s in json.load(sys.stdin).get('steps', [])]
-assert steps == list(range(1, ${total} + 1)), steps
-" || fail "the history does not hold steps 1-${total} once each"
+check_history
 echo "multihost_test: the job succeeded over the bridge with $(restarts) recoveries; steps 1-${total} once each"
