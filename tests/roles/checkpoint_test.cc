@@ -4,7 +4,9 @@
 // missing manifest, a missing step directory, a step never committed, a `latest` naming nothing.
 // Retention (trainer.max_ckpt_to_keep), a failed save cleaning up after itself, and a real full
 // disk (a small tmpfs, where the test may mount one). Background saves (trainer.async_save): the
-// state as it was at the start, a failure told at the wait.
+// state as it was at the start, a failure told at the wait. The fence of a worker its job left
+// behind: its saves and commits refused in the directory and in a bucket (moto), and a part it
+// wrote anyway passed over at load.
 #include "worker/roles/checkpoint.h"
 
 #include <ATen/ATen.h>
@@ -20,9 +22,12 @@
 #include "absl/strings/str_replace.h"
 #include "common/util/crc32c.h"
 #include "common/util/files.h"
+#include "common/util/s3_uri.h"
+#include "tests/support/s3_test_server.h"
 #include "tests/support/small_filesystem.h"
 #include "tests/support/subprocess.h"
 #include "worker/roles/background_save.h"
+#include "worker/roles/checkpoint_mirror.h"
 
 namespace rlhfd::roles {
 namespace {
@@ -36,6 +41,14 @@ train::TrainedModel::NamedTensors State(double value) {
           {"optimizer.step", at::full({1}, value, at::kLong)}};
 }
 
+// Attempt `attempt` of the job `job_id`, as a checkpoint call names its writer.
+v1::JobAttempt Attempt(int64_t attempt, const std::string& job_id = "job-1") {
+  v1::JobAttempt writer;
+  writer.set_job_id(job_id);
+  writer.set_attempt(attempt);
+  return writer;
+}
+
 std::vector<RolePart> Parts(const train::TrainedModel::NamedTensors& state) {
   return {RolePart{.role = "actor", .rank = 0, .state = state}};
 }
@@ -43,9 +56,9 @@ std::vector<RolePart> Parts(const train::TrainedModel::NamedTensors& state) {
 // Saves and commits `step` with every value `step`.
 void SaveStep(const std::string& dir, int64_t step) {
   REQUIRE(SaveRoleState(dir, step, "actor", 0, State(static_cast<double>(step)),
-                        {{"optimizer_steps", step}})
+                        {{"optimizer_steps", step}}, Attempt(1))
               .ok());
-  REQUIRE(CommitStep(dir, step).ok());
+  REQUIRE(CommitStep(dir, step, Attempt(1)).ok());
 }
 
 std::string StateFile(const std::string& dir, int64_t step) {
@@ -280,7 +293,7 @@ TEST_CASE("retention keeps the newest committed steps, never the one just commit
           "[checkpoint]") {
   TempDir dir;
   // Step 1's save was cut short (no commit record); it goes with the old committed ones.
-  REQUIRE(SaveRoleState(dir.path(), 1, "actor", 0, State(1), Json::object()).ok());
+  REQUIRE(SaveRoleState(dir.path(), 1, "actor", 0, State(1), Json::object(), Attempt(1)).ok());
   for (int64_t step = 2; step <= 5; ++step) SaveStep(dir.path(), step);
   auto removed = RemoveOldSteps(dir.path(), 5, 2);
   REQUIRE(removed.ok());
@@ -305,7 +318,7 @@ TEST_CASE("a save again of a committed step un-commits it first; a failed save l
   // Complex tensors cannot go into safetensors: the save of step 2 fails after it began.
   train::TrainedModel::NamedTensors bad = {
       {"layer.weight", at::zeros({2, 2}, at::TensorOptions().dtype(at::kComplexDouble))}};
-  auto saved = SaveRoleState(dir.path(), 2, "actor", 0, bad, Json::object());
+  auto saved = SaveRoleState(dir.path(), 2, "actor", 0, bad, Json::object(), Attempt(1));
   REQUIRE_FALSE(saved.ok());
   CHECK_FALSE(PathExists(StepDirectory(dir.path(), 2) + "/commit.json"));
   CHECK_FALSE(PathExists(RankDirectory(dir.path(), 2, "actor", 0)));
@@ -330,7 +343,7 @@ TEST_CASE(
   const std::string checkpoints = small->path() + "/checkpoints";
   SaveStep(checkpoints, 1);
   small->Fill();
-  auto saved = SaveRoleState(checkpoints, 2, "actor", 0, State(2), Json::object());
+  auto saved = SaveRoleState(checkpoints, 2, "actor", 0, State(2), Json::object(), Attempt(1));
   REQUIRE_FALSE(saved.ok());
   CHECK(absl::IsResourceExhausted(saved.status()));
   CHECK_THAT(
@@ -339,8 +352,8 @@ TEST_CASE(
   CHECK_FALSE(PathExists(RankDirectory(checkpoints, 2, "actor", 0)));
   // Space back: the same save succeeds, and step 1 stayed intact throughout.
   small->Free();
-  REQUIRE(SaveRoleState(checkpoints, 2, "actor", 0, State(2), Json::object()).ok());
-  REQUIRE(CommitStep(checkpoints, 2).ok());
+  REQUIRE(SaveRoleState(checkpoints, 2, "actor", 0, State(2), Json::object(), Attempt(1)).ok());
+  REQUIRE(CommitStep(checkpoints, 2, Attempt(1)).ok());
   CHECK(VerifyRoleState(checkpoints, 1, "actor", 0).ok());
   CHECK(VerifyRoleState(checkpoints, 2, "actor", 0).ok());
 }
@@ -351,7 +364,7 @@ TEST_CASE("a background save writes the state as it was when it started, and wai
   SaveStep(dir.path(), 1);
   train::TrainedModel::NamedTensors state = State(2);
   std::unique_ptr<BackgroundSave> save = BackgroundSave::Start(
-      dir.path(), 2,
+      dir.path(), 2, Attempt(1),
       {{.role = "actor", .rank = 0, .state = state, .extra = {{"optimizer_steps", 2}}}});
   CHECK(save->step() == 2);
   CHECK(save->copied_bytes() == 64 * 64 * 8 + 8);
@@ -364,7 +377,7 @@ TEST_CASE("a background save writes the state as it was when it started, and wai
   // Written, not committed: `latest` still names step 1 until the step is committed.
   REQUIRE(VerifyRoleState(dir.path(), 2, "actor", 0).ok());
   CHECK_FALSE(PathExists(StepDirectory(dir.path(), 2) + "/commit.json"));
-  REQUIRE(CommitStep(dir.path(), 2).ok());
+  REQUIRE(CommitStep(dir.path(), 2, Attempt(1)).ok());
   train::TrainedModel::NamedTensors loaded = State(0);
   auto step = LoadNewestIntact(dir.path(), 0, Parts(loaded));
   REQUIRE(step.ok());
@@ -372,7 +385,7 @@ TEST_CASE("a background save writes the state as it was when it started, and wai
   CHECK(Holds(loaded, 2));  // not 3
 
   // A save whose owner goes without waiting is still written whole (the destructor waits).
-  BackgroundSave::Start(dir.path(), 3, {{.role = "actor", .rank = 0, .state = State(3)}}).reset();
+  BackgroundSave::Start(dir.path(), 3, Attempt(1), {{.role = "actor", .rank = 0, .state = State(3)}}).reset();
   CHECK(VerifyRoleState(dir.path(), 3, "actor", 0).ok());
 }
 
@@ -382,7 +395,7 @@ TEST_CASE("a background save that fails says why when waited for, and leaves no 
   train::TrainedModel::NamedTensors bad = {
       {"layer.weight", at::zeros({2, 2}, at::TensorOptions().dtype(at::kComplexDouble))}};
   std::unique_ptr<BackgroundSave> save =
-      BackgroundSave::Start(dir.path(), 1, {{.role = "actor", .rank = 0, .state = bad}});
+      BackgroundSave::Start(dir.path(), 1, Attempt(1), {{.role = "actor", .rank = 0, .state = bad}});
   const absl::StatusOr<int64_t> written = save->Wait();
   REQUIRE_FALSE(written.ok());
   CHECK_FALSE(written.status().message().empty());
@@ -390,9 +403,135 @@ TEST_CASE("a background save that fails says why when waited for, and leaves no 
   // NaN in the state: refused naming the tensor, as a foreground save refuses it.
   train::TrainedModel::NamedTensors nan = {{"layer.weight", at::full({2}, NAN, at::kFloat)}};
   const absl::StatusOr<int64_t> refused =
-      BackgroundSave::Start(dir.path(), 2, {{.role = "actor", .rank = 0, .state = nan}})->Wait();
+      BackgroundSave::Start(dir.path(), 2, Attempt(1), {{.role = "actor", .rank = 0, .state = nan}})->Wait();
   REQUIRE_FALSE(refused.ok());
   CHECK_THAT(std::string(refused.status().message()), Catch::Contains("layer.weight"));
+}
+
+// A worker the job left behind: attempt 1 of job-1, cut off by a partition its cancellation did
+// not cross, still writing after attempt 2 took over.
+TEST_CASE("a worker the job left behind can neither save nor commit over a later attempt's steps",
+          "[checkpoint][fence]") {
+  TempDir dir;
+  const std::string checkpoints = dir.path();
+  // Attempt 1 saved step 3 before it was cut off; attempt 2 then committed steps 1 and 2.
+  REQUIRE(SaveRoleState(checkpoints, 3, "actor", 0, State(-3), Json::object(), Attempt(1)).ok());
+  for (int64_t step = 1; step <= 2; ++step) {
+    REQUIRE(SaveRoleState(checkpoints, step, "actor", 0, State(static_cast<double>(step)),
+                          Json::object(), Attempt(2))
+                .ok());
+    REQUIRE(CommitStep(checkpoints, step, Attempt(2)).ok());
+  }
+  const absl::Status commit = CommitStep(checkpoints, 3, Attempt(1));
+  CHECK(commit.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(commit.message()),
+             Catch::Contains("attempt 1 of job job-1 was left behind: step 2 was committed by "
+                             "its attempt 2"));
+  CHECK_FALSE(PathExists(checkpoints + "/step_3/commit.json"));
+  CHECK(ReadFileToString(checkpoints + "/latest").value() == "step_2\n");
+  // Its save of a step attempt 2 committed would un-commit it first: refused, nothing changed.
+  const absl::StatusOr<int64_t> save =
+      SaveRoleState(checkpoints, 2, "actor", 0, State(-2), Json::object(), Attempt(1));
+  CHECK(save.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(PathExists(checkpoints + "/step_2/commit.json"));
+  train::TrainedModel::NamedTensors state = State(0);
+  absl::StatusOr<LoadedCheckpoint> loaded = LoadNewestIntact(checkpoints, 0, Parts(state));
+  REQUIRE(loaded.ok());
+  CHECK(loaded->step == 2);
+  CHECK(Holds(state, 2));
+  // Another job resuming from this directory is no attempt of job-1: not fenced.
+  REQUIRE(SaveRoleState(checkpoints, 3, "actor", 0, State(3), Json::object(), Attempt(1, "job-2"))
+              .ok());
+  REQUIRE(CommitStep(checkpoints, 3, Attempt(1, "job-2")).ok());
+  loaded = LoadNewestIntact(checkpoints, 0, Parts(state));
+  REQUIRE(loaded.ok());
+  CHECK(loaded->step == 3);
+  CHECK(Holds(state, 3));
+}
+
+TEST_CASE("a commit refuses a part another attempt of the job saved", "[checkpoint][fence]") {
+  TempDir dir;
+  REQUIRE(SaveRoleState(dir.path(), 1, "actor", 0, State(1), Json::object(), Attempt(1)).ok());
+  REQUIRE(SaveRoleState(dir.path(), 1, "critic", 0, State(1), Json::object(), Attempt(2)).ok());
+  const absl::Status commit = CommitStep(dir.path(), 1, Attempt(2));
+  CHECK(commit.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(commit.message()),
+             Catch::Contains("step_1/actor/rank_0/manifest.json was saved by attempt 1 of job "
+                             "job-1, not by attempt 2 of job job-1"));
+  CHECK_FALSE(PathExists(dir.path() + "/step_1/commit.json"));
+  CHECK_FALSE(PathExists(dir.path() + "/latest"));
+}
+
+TEST_CASE("a committed step holding a part another attempt wrote after the commit is passed over",
+          "[checkpoint][fence]") {
+  TempDir dir, elsewhere;
+  for (int64_t step = 1; step <= 2; ++step) {
+    for (int rank = 0; rank < 2; ++rank) {
+      REQUIRE(SaveRoleState(dir.path(), step, "actor", rank, State(static_cast<double>(step)),
+                            Json::object(), Attempt(2))
+                  .ok());
+    }
+    REQUIRE(CommitStep(dir.path(), step, Attempt(2)).ok());
+  }
+  // Attempt 1's rank 1 part of step 2, written where no fence could see (its own directory), lands
+  // over attempt 2's after the commit: a write that raced the check.
+  REQUIRE(SaveRoleState(elsewhere.path(), 2, "actor", 1, State(-2), Json::object(), Attempt(1))
+              .ok());
+  const std::string part = RankDirectory(dir.path(), 2, "actor", 1);
+  for (const char* name : {"state.safetensors", "manifest.json"}) {
+    const absl::StatusOr<std::string> file =
+        ReadFileToString(absl::StrCat(RankDirectory(elsewhere.path(), 2, "actor", 1), "/", name));
+    REQUIRE(file.ok());
+    REQUIRE(WriteFileAtomically(absl::StrCat(part, "/", name), *file).ok());
+  }
+  train::TrainedModel::NamedTensors state = State(0);
+  const absl::StatusOr<LoadedCheckpoint> loaded =
+      LoadNewestIntact(dir.path(), 0, {RolePart{.role = "actor", .rank = 1, .state = state}});
+  REQUIRE(loaded.ok());
+  CHECK(loaded->step == 1);
+  CHECK(Holds(state, 1));
+  REQUIRE(loaded->passed_over.size() == 1);
+  CHECK_THAT(loaded->passed_over[0],
+             Catch::Contains("step_2/actor/rank_1/manifest.json: was saved by attempt 1 of job "
+                             "job-1 but step 2 was committed by attempt 2 of job job-1"));
+}
+
+TEST_CASE("the bucket fences a worker the job left behind as the directory does",
+          "[checkpoint][fence][s3]") {
+  TempDir dir;
+  rlhfd::testing::S3TestServer server(dir.path());
+  REQUIRE(server.ok());
+  net::S3Options options;
+  options.endpoint = server.endpoint();
+  options.credentials = {.access_key_id = "rlhfd-test", .secret_access_key = "rlhfd-test-secret"};
+  options.first_backoff = absl::Milliseconds(10);
+  REQUIRE(net::S3Client("rlhfd-fence", options).CreateBucket().ok());
+  const absl::StatusOr<S3Location> location = ParseS3Uri("s3://rlhfd-fence/job-1");
+  REQUIRE(location.ok());
+  CheckpointMirror mirror(*location, options);
+  // Attempt 2 saves and commits step 1, in its directory and in the bucket.
+  const std::string checkpoints = dir.path() + "/checkpoints";
+  REQUIRE(SaveRoleState(checkpoints, 1, "actor", 0, State(1), Json::object(), Attempt(2)).ok());
+  REQUIRE(mirror.UploadPart(checkpoints, 1, "actor", 0, Attempt(2)).ok());
+  REQUIRE(CommitStep(checkpoints, 1, Attempt(2)).ok());
+  REQUIRE(mirror.UploadCommit(checkpoints, 1, Attempt(2)).ok());
+  // Attempt 1, left behind on a machine of its own, saved and committed step 1 there and uploads.
+  const std::string stale = dir.path() + "/stale";
+  REQUIRE(SaveRoleState(stale, 1, "actor", 0, State(-1), Json::object(), Attempt(1)).ok());
+  REQUIRE(CommitStep(stale, 1, Attempt(1)).ok());
+  const absl::Status part = mirror.UploadPart(stale, 1, "actor", 0, Attempt(1));
+  CHECK(part.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(part.message()), Catch::Contains("attempt 1 of job job-1 was left behind"));
+  CHECK(mirror.UploadCommit(stale, 1, Attempt(1)).code() ==
+        absl::StatusCode::kFailedPrecondition);
+  // A new machine gets attempt 2's step 1 from the bucket.
+  const std::string fresh = dir.path() + "/fresh";
+  REQUIRE(mirror.EnsurePart(fresh, 1, "actor", 0).ok());
+  train::TrainedModel::NamedTensors state = State(0);
+  const absl::StatusOr<LoadedCheckpoint> loaded = LoadNewestIntact(fresh, 0, Parts(state));
+  REQUIRE(loaded.ok());
+  CHECK(loaded->step == 1);
+  CHECK(Holds(state, 1));
 }
 
 }  // namespace

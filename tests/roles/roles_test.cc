@@ -64,10 +64,10 @@ TEST_CASE("a state holding NaN or infinity is never saved, and latest stays",
   TempDir dir;
   train::TrainedModel::NamedTensors state = {{"model.norm.weight", at::ones({4})},
                                              {"optimizer.step.0", at::ones({})}};
-  REQUIRE(SaveRoleState(dir.path(), 1, "actor", 0, state, {}).ok());
-  REQUIRE(CommitStep(dir.path(), 1).ok());
+  REQUIRE(SaveRoleState(dir.path(), 1, "actor", 0, state, {}, v1::JobAttempt()).ok());
+  REQUIRE(CommitStep(dir.path(), 1, v1::JobAttempt()).ok());
   state[1].second.fill_(std::numeric_limits<float>::quiet_NaN());
-  const absl::StatusOr<int64_t> refused = SaveRoleState(dir.path(), 2, "actor", 0, state, {});
+  const absl::StatusOr<int64_t> refused = SaveRoleState(dir.path(), 2, "actor", 0, state, {}, v1::JobAttempt());
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK_THAT(std::string(refused.status().message()),

@@ -15,6 +15,7 @@
 namespace rlhfd::roles {
 
 std::unique_ptr<BackgroundSave> BackgroundSave::Start(std::string dir, int64_t step,
+                                                      v1::JobAttempt writer,
                                                       std::vector<Part> parts, Around around) {
   int64_t copied_bytes = 0;
   for (Part& part : parts) {
@@ -25,8 +26,8 @@ std::unique_ptr<BackgroundSave> BackgroundSave::Start(std::string dir, int64_t s
     }
   }
   std::unique_ptr<BackgroundSave> save(new BackgroundSave(step, copied_bytes));
-  save->thread_ = std::thread([save = save.get(), dir = std::move(dir), parts = std::move(parts),
-                               around = std::move(around)]() {
+  save->thread_ = std::thread([save = save.get(), dir = std::move(dir), writer = std::move(writer),
+                               parts = std::move(parts), around = std::move(around)]() {
     // The write takes only the CPU time training leaves (SCHED_IDLE for this thread): at nice 0,
     // or even 19, it slowed the next step's rollout by 2-3 ms of the CPU demo's 40 ms step
     // (docs/PERFORMANCE.md). LibTorch's check here (FirstNonFinite) runs on the worker's
@@ -47,7 +48,7 @@ std::unique_ptr<BackgroundSave> BackgroundSave::Start(std::string dir, int64_t s
       for (const Part& part : parts) {
         if (!written.ok()) break;
         const absl::StatusOr<int64_t> bytes =
-            SaveRoleState(dir, save->step_, part.role, part.rank, part.state, part.extra);
+            SaveRoleState(dir, save->step_, part.role, part.rank, part.state, part.extra, writer);
         written = bytes.ok() ? absl::StatusOr<int64_t>(*written + *bytes) : bytes.status();
         if (written.ok() && around.then) {
           if (absl::Status done = around.then(part); !done.ok()) written = done;

@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -83,6 +84,26 @@ absl::StatusOr<int64_t> LatestStep(const std::string& dir) {
   return step;
 }
 
+// The job attempt a manifest or commit record names; none for one written before attempts were
+// recorded.
+std::optional<v1::JobAttempt> WrittenBy(const Json& record) {
+  std::string job_id;
+  int64_t attempt = 0;
+  if (!StringField(record, "job_id", &job_id) || !IntegerField(record, "attempt", &attempt)) {
+    return std::nullopt;
+  }
+  v1::JobAttempt by;
+  by.set_job_id(job_id);
+  by.set_attempt(attempt);
+  return by;
+}
+bool SameAttempt(const v1::JobAttempt& a, const v1::JobAttempt& b) {
+  return a.job_id() == b.job_id() && a.attempt() == b.attempt();
+}
+std::string AttemptName(const v1::JobAttempt& by) {
+  return absl::StrCat("attempt ", by.attempt(), " of job ", by.job_id());
+}
+
 // A manifest's file names stay inside the rank's directory, whoever wrote the manifest.
 bool IsPlainFileName(const std::string& name) {
   return !name.empty() && !absl::StrContains(name, "/") && name != "." && name != "..";
@@ -95,7 +116,7 @@ std::string SelfCrc(Json manifest) {
 
 absl::StatusOr<int64_t> WritePart(const std::string& where, int64_t step, const std::string& role,
                                   int rank, const train::TrainedModel::NamedTensors& state,
-                                  const Json& extra) {
+                                  const Json& extra, const v1::JobAttempt& writer) {
   ASSIGN_OR_RETURN(const std::string file, model::SafetensorsBytes(state));
   const uint32_t crc = Crc32c(file);
   RETURN_IF_ERROR(WriteFileAtomically(absl::StrCat(where, "/", kStateFile), file));
@@ -110,6 +131,8 @@ absl::StatusOr<int64_t> WritePart(const std::string& where, int64_t step, const 
       {"step", step},
       {"role", role},
       {"rank", rank},
+      {"job_id", writer.job_id()},
+      {"attempt", writer.attempt()},
       {"bytes", bytes},
       {"tensors", tensors},
       {"files",
@@ -158,6 +181,7 @@ absl::StatusOr<std::vector<Json>> VerifyStep(const std::string& dir, int64_t ste
   if (!IsDirectory(step_dir)) return Damaged(step_dir, "is missing");
   const std::string commit = CommitPath(dir, step);
   const bool committed = PathExists(commit);
+  std::optional<v1::JobAttempt> committed_by;
   if (committed) {
     absl::StatusOr<std::string> text = ReadFileToString(commit, 1 << 20);
     if (!text.ok()) return Damaged(commit, text.status().message());
@@ -166,6 +190,7 @@ absl::StatusOr<std::vector<Json>> VerifyStep(const std::string& dir, int64_t ste
     if (!IntegerField(record, "step", &recorded) || recorded != step) {
       return Damaged(commit, absl::StrCat("is not a commit record of step ", step));
     }
+    committed_by = WrittenBy(record);
   }
   std::vector<Json> manifests;
   for (const RolePart& part : parts) {
@@ -176,6 +201,14 @@ absl::StatusOr<std::vector<Json>> VerifyStep(const std::string& dir, int64_t ste
     if (version >= 2 && !committed) {
       return Damaged(commit,
                      absl::StrCat("is missing: step ", step, " was saved but never committed"));
+    }
+    const std::optional<v1::JobAttempt> saved_by = WrittenBy(manifest);
+    if (committed_by && saved_by && !SameAttempt(*committed_by, *saved_by)) {
+      return Damaged(
+          absl::StrCat(RankDirectory(dir, step, part.role, part.rank), "/", kManifestName),
+          absl::StrCat("was saved by ", AttemptName(*saved_by), " but step ", step,
+                       " was committed by ", AttemptName(*committed_by),
+                       ": a worker the job had left behind wrote it after the commit"));
     }
     manifests.push_back(std::move(manifest));
   }
@@ -246,6 +279,40 @@ int64_t StepOfName(absl::string_view name) {
   return step;
 }
 
+ReadCheckpointFile ReadFromDirectory(const std::string& dir) {
+  return [dir](const std::string& relative) -> absl::StatusOr<std::string> {
+    const std::string path = absl::StrCat(dir, "/", relative);
+    if (!PathExists(path)) return absl::NotFoundError(absl::StrCat(path, " is missing"));
+    return ReadFileToString(path, 1 << 20);
+  };
+}
+
+absl::Status CheckNotLeftBehind(const v1::JobAttempt& writer, int64_t step,
+                                const ReadCheckpointFile& read) {
+  std::vector<int64_t> steps = {step};
+  const absl::StatusOr<std::string> latest = read(kLatestName);
+  if (latest.ok()) {
+    const int64_t named = StepOfName(absl::StripAsciiWhitespace(*latest));
+    if (named > 0 && named != step) steps.push_back(named);
+  } else if (!absl::IsNotFound(latest.status())) {
+    return latest.status();
+  }
+  for (const int64_t committed : steps) {
+    const absl::StatusOr<std::string> text = read(CommitRecordName(committed));
+    if (absl::IsNotFound(text.status())) continue;
+    RETURN_IF_ERROR(text.status());
+    const std::optional<v1::JobAttempt> by =
+        WrittenBy(Json::parse(*text, nullptr, /*allow_exceptions=*/false));
+    if (by && by->job_id() == writer.job_id() && by->attempt() > writer.attempt()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          AttemptName(writer), " was left behind: step ", committed, " was committed by its attempt ",
+          by->attempt(), " (this worker was cut off while the job moved on), so nothing of step ",
+          step, " is written"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::string StepDirectory(const std::string& dir, int64_t step) {
   return absl::StrCat(dir, "/", StepName(step));
 }
@@ -272,7 +339,7 @@ absl::StatusOr<std::vector<std::string>> ManifestFileNames(const std::string& ma
 
 absl::StatusOr<int64_t> SaveRoleState(const std::string& dir, int64_t step, const std::string& role,
                                       int rank, const train::TrainedModel::NamedTensors& state,
-                                      const nlohmann::json& extra) {
+                                      const nlohmann::json& extra, const v1::JobAttempt& writer) {
   const std::string where = RankDirectory(dir, step, role, rank);
   // Never a checkpoint that holds NaN or infinities (a resume from it can only diverge): checked
   // before anything is written, so `latest` keeps naming the last good one.
@@ -283,10 +350,11 @@ absl::StatusOr<int64_t> SaveRoleState(const std::string& dir, int64_t step, cons
         where, ": ", state[*bad].first, " holds non-finite values (NaN or infinity); step ", step,
         " is not saved and `latest` still names the last good checkpoint"));
   }
+  RETURN_IF_ERROR(CheckNotLeftBehind(writer, step, ReadFromDirectory(dir)));
   RETURN_IF_ERROR(RemoveTree(CommitPath(dir, step)));
   RETURN_IF_ERROR(RemoveTree(where));
   RETURN_IF_ERROR(MakeDirectories(where));
-  absl::StatusOr<int64_t> bytes = WritePart(where, step, role, rank, state, extra);
+  absl::StatusOr<int64_t> bytes = WritePart(where, step, role, rank, state, extra, writer);
   if (!bytes.ok()) {
     if (const absl::Status removed = RemoveTree(where); !removed.ok()) {
       RLOG(WARNING) << "could not remove the partial save " << where << ": " << removed.message();
@@ -295,11 +363,12 @@ absl::StatusOr<int64_t> SaveRoleState(const std::string& dir, int64_t step, cons
   return bytes;
 }
 
-absl::Status CommitStep(const std::string& dir, int64_t step) {
+absl::Status CommitStep(const std::string& dir, int64_t step, const v1::JobAttempt& writer) {
   const std::string step_dir = StepDirectory(dir, step);
   if (!IsDirectory(step_dir)) {
     return absl::FailedPreconditionError(absl::StrCat("commit: ", step_dir, " was not saved"));
   }
+  RETURN_IF_ERROR(CheckNotLeftBehind(writer, step, ReadFromDirectory(dir)));
   Json parts = Json::array();
   ASSIGN_OR_RETURN(const std::vector<std::string> roles, ListDirectory(step_dir));
   for (const std::string& role : roles) {
@@ -314,6 +383,16 @@ absl::Status CommitStep(const std::string& dir, int64_t step) {
                                                           " is missing: that rank's save of step ",
                                                           step, " did not finish"));
       }
+      ASSIGN_OR_RETURN(const std::string text, ReadFileToString(manifest, 1 << 20));
+      const std::optional<v1::JobAttempt> saved_by =
+          WrittenBy(Json::parse(text, nullptr, /*allow_exceptions=*/false));
+      // Another job's part (a directory a new job resumes from) is not this job's to judge.
+      if (saved_by && saved_by->job_id() == writer.job_id() && !SameAttempt(*saved_by, writer)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "commit: ", manifest, " was saved by ", AttemptName(*saved_by), ", not by ",
+            AttemptName(writer), " that commits step ", step,
+            " (a worker the job left behind wrote it); the step is not committed"));
+      }
       parts.push_back(absl::StrCat(role, "/", rank));
     }
   }
@@ -321,7 +400,11 @@ absl::Status CommitStep(const std::string& dir, int64_t step) {
     return absl::FailedPreconditionError(
         absl::StrCat("commit: ", step_dir, " holds no rank's save"));
   }
-  const Json record = {{"version", kCommitVersion}, {"step", step}, {"parts", parts}};
+  const Json record = {{"version", kCommitVersion},
+                       {"step", step},
+                       {"job_id", writer.job_id()},
+                       {"attempt", writer.attempt()},
+                       {"parts", parts}};
   RETURN_IF_ERROR(WriteFileAtomically(CommitPath(dir, step), record.dump(1)));
   return WriteFileAtomically(absl::StrCat(dir, "/", kLatestName),
                              absl::StrCat("step_", step, "\n"));

@@ -13,13 +13,21 @@
 // passed over (its file named, with what is wrong) for the newest committed step before it; the
 // load fails only when no step is intact. Manifests of version 1 (saved before checksums and
 // commit records) load when `latest` or the caller names their step, without a CRC check.
+//
+// Manifests and commit records name the job attempt that wrote them. A worker the job has left
+// behind (an older attempt of the same job, cut off by a partition that its cancellation did not
+// cross) is fenced: its saves and commits are refused once a later attempt of its job committed
+// the step `latest` names or the step itself, and a committed step holding a part another
+// attempt wrote (one that raced the check) is passed over at load, like a damaged one.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "rlhfd/v1/worker_service.pb.h"
 #include "worker/train/trained_model.h"
 
 namespace rlhfd::roles {
@@ -40,19 +48,32 @@ absl::StatusOr<std::vector<std::string>> ManifestFileNames(const std::string& ma
 // "step_<N>" → N; -1 for any other name.
 int64_t StepOfName(absl::string_view name);
 
-// Writes this rank's part of `step`: the state, then the manifest (with `extra` under "extra").
-// A save of the same step before this one (cut short, or of a run a resume passed over) goes
-// first: the step's commit record, so the step is not taken as committed while it is rewritten,
-// and this rank's files. When the save fails its files are removed (a full disk keeps no partial
-// shard). FAILED_PRECONDITION naming the tensor, and nothing written, when a tensor holds NaN
-// or infinity. Returns the bytes of tensor data written.
+// A file of the checkpoint layout by its name relative to the checkpoint directory ("latest",
+// "step_3/commit.json"), from the directory or from a copy elsewhere; NOT_FOUND when absent.
+using ReadCheckpointFile = std::function<absl::StatusOr<std::string>(const std::string& relative)>;
+ReadCheckpointFile ReadFromDirectory(const std::string& dir);
+
+// FAILED_PRECONDITION when `writer` is an attempt its job has left behind: the step `latest`
+// names, or `step`, was committed by a later attempt of the same job. Another job's commits
+// (a new job resuming from this directory) do not fence.
+absl::Status CheckNotLeftBehind(const v1::JobAttempt& writer, int64_t step,
+                                const ReadCheckpointFile& read);
+
+// Writes this rank's part of `step` for `writer`: the state, then the manifest (with `extra`
+// under "extra"). A save of the same step before this one (cut short, or of a run a resume
+// passed over) goes first: the step's commit record, so the step is not taken as committed while
+// it is rewritten, and this rank's files. When the save fails its files are removed (a full disk
+// keeps no partial shard). FAILED_PRECONDITION, and nothing written, when a tensor holds NaN or
+// infinity (naming it) or when `writer` was left behind (CheckNotLeftBehind). Returns the bytes
+// of tensor data written.
 absl::StatusOr<int64_t> SaveRoleState(const std::string& dir, int64_t step, const std::string& role,
                                       int rank, const train::TrainedModel::NamedTensors& state,
-                                      const nlohmann::json& extra);
+                                      const nlohmann::json& extra, const v1::JobAttempt& writer);
 
-// Commits `step` once every rank saved it: checks each saved part has its manifest, writes
-// step_<N>/commit.json, then points <dir>/latest at it.
-absl::Status CommitStep(const std::string& dir, int64_t step);
+// Commits `step` for `writer` once every rank saved it: checks each saved part has its manifest
+// (none written by another attempt of `writer`'s job) and that `writer` was not left behind;
+// writes step_<N>/commit.json, then points <dir>/latest at it.
+absl::Status CommitStep(const std::string& dir, int64_t step, const v1::JobAttempt& writer);
 
 // Retention after committing `committed`: keeps it and the `keep` - 1 newest committed steps
 // before it, and deletes every step directory older than the oldest kept (committed or not);

@@ -59,8 +59,15 @@ std::string CheckpointMirror::Describe(const std::string& relative) const {
   return client_.Describe(Key(relative));
 }
 
+absl::Status CheckpointMirror::CheckNotLeftBehind(const v1::JobAttempt& writer, int64_t step) {
+  return roles::CheckNotLeftBehind(writer, step, [this](const std::string& relative) {
+    return client_.GetObject(Key(relative), 1 << 20);
+  });
+}
+
 absl::Status CheckpointMirror::UploadPart(const std::string& dir, int64_t step,
-                                          const std::string& role, int rank) {
+                                          const std::string& role, int rank,
+                                          const v1::JobAttempt& writer) {
   const std::string part = RankPartName(step, role, rank);
   const std::string local = absl::StrCat(dir, "/", part);
   const std::string doing = absl::StrCat("uploading ", local, " to ", Describe(part));
@@ -70,7 +77,9 @@ absl::Status CheckpointMirror::UploadPart(const std::string& dir, int64_t step,
   absl::StatusOr<std::vector<std::string>> names = ManifestFileNames(*manifest);
   if (!names.ok()) return Within(names.status(), doing);
   // A step saved again (a resume went back past it) is no longer committed in the bucket while
-  // its parts are replaced, as SaveRoleState un-commits it on disk.
+  // its parts are replaced, as SaveRoleState un-commits it on disk; but not by a worker the job
+  // left behind, whose save would un-commit a later attempt's step.
+  RETURN_IF_ERROR(Within(CheckNotLeftBehind(writer, step), doing));
   RETURN_IF_ERROR(Within(client_.DeleteObject(Key(CommitRecordName(step))), doing));
   for (const std::string& name : *names) {
     const std::string relative = absl::StrCat(part, "/", name);
@@ -101,9 +110,11 @@ absl::Status CheckpointMirror::UploadTree(const std::string& dir, const std::str
   return absl::OkStatus();
 }
 
-absl::Status CheckpointMirror::UploadCommit(const std::string& dir, int64_t step) {
+absl::Status CheckpointMirror::UploadCommit(const std::string& dir, int64_t step,
+                                            const v1::JobAttempt& writer) {
   const std::string record = CommitRecordName(step);
   const std::string doing = absl::StrCat("uploading the commit of step ", step);
+  RETURN_IF_ERROR(Within(CheckNotLeftBehind(writer, step), doing));
   absl::StatusOr<std::string> text = ReadFileToString(absl::StrCat(dir, "/", record), 1 << 20);
   if (!text.ok()) return Within(text.status(), doing);
   RETURN_IF_ERROR(Within(client_.PutObject(Key(record), *text), doing));

@@ -65,14 +65,22 @@ absl::Status ExportActor(HostedJob& job, const v1::CheckpointRequest& request, i
   return absl::OkStatus();
 }
 
-// Commits `step` (and, with trainer.checkpoint_uri, uploads its commit: its failure is the
+// The job attempt a checkpoint call belongs to: its files name it, and a later one fences it.
+v1::JobAttempt WriterOf(const v1::CheckpointRequest& request) {
+  v1::JobAttempt writer;
+  writer.set_job_id(request.key().job_id());
+  writer.set_attempt(request.key().attempt());
+  return writer;
+}
+
+// Commits `step` for `writer` (and, with trainer.checkpoint_uri, uploads its commit: its failure is the
 // commit's), then applies trainer.max_ckpt_to_keep (`keep`) here and in the bucket. The commit
 // stands whatever happens to the deletion of older steps; a failed one is tried again after the
 // next commit.
 absl::Status CommitWithRetention(const std::string& dir, int64_t step, int keep,
-                                 CheckpointMirror* mirror) {
-  RETURN_IF_ERROR(CommitStep(dir, step));
-  if (mirror != nullptr) RETURN_IF_ERROR(mirror->UploadCommit(dir, step));
+                                 const v1::JobAttempt& writer, CheckpointMirror* mirror) {
+  RETURN_IF_ERROR(CommitStep(dir, step, writer));
+  if (mirror != nullptr) RETURN_IF_ERROR(mirror->UploadCommit(dir, step, writer));
   const absl::StatusOr<std::vector<std::string>> removed = RemoveOldSteps(dir, step, keep);
   if (!removed.ok()) {
     RLOG(WARNING) << "trainer.max_ckpt_to_keep: " << removed.status().message();
@@ -180,27 +188,29 @@ absl::StatusOr<v1::CheckpointReply> RunSaveCheckpoint(HostedJob& job,
       // so retention keeps one step more: a recovery in between finds the step it loads.
       const int keep = job.spec.trainer().max_ckpt_to_keep();
       around.first = [dir = request.directory(), step = request.commit_step(),
-                      keep = keep > 0 ? keep + 1 : 0,
-                      mirror] { return CommitWithRetention(dir, step, keep, mirror.get()); };
+                      keep = keep > 0 ? keep + 1 : 0, writer = WriterOf(request), mirror] {
+        return CommitWithRetention(dir, step, keep, writer, mirror.get());
+      };
     }
     if (mirror) {
-      around.then = [dir = request.directory(), step = request.step(),
+      around.then = [dir = request.directory(), step = request.step(), writer = WriterOf(request),
                      mirror](const BackgroundSave::Part& part) {
-        return mirror->UploadPart(dir, step, part.role, part.rank);
+        return mirror->UploadPart(dir, step, part.role, part.rank, writer);
       };
     }
     job.background_save = BackgroundSave::Start(request.directory(), request.step(),
-                                                std::move(parts), std::move(around));
+                                                WriterOf(request), std::move(parts),
+                                                std::move(around));
     return reply;
   }
   for (const BackgroundSave::Part& part : parts) {
     ASSIGN_OR_RETURN(const int64_t bytes,
                      SaveRoleState(request.directory(), request.step(), part.role, part.rank,
-                                   part.state, part.extra));
+                                   part.state, part.extra, WriterOf(request)));
     reply.set_bytes(reply.bytes() + bytes);
     if (mirror) {
-      RETURN_IF_ERROR(
-          mirror->UploadPart(request.directory(), request.step(), part.role, part.rank));
+      RETURN_IF_ERROR(mirror->UploadPart(request.directory(), request.step(), part.role,
+                                         part.rank, WriterOf(request)));
     }
   }
   if (request.export_huggingface() && job.actor) {
@@ -213,7 +223,7 @@ absl::StatusOr<v1::CheckpointReply> RunCommitCheckpoint(HostedJob& job,
                                                         const v1::CheckpointRequest& request) {
   RETURN_IF_ERROR(CheckCheckpointDirectory(job, request.directory()));
   RETURN_IF_ERROR(CommitWithRetention(request.directory(), request.step(),
-                                      job.spec.trainer().max_ckpt_to_keep(),
+                                      job.spec.trainer().max_ckpt_to_keep(), WriterOf(request),
                                       job.checkpoint_mirror.get()));
   v1::CheckpointReply reply;
   reply.set_step(request.step());
