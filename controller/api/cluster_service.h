@@ -41,7 +41,8 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
 
 class WorkerRegistryImpl final : public v1::WorkerRegistry::CallbackService {
  public:
-  explicit WorkerRegistryImpl(ServiceContext service) : service_(std::move(service)) {}
+  explicit WorkerRegistryImpl(ServiceContext service)
+      : service_(service), heartbeats_(service, &Controller::Heartbeat, kHeartbeatBatchWindow) {}
 
   grpc::ServerUnaryReactor* RegisterWorker(grpc::CallbackServerContext* context,
                                            const v1::RegisterWorkerRequest* request,
@@ -52,11 +53,16 @@ class WorkerRegistryImpl final : public v1::WorkerRegistry::CallbackService {
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const v1::HeartbeatRequest* request,
                                       v1::HeartbeatReply* reply) override {
-    return DispatchUnary(service_, Access::kAdmin, context, request, reply, &Controller::Heartbeat);
+    return heartbeats_.Call(Access::kAdmin, context, request, reply);
   }
 
  private:
+  // How long a heartbeat may wait for others to be answered with it: small against the
+  // heartbeat interval (2 s) and the liveness window (10 s) it is judged by.
+  static constexpr absl::Duration kHeartbeatBatchWindow = absl::Milliseconds(20);
+
   ServiceContext service_;
+  BatchedUnary<v1::HeartbeatRequest, v1::HeartbeatReply> heartbeats_;
 };
 
 }  // namespace rlhfd::controller

@@ -6,9 +6,12 @@
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/server_callback.h>
 
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -75,6 +78,57 @@ grpc::ServerUnaryReactor* DispatchUnary(
     });
   });
 }
+
+// A Controller method that runs on the loop, for calls that come often and cost little (a worker's
+// heartbeat: 512 a second at 1,024 workers), answered in batches: each call is queued on its RPC
+// thread, and the first of a batch posts one task, `window` later, that runs the method for every
+// call queued by then. The loop then wakes once per batch instead of once per call, where a
+// wake-up (two context switches) costs more than the method.
+template <typename Request, typename Reply>
+class BatchedUnary {
+ public:
+  using Method = absl::StatusOr<Reply> (Controller::*)(const Request&);
+  BatchedUnary(ServiceContext service, Method method, absl::Duration window)
+      : service_(std::move(service)), method_(method), window_(window) {}
+
+  // The loop must stop before this object is destroyed (the posted batch holds `this`).
+  grpc::ServerUnaryReactor* Call(Access access, grpc::CallbackServerContext* context,
+                                 const Request* request, Reply* reply) {
+    return Dispatch<Request>(service_, access, context, reply, [&](auto finish) {
+      bool first = false;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        first = queued_.empty();
+        // The request is copied, because gRPC may free it once the call is cancelled.
+        queued_.push_back({*request, std::move(finish)});
+      }
+      if (first) service_.loop->PostAfter(window_, [this] { RunQueued(); });
+    });
+  }
+
+ private:
+  struct Queued {
+    Request request;
+    std::function<void(absl::StatusOr<Reply>)> finish;
+  };
+  void RunQueued() {
+    std::vector<Queued> batch;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      batch.swap(queued_);
+    }
+    for (Queued& call : batch) {
+      call.finish(CatchAll<Reply>(Request::descriptor()->name(),
+                                  [&] { return (service_.controller->*method_)(call.request); }));
+    }
+  }
+
+  const ServiceContext service_;
+  const Method method_;
+  const absl::Duration window_;
+  std::mutex mutex_;
+  std::vector<Queued> queued_;
+};
 
 // A Controller method that decides itself what of the call runs on the loop (SubmitJobAsync,
 // GetJobMetricsAsync).
