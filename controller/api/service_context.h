@@ -89,20 +89,22 @@ class BatchedUnary {
  public:
   using Method = absl::StatusOr<Reply> (Controller::*)(const Request&);
   BatchedUnary(ServiceContext service, Method method, absl::Duration window)
-      : service_(std::move(service)), method_(method), window_(window) {}
+      : service_(std::move(service)),
+        batch_(std::make_shared<Batch>(service_.controller, method)),
+        window_(window) {}
 
-  // The loop must stop before this object is destroyed (the posted batch holds `this`).
   grpc::ServerUnaryReactor* Call(Access access, grpc::CallbackServerContext* context,
                                  const Request* request, Reply* reply) {
     return Dispatch<Request>(service_, access, context, reply, [&](auto finish) {
       bool first = false;
       {
-        std::lock_guard<std::mutex> lock(mutex_);
-        first = queued_.empty();
+        std::lock_guard<std::mutex> lock(batch_->mutex);
+        first = batch_->queued.empty();
         // The request is copied, because gRPC may free it once the call is cancelled.
-        queued_.push_back({*request, std::move(finish)});
+        batch_->queued.push_back({*request, std::move(finish)});
       }
-      if (first) service_.loop->PostAfter(window_, [this] { RunQueued(); });
+      // The task holds the batch, not this object, which may go first (an early exit of main).
+      if (first) service_.loop->PostAfter(window_, [batch = batch_] { batch->RunQueued(); });
     });
   }
 
@@ -111,23 +113,28 @@ class BatchedUnary {
     Request request;
     std::function<void(absl::StatusOr<Reply>)> finish;
   };
-  void RunQueued() {
-    std::vector<Queued> batch;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      batch.swap(queued_);
+  struct Batch {
+    Batch(Controller* controller, Method method) : controller(controller), method(method) {}
+    void RunQueued() {
+      std::vector<Queued> calls;
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        calls.swap(queued);
+      }
+      for (Queued& call : calls) {
+        call.finish(CatchAll<Reply>(Request::descriptor()->name(),
+                                    [&] { return (controller->*method)(call.request); }));
+      }
     }
-    for (Queued& call : batch) {
-      call.finish(CatchAll<Reply>(Request::descriptor()->name(),
-                                  [&] { return (service_.controller->*method_)(call.request); }));
-    }
-  }
+    Controller* const controller;  // outlives the loop
+    const Method method;
+    std::mutex mutex;
+    std::vector<Queued> queued;
+  };
 
   const ServiceContext service_;
-  const Method method_;
+  const std::shared_ptr<Batch> batch_;
   const absl::Duration window_;
-  std::mutex mutex_;
-  std::vector<Queued> queued_;
 };
 
 // A Controller method that decides itself what of the call runs on the loop (SubmitJobAsync,

@@ -63,8 +63,7 @@ absl::Status WithOrigin(const absl::Status& status, const PromptData& data,
     return status;
   }
   const PromptOrigin& origin = data.origin(rows[index]);
-  return absl::Status(status.code(),
-                      absl::StrCat(origin.file, ":", origin.line, ": ", message));
+  return absl::Status(status.code(), absl::StrCat(origin.file, ":", origin.line, ": ", message));
 }
 
 std::vector<int64_t> Identity(int64_t size) {
@@ -470,6 +469,7 @@ absl::Status JobDriver::Drive() {
                  .communicator_timeout_ms = setup_.communicator_timeout_ms,
                  .nccl = setup_.nccl,
                  .attempt = setup_.progress.attempt(),
+                 .job_submit_time_ms = setup_.job_submit_time_ms,
                  .rank_names = std::move(rank_names)});
   const absl::Cleanup note_unanswered = [this, &job] {
     for (int rank : job.unanswered_ranks()) {

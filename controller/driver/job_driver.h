@@ -40,8 +40,9 @@ struct CheckpointMark {
 
 struct DriverSetup {
   std::string job_id;
+  int64_t job_submit_time_ms = 0;  // with job_id, the job's identity in its checkpoints
   v1::JobSpec spec;
-  std::vector<std::string> addresses;  // worker address by world rank
+  std::vector<std::string> addresses;   // worker address by world rank
   std::vector<std::string> worker_ids;  // worker id by world rank (errors name them)
   bool nccl = false;
   std::string token;

@@ -135,6 +135,7 @@ v1::CheckpointRequest JobStages::CheckpointCall(int64_t step, const char* stage)
   *request.mutable_key() = calls_.Key(step, stage);
   request.set_directory(spec_.trainer().checkpoint_dir());
   request.set_step(step);
+  request.set_job_submit_time_ms(calls_.options().job_submit_time_ms);
   return request;
 }
 
@@ -205,7 +206,7 @@ absl::StatusOr<std::vector<v1::CheckpointReply>> JobStages::LoadRound(int64_t wa
 }
 
 absl::StatusOr<int64_t> JobStages::LoadCheckpoint(int64_t step) {
-  ahead_.reset();  // made with weights the load replaces
+  ahead_.reset();        // made with weights the load replaces
   background_save_ = 0;  // the ranks drop a save in flight before they load
   const std::string& directory = spec_.trainer().checkpoint_dir();
   passed_over_.clear();

@@ -23,9 +23,15 @@ std::string PoolCalls::RankName(int rank) const {
   return absl::StrCat("rank ", rank, " (", options_.rank_names[rank], ")");
 }
 
+void PoolCalls::CancelCalls(const std::vector<int>& ranks) const {
+  for (int rank : ranks) {
+    if (rank >= 0 && rank < static_cast<int>(ranks_.size())) ranks_[rank]->CancelCalls();
+  }
+}
+
 std::vector<int> PoolCalls::unanswered() const {
   std::lock_guard<std::mutex> lock(unanswered_mutex_);
-  return unanswered_;
+  return {unanswered_.begin(), unanswered_.end()};
 }
 
 std::vector<int> PoolCalls::RanksOf(v1::Role role) const {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,6 +36,8 @@ struct JobStagesOptions {
   bool nccl = false;  // GPU workers: NCCL; else sockets
   // The job's attempt (StageKey.attempt); a driver that recovers a job uses a new one.
   int64_t attempt = 1;
+  // When the job was submitted: checkpoint calls name their writer with it (CheckpointRequest).
+  int64_t job_submit_time_ms = 0;
   // How errors name each world rank's worker ("worker W at HOST:PORT"); empty: by rank alone.
   std::vector<std::string> rank_names;
   // trainer.mode one_step_off: run the next step's rollout while the step's other stages run
@@ -78,12 +81,15 @@ class PoolCalls {
                     const std::vector<std::string_view>& tensors, v1::Role from, v1::Role to,
                     Metrics& metrics) const;
 
+  // Cancels the stage calls in flight to `ranks` (they fail CANCELLED).
+  void CancelCalls(const std::vector<int>& ranks) const;
+
   // The world ranks of `role`'s pool (none when the job has no such pool).
   std::vector<int> RanksOf(v1::Role role) const;
   // Every world rank.
   std::vector<int> Everyone() const;
-  // The world ranks that had not answered when a fan-out ran past its deadline, the last time
-  // one did (none otherwise).
+  // The world ranks that had not answered when a fan-out ran past its deadline, of every
+  // fan-out that did (none otherwise).
   std::vector<int> unanswered() const;
   v1::StageKey Key(int64_t step, const std::string& stage) const;
 
@@ -101,7 +107,7 @@ class PoolCalls {
   std::vector<v1::PoolAssignment> pools_;
   JobStagesOptions options_;
   mutable std::mutex unanswered_mutex_;
-  mutable std::vector<int> unanswered_;
+  mutable std::set<int> unanswered_;
 };
 
 template <typename Request, typename Reply>
@@ -163,8 +169,9 @@ absl::StatusOr<std::vector<Reply>> PoolCalls::FanOut(
       }
     }
     {
+      // Fan-outs to disjoint pools run at once (the step's forwards): each adds its silent ranks.
       std::lock_guard<std::mutex> unanswered_lock(unanswered_mutex_);
-      unanswered_ = silent;
+      unanswered_.insert(silent.begin(), silent.end());
     }
     std::string stage = Request::descriptor()->name();
     if (stage.size() > 7 && stage.ends_with("Request")) stage.resize(stage.size() - 7);

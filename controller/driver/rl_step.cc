@@ -1,6 +1,7 @@
 #include "controller/driver/rl_step.h"
 
 #include <future>
+#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
@@ -106,6 +107,8 @@ class StepRun {
   // colocated pools share their ranks and take turns.
   bool OnDisjointRanks(const std::vector<PoolForward>& forwards) const;
   absl::Status Forwards(bool critic);
+  // The forwards of pools on disjoint ranks, at once.
+  absl::Status ForwardsAtOnce(const std::vector<PoolForward>& forwards);
   void UseRollout(const StepRollout& rollout);
   absl::Status RuleRewards();
   absl::Status Advantages();
@@ -265,17 +268,34 @@ absl::Status StepRun::Forwards(bool critic) {
     return absl::OkStatus();
   }
   // Each pool's forward involves its own ranks only, so they run at once; the moves, which all
-  // involve the actor ranks, before and after. Each forward's figures go to a map of its own.
+  // involve the actor ranks, before and after.
   for (const PoolForward& forward : forwards) RETURN_IF_ERROR(move_in(forward));
+  RETURN_IF_ERROR(ForwardsAtOnce(forwards));
+  for (const PoolForward& forward : forwards) RETURN_IF_ERROR(move_out(forward));
+  return absl::OkStatus();
+}
+
+absl::Status StepRun::ForwardsAtOnce(const std::vector<PoolForward>& forwards) {
+  // Each forward's figures go to a map of its own. The first failure cancels the others' calls:
+  // the step is lost, and the run ends with that failure at once, not after the slowest pool.
   std::vector<Metrics> figures(forwards.size());
-  std::vector<std::future<absl::Status>> running;
+  std::mutex failed_mutex;
+  absl::Status first_failure;
+  std::vector<std::future<void>> running;
   for (size_t i = 0; i < forwards.size(); ++i) {
-    running.push_back(std::async(std::launch::async, [this, &forwards, &figures, i] {
-      return Forward(forwards[i], figures[i]);
+    running.push_back(std::async(std::launch::async, [&, i] {
+      const absl::Status status = Forward(forwards[i], figures[i]);
+      if (status.ok()) return;
+      std::lock_guard<std::mutex> lock(failed_mutex);
+      if (!first_failure.ok()) return;
+      first_failure = status;
+      for (size_t other = 0; other < forwards.size(); ++other) {
+        if (other != i) pools_.CancelCalls(pools_.RanksOf(forwards[other].role));
+      }
     }));
   }
-  absl::Status status;
-  for (std::future<absl::Status>& forward : running) status.Update(forward.get());
+  for (std::future<void>& forward : running) forward.get();
+  RETURN_IF_ERROR(first_failure);
   for (const Metrics& own : figures) {
     for (const auto& [name, value] : own) {
       if (absl::StartsWith(name, "timing_s/")) {
@@ -285,8 +305,6 @@ absl::Status StepRun::Forwards(bool critic) {
       }
     }
   }
-  RETURN_IF_ERROR(status);
-  for (const PoolForward& forward : forwards) RETURN_IF_ERROR(move_out(forward));
   return absl::OkStatus();
 }
 

@@ -178,6 +178,7 @@ void JobRunner::Start(const v1::Job& job, const Placement& placement) {
       "placing a job");
   const int64_t generation = next_generation_++;
   DriverSetup setup{.job_id = id,
+                    .job_submit_time_ms = job.submit_time_ms(),
                     .spec = job.spec(),
                     .addresses = placement.addresses,
                     .worker_ids = placement.worker_ids,
@@ -266,15 +267,16 @@ void JobRunner::OnNotice(const std::string& job_id, int64_t generation, const st
 }
 
 void JobRunner::RecordProgress(const std::string& job_id, const v1::JobProgress& progress) {
-  LogIfFailed(jobs_.Update(job_id,
-                           [&](v1::Job& record) {
-                             const int32_t restarts = record.progress().restarts();
-                             const auto causes = record.progress().restart_causes();
-                             *record.mutable_progress() = progress;
-                             record.mutable_progress()->set_restarts(restarts);
-                             *record.mutable_progress()->mutable_restart_causes() = causes;
-                           },
-                           clock_()),
+  LogIfFailed(jobs_.Update(
+                  job_id,
+                  [&](v1::Job& record) {
+                    const int32_t restarts = record.progress().restarts();
+                    const auto causes = record.progress().restart_causes();
+                    *record.mutable_progress() = progress;
+                    record.mutable_progress()->set_restarts(restarts);
+                    *record.mutable_progress()->mutable_restart_causes() = causes;
+                  },
+                  clock_()),
               "recording a job's progress");
 }
 

@@ -119,9 +119,7 @@ int Main() {
         return 1;
       }
       std::vector<Storm> storms;
-      v1::JobAttempt writer;
-      writer.set_job_id("storm");
-      writer.set_attempt(1);
+      const roles::CheckpointWriter writer{.job_id = "storm", .attempt = 1};
       for (int repeat = 0; repeat < absl::GetFlag(FLAGS_repeats); ++repeat) {
         ++step;
         const std::string step_dir = roles::StepDirectory(dir, step);
@@ -129,7 +127,9 @@ int Main() {
           storms.push_back(RunStorm(
               ranks,
               [&](int rank) {
-                return roles::SaveRoleState(dir, step, "actor", rank, state, {{"rank", rank}}, writer).ok();
+                return roles::SaveRoleState(dir, step, "actor", rank, state, {{"rank", rank}},
+                                            writer)
+                    .ok();
               },
               [&] { return roles::CommitStep(dir, step, writer).ok(); }));
           storms.back().directories = ranks + 2;

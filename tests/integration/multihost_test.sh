@@ -183,6 +183,8 @@ if [[ "${scenario}" == slow_link ]]; then
     > "${run}/shaper.json" 2> "${run}/shaper.log" &
   shaper=$!
   pids+=("${shaper}")
+  for _ in $(seq 100); do grep -q "^link_shaper: queue" "${run}/shaper.log" && break; sleep 0.1; done
+  grep -q "^link_shaper: queue" "${run}/shaper.log" || fail "link_shaper did not start: $(cat "${run}/shaper.log")"
   # A TCP handshake from the shaped host to the controller: one round trip, both ways shaped.
   rtt_ms=$(on "${critic_host}" python3 -c "
 import socket, time
@@ -193,9 +195,13 @@ for _ in range(5):
     best = min(best, (time.monotonic() - started) * 1000)
 print(int(best))")
   (( rtt_ms >= 95 )) || fail "host ${critic_host}'s round trip is ${rtt_ms} ms with the shaper on"
-  shaped_from=$(( $(step) + 1 ))  # the first step that starts with the shaper on, at the latest
+  # The step in progress may have called the critic before the shaper came on: from the one
+  # after it on, every step starts shaped.
+  shaped_from=$(( $(step) + 2 ))
+  (( shaped_from >= 5 )) || fail "the job's step was not read (${shaped_from})"
   echo "multihost_test: host ${critic_host} (the critic) shaped from step ${shaped_from}: round trip ${rtt_ms} ms"
   wait_end
+  critic_at_end=$(host_of critic)
   kill -TERM "${shaper}"
   wait "${shaper}" || true
   cat "${run}/shaper.json"
@@ -205,7 +211,10 @@ shaped = json.load(open('${run}/shaper.json'))
 assert shaped['dropped'] >= 1 and shaped['packets'] >= 500, shaped
 " || fail "the shaper did not drop or hold the critic host's packets: $(cat "${run}/shaper.json")"
   # Every step that started with the shaper on called the critic (values): one round trip of
-  # 100 ms at the least.
+  # 100 ms at the least; unless a recovery moved the critic off the shaped host.
+  if [[ "${critic_at_end}" != "${critic_host}" ]]; then
+    echo "multihost_test: a recovery moved the critic to host ${critic_at_end}: its timings not checked"
+  else
   ctl --json metrics "${job}" | python3 -c "
 import json, sys
 steps = json.load(sys.stdin).get('steps', [])
@@ -216,6 +225,7 @@ print('multihost_test: timing_s/values at steps 1-3 at most %.3f s, shaped at le
       % (max(before), min(shaped), len(shaped)))
 assert min(shaped) >= 0.095, shaped
 " || fail "a shaped step's critic forward took less than the added round trip"
+  fi
   check_history
   echo "multihost_test: the job succeeded over a slow, lossy link with $(restarts) recoveries; steps 1-${total} once each"
   exit 0

@@ -41,12 +41,11 @@ train::TrainedModel::NamedTensors State(double value) {
           {"optimizer.step", at::full({1}, value, at::kLong)}};
 }
 
-// Attempt `attempt` of the job `job_id`, as a checkpoint call names its writer.
-v1::JobAttempt Attempt(int64_t attempt, const std::string& job_id = "job-1") {
-  v1::JobAttempt writer;
-  writer.set_job_id(job_id);
-  writer.set_attempt(attempt);
-  return writer;
+// Attempt `attempt` of the job `job_id` submitted at `submitted_ms`, as a checkpoint call names
+// its writer.
+CheckpointWriter Attempt(int64_t attempt, const std::string& job_id = "job-1",
+                         int64_t submitted_ms = 1000) {
+  return {.job_id = job_id, .job_submit_time_ms = submitted_ms, .attempt = attempt};
 }
 
 std::vector<RolePart> Parts(const train::TrainedModel::NamedTensors& state) {
@@ -385,7 +384,9 @@ TEST_CASE("a background save writes the state as it was when it started, and wai
   CHECK(Holds(loaded, 2));  // not 3
 
   // A save whose owner goes without waiting is still written whole (the destructor waits).
-  BackgroundSave::Start(dir.path(), 3, Attempt(1), {{.role = "actor", .rank = 0, .state = State(3)}}).reset();
+  BackgroundSave::Start(dir.path(), 3, Attempt(1),
+                        {{.role = "actor", .rank = 0, .state = State(3)}})
+      .reset();
   CHECK(VerifyRoleState(dir.path(), 3, "actor", 0).ok());
 }
 
@@ -394,8 +395,8 @@ TEST_CASE("a background save that fails says why when waited for, and leaves no 
   TempDir dir;
   train::TrainedModel::NamedTensors bad = {
       {"layer.weight", at::zeros({2, 2}, at::TensorOptions().dtype(at::kComplexDouble))}};
-  std::unique_ptr<BackgroundSave> save =
-      BackgroundSave::Start(dir.path(), 1, Attempt(1), {{.role = "actor", .rank = 0, .state = bad}});
+  std::unique_ptr<BackgroundSave> save = BackgroundSave::Start(
+      dir.path(), 1, Attempt(1), {{.role = "actor", .rank = 0, .state = bad}});
   const absl::StatusOr<int64_t> written = save->Wait();
   REQUIRE_FALSE(written.ok());
   CHECK_FALSE(written.status().message().empty());
@@ -403,7 +404,8 @@ TEST_CASE("a background save that fails says why when waited for, and leaves no 
   // NaN in the state: refused naming the tensor, as a foreground save refuses it.
   train::TrainedModel::NamedTensors nan = {{"layer.weight", at::full({2}, NAN, at::kFloat)}};
   const absl::StatusOr<int64_t> refused =
-      BackgroundSave::Start(dir.path(), 2, Attempt(1), {{.role = "actor", .rank = 0, .state = nan}})->Wait();
+      BackgroundSave::Start(dir.path(), 2, Attempt(1), {{.role = "actor", .rank = 0, .state = nan}})
+          ->Wait();
   REQUIRE_FALSE(refused.ok());
   CHECK_THAT(std::string(refused.status().message()), Catch::Contains("layer.weight"));
 }
@@ -425,8 +427,8 @@ TEST_CASE("a worker the job left behind can neither save nor commit over a later
   const absl::Status commit = CommitStep(checkpoints, 3, Attempt(1));
   CHECK(commit.code() == absl::StatusCode::kFailedPrecondition);
   CHECK_THAT(std::string(commit.message()),
-             Catch::Contains("attempt 1 of job job-1 was left behind: step 2 was committed by "
-                             "its attempt 2"));
+             Catch::Contains("attempt 1 of job job-1 (submitted at 1000 ms) was left behind: "
+                             "step 2 was committed by its attempt 2"));
   CHECK_FALSE(PathExists(checkpoints + "/step_3/commit.json"));
   CHECK(ReadFileToString(checkpoints + "/latest").value() == "step_2\n");
   // Its save of a step attempt 2 committed would un-commit it first: refused, nothing changed.
@@ -439,25 +441,26 @@ TEST_CASE("a worker the job left behind can neither save nor commit over a later
   REQUIRE(loaded.ok());
   CHECK(loaded->step == 2);
   CHECK(Holds(state, 2));
-  // Another job resuming from this directory is no attempt of job-1: not fenced.
-  REQUIRE(SaveRoleState(checkpoints, 3, "actor", 0, State(3), Json::object(), Attempt(1, "job-2"))
-              .ok());
-  REQUIRE(CommitStep(checkpoints, 3, Attempt(1, "job-2")).ok());
+  // A new controller's job-1 (submitted later) resuming from this directory is another job:
+  // not fenced.
+  const CheckpointWriter new_job = Attempt(1, "job-1", 2000);
+  REQUIRE(SaveRoleState(checkpoints, 3, "actor", 0, State(3), Json::object(), new_job).ok());
+  REQUIRE(CommitStep(checkpoints, 3, new_job).ok());
   loaded = LoadNewestIntact(checkpoints, 0, Parts(state));
   REQUIRE(loaded.ok());
   CHECK(loaded->step == 3);
   CHECK(Holds(state, 3));
 }
 
-TEST_CASE("a commit refuses a part another attempt of the job saved", "[checkpoint][fence]") {
+TEST_CASE("a commit aborts on a part another attempt of the job saved", "[checkpoint][fence]") {
   TempDir dir;
   REQUIRE(SaveRoleState(dir.path(), 1, "actor", 0, State(1), Json::object(), Attempt(1)).ok());
   REQUIRE(SaveRoleState(dir.path(), 1, "critic", 0, State(1), Json::object(), Attempt(2)).ok());
   const absl::Status commit = CommitStep(dir.path(), 1, Attempt(2));
-  CHECK(commit.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(commit.code() == absl::StatusCode::kAborted);  // a fault: the job recovers
   CHECK_THAT(std::string(commit.message()),
              Catch::Contains("step_1/actor/rank_0/manifest.json was saved by attempt 1 of job "
-                             "job-1, not by attempt 2 of job job-1"));
+                             "job-1 (submitted at 1000 ms), not by attempt 2 of job job-1"));
   CHECK_FALSE(PathExists(dir.path() + "/step_1/commit.json"));
   CHECK_FALSE(PathExists(dir.path() + "/latest"));
 }
@@ -475,8 +478,8 @@ TEST_CASE("a committed step holding a part another attempt wrote after the commi
   }
   // Attempt 1's rank 1 part of step 2, written where no fence could see (its own directory), lands
   // over attempt 2's after the commit: a write that raced the check.
-  REQUIRE(SaveRoleState(elsewhere.path(), 2, "actor", 1, State(-2), Json::object(), Attempt(1))
-              .ok());
+  REQUIRE(
+      SaveRoleState(elsewhere.path(), 2, "actor", 1, State(-2), Json::object(), Attempt(1)).ok());
   const std::string part = RankDirectory(dir.path(), 2, "actor", 1);
   for (const char* name : {"state.safetensors", "manifest.json"}) {
     const absl::StatusOr<std::string> file =
@@ -493,7 +496,7 @@ TEST_CASE("a committed step holding a part another attempt wrote after the commi
   REQUIRE(loaded->passed_over.size() == 1);
   CHECK_THAT(loaded->passed_over[0],
              Catch::Contains("step_2/actor/rank_1/manifest.json: was saved by attempt 1 of job "
-                             "job-1 but step 2 was committed by attempt 2 of job job-1"));
+                             "job-1 (submitted at 1000 ms) but step 2 was committed by attempt 2"));
 }
 
 TEST_CASE("the bucket fences a worker the job left behind as the directory does",
@@ -521,9 +524,9 @@ TEST_CASE("the bucket fences a worker the job left behind as the directory does"
   REQUIRE(CommitStep(stale, 1, Attempt(1)).ok());
   const absl::Status part = mirror.UploadPart(stale, 1, "actor", 0, Attempt(1));
   CHECK(part.code() == absl::StatusCode::kFailedPrecondition);
-  CHECK_THAT(std::string(part.message()), Catch::Contains("attempt 1 of job job-1 was left behind"));
-  CHECK(mirror.UploadCommit(stale, 1, Attempt(1)).code() ==
-        absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(part.message()),
+             Catch::Contains("attempt 1 of job job-1 (submitted at 1000 ms) was left behind"));
+  CHECK(mirror.UploadCommit(stale, 1, Attempt(1)).code() == absl::StatusCode::kFailedPrecondition);
   // A new machine gets attempt 2's step 1 from the bucket.
   const std::string fresh = dir.path() + "/fresh";
   REQUIRE(mirror.EnsurePart(fresh, 1, "actor", 0).ok());

@@ -64,10 +64,11 @@ TEST_CASE("a state holding NaN or infinity is never saved, and latest stays",
   TempDir dir;
   train::TrainedModel::NamedTensors state = {{"model.norm.weight", at::ones({4})},
                                              {"optimizer.step.0", at::ones({})}};
-  REQUIRE(SaveRoleState(dir.path(), 1, "actor", 0, state, {}, v1::JobAttempt()).ok());
-  REQUIRE(CommitStep(dir.path(), 1, v1::JobAttempt()).ok());
+  REQUIRE(SaveRoleState(dir.path(), 1, "actor", 0, state, {}, CheckpointWriter()).ok());
+  REQUIRE(CommitStep(dir.path(), 1, CheckpointWriter()).ok());
   state[1].second.fill_(std::numeric_limits<float>::quiet_NaN());
-  const absl::StatusOr<int64_t> refused = SaveRoleState(dir.path(), 2, "actor", 0, state, {}, v1::JobAttempt());
+  const absl::StatusOr<int64_t> refused =
+      SaveRoleState(dir.path(), 2, "actor", 0, state, {}, CheckpointWriter());
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK_THAT(std::string(refused.status().message()),
@@ -77,7 +78,8 @@ TEST_CASE("a state holding NaN or infinity is never saved, and latest stays",
   // The newest intact committed step is still 1, and it loads.
   const absl::StatusOr<LoadedCheckpoint> loaded = LoadNewestIntact(
       dir.path(), 0,
-      {{.role = "actor", .rank = 0,
+      {{.role = "actor",
+        .rank = 0,
         .state = {{"model.norm.weight", at::zeros({4})}, {"optimizer.step.0", at::zeros({})}}}});
   INFO(loaded.status());
   REQUIRE(loaded.ok());

@@ -1,10 +1,12 @@
 // The driver's step over stage services that answer with empty replies: which pools' forwards
 // run at once. Split pools (disjoint ranks) run the old log-prob, reference, value and reward
-// model forwards together; colocated pools share their ranks, and their forwards take turns.
+// model forwards together; colocated pools share their ranks, and their forwards take turns. A
+// forward that fails on split pools cancels the others.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -16,8 +18,10 @@
 namespace rlhfd::controller {
 namespace {
 
-// What the fake ranks saw of the forwards: the kinds in flight at once, at most.
+// What the fake ranks saw of the forwards: the kinds in flight at once, at most. A forward of
+// kind `fails` fails at once.
 struct ForwardsSeen {
+  std::optional<v1::ForwardKind> fails;
   std::mutex mutex;
   std::condition_variable changed;
   std::multiset<v1::ForwardKind> in_flight;
@@ -43,17 +47,33 @@ class MeetingStages final : public stages::StageService {
                stages::StageDone<v1::ForwardReply> done) override {
     const v1::ForwardKind kind = request.kind();
     threads_.emplace_back([this, kind, done = std::move(done)] {
+      bool cancelled = false;
       {
         std::unique_lock<std::mutex> lock(seen_.mutex);
+        if (seen_.fails == kind) {
+          lock.unlock();
+          done(absl::UnavailableError("this rank was lost"));
+          return;
+        }
         seen_.in_flight.insert(kind);
         seen_.most_kinds_at_once = std::max(seen_.most_kinds_at_once, Kinds(seen_.in_flight));
         seen_.met = seen_.met || Kinds(seen_.in_flight) >= meet_;
         seen_.changed.notify_all();
-        seen_.changed.wait_for(lock, patience_, [&] { return seen_.met; });
+        seen_.changed.wait_for(lock, patience_, [&] { return seen_.met || cancelled_; });
         seen_.in_flight.erase(seen_.in_flight.find(kind));
+        cancelled = cancelled_;
       }
-      done(v1::ForwardReply());
+      if (cancelled) {
+        done(absl::CancelledError("cancelled"));
+      } else {
+        done(v1::ForwardReply());
+      }
     });
+  }
+  void CancelCalls() override {
+    std::lock_guard<std::mutex> lock(seen_.mutex);
+    cancelled_ = true;
+    seen_.changed.notify_all();
   }
 #define RLHFD_AT_ONCE(Name, Request, Reply)                                                   \
   void Name(const v1::Request&, absl::Duration, stages::StageDone<v1::Reply> done) override { \
@@ -82,16 +102,19 @@ class MeetingStages final : public stages::StageService {
   const size_t meet_;
   const std::chrono::milliseconds patience_;
   std::vector<std::thread> threads_;  // only the driver's threads call Forward, one pool each
+  bool cancelled_ = false;            // guarded by seen_.mutex
 };
 
 // Runs one PPO step (a critic, a reference and a reward model: four forwards) over `world`
-// fake ranks; the most kinds of forward in flight at once.
-size_t MostForwardsAtOnce(v1::Placement placement, size_t meet,
-                          std::chrono::milliseconds patience) {
+// fake ranks; the most kinds of forward in flight at once, or the step's failure.
+absl::StatusOr<size_t> MostForwardsAtOnce(v1::Placement placement, size_t meet,
+                                          std::chrono::milliseconds patience,
+                                          std::optional<v1::ForwardKind> fails = std::nullopt) {
   v1::JobSpec spec = bench::SimulatedPpoJob("rl-step-test", 8);
   spec.set_placement(placement);
   const int world = placement == v1::PLACEMENT_SPLIT ? 8 : spec.roles().actor().gpus();
   ForwardsSeen seen;
+  seen.fails = fails;
   std::vector<std::unique_ptr<MeetingStages>> fakes;
   std::vector<stages::StageService*> ranks;
   for (int i = 0; i < world; ++i) {
@@ -108,14 +131,13 @@ size_t MostForwardsAtOnce(v1::Placement placement, size_t meet,
       plan.prompts.push_back(std::move(row));
     }
     const absl::StatusOr<Metrics> metrics = job.RunStep(plan);
-    INFO(metrics.status().ToString());
-    REQUIRE(metrics.ok());
+    job.End();
+    if (!metrics.ok()) return metrics.status();
     for (const char* timing :
          {"timing_s/old_log_prob", "timing_s/ref", "timing_s/values", "timing_s/reward"}) {
       INFO(timing);
       CHECK(metrics->count(timing) == 1);
     }
-    job.End();
   }
   fakes.clear();  // joins the forwards' threads
   return seen.most_kinds_at_once;
@@ -124,11 +146,24 @@ size_t MostForwardsAtOnce(v1::Placement placement, size_t meet,
 TEST_CASE("Split pools run the four forwards of a PPO step at once; colocated ones take turns",
           "[rl_step]") {
   SECTION("split: every forward waits until all four are in flight (or 60 s)") {
-    CHECK(MostForwardsAtOnce(v1::PLACEMENT_SPLIT, 4, std::chrono::seconds(60)) == 4);
+    CHECK(MostForwardsAtOnce(v1::PLACEMENT_SPLIT, 4, std::chrono::seconds(60)).value() == 4);
   }
   SECTION("colocated: a forward waits 200 ms for a second one, which never comes") {
-    CHECK(MostForwardsAtOnce(v1::PLACEMENT_COLOCATED, 2, std::chrono::milliseconds(200)) == 1);
+    CHECK(MostForwardsAtOnce(v1::PLACEMENT_COLOCATED, 2, std::chrono::milliseconds(200)).value() ==
+          1);
   }
+}
+
+TEST_CASE("A failed forward on split pools cancels the others and ends the step with its error",
+          "[rl_step]") {
+  // The reference's rank fails at once; the other forwards would wait 60 s for all four kinds.
+  const auto started = std::chrono::steady_clock::now();
+  const absl::StatusOr<size_t> step = MostForwardsAtOnce(
+      v1::PLACEMENT_SPLIT, 4, std::chrono::seconds(60), v1::FORWARD_KIND_REF_LOG_PROBS);
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(30));
+  REQUIRE_FALSE(step.ok());
+  CHECK(step.status().code() == absl::StatusCode::kUnavailable);
+  CHECK_THAT(std::string(step.status().message()), Catch::Contains("this rank was lost"));
 }
 
 }  // namespace

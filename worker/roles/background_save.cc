@@ -15,7 +15,7 @@
 namespace rlhfd::roles {
 
 std::unique_ptr<BackgroundSave> BackgroundSave::Start(std::string dir, int64_t step,
-                                                      v1::JobAttempt writer,
+                                                      CheckpointWriter writer,
                                                       std::vector<Part> parts, Around around) {
   int64_t copied_bytes = 0;
   for (Part& part : parts) {

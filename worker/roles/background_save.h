@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
-#include "rlhfd/v1/worker_service.pb.h"
+#include "worker/roles/checkpoint.h"
 #include "worker/train/trained_model.h"
 
 namespace rlhfd::roles {
@@ -43,10 +43,10 @@ class BackgroundSave {
   // Copies each part's tensors to host memory (on the calling thread: the caller may change
   // them once this returns), then writes them under `dir` as step `step` of `writer` on a thread.
   static std::unique_ptr<BackgroundSave> Start(std::string dir, int64_t step,
-                                               v1::JobAttempt writer, std::vector<Part> parts,
+                                               CheckpointWriter writer, std::vector<Part> parts,
                                                Around around);
   static std::unique_ptr<BackgroundSave> Start(std::string dir, int64_t step,
-                                               v1::JobAttempt writer, std::vector<Part> parts) {
+                                               CheckpointWriter writer, std::vector<Part> parts) {
     return Start(std::move(dir), step, std::move(writer), std::move(parts), Around());
   }
   // Waits for the write: a save is never left half done behind its owner's back.

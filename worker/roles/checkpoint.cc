@@ -84,24 +84,25 @@ absl::StatusOr<int64_t> LatestStep(const std::string& dir) {
   return step;
 }
 
-// The job attempt a manifest or commit record names; none for one written before attempts were
+// The writer a manifest or commit record names; none for one written before writers were
 // recorded.
-std::optional<v1::JobAttempt> WrittenBy(const Json& record) {
-  std::string job_id;
-  int64_t attempt = 0;
-  if (!StringField(record, "job_id", &job_id) || !IntegerField(record, "attempt", &attempt)) {
+std::optional<CheckpointWriter> WrittenBy(const Json& record) {
+  CheckpointWriter by;
+  if (!StringField(record, "job_id", &by.job_id) || !IntegerField(record, "attempt", &by.attempt)) {
     return std::nullopt;
   }
-  v1::JobAttempt by;
-  by.set_job_id(job_id);
-  by.set_attempt(attempt);
+  IntegerField(record, "job_submit_time_ms", &by.job_submit_time_ms);
   return by;
 }
-bool SameAttempt(const v1::JobAttempt& a, const v1::JobAttempt& b) {
-  return a.job_id() == b.job_id() && a.attempt() == b.attempt();
+bool SameJob(const CheckpointWriter& a, const CheckpointWriter& b) {
+  return a.job_id == b.job_id && a.job_submit_time_ms == b.job_submit_time_ms;
 }
-std::string AttemptName(const v1::JobAttempt& by) {
-  return absl::StrCat("attempt ", by.attempt(), " of job ", by.job_id());
+bool SameAttempt(const CheckpointWriter& a, const CheckpointWriter& b) {
+  return SameJob(a, b) && a.attempt == b.attempt;
+}
+std::string AttemptName(const CheckpointWriter& by) {
+  return absl::StrCat("attempt ", by.attempt, " of job ", by.job_id, " (submitted at ",
+                      by.job_submit_time_ms, " ms)");
 }
 
 // A manifest's file names stay inside the rank's directory, whoever wrote the manifest.
@@ -116,7 +117,7 @@ std::string SelfCrc(Json manifest) {
 
 absl::StatusOr<int64_t> WritePart(const std::string& where, int64_t step, const std::string& role,
                                   int rank, const train::TrainedModel::NamedTensors& state,
-                                  const Json& extra, const v1::JobAttempt& writer) {
+                                  const Json& extra, const CheckpointWriter& writer) {
   ASSIGN_OR_RETURN(const std::string file, model::SafetensorsBytes(state));
   const uint32_t crc = Crc32c(file);
   RETURN_IF_ERROR(WriteFileAtomically(absl::StrCat(where, "/", kStateFile), file));
@@ -131,8 +132,9 @@ absl::StatusOr<int64_t> WritePart(const std::string& where, int64_t step, const 
       {"step", step},
       {"role", role},
       {"rank", rank},
-      {"job_id", writer.job_id()},
-      {"attempt", writer.attempt()},
+      {"job_id", writer.job_id},
+      {"job_submit_time_ms", writer.job_submit_time_ms},
+      {"attempt", writer.attempt},
       {"bytes", bytes},
       {"tensors", tensors},
       {"files",
@@ -181,7 +183,7 @@ absl::StatusOr<std::vector<Json>> VerifyStep(const std::string& dir, int64_t ste
   if (!IsDirectory(step_dir)) return Damaged(step_dir, "is missing");
   const std::string commit = CommitPath(dir, step);
   const bool committed = PathExists(commit);
-  std::optional<v1::JobAttempt> committed_by;
+  std::optional<CheckpointWriter> committed_by;
   if (committed) {
     absl::StatusOr<std::string> text = ReadFileToString(commit, 1 << 20);
     if (!text.ok()) return Damaged(commit, text.status().message());
@@ -202,13 +204,13 @@ absl::StatusOr<std::vector<Json>> VerifyStep(const std::string& dir, int64_t ste
       return Damaged(commit,
                      absl::StrCat("is missing: step ", step, " was saved but never committed"));
     }
-    const std::optional<v1::JobAttempt> saved_by = WrittenBy(manifest);
+    const std::optional<CheckpointWriter> saved_by = WrittenBy(manifest);
     if (committed_by && saved_by && !SameAttempt(*committed_by, *saved_by)) {
       return Damaged(
           absl::StrCat(RankDirectory(dir, step, part.role, part.rank), "/", kManifestName),
           absl::StrCat("was saved by ", AttemptName(*saved_by), " but step ", step,
                        " was committed by ", AttemptName(*committed_by),
-                       ": a worker the job had left behind wrote it after the commit"));
+                       ": another attempt's or job's worker wrote it after the commit"));
     }
     manifests.push_back(std::move(manifest));
   }
@@ -287,7 +289,7 @@ ReadCheckpointFile ReadFromDirectory(const std::string& dir) {
   };
 }
 
-absl::Status CheckNotLeftBehind(const v1::JobAttempt& writer, int64_t step,
+absl::Status CheckNotLeftBehind(const CheckpointWriter& writer, int64_t step,
                                 const ReadCheckpointFile& read) {
   std::vector<int64_t> steps = {step};
   const absl::StatusOr<std::string> latest = read(kLatestName);
@@ -301,13 +303,14 @@ absl::Status CheckNotLeftBehind(const v1::JobAttempt& writer, int64_t step,
     const absl::StatusOr<std::string> text = read(CommitRecordName(committed));
     if (absl::IsNotFound(text.status())) continue;
     RETURN_IF_ERROR(text.status());
-    const std::optional<v1::JobAttempt> by =
+    const std::optional<CheckpointWriter> by =
         WrittenBy(Json::parse(*text, nullptr, /*allow_exceptions=*/false));
-    if (by && by->job_id() == writer.job_id() && by->attempt() > writer.attempt()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          AttemptName(writer), " was left behind: step ", committed, " was committed by its attempt ",
-          by->attempt(), " (this worker was cut off while the job moved on), so nothing of step ",
-          step, " is written"));
+    if (by && SameJob(*by, writer) && by->attempt > writer.attempt) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(AttemptName(writer), " was left behind: step ", committed,
+                       " was committed by its attempt ", by->attempt,
+                       " (this worker was cut off while the job moved on), so nothing of step ",
+                       step, " is written"));
     }
   }
   return absl::OkStatus();
@@ -339,7 +342,7 @@ absl::StatusOr<std::vector<std::string>> ManifestFileNames(const std::string& ma
 
 absl::StatusOr<int64_t> SaveRoleState(const std::string& dir, int64_t step, const std::string& role,
                                       int rank, const train::TrainedModel::NamedTensors& state,
-                                      const nlohmann::json& extra, const v1::JobAttempt& writer) {
+                                      const nlohmann::json& extra, const CheckpointWriter& writer) {
   const std::string where = RankDirectory(dir, step, role, rank);
   // Never a checkpoint that holds NaN or infinities (a resume from it can only diverge): checked
   // before anything is written, so `latest` keeps naming the last good one.
@@ -363,7 +366,7 @@ absl::StatusOr<int64_t> SaveRoleState(const std::string& dir, int64_t step, cons
   return bytes;
 }
 
-absl::Status CommitStep(const std::string& dir, int64_t step, const v1::JobAttempt& writer) {
+absl::Status CommitStep(const std::string& dir, int64_t step, const CheckpointWriter& writer) {
   const std::string step_dir = StepDirectory(dir, step);
   if (!IsDirectory(step_dir)) {
     return absl::FailedPreconditionError(absl::StrCat("commit: ", step_dir, " was not saved"));
@@ -384,14 +387,16 @@ absl::Status CommitStep(const std::string& dir, int64_t step, const v1::JobAttem
                                                           step, " did not finish"));
       }
       ASSIGN_OR_RETURN(const std::string text, ReadFileToString(manifest, 1 << 20));
-      const std::optional<v1::JobAttempt> saved_by =
+      const std::optional<CheckpointWriter> saved_by =
           WrittenBy(Json::parse(text, nullptr, /*allow_exceptions=*/false));
-      // Another job's part (a directory a new job resumes from) is not this job's to judge.
-      if (saved_by && saved_by->job_id() == writer.job_id() && !SameAttempt(*saved_by, writer)) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "commit: ", manifest, " was saved by ", AttemptName(*saved_by), ", not by ",
-            AttemptName(writer), " that commits step ", step,
-            " (a worker the job left behind wrote it); the step is not committed"));
+      // Another job's part (a directory a new job resumes from) is not this job's to judge. One
+      // of another attempt is a left-behind worker's, written after this attempt saved: ABORTED,
+      // a fault, so the job recovers and saves the step again rather than fail.
+      if (saved_by && SameJob(*saved_by, writer) && saved_by->attempt != writer.attempt) {
+        return absl::AbortedError(
+            absl::StrCat("commit: ", manifest, " was saved by ", AttemptName(*saved_by),
+                         ", not by ", AttemptName(writer), " that commits step ", step,
+                         " (a worker the job left behind wrote it); the step is not committed"));
       }
       parts.push_back(absl::StrCat(role, "/", rank));
     }
@@ -400,11 +405,10 @@ absl::Status CommitStep(const std::string& dir, int64_t step, const v1::JobAttem
     return absl::FailedPreconditionError(
         absl::StrCat("commit: ", step_dir, " holds no rank's save"));
   }
-  const Json record = {{"version", kCommitVersion},
-                       {"step", step},
-                       {"job_id", writer.job_id()},
-                       {"attempt", writer.attempt()},
-                       {"parts", parts}};
+  const Json record = {
+      {"version", kCommitVersion}, {"step", step},
+      {"job_id", writer.job_id},   {"job_submit_time_ms", writer.job_submit_time_ms},
+      {"attempt", writer.attempt}, {"parts", parts}};
   RETURN_IF_ERROR(WriteFileAtomically(CommitPath(dir, step), record.dump(1)));
   return WriteFileAtomically(absl::StrCat(dir, "/", kLatestName),
                              absl::StrCat("step_", step, "\n"));

@@ -17,8 +17,10 @@
 // Manifests and commit records name the job attempt that wrote them. A worker the job has left
 // behind (an older attempt of the same job, cut off by a partition that its cancellation did not
 // cross) is fenced: its saves and commits are refused once a later attempt of its job committed
-// the step `latest` names or the step itself, and a committed step holding a part another
-// attempt wrote (one that raced the check) is passed over at load, like a damaged one.
+// the step `latest` names or the step itself; a commit that finds a part of another attempt of
+// its job is ABORTED (the job recovers and saves again); and a committed step holding a part
+// that another attempt or job wrote (one that raced the check) is passed over at load, like a
+// damaged one.
 #pragma once
 
 #include <functional>
@@ -27,7 +29,6 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
-#include "rlhfd/v1/worker_service.pb.h"
 #include "worker/train/trained_model.h"
 
 namespace rlhfd::roles {
@@ -48,6 +49,14 @@ absl::StatusOr<std::vector<std::string>> ManifestFileNames(const std::string& ma
 // "step_<N>" → N; -1 for any other name.
 int64_t StepOfName(absl::string_view name);
 
+// Who writes a checkpoint: a job, told apart from another controller's job of the same id by
+// its submission time, and the job's attempt.
+struct CheckpointWriter {
+  std::string job_id;
+  int64_t job_submit_time_ms = 0;
+  int64_t attempt = 0;
+};
+
 // A file of the checkpoint layout by its name relative to the checkpoint directory ("latest",
 // "step_3/commit.json"), from the directory or from a copy elsewhere; NOT_FOUND when absent.
 using ReadCheckpointFile = std::function<absl::StatusOr<std::string>(const std::string& relative)>;
@@ -56,7 +65,7 @@ ReadCheckpointFile ReadFromDirectory(const std::string& dir);
 // FAILED_PRECONDITION when `writer` is an attempt its job has left behind: the step `latest`
 // names, or `step`, was committed by a later attempt of the same job. Another job's commits
 // (a new job resuming from this directory) do not fence.
-absl::Status CheckNotLeftBehind(const v1::JobAttempt& writer, int64_t step,
+absl::Status CheckNotLeftBehind(const CheckpointWriter& writer, int64_t step,
                                 const ReadCheckpointFile& read);
 
 // Writes this rank's part of `step` for `writer`: the state, then the manifest (with `extra`
@@ -68,12 +77,12 @@ absl::Status CheckNotLeftBehind(const v1::JobAttempt& writer, int64_t step,
 // of tensor data written.
 absl::StatusOr<int64_t> SaveRoleState(const std::string& dir, int64_t step, const std::string& role,
                                       int rank, const train::TrainedModel::NamedTensors& state,
-                                      const nlohmann::json& extra, const v1::JobAttempt& writer);
+                                      const nlohmann::json& extra, const CheckpointWriter& writer);
 
 // Commits `step` for `writer` once every rank saved it: checks each saved part has its manifest
-// (none written by another attempt of `writer`'s job) and that `writer` was not left behind;
-// writes step_<N>/commit.json, then points <dir>/latest at it.
-absl::Status CommitStep(const std::string& dir, int64_t step, const v1::JobAttempt& writer);
+// and that `writer` was not left behind; writes step_<N>/commit.json, then points <dir>/latest
+// at it. ABORTED, committing nothing, when a part was saved by another attempt of `writer`'s job.
+absl::Status CommitStep(const std::string& dir, int64_t step, const CheckpointWriter& writer);
 
 // Retention after committing `committed`: keeps it and the `keep` - 1 newest committed steps
 // before it, and deletes every step directory older than the oldest kept (committed or not);

@@ -59,7 +59,7 @@ std::string CheckpointMirror::Describe(const std::string& relative) const {
   return client_.Describe(Key(relative));
 }
 
-absl::Status CheckpointMirror::CheckNotLeftBehind(const v1::JobAttempt& writer, int64_t step) {
+absl::Status CheckpointMirror::CheckNotLeftBehind(const CheckpointWriter& writer, int64_t step) {
   return roles::CheckNotLeftBehind(writer, step, [this](const std::string& relative) {
     return client_.GetObject(Key(relative), 1 << 20);
   });
@@ -67,7 +67,7 @@ absl::Status CheckpointMirror::CheckNotLeftBehind(const v1::JobAttempt& writer, 
 
 absl::Status CheckpointMirror::UploadPart(const std::string& dir, int64_t step,
                                           const std::string& role, int rank,
-                                          const v1::JobAttempt& writer) {
+                                          const CheckpointWriter& writer) {
   const std::string part = RankPartName(step, role, rank);
   const std::string local = absl::StrCat(dir, "/", part);
   const std::string doing = absl::StrCat("uploading ", local, " to ", Describe(part));
@@ -111,7 +111,7 @@ absl::Status CheckpointMirror::UploadTree(const std::string& dir, const std::str
 }
 
 absl::Status CheckpointMirror::UploadCommit(const std::string& dir, int64_t step,
-                                            const v1::JobAttempt& writer) {
+                                            const CheckpointWriter& writer) {
   const std::string record = CommitRecordName(step);
   const std::string doing = absl::StrCat("uploading the commit of step ", step);
   RETURN_IF_ERROR(Within(CheckNotLeftBehind(writer, step), doing));

@@ -15,8 +15,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/util/s3_uri.h"
-#include "rlhfd/v1/worker_service.pb.h"
 #include "worker/net/s3_client.h"
+#include "worker/roles/checkpoint.h"
 
 namespace rlhfd::roles {
 
@@ -35,12 +35,12 @@ class CheckpointMirror {
   // This rank's part of `step`, from `dir`: its data files, then its manifest. Refused when the
   // bucket shows `writer` was left behind (checkpoint.h's CheckNotLeftBehind).
   absl::Status UploadPart(const std::string& dir, int64_t step, const std::string& role, int rank,
-                          const v1::JobAttempt& writer);
+                          const CheckpointWriter& writer);
   // Every file under <dir>/<relative> (an export beside a step: actor/huggingface).
   absl::Status UploadTree(const std::string& dir, const std::string& relative);
   // After the local commit of `step`: its commit record, then `latest`; refused, as UploadPart,
   // when `writer` was left behind.
-  absl::Status UploadCommit(const std::string& dir, int64_t step, const v1::JobAttempt& writer);
+  absl::Status UploadCommit(const std::string& dir, int64_t step, const CheckpointWriter& writer);
   // The step the bucket's `latest` names; NOT_FOUND when there is none.
   absl::StatusOr<int64_t> LatestStep();
   // Makes <dir> hold this rank's part of `step` and its commit record, downloading what the
@@ -58,7 +58,7 @@ class CheckpointMirror {
  private:
   std::string Key(const std::string& relative) const { return S3Key(location_, relative); }
   // CheckNotLeftBehind against the bucket's `latest` and commit records.
-  absl::Status CheckNotLeftBehind(const v1::JobAttempt& writer, int64_t step);
+  absl::Status CheckNotLeftBehind(const CheckpointWriter& writer, int64_t step);
 
   S3Location location_;
   std::shared_ptr<const std::atomic<bool>> cancelled_;  // the job attempt's

@@ -66,19 +66,18 @@ absl::Status ExportActor(HostedJob& job, const v1::CheckpointRequest& request, i
 }
 
 // The job attempt a checkpoint call belongs to: its files name it, and a later one fences it.
-v1::JobAttempt WriterOf(const v1::CheckpointRequest& request) {
-  v1::JobAttempt writer;
-  writer.set_job_id(request.key().job_id());
-  writer.set_attempt(request.key().attempt());
-  return writer;
+CheckpointWriter WriterOf(const v1::CheckpointRequest& request) {
+  return {.job_id = request.key().job_id(),
+          .job_submit_time_ms = request.job_submit_time_ms(),
+          .attempt = request.key().attempt()};
 }
 
-// Commits `step` for `writer` (and, with trainer.checkpoint_uri, uploads its commit: its failure is the
-// commit's), then applies trainer.max_ckpt_to_keep (`keep`) here and in the bucket. The commit
+// Commits `step` for `writer` (and, with trainer.checkpoint_uri, uploads its commit: its failure is
+// the commit's), then applies trainer.max_ckpt_to_keep (`keep`) here and in the bucket. The commit
 // stands whatever happens to the deletion of older steps; a failed one is tried again after the
 // next commit.
 absl::Status CommitWithRetention(const std::string& dir, int64_t step, int keep,
-                                 const v1::JobAttempt& writer, CheckpointMirror* mirror) {
+                                 const CheckpointWriter& writer, CheckpointMirror* mirror) {
   RETURN_IF_ERROR(CommitStep(dir, step, writer));
   if (mirror != nullptr) RETURN_IF_ERROR(mirror->UploadCommit(dir, step, writer));
   const absl::StatusOr<std::vector<std::string>> removed = RemoveOldSteps(dir, step, keep);
@@ -181,6 +180,7 @@ absl::StatusOr<v1::CheckpointReply> RunSaveCheckpoint(HostedJob& job,
     reply.set_path(RankDirectory(request.directory(), request.step(), parts.back().role, position));
   }
   std::shared_ptr<CheckpointMirror> mirror = job.checkpoint_mirror;
+  const CheckpointWriter writer = WriterOf(request);
   if (request.background()) {
     BackgroundSave::Around around{.hold = fault_hold};
     if (request.commit_step() > 0 && job.world->rank() == 0) {
@@ -188,29 +188,28 @@ absl::StatusOr<v1::CheckpointReply> RunSaveCheckpoint(HostedJob& job,
       // so retention keeps one step more: a recovery in between finds the step it loads.
       const int keep = job.spec.trainer().max_ckpt_to_keep();
       around.first = [dir = request.directory(), step = request.commit_step(),
-                      keep = keep > 0 ? keep + 1 : 0, writer = WriterOf(request), mirror] {
+                      keep = keep > 0 ? keep + 1 : 0, writer, mirror] {
         return CommitWithRetention(dir, step, keep, writer, mirror.get());
       };
     }
     if (mirror) {
-      around.then = [dir = request.directory(), step = request.step(), writer = WriterOf(request),
+      around.then = [dir = request.directory(), step = request.step(), writer,
                      mirror](const BackgroundSave::Part& part) {
         return mirror->UploadPart(dir, step, part.role, part.rank, writer);
       };
     }
-    job.background_save = BackgroundSave::Start(request.directory(), request.step(),
-                                                WriterOf(request), std::move(parts),
-                                                std::move(around));
+    job.background_save = BackgroundSave::Start(request.directory(), request.step(), writer,
+                                                std::move(parts), std::move(around));
     return reply;
   }
   for (const BackgroundSave::Part& part : parts) {
     ASSIGN_OR_RETURN(const int64_t bytes,
                      SaveRoleState(request.directory(), request.step(), part.role, part.rank,
-                                   part.state, part.extra, WriterOf(request)));
+                                   part.state, part.extra, writer));
     reply.set_bytes(reply.bytes() + bytes);
     if (mirror) {
-      RETURN_IF_ERROR(mirror->UploadPart(request.directory(), request.step(), part.role,
-                                         part.rank, WriterOf(request)));
+      RETURN_IF_ERROR(
+          mirror->UploadPart(request.directory(), request.step(), part.role, part.rank, writer));
     }
   }
   if (request.export_huggingface() && job.actor) {
