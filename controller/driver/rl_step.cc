@@ -1,5 +1,6 @@
 #include "controller/driver/rl_step.h"
 
+#include <functional>
 #include <future>
 #include <mutex>
 #include <set>
@@ -89,10 +90,18 @@ class StepRun {
     // 3. Advantages over the whole batch, on the actor ranks.
     RETURN_IF_ERROR(Advantages());
     // 4. The updates: the critic towards the returns, the actor after critic_warmup steps.
-    if (critic) RETURN_IF_ERROR(UpdateCritic());
-    if (plan_.step > spec_.trainer().critic_warmup()) RETURN_IF_ERROR(UpdateActor());
-    return absl::OkStatus();
+    return Updates(critic, plan_.step > spec_.trainer().critic_warmup());
   }
+  // Work of one pool that writes its figures to `metrics`.
+  struct PoolWork {
+    v1::Role role;
+    std::function<absl::Status(Metrics& metrics)> body;
+  };
+  // Whether no two of `work`'s pools share a rank, so that their work can run at once (split
+  // placement); colocated pools share their ranks and take turns.
+  bool OnDisjointRanks(const std::vector<PoolWork>& work) const;
+  // `work` at once (on disjoint ranks) or in turn; figures into the step's metrics either way.
+  absl::Status AtOnceOrInTurn(const std::vector<PoolWork>& work);
   // A pool's forward over the step's sequences: what it reads from the actor ranks first, and
   // what it sends back to them after.
   struct PoolForward {
@@ -103,17 +112,13 @@ class StepRun {
     std::vector<std::string_view> inputs, outputs;
   };
   std::vector<PoolForward> PoolForwards(bool critic) const;
-  // Whether no two of `forwards` share a rank, so that they can run at once (split placement);
-  // colocated pools share their ranks and take turns.
-  bool OnDisjointRanks(const std::vector<PoolForward>& forwards) const;
   absl::Status Forwards(bool critic);
-  // The forwards of pools on disjoint ranks, at once.
-  absl::Status ForwardsAtOnce(const std::vector<PoolForward>& forwards);
   void UseRollout(const StepRollout& rollout);
   absl::Status RuleRewards();
   absl::Status Advantages();
-  absl::Status UpdateCritic();
-  absl::Status UpdateActor();
+  absl::Status Updates(bool critic, bool actor);
+  absl::Status UpdateCritic(Metrics& metrics);
+  absl::Status UpdateActor(Metrics& metrics);
 
   // Runs `body`, adding its time to timing_s/<name> of `metrics` (the step's by default).
   template <typename Body>
@@ -239,62 +244,40 @@ std::vector<StepRun::PoolForward> StepRun::PoolForwards(bool critic) const {
   return forwards;
 }
 
-bool StepRun::OnDisjointRanks(const std::vector<PoolForward>& forwards) const {
+bool StepRun::OnDisjointRanks(const std::vector<PoolWork>& work) const {
   std::set<int> seen;
-  for (const PoolForward& forward : forwards) {
-    for (int rank : pools_.RanksOf(forward.role)) {
+  for (const PoolWork& pool : work) {
+    for (int rank : pools_.RanksOf(pool.role)) {
       if (!seen.insert(rank).second) return false;
     }
   }
-  return forwards.size() > 1;
+  return work.size() > 1;
 }
 
-absl::Status StepRun::Forwards(bool critic) {
-  const std::vector<PoolForward> forwards = PoolForwards(critic);
-  const auto move_in = [&](const PoolForward& forward) {
-    return forward.inputs.empty() ? absl::OkStatus()
-                                  : Move(forward.inputs, v1::ROLE_ACTOR, forward.role);
-  };
-  const auto move_out = [&](const PoolForward& forward) {
-    return forward.outputs.empty() ? absl::OkStatus()
-                                   : Move(forward.outputs, forward.role, v1::ROLE_ACTOR);
-  };
-  if (!OnDisjointRanks(forwards)) {
-    for (const PoolForward& forward : forwards) {
-      RETURN_IF_ERROR(move_in(forward));
-      RETURN_IF_ERROR(Forward(forward, metrics_));
-      RETURN_IF_ERROR(move_out(forward));
-    }
+absl::Status StepRun::AtOnceOrInTurn(const std::vector<PoolWork>& work) {
+  if (!OnDisjointRanks(work)) {
+    for (const PoolWork& pool : work) RETURN_IF_ERROR(pool.body(metrics_));
     return absl::OkStatus();
   }
-  // Each pool's forward involves its own ranks only, so they run at once; the moves, which all
-  // involve the actor ranks, before and after.
-  for (const PoolForward& forward : forwards) RETURN_IF_ERROR(move_in(forward));
-  RETURN_IF_ERROR(ForwardsAtOnce(forwards));
-  for (const PoolForward& forward : forwards) RETURN_IF_ERROR(move_out(forward));
-  return absl::OkStatus();
-}
-
-absl::Status StepRun::ForwardsAtOnce(const std::vector<PoolForward>& forwards) {
-  // Each forward's figures go to a map of its own. The first failure cancels the others' calls:
+  // Each pool's figures go to a map of its own. The first failure cancels the other pools' calls:
   // the step is lost, and the run ends with that failure at once, not after the slowest pool.
-  std::vector<Metrics> figures(forwards.size());
+  std::vector<Metrics> figures(work.size());
   std::mutex failed_mutex;
   absl::Status first_failure;
   std::vector<std::future<void>> running;
-  for (size_t i = 0; i < forwards.size(); ++i) {
+  for (size_t i = 0; i < work.size(); ++i) {
     running.push_back(std::async(std::launch::async, [&, i] {
-      const absl::Status status = Forward(forwards[i], figures[i]);
+      const absl::Status status = work[i].body(figures[i]);
       if (status.ok()) return;
       std::lock_guard<std::mutex> lock(failed_mutex);
       if (!first_failure.ok()) return;
       first_failure = status;
-      for (size_t other = 0; other < forwards.size(); ++other) {
-        if (other != i) pools_.CancelCalls(pools_.RanksOf(forwards[other].role));
+      for (size_t other = 0; other < work.size(); ++other) {
+        if (other != i) pools_.CancelCalls(pools_.RanksOf(work[other].role));
       }
     }));
   }
-  for (std::future<void>& forward : running) forward.get();
+  for (std::future<void>& pool : running) pool.get();
   RETURN_IF_ERROR(first_failure);
   for (const Metrics& own : figures) {
     for (const auto& [name, value] : own) {
@@ -305,6 +288,36 @@ absl::Status StepRun::ForwardsAtOnce(const std::vector<PoolForward>& forwards) {
       }
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status StepRun::Forwards(bool critic) {
+  const std::vector<PoolForward> forwards = PoolForwards(critic);
+  std::vector<PoolWork> work;
+  for (const PoolForward& forward : forwards) {
+    work.push_back({forward.role, [&](Metrics& metrics) { return Forward(forward, metrics); }});
+  }
+  const auto move_in = [&](const PoolForward& forward) {
+    return forward.inputs.empty() ? absl::OkStatus()
+                                  : Move(forward.inputs, v1::ROLE_ACTOR, forward.role);
+  };
+  const auto move_out = [&](const PoolForward& forward) {
+    return forward.outputs.empty() ? absl::OkStatus()
+                                   : Move(forward.outputs, forward.role, v1::ROLE_ACTOR);
+  };
+  if (!OnDisjointRanks(work)) {
+    for (const PoolForward& forward : forwards) {
+      RETURN_IF_ERROR(move_in(forward));
+      RETURN_IF_ERROR(Forward(forward, metrics_));
+      RETURN_IF_ERROR(move_out(forward));
+    }
+    return absl::OkStatus();
+  }
+  // Each pool's forward involves its own ranks only, so they run at once; the moves, which all
+  // involve the actor ranks, before and after.
+  for (const PoolForward& forward : forwards) RETURN_IF_ERROR(move_in(forward));
+  RETURN_IF_ERROR(AtOnceOrInTurn(work));
+  for (const PoolForward& forward : forwards) RETURN_IF_ERROR(move_out(forward));
   return absl::OkStatus();
 }
 
@@ -361,9 +374,22 @@ absl::Status StepRun::Advantages() {
   return absl::OkStatus();
 }
 
-absl::Status StepRun::UpdateCritic() {
-  RETURN_IF_ERROR(Move({tensors::kReturns}, v1::ROLE_ACTOR, v1::ROLE_CRITIC));
-  return Timed("update_critic", [&]() -> absl::Status {
+// The critic's update and the actor's are independent (the actor's advantages are computed
+// already), so on split pools they run at once; the returns move to the critic first.
+absl::Status StepRun::Updates(bool critic, bool actor) {
+  std::vector<PoolWork> work;
+  if (critic) {
+    RETURN_IF_ERROR(Move({tensors::kReturns}, v1::ROLE_ACTOR, v1::ROLE_CRITIC));
+    work.push_back({v1::ROLE_CRITIC, [this](Metrics& metrics) { return UpdateCritic(metrics); }});
+  }
+  if (actor) {
+    work.push_back({v1::ROLE_ACTOR, [this](Metrics& metrics) { return UpdateActor(metrics); }});
+  }
+  return AtOnceOrInTurn(work);
+}
+
+absl::Status StepRun::UpdateCritic(Metrics& metrics) {
+  return Timed(metrics, "update_critic", [&]() -> absl::Status {
     ASSIGN_OR_RETURN(
         const std::vector<v1::UpdateReply> updated,
         (pools_.FanOut<v1::UpdateRequest, v1::UpdateReply>(
@@ -373,14 +399,14 @@ absl::Status StepRun::UpdateCritic() {
               request.set_optimizer_steps_before(optimizer_steps_.critic);
               return request;
             })));
-    AddCriticUpdateMetrics(updated, metrics_);
+    AddCriticUpdateMetrics(updated, metrics);
     optimizer_steps_.critic = updated[0].optimizer_steps();
     return absl::OkStatus();
   });
 }
 
-absl::Status StepRun::UpdateActor() {
-  return Timed("update_actor", [&]() -> absl::Status {
+absl::Status StepRun::UpdateActor(Metrics& metrics) {
+  return Timed(metrics, "update_actor", [&]() -> absl::Status {
     ASSIGN_OR_RETURN(const std::vector<v1::UpdateReply> updated,
                      (pools_.FanOut<v1::UpdateRequest, v1::UpdateReply>(
                          pools_.RanksOf(v1::ROLE_ACTOR), &StageService::UpdateActor, [&](int, int) {
@@ -389,7 +415,7 @@ absl::Status StepRun::UpdateActor() {
                            request.set_optimizer_steps_before(optimizer_steps_.actor);
                            return request;
                          })));
-    AddActorUpdateMetrics(updated, metrics_);
+    AddActorUpdateMetrics(updated, metrics);
     optimizer_steps_.actor = updated[0].optimizer_steps();
     return absl::OkStatus();
   });
