@@ -22,6 +22,7 @@
 #include "common/status/status_macros.h"
 #include "common/util/event_loop.h"
 #include "controller/driver/job_stages.h"
+#include "tests/bench/empty_stages.h"
 #include "tests/bench/simulated_job.h"
 
 ABSL_FLAG(std::string, modes, "sync,one_step_off", "Comma-separated trainer.mode values");
@@ -40,7 +41,7 @@ struct Durations {
 
 // One simulated worker: a lane for its rollout and one for its training, each running its calls
 // in order; stages without a duration answer at once.
-class TimedStages final : public stages::StageService {
+class TimedStages final : public bench::EmptyStages {
  public:
   explicit TimedStages(Durations durations) : durations_(durations) {}
 
@@ -58,26 +59,6 @@ class TimedStages final : public stages::StageService {
       done(v1::UpdateReply());
     });
   }
-#define RLHFD_AT_ONCE(Name, Request, Reply)                                                   \
-  void Name(const v1::Request&, absl::Duration, stages::StageDone<v1::Reply> done) override { \
-    done(v1::Reply());                                                                        \
-  }
-  RLHFD_AT_ONCE(PrepareJob, PrepareJobRequest, PrepareJobReply)
-  RLHFD_AT_ONCE(StartJob, StartJobRequest, StartJobReply)
-  RLHFD_AT_ONCE(MoveTensors, MoveTensorsRequest, MoveTensorsReply)
-  RLHFD_AT_ONCE(Forward, ForwardRequest, ForwardReply)
-  RLHFD_AT_ONCE(ComputeRewards, RewardRequest, RewardReply)
-  RLHFD_AT_ONCE(ComputeAdvantages, AdvantageRequest, AdvantageReply)
-  RLHFD_AT_ONCE(UpdateCritic, UpdateRequest, UpdateReply)
-  RLHFD_AT_ONCE(Validate, ValidateRequest, ValidateReply)
-  RLHFD_AT_ONCE(SaveCheckpoint, CheckpointRequest, CheckpointReply)
-  RLHFD_AT_ONCE(CommitCheckpoint, CheckpointRequest, CheckpointReply)
-  RLHFD_AT_ONCE(LoadCheckpoint, CheckpointRequest, CheckpointReply)
-  RLHFD_AT_ONCE(Offload, OffloadRequest, OffloadReply)
-  RLHFD_AT_ONCE(DumpBatch, DumpBatchRequest, DumpBatchReply)
-  RLHFD_AT_ONCE(MeasurePrompts, MeasurePromptsRequest, MeasurePromptsReply)
-  RLHFD_AT_ONCE(EndJob, EndJobRequest, EndJobReply)
-#undef RLHFD_AT_ONCE
 
  private:
   Durations durations_;

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "controller/driver/job_stages.h"
+#include "tests/bench/empty_stages.h"
 #include "tests/bench/simulated_job.h"
 
 namespace rlhfd::controller {
@@ -44,7 +45,7 @@ size_t Kinds(const std::multiset<std::string>& in_flight) {
 
 // A rank whose stages answer at once, except Forward, UpdateActor and UpdateCritic, which answer
 // on a thread of their own once their group has gathered (or when cancelled).
-class MeetingStages final : public stages::StageService {
+class MeetingStages final : public bench::EmptyStages {
  public:
   MeetingStages(Seen& seen, std::chrono::milliseconds patience)
       : seen_(seen), patience_(patience) {}
@@ -73,25 +74,6 @@ class MeetingStages final : public stages::StageService {
     cancelled_ = true;
     seen_.changed.notify_all();
   }
-#define RLHFD_AT_ONCE(Name, Request, Reply)                                                   \
-  void Name(const v1::Request&, absl::Duration, stages::StageDone<v1::Reply> done) override { \
-    done(v1::Reply());                                                                        \
-  }
-  RLHFD_AT_ONCE(PrepareJob, PrepareJobRequest, PrepareJobReply)
-  RLHFD_AT_ONCE(StartJob, StartJobRequest, StartJobReply)
-  RLHFD_AT_ONCE(Generate, GenerateRequest, GenerateReply)
-  RLHFD_AT_ONCE(MoveTensors, MoveTensorsRequest, MoveTensorsReply)
-  RLHFD_AT_ONCE(ComputeRewards, RewardRequest, RewardReply)
-  RLHFD_AT_ONCE(ComputeAdvantages, AdvantageRequest, AdvantageReply)
-  RLHFD_AT_ONCE(Validate, ValidateRequest, ValidateReply)
-  RLHFD_AT_ONCE(SaveCheckpoint, CheckpointRequest, CheckpointReply)
-  RLHFD_AT_ONCE(CommitCheckpoint, CheckpointRequest, CheckpointReply)
-  RLHFD_AT_ONCE(LoadCheckpoint, CheckpointRequest, CheckpointReply)
-  RLHFD_AT_ONCE(Offload, OffloadRequest, OffloadReply)
-  RLHFD_AT_ONCE(DumpBatch, DumpBatchRequest, DumpBatchReply)
-  RLHFD_AT_ONCE(MeasurePrompts, MeasurePromptsRequest, MeasurePromptsReply)
-  RLHFD_AT_ONCE(EndJob, EndJobRequest, EndJobReply)
-#undef RLHFD_AT_ONCE
 
  private:
   template <typename Reply>
