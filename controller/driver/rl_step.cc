@@ -297,27 +297,19 @@ absl::Status StepRun::Forwards(bool critic) {
   for (const PoolForward& forward : forwards) {
     work.push_back({forward.role, [&](Metrics& metrics) { return Forward(forward, metrics); }});
   }
-  const auto move_in = [&](const PoolForward& forward) {
-    return forward.inputs.empty() ? absl::OkStatus()
-                                  : Move(forward.inputs, v1::ROLE_ACTOR, forward.role);
-  };
-  const auto move_out = [&](const PoolForward& forward) {
-    return forward.outputs.empty() ? absl::OkStatus()
-                                   : Move(forward.outputs, forward.role, v1::ROLE_ACTOR);
-  };
-  if (!OnDisjointRanks(work)) {
-    for (const PoolForward& forward : forwards) {
-      RETURN_IF_ERROR(move_in(forward));
-      RETURN_IF_ERROR(Forward(forward, metrics_));
-      RETURN_IF_ERROR(move_out(forward));
+  // The moves all involve the actor ranks, so they go before and after the forwards (a move
+  // between pools that share their ranks does nothing).
+  for (const PoolForward& forward : forwards) {
+    if (!forward.inputs.empty()) {
+      RETURN_IF_ERROR(Move(forward.inputs, v1::ROLE_ACTOR, forward.role));
     }
-    return absl::OkStatus();
   }
-  // Each pool's forward involves its own ranks only, so they run at once; the moves, which all
-  // involve the actor ranks, before and after.
-  for (const PoolForward& forward : forwards) RETURN_IF_ERROR(move_in(forward));
   RETURN_IF_ERROR(AtOnceOrInTurn(work));
-  for (const PoolForward& forward : forwards) RETURN_IF_ERROR(move_out(forward));
+  for (const PoolForward& forward : forwards) {
+    if (!forward.outputs.empty()) {
+      RETURN_IF_ERROR(Move(forward.outputs, forward.role, v1::ROLE_ACTOR));
+    }
+  }
   return absl::OkStatus();
 }
 
