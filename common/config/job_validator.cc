@@ -358,12 +358,6 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
       (actor_gpus >= 1 && actor_gpus % rollout.tp() != 0)) {
     check.Fail("roles.actor.rollout.tp",
                absl::StrCat(rollout.tp(), " must divide roles.actor.gpus (", actor_gpus, ")"));
-  } else if (rollout.tp() > 1 && spec->trainer().device() != "cpu") {
-    check.Fail("roles.actor.rollout.tp",
-               absl::StrCat(rollout.tp(), ": the GPU rollout (fused decode, CUDA graphs) runs "
-                                          "tensor-parallel size 1 for now; set it to 1 (each GPU "
-                                          "then runs a replica), or run on CPU workers "
-                                          "(trainer.device: cpu)"));
   }
   check.Within("roles.actor.rollout.log_prob_micro_batch_size_per_gpu",
                rollout.log_prob_micro_batch_size_per_gpu(), 1, kMaxBatch);

@@ -314,35 +314,43 @@ class Converter {
                           "': ", HarmlessTable().at(std::string(kRollout) + "name")));
       }
     }
-    // Tensor-parallel rollout runs on CPU workers only, for now: on GPUs the rollout is not split.
+    // verl's default tensor_model_parallel_size is 2: where the GPUs do not divide by it and the
+    // script left it at that, each GPU generates with the whole model (tp 1), said so. Another
+    // value is kept as it is, for the validator to judge.
     const std::string tp_key = std::string(kRollout) + "tensor_model_parallel_size";
     const Json* tp = Take(tp_key);
     if (tp == nullptr) return;
-    const auto device = flat_.find("trainer.device");
-    const bool cpu = device != flat_.end() && device->second == "cpu";
-    if (tp->is_number_integer() && tp->get<int64_t>() > 1 && !cpu) {
+    const int64_t gpus = ActorGpus();
+    if (!user_set_.count(tp_key) && tp->is_number_integer() && tp->get<int64_t>() > 1 &&
+        gpus % tp->get<int64_t>() != 0) {
       Map(tp_key, "roles.actor.rollout.tp", 1);
-      Warn(tp_key, absl::StrCat(Text(*tp),
-                                ": tensor-parallel rollout on GPUs is not supported "
-                                "yet; each GPU generates with the whole model (tp 1)"));
+      Warn(tp_key, absl::StrCat("verl's default ", Text(*tp), " does not divide the job's ", gpus,
+                                " GPUs; each generates with the whole model (tp 1)"));
     } else {
       Map(tp_key, "roles.actor.rollout.tp", *tp);
     }
   }
 
+  // trainer.n_gpus_per_node x trainer.nnodes, at verl's defaults (8, 1) where unset.
+  int64_t ActorGpus() const {
+    const auto number = [&](const char* key, int64_t fallback) {
+      const auto it = flat_.find(key);
+      return it != flat_.end() && it->second.is_number() ? it->second.get<int64_t>() : fallback;
+    };
+    return number("trainer.n_gpus_per_node", 8) * number("trainer.nnodes", 1);
+  }
+
   // verl's hybrid engine puts actor, rollout, reference (and by default critic and reward
   // model) on one resource pool of every GPU: colocated.
   void Placement() {
-    const Json* per_node = Take("trainer.n_gpus_per_node");
-    const Json* nodes = Take("trainer.nnodes");
+    Take("trainer.n_gpus_per_node");  // Read by ActorGpus(); consumed here, where they land.
+    Take("trainer.nnodes");
     const Json* hybrid = Take("actor_rollout_ref.hybrid_engine");
     if (hybrid != nullptr && hybrid->is_boolean() && !hybrid->get<bool>()) {
       Error("actor_rollout_ref.hybrid_engine",
             "false: give roles their own GPUs with rlhfd's placement: split and roles.*.gpus");
     }
-    const int64_t gpus = (per_node != nullptr && per_node->is_number() ? per_node->get<int64_t>() : 8) *
-                         (nodes != nullptr && nodes->is_number() ? nodes->get<int64_t>() : 1);
-    Map("trainer.n_gpus_per_node x trainer.nnodes", "roles.actor.gpus", gpus);
+    Map("trainer.n_gpus_per_node x trainer.nnodes", "roles.actor.gpus", ActorGpus());
     Map("actor_rollout_ref.hybrid_engine", "placement", "colocated");
   }
 
@@ -433,7 +441,8 @@ class Converter {
       if (text == "auto" || text == "disable") {
         Map("trainer.resume_mode", "trainer.resume", text == "auto");
       } else {
-        Error("trainer.resume_mode", absl::StrCat("'", text, "': rlhfd resumes from the latest "
+        Error("trainer.resume_mode", absl::StrCat("'", text,
+                                                  "': rlhfd resumes from the latest "
                                                   "checkpoint in trainer.checkpoint_dir (auto) or "
                                                   "not at all (disable)"));
       }
@@ -447,8 +456,10 @@ class Converter {
         } else if (name == "file") {
           loggers.push_back("jsonl");
         } else {
-          Warn("trainer.logger", absl::StrCat("'", name, "': rlhfd logs to console, jsonl and "
-                                              "tensorboard; ", name, " is left out"));
+          Warn("trainer.logger", absl::StrCat("'", name,
+                                              "': rlhfd logs to console, jsonl and "
+                                              "tensorboard; ",
+                                              name, " is left out"));
         }
       }
       Map("trainer.logger", "trainer.loggers", loggers);
@@ -487,7 +498,8 @@ class Converter {
     }
     if (critic) {
       Set(&out_.config, "roles.critic",
-          out_.config["roles"].contains("critic") ? out_.config["roles"]["critic"] : Json::object());
+          out_.config["roles"].contains("critic") ? out_.config["roles"]["critic"]
+                                                  : Json::object());
     } else if (out_.config["roles"].contains("critic")) {
       // The critic's strategy and schedule (mapped with the actor's) go too: there is no critic.
       out_.config["roles"].erase("critic");
@@ -570,8 +582,8 @@ absl::StatusOr<VerlConversion> ConvertVerlConfig(absl::string_view text, absl::s
     conversion.verl_resolved = std::move(document);
     return conversion;
   } catch (const std::exception& error) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": cannot convert (", SanitizeForDisplay(error.what(), 200), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": cannot convert (", SanitizeForDisplay(error.what(), 200), ")"));
   }
 }
 

@@ -388,8 +388,7 @@ const std::map<std::string, std::string>& DerivedTable() {
       {"algorithm.kl_ctrl.target_kl", "`algorithm.kl.target` with use_kl_in_reward"},
       {"algorithm.kl_ctrl.horizon", "`algorithm.kl.horizon` with use_kl_in_reward"},
       {"actor_rollout_ref.rollout.tensor_model_parallel_size",
-       "`roles.actor.rollout.tp`; above 1 on GPUs it is listed and the rollout runs tp 1 "
-       "(tensor-parallel GPU rollout is not supported yet)"},
+       "`roles.actor.rollout.tp`"},
       {"trainer.n_gpus_per_node", "× trainer.nnodes: `roles.actor.gpus` (every role shares them)"},
       {"trainer.nnodes", "× trainer.n_gpus_per_node: `roles.actor.gpus`"},
       {"actor_rollout_ref.hybrid_engine",

@@ -182,7 +182,7 @@ void JobRunner::Start(const v1::Job& job, const Placement& placement) {
                     .spec = job.spec(),
                     .addresses = placement.addresses,
                     .worker_ids = placement.worker_ids,
-                    .nccl = placement.gpu,
+                    .nccl = placement.nccl,
                     .token = options_.token,
                     .rpc = options_.rpc,
                     .progress = progress,

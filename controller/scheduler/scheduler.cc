@@ -32,6 +32,8 @@ absl::StatusOr<Placement> PlaceJob(const PlacementNeed& need,
   int alive = 0, draining = 0, silent = 0;
   std::set<std::string> busy_jobs;
   int busy = 0;
+  std::set<std::pair<std::string, int>> devices_taken;
+  bool device_shared = false;
   for (const v1::Worker& worker : workers) {
     if (worker.capacity().device_kind() != kind) continue;
     if (worker.state() == v1::WORKER_STATE_DRAINING) ++draining;
@@ -49,8 +51,11 @@ absl::StatusOr<Placement> PlaceJob(const PlacementNeed& need,
     if (static_cast<int>(placement.worker_ids.size()) < needed) {
       placement.worker_ids.push_back(worker.worker_id());
       placement.addresses.push_back(worker.address());
+      const v1::WorkerCapacity& capacity = worker.capacity();
+      device_shared |= !devices_taken.emplace(capacity.host(), capacity.device_index()).second;
     }
   }
+  placement.nccl = gpu && !device_shared;
   if (static_cast<int>(placement.worker_ids.size()) == needed) return placement;
   const char* what = gpu ? "GPU" : "CPU";
   std::string reason = absl::StrCat("needs ", needed, " ", what, " worker", needed == 1 ? "" : "s",

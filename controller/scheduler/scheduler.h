@@ -27,6 +27,10 @@ struct Placement {
   std::vector<std::string> worker_ids;  // by world rank
   std::vector<std::string> addresses;   // by world rank
   bool gpu = false;
+  // The job's collectives run over NCCL: GPU workers, each on a device of its own. NCCL refuses
+  // two ranks on one device, so workers sharing a GPU (same host and device index) talk over
+  // sockets, with device tensors staged through host memory.
+  bool nccl = false;
 };
 
 // `used` maps a worker id to the job using it. Workers last heard from at or before

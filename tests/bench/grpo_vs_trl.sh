@@ -6,7 +6,9 @@
 # figures are the means over the steps after the first (verl's timing_s keys), TRL's likewise.
 #   [TRL_RUNS="16:1 64:0"] tests/bench/grpo_vs_trl.sh PROMPTS N_SAMPLES P N [STEPS] [MICRO_BATCH] \
 #     [make_grpo_bench.py options: --shape 7b, --lora_rank R]
-# TRL_RUNS=" " measures rlhfd alone.
+# TRL_RUNS=" " measures rlhfd alone. RLHFD_GPU_WORKERS (default 1): rlhfd workers, all on cuda:0
+# (they share the GPU over sockets); RLHFD_OVERRIDES: key=value words for rlhfctl submit, e.g.
+# "roles.actor.gpus=2 roles.actor.rollout.tp=2" for a tensor-parallel rollout over two workers.
 # Needs: RLHFD_BIN_DIR (a deploy/bundle.sh bin/, env.sh sourced), python3 with torch,
 # transformers and trl. RLHFD_BENCH_DIR: where the model and logs go (default /tmp/grpo-bench).
 set -euo pipefail
@@ -34,18 +36,24 @@ pids+=($!)
 for _ in $(seq 100); do [[ -s "${run}/controller.port" ]] && break; sleep 0.1; done
 export RLHFD_CONTROLLER="127.0.0.1:$(cat "${run}/controller.port")"
 export RLHFD_TOKEN_FILE="${run}/state/token"
-"${bin}/rlhfd-worker" --controller="${RLHFD_CONTROLLER}" --device=cuda:0 --worker_id=gpu0 \
-  >"${run}/worker.log" 2>&1 &
-pids+=($!)
+workers=${RLHFD_GPU_WORKERS:-1}
+for ((w = 0; w < workers; ++w)); do
+  "${bin}/rlhfd-worker" --controller="${RLHFD_CONTROLLER}" --device=cuda:0 --worker_id="gpu${w}" \
+    >"${run}/worker${w}.log" 2>&1 &
+  pids+=($!)
+done
 alive=0
 for _ in $(seq 300); do
   alive=$("${bin}/rlhfctl" --json workers | grep -c WORKER_STATE_ALIVE) || true
-  [[ "${alive}" -ge 1 ]] && break; sleep 0.1
+  [[ "${alive}" -ge "${workers}" ]] && break; sleep 0.1
 done
 # A worker that never registers would leave the job queued forever.
-[[ "${alive}" -ge 1 ]] || { echo "the worker did not register within 30 s:"; tail -20 "${run}/worker.log"; exit 1; }
+[[ "${alive}" -ge "${workers}" ]] ||
+  { echo "${alive} of ${workers} workers registered within 30 s:"; tail -20 "${run}"/worker*.log; exit 1; }
 start=$(date +%s.%N)
-"${bin}/rlhfctl" submit --wait "${config}" || { tail -50 "${run}/worker.log"; exit 1; }
+# shellcheck disable=SC2086  # the overrides are words
+"${bin}/rlhfctl" submit --wait "${config}" ${RLHFD_OVERRIDES:-} ||
+  { tail -50 "${run}"/worker*.log; exit 1; }
 wall=$(python3 -c "import time; print(time.time() - ${start})")
 kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; pids=()
 

@@ -38,9 +38,8 @@ TEST_CASE("bf16 greedy generation equals transformers' bf16 greedy generate", "[
   REQUIRE(text.ok());
   const nlohmann::json references = nlohmann::json::parse(*text);
   const int64_t max_new_tokens = references["max_new_tokens"];
-  std::cout << absl::StrFormat("%-18s %5s %5s %4s %10s %10s %10s  %s\n", "model", "cases",
-                               "equal", "ties", "hf-fp32", "ours-fp32", "ours-hf",
-                               "ties: fp32 gap@step");
+  std::cout << absl::StrFormat("%-18s %5s %5s %4s %10s %10s %10s  %s\n", "model", "cases", "equal",
+                               "ties", "hf-fp32", "ours-fp32", "ours-hf", "ties: fp32 gap@step");
   for (const auto& reference : references["transformers_greedy_bf16"]) {
     const std::string dir = reference["model"];
     INFO(dir);

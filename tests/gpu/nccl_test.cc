@@ -14,42 +14,20 @@
 #include <iostream>
 #include <memory>
 
-#include "absl/strings/str_cat.h"
+#include "tests/gpu/collective_ranks.h"
 #include "tests/support/gpu_skip.h"
-#include "tests/support/subprocess.h"
 
 namespace rlhfd::parallel {
-namespace {
-
-std::vector<std::unique_ptr<testing::Subprocess>> Start(const testing::TempDir& dir,
-                                                        const std::string& scenario, int size,
-                                                        int timeout_ms) {
-  const char* env = std::getenv("RLHFD_COLLECTIVE_WORKER");
-  const std::string worker = env != nullptr ? env : RLHFD_COLLECTIVE_WORKER;
-  const std::string master = absl::StrCat("127.0.0.1:", testing::FreeLoopbackPort());
-  std::vector<std::unique_ptr<testing::Subprocess>> ranks;
-  for (int rank = 0; rank < size; ++rank) {
-    ranks.push_back(std::make_unique<testing::Subprocess>(
-        std::vector<std::string>{worker, absl::StrCat("--rank=", rank),
-                                 absl::StrCat("--size=", size), "--master=" + master,
-                                 "--scenario=" + scenario, "--backend=nccl",
-                                 absl::StrCat("--timeout_ms=", timeout_ms)},
-        absl::StrCat(dir.path(), "/", scenario, rank, ".log")));
-  }
-  return ranks;
-}
-
-}  // namespace
 
 TEST_CASE("NCCL communicator: collectives on every GPU (up to two), and a hung rank times out",
           "[gpu][parallel]") {
   const int size = std::min<int>(2, static_cast<int>(torch::cuda::device_count()));
   testing::TempDir dir;
-  std::vector<std::string> scenarios = {"collectives", "transfer", "reshard", "zero2", "zero3",
-                                        "tensor_parallel"};
+  std::vector<std::string> scenarios = {"collectives", "transfer",        "reshard",    "zero2",
+                                        "zero3",       "tensor_parallel", "tp_generate"};
   if (size < 2) scenarios = {"collectives"};  // One rank: NCCL starts and runs, no more.
   for (const std::string& scenario : scenarios) {
-    auto ranks = Start(dir, scenario, size, 60000);
+    auto ranks = StartRanks(dir, scenario, size, 60000, "nccl");
     for (int rank = 0; rank < size; ++rank) {
       const auto status = ranks[rank]->Wait(absl::Seconds(120));
       const std::string log = ranks[rank]->ReadLog();
@@ -63,12 +41,13 @@ TEST_CASE("NCCL communicator: collectives on every GPU (up to two), and a hung r
   }
   if (size < 2) {
     testing::ReportSkipped(
-        "one GPU: the two-rank scenarios (collectives, transfer, reshard, zero2, zero3, "
-        "tensor_parallel, hang) need two GPUs; only NCCL's start-up on one rank ran");
+        "one GPU: the two-rank scenarios over NCCL (collectives, transfer, reshard, zero2, "
+        "zero3, tensor_parallel, tp_generate, hang) need two GPUs; only NCCL's start-up on one "
+        "rank ran (shared_gpu_test runs them on one GPU over sockets)");
     return;
   }
   const int timeout_ms = 5000;
-  auto ranks = Start(dir, "hang", 2, timeout_ms);
+  auto ranks = StartRanks(dir, "hang", 2, timeout_ms, "nccl");
   const auto status = ranks[0]->Wait(absl::Seconds(60));
   const std::string log = ranks[0]->ReadLog();
   std::cout << "nccl_test hang rank 0:\n" << log;

@@ -1,11 +1,11 @@
 // [gpu] smoke test: the build's CUDA, LibTorch and NCCL work together on this machine. Skipped
 // (exit 77, by gpu_test_main) where no GPU is visible.
-#include <catch2/catch.hpp>
+#include <ATen/ATen.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <torch/cuda.h>
 
-#include <ATen/ATen.h>
+#include <catch2/catch.hpp>
 #include <iostream>
 
 TEST_CASE("CUDA devices are visible", "[gpu]") {
@@ -32,7 +32,8 @@ TEST_CASE("a CUDA tensor op through LibTorch matches the CPU", "[gpu]") {
   // TF32 may be used for fp32 matmul on Hopper; 1e-2 bounds that on these magnitudes.
   CHECK(max_diff < 1e-2);
   const at::Tensor bf16 = at::matmul(a.cuda().to(at::kBFloat16), b.cuda().to(at::kBFloat16));
-  const double rel = ((bf16.to(at::kFloat).cpu() - expected).norm() / expected.norm()).item<double>();
+  const double rel =
+      ((bf16.to(at::kFloat).cpu() - expected).norm() / expected.norm()).item<double>();
   std::cout << "gpu_smoke: bf16 matmul relative error = " << rel << "\n";
   CHECK(rel < 1e-2);
 }

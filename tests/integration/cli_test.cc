@@ -208,8 +208,7 @@ TEST_CASE("rlhfctl convert-verl prints the rlhfd config and what it leaves out",
   CHECK_THAT(converted.err, Catch::Contains("warning: ignored ('vllm': rlhfd generates with its "
                                             "own engine"));
   CHECK_THAT(converted.err, Catch::Contains("): actor_rollout_ref.rollout.name\n"));
-  CHECK_THAT(converted.err,
-             Catch::Contains("tensor-parallel rollout on GPUs is not supported yet"));
+  CHECK_THAT(converted.err, Catch::Contains("verl's default 2 does not divide the job's 1 GPUs"));
   CommandResult refused =
       Ctl({"convert-verl", "-", "actor_rollout_ref.model.lora_rank=8", "critic.model.lora_rank=8"});
   CHECK(refused.exit_code == 1);
@@ -280,13 +279,7 @@ TEST_CASE("the controller checks a job's files and layout at submission", "[inte
   REQUIRE(WriteFileAtomically(csv, "prompt,answer\n1+1,2\n").ok());
   CommandResult not_jsonl = submit(Config("csv", kModel, csv));
   CHECK_THAT(not_jsonl.err, Catch::Contains("is not JSONL"));
-  // A layout the engines do not run.
-  CommandResult tp = submit(Config("tp", kModel, kData), {"roles.actor.gpus=2",
-                                                          "roles.actor.rollout.tp=2"});
-  CHECK(tp.exit_code == 1);
-  CHECK_THAT(tp.err, Catch::Contains("roles.actor.rollout.tp: 2: the GPU rollout (fused decode, "
-                                     "CUDA graphs) runs tensor-parallel size 1 for now"));
-  // On CPU workers tp must split the model's heads, key/value heads, MLP and vocabulary.
+  // tp must split the model's heads, key/value heads, MLP and vocabulary.
   CommandResult uneven = submit(Config("tp4", kModel, kData),
                                 {"roles.actor.gpus=4", "roles.actor.rollout.tp=4",
                                  "trainer.device=cpu"});

@@ -15,6 +15,11 @@
 //                log-probs and greedy generation equal the single-rank model's
 //   transfer     cross-pool transfers (contiguous DP splits of different sizes, overlapping
 //                pools, a shuffled plan): every destination gets exactly its rows
+//   tp_generate  (GPU) the engine's tensor-parallel fused decode at tp = 2 over this rank's
+//                slices: every rank gets the same tokens; greedy tokens and log-probs are tp =
+//                1's up to bf16 noise (counted: the prompts whose tokens equal tp = 1's)
+// --backend=staged: sockets with device tensors staged through the host, every rank on cuda:0
+// (two ranks on one GPU, which NCCL refuses).
 // Exit code 0: the scenario's expectations held on this rank; messages on stderr otherwise.
 #include <ATen/ATen.h>
 #include <unistd.h>
@@ -33,11 +38,14 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "worker/model/model_loader.h"
 #include "worker/model/transformer.h"
+#include "worker/parallel/host_staged_communicator.h"
 #include "worker/parallel/reshard.h"
 #include "worker/parallel/socket_communicator.h"
 #include "worker/parallel/tensor_parallel.h"
 #include "worker/parallel/transfer.h"
+#include "worker/rollout/engine.h"
 #include "worker/train/distributed/fully_sharded.h"
 #include "worker/train/distributed/sharded_optimizer.h"
 #if RLHFD_HAVE_CUDA
@@ -49,7 +57,7 @@ ABSL_FLAG(int, size, 2, "Ranks in all");
 ABSL_FLAG(std::string, master, "127.0.0.1:29500", "Rendezvous address");
 ABSL_FLAG(std::string, scenario, "collectives", "collectives, hang or exit");
 ABSL_FLAG(int, timeout_ms, 20000, "Timeout of every operation");
-ABSL_FLAG(std::string, backend, "socket", "socket or nccl");
+ABSL_FLAG(std::string, backend, "socket", "socket, nccl or staged");
 
 namespace rlhfd::parallel {
 namespace {
@@ -626,6 +634,146 @@ void TensorParallel(Communicator& world, const at::Device& device) {
   Expect(worst_parameter <= 1e-10, "tp = 2 training steps equal tp = 1 steps");
 }
 
+// A random bf16 model in the fused decode's shapes, alike on every rank: Qwen2-like (q/k/v bias,
+// head dim 64, tied embeddings) or Qwen3-like (q/k RMSNorm, head dim 128, an untied head); 8
+// query and 2 key/value heads, so tp = 2 gives each rank 4 and 1.
+model::Transformer FusedShapedModel(bool qwen3, const at::Device& device) {
+  model::ModelConfig c;
+  c.architecture = qwen3 ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM";
+  c.family = qwen3 ? model::ModelFamily::kQwen3 : model::ModelFamily::kQwen2;
+  c.attention_bias = !qwen3;
+  c.qk_norm = qwen3;
+  c.vocab_size = 2048;
+  c.hidden_size = 512;
+  c.intermediate_size = 1024;
+  c.num_layers = 3;
+  c.num_heads = 8;
+  c.num_kv_heads = 2;
+  c.head_dim = qwen3 ? 128 : 64;
+  c.max_position_embeddings = 2048;
+  c.tie_word_embeddings = !qwen3;
+  at::manual_seed(3);
+  model::Transformer model(c);
+  for (auto& p : model->parameters()) p.normal_(0, 0.05);
+  for (auto& item : model->named_parameters()) {
+    if (item.key().find("norm") != std::string::npos) item.value().normal_(1.0, 0.1);
+  }
+  model->to(device, at::kBFloat16);
+  model::KeepNormWeightsWide(model);
+  return model;
+}
+
+// 40 prompts of 5 to 44 tokens (more than the engine's 24 slots: continuous batching), 24 new
+// tokens each; greedy, or sampled with a seed per prompt.
+std::vector<rollout::GenerationRequest> GenerationPrompts(bool greedy) {
+  std::vector<rollout::GenerationRequest> requests;
+  for (int i = 0; i < 40; ++i) {
+    rollout::GenerationRequest request;
+    for (int t = 0; t < 5 + (i * 7) % 40; ++t)
+      request.prompt_ids.push_back((i * 131 + t * 17) % 2048);
+    request.sampling.temperature = greedy ? 0 : 1;
+    request.sampling.max_new_tokens = 24;
+    request.sampling.ignore_eos = true;
+    request.sampling.seed = 1000 + i;
+    requests.push_back(request);
+  }
+  return requests;
+}
+
+void TensorParallelGeneration(Communicator& world, const at::Device& device) {
+  if (!device.is_cuda()) {
+    Expect(false, "tp_generate runs the fused GPU decode: use --backend=nccl or staged");
+    return;
+  }
+  const int me = world.rank();
+  auto group = world.Split(me / 2, me);
+  ExpectOk(group.status(), "tp group");
+  if (!group.ok()) return;
+  at::NoGradGuard no_grad;
+  rollout::EngineOptions options;
+  options.max_model_len = 128;
+  options.max_num_seqs = 24;
+  for (const bool qwen3 : {false, true}) {
+    const std::string shape = qwen3 ? "qwen3-like" : "qwen2-like";
+    model::Transformer full = FusedShapedModel(qwen3, device);
+    const model::ModelConfig& config = full->config();
+    auto named = full->named_parameters();
+    std::map<std::string, at::Tensor> slices;
+    for (const ShardedParameter& spec : TensorParallelSpecs(config)) {
+      slices[spec.name] =
+          RolloutSlice(named[spec.name].detach(), spec, {.tp = 2, .dp = world.size() / 2}, me);
+    }
+    for (const bool greedy : {true, false}) {
+      const std::string what = absl::StrCat(shape, greedy ? " greedy" : " sampled");
+      const auto requests = GenerationPrompts(greedy);
+      auto whole = rollout::GenerationEngine::Create(full, options);
+      ExpectOk(whole.status(), what + ": tp 1 engine");
+      auto split =
+          rollout::GenerationEngine::CreateTensorParallel(config, slices, **group, options);
+      ExpectOk(split.status(), what + ": tp 2 engine");
+      if (!whole.ok() || !split.ok()) return;
+      auto expected = (*whole)->Generate(requests);
+      auto got = (*split)->Generate(requests);
+      ExpectOk(expected.status(), what + ": tp 1 generation");
+      ExpectOk(got.status(), what + ": tp 2 generation");
+      if (!expected.ok() || !got.ok()) return;
+      // Every rank of the group drew the same tokens: the sum of (token · position) agrees.
+      int64_t equal = 0, tokens = 0;
+      double checksum = 0, worst_logprob = 0, worst_gap = 0;
+      for (size_t i = 0; i < requests.size(); ++i) {
+        const rollout::Completion& a = (*expected)[i].samples[0];
+        const rollout::Completion& b = (*got)[i].samples[0];
+        equal += a.token_ids == b.token_ids;
+        for (size_t t = 0; t < b.token_ids.size(); ++t) {
+          checksum += static_cast<double>(b.token_ids[t]) * static_cast<double>(tokens + 1);
+          ++tokens;
+          if (t < a.token_ids.size() && a.token_ids[t] == b.token_ids[t] &&
+              std::equal(a.token_ids.begin(), a.token_ids.begin() + t, b.token_ids.begin())) {
+            worst_logprob =
+                std::max<double>(worst_logprob, std::abs(a.logprobs[t] - b.logprobs[t]));
+          }
+        }
+        if (!greedy) continue;
+        // tp 2's greedy tokens are the model's own full forward's argmax up to bf16 noise, as
+        // rollout_gpu_test holds tp 1's: where tp 2 and tp 1 part, it is at a near-tie.
+        std::vector<int64_t> ids = requests[i].prompt_ids;
+        ids.insert(ids.end(), b.token_ids.begin(), b.token_ids.end());
+        const int64_t prompt = static_cast<int64_t>(requests[i].prompt_ids.size());
+        const at::Tensor logits =
+            full->Logits(full->Hidden({at::tensor(ids).unsqueeze(0).to(device)}))[0]
+                .to(at::kFloat)
+                .narrow(0, prompt - 1, static_cast<int64_t>(b.token_ids.size()))
+                .cpu();
+        const at::Tensor chosen = at::tensor(b.token_ids).unsqueeze(1);
+        worst_gap = std::max(
+            worst_gap, (logits.amax(1) - logits.gather(1, chosen).squeeze(1)).max().item<double>());
+      }
+      at::Tensor sums = at::tensor({checksum, -checksum}, at::kDouble).to(device);
+      ExpectOk((*group)->AllReduce(sums, ReduceOp::kMax), what + ": comparing ranks");
+      const double most = sums[0].item<double>(), least = -sums[1].item<double>();
+      std::cout << "rank " << me << ": " << what << ": " << equal << " of " << requests.size()
+                << " prompts' tokens equal tp 1's, worst log-prob difference on a shared prefix "
+                << worst_logprob
+                << (greedy ? absl::StrCat(", worst argmax gap under the full "
+                                          "forward ",
+                                          worst_gap)
+                           : std::string())
+                << ", ranks agree: " << (most == least) << ", tp 2 slots "
+                << (*split)->stats().cache_slots << ", cuda graphs "
+                << (*split)->stats().graph_batch_sizes.size() << "\n";
+      Expect(most == least, what + ": every rank of the group draws the same tokens");
+      Expect(tokens == static_cast<int64_t>(requests.size()) * 24, what + ": 24 tokens each");
+      // The ranks' partial projections are summed in float32 before the bf16 rounding tp 1's
+      // GEMM makes of its own float32 accumulation, and each rank's GEMMs have other shapes
+      // (cuBLAS may accumulate in another order): bf16 noise, which parts the sequences only
+      // where two tokens nearly tie. Bounds as rollout_gpu_test's for tp 1 (measured there:
+      // gaps up to 0.044); a wrong slice or reduction gives differences of order 1.
+      Expect(worst_logprob < 0.05, what + ": log-probs within 0.05 of tp 1's");
+      if (greedy) Expect(worst_gap < 0.1, what + ": greedy tokens are the argmax up to bf16 noise");
+    }
+  }
+}
+
 int Run() {
   const int rank = absl::GetFlag(FLAGS_rank), size = absl::GetFlag(FLAGS_size);
   const std::string scenario = absl::GetFlag(FLAGS_scenario);
@@ -638,7 +786,10 @@ int Run() {
     return 1;
   }
   at::Device device = at::kCPU;
-  if (absl::GetFlag(FLAGS_backend) == "nccl") {
+  if (absl::GetFlag(FLAGS_backend) == "staged") {
+    device = at::Device(at::kCUDA, 0);
+    comm = StageThroughHost(*std::move(comm));
+  } else if (absl::GetFlag(FLAGS_backend) == "nccl") {
 #if RLHFD_HAVE_CUDA
     // The socket communicator bootstraps NCCL: rank 0's unique id goes to everyone.
     device = at::Device(at::kCUDA, rank);
@@ -681,6 +832,8 @@ int Run() {
     Zero3(**comm, device);
   } else if (scenario == "tensor_parallel") {
     TensorParallel(**comm, device);
+  } else if (scenario == "tp_generate") {
+    TensorParallelGeneration(**comm, device);
   } else if (scenario == "hang" || scenario == "exit") {
     if (rank == 1) {
       if (scenario == "exit") _exit(0);

@@ -447,8 +447,9 @@ TEST_CASE("every verl setting rlhfd cannot honour is named, with why", "[verl]")
   const VerlConversion both = Convert(
       "", {"actor_rollout_ref.actor.use_kl_loss=true", "algorithm.use_kl_in_reward=true"});
   CHECK(Contains(both.errors, "algorithm.use_kl_in_reward: not supported"));
-  // Settings left at verl's defaults are not reported, whatever their key; only the two defaults
-  // of verl's that rlhfd cannot honour are: tensor-parallel rollout (2) on GPUs and wandb.
+  // Settings left at verl's defaults are not reported, whatever their key; only the default of
+  // verl's that rlhfd cannot honour is: wandb. Its tensor-parallel rollout (2) on its 8 GPUs is
+  // kept; on one GPU it becomes 1, said so.
   const VerlConversion quiet = Convert("", {"actor_rollout_ref.model.lora_rank=0",
                                             "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
                                             "reward_model.reward_manager=naive",
@@ -456,9 +457,16 @@ TEST_CASE("every verl setting rlhfd cannot honour is named, with why", "[verl]")
   CHECK(quiet.errors.empty());
   std::vector<std::string> quiet_keys;
   for (const VerlNote& note : quiet.notes) quiet_keys.push_back(note.key);
-  CHECK(quiet_keys ==
-        std::vector<std::string>{"actor_rollout_ref.rollout.tensor_model_parallel_size",
-                                 "trainer.logger"});
+  CHECK(quiet_keys == std::vector<std::string>{"trainer.logger"});
+  CHECK(quiet.config["roles"]["actor"]["rollout"]["tp"] == 2);
+  const VerlConversion one_gpu = Convert("", {"trainer.n_gpus_per_node=1"});
+  CHECK(one_gpu.config["roles"]["actor"]["rollout"]["tp"] == 1);
+  CHECK(Contains(one_gpu.warnings, "actor_rollout_ref.rollout.tensor_model_parallel_size: ignored "
+                                   "(verl's default 2 does not divide the job's 1 GPUs"));
+  // Set by the script to another value, it is kept for the validator to judge.
+  const VerlConversion set = Convert("", {"trainer.n_gpus_per_node=2",
+                                          "actor_rollout_ref.rollout.tensor_model_parallel_size=4"});
+  CHECK(set.config["roles"]["actor"]["rollout"]["tp"] == 4);
   // Reference settings without a KL: verl loads no reference, and neither does rlhfd.
   const VerlConversion no_kl = Convert("", {"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4"});
   CHECK_FALSE(no_kl.config["roles"].contains("reference"));

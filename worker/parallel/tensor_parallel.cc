@@ -144,10 +144,8 @@ TensorParallelTransformer::TensorParallelTransformer(const model::ModelConfig& c
   inv_freq_ = model::RopeInverseFrequencies(config.rope, config.head_dim).to(embed.device());
 }
 
-absl::StatusOr<TensorParallelTransformer> TensorParallelTransformer::Create(
-    const model::ModelConfig& config, std::map<std::string, at::Tensor> slices,
-    Communicator& group) {
-  const int tp = group.size();
+absl::Status CheckTensorParallelSlices(const model::ModelConfig& config,
+                                       const std::map<std::string, at::Tensor>& slices, int tp) {
   if (config.head != model::HeadKind::kCausalLm) {
     return absl::InvalidArgumentError("tensor parallelism here serves causal-LM models");
   }
@@ -169,6 +167,13 @@ absl::StatusOr<TensorParallelTransformer> TensorParallelTransformer::Create(
       return absl::InvalidArgumentError("slice " + spec.name + " has the wrong shape");
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TensorParallelTransformer> TensorParallelTransformer::Create(
+    const model::ModelConfig& config, std::map<std::string, at::Tensor> slices,
+    Communicator& group) {
+  RETURN_IF_ERROR(CheckTensorParallelSlices(config, slices, group.size()));
   return TensorParallelTransformer(config, std::move(slices), group);
 }
 

@@ -37,6 +37,12 @@ struct TensorParallelContext {
 // How each parameter of `config`'s model splits under tensor parallelism.
 std::vector<ShardedParameter> TensorParallelSpecs(const model::ModelConfig& config);
 
+// Whether `slices` holds this rank's slice of every parameter of `config`'s causal-LM model at
+// tensor-parallel size `tp`, shaped so; heads, key/value heads, the MLP width and the vocabulary
+// must divide by tp. The error names the parameter or the size to fix.
+absl::Status CheckTensorParallelSlices(const model::ModelConfig& config,
+                                       const std::map<std::string, at::Tensor>& slices, int tp);
+
 // Scales the gradients of a tensor-parallel model's slices so their global L2 norm is at most
 // `max_norm` (0: no scaling), as clipping the tp = 1 model would: the squares of split slices
 // are summed over the group, those of replicated ones (alike on every rank) counted once.
@@ -65,6 +71,8 @@ class TensorParallelTransformer {
   absl::StatusOr<at::Tensor> Logits(const at::Tensor& hidden);
   // Greedy continuation of one prompt (1, P) by `new_tokens` tokens (full forward per token).
   absl::StatusOr<std::vector<int64_t>> Greedy(const at::Tensor& prompt, int64_t new_tokens);
+  // Where the slices are.
+  at::Device device() const { return W("model.embed_tokens.weight").device(); }
   // After a backward pass: whether its all-reduces succeeded (then the gradients are whole).
   // Clears the recorded failure.
   absl::Status TakeStatus();

@@ -28,10 +28,6 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> SplitRolloutGroup(
     parallel::Communicator& pool) {
   const int tp = spec.roles().actor().rollout().tp();
   if (tp <= 1) return std::unique_ptr<parallel::Communicator>();
-  if (device.is_cuda()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("roles.actor.rollout.tp ", tp, " runs on CPU workers only (yet)"));
-  }
   const auto place = layout.TensorParallelPlaceIn(v1::ROLE_ACTOR, tp);
   if (!place.ok()) {
     return absl::FailedPreconditionError(
@@ -162,14 +158,18 @@ absl::StatusOr<rollout::GenerationEngine*> HybridEngine::Engine(int64_t step) {
   // refreshed first; the engine itself (over the same module) lives from step to step.
   ASSIGN_OR_RETURN(model::Transformer rollout_model, RolloutWeights(step));
   if (engine_) return engine_.get();
+  ASSIGN_OR_RETURN(engine_, rollout::GenerationEngine::Create(rollout_model, EngineOptions()));
+  return engine_.get();
+}
+
+rollout::EngineOptions HybridEngine::EngineOptions() const {
   const v1::RolloutSpec& rollout = spec_.roles().actor().rollout();
   rollout::EngineOptions options;
   options.max_num_seqs = rollout.max_num_seqs();
   options.max_model_len = spec_.data().max_prompt_length() + ResponseBudget(spec_);
   options.gpu_memory_utilization = rollout.gpu_memory_utilization();
   options.seed = static_cast<uint64_t>(spec_.trainer().seed());
-  ASSIGN_OR_RETURN(engine_, rollout::GenerationEngine::Create(rollout_model, options));
-  return engine_.get();
+  return options;
 }
 
 void HybridEngine::ReleaseCache() {
@@ -296,26 +296,50 @@ absl::StatusOr<std::map<std::string, at::Tensor>> HybridEngine::Reshard(
 absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::GenerateTensorParallel(
     const std::vector<rollout::GenerationRequest>& requests, int64_t step) {
   parallel::Communicator& group = *tp_group_;
-  ASSIGN_OR_RETURN(rollout::GroupRequests gathered, rollout::GatherGroupRequests(group, requests));
+  ASSIGN_OR_RETURN(rollout::GroupRequests gathered,
+                   rollout::GatherGroupRequests(group, requests, device_));
 
   const auto start = std::chrono::steady_clock::now();
   using Slices = std::map<std::string, at::Tensor>;
   ASSIGN_OR_RETURN(Slices slices, TensorParallelSlices(step));
   const model::ModelConfig& config = trained_.module()->config();
-  ASSIGN_OR_RETURN(parallel::TensorParallelTransformer model,
-                   parallel::TensorParallelTransformer::Create(config, std::move(slices), group));
-  tensor_parallel_.emplace(std::move(model));
   // Resharded: the reshard alone (a checked step's gather is the check's cost); else the cut
   // from the weights brought up to date.
-  weights_update_s_ = reshard_s_ >= 0
-                          ? reshard_s_
-                          : SecondsSince(start) - (last_check_ ? last_check_->seconds : 0.0);
-  ASSIGN_OR_RETURN(std::vector<rollout::GenerationResult> results,
-                   rollout::GenerateTensorParallel(*tensor_parallel_, gathered.all,
-                                                   config.eos_token_ids, config.vocab_size));
-  tensor_parallel_.reset();
+  const auto updated = [&] {
+    weights_update_s_ = reshard_s_ >= 0
+                            ? reshard_s_
+                            : SecondsSince(start) - (last_check_ ? last_check_->seconds : 0.0);
+  };
+  absl::StatusOr<std::vector<rollout::GenerationResult>> results;
+  const bool fused =
+      rollout::FusedDecoder::Supports(config, slices.at("model.embed_tokens.weight"));
+  if (!path_logged_) {
+    RLOG(INFO) << "rollout tp " << group.size() << ", slice " << group.rank() << ": "
+               << (fused ? "the fused GPU decode with a KV cache of this rank's heads"
+                         : "a forward over the whole prefixes per token (no KV cache)");
+    path_logged_ = true;
+  }
+  if (fused) {
+    // The fused decode over the slices, with a KV cache (sliced to this rank's heads).
+    ASSIGN_OR_RETURN(std::unique_ptr<rollout::GenerationEngine> engine,
+                     rollout::GenerationEngine::CreateTensorParallel(config, std::move(slices),
+                                                                     group, EngineOptions()));
+    updated();
+    at::NoGradGuard no_grad;
+    results = engine->Generate(gathered.all);
+    engine->Release();
+  } else {
+    ASSIGN_OR_RETURN(parallel::TensorParallelTransformer model,
+                     parallel::TensorParallelTransformer::Create(config, std::move(slices), group));
+    tensor_parallel_.emplace(std::move(model));
+    updated();
+    results = rollout::GenerateTensorParallel(*tensor_parallel_, gathered.all, config.eos_token_ids,
+                                              config.vocab_size);
+    tensor_parallel_.reset();
+  }
   ReleaseCopy();
-  const auto first = results.begin() + static_cast<std::ptrdiff_t>(gathered.first);
+  if (!results.ok()) return results.status();
+  const auto first = results->begin() + static_cast<std::ptrdiff_t>(gathered.first);
   return std::vector<rollout::GenerationResult>(
       std::make_move_iterator(first),
       std::make_move_iterator(first + static_cast<std::ptrdiff_t>(requests.size())));

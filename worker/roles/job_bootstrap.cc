@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
+#include "worker/parallel/host_staged_communicator.h"
 #include "worker/parallel/socket_communicator.h"
 #include "worker/rollout/device_support.h"
 #ifdef RLHFD_HAVE_CUDA
@@ -23,7 +24,8 @@ std::string RandomSecret() {
   return secret;
 }
 
-// The job's world: NCCL when the bootstrap carries an id, else sockets through rank 0's listener.
+// The job's world: NCCL when the bootstrap carries an id, else sockets through rank 0's listener
+// (on a GPU worker, with device tensors staged through host memory: workers sharing a GPU).
 absl::StatusOr<std::unique_ptr<parallel::Communicator>> ConnectWorld(
     const v1::StartJobRequest& request, const RoleHostOptions& options,
     const std::shared_ptr<std::atomic<bool>>& cancelled,
@@ -62,7 +64,10 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> ConnectWorld(
     prepared_jobs.erase(found);
     socket.listener = prepared->listener.get();
   }
-  return parallel::CreateSocketCommunicator(request.rank(), request.world_size(), socket);
+  ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> world,
+                   parallel::CreateSocketCommunicator(request.rank(), request.world_size(), socket));
+  if (options.device.is_cuda()) return parallel::StageThroughHost(std::move(world));
+  return world;
 }
 
 // The roles this rank hosts, each over its pool's communicator. What each role's creation adds to

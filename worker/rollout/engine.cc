@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "worker/parallel/tensor_parallel.h"
 #include "worker/rollout/request_check.h"
 
 namespace rlhfd::rollout {
@@ -19,11 +20,13 @@ at::TensorOptions HostOptions(const at::Device& device, at::ScalarType dtype) {
 
 }  // namespace
 
-GenerationEngine::GenerationEngine(model::Transformer model, EngineOptions options)
+GenerationEngine::GenerationEngine(model::Transformer model, const model::ModelConfig& config,
+                                   const at::Tensor& weight, EngineOptions options)
     : model_(std::move(model)),
+      config_(config),
       options_(std::move(options)),
-      device_(model_->HeadWeight().device()),
-      dtype_(model_->HeadWeight().scalar_type()),
+      device_(weight.device()),
+      dtype_(weight.scalar_type()),
       seed_sequence_(options_.seed),
       graphs_(device_) {}
 
@@ -31,7 +34,39 @@ GenerationEngine::~GenerationEngine() = default;
 
 absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::Create(model::Transformer model,
                                                                            EngineOptions options) {
-  if (model->config().head != model::HeadKind::kCausalLm) {
+  RETURN_IF_ERROR(CheckOptions(model->config(), options));
+  const model::ModelConfig config = model->config();
+  const at::Tensor head = model->HeadWeight();
+  auto engine = std::unique_ptr<GenerationEngine>(
+      new GenerationEngine(std::move(model), config, head, std::move(options)));
+  ResetPeakMemory(engine->device_);
+  return engine;
+}
+
+absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::CreateTensorParallel(
+    const model::ModelConfig& config, std::map<std::string, at::Tensor> slices,
+    parallel::Communicator& group, EngineOptions options) {
+  RETURN_IF_ERROR(CheckOptions(config, options));
+  RETURN_IF_ERROR(parallel::CheckTensorParallelSlices(config, slices, group.size()));
+  const at::Tensor& embed = slices.at("model.embed_tokens.weight");
+  if (!FusedDecoder::Supports(config, embed)) {
+    return absl::FailedPreconditionError(
+        "tensor-parallel generation runs the fused GPU decode: bf16 weights on a CUDA device, "
+        "head_dim 64 or 128, at most 8 query heads per key/value head");
+  }
+  const at::Tensor weight = embed;
+  auto engine = std::unique_ptr<GenerationEngine>(
+      new GenerationEngine(model::Transformer(nullptr), config, weight, std::move(options)));
+  engine->slices_ = std::move(slices);
+  engine->group_ = &group;
+  engine->options_.cuda_graphs = false;
+  ResetPeakMemory(engine->device_);
+  return engine;
+}
+
+absl::Status GenerationEngine::CheckOptions(const model::ModelConfig& config,
+                                            EngineOptions& options) {
+  if (config.head != model::HeadKind::kCausalLm) {
     return absl::InvalidArgumentError(
         "generation needs a causal-LM model (this one has a score head)");
   }
@@ -46,24 +81,21 @@ absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::Create(model
   if (options.max_prefill_tokens < 1) {
     return absl::InvalidArgumentError("max_prefill_tokens must be at least 1");
   }
-  const int64_t model_limit = model->config().max_position_embeddings;
+  const int64_t model_limit = config.max_position_embeddings;
   if (options.max_model_len == 0) options.max_model_len = std::min<int64_t>(model_limit, 4096);
   if (options.max_model_len < 2 || options.max_model_len > model_limit) {
     return absl::InvalidArgumentError(absl::StrCat("max_model_len must be in [2, ", model_limit,
                                                    "] (max_position_embeddings), got ",
                                                    options.max_model_len));
   }
-  auto engine =
-      std::unique_ptr<GenerationEngine>(new GenerationEngine(std::move(model), std::move(options)));
-  ResetPeakMemory(engine->device_);
-  return engine;
+  return absl::OkStatus();
 }
 
 absl::Status GenerationEngine::ValidateRequests(
     const std::vector<GenerationRequest>& requests) const {
   for (size_t i = 0; i < requests.size(); ++i) {
-    RETURN_IF_ERROR(CheckGenerationRequest(requests[i], i, model_->config().vocab_size,
-                                           options_.max_model_len));
+    RETURN_IF_ERROR(
+        CheckGenerationRequest(requests[i], i, config_.vocab_size, options_.max_model_len));
     const int64_t n = requests[i].sampling.n;
     if (cache_ != nullptr && n > usable_slots_) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -76,7 +108,18 @@ absl::Status GenerationEngine::ValidateRequests(
 
 absl::Status GenerationEngine::Prepare() {
   if (cache_ != nullptr) return absl::OkStatus();
-  const model::ModelConfig& config = model_->config();
+  try {
+    if (group_ != nullptr) {
+      fused_ = std::make_unique<FusedDecoder>(config_, slices_, *group_);
+    } else if (FusedDecoder::Supports(model_)) {
+      fused_ = std::make_unique<FusedDecoder>(model_);
+    }
+  } catch (const c10::Error& error) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the fused decode's weights: ", error.what_without_backtrace()));
+  }
+  // A tensor-parallel rank caches its own key/value heads only.
+  const model::ModelConfig& config = fused_ ? fused_->rank_config() : config_;
   const int64_t per_slot = SlotKvCache::BytesPerSlot(config, options_.max_model_len, dtype_);
   int64_t budget = options_.cpu_cache_bytes;
   if (device_.is_cuda()) {
@@ -84,8 +127,19 @@ absl::Status GenerationEngine::Prepare() {
                                   static_cast<double>(QueryDeviceMemory(device_).free_bytes));
   }
   // One slot more than the sequences: graph padding rows write into it.
-  const int64_t slots = std::min(options_.max_num_seqs, budget / per_slot - 1);
+  int64_t slots = std::min(options_.max_num_seqs, budget / per_slot - 1);
+  if (group_ != nullptr) {
+    // The ranks schedule alike only over the same slots: the fewest any rank's memory allows.
+    const at::Tensor fewest = at::full({1}, slots, at::TensorOptions(at::kLong).device(device_));
+    const absl::Status agreed = group_->AllReduce(fewest, parallel::ReduceOp::kMin);
+    if (!agreed.ok()) {
+      fused_.reset();
+      return agreed;
+    }
+    slots = fewest.item<int64_t>();
+  }
   if (slots < 1) {
+    fused_.reset();
     return absl::ResourceExhaustedError(absl::StrCat(
         "KV cache budget of ", budget >> 20, " MiB holds fewer than 2 slots of ",
         options_.max_model_len, " tokens (", per_slot >> 20,
@@ -105,7 +159,6 @@ absl::Status GenerationEngine::Prepare() {
     device_floats_ = at::zeros({2, slots}, on_device.dtype(at::kFloat));
     host_tokens_ = at::zeros({2, slots}, HostOptions(device_, at::kLong));
     host_logprobs_ = at::zeros({2, slots}, HostOptions(device_, at::kFloat));
-    if (FusedDecoder::Supports(model_)) fused_ = std::make_unique<FusedDecoder>(model_);
     stats_.cache_slots = slots;
     stats_.cache_bytes = per_slot * (slots + 1);
     stats_.graph_batch_sizes.clear();

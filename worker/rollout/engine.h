@@ -5,12 +5,15 @@
 // Threading: one caller at a time (the worker's actor role drives it).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "worker/model/transformer.h"
+#include "worker/parallel/communicator.h"
 #include "worker/rollout/device_support.h"
 #include "worker/rollout/fused_decoder.h"
 #include "worker/rollout/request.h"
@@ -51,6 +54,14 @@ class GenerationEngine {
   // `model` is shared, not copied: the actor trains the same module between rollouts.
   static absl::StatusOr<std::unique_ptr<GenerationEngine>> Create(model::Transformer model,
                                                                   EngineOptions options);
+  // Tensor-parallel generation on a GPU (the fused decode only): this rank's slices of `config`'s
+  // model (TensorParallelSpecs of group.size()) on a CUDA device in bf16. Every rank of `group`
+  // calls Generate with the same requests and gets the same results; the ranks agree on the
+  // cache's slot count, so they schedule alike. No CUDA graphs: the collectives run between the
+  // kernels (sockets staged through the host where ranks share a GPU).
+  static absl::StatusOr<std::unique_ptr<GenerationEngine>> CreateTensorParallel(
+      const model::ModelConfig& config, std::map<std::string, at::Tensor> slices,
+      parallel::Communicator& group, EngineOptions options);
   ~GenerationEngine();
 
   // Generates for every request; results in request order. Bad requests are refused before any
@@ -73,7 +84,10 @@ class GenerationEngine {
  private:
   struct Sequence;
   class Run;
-  GenerationEngine(model::Transformer model, EngineOptions options);
+  // `weight`: any of the weights, for their device and dtype.
+  GenerationEngine(model::Transformer model, const model::ModelConfig& config,
+                   const at::Tensor& weight, EngineOptions options);
+  static absl::Status CheckOptions(const model::ModelConfig& config, EngineOptions& options);
 
   absl::Status ValidateRequests(const std::vector<GenerationRequest>& requests) const;
   // The call's scheduling, over a prepared cache (engine_run.cc).
@@ -82,7 +96,10 @@ class GenerationEngine {
   absl::Status Prepare();  // Allocates the cache and captures the graphs.
   at::Tensor DecodeForward(int64_t rows);
 
-  model::Transformer model_;
+  model::Transformer model_;  // Empty when tensor-parallel (slices_ instead).
+  model::ModelConfig config_;
+  std::map<std::string, at::Tensor> slices_;
+  parallel::Communicator* group_ = nullptr;
   EngineOptions options_;
   at::Device device_;
   at::ScalarType dtype_;

@@ -53,7 +53,7 @@ class GenerationEngine::Run {
       seeds_.push_back(seed ? *seed : engine.seed_sequence_());
     }
     eos_ = engine.options_.eos_token_ids;
-    if (eos_.empty()) eos_ = engine.model_->config().eos_token_ids;
+    if (eos_.empty()) eos_ = engine.config_.eos_token_ids;
   }
 
   std::vector<GenerationResult> Execute() {

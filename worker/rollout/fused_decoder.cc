@@ -24,31 +24,58 @@ at::Tensor Concat(const std::vector<at::Tensor>& parts) {
 }  // namespace
 
 bool FusedDecoder::Supports(const model::Transformer& model) {
+  return Supports(model->config(), model->HeadWeight());
+}
+
+bool FusedDecoder::Supports(const model::ModelConfig& c, const at::Tensor& weight) {
 #if !RLHFD_HAVE_CUDA
   return false;  // The kernels are CUDA's.
 #endif
-  const model::ModelConfig& c = model->config();
-  const at::Tensor& head = model->HeadWeight();
-  return head.is_cuda() && head.scalar_type() == at::kBFloat16 &&
+  return weight.is_cuda() && weight.scalar_type() == at::kBFloat16 &&
          (c.head_dim == 64 || c.head_dim == 128) && c.intermediate_size % 2 == 0 &&
          c.num_heads % c.num_kv_heads == 0 && c.num_heads / c.num_kv_heads <= 8;
 }
 
-FusedDecoder::FusedDecoder(model::Transformer& model) : config_(model->config()) {
-  auto parameters = model->named_parameters();
-  const auto get = [&](const std::string& name) {
-    const at::Tensor* found = parameters.find(name);
-    return found != nullptr ? found->detach() : at::Tensor();
-  };
+FusedDecoder::FusedDecoder(model::Transformer& model)
+    : FusedDecoder(
+          model->config(),
+          [parameters = model->named_parameters()](const std::string& name) {
+            const at::Tensor* found = parameters.find(name);
+            return found != nullptr ? found->detach() : at::Tensor();
+          },
+          model->HeadWeight().detach(), nullptr) {}
+
+FusedDecoder::FusedDecoder(const model::ModelConfig& config,
+                           const std::map<std::string, at::Tensor>& slices,
+                           parallel::Communicator& group)
+    : FusedDecoder(
+          config,
+          [&slices](const std::string& name) {
+            const auto found = slices.find(name);
+            return found != slices.end() ? found->second.detach() : at::Tensor();
+          },
+          slices.at(config.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight")
+              .detach(),
+          &group) {}
+
+FusedDecoder::FusedDecoder(const model::ModelConfig& config, const Lookup& get,
+                           const at::Tensor& head, parallel::Communicator* group)
+    : config_(config), group_(group), head_(head) {
   // The kernels read bf16 norm weights; loaded models keep theirs in float32 (model_loader.cc).
   const auto get_norm = [&](const std::string& name) {
     const at::Tensor weight = get(name);
     return weight.defined() ? weight.to(at::kBFloat16) : weight;
   };
   at::NoGradGuard no_grad;
+  if (group_ != nullptr) {
+    const int64_t tp = group_->size();
+    config_.num_heads /= tp;
+    config_.num_kv_heads /= tp;
+    config_.intermediate_size /= tp;
+  }
   embed_ = get("model.embed_tokens.weight");
+  vocab_begin_ = group_ != nullptr ? group_->rank() * embed_.size(0) : 0;
   final_norm_ = get_norm("model.norm.weight");
-  head_ = model->HeadWeight().detach();
   inv_freq_ = model::RopeInverseFrequencies(config_.rope, config_.head_dim).to(head_.device());
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     const std::string p = absl::StrCat("model.layers.", i, ".");
@@ -80,7 +107,44 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
   return bias.defined() ? at::addmm(bias, x, weight.t()) : at::mm(x, weight.t());
 }
 
+void SumOver(parallel::Communicator& group, const at::Tensor& tensor, const char* what) {
+  const absl::Status status = group.AllReduce(tensor, parallel::ReduceOp::kSum);
+  TORCH_CHECK(status.ok(), "tensor-parallel decode: summing ", what,
+              " over the group: ", std::string(status.message()));
+}
+
 }  // namespace
+
+at::Tensor FusedDecoder::RowParallel(const at::Tensor& x, const at::Tensor& weight,
+                                     const at::Tensor& bias) const {
+  if (group_ == nullptr) return Linear(x, weight, bias);
+  at::Tensor sum = at::mm(x, weight.t(), at::kFloat);
+  SumOver(*group_, sum, "a row-parallel projection");
+  if (bias.defined()) sum.add_(bias);
+  return sum.to(at::kBFloat16);
+}
+
+at::Tensor FusedDecoder::Embed(const at::Tensor& tokens) const {
+  if (group_ == nullptr) return at::embedding(embed_, tokens);
+  // Vocabulary-parallel: ids outside this rank's range give zero rows; the sum is the row.
+  const int64_t vocab = embed_.size(0);
+  const at::Tensor local = tokens - vocab_begin_;
+  const at::Tensor mine = local.ge(0).logical_and(local.lt(vocab)).unsqueeze(1);
+  at::Tensor rows = at::embedding(embed_, local.clamp(0, vocab - 1)).mul_(mine);
+  SumOver(*group_, rows, "the embedding");
+  return rows;
+}
+
+at::Tensor FusedDecoder::Logits(const at::Tensor& hidden) const {
+  const at::Tensor local = at::mm(hidden, head_.t(), at::kFloat);  // (B, V / tp)
+  if (group_ == nullptr) return local;
+  const int64_t tp = group_->size(), rows = local.size(0), vocab = local.size(1);
+  const at::Tensor gathered = at::empty({tp * rows, vocab}, local.options());
+  const absl::Status status = group_->AllGather(local, gathered);
+  TORCH_CHECK(status.ok(),
+              "tensor-parallel decode: gathering the logits: ", std::string(status.message()));
+  return gathered.view({tp, rows, vocab}).transpose(0, 1).reshape({rows, tp * vocab});
+}
 
 at::Tensor FusedDecoder::Layers(const at::Tensor& tokens, const at::Tensor& positions,
                                 const at::Tensor& slots, SlotKvCache& cache, bool keep_keys,
@@ -94,7 +158,7 @@ at::Tensor FusedDecoder::Layers(const at::Tensor& tokens, const at::Tensor& posi
   at::Tensor h = at::empty({rows, hidden}, bf16);
   at::Tensor q = at::empty({rows, heads, d}, bf16);
   at::Tensor k = keep_keys ? at::empty({rows, kv_heads, d}, bf16) : at::Tensor();
-  const at::Tensor embedded = at::embedding(embed_, tokens);  // (N, C) bf16
+  const at::Tensor embedded = Embed(tokens);  // (N, C) bf16
   kernels::AddRmsNorm(residual.data_ptr<float>(), embedded.data_ptr(), /*assign=*/true,
                       layers_[0].input_norm.data_ptr(), h.data_ptr(), rows, hidden, eps, stream);
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -107,13 +171,13 @@ at::Tensor FusedDecoder::Layers(const at::Tensor& tokens, const at::Tensor& posi
         keep_keys ? k.data_ptr() : nullptr, cache.key(i).data_ptr(), cache.value(i).data_ptr(),
         rows, heads, kv_heads, d, cache.capacity(), stream);
     const at::Tensor attention = attend(i, q, k, qkv);  // (N, H D)
-    const at::Tensor o = Linear(attention, layer.o_weight, layer.o_bias);
+    const at::Tensor o = RowParallel(attention, layer.o_weight, layer.o_bias);
     kernels::AddRmsNorm(residual.data_ptr<float>(), o.data_ptr(), /*assign=*/false,
                         layer.post_norm.data_ptr(), h.data_ptr(), rows, hidden, eps, stream);
     const at::Tensor gate_up = Linear(h, layer.gate_up_weight, layer.gate_up_bias);
     at::Tensor activated = at::empty({rows, gate_up.size(1) / 2}, bf16);
     kernels::SiluMul(gate_up.data_ptr(), activated.data_ptr(), rows, activated.size(1), stream);
-    const at::Tensor down = Linear(activated, layer.down_weight, layer.down_bias);
+    const at::Tensor down = RowParallel(activated, layer.down_weight, layer.down_bias);
     const at::Tensor& next_norm = i + 1 < layers_.size() ? layers_[i + 1].input_norm : final_norm_;
     kernels::AddRmsNorm(residual.data_ptr<float>(), down.data_ptr(), /*assign=*/false,
                         next_norm.data_ptr(), h.data_ptr(), rows, hidden, eps, stream);
@@ -141,7 +205,7 @@ at::Tensor FusedDecoder::Decode(const at::Tensor& tokens, const at::Tensor& posi
     return attention;
   };
   const at::Tensor h = Layers(tokens, positions, slots, cache, /*keep_keys=*/false, attend);
-  return at::mm(h, head_.t(), at::kFloat);  // (B, V) float32
+  return Logits(h);  // (B, V) float32
 }
 
 at::Tensor FusedDecoder::Prefill(const at::Tensor& ids, const at::Tensor& lengths,
@@ -178,7 +242,7 @@ at::Tensor FusedDecoder::Prefill(const at::Tensor& ids, const at::Tensor& length
   const at::Tensor h =
       Layers(ids.reshape({rows}), positions, token_slots, cache, /*keep_keys=*/true, attend);
   const at::Tensor last = (at::arange(batch, lengths.options()) * t + lengths - 1);
-  return at::mm(h.index_select(0, last), head_.t(), at::kFloat);  // (B, V) float32
+  return Logits(h.index_select(0, last));  // (B, V) float32
 }
 
 #else  // Built without CUDA: Supports() is false and these are never called.

@@ -5,14 +5,24 @@
 //
 // Holds rollout-layout copies of the q/k/v and gate/up weights (concatenated), made from the
 // model's parameters when built; rebuild it after the weights change.
+//
+// Tensor-parallel (a group of tp ranks, each with its slices of TensorParallelSpecs): each rank
+// runs its heads / tp query and key/value heads and F / tp MLP columns (its cache holds its
+// key/value heads only); the row-parallel o and down projections are summed over the group in
+// float32 (then rounded to bf16, as tp 1's GEMM rounds its float32 accumulation); the embedding
+// and the head are vocabulary-parallel, the logits all-gathered, so every rank has the same
+// logits and draws the same tokens. A failed collective throws (c10::Error) like a kernel's error.
 #pragma once
 
 #include <ATen/Tensor.h>
 
 #include <functional>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "worker/model/transformer.h"
+#include "worker/parallel/communicator.h"
 #include "worker/rollout/slot_kv_cache.h"
 
 namespace rlhfd::rollout {
@@ -21,7 +31,16 @@ class FusedDecoder {
  public:
   // CUDA, bf16 weights, head dim 64 or 128, at most 8 query heads per key/value head.
   static bool Supports(const model::Transformer& model);
+  // `config` is the whole model's; `weight` a parameter of the model or slice.
+  static bool Supports(const model::ModelConfig& config, const at::Tensor& weight);
   explicit FusedDecoder(model::Transformer& model);
+  // This rank's slices (named as the model's parameters) of `group`'s tensor-parallel model.
+  FusedDecoder(const model::ModelConfig& config, const std::map<std::string, at::Tensor>& slices,
+               parallel::Communicator& group);
+
+  // The shape of this rank's part: heads, key/value heads and the MLP width divided by tp (what
+  // its KV cache is sized for).
+  const model::ModelConfig& rank_config() const { return config_; }
 
   // tokens, positions, slots (B) int64 on the device → next-token logits (B, V) float32. Writes
   // each row's key and value into `cache`.
@@ -49,7 +68,20 @@ class FusedDecoder {
   at::Tensor Layers(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& slots,
                     SlotKvCache& cache, bool keep_keys, const AttendFn& attend);
 
-  model::ModelConfig config_;
+  using Lookup = std::function<at::Tensor(const std::string&)>;
+  FusedDecoder(const model::ModelConfig& config, const Lookup& get, const at::Tensor& head,
+               parallel::Communicator* group);
+  // Row-parallel projection: x (N, in / tp) by weight (out, in / tp) summed over the group in
+  // float32, plus the bias, in bf16. Without a group, the plain projection.
+  at::Tensor RowParallel(const at::Tensor& x, const at::Tensor& weight,
+                         const at::Tensor& bias) const;
+  at::Tensor Embed(const at::Tensor& tokens) const;
+  // Logits (B, V) float32 of hidden states (B, C): this rank's vocabulary range, gathered.
+  at::Tensor Logits(const at::Tensor& hidden) const;
+
+  model::ModelConfig config_;                // This rank's part (rank_config()).
+  parallel::Communicator* group_ = nullptr;  // Null: tp 1.
+  int64_t vocab_begin_ = 0;                  // The first id of this rank's vocabulary range.
   at::Tensor embed_, final_norm_, head_, inv_freq_;
   std::vector<Layer> layers_;
 };

@@ -118,8 +118,13 @@ absl::StatusOr<std::vector<GenerationResult>> GenerateTensorParallel(
       top_p.data_ptr<float>()[b] = static_cast<float>(sampling.top_p);
     }
     at::NoGradGuard no_grad;
-    ASSIGN_OR_RETURN(const at::Tensor hidden, model.Hidden(ids));
-    const at::Tensor at_last = hidden.index({at::arange(batch, at::kLong), last}).unsqueeze(1);
+    const at::Device device = model.device();
+    ASSIGN_OR_RETURN(const at::Tensor hidden, model.Hidden(ids.to(device)));
+    const at::Tensor at_last =
+        hidden
+            .index(
+                {at::arange(batch, at::TensorOptions(at::kLong).device(device)), last.to(device)})
+            .unsqueeze(1);
     ASSIGN_OR_RETURN(const at::Tensor logits, model.Logits(at_last));
     SamplingRows sampling_rows{temperature, seeds, counters};
     if (filters) {
@@ -153,17 +158,20 @@ absl::StatusOr<std::vector<GenerationResult>> GenerateTensorParallel(
 }
 
 absl::StatusOr<GroupRequests> GatherGroupRequests(parallel::Communicator& group,
-                                                  const std::vector<GenerationRequest>& requests) {
+                                                  const std::vector<GenerationRequest>& requests,
+                                                  const at::Device& device) {
   std::vector<int64_t> mine;
   AppendRequests(requests, mine);
-  at::Tensor size = at::tensor({static_cast<int64_t>(mine.size())}, at::kLong);
-  at::Tensor sizes = at::empty({group.size()}, at::kLong);
+  const auto on_device = at::TensorOptions(at::kLong).device(device);
+  const at::Tensor size = at::tensor({static_cast<int64_t>(mine.size())}, at::kLong).to(device);
+  const at::Tensor sizes = at::empty({group.size()}, on_device);
   RETURN_IF_ERROR(group.AllGather(size, sizes));
   const int64_t longest = sizes.max().item<int64_t>();
   at::Tensor padded = at::zeros({1, longest}, at::kLong);
   std::copy(mine.begin(), mine.end(), padded.data_ptr<int64_t>());
-  at::Tensor everyone = at::empty({group.size(), longest}, at::kLong);
-  RETURN_IF_ERROR(group.AllGather(padded, everyone));
+  const at::Tensor gathered_words = at::empty({group.size(), longest}, on_device);
+  RETURN_IF_ERROR(group.AllGather(padded.to(device), gathered_words));
+  const at::Tensor everyone = gathered_words.cpu();
   GroupRequests gathered;
   for (int r = 0; r < group.size(); ++r) {
     if (r == group.rank()) gathered.first = gathered.all.size();

@@ -5,7 +5,8 @@
 // tokens of GenerationEngine over the whole model up to float rounding.
 //
 // Each step runs the model over the rows' whole prefixes (no KV cache): this path serves small
-// models on CPU workers; the fused GPU decode is tensor-parallel size 1.
+// models on CPU workers, and on GPUs the models the fused decode does not (GenerationEngine::
+// CreateTensorParallel serves the rest with a KV cache).
 #pragma once
 
 #include <vector>
@@ -25,12 +26,13 @@ absl::StatusOr<std::vector<GenerationResult>> GenerateTensorParallel(
 
 // A tensor-parallel group decodes its ranks' prompts together: every rank calls this with its own
 // requests and gets every rank's, in rank order (sent as int64 words, doubles bit for bit), and
-// where its own begin.
+// where its own begin. `device`: where the group's collectives take tensors (a GPU for NCCL).
 struct GroupRequests {
   std::vector<GenerationRequest> all;
   size_t first = 0;  // this rank's requests are all[first, first + its count)
 };
 absl::StatusOr<GroupRequests> GatherGroupRequests(parallel::Communicator& group,
-                                                  const std::vector<GenerationRequest>& requests);
+                                                  const std::vector<GenerationRequest>& requests,
+                                                  const at::Device& device);
 
 }  // namespace rlhfd::rollout

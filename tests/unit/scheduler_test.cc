@@ -1,0 +1,62 @@
+// PlaceJob: which workers a job gets, and the collectives' transport it implies.
+#include "controller/scheduler/scheduler.h"
+
+#include <catch2/catch.hpp>
+
+namespace rlhfd::controller {
+namespace {
+
+v1::Worker GpuWorker(const std::string& id, const std::string& host, int device_index) {
+  v1::Worker worker;
+  worker.set_worker_id(id);
+  worker.set_address(host + ":7000");
+  worker.set_state(v1::WORKER_STATE_ALIVE);
+  worker.set_last_heartbeat_time_ms(100);
+  worker.mutable_capacity()->set_host(host);
+  worker.mutable_capacity()->set_device_kind(v1::DEVICE_KIND_CUDA);
+  worker.mutable_capacity()->set_device_index(device_index);
+  return worker;
+}
+
+}  // namespace
+
+TEST_CASE("GPU workers on devices of their own talk over NCCL; sharing a GPU, over sockets",
+          "[scheduler]") {
+  const PlacementNeed need{.device = "cuda", .world_size = 2};
+  SECTION("two GPUs of one host, and one GPU of each of two hosts") {
+    for (const auto& workers : {std::vector{GpuWorker("a", "h1", 0), GpuWorker("b", "h1", 1)},
+                                std::vector{GpuWorker("a", "h1", 0), GpuWorker("b", "h2", 0)}}) {
+      const absl::StatusOr<Placement> placement = PlaceJob(need, workers, {});
+      REQUIRE(placement.ok());
+      CHECK(placement->gpu);
+      CHECK(placement->nccl);
+    }
+  }
+  SECTION("two workers on GPU 0 of one host: NCCL refuses two ranks on one device") {
+    const std::vector workers = {GpuWorker("a", "h1", 0), GpuWorker("b", "h1", 0),
+                                 GpuWorker("c", "h1", 1)};
+    const absl::StatusOr<Placement> placement = PlaceJob(need, workers, {});
+    REQUIRE(placement.ok());
+    CHECK(placement->worker_ids == std::vector<std::string>{"a", "b"});
+    CHECK(placement->gpu);
+    CHECK_FALSE(placement->nccl);
+    // A worker the job does not get does not count: a and c are apart.
+    const absl::StatusOr<Placement> apart = PlaceJob(need, workers, {{"b", "job-1"}});
+    REQUIRE(apart.ok());
+    CHECK(apart->nccl);
+  }
+  SECTION("CPU jobs never use NCCL") {
+    const absl::StatusOr<Placement> placement =
+        PlaceJob({.device = "cpu", .world_size = 1}, {[] {
+                   v1::Worker worker = GpuWorker("a", "h1", -1);
+                   worker.mutable_capacity()->set_device_kind(v1::DEVICE_KIND_CPU);
+                   return worker;
+                 }()},
+                 {});
+    REQUIRE(placement.ok());
+    CHECK_FALSE(placement->gpu);
+    CHECK_FALSE(placement->nccl);
+  }
+}
+
+}  // namespace rlhfd::controller
