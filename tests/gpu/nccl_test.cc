@@ -25,7 +25,9 @@ TEST_CASE("NCCL communicator: collectives on every GPU (up to two), and a hung r
   testing::TempDir dir;
   std::vector<std::string> scenarios = {"collectives", "transfer",        "reshard",    "zero2",
                                         "zero3",       "tensor_parallel", "tp_generate"};
-  if (size < 2) scenarios = {"collectives"};  // One rank: NCCL starts and runs, no more.
+  // One rank: NCCL starts and runs its collectives, and the tensor-parallel decode runs over it
+  // at tp 1 (its collectives queued and captured in the CUDA graphs).
+  if (size < 2) scenarios = {"collectives", "tp_generate"};
   for (const std::string& scenario : scenarios) {
     auto ranks = StartRanks(dir, scenario, size, 60000, "nccl");
     for (int rank = 0; rank < size; ++rank) {
@@ -42,8 +44,9 @@ TEST_CASE("NCCL communicator: collectives on every GPU (up to two), and a hung r
   if (size < 2) {
     testing::ReportSkipped(
         "one GPU: the two-rank scenarios over NCCL (collectives, transfer, reshard, zero2, "
-        "zero3, tensor_parallel, tp_generate, hang) need two GPUs; only NCCL's start-up on one "
-        "rank ran (shared_gpu_test runs them on one GPU over sockets)");
+        "zero3, tensor_parallel, tp_generate at tp 2, hang) need two GPUs; one rank ran the "
+        "collectives and tp_generate at tp 1 (shared_gpu_test runs tp 2 on one GPU over "
+        "sockets)");
     return;
   }
   const int timeout_ms = 5000;

@@ -16,8 +16,9 @@
 //   transfer     cross-pool transfers (contiguous DP splits of different sizes, overlapping
 //                pools, a shuffled plan): every destination gets exactly its rows
 //   tp_generate  (GPU) the engine's tensor-parallel fused decode at tp = 2 over this rank's
-//                slices: every rank gets the same tokens; greedy tokens and log-probs are tp =
-//                1's up to bf16 noise (counted: the prompts whose tokens equal tp = 1's)
+//                slices (tp = 1 on one rank): every rank gets the same tokens; greedy tokens and
+//                log-probs are tp = 1's up to bf16 noise (counted: the prompts whose tokens equal
+//                tp = 1's); CUDA graphs where the collectives can be captured (NCCL)
 // --backend=staged: sockets with device tensors staged through the host, every rank on cuda:0
 // (two ranks on one GPU, which NCCL refuses).
 // Exit code 0: the scenario's expectations held on this rank; messages on stderr otherwise.
@@ -685,8 +686,9 @@ void TensorParallelGeneration(Communicator& world, const at::Device& device) {
     Expect(false, "tp_generate runs the fused GPU decode: use --backend=nccl or staged");
     return;
   }
-  const int me = world.rank();
-  auto group = world.Split(me / 2, me);
+  // tp 2, or on one rank the tensor-parallel path at tp 1 (a single GPU's NCCL run).
+  const int me = world.rank(), tp = world.size() >= 2 ? 2 : 1;
+  auto group = world.Split(me / tp, me);
   ExpectOk(group.status(), "tp group");
   if (!group.ok()) return;
   at::NoGradGuard no_grad;
@@ -701,7 +703,7 @@ void TensorParallelGeneration(Communicator& world, const at::Device& device) {
     std::map<std::string, at::Tensor> slices;
     for (const ShardedParameter& spec : TensorParallelSpecs(config)) {
       slices[spec.name] =
-          RolloutSlice(named[spec.name].detach(), spec, {.tp = 2, .dp = world.size() / 2}, me);
+          RolloutSlice(named[spec.name].detach(), spec, {.tp = tp, .dp = world.size() / tp}, me);
     }
     for (const bool greedy : {true, false}) {
       const std::string what = absl::StrCat(shape, greedy ? " greedy" : " sampled");
@@ -710,12 +712,12 @@ void TensorParallelGeneration(Communicator& world, const at::Device& device) {
       ExpectOk(whole.status(), what + ": tp 1 engine");
       auto split =
           rollout::GenerationEngine::CreateTensorParallel(config, slices, **group, options);
-      ExpectOk(split.status(), what + ": tp 2 engine");
+      ExpectOk(split.status(), what + ": tensor-parallel engine");
       if (!whole.ok() || !split.ok()) return;
       auto expected = (*whole)->Generate(requests);
       auto got = (*split)->Generate(requests);
       ExpectOk(expected.status(), what + ": tp 1 generation");
-      ExpectOk(got.status(), what + ": tp 2 generation");
+      ExpectOk(got.status(), what + ": tensor-parallel generation");
       if (!expected.ok() || !got.ok()) return;
       // Every rank of the group drew the same tokens: the sum of (token · position) agrees.
       int64_t equal = 0, tokens = 0;
@@ -758,10 +760,13 @@ void TensorParallelGeneration(Communicator& world, const at::Device& device) {
                                           "forward ",
                                           worst_gap)
                            : std::string())
-                << ", ranks agree: " << (most == least) << ", tp 2 slots "
+                << ", ranks agree: " << (most == least) << ", tensor-parallel slots "
                 << (*split)->stats().cache_slots << ", cuda graphs "
                 << (*split)->stats().graph_batch_sizes.size() << "\n";
       Expect(most == least, what + ": every rank of the group draws the same tokens");
+      // NCCL's collectives are captured with the decode step; the sockets' run on the host.
+      Expect((*split)->stats().graph_batch_sizes.empty() != (*group)->CapturableInGraphs(),
+             what + ": CUDA graphs exactly where the collectives can be captured");
       Expect(tokens == static_cast<int64_t>(requests.size()) * 24, what + ": 24 tokens each");
       // The ranks' partial projections are summed in float32 before the bf16 rounding tp 1's
       // GEMM makes of its own float32 accumulation, and each rank's GEMMs have other shapes

@@ -79,6 +79,18 @@ class Communicator {
     return status;
   }
   virtual absl::Status Synchronize() { return absl::OkStatus(); }
+  // AllReduce and AllGather that, like SendRecvQueued, return once queued on the device's current
+  // stream (NCCL), so that a decode step queues its kernels and collectives without a host wait
+  // between them; Synchronize() waits. Backends without streams complete them before returning.
+  virtual absl::Status AllReduceQueued(const at::Tensor& tensor, ReduceOp op) {
+    return AllReduce(tensor, op);
+  }
+  virtual absl::Status AllGatherQueued(const at::Tensor& input, const at::Tensor& output) {
+    return AllGather(input, output);
+  }
+  // Whether the queued operations can be captured into a CUDA graph (they run on the stream the
+  // graph captures: NCCL), rather than on the host.
+  virtual bool CapturableInGraphs() const { return false; }
   virtual absl::Status Barrier() = 0;
   // Ranks passing the same color form a new communicator, ranked by (key, rank). A negative
   // color joins none (the result is null). Every rank must call it.

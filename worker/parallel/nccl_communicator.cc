@@ -187,28 +187,20 @@ class NcclCommunicator : public Communicator {
   int size() const override { return size_; }
 
   absl::Status AllReduce(const at::Tensor& tensor, ReduceOp op) override {
-    RETURN_IF_ERROR(Check(tensor));
-    ASSIGN_OR_RETURN(const ncclDataType_t type, NcclType(tensor.scalar_type()));
-    RETURN_IF_ERROR(Run("all-reduce", [&](cudaStream_t stream) {
-      return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), type,
-                           NcclOp(op, tensor), comm_->get(), stream);
-    }));
-    FinishAverage(tensor, op);
-    return absl::OkStatus();
+    return AllReduceOn(tensor, op, /*wait=*/true);
+  }
+  absl::Status AllReduceQueued(const at::Tensor& tensor, ReduceOp op) override {
+    return AllReduceOn(tensor, op, /*wait=*/false);
   }
 
   absl::Status AllGather(const at::Tensor& input, const at::Tensor& output) override {
-    RETURN_IF_ERROR(Check(input));
-    RETURN_IF_ERROR(Check(output));
-    if (output.numel() != input.numel() * size_ || output.scalar_type() != input.scalar_type()) {
-      return absl::InvalidArgumentError("AllGather: output must be size x input, same dtype");
-    }
-    ASSIGN_OR_RETURN(const ncclDataType_t type, NcclType(input.scalar_type()));
-    return Run("all-gather", [&](cudaStream_t stream) {
-      return ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(), type, comm_->get(),
-                           stream);
-    });
+    return AllGatherOn(input, output, /*wait=*/true);
   }
+  absl::Status AllGatherQueued(const at::Tensor& input, const at::Tensor& output) override {
+    return AllGatherOn(input, output, /*wait=*/false);
+  }
+
+  bool CapturableInGraphs() const override { return true; }
 
   absl::Status ReduceScatter(const at::Tensor& input, const at::Tensor& output,
                              ReduceOp op) override {
@@ -335,6 +327,36 @@ class NcclCommunicator : public Communicator {
           absl::StrCat("NCCL communicator: tensors must be contiguous on ", comm_->device().str()));
     }
     return absl::OkStatus();
+  }
+
+  absl::Status AllReduceOn(const at::Tensor& tensor, ReduceOp op, bool wait) {
+    RETURN_IF_ERROR(Check(tensor));
+    ASSIGN_OR_RETURN(const ncclDataType_t type, NcclType(tensor.scalar_type()));
+    RETURN_IF_ERROR(Run(
+        "all-reduce",
+        [&](cudaStream_t stream) {
+          return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), type,
+                               NcclOp(op, tensor), comm_->get(), stream);
+        },
+        wait));
+    FinishAverage(tensor, op);
+    return absl::OkStatus();
+  }
+
+  absl::Status AllGatherOn(const at::Tensor& input, const at::Tensor& output, bool wait) {
+    RETURN_IF_ERROR(Check(input));
+    RETURN_IF_ERROR(Check(output));
+    if (output.numel() != input.numel() * size_ || output.scalar_type() != input.scalar_type()) {
+      return absl::InvalidArgumentError("AllGather: output must be size x input, same dtype");
+    }
+    ASSIGN_OR_RETURN(const ncclDataType_t type, NcclType(input.scalar_type()));
+    return Run(
+        "all-gather",
+        [&](cudaStream_t stream) {
+          return ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(), type,
+                               comm_->get(), stream);
+        },
+        wait);
   }
 
   void FinishAverage(const at::Tensor& tensor, ReduceOp op) const {

@@ -59,7 +59,8 @@ absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::CreateTensor
       new GenerationEngine(model::Transformer(nullptr), config, weight, std::move(options)));
   engine->slices_ = std::move(slices);
   engine->group_ = &group;
-  engine->options_.cuda_graphs = false;
+  // Over sockets the collectives run on the host, between the kernels: no graph can hold them.
+  engine->options_.cuda_graphs = engine->options_.cuda_graphs && group.CapturableInGraphs();
   ResetPeakMemory(engine->device_);
   return engine;
 }

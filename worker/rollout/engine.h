@@ -57,8 +57,8 @@ class GenerationEngine {
   // Tensor-parallel generation on a GPU (the fused decode only): this rank's slices of `config`'s
   // model (TensorParallelSpecs of group.size()) on a CUDA device in bf16. Every rank of `group`
   // calls Generate with the same requests and gets the same results; the ranks agree on the
-  // cache's slot count, so they schedule alike. No CUDA graphs: the collectives run between the
-  // kernels (sockets staged through the host where ranks share a GPU).
+  // cache's slot count, so they schedule alike. CUDA graphs where the group's collectives can be
+  // captured (NCCL), not over sockets (workers sharing a GPU), whose collectives run on the host.
   static absl::StatusOr<std::unique_ptr<GenerationEngine>> CreateTensorParallel(
       const model::ModelConfig& config, std::map<std::string, at::Tensor> slices,
       parallel::Communicator& group, EngineOptions options);

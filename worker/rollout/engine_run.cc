@@ -172,6 +172,7 @@ class GenerationEngine::Run {
                             bool ragged) {
     const at::Device device = engine_.device_;
     SlotKvCache& cache = *engine_.cache_;
+    AwaitGroup();  // The prefill reads lengths on the host: no decode step may still be queued.
     if (engine_.fused_) {
       return engine_.fused_->Prefill(ids.to(device), (last_index + 1).to(device), OnDevice(slots),
                                      engine_.usable_slots_, cache);
@@ -191,6 +192,7 @@ class GenerationEngine::Run {
     UploadSamplingRows(first, rows);
     const SampledTokens drawn = SampleTokens(logits, DeviceSamplingRows(rows));
     const int buffer = CopyToHost(drawn, rows);
+    AwaitGroup();
     Synchronize(engine_.device_);
     Append(first, rows, buffer);
     device_inputs_valid_ = false;
@@ -321,7 +323,18 @@ class GenerationEngine::Run {
     engine_.stats_.decode_steps += 1;
   }
 
+  // Tensor-parallel: waits for the group's queued collectives within the communicator's timeout
+  // (a peer that died fails here, as an error, rather than leaving a host wait on the stream
+  // hanging).
+  void AwaitGroup() {
+    if (engine_.group_ == nullptr) return;
+    const absl::Status status = engine_.group_->Synchronize();
+    TORCH_CHECK(status.ok(),
+                "tensor-parallel decode: waiting for the group: ", std::string(status.message()));
+  }
+
   void CollectOldest() {
+    AwaitGroup();
     Step step = std::move(in_flight_.front());
     in_flight_.pop_front();
     step.done->Wait();

@@ -108,7 +108,7 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 }
 
 void SumOver(parallel::Communicator& group, const at::Tensor& tensor, const char* what) {
-  const absl::Status status = group.AllReduce(tensor, parallel::ReduceOp::kSum);
+  const absl::Status status = group.AllReduceQueued(tensor, parallel::ReduceOp::kSum);
   TORCH_CHECK(status.ok(), "tensor-parallel decode: summing ", what,
               " over the group: ", std::string(status.message()));
 }
@@ -140,7 +140,7 @@ at::Tensor FusedDecoder::Logits(const at::Tensor& hidden) const {
   if (group_ == nullptr) return local;
   const int64_t tp = group_->size(), rows = local.size(0), vocab = local.size(1);
   const at::Tensor gathered = at::empty({tp * rows, vocab}, local.options());
-  const absl::Status status = group_->AllGather(local, gathered);
+  const absl::Status status = group_->AllGatherQueued(local, gathered);
   TORCH_CHECK(status.ok(),
               "tensor-parallel decode: gathering the logits: ", std::string(status.message()));
   return gathered.view({tp, rows, vocab}).transpose(0, 1).reshape({rows, tp * vocab});

@@ -11,7 +11,10 @@
 // key/value heads only); the row-parallel o and down projections are summed over the group in
 // float32 (then rounded to bf16, as tp 1's GEMM rounds its float32 accumulation); the embedding
 // and the head are vocabulary-parallel, the logits all-gathered, so every rank has the same
-// logits and draws the same tokens. A failed collective throws (c10::Error) like a kernel's error.
+// logits and draws the same tokens. The collectives are queued on the stream (NCCL: no host wait
+// inside a step, and a step can be captured into a CUDA graph); the caller waits for them with the
+// group's Synchronize() before reading results. A failed collective throws (c10::Error) like a
+// kernel's error.
 #pragma once
 
 #include <ATen/Tensor.h>
