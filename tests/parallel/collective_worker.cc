@@ -19,6 +19,8 @@
 //                slices (tp = 1 on one rank): every rank gets the same tokens; greedy tokens and
 //                log-probs are tp = 1's up to bf16 noise (counted: the prompts whose tokens equal
 //                tp = 1's); CUDA graphs where the collectives can be captured (NCCL)
+//   staged_views the host-staging wrapper (host_staged_communicator.h) on CPU: every operation
+//                into and out of non-contiguous views, which it stages as it does device tensors
 // --backend=staged: sockets with device tensors staged through the host, every rank on cuda:0
 // (two ranks on one GPU, which NCCL refuses).
 // Exit code 0: the scenario's expectations held on this rank; messages on stderr otherwise.
@@ -635,6 +637,70 @@ void TensorParallel(Communicator& world, const at::Device& device) {
   Expect(worst_parameter <= 1e-10, "tp = 2 training steps equal tp = 1 steps");
 }
 
+// Every operation of StageThroughHost(`comm`) with non-contiguous CPU views as inputs and
+// outputs: they take the staging path (a host copy, then the result copied back into the view).
+void StagedViews(std::unique_ptr<Communicator> host_only) {
+  const std::unique_ptr<Communicator> comm = StageThroughHost(std::move(host_only));
+  const int rank = comm->rank(), size = comm->size();
+  // All-reduce (blocking and queued) into a transposed view of a (4, 6) tensor.
+  for (const bool queued : {false, true}) {
+    at::Tensor base = Input(rank, 24, at::kDouble).view({6, 4});
+    at::Tensor view = base.t();
+    Expect(!view.is_contiguous(), "the view is strided");
+    ExpectOk(queued ? comm->AllReduceQueued(view, ReduceOp::kSum)
+                    : comm->AllReduce(view, ReduceOp::kSum),
+             "staged all-reduce into a view");
+    at::Tensor expected = at::zeros({24}, at::kDouble);
+    for (int r = 0; r < size; ++r) expected += Input(r, 24, at::kDouble);
+    Expect(at::equal(base, expected.view({6, 4})), "staged all-reduce lands in the view's storage");
+  }
+  // All-gather into every other row of a larger tensor.
+  at::Tensor rows = at::zeros({2 * 3 * size, 5}, at::kDouble);
+  at::Tensor gathered = rows.slice(0, 0, 2 * 3 * size, 2);  // rows 0, 2, 4, ...
+  ExpectOk(comm->AllGather(Input(rank, 15, at::kDouble).view({3, 5}), gathered),
+           "staged all-gather into a view");
+  for (int r = 0; r < size; ++r) {
+    Expect(at::equal(gathered.narrow(0, 3 * r, 3), Input(r, 15, at::kDouble).view({3, 5})),
+           absl::StrCat("staged all-gather slice ", r));
+  }
+  Expect(rows.slice(0, 1, 2 * 3 * size, 2).abs().sum().item<double>() == 0,
+         "staged all-gather leaves the rows between alone");
+  // Reduce-scatter into a column of a (5, 2) tensor, from a strided input.
+  at::Tensor wide = Input(rank, 10 * size, at::kDouble).view({5 * size, 2});
+  at::Tensor columns = at::zeros({5, 2}, at::kDouble);
+  ExpectOk(comm->ReduceScatter(wide.select(1, 0), columns.select(1, 1), ReduceOp::kSum),
+           "staged reduce-scatter into a view");
+  at::Tensor summed = at::zeros({5}, at::kDouble);
+  for (int r = 0; r < size; ++r) {
+    summed +=
+        Input(r, 10 * size, at::kDouble).view({5 * size, 2}).select(1, 0).narrow(0, 5 * rank, 5);
+  }
+  Expect(at::equal(columns.select(1, 1), summed) &&
+             columns.select(1, 0).abs().sum().item<double>() == 0,
+         "staged reduce-scatter lands in its column only");
+  // Broadcast and a ring of send/receive into transposed views.
+  at::Tensor broadcast =
+      (rank == 0 ? Input(0, 12, at::kDouble) : at::zeros({12}, at::kDouble)).view({3, 4});
+  ExpectOk(comm->Broadcast(broadcast.t(), 0), "staged broadcast into a view");
+  Expect(at::equal(broadcast, Input(0, 12, at::kDouble).view({3, 4})), "staged broadcast");
+  const int next = (rank + 1) % size, previous = (rank + size - 1) % size;
+  at::Tensor received = at::zeros({4, 3}, at::kDouble);  // received into its transpose
+  ExpectOk(comm->SendRecv({{PeerTransfer::Direction::kSend, next,
+                            Input(rank, 12, at::kDouble).view({4, 3}).t()},
+                           {PeerTransfer::Direction::kRecv, previous, received.t()}}),
+           "staged send/receive with views");
+  Expect(at::equal(received.t(), Input(previous, 12, at::kDouble).view({4, 3}).t()),
+         "staged receive lands in the view");
+  // A split of the wrapper stages too.
+  auto half = comm->Split(rank % 2, rank);
+  ExpectOk(half.status(), "staged split");
+  if (!half.ok()) return;
+  at::Tensor one = at::ones({4, 2}, at::kDouble);
+  ExpectOk((*half)->AllReduce(one.t(), ReduceOp::kSum), "staged split's all-reduce into a view");
+  Expect(at::equal(one, at::full({4, 2}, static_cast<double>((*half)->size()), at::kDouble)),
+         "staged split's all-reduce");
+}
+
 // A random bf16 model in the fused decode's shapes, alike on every rank: Qwen2-like (q/k/v bias,
 // head dim 64, tied embeddings) or Qwen3-like (q/k RMSNorm, head dim 128, an untied head); 8
 // query and 2 key/value heads, so tp = 2 gives each rank 4 and 1.
@@ -837,6 +903,8 @@ int Run() {
     Zero3(**comm, device);
   } else if (scenario == "tensor_parallel") {
     TensorParallel(**comm, device);
+  } else if (scenario == "staged_views") {
+    StagedViews(*std::move(comm));
   } else if (scenario == "tp_generate") {
     TensorParallelGeneration(**comm, device);
   } else if (scenario == "hang" || scenario == "exit") {

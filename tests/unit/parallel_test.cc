@@ -55,6 +55,12 @@ TEST_CASE("socket communicator: every collective against a reference, 2 and 4 ra
   ExpectAllRanksPass(size, "collectives");
 }
 
+TEST_CASE("host staging: every operation into and out of strided views, 2 and 3 ranks",
+          "[parallel]") {
+  const int size = GENERATE(2, 3);
+  ExpectAllRanksPass(size, "staged_views");
+}
+
 TEST_CASE("cross-pool transfers deliver every row exactly once, 2 and 4 ranks", "[parallel]") {
   const int size = GENERATE(2, 4);
   ExpectAllRanksPass(size, "transfer");
