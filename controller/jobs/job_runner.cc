@@ -173,7 +173,13 @@ void JobRunner::Start(const v1::Job& job, const Placement& placement) {
   LogIfFailed(
       jobs_.TransitionTo(id, v1::JOB_STATE_PLACING,
                          absl::StrCat("placed on ", absl::StrJoin(placement.worker_ids, ", "),
-                                      ApartFrom(id, placement)),
+                                      ApartFrom(id, placement),
+                                      placement.shared_gpu.empty()
+                                          ? ""
+                                          : absl::StrCat("; ", placement.shared_gpu,
+                                                         ": the job's collectives run over "
+                                                         "sockets through host memory (NCCL "
+                                                         "refuses two ranks on one GPU), slowly")),
                          clock_()),
       "placing a job");
   const int64_t generation = next_generation_++;

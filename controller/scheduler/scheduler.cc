@@ -1,6 +1,8 @@
 #include "controller/scheduler/scheduler.h"
 
+#include <map>
 #include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -32,8 +34,7 @@ absl::StatusOr<Placement> PlaceJob(const PlacementNeed& need,
   int alive = 0, draining = 0, silent = 0;
   std::set<std::string> busy_jobs;
   int busy = 0;
-  std::set<std::pair<std::string, int>> devices_taken;
-  bool device_shared = false;
+  std::map<std::pair<std::string, int>, std::string> devices_taken;  // → the worker placed there
   for (const v1::Worker& worker : workers) {
     if (worker.capacity().device_kind() != kind) continue;
     if (worker.state() == v1::WORKER_STATE_DRAINING) ++draining;
@@ -52,10 +53,16 @@ absl::StatusOr<Placement> PlaceJob(const PlacementNeed& need,
       placement.worker_ids.push_back(worker.worker_id());
       placement.addresses.push_back(worker.address());
       const v1::WorkerCapacity& capacity = worker.capacity();
-      device_shared |= !devices_taken.emplace(capacity.host(), capacity.device_index()).second;
+      const auto [taken, fresh] = devices_taken.emplace(
+          std::pair{capacity.host(), capacity.device_index()}, worker.worker_id());
+      if (!fresh && placement.shared_gpu.empty()) {
+        placement.shared_gpu =
+            absl::StrCat(taken->second, " and ", worker.worker_id(), " share GPU ",
+                         capacity.device_index(), " of ", capacity.host());
+      }
     }
   }
-  placement.nccl = gpu && !device_shared;
+  placement.nccl = gpu && placement.shared_gpu.empty();
   if (static_cast<int>(placement.worker_ids.size()) == needed) return placement;
   const char* what = gpu ? "GPU" : "CPU";
   std::string reason = absl::StrCat("needs ", needed, " ", what, " worker", needed == 1 ? "" : "s",

@@ -31,6 +31,9 @@ struct Placement {
   // two ranks on one device, so workers sharing a GPU (same host and device index) talk over
   // sockets, with device tensors staged through host memory.
   bool nccl = false;
+  // GPU workers sharing a GPU, the first pair ("gpu0 and gpu1 share GPU 0 of host-a"), said when
+  // the job is placed; empty otherwise.
+  std::string shared_gpu;
 };
 
 // `used` maps a worker id to the job using it. Workers last heard from at or before

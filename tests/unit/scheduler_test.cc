@@ -30,6 +30,7 @@ TEST_CASE("GPU workers on devices of their own talk over NCCL; sharing a GPU, ov
       REQUIRE(placement.ok());
       CHECK(placement->gpu);
       CHECK(placement->nccl);
+      CHECK(placement->shared_gpu.empty());
     }
   }
   SECTION("two workers on GPU 0 of one host: NCCL refuses two ranks on one device") {
@@ -40,6 +41,7 @@ TEST_CASE("GPU workers on devices of their own talk over NCCL; sharing a GPU, ov
     CHECK(placement->worker_ids == std::vector<std::string>{"a", "b"});
     CHECK(placement->gpu);
     CHECK_FALSE(placement->nccl);
+    CHECK(placement->shared_gpu == "a and b share GPU 0 of h1");
     // A worker the job does not get does not count: a and c are apart.
     const absl::StatusOr<Placement> apart = PlaceJob(need, workers, {{"b", "job-1"}});
     REQUIRE(apart.ok());
