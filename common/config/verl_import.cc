@@ -325,7 +325,8 @@ class Converter {
         gpus % tp->get<int64_t>() != 0) {
       Map(tp_key, "roles.actor.rollout.tp", 1);
       Warn(tp_key, absl::StrCat("verl's default ", Text(*tp), " does not divide the job's ", gpus,
-                                " GPUs; each generates with the whole model (tp 1)"));
+                                gpus == 1 ? " GPU" : " GPUs",
+                                "; each generates with the whole model (tp 1)"));
     } else {
       Map(tp_key, "roles.actor.rollout.tp", *tp);
     }

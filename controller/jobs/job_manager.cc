@@ -207,6 +207,7 @@ absl::Status JobManager::Delete(const std::string& job_id) {
 std::vector<std::string> JobManager::Warnings(const v1::JobSpec& spec,
                                               int64_t workers_registered) const {
   std::vector<std::string> warnings;
+  if (std::string slow = SlowRolloutWarning(spec); !slow.empty()) warnings.push_back(slow);
   const int needed = config::TotalGpus(spec);
   if (needed > workers_registered) {
     warnings.push_back(absl::StrCat("the job needs ", needed, " workers (one per GPU) and ",

@@ -24,8 +24,8 @@ namespace {
 // Looks like a Hugging Face hub id ("Qwen/Qwen2.5-0.5B-Instruct") rather than a path.
 bool LooksLikeHubId(const std::string& path) {
   const size_t slash = path.find('/');
-  return slash != std::string::npos && slash > 0 && path.find('/', slash + 1) == std::string::npos &&
-         path[0] != '.' && path[0] != '~';
+  return slash != std::string::npos && slash > 0 &&
+         path.find('/', slash + 1) == std::string::npos && path[0] != '.' && path[0] != '~';
 }
 
 class FileChecker {
@@ -37,7 +37,8 @@ class FileChecker {
   bool Resolve(const std::string& key, std::string* path) {
     if (path->empty() || (*path)[0] == '/') return true;
     if (base_dir_.empty()) {
-      errors_->Add(key, absl::StrCat("'", *path, "' is relative; give an absolute path (rlhfctl "
+      errors_->Add(key, absl::StrCat("'", *path,
+                                     "' is relative; give an absolute path (rlhfctl "
                                      "resolves relative paths against its working directory)"));
       return false;
     }
@@ -52,7 +53,8 @@ class FileChecker {
     if (!IsDirectory(*path)) {
       std::string message = absl::StrCat("model directory '", *path, "' not found");
       if (LooksLikeHubId(written)) {
-        absl::StrAppend(&message, "; '", written, "' looks like a Hugging Face hub id, which is "
+        absl::StrAppend(&message, "; '", written,
+                        "' looks like a Hugging Face hub id, which is "
                         "not downloaded: put the model on disk (huggingface-cli download ",
                         written, " --local-dir DIR) and give DIR");
       }
@@ -61,7 +63,8 @@ class FileChecker {
     }
     std::vector<std::string> missing;
     if (!PathExists(*path + "/config.json")) missing.push_back("config.json");
-    if (needs_tokenizer && !PathExists(*path + "/tokenizer.json")) missing.push_back("tokenizer.json");
+    if (needs_tokenizer && !PathExists(*path + "/tokenizer.json"))
+      missing.push_back("tokenizer.json");
     bool weights = PathExists(*path + "/model.safetensors") ||
                    PathExists(*path + "/model.safetensors.index.json");
     if (!weights) {
@@ -211,8 +214,8 @@ void ResolveAndCheckFiles(const std::string& base_dir, v1::JobSpec* spec,
   FileChecker check(base_dir, &errors);
   auto* model = spec->mutable_model();
   check.ModelDirectory("model.path", model->mutable_path(), model->tokenizer_path().empty());
-  if (!model->tokenizer_path().empty() && check.Resolve("model.tokenizer_path",
-                                                        model->mutable_tokenizer_path())) {
+  if (!model->tokenizer_path().empty() &&
+      check.Resolve("model.tokenizer_path", model->mutable_tokenizer_path())) {
     if (!PathExists(model->tokenizer_path() + "/tokenizer.json")) {
       errors.Add("model.tokenizer_path",
                  absl::StrCat("no tokenizer.json in '", model->tokenizer_path(), "'"));
@@ -256,6 +259,29 @@ void ResolveAndCheckFiles(const std::string& base_dir, v1::JobSpec* spec,
   check.SplitsInto("roles.actor.rollout.tp", roles->actor().rollout().tp(), model->path());
   check.Directory("trainer.checkpoint_dir", spec->mutable_trainer()->mutable_checkpoint_dir());
   problems->Append(errors);
+}
+
+std::string SlowRolloutWarning(const v1::JobSpec& spec) {
+  const int tp = spec.roles().actor().rollout().tp();
+  if (tp <= 1 || spec.trainer().device() == "cpu" || spec.model().path().empty()) return "";
+  auto text = ReadFilePrefix(spec.model().path() + "/config.json", 1 << 20);
+  if (!text.ok()) return "";
+  const nlohmann::json config = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object()) return "";
+  int64_t head_dim = 0;
+  if (config.contains("head_dim") && config["head_dim"].is_number_integer()) {
+    head_dim = config["head_dim"].get<int64_t>();
+  } else if (config.contains("hidden_size") && config["hidden_size"].is_number_integer() &&
+             config.contains("num_attention_heads") &&
+             config["num_attention_heads"].is_number_integer() &&
+             config["num_attention_heads"].get<int64_t>() > 0) {
+    head_dim = config["hidden_size"].get<int64_t>() / config["num_attention_heads"].get<int64_t>();
+  }
+  if (head_dim == 0 || head_dim == 64 || head_dim == 128) return "";
+  return absl::StrCat("roles.actor.rollout.tp ", tp, " on GPU workers: the model's head dim is ",
+                      head_dim,
+                      ", which the fused decode does not serve (64, 128), so the rollout "
+                      "recomputes each sample's whole prefix per token; tp 1 keeps a KV cache");
 }
 
 }  // namespace rlhfd::controller

@@ -19,4 +19,10 @@ namespace rlhfd::controller {
 void ResolveAndCheckFiles(const std::string& base_dir, v1::JobSpec* spec,
                           config::ConfigErrors* problems);
 
+// A warning for a job that runs but slowly: a tensor-parallel rollout on GPUs of a model whose
+// head dim the fused decode does not serve (64 and 128), which then recomputes every sample's
+// whole prefix per token. Empty otherwise (or when the model's config.json cannot be read: the
+// file checks say so).
+std::string SlowRolloutWarning(const v1::JobSpec& spec);
+
 }  // namespace rlhfd::controller

@@ -34,7 +34,7 @@ absl::StatusOr<Placement> PlaceJob(const PlacementNeed& need,
   int alive = 0, draining = 0, silent = 0;
   std::set<std::string> busy_jobs;
   int busy = 0;
-  std::map<std::pair<std::string, int>, std::string> devices_taken;  // → the worker placed there
+  std::vector<const v1::Worker*> eligible;
   for (const v1::Worker& worker : workers) {
     if (worker.capacity().device_kind() != kind) continue;
     if (worker.state() == v1::WORKER_STATE_DRAINING) ++draining;
@@ -49,18 +49,36 @@ absl::StatusOr<Placement> PlaceJob(const PlacementNeed& need,
       busy_jobs.insert(user->second);
       continue;
     }
-    if (static_cast<int>(placement.worker_ids.size()) < needed) {
-      placement.worker_ids.push_back(worker.worker_id());
-      placement.addresses.push_back(worker.address());
-      const v1::WorkerCapacity& capacity = worker.capacity();
-      const auto [taken, fresh] = devices_taken.emplace(
-          std::pair{capacity.host(), capacity.device_index()}, worker.worker_id());
-      if (!fresh && placement.shared_gpu.empty()) {
-        placement.shared_gpu =
-            absl::StrCat(taken->second, " and ", worker.worker_id(), " share GPU ",
-                         capacity.device_index(), " of ", capacity.host());
-      }
+    eligible.push_back(&worker);
+  }
+  // GPU workers on GPUs of their own first: two ranks on one GPU make the whole job's collectives
+  // run over sockets (NCCL refuses them).
+  std::map<std::pair<std::string, int>, std::string> devices_taken;  // → the worker placed there
+  const auto place = [&](const v1::Worker& worker) {
+    placement.worker_ids.push_back(worker.worker_id());
+    placement.addresses.push_back(worker.address());
+    if (!gpu) return;
+    const v1::WorkerCapacity& capacity = worker.capacity();
+    const auto [taken, fresh] = devices_taken.emplace(
+        std::pair{capacity.host(), capacity.device_index()}, worker.worker_id());
+    if (!fresh && placement.shared_gpu.empty()) {
+      placement.shared_gpu = absl::StrCat(taken->second, " and ", worker.worker_id(), " share GPU ",
+                                          capacity.device_index(), " of ", capacity.host());
     }
+  };
+  std::vector<const v1::Worker*> sharing;
+  for (const v1::Worker* worker : eligible) {
+    if (static_cast<int>(placement.worker_ids.size()) == needed) break;
+    const v1::WorkerCapacity& capacity = worker->capacity();
+    if (gpu && devices_taken.count({capacity.host(), capacity.device_index()})) {
+      sharing.push_back(worker);
+    } else {
+      place(*worker);
+    }
+  }
+  for (const v1::Worker* worker : sharing) {
+    if (static_cast<int>(placement.worker_ids.size()) == needed) break;
+    place(*worker);
   }
   placement.nccl = gpu && placement.shared_gpu.empty();
   if (static_cast<int>(placement.worker_ids.size()) == needed) return placement;

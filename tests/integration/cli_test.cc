@@ -47,13 +47,14 @@ TEST_CASE("every program's --help lists its flags and exits 0", "[integration][c
   std::vector<Program> programs = {
       {RLHFD_CONTROLLER_BIN, {"--state_dir", "--listen", "--shutdown_deadline", "(default: "}},
       {RLHFD_WORKER_BIN, {"--controller", "--device", "--worker_id", "--token_file"}},
-      {RLHFD_CTL_BIN, {"--controller", "--token_file", "--tls_ca", "--tls_cert", "RLHFD_TOKEN_FILE",
-                       "validate FILE", "convert-verl", "--from-verl"}},
+      {RLHFD_CTL_BIN,
+       {"--controller", "--token_file", "--tls_ca", "--tls_cert", "RLHFD_TOKEN_FILE",
+        "validate FILE", "convert-verl", "--from-verl"}},
   };
 #ifdef RLHFD_INFER_BIN
-  programs.push_back({RLHFD_INFER_BIN, {"--model", "--prompts", "rlhfd-infer tokenize",
-                                        "rlhfd-infer logprobs", "rlhfd-infer generate",
-                                        "rlhfd-infer export"}});
+  programs.push_back({RLHFD_INFER_BIN,
+                      {"--model", "--prompts", "rlhfd-infer tokenize", "rlhfd-infer logprobs",
+                       "rlhfd-infer generate", "rlhfd-infer export"}});
 #endif
   for (const Program& program : programs) {
     for (const char* flag : {"--help", "-h"}) {
@@ -61,12 +62,14 @@ TEST_CASE("every program's --help lists its flags and exits 0", "[integration][c
       CommandResult result = RunCommand({program.binary, flag});
       CHECK(result.exit_code == 0);
       CHECK_THAT(result.out, !Catch::Contains("No flags matched"));
-      for (const std::string& text : program.expected) CHECK_THAT(result.out, Catch::Contains(text));
+      for (const std::string& text : program.expected)
+        CHECK_THAT(result.out, Catch::Contains(text));
     }
   }
 }
 
-TEST_CASE("rlhfctl validate works offline and marks what came from defaults", "[integration][cli]") {
+TEST_CASE("rlhfctl validate works offline and marks what came from defaults",
+          "[integration][cli]") {
   TempDir dir;
   const std::string good = dir.path() + "/good.yaml";
   REQUIRE(WriteFileAtomically(good, Config("good", kModel, kData)).ok());
@@ -194,13 +197,13 @@ TEST_CASE(
 
 TEST_CASE("rlhfctl convert-verl prints the rlhfd config and what it leaves out",
           "[integration][cli]") {
-  CommandResult converted = Ctl({"convert-verl", "-", "algorithm.adv_estimator=grpo",
-                                 "actor_rollout_ref.model.path=" + kModel,
-                                 "data.train_files=" + kData, "actor_rollout_ref.rollout.n=2",
-                                 "actor_rollout_ref.rollout.name=vllm",
-                                 "trainer.n_gpus_per_node=1", "data.train_batch_size=8",
-                                 "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-                                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"});
+  CommandResult converted =
+      Ctl({"convert-verl", "-", "algorithm.adv_estimator=grpo",
+           "actor_rollout_ref.model.path=" + kModel, "data.train_files=" + kData,
+           "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.rollout.name=vllm",
+           "trainer.n_gpus_per_node=1", "data.train_batch_size=8",
+           "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+           "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"});
   INFO(converted.err);
   CHECK(converted.exit_code == 0);
   CHECK_THAT(converted.out, Catch::Contains("placement: colocated"));
@@ -208,7 +211,7 @@ TEST_CASE("rlhfctl convert-verl prints the rlhfd config and what it leaves out",
   CHECK_THAT(converted.err, Catch::Contains("warning: ignored ('vllm': rlhfd generates with its "
                                             "own engine"));
   CHECK_THAT(converted.err, Catch::Contains("): actor_rollout_ref.rollout.name\n"));
-  CHECK_THAT(converted.err, Catch::Contains("verl's default 2 does not divide the job's 1 GPUs"));
+  CHECK_THAT(converted.err, Catch::Contains("verl's default 2 does not divide the job's 1 GPU;"));
   CommandResult refused =
       Ctl({"convert-verl", "-", "actor_rollout_ref.model.lora_rank=8", "critic.model.lora_rank=8"});
   CHECK(refused.exit_code == 1);
@@ -245,8 +248,9 @@ TEST_CASE("the controller checks a job's files and layout at submission", "[inte
   REQUIRE(WriteFileAtomically(partial + "/pytorch_model.bin", "x").ok());
   CommandResult incomplete = submit(Config("partial", partial, kData));
   CHECK(incomplete.exit_code == 1);
-  CHECK_THAT(incomplete.err, Catch::Contains("is not a complete model directory: no tokenizer.json, "
-                                             "no *.safetensors weights (pytorch_model.bin is not read"));
+  CHECK_THAT(incomplete.err,
+             Catch::Contains("is not a complete model directory: no tokenizer.json, "
+                             "no *.safetensors weights (pytorch_model.bin is not read"));
   // A complete directory of a family the workers do not run (Gemma2): refused at submission,
   // naming config.json and what is supported, and with the other problems in the same answer.
   const std::string gemma = dir.path() + "/gemma";
@@ -280,9 +284,9 @@ TEST_CASE("the controller checks a job's files and layout at submission", "[inte
   CommandResult not_jsonl = submit(Config("csv", kModel, csv));
   CHECK_THAT(not_jsonl.err, Catch::Contains("is not JSONL"));
   // tp must split the model's heads, key/value heads, MLP and vocabulary.
-  CommandResult uneven = submit(Config("tp4", kModel, kData),
-                                {"roles.actor.gpus=4", "roles.actor.rollout.tp=4",
-                                 "trainer.device=cpu"});
+  CommandResult uneven =
+      submit(Config("tp4", kModel, kData),
+             {"roles.actor.gpus=4", "roles.actor.rollout.tp=4", "trainer.device=cpu"});
   CHECK(uneven.exit_code == 1);
   CHECK_THAT(uneven.err, Catch::Contains("roles.actor.rollout.tp: 4 does not divide the model's "
                                          "num_key_value_heads (2, "));
@@ -304,8 +308,8 @@ TEST_CASE("the controller checks a job's files and layout at submission", "[inte
   INFO(relative.err);
   CHECK(relative.exit_code == 0);
   CommandResult shown = cluster.Ctl({"--json", "status", "job-3"});
-  CHECK_THAT(shown.out, Catch::Contains(std::string(RLHFD_SOURCE_DIR) +
-                                        "/tests/fixtures/models/tiny-qwen2"));
+  CHECK_THAT(shown.out,
+             Catch::Contains(std::string(RLHFD_SOURCE_DIR) + "/tests/fixtures/models/tiny-qwen2"));
   // A waiting job says why it waits.
   CommandResult status = cluster.Ctl({"status", "job-1"});
   CHECK_THAT(status.out, Catch::Contains("waiting for workers: needs 1 CPU worker: 0 alive"));

@@ -872,8 +872,8 @@ void TensorParallelGeneration(Communicator& world, const at::Device& device) {
     if (!loaded.ok()) continue;
     model::Transformer full = *loaded;
     const model::ModelConfig& config = full->config();
-    Expect(!rollout::FusedDecoder::Supports(full),
-           name + ": a model the fused decode does not serve");
+    Expect(config.head_dim != 64 && config.head_dim != 128,
+           name + ": a head dim the fused decode does not serve");
     auto named = full->named_parameters();
     std::map<std::string, at::Tensor> slices;
     for (const ShardedParameter& spec : TensorParallelSpecs(config)) {

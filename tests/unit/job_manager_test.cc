@@ -13,6 +13,7 @@
 #include "absl/strings/str_replace.h"
 #include "common/util/files.h"
 #include "controller/controller.h"
+#include "controller/jobs/submit_checks.h"
 #include "tests/support/subprocess.h"
 
 namespace rlhfd::controller {
@@ -480,6 +481,30 @@ TEST_CASE("controller options are checked", "[jobs]") {
   options.liveness.liveness_window = absl::Seconds(1);
   options.liveness.heartbeat_interval = absl::Seconds(2);
   CHECK(absl::IsInvalidArgument(Controller::Create(options, [] { return 0; }).status()));
+}
+
+TEST_CASE("a tensor-parallel GPU rollout of a model the fused decode does not serve is warned of",
+          "[job_manager]") {
+  testing::TempDir dir;
+  const auto spec_with = [&](int head_dim, int tp, const std::string& device) {
+    const std::string model = absl::StrCat(dir.path(), "/model-", head_dim);
+    REQUIRE(MakeDirectories(model).ok());
+    REQUIRE(WriteFileAtomically(
+                model + "/config.json",
+                absl::StrCat(R"({"hidden_size": )", head_dim * 8, R"(, "num_attention_heads": 8})"))
+                .ok());
+    v1::JobSpec spec;
+    spec.mutable_model()->set_path(model);
+    spec.mutable_roles()->mutable_actor()->mutable_rollout()->set_tp(tp);
+    spec.mutable_trainer()->set_device(device);
+    return spec;
+  };
+  CHECK_THAT(
+      SlowRolloutWarning(spec_with(80, 2, "cuda")),
+      Catch::Contains("roles.actor.rollout.tp 2 on GPU workers: the model's head dim is 80"));
+  CHECK(SlowRolloutWarning(spec_with(128, 2, "cuda")).empty());  // The fused decode serves it.
+  CHECK(SlowRolloutWarning(spec_with(80, 1, "cuda")).empty());   // tp 1 keeps its KV cache.
+  CHECK(SlowRolloutWarning(spec_with(80, 2, "cpu")).empty());    // CPU workers run no fused decode.
 }
 
 }  // namespace rlhfd::controller

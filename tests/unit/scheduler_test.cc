@@ -33,31 +33,35 @@ TEST_CASE("GPU workers on devices of their own talk over NCCL; sharing a GPU, ov
       CHECK(placement->shared_gpu.empty());
     }
   }
-  SECTION("two workers on GPU 0 of one host: NCCL refuses two ranks on one device") {
+  SECTION("GPUs of their own first; two workers on one GPU only when no other is free") {
     const std::vector workers = {GpuWorker("a", "h1", 0), GpuWorker("b", "h1", 0),
                                  GpuWorker("c", "h1", 1)};
-    const absl::StatusOr<Placement> placement = PlaceJob(need, workers, {});
-    REQUIRE(placement.ok());
-    CHECK(placement->worker_ids == std::vector<std::string>{"a", "b"});
-    CHECK(placement->gpu);
-    CHECK_FALSE(placement->nccl);
-    CHECK(placement->shared_gpu == "a and b share GPU 0 of h1");
-    // A worker the job does not get does not count: a and c are apart.
-    const absl::StatusOr<Placement> apart = PlaceJob(need, workers, {{"b", "job-1"}});
+    const absl::StatusOr<Placement> apart = PlaceJob(need, workers, {});
     REQUIRE(apart.ok());
+    CHECK(apart->worker_ids == std::vector<std::string>{"a", "c"});
     CHECK(apart->nccl);
+    CHECK(apart->shared_gpu.empty());
+    // c is busy: a and b share GPU 0, which NCCL refuses.
+    const absl::StatusOr<Placement> shared = PlaceJob(need, workers, {{"c", "job-1"}});
+    REQUIRE(shared.ok());
+    CHECK(shared->worker_ids == std::vector<std::string>{"a", "b"});
+    CHECK(shared->gpu);
+    CHECK_FALSE(shared->nccl);
+    CHECK(shared->shared_gpu == "a and b share GPU 0 of h1");
   }
-  SECTION("CPU jobs never use NCCL") {
+  SECTION("CPU jobs never use NCCL, and CPU workers of one host share no GPU") {
+    std::vector<v1::Worker> workers;
+    for (const std::string id : {"a", "b"}) {
+      v1::Worker worker = GpuWorker(id, "h1", -1);
+      worker.mutable_capacity()->set_device_kind(v1::DEVICE_KIND_CPU);
+      workers.push_back(worker);
+    }
     const absl::StatusOr<Placement> placement =
-        PlaceJob({.device = "cpu", .world_size = 1}, {[] {
-                   v1::Worker worker = GpuWorker("a", "h1", -1);
-                   worker.mutable_capacity()->set_device_kind(v1::DEVICE_KIND_CPU);
-                   return worker;
-                 }()},
-                 {});
+        PlaceJob({.device = "cpu", .world_size = 2}, workers, {});
     REQUIRE(placement.ok());
     CHECK_FALSE(placement->gpu);
     CHECK_FALSE(placement->nccl);
+    CHECK(placement->shared_gpu.empty());
   }
 }
 

@@ -125,7 +125,7 @@ TEST_CASE("verl GRPO with a KL loss converts and validates", "[verl]") {
   CHECK(spec.roles().reference().param_offload());
   CHECK_FALSE(spec.roles().has_critic());
   CHECK(spec.placement() == v1::PLACEMENT_COLOCATED);  // verl's hybrid engine
-  CHECK(spec.roles().actor().gpus() == 2);              // n_gpus_per_node x nnodes
+  CHECK(spec.roles().actor().gpus() == 2);             // n_gpus_per_node x nnodes
   CHECK(spec.roles().actor().train().dp() == 2);
   CHECK(spec.roles().actor().train().ppo_mini_batch_size() == 16);
   CHECK(spec.roles().actor().train().gradient_checkpointing());
@@ -269,8 +269,8 @@ TEST_CASE("every directly mapped verl key lands in its field", "[verl]") {
       field = schema->FindFieldByName(part);
       INFO(ours << ": no field " << part);
       REQUIRE(field != nullptr);
-      schema = field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE ? field->message_type()
-                                                                      : nullptr;
+      schema =
+          field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE ? field->message_type() : nullptr;
     }
     ++counter;
     nlohmann::json value;
@@ -292,8 +292,8 @@ TEST_CASE("every directly mapped verl key lands in its field", "[verl]") {
         value = 1000 + counter;
     }
     if (field->is_repeated()) value = nlohmann::json::array({value});
-    overrides.push_back(absl::StrCat(verl, "=", value.is_string() ? value.get<std::string>()
-                                                                   : value.dump()));
+    overrides.push_back(
+        absl::StrCat(verl, "=", value.is_string() ? value.get<std::string>() : value.dump()));
     expected[ours] = value;
   }
   // The critic's keys are mapped when there is a critic (gae), the reference's with a KL.
@@ -444,16 +444,16 @@ TEST_CASE("every verl setting rlhfd cannot honour is named, with why", "[verl]")
     CHECK(Contains(converted.errors, reason));
   }
   // Both KL switches at once: rlhfd applies the KL one way.
-  const VerlConversion both = Convert(
-      "", {"actor_rollout_ref.actor.use_kl_loss=true", "algorithm.use_kl_in_reward=true"});
+  const VerlConversion both =
+      Convert("", {"actor_rollout_ref.actor.use_kl_loss=true", "algorithm.use_kl_in_reward=true"});
   CHECK(Contains(both.errors, "algorithm.use_kl_in_reward: not supported"));
   // Settings left at verl's defaults are not reported, whatever their key; only the default of
   // verl's that rlhfd cannot honour is: wandb. Its tensor-parallel rollout (2) on its 8 GPUs is
   // kept; on one GPU it becomes 1, said so.
-  const VerlConversion quiet = Convert("", {"actor_rollout_ref.model.lora_rank=0",
-                                            "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
-                                            "reward_model.reward_manager=naive",
-                                            "actor_rollout_ref.actor.profiler.enable=false"});
+  const VerlConversion quiet = Convert(
+      "", {"actor_rollout_ref.model.lora_rank=0",
+           "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
+           "reward_model.reward_manager=naive", "actor_rollout_ref.actor.profiler.enable=false"});
   CHECK(quiet.errors.empty());
   std::vector<std::string> quiet_keys;
   for (const VerlNote& note : quiet.notes) quiet_keys.push_back(note.key);
@@ -461,14 +461,16 @@ TEST_CASE("every verl setting rlhfd cannot honour is named, with why", "[verl]")
   CHECK(quiet.config["roles"]["actor"]["rollout"]["tp"] == 2);
   const VerlConversion one_gpu = Convert("", {"trainer.n_gpus_per_node=1"});
   CHECK(one_gpu.config["roles"]["actor"]["rollout"]["tp"] == 1);
-  CHECK(Contains(one_gpu.warnings, "actor_rollout_ref.rollout.tensor_model_parallel_size: ignored "
-                                   "(verl's default 2 does not divide the job's 1 GPUs"));
+  CHECK(Contains(one_gpu.warnings,
+                 "actor_rollout_ref.rollout.tensor_model_parallel_size: ignored "
+                 "(verl's default 2 does not divide the job's 1 GPU;"));
   // Set by the script to another value, it is kept for the validator to judge.
-  const VerlConversion set = Convert("", {"trainer.n_gpus_per_node=2",
-                                          "actor_rollout_ref.rollout.tensor_model_parallel_size=4"});
+  const VerlConversion set = Convert(
+      "", {"trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.tensor_model_parallel_size=4"});
   CHECK(set.config["roles"]["actor"]["rollout"]["tp"] == 4);
   // Reference settings without a KL: verl loads no reference, and neither does rlhfd.
-  const VerlConversion no_kl = Convert("", {"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4"});
+  const VerlConversion no_kl =
+      Convert("", {"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4"});
   CHECK_FALSE(no_kl.config["roles"].contains("reference"));
   CHECK(Contains(no_kl.warnings, "actor_rollout_ref.ref: ignored (no KL is used"));
   // A key rlhfd does not know is named as ignored.
@@ -626,10 +628,10 @@ roles:
   actor: {gpus: 2, train: {ppo_mini_batch_size: 8, ppo_micro_batch_size_per_gpu: 4}, rollout: {n: 4}}
   reward: {rule: gsm8k}
 )";
-  auto overridden = ParseJobSpec(ours, "job.yaml",
-                                 {"roles.actor.rollout.n=8", "trainer.loggers=[console, jsonl]",
-                                  "algorithm.kl={mode: loss, coef: 0.01}", "roles.reference={}",
-                                  "trainer.seed=7"});
+  auto overridden = ParseJobSpec(
+      ours, "job.yaml",
+      {"roles.actor.rollout.n=8", "trainer.loggers=[console, jsonl]",
+       "algorithm.kl={mode: loss, coef: 0.01}", "roles.reference={}", "trainer.seed=7"});
   INFO(overridden.status().ToString());
   REQUIRE(overridden.ok());
   CHECK(overridden->roles().actor().rollout().n() == 8);
@@ -642,7 +644,8 @@ roles:
            {"roles..n=3", "empty part"},
            {"name.sub=3", "'name' holds a value"},
            {"roles.actor.rollout.n=[1, 2", "the value is not YAML"},
-           {"roles.actor.rollout.nn=3", "roles.actor.rollout.nn: unknown key; did you mean 'n'?"}}) {
+           {"roles.actor.rollout.nn=3",
+            "roles.actor.rollout.nn: unknown key; did you mean 'n'?"}}) {
     INFO(bad);
     auto refused = ParseJobSpec(ours, "job.yaml", {bad});
     REQUIRE_FALSE(refused.ok());

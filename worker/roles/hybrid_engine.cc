@@ -158,11 +158,12 @@ absl::StatusOr<rollout::GenerationEngine*> HybridEngine::Engine(int64_t step) {
   // refreshed first; the engine itself (over the same module) lives from step to step.
   ASSIGN_OR_RETURN(model::Transformer rollout_model, RolloutWeights(step));
   if (engine_) return engine_.get();
-  ASSIGN_OR_RETURN(engine_, rollout::GenerationEngine::Create(rollout_model, EngineOptions()));
+  ASSIGN_OR_RETURN(engine_,
+                   rollout::GenerationEngine::Create(rollout_model, RolloutEngineOptions()));
   return engine_.get();
 }
 
-rollout::EngineOptions HybridEngine::EngineOptions() const {
+rollout::EngineOptions HybridEngine::RolloutEngineOptions() const {
   const v1::RolloutSpec& rollout = spec_.roles().actor().rollout();
   rollout::EngineOptions options;
   options.max_num_seqs = rollout.max_num_seqs();
@@ -311,8 +312,9 @@ absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::GenerateTen
                             : SecondsSince(start) - (last_check_ ? last_check_->seconds : 0.0);
   };
   absl::StatusOr<std::vector<rollout::GenerationResult>> results;
+  const auto embed = slices.find("model.embed_tokens.weight");
   const bool fused =
-      rollout::FusedDecoder::Supports(config, slices.at("model.embed_tokens.weight"));
+      embed != slices.end() && rollout::FusedDecoder::Supports(config, embed->second, group.size());
   if (!path_logged_) {
     RLOG(INFO) << "rollout tp " << group.size() << ", slice " << group.rank() << ": "
                << (fused ? "the fused GPU decode with a KV cache of this rank's heads"
@@ -322,8 +324,8 @@ absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::GenerateTen
   if (fused) {
     // The fused decode over the slices, with a KV cache (sliced to this rank's heads).
     ASSIGN_OR_RETURN(std::unique_ptr<rollout::GenerationEngine> engine,
-                     rollout::GenerationEngine::CreateTensorParallel(config, std::move(slices),
-                                                                     group, EngineOptions()));
+                     rollout::GenerationEngine::CreateTensorParallel(
+                         config, std::move(slices), group, RolloutEngineOptions()));
     updated();
     at::NoGradGuard no_grad;
     results = engine->Generate(gathered.all);

@@ -1,9 +1,10 @@
 // The actor's hybrid engine: the training layout's weights are the source of truth; a rollout
 // runs the generation engine over them (over a copy gathered or cast into the rollout's dtype
 // when the training module cannot serve), or with rollout tp > 1 the tensor-parallel group's
-// generation over slices cut from them (on GPUs the engine's fused decode over the slices, on
-// CPUs a cache-less forward: tensor_parallel_generation.h). The KV cache and the copy's storage are
-// released before the weights train again.
+// generation over slices cut from them (on GPUs, for models it serves, the engine's fused decode
+// over the slices; otherwise a forward over whole prefixes per token:
+// tensor_parallel_generation.h). The KV cache and the copy's storage are released before the
+// weights train again.
 #pragma once
 
 #include <ATen/Device.h>
@@ -81,7 +82,7 @@ class HybridEngine {
   // The engine over the current weights (a copy gathered or cast when the layout needs one).
   absl::StatusOr<rollout::GenerationEngine*> Engine(int64_t step);
   // The engine's options from the job's rollout spec.
-  rollout::EngineOptions EngineOptions() const;
+  rollout::EngineOptions RolloutEngineOptions() const;
   // A module with the current weights in `dtype`: the training module when it holds them whole
   // in that dtype, else a copy.
   absl::StatusOr<model::Transformer> WeightsIn(at::ScalarType dtype);
@@ -110,7 +111,7 @@ class HybridEngine {
   std::vector<std::pair<std::vector<int64_t>, at::ScalarType>> copy_shapes_;
   bool copy_held_ = false;
   std::unique_ptr<rollout::GenerationEngine> engine_;
-  // rollout tp > 1: the group, and on CPUs the slices' model while a rollout runs.
+  // rollout tp > 1: the group, and the slices' model while a cache-less rollout runs.
   std::unique_ptr<parallel::Communicator> tp_group_;
   std::optional<parallel::TensorParallelTransformer> tensor_parallel_;
   bool path_logged_ = false;  // the tensor-parallel generation's path, logged once

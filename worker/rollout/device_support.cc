@@ -4,6 +4,7 @@
 #include <malloc.h>
 
 #include <optional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #if RLHFD_HAVE_CUDA
@@ -59,6 +60,16 @@ std::string DeviceName(const at::Device& device) {
   return at::cuda::getDeviceProperties(device.index())->name;
 }
 
+int64_t DeviceIdentity(const at::Device& device) {
+  if (!device.is_cuda()) return -1;
+  const cudaUUID_t& uuid = at::cuda::getDeviceProperties(IndexOf(device))->uuid;
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a over the 16 bytes
+  for (const char byte : uuid.bytes) {
+    hash = (hash ^ static_cast<uint8_t>(byte)) * 1099511628211ull;
+  }
+  return static_cast<int64_t>(hash >> 1);
+}
+
 void ResetPeakMemory(const at::Device& device) {
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(IndexOf(device));
 }
@@ -88,6 +99,16 @@ StreamMarker::~StreamMarker() = default;
 
 void StreamMarker::Wait() {
   if (event_) event_->event.synchronize();
+}
+
+bool StreamMarker::WaitFor(std::chrono::milliseconds limit) {
+  if (!event_) return true;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!event_->event.query()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  return true;
 }
 
 struct DecodeGraphs::Graphs {
@@ -162,6 +183,7 @@ int64_t BytesInUse(const at::Device&) {
   return static_cast<int64_t>(heap.uordblks + heap.hblkhd);
 }
 std::string DeviceName(const at::Device&) { return "CPU"; }
+int64_t DeviceIdentity(const at::Device&) { return -1; }
 void ResetPeakMemory(const at::Device&) {}
 void ReleaseCachedMemory(const at::Device&) {}
 void Synchronize(const at::Device&) {}
@@ -170,6 +192,7 @@ struct StreamMarker::Event {};
 StreamMarker::StreamMarker(const at::Device&) {}
 StreamMarker::~StreamMarker() = default;
 void StreamMarker::Wait() {}
+bool StreamMarker::WaitFor(std::chrono::milliseconds) { return true; }
 
 struct DecodeGraphs::Graphs {};
 DecodeGraphs::DecodeGraphs(const at::Device& device) : device_(device) {}

@@ -5,6 +5,7 @@
 
 #include <ATen/Tensor.h>
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -29,6 +30,9 @@ DeviceMemory QueryDeviceMemory(const at::Device& device);
 int64_t BytesInUse(const at::Device& device);
 // The name the device reports ("NVIDIA H200"); "CPU" for the host.
 std::string DeviceName(const at::Device& device);
+// The same number in every process that uses the same GPU (a hash of its UUID), whatever index
+// each knows it by; -1 for the host.
+int64_t DeviceIdentity(const at::Device& device);
 void ResetPeakMemory(const at::Device& device);
 // Returns the allocator's cached blocks to the driver.
 void ReleaseCachedMemory(const at::Device& device);
@@ -41,6 +45,8 @@ class StreamMarker {
   explicit StreamMarker(const at::Device& device);
   ~StreamMarker();
   void Wait();
+  // Whether the work before it finished within `limit` (polled; the host does not block longer).
+  bool WaitFor(std::chrono::milliseconds limit);
 
  private:
   struct Event;

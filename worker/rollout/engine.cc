@@ -34,7 +34,7 @@ GenerationEngine::~GenerationEngine() = default;
 
 absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::Create(model::Transformer model,
                                                                            EngineOptions options) {
-  RETURN_IF_ERROR(CheckOptions(model->config(), options));
+  RETURN_IF_ERROR(CompleteOptions(model->config(), options));
   const model::ModelConfig config = model->config();
   const at::Tensor head = model->HeadWeight();
   auto engine = std::unique_ptr<GenerationEngine>(
@@ -46,27 +46,34 @@ absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::Create(model
 absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::CreateTensorParallel(
     const model::ModelConfig& config, std::map<std::string, at::Tensor> slices,
     parallel::Communicator& group, EngineOptions options) {
-  RETURN_IF_ERROR(CheckOptions(config, options));
+  RETURN_IF_ERROR(CompleteOptions(config, options));
   RETURN_IF_ERROR(parallel::CheckTensorParallelSlices(config, slices, group.size()));
-  const at::Tensor& embed = slices.at("model.embed_tokens.weight");
-  if (!FusedDecoder::Supports(config, embed)) {
+  const at::Tensor embed = slices.at("model.embed_tokens.weight");  // Checked just above.
+  if (!FusedDecoder::Supports(config, embed, group.size())) {
     return absl::FailedPreconditionError(
         "tensor-parallel generation runs the fused GPU decode: bf16 weights on a CUDA device, "
-        "head_dim 64 or 128, at most 8 query heads per key/value head");
+        "head_dim 64 or 128, an even MLP width per rank, at most 8 query heads per key/value "
+        "head");
   }
-  const at::Tensor weight = embed;
   auto engine = std::unique_ptr<GenerationEngine>(
-      new GenerationEngine(model::Transformer(nullptr), config, weight, std::move(options)));
-  engine->slices_ = std::move(slices);
+      new GenerationEngine(model::Transformer(nullptr), config, embed, std::move(options)));
   engine->group_ = &group;
   // Over sockets the collectives run on the host, between the kernels: no graph can hold them.
   engine->options_.cuda_graphs = engine->options_.cuda_graphs && group.CapturableInGraphs();
+  try {
+    // Built once, for the engine's life (its weights are the slices, which it does not keep: the
+    // decoder's concatenated copies replace the q/k/v and gate/up slices).
+    engine->fused_ = std::make_unique<FusedDecoder>(config, slices, group);
+  } catch (const c10::Error& error) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the fused decode's weights: ", error.what_without_backtrace()));
+  }
   ResetPeakMemory(engine->device_);
   return engine;
 }
 
-absl::Status GenerationEngine::CheckOptions(const model::ModelConfig& config,
-                                            EngineOptions& options) {
+absl::Status GenerationEngine::CompleteOptions(const model::ModelConfig& config,
+                                               EngineOptions& options) {
   if (config.head != model::HeadKind::kCausalLm) {
     return absl::InvalidArgumentError(
         "generation needs a causal-LM model (this one has a score head)");
@@ -109,15 +116,13 @@ absl::Status GenerationEngine::ValidateRequests(
 
 absl::Status GenerationEngine::Prepare() {
   if (cache_ != nullptr) return absl::OkStatus();
-  try {
-    if (group_ != nullptr) {
-      fused_ = std::make_unique<FusedDecoder>(config_, slices_, *group_);
-    } else if (FusedDecoder::Supports(model_)) {
+  if (group_ == nullptr && FusedDecoder::Supports(model_)) {
+    try {
       fused_ = std::make_unique<FusedDecoder>(model_);
+    } catch (const c10::Error& error) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the fused decode's weights: ", error.what_without_backtrace()));
     }
-  } catch (const c10::Error& error) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the fused decode's weights: ", error.what_without_backtrace()));
   }
   // A tensor-parallel rank caches its own key/value heads only.
   const model::ModelConfig& config = fused_ ? fused_->rank_config() : config_;
@@ -130,22 +135,16 @@ absl::Status GenerationEngine::Prepare() {
   // One slot more than the sequences: graph padding rows write into it.
   int64_t slots = std::min(options_.max_num_seqs, budget / per_slot - 1);
   if (group_ != nullptr) {
-    // The ranks schedule alike only over the same slots: the fewest any rank's memory allows.
-    const at::Tensor fewest = at::full({1}, slots, at::TensorOptions(at::kLong).device(device_));
-    const absl::Status agreed = group_->AllReduce(fewest, parallel::ReduceOp::kMin);
-    if (!agreed.ok()) {
-      fused_.reset();
-      return agreed;
-    }
-    slots = fewest.item<int64_t>();
+    ASSIGN_OR_RETURN(slots, AgreeOnSlots(budget, per_slot));
   }
   if (slots < 1) {
-    fused_.reset();
+    if (group_ == nullptr) fused_.reset();
     return absl::ResourceExhaustedError(absl::StrCat(
         "KV cache budget of ", budget >> 20, " MiB holds fewer than 2 slots of ",
         options_.max_model_len, " tokens (", per_slot >> 20,
         " MiB each); raise gpu_memory_utilization / cpu_cache_bytes or lower max_model_len"));
   }
+  absl::Status allocated;
   try {
     cache_ = std::make_unique<SlotKvCache>(config, slots + 1, options_.max_model_len,
                                            at::TensorOptions().dtype(dtype_).device(device_));
@@ -163,22 +162,63 @@ absl::Status GenerationEngine::Prepare() {
     stats_.cache_slots = slots;
     stats_.cache_bytes = per_slot * (slots + 1);
     stats_.graph_batch_sizes.clear();
-    if (options_.cuda_graphs && DecodeGraphs::Available(device_)) {
-      std::vector<int64_t> sizes;
-      for (int64_t b = 1; b < slots; b *= 2) sizes.push_back(b);
-      sizes.push_back(slots);
-      std::reverse(sizes.begin(), sizes.end());  // Largest first: the rest reuse its memory.
-      for (int64_t b : sizes) {
-        RETURN_IF_ERROR(graphs_.Capture(b, [this, b] { return DecodeForward(b); }));
-        stats_.graph_batch_sizes.push_back(b);
-      }
-    }
   } catch (const c10::Error& error) {
-    Release();
-    return absl::ResourceExhaustedError(
+    allocated = absl::ResourceExhaustedError(
         absl::StrCat("allocating the KV cache: ", error.what_without_backtrace()));
   }
+  if (group_ != nullptr) {
+    // The capture's warm-up steps run the group's collectives: every rank goes on only if every
+    // rank has its cache (else the others would wait in them for one that left).
+    const at::Tensor ready =
+        at::full({1}, allocated.ok() ? 1 : 0, at::TensorOptions(at::kLong).device(device_));
+    absl::Status agreed = group_->AllReduce(ready, parallel::ReduceOp::kMin);
+    if (agreed.ok() && ready.item<int64_t>() == 0) {
+      agreed = absl::ResourceExhaustedError(
+          "a rank of the tensor-parallel group could not allocate its KV cache (its log says why)");
+    }
+    if (allocated.ok()) allocated = agreed;
+  }
+  if (!allocated.ok()) {
+    Release();
+    return allocated;
+  }
+  if (options_.cuda_graphs && DecodeGraphs::Available(device_)) {
+    std::vector<int64_t> sizes;
+    for (int64_t b = 1; b < slots; b *= 2) sizes.push_back(b);
+    sizes.push_back(slots);
+    std::reverse(sizes.begin(), sizes.end());  // Largest first: the rest reuse its memory.
+    for (int64_t b : sizes) {
+      // Capture reports a torch error as a status.
+      const absl::Status captured = graphs_.Capture(b, [this, b] { return DecodeForward(b); });
+      if (!captured.ok()) {
+        Release();
+        return captured;
+      }
+      stats_.graph_batch_sizes.push_back(b);
+    }
+  }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> GenerationEngine::AgreeOnSlots(int64_t budget, int64_t per_slot) {
+  // Ranks sharing a device (workers on one GPU) each saw the same free memory: each takes its
+  // share of the budget, not all of it.
+  const int64_t me = DeviceIdentity(device_);
+  const auto longs = at::TensorOptions(at::kLong).device(device_);
+  const at::Tensor identities = at::empty({group_->size()}, longs);
+  RETURN_IF_ERROR(group_->AllGather(at::full({1}, me, longs), identities));
+  const int64_t sharing = std::max<int64_t>(1, identities.eq(me).sum().item<int64_t>());
+  const int64_t slots = std::min(options_.max_num_seqs, budget / sharing / per_slot - 1);
+  // The ranks schedule alike only over the same slots: the fewest any rank's memory allows (a
+  // rank that cannot hold two makes every rank give up together).
+  const at::Tensor fewest = at::full({1}, slots, longs);
+  RETURN_IF_ERROR(group_->AllReduce(fewest, parallel::ReduceOp::kMin));
+  const int64_t agreed = fewest.item<int64_t>();
+  if (agreed < 1 && slots >= 1) {
+    return absl::ResourceExhaustedError(
+        "a rank of the tensor-parallel group has no memory for its KV cache (its log says why)");
+  }
+  return agreed;
 }
 
 at::Tensor GenerationEngine::DecodeForward(int64_t rows) {
@@ -214,7 +254,7 @@ absl::StatusOr<std::vector<GenerationResult>> GenerationEngine::Generate(
 
 void GenerationEngine::Release() {
   graphs_.Clear();
-  fused_.reset();
+  if (group_ == nullptr) fused_.reset();  // A tensor-parallel engine's decoder holds its weights.
   cache_.reset();
   for (at::Tensor* buffer : {&step_inputs_, &host_inputs_, &host_ints_, &host_floats_,
                              &device_ints_, &device_floats_, &host_tokens_, &host_logprobs_}) {

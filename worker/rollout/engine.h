@@ -74,7 +74,8 @@ class GenerationEngine {
 
   // Frees the cache, the CUDA graphs, the fused weight copies and the workspaces; the next
   // Generate allocates them again. The GPU path reads the model's weights when it allocates, so
-  // call Release() after changing them (the actor does, before training).
+  // call Release() after changing them (the actor does, before training). A tensor-parallel
+  // engine keeps its fused weights (its slices): make a new one for new weights.
   void Release();
   bool holds_memory() const { return cache_ != nullptr; }
 
@@ -87,7 +88,11 @@ class GenerationEngine {
   // `weight`: any of the weights, for their device and dtype.
   GenerationEngine(model::Transformer model, const model::ModelConfig& config,
                    const at::Tensor& weight, EngineOptions options);
-  static absl::Status CheckOptions(const model::ModelConfig& config, EngineOptions& options);
+  // Checks `options`, filling in what is left to the model (max_model_len).
+  static absl::Status CompleteOptions(const model::ModelConfig& config, EngineOptions& options);
+  // Tensor-parallel: the slot count every rank of the group can hold, agreed; `budget` is this
+  // rank's cache budget and `per_slot` a slot's bytes.
+  absl::StatusOr<int64_t> AgreeOnSlots(int64_t budget, int64_t per_slot);
 
   absl::Status ValidateRequests(const std::vector<GenerationRequest>& requests) const;
   // The call's scheduling, over a prepared cache (engine_run.cc).
@@ -96,9 +101,8 @@ class GenerationEngine {
   absl::Status Prepare();  // Allocates the cache and captures the graphs.
   at::Tensor DecodeForward(int64_t rows);
 
-  model::Transformer model_;  // Empty when tensor-parallel (slices_ instead).
+  model::Transformer model_;  // Empty when tensor-parallel (fused_ holds the slices' weights).
   model::ModelConfig config_;
-  std::map<std::string, at::Tensor> slices_;
   parallel::Communicator* group_ = nullptr;
   EngineOptions options_;
   at::Device device_;

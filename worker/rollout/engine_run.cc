@@ -172,10 +172,14 @@ class GenerationEngine::Run {
                             bool ragged) {
     const at::Device device = engine_.device_;
     SlotKvCache& cache = *engine_.cache_;
-    AwaitGroup();  // The prefill reads lengths on the host: no decode step may still be queued.
     if (engine_.fused_) {
-      return engine_.fused_->Prefill(ids.to(device), (last_index + 1).to(device), OnDevice(slots),
-                                     engine_.usable_slots_, cache);
+      const at::Tensor logits =
+          engine_.fused_->Prefill(ids.to(device), (last_index + 1).to(device), OnDevice(slots),
+                                  engine_.usable_slots_, cache);
+      // Tensor-parallel: what follows copies from the host, which waits for the stream; the
+      // prefill's collectives are waited for first, within the communicator's timeout.
+      AwaitGroup();
+      return logits;
     }
     cache.BeginPrefill(OnDevice(slots));
     model::ForwardBatch forward{ids.to(device), ragged ? mask.to(device) : at::Tensor()};
@@ -334,9 +338,11 @@ class GenerationEngine::Run {
   }
 
   void CollectOldest() {
-    AwaitGroup();
     Step step = std::move(in_flight_.front());
     in_flight_.pop_front();
+    // Tensor-parallel: a step slow to finish may be waiting on a peer that is gone; the group's
+    // own wait tells, within its timeout (it waits for the step after this one too, so only then).
+    if (engine_.group_ != nullptr && !step.done->WaitFor(std::chrono::seconds(1))) AwaitGroup();
     step.done->Wait();
     Append(0, step.rows, step.buffer);
   }

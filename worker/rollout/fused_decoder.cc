@@ -27,13 +27,15 @@ bool FusedDecoder::Supports(const model::Transformer& model) {
   return Supports(model->config(), model->HeadWeight());
 }
 
-bool FusedDecoder::Supports(const model::ModelConfig& c, const at::Tensor& weight) {
+bool FusedDecoder::Supports(const model::ModelConfig& c, const at::Tensor& weight, int tp) {
 #if !RLHFD_HAVE_CUDA
   return false;  // The kernels are CUDA's.
 #endif
+  // A rank's part: SiLU·up reads its MLP columns in pairs.
   return weight.is_cuda() && weight.scalar_type() == at::kBFloat16 &&
-         (c.head_dim == 64 || c.head_dim == 128) && c.intermediate_size % 2 == 0 &&
-         c.num_heads % c.num_kv_heads == 0 && c.num_heads / c.num_kv_heads <= 8;
+         (c.head_dim == 64 || c.head_dim == 128) && tp >= 1 && c.intermediate_size % tp == 0 &&
+         (c.intermediate_size / tp) % 2 == 0 && c.num_heads % c.num_kv_heads == 0 &&
+         c.num_heads / c.num_kv_heads <= 8;
 }
 
 FusedDecoder::FusedDecoder(model::Transformer& model)

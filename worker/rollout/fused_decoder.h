@@ -34,8 +34,8 @@ class FusedDecoder {
  public:
   // CUDA, bf16 weights, head dim 64 or 128, at most 8 query heads per key/value head.
   static bool Supports(const model::Transformer& model);
-  // `config` is the whole model's; `weight` a parameter of the model or slice.
-  static bool Supports(const model::ModelConfig& config, const at::Tensor& weight);
+  // `config` is the whole model's, split `tp` ways; `weight` a parameter of the model or slice.
+  static bool Supports(const model::ModelConfig& config, const at::Tensor& weight, int tp = 1);
   explicit FusedDecoder(model::Transformer& model);
   // This rank's slices (named as the model's parameters) of `group`'s tensor-parallel model.
   FusedDecoder(const model::ModelConfig& config, const std::map<std::string, at::Tensor>& slices,
