@@ -188,12 +188,7 @@ absl::StatusOr<at::Tensor> TensorParallelTransformer::Hidden(const at::Tensor& i
   const at::Tensor& embed = W("model.embed_tokens.weight");
   // The residual stream in float32 whatever the weights' dtype, as the decoder's.
   const at::ScalarType residual = model::AccumulationType(embed.scalar_type());
-  // Vocabulary-parallel embedding: rows of other ranks' ranges are zero here; the sum is the row.
-  const at::Tensor local_ids = ids - vocab_begin_;
-  const at::Tensor mine = (local_ids >= 0).logical_and(local_ids < vocab_size_);
-  at::Tensor x = ReduceFrom((at::embedding(embed, local_ids.clamp(0, vocab_size_ - 1)) *
-                             mine.unsqueeze(-1).to(embed.scalar_type()))
-                                .to(residual));
+  at::Tensor x = ReduceFrom(LocalEmbeddingRows(embed, ids, vocab_begin_).to(residual));
   const at::Tensor positions = at::arange(t, ids.options()).unsqueeze(0).expand({b, t});
   auto [cos, sin] = model::RopeCosSin(inv_freq_, positions, residual);
   // Right-padded batches attend causally: no mask, no cache.
@@ -278,14 +273,34 @@ absl::StatusOr<at::Tensor> TensorParallelTransformer::Argmax(const at::Tensor& h
 }
 
 absl::StatusOr<at::Tensor> TensorParallelTransformer::Logits(const at::Tensor& hidden) {
-  const at::Tensor local = LocalLogits(hidden).contiguous();  // (B, T, V / tp)
-  const int tp = group_->size();
-  at::Tensor all = at::empty({tp * local.size(0), local.size(1), local.size(2)}, local.options());
-  RETURN_IF_ERROR(group_->AllGather(local, all));
-  // (tp, B, T, V / tp) → (B, T, tp, V / tp): rank r's range follows rank r - 1's.
-  return all.view({tp, local.size(0), local.size(1), local.size(2)})
-      .permute({1, 2, 0, 3})
-      .reshape({local.size(0), local.size(1), tp * local.size(2)});
+  return GatherVocabulary(*group_, LocalLogits(hidden));  // (B, T, V)
+}
+
+at::Tensor LocalEmbeddingRows(const at::Tensor& embed, const at::Tensor& ids, int64_t vocab_begin) {
+  const int64_t vocab = embed.size(0);
+  const at::Tensor local = ids - vocab_begin;
+  const at::Tensor mine = local.ge(0).logical_and(local.lt(vocab)).unsqueeze(-1);
+  return at::embedding(embed, local.clamp(0, vocab - 1)) * mine.to(embed.scalar_type());
+}
+
+absl::StatusOr<at::Tensor> GatherVocabulary(Communicator& group, const at::Tensor& local,
+                                            bool queued) {
+  const at::Tensor part = local.contiguous();
+  const int64_t tp = group.size();
+  std::vector<int64_t> stacked = part.sizes().vec();  // every rank's along dim 0, as AllGather
+  stacked[0] *= tp;
+  const at::Tensor all = at::empty(stacked, part.options());
+  RETURN_IF_ERROR(queued ? group.AllGatherQueued(part, all) : group.AllGather(part, all));
+  // (tp, ..., V / tp) → (..., tp, V / tp): rank r's range follows rank r - 1's.
+  std::vector<int64_t> ranked = part.sizes().vec();
+  ranked.insert(ranked.begin(), tp);
+  std::vector<int64_t> order;
+  for (int64_t d = 1; d + 1 < static_cast<int64_t>(ranked.size()); ++d) order.push_back(d);
+  order.push_back(0);
+  order.push_back(static_cast<int64_t>(ranked.size()) - 1);
+  std::vector<int64_t> joined(part.sizes().begin(), part.sizes().end() - 1);
+  joined.push_back(tp * part.size(-1));
+  return all.view(ranked).permute(order).reshape(joined);
 }
 
 absl::StatusOr<std::vector<int64_t>> TensorParallelTransformer::Greedy(const at::Tensor& prompt,

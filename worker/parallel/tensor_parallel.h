@@ -37,6 +37,15 @@ struct TensorParallelContext {
 // How each parameter of `config`'s model splits under tensor parallelism.
 std::vector<ShardedParameter> TensorParallelSpecs(const model::ModelConfig& config);
 
+// Vocabulary parallelism, shared by the tensor-parallel decoders. This rank's rows of `ids` from
+// its slice `embed` of the embedding (ids in [vocab_begin, vocab_begin + rows of embed)), zero
+// for the others' ids: summed over the group, the embedding.
+at::Tensor LocalEmbeddingRows(const at::Tensor& embed, const at::Tensor& ids, int64_t vocab_begin);
+// Every rank's vocabulary range of `local` (..., V / tp), joined in rank order into (..., V), the
+// same on every rank. `queued`: Communicator::AllGatherQueued.
+absl::StatusOr<at::Tensor> GatherVocabulary(Communicator& group, const at::Tensor& local,
+                                            bool queued = false);
+
 // Whether `slices` holds this rank's slice of every parameter of `config`'s causal-LM model at
 // tensor-parallel size `tp`, shaped so; heads, key/value heads, the MLP width and the vocabulary
 // must divide by tp. The error names the parameter or the size to fix.

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/model/rope.h"
+#include "worker/parallel/tensor_parallel.h"
 #if RLHFD_HAVE_CUDA
 #include <c10/cuda/CUDAStream.h>
 
@@ -128,11 +129,7 @@ at::Tensor FusedDecoder::RowParallel(const at::Tensor& x, const at::Tensor& weig
 
 at::Tensor FusedDecoder::Embed(const at::Tensor& tokens) const {
   if (group_ == nullptr) return at::embedding(embed_, tokens);
-  // Vocabulary-parallel: ids outside this rank's range give zero rows; the sum is the row.
-  const int64_t vocab = embed_.size(0);
-  const at::Tensor local = tokens - vocab_begin_;
-  const at::Tensor mine = local.ge(0).logical_and(local.lt(vocab)).unsqueeze(1);
-  at::Tensor rows = at::embedding(embed_, local.clamp(0, vocab - 1)).mul_(mine);
+  at::Tensor rows = parallel::LocalEmbeddingRows(embed_, tokens, vocab_begin_);
   SumOver(*group_, rows, "the embedding");
   return rows;
 }
@@ -140,12 +137,10 @@ at::Tensor FusedDecoder::Embed(const at::Tensor& tokens) const {
 at::Tensor FusedDecoder::Logits(const at::Tensor& hidden) const {
   const at::Tensor local = at::mm(hidden, head_.t(), at::kFloat);  // (B, V / tp)
   if (group_ == nullptr) return local;
-  const int64_t tp = group_->size(), rows = local.size(0), vocab = local.size(1);
-  const at::Tensor gathered = at::empty({tp * rows, vocab}, local.options());
-  const absl::Status status = group_->AllGatherQueued(local, gathered);
-  TORCH_CHECK(status.ok(),
-              "tensor-parallel decode: gathering the logits: ", std::string(status.message()));
-  return gathered.view({tp, rows, vocab}).transpose(0, 1).reshape({rows, tp * vocab});
+  absl::StatusOr<at::Tensor> gathered = parallel::GatherVocabulary(*group_, local, /*queued=*/true);
+  TORCH_CHECK(gathered.ok(), "tensor-parallel decode: gathering the logits: ",
+              std::string(gathered.status().message()));
+  return *std::move(gathered);
 }
 
 at::Tensor FusedDecoder::Layers(const at::Tensor& tokens, const at::Tensor& positions,
