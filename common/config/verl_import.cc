@@ -588,19 +588,6 @@ absl::StatusOr<VerlConversion> ConvertVerlConfig(absl::string_view text, absl::s
   }
 }
 
-std::string FormatVerlNotes(const VerlConversion& conversion) {
-  // (refused first, why) -> keys, in the order they were found.
-  std::map<std::pair<bool, std::string>, std::vector<std::string>> groups;
-  for (const VerlNote& note : conversion.notes)
-    groups[{!note.refused, note.why}].push_back(note.key);
-  std::string out;
-  for (const auto& [group, keys] : groups) {
-    absl::StrAppend(&out, group.first ? "warning: ignored (" : "error: not supported (",
-                    group.second, "): ", absl::StrJoin(keys, ", "), "\n");
-  }
-  return out;
-}
-
 const std::vector<std::pair<std::string, std::string>>& VerlDirectMappings() {
   return DirectTable();
 }

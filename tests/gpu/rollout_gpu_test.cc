@@ -9,6 +9,7 @@
 #include <iostream>
 #include <limits>
 
+#include "tests/support/random_decoder.h"
 #include "worker/model/model_loader.h"
 #include "worker/model/transformer.h"
 #include "worker/rollout/decode_attention.h"
@@ -26,30 +27,7 @@ const at::Device kGpu(at::kCUDA, 0);
 // one (q/k/v bias, head dim 64, 7 query heads per key/value head) and a Qwen3-like one (q/k
 // RMSNorm, no bias, head dim 128).
 model::Transformer SmallModel(bool qwen3 = false) {
-  model::ModelConfig c;
-  c.architecture = qwen3 ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM";
-  c.family = qwen3 ? model::ModelFamily::kQwen3 : model::ModelFamily::kQwen2;
-  c.attention_bias = !qwen3;
-  c.qk_norm = qwen3;
-  c.vocab_size = 2048;
-  c.hidden_size = 448;
-  c.intermediate_size = 1024;
-  c.num_layers = 3;
-  c.num_heads = qwen3 ? 8 : 7;
-  c.num_kv_heads = qwen3 ? 2 : 1;
-  c.head_dim = qwen3 ? 128 : 64;
-  c.max_position_embeddings = 2048;
-  c.tie_word_embeddings = !qwen3;
-  at::manual_seed(3);
-  model::Transformer model(c);
-  torch::NoGradGuard no_grad;
-  for (auto& p : model->parameters()) p.normal_(0, 0.05);
-  for (auto& item : model->named_parameters()) {
-    if (item.key().find("norm") != std::string::npos) item.value().normal_(1.0, 0.1);
-  }
-  model->to(kGpu, at::kBFloat16);
-  model::KeepNormWeightsWide(model);  // As loaded models are (values already bf16-exact).
-  return model;
+  return testing::RandomDecoder(qwen3, 448, qwen3 ? 8 : 7, qwen3 ? 2 : 1, kGpu);
 }
 
 std::vector<GenerationRequest> Prompts(int count, int64_t max_new_tokens) {

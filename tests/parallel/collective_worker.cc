@@ -41,6 +41,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "tests/support/random_decoder.h"
 #include "worker/model/model_loader.h"
 #include "worker/model/transformer.h"
 #include "worker/parallel/host_staged_communicator.h"
@@ -704,33 +705,10 @@ void StagedViews(std::unique_ptr<Communicator> host_only) {
          "staged split's all-reduce");
 }
 
-// A random bf16 model in the fused decode's shapes, alike on every rank: Qwen2-like (q/k/v bias,
-// head dim 64, tied embeddings) or Qwen3-like (q/k RMSNorm, head dim 128, an untied head); 8
-// query and 2 key/value heads, so tp = 2 gives each rank 4 and 1.
+// A random bf16 model in the fused decode's shapes, alike on every rank; 8 query and 2 key/value
+// heads, so tp = 2 gives each rank 4 and 1.
 model::Transformer FusedShapedModel(bool qwen3, const at::Device& device) {
-  model::ModelConfig c;
-  c.architecture = qwen3 ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM";
-  c.family = qwen3 ? model::ModelFamily::kQwen3 : model::ModelFamily::kQwen2;
-  c.attention_bias = !qwen3;
-  c.qk_norm = qwen3;
-  c.vocab_size = 2048;
-  c.hidden_size = 512;
-  c.intermediate_size = 1024;
-  c.num_layers = 3;
-  c.num_heads = 8;
-  c.num_kv_heads = 2;
-  c.head_dim = qwen3 ? 128 : 64;
-  c.max_position_embeddings = 2048;
-  c.tie_word_embeddings = !qwen3;
-  at::manual_seed(3);
-  model::Transformer model(c);
-  for (auto& p : model->parameters()) p.normal_(0, 0.05);
-  for (auto& item : model->named_parameters()) {
-    if (item.key().find("norm") != std::string::npos) item.value().normal_(1.0, 0.1);
-  }
-  model->to(device, at::kBFloat16);
-  model::KeepNormWeightsWide(model);
-  return model;
+  return testing::RandomDecoder(qwen3, 512, 8, 2, device);
 }
 
 // 40 prompts of 5 to 44 tokens (more than the engine's 24 slots: continuous batching), 24 new
