@@ -38,6 +38,19 @@ absl::Status Staged(const char* what, Operation&& operation) {
   }
 }
 
+// Runs `operation` on the host side of `result` (a copy of its values, or with `with_values` false
+// only room for them) and copies what it wrote back into `result`.
+template <typename Operation>
+absl::Status StagedInto(const char* what, const at::Tensor& result, bool with_values,
+                        Operation&& operation) {
+  return Staged(what, [&] {
+    const at::Tensor host = with_values ? HostCopy(result) : HostBuffer(result);
+    absl::Status status = operation(host);
+    if (status.ok()) CopyBack(host, result);
+    return status;
+  });
+}
+
 class HostStagedCommunicator final : public Communicator {
  public:
   explicit HostStagedCommunicator(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
@@ -46,40 +59,26 @@ class HostStagedCommunicator final : public Communicator {
   int size() const override { return inner_->size(); }
 
   absl::Status AllReduce(const at::Tensor& tensor, ReduceOp op) override {
-    return Staged("AllReduce", [&] {
-      const at::Tensor host = HostCopy(tensor);
-      absl::Status status = inner_->AllReduce(host, op);
-      if (status.ok()) CopyBack(host, tensor);
-      return status;
-    });
+    return StagedInto("AllReduce", tensor, /*with_values=*/true,
+                      [&](const at::Tensor& host) { return inner_->AllReduce(host, op); });
   }
 
   absl::Status AllGather(const at::Tensor& input, const at::Tensor& output) override {
-    return Staged("AllGather", [&] {
-      const at::Tensor host = HostBuffer(output);
-      absl::Status status = inner_->AllGather(HostCopy(input), host);
-      if (status.ok()) CopyBack(host, output);
-      return status;
+    return StagedInto("AllGather", output, /*with_values=*/false, [&](const at::Tensor& host) {
+      return inner_->AllGather(HostCopy(input), host);
     });
   }
 
   absl::Status ReduceScatter(const at::Tensor& input, const at::Tensor& output,
                              ReduceOp op) override {
-    return Staged("ReduceScatter", [&] {
-      const at::Tensor host = HostBuffer(output);
-      absl::Status status = inner_->ReduceScatter(HostCopy(input), host, op);
-      if (status.ok()) CopyBack(host, output);
-      return status;
+    return StagedInto("ReduceScatter", output, /*with_values=*/false, [&](const at::Tensor& host) {
+      return inner_->ReduceScatter(HostCopy(input), host, op);
     });
   }
 
   absl::Status Broadcast(const at::Tensor& tensor, int root) override {
-    return Staged("Broadcast", [&] {
-      const at::Tensor host = HostCopy(tensor);
-      absl::Status status = inner_->Broadcast(host, root);
-      if (status.ok()) CopyBack(host, tensor);
-      return status;
-    });
+    return StagedInto("Broadcast", tensor, /*with_values=*/true,
+                      [&](const at::Tensor& host) { return inner_->Broadcast(host, root); });
   }
 
   absl::Status Send(const at::Tensor& tensor, int peer) override {
@@ -87,12 +86,8 @@ class HostStagedCommunicator final : public Communicator {
   }
 
   absl::Status Recv(const at::Tensor& tensor, int peer) override {
-    return Staged("Recv", [&] {
-      const at::Tensor host = HostBuffer(tensor);
-      absl::Status status = inner_->Recv(host, peer);
-      if (status.ok()) CopyBack(host, tensor);
-      return status;
-    });
+    return StagedInto("Recv", tensor, /*with_values=*/false,
+                      [&](const at::Tensor& host) { return inner_->Recv(host, peer); });
   }
 
   absl::Status SendRecv(const std::vector<PeerTransfer>& transfers) override {
