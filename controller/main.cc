@@ -10,6 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/logging/logging.h"
 #include "common/rpc/auth.h"
@@ -19,6 +20,7 @@
 #include "common/util/clock.h"
 #include "common/util/event_loop.h"
 #include "common/util/program_help.h"
+#include "common/util/program_setup.h"
 #include "common/util/signals.h"
 #include "common/util/systemd_notify.h"
 #include "controller/api/cluster_service.h"
@@ -42,6 +44,10 @@ ABSL_FLAG(absl::Duration, shutdown_deadline, absl::Seconds(10),
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
 ABSL_FLAG(absl::Duration, stage_timeout, absl::Minutes(30),
           "Deadline of each stage call to a worker (a rollout or an update of a large batch)");
+ABSL_FLAG(int, stage_relay_above, 64,
+          "A stage over more ranks than this reaches them through relaying workers, about the "
+          "square root of the ranks of them, each calling its group (0: the controller calls "
+          "every rank itself)");
 ABSL_FLAG(
     std::string, http_listen, "",
     "host:port of the REST gateway, /metrics and the dashboard (empty: none); the same tokens "
@@ -88,6 +94,7 @@ struct DaemonConfig {
   RpcOptions rpc;
   absl::Duration shutdown_deadline;
   absl::Duration stage_timeout, collective_timeout, disk_full_timeout;
+  int stage_relay_above = 64;
   std::string log_dir;  // the jobs' metric logs; <state_dir>/logs unless --log_dir says
 };
 
@@ -107,6 +114,12 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   config.rpc = RpcOptionsFromFlags();
   config.shutdown_deadline = absl::GetFlag(FLAGS_shutdown_deadline);
   config.stage_timeout = absl::GetFlag(FLAGS_stage_timeout);
+  config.stage_relay_above = absl::GetFlag(FLAGS_stage_relay_above);
+  if (config.stage_relay_above < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--stage_relay_above must be 0 (no relays) or a count of ranks, not ",
+                     config.stage_relay_above));
+  }
   config.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
   config.disk_full_timeout = absl::GetFlag(FLAGS_checkpoint_disk_full_timeout);
   config.log_dir = absl::GetFlag(FLAGS_log_dir).empty() ? config.controller.state_dir + "/logs"
@@ -225,6 +238,7 @@ int Run() {
       {.token = config.controller.stage_token,
        .rpc = config.rpc,
        .stage_deadline = config.stage_timeout,
+       .stage_relay_above = config.stage_relay_above,
        .communicator_timeout_ms = absl::ToInt64Milliseconds(config.collective_timeout),
        .log_dir = config.log_dir,
        .disk_full_timeout = config.disk_full_timeout});
@@ -259,6 +273,7 @@ int Run() {
 }  // namespace rlhfd
 
 int main(int argc, char** argv) {
+  rlhfd::SetUpProgram();
   // The gateway's and gRPC's threads would each get a malloc arena, whose freed pages malloc_trim
   // returns less well; a control-plane daemon needs few.
   mallopt(M_ARENA_MAX, 2);

@@ -19,6 +19,7 @@
 #include "common/rpc/rpc_server.h"
 #include "common/util/clock.h"
 #include "common/util/program_help.h"
+#include "common/util/program_setup.h"
 #include "common/util/signals.h"
 #include "common/util/systemd_notify.h"
 #include "worker/device/device_probe.h"
@@ -150,8 +151,11 @@ int Run() {
     role_host.EndMovedOn({reply.end().begin(), reply.end().end()}, sent);
   };
   worker::ControllerLink link(v1::WorkerRegistry::NewStub(*channel), link_options, *capacity);
+  // Fan-out through the workers: this worker makes a group of ranks' stage calls when the
+  // controller hands it them (Relay), reaching the others as it reaches the controller.
+  worker::StageRelay relay(rpc_options);
   worker::WorkerServiceImpl service(
-      &link, &role_host,
+      &link, &role_host, &relay,
       [&role_host] {
         return worker::HostedStatus{.jobs = role_host.jobs(),
                                     .memory_in_use_bytes = role_host.MemoryInUse()};
@@ -202,6 +206,7 @@ int Run() {
 }  // namespace rlhfd
 
 int main(int argc, char** argv) {
+  rlhfd::SetUpProgram();
   rlhfd::BlockTerminationSignals();
   constexpr char kUsage[] =
       "rlhfd-worker --controller=HOST:PORT --token_file=FILE [--device=auto|cpu|cuda:N] [flags]\n"

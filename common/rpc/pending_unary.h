@@ -3,14 +3,15 @@
 // exceptions from leaving an RPC handler or a task. Shared by the controller and the workers.
 #pragma once
 
+#include <grpcpp/server_context.h>
+#include <grpcpp/support/server_callback.h>
+
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
-
-#include <grpcpp/server_context.h>
-#include <grpcpp/support/server_callback.h>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -54,6 +55,13 @@ class PendingUnary {
 
   grpc::ServerUnaryReactor* reactor() const { return state_->reactor; }
 
+  // Runs `hook` if gRPC cancels the call before it is finished (say, to cancel the calls it
+  // made in turn). Set it before returning reactor().
+  void OnCancel(std::function<void()> hook) const {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->on_cancel = std::move(hook);
+  }
+
   // A handle the loop may hold past the call's end.
   class Completer {
    public:
@@ -82,11 +90,18 @@ class PendingUnary {
     bool finished = false;
     Reply* reply = nullptr;
     Reactor* reactor = nullptr;
+    std::function<void()> on_cancel;
   };
   class Reactor final : public grpc::ServerUnaryReactor {
    public:
     explicit Reactor(std::shared_ptr<State> state) : state_(std::move(state)) {}
     void OnCancel() override {
+      std::function<void()> hook;
+      {
+        std::lock_guard<std::mutex> lock(state_->mutex);
+        hook = std::move(state_->on_cancel);
+      }
+      if (hook) hook();
       Completer(state_).Finish(absl::CancelledError("call cancelled before it was answered"));
     }
     void OnDone() override { delete this; }

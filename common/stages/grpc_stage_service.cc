@@ -38,6 +38,7 @@ class GrpcStageService final : public StageService {
                          });                                                                \
   }
   RLHFD_STAGES(RLHFD_GRPC_STAGE)
+  RLHFD_GRPC_STAGE(Relay, RelayRequest, RelayReply)
 #undef RLHFD_GRPC_STAGE
 
   void CancelCalls() override {

@@ -4,9 +4,12 @@
 // controller's driver against real workers). No LibTorch.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <type_traits>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -55,10 +58,30 @@ class StageService {
   RLHFD_STAGES(RLHFD_DECLARE_STAGE)
 #undef RLHFD_DECLARE_STAGE
 
+  // Has this rank's worker make `request`'s stage calls to other ranks (fan-out through the
+  // workers: worker_service.proto's Relay). Only over gRPC: in process there is nothing to relay.
+  virtual void Relay(const v1::RelayRequest& request, absl::Duration deadline,
+                     StageDone<v1::RelayReply> done) {
+    (void)request;
+    (void)deadline;
+    done(absl::UnimplementedError("this stage service relays no calls"));
+  }
+
   // Ends every call in flight now (their replies: CANCELLED), where the transport can; a
   // cancelled job's driver uses it so as not to wait for stages it no longer needs.
   virtual void CancelCalls() {}
 };
+
+// The WorkerService method of a stage ("Forward", "UpdateCritic"); empty for no stage.
+template <typename Request, typename Reply>
+std::string_view StageMethodName(void (StageService::*method)(const Request&, absl::Duration,
+                                                              StageDone<Reply>));
+
+// How much sooner than a relay's own deadline the calls it makes end: the relaying worker then
+// still answers in time to name the ranks that did not (a twentieth, at most a second).
+inline absl::Duration RelayCallMargin(absl::Duration deadline) {
+  return std::min(deadline / 20, absl::Seconds(1));
+}
 
 // Calls `method` and waits for its reply: for drivers on a thread of their own.
 template <typename Request, typename Reply>

@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/util/files.h"
+#include "common/util/program_setup.h"
 #include "tests/support/cluster_fixture.h"
 #include "tests/support/controller_client.h"
 
@@ -260,6 +261,7 @@ int Main() {
 }  // namespace rlhfd
 
 int main(int argc, char** argv) {
+  rlhfd::SetUpProgram();
   absl::ParseCommandLine(argc, argv);
   return rlhfd::Main();
 }

@@ -24,6 +24,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc/auth.h"
+#include "common/util/program_setup.h"
 
 ABSL_FLAG(std::string, gateway, "127.0.0.1:8080", "host:port of the controller's --http_listen");
 ABSL_FLAG(std::string, token_file, "", "The controller's <state_dir>/token");
@@ -202,6 +203,7 @@ int Main() {
 }  // namespace rlhfd
 
 int main(int argc, char** argv) {
+  rlhfd::SetUpProgram();
   absl::ParseCommandLine(argc, argv);
   return rlhfd::Main();
 }

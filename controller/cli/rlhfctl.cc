@@ -14,6 +14,7 @@
 #include "common/rpc/grpc_options.h"
 #include "common/rpc/rpc_flags.h"
 #include "common/util/program_help.h"
+#include "common/util/program_setup.h"
 #include "controller/cli/cli_flags.h"
 #include "controller/cli/client.h"
 #include "controller/cli/commands.h"
@@ -127,6 +128,7 @@ int Run(const std::vector<char*>& args, bool from_verl) {
 }  // namespace rlhfd::cli
 
 int main(int argc, char** argv) {
+  rlhfd::SetUpProgram();
   rlhfd::HandleHelp(argc, argv, rlhfd::cli::kUsage);
   // --from-verl is spelled as verl users type it, which Abseil flag names cannot be.
   bool from_verl = false;

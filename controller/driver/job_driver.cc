@@ -470,7 +470,9 @@ absl::Status JobDriver::Drive() {
                  .nccl = setup_.nccl,
                  .attempt = setup_.progress.attempt(),
                  .job_submit_time_ms = setup_.job_submit_time_ms,
-                 .rank_names = std::move(rank_names)});
+                 .rank_names = std::move(rank_names),
+                 .relay_above = setup_.stage_relay_above,
+                 .rank_addresses = setup_.addresses});
   const absl::Cleanup note_unanswered = [this, &job] {
     for (int rank : job.unanswered_ranks()) {
       if (rank < static_cast<int>(setup_.worker_ids.size())) {

@@ -50,6 +50,7 @@ struct DriverSetup {
   // Where the job stands: a recovering job loads progress.checkpoint_step and goes on from it.
   v1::JobProgress progress;
   absl::Duration stage_deadline = absl::Minutes(30);
+  int stage_relay_above = 64;  // JobStagesOptions::relay_above
   int64_t communicator_timeout_ms = 300000;
   // How long a checkpoint save that finds the disk full (ENOSPC, EDQUOT) is tried again, with
   // backoff, before the job fails; its previous checkpoint stays committed either way.

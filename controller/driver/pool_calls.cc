@@ -1,6 +1,7 @@
 #include "controller/driver/pool_calls.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_join.h"
 #include "common/stages/role_names.h"
@@ -21,6 +22,41 @@ std::string PoolCalls::RankName(int rank) const {
     return absl::StrCat("rank ", rank);
   }
   return absl::StrCat("rank ", rank, " (", options_.rank_names[rank], ")");
+}
+
+bool PoolCalls::Relays(size_t count) const {
+  return options_.relay_above > 0 && count > static_cast<size_t>(options_.relay_above) &&
+         options_.rank_addresses.size() == ranks_.size();
+}
+
+std::vector<std::pair<size_t, size_t>> PoolCalls::RelayGroups(
+    const std::vector<std::string>& serialized) const {
+  // Well within the 4 MiB a worker reads by default (RpcOptions::max_request_bytes).
+  constexpr size_t kRelayBytes = size_t{2} << 20;
+  const size_t count = serialized.size();
+  const auto size =
+      options_.relay_group > 0
+          ? static_cast<size_t>(options_.relay_group)
+          : static_cast<size_t>(std::ceil(std::sqrt(static_cast<double>(count))));
+  std::vector<std::pair<size_t, size_t>> groups;
+  size_t first = 0, bytes = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const size_t request = serialized[i].size() + 64;  // the address and framing
+    if (i > first && (i - first == size || bytes + request > kRelayBytes)) {
+      groups.emplace_back(first, i);
+      first = i;
+      bytes = 0;
+    }
+    bytes += request;
+  }
+  if (first < count) groups.emplace_back(first, count);
+  return groups;
+}
+
+std::string PoolCalls::RelayGroupName(const std::vector<int>& ranks, size_t first, size_t end) {
+  std::vector<int> group(ranks.begin() + static_cast<std::ptrdiff_t>(first),
+                         ranks.begin() + static_cast<std::ptrdiff_t>(end));
+  return absl::StrCat("ranks ", absl::StrJoin(group, ","));
 }
 
 void PoolCalls::CancelCalls(const std::vector<int>& ranks) const {

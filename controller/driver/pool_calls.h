@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -40,6 +41,14 @@ struct JobStagesOptions {
   int64_t job_submit_time_ms = 0;
   // How errors name each world rank's worker ("worker W at HOST:PORT"); empty: by rank alone.
   std::vector<std::string> rank_names;
+  // Fan-out through the workers: a fan-out to more than `relay_above` ranks (0: never) hands
+  // groups of about √n of them to one worker each (its own rank's, the group's first), which
+  // makes the group's calls (WorkerService.Relay): the controller makes about √n calls instead
+  // of n. Past the stage deadline, a relaying worker that is itself hung makes its whole group
+  // count as not answering. Needs `rank_addresses`.
+  int relay_above = 0;
+  int relay_group = 0;  // ranks a relay calls at most (0: ⌈√n⌉ of a fan-out to n)
+  std::vector<std::string> rank_addresses;  // each world rank's WorkerService, host:port
   // trainer.mode one_step_off: run the next step's rollout while the step's other stages run
   // (RolloutSchedule::overlap). Only where the ranks that generate take stage calls of two steps
   // at once: simulated workers (schedule_bench) until the rollout has a pool of its own.
@@ -99,10 +108,19 @@ class PoolCalls {
   int world_size() const { return static_cast<int>(ranks_.size()); }
 
  private:
-  std::string job_id_;
-  std::vector<stages::StageService*> ranks_;
   // "rank R (worker W at HOST:PORT)".
   std::string RankName(int rank) const;
+  // Whether a fan-out to `count` ranks goes through relays (JobStagesOptions::relay_above).
+  bool Relays(size_t count) const;
+  // A fan-out's relay groups, [first, end) positions: consecutive, about √n ranks each, each
+  // group's requests (serialized) within what one relay call may carry.
+  std::vector<std::pair<size_t, size_t>> RelayGroups(
+      const std::vector<std::string>& serialized) const;
+  // "ranks A–B" of positions [first, end) of `ranks`, for errors.
+  static std::string RelayGroupName(const std::vector<int>& ranks, size_t first, size_t end);
+
+  std::string job_id_;
+  std::vector<stages::StageService*> ranks_;
 
   std::vector<v1::PoolAssignment> pools_;
   JobStagesOptions options_;
@@ -123,6 +141,17 @@ absl::StatusOr<std::vector<Reply>> PoolCalls::FanOut(
     std::optional<size_t> failed;  // the first rank (position) whose call failed
     std::vector<absl::StatusOr<Reply>> replies;
     std::vector<bool> answered;
+
+    // With `mutex` held: position i's answer.
+    void Answer(size_t i, absl::StatusOr<Reply> reply) {
+      if (!reply.ok() && !failed) failed = i;
+      replies[i] = std::move(reply);
+      answered[i] = true;
+      --left;
+    }
+    void NotifyIfDone() {
+      if (left == 0 || failed) done.notify_all();
+    }
   };
   const absl::Duration allowed = deadline.value_or(options_.stage_deadline);
   const absl::Time started = absl::Now();
@@ -130,21 +159,76 @@ absl::StatusOr<std::vector<Reply>> PoolCalls::FanOut(
   gather->left = ranks.size();
   gather->replies.resize(ranks.size(), absl::UnknownError("no reply"));
   gather->answered.resize(ranks.size(), false);
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    const int rank = ranks[i];
+  for (const int rank : ranks) {
     if (rank < 0 || rank >= static_cast<int>(ranks_.size())) {
       return absl::InternalError(absl::StrCat("rank ", rank, " is outside the job's world"));
     }
-    (ranks_[rank]->*method)(make(rank, static_cast<int>(i)), allowed,
-                            [gather, i](absl::StatusOr<Reply> reply) {
-                              std::lock_guard<std::mutex> lock(gather->mutex);
-                              if (!reply.ok() && !gather->failed) gather->failed = i;
-                              gather->replies[i] = std::move(reply);
-                              gather->answered[i] = true;
-                              if (--gather->left == 0 || gather->failed) {
-                                gather->done.notify_all();
-                              }
-                            });
+  }
+  const auto call_directly = [&](size_t i, const Request& request) {
+    (ranks_[ranks[i]]->*method)(request, allowed, [gather, i](absl::StatusOr<Reply> reply) {
+      std::lock_guard<std::mutex> lock(gather->mutex);
+      gather->Answer(i, std::move(reply));
+      gather->NotifyIfDone();
+    });
+  };
+  if (!Relays(ranks.size())) {
+    for (size_t i = 0; i < ranks.size(); ++i) call_directly(i, make(ranks[i], static_cast<int>(i)));
+  } else {
+    // Fan-out through the workers: each group's first rank makes the group's calls (Relay).
+    std::vector<std::string> serialized(ranks.size());
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      serialized[i] = make(ranks[i], static_cast<int>(i)).SerializeAsString();
+    }
+    const std::string_view stage = stages::StageMethodName(method);
+    for (const auto& [first, end] : RelayGroups(serialized)) {
+      if (end - first == 1) {
+        Request request;
+        request.ParseFromString(serialized[first]);
+        call_directly(first, request);
+        continue;
+      }
+      v1::RelayRequest relay;
+      relay.set_stage(std::string(stage));
+      for (size_t i = first; i < end; ++i) {
+        v1::RelayedCall& call = *relay.add_calls();
+        call.set_address(options_.rank_addresses[ranks[i]]);
+        call.set_request(std::move(serialized[i]));
+      }
+      ranks_[ranks[first]]->Relay(
+          relay, allowed,
+          [gather, first, end,
+           group = RelayGroupName(ranks, first, end)](absl::StatusOr<v1::RelayReply> relayed) {
+            std::lock_guard<std::mutex> lock(gather->mutex);
+            if (relayed.ok() && relayed->replies_size() != static_cast<int>(end - first)) {
+              relayed = absl::InternalError(absl::StrCat(relayed->replies_size(), " replies to ",
+                                                         end - first, " relayed calls"));
+            }
+            if (!relayed.ok()) {
+              // The relay itself failed: its worker answers for the group (past the deadline,
+              // every rank of the group is named as not answering).
+              gather->Answer(first, absl::Status(relayed.status().code(),
+                                                 absl::StrCat("relaying the calls of ", group, ": ",
+                                                              relayed.status().message())));
+            } else {
+              for (size_t i = first; i < end; ++i) {
+                const v1::RelayedReply& reply = relayed->replies(static_cast<int>(i - first));
+                if (!reply.answered()) continue;
+                if (reply.code() != 0) {
+                  gather->Answer(i, absl::Status(static_cast<absl::StatusCode>(reply.code()),
+                                                 reply.message()));
+                  continue;
+                }
+                Reply parsed;
+                if (!parsed.ParseFromString(reply.reply())) {
+                  gather->Answer(i, absl::InternalError("a relayed reply does not parse"));
+                } else {
+                  gather->Answer(i, std::move(parsed));
+                }
+              }
+            }
+            gather->NotifyIfDone();
+          });
+    }
   }
   // The first failure ends the fan-out: the other ranks may be waiting in a collective for the
   // failed one, and would hold the step until the collective timeout. Ending the attempt
@@ -154,7 +238,10 @@ absl::StatusOr<std::vector<Reply>> PoolCalls::FanOut(
   if (gather->failed) {
     const size_t i = *gather->failed;
     const absl::Status& status = gather->replies[i].status();
-    if (!absl::IsDeadlineExceeded(status) || absl::Now() - started < allowed) {
+    // Relayed calls end a margin before the stage deadline (so the relay can still answer);
+    // twice that leaves room for the relay's own start.
+    if (!absl::IsDeadlineExceeded(status) ||
+        absl::Now() - started < allowed - 2 * stages::RelayCallMargin(allowed)) {
       return absl::Status(status.code(), absl::StrCat(RankName(ranks[i]), ": ", status.message()));
     }
     // Past the stage deadline: every call shares it, so the others end within moments; each

@@ -193,6 +193,7 @@ void JobRunner::Start(const v1::Job& job, const Placement& placement) {
                     .rpc = options_.rpc,
                     .progress = progress,
                     .stage_deadline = options_.stage_deadline,
+                    .stage_relay_above = options_.stage_relay_above,
                     .communicator_timeout_ms = options_.communicator_timeout_ms,
                     .disk_full_timeout = options_.disk_full_timeout};
   DriverEvents events{

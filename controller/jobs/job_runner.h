@@ -29,6 +29,9 @@ struct RunnerOptions {
   std::string token;  // the stage token (<state_dir>/stage_token), the only one workers accept
   RpcOptions rpc;
   absl::Duration stage_deadline = absl::Minutes(30);
+  // Stage fan-outs to more ranks than this go through relaying workers (0: never;
+  // JobStagesOptions::relay_above).
+  int stage_relay_above = 64;
   int64_t communicator_timeout_ms = 300000;
   // Each job's metric sinks (trainer.loggers) write under <log_dir>/<job id>.
   std::string log_dir;

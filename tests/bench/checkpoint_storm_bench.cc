@@ -30,6 +30,7 @@
 #include "absl/strings/str_split.h"
 #include "common/util/crc32c.h"
 #include "common/util/files.h"
+#include "common/util/program_setup.h"
 #include "worker/roles/checkpoint.h"
 #include "worker/train/finite_check.h"
 
@@ -183,6 +184,7 @@ int Main() {
 }  // namespace rlhfd
 
 int main(int argc, char** argv) {
+  rlhfd::SetUpProgram();
   absl::ParseCommandLine(argc, argv);
   return rlhfd::Main();
 }

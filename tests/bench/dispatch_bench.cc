@@ -41,6 +41,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/rpc/grpc_options.h"
 #include "common/status/status_macros.h"
+#include "common/util/program_setup.h"
 #include "controller/driver/job_stages.h"
 #include "tests/bench/child_processes.h"
 #include "tests/bench/simulated_job.h"
@@ -57,6 +58,10 @@ ABSL_FLAG(std::string, stage_ms, "",
           "Simulated stage durations, e.g. Generate=3000,UpdateActor=2000,Forward/VALUES=500 "
           "(a Forward by its kind: OLD_LOG_PROBS, REF_LOG_PROBS, VALUES, REWARD_SCORES); others "
           "answer at once");
+ABSL_FLAG(int, relay_above, 0,
+          "Fan-outs to more ranks than this go through relaying workers (the controller's "
+          "--stage_relay_above; 0: the driver calls every rank)");
+ABSL_FLAG(int, relay_group, 0, "Ranks a relay calls at most (0: the square root of a fan-out's)");
 ABSL_FLAG(std::string, serve_port_file, "", "Internal: where a child writes its ports");
 
 namespace rlhfd {
@@ -188,6 +193,7 @@ class TimedStages final : public stages::StageService {
                  });                                                                      \
   }
   RLHFD_STAGES(RLHFD_TIMED_STAGE)
+  RLHFD_TIMED_STAGE(Relay, RelayRequest, RelayReply)
 #undef RLHFD_TIMED_STAGE
 
  private:
@@ -206,14 +212,14 @@ class TimedStages final : public stages::StageService {
 // Simulated workers: `count` servers of `stages` on loopback ports; their ports. The servers
 // and services are kept in `servers` and `services`.
 absl::StatusOr<std::vector<int>> StartServers(
-    int count, stages::StageService& stages,
+    int count, stages::StageService& stages, worker::StageRelay& relay,
     std::vector<std::unique_ptr<worker::WorkerServiceImpl>>& services,
     std::vector<std::unique_ptr<grpc::Server>>& servers) {
   std::vector<int> ports(count);
   for (int i = 0; i < count; ++i) {
     services.push_back(std::make_unique<worker::WorkerServiceImpl>(
-        nullptr, &stages, [] { return worker::HostedStatus{}; }, [] { return std::string(kToken); },
-        0));
+        nullptr, &stages, &relay, [] { return worker::HostedStatus{}; },
+        [] { return std::string(kToken); }, 0));
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &ports[i]);
     builder.RegisterService(services.back().get());
@@ -234,10 +240,11 @@ int Serve() {
     return 2;
   }
   SimulatedStages stages(*std::move(durations));
+  worker::StageRelay relay(RpcOptions{});
   std::vector<std::unique_ptr<worker::WorkerServiceImpl>> services;
   std::vector<std::unique_ptr<grpc::Server>> servers;
   absl::StatusOr<std::vector<int>> ports =
-      StartServers(absl::GetFlag(FLAGS_serve_workers), stages, services, servers);
+      StartServers(absl::GetFlag(FLAGS_serve_workers), stages, relay, services, servers);
   if (!ports.ok()) {
     std::cerr << "error: " << ports.status().message() << "\n";
     return 1;
@@ -307,6 +314,7 @@ absl::StatusOr<Result> Run(int workers, int steps, int warmup, int prompts_per_a
   // The simulated workers: one server each, on a port of its own, here or in child processes.
   ASSIGN_OR_RETURN(StageDurations durations, ParseStageDurations(absl::GetFlag(FLAGS_stage_ms)));
   SimulatedStages stages(std::move(durations));
+  worker::StageRelay relay(RpcOptions{});
   std::vector<std::unique_ptr<worker::WorkerServiceImpl>> services;
   std::vector<std::unique_ptr<grpc::Server>> servers;
   bench::ChildProcesses children;
@@ -321,15 +329,17 @@ absl::StatusOr<Result> Run(int workers, int steps, int warmup, int prompts_per_a
     if (!started.ok()) return started.status();
     ports = *std::move(started);
   } else {
-    ASSIGN_OR_RETURN(ports, StartServers(workers, stages, services, servers));
+    ASSIGN_OR_RETURN(ports, StartServers(workers, stages, relay, services, servers));
   }
   std::mutex mutex;
   std::vector<double> calls_ms;
   std::vector<std::unique_ptr<stages::StageService>> clients;
   std::vector<stages::StageService*> ranks;
+  std::vector<std::string> addresses;
   for (int i = 0; i < workers; ++i) {
+    addresses.push_back(absl::StrCat("127.0.0.1:", ports[i]));
     ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
-                     MakeChannel(absl::StrCat("127.0.0.1:", ports[i]), RpcOptions{}));
+                     MakeChannel(addresses.back(), RpcOptions{}));
     clients.push_back(std::make_unique<TimedStages>(
         stages::MakeGrpcStageService(std::move(channel), kToken), mutex, calls_ms));
     ranks.push_back(clients.back().get());
@@ -339,7 +349,10 @@ absl::StatusOr<Result> Run(int workers, int steps, int warmup, int prompts_per_a
   for (const auto& [name, duration] : stages.durations())
     longest_stage = std::max(longest_stage, duration);
   controller::JobStages job("job-bench", spec, ranks,
-                            {.stage_deadline = absl::Seconds(10) + longest_stage});
+                            {.stage_deadline = absl::Seconds(10) + longest_stage,
+                             .relay_above = absl::GetFlag(FLAGS_relay_above),
+                             .relay_group = absl::GetFlag(FLAGS_relay_group),
+                             .rank_addresses = addresses});
   RETURN_IF_ERROR(job.Start(steps + warmup));
   const int64_t actors = spec.roles().actor().gpus();
   std::vector<double> stages_ms;
@@ -443,6 +456,7 @@ int Main() {
 }  // namespace rlhfd
 
 int main(int argc, char** argv) {
+  rlhfd::SetUpProgram();
   absl::ParseCommandLine(argc, argv);
   return rlhfd::Main();
 }

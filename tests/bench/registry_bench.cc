@@ -26,6 +26,7 @@
 #include "common/rpc/auth.h"
 #include "common/rpc/grpc_options.h"
 #include "common/status/status_macros.h"
+#include "common/util/program_setup.h"
 #include "rlhfd/v1/cluster_service.grpc.pb.h"
 #include "tests/bench/child_processes.h"
 #include "worker/service/controller_link.h"
@@ -168,12 +169,13 @@ absl::StatusOr<Result> Run(int workers, const std::string& dir) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
   result.cpu_share = (ProcessCpuSeconds(controller) - cpu_before) / seconds;
   result.rss_mib = ResidentMiB(controller);
-  result.heartbeats_per_s = workers / absl::ToDoubleSeconds(absl::GetFlag(FLAGS_heartbeat_interval));
+  result.heartbeats_per_s =
+      workers / absl::ToDoubleSeconds(absl::GetFlag(FLAGS_heartbeat_interval));
   const int still_alive = alive();
   links.CloseStdinsAndWait();
   if (still_alive != workers) {
-    return absl::InternalError(absl::StrCat(workers - still_alive,
-                                            " workers were lost during the window"));
+    return absl::InternalError(
+        absl::StrCat(workers - still_alive, " workers were lost during the window"));
   }
   return result;
 }
@@ -220,6 +222,7 @@ int Main() {
 }  // namespace rlhfd
 
 int main(int argc, char** argv) {
+  rlhfd::SetUpProgram();
   absl::ParseCommandLine(argc, argv);
   return rlhfd::Main();
 }

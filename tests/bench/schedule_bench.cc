@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "common/status/status_macros.h"
 #include "common/util/event_loop.h"
+#include "common/util/program_setup.h"
 #include "controller/driver/job_stages.h"
 #include "tests/bench/empty_stages.h"
 #include "tests/bench/simulated_job.h"
@@ -158,6 +159,7 @@ int Main() {
 }  // namespace rlhfd
 
 int main(int argc, char** argv) {
+  rlhfd::SetUpProgram();
   absl::ParseCommandLine(argc, argv);
   return rlhfd::Main();
 }

@@ -21,6 +21,7 @@
 #include "common/config/job_config.h"
 #include "common/status/status_macros.h"
 #include "common/util/files.h"
+#include "common/util/program_setup.h"
 #include "common/util/stopwatch.h"
 #include "controller/driver/job_stages.h"
 #include "worker/bench/model_presets.h"
@@ -262,6 +263,7 @@ trainer: {total_steps: )",
 }  // namespace rlhfd
 
 int main(int argc, char** argv) {
+  rlhfd::SetUpProgram();
   absl::ParseCommandLine(argc, argv);
   return rlhfd::Run();
 }

@@ -297,8 +297,10 @@ std::map<std::string, at::Tensor> SavedActor(const std::string& directory, int64
 // rollouts the workers dumped: intermediates (1e-5 at step 1, 1e-4 after) and the final actor
 // weights within 1e-5.
 void CheckRunEqualsOneProcess(const std::string& config, int workers,
-                              const std::vector<std::string>& extra = {}) {
-  DriverCluster cluster;
+                              const std::vector<std::string>& extra = {},
+                              const std::vector<std::string>& controller_flags = {},
+                              const std::function<void(DriverCluster&)>& check_cluster = {}) {
+  DriverCluster cluster(controller_flags);
   TempDir dir;
   const int64_t total = 3;
   std::vector<std::string> overrides = {absl::StrCat("trainer.total_steps=", total),
@@ -317,6 +319,7 @@ void CheckRunEqualsOneProcess(const std::string& config, int workers,
   REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
   CHECK(job.progress().current_step() == total);
   CHECK(job.progress().restarts() == 0);
+  if (check_cluster) check_cluster(cluster);
   CheckHistory(cluster.Metrics(id), total);
   std::map<int64_t, std::map<std::string, double>> by_step;
   for (const v1::StepMetrics& step : cluster.Metrics(id)) {
@@ -475,8 +478,20 @@ TEST_CASE(
        "algorithm.rollout_correction.rollout_is=token"});
 }
 
-TEST_CASE("The tiny PPO config runs to its end and equals one process", "[driver][runs]") {
-  CheckRunEqualsOneProcess("tiny-ppo-cpu.yaml", 4);
+// Every stage over more than one rank goes through a relaying worker (fan-out through the
+// workers, as at scale past --stage_relay_above): the worker of each group's first rank makes the
+// group's stage calls. The other runs here call every rank directly.
+TEST_CASE("The tiny PPO config, its stages relayed through the workers, equals one process",
+          "[driver][runs]") {
+  CheckRunEqualsOneProcess(
+      "tiny-ppo-cpu.yaml", 4, {}, {"--stage_relay_above=1"}, [](DriverCluster& cluster) {
+        int relaying = 0;
+        for (size_t i = 0; i < 4; ++i) {
+          relaying += absl::StrContains(cluster.cluster().worker(i).ReadLog(),
+                                        "relaying stage calls for the controller");
+        }
+        CHECK(relaying >= 1);
+      });
 }
 
 // ReMax (verl's gen_max): each prompt's baseline is the reward of its greedy response. A reward

@@ -25,6 +25,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/util/program_setup.h"
 #include "common/util/stopwatch.h"
 #include "worker/bench/model_presets.h"
 #include "worker/parallel/nccl_communicator.h"
@@ -231,6 +232,7 @@ int RunRank(int rank, int ranks) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  rlhfd::SetUpProgram();
   absl::ParseCommandLine(argc, argv);
   const int ranks = absl::GetFlag(FLAGS_ranks), rank = absl::GetFlag(FLAGS_rank);
   if (rank >= 0) return RunRank(rank, ranks);

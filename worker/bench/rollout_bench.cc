@@ -20,6 +20,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/util/program_setup.h"
 #include "worker/bench/model_presets.h"
 #include "worker/rollout/device_support.h"
 #include "worker/rollout/engine.h"
@@ -191,6 +192,7 @@ nlohmann::json HfConfig(const rlhfd::model::ModelConfig& c) {
 }
 
 int main(int argc, char** argv) {
+  rlhfd::SetUpProgram();
   absl::ParseCommandLine(argc, argv);
   auto config = rlhfd::bench::PresetConfig(absl::GetFlag(FLAGS_preset));
   if (!config.ok()) {

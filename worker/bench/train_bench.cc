@@ -18,6 +18,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "common/util/program_setup.h"
 #include "worker/bench/model_presets.h"
 #include "worker/model/transformer.h"
 #include "worker/train/chunked_log_probs.h"
@@ -40,6 +41,7 @@ ABSL_FLAG(bool, breakdown, false,
           "Also time forward+loss, backward and optimizer separately (synchronising between them)");
 
 int main(int argc, char** argv) {
+  rlhfd::SetUpProgram();
   absl::ParseCommandLine(argc, argv);
   if (!torch::cuda::is_available()) {
     std::cerr << "train_bench needs a CUDA GPU\n";

@@ -16,9 +16,9 @@ grpc::Status WorkerServiceImpl::CheckStageToken(const grpc::ServerContextBase& c
   return CheckToken(context, stage_token, "the worker's stage token");
 }
 
-grpc::ServerUnaryReactor* WorkerServiceImpl::GetWorkerStatus(
-    grpc::CallbackServerContext* context, const v1::GetWorkerStatusRequest*,
-    v1::GetWorkerStatusReply* reply) {
+grpc::ServerUnaryReactor* WorkerServiceImpl::GetWorkerStatus(grpc::CallbackServerContext* context,
+                                                             const v1::GetWorkerStatusRequest*,
+                                                             v1::GetWorkerStatusReply* reply) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   grpc::Status auth = CheckStageToken(*context);
   if (auth.ok()) {
@@ -52,6 +52,34 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Serve(
   // The role host copies the request before this returns; the reply comes from its executor.
   (stages_->*method)(*request, deadline,
                      [done](absl::StatusOr<Reply> result) { done.Finish(std::move(result)); });
+  return call.reactor();
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::Relay(grpc::CallbackServerContext* context,
+                                                   const v1::RelayRequest* request,
+                                                   v1::RelayReply* reply) {
+  PendingUnary<v1::RelayReply> call(reply);
+  auto done = call.completer();
+  grpc::Status auth = CheckStageToken(*context);
+  if (!auth.ok()) {
+    done.Finish(FromGrpcStatus(auth));
+    return call.reactor();
+  }
+  if (relay_ == nullptr) {
+    done.Finish(absl::UnimplementedError("this worker relays no stage calls"));
+    return call.reactor();
+  }
+  const absl::Duration deadline =
+      absl::FromChrono(context->deadline() - std::chrono::system_clock::now());
+  absl::StatusOr<std::shared_ptr<RelayedCalls>> calls = relay_->Start(
+      *request, deadline, stage_token_(), [done](v1::RelayReply result) { done.Finish(result); });
+  if (!calls.ok()) {
+    done.Finish(calls.status());
+    return call.reactor();
+  }
+  // The controller gave up on the relay (its job cancelled, a stage failed elsewhere): so do the
+  // calls made for it.
+  call.OnCancel([calls = *calls] { calls->Cancel(); });
   return call.reactor();
 }
 

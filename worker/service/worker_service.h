@@ -1,7 +1,8 @@
 // WorkerServiceImpl: the gRPC service each worker runs for the controller. A thin adapter: the
 // stage token (the one the controller handed this worker when it registered; never the users'
 // admin or read-only token) is checked on the RPC thread, and each RL stage goes to the role host
-// (a StageService), which answers from its executor; no RPC thread waits.
+// (a StageService), which answers from its executor; no RPC thread waits. Relay calls (fan-out
+// through the workers) go to the StageRelay.
 #pragma once
 
 #include <functional>
@@ -11,6 +12,7 @@
 #include "common/stages/stage_service.h"
 #include "rlhfd/v1/worker_service.grpc.pb.h"
 #include "worker/service/controller_link.h"
+#include "worker/service/stage_relay.h"
 
 namespace rlhfd::worker {
 
@@ -22,11 +24,13 @@ struct HostedStatus {
 
 class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
  public:
-  WorkerServiceImpl(const ControllerLink* link, stages::StageService* stages,
+  // `relay`: null when this worker relays no calls (Relay answers UNIMPLEMENTED).
+  WorkerServiceImpl(const ControllerLink* link, stages::StageService* stages, StageRelay* relay,
                     std::function<HostedStatus()> hosted, std::function<std::string()> stage_token,
                     int64_t start_time_ms)
       : link_(link),
         stages_(stages),
+        relay_(relay),
         hosted_(std::move(hosted)),
         stage_token_(std::move(stage_token)),
         start_time_ms_(start_time_ms) {}
@@ -43,6 +47,9 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
   RLHFD_STAGES(RLHFD_SERVE_STAGE)
 #undef RLHFD_SERVE_STAGE
 
+  grpc::ServerUnaryReactor* Relay(grpc::CallbackServerContext* context,
+                                  const v1::RelayRequest* request, v1::RelayReply* reply) override;
+
  private:
   template <typename Request, typename Reply>
   grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context, const Request* request,
@@ -56,6 +63,7 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
 
   const ControllerLink* link_;
   stages::StageService* stages_;
+  StageRelay* relay_;
   std::function<HostedStatus()> hosted_;
   // The controller's stage token, from the link's registration (empty before the first).
   std::function<std::string()> stage_token_;

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "common/util/program_help.h"
+#include "common/util/program_setup.h"
 #include "worker/model/model_export.h"
 #include "worker/model/model_loader.h"
 #include "worker/model/tokenizer.h"
@@ -59,7 +60,8 @@ ABSL_FLAG(std::string, out, "", "export: directory to write");
 namespace rlhfd {
 namespace {
 
-constexpr char kUsage[] = R"(rlhfd-infer COMMAND --model DIR [flags]: check a Hugging Face model directory by hand.
+constexpr char kUsage[] =
+    R"(rlhfd-infer COMMAND --model DIR [flags]: check a Hugging Face model directory by hand.
   rlhfd-infer tokenize --model DIR --text TEXT [--chat] [--add_special_tokens]
       token ids of the text (with --chat, as one user turn in the chat template)
   rlhfd-infer logprobs --model DIR --text TEXT [--prompt TEXT] [--dtype fp32|bf16] [--device cpu|cuda]
@@ -120,7 +122,7 @@ absl::StatusOr<nlohmann::json> Logprobs(const std::string& dir) {
   const at::Tensor id_tensor = at::tensor(ids, at::kLong);
   RETURN_IF_ERROR(model::CheckTokenIds(id_tensor, model->config().vocab_size, "--text"));
   torch::NoGradGuard no_grad;
-  at::Tensor input = id_tensor.unsqueeze(0).to(options.device);                          // (1, T)
+  at::Tensor input = id_tensor.unsqueeze(0).to(options.device);                         // (1, T)
   at::Tensor logits = model->Logits(model->Hidden({input})).to(at::kFloat).squeeze(0);  // (T, V)
   at::Tensor logp = at::log_softmax(logits, -1).cpu();
   nlohmann::json tokens = nlohmann::json::array();
@@ -275,6 +277,7 @@ absl::StatusOr<nlohmann::json> Export(const std::string& dir) {
 }  // namespace rlhfd
 
 int main(int argc, char** argv) {
+  rlhfd::SetUpProgram();
   rlhfd::HandleHelp(argc, argv, rlhfd::kUsage);
   absl::SetProgramUsageMessage(rlhfd::kUsage);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
@@ -292,7 +295,7 @@ int main(int argc, char** argv) {
              : command == "generate" ? rlhfd::Generate(absl::GetFlag(FLAGS_model))
              : command == "export"   ? rlhfd::Export(absl::GetFlag(FLAGS_model))
                                      : absl::InvalidArgumentError(absl::StrCat(
-                                         "unknown command '", command, "'\n", rlhfd::kUsage));
+                                           "unknown command '", command, "'\n", rlhfd::kUsage));
   } catch (const std::exception& error) {
     result = absl::InternalError(std::string(error.what()).substr(0, 2000));
   }
