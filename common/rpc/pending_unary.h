@@ -104,7 +104,15 @@ class PendingUnary {
       if (hook) hook();
       Completer(state_).Finish(absl::CancelledError("call cancelled before it was answered"));
     }
-    void OnDone() override { delete this; }
+    void OnDone() override {
+      // The hook may hold what holds a Completer (so this state): let it go with the call.
+      std::function<void()> hook;
+      {
+        std::lock_guard<std::mutex> lock(state_->mutex);
+        hook = std::move(state_->on_cancel);
+      }
+      delete this;
+    }
 
    private:
     std::shared_ptr<State> state_;

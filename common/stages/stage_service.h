@@ -80,7 +80,7 @@ std::string_view StageMethodName(void (StageService::*method)(const Request&, ab
 // How much sooner than a relay's own deadline the calls it makes end: the relaying worker then
 // still answers in time to name the ranks that did not (a twentieth, at most a second).
 inline absl::Duration RelayCallMargin(absl::Duration deadline) {
-  return std::min(deadline / 20, absl::Seconds(1));
+  return std::clamp(deadline / 20, absl::ZeroDuration(), absl::Seconds(1));
 }
 
 // Calls `method` and waits for its reply: for drivers on a thread of their own.

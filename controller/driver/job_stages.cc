@@ -305,7 +305,7 @@ void JobStages::End(absl::Duration deadline) {
                                  request.set_attempt(calls_.options().attempt);
                                  return request;
                                },
-                               deadline)
+                               deadline, PoolCalls::Reach::kEveryRankDirectly)
                            .status();
   if (!ended.ok()) RLOG(WARNING) << "ending job " << calls_.job_id() << ": " << ended.message();
 }

@@ -76,12 +76,16 @@ class PoolCalls {
   // the same order, or the first failure, naming its rank. `deadline`: the stage deadline when
   // not given. A call past that deadline fails the fan-out naming every rank that had not
   // answered by then (a hung or slow worker, and those waiting for it in a collective), which
-  // unanswered() keeps.
+  // unanswered() keeps. Past JobStagesOptions::relay_above the calls go through relaying
+  // workers, unless `reach` is kEveryRankDirectly (EndJob: each rank must get it, whatever the
+  // worker that would relay it does).
+  enum class Reach { kRelaysPastThreshold, kEveryRankDirectly };
   template <typename Request, typename Reply>
   absl::StatusOr<std::vector<Reply>> FanOut(
       const std::vector<int>& ranks, StageMethod<Request, Reply> method,
       const std::function<Request(int rank, int position)>& make,
-      std::optional<absl::Duration> deadline = std::nullopt) const;
+      std::optional<absl::Duration> deadline = std::nullopt,
+      Reach reach = Reach::kRelaysPastThreshold) const;
 
   // Moves `tensors` of the step from one pool to another (nothing when they share their ranks);
   // the bytes sent add to metrics["perf/moved_bytes"].
@@ -132,7 +136,7 @@ template <typename Request, typename Reply>
 absl::StatusOr<std::vector<Reply>> PoolCalls::FanOut(
     const std::vector<int>& ranks, StageMethod<Request, Reply> method,
     const std::function<Request(int rank, int position)>& make,
-    std::optional<absl::Duration> deadline) const {
+    std::optional<absl::Duration> deadline, Reach reach) const {
   // Outlives this call: replies that come after a failure land here and are dropped.
   struct Gather {
     std::mutex mutex;
@@ -171,7 +175,7 @@ absl::StatusOr<std::vector<Reply>> PoolCalls::FanOut(
       gather->NotifyIfDone();
     });
   };
-  if (!Relays(ranks.size())) {
+  if (reach == Reach::kEveryRankDirectly || !Relays(ranks.size())) {
     for (size_t i = 0; i < ranks.size(); ++i) call_directly(i, make(ranks[i], static_cast<int>(i)));
   } else {
     // Fan-out through the workers: each group's first rank makes the group's calls (Relay).
@@ -204,26 +208,36 @@ absl::StatusOr<std::vector<Reply>> PoolCalls::FanOut(
                                                          end - first, " relayed calls"));
             }
             if (!relayed.ok()) {
-              // The relay itself failed: its worker answers for the group (past the deadline,
-              // every rank of the group is named as not answering).
+              // The relay itself failed: its worker answers for the group, and no answer comes
+              // for the others (past the deadline, every rank of the group is named as not
+              // answering).
               gather->Answer(first, absl::Status(relayed.status().code(),
                                                  absl::StrCat("relaying the calls of ", group, ": ",
                                                               relayed.status().message())));
-            } else {
-              for (size_t i = first; i < end; ++i) {
-                const v1::RelayedReply& reply = relayed->replies(static_cast<int>(i - first));
-                if (!reply.answered()) continue;
-                if (reply.code() != 0) {
-                  gather->Answer(i, absl::Status(static_cast<absl::StatusCode>(reply.code()),
-                                                 reply.message()));
-                  continue;
-                }
-                Reply parsed;
-                if (!parsed.ParseFromString(reply.reply())) {
-                  gather->Answer(i, absl::InternalError("a relayed reply does not parse"));
+              gather->left -= end - first - 1;
+              gather->NotifyIfDone();
+              return;
+            }
+            // A call the relay did not wait for is one another call's failure left behind.
+            bool group_failed = false;
+            for (const v1::RelayedReply& reply : relayed->replies()) {
+              group_failed |= reply.answered() && reply.code() != 0;
+            }
+            for (size_t i = first; i < end; ++i) {
+              const v1::RelayedReply& reply = relayed->replies(static_cast<int>(i - first));
+              if (!reply.answered()) {
+                if (group_failed) {
+                  --gather->left;
                 } else {
-                  gather->Answer(i, std::move(parsed));
+                  gather->Answer(i, absl::InternalError("its relaying worker left it unanswered"));
                 }
+              } else if (reply.code() != 0) {
+                gather->Answer(
+                    i, absl::Status(static_cast<absl::StatusCode>(reply.code()), reply.message()));
+              } else if (Reply parsed; parsed.ParseFromString(reply.reply())) {
+                gather->Answer(i, std::move(parsed));
+              } else {
+                gather->Answer(i, absl::InternalError("a relayed reply does not parse"));
               }
             }
             gather->NotifyIfDone();

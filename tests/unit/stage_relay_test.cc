@@ -3,8 +3,9 @@
 // scripted StageService. What is shown: a relayed fan-out reaches each rank once, with its own
 // request and the stage's own method, and gives the replies a direct fan-out gives, in order,
 // with about √n calls from the driver; a failing rank is named as itself; past the stage deadline
-// a hung rank is named alone, and a hung relaying worker names its group; a relay refuses a wrong
-// token and anything but a stage; cancelling a relay cancels the calls it made.
+// a hung rank is named alone, and a hung relaying worker names its group; a relay's state goes
+// with its answer; replies past one answer's cap fail clearly; the job's end is never relayed; a
+// relay refuses a wrong token and anything but a stage; cancelling a relay cancels its calls.
 #include "worker/service/stage_relay.h"
 
 #include <arpa/inet.h>
@@ -18,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -26,6 +28,7 @@
 #include "common/rpc/auth.h"
 #include "common/rpc/grpc_options.h"
 #include "common/stages/stage_service.h"
+#include "controller/driver/job_stages.h"
 #include "controller/driver/pool_calls.h"
 #include "rlhfd/v1/worker_service.grpc.pb.h"
 #include "worker/service/worker_service.h"
@@ -139,7 +142,7 @@ class SilentPort {
 // `count` workers on loopback and the driver's clients of them.
 class Workers {
  public:
-  explicit Workers(int count) : relay_(RpcOptions{}) {
+  explicit Workers(int count, RpcOptions relay_options = {}) : relay_(relay_options) {
     for (int i = 0; i < count; ++i) {
       stages_.push_back(std::make_unique<ScriptedStages>(i));
       services_.push_back(std::make_unique<worker::WorkerServiceImpl>(
@@ -183,6 +186,7 @@ class Workers {
                                   .rank_addresses = addresses});
   }
   ScriptedStages& worker(int i) { return *stages_[i]; }
+  const worker::StageRelay& relay() const { return relay_; }
   int direct_calls() const {
     int sum = 0;
     for (auto& client : clients) sum += client->direct;
@@ -292,6 +296,48 @@ TEST_CASE("Past the stage deadline a relayed fan-out names the ranks that did no
     REQUIRE(absl::IsDeadlineExceeded(replies.status()));
     CHECK(calls.unanswered() == std::vector<int>{3, 4, 5});
   }
+}
+
+TEST_CASE("A relay's state is let go once it has answered", "[relay]") {
+  // Each relay holds its calls' contexts and buffers; a relaying worker of a long job makes
+  // thousands, so none may outlive its answer (answered, failed or cancelled).
+  Workers workers(9);
+  const controller::PoolCalls calls = workers.Calls(2);
+  for (int round = 0; round < 5; ++round) REQUIRE(Update(calls, Ranks(9)).ok());
+  workers.worker(7).fail_with = "a bad batch";
+  CHECK_FALSE(Update(calls, Ranks(9)).ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (workers.relay().relays_held() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(workers.relay().relays_held() == 0);
+}
+
+TEST_CASE("Replies past what one relay's answer may carry fail the stage, naming the flag",
+          "[relay]") {
+  // 64 KiB of headroom plus 100 bytes: two of the scripted replies fit, the third does not.
+  Workers workers(4, RpcOptions{.max_reply_bytes = (64 << 10) + 100});
+  const controller::PoolCalls calls = workers.Calls(2);
+  absl::StatusOr<std::vector<v1::UpdateReply>> replies = Update(calls, Ranks(4));
+  REQUIRE(absl::IsResourceExhausted(replies.status()));
+  CHECK(absl::StrContains(replies.status().message(), "--stage_relay_above"));
+}
+
+TEST_CASE("The job's end reaches every rank directly, past relay_above too", "[relay]") {
+  // EndJob is what frees a job's memory on each worker; the worker that would relay a group's
+  // calls may be the one that is gone.
+  Workers workers(8);
+  const SilentPort silent;
+  workers.Connect(0, absl::StrCat("127.0.0.1:", silent.port()));
+  std::vector<stages::StageService*> ranks;
+  for (auto& client : workers.clients) ranks.push_back(client.get());
+  v1::JobSpec spec;
+  spec.mutable_roles()->mutable_actor()->set_gpus(8);
+  controller::JobStages job("job-relay", spec, ranks,
+                            {.relay_above = 2, .rank_addresses = workers.addresses});
+  job.End(absl::Seconds(2));
+  CHECK(workers.relays() == 0);
+  for (int rank = 1; rank < 8; ++rank) CHECK(workers.worker(rank).calls == 1);
 }
 
 TEST_CASE("Relay refuses a wrong token and anything that is not a stage", "[relay]") {

@@ -31,13 +31,21 @@ class Calls final : public RelayedCalls {
     std::shared_ptr<grpc::GenericStub> stub;
   };
 
-  Calls(std::string method, size_t count, std::function<void(v1::RelayReply)> done)
-      : method_(std::move(method)), left_(count), done_(std::move(done)) {
+  Calls(std::string method, size_t count, int64_t max_reply_bytes,
+        std::shared_ptr<std::atomic<int64_t>> held, std::function<void(v1::RelayReply)> done)
+      : method_(std::move(method)),
+        max_reply_bytes_(max_reply_bytes),
+        held_(std::move(held)),
+        left_(count),
+        done_(std::move(done)) {
+    ++*held_;
     for (size_t i = 0; i < count; ++i) {
       calls_.push_back(std::make_unique<Call>());
       reply_.add_replies();
     }
   }
+
+  ~Calls() override { --*held_; }
 
   Call& call(size_t i) { return *calls_[i]; }
 
@@ -62,31 +70,53 @@ class Calls final : public RelayedCalls {
     if (finished_) return;
     v1::RelayedReply& out = *reply_.mutable_replies(static_cast<int>(i));
     out.set_answered(true);
-    out.set_code(status.error_code());
-    out.set_message(status.error_message());
-    if (status.ok()) {
-      std::vector<grpc::Slice> slices;
-      if (calls_[i]->reply.Dump(&slices).ok()) {
-        std::string& bytes = *out.mutable_reply();
-        for (const grpc::Slice& slice : slices) {
-          bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-        }
-      }
-    }
-    // A failure other than the deadline ends the stage at the controller: answer now. Past the
+    const absl::Status result = Read(status, calls_[i]->reply, *out.mutable_reply());
+    out.set_code(static_cast<int>(result.code()));
+    out.set_message(std::string(result.message()));
+    // A failure other than the deadline ends the stage at the controller: answer now (the other
+    // calls go on, as a direct fan-out's would, until the job's end interrupts them). Past the
     // deadline every call ends within moments, and the controller names those that did not answer.
-    const bool failed = !status.ok() && status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED;
+    const bool failed = !result.ok() && !absl::IsDeadlineExceeded(result);
     if (left_ > 0 && !failed) return;
     finished_ = true;
     v1::RelayReply reply = std::move(reply_);
+    std::function<void(v1::RelayReply)> done = std::move(done_);
     lock.unlock();
-    done_(std::move(reply));
+    done(std::move(reply));
+  }
+
+  // The call's outcome, its reply's bytes appended to `bytes` when it succeeded. With the mutex.
+  absl::Status Read(const grpc::Status& status, grpc::ByteBuffer& reply, std::string& bytes) {
+    if (!status.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                          status.error_message());
+    }
+    std::vector<grpc::Slice> slices;
+    if (!reply.Dump(&slices).ok()) return absl::InternalError("the relay could not read a reply");
+    size_t size = 0;
+    for (const grpc::Slice& slice : slices) size += slice.size();
+    // The relay's answer carries the group's replies together, within what one reply may carry.
+    if (reply_bytes_ + size + (size_t{64} << 10) > static_cast<size_t>(max_reply_bytes_)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "its reply (", size, " bytes) would take its relay's answer past the ",
+          max_reply_bytes_ >> 20,
+          " MiB one reply may carry: run the controller with a higher --stage_relay_above "
+          "(or 0) for stages with replies this large"));
+    }
+    reply_bytes_ += size;
+    for (const grpc::Slice& slice : slices) {
+      bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
+    return absl::OkStatus();
   }
 
   const std::string method_;
+  const int64_t max_reply_bytes_;
+  const std::shared_ptr<std::atomic<int64_t>> held_;
   std::vector<std::unique_ptr<Call>> calls_;
   std::mutex mutex_;
   size_t left_;
+  size_t reply_bytes_ = 0;
   bool finished_ = false;
   v1::RelayReply reply_;
   std::function<void(v1::RelayReply)> done_;
@@ -116,7 +146,8 @@ absl::StatusOr<std::shared_ptr<RelayedCalls>> StageRelay::Start(
   }
   if (request.calls().empty()) return absl::InvalidArgumentError("Relay: no calls to make");
   auto calls = std::make_shared<Calls>(absl::StrCat("/rlhfd.v1.WorkerService/", request.stage()),
-                                       request.calls_size(), std::move(done));
+                                       request.calls_size(), options_.max_reply_bytes, relays_held_,
+                                       std::move(done));
   const auto ends = absl::ToChronoTime(absl::Now() + deadline - stages::RelayCallMargin(deadline));
   for (int i = 0; i < request.calls_size(); ++i) {
     const v1::RelayedCall& relayed = request.calls(i);

@@ -42,13 +42,18 @@ class StageRelay {
                                                       const std::string& token,
                                                       std::function<void(v1::RelayReply)> done);
 
+  // Relays whose state (contexts, buffers) is still held: in flight, or answered moments ago.
+  int64_t relays_held() const { return *relays_held_; }
+
  private:
   absl::StatusOr<std::shared_ptr<grpc::GenericStub>> StubFor(const std::string& address);
 
   RpcOptions options_;
   std::mutex mutex_;
   std::map<std::string, std::shared_ptr<grpc::GenericStub>> stubs_;  // by address
-  std::atomic<bool> logged_{false};  // the first relay is logged
+  std::atomic<bool> logged_{false};                                  // the first relay is logged
+  // Shared with each relay's state, which may outlive this object by its last callback.
+  std::shared_ptr<std::atomic<int64_t>> relays_held_ = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 }  // namespace rlhfd::worker

@@ -79,7 +79,9 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Relay(grpc::CallbackServerContext* 
   }
   // The controller gave up on the relay (its job cancelled, a stage failed elsewhere): so do the
   // calls made for it.
-  call.OnCancel([calls = *calls] { calls->Cancel(); });
+  call.OnCancel([weak = std::weak_ptr<RelayedCalls>(*calls)] {
+    if (const std::shared_ptr<RelayedCalls> calls = weak.lock()) calls->Cancel();
+  });
   return call.reactor();
 }
 
