@@ -12,7 +12,11 @@
 #      and the job never holds two copies of a role;
 #   3. the link of the reference's host is cut for a second while the job runs (less than the
 #      liveness window): the job goes on, with at most one recovery (which one is printed);
-# and the job succeeds with every step in its history exactly once. About 35 s on two cores.
+# and the job succeeds with every step in its history exactly once. Here the controller relays
+# every stage over more than one rank through a worker (--stage_relay_above=1: the moves between
+# pools and the world's stages go through a relaying worker on another host, as past 64 ranks in
+# a large cluster), so the faults also hit relays and the workers they relay to. About 35 s on
+# two cores.
 # With SCENARIO slow_link instead, the same cluster runs a shorter job while the critic's host
 # has 100 ms more round trip and loses 1 % of its packets each way: this kernel has no netem
 # (`tc qdisc ... netem` answers "unknown qdisc"), so iptables sends the host's packets to
@@ -88,9 +92,11 @@ spawn_on() { local host=$1; shift; exec ip netns exec "${prefix}-h${host}" "$@";
 
 # The controller on host 0: heartbeats every 0.5 s, a worker lost after 3 s of silence.
 controller="${net}.1:50051"
+relay_flags=()
+[[ "${scenario}" == faults ]] && relay_flags=(--stage_relay_above=1)
 spawn_on 0 "${build}/controller/rlhfd-controller" --state_dir="${run}/state" --listen="${controller}" \
   --heartbeat_interval=500ms --liveness_window=3s --stage_timeout=30s --collective_timeout=5s \
-  > "${run}/controller.log" 2>&1 &
+  "${relay_flags[@]}" > "${run}/controller.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do [[ -s "${run}/state/token" ]] && break; sleep 0.1; done
 [[ -s "${run}/state/token" ]] || fail "the controller did not start"
@@ -273,4 +279,7 @@ wait_end
 echo "multihost_test: the 1 s cut cost $(( $(restarts) - before )) recoveries"
 check_placement
 check_history
+grep -l "relaying stage calls for the controller" "${run}"/worker*.log > /dev/null ||
+  fail "no worker relayed a stage (--stage_relay_above=1)"
+echo "multihost_test: relays made by $(grep -l "relaying stage calls" "${run}"/worker*.log | wc -l) workers"
 echo "multihost_test: the job succeeded over the bridge with $(restarts) recoveries; steps 1-${total} once each"
