@@ -130,8 +130,11 @@ absl::StatusOr<std::unique_ptr<ActorRole>> ActorRole::Create(
   role->trained_ = MakeTrainedModel(std::move(module), train, pool);
   role->schedule_.emplace(train,
                           std::max<int64_t>(1, rl_steps * OptimizerStepsPerRlStep(spec, train)));
-  role->hybrid_ = std::make_unique<HybridEngine>(role->spec_, device, pool, *role->trained_,
-                                                 std::move(tp_group), std::move(hook));
+  // Every rank of the pool counts the pool's ranks on its GPU here, together.
+  ASSIGN_OR_RETURN(const int64_t ranks_on_device, rollout::RanksOnThisDevice(pool, device));
+  role->hybrid_ =
+      std::make_unique<HybridEngine>(role->spec_, device, pool, *role->trained_,
+                                     std::move(tp_group), ranks_on_device, std::move(hook));
   ASSIGN_OR_RETURN(role->agent_, AgentRollout::Create(role->spec_, role->tokenizer_));
   return role;
 }

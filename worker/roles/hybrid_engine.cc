@@ -43,11 +43,12 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> SplitRolloutGroup(
 HybridEngine::HybridEngine(const v1::JobSpec& spec, const at::Device& device,
                            parallel::Communicator& pool, train::TrainedModel& trained,
                            std::unique_ptr<parallel::Communicator> tp_group,
-                           RolloutWeightsHook hook)
+                           int64_t ranks_on_device, RolloutWeightsHook hook)
     : spec_(spec),
       device_(device),
       pool_(pool),
       trained_(trained),
+      ranks_on_device_(std::max<int64_t>(1, ranks_on_device)),
       tp_group_(std::move(tp_group)),
       hook_(std::move(hook)) {}
 
@@ -168,7 +169,10 @@ rollout::EngineOptions HybridEngine::RolloutEngineOptions() const {
   rollout::EngineOptions options;
   options.max_num_seqs = rollout.max_num_seqs();
   options.max_model_len = spec_.data().max_prompt_length() + ResponseBudget(spec_);
-  options.gpu_memory_utilization = rollout.gpu_memory_utilization();
+  // Ranks on one GPU (workers sharing it) each see the same free memory: each takes its share.
+  // A tensor-parallel engine splits among its group's ranks itself (AgreeOnSlots).
+  options.gpu_memory_utilization =
+      rollout.gpu_memory_utilization() / static_cast<double>(tp_group_ ? 1 : ranks_on_device_);
   options.seed = static_cast<uint64_t>(spec_.trainer().seed());
   return options;
 }
@@ -368,7 +372,17 @@ absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::Generate(
   ASSIGN_OR_RETURN(rollout::GenerationEngine * engine, Engine(step));
   try {
     at::NoGradGuard no_grad;
-    return engine->Generate(requests, turns);
+    auto results = engine->Generate(requests, turns);
+    if (results.ok() && device_.is_cuda() && !cache_logged_) {
+      cache_logged_ = true;
+      const rollout::EngineOptions& options = engine->options();
+      RLOG(INFO) << "rollout KV cache: " << engine->stats().cache_slots << " slots, "
+                 << engine->stats().cache_bytes / (1 << 20) << " MiB (gpu_memory_utilization "
+                 << options.gpu_memory_utilization * static_cast<double>(ranks_on_device_)
+                 << " of the free memory, split among the " << ranks_on_device_
+                 << " of the job's ranks on this GPU)";
+    }
+    return results;
   } catch (const std::exception& error) {
     Release();
     engine_.reset();

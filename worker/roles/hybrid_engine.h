@@ -46,10 +46,11 @@ using RolloutWeightsHook = std::function<void(
 class HybridEngine {
  public:
   // `pool` (the actor pool) and `trained` must outlive the engine; `tp_group` comes from
-  // SplitRolloutGroup.
+  // SplitRolloutGroup. `ranks_on_device`: the pool's ranks on this rank's GPU
+  // (rollout::RanksOnThisDevice); at rollout tp 1 each takes that share of the cache budget.
   HybridEngine(const v1::JobSpec& spec, const at::Device& device, parallel::Communicator& pool,
                train::TrainedModel& trained, std::unique_ptr<parallel::Communicator> tp_group,
-               RolloutWeightsHook hook = nullptr);
+               int64_t ranks_on_device, RolloutWeightsHook hook = nullptr);
 
   // Generates step `step`'s `requests` over the current weights (with tp > 1 every rank of the
   // group calls it together, each with its own requests), first checking them against the
@@ -111,10 +112,12 @@ class HybridEngine {
   std::vector<std::pair<std::vector<int64_t>, at::ScalarType>> copy_shapes_;
   bool copy_held_ = false;
   std::unique_ptr<rollout::GenerationEngine> engine_;
+  int64_t ranks_on_device_;
   // rollout tp > 1: the group, and the slices' model while a cache-less rollout runs.
   std::unique_ptr<parallel::Communicator> tp_group_;
   std::optional<parallel::TensorParallelTransformer> tensor_parallel_;
-  bool path_logged_ = false;  // the tensor-parallel generation's path, logged once
+  bool path_logged_ = false;   // the tensor-parallel generation's path, logged once
+  bool cache_logged_ = false;  // the tp 1 rollout's cache on a GPU, logged once
   // ZeRO-3 with rollout tp > 1: the plan moving shards to slices, made at the first rollout.
   std::optional<parallel::ReshardPlan> reshard_;
   double reshard_s_ = -1;  // the last rollout's reshard, when it had one

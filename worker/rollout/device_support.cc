@@ -211,4 +211,16 @@ bool DecodeGraphs::empty() const { return true; }
 
 #endif
 
+absl::StatusOr<int64_t> RanksOnThisDevice(parallel::Communicator& group, const at::Device& device) {
+  const int64_t me = DeviceIdentity(device);
+  const auto longs = at::TensorOptions(at::kLong).device(device);
+  const at::Tensor identities = at::empty({group.size()}, longs);
+  if (absl::Status gathered = group.AllGather(at::full({1}, me, longs), identities);
+      !gathered.ok()) {
+    return gathered;
+  }
+  if (me == -1) return 1;  // the host's memory is budgeted apart (EngineOptions::cpu_cache_bytes)
+  return std::max<int64_t>(1, identities.eq(me).sum().item<int64_t>());
+}
+
 }  // namespace rlhfd::rollout

@@ -12,6 +12,8 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/parallel/communicator.h"
 
 namespace rlhfd::rollout {
 
@@ -33,6 +35,10 @@ std::string DeviceName(const at::Device& device);
 // The same number in every process that uses the same GPU (a hash of its UUID), whatever index
 // each knows it by; -1 for the host.
 int64_t DeviceIdentity(const at::Device& device);
+// How many ranks of `group` (this one included) run on this rank's GPU (workers placed on one
+// GPU): each sees the same free memory, so each takes that share of it. 1 on the host. Every
+// rank of the group calls it together (an all-gather).
+absl::StatusOr<int64_t> RanksOnThisDevice(parallel::Communicator& group, const at::Device& device);
 void ResetPeakMemory(const at::Device& device);
 // Returns the allocator's cached blocks to the driver.
 void ReleaseCachedMemory(const at::Device& device);

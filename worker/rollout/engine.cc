@@ -203,11 +203,8 @@ absl::Status GenerationEngine::Prepare() {
 absl::StatusOr<int64_t> GenerationEngine::AgreeOnSlots(int64_t budget, int64_t per_slot) {
   // Ranks sharing a device (workers on one GPU) each saw the same free memory: each takes its
   // share of the budget, not all of it.
-  const int64_t me = DeviceIdentity(device_);
+  ASSIGN_OR_RETURN(const int64_t sharing, RanksOnThisDevice(*group_, device_));
   const auto longs = at::TensorOptions(at::kLong).device(device_);
-  const at::Tensor identities = at::empty({group_->size()}, longs);
-  RETURN_IF_ERROR(group_->AllGather(at::full({1}, me, longs), identities));
-  const int64_t sharing = std::max<int64_t>(1, identities.eq(me).sum().item<int64_t>());
   const int64_t slots = std::min(options_.max_num_seqs, budget / sharing / per_slot - 1);
   // The ranks schedule alike only over the same slots: the fewest any rank's memory allows (a
   // rank that cannot hold two makes every rank give up together).
