@@ -62,6 +62,7 @@ constexpr const char* kDefaultsJson = R"json({
       }
     },
     "reference": {"log_prob_micro_batch_size_per_gpu": 16, "param_offload": false},
+    "rollout": {"gpus": 1},
     "reward": {"rule": "", "model": "", "remote": "", "remote_timeout_s": 30.0}
   },
   "placement": "PLACEMENT_SPLIT",
@@ -103,7 +104,8 @@ const std::map<std::string, std::string>& VerlNotes() {
 }
 
 const std::set<std::string>& OptionalSections() {
-  static const std::set<std::string> sections = {"roles.critic", "roles.reference"};
+  static const std::set<std::string> sections = {"roles.critic", "roles.reference",
+                                                 "roles.rollout"};
   return sections;
 }
 

@@ -246,12 +246,14 @@ void CompleteRoleGpus(Checker& check, const std::string& path, bool colocated, i
 
 int TotalGpus(const JobSpec& spec) {
   const auto& roles = spec.roles();
-  if (spec.placement() == v1::PLACEMENT_COLOCATED) return roles.actor().gpus();
+  if (spec.placement() == v1::PLACEMENT_COLOCATED) {
+    return roles.actor().gpus() + (roles.has_rollout() ? roles.rollout().gpus() : 0);
+  }
   int total = roles.actor().gpus();
   if (roles.has_critic()) total += roles.critic().gpus();
   if (roles.has_reference()) total += roles.reference().gpus();
   total += roles.reward().gpus();
-  return total;
+  return total + (roles.has_rollout() ? roles.rollout().gpus() : 0);
 }
 
 void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
@@ -385,6 +387,34 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
       check.Fail(at + "enable", absl::StrCat("multi-turn rollouts run at roles.actor.rollout.tp "
                                              "1 for now; it is ",
                                              rollout.tp()));
+    }
+  }
+  if (roles->has_rollout()) {
+    // A rollout pool of its own: what it does not run yet is refused, naming what to change.
+    const int pool = roles->rollout().gpus();
+    check.Within("roles.rollout.gpus", pool, 1, kMaxGpus);
+    if (rollout.tp() != 1) {
+      check.Fail("roles.rollout", absl::StrCat("a rollout pool of its own generates at "
+                                               "roles.actor.rollout.tp 1 for now; it is ",
+                                               rollout.tp()));
+    }
+    if (pool >= 1 && data.train_batch_size() % pool != 0) {
+      check.Fail("roles.rollout.gpus",
+                 absl::StrCat(pool, " does not divide data.train_batch_size (",
+                              data.train_batch_size(),
+                              "): each rollout rank generates an equal share of the prompts"));
+    }
+    if (rollout.multi_turn().enable()) {
+      check.Fail("roles.rollout", "multi-turn rollouts run on the actor's ranks for now; remove "
+                                  "roles.rollout or roles.actor.rollout.multi_turn.enable");
+    }
+    if (algorithms::NeedsGreedyBaseline(*algorithm)) {
+      check.Fail("roles.rollout", "remax's greedy baseline is generated on the actor's ranks; "
+                                  "remove roles.rollout");
+    }
+    if (spec->model().lora_rank() > 0 || !spec->model().lora_adapter_path().empty()) {
+      check.Fail("roles.rollout", "a LoRA actor's rollout runs on the actor's ranks for now; "
+                                  "remove roles.rollout");
     }
   }
   const auto& val = rollout.val_kwargs();

@@ -1,5 +1,6 @@
 // A role's name where people read it: logs, metric names, error messages, checkpoint
-// directories and the controller's placement records ("actor", "critic", "reference", "reward").
+// directories and the controller's placement records ("actor", "critic", "reference", "reward",
+// "rollout").
 #pragma once
 
 #include "rlhfd/v1/worker_service.pb.h"
@@ -17,6 +18,8 @@ inline const char* RoleName(v1::Role role) {
       return "reference";
     case v1::ROLE_REWARD:
       return "reward";
+    case v1::ROLE_ROLLOUT:
+      return "rollout";
     default:
       return "unspecified role";
   }

@@ -31,6 +31,7 @@ using StageDone = std::function<void(absl::StatusOr<Reply>)>;
   X(PrepareJob, PrepareJobRequest, PrepareJobReply)             \
   X(StartJob, StartJobRequest, StartJobReply)                   \
   X(Generate, GenerateRequest, GenerateReply)                   \
+  X(SyncWeights, SyncWeightsRequest, SyncWeightsReply)          \
   X(MoveTensors, MoveTensorsRequest, MoveTensorsReply)          \
   X(Forward, ForwardRequest, ForwardReply)                      \
   X(ComputeRewards, RewardRequest, RewardReply)                 \

@@ -28,6 +28,14 @@ std::vector<v1::PoolAssignment> PlacePools(const v1::JobSpec& spec) {
   if (!roles.reward().model().empty()) {
     add(v1::ROLE_REWARD, colocated ? actor : std::max(1, roles.reward().gpus()));
   }
+  if (roles.has_rollout()) {
+    // Generation apart from the actor's ranks, under either placement: its own ranks, last.
+    if (colocated) next = actor;
+    v1::PoolAssignment pool;
+    pool.set_role(v1::ROLE_ROLLOUT);
+    for (int i = 0; i < std::max(1, roles.rollout().gpus()); ++i) pool.add_ranks(next + i);
+    pools.push_back(std::move(pool));
+  }
   return pools;
 }
 

@@ -1,7 +1,8 @@
 // Which world ranks each of a job's pools gets, from its spec: split placement numbers the
 // actor's ranks first, then the critic's, the reference's and the reward model's; colocated
-// placement gives every pool the actor's ranks. Rule and remote rewards have no pool (they run
-// on the actor ranks).
+// placement gives every pool the actor's ranks. A rollout pool of its own (roles.rollout) comes
+// last, on ranks of its own under either placement. Rule and remote rewards have no pool (they
+// run on the actor ranks).
 #pragma once
 
 #include <vector>

@@ -72,7 +72,9 @@ absl::StatusOr<StepResult> JobStages::RunStepStages(const StepPlan& plan, const 
   const bool one_step_off = spec_.trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF;
   RolloutSchedule schedule{.ahead = std::exchange(ahead_, std::nullopt),
                            .next = one_step_off ? next : nullptr,
-                           .overlap = calls_.options().overlap_rollout};
+                           // A rollout pool of its own takes no call of the step's training.
+                           .overlap = calls_.options().overlap_rollout ||
+                                      !calls_.RanksOf(v1::ROLE_ROLLOUT).empty()};
   ASSIGN_OR_RETURN(
       StepResult result,
       controller::RunStepStages(calls_, spec_, plan, optimizer_steps_, std::move(schedule)));

@@ -51,7 +51,8 @@ struct JobStagesOptions {
   std::vector<std::string> rank_addresses;  // each world rank's WorkerService, host:port
   // trainer.mode one_step_off: run the next step's rollout while the step's other stages run
   // (RolloutSchedule::overlap). Only where the ranks that generate take stage calls of two steps
-  // at once: simulated workers (schedule_bench) until the rollout has a pool of its own.
+  // at once: simulated workers (schedule_bench); a rollout pool of its own (roles.rollout)
+  // overlaps without it.
   bool overlap_rollout = false;
 };
 

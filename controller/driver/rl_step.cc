@@ -41,17 +41,23 @@ class StepRun {
     // ahead, by the previous step's run, unless this is the first step run).
     std::optional<StepRollout> rollout = std::move(schedule.ahead);
     if (!rollout || rollout->step != plan_.step) {
-      ASSIGN_OR_RETURN(rollout, GenerateRollout(pools_, spec_, plan_, plan_.step - 1));
+      ASSIGN_OR_RETURN(const RolloutWeights weights, SyncRolloutWeights(pools_, plan_.step));
+      ASSIGN_OR_RETURN(rollout, GenerateRollout(pools_, spec_, plan_, plan_.step - 1, weights));
     }
-    UseRollout(*rollout);
+    RETURN_IF_ERROR(UseRollout(*rollout));
     // one_step_off: the next step's rollout, with the weights this step starts from: first, or
-    // while this step trains when the rollout runs apart.
+    // while this step trains when the rollout runs apart. A rollout pool gets those weights
+    // here, before this step trains them further.
     StepResult result;
     std::future<absl::StatusOr<StepRollout>> next;
+    RolloutWeights next_weights;
     if (schedule.next != nullptr) {
       const StepPlan& next_plan = *schedule.next;
+      absl::StatusOr<RolloutWeights> synced = SyncRolloutWeights(pools_, next_plan.step);
+      if (!synced.ok()) return WithFailedRollout(synced.status(), next_plan.step);
+      next_weights = *std::move(synced);
       const auto generate_next = [&] {
-        return GenerateRollout(pools_, spec_, next_plan, plan_.step - 1);
+        return GenerateRollout(pools_, spec_, next_plan, plan_.step - 1, next_weights);
       };
       if (schedule.overlap) {
         next = std::async(std::launch::async, generate_next);
@@ -76,10 +82,19 @@ class StepRun {
     return result;
   }
 
-  // Generates `plan`'s rollout on the actor ranks, with the weights after step `weights_step`.
+  // roles.rollout: what sending the actor's current weights to the rollout pool took, by rollout
+  // rank (none without a rollout pool).
+  struct RolloutWeights {
+    std::vector<v1::SyncWeightsReply> replies;
+    double seconds = 0;
+  };
+  static absl::StatusOr<RolloutWeights> SyncRolloutWeights(const PoolCalls& pools, int64_t step);
+  // Generates `plan`'s rollout on the actor ranks, or the rollout pool's over `weights`, with the
+  // weights after step `weights_step`.
   static absl::StatusOr<StepRollout> GenerateRollout(const PoolCalls& pools,
                                                      const v1::JobSpec& spec, const StepPlan& plan,
-                                                     int64_t weights_step);
+                                                     int64_t weights_step,
+                                                     const RolloutWeights& weights);
 
  private:
   // 2. - 4.: the stages after the rollout.
@@ -113,7 +128,9 @@ class StepRun {
   };
   std::vector<PoolForward> PoolForwards(bool critic) const;
   absl::Status Forwards(bool critic);
-  void UseRollout(const StepRollout& rollout);
+  // The step's rollout as this run's: its shape and figures, and with a rollout pool its rows
+  // moved to the actor ranks, which record their sources.
+  absl::Status UseRollout(const StepRollout& rollout);
   absl::Status RuleRewards();
   absl::Status Advantages();
   absl::Status Updates(bool critic, bool actor);
@@ -164,38 +181,77 @@ const std::vector<std::string_view>& Sequences() {
   return *sequences;
 }
 
-absl::StatusOr<StepRollout> StepRun::GenerateRollout(const PoolCalls& pools,
-                                                     const v1::JobSpec& spec, const StepPlan& plan,
-                                                     int64_t weights_step) {
-  const std::vector<int> actors = pools.RanksOf(v1::ROLE_ACTOR);
+// `plan`'s prompts split over `ranks` (the actor's or the rollout pool's, in data-parallel
+// order): the Generate request of each position.
+absl::StatusOr<std::function<v1::GenerateRequest(int, int)>> PromptShares(
+    const PoolCalls& pools, const StepPlan& plan, const std::vector<int>& ranks,
+    const char* pool, const char* stage) {
   const int64_t prompts = static_cast<int64_t>(plan.prompts.size());
-  const int64_t dp = static_cast<int64_t>(actors.size());
+  const int64_t dp = static_cast<int64_t>(ranks.size());
   if (prompts < 1 || prompts % dp != 0) {
     return absl::InvalidArgumentError(absl::StrCat("step ", plan.step, ": ", prompts,
-                                                   " prompts do not split evenly over the actor's ",
-                                                   dp, " ranks"));
+                                                   " prompts do not split evenly over the ", pool,
+                                                   "'s ", dp, " ranks"));
   }
+  return [&pools, &plan, prompts, dp, stage](int, int position) {
+    const RowRange share = ContiguousPart(prompts, position, dp);
+    v1::GenerateRequest request;
+    *request.mutable_key() = pools.Key(plan.step, stage);
+    for (int64_t p = share.begin; p < share.end; ++p) *request.add_prompts() = plan.prompts[p];
+    request.set_first_prompt(share.begin);
+    request.set_total_prompts(prompts);
+    request.set_seed(plan.seed);
+    return request;
+  };
+}
+
+absl::StatusOr<StepRun::RolloutWeights> StepRun::SyncRolloutWeights(const PoolCalls& pools,
+                                                                    int64_t step) {
+  RolloutWeights weights;
+  const std::vector<int> rollout = pools.RanksOf(v1::ROLE_ROLLOUT);
+  if (rollout.empty()) return weights;
+  const Stopwatch stopwatch;
+  std::vector<int> ranks = pools.RanksOf(v1::ROLE_ACTOR);
+  ranks.insert(ranks.end(), rollout.begin(), rollout.end());
+  ASSIGN_OR_RETURN(std::vector<v1::SyncWeightsReply> replies,
+                   (pools.FanOut<v1::SyncWeightsRequest, v1::SyncWeightsReply>(
+                       ranks, &StageService::SyncWeights, [&](int, int) {
+                         v1::SyncWeightsRequest request;
+                         *request.mutable_key() = pools.Key(step, "sync_weights");
+                         return request;
+                       })));
+  weights.replies.assign(std::make_move_iterator(replies.end() - rollout.size()),
+                         std::make_move_iterator(replies.end()));
+  weights.seconds = stopwatch.Seconds();
+  return weights;
+}
+
+absl::StatusOr<StepRollout> StepRun::GenerateRollout(const PoolCalls& pools,
+                                                     const v1::JobSpec& spec, const StepPlan& plan,
+                                                     int64_t weights_step,
+                                                     const RolloutWeights& weights) {
+  const bool own_pool = !weights.replies.empty();
+  const std::vector<int> ranks = pools.RanksOf(own_pool ? v1::ROLE_ROLLOUT : v1::ROLE_ACTOR);
+  ASSIGN_OR_RETURN(const auto requests, PromptShares(pools, plan, ranks,
+                                                     own_pool ? "rollout pool" : "actor",
+                                                     "generate"));
   const Stopwatch stopwatch;
   StepRollout rollout{.step = plan.step, .weights_step = weights_step};
   ASSIGN_OR_RETURN(rollout.replies, (pools.FanOut<v1::GenerateRequest, v1::GenerateReply>(
-                                        actors, &StageService::Generate, [&](int, int position) {
-                                          const RowRange share =
-                                              ContiguousPart(prompts, position, dp);
-                                          v1::GenerateRequest request;
-                                          *request.mutable_key() = pools.Key(plan.step, "generate");
-                                          for (int64_t p = share.begin; p < share.end; ++p) {
-                                            *request.add_prompts() = plan.prompts[p];
-                                          }
-                                          request.set_first_prompt(share.begin);
-                                          request.set_total_prompts(prompts);
-                                          request.set_seed(plan.seed);
-                                          return request;
-                                        })));
-  rollout.seconds = stopwatch.Seconds();
+                                        ranks, &StageService::Generate, requests)));
+  // The rollout pool's weights came first, a part of generating as the hybrid engine's update
+  // is (verl's timing_s/update_weights), with their check.
+  for (size_t i = 0; i < weights.replies.size(); ++i) {
+    auto& metrics = *rollout.replies[i].mutable_metrics();
+    for (const auto& [name, value] : weights.replies[i].metrics()) {
+      metrics[name == "sync_weights_s" ? "update_weights_s" : name] = value;
+    }
+  }
+  rollout.seconds = stopwatch.Seconds() + weights.seconds;
   return rollout;
 }
 
-void StepRun::UseRollout(const StepRollout& rollout) {
+absl::Status StepRun::UseRollout(const StepRollout& rollout) {
   const std::vector<v1::GenerateReply>& generated = rollout.replies;
   const int64_t prompts = static_cast<int64_t>(plan_.prompts.size());
   shape_ = StepShape{.rows = prompts * spec_.roles().actor().rollout().n(),
@@ -209,6 +265,23 @@ void StepRun::UseRollout(const StepRollout& rollout) {
     metrics_["training/off_policy/trajectory_staleness/mean"] =
         static_cast<double>(plan_.step - 1 - rollout.weights_step);
   }
+  if (pools_.RanksOf(v1::ROLE_ROLLOUT).empty()) return absl::OkStatus();
+  return Timed("adopt_rollout", [&]() -> absl::Status {
+    RETURN_IF_ERROR(Move({tensors::kInputIds, tensors::kAttentionMask, tensors::kResponseMask,
+                          tensors::kRolloutLogProbs},
+                         v1::ROLE_ROLLOUT, v1::ROLE_ACTOR));
+    const std::vector<int> actors = pools_.RanksOf(v1::ROLE_ACTOR);
+    ASSIGN_OR_RETURN(auto requests, PromptShares(pools_, plan_, actors, "actor", "adopt_rollout"));
+    return pools_
+        .FanOut<v1::GenerateRequest, v1::GenerateReply>(
+            actors, &StageService::Generate,
+            [&](int rank, int position) {
+              v1::GenerateRequest request = requests(rank, position);
+              request.set_rows_from_rollout_pool(true);
+              return request;
+            })
+        .status();
+  });
 }
 
 std::vector<StepRun::PoolForward> StepRun::PoolForwards(bool critic) const {

@@ -478,6 +478,18 @@ TEST_CASE(
        "algorithm.rollout_correction.rollout_is=token"});
 }
 
+// A rollout pool of its own (roles.rollout) on a third worker, in one_step_off: before each
+// rollout the actor's two ranks send their ZeRO-3 shards straight to the rollout worker, which
+// generates the next step's rollout while the step trains on the actor's workers; every rollout's
+// weights are checked against what was sent; the dumped batches replayed in one process give the
+// same log-probs, advantages and final weights.
+TEST_CASE("A rollout pool of its own, one_step_off, through the daemons equals one process",
+          "[driver][runs]") {
+  CheckRunEqualsOneProcess("tiny-cpu-demo.yaml", 3,
+                           {"roles.actor.train.lr=1e-5", "roles.rollout.gpus=1",
+                            "trainer.mode=one_step_off", "trainer.verify_weight_sync=1"});
+}
+
 // Every stage over more than one rank goes through a relaying worker (fan-out through the
 // workers, as at scale past --stage_relay_above): the worker of each group's first rank makes the
 // group's stage calls. The other runs here call every rank directly.
@@ -988,6 +1000,55 @@ TEST_CASE(
     INFO("step " << step.step());
     const bool fresh = step.step() == 1 || step.step() == resumed + 1;
     CHECK(step.metrics().at("training/off_policy/trajectory_staleness/mean") == (fresh ? 0 : 1));
+    CHECK(step.metrics().at("actor/weight_sync_ok") == 1);
+  }
+}
+
+// A rollout pool of its own in one_step_off: its worker is killed mid-run (the job recovers from
+// its checkpoint onto the spare), then the controller (the next rollout, made ahead, is lost and
+// made again). Each step is in the history once and every rollout's weights were checked.
+TEST_CASE("kill -9 of the rollout pool's worker, then of the controller, in one_step_off",
+          "[driver][faults]") {
+  TempDir dir;
+  DriverCluster cluster;
+  for (int i = 0; i < 4; ++i) cluster.StartWorker();  // two actor ranks, the rollout, a spare
+  const int64_t total = 8;
+  const std::string id = cluster.Submit(
+      ReadConfig("tiny-cpu-demo.yaml"),
+      {absl::StrCat("trainer.total_steps=", total), "trainer.save_every=2",
+       "trainer.max_restarts=3", "trainer.loggers=[console]", "trainer.mode=one_step_off",
+       "roles.rollout.gpus=1", "trainer.verify_weight_sync=1",
+       "trainer.checkpoint_dir=" + dir.path()});
+  const v1::Job running = cluster.WaitUntil(
+      id,
+      [](const v1::Job& job) {
+        return job.state() == v1::JOB_STATE_RUNNING && job.progress().current_step() >= 2;
+      },
+      absl::Seconds(120));
+  INFO(Describe(running));
+  REQUIRE(running.state() == v1::JOB_STATE_RUNNING);
+  std::string victim;
+  for (const v1::RolePlacement& placement : running.placement()) {
+    if (placement.role() == "rollout") victim = placement.worker_ids(0);
+  }
+  REQUIRE(!victim.empty());
+  cluster.cluster().worker(DriverCluster::IndexOf(victim)).Stop(SIGKILL, absl::Seconds(5));
+  const v1::Job recovered = cluster.WaitUntil(
+      id,
+      [&](const v1::Job& job) {
+        return job.progress().restarts() > running.progress().restarts() ||
+               IsTerminal(job.state());
+      },
+      absl::Seconds(60));
+  INFO(Describe(recovered));
+  CHECK(recovered.progress().restarts() == running.progress().restarts() + 1);
+  const v1::Job job = KillControllerMidRun(cluster, id);
+  CHECK(job.progress().current_step() == total);
+  const std::vector<v1::StepMetrics> history = cluster.Metrics(id);
+  CheckHistory(history, total);
+  for (const v1::StepMetrics& step : history) {
+    if (step.step() == 0) continue;
+    INFO("step " << step.step());
     CHECK(step.metrics().at("actor/weight_sync_ok") == 1);
   }
 }

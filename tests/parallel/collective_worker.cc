@@ -8,6 +8,7 @@
 //   exit         rank 1 exits after the rendezvous; the others must fail fast
 //   reshard      training shards (dp x tp) → rollout slices (tp_g x dp_g) for every pair of
 //                layouts of the world size, against direct slices of the full weights
+//   reshard_pools  training shards on some ranks, rollout slices on others (split pools)
 //   zero2        three steps of ZeRO-2 data-parallel training of a tiny float64 transformer equal
 //                three single-process steps on the whole batch
 //   zero3        the same with fully sharded parameters (ZeRO-3: layers gathered around use)
@@ -41,6 +42,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "tests/support/random_decoder.h"
 #include "worker/model/model_loader.h"
 #include "worker/model/transformer.h"
@@ -409,6 +411,113 @@ void Reshards(Communicator& world, const at::Device& device) {
                               {.tp = 1, .dp = size}, device)
               .ok(),
          "train_ranges that leave an element out are refused");
+}
+
+// Training shards on some ranks of the communicator, rollout slices on others (a rollout pool of
+// its own): disjoint pools, pools in either order, a rank in neither, pools that overlap in part;
+// every rank's slices equal the direct slice of the full weights, each rank's buffers stay within
+// the bucket, and the ranks that receive nothing get nothing.
+void ReshardsAcrossPools(Communicator& world, const at::Device& device) {
+  const int size = world.size(), me = world.rank();
+  const std::vector<ShardedParameter> parameters = {{"q_proj.weight", {16, 12}, 0},
+                                                    {"o_proj.weight", {12, 16}, 1},
+                                                    {"q_proj.bias", {16}, 0},
+                                                    {"norm.weight", {12}, -1}};
+  std::vector<at::Tensor> full;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    int64_t numel = 1;
+    for (int64_t d : parameters[i].shape) numel *= d;
+    full.push_back((at::arange(numel, at::kFloat) + 100.0 * i).view(parameters[i].shape).to(device));
+  }
+  struct Case {
+    std::vector<int> train_ranks, rollout_ranks;
+    TrainLayout train;
+    RolloutLayout rollout;
+    bool zero3 = false;  // uneven train_ranges, as ZeRO-3's units cut them
+  };
+  std::vector<Case> cases;
+  if (size == 3) {
+    cases.push_back({{0, 1}, {2}, {.dp = 2, .tp = 1}, {.tp = 1, .dp = 1}});
+    cases.push_back({{1, 2}, {0}, {.dp = 2, .tp = 1}, {.tp = 1, .dp = 1}, true});
+    cases.push_back({{0}, {1, 2}, {.dp = 1, .tp = 1}, {.tp = 2, .dp = 1}});
+  } else if (size == 4) {
+    cases.push_back({{0, 1}, {2, 3}, {.dp = 2, .tp = 1}, {.tp = 2, .dp = 1}});
+    cases.push_back({{0, 1}, {2, 3}, {.dp = 2, .tp = 1}, {.tp = 1, .dp = 2}});
+    cases.push_back({{0, 1}, {2, 3}, {.dp = 2, .tp = 1}, {.tp = 2, .dp = 1}, true});
+    cases.push_back({{2, 3}, {1, 0}, {.dp = 2, .tp = 1}, {.tp = 2, .dp = 1}, true});
+    cases.push_back({{0, 1}, {3}, {.dp = 2, .tp = 1}, {.tp = 1, .dp = 1}});  // rank 2 in neither
+    cases.push_back({{0, 1, 2}, {2, 3}, {.dp = 3, .tp = 1}, {.tp = 2, .dp = 1}, true});
+  }
+  for (const Case& c : cases) {
+    std::vector<ShardedParameter> specs = parameters;
+    if (c.zero3) {
+      // The parameters flattened and concatenated, cut into equal shards (ZeRO-3's units).
+      int64_t total = 0;
+      for (const at::Tensor& tensor : full) total += tensor.numel();
+      const int dp = c.train.dp;
+      const int64_t shard = (total + dp - 1) / dp;
+      int64_t offset = 0;
+      for (size_t i = 0; i < specs.size(); ++i) {
+        const int64_t numel = full[i].numel();
+        for (int d = 0; d < dp; ++d) {
+          const int64_t begin = std::clamp<int64_t>(d * shard - offset, 0, numel);
+          const int64_t end = std::clamp<int64_t>((d + 1) * shard - offset, begin, numel);
+          specs[i].train_ranges.emplace_back(begin, end);
+        }
+        offset += numel;
+      }
+    }
+    const auto place = [me](const std::vector<int>& ranks) {
+      const auto found = std::find(ranks.begin(), ranks.end(), me);
+      return found == ranks.end() ? -1 : static_cast<int>(found - ranks.begin());
+    };
+    const int my_train = place(c.train_ranks), my_rollout = place(c.rollout_ranks);
+    const std::string name = absl::StrCat(
+        "reshard across pools: train ranks ", absl::StrJoin(c.train_ranks, ","), " (dp ",
+        c.train.dp, ") -> rollout ranks ", absl::StrJoin(c.rollout_ranks, ","), " (tp_g ",
+        c.rollout.tp, " dp_g ", c.rollout.dp, ")", c.zero3 ? ", ZeRO-3 ranges" : "");
+    std::vector<at::Tensor> shards;
+    if (my_train >= 0) {
+      for (size_t i = 0; i < specs.size(); ++i) {
+        shards.push_back(TrainShard(full[i], specs[i], c.train, my_train));
+      }
+    }
+    constexpr int64_t kBucket = 1024;
+    auto plan = ReshardPlan::Create(
+        world, specs, std::vector<at::ScalarType>(specs.size(), at::kFloat), c.train, c.rollout,
+        device, {.bucket_bytes = kBucket, .train_ranks = c.train_ranks,
+                 .rollout_ranks = c.rollout_ranks});
+    ExpectOk(plan.status(), name + ": plan");
+    if (!plan.ok()) continue;
+    Expect(plan->stats().buffer_bytes <= kBucket,
+           absl::StrCat(name, ": buffers of ", plan->stats().buffer_bytes, " bytes"));
+    for (int run = 0; run < 2; ++run) {
+      auto slices = plan->Run(world, shards);
+      ExpectOk(slices.status(), name);
+      if (!slices.ok()) continue;
+      if (my_rollout < 0) {
+        Expect(slices->empty(), name + ": no slices on a rank that generates nothing");
+        continue;
+      }
+      for (size_t i = 0; i < specs.size(); ++i) {
+        Expect(at::equal((*slices)[i].cpu(),
+                         RolloutSlice(full[i], specs[i], c.rollout, my_rollout).cpu()),
+               absl::StrCat(name, ", run ", run, ": ", specs[i].name, " equals the direct slice"));
+      }
+    }
+  }
+  // Lists that do not match the layouts are refused on every rank, naming what is wrong.
+  auto refused = ReshardPlan::Create(world, parameters, {at::kFloat}, {.dp = 1, .tp = 1},
+                                     {.tp = 1, .dp = 1}, device,
+                                     {.train_ranks = {0}, .rollout_ranks = {0, 1}});
+  Expect(!refused.ok() && absl::StrContains(refused.status().message(), "rollout layout has 1"),
+         "rank lists must match the layouts");
+  auto twice = ReshardPlan::Create(world, parameters,
+                                   std::vector<at::ScalarType>(parameters.size(), at::kFloat),
+                                   {.dp = 2, .tp = 1}, {.tp = 1, .dp = 1}, device,
+                                   {.train_ranks = {0, 0}, .rollout_ranks = {1}});
+  Expect(!twice.ok() && absl::StrContains(twice.status().message(), "listed twice"),
+         "a rank listed twice in a layout is refused");
 }
 
 // A small random float64 transformer, the same on every rank, on `device`.
@@ -938,6 +1047,8 @@ int Run() {
     Transfers(**comm, device);
   } else if (scenario == "reshard") {
     Reshards(**comm, device);
+  } else if (scenario == "reshard_pools") {
+    ReshardsAcrossPools(**comm, device);
   } else if (scenario == "zero2") {
     Zero2(**comm, device);
   } else if (scenario == "zero3") {

@@ -389,6 +389,92 @@ TEST_CASE("verify_weight_sync: a byte flipped in one rank's rollout weights fail
   job.End();
 }
 
+// A rollout pool of its own (roles.rollout): the actor's ranks send their parts of the weights
+// straight to the rollout ranks, which generate; the rows move to the actor's ranks. The steps
+// equal one process (greedy responses those of one engine over the trained weights), in both
+// modes and both training layouts, each rollout checked against what the actor ranks sent.
+TEST_CASE("a rollout pool of its own: the steps equal one process, every rollout checked",
+          "[roles][rollout_pool][weight_sync]") {
+  SECTION("PPO split, greedy, ZeRO-2, rollout pool of 2") {
+    CheckAgainstOneProcess(TestSpec(kPpoJob, {"roles.rollout.gpus=2", "trainer.verify_weight_sync=1",
+                                              "roles.actor.train.zero_stage=2"}),
+                           4, 2);
+  }
+  SECTION("GRPO, ZeRO-3 shards to one rollout rank, one_step_off") {
+    CheckAgainstOneProcess(TestSpec(kGrpoJob, {"roles.rollout.gpus=1", "trainer.mode=one_step_off",
+                                               "trainer.verify_weight_sync=1"}),
+                           2, 3);
+  }
+  SECTION("PPO colocated on one worker, rollout pool of 1, one_step_off") {
+    CheckAgainstOneProcess(
+        TestSpec(kPpoJob, {"placement=colocated", "roles.actor.gpus=1", "roles.rollout.gpus=1",
+                           "trainer.mode=one_step_off", "trainer.verify_weight_sync=1"}),
+        4, 3);
+  }
+}
+
+// Each rollout's checksum over the weights the rollout ranks received is that of the weights
+// after the update it follows (one_step_off: the one before last), as the actor ranks computed
+// it from their own parts; what crossed is reported (every sent byte received once).
+TEST_CASE("a rollout pool's weights are the trained weights after the update they follow",
+          "[roles][rollout_pool][weight_sync][one_step_off]") {
+  for (const char* mode : {"sync", "one_step_off"}) {
+    for (const char* zero : {"2", "3"}) {
+      INFO(mode << ", ZeRO-" << zero);
+      const v1::JobSpec spec = TestSpec(
+          kGrpoJob, {"roles.rollout.gpus=2", absl::StrCat("roles.actor.train.zero_stage=", zero),
+                     "trainer.verify_weight_sync=1", absl::StrCat("trainer.mode=", mode)});
+      const int64_t lag = spec.trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF ? 2 : 1;
+      Hosts hosts(spec);
+      JobStages job(absl::StrCat("job-pool-", mode, zero), spec, hosts.services);
+      REQUIRE(job.Start(4).ok());
+      std::map<int64_t, double> rollout_checksum, weights_checksum;
+      for (int64_t step = 1; step <= 4; ++step) {
+        const controller::StepPlan plan{
+            .step = step, .prompts = TestPrompts(2), .seed = 10u + step};
+        const controller::StepPlan next{
+            .step = step + 1, .prompts = TestPrompts(2), .seed = 11u + step};
+        const absl::StatusOr<controller::Metrics> metrics = job.RunStep(plan, &next);
+        INFO("step " << step << ": " << metrics.status());
+        REQUIRE(metrics.ok());
+        CHECK(metrics->at("actor/weight_sync_ok") == 1);
+        CHECK(metrics->at("perf/rollout_reshard_received_bytes") > 0);
+        CHECK(metrics->at("timing_s/update_weights") > 0);
+        rollout_checksum[step] = metrics->at("actor/rollout_weights_checksum");
+        weights_checksum[step] = metrics->at("actor/weights_checksum");
+        CHECK(rollout_checksum[step] ==
+              (step > lag ? weights_checksum[step - lag] : rollout_checksum[1]));
+      }
+      CHECK(rollout_checksum[4] != rollout_checksum[1]);
+      job.End();
+    }
+  }
+}
+
+TEST_CASE("a byte flipped in a rollout rank's received weights fails the step, naming it",
+          "[roles][rollout_pool][weight_sync]") {
+  const v1::JobSpec spec =
+      TestSpec(kGrpoJob, {"roles.rollout.gpus=2", "trainer.verify_weight_sync=1"});
+  const char* const kFlipped = "model.layers.1.mlp.down_proj.weight";
+  Hosts hosts(spec, [kFlipped](bool, const std::map<std::string, at::Tensor>& weights, int rank) {
+    if (rank != 1) return;
+    const at::Tensor& tensor = weights.at(kFlipped);
+    static_cast<uint8_t*>(tensor.data_ptr())[tensor.nbytes() - 3] ^= 0x04;
+  });
+  JobStages job("job-pool-flip", spec, hosts.services);
+  REQUIRE(job.Start(1).ok());
+  const absl::StatusOr<controller::Metrics> failed =
+      job.RunStep({.step = 1, .prompts = TestPrompts(2), .seed = 1});
+  REQUIRE_FALSE(failed.ok());
+  INFO(failed.status());
+  CHECK(failed.status().code() == absl::StatusCode::kDataLoss);
+  CHECK_THAT(std::string(failed.status().message()),
+             Catch::Contains("trainer.verify_weight_sync: step 1") &&
+                 Catch::Contains(absl::StrCat("rollout rank 1's copy of ", kFlipped)) &&
+                 Catch::Contains("sent crc32c"));
+  job.End();
+}
+
 // Calls a stage on one host and waits.
 template <typename Request, typename Reply>
 absl::StatusOr<Reply> Call(RoleHost& host,

@@ -198,6 +198,35 @@ TEST_CASE("trainer.mode, verify_weight_sync and the rollout correction: values a
              Catch::Contains("algorithm.rollout_correction.rollout_is_threshold: 0 must be > 0"));
 }
 
+TEST_CASE("roles.rollout: its default, the GPUs it adds, and what it refuses", "[config]") {
+  const std::string yaml = kValidYaml;
+  const auto pool = [&](const std::string& keys, const std::string& rollout = "n: 4") {
+    return Replace(Replace(yaml, "rollout: {n: 4}", "rollout: {" + rollout + "}"),
+                   "reference: {}", "reference: {}\n  rollout: {" + keys + "}");
+  };
+  auto spec = ParseJobSpec(pool(""), "x.yaml");
+  INFO(spec.status());
+  REQUIRE(spec.ok());
+  CHECK(spec->roles().has_rollout());
+  CHECK(spec->roles().rollout().gpus() == 1);
+  CHECK(TotalGpus(*spec) == 2 + 1 + 1);  // actor, reference, rollout pool
+  auto colocated = ParseJobSpec(pool("gpus: 4") + "placement: colocated\n", "x.yaml");
+  REQUIRE(colocated.ok());
+  CHECK(TotalGpus(*colocated) == 2 + 4);
+  CHECK_FALSE(ParseJobSpec(yaml, "x.yaml")->roles().has_rollout());
+  CHECK_THAT(ErrorOf(pool("gpus: 3")),
+             Catch::Contains("roles.rollout.gpus: 3 does not divide data.train_batch_size (16)"));
+  CHECK_THAT(ErrorOf(pool("gpus: 2", "n: 4, tp: 2")),
+             Catch::Contains("roles.rollout: a rollout pool of its own generates at "
+                             "roles.actor.rollout.tp 1 for now; it is 2"));
+  CHECK_THAT(ErrorOf(pool("", "n: 4, multi_turn: {enable: true, tool_config_path: t.yaml}")),
+             Catch::Contains("roles.rollout: multi-turn rollouts run on the actor's ranks"));
+  CHECK_THAT(ErrorOf(Replace(pool(""), "adv_estimator: grpo", "adv_estimator: remax")),
+             Catch::Contains("roles.rollout: remax's greedy baseline"));
+  CHECK_THAT(ErrorOf(Replace(pool(""), "path: /models/tiny", "path: /models/tiny, lora_rank: 8")),
+             Catch::Contains("roles.rollout: a LoRA actor's rollout runs on the actor's ranks"));
+}
+
 TEST_CASE("multi_turn: verl's defaults, and what it needs", "[config]") {
   const std::string yaml = kValidYaml;
   const auto turns = [&](const std::string& keys) {

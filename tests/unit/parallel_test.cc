@@ -72,6 +72,13 @@ TEST_CASE("reshard equals a direct slice of the full weights, every layout pair 
   ExpectAllRanksPass(size, "reshard");
 }
 
+TEST_CASE("reshard from training ranks to other ranks (a rollout pool of its own) equals a direct "
+          "slice",
+          "[parallel]") {
+  const int size = GENERATE(3, 4);
+  ExpectAllRanksPass(size, "reshard_pools");
+}
+
 TEST_CASE("ZeRO-2 and ZeRO-3 training over 2 and 4 ranks equal single-process training",
           "[parallel]") {
   const int size = GENERATE(2, 4);

@@ -91,27 +91,72 @@ at::Tensor RolloutSlice(const at::Tensor& full, const ShardedParameter& paramete
   return slice.contiguous().view(shape);
 }
 
+namespace {
+
+// Each communicator rank's place in a layout of `count` ranks (-1: none), from the ranks listed
+// in order (empty: ranks 0 .. count - 1).
+absl::StatusOr<std::vector<int>> PlacesOf(const std::vector<int>& listed, int count, int size,
+                                          const char* what) {
+  std::vector<int> ranks = listed;
+  if (ranks.empty()) {
+    for (int r = 0; r < count; ++r) ranks.push_back(r);
+  }
+  if (static_cast<int>(ranks.size()) != count) {
+    return absl::InvalidArgumentError(absl::StrCat("reshard: the ", what, " layout has ", count,
+                                                   " ranks, but ", ranks.size(), " are listed"));
+  }
+  std::vector<int> places(static_cast<size_t>(size), -1);
+  for (int place = 0; place < count; ++place) {
+    const int rank = ranks[place];
+    if (rank < 0 || rank >= size || places[rank] >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("reshard: ", what, " rank ", place,
+                                                     " is communicator rank ", rank,
+                                                     ", outside the ", size,
+                                                     " ranks or listed twice"));
+    }
+    places[rank] = place;
+  }
+  return places;
+}
+
+}  // namespace
+
 absl::StatusOr<ReshardPlan> ReshardPlan::Create(
     Communicator& world, const std::vector<ShardedParameter>& parameters,
     const std::vector<at::ScalarType>& dtypes, const TrainLayout& train,
     const RolloutLayout& rollout, const at::Device& device, const ReshardOptions& options) {
   const int size = world.size(), me = world.rank();
-  if (train.dp * train.tp != size || rollout.tp * rollout.dp != size) {
+  const int train_count = train.dp * train.tp, rollout_count = rollout.tp * rollout.dp;
+  if (options.train_ranks.empty() && options.rollout_ranks.empty() &&
+      (train_count != size || rollout_count != size)) {
     return absl::InvalidArgumentError(
         absl::StrCat("reshard: train dp ", train.dp, " x tp ", train.tp, " and rollout tp ",
                      rollout.tp, " x dp ", rollout.dp, " must both equal the ", size, " ranks"));
   }
+  ASSIGN_OR_RETURN(const std::vector<int> train_place,
+                   PlacesOf(options.train_ranks, train_count, size, "training"));
+  ASSIGN_OR_RETURN(const std::vector<int> rollout_place,
+                   PlacesOf(options.rollout_ranks, rollout_count, size, "rollout"));
   if (dtypes.size() != parameters.size() || parameters.empty()) {
     return absl::InvalidArgumentError("reshard: one dtype per parameter, at least one parameter");
   }
   if (options.bucket_bytes <= 0) {
     return absl::InvalidArgumentError("reshard: bucket_bytes must be positive");
   }
+  // The blocks a training place sends a rollout place (none where either is -1).
+  const auto blocks = [&](const ShardedParameter& p, const Piece& piece, int from,
+                          int to) -> std::vector<Block> {
+    if (from < 0 || to < 0) return {};
+    return Blocks(p, piece, train, rollout, from, to);
+  };
+  const int my_train = train_place[me], my_rollout = rollout_place[me];
   ReshardPlan plan;
   plan.parameters_ = parameters;
   plan.dtypes_ = dtypes;
   plan.rollout_ = rollout;
   plan.device_ = device;
+  plan.trains_ = my_train >= 0;
+  plan.receives_ = my_rollout >= 0;
   std::vector<int64_t> element_bytes;
   for (size_t i = 0; i < parameters.size(); ++i) {
     const ShardedParameter& p = parameters[i];
@@ -121,10 +166,13 @@ absl::StatusOr<ReshardPlan> ReshardPlan::Create(
     RETURN_IF_ERROR(CheckDivisible(p, grid, Parts(p, rollout.tp)));
     element_bytes.push_back(static_cast<int64_t>(c10::elementSize(dtypes[i])));
     // The rollout copy: every slice that is not a view of the shard in one allocation, each
-    // 256-byte aligned.
-    plan.shard_views_.push_back(SliceInOwnShard(p, train, rollout, me, size));
-    plan.shard_numel_.push_back(TrainShardNumel(p, train, me));
+    // 256-byte aligned. A view needs the same place in both layouts.
+    plan.shard_views_.push_back(my_train >= 0 && my_train == my_rollout
+                                    ? SliceInOwnShard(p, train, rollout, my_train, train_count)
+                                    : -1);
+    plan.shard_numel_.push_back(my_train >= 0 ? TrainShardNumel(p, train, my_train) : 0);
     plan.slice_offsets_.push_back(plan.slice_bytes_);
+    if (my_rollout < 0) continue;
     const int64_t slice_bytes = grid.numel() / Parts(p, rollout.tp) * element_bytes[i];
     if (plan.shard_views_[i] >= 0) {
       plan.stats_.shared_bytes += slice_bytes;
@@ -154,10 +202,10 @@ absl::StatusOr<ReshardPlan> ReshardPlan::Create(
     int64_t bytes = 0;
     for (int peer = 0; peer < size; ++peer) {
       if (peer == me) continue;
-      for (const Block& b : Blocks(p, piece, train, rollout, me, peer)) {
+      for (const Block& b : blocks(p, piece, my_train, rollout_place[peer])) {
         bytes += Aligned(b.numel() * element_bytes[piece.index], 16);
       }
-      for (const Block& b : Blocks(p, piece, train, rollout, peer, me)) {
+      for (const Block& b : blocks(p, piece, train_place[peer], my_rollout)) {
         bytes += Aligned(b.numel() * element_bytes[piece.index], 16);
       }
     }
@@ -233,7 +281,7 @@ absl::StatusOr<ReshardPlan> ReshardPlan::Create(
         const int32_t shard = static_cast<int32_t>(piece.index);
         const int64_t element = element_bytes[piece.index];
         const int64_t slice = plan.slice_offsets_[piece.index];
-        for (const Block& b : Blocks(p, piece, train, rollout, me, peer)) {
+        for (const Block& b : blocks(p, piece, my_train, rollout_place[peer])) {
           if (peer == me) {
             if (plan.shard_views_[piece.index] >= 0) continue;  // Nothing to copy.
             local.push_back(copy_of(piece, b, shard, b.source_offset * element, b.source_stride,
@@ -248,7 +296,7 @@ absl::StatusOr<ReshardPlan> ReshardPlan::Create(
           plan.stats_.sent_bytes += b.numel() * element;
         }
         if (peer == me) continue;
-        for (const Block& b : Blocks(p, piece, train, rollout, peer, me)) {
+        for (const Block& b : blocks(p, piece, train_place[peer], my_rollout)) {
           unpack.push_back(copy_of(piece, b, regions.buffer, receive_offset, b.columns,
                                    regions.slices, slice + b.destination_offset * element,
                                    b.destination_stride));
@@ -286,11 +334,12 @@ absl::StatusOr<std::vector<at::Tensor>> ReshardPlan::Run(
   const auto since_start = [&start]() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
-  if (train_shards.size() != parameters_.size()) {
+  const size_t shards_expected = trains_ ? parameters_.size() : 0;
+  if (train_shards.size() != shards_expected) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "reshard: ", parameters_.size(), " training shards expected, got ", train_shards.size()));
+        "reshard: ", shards_expected, " training shards expected, got ", train_shards.size()));
   }
-  for (size_t i = 0; i < parameters_.size(); ++i) {
+  for (size_t i = 0; i < shards_expected; ++i) {
     const at::Tensor& shard = train_shards[i];
     const int64_t numel = shard_numel_[i];
     if (!shard.defined() || shard.device() != device_ || !shard.is_contiguous() ||
@@ -304,7 +353,7 @@ absl::StatusOr<std::vector<at::Tensor>> ReshardPlan::Run(
   const at::Tensor copy = at::empty({slice_bytes_}, bytes);
   const at::Tensor buffer = at::empty({buffer_bytes_}, bytes);
   const Regions numbering(parameters_.size());
-  std::vector<std::byte*> regions(numbering.count);
+  std::vector<std::byte*> regions(numbering.count);  // a rank that trains nothing: no shards
   for (size_t i = 0; i < train_shards.size(); ++i) {
     regions[i] = static_cast<std::byte*>(train_shards[i].data_ptr());
   }
@@ -332,6 +381,7 @@ absl::StatusOr<std::vector<at::Tensor>> ReshardPlan::Run(
   // The slices' views (on the GPU, made while the device works).
   std::vector<at::Tensor> slices;
   const auto make_views = [&]() {
+    if (!receives_) return;
     std::map<at::ScalarType, at::Tensor> typed;  // The rollout copy viewed in each dtype.
     for (size_t i = 0; i < parameters_.size(); ++i) {
       std::vector<int64_t> shape = parameters_[i].shape;

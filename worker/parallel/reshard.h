@@ -6,8 +6,11 @@
 // tensor-parallel dim into tp pieces (Megatron's column / row parallel; replicated parameters are
 // whole), and piece t is flattened, padded to a multiple of dp and cut into dp contiguous shards,
 // shard d living on rank (d, t) — FSDP's flat shards inside each tensor-parallel rank.
-// Rollout layout over the same W = tp_g · dp_g ranks (rank = k · tp_g + j): rank (j, k) needs
-// piece j of each parameter split tp_g ways along the same dim.
+// Rollout layout over W' = tp_g · dp_g ranks (rank = k · tp_g + j): rank (j, k) needs piece j of
+// each parameter split tp_g ways along the same dim. By default both layouts number the same
+// ranks of the communicator (the hybrid engine: the actor's ranks train and generate); a rollout
+// pool of its own receives on other ranks of a communicator spanning both pools
+// (ReshardOptions::train_ranks / rollout_ranks).
 #pragma once
 
 #include <ATen/Tensor.h>
@@ -60,6 +63,11 @@ struct ReshardOptions {
   // receive buffers take at most this many bytes on any rank: the reshard's transient memory
   // beyond the rollout copy. Larger buckets mean fewer, longer transfers.
   int64_t bucket_bytes = int64_t{1} << 30;
+  // The communicator ranks holding training rank 0, 1, ... and rollout rank 0, 1, ...; empty:
+  // ranks 0 .. W - 1 for each. A rank may be in both lists (at the same place or not), in one,
+  // or in neither (it only takes part in the plan's agreement). Every rank passes the same lists.
+  std::vector<int> train_ranks;
+  std::vector<int> rollout_ranks;
 };
 
 // What a reshard moves for this rank.
@@ -92,7 +100,8 @@ struct ReshardTiming {
 // them. The buckets are queued back to back; the host waits once, at the end.
 class ReshardPlan {
  public:
-  // Every rank of `world` (the actor pool) calls it with the same parameters, dtypes, layouts
+  // Every rank of `world` (the actor pool, or the actor and rollout pools) calls it with the same
+  // parameters (train_ranges included: a rank that trains nothing is told them), dtypes, layouts
   // and options; `device` is where the shards live.
   static absl::StatusOr<ReshardPlan> Create(Communicator& world,
                                             const std::vector<ShardedParameter>& parameters,
@@ -101,9 +110,10 @@ class ReshardPlan {
                                             const at::Device& device,
                                             const ReshardOptions& options = {});
 
-  // This rank's rollout slice of every parameter; `train_shards[i]` is this rank's shard of
-  // parameters[i]. Every rank of `world` calls it. Returns when the slices are complete. One
-  // run of a plan at a time.
+  // This rank's rollout slice of every parameter (none on a rank that is no rollout rank);
+  // `train_shards[i]` is this rank's shard of parameters[i] (none on a rank that is no training
+  // rank). Every rank of `world` calls it. Returns when the slices are complete. One run of a
+  // plan at a time.
   absl::StatusOr<std::vector<at::Tensor>> Run(Communicator& world,
                                               const std::vector<at::Tensor>& train_shards,
                                               ReshardTiming* timing = nullptr) const;
@@ -129,6 +139,7 @@ class ReshardPlan {
   std::vector<int64_t> slice_offsets_;  // In the rollout copy, bytes.
   std::vector<int64_t> shard_views_;    // Elements into the shard, or -1 (see Run).
   std::vector<int64_t> shard_numel_;
+  bool trains_ = true, receives_ = true;  // This rank holds training shards / rollout slices.
   int64_t slice_bytes_ = 0, buffer_bytes_ = 0;
   std::vector<BlockCopy> copies_;  // Every launch's, on the host.
   at::Tensor device_copies_;       // The same on the device (GPU plans).

@@ -15,6 +15,7 @@
 #include "common/util/stopwatch.h"
 #include "worker/model/model_loader.h"
 #include "worker/roles/forward_passes.h"
+#include "worker/roles/generated_rows.h"
 #include "worker/roles/prompt_encoding.h"
 #include "worker/roles/rollout_sampling.h"
 #include "worker/roles/training_setup.h"
@@ -31,62 +32,6 @@ void KeepPeaks(const rollout::DeviceMemory& memory, rollout::DeviceMemory& peaks
   peaks.peak_reserved_bytes = std::max(peaks.peak_reserved_bytes, memory.peak_reserved_bytes);
 }
 
-// The step's rows in verl's layout (each prompt left-padded to P, its responses right-padded to
-// R, as `batch` began them) on `device`, each row's source, and each row's info and the token
-// counts in `reply`.
-absl::Status PutRollout(const v1::GenerateRequest& request, const PromptRequests& encoded,
-                        const std::vector<rollout::GenerationResult>& results,
-                        const at::Device& device, StepBatch& batch, v1::GenerateReply& reply) {
-  const int64_t p = batch.prompt_length(), r = batch.response_length();
-  const int64_t local = batch.rows().size();
-  at::Tensor input_ids = at::zeros({local, p + r}, at::kLong);
-  at::Tensor attention_mask = at::zeros({local, p + r}, at::kLong);
-  at::Tensor response_mask = at::zeros({local, r}, at::kFloat);
-  at::Tensor rollout_log_probs = at::zeros({local, r}, at::kFloat);
-  double response_tokens = 0, truncated = 0, prompt_tokens = 0;
-  int64_t row = 0;
-  for (int64_t i = 0; i < request.prompts_size(); ++i) {
-    const std::vector<int64_t>& prompt = encoded.requests[i].prompt_ids;
-    const int64_t length = static_cast<int64_t>(prompt.size());
-    for (const rollout::Completion& sample : results[i].samples) {
-      const int64_t produced = static_cast<int64_t>(sample.token_ids.size());
-      input_ids[row].narrow(0, p - length, length).copy_(at::tensor(prompt, at::kLong));
-      attention_mask[row].narrow(0, p - length, length).fill_(1);
-      if (produced > 0) {
-        input_ids[row].narrow(0, p, produced).copy_(at::tensor(sample.token_ids, at::kLong));
-        attention_mask[row].narrow(0, p, produced).fill_(1);
-        // 1 where the model sampled, 0 where a multi-turn rollout inserted a tool's response:
-        // those tokens are read, but are no action of the policy's (verl's response_mask).
-        response_mask[row]
-            .narrow(0, 0, produced)
-            .copy_(at::tensor(
-                std::vector<float>(sample.response_mask.begin(), sample.response_mask.end())));
-        rollout_log_probs[row].narrow(0, 0, produced).copy_(at::tensor(sample.logprobs));
-      }
-      v1::RowInfo* info = reply.add_rows();
-      info->set_prompt_tokens(static_cast<int32_t>(length));
-      info->set_response_tokens(static_cast<int32_t>(produced));
-      info->set_truncated(sample.finish_reason == rollout::FinishReason::kLength);
-      batch.sources().push_back({request.prompts(i).ground_truth_json(),
-                                 request.prompts(i).data_source(), encoded.texts[i],
-                                 request.prompts(i).extra_info_json()});
-      response_tokens += static_cast<double>(produced);
-      prompt_tokens += static_cast<double>(length);
-      truncated += info->truncated() ? 1 : 0;
-      ++row;
-    }
-  }
-  RETURN_IF_ERROR(batch.Put("input_ids", input_ids.to(device)));
-  RETURN_IF_ERROR(batch.Put("attention_mask", attention_mask.to(device)));
-  RETURN_IF_ERROR(batch.Put("response_mask", response_mask.to(device)));
-  RETURN_IF_ERROR(batch.Put("rollout_log_probs", rollout_log_probs.to(device)));
-  auto& metrics = *reply.mutable_metrics();
-  metrics["response_tokens"] = response_tokens;
-  metrics["prompt_tokens"] = prompt_tokens;
-  metrics["truncated"] = truncated;
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 ActorRole::ActorRole(const v1::JobSpec& spec, const at::Device& device, model::Tokenizer tokenizer)
@@ -96,14 +41,7 @@ absl::StatusOr<std::unique_ptr<ActorRole>> ActorRole::Create(
     const v1::JobSpec& spec, const at::Device& device, const JobLayout& layout,
     parallel::Communicator& pool, int64_t rl_steps, RolloutWeightsHook hook) {
   const v1::ModelSpec& model_spec = spec.model();
-  const std::string tokenizer_dir =
-      model_spec.tokenizer_path().empty() ? model_spec.path() : model_spec.tokenizer_path();
-  ASSIGN_OR_RETURN(model::Tokenizer tokenizer, model::Tokenizer::Load(tokenizer_dir));
-  if (model_spec.chat_template() != "auto" && !model_spec.chat_template().empty()) {
-    ASSIGN_OR_RETURN(model::ChatTemplate chat,
-                     model::ChooseChatTemplate(model_spec.chat_template(), ""));
-    tokenizer.set_chat_template(chat);
-  }
+  ASSIGN_OR_RETURN(model::Tokenizer tokenizer, LoadJobTokenizer(spec));
   model::LoadOptions load;
   // A LoRA actor's base is frozen: in the rollout's dtype, never float32 masters.
   const bool lora = UsesLora(spec);
@@ -156,53 +94,25 @@ absl::StatusOr<std::vector<rollout::GenerationResult>> ActorRole::Rollout(
 absl::StatusOr<v1::GenerateReply> ActorRole::Generate(const v1::GenerateRequest& request,
                                                       int64_t total_rows, RowRange rows,
                                                       StepBatch& batch) {
-  const auto start = std::chrono::steady_clock::now();
-  const int64_t n = spec_.roles().actor().rollout().n();
-  const int64_t prompts = request.prompts_size();
-  if (prompts * n != rows.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "generate: this rank holds rows [", rows.begin, ", ", rows.end, ") of ", total_rows,
-        ", which is ", rows.size(), " responses, but was given ", prompts, " prompts x n ", n));
-  }
-  ASSIGN_OR_RETURN(
-      const PromptRequests encoded,
-      EncodeRequests(tokenizer_, request.prompts(), spec_.data(), request.first_prompt(),
-                     request.seed(), TrainingSampling(spec_), prompt_tools()));
-  google::protobuf::Map<std::string, double> turn_metrics;
-  ASSIGN_OR_RETURN(const std::vector<rollout::GenerationResult> results,
-                   Rollout(encoded.requests, request.key().step(), turn_metrics));
-  // This rank's own generating (its tensor-parallel group's), the weights' update left out:
-  // generate_s also holds the wait for the other replicas below, so only this tells a slow
-  // host apart (the driver's perf/straggler/gen/*).
-  const double rollout_seconds = std::max(0.0, SecondsSince(start) - hybrid_->weights_update_s());
-  hybrid_->ReleaseCache();  // the update needs the memory
-
-  // P and R over the whole batch: every rank of the pool lays its rows out the same way.
-  std::vector<double> longest = {1, 1};
-  for (int64_t i = 0; i < prompts; ++i) {
-    longest[0] = std::max<double>(longest[0], encoded.requests[i].prompt_ids.size());
-    for (const rollout::Completion& sample : results[i].samples) {
-      longest[1] = std::max<double>(longest[1], sample.token_ids.size());
-    }
-  }
-  RETURN_IF_ERROR(ReduceLongest(longest));
-  const int64_t p = static_cast<int64_t>(longest[0]), r = static_cast<int64_t>(longest[1]);
-
-  batch.Begin(request.key().step(), total_rows, rows, p, r);
-  v1::GenerateReply reply;
-  RETURN_IF_ERROR(PutRollout(request, encoded, results, device_, batch, reply));
-  if (algorithms::OldLogProbsFromRollout(spec_)) {
-    // verl's bypass mode: the rollout's log-probs are the old ones.
-    ASSIGN_OR_RETURN(const at::Tensor rollout_log_probs, batch.Get("rollout_log_probs", "bypass"));
-    RETURN_IF_ERROR(batch.Put("old_log_probs", rollout_log_probs.clone()));
-  }
-  reply.set_prompt_length(static_cast<int32_t>(p));
-  reply.set_response_length(static_cast<int32_t>(r));
-  const double seconds = SecondsSince(start);
+  RowsGenerator generator{
+      .spec = spec_,
+      .tokenizer = tokenizer_,
+      .device = device_,
+      .tools = prompt_tools(),
+      .rollout = [this](const std::vector<rollout::GenerationRequest>& requests, int64_t step,
+                        google::protobuf::Map<std::string, double>& metrics) {
+        return Rollout(requests, step, metrics);
+      },
+      .weights_update_s = [this] { return hybrid_->weights_update_s(); },
+      .release_cache = [this] { hybrid_->ReleaseCache(); },
+      .reduce_longest =
+          [this](std::vector<double>& longest) {
+            return trained_->ReduceOverReplicas(longest, train::ReplicaReduce::kMax);
+          },
+  };
+  ASSIGN_OR_RETURN(v1::GenerateReply reply,
+                   GenerateRows(generator, request, total_rows, rows, batch));
   auto& metrics = *reply.mutable_metrics();
-  metrics.insert(turn_metrics.begin(), turn_metrics.end());
-  metrics["generate_s"] = seconds;
-  metrics["rollout_s"] = rollout_seconds;
   metrics["update_weights_s"] = hybrid_->weights_update_s();
   if (const parallel::ReshardStats* reshard = hybrid_->reshard_stats()) {
     // The reshard's transient memory (its send and receive buffers, at most a bucket) and the
@@ -215,12 +125,7 @@ absl::StatusOr<v1::GenerateReply> ActorRole::Generate(const v1::GenerateRequest&
     metrics["weight_sync_check_s"] = check->seconds;
     metrics["rollout_weights_checksum"] = check->checksum;
   }
-  metrics["tokens_per_s"] = metrics["response_tokens"] / std::max(seconds, 1e-9);
   return reply;
-}
-
-absl::Status ActorRole::ReduceLongest(std::vector<double>& longest) {
-  return trained_->ReduceOverReplicas(longest, train::ReplicaReduce::kMax);
 }
 
 absl::StatusOr<std::map<std::string, double>> ActorRole::ComputeOldLogProbs(StepBatch& batch) {
@@ -335,11 +240,10 @@ absl::StatusOr<v1::UpdateReply> ActorRole::Update(const v1::UpdateRequest& reque
       request.optimizer_steps_before() +
       static_cast<int64_t>(metrics.count("optimizer_steps") ? metrics.at("optimizer_steps") : 0);
   reply.set_optimizer_steps(optimizer_steps_);
-  // The checksum the next checked rollout over these weights must report (one_step_off: the
-  // rollout after next is the first to use them).
-  const int64_t used_by =
-      request.key().step() + (spec_.trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF ? 2 : 1);
-  if (WeightSyncCheckDue(spec_, used_by)) {
+  // The checksum the next checked rollout over these weights must report (a rollout pool's
+  // rollout: the driver's update stage adds it, PoolWeightSync::TrainedChecksum).
+  if (!spec_.roles().has_rollout() &&
+      WeightSyncCheckDue(spec_, FirstRolloutAfterUpdate(spec_, request.key().step()))) {
     ASSIGN_OR_RETURN(const double checksum, hybrid_->TrainedWeightsChecksum());
     out["weights_checksum"] = checksum;
   }

@@ -75,9 +75,6 @@ class ActorRole final : public TrainedRole {
 
  private:
   ActorRole(const v1::JobSpec& spec, const at::Device& device, model::Tokenizer tokenizer);
-  // The longest prompt and response over the pool, in place.
-  absl::Status ReduceLongest(std::vector<double>& longest);
-
   v1::JobSpec spec_;
   at::Device device_;
   model::Tokenizer tokenizer_;

@@ -16,7 +16,9 @@
 #include "worker/model/safetensors_writer.h"
 #include "worker/parallel/transfer.h"
 #include "worker/roles/advantage_stage.h"
+#include "worker/roles/generated_rows.h"
 #include "worker/roles/scored_generation.h"
+#include "worker/roles/weight_sync.h"
 
 namespace rlhfd::roles {
 namespace {
@@ -113,7 +115,15 @@ absl::Status AddStepSamples(const HostedJob& job, const StepBatch& batch,
 
 absl::StatusOr<v1::GenerateReply> RunGenerate(HostedJob& job, const v1::GenerateRequest& request,
                                               const at::Device& device) {
-  RETURN_IF_ERROR(NeedRole(job, v1::ROLE_ACTOR, job.actor != nullptr));
+  // A rollout pool of its own generates; the actor's ranks then take their rows from it.
+  const v1::Role generator = job.layout->Find(v1::ROLE_ROLLOUT) ? v1::ROLE_ROLLOUT : v1::ROLE_ACTOR;
+  const bool adopts = request.rows_from_rollout_pool();
+  if (adopts && generator != v1::ROLE_ROLLOUT) {
+    return absl::InvalidArgumentError(
+        "generate: rows_from_rollout_pool, but the job has no rollout pool (roles.rollout)");
+  }
+  const v1::Role role = adopts ? v1::ROLE_ACTOR : generator;
+  RETURN_IF_ERROR(NeedRole(job, role, job.layout->Hosts(role)));
   const int64_t n = job.spec.roles().actor().rollout().n();
   if (request.total_prompts() < 1 || request.first_prompt() < 0 ||
       request.first_prompt() + request.prompts_size() > request.total_prompts()) {
@@ -123,17 +133,46 @@ absl::StatusOr<v1::GenerateReply> RunGenerate(HostedJob& job, const v1::Generate
                      ") are not within total_prompts ", request.total_prompts()));
   }
   const int64_t total_rows = request.total_prompts() * n;
-  const RowRange rows = job.layout->RowsOf(v1::ROLE_ACTOR, total_rows);
+  const RowRange rows = job.layout->RowsOf(role, total_rows);
   if (rows.begin != request.first_prompt() * n) {
     return absl::InvalidArgumentError(absl::StrCat(
         "generate: this rank's rows start at ", rows.begin, ", so its first prompt is ",
         rows.begin / n, ", not ", request.first_prompt()));
   }
-  ASSIGN_OR_RETURN(v1::GenerateReply reply, job.actor->Generate(request, total_rows, rows,
-                                                                job.BatchOf(request.key().step())));
+  StepBatch& batch = job.BatchOf(request.key().step());
+  if (adopts) {
+    RETURN_IF_ERROR(AdoptRows(job.spec, job.actor->tokenizer(), job.actor->prompt_tools(),
+                              request, batch));
+    return v1::GenerateReply();
+  }
+  if (generator == v1::ROLE_ROLLOUT) return job.rollout->Generate(request, total_rows, rows, batch);
+  ASSIGN_OR_RETURN(v1::GenerateReply reply, job.actor->Generate(request, total_rows, rows, batch));
   if (algorithms::NeedsGreedyBaseline(job.spec.algorithm())) {
     RETURN_IF_ERROR(PutGreedyBaseline(job, request, n, device));
   }
+  return reply;
+}
+
+absl::StatusOr<v1::SyncWeightsReply> RunSyncWeights(HostedJob& job,
+                                                    const v1::SyncWeightsRequest& request) {
+  if (!job.weights_sync) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sync weights: rank ", job.layout->rank(),
+        " is in no rollout pool's weights group (the job has no roles.rollout, or this rank is "
+        "neither an actor nor a rollout rank)"));
+  }
+  const int64_t step = request.key().step();
+  std::map<std::string, double> figures;
+  if (job.actor) {
+    ASSIGN_OR_RETURN(figures, job.weights_sync->Send(job.actor->trained(), step,
+                                                     WeightSyncCheckDue(job.spec, step)));
+  } else {
+    RETURN_IF_ERROR(NeedRole(job, v1::ROLE_ROLLOUT, job.rollout != nullptr));
+    ASSIGN_OR_RETURN(figures, job.rollout->ReceiveWeights(*job.weights_sync, step,
+                                                          job.rollout_weights_hook));
+  }
+  v1::SyncWeightsReply reply;
+  reply.mutable_metrics()->insert(figures.begin(), figures.end());
   return reply;
 }
 
@@ -264,7 +303,17 @@ absl::StatusOr<v1::AdvantageReply> RunAdvantages(HostedJob& job,
 
 absl::StatusOr<v1::UpdateReply> RunUpdateActor(HostedJob& job, const v1::UpdateRequest& request) {
   RETURN_IF_ERROR(NeedRole(job, v1::ROLE_ACTOR, job.actor != nullptr));
-  return job.actor->Update(request, job.BatchOf(request.key().step()));
+  ASSIGN_OR_RETURN(v1::UpdateReply reply,
+                   job.actor->Update(request, job.BatchOf(request.key().step())));
+  // What the rollout pool's next checked copy of these weights must report.
+  if (job.weights_sync &&
+      WeightSyncCheckDue(job.spec, FirstRolloutAfterUpdate(job.spec, request.key().step()))) {
+    ASSIGN_OR_RETURN(const double checksum,
+                     job.weights_sync->TrainedChecksum(job.actor->trained(),
+                                                       job.PoolOf(v1::ROLE_ACTOR)));
+    reply.mutable_metrics()->insert({std::string("weights_checksum"), checksum});
+  }
+  return reply;
 }
 
 absl::StatusOr<v1::UpdateReply> RunUpdateCritic(HostedJob& job, const v1::UpdateRequest& request) {

@@ -11,9 +11,15 @@
 
 namespace rlhfd::roles {
 
-// The actor's rollout of this rank's prompts; with ReMax, also the greedy baseline's rewards.
+// The rollout of this rank's prompts, on the actor's ranks (with ReMax, also the greedy
+// baseline's rewards) or a rollout pool's; an actor rank of a job with a rollout pool records
+// its rows' sources once they moved here (rows_from_rollout_pool).
 absl::StatusOr<v1::GenerateReply> RunGenerate(HostedJob& job, const v1::GenerateRequest& request,
                                               const at::Device& device);
+// roles.rollout: the actor's weights to the rollout pool (pool_weight_sync.h), on every rank of
+// both pools.
+absl::StatusOr<v1::SyncWeightsReply> RunSyncWeights(HostedJob& job,
+                                                    const v1::SyncWeightsRequest& request);
 // Sends the named tensors from one pool's ranks to another's; a receiving rank that holds
 // nothing of the step yet begins it with the request's shape.
 absl::StatusOr<v1::MoveTensorsReply> RunMoveTensors(HostedJob& job,

@@ -23,7 +23,9 @@
 #include "worker/roles/critic_role.h"
 #include "worker/roles/frozen_roles.h"
 #include "worker/roles/job_layout.h"
+#include "worker/roles/pool_weight_sync.h"
 #include "worker/roles/response_scorer.h"
+#include "worker/roles/rollout_role.h"
 #include "worker/roles/step_batch.h"
 
 namespace rlhfd::roles {
@@ -49,6 +51,12 @@ struct HostedJob {
   std::unique_ptr<CriticRole> critic;
   std::unique_ptr<ReferenceRole> reference;
   std::unique_ptr<RewardModelRole> reward_model;
+  std::unique_ptr<RolloutRole> rollout;  // roles.rollout: a rank that only generates
+  // roles.rollout: the actor ranks (first) and the rollout ranks, which the actor's weights
+  // cross to reach the rollout pool, and the transfer over it (on ranks of either pool).
+  std::unique_ptr<parallel::Communicator> weights_group;
+  std::unique_ptr<PoolWeightSync> weights_sync;
+  RolloutWeightsHook rollout_weights_hook;  // tests: corrupts the received weights
   std::unique_ptr<ResponseScorer> scorer;  // rule / remote rewards, on the actor ranks
   // The rows of the steps under way, by step: with trainer.mode one_step_off, step s + 1's
   // rollout begins before step s trains.

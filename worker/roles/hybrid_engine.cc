@@ -164,17 +164,21 @@ absl::StatusOr<rollout::GenerationEngine*> HybridEngine::Engine(int64_t step) {
   return engine_.get();
 }
 
-rollout::EngineOptions HybridEngine::RolloutEngineOptions() const {
-  const v1::RolloutSpec& rollout = spec_.roles().actor().rollout();
+rollout::EngineOptions RolloutEngineOptions(const v1::JobSpec& spec, int64_t sharing) {
+  const v1::RolloutSpec& rollout = spec.roles().actor().rollout();
   rollout::EngineOptions options;
   options.max_num_seqs = rollout.max_num_seqs();
-  options.max_model_len = spec_.data().max_prompt_length() + ResponseBudget(spec_);
+  options.max_model_len = spec.data().max_prompt_length() + ResponseBudget(spec);
+  options.gpu_memory_utilization =
+      rollout.gpu_memory_utilization() / static_cast<double>(std::max<int64_t>(1, sharing));
+  options.seed = static_cast<uint64_t>(spec.trainer().seed());
+  return options;
+}
+
+rollout::EngineOptions HybridEngine::RolloutEngineOptions() const {
   // Ranks on one GPU (workers sharing it) each see the same free memory: each takes its share.
   // A tensor-parallel engine splits among its group's ranks itself (AgreeOnSlots).
-  options.gpu_memory_utilization =
-      rollout.gpu_memory_utilization() / static_cast<double>(tp_group_ ? 1 : ranks_on_device_);
-  options.seed = static_cast<uint64_t>(spec_.trainer().seed());
-  return options;
+  return roles::RolloutEngineOptions(spec_, tp_group_ ? 1 : ranks_on_device_);
 }
 
 void HybridEngine::ReleaseCache() {
@@ -253,37 +257,21 @@ absl::StatusOr<std::map<std::string, at::Tensor>> HybridEngine::Reshard(
     const std::vector<parallel::ShardedParameter>& specs, const parallel::RolloutLayout& layout,
     at::ScalarType dtype) {
   // Which part of each parameter each rank's shards hold, and this rank's parts.
-  const train::TrainedModel::OwnedPieces pieces = trained_.Pieces();
-  std::map<std::string, at::Tensor> mine;
-  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> ranges;
-  for (int rank = 0; rank < pool_.size(); ++rank) {
-    for (size_t i = 0; i < pieces.layout[rank].size(); ++i) {
-      const train::TrainedModel::PieceSpan& span = pieces.layout[rank][i];
-      auto& of = ranges[span.name];
-      of.resize(static_cast<size_t>(pool_.size()), {span.offset, span.offset});
-      of[rank] = {span.offset, span.offset + span.count};
-      if (rank == pool_.rank()) mine[span.name] = pieces.values[i];
-    }
-  }
+  const train::FullyShardedModel::PartsByParameter parts =
+      dynamic_cast<train::FullyShardedModel&>(trained_).PartsOfParameters();
   std::vector<parallel::ShardedParameter> sharded = specs;
   std::vector<at::Tensor> shards;
   for (parallel::ShardedParameter& parameter : sharded) {
-    const auto found = ranges.find(parameter.name);
-    if (found == ranges.end()) {
+    const auto found = parts.ranges.find(parameter.name);
+    if (found == parts.ranges.end()) {
       return absl::InternalError(
           absl::StrCat("reshard: no rank's ZeRO-3 shards hold ", parameter.name));
     }
-    std::vector<std::pair<int64_t, int64_t>>& of = found->second;
-    // A rank holding none of a parameter holds the empty range where its neighbours meet.
-    int64_t reached = 0;
-    for (auto& [begin, end] : of) {
-      if (begin == end) begin = end = reached;
-      reached = end;
-    }
-    parameter.train_ranges = of;
-    const auto own = mine.find(parameter.name);
-    shards.push_back(own != mine.end() ? own->second.contiguous()
-                                       : at::empty({0}, at::TensorOptions(dtype).device(device_)));
+    parameter.train_ranges = found->second;
+    const auto own = parts.mine.find(parameter.name);
+    shards.push_back(own != parts.mine.end()
+                         ? own->second.contiguous()
+                         : at::empty({0}, at::TensorOptions(dtype).device(device_)));
   }
   if (!reshard_) {
     std::vector<at::ScalarType> dtypes(sharded.size(), dtype);

@@ -36,10 +36,15 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> SplitRolloutGroup(
     const v1::JobSpec& spec, const at::Device& device, const JobLayout& layout,
     parallel::Communicator& pool);
 
+// The generation engine's options from the job's rollout spec, the cache's share of the GPU
+// divided among `sharing` ranks on one GPU (rollout::RanksOnThisDevice).
+rollout::EngineOptions RolloutEngineOptions(const v1::JobSpec& spec, int64_t sharing);
+
 // Tests: called on each actor rank with the rollout's weights by name right after they are
 // brought up to date, before any check, to corrupt them as a faulty transfer would. `resharded`:
-// the tensor-parallel slices resharded from ZeRO-3 shards, else the (gathered or cast) copy or
-// the training module the rollout reads.
+// the tensor-parallel slices resharded from ZeRO-3 shards (or, on a rollout pool's rank, the
+// weights received from the actor ranks), else the (gathered or cast) copy or the training module
+// the rollout reads. `pool_rank`: the rank in the pool that generates.
 using RolloutWeightsHook = std::function<void(
     bool resharded, const std::map<std::string, at::Tensor>& weights, int pool_rank)>;
 

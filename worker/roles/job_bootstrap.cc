@@ -103,6 +103,12 @@ absl::Status CreateRoles(HostedJob& job, int64_t total_steps, const RoleHostOpti
     log_memory("reference",
                job.reference->shares_actor() ? " (the LoRA actor's base, adapters off)" : "");
   }
+  if (job.layout->Hosts(v1::ROLE_ROLLOUT)) {
+    parallel::Communicator& pool = job.PoolOf(v1::ROLE_ROLLOUT);
+    ASSIGN_OR_RETURN(const int64_t ranks_on_device, rollout::RanksOnThisDevice(pool, device));
+    ASSIGN_OR_RETURN(job.rollout, RolloutRole::Create(spec, device, pool, ranks_on_device));
+    log_memory("rollout", " (generation only: weights from the actor ranks)");
+  }
   if (job.layout->Hosts(v1::ROLE_REWARD)) {
     if (spec.roles().reward().model().empty()) {
       return absl::InvalidArgumentError(
@@ -170,6 +176,20 @@ absl::StatusOr<std::unique_ptr<HostedJob>> StartHostedJob(
                      job->world->Split(position >= 0 ? 0 : -1, position));
     if (split) job->pools[pool.role] = std::move(split);
   }
+  // A rollout pool of its own: the actor's ranks and the rollout's share a communicator for the
+  // weights, the actor's first (split on every rank, in the same order).
+  if (job->layout->Find(v1::ROLE_ROLLOUT) != nullptr) {
+    const int actors = static_cast<int>(job->layout->Find(v1::ROLE_ACTOR)->ranks.size());
+    const int in_actor = job->layout->PositionIn(v1::ROLE_ACTOR);
+    const int in_rollout = job->layout->PositionIn(v1::ROLE_ROLLOUT);
+    const int key = in_actor >= 0 ? in_actor : in_rollout >= 0 ? actors + in_rollout : -1;
+    ASSIGN_OR_RETURN(job->weights_group, job->world->Split(key >= 0 ? 0 : -1, key));
+    if (job->weights_group) {
+      job->weights_sync =
+          std::make_unique<PoolWeightSync>(*job->weights_group, actors, options.device);
+    }
+  }
+  job->rollout_weights_hook = options.rollout_weights_hook;
   RETURN_IF_ERROR(CreateRoles(*job, request.total_steps(), options));
   for (const v1::Role role : job->layout->HostedRoles()) job->started.add_roles(role);
   return job;

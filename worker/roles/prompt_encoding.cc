@@ -9,6 +9,19 @@
 
 namespace rlhfd::roles {
 
+absl::StatusOr<model::Tokenizer> LoadJobTokenizer(const v1::JobSpec& spec) {
+  const v1::ModelSpec& model_spec = spec.model();
+  const std::string tokenizer_dir =
+      model_spec.tokenizer_path().empty() ? model_spec.path() : model_spec.tokenizer_path();
+  ASSIGN_OR_RETURN(model::Tokenizer tokenizer, model::Tokenizer::Load(tokenizer_dir));
+  if (model_spec.chat_template() != "auto" && !model_spec.chat_template().empty()) {
+    ASSIGN_OR_RETURN(model::ChatTemplate chat,
+                     model::ChooseChatTemplate(model_spec.chat_template(), ""));
+    tokenizer.set_chat_template(chat);
+  }
+  return tokenizer;
+}
+
 absl::StatusOr<EncodedPrompt> EncodePrompt(const model::Tokenizer& tokenizer,
                                            const v1::PromptRow& prompt, const v1::DataSpec& data,
                                            int64_t index, absl::Span<const std::string> tools) {

@@ -15,6 +15,10 @@
 
 namespace rlhfd::roles {
 
+// The job's tokenizer: model.tokenizer_path (or model.path), with model.chat_template when it
+// names one.
+absl::StatusOr<model::Tokenizer> LoadJobTokenizer(const v1::JobSpec& spec);
+
 struct EncodedPrompt {
   std::string text;  // the model's input as text (template applied)
   std::vector<int64_t> ids;

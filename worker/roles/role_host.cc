@@ -195,6 +195,12 @@ void RoleHost::Generate(const v1::GenerateRequest& request, absl::Duration,
                               });
 }
 
+void RoleHost::SyncWeights(const v1::SyncWeightsRequest& request, absl::Duration,
+                           StageDone<v1::SyncWeightsReply> done) {
+  RunStage<v1::SyncWeightsReply>(request.key(), StageEffect::kLeavesWeights, std::move(done),
+                                 [request](HostedJob& job) { return RunSyncWeights(job, request); });
+}
+
 void RoleHost::MoveTensors(const v1::MoveTensorsRequest& request, absl::Duration,
                            StageDone<v1::MoveTensorsReply> done) {
   RunStage<v1::MoveTensorsReply>(request.key(), StageEffect::kLeavesWeights, std::move(done),

@@ -104,11 +104,6 @@ absl::StatusOr<SharedPieces> ShareTrainedPieces(train::TrainedModel& trained,
   return shared;
 }
 
-double Fold(const std::vector<uint32_t>& crcs) {
-  uint32_t folded = 0;
-  for (uint32_t crc : crcs) folded = ExtendWithCrc(folded, crc);
-  return folded;
-}
 
 }  // namespace
 
@@ -117,7 +112,18 @@ bool WeightSyncCheckDue(const v1::JobSpec& spec, int64_t step) {
   return every > 0 && step >= 1 && (step - 1) % every == 0;
 }
 
+int64_t FirstRolloutAfterUpdate(const v1::JobSpec& spec, int64_t step) {
+  return step + (spec.trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF ? 2 : 1);
+}
+
 uint32_t TensorCrc32c(const at::Tensor& tensor) { return ExtendWithTensor(0, tensor); }
+
+double FoldCrcs(const std::vector<uint32_t>& crcs) {
+  uint32_t folded = 0;
+  for (uint32_t crc : crcs) folded = ExtendWithCrc(folded, crc);
+  return folded;
+}
+
 
 RolloutDtypes DtypesOf(model::Transformer& rollout) {
   RolloutDtypes dtypes;
@@ -217,7 +223,7 @@ absl::StatusOr<WeightSyncCheck> VerifyRolloutWeights(train::TrainedModel& traine
         ": the rollout's weights differ from the trained ones: ", absl::StrJoin(mismatches, "; "),
         ". The train-to-rollout weight update went wrong; the step is not trained"));
   }
-  return WeightSyncCheck{.seconds = SecondsSince(start), .checksum = Fold(shared.crcs)};
+  return WeightSyncCheck{.seconds = SecondsSince(start), .checksum = FoldCrcs(shared.crcs)};
 }
 
 absl::StatusOr<double> TrainedWeightsChecksum(train::TrainedModel& trained,
@@ -226,7 +232,7 @@ absl::StatusOr<double> TrainedWeightsChecksum(train::TrainedModel& trained,
                                               const at::Device& device) {
   at::NoGradGuard no_grad;
   ASSIGN_OR_RETURN(const SharedPieces shared, ShareTrainedPieces(trained, dtypes, pool, device));
-  return Fold(shared.crcs);
+  return FoldCrcs(shared.crcs);
 }
 
 }  // namespace rlhfd::roles

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "rlhfd/v1/job_spec.pb.h"
@@ -26,8 +27,14 @@ namespace rlhfd::roles {
 // Whether step `step`'s rollout is checked: every trainer.verify_weight_sync steps from step 1.
 bool WeightSyncCheckDue(const v1::JobSpec& spec, int64_t step);
 
+// The step whose rollout first uses the weights step `step`'s update leaves (one_step_off: the
+// rollout after next).
+int64_t FirstRolloutAfterUpdate(const v1::JobSpec& spec, int64_t step);
+
 // CRC-32C of a tensor's bytes in memory order (a GPU tensor is copied to the host in pieces).
 uint32_t TensorCrc32c(const at::Tensor& tensor);
+// CRCs folded in order into one CRC-32C: a weights' checksum from its pieces'.
+double FoldCrcs(const std::vector<uint32_t>& crcs);
 
 struct WeightSyncCheck {
   double seconds = 0;

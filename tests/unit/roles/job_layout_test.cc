@@ -89,6 +89,24 @@ TEST_CASE("colocated placement: every pool on the actor's ranks", "[roles]") {
   CHECK(rank1.TensorParallelPlaceIn(v1::ROLE_ACTOR, 2)->slice == 1);
 }
 
+TEST_CASE("a rollout pool of its own: ranks after every other pool's, under either placement",
+          "[roles]") {
+  for (const v1::Placement placement : {v1::PLACEMENT_SPLIT, v1::PLACEMENT_COLOCATED}) {
+    v1::JobSpec spec = FourPoolSpec(placement);
+    spec.mutable_roles()->mutable_rollout()->set_gpus(2);
+    const auto pools = Placed(spec);
+    const int first = placement == v1::PLACEMENT_SPLIT ? 8 : 4;
+    INFO("first rollout rank " << first);
+    const JobLayout layout = LayoutOf(pools, first + 1);
+    CHECK(layout.world_size() == first + 2);
+    CHECK(layout.Find(v1::ROLE_ROLLOUT)->ranks == std::vector<int>{first, first + 1});
+    CHECK(layout.HostedRoles() == std::vector<v1::Role>{v1::ROLE_ROLLOUT});
+    CHECK(layout.PositionIn(v1::ROLE_ROLLOUT) == 1);
+    CHECK(layout.RowsOf(v1::ROLE_ROLLOUT, 10).begin == 5);
+    CHECK(LayoutOf(pools, 0).PositionIn(v1::ROLE_ROLLOUT) == -1);
+  }
+}
+
 TEST_CASE("a layout refuses pools that do not describe one world", "[roles]") {
   const auto pool = [](v1::Role role, std::vector<int> ranks) {
     v1::PoolAssignment assignment;

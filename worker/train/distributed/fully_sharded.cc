@@ -243,10 +243,10 @@ absl::StatusOr<double> FullyShardedModel::FinishStep(double lr, double max_norm)
     for (size_t k = layers_.size(); k-- > 0;) gradients.push_back(layers_[k]->master.grad());
     gradients.push_back(root_->master.grad());
     const std::optional<size_t> found = FirstNonFinite(gradients);
-    nonfinite_gradient_ =
-        !found                      ? ""
-        : *found < layers_.size()   ? absl::StrCat("model.layers.", layers_.size() - 1 - *found, ".*")
-                                    : "the embeddings, final norm or head";
+    nonfinite_gradient_ = !found ? ""
+                          : *found < layers_.size()
+                              ? absl::StrCat("model.layers.", layers_.size() - 1 - *found, ".*")
+                              : "the embeddings, final norm or head";
   }
   optimizer_->ZeroGrad();
   return norm;
@@ -265,6 +265,29 @@ absl::StatusOr<std::optional<std::string>> FullyShardedModel::NonFiniteParameter
   const size_t unit = masters.size() - static_cast<size_t>(found[0]);
   if (unit < layers_.size()) return absl::StrCat("model.layers.", unit, ".*");
   return std::string("the embeddings, final norm or head (outside model.layers)");
+}
+
+FullyShardedModel::PartsByParameter FullyShardedModel::PartsOfParameters() {
+  const OwnedPieces pieces = Pieces();
+  const int ranks = group_.size();
+  PartsByParameter parts;
+  for (int rank = 0; rank < ranks; ++rank) {
+    for (size_t i = 0; i < pieces.layout[rank].size(); ++i) {
+      const PieceSpan& span = pieces.layout[rank][i];
+      auto& of = parts.ranges[span.name];
+      of.resize(static_cast<size_t>(ranks), {-1, -1});
+      of[rank] = {span.offset, span.offset + span.count};
+      if (rank == group_.rank()) parts.mine[span.name] = pieces.values[i];
+    }
+  }
+  for (auto& [name, of] : parts.ranges) {
+    int64_t reached = 0;
+    for (auto& [begin, end] : of) {
+      if (begin < 0) begin = end = reached;
+      reached = end;
+    }
+  }
+  return parts;
 }
 
 TrainedModel::OwnedPieces FullyShardedModel::Pieces() {

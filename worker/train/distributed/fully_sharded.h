@@ -14,6 +14,7 @@
 
 #include <ATen/Tensor.h>
 
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -55,6 +56,14 @@ class FullyShardedModel final : public TrainedModel {
   NamedTensors StateTensors() override;
   // The pieces of the parameters in each rank's shards of the units.
   OwnedPieces Pieces() override;
+  // The same by parameter: the elements [begin, end) of each parameter, flattened, that each
+  // rank's shards hold (a rank holding none of it has the empty range where its neighbours meet:
+  // reshard.h's train_ranges), and this rank's piece of each parameter it holds any of.
+  struct PartsByParameter {
+    std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> ranges;
+    std::map<std::string, at::Tensor> mine;
+  };
+  PartsByParameter PartsOfParameters();
   // The full parameters, in the model's parameter order (an all-gather of every unit).
   absl::StatusOr<std::vector<at::Tensor>> FullParameters();
 
