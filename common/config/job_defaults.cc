@@ -41,6 +41,7 @@ constexpr const char* kDefaultsJson = R"json({
       "rollout": {
         "tp": 1, "n": 1, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 0,
         "max_num_seqs": 1024, "gpu_memory_utilization": 0.5,
+        "update_weights_bucket_megabytes": 1024,
         "log_prob_micro_batch_size_per_gpu": 16,
         "val_kwargs": {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "n": 1, "do_sample": false},
         "multi_turn": {
@@ -87,6 +88,8 @@ const std::map<std::string, std::string>& VerlNotes() {
        "verl has no default: it must be set"},
       {"roles.reference.log_prob_micro_batch_size_per_gpu", "verl has no default: it must be set"},
       {"roles.actor.rollout.tp", "verl's tensor_model_parallel_size defaults to 2"},
+      {"roles.actor.rollout.update_weights_bucket_megabytes",
+       "verl's checkpoint_engine.update_weights_bucket_megabytes defaults to 2048"},
       {"roles.actor.train.gradient_checkpointing",
        "verl's model.enable_gradient_checkpointing defaults to true"},
       {"roles.critic.train.gradient_checkpointing",

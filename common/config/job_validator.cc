@@ -348,6 +348,8 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
   check.Within("roles.actor.rollout.top_p", rollout.top_p(), 1e-9, 1);
   check.Within("roles.actor.rollout.top_k", rollout.top_k(), -1, kMaxVocabulary);
   check.Within("roles.actor.rollout.max_num_seqs", rollout.max_num_seqs(), 1, kMaxBatch);
+  check.Within("roles.actor.rollout.update_weights_bucket_megabytes",
+               rollout.update_weights_bucket_megabytes(), 1, 65536);
   for (int i = 0; i < rollout.stop_token_ids_size(); ++i) {
     check.Within(absl::StrCat("roles.actor.rollout.stop_token_ids[", i, "]"),
                  rollout.stop_token_ids(i), 0, kMaxVocabulary);

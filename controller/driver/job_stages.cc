@@ -73,8 +73,7 @@ absl::StatusOr<StepResult> JobStages::RunStepStages(const StepPlan& plan, const 
   RolloutSchedule schedule{.ahead = std::exchange(ahead_, std::nullopt),
                            .next = one_step_off ? next : nullptr,
                            // A rollout pool of its own takes no call of the step's training.
-                           .overlap = calls_.options().overlap_rollout ||
-                                      !calls_.RanksOf(v1::ROLE_ROLLOUT).empty()};
+                           .overlap = !calls_.RanksOf(v1::ROLE_ROLLOUT).empty()};
   ASSIGN_OR_RETURN(
       StepResult result,
       controller::RunStepStages(calls_, spec_, plan, optimizer_steps_, std::move(schedule)));

@@ -49,11 +49,6 @@ struct JobStagesOptions {
   int relay_above = 0;
   int relay_group = 0;  // ranks a relay calls at most (0: ⌈√n⌉ of a fan-out to n)
   std::vector<std::string> rank_addresses;  // each world rank's WorkerService, host:port
-  // trainer.mode one_step_off: run the next step's rollout while the step's other stages run
-  // (RolloutSchedule::overlap). Only where the ranks that generate take stage calls of two steps
-  // at once: simulated workers (schedule_bench); a rollout pool of its own (roles.rollout)
-  // overlaps without it.
-  bool overlap_rollout = false;
 };
 
 // The rows of a step's batch and their widths, which a move names to the ranks it involves.

@@ -1,11 +1,10 @@
 // schedule_bench: what trainer.mode does to a step's time, over simulated workers whose stages
-// take set durations. Each simulated worker runs its rollout and its training on two lanes of its
-// own (a rollout placed apart from the trainer, as a rollout pool will be): Generate takes
-// --sync_ms (bringing the weights over) plus --generate_ms on the rollout lane, UpdateActor
-// --train_ms on the training lane, every other stage answers at once. The driver's own JobStages
-// runs a PPO job over them in each mode: sync should take about generate + train + sync per step,
-// one_step_off (the next step's rollout overlapping this step's training) about
-// max(generate + sync, train).
+// take set durations. A PPO job with a rollout pool of its own (roles.rollout) runs through the
+// driver's own JobStages; each simulated worker runs its calls in order on one executor, as a
+// worker's role host does: SyncWeights (the actor's weights to the rollout pool) takes --sync_ms,
+// the rollout ranks' Generate --generate_ms, UpdateActor --train_ms, every other stage answers
+// at once. sync should take about sync + generate + train per step, one_step_off (the next
+// step's rollout overlapping this step's training) about sync + max(generate, train).
 //   schedule_bench --generate_ms=2000 --train_ms=2000 --sync_ms=100 --steps=5
 // Prints one JSON line per mode and a table.
 #include <algorithm>
@@ -31,7 +30,9 @@ ABSL_FLAG(int, generate_ms, 2000, "Generate's duration on each actor rank");
 ABSL_FLAG(int, train_ms, 2000, "UpdateActor's duration on each actor rank");
 ABSL_FLAG(int, sync_ms, 100, "The weight update before each Generate");
 ABSL_FLAG(int, steps, 5, "Timed steps per mode (after one untimed step)");
-ABSL_FLAG(int, workers, 8, "Simulated workers: half actor, a quarter critic, reference, reward");
+ABSL_FLAG(int, workers, 8,
+          "Simulated training workers: half actor, a quarter critic, reference, reward; and a "
+          "rollout pool as large as the actor's");
 
 namespace rlhfd {
 namespace {
@@ -40,30 +41,38 @@ struct Durations {
   absl::Duration generate, train, sync;
 };
 
-// One simulated worker: a lane for its rollout and one for its training, each running its calls
-// in order; stages without a duration answer at once.
+// One simulated worker: its calls run in order on one executor; stages without a duration
+// answer at once.
 class TimedStages final : public bench::EmptyStages {
  public:
   explicit TimedStages(Durations durations) : durations_(durations) {}
 
-  void Generate(const v1::GenerateRequest&, absl::Duration,
+  void SyncWeights(const v1::SyncWeightsRequest&, absl::Duration,
+                   stages::StageDone<v1::SyncWeightsReply> done) override {
+    After(durations_.sync, std::move(done));
+  }
+  void Generate(const v1::GenerateRequest& request, absl::Duration,
                 stages::StageDone<v1::GenerateReply> done) override {
-    rollout_.Post([this, done = std::move(done)] {
-      absl::SleepFor(durations_.sync + durations_.generate);
-      done(v1::GenerateReply());
-    });
+    // The actor's ranks only record the rows the rollout pool made.
+    After(request.rows_from_rollout_pool() ? absl::ZeroDuration() : durations_.generate,
+          std::move(done));
   }
   void UpdateActor(const v1::UpdateRequest&, absl::Duration,
                    stages::StageDone<v1::UpdateReply> done) override {
-    training_.Post([this, done = std::move(done)] {
-      absl::SleepFor(durations_.train);
-      done(v1::UpdateReply());
-    });
+    After(durations_.train, std::move(done));
   }
 
  private:
+  template <typename Reply>
+  void After(absl::Duration duration, stages::StageDone<Reply> done) {
+    executor_.Post([duration, done = std::move(done)] {
+      absl::SleepFor(duration);
+      done(Reply());
+    });
+  }
+
   Durations durations_;
-  EventLoop rollout_, training_;
+  EventLoop executor_;
 };
 
 struct Result {
@@ -91,16 +100,16 @@ absl::StatusOr<Result> Run(const std::string& mode_name, int workers, int steps,
     return absl::InvalidArgumentError(
         absl::StrCat("--modes: '", mode_name, "' is not sync or one_step_off"));
   }
+  v1::JobSpec spec = bench::SimulatedPpoJob("schedule-bench", workers);
+  spec.mutable_roles()->mutable_rollout()->set_gpus(spec.roles().actor().gpus());
+  spec.mutable_trainer()->set_mode(mode);
   std::vector<std::unique_ptr<TimedStages>> simulated;
   std::vector<stages::StageService*> ranks;
-  for (int i = 0; i < workers; ++i) {
+  for (int i = 0; i < workers + spec.roles().rollout().gpus(); ++i) {
     simulated.push_back(std::make_unique<TimedStages>(durations));
     ranks.push_back(simulated.back().get());
   }
-  v1::JobSpec spec = bench::SimulatedPpoJob("schedule-bench", workers);
-  spec.mutable_trainer()->set_mode(mode);
-  controller::JobStages job("job-schedule", spec, ranks,
-                            {.stage_deadline = absl::Minutes(1), .overlap_rollout = true});
+  controller::JobStages job("job-schedule", spec, ranks, {.stage_deadline = absl::Minutes(1)});
   RETURN_IF_ERROR(job.Start(steps + 1));
   const int64_t prompts = spec.roles().actor().gpus();
   Result result{.mode = mode_name};

@@ -436,7 +436,10 @@ void ReshardsAcrossPools(Communicator& world, const at::Device& device) {
     bool zero3 = false;  // uneven train_ranges, as ZeRO-3's units cut them
   };
   std::vector<Case> cases;
-  if (size == 3) {
+  if (size == 2) {
+    cases.push_back({{0}, {1}, {.dp = 1, .tp = 1}, {.tp = 1, .dp = 1}});
+    cases.push_back({{1}, {0}, {.dp = 1, .tp = 1}, {.tp = 1, .dp = 1}});
+  } else if (size == 3) {
     cases.push_back({{0, 1}, {2}, {.dp = 2, .tp = 1}, {.tp = 1, .dp = 1}});
     cases.push_back({{1, 2}, {0}, {.dp = 2, .tp = 1}, {.tp = 1, .dp = 1}, true});
     cases.push_back({{0}, {1, 2}, {.dp = 1, .tp = 1}, {.tp = 2, .dp = 1}});

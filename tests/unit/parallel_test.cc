@@ -75,7 +75,7 @@ TEST_CASE("reshard equals a direct slice of the full weights, every layout pair 
 TEST_CASE("reshard from training ranks to other ranks (a rollout pool of its own) equals a direct "
           "slice",
           "[parallel]") {
-  const int size = GENERATE(3, 4);
+  const int size = GENERATE(2, 3, 4);
   ExpectAllRanksPass(size, "reshard_pools");
 }
 

@@ -164,6 +164,11 @@ absl::StatusOr<rollout::GenerationEngine*> HybridEngine::Engine(int64_t step) {
   return engine_.get();
 }
 
+int64_t UpdateBucketBytes(const v1::JobSpec& spec) {
+  return int64_t{std::max(1, spec.roles().actor().rollout().update_weights_bucket_megabytes())}
+         << 20;
+}
+
 rollout::EngineOptions RolloutEngineOptions(const v1::JobSpec& spec, int64_t sharing) {
   const v1::RolloutSpec& rollout = spec.roles().actor().rollout();
   rollout::EngineOptions options;
@@ -277,7 +282,8 @@ absl::StatusOr<std::map<std::string, at::Tensor>> HybridEngine::Reshard(
     std::vector<at::ScalarType> dtypes(sharded.size(), dtype);
     ASSIGN_OR_RETURN(parallel::ReshardPlan plan,
                      parallel::ReshardPlan::Create(pool_, sharded, dtypes,
-                                                   {.dp = pool_.size(), .tp = 1}, layout, device_));
+                                                   {.dp = pool_.size(), .tp = 1}, layout, device_,
+                                                   {.bucket_bytes = UpdateBucketBytes(spec_)}));
     reshard_.emplace(std::move(plan));
   }
   ASSIGN_OR_RETURN(std::vector<at::Tensor> slices, reshard_->Run(pool_, shards));

@@ -40,6 +40,9 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> SplitRolloutGroup(
 // divided among `sharing` ranks on one GPU (rollout::RanksOnThisDevice).
 rollout::EngineOptions RolloutEngineOptions(const v1::JobSpec& spec, int64_t sharing);
 
+// roles.actor.rollout.update_weights_bucket_megabytes, in bytes.
+int64_t UpdateBucketBytes(const v1::JobSpec& spec);
+
 // Tests: called on each actor rank with the rollout's weights by name right after they are
 // brought up to date, before any check, to corrupt them as a faulty transfer would. `resharded`:
 // the tensor-parallel slices resharded from ZeRO-3 shards (or, on a rollout pool's rank, the

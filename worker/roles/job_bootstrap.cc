@@ -186,7 +186,8 @@ absl::StatusOr<std::unique_ptr<HostedJob>> StartHostedJob(
     ASSIGN_OR_RETURN(job->weights_group, job->world->Split(key >= 0 ? 0 : -1, key));
     if (job->weights_group) {
       job->weights_sync =
-          std::make_unique<PoolWeightSync>(*job->weights_group, actors, options.device);
+          std::make_unique<PoolWeightSync>(*job->weights_group, actors, options.device,
+                                           UpdateBucketBytes(job->spec));
     }
   }
   job->rollout_weights_hook = options.rollout_weights_hook;

@@ -39,8 +39,9 @@ train::FullyShardedModel::PartsByParameter ShardedParts(train::TrainedModel& tra
 
 }  // namespace
 
-PoolWeightSync::PoolWeightSync(parallel::Communicator& group, int actors, const at::Device& device)
-    : group_(group), actors_(actors), device_(device) {}
+PoolWeightSync::PoolWeightSync(parallel::Communicator& group, int actors, const at::Device& device,
+                               int64_t bucket_bytes)
+    : group_(group), actors_(actors), device_(device), bucket_bytes_(bucket_bytes) {}
 
 absl::Status PoolWeightSync::Agree(const model::ModelConfig& config, train::TrainedModel* trained,
                                    model::Transformer* rollout) {
@@ -121,7 +122,8 @@ absl::Status PoolWeightSync::Agree(const model::ModelConfig& config, train::Trai
   ASSIGN_OR_RETURN(parallel::ReshardPlan plan,
                    parallel::ReshardPlan::Create(group_, specs_, dtypes_, {.dp = actors_, .tp = 1},
                                                  {.tp = 1, .dp = size - actors_}, device_,
-                                                 {.train_ranks = std::move(train_ranks),
+                                                 {.bucket_bytes = bucket_bytes_,
+                        .train_ranks = std::move(train_ranks),
                                                   .rollout_ranks = std::move(rollout_ranks)}));
   plan_.emplace(std::move(plan));
   return absl::OkStatus();

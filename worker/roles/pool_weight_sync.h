@@ -36,7 +36,9 @@ namespace rlhfd::roles {
 class PoolWeightSync {
  public:
   // `group`: the actor ranks at [0, actors), the rollout ranks after; it outlives this object.
-  PoolWeightSync(parallel::Communicator& group, int actors, const at::Device& device);
+  // `bucket_bytes`: at most this much of send and receive buffers per rank.
+  PoolWeightSync(parallel::Communicator& group, int actors, const at::Device& device,
+                 int64_t bucket_bytes);
 
   // Every rank of the group calls one of these together. An actor rank sends its part of
   // `trained`'s weights; a rollout rank receives the whole weights into `rollout`'s parameters
@@ -68,6 +70,7 @@ class PoolWeightSync {
   parallel::Communicator& group_;
   int actors_;
   at::Device device_;
+  int64_t bucket_bytes_;
   std::vector<parallel::ShardedParameter> specs_;  // train_ranges: each actor rank's part
   std::vector<at::ScalarType> dtypes_;             // the rollout's
   std::optional<parallel::ReshardPlan> plan_;
