@@ -395,10 +395,10 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
     // A rollout pool of its own: what it does not run yet is refused, naming what to change.
     const int pool = roles->rollout().gpus();
     check.Within("roles.rollout.gpus", pool, 1, kMaxGpus);
-    if (rollout.tp() != 1) {
-      check.Fail("roles.rollout", absl::StrCat("a rollout pool of its own generates at "
-                                               "roles.actor.rollout.tp 1 for now; it is ",
-                                               rollout.tp()));
+    if (pool >= 1 && rollout.tp() >= 1 && pool % rollout.tp() != 0) {
+      check.Fail("roles.rollout.gpus",
+                 absl::StrCat(pool, " is not a multiple of roles.actor.rollout.tp (", rollout.tp(),
+                              "): the pool generates in tensor-parallel groups of that size"));
     }
     if (pool >= 1 && data.train_batch_size() % pool != 0) {
       check.Fail("roles.rollout.gpus",

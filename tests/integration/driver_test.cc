@@ -490,6 +490,16 @@ TEST_CASE("A rollout pool of its own, one_step_off, through the daemons equals o
                             "trainer.mode=one_step_off", "trainer.verify_weight_sync=1"});
 }
 
+// The same pool of two workers decoding as one tensor-parallel group (tp 2): each receives only
+// its slices of the actor's ZeRO-3 shards; sync mode.
+TEST_CASE("A rollout pool of its own at tp 2 through the daemons equals one process",
+          "[driver][runs]") {
+  CheckRunEqualsOneProcess("tiny-cpu-demo.yaml", 4,
+                           {"roles.actor.train.lr=1e-5", "roles.rollout.gpus=2",
+                            "roles.actor.rollout.tp=2", "trainer.device=cpu",
+                            "trainer.verify_weight_sync=1"});
+}
+
 // Every stage over more than one rank goes through a relaying worker (fan-out through the
 // workers, as at scale past --stage_relay_above): the worker of each group's first rank makes the
 // group's stage calls. The other runs here call every rank directly.

@@ -245,8 +245,7 @@ TEST_CASE("rollout tp 2 from ZeRO-3 shards: resharded slices equal the gathered 
       REQUIRE(metrics.ok());
       // Resharded (tp 2): buffers within the default 1 GiB bucket, and slices received.
       if (spec.roles().actor().rollout().tp() == 2) {
-        CHECK(metrics->at("perf/rollout_reshard_received_bytes") > (1 << 20));
-        CHECK(metrics->at("perf/rollout_reshard_buffer_bytes") <= (1 << 20));
+        CHECK(metrics->at("perf/rollout_reshard_received_bytes") > 0);
         CHECK(metrics->at("perf/rollout_reshard_buffer_bytes") <= double{1 << 30});
       }
       ids.push_back(testing::Dumped(job, step).tensors.at("input_ids"));
@@ -397,14 +396,21 @@ TEST_CASE("verify_weight_sync: a byte flipped in one rank's rollout weights fail
 TEST_CASE("a rollout pool of its own: the steps equal one process, every rollout checked",
           "[roles][rollout_pool][weight_sync]") {
   SECTION("PPO split, greedy, ZeRO-2, rollout pool of 2") {
-    CheckAgainstOneProcess(TestSpec(kPpoJob, {"roles.rollout.gpus=2", "trainer.verify_weight_sync=1",
-                                              "roles.actor.train.zero_stage=2"}),
-                           4, 2);
+    CheckAgainstOneProcess(
+        TestSpec(kPpoJob, {"roles.rollout.gpus=2", "trainer.verify_weight_sync=1",
+                           "roles.actor.train.zero_stage=2"}),
+        4, 2);
   }
   SECTION("GRPO, ZeRO-3 shards to one rollout rank, one_step_off") {
     CheckAgainstOneProcess(TestSpec(kGrpoJob, {"roles.rollout.gpus=1", "trainer.mode=one_step_off",
                                                "trainer.verify_weight_sync=1"}),
                            2, 3);
+  }
+  SECTION("PPO split, greedy, ZeRO-3 shards to a rollout pool of 2 at tp 2") {
+    CheckAgainstOneProcess(
+        TestSpec(kPpoJob, {"roles.rollout.gpus=2", "roles.actor.rollout.tp=2", "trainer.device=cpu",
+                           "trainer.verify_weight_sync=1"}),
+        4, 2);
   }
   SECTION("PPO colocated on one worker, rollout pool of 1, one_step_off") {
     CheckAgainstOneProcess(
@@ -416,40 +422,45 @@ TEST_CASE("a rollout pool of its own: the steps equal one process, every rollout
 
 // Each rollout's checksum over the weights the rollout ranks received is that of the weights
 // after the update it follows (one_step_off: the one before last), as the actor ranks computed
-// it from their own parts. The transfer moves the weights in 1 MiB buckets: a rank's send and
-// receive buffers stay within one while it receives more than one's worth.
+// it from their own parts, at rollout tp 1 (whole weights) and tp 2 (slices). The transfer's
+// buffers stay within the configured bucket (1 MiB; the fixture's weights are smaller, so the
+// bound itself, with weights many buckets large, is parallel_test's reshard_pools).
 TEST_CASE("a rollout pool's weights are the trained weights after the update they follow",
           "[roles][rollout_pool][weight_sync][one_step_off]") {
   for (const char* mode : {"sync", "one_step_off"}) {
     for (const char* zero : {"2", "3"}) {
-      INFO(mode << ", ZeRO-" << zero);
-      const v1::JobSpec spec = TestSpec(
-          kGrpoJob, {"roles.rollout.gpus=2", absl::StrCat("roles.actor.train.zero_stage=", zero),
-                     "trainer.verify_weight_sync=1", absl::StrCat("trainer.mode=", mode),
-                     "roles.actor.rollout.update_weights_bucket_megabytes=1"});
-      const int64_t lag = spec.trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF ? 2 : 1;
-      Hosts hosts(spec);
-      JobStages job(absl::StrCat("job-pool-", mode, zero), spec, hosts.services);
-      REQUIRE(job.Start(4).ok());
-      std::map<int64_t, double> rollout_checksum, weights_checksum;
-      for (int64_t step = 1; step <= 4; ++step) {
-        const controller::StepPlan plan{
-            .step = step, .prompts = TestPrompts(2), .seed = 10u + step};
-        const controller::StepPlan next{
-            .step = step + 1, .prompts = TestPrompts(2), .seed = 11u + step};
-        const absl::StatusOr<controller::Metrics> metrics = job.RunStep(plan, &next);
-        INFO("step " << step << ": " << metrics.status());
-        REQUIRE(metrics.ok());
-        CHECK(metrics->at("actor/weight_sync_ok") == 1);
-        CHECK(metrics->at("perf/rollout_reshard_received_bytes") > 0);
-        CHECK(metrics->at("timing_s/update_weights") > 0);
-        rollout_checksum[step] = metrics->at("actor/rollout_weights_checksum");
-        weights_checksum[step] = metrics->at("actor/weights_checksum");
-        CHECK(rollout_checksum[step] ==
-              (step > lag ? weights_checksum[step - lag] : rollout_checksum[1]));
+      for (const char* tp : {"1", "2"}) {
+        INFO(mode << ", ZeRO-" << zero << ", rollout tp " << tp);
+        const v1::JobSpec spec = TestSpec(
+            kGrpoJob, {"roles.rollout.gpus=2", absl::StrCat("roles.actor.train.zero_stage=", zero),
+                       "trainer.verify_weight_sync=1", absl::StrCat("trainer.mode=", mode),
+                       "roles.actor.rollout.update_weights_bucket_megabytes=1",
+                       absl::StrCat("roles.actor.rollout.tp=", tp), "trainer.device=cpu"});
+        const int64_t lag = spec.trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF ? 2 : 1;
+        Hosts hosts(spec);
+        JobStages job(absl::StrCat("job-pool-", mode, zero), spec, hosts.services);
+        REQUIRE(job.Start(4).ok());
+        std::map<int64_t, double> rollout_checksum, weights_checksum;
+        for (int64_t step = 1; step <= 4; ++step) {
+          const controller::StepPlan plan{
+              .step = step, .prompts = TestPrompts(2), .seed = 10u + step};
+          const controller::StepPlan next{
+              .step = step + 1, .prompts = TestPrompts(2), .seed = 11u + step};
+          const absl::StatusOr<controller::Metrics> metrics = job.RunStep(plan, &next);
+          INFO("step " << step << ": " << metrics.status());
+          REQUIRE(metrics.ok());
+          CHECK(metrics->at("actor/weight_sync_ok") == 1);
+          CHECK(metrics->at("perf/rollout_reshard_received_bytes") > 0);
+          CHECK(metrics->at("perf/rollout_reshard_buffer_bytes") <= (1 << 20));
+          CHECK(metrics->at("timing_s/update_weights") > 0);
+          rollout_checksum[step] = metrics->at("actor/rollout_weights_checksum");
+          weights_checksum[step] = metrics->at("actor/weights_checksum");
+          CHECK(rollout_checksum[step] ==
+                (step > lag ? weights_checksum[step - lag] : rollout_checksum[1]));
+        }
+        CHECK(rollout_checksum[4] != rollout_checksum[1]);
+        job.End();
       }
-      CHECK(rollout_checksum[4] != rollout_checksum[1]);
-      job.End();
     }
   }
 }

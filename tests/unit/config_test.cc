@@ -216,9 +216,10 @@ TEST_CASE("roles.rollout: its default, the GPUs it adds, and what it refuses", "
   CHECK_FALSE(ParseJobSpec(yaml, "x.yaml")->roles().has_rollout());
   CHECK_THAT(ErrorOf(pool("gpus: 3")),
              Catch::Contains("roles.rollout.gpus: 3 does not divide data.train_batch_size (16)"));
-  CHECK_THAT(ErrorOf(pool("gpus: 2", "n: 4, tp: 2")),
-             Catch::Contains("roles.rollout: a rollout pool of its own generates at "
-                             "roles.actor.rollout.tp 1 for now; it is 2"));
+  CHECK(ParseJobSpec(pool("gpus: 4", "n: 4, tp: 2"), "x.yaml").ok());
+  CHECK_THAT(ErrorOf(pool("gpus: 1", "n: 4, tp: 2")),
+             Catch::Contains("roles.rollout.gpus: 1 is not a multiple of roles.actor.rollout.tp "
+                             "(2)"));
   CHECK_THAT(ErrorOf(pool("", "n: 4, multi_turn: {enable: true, tool_config_path: t.yaml}")),
              Catch::Contains("roles.rollout: multi-turn rollouts run on the actor's ranks"));
   CHECK_THAT(ErrorOf(Replace(pool(""), "adv_estimator: grpo", "adv_estimator: remax")),

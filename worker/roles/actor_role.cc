@@ -61,7 +61,7 @@ absl::StatusOr<std::unique_ptr<ActorRole>> ActorRole::Create(
   // The rollout's tensor-parallel group is split before the training layout is made, in the same
   // order on every rank.
   ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> tp_group,
-                   SplitRolloutGroup(spec, device, layout, pool));
+                   SplitRolloutGroup(spec, layout, v1::ROLE_ACTOR, pool));
   auto role = std::unique_ptr<ActorRole>(new ActorRole(spec, device, std::move(tokenizer)));
   role->lora_ = std::move(lora_options);
   const v1::TrainSpec& train = spec.roles().actor().train();

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging/logging.h"
+#include "common/stages/role_names.h"
 #include "common/status/status_macros.h"
 #include "common/util/stopwatch.h"
 #include "worker/model/lora.h"
@@ -24,18 +25,18 @@
 
 namespace rlhfd::roles {
 absl::StatusOr<std::unique_ptr<parallel::Communicator>> SplitRolloutGroup(
-    const v1::JobSpec& spec, const at::Device& device, const JobLayout& layout,
+    const v1::JobSpec& spec, const JobLayout& layout, v1::Role role,
     parallel::Communicator& pool) {
   const int tp = spec.roles().actor().rollout().tp();
   if (tp <= 1) return std::unique_ptr<parallel::Communicator>();
-  const auto place = layout.TensorParallelPlaceIn(v1::ROLE_ACTOR, tp);
+  const auto place = layout.TensorParallelPlaceIn(role, tp);
   if (!place.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("roles.actor.rollout.tp: ", place.status().message()));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> group,
                    pool.Split(place->group, place->slice));
-  RLOG(INFO) << "actor rank " << pool.rank() << ": rollout as slice " << place->slice
+  RLOG(INFO) << stages::RoleName(role) << " rank " << pool.rank() << ": rollout as slice " << place->slice
              << " of tensor-parallel group " << place->group << " (tp " << tp << ")";
   return group;
 }
@@ -192,7 +193,6 @@ void HybridEngine::ReleaseCache() {
 
 void HybridEngine::Release() {
   if (engine_) engine_->Release();
-  tensor_parallel_.reset();
   ReleaseCopy();
 }
 
@@ -292,6 +292,44 @@ absl::StatusOr<std::map<std::string, at::Tensor>> HybridEngine::Reshard(
   return named;
 }
 
+absl::StatusOr<std::vector<rollout::GenerationResult>> GenerateOverSlices(
+    const model::ModelConfig& config, std::map<std::string, at::Tensor> slices,
+    parallel::Communicator& group, const rollout::EngineOptions& options,
+    const rollout::GroupRequests& gathered, size_t count, bool* path_logged,
+    const std::function<void()>& ready) {
+  absl::StatusOr<std::vector<rollout::GenerationResult>> results;
+  const auto embed = slices.find("model.embed_tokens.weight");
+  const bool fused =
+      embed != slices.end() && rollout::FusedDecoder::Supports(config, embed->second, group.size());
+  if (!*path_logged) {
+    RLOG(INFO) << "rollout tp " << group.size() << ", slice " << group.rank() << ": "
+               << (fused ? "the fused GPU decode with a KV cache of this rank's heads"
+                         : "a forward over the whole prefixes per token (no KV cache)");
+    *path_logged = true;
+  }
+  if (fused) {
+    // The fused decode over the slices, with a KV cache (sliced to this rank's heads).
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<rollout::GenerationEngine> engine,
+        rollout::GenerationEngine::CreateTensorParallel(config, std::move(slices), group, options));
+    ready();
+    at::NoGradGuard no_grad;
+    results = engine->Generate(gathered.all);
+    engine->Release();
+  } else {
+    ASSIGN_OR_RETURN(parallel::TensorParallelTransformer model,
+                     parallel::TensorParallelTransformer::Create(config, std::move(slices), group));
+    ready();
+    results = rollout::GenerateTensorParallel(model, gathered.all, config.eos_token_ids,
+                                              config.vocab_size);
+  }
+  if (!results.ok()) return results.status();
+  const auto first = results->begin() + static_cast<std::ptrdiff_t>(gathered.first);
+  return std::vector<rollout::GenerationResult>(
+      std::make_move_iterator(first),
+      std::make_move_iterator(first + static_cast<std::ptrdiff_t>(count)));
+}
+
 absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::GenerateTensorParallel(
     const std::vector<rollout::GenerationRequest>& requests, int64_t step) {
   parallel::Communicator& group = *tp_group_;
@@ -301,7 +339,6 @@ absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::GenerateTen
   const auto start = std::chrono::steady_clock::now();
   using Slices = std::map<std::string, at::Tensor>;
   ASSIGN_OR_RETURN(Slices slices, TensorParallelSlices(step));
-  const model::ModelConfig& config = trained_.module()->config();
   // Resharded: the reshard alone (a checked step's gather is the check's cost); else the cut
   // from the weights brought up to date.
   const auto updated = [&] {
@@ -309,40 +346,11 @@ absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::GenerateTen
                             ? reshard_s_
                             : SecondsSince(start) - (last_check_ ? last_check_->seconds : 0.0);
   };
-  absl::StatusOr<std::vector<rollout::GenerationResult>> results;
-  const auto embed = slices.find("model.embed_tokens.weight");
-  const bool fused =
-      embed != slices.end() && rollout::FusedDecoder::Supports(config, embed->second, group.size());
-  if (!path_logged_) {
-    RLOG(INFO) << "rollout tp " << group.size() << ", slice " << group.rank() << ": "
-               << (fused ? "the fused GPU decode with a KV cache of this rank's heads"
-                         : "a forward over the whole prefixes per token (no KV cache)");
-    path_logged_ = true;
-  }
-  if (fused) {
-    // The fused decode over the slices, with a KV cache (sliced to this rank's heads).
-    ASSIGN_OR_RETURN(std::unique_ptr<rollout::GenerationEngine> engine,
-                     rollout::GenerationEngine::CreateTensorParallel(
-                         config, std::move(slices), group, RolloutEngineOptions()));
-    updated();
-    at::NoGradGuard no_grad;
-    results = engine->Generate(gathered.all);
-    engine->Release();
-  } else {
-    ASSIGN_OR_RETURN(parallel::TensorParallelTransformer model,
-                     parallel::TensorParallelTransformer::Create(config, std::move(slices), group));
-    tensor_parallel_.emplace(std::move(model));
-    updated();
-    results = rollout::GenerateTensorParallel(*tensor_parallel_, gathered.all, config.eos_token_ids,
-                                              config.vocab_size);
-    tensor_parallel_.reset();
-  }
+  absl::StatusOr<std::vector<rollout::GenerationResult>> results =
+      GenerateOverSlices(trained_.module()->config(), std::move(slices), group,
+                         RolloutEngineOptions(), gathered, requests.size(), &path_logged_, updated);
   ReleaseCopy();
-  if (!results.ok()) return results.status();
-  const auto first = results->begin() + static_cast<std::ptrdiff_t>(gathered.first);
-  return std::vector<rollout::GenerationResult>(
-      std::make_move_iterator(first),
-      std::make_move_iterator(first + static_cast<std::ptrdiff_t>(requests.size())));
+  return results;
 }
 
 absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::Generate(

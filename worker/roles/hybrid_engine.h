@@ -25,16 +25,29 @@
 #include "worker/roles/job_layout.h"
 #include "worker/roles/weight_sync.h"
 #include "worker/rollout/engine.h"
+#include "worker/rollout/tensor_parallel_generation.h"
 #include "worker/train/trained_model.h"
 
 namespace rlhfd::roles {
 
-// rollout tp > 1: this rank's tensor-parallel group within the actor pool `pool`, at the place
-// JobLayout::TensorParallelPlaceIn gives it (rollout rank k * tp + j is slice j of group k,
-// reshard.h's numbering); null for tp 1. tp must divide the pool.
+// rollout tp > 1: this rank's tensor-parallel group within `role`'s pool `pool` (the actor's,
+// or a rollout pool of its own), at the place JobLayout::TensorParallelPlaceIn gives it (rollout
+// rank k * tp + j is slice j of group k, reshard.h's numbering); null for tp 1. tp must divide
+// the pool.
 absl::StatusOr<std::unique_ptr<parallel::Communicator>> SplitRolloutGroup(
-    const v1::JobSpec& spec, const at::Device& device, const JobLayout& layout,
+    const v1::JobSpec& spec, const JobLayout& layout, v1::Role role,
     parallel::Communicator& pool);
+
+// Generates `gathered.all` (GatherGroupRequests over `group`) over this rank's tensor-parallel
+// `slices`, every rank of the group together, and returns this rank's `count` results: on GPUs,
+// for models it serves, the engine's fused decode with a KV cache of this rank's heads;
+// otherwise a forward over whole prefixes per token (tensor_parallel_generation.h). `ready` runs
+// once the model over the slices is made; the path is logged once (`path_logged`).
+absl::StatusOr<std::vector<rollout::GenerationResult>> GenerateOverSlices(
+    const model::ModelConfig& config, std::map<std::string, at::Tensor> slices,
+    parallel::Communicator& group, const rollout::EngineOptions& options,
+    const rollout::GroupRequests& gathered, size_t count, bool* path_logged,
+    const std::function<void()>& ready);
 
 // The generation engine's options from the job's rollout spec, the cache's share of the GPU
 // divided among `sharing` ranks on one GPU (rollout::RanksOnThisDevice).
@@ -121,9 +134,8 @@ class HybridEngine {
   bool copy_held_ = false;
   std::unique_ptr<rollout::GenerationEngine> engine_;
   int64_t ranks_on_device_;
-  // rollout tp > 1: the group, and the slices' model while a cache-less rollout runs.
+  // rollout tp > 1: the group.
   std::unique_ptr<parallel::Communicator> tp_group_;
-  std::optional<parallel::TensorParallelTransformer> tensor_parallel_;
   bool path_logged_ = false;   // the tensor-parallel generation's path, logged once
   bool cache_logged_ = false;  // the tp 1 rollout's cache on a GPU, logged once
   // ZeRO-3 with rollout tp > 1: the plan moving shards to slices, made at the first rollout.

@@ -106,7 +106,8 @@ absl::Status CreateRoles(HostedJob& job, int64_t total_steps, const RoleHostOpti
   if (job.layout->Hosts(v1::ROLE_ROLLOUT)) {
     parallel::Communicator& pool = job.PoolOf(v1::ROLE_ROLLOUT);
     ASSIGN_OR_RETURN(const int64_t ranks_on_device, rollout::RanksOnThisDevice(pool, device));
-    ASSIGN_OR_RETURN(job.rollout, RolloutRole::Create(spec, device, pool, ranks_on_device));
+    ASSIGN_OR_RETURN(job.rollout,
+                     RolloutRole::Create(spec, device, *job.layout, pool, ranks_on_device));
     log_memory("rollout", " (generation only: weights from the actor ranks)");
   }
   if (job.layout->Hosts(v1::ROLE_REWARD)) {
@@ -186,8 +187,9 @@ absl::StatusOr<std::unique_ptr<HostedJob>> StartHostedJob(
     ASSIGN_OR_RETURN(job->weights_group, job->world->Split(key >= 0 ? 0 : -1, key));
     if (job->weights_group) {
       job->weights_sync =
-          std::make_unique<PoolWeightSync>(*job->weights_group, actors, options.device,
-                                           UpdateBucketBytes(job->spec));
+          std::make_unique<PoolWeightSync>(*job->weights_group, actors,
+                                           job->spec.roles().actor().rollout().tp(),
+                                           options.device, UpdateBucketBytes(job->spec));
     }
   }
   job->rollout_weights_hook = options.rollout_weights_hook;

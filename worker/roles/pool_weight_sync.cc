@@ -39,12 +39,16 @@ train::FullyShardedModel::PartsByParameter ShardedParts(train::TrainedModel& tra
 
 }  // namespace
 
-PoolWeightSync::PoolWeightSync(parallel::Communicator& group, int actors, const at::Device& device,
-                               int64_t bucket_bytes)
-    : group_(group), actors_(actors), device_(device), bucket_bytes_(bucket_bytes) {}
+PoolWeightSync::PoolWeightSync(parallel::Communicator& group, int actors, int rollout_tp,
+                               const at::Device& device, int64_t bucket_bytes)
+    : group_(group),
+      actors_(actors),
+      rollout_tp_(std::max(1, rollout_tp)),
+      device_(device),
+      bucket_bytes_(bucket_bytes) {}
 
 absl::Status PoolWeightSync::Agree(const model::ModelConfig& config, train::TrainedModel* trained,
-                                   model::Transformer* rollout) {
+                                   const RolloutDtypes* dtypes) {
   std::vector<parallel::ShardedParameter> specs = parallel::TensorParallelSpecs(config);
   const int size = group_.size(), me = group_.rank();
   const int64_t count = static_cast<int64_t>(specs.size());
@@ -75,16 +79,14 @@ absl::Status PoolWeightSync::Agree(const model::ModelConfig& config, train::Trai
         known[ranges_at + (p * actors_ + me) * 2 + 1] = range.second;
       }
     }
-    if (rollout != nullptr) {
-      auto named = (*rollout)->named_parameters();
+    if (dtypes != nullptr) {
       for (int64_t p = 0; p < count && local.ok(); ++p) {
-        const parallel::ShardedParameter& spec = specs[p];
-        const at::Tensor* parameter = named.find(spec.name);
-        if (parameter == nullptr || parameter->sizes().vec() != spec.shape) {
-          local = absl::InternalError(
-              absl::StrCat("the rollout's weights have no ", spec.name, " of the actor's shape"));
+        const auto dtype = dtypes->find(specs[p].name);
+        if (dtype == dtypes->end()) {
+          local =
+              absl::InternalError(absl::StrCat("the rollout's weights have no ", specs[p].name));
         } else {
-          known[dtypes_at + p] = static_cast<int64_t>(parameter->scalar_type());
+          known[dtypes_at + p] = static_cast<int64_t>(dtype->second);
         }
       }
     }
@@ -103,28 +105,28 @@ absl::Status PoolWeightSync::Agree(const model::ModelConfig& config, train::Trai
           " could not lay out the weights' transfer to the rollout pool (its log says why)"));
     }
   }
-  std::vector<at::ScalarType> dtypes;
+  dtypes_.clear();
   for (int64_t p = 0; p < count; ++p) {
     if (agreed[dtypes_at + p] < 0) {
       return absl::InternalError(absl::StrCat("no rollout rank gave the dtype of ", specs[p].name));
     }
-    dtypes.push_back(static_cast<at::ScalarType>(agreed[dtypes_at + p]));
+    dtypes_.push_back(static_cast<at::ScalarType>(agreed[dtypes_at + p]));
     for (int a = 0; a < actors_; ++a) {
       const int64_t at = ranges_at + (p * actors_ + a) * 2;
       specs[p].train_ranges.emplace_back(agreed[at], agreed[at + 1]);
     }
   }
   specs_ = std::move(specs);
-  dtypes_ = std::move(dtypes);
   std::vector<int> train_ranks(static_cast<size_t>(actors_)), rollout_ranks(size - actors_);
   std::iota(train_ranks.begin(), train_ranks.end(), 0);
   std::iota(rollout_ranks.begin(), rollout_ranks.end(), actors_);
   ASSIGN_OR_RETURN(parallel::ReshardPlan plan,
-                   parallel::ReshardPlan::Create(group_, specs_, dtypes_, {.dp = actors_, .tp = 1},
-                                                 {.tp = 1, .dp = size - actors_}, device_,
-                                                 {.bucket_bytes = bucket_bytes_,
+                   parallel::ReshardPlan::Create(
+                       group_, specs_, dtypes_, {.dp = actors_, .tp = 1},
+                       {.tp = rollout_tp_, .dp = (size - actors_) / rollout_tp_}, device_,
+                       {.bucket_bytes = bucket_bytes_,
                         .train_ranks = std::move(train_ranks),
-                                                  .rollout_ranks = std::move(rollout_ranks)}));
+                        .rollout_ranks = std::move(rollout_ranks)}));
   plan_.emplace(std::move(plan));
   return absl::OkStatus();
 }
@@ -171,26 +173,45 @@ absl::StatusOr<std::map<std::string, double>> PoolWeightSync::Send(train::Traine
 }
 
 absl::StatusOr<std::map<std::string, double>> PoolWeightSync::Receive(
-    model::Transformer& rollout, int64_t step, bool check, const RolloutWeightsHook& hook) {
+    const model::ModelConfig& config, const RolloutDtypes& dtypes, int64_t step, bool check,
+    const RolloutWeightsHook& hook, model::Transformer* whole, parallel::Communicator* tp_group,
+    std::map<std::string, at::Tensor>* slices) {
   const auto start = std::chrono::steady_clock::now();
-  if (!plan_) RETURN_IF_ERROR(Agree(rollout->config(), nullptr, &rollout));
-  ASSIGN_OR_RETURN(const std::vector<at::Tensor> slices, plan_->Run(group_, {}));
-  auto named = rollout->named_parameters();
-  {
-    at::NoGradGuard no_grad;
-    for (size_t p = 0; p < specs_.size(); ++p) named[specs_[p].name].copy_(slices[p]);
+  if (!plan_) RETURN_IF_ERROR(Agree(config, nullptr, &dtypes));
+  ASSIGN_OR_RETURN(const std::vector<at::Tensor> received, plan_->Run(group_, {}));
+  // What the rollout generates with, by name: the whole parameters, or this rank's slices.
+  std::map<std::string, at::Tensor> weights;
+  at::NoGradGuard no_grad;
+  if (whole != nullptr) {
+    auto named = (*whole)->named_parameters();
+    for (size_t p = 0; p < specs_.size(); ++p) {
+      at::Tensor& parameter = named[specs_[p].name];
+      parameter.copy_(received[p]);
+      weights[specs_[p].name] = parameter;
+    }
+  } else {
+    for (size_t p = 0; p < specs_.size(); ++p) weights[specs_[p].name] = received[p];
+    *slices = weights;
   }
-  if (hook) {
-    std::map<std::string, at::Tensor> weights;
-    for (const auto& item : named) weights[item.key()] = item.value();
-    hook(/*resharded=*/true, weights, group_.rank() - actors_);
-  }
+  if (hook) hook(/*resharded=*/true, weights, group_.rank() - actors_);
   check_seconds_.reset();
   if (check) {
     const auto checked = std::chrono::steady_clock::now();
     std::vector<int64_t> crcs;
     for (const parallel::ShardedParameter& spec : specs_) {
-      const at::Tensor flat = named[spec.name].detach().reshape(-1);
+      at::Tensor full = weights.at(spec.name);
+      if (whole == nullptr && spec.tp_dim >= 0 && rollout_tp_ > 1) {
+        // The group's slices of this parameter, in slice order, joined along their dim.
+        const at::Tensor slice = full.contiguous();
+        at::Tensor gathered = at::empty({rollout_tp_ * slice.numel()}, slice.options());
+        RETURN_IF_ERROR(tp_group->AllGather(slice.reshape(-1), gathered));
+        std::vector<at::Tensor> pieces;
+        for (const at::Tensor& piece : gathered.chunk(rollout_tp_)) {
+          pieces.push_back(piece.view(slice.sizes()));
+        }
+        full = at::cat(pieces, spec.tp_dim);
+      }
+      const at::Tensor flat = full.reshape(-1);
       for (const auto& [begin, end] : spec.train_ranges) {
         crcs.push_back(TensorCrc32c(flat.narrow(0, begin, end - begin)));
       }
