@@ -74,7 +74,7 @@ constexpr const char* kDefaultsJson = R"json({
     "val_before_train": true, "max_restarts": 3, "device": "auto", "rollout_data_dir": "", "priority": 0,
     "max_ckpt_to_keep": 0, "max_nonfinite_skips": 0, "log_samples": 4,
     "mode": "TRAINER_MODE_SYNC", "verify_weight_sync": 0, "async_save": false,
-    "checkpoint_uri": ""
+    "checkpoint_uri": "", "profile_steps": [], "profile_dir": ""
   }
 })json";
 

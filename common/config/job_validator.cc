@@ -401,22 +401,25 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
                               "): the pool generates in tensor-parallel groups of that size"));
     }
     if (pool >= 1 && data.train_batch_size() % pool != 0) {
-      check.Fail("roles.rollout.gpus",
-                 absl::StrCat(pool, " does not divide data.train_batch_size (",
-                              data.train_batch_size(),
-                              "): each rollout rank generates an equal share of the prompts"));
+      check.Fail(
+          "roles.rollout.gpus",
+          absl::StrCat(pool, " does not divide data.train_batch_size (", data.train_batch_size(),
+                       "): each rollout rank generates an equal share of the prompts"));
     }
     if (rollout.multi_turn().enable()) {
-      check.Fail("roles.rollout", "multi-turn rollouts run on the actor's ranks for now; remove "
-                                  "roles.rollout or roles.actor.rollout.multi_turn.enable");
+      check.Fail("roles.rollout",
+                 "multi-turn rollouts run on the actor's ranks for now; remove "
+                 "roles.rollout or roles.actor.rollout.multi_turn.enable");
     }
     if (algorithms::NeedsGreedyBaseline(*algorithm)) {
-      check.Fail("roles.rollout", "remax's greedy baseline is generated on the actor's ranks; "
-                                  "remove roles.rollout");
+      check.Fail("roles.rollout",
+                 "remax's greedy baseline is generated on the actor's ranks; "
+                 "remove roles.rollout");
     }
     if (spec->model().lora_rank() > 0 || !spec->model().lora_adapter_path().empty()) {
-      check.Fail("roles.rollout", "a LoRA actor's rollout runs on the actor's ranks for now; "
-                                  "remove roles.rollout");
+      check.Fail("roles.rollout",
+                 "a LoRA actor's rollout runs on the actor's ranks for now; "
+                 "remove roles.rollout");
     }
   }
   const auto& val = rollout.val_kwargs();
@@ -557,6 +560,14 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
   check.Within("trainer.max_nonfinite_skips", trainer.max_nonfinite_skips(), 0, 1000000);
   check.Within("trainer.log_samples", trainer.log_samples(), 0, stages::kMaxLogSamples);
   check.Within("trainer.verify_weight_sync", trainer.verify_weight_sync(), 0, kMaxSteps);
+  for (int i = 0; i < trainer.profile_steps_size(); ++i) {
+    check.Within(absl::StrCat("trainer.profile_steps[", i, "]"), trainer.profile_steps(i), 1,
+                 kMaxSteps);
+  }
+  if (trainer.profile_steps_size() > 0 && trainer.profile_dir().empty()) {
+    check.Fail("trainer.profile_dir",
+               "is required with trainer.profile_steps: the workers' directory for the traces");
+  }
   if (trainer.device() != "auto" && trainer.device() != "cpu" && trainer.device() != "cuda") {
     check.Fail("trainer.device", absl::StrCat("'", trainer.device(), "' is not auto, cpu or cuda"));
   }

@@ -449,8 +449,12 @@ const std::vector<std::pair<std::string, std::string>>& IgnoredFamilyTable() {
       {"_target_", "the Python class verl builds the section as"},
       {"hydra.", "Hydra's own settings"},
       {"defaults", "Hydra's composition list"},
-      {"global_profiler.", "profilers are not run; rlhfd reports stage times and MFU itself"},
-      {".profiler.", "profilers are not run; rlhfd reports stage times and MFU itself"},
+      {"global_profiler.",
+       "verl's profilers are not run; set trainer.profile_steps and trainer.profile_dir for "
+       "PyTorch traces of a step's stages"},
+      {".profiler.",
+       "verl's profilers are not run; set trainer.profile_steps and trainer.profile_dir for "
+       "PyTorch traces of a step's stages"},
       {".checkpoint.", "rlhfd checkpoints model, optimizer and RNG state per rank, always"},
       {"ray_kwargs.", "there is no Ray"},
       {"ray_init.", "there is no Ray"},

@@ -184,8 +184,8 @@ const std::vector<std::string_view>& Sequences() {
 // `plan`'s prompts split over `ranks` (the actor's or the rollout pool's, in data-parallel
 // order): the Generate request of each position.
 absl::StatusOr<std::function<v1::GenerateRequest(int, int)>> PromptShares(
-    const PoolCalls& pools, const StepPlan& plan, const std::vector<int>& ranks,
-    const char* pool, const char* stage) {
+    const PoolCalls& pools, const StepPlan& plan, const std::vector<int>& ranks, const char* pool,
+    const char* stage) {
   const int64_t prompts = static_cast<int64_t>(plan.prompts.size());
   const int64_t dp = static_cast<int64_t>(ranks.size());
   if (prompts < 1 || prompts % dp != 0) {
@@ -232,9 +232,9 @@ absl::StatusOr<StepRollout> StepRun::GenerateRollout(const PoolCalls& pools,
                                                      const RolloutWeights& weights) {
   const bool own_pool = !weights.replies.empty();
   const std::vector<int> ranks = pools.RanksOf(own_pool ? v1::ROLE_ROLLOUT : v1::ROLE_ACTOR);
-  ASSIGN_OR_RETURN(const auto requests, PromptShares(pools, plan, ranks,
-                                                     own_pool ? "rollout pool" : "actor",
-                                                     "generate"));
+  ASSIGN_OR_RETURN(
+      const auto requests,
+      PromptShares(pools, plan, ranks, own_pool ? "rollout pool" : "actor", "generate"));
   const Stopwatch stopwatch;
   StepRollout rollout{.step = plan.step, .weights_step = weights_step};
   ASSIGN_OR_RETURN(rollout.replies, (pools.FanOut<v1::GenerateRequest, v1::GenerateReply>(
@@ -273,13 +273,13 @@ absl::Status StepRun::UseRollout(const StepRollout& rollout) {
     const std::vector<int> actors = pools_.RanksOf(v1::ROLE_ACTOR);
     ASSIGN_OR_RETURN(auto requests, PromptShares(pools_, plan_, actors, "actor", "adopt_rollout"));
     return pools_
-        .FanOut<v1::GenerateRequest, v1::GenerateReply>(
-            actors, &StageService::Generate,
-            [&](int rank, int position) {
-              v1::GenerateRequest request = requests(rank, position);
-              request.set_rows_from_rollout_pool(true);
-              return request;
-            })
+        .FanOut<v1::GenerateRequest, v1::GenerateReply>(actors, &StageService::Generate,
+                                                        [&](int rank, int position) {
+                                                          v1::GenerateRequest request =
+                                                              requests(rank, position);
+                                                          request.set_rows_from_rollout_pool(true);
+                                                          return request;
+                                                        })
         .status();
   });
 }

@@ -23,8 +23,8 @@ TEST_CASE("NCCL communicator: collectives on every GPU (up to two), and a hung r
           "[gpu][parallel]") {
   const int size = std::min<int>(2, static_cast<int>(torch::cuda::device_count()));
   testing::TempDir dir;
-  std::vector<std::string> scenarios = {"collectives", "transfer",        "reshard",
-                                        "reshard_pools", "zero2",        "zero3",
+  std::vector<std::string> scenarios = {"collectives",     "transfer",   "reshard",
+                                        "reshard_pools",   "zero2",      "zero3",
                                         "tensor_parallel", "tp_generate"};
   // One rank: NCCL starts and runs its collectives, and the tensor-parallel decode runs over it
   // at tp 1 (its collectives queued and captured in the CUDA graphs).

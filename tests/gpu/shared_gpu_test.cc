@@ -25,9 +25,8 @@ std::string FixturesDir() {
 TEST_CASE("two ranks sharing a GPU: staged collectives and tensor-parallel generation",
           "[gpu][parallel]") {
   testing::TempDir dir;
-  for (const std::string scenario :
-       {"collectives", "transfer", "reshard", "reshard_pools", "zero3", "tensor_parallel",
-        "tp_generate"}) {
+  for (const std::string scenario : {"collectives", "transfer", "reshard", "reshard_pools", "zero3",
+                                     "tensor_parallel", "tp_generate"}) {
     auto ranks = StartRanks(dir, scenario, 2, 60000, "staged", {"--fixtures_dir=" + FixturesDir()});
     for (int rank = 0; rank < 2; ++rank) {
       const auto status = ranks[rank]->Wait(absl::Seconds(240));

@@ -494,10 +494,35 @@ TEST_CASE("A rollout pool of its own, one_step_off, through the daemons equals o
 // its slices of the actor's ZeRO-3 shards; sync mode.
 TEST_CASE("A rollout pool of its own at tp 2 through the daemons equals one process",
           "[driver][runs]") {
-  CheckRunEqualsOneProcess("tiny-cpu-demo.yaml", 4,
-                           {"roles.actor.train.lr=1e-5", "roles.rollout.gpus=2",
-                            "roles.actor.rollout.tp=2", "trainer.device=cpu",
-                            "trainer.verify_weight_sync=1"});
+  CheckRunEqualsOneProcess(
+      "tiny-cpu-demo.yaml", 4,
+      {"roles.actor.train.lr=1e-5", "roles.rollout.gpus=2", "roles.actor.rollout.tp=2",
+       "trainer.device=cpu", "trainer.verify_weight_sync=1"});
+}
+
+// trainer.profile_steps through the daemons: each worker process writes a Chrome trace of each
+// stage call of the profiled step, holding the ops it ran; the other steps write none.
+TEST_CASE("trainer.profile_steps: each worker traces each stage call of those steps",
+          "[driver][runs]") {
+  DriverCluster cluster;
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  TempDir dir;
+  const v1::Job job = cluster.WaitEnded(cluster.Submit(
+      ReadConfig("tiny-cpu-demo.yaml"),
+      {"trainer.total_steps=2", "trainer.loggers=[console]", "trainer.profile_steps=[2]",
+       "trainer.profile_dir=" + dir.path()}));
+  INFO(Describe(job));
+  REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK_FALSE(PathExists(dir.path() + "/step_1"));
+  // Colocated on two workers: each hosts an actor and a reference rank.
+  for (const char* file : {"generate_rank_0.json", "generate_rank_1.json",
+                           "ref_log_probs_rank_0.json", "update_actor_rank_1.json"}) {
+    INFO(file);
+    const absl::StatusOr<std::string> trace =
+        ReadFileToString(absl::StrCat(dir.path(), "/step_2/", file));
+    REQUIRE(trace.ok());
+    CHECK_THAT(*trace, Catch::Contains("\"traceEvents\"") && Catch::Contains("\"aten::"));
+  }
 }
 
 // Every stage over more than one rank goes through a relaying worker (fan-out through the
@@ -1023,12 +1048,12 @@ TEST_CASE("kill -9 of the rollout pool's worker, then of the controller, in one_
   DriverCluster cluster;
   for (int i = 0; i < 4; ++i) cluster.StartWorker();  // two actor ranks, the rollout, a spare
   const int64_t total = 8;
-  const std::string id = cluster.Submit(
-      ReadConfig("tiny-cpu-demo.yaml"),
-      {absl::StrCat("trainer.total_steps=", total), "trainer.save_every=2",
-       "trainer.max_restarts=3", "trainer.loggers=[console]", "trainer.mode=one_step_off",
-       "roles.rollout.gpus=1", "trainer.verify_weight_sync=1",
-       "trainer.checkpoint_dir=" + dir.path()});
+  const std::string id =
+      cluster.Submit(ReadConfig("tiny-cpu-demo.yaml"),
+                     {absl::StrCat("trainer.total_steps=", total), "trainer.save_every=2",
+                      "trainer.max_restarts=3", "trainer.loggers=[console]",
+                      "trainer.mode=one_step_off", "roles.rollout.gpus=1",
+                      "trainer.verify_weight_sync=1", "trainer.checkpoint_dir=" + dir.path()});
   const v1::Job running = cluster.WaitUntil(
       id,
       [](const v1::Job& job) {
@@ -1046,8 +1071,7 @@ TEST_CASE("kill -9 of the rollout pool's worker, then of the controller, in one_
   const v1::Job recovered = cluster.WaitUntil(
       id,
       [&](const v1::Job& job) {
-        return job.progress().restarts() > running.progress().restarts() ||
-               IsTerminal(job.state());
+        return job.progress().restarts() > running.progress().restarts() || IsTerminal(job.state());
       },
       absl::Seconds(60));
   INFO(Describe(recovered));

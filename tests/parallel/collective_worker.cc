@@ -427,7 +427,8 @@ void ReshardsAcrossPools(Communicator& world, const at::Device& device) {
   for (size_t i = 0; i < parameters.size(); ++i) {
     int64_t numel = 1;
     for (int64_t d : parameters[i].shape) numel *= d;
-    full.push_back((at::arange(numel, at::kFloat) + 100.0 * i).view(parameters[i].shape).to(device));
+    full.push_back(
+        (at::arange(numel, at::kFloat) + 100.0 * i).view(parameters[i].shape).to(device));
   }
   struct Case {
     std::vector<int> train_ranks, rollout_ranks;
@@ -488,8 +489,8 @@ void ReshardsAcrossPools(Communicator& world, const at::Device& device) {
     constexpr int64_t kBucket = 1024;
     auto plan = ReshardPlan::Create(
         world, specs, std::vector<at::ScalarType>(specs.size(), at::kFloat), c.train, c.rollout,
-        device, {.bucket_bytes = kBucket, .train_ranks = c.train_ranks,
-                 .rollout_ranks = c.rollout_ranks});
+        device,
+        {.bucket_bytes = kBucket, .train_ranks = c.train_ranks, .rollout_ranks = c.rollout_ranks});
     ExpectOk(plan.status(), name + ": plan");
     if (!plan.ok()) continue;
     Expect(plan->stats().buffer_bytes <= kBucket,
@@ -510,9 +511,9 @@ void ReshardsAcrossPools(Communicator& world, const at::Device& device) {
     }
   }
   // Lists that do not match the layouts are refused on every rank, naming what is wrong.
-  auto refused = ReshardPlan::Create(world, parameters, {at::kFloat}, {.dp = 1, .tp = 1},
-                                     {.tp = 1, .dp = 1}, device,
-                                     {.train_ranks = {0}, .rollout_ranks = {0, 1}});
+  auto refused =
+      ReshardPlan::Create(world, parameters, {at::kFloat}, {.dp = 1, .tp = 1}, {.tp = 1, .dp = 1},
+                          device, {.train_ranks = {0}, .rollout_ranks = {0, 1}});
   Expect(!refused.ok() && absl::StrContains(refused.status().message(), "rollout layout has 1"),
          "rank lists must match the layouts");
   auto twice = ReshardPlan::Create(world, parameters,

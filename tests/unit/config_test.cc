@@ -201,8 +201,8 @@ TEST_CASE("trainer.mode, verify_weight_sync and the rollout correction: values a
 TEST_CASE("roles.rollout: its default, the GPUs it adds, and what it refuses", "[config]") {
   const std::string yaml = kValidYaml;
   const auto pool = [&](const std::string& keys, const std::string& rollout = "n: 4") {
-    return Replace(Replace(yaml, "rollout: {n: 4}", "rollout: {" + rollout + "}"),
-                   "reference: {}", "reference: {}\n  rollout: {" + keys + "}");
+    return Replace(Replace(yaml, "rollout: {n: 4}", "rollout: {" + rollout + "}"), "reference: {}",
+                   "reference: {}\n  rollout: {" + keys + "}");
   };
   auto spec = ParseJobSpec(pool(""), "x.yaml");
   INFO(spec.status());

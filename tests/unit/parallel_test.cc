@@ -72,9 +72,10 @@ TEST_CASE("reshard equals a direct slice of the full weights, every layout pair 
   ExpectAllRanksPass(size, "reshard");
 }
 
-TEST_CASE("reshard from training ranks to other ranks (a rollout pool of its own) equals a direct "
-          "slice",
-          "[parallel]") {
+TEST_CASE(
+    "reshard from training ranks to other ranks (a rollout pool of its own) equals a direct "
+    "slice",
+    "[parallel]") {
   const int size = GENERATE(2, 3, 4);
   ExpectAllRanksPass(size, "reshard_pools");
 }

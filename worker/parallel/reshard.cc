@@ -109,10 +109,9 @@ absl::StatusOr<std::vector<int>> PlacesOf(const std::vector<int>& listed, int co
   for (int place = 0; place < count; ++place) {
     const int rank = ranks[place];
     if (rank < 0 || rank >= size || places[rank] >= 0) {
-      return absl::InvalidArgumentError(absl::StrCat("reshard: ", what, " rank ", place,
-                                                     " is communicator rank ", rank,
-                                                     ", outside the ", size,
-                                                     " ranks or listed twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("reshard: ", what, " rank ", place, " is communicator rank ", rank,
+                       ", outside the ", size, " ranks or listed twice"));
     }
     places[rank] = place;
   }

@@ -99,10 +99,11 @@ absl::StatusOr<v1::GenerateReply> ActorRole::Generate(const v1::GenerateRequest&
       .tokenizer = tokenizer_,
       .device = device_,
       .tools = prompt_tools(),
-      .rollout = [this](const std::vector<rollout::GenerationRequest>& requests, int64_t step,
-                        google::protobuf::Map<std::string, double>& metrics) {
-        return Rollout(requests, step, metrics);
-      },
+      .rollout =
+          [this](const std::vector<rollout::GenerationRequest>& requests, int64_t step,
+                 google::protobuf::Map<std::string, double>& metrics) {
+            return Rollout(requests, step, metrics);
+          },
       .weights_update_s = [this] { return hybrid_->weights_update_s(); },
       .release_cache = [this] { hybrid_->ReleaseCache(); },
       .reduce_longest =

@@ -141,8 +141,8 @@ absl::StatusOr<v1::GenerateReply> RunGenerate(HostedJob& job, const v1::Generate
   }
   StepBatch& batch = job.BatchOf(request.key().step());
   if (adopts) {
-    RETURN_IF_ERROR(AdoptRows(job.spec, job.actor->tokenizer(), job.actor->prompt_tools(),
-                              request, batch));
+    RETURN_IF_ERROR(
+        AdoptRows(job.spec, job.actor->tokenizer(), job.actor->prompt_tools(), request, batch));
     return v1::GenerateReply();
   }
   if (generator == v1::ROLE_ROLLOUT) return job.rollout->Generate(request, total_rows, rows, batch);
@@ -168,8 +168,8 @@ absl::StatusOr<v1::SyncWeightsReply> RunSyncWeights(HostedJob& job,
                                                      WeightSyncCheckDue(job.spec, step)));
   } else {
     RETURN_IF_ERROR(NeedRole(job, v1::ROLE_ROLLOUT, job.rollout != nullptr));
-    ASSIGN_OR_RETURN(figures, job.rollout->ReceiveWeights(*job.weights_sync, step,
-                                                          job.rollout_weights_hook));
+    ASSIGN_OR_RETURN(
+        figures, job.rollout->ReceiveWeights(*job.weights_sync, step, job.rollout_weights_hook));
   }
   v1::SyncWeightsReply reply;
   reply.mutable_metrics()->insert(figures.begin(), figures.end());
@@ -308,9 +308,8 @@ absl::StatusOr<v1::UpdateReply> RunUpdateActor(HostedJob& job, const v1::UpdateR
   // What the rollout pool's next checked copy of these weights must report.
   if (job.weights_sync &&
       WeightSyncCheckDue(job.spec, FirstRolloutAfterUpdate(job.spec, request.key().step()))) {
-    ASSIGN_OR_RETURN(const double checksum,
-                     job.weights_sync->TrainedChecksum(job.actor->trained(),
-                                                       job.PoolOf(v1::ROLE_ACTOR)));
+    ASSIGN_OR_RETURN(const double checksum, job.weights_sync->TrainedChecksum(
+                                                job.actor->trained(), job.PoolOf(v1::ROLE_ACTOR)));
     reply.mutable_metrics()->insert({std::string("weights_checksum"), checksum});
   }
   return reply;

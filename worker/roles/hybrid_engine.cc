@@ -25,8 +25,7 @@
 
 namespace rlhfd::roles {
 absl::StatusOr<std::unique_ptr<parallel::Communicator>> SplitRolloutGroup(
-    const v1::JobSpec& spec, const JobLayout& layout, v1::Role role,
-    parallel::Communicator& pool) {
+    const v1::JobSpec& spec, const JobLayout& layout, v1::Role role, parallel::Communicator& pool) {
   const int tp = spec.roles().actor().rollout().tp();
   if (tp <= 1) return std::unique_ptr<parallel::Communicator>();
   const auto place = layout.TensorParallelPlaceIn(role, tp);
@@ -36,8 +35,9 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> SplitRolloutGroup(
   }
   ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> group,
                    pool.Split(place->group, place->slice));
-  RLOG(INFO) << stages::RoleName(role) << " rank " << pool.rank() << ": rollout as slice " << place->slice
-             << " of tensor-parallel group " << place->group << " (tp " << tp << ")";
+  RLOG(INFO) << stages::RoleName(role) << " rank " << pool.rank() << ": rollout as slice "
+             << place->slice << " of tensor-parallel group " << place->group << " (tp " << tp
+             << ")";
   return group;
 }
 
@@ -280,10 +280,10 @@ absl::StatusOr<std::map<std::string, at::Tensor>> HybridEngine::Reshard(
   }
   if (!reshard_) {
     std::vector<at::ScalarType> dtypes(sharded.size(), dtype);
-    ASSIGN_OR_RETURN(parallel::ReshardPlan plan,
-                     parallel::ReshardPlan::Create(pool_, sharded, dtypes,
-                                                   {.dp = pool_.size(), .tp = 1}, layout, device_,
-                                                   {.bucket_bytes = UpdateBucketBytes(spec_)}));
+    ASSIGN_OR_RETURN(
+        parallel::ReshardPlan plan,
+        parallel::ReshardPlan::Create(pool_, sharded, dtypes, {.dp = pool_.size(), .tp = 1}, layout,
+                                      device_, {.bucket_bytes = UpdateBucketBytes(spec_)}));
     reshard_.emplace(std::move(plan));
   }
   ASSIGN_OR_RETURN(std::vector<at::Tensor> slices, reshard_->Run(pool_, shards));

@@ -35,8 +35,7 @@ namespace rlhfd::roles {
 // rank k * tp + j is slice j of group k, reshard.h's numbering); null for tp 1. tp must divide
 // the pool.
 absl::StatusOr<std::unique_ptr<parallel::Communicator>> SplitRolloutGroup(
-    const v1::JobSpec& spec, const JobLayout& layout, v1::Role role,
-    parallel::Communicator& pool);
+    const v1::JobSpec& spec, const JobLayout& layout, v1::Role role, parallel::Communicator& pool);
 
 // Generates `gathered.all` (GatherGroupRequests over `group`) over this rank's tensor-parallel
 // `slices`, every rank of the group together, and returns this rank's `count` results: on GPUs,

@@ -186,10 +186,9 @@ absl::StatusOr<std::unique_ptr<HostedJob>> StartHostedJob(
     const int key = in_actor >= 0 ? in_actor : in_rollout >= 0 ? actors + in_rollout : -1;
     ASSIGN_OR_RETURN(job->weights_group, job->world->Split(key >= 0 ? 0 : -1, key));
     if (job->weights_group) {
-      job->weights_sync =
-          std::make_unique<PoolWeightSync>(*job->weights_group, actors,
-                                           job->spec.roles().actor().rollout().tp(),
-                                           options.device, UpdateBucketBytes(job->spec));
+      job->weights_sync = std::make_unique<PoolWeightSync>(
+          *job->weights_group, actors, job->spec.roles().actor().rollout().tp(), options.device,
+          UpdateBucketBytes(job->spec));
     }
   }
   job->rollout_weights_hook = options.rollout_weights_hook;

@@ -10,6 +10,7 @@
 #include "worker/roles/checkpoint_stages.h"
 #include "worker/roles/hosted_job.h"
 #include "worker/roles/job_bootstrap.h"
+#include "worker/roles/stage_profile.h"
 #include "worker/rollout/device_support.h"
 
 namespace rlhfd::roles {
@@ -91,7 +92,11 @@ void RoleHost::RunStage(const v1::StageKey& key, StageEffect effect, StageDone<R
         return absl::FailedPreconditionError(absl::StrCat(
             KeyText(key), ": ", job->poisoned, "; load a checkpoint before further stages"));
       }
-      absl::StatusOr<Reply> reply = body(*job);
+      absl::StatusOr<Reply> reply;
+      {
+        const StageProfile profile(job->spec, key.step(), key.stage(), job->layout->rank());
+        reply = body(*job);
+      }
       if (!reply.ok()) {
         if (effect == StageEffect::kUpdatesWeights)
           job->poisoned = absl::StrCat(key.stage(), " of step ", key.step(), " failed");
@@ -197,8 +202,9 @@ void RoleHost::Generate(const v1::GenerateRequest& request, absl::Duration,
 
 void RoleHost::SyncWeights(const v1::SyncWeightsRequest& request, absl::Duration,
                            StageDone<v1::SyncWeightsReply> done) {
-  RunStage<v1::SyncWeightsReply>(request.key(), StageEffect::kLeavesWeights, std::move(done),
-                                 [request](HostedJob& job) { return RunSyncWeights(job, request); });
+  RunStage<v1::SyncWeightsReply>(
+      request.key(), StageEffect::kLeavesWeights, std::move(done),
+      [request](HostedJob& job) { return RunSyncWeights(job, request); });
 }
 
 void RoleHost::MoveTensors(const v1::MoveTensorsRequest& request, absl::Duration,

@@ -104,7 +104,6 @@ absl::StatusOr<SharedPieces> ShareTrainedPieces(train::TrainedModel& trained,
   return shared;
 }
 
-
 }  // namespace
 
 bool WeightSyncCheckDue(const v1::JobSpec& spec, int64_t step) {
@@ -123,7 +122,6 @@ double FoldCrcs(const std::vector<uint32_t>& crcs) {
   for (uint32_t crc : crcs) folded = ExtendWithCrc(folded, crc);
   return folded;
 }
-
 
 RolloutDtypes DtypesOf(model::Transformer& rollout) {
   RolloutDtypes dtypes;
