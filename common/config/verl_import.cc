@@ -353,6 +353,20 @@ class Converter {
     }
     Map("trainer.n_gpus_per_node x trainer.nnodes", "roles.actor.gpus", ActorGpus());
     Map("actor_rollout_ref.hybrid_engine", "placement", "colocated");
+    // verl's standalone rollout: nnodes > 0 gives the rollout nnodes x n_gpus_per_node GPUs of
+    // its own (n_gpus_per_node defaults to the trainer's), a rollout pool in rlhfd.
+    const Json* nodes = Take("actor_rollout_ref.rollout.nnodes");
+    const Json* per_node = Take("actor_rollout_ref.rollout.n_gpus_per_node");
+    if (nodes != nullptr && nodes->is_number_integer() && nodes->get<int64_t>() > 0) {
+      const auto trainer = flat_.find("trainer.n_gpus_per_node");
+      const int64_t gpus_per_node =
+          per_node != nullptr && per_node->is_number_integer() ? per_node->get<int64_t>()
+          : trainer != flat_.end() && trainer->second.is_number()
+              ? trainer->second.get<int64_t>()
+              : 8;
+      Map("actor_rollout_ref.rollout.nnodes x actor_rollout_ref.rollout.n_gpus_per_node",
+          "roles.rollout.gpus", nodes->get<int64_t>() * gpus_per_node);
+    }
   }
 
   // verl's custom_reward_function (top level, or under reward: in verl's newer layout), with

@@ -303,7 +303,6 @@ const std::map<std::string, std::string>& UnsupportedTable() {
       {"actor_rollout_ref.rollout.expert_parallel_size", "expert parallelism is not supported"},
       {"actor_rollout_ref.rollout.pipeline_model_parallel_size",
        "pipeline-parallel rollout is not supported"},
-      {"actor_rollout_ref.rollout.nnodes", "the rollout runs on the actor's GPUs (hybrid engine)"},
       {"actor_rollout_ref.rollout.logprobs_mode", "other rollout log-prob modes are not supported"},
       {"actor_rollout_ref.rollout.quantization", "quantized rollout is not supported"},
       {"actor_rollout_ref.rollout.quantization_config_file", "quantized rollout is not supported"},
@@ -432,7 +431,12 @@ const std::map<std::string, std::string>& DerivedTable() {
       {"actor_rollout_ref.ref.ulysses_sequence_parallel_size",
        "verl's copy of actor.ulysses_sequence_parallel_size"},
       {"actor_rollout_ref.ref.pad_to_length", "verl's copy of actor.pad_to_length"},
-      {"actor_rollout_ref.rollout.n_gpus_per_node", "verl's copy of trainer.n_gpus_per_node"},
+      {"actor_rollout_ref.rollout.n_gpus_per_node",
+       "× rollout.nnodes: `roles.rollout.gpus` when nnodes > 0; else verl's copy of "
+       "trainer.n_gpus_per_node"},
+      {"actor_rollout_ref.rollout.nnodes",
+       "> 0 (verl's standalone rollout): × rollout.n_gpus_per_node GPUs of their own, "
+       "`roles.rollout.gpus`; 0 (verl's default): the hybrid engine"},
       {"actor_rollout_ref.rollout.mtp", "verl's copy of model.mtp"},
       {"actor_rollout_ref.rollout.qat", "verl's copy of actor.fsdp_config.qat"},
       {"critic.forward_micro_batch_size", "verl's copy of critic.ppo_micro_batch_size"},

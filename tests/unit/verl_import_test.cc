@@ -389,6 +389,20 @@ TEST_CASE("verl's multi_turn keys land in roles.actor.rollout.multi_turn", "[ver
   CHECK(turns.tool_response_truncate_side() == "left");
 }
 
+// verl's standalone rollout (rollout.nnodes > 0): GPUs of its own, a rollout pool here; at verl's
+// default (nnodes 0) the hybrid engine, no pool.
+TEST_CASE("verl's rollout.nnodes x n_gpus_per_node becomes roles.rollout.gpus", "[verl]") {
+  const v1::JobSpec pool = Validated(
+      Convert(kVerlGrpo, {"actor_rollout_ref.rollout.nnodes=1",
+                          "actor_rollout_ref.rollout.n_gpus_per_node=2",
+                          "actor_rollout_ref.rollout.tensor_model_parallel_size=2"}));
+  CHECK(pool.roles().has_rollout());
+  CHECK(pool.roles().rollout().gpus() == 2);
+  CHECK(pool.roles().actor().rollout().tp() == 2);
+  const v1::JobSpec hybrid = Validated(Convert(kVerlGrpo, {"actor_rollout_ref.rollout.nnodes=0"}));
+  CHECK_FALSE(hybrid.roles().has_rollout());
+}
+
 TEST_CASE("verl's actor checkpoint.async_save maps to trainer.async_save", "[verl]") {
   const VerlConversion converted =
       Convert("", {"actor_rollout_ref.actor.checkpoint.async_save=true",
