@@ -271,15 +271,14 @@ absl::Status StepRun::UseRollout(const StepRollout& rollout) {
                           tensors::kRolloutLogProbs},
                          v1::ROLE_ROLLOUT, v1::ROLE_ACTOR));
     const std::vector<int> actors = pools_.RanksOf(v1::ROLE_ACTOR);
-    ASSIGN_OR_RETURN(auto requests, PromptShares(pools_, plan_, actors, "actor", "adopt_rollout"));
+    ASSIGN_OR_RETURN(auto shares, PromptShares(pools_, plan_, actors, "actor", "adopt_rollout"));
+    const auto adopt = [&](int rank, int position) {
+      v1::GenerateRequest request = shares(rank, position);
+      request.set_rows_from_rollout_pool(true);
+      return request;
+    };
     return pools_
-        .FanOut<v1::GenerateRequest, v1::GenerateReply>(actors, &StageService::Generate,
-                                                        [&](int rank, int position) {
-                                                          v1::GenerateRequest request =
-                                                              requests(rank, position);
-                                                          request.set_rows_from_rollout_pool(true);
-                                                          return request;
-                                                        })
+        .FanOut<v1::GenerateRequest, v1::GenerateReply>(actors, &StageService::Generate, adopt)
         .status();
   });
 }

@@ -46,13 +46,13 @@ class RolloutRole {
   // As ActorRole::Generate, over the weights received last.
   absl::StatusOr<v1::GenerateReply> Generate(const v1::GenerateRequest& request, int64_t total_rows,
                                              RowRange rows, StepBatch& batch);
-  const model::Tokenizer& tokenizer() const { return tokenizer_; }
-  // Frees the engine's cache (an offload, or the job's end).
+
+ private:
+  // Frees the engine's cache: before new weights arrive (the engine reads them when it makes its
+  // cache again), and once a rollout's rows are laid out.
   void Release() {
     if (engine_) engine_->Release();
   }
-
- private:
   RolloutRole(const v1::JobSpec& spec, const at::Device& device, model::Tokenizer tokenizer,
               model::ModelConfig config, parallel::Communicator& pool);
   // The responses to `requests` over the weights received last.
