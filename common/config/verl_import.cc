@@ -332,13 +332,15 @@ class Converter {
     }
   }
 
+  // `key`'s whole number, or `fallback` where it is unset or not a number.
+  int64_t Number(const char* key, int64_t fallback) const {
+    const auto it = flat_.find(key);
+    return it != flat_.end() && it->second.is_number() ? it->second.get<int64_t>() : fallback;
+  }
+
   // trainer.n_gpus_per_node x trainer.nnodes, at verl's defaults (8, 1) where unset.
   int64_t ActorGpus() const {
-    const auto number = [&](const char* key, int64_t fallback) {
-      const auto it = flat_.find(key);
-      return it != flat_.end() && it->second.is_number() ? it->second.get<int64_t>() : fallback;
-    };
-    return number("trainer.n_gpus_per_node", 8) * number("trainer.nnodes", 1);
+    return Number("trainer.n_gpus_per_node", 8) * Number("trainer.nnodes", 1);
   }
 
   // verl's hybrid engine puts actor, rollout, reference (and by default critic and reward
@@ -355,17 +357,14 @@ class Converter {
     Map("actor_rollout_ref.hybrid_engine", "placement", "colocated");
     // verl's standalone rollout: nnodes > 0 gives the rollout nnodes x n_gpus_per_node GPUs of
     // its own (n_gpus_per_node defaults to the trainer's), a rollout pool in rlhfd.
-    const Json* nodes = Take("actor_rollout_ref.rollout.nnodes");
-    const Json* per_node = Take("actor_rollout_ref.rollout.n_gpus_per_node");
-    if (nodes != nullptr && nodes->is_number_integer() && nodes->get<int64_t>() > 0) {
-      const auto trainer = flat_.find("trainer.n_gpus_per_node");
-      const int64_t gpus_per_node =
-          per_node != nullptr && per_node->is_number_integer() ? per_node->get<int64_t>()
-          : trainer != flat_.end() && trainer->second.is_number()
-              ? trainer->second.get<int64_t>()
-              : 8;
-      Map("actor_rollout_ref.rollout.nnodes x actor_rollout_ref.rollout.n_gpus_per_node",
-          "roles.rollout.gpus", nodes->get<int64_t>() * gpus_per_node);
+    const int64_t nodes = Number("actor_rollout_ref.rollout.nnodes", 0);
+    const int64_t per_node =
+        Number("actor_rollout_ref.rollout.n_gpus_per_node", Number("trainer.n_gpus_per_node", 8));
+    Take("actor_rollout_ref.rollout.nnodes");
+    Take("actor_rollout_ref.rollout.n_gpus_per_node");
+    if (nodes > 0) {
+      Map("actor_rollout_ref.rollout.nnodes x n_gpus_per_node", "roles.rollout.gpus",
+          nodes * per_node);
     }
   }
 

@@ -239,6 +239,45 @@ void Transfers(Communicator& world, const at::Device& device) {
   }
 }
 
+// Each parameter's elements counting from 100 · its index (small integers, exact in bf16), in
+// float32 but for the last, in `last`.
+std::vector<at::Tensor> CountingWeights(const std::vector<ShardedParameter>& parameters,
+                                        const at::Device& device, at::ScalarType last) {
+  std::vector<at::Tensor> full;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    int64_t numel = 1;
+    for (int64_t d : parameters[i].shape) numel *= d;
+    const at::ScalarType type = i + 1 == parameters.size() ? last : at::kFloat;
+    full.push_back(
+        (at::arange(numel, at::kFloat) + 100.0 * i).view(parameters[i].shape).to(device, type));
+  }
+  return full;
+}
+
+// ZeRO-3's layout over `dp` ranks: the parameters flattened and concatenated, then cut into
+// equal shards, so a parameter's pieces are uneven and some ranks hold none of it.
+std::vector<ShardedParameter> WithZero3Ranges(std::vector<ShardedParameter> parameters, int dp) {
+  int64_t total = 0;
+  for (const ShardedParameter& p : parameters) {
+    int64_t numel = 1;
+    for (int64_t d : p.shape) numel *= d;
+    total += numel;
+  }
+  const int64_t shard = (total + dp - 1) / dp;
+  int64_t offset = 0;
+  for (ShardedParameter& p : parameters) {
+    int64_t numel = 1;
+    for (int64_t d : p.shape) numel *= d;
+    for (int d = 0; d < dp; ++d) {
+      const int64_t begin = std::clamp<int64_t>(d * shard - offset, 0, numel);
+      const int64_t end = std::clamp<int64_t>((d + 1) * shard - offset, begin, numel);
+      p.train_ranges.emplace_back(begin, end);
+    }
+    offset += numel;
+  }
+  return parameters;
+}
+
 void Reshards(Communicator& world, const at::Device& device) {
   const int size = world.size(), me = world.rank();
   const std::vector<ShardedParameter> parameters = {{"q_proj.weight", {16, 12}, 0},
@@ -247,16 +286,9 @@ void Reshards(Communicator& world, const at::Device& device) {
                                                     {"norm.weight", {12}, -1},
                                                     {"odd", {8, 7}, 0},
                                                     {"odd_bf16", {6, 12}, 1}};
-  std::vector<at::Tensor> full;
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    int64_t numel = 1;
-    for (int64_t d : parameters[i].shape) numel *= d;
-    // The last parameter is bf16 (odd element offsets: 2-byte aligned copies); its values are
-    // small integers, exact in bf16.
-    const at::ScalarType type = i + 1 == parameters.size() ? at::kBFloat16 : at::kFloat;
-    full.push_back(
-        (at::arange(numel, at::kFloat) + 100.0 * i).view(parameters[i].shape).to(device, type));
-  }
+  // The last parameter is bf16 (odd element offsets: 2-byte aligned copies); its values are
+  // small integers, exact in bf16.
+  const std::vector<at::Tensor> full = CountingWeights(parameters, device, at::kBFloat16);
   std::vector<std::pair<int, int>> factorings;  // (a, b) with a · b = size
   for (int a = 1; a <= size; ++a) {
     if (size % a == 0) factorings.emplace_back(a, size / a);
@@ -324,22 +356,8 @@ void Reshards(Communicator& world, const at::Device& device) {
   auto refused = Reshard(world, parameters, wrong, {.dp = size, .tp = 1}, {.tp = size, .dp = 1});
   Expect(!refused.ok() && absl::StrContains(refused.status().message(), "o_proj.weight"),
          "reshard refuses a wrong-sized shard, naming it");
-  // ZeRO-3's layout: the parameters flattened and concatenated, then cut into equal shards, so a
-  // parameter's pieces are uneven and some ranks hold none of it (train_ranges).
-  int64_t total = 0;
-  for (const at::Tensor& tensor : full) total += tensor.numel();
-  const int64_t shard = (total + size - 1) / size;
-  std::vector<ShardedParameter> uneven = parameters;
-  int64_t offset = 0;
-  for (size_t i = 0; i < uneven.size(); ++i) {
-    const int64_t numel = full[i].numel();
-    for (int d = 0; d < size; ++d) {
-      const int64_t begin = std::clamp<int64_t>(d * shard - offset, 0, numel);
-      const int64_t end = std::clamp<int64_t>((d + 1) * shard - offset, begin, numel);
-      uneven[i].train_ranges.emplace_back(begin, end);
-    }
-    offset += numel;
-  }
+  // ZeRO-3's uneven layout (train_ranges).
+  const std::vector<ShardedParameter> uneven = WithZero3Ranges(parameters, size);
   for (const auto& [rollout_tp, rollout_dp] : factorings) {
     const TrainLayout train{.dp = size, .tp = 1};
     const RolloutLayout rollout{.tp = rollout_tp, .dp = rollout_dp};
@@ -423,13 +441,7 @@ void ReshardsAcrossPools(Communicator& world, const at::Device& device) {
                                                     {"o_proj.weight", {12, 16}, 1},
                                                     {"q_proj.bias", {16}, 0},
                                                     {"norm.weight", {12}, -1}};
-  std::vector<at::Tensor> full;
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    int64_t numel = 1;
-    for (int64_t d : parameters[i].shape) numel *= d;
-    full.push_back(
-        (at::arange(numel, at::kFloat) + 100.0 * i).view(parameters[i].shape).to(device));
-  }
+  const std::vector<at::Tensor> full = CountingWeights(parameters, device, at::kFloat);
   struct Case {
     std::vector<int> train_ranks, rollout_ranks;
     TrainLayout train;
@@ -453,24 +465,8 @@ void ReshardsAcrossPools(Communicator& world, const at::Device& device) {
     cases.push_back({{0, 1, 2}, {2, 3}, {.dp = 3, .tp = 1}, {.tp = 2, .dp = 1}, true});
   }
   for (const Case& c : cases) {
-    std::vector<ShardedParameter> specs = parameters;
-    if (c.zero3) {
-      // The parameters flattened and concatenated, cut into equal shards (ZeRO-3's units).
-      int64_t total = 0;
-      for (const at::Tensor& tensor : full) total += tensor.numel();
-      const int dp = c.train.dp;
-      const int64_t shard = (total + dp - 1) / dp;
-      int64_t offset = 0;
-      for (size_t i = 0; i < specs.size(); ++i) {
-        const int64_t numel = full[i].numel();
-        for (int d = 0; d < dp; ++d) {
-          const int64_t begin = std::clamp<int64_t>(d * shard - offset, 0, numel);
-          const int64_t end = std::clamp<int64_t>((d + 1) * shard - offset, begin, numel);
-          specs[i].train_ranges.emplace_back(begin, end);
-        }
-        offset += numel;
-      }
-    }
+    const std::vector<ShardedParameter> specs =
+        c.zero3 ? WithZero3Ranges(parameters, c.train.dp) : parameters;
     const auto place = [me](const std::vector<int>& ranks) {
       const auto found = std::find(ranks.begin(), ranks.end(), me);
       return found == ranks.end() ? -1 : static_cast<int>(found - ranks.begin());

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -188,6 +189,34 @@ TEST_CASE("verify_weight_sync checks each rollout's weights; the steps equal one
   }
 }
 
+// Runs four steps of `spec` (each given the next step's plan, for one_step_off) and checks each
+// rollout: checked, with the checksum of the weights after the update it follows (one_step_off:
+// the one before last); `each` checks more of each step's metrics.
+void CheckRolloutChecksums(const v1::JobSpec& spec, const std::string& job_id,
+                           const std::function<void(const controller::Metrics&)>& each = {}) {
+  const int64_t lag = spec.trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF ? 2 : 1;
+  Hosts hosts(spec);
+  JobStages job(job_id, spec, hosts.services);
+  REQUIRE(job.Start(4).ok());
+  std::map<int64_t, double> rollout_checksum, weights_checksum;
+  for (int64_t step = 1; step <= 4; ++step) {
+    const controller::StepPlan plan{.step = step, .prompts = TestPrompts(2), .seed = 10u + step};
+    const controller::StepPlan next{
+        .step = step + 1, .prompts = TestPrompts(2), .seed = 11u + step};
+    const absl::StatusOr<controller::Metrics> metrics = job.RunStep(plan, &next);
+    INFO("step " << step << ": " << metrics.status());
+    REQUIRE(metrics.ok());
+    CHECK(metrics->at("actor/weight_sync_ok") == 1);
+    if (each) each(*metrics);
+    rollout_checksum[step] = metrics->at("actor/rollout_weights_checksum");
+    weights_checksum[step] = metrics->at("actor/weights_checksum");
+    CHECK(rollout_checksum[step] ==
+          (step > lag ? weights_checksum[step - lag] : rollout_checksum[1]));
+  }
+  CHECK(rollout_checksum[4] != rollout_checksum[1]);
+  job.End();
+}
+
 // Under ZeRO-3 each actor rank generates from a copy gathered from every rank's shards: each
 // rollout's checksum is that of the weights after the update it follows (one_step_off: the one
 // before last), and every check passes.
@@ -195,29 +224,10 @@ TEST_CASE("verify_weight_sync under ZeRO-3: the gathered copy is the trained wei
           "[roles][weight_sync][one_step_off]") {
   for (const char* mode : {"sync", "one_step_off"}) {
     INFO(mode);
-    const v1::JobSpec spec =
+    CheckRolloutChecksums(
         TestSpec(kGrpoJob, {"roles.actor.train.zero_stage=3", "trainer.verify_weight_sync=1",
-                            absl::StrCat("trainer.mode=", mode)});
-    const int64_t lag = spec.trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF ? 2 : 1;
-    Hosts hosts(spec);
-    JobStages job(absl::StrCat("job-zero3-", mode), spec, hosts.services);
-    REQUIRE(job.Start(4).ok());
-    std::map<int64_t, double> rollout_checksum, weights_checksum;
-    for (int64_t step = 1; step <= 4; ++step) {
-      const controller::StepPlan plan{.step = step, .prompts = TestPrompts(2), .seed = 10u + step};
-      const controller::StepPlan next{
-          .step = step + 1, .prompts = TestPrompts(2), .seed = 11u + step};
-      const absl::StatusOr<controller::Metrics> metrics = job.RunStep(plan, &next);
-      INFO("step " << step << ": " << metrics.status());
-      REQUIRE(metrics.ok());
-      CHECK(metrics->at("actor/weight_sync_ok") == 1);
-      rollout_checksum[step] = metrics->at("actor/rollout_weights_checksum");
-      weights_checksum[step] = metrics->at("actor/weights_checksum");
-      CHECK(rollout_checksum[step] ==
-            (step > lag ? weights_checksum[step - lag] : rollout_checksum[1]));
-    }
-    CHECK(rollout_checksum[4] != rollout_checksum[1]);
-    job.End();
+                            absl::StrCat("trainer.mode=", mode)}),
+        absl::StrCat("job-zero3-", mode));
   }
 }
 
@@ -436,30 +446,12 @@ TEST_CASE("a rollout pool's weights are the trained weights after the update the
                        "trainer.verify_weight_sync=1", absl::StrCat("trainer.mode=", mode),
                        "roles.actor.rollout.update_weights_bucket_megabytes=1",
                        absl::StrCat("roles.actor.rollout.tp=", tp), "trainer.device=cpu"});
-        const int64_t lag = spec.trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF ? 2 : 1;
-        Hosts hosts(spec);
-        JobStages job(absl::StrCat("job-pool-", mode, zero), spec, hosts.services);
-        REQUIRE(job.Start(4).ok());
-        std::map<int64_t, double> rollout_checksum, weights_checksum;
-        for (int64_t step = 1; step <= 4; ++step) {
-          const controller::StepPlan plan{
-              .step = step, .prompts = TestPrompts(2), .seed = 10u + step};
-          const controller::StepPlan next{
-              .step = step + 1, .prompts = TestPrompts(2), .seed = 11u + step};
-          const absl::StatusOr<controller::Metrics> metrics = job.RunStep(plan, &next);
-          INFO("step " << step << ": " << metrics.status());
-          REQUIRE(metrics.ok());
-          CHECK(metrics->at("actor/weight_sync_ok") == 1);
-          CHECK(metrics->at("perf/rollout_reshard_received_bytes") > 0);
-          CHECK(metrics->at("perf/rollout_reshard_buffer_bytes") <= (1 << 20));
-          CHECK(metrics->at("timing_s/update_weights") > 0);
-          rollout_checksum[step] = metrics->at("actor/rollout_weights_checksum");
-          weights_checksum[step] = metrics->at("actor/weights_checksum");
-          CHECK(rollout_checksum[step] ==
-                (step > lag ? weights_checksum[step - lag] : rollout_checksum[1]));
-        }
-        CHECK(rollout_checksum[4] != rollout_checksum[1]);
-        job.End();
+        CheckRolloutChecksums(spec, absl::StrCat("job-pool-", mode, zero, tp),
+                              [](const controller::Metrics& metrics) {
+                                CHECK(metrics.at("perf/rollout_reshard_received_bytes") > 0);
+                                CHECK(metrics.at("perf/rollout_reshard_buffer_bytes") <= (1 << 20));
+                                CHECK(metrics.at("timing_s/update_weights") > 0);
+                              });
       }
     }
   }
