@@ -14,10 +14,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/algorithms/algorithm_traits.h"
-#include "common/config/config_document.h"
 #include "common/config/hydra_compose.h"
-#include "common/config/overrides.h"
-#include "common/config/verl_defaults.h"
+#include "common/config/verl_compose.h"
 #include "common/config/verl_interpolation.h"
 #include "common/config/verl_key_tables.h"
 #include "common/status/status_macros.h"
@@ -31,10 +29,7 @@ using Json = nlohmann::json;
 constexpr char kActor[] = "actor_rollout_ref.actor.";
 constexpr char kRollout[] = "actor_rollout_ref.rollout.";
 
-using hydra::Flatten;
-using hydra::MergeInto;
 using hydra::Set;
-using hydra::TypeAll;
 using verl_keys::DirectTable;
 using verl_keys::HarmlessTable;
 using verl_keys::IsVerlNeutral;
@@ -560,40 +555,11 @@ class Converter {
 absl::StatusOr<VerlConversion> ConvertVerlConfig(absl::string_view text, absl::string_view source,
                                                  const std::vector<std::string>& overrides) {
   try {
-    // The run's config as verl's Hydra composes it: its defaults, the file over them, then the
-    // overrides; then every ${...} resolved as OmegaConf resolves it.
-    ASSIGN_OR_RETURN(Json defaults,
-                     ParseConfigDocument(VerlPpoTrainerYaml(), "verl_ppo_trainer.yaml"));
-    TypeAll(&defaults);
-    Json document = defaults;
-    if (!text.empty()) {
-      ASSIGN_OR_RETURN(Json file, ParseConfigDocument(text, source));
-      if (!file.is_object()) {
-        return absl::InvalidArgumentError(absl::StrCat(source, ": a verl config is a mapping"));
-      }
-      TypeAll(&file);
-      MergeInto(&document, file);
-    }
-    if (absl::Status applied = ApplyOverrides(overrides, &document); !applied.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": ", applied.message()));
-    }
-    TypeAll(&document);
-    std::map<std::string, Json> verl_defaults, given;
-    Flatten(defaults, "", &verl_defaults);
-    Flatten(document, "", &given);
-    std::set<std::string> user_set, verl_keys;
-    for (const auto& [key, value] : given) {
-      auto fallback = verl_defaults.find(key);
-      if (fallback == verl_defaults.end() || fallback->second != value) user_set.insert(key);
-    }
-    for (const auto& [key, value] : verl_defaults) verl_keys.insert(key);
-    std::map<std::string, std::string> unresolved = ResolveInterpolations(&document);
-    std::map<std::string, Json> flat;
-    Flatten(document, "", &flat);
-    VerlConversion conversion =
-        Converter(std::move(flat), std::move(user_set), std::move(unresolved), std::move(verl_keys))
-            .Run();
-    conversion.verl_resolved = std::move(document);
+    ASSIGN_OR_RETURN(ComposedVerlRun run, ComposeVerlRun(text, source, overrides));
+    VerlConversion conversion = Converter(std::move(run.flat), std::move(run.user_set),
+                                          std::move(run.unresolved), std::move(run.verl_keys))
+                                    .Run();
+    conversion.verl_resolved = std::move(run.document);
     return conversion;
   } catch (const std::exception& error) {
     return absl::InvalidArgumentError(

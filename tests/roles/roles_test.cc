@@ -364,6 +364,11 @@ TEST_CASE("rollout correction and bypass mode at temperature 0.7 equal one proce
 
 // A byte of one rank's rollout copy flipped after the update (as a faulty transfer would): the
 // check fails the step on every rank before any generates, naming the tensor and the ranks.
+// A faulty transfer, as the weights hooks make one: a bit of the tensor's third-last byte flipped.
+void FlipAByte(const at::Tensor& tensor) {
+  static_cast<uint8_t*>(tensor.data_ptr())[tensor.nbytes() - 3] ^= 0x04;
+}
+
 TEST_CASE("verify_weight_sync: a byte flipped in one rank's rollout weights fails the step",
           "[roles][weight_sync]") {
   const v1::JobSpec spec =
@@ -373,9 +378,7 @@ TEST_CASE("verify_weight_sync: a byte flipped in one rank's rollout weights fail
   auto flip = std::make_shared<std::atomic<bool>>(true);
   Hosts hosts(spec,
               [flip, kFlipped](bool, const std::map<std::string, at::Tensor>& weights, int rank) {
-                if (rank != 1 || !flip->load()) return;
-                const at::Tensor& tensor = weights.at(kFlipped);
-                static_cast<uint8_t*>(tensor.data_ptr())[tensor.nbytes() - 3] ^= 0x04;
+                if (rank == 1 && flip->load()) FlipAByte(weights.at(kFlipped));
               });
   JobStages job("job-flip", spec, hosts.services);
   REQUIRE(job.Start(3).ok());
@@ -463,9 +466,7 @@ TEST_CASE("a byte flipped in a rollout rank's received weights fails the step, n
       TestSpec(kGrpoJob, {"roles.rollout.gpus=2", "trainer.verify_weight_sync=1"});
   const char* const kFlipped = "model.layers.1.mlp.down_proj.weight";
   Hosts hosts(spec, [kFlipped](bool, const std::map<std::string, at::Tensor>& weights, int rank) {
-    if (rank != 1) return;
-    const at::Tensor& tensor = weights.at(kFlipped);
-    static_cast<uint8_t*>(tensor.data_ptr())[tensor.nbytes() - 3] ^= 0x04;
+    if (rank == 1) FlipAByte(weights.at(kFlipped));
   });
   JobStages job("job-pool-flip", spec, hosts.services);
   REQUIRE(job.Start(1).ok());

@@ -1,0 +1,46 @@
+#include "common/config/verl_compose.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/config/config_document.h"
+#include "common/config/hydra_compose.h"
+#include "common/config/overrides.h"
+#include "common/config/verl_defaults.h"
+#include "common/config/verl_interpolation.h"
+#include "common/status/status_macros.h"
+
+namespace rlhfd::config {
+
+using Json = nlohmann::json;
+
+absl::StatusOr<ComposedVerlRun> ComposeVerlRun(absl::string_view text, absl::string_view source,
+                                               const std::vector<std::string>& overrides) {
+  ASSIGN_OR_RETURN(Json defaults,
+                   ParseConfigDocument(VerlPpoTrainerYaml(), "verl_ppo_trainer.yaml"));
+  hydra::TypeAll(&defaults);
+  ComposedVerlRun run{.document = defaults};
+  if (!text.empty()) {
+    ASSIGN_OR_RETURN(Json file, ParseConfigDocument(text, source));
+    if (!file.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": a verl config is a mapping"));
+    }
+    hydra::TypeAll(&file);
+    hydra::MergeInto(&run.document, file);
+  }
+  if (absl::Status applied = ApplyOverrides(overrides, &run.document); !applied.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", applied.message()));
+  }
+  hydra::TypeAll(&run.document);
+  std::map<std::string, Json> verl_defaults, given;
+  hydra::Flatten(defaults, "", &verl_defaults);
+  hydra::Flatten(run.document, "", &given);
+  for (const auto& [key, value] : given) {
+    auto fallback = verl_defaults.find(key);
+    if (fallback == verl_defaults.end() || fallback->second != value) run.user_set.insert(key);
+  }
+  for (const auto& [key, value] : verl_defaults) run.verl_keys.insert(key);
+  run.unresolved = ResolveInterpolations(&run.document);
+  hydra::Flatten(run.document, "", &run.flat);
+  return run;
+}
+
+}  // namespace rlhfd::config
