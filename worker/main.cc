@@ -55,6 +55,9 @@ ABSL_FLAG(absl::Duration, collective_timeout, absl::Minutes(5),
 ABSL_FLAG(absl::Duration, fault_hold_background_save, absl::ZeroDuration(),
           "Fault drills only: a background checkpoint save (trainer.async_save) waits this long "
           "before it writes its files, so a drill can kill the worker mid-save");
+ABSL_FLAG(absl::Duration, fault_hold_rollout_decode_step, absl::ZeroDuration(),
+          "Fault drills only: each decode step of a rollout pool's rank (roles.rollout) waits "
+          "this long, so that a weight update interrupts a partial rollout mid-generation");
 ABSL_FLAG(absl::Duration, fault_hold_checkpoint_upload, absl::ZeroDuration(),
           "Fault drills only: each checkpoint upload (trainer.checkpoint_uri) waits this long "
           "between a rank's data files and its manifest, so a drill can kill the worker "
@@ -139,7 +142,8 @@ int Run() {
        .host = data_plane_host,
        .collective_timeout = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_collective_timeout)),
        .fault_hold_background_save = absl::GetFlag(FLAGS_fault_hold_background_save),
-       .fault_hold_checkpoint_upload = absl::GetFlag(FLAGS_fault_hold_checkpoint_upload)});
+       .fault_hold_checkpoint_upload = absl::GetFlag(FLAGS_fault_hold_checkpoint_upload),
+       .fault_hold_rollout_decode_step = absl::GetFlag(FLAGS_fault_hold_rollout_decode_step)});
   worker::ControllerLinkOptions link_options;
   link_options.token = *token;
   link_options.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);

@@ -63,7 +63,7 @@ constexpr const char* kDefaultsJson = R"json({
       }
     },
     "reference": {"log_prob_micro_batch_size_per_gpu": 16, "param_offload": false},
-    "rollout": {"gpus": 1},
+    "rollout": {"gpus": 1, "partial_rollout": false},
     "reward": {"rule": "", "model": "", "remote": "", "remote_timeout_s": 30.0}
   },
   "placement": "PLACEMENT_SPLIT",
@@ -73,7 +73,7 @@ constexpr const char* kDefaultsJson = R"json({
     "project_name": "rlhfd", "experiment_name": "", "critic_warmup": 0,
     "val_before_train": true, "max_restarts": 3, "device": "auto", "rollout_data_dir": "", "priority": 0,
     "max_ckpt_to_keep": 0, "max_nonfinite_skips": 0, "log_samples": 4,
-    "mode": "TRAINER_MODE_SYNC", "verify_weight_sync": 0, "async_save": false,
+    "mode": "TRAINER_MODE_SYNC", "max_staleness": 1, "verify_weight_sync": 0, "async_save": false,
     "checkpoint_uri": "", "profile_steps": [], "profile_dir": ""
   }
 })json";

@@ -60,6 +60,26 @@ void CheckRollout(Checker& check, const v1::JobSpec& spec) {
                                              rollout.tp()));
     }
   }
+  const bool async = spec.trainer().mode() == v1::TRAINER_MODE_ASYNC;
+  if (async) {
+    check.Within("trainer.max_staleness", spec.trainer().max_staleness(), 1, 4);
+    if (!roles.has_rollout()) {
+      check.Fail("trainer.mode",
+                 "async needs a rollout pool of its own that keeps generating while the actor "
+                 "trains: add roles.rollout (gpus: N)");
+    }
+  }
+  if (roles.has_rollout() && roles.rollout().partial_rollout()) {
+    if (!async) {
+      check.Fail("roles.rollout.partial_rollout",
+                 "interrupts generation for a weight update, which only trainer.mode async sends "
+                 "mid-rollout; set trainer.mode: async or remove it");
+    }
+    if (rollout.tp() > 1) {
+      check.Fail("roles.rollout.partial_rollout",
+                 absl::StrCat("runs at roles.actor.rollout.tp 1 for now; it is ", rollout.tp()));
+    }
+  }
   if (roles.has_rollout()) {
     // A rollout pool of its own: what it does not run yet is refused, naming what to change.
     const int pool = roles.rollout().gpus();

@@ -26,6 +26,8 @@ inline constexpr std::string_view kInputIds = "input_ids";
 inline constexpr std::string_view kAttentionMask = "attention_mask";
 inline constexpr std::string_view kResponseMask = "response_mask";
 inline constexpr std::string_view kRolloutLogProbs = "rollout_log_probs";
+// trainer.mode async: the step whose update the weights that sampled each token include.
+inline constexpr std::string_view kRolloutWeightsStep = "rollout_weights_step";
 inline constexpr std::string_view kOldLogProbs = "old_log_probs";
 inline constexpr std::string_view kRefLogProbs = "ref_log_probs";
 inline constexpr std::string_view kValues = "values";
@@ -41,6 +43,7 @@ inline constexpr StepTensor kStepTensors[] = {
     {tensors::kAttentionMask, TensorKind::kTokens, "generate"},
     {tensors::kResponseMask, TensorKind::kPerToken, "generate"},
     {tensors::kRolloutLogProbs, TensorKind::kPerToken, "generate"},
+    {tensors::kRolloutWeightsStep, TensorKind::kPerToken, "generate (trainer.mode async)"},
     {tensors::kOldLogProbs, TensorKind::kPerToken, "a forward of kind OLD_LOG_PROBS on the actor"},
     {tensors::kRefLogProbs, TensorKind::kPerToken,
      "a forward of kind REF_LOG_PROBS on the reference"},

@@ -353,6 +353,17 @@ absl::Status JobDriver::ValidateInto(JobStages& job, const RunData& run, int64_t
   return absl::OkStatus();
 }
 
+StepPlan JobDriver::PlanOf(const RunData& run, int64_t step) const {
+  const v1::DataSpec& data = setup_.spec.data();
+  StepPlan plan{.step = step, .seed = StepSeed(setup_.spec, step)};
+  for (int64_t row :
+       RowsOfStep(run.train, step, data.train_batch_size(), data.shuffle(), data.shuffle_seed())
+           .rows) {
+    plan.prompts.push_back(run.train.row(row));
+  }
+  return plan;
+}
+
 absl::Status JobDriver::RunOneStep(JobStages& job, const RunData& run, int64_t step,
                                    KlController& kl, v1::JobProgress& progress) {
   const v1::JobSpec& spec = setup_.spec;
@@ -362,25 +373,25 @@ absl::Status JobDriver::RunOneStep(JobStages& job, const RunData& run, int64_t s
   const Stopwatch stopwatch;
   const StepRows rows =
       RowsOfStep(run.train, step, data.train_batch_size(), data.shuffle(), data.shuffle_seed());
-  StepPlan plan{
-      .step = step, .seed = StepSeed(spec, step), .kl_coef = kl_in_reward ? kl.value() : 0.0};
-  for (int64_t row : rows.rows) plan.prompts.push_back(run.train.row(row));
+  StepPlan plan = PlanOf(run, step);
+  plan.kl_coef = kl_in_reward ? kl.value() : 0.0;
   // one_step_off: the next step's prompts, whose rollout this step generates before it trains.
   std::optional<StepPlan> next;
-  StepRows next_rows;
   if (trainer.mode() == v1::TRAINER_MODE_ONE_STEP_OFF && step < run.total) {
-    next.emplace(StepPlan{.step = step + 1, .seed = StepSeed(spec, step + 1)});
-    next_rows = RowsOfStep(run.train, step + 1, data.train_batch_size(), data.shuffle(),
-                           data.shuffle_seed());
-    for (int64_t row : next_rows.rows) next->prompts.push_back(run.train.row(row));
+    next = PlanOf(run, step + 1);
   }
   absl::StatusOr<StepResult> stepped = job.RunStepStages(plan, next ? &*next : nullptr);
   if (!stepped.ok()) {
-    // A bad prompt of the next step's rollout is named by that step's rows, and this step's batch
-    // is not what failed.
-    const bool in_next = FailedRolloutStep(stepped.status()) == step + 1;
+    // A bad prompt of a later step's rollout (one_step_off, async) is named by that step's rows,
+    // and this step's batch is not what failed.
+    const std::optional<int64_t> rollout_step = FailedRolloutStep(stepped.status());
+    const bool in_next = rollout_step.has_value() && *rollout_step != step;
     const absl::Status failed =
-        WithOrigin(stepped.status(), run.train, in_next ? next_rows.rows : rows.rows);
+        WithOrigin(stepped.status(), run.train,
+                   in_next ? RowsOfStep(run.train, *rollout_step, data.train_batch_size(),
+                                        data.shuffle(), data.shuffle_seed())
+                                 .rows
+                           : rows.rows);
     // A step that failed after its batch was complete (a non-finite update, say) leaves the batch
     // where it can be replayed; a stage before that left none, and the dump says so. A lost
     // worker (a fault: the job recovers) or a cancellation has no one to ask.
@@ -503,6 +514,10 @@ absl::Status JobDriver::Drive() {
   }
   progress.set_current_step(first - 1);
   KlController kl(spec.algorithm().kl(), kl_coef);
+  if (trainer.mode() == v1::TRAINER_MODE_ASYNC) {
+    job.StartAsyncRollout([this, &run](int64_t step) { return PlanOf(run, step); }, first,
+                          run.total);
+  }
   events_.running(progress);
 
   if (first == 1 && run.validates && trainer.val_before_train()) {

@@ -21,6 +21,7 @@
 #include "common/rpc/grpc_options.h"
 #include "controller/driver/pool_calls.h"
 #include "controller/driver/prompt_data.h"
+#include "controller/driver/rl_step.h"
 #include "rlhfd/v1/job_service.pb.h"
 #include "rlhfd/v1/job_spec.pb.h"
 
@@ -109,6 +110,8 @@ class JobDriver {
   // its logged responses appended to `samples`.
   absl::Status ValidateInto(JobStages& job, const RunData& run, int64_t step, Metrics& into,
                             std::vector<v1::ResponseSample>& samples);
+  // Step `step`'s plan: its prompts and seed (the KL coefficient is the caller's).
+  StepPlan PlanOf(const RunData& run, int64_t step) const;
   // Step `step` with its dump, validation and checkpoint on their cadence; its metrics to
   // events_.step.
   absl::Status RunOneStep(JobStages& job, const RunData& run, int64_t step, KlController& kl,

@@ -68,8 +68,22 @@ absl::StatusOr<Metrics> JobStages::RunStep(const StepPlan& plan, const StepPlan*
   return std::move(result.metrics);
 }
 
+void JobStages::StartAsyncRollout(std::function<StepPlan(int64_t)> plan_of, int64_t first,
+                                  int64_t last) {
+  async_.reset();
+  async_ = std::make_unique<AsyncRollout>(calls_, spec_, std::move(plan_of), first, last);
+}
+
 absl::StatusOr<StepResult> JobStages::RunStepStages(const StepPlan& plan, const StepPlan* next) {
   const bool one_step_off = spec_.trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF;
+  if (async_) {
+    absl::StatusOr<StepRollout> taken = async_->Take(plan.step);
+    if (!taken.ok()) {
+      async_.reset();  // spent: a run after this failure starts it again
+      return taken.status();
+    }
+    ahead_ = *std::move(taken);
+  }
   RolloutSchedule schedule{.ahead = std::exchange(ahead_, std::nullopt),
                            .next = one_step_off ? next : nullptr,
                            // A rollout pool of its own takes no call of the step's training.
@@ -142,8 +156,9 @@ v1::CheckpointRequest JobStages::CheckpointCall(int64_t step, const char* stage)
 
 absl::Status JobStages::SaveOnEveryRank(const v1::CheckpointRequest& request) {
   return calls_
-      .FanOut<v1::CheckpointRequest, v1::CheckpointReply>(
-          calls_.Everyone(), &StageService::SaveCheckpoint, [&](int, int) { return request; })
+      .FanOut<v1::CheckpointRequest, v1::CheckpointReply>(calls_.AllButRolloutPool(),
+                                                          &StageService::SaveCheckpoint,
+                                                          [&](int, int) { return request; })
       .status();
 }
 
@@ -208,6 +223,7 @@ absl::StatusOr<std::vector<v1::CheckpointReply>> JobStages::LoadRound(int64_t wa
 
 absl::StatusOr<int64_t> JobStages::LoadCheckpoint(int64_t step) {
   ahead_.reset();        // made with weights the load replaces
+  async_.reset();
   background_save_ = 0;  // the ranks drop a save in flight before they load
   const std::string& directory = spec_.trainer().checkpoint_dir();
   passed_over_.clear();
@@ -249,7 +265,7 @@ absl::StatusOr<int64_t> JobStages::LoadCheckpoint(int64_t step) {
 absl::StatusOr<std::vector<std::string>> JobStages::DumpBatch(int64_t step) {
   ASSIGN_OR_RETURN(const std::vector<v1::DumpBatchReply> dumped,
                    (calls_.FanOut<v1::DumpBatchRequest, v1::DumpBatchReply>(
-                       calls_.Everyone(), &StageService::DumpBatch, [&](int, int) {
+                       calls_.AllButRolloutPool(), &StageService::DumpBatch, [&](int, int) {
                          v1::DumpBatchRequest request;
                          *request.mutable_key() = calls_.Key(step, "dump");
                          request.set_directory(spec_.trainer().rollout_data_dir());
@@ -297,6 +313,7 @@ absl::StatusOr<std::vector<int64_t>> JobStages::MeasurePrompts(
 }
 
 void JobStages::End(absl::Duration deadline) {
+  async_.reset();  // its calls first
   absl::Status ended = calls_
                            .FanOut<v1::EndJobRequest, v1::EndJobReply>(
                                calls_.Everyone(), &StageService::EndJob,

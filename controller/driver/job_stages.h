@@ -7,6 +7,8 @@
 // Blocking: call it from a thread of its own, never from an event loop.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/stages/stage_service.h"
+#include "controller/driver/async_rollout.h"
 #include "controller/driver/pool_calls.h"
 #include "controller/driver/rl_step.h"
 #include "rlhfd/v1/job_spec.pb.h"
@@ -44,10 +47,16 @@ class JobStages {
   // trainer.mode one_step_off, `next` (null for the last step) is the next step's plan: its
   // rollout is generated before this step trains and kept for the next call.
   absl::StatusOr<StepResult> RunStepStages(const StepPlan& plan, const StepPlan* next = nullptr);
+  // trainer.mode async: from now on the rollout pool generates the batches of steps
+  // `first`..`last` (`plan_of` gives each step's plan) on a thread of its own (AsyncRollout), and
+  // each RunStepStages takes its step's. Call after Start and any LoadCheckpoint.
+  void StartAsyncRollout(std::function<StepPlan(int64_t step)> plan_of, int64_t first,
+                         int64_t last);
   // Generates for `prompts` with rollout.val_kwargs and scores them; `step` keys the call.
   absl::StatusOr<ValidationResult> Validate(int64_t step, const std::vector<v1::PromptRow>& prompts,
                                             uint64_t seed);
-  // Every rank saves step `step` in trainer.checkpoint_dir (the only directory a worker saves to
+  // Every rank but the rollout pool's (it keeps no state) saves step `step` in
+  // trainer.checkpoint_dir (the only directory a worker saves to
   // or loads from), then rank 0 commits it (commit record, `latest`, retention). `kl_coef` (the
   // driver's adaptive KL coefficient) is kept with it. RESOURCE_EXHAUSTED: a rank's disk or quota
   // is full; nothing was committed.
@@ -68,7 +77,8 @@ class JobStages {
   // NOT_FOUND: no checkpoint; DATA_LOSS: none is intact (naming the bad files). Newer steps
   // passed over are in passed_over().
   absl::StatusOr<int64_t> LoadCheckpoint(int64_t step);
-  // Every rank holding rows of `step` writes them under trainer.rollout_data_dir; the paths.
+  // Every rank holding rows of `step` (the rollout pool's aside: its rows moved to the actor's)
+  // writes them under trainer.rollout_data_dir; the paths.
   absl::StatusOr<std::vector<std::string>> DumpBatch(int64_t step);
   // The length in tokens of each of `prompts` (chat template applied, untruncated), measured by
   // rank 0 in chunks; needs no Start.
@@ -101,6 +111,8 @@ class JobStages {
   // one_step_off: the rollout the last step made for the next one (dropped by a failed step or
   // a checkpoint load: that step then generates its own).
   std::optional<StepRollout> ahead_;
+  // trainer.mode async: the rollout pool's thread (after calls_: stopped before it goes).
+  std::unique_ptr<AsyncRollout> async_;
   double loaded_kl_coef_ = 0;
   int64_t background_save_ = 0;  // the step of the background save in flight (0: none)
   std::vector<std::string> passed_over_;

@@ -82,6 +82,15 @@ std::vector<int> PoolCalls::Everyone() const {
   return everyone;
 }
 
+std::vector<int> PoolCalls::AllButRolloutPool() const {
+  const std::vector<int> pool = RanksOf(v1::ROLE_ROLLOUT);
+  std::vector<int> ranks;
+  for (int rank : Everyone()) {
+    if (std::find(pool.begin(), pool.end(), rank) == pool.end()) ranks.push_back(rank);
+  }
+  return ranks;
+}
+
 v1::StageKey PoolCalls::Key(int64_t step, const std::string& stage) const {
   v1::StageKey key;
   key.set_job_id(job_id_);

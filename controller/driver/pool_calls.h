@@ -97,6 +97,9 @@ class PoolCalls {
   std::vector<int> RanksOf(v1::Role role) const;
   // Every world rank.
   std::vector<int> Everyone() const;
+  // Every world rank but the rollout pool's (roles.rollout), which keeps no state to save and no
+  // rows but those it generates, and may be generating ahead (trainer.mode async).
+  std::vector<int> AllButRolloutPool() const;
   // The world ranks that had not answered when a fan-out ran past its deadline, of every
   // fan-out that did (none otherwise).
   std::vector<int> unanswered() const;

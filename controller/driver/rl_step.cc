@@ -41,8 +41,10 @@ class StepRun {
     // ahead, by the previous step's run, unless this is the first step run).
     std::optional<StepRollout> rollout = std::move(schedule.ahead);
     if (!rollout || rollout->step != plan_.step) {
-      ASSIGN_OR_RETURN(const RolloutWeights weights, SyncRolloutWeights(pools_, plan_.step));
-      ASSIGN_OR_RETURN(rollout, GenerateRollout(pools_, spec_, plan_, plan_.step - 1, weights));
+      ASSIGN_OR_RETURN(const RolloutWeights weights,
+                       SyncRolloutWeights(pools_, plan_.step, plan_.step - 1));
+      ASSIGN_OR_RETURN(rollout, GenerateRollout(pools_, spec_, plan_, plan_.step - 1));
+      AddRolloutWeights(weights, *rollout);
     }
     RETURN_IF_ERROR(UseRollout(*rollout));
     // one_step_off: the next step's rollout, with the weights this step starts from: first, or
@@ -53,11 +55,15 @@ class StepRun {
     RolloutWeights next_weights;
     if (schedule.next != nullptr) {
       const StepPlan& next_plan = *schedule.next;
-      absl::StatusOr<RolloutWeights> synced = SyncRolloutWeights(pools_, next_plan.step);
+      absl::StatusOr<RolloutWeights> synced =
+          SyncRolloutWeights(pools_, next_plan.step, plan_.step - 1);
       if (!synced.ok()) return WithFailedRollout(synced.status(), next_plan.step);
       next_weights = *std::move(synced);
-      const auto generate_next = [&] {
-        return GenerateRollout(pools_, spec_, next_plan, plan_.step - 1, next_weights);
+      const auto generate_next = [&]() -> absl::StatusOr<StepRollout> {
+        ASSIGN_OR_RETURN(StepRollout made,
+                         GenerateRollout(pools_, spec_, next_plan, plan_.step - 1));
+        AddRolloutWeights(next_weights, made);
+        return made;
       };
       if (schedule.overlap) {
         next = std::async(std::launch::async, generate_next);
@@ -81,20 +87,6 @@ class StepRun {
     result.samples = std::move(samples_);
     return result;
   }
-
-  // roles.rollout: what sending the actor's current weights to the rollout pool took, by rollout
-  // rank (none without a rollout pool).
-  struct RolloutWeights {
-    std::vector<v1::SyncWeightsReply> replies;
-    double seconds = 0;
-  };
-  static absl::StatusOr<RolloutWeights> SyncRolloutWeights(const PoolCalls& pools, int64_t step);
-  // Generates `plan`'s rollout on the actor ranks, or the rollout pool's over `weights`, with the
-  // weights after step `weights_step`.
-  static absl::StatusOr<StepRollout> GenerateRollout(const PoolCalls& pools,
-                                                     const v1::JobSpec& spec, const StepPlan& plan,
-                                                     int64_t weights_step,
-                                                     const RolloutWeights& weights);
 
  private:
   // 2. - 4.: the stages after the rollout.
@@ -130,7 +122,7 @@ class StepRun {
   absl::Status Forwards(bool critic);
   // The step's rollout as this run's: its shape and figures, and with a rollout pool its rows
   // moved to the actor ranks, which record their sources.
-  absl::Status UseRollout(const StepRollout& rollout);
+  absl::Status UseRollout(StepRollout& rollout);
   absl::Status RuleRewards();
   absl::Status Advantages();
   absl::Status Updates(bool critic, bool actor);
@@ -205,8 +197,10 @@ absl::StatusOr<std::function<v1::GenerateRequest(int, int)>> PromptShares(
   };
 }
 
-absl::StatusOr<StepRun::RolloutWeights> StepRun::SyncRolloutWeights(const PoolCalls& pools,
-                                                                    int64_t step) {
+}  // namespace
+
+absl::StatusOr<RolloutWeights> SyncRolloutWeights(const PoolCalls& pools, int64_t step,
+                                                  int64_t weights_step) {
   RolloutWeights weights;
   const std::vector<int> rollout = pools.RanksOf(v1::ROLE_ROLLOUT);
   if (rollout.empty()) return weights;
@@ -218,6 +212,7 @@ absl::StatusOr<StepRun::RolloutWeights> StepRun::SyncRolloutWeights(const PoolCa
                        ranks, &StageService::SyncWeights, [&](int, int) {
                          v1::SyncWeightsRequest request;
                          *request.mutable_key() = pools.Key(step, "sync_weights");
+                         request.set_weights_step(weights_step);
                          return request;
                        })));
   weights.replies.assign(std::make_move_iterator(replies.end() - rollout.size()),
@@ -226,11 +221,10 @@ absl::StatusOr<StepRun::RolloutWeights> StepRun::SyncRolloutWeights(const PoolCa
   return weights;
 }
 
-absl::StatusOr<StepRollout> StepRun::GenerateRollout(const PoolCalls& pools,
-                                                     const v1::JobSpec& spec, const StepPlan& plan,
-                                                     int64_t weights_step,
-                                                     const RolloutWeights& weights) {
-  const bool own_pool = !weights.replies.empty();
+absl::StatusOr<StepRollout> GenerateRollout(const PoolCalls& pools, const v1::JobSpec& spec,
+                                            const StepPlan& plan, int64_t weights_step,
+                                            const std::function<void()>& before_resume) {
+  const bool own_pool = !pools.RanksOf(v1::ROLE_ROLLOUT).empty();
   const std::vector<int> ranks = pools.RanksOf(own_pool ? v1::ROLE_ROLLOUT : v1::ROLE_ACTOR);
   ASSIGN_OR_RETURN(
       const auto requests,
@@ -239,19 +233,66 @@ absl::StatusOr<StepRollout> StepRun::GenerateRollout(const PoolCalls& pools,
   StepRollout rollout{.step = plan.step, .weights_step = weights_step};
   ASSIGN_OR_RETURN(rollout.replies, (pools.FanOut<v1::GenerateRequest, v1::GenerateReply>(
                                         ranks, &StageService::Generate, requests)));
-  // The rollout pool's weights came first, a part of generating as the hybrid engine's update
-  // is (verl's timing_s/update_weights), with their check.
-  for (size_t i = 0; i < weights.replies.size(); ++i) {
+  // The pool's ranks agree on whether any response is unfinished: they go on together.
+  for (int resumed = 1; rollout.replies[0].unfinished() > 0; ++resumed) {
+    if (before_resume) before_resume();
+    const std::string stage = absl::StrCat("generate_resume_", resumed);
+    ASSIGN_OR_RETURN(const auto shares,
+                     PromptShares(pools, plan, ranks, "rollout pool", stage.c_str()));
+    ASSIGN_OR_RETURN(rollout.replies,
+                     (pools.FanOut<v1::GenerateRequest, v1::GenerateReply>(
+                         ranks, &StageService::Generate, [&](int rank, int position) {
+                           v1::GenerateRequest request = shares(rank, position);
+                           request.set_resume(true);
+                           return request;
+                         })));
+  }
+  rollout.seconds = stopwatch.Seconds();
+  return rollout;
+}
+
+void AddRolloutWeights(const RolloutWeights& weights, StepRollout& rollout) {
+  for (size_t i = 0; i < weights.replies.size() && i < rollout.replies.size(); ++i) {
     auto& metrics = *rollout.replies[i].mutable_metrics();
     for (const auto& [name, value] : weights.replies[i].metrics()) {
       metrics[name == "sync_weights_s" ? "update_weights_s" : name] = value;
     }
   }
-  rollout.seconds = stopwatch.Seconds() + weights.seconds;
-  return rollout;
+  rollout.seconds += weights.seconds;
 }
 
-absl::Status StepRun::UseRollout(const StepRollout& rollout) {
+absl::Status AdoptPoolRollout(const PoolCalls& pools, const v1::JobSpec& spec, const StepPlan& plan,
+                              StepRollout& rollout) {
+  const Stopwatch stopwatch;
+  const StepShape shape{
+      .rows = static_cast<int64_t>(plan.prompts.size()) * spec.roles().actor().rollout().n(),
+      .prompt_length = rollout.replies[0].prompt_length(),
+      .response_length = rollout.replies[0].response_length()};
+  std::vector<std::string_view> moved = {tensors::kInputIds, tensors::kAttentionMask,
+                                         tensors::kResponseMask, tensors::kRolloutLogProbs};
+  if (spec.trainer().mode() == v1::TRAINER_MODE_ASYNC) {
+    moved.push_back(tensors::kRolloutWeightsStep);
+  }
+  RETURN_IF_ERROR(
+      pools.Move(plan.step, shape, moved, v1::ROLE_ROLLOUT, v1::ROLE_ACTOR, rollout.metrics));
+  const std::vector<int> actors = pools.RanksOf(v1::ROLE_ACTOR);
+  ASSIGN_OR_RETURN(auto shares, PromptShares(pools, plan, actors, "actor", "adopt_rollout"));
+  const auto adopt = [&](int rank, int position) {
+    v1::GenerateRequest request = shares(rank, position);
+    request.set_rows_from_rollout_pool(true);
+    return request;
+  };
+  const auto adopted =
+      pools.FanOut<v1::GenerateRequest, v1::GenerateReply>(actors, &StageService::Generate, adopt);
+  RETURN_IF_ERROR(adopted.status());
+  rollout.metrics["timing_s/adopt_rollout"] += stopwatch.Seconds();
+  rollout.adopted = true;
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status StepRun::UseRollout(StepRollout& rollout) {
   const std::vector<v1::GenerateReply>& generated = rollout.replies;
   const int64_t prompts = static_cast<int64_t>(plan_.prompts.size());
   shape_ = StepShape{.rows = prompts * spec_.roles().actor().rollout().n(),
@@ -259,28 +300,15 @@ absl::Status StepRun::UseRollout(const StepRollout& rollout) {
                      .response_length = generated[0].response_length()};
   tokens_ = AddGenerationMetrics(generated, shape_.rows, metrics_);
   metrics_["timing_s/gen"] = rollout.seconds;
-  if (spec_.trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF) {
+  if (spec_.trainer().mode() != v1::TRAINER_MODE_SYNC) {
     // How many updates behind the weights being trained the rollout's weights are (verl's
     // trajectory staleness, in steps): 1 in one_step_off, 0 at the first step and after a resume.
-    metrics_["training/off_policy/trajectory_staleness/mean"] =
-        static_cast<double>(plan_.step - 1 - rollout.weights_step);
+    AddStalenessMetrics(generated, shape_.rows, plan_.step, rollout.weights_step, metrics_);
   }
   if (pools_.RanksOf(v1::ROLE_ROLLOUT).empty()) return absl::OkStatus();
-  return Timed("adopt_rollout", [&]() -> absl::Status {
-    RETURN_IF_ERROR(Move({tensors::kInputIds, tensors::kAttentionMask, tensors::kResponseMask,
-                          tensors::kRolloutLogProbs},
-                         v1::ROLE_ROLLOUT, v1::ROLE_ACTOR));
-    const std::vector<int> actors = pools_.RanksOf(v1::ROLE_ACTOR);
-    ASSIGN_OR_RETURN(auto shares, PromptShares(pools_, plan_, actors, "actor", "adopt_rollout"));
-    const auto adopt = [&](int rank, int position) {
-      v1::GenerateRequest request = shares(rank, position);
-      request.set_rows_from_rollout_pool(true);
-      return request;
-    };
-    return pools_
-        .FanOut<v1::GenerateRequest, v1::GenerateReply>(actors, &StageService::Generate, adopt)
-        .status();
-  });
+  if (!rollout.adopted) RETURN_IF_ERROR(AdoptPoolRollout(pools_, spec_, plan_, rollout));
+  for (const auto& [name, value] : rollout.metrics) metrics_[name] += value;
+  return absl::OkStatus();
 }
 
 std::vector<StepRun::PoolForward> StepRun::PoolForwards(bool critic) const {

@@ -1,6 +1,7 @@
 #include "controller/driver/step_metrics.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -80,6 +81,36 @@ void AddStragglerMetrics(const std::vector<v1::GenerateReply>& generated, Metric
 }
 
 }  // namespace
+
+void AddStalenessMetrics(const std::vector<v1::GenerateReply>& generated, int64_t rows,
+                         int64_t step, int64_t weights_step, Metrics& metrics) {
+  const double trained_from = static_cast<double>(step - 1);
+  double oldest_sum = 0, oldest_least = static_cast<double>(weights_step), partial = 0;
+  const bool per_response = Largest(generated, "oldest_weights_step_min").has_value();
+  if (per_response) {
+    oldest_least = std::numeric_limits<double>::infinity();
+    for (const v1::GenerateReply& reply : generated) {
+      const auto& figures = reply.metrics();
+      const auto figure = [&figures](const char* name, double otherwise) {
+        const auto found = figures.find(name);
+        return found == figures.end() ? otherwise : found->second;
+      };
+      oldest_sum += figure("oldest_weights_step_sum", 0);
+      oldest_least = std::min(oldest_least, figure("oldest_weights_step_min", oldest_least));
+      partial += figure("partial_responses", 0);
+    }
+  } else {
+    oldest_sum = static_cast<double>(weights_step) * static_cast<double>(rows);
+  }
+  const double all_rows = static_cast<double>(std::max<int64_t>(rows, 1));
+  metrics["training/off_policy/trajectory_staleness/mean"] = trained_from - oldest_sum / all_rows;
+  metrics["training/off_policy/trajectory_staleness/max"] = trained_from - oldest_least;
+  if (per_response) {
+    metrics["training/off_policy/partial_rollout_ratio"] = partial / all_rows;
+    metrics["training/off_policy/rollout_interruptions"] =
+        Largest(generated, "interruptions").value_or(0.0);
+  }
+}
 
 StepTokens AddGenerationMetrics(const std::vector<v1::GenerateReply>& generated, int64_t rows,
                                 Metrics& metrics) {

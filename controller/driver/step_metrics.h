@@ -27,6 +27,13 @@ StepTokens AddGenerationMetrics(const std::vector<v1::GenerateReply>& generated,
 // step, val-aux/ for validation), timing_s/agent_loop/tool_calls/mean (verl's: a response's
 // tool time, mean), agent/tool_calls/mean and agent/tool_errors/mean (per response). Nothing
 // when the replies carry no turns (single-turn jobs).
+// How stale a rollout's samples are when step `step` trains them (trainer.mode one_step_off and
+// async), in verl's names: updates between the weights each response began with and those the
+// step starts from. From the rollout pool's replies in async mode (each token's weights are
+// recorded there, with partial rollouts' share and interruptions), else `weights_step`, the
+// whole rollout's.
+void AddStalenessMetrics(const std::vector<v1::GenerateReply>& generated, int64_t rows,
+                         int64_t step, int64_t weights_step, Metrics& metrics);
 void AddTurnMetrics(const std::vector<const google::protobuf::Map<std::string, double>*>& replies,
                     double samples, const std::string& prefix, Metrics& metrics);
 

@@ -44,15 +44,18 @@ using testing::TestSpec;
 
 // One role host per world rank of `spec`, on loopback.
 struct Hosts {
-  explicit Hosts(const v1::JobSpec& spec, RolloutWeightsHook hook = nullptr) {
+  // `decode_hold`: each decode step of a rollout pool's rank waits this long.
+  explicit Hosts(const v1::JobSpec& spec, RolloutWeightsHook hook = nullptr,
+                 absl::Duration decode_hold = absl::ZeroDuration()) {
     at::set_num_threads(1);
     const int world = WorldSize(PlacePools(spec));
     for (int r = 0; r < world; ++r) {
-      hosts.push_back(
-          std::make_unique<RoleHost>(RoleHostOptions{.device = at::kCPU,
-                                                     .host = "127.0.0.1",
-                                                     .collective_timeout = std::chrono::seconds(60),
-                                                     .rollout_weights_hook = hook}));
+      hosts.push_back(std::make_unique<RoleHost>(
+          RoleHostOptions{.device = at::kCPU,
+                          .host = "127.0.0.1",
+                          .collective_timeout = std::chrono::seconds(60),
+                          .rollout_weights_hook = hook,
+                          .fault_hold_rollout_decode_step = decode_hold}));
       services.push_back(hosts.back().get());
     }
   }
@@ -331,6 +334,34 @@ TEST_CASE(
                            "trainer.device=cpu", "trainer.mode=one_step_off",
                            "trainer.verify_weight_sync=1"}),
         4, 3);
+  }
+}
+
+// trainer.mode async: the rollout pool generates the next batches on a thread of its own while
+// the actor trains. Its decode steps are held (400 ms, 3.2 s a batch), so a batch outlasts a
+// step's training and this test's one-process replay of it (about 1.5 s), and a weight update
+// reaches the pool mid-batch: with partial rollouts it interrupts the batch,
+// which goes on with the new weights. Every token's rollout log-prob is held to one process's
+// under the weights that sampled it (step_check's CheckAsyncRollout), the staleness to
+// trainer.max_staleness, and the intermediates and updates to one process's.
+TEST_CASE(
+    "async: the pool generates ahead; each token's weights are checked; the steps equal one "
+    "process",
+    "[roles][async]") {
+  SECTION("GRPO, a pool of 2, partial rollouts, max_staleness 1") {
+    const v1::JobSpec spec =
+        TestSpec(kGrpoJob, {"roles.rollout.gpus=2", "trainer.mode=async",
+                            "roles.rollout.partial_rollout=true", "trainer.verify_weight_sync=1",
+                            "data.max_response_length=8"});
+    Hosts hosts(spec, nullptr, absl::Milliseconds(400));
+    testing::CheckAgainstOneProcess(spec, hosts.services, 2, 4);
+  }
+  SECTION("PPO (greedy), a pool of 1, whole batches, max_staleness 2") {
+    const v1::JobSpec spec =
+        TestSpec(kPpoJob, {"roles.rollout.gpus=1", "trainer.mode=async", "trainer.max_staleness=2",
+                           "trainer.verify_weight_sync=1"});
+    Hosts hosts(spec, nullptr, absl::Milliseconds(20));
+    testing::CheckAgainstOneProcess(spec, hosts.services, 4, 4);
   }
 }
 

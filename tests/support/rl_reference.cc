@@ -114,6 +114,25 @@ ReferenceModels LoadReferenceModels(const v1::JobSpec& spec) {
   return models;
 }
 
+at::Tensor ResponseLogProbs(const v1::JobSpec& spec, model::Transformer& model,
+                            const StepTensors& generated) {
+  at::NoGradGuard no_grad;
+  const auto& t = generated.tensors;
+  const at::Tensor ids = t.at("input_ids"), mask = t.at("attention_mask");
+  const at::Tensor response_mask = t.at("response_mask");
+  const int64_t p = generated.prompt_length, r = response_mask.size(1);
+  // From full logits: position j predicts token j + 1.
+  const double temperature = spec.roles().actor().rollout().temperature() > 0
+                                 ? spec.roles().actor().rollout().temperature()
+                                 : 1.0;
+  const at::Tensor logits =
+      model->Logits(model->Hidden({.input_ids = ids, .attention_mask = mask})) / temperature;
+  const at::Tensor all = at::log_softmax(logits.narrow(1, 0, ids.size(1) - 1).to(at::kDouble), -1)
+                             .gather(-1, ids.narrow(1, 1, ids.size(1) - 1).unsqueeze(-1))
+                             .squeeze(-1);
+  return (all.narrow(1, p - 1, r) * response_mask).to(at::kFloat);
+}
+
 StepTensors ReferenceForwards(const v1::JobSpec& spec, ReferenceModels& models,
                               const StepTensors& generated, double kl_coef,
                               const at::Tensor& given_scores) {
@@ -123,18 +142,8 @@ StepTensors ReferenceForwards(const v1::JobSpec& spec, ReferenceModels& models,
   const at::Tensor ids = t.at("input_ids"), mask = t.at("attention_mask");
   const at::Tensor response_mask = t.at("response_mask");
   const int64_t p = generated.prompt_length, r = response_mask.size(1);
-  // Log-probs from full logits: position j predicts token j + 1, under the rollout's sampling
-  // temperature (1 for a greedy rollout), as verl's actor and reference take them.
-  const double temperature = spec.roles().actor().rollout().temperature() > 0
-                                 ? spec.roles().actor().rollout().temperature()
-                                 : 1.0;
   const auto log_probs = [&](model::Transformer& model) {
-    const at::Tensor logits =
-        model->Logits(model->Hidden({.input_ids = ids, .attention_mask = mask})) / temperature;
-    const at::Tensor all = at::log_softmax(logits.narrow(1, 0, ids.size(1) - 1).to(at::kDouble), -1)
-                               .gather(-1, ids.narrow(1, 1, ids.size(1) - 1).unsqueeze(-1))
-                               .squeeze(-1);
-    return (all.narrow(1, p - 1, r) * response_mask).to(at::kFloat);
+    return ResponseLogProbs(spec, model, generated);
   };
   // verl's bypass mode: the rollout's log-probs are the old ones.
   const v1::RolloutCorrectionSpec& correction = spec.algorithm().rollout_correction();

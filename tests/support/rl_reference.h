@@ -46,6 +46,11 @@ StepTensors ReferenceForwards(const v1::JobSpec& spec, ReferenceModels& models,
                               const StepTensors& generated, double kl_coef,
                               const at::Tensor& scores = at::Tensor());
 
+// The log-probs `model` gives each response token of `generated` (0 past a response), under the
+// rollout's sampling temperature (1 for a greedy rollout), as verl's actor and reference take them.
+at::Tensor ResponseLogProbs(const v1::JobSpec& spec, model::Transformer& model,
+                            const StepTensors& generated);
+
 // The actor and critic updates of the step over the whole batch in one process (every
 // mini-batch the union of the replicas' rows when one mini-batch holds the whole batch).
 void ReferenceUpdates(const v1::JobSpec& spec, ReferenceModels& models, const StepTensors& step,

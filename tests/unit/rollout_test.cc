@@ -607,4 +607,93 @@ TEST_CASE("release frees the cache and the next generate rebuilds it", "[rollout
   CHECK(before[0].samples[0].token_ids == after[0].samples[0].token_ids);
 }
 
+// Partial rollouts (trainer.mode async): a call interrupted mid-way returns every unfinished
+// sample with its tokens so far; resumed from them (each its own request, with its own seed),
+// the samples end as they would have uninterrupted: the same tokens, sampled or greedy, and the
+// same log-probs (the resumed context is prefilled where it was decoded: within 1e-4). Two cache
+// slots for six samples, so some wait unadmitted when the interruption comes.
+TEST_CASE("partial rollouts: interrupted samples resumed from their tokens end as uninterrupted",
+          "[rollout][partial]") {
+  EngineOptions options;
+  options.max_num_seqs = 2;
+  options.decode_step_hold = std::chrono::milliseconds(2);
+  auto engine = MakeEngine(Load("tiny-qwen3"), options);
+  std::vector<GenerationRequest> requests;
+  for (int64_t i = 0; i < 3; ++i) {
+    GenerationRequest request{Prompt(6 + i, i), {}};
+    request.sampling.n = 2;
+    request.sampling.seed = 11 + i;
+    request.sampling.temperature = i == 2 ? 0 : 0.9;
+    request.sampling.max_new_tokens = 20;
+    request.sampling.ignore_eos = true;
+    requests.push_back(request);
+  }
+  const std::vector<GenerationResult> whole = MustGenerate(*engine, requests);
+
+  // Each round interrupts a little later; the unfinished samples go on in the next.
+  std::vector<std::vector<Completion>> so_far(3, std::vector<Completion>(2));
+  for (auto& samples : so_far) {
+    for (Completion& sample : samples) sample.finish_reason = FinishReason::kInterrupted;
+  }
+  int partial_rounds = 0;
+  for (int round = 0; round < 200; ++round) {
+    std::vector<GenerationRequest> going_on;
+    std::vector<std::pair<int64_t, int64_t>> which;
+    for (int64_t i = 0; i < 3; ++i) {
+      for (int64_t j = 0; j < 2; ++j) {
+        if (so_far[i][j].finish_reason != FinishReason::kInterrupted) continue;
+        GenerationRequest resumed = requests[i];
+        resumed.sampling.n = 1;
+        resumed.sampling.seed = SampleSeed(*requests[i].sampling.seed, j);
+        resumed.resumed = so_far[i][j];
+        going_on.push_back(std::move(resumed));
+        which.emplace_back(i, j);
+      }
+    }
+    if (going_on.empty()) break;
+    std::atomic<int64_t> interrupt{0};
+    std::thread interrupter([&interrupt, round] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(6 + 4 * round));
+      interrupt = 1;
+    });
+    auto results = engine->Generate(going_on, nullptr, &interrupt);
+    interrupter.join();
+    INFO(results.status());
+    REQUIRE(results.ok());
+    for (size_t k = 0; k < which.size(); ++k) {
+      const auto [i, j] = which[k];
+      const Completion& sample = (*results)[k].samples[0];
+      const size_t before = so_far[i][j].token_ids.size();
+      REQUIRE(sample.token_ids.size() >= before);
+      CHECK(std::equal(so_far[i][j].token_ids.begin(), so_far[i][j].token_ids.end(),
+                       sample.token_ids.begin()));
+      if (sample.finish_reason == FinishReason::kInterrupted && sample.token_ids.size() > before &&
+          sample.token_ids.size() < 20) {
+        ++partial_rounds;
+      }
+      so_far[i][j] = sample;
+    }
+  }
+  CHECK(partial_rounds > 0);
+  for (int64_t i = 0; i < 3; ++i) {
+    for (int64_t j = 0; j < 2; ++j) {
+      INFO("prompt " << i << " sample " << j);
+      const Completion& resumed = so_far[i][j];
+      const Completion& expected = whole[i].samples[j];
+      REQUIRE(resumed.finish_reason == FinishReason::kLength);
+      CHECK(resumed.token_ids == expected.token_ids);
+      REQUIRE(resumed.logprobs.size() == expected.logprobs.size());
+      for (size_t t = 0; t < expected.logprobs.size(); ++t) {
+        CHECK(std::abs(resumed.logprobs[t] - expected.logprobs[t]) < 1e-4);
+      }
+    }
+  }
+  // A resumed request is checked: n 1, its own seed, fewer tokens than max_new_tokens.
+  GenerationRequest bad = requests[0];
+  bad.resumed = whole[0].samples[0];
+  const auto refused = engine->Generate({bad});
+  CHECK(absl::IsInvalidArgument(refused.status()));
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("resumed sample"));
+}
+
 }  // namespace rlhfd::rollout

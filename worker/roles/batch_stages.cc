@@ -114,7 +114,8 @@ absl::Status AddStepSamples(const HostedJob& job, const StepBatch& batch,
 }  // namespace
 
 absl::StatusOr<v1::GenerateReply> RunGenerate(HostedJob& job, const v1::GenerateRequest& request,
-                                              const at::Device& device) {
+                                              const at::Device& device,
+                                              const std::atomic<int64_t>* queued_pool_calls) {
   // A rollout pool of its own generates; the actor's ranks then take their rows from it.
   const v1::Role generator = job.layout->Find(v1::ROLE_ROLLOUT) ? v1::ROLE_ROLLOUT : v1::ROLE_ACTOR;
   const bool adopts = request.rows_from_rollout_pool();
@@ -145,7 +146,9 @@ absl::StatusOr<v1::GenerateReply> RunGenerate(HostedJob& job, const v1::Generate
         AdoptRows(job.spec, job.actor->tokenizer(), job.actor->prompt_tools(), request, batch));
     return v1::GenerateReply();
   }
-  if (generator == v1::ROLE_ROLLOUT) return job.rollout->Generate(request, total_rows, rows, batch);
+  if (generator == v1::ROLE_ROLLOUT) {
+    return job.rollout->Generate(request, total_rows, rows, batch, queued_pool_calls);
+  }
   ASSIGN_OR_RETURN(v1::GenerateReply reply, job.actor->Generate(request, total_rows, rows, batch));
   if (algorithms::NeedsGreedyBaseline(job.spec.algorithm())) {
     RETURN_IF_ERROR(PutGreedyBaseline(job, request, n, device));
@@ -168,8 +171,9 @@ absl::StatusOr<v1::SyncWeightsReply> RunSyncWeights(HostedJob& job,
                                                      WeightSyncCheckDue(job.spec, step)));
   } else {
     RETURN_IF_ERROR(NeedRole(job, v1::ROLE_ROLLOUT, job.rollout != nullptr));
-    ASSIGN_OR_RETURN(
-        figures, job.rollout->ReceiveWeights(*job.weights_sync, step, job.rollout_weights_hook));
+    ASSIGN_OR_RETURN(figures,
+                     job.rollout->ReceiveWeights(*job.weights_sync, step, request.weights_step(),
+                                                 job.rollout_weights_hook));
   }
   v1::SyncWeightsReply reply;
   reply.mutable_metrics()->insert(figures.begin(), figures.end());

@@ -13,9 +13,11 @@ namespace rlhfd::roles {
 
 // The rollout of this rank's prompts, on the actor's ranks (with ReMax, also the greedy
 // baseline's rewards) or a rollout pool's; an actor rank of a job with a rollout pool records
-// its rows' sources once they moved here (rows_from_rollout_pool).
+// its rows' sources once they moved here (rows_from_rollout_pool). A rollout rank's partial
+// rollout stops once `queued_pool_calls` is above 0 (RolloutRole::Generate).
 absl::StatusOr<v1::GenerateReply> RunGenerate(HostedJob& job, const v1::GenerateRequest& request,
-                                              const at::Device& device);
+                                              const at::Device& device,
+                                              const std::atomic<int64_t>* queued_pool_calls);
 // roles.rollout: the actor's weights to the rollout pool (pool_weight_sync.h), on every rank of
 // both pools.
 absl::StatusOr<v1::SyncWeightsReply> RunSyncWeights(HostedJob& job,

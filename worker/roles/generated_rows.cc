@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/algorithms/on_policy.h"
+#include "common/stages/step_tensors.h"
 #include "common/status/status_macros.h"
 #include "common/util/stopwatch.h"
 #include "worker/roles/rollout_sampling.h"
@@ -70,6 +72,35 @@ absl::Status PutRollout(const v1::GenerateRequest& request, const PromptRequests
   return absl::OkStatus();
 }
 
+// Each response token's weights' step as the rollout_weights_step tensor, and in `reply` the
+// figures the driver's staleness metrics come from: the oldest step each response started on
+// (summed, and the least), and how many responses span more than one.
+absl::Status PutWeightsSteps(const TokenWeightsSteps& weights_steps, const at::Device& device,
+                             StepBatch& batch, v1::GenerateReply& reply) {
+  const int64_t r = batch.response_length();
+  at::Tensor steps = at::zeros({batch.rows().size(), r}, at::kFloat);
+  double oldest_sum = 0, oldest_least = std::numeric_limits<double>::infinity(), spanning = 0;
+  int64_t row = 0;
+  for (const auto& prompt : weights_steps) {
+    for (const std::vector<float>& tokens : prompt) {
+      if (!tokens.empty()) {
+        steps[row].narrow(0, 0, static_cast<int64_t>(tokens.size())).copy_(at::tensor(tokens));
+        const auto [least, most] = std::minmax_element(tokens.begin(), tokens.end());
+        oldest_sum += *least;
+        oldest_least = std::min<double>(oldest_least, *least);
+        spanning += *least != *most ? 1 : 0;
+      }
+      ++row;
+    }
+  }
+  RETURN_IF_ERROR(batch.Put(stages::tensors::kRolloutWeightsStep, steps.to(device)));
+  auto& metrics = *reply.mutable_metrics();
+  metrics["oldest_weights_step_sum"] = oldest_sum;
+  metrics["oldest_weights_step_min"] = oldest_least;
+  metrics["partial_responses"] = spanning;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<v1::GenerateReply> GenerateRows(const RowsGenerator& generator,
@@ -77,17 +108,8 @@ absl::StatusOr<v1::GenerateReply> GenerateRows(const RowsGenerator& generator,
                                                int64_t total_rows, RowRange rows,
                                                StepBatch& batch) {
   const auto start = std::chrono::steady_clock::now();
-  const int64_t n = generator.spec.roles().actor().rollout().n();
-  const int64_t prompts = request.prompts_size();
-  if (prompts * n != rows.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "generate: this rank holds rows [", rows.begin, ", ", rows.end, ") of ", total_rows,
-        ", which is ", rows.size(), " responses, but was given ", prompts, " prompts x n ", n));
-  }
-  ASSIGN_OR_RETURN(const PromptRequests encoded,
-                   EncodeRequests(generator.tokenizer, request.prompts(), generator.spec.data(),
-                                  request.first_prompt(), request.seed(),
-                                  TrainingSampling(generator.spec), generator.tools));
+  RETURN_IF_ERROR(CheckShare(generator.spec, request, total_rows, rows));
+  ASSIGN_OR_RETURN(const PromptRequests encoded, EncodeShare(generator, request));
   google::protobuf::Map<std::string, double> turn_metrics;
   ASSIGN_OR_RETURN(const std::vector<rollout::GenerationResult> results,
                    generator.rollout(encoded.requests, request.key().step(), turn_metrics));
@@ -95,11 +117,46 @@ absl::StatusOr<v1::GenerateReply> GenerateRows(const RowsGenerator& generator,
   // generate_s also holds the wait for the other replicas below, so only this tells a slow
   // host apart (the driver's perf/straggler/gen/*).
   const double rollout_seconds = std::max(0.0, SecondsSince(start) - generator.weights_update_s());
-  generator.release_cache();  // the update needs the memory
+  ASSIGN_OR_RETURN(v1::GenerateReply reply, LayOutRows(generator, request, encoded, results,
+                                                       nullptr, total_rows, rows, batch));
+  auto& metrics = *reply.mutable_metrics();
+  metrics.insert(turn_metrics.begin(), turn_metrics.end());
+  const double seconds = SecondsSince(start);
+  metrics["generate_s"] = seconds;
+  metrics["rollout_s"] = rollout_seconds;
+  metrics["tokens_per_s"] = metrics["response_tokens"] / std::max(seconds, 1e-9);
+  return reply;
+}
 
+absl::Status CheckShare(const v1::JobSpec& spec, const v1::GenerateRequest& request,
+                        int64_t total_rows, RowRange rows) {
+  const int64_t n = spec.roles().actor().rollout().n();
+  if (request.prompts_size() * n != rows.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("generate: this rank holds rows [", rows.begin, ", ", rows.end, ") of ",
+                     total_rows, ", which is ", rows.size(), " responses, but was given ",
+                     request.prompts_size(), " prompts x n ", n));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PromptRequests> EncodeShare(const RowsGenerator& generator,
+                                           const v1::GenerateRequest& request) {
+  return EncodeRequests(generator.tokenizer, request.prompts(), generator.spec.data(),
+                        request.first_prompt(), request.seed(), TrainingSampling(generator.spec),
+                        generator.tools);
+}
+
+absl::StatusOr<v1::GenerateReply> LayOutRows(const RowsGenerator& generator,
+                                             const v1::GenerateRequest& request,
+                                             const PromptRequests& encoded,
+                                             const std::vector<rollout::GenerationResult>& results,
+                                             const TokenWeightsSteps* weights_steps,
+                                             int64_t total_rows, RowRange rows, StepBatch& batch) {
+  generator.release_cache();  // the update needs the memory
   // P and R over the whole batch: every rank of the pool lays its rows out the same way.
   std::vector<double> longest = {1, 1};
-  for (int64_t i = 0; i < prompts; ++i) {
+  for (int64_t i = 0; i < request.prompts_size(); ++i) {
     longest[0] = std::max<double>(longest[0], encoded.requests[i].prompt_ids.size());
     for (const rollout::Completion& sample : results[i].samples) {
       longest[1] = std::max<double>(longest[1], sample.token_ids.size());
@@ -111,6 +168,9 @@ absl::StatusOr<v1::GenerateReply> GenerateRows(const RowsGenerator& generator,
   batch.Begin(request.key().step(), total_rows, rows, p, r);
   v1::GenerateReply reply;
   RETURN_IF_ERROR(PutRollout(request, encoded, results, generator.device, batch, reply));
+  if (weights_steps != nullptr) {
+    RETURN_IF_ERROR(PutWeightsSteps(*weights_steps, generator.device, batch, reply));
+  }
   if (algorithms::OldLogProbsFromRollout(generator.spec)) {
     // verl's bypass mode: the rollout's log-probs are the old ones.
     ASSIGN_OR_RETURN(const at::Tensor rollout_log_probs, batch.Get("rollout_log_probs", "bypass"));
@@ -118,12 +178,6 @@ absl::StatusOr<v1::GenerateReply> GenerateRows(const RowsGenerator& generator,
   }
   reply.set_prompt_length(static_cast<int32_t>(p));
   reply.set_response_length(static_cast<int32_t>(r));
-  const double seconds = SecondsSince(start);
-  auto& metrics = *reply.mutable_metrics();
-  metrics.insert(turn_metrics.begin(), turn_metrics.end());
-  metrics["generate_s"] = seconds;
-  metrics["rollout_s"] = rollout_seconds;
-  metrics["tokens_per_s"] = metrics["response_tokens"] / std::max(seconds, 1e-9);
   return reply;
 }
 

@@ -15,6 +15,7 @@
 #include "rlhfd/v1/job_spec.pb.h"
 #include "rlhfd/v1/worker_service.pb.h"
 #include "worker/model/tokenizer.h"
+#include "worker/roles/rollout_sampling.h"
 #include "worker/roles/step_batch.h"
 #include "worker/rollout/engine.h"
 
@@ -47,6 +48,24 @@ struct RowsGenerator {
 absl::StatusOr<v1::GenerateReply> GenerateRows(const RowsGenerator& generator,
                                                const v1::GenerateRequest& request,
                                                int64_t total_rows, RowRange rows, StepBatch& batch);
+
+// A rollout made in parts (trainer.mode async with partial rollouts) uses GenerateRows' halves:
+// INVALID_ARGUMENT unless `request`'s prompts, n each, are this rank's `rows`;
+absl::Status CheckShare(const v1::JobSpec& spec, const v1::GenerateRequest& request,
+                        int64_t total_rows, RowRange rows);
+// the engine's requests for `request`'s prompts;
+absl::StatusOr<PromptRequests> EncodeShare(const RowsGenerator& generator,
+                                           const v1::GenerateRequest& request);
+// and once every response is finished, the rows laid out as GenerateRows does, with (when
+// `weights_steps` is given: by prompt, response and token, the step whose update the weights that
+// sampled the token include) the rollout_weights_step tensor and the oldest step's figures.
+using TokenWeightsSteps = std::vector<std::vector<std::vector<float>>>;
+absl::StatusOr<v1::GenerateReply> LayOutRows(const RowsGenerator& generator,
+                                             const v1::GenerateRequest& request,
+                                             const PromptRequests& encoded,
+                                             const std::vector<rollout::GenerationResult>& results,
+                                             const TokenWeightsSteps* weights_steps,
+                                             int64_t total_rows, RowRange rows, StepBatch& batch);
 
 // An actor rank of a job with a rollout pool, once the step's rows moved here from it: records
 // the source of each row of `request`'s prompts (encoded as the rollout pool encoded them), and in

@@ -8,10 +8,13 @@
 namespace rlhfd::roles {
 
 StepBatch& HostedJob::BatchOf(int64_t step) {
-  // one_step_off: step s's stages follow step s + 1's rollout; otherwise a step's memory goes
-  // as soon as the next one begins.
-  const bool one_step_off = spec.trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF;
-  batches.erase(batches.begin(), batches.lower_bound(one_step_off ? step - 1 : step));
+  // one_step_off: step s's stages follow step s + 1's rollout; async: a rollout rank generates up
+  // to max_staleness batches ahead of the one the actor takes next. Otherwise a step's memory
+  // goes as soon as the next one begins.
+  int64_t kept = 0;
+  if (spec.trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF) kept = 1;
+  if (spec.trainer().mode() == v1::TRAINER_MODE_ASYNC) kept = spec.trainer().max_staleness();
+  batches.erase(batches.begin(), batches.lower_bound(step - kept));
   return batches[step];
 }
 

@@ -59,7 +59,7 @@ struct HostedJob {
   RolloutWeightsHook rollout_weights_hook;  // tests: corrupts the received weights
   std::unique_ptr<ResponseScorer> scorer;  // rule / remote rewards, on the actor ranks
   // The rows of the steps under way, by step: with trainer.mode one_step_off, step s + 1's
-  // rollout begins before step s trains.
+  // rollout begins before step s trains; async, a rollout rank holds up to max_staleness + 1.
   std::map<int64_t, StepBatch> batches;
   v1::StartJobReply started;
   // Successful replies by key, serialized; the last two steps' are kept.
@@ -78,7 +78,8 @@ struct HostedJob {
   // The trained roles this rank hosts, actor first.
   std::vector<std::pair<v1::Role, TrainedRole*>> TrainedRoles();
   // The rows this rank holds of `step` (none begun when it holds none yet). Earlier steps are
-  // dropped (with trainer.mode one_step_off, those before step - 1): no stage goes back to them.
+  // dropped (with trainer.mode one_step_off, those before step - 1; async, before step -
+  // max_staleness): no stage goes back to them.
   StepBatch& BatchOf(int64_t step);
   // The communicator of `role`'s pool (this rank must be in it).
   parallel::Communicator& PoolOf(v1::Role role) { return *pools.at(role); }

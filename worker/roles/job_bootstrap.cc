@@ -107,7 +107,8 @@ absl::Status CreateRoles(HostedJob& job, int64_t total_steps, const RoleHostOpti
     parallel::Communicator& pool = job.PoolOf(v1::ROLE_ROLLOUT);
     ASSIGN_OR_RETURN(const int64_t ranks_on_device, rollout::RanksOnThisDevice(pool, device));
     ASSIGN_OR_RETURN(job.rollout,
-                     RolloutRole::Create(spec, device, *job.layout, pool, ranks_on_device));
+                     RolloutRole::Create(spec, device, *job.layout, pool, ranks_on_device,
+                                         options.fault_hold_rollout_decode_step));
     log_memory("rollout", " (generation only: weights from the actor ranks)");
   }
   if (job.layout->Hosts(v1::ROLE_REWARD)) {

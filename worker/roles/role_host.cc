@@ -49,6 +49,13 @@ RoleHost::~RoleHost() {
   executor_.Stop();
 }
 
+std::shared_ptr<std::atomic<int64_t>> RoleHost::QueuedPoolCalls(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(cancel_mutex_);
+  auto& count = queued_pool_calls_[job_id];
+  if (!count) count = std::make_shared<std::atomic<int64_t>>(0);
+  return count;
+}
+
 std::shared_ptr<std::atomic<bool>> RoleHost::CancelFlag(const std::string& key) {
   std::lock_guard<std::mutex> lock(cancel_mutex_);
   auto& flag = cancel_flags_[key];
@@ -76,8 +83,10 @@ absl::StatusOr<HostedJob*> RoleHost::FindJob(const std::string& job_id, int64_t 
 
 template <typename Reply, typename Body>
 void RoleHost::RunStage(const v1::StageKey& key, StageEffect effect, StageDone<Reply> done,
-                        Body body) {
-  executor_.Post([this, key, effect, done = std::move(done), body = std::move(body)]() mutable {
+                        Body body, std::shared_ptr<std::atomic<int64_t>> queued) {
+  executor_.Post([this, key, effect, done = std::move(done), body = std::move(body),
+                  queued = std::move(queued)]() mutable {
+    if (queued) queued->fetch_sub(1);
     logging::ScopedLogContext context({.job = key.job_id(), .step = key.step()});
     absl::StatusOr<Reply> result = CatchAll<Reply>(key.stage(), [&]() -> absl::StatusOr<Reply> {
       RETURN_IF_ERROR(CheckKey(key));
@@ -194,25 +203,35 @@ void RoleHost::StartJob(const v1::StartJobRequest& request, absl::Duration,
 
 void RoleHost::Generate(const v1::GenerateRequest& request, absl::Duration,
                         StageDone<v1::GenerateReply> done) {
-  RunStage<v1::GenerateReply>(request.key(), StageEffect::kLeavesWeights, std::move(done),
-                              [request, device = options_.device](HostedJob& job) {
-                                return RunGenerate(job, request, device);
-                              });
+  RunStage<v1::GenerateReply>(
+      request.key(), StageEffect::kLeavesWeights, std::move(done),
+      [request, device = options_.device, queued = QueuedPoolCalls(request.key().job_id())](
+          HostedJob& job) { return RunGenerate(job, request, device, queued.get()); });
 }
 
 void RoleHost::SyncWeights(const v1::SyncWeightsRequest& request, absl::Duration,
                            StageDone<v1::SyncWeightsReply> done) {
+  // Counted before it is queued: a partial rollout running stops for it.
+  std::shared_ptr<std::atomic<int64_t>> queued = QueuedPoolCalls(request.key().job_id());
+  queued->fetch_add(1);
   RunStage<v1::SyncWeightsReply>(
       request.key(), StageEffect::kLeavesWeights, std::move(done),
-      [request](HostedJob& job) { return RunSyncWeights(job, request); });
+      [request](HostedJob& job) { return RunSyncWeights(job, request); }, std::move(queued));
 }
 
 void RoleHost::MoveTensors(const v1::MoveTensorsRequest& request, absl::Duration,
                            StageDone<v1::MoveTensorsReply> done) {
-  RunStage<v1::MoveTensorsReply>(request.key(), StageEffect::kLeavesWeights, std::move(done),
-                                 [request, device = options_.device](HostedJob& job) {
-                                   return RunMoveTensors(job, request, device);
-                                 });
+  std::shared_ptr<std::atomic<int64_t>> queued;
+  if (request.from_role() == v1::ROLE_ROLLOUT) {
+    queued = QueuedPoolCalls(request.key().job_id());
+    queued->fetch_add(1);
+  }
+  RunStage<v1::MoveTensorsReply>(
+      request.key(), StageEffect::kLeavesWeights, std::move(done),
+      [request, device = options_.device](HostedJob& job) {
+        return RunMoveTensors(job, request, device);
+      },
+      std::move(queued));
 }
 
 void RoleHost::Forward(const v1::ForwardRequest& request, absl::Duration,
@@ -342,6 +361,7 @@ void RoleHost::Forget(const std::string& job_id) {
   for (auto it = cancel_flags_.begin(); it != cancel_flags_.end();) {
     it = it->first.rfind(job_id + "#", 0) == 0 ? cancel_flags_.erase(it) : ++it;
   }
+  queued_pool_calls_.erase(job_id);
 }
 
 void RoleHost::PublishHosted() {

@@ -42,6 +42,9 @@ struct RoleHostOptions {
   // Fault drills: how long each rank's checkpoint upload (trainer.checkpoint_uri) waits between
   // its data files and its manifest, so a drill can kill the worker mid-upload.
   absl::Duration fault_hold_checkpoint_upload = absl::ZeroDuration();
+  // Fault drills and tests: how long each decode step of a rollout pool's rank waits (the
+  // engine's decode_step_hold), so that a weight update interrupts a partial rollout mid-way.
+  absl::Duration fault_hold_rollout_decode_step = absl::ZeroDuration();
 };
 
 class RoleHost final : public stages::StageService {
@@ -79,13 +82,17 @@ class RoleHost final : public stages::StageService {
   enum class StageEffect { kLeavesWeights, kUpdatesWeights, kReadsBatchOnly };
   // Runs `body` on the executor for the job of `key`, with the stored-reply and poisoned-job
   // rules, and catches what it throws.
+  // `queued`, when given, counted this call on arrival and is counted down as it leaves the queue.
   template <typename Reply, typename Body>
   void RunStage(const v1::StageKey& key, StageEffect effect, stages::StageDone<Reply> done,
-                Body body);
+                Body body, std::shared_ptr<std::atomic<int64_t>> queued = nullptr);
   // The job `job_id` when it runs `attempt` (0: any).
   absl::StatusOr<HostedJob*> FindJob(const std::string& job_id, int64_t attempt);
   // The cancel flag of "<job>#<attempt>".
   std::shared_ptr<std::atomic<bool>> CancelFlag(const std::string& key);
+  // How many calls that need the job's rollout rank between two generations (a weight update, a
+  // move of rows out of the pool) wait behind the stage running: a partial rollout stops for them.
+  std::shared_ptr<std::atomic<int64_t>> QueuedPoolCalls(const std::string& job_id);
   // Drops the job's roles, rendezvous and cancel flags (executor).
   void Forget(const std::string& job_id);
   // Refreshes what jobs() and HostedAttempts() report from jobs_ and prepared_ (executor).
@@ -103,6 +110,7 @@ class RoleHost final : public stages::StageService {
   // executor.
   std::mutex cancel_mutex_;
   std::map<std::string, std::shared_ptr<std::atomic<bool>>> cancel_flags_;
+  std::map<std::string, std::shared_ptr<std::atomic<int64_t>>> queued_pool_calls_;
   EventLoop executor_;  // last: stopped first, before what its tasks use is destroyed
 };
 

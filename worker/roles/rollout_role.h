@@ -8,6 +8,8 @@
 // actor ranks.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
@@ -15,11 +17,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "rlhfd/v1/job_spec.pb.h"
 #include "rlhfd/v1/worker_service.pb.h"
 #include "worker/model/tokenizer.h"
 #include "worker/model/transformer.h"
 #include "worker/parallel/communicator.h"
+#include "worker/roles/generated_rows.h"
 #include "worker/roles/hybrid_engine.h"
 #include "worker/roles/job_layout.h"
 #include "worker/roles/pool_weight_sync.h"
@@ -33,19 +37,24 @@ class RolloutRole {
   // Loads the job's tokenizer and model.path (at tp 1 its weights, in the rollout's dtype; at
   // tp > 1 its config, the tensor-parallel group split from `pool`) on `device`; `pool` is the
   // rollout pool's communicator (P and R are agreed over it). Both must outlive the role.
-  static absl::StatusOr<std::unique_ptr<RolloutRole>> Create(const v1::JobSpec& spec,
-                                                             const at::Device& device,
-                                                             const JobLayout& layout,
-                                                             parallel::Communicator& pool,
-                                                             int64_t ranks_on_device);
+  // `decode_step_hold`: drills and tests (RoleHostOptions::fault_hold_rollout_decode_step).
+  static absl::StatusOr<std::unique_ptr<RolloutRole>> Create(
+      const v1::JobSpec& spec, const at::Device& device, const JobLayout& layout,
+      parallel::Communicator& pool, int64_t ranks_on_device,
+      absl::Duration decode_step_hold = absl::ZeroDuration());
 
-  // Receives the actor's current weights (every rank of both pools together); refuses to
-  // generate until one succeeds after a failed one.
+  // Receives the actor's current weights, those after step `weights_step`'s update (every rank of
+  // both pools together); refuses to generate until one succeeds after a failed one.
   absl::StatusOr<std::map<std::string, double>> ReceiveWeights(PoolWeightSync& sync, int64_t step,
+                                                               int64_t weights_step,
                                                                const RolloutWeightsHook& hook);
-  // As ActorRole::Generate, over the weights received last.
+  // As ActorRole::Generate, over the weights received last. trainer.mode async also records each
+  // token's weights (rollout_weights_step); with roles.rollout.partial_rollout, the call stops
+  // once `queued_pool_calls` is above 0 and replies with the count of unfinished responses,
+  // which a call with `resume` continues (after the queued calls, on the weights they left).
   absl::StatusOr<v1::GenerateReply> Generate(const v1::GenerateRequest& request, int64_t total_rows,
-                                             RowRange rows, StepBatch& batch);
+                                             RowRange rows, StepBatch& batch,
+                                             const std::atomic<int64_t>* queued_pool_calls);
 
  private:
   // Frees the engine's cache: before new weights arrive (the engine reads them when it makes its
@@ -55,9 +64,17 @@ class RolloutRole {
   }
   RolloutRole(const v1::JobSpec& spec, const at::Device& device, model::Tokenizer tokenizer,
               model::ModelConfig config, parallel::Communicator& pool);
-  // The responses to `requests` over the weights received last.
+  // The responses to `requests` over the weights received last (interrupted as the engine's
+  // Generate says).
   absl::StatusOr<std::vector<rollout::GenerationResult>> Rollout(
-      const std::vector<rollout::GenerationRequest>& requests);
+      const std::vector<rollout::GenerationRequest>& requests,
+      const std::atomic<int64_t>* interrupt = nullptr);
+  RowsGenerator Generator();
+  // trainer.mode async: a rollout made in parts, each part on the weights of its time.
+  absl::StatusOr<v1::GenerateReply> GenerateInParts(const v1::GenerateRequest& request,
+                                                    int64_t total_rows, RowRange rows,
+                                                    StepBatch& batch,
+                                                    const std::atomic<int64_t>* interrupt);
 
   v1::JobSpec spec_;
   at::Device device_;
@@ -74,6 +91,17 @@ class RolloutRole {
   rollout::EngineOptions engine_options_;
   // Whether the weights are the actor's: false until the first transfer, and after one failed.
   bool synced_ = false;
+  int64_t weights_step_ = 0;  // the step whose update they include
+  // trainer.mode async: the step's rollout so far, between an interrupted call and its resume.
+  struct PartialRollout {
+    v1::GenerateRequest request;  // the first call's
+    std::chrono::steady_clock::time_point started;
+    PromptRequests encoded;
+    std::vector<rollout::GenerationResult> results;  // interrupted responses as they stand
+    TokenWeightsSteps weights_steps;
+    int64_t interruptions = 0;
+  };
+  std::optional<PartialRollout> partial_;
 };
 
 }  // namespace rlhfd::roles

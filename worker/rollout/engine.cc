@@ -230,13 +230,14 @@ at::Tensor GenerationEngine::DecodeForward(int64_t rows) {
 }
 
 absl::StatusOr<std::vector<GenerationResult>> GenerationEngine::Generate(
-    const std::vector<GenerationRequest>& requests, TurnHandler* turns) {
+    const std::vector<GenerationRequest>& requests, TurnHandler* turns,
+    const std::atomic<int64_t>* interrupt) {
   RETURN_IF_ERROR(ValidateRequests(requests));
   c10::InferenceMode inference;
   RETURN_IF_ERROR(Prepare());
   RETURN_IF_ERROR(ValidateRequests(requests));  // Now against the cache's slot count too.
   try {
-    std::vector<GenerationResult> results = Execute(requests, turns);
+    std::vector<GenerationResult> results = Execute(requests, turns, interrupt);
     stats_.peak_memory_bytes = QueryDeviceMemory(device_).peak_allocated_bytes;
     return results;
   } catch (const c10::OutOfMemoryError& error) {

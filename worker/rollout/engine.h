@@ -5,6 +5,8 @@
 // Threading: one caller at a time (the worker's actor role drives it).
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <random>
@@ -31,6 +33,9 @@ struct EngineOptions {
   int64_t cpu_cache_bytes = int64_t{256} << 20;  // KV cache budget on the CPU.
   int64_t max_prefill_tokens = 16384;            // Padded prompt tokens per prefill forward.
   bool cuda_graphs = true;
+  // Fault drills and tests only: each decode step waits this long first, so that a partial
+  // rollout's interruption lands mid-generation.
+  std::chrono::milliseconds decode_step_hold{0};
   std::vector<int64_t> eos_token_ids;  // Empty: the model's (config / generation_config).
   uint64_t seed = 0;                   // Seeds the seeds of requests that bring none.
 };
@@ -69,8 +74,13 @@ class GenerationEngine {
   // stops may go on (multi-turn): the handler's inserted tokens follow its stop token, and the
   // sample's whole context is prefilled again into its cache slot before it samples the next
   // token; max_new_tokens bounds the sampled and inserted tokens together.
+  //
+  // With `interrupt`, polled before each decode step: once it is above 0 the call stops, and every
+  // sample not finished by then comes back with its tokens so far and FinishReason::kInterrupted
+  // (a request with `resumed` goes on from them).
   absl::StatusOr<std::vector<GenerationResult>> Generate(
-      const std::vector<GenerationRequest>& requests, TurnHandler* turns = nullptr);
+      const std::vector<GenerationRequest>& requests, TurnHandler* turns = nullptr,
+      const std::atomic<int64_t>* interrupt = nullptr);
 
   // Frees the cache, the CUDA graphs, the fused weight copies and the workspaces; the next
   // Generate allocates them again. The GPU path reads the model's weights when it allocates, so
@@ -97,7 +107,7 @@ class GenerationEngine {
   absl::Status ValidateRequests(const std::vector<GenerationRequest>& requests) const;
   // The call's scheduling, over a prepared cache (engine_run.cc).
   std::vector<GenerationResult> Execute(const std::vector<GenerationRequest>& requests,
-                                        TurnHandler* turns);
+                                        TurnHandler* turns, const std::atomic<int64_t>* interrupt);
   absl::Status Prepare();  // Allocates the cache and captures the graphs.
   at::Tensor DecodeForward(int64_t rows);
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <deque>
 #include <future>
+#include <thread>
 
 #include "common/util/stopwatch.h"
 #include "worker/rollout/engine.h"
@@ -43,8 +44,13 @@ struct GenerationEngine::Sequence {
 // finished and rebuilds the inputs.
 class GenerationEngine::Run {
  public:
-  Run(GenerationEngine& engine, const std::vector<GenerationRequest>& requests, TurnHandler* turns)
-      : engine_(engine), requests_(requests), turns_(turns), results_(requests.size()) {
+  Run(GenerationEngine& engine, const std::vector<GenerationRequest>& requests, TurnHandler* turns,
+      const std::atomic<int64_t>* interrupt)
+      : engine_(engine),
+        requests_(requests),
+        turns_(turns),
+        interrupt_(interrupt),
+        results_(requests.size()) {
     for (int64_t slot = engine.usable_slots_ - 1; slot >= 0; --slot) free_slots_.push_back(slot);
     for (size_t i = 0; i < requests.size(); ++i) {
       waiting_.push_back(i);
@@ -60,6 +66,10 @@ class GenerationEngine::Run {
     const auto start = std::chrono::steady_clock::now();
     const double prefill_before = engine_.stats_.prefill_seconds;
     while (!waiting_.empty() || !running_.empty() || !paused_.empty()) {
+      if (interrupt_ != nullptr && interrupt_->load() > 0) {
+        Interrupt();
+        break;
+      }
       const bool turn_ready = AnyTurnReady();
       if (turn_ready || (!waiting_.empty() && (CanAdmit() || any_finished_))) {
         CollectAll();
@@ -89,6 +99,28 @@ class GenerationEngine::Run {
     std::unique_ptr<StreamMarker> done;
   };
 
+  // Ends the call where it stands: the tokens in flight collected, and every sample not finished
+  // returned as it is, interrupted (those not yet admitted with none).
+  void Interrupt() {
+    CollectAll();
+    Retire();
+    const auto interrupted = [this](Sequence& sequence) {
+      sequence.completion.finish_reason = FinishReason::kInterrupted;
+      Finish(std::move(sequence));
+    };
+    for (Sequence& sequence : running_) interrupted(sequence);
+    for (Sequence& sequence : paused_) interrupted(sequence);
+    running_.clear();
+    paused_.clear();
+    for (size_t request : waiting_) {
+      for (rollout::Completion& sample : results_[request].samples) {
+        sample = requests_[request].resumed.value_or(Completion());
+        sample.finish_reason = FinishReason::kInterrupted;
+      }
+    }
+    waiting_.clear();
+  }
+
   bool CanAdmit() const {
     return !waiting_.empty() &&
            static_cast<int64_t>(free_slots_.size()) >= requests_[waiting_.front()].sampling.n;
@@ -103,7 +135,7 @@ class GenerationEngine::Run {
     while (!waiting_.empty()) {
       const GenerationRequest& request = requests_[waiting_.front()];
       const int64_t n = request.sampling.n;
-      const int64_t length = static_cast<int64_t>(request.prompt_ids.size());
+      const int64_t length = ContextLength(request);
       const int64_t padded = std::max(longest, length) * static_cast<int64_t>(admitted.size() + 1);
       if (static_cast<int64_t>(free_slots_.size()) - reserved < n) break;
       if (!admitted.empty() && padded > engine_.options_.max_prefill_tokens) break;
@@ -126,9 +158,13 @@ class GenerationEngine::Run {
     for (int64_t b = 0; b < batch; ++b) {
       const size_t r = admitted[b];
       const GenerationRequest& request = requests_[r];
-      const int64_t length = static_cast<int64_t>(request.prompt_ids.size());
+      const int64_t length = ContextLength(request);
       ragged |= length != longest;
       std::copy(request.prompt_ids.begin(), request.prompt_ids.end(), id_data + b * longest);
+      if (request.resumed) {
+        std::copy(request.resumed->token_ids.begin(), request.resumed->token_ids.end(),
+                  id_data + b * longest + request.prompt_ids.size());
+      }
       std::fill_n(mask_data + b * longest, length, 1);
       last_index.data_ptr<int64_t>()[b] = length - 1;
       for (int64_t j = 0; j < request.sampling.n; ++j) {
@@ -137,8 +173,13 @@ class GenerationEngine::Run {
         sequence.sample = j;
         sequence.slot = free_slots_.back();
         free_slots_.pop_back();
-        sequence.prompt_length = length;
-        sequence.seed = SampleSeed(seeds_[r], static_cast<uint64_t>(j));
+        sequence.prompt_length = static_cast<int64_t>(request.prompt_ids.size());
+        if (request.resumed) {
+          sequence.seed = seeds_[r];  // the sample's own
+          sequence.completion = *request.resumed;
+        } else {
+          sequence.seed = SampleSeed(seeds_[r], static_cast<uint64_t>(j));
+        }
         if (j == 0) {
           first_slots.push_back(sequence.slot);
         } else {
@@ -292,6 +333,10 @@ class GenerationEngine::Run {
     }
   }
 
+  static int64_t ContextLength(const GenerationRequest& request) {
+    return static_cast<int64_t>(request.prompt_ids.size() +
+                                (request.resumed ? request.resumed->token_ids.size() : 0));
+  }
   static int64_t ContextLength(const Sequence& sequence) {
     return sequence.prompt_length + static_cast<int64_t>(sequence.completion.token_ids.size());
   }
@@ -305,6 +350,9 @@ class GenerationEngine::Run {
   // Launches one decode step over every running sequence. Inputs come from the device when the
   // running set is unchanged since the last step, else from the host (after collecting).
   void LaunchDecode() {
+    if (engine_.options_.decode_step_hold.count() > 0) {
+      std::this_thread::sleep_for(engine_.options_.decode_step_hold);
+    }
     if (any_finished_ || !device_inputs_valid_) {
       CollectAll();
       Retire();
@@ -472,6 +520,7 @@ class GenerationEngine::Run {
   GenerationEngine& engine_;
   const std::vector<GenerationRequest>& requests_;
   TurnHandler* turns_;  // null: every stop finishes its sample
+  const std::atomic<int64_t>* interrupt_;  // null: never interrupted
   std::vector<GenerationResult> results_;
   std::vector<uint64_t> seeds_;
   std::vector<int64_t> eos_;
@@ -487,8 +536,9 @@ class GenerationEngine::Run {
 };
 
 std::vector<GenerationResult> GenerationEngine::Execute(
-    const std::vector<GenerationRequest>& requests, TurnHandler* turns) {
-  Run run(*this, requests, turns);
+    const std::vector<GenerationRequest>& requests, TurnHandler* turns,
+    const std::atomic<int64_t>* interrupt) {
+  Run run(*this, requests, turns, interrupt);
   return run.Execute();
 }
 

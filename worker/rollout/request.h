@@ -23,15 +23,22 @@ struct SamplingParams {
   int64_t n = 1;                        // Samples per prompt, sharing the prompt's prefill.
 };
 
-struct GenerationRequest {
-  std::vector<int64_t> prompt_ids;
-  SamplingParams sampling;
+enum class FinishReason {
+  kStop,         // EOS or a stop token (kept in the output)
+  kLength,       // max_new_tokens
+  kInterrupted,  // not finished: the call was interrupted (partial rollouts)
 };
 
-enum class FinishReason { kStop, kLength };  // kStop: EOS or a stop token (kept in the output).
-
 constexpr std::string_view FinishReasonName(FinishReason reason) {
-  return reason == FinishReason::kStop ? "stop" : "length";
+  switch (reason) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kInterrupted:
+      return "interrupted";
+  }
+  return "length";
 }
 
 struct Completion {
@@ -80,6 +87,15 @@ inline std::optional<FinishReason> FinishWith(const SamplingParams& sampling,
   if (length >= sampling.max_new_tokens) return FinishReason::kLength;
   return std::nullopt;
 }
+
+struct GenerationRequest {
+  std::vector<int64_t> prompt_ids;
+  SamplingParams sampling;
+  // Partial rollouts (n must be 1): the sample goes on from these tokens, prefilled after the
+  // prompt, drawing with sampling.seed as its own seed (SampleSeed of its first request's seed and
+  // its index): with the same logits it draws what it would have drawn uninterrupted.
+  std::optional<Completion> resumed;
+};
 
 // One per request, in request order; `samples` has n entries.
 struct GenerationResult {

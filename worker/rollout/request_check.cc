@@ -12,6 +12,17 @@ absl::Status CheckGenerationRequest(const GenerationRequest& request, size_t ind
   const std::string where = absl::StrCat("request ", index, ": ");
   const int64_t length = static_cast<int64_t>(request.prompt_ids.size());
   if (length == 0) return absl::InvalidArgumentError(where + "empty prompt");
+  if (request.resumed) {
+    const int64_t so_far = static_cast<int64_t>(request.resumed->token_ids.size());
+    if (sampling.n != 1 || so_far >= sampling.max_new_tokens || !sampling.seed ||
+        request.resumed->logprobs.size() != request.resumed->token_ids.size() ||
+        request.resumed->response_mask.size() != request.resumed->token_ids.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "a resumed sample needs n 1, its own seed, and fewer tokens so far (",
+                       so_far, ") than max_new_tokens (", sampling.max_new_tokens,
+                       "), each with its log-prob and mask"));
+    }
+  }
   for (const int64_t id : request.prompt_ids) {
     if (id < 0 || id >= vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat(
