@@ -342,6 +342,23 @@ void CheckRunEqualsOneProcess(const std::string& config, int workers,
     }
   }
 
+  // async: no batch older than max_staleness updates; each rollout's weights were checked, and
+  // the weights sent before each step are the update before it's.
+  if (job.spec().trainer().mode() == v1::TRAINER_MODE_ASYNC) {
+    for (int64_t step = 1; step <= total; ++step) {
+      INFO("step " << step);
+      const auto& metrics = by_step[step];
+      CHECK(metrics.at("training/off_policy/trajectory_staleness/max") >= 0);
+      CHECK(metrics.at("training/off_policy/trajectory_staleness/max") <=
+            std::min<int64_t>(step - 1, job.spec().trainer().max_staleness()));
+      CHECK(metrics.at("actor/weight_sync_ok") == 1);
+      if (step > 1) {
+        CHECK(metrics.at("actor/rollout_weights_checksum") ==
+              by_step[step - 1].at("actor/weights_checksum"));
+      }
+    }
+  }
+
   // The states in order, and one metrics event per step.
   WaitFor(
       [&] {
@@ -488,6 +505,18 @@ TEST_CASE("A rollout pool of its own, one_step_off, through the daemons equals o
   CheckRunEqualsOneProcess("tiny-cpu-demo.yaml", 3,
                            {"roles.actor.train.lr=1e-5", "roles.rollout.gpus=1",
                             "trainer.mode=one_step_off", "trainer.verify_weight_sync=1"});
+}
+
+// trainer.mode async through the daemons: the pool of two workers keeps generating the next
+// batches (partial rollouts, max_staleness 2) while the actor's two workers train; each token's
+// rollout log-prob is the sampling weights', and the dumped batches replayed in one process give
+// the same log-probs, advantages and final weights.
+TEST_CASE("async with partial rollouts, a pool of two, through the daemons equals one process",
+          "[driver][runs][async]") {
+  CheckRunEqualsOneProcess("tiny-cpu-demo.yaml", 4,
+                           {"roles.actor.train.lr=1e-5", "roles.rollout.gpus=2",
+                            "trainer.mode=async", "roles.rollout.partial_rollout=true",
+                            "trainer.max_staleness=2", "trainer.verify_weight_sync=1"});
 }
 
 // The same pool of two workers decoding as one tensor-parallel group (tp 2): each receives only
@@ -1039,21 +1068,27 @@ TEST_CASE(
   }
 }
 
-// A rollout pool of its own in one_step_off: its worker is killed mid-run (the job recovers from
-// its checkpoint onto the spare), then the controller (the next rollout, made ahead, is lost and
-// made again). Each step is in the history once and every rollout's weights were checked.
-TEST_CASE("kill -9 of the rollout pool's worker, then of the controller, in one_step_off",
-          "[driver][faults]") {
+// A job with a rollout pool of its own (a third worker, and a spare): the pool's worker is
+// killed mid-run (the job recovers from its checkpoint onto the spare), then the controller (the
+// rollouts made ahead are lost and made again). Each step is in the history once and every
+// rollout's weights were checked. Returns the history: each step's metrics, and its samples.
+std::pair<std::vector<v1::StepMetrics>, std::vector<v1::StepMetrics>>
+KillRolloutWorkerThenController(const std::vector<std::string>& mode,
+                                const std::vector<std::string>& worker_flags = {}) {
   TempDir dir;
   DriverCluster cluster;
-  for (int i = 0; i < 4; ++i) cluster.StartWorker();  // two actor ranks, the rollout, a spare
+  for (int i = 0; i < 4; ++i)
+    cluster.StartWorker(worker_flags);  // two actor ranks, the pool, a spare
   const int64_t total = 8;
-  const std::string id =
-      cluster.Submit(ReadConfig("tiny-cpu-demo.yaml"),
-                     {absl::StrCat("trainer.total_steps=", total), "trainer.save_every=2",
-                      "trainer.max_restarts=3", "trainer.loggers=[console]",
-                      "trainer.mode=one_step_off", "roles.rollout.gpus=1",
-                      "trainer.verify_weight_sync=1", "trainer.checkpoint_dir=" + dir.path()});
+  std::vector<std::string> overrides = {absl::StrCat("trainer.total_steps=", total),
+                                        "trainer.save_every=2",
+                                        "trainer.max_restarts=3",
+                                        "trainer.loggers=[console]",
+                                        "roles.rollout.gpus=1",
+                                        "trainer.verify_weight_sync=1",
+                                        "trainer.checkpoint_dir=" + dir.path()};
+  overrides.insert(overrides.end(), mode.begin(), mode.end());
+  const std::string id = cluster.Submit(ReadConfig("tiny-cpu-demo.yaml"), overrides);
   const v1::Job running = cluster.WaitUntil(
       id,
       [](const v1::Job& job) {
@@ -1078,12 +1113,70 @@ TEST_CASE("kill -9 of the rollout pool's worker, then of the controller, in one_
   CHECK(recovered.progress().restarts() == running.progress().restarts() + 1);
   const v1::Job job = KillControllerMidRun(cluster, id);
   CHECK(job.progress().current_step() == total);
-  const std::vector<v1::StepMetrics> history = cluster.Metrics(id);
+  std::vector<v1::StepMetrics> history = cluster.Metrics(id);
   CheckHistory(history, total);
   for (const v1::StepMetrics& step : history) {
     if (step.step() == 0) continue;
     INFO("step " << step.step());
     CHECK(step.metrics().at("actor/weight_sync_ok") == 1);
+  }
+  return {history, cluster.Samples(id)};
+}
+
+TEST_CASE("kill -9 of the rollout pool's worker, then of the controller, in one_step_off",
+          "[driver][faults]") {
+  KillRolloutWorkerThenController({"trainer.mode=one_step_off"});
+}
+
+// The same kills in trainer.mode async with partial rollouts, the pool's decode steps held
+// (30 ms, about a second a batch) so that the kills and the weight updates land mid-batch. The
+// eight steps are one pass over the 64 prompts (unshuffled), and every step logs all its 32
+// responses: counted there, each prompt was trained on in exactly one step, n = 4 times, and
+// each step's staleness stayed within trainer.max_staleness.
+TEST_CASE(
+    "kill -9 of the rollout pool's worker, then of the controller, in async: each prompt "
+    "trained once",
+    "[driver][faults][async]") {
+  const auto [history, samples] =
+      KillRolloutWorkerThenController({"trainer.mode=async", "roles.rollout.partial_rollout=true",
+                                       "data.shuffle=false", "trainer.log_samples=32"},
+                                      {"--fault_hold_rollout_decode_step=30ms"});
+  // A batch takes a second to generate, a step's training far less: the updates interrupt the
+  // pool mid-batch, and its responses go on with the new weights.
+  double interruptions = 0;
+  for (const v1::StepMetrics& step : history) {
+    INFO("step " << step.step());
+    if (step.step() == 0) continue;
+    CHECK(step.metrics().at("training/off_policy/trajectory_staleness/max") <= 1);
+    interruptions += step.metrics().at("training/off_policy/rollout_interruptions");
+  }
+  CHECK(interruptions > 0);
+  std::ifstream data(std::string(RLHFD_FIXTURES_DIR) + "/data/arithmetic_train.jsonl");
+  std::vector<std::string> prompts;
+  for (std::string line; std::getline(data, line);) {
+    prompts.push_back(nlohmann::json::parse(line)["prompt"][0]["content"].get<std::string>());
+  }
+  REQUIRE(prompts.size() == 64);
+  std::map<std::string, std::map<int64_t, int>> trained;  // prompt → step → responses
+  REQUIRE(samples.size() == 8);
+  for (const v1::StepMetrics& step : samples) {
+    INFO("step " << step.step());
+    CHECK(step.samples_size() == 32);
+    for (const v1::ResponseSample& sample : step.samples()) {
+      int found = 0;
+      for (const std::string& prompt : prompts) {
+        if (absl::StrContains(sample.prompt(), prompt)) {
+          ++trained[prompt][step.step()];
+          ++found;
+        }
+      }
+      CHECK(found == 1);
+    }
+  }
+  for (const std::string& prompt : prompts) {
+    INFO(prompt);
+    REQUIRE(trained[prompt].size() == 1);
+    CHECK(trained[prompt].begin()->second == 4);
   }
 }
 

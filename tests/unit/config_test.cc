@@ -170,8 +170,9 @@ name: x
 algorithm: {adv_estimator: ppo}
 )");
   CHECK_THAT(error, Catch::Contains("algorithm.adv_estimator: \"ppo\" is not one of: gae, grpo"));
-  CHECK_THAT(ErrorOf(With("trainer: {mode: async}\n")),
-             Catch::Contains("trainer.mode: \"async\" is not one of: sync, one_step_off"));
+  CHECK_THAT(ErrorOf(With("trainer: {mode: fully_async}\n")),
+             Catch::Contains("trainer.mode: \"fully_async\" is not one of: sync, one_step_off, "
+                             "async"));
 }
 
 TEST_CASE("trainer.mode, verify_weight_sync and the rollout correction: values and refusals",
@@ -226,6 +227,25 @@ TEST_CASE("roles.rollout: its default, the GPUs it adds, and what it refuses", "
              Catch::Contains("roles.rollout: remax's greedy baseline"));
   CHECK_THAT(ErrorOf(Replace(pool(""), "path: /models/tiny", "path: /models/tiny, lora_rank: 8")),
              Catch::Contains("roles.rollout: a LoRA actor's rollout runs on the actor's ranks"));
+  // trainer.mode async: the pool keeps generating, within max_staleness (1 by default), and
+  // partial rollouts go with it.
+  auto async = ParseJobSpec(pool("partial_rollout: true") + "trainer: {mode: async}\n", "x.yaml");
+  INFO(async.status());
+  REQUIRE(async.ok());
+  CHECK(async->trainer().mode() == v1::TRAINER_MODE_ASYNC);
+  CHECK(async->trainer().max_staleness() == 1);
+  CHECK(async->roles().rollout().partial_rollout());
+  CHECK_FALSE(spec->roles().rollout().partial_rollout());
+  CHECK_THAT(ErrorOf(yaml + "trainer: {mode: async}\n"),
+             Catch::Contains("trainer.mode: async needs a rollout pool of its own"));
+  CHECK_THAT(ErrorOf(pool("") + "trainer: {mode: async, max_staleness: 5}\n"),
+             Catch::Contains("trainer.max_staleness"));
+  CHECK_THAT(ErrorOf(pool("partial_rollout: true")),
+             Catch::Contains("roles.rollout.partial_rollout: interrupts generation for a weight "
+                             "update, which only trainer.mode async"));
+  CHECK_THAT(
+      ErrorOf(pool("gpus: 2, partial_rollout: true", "n: 4, tp: 2") + "trainer: {mode: async}\n"),
+      Catch::Contains("roles.rollout.partial_rollout: runs at roles.actor.rollout.tp 1"));
 }
 
 TEST_CASE("multi_turn: verl's defaults, and what it needs", "[config]") {
