@@ -4,7 +4,9 @@
 // worker's role host does: SyncWeights (the actor's weights to the rollout pool) takes --sync_ms,
 // the rollout ranks' Generate --generate_ms, UpdateActor --train_ms, every other stage answers
 // at once. sync should take about sync + generate + train per step, one_step_off (the next
-// step's rollout overlapping this step's training) about sync + max(generate, train).
+// step's rollout overlapping this step's training) about sync + max(generate, train), and async
+// (the pool generating the next batches on the driver's AsyncRollout thread, max_staleness 1,
+// whole batches: a simulated Generate is not interrupted) the same.
 //   schedule_bench --generate_ms=2000 --train_ms=2000 --sync_ms=100 --steps=5
 // Prints one JSON line per mode and a table.
 #include <algorithm>
@@ -25,7 +27,7 @@
 #include "tests/bench/empty_stages.h"
 #include "tests/bench/simulated_job.h"
 
-ABSL_FLAG(std::string, modes, "sync,one_step_off", "Comma-separated trainer.mode values");
+ABSL_FLAG(std::string, modes, "sync,one_step_off,async", "Comma-separated trainer.mode values");
 ABSL_FLAG(int, generate_ms, 2000, "Generate's duration on each actor rank");
 ABSL_FLAG(int, train_ms, 2000, "UpdateActor's duration on each actor rank");
 ABSL_FLAG(int, sync_ms, 100, "The weight update before each Generate");
@@ -96,9 +98,10 @@ absl::StatusOr<Result> Run(const std::string& mode_name, int workers, int steps,
   v1::TrainerMode mode = v1::TRAINER_MODE_UNSPECIFIED;
   if (mode_name == "sync") mode = v1::TRAINER_MODE_SYNC;
   if (mode_name == "one_step_off") mode = v1::TRAINER_MODE_ONE_STEP_OFF;
+  if (mode_name == "async") mode = v1::TRAINER_MODE_ASYNC;
   if (mode == v1::TRAINER_MODE_UNSPECIFIED) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--modes: '", mode_name, "' is not sync or one_step_off"));
+        absl::StrCat("--modes: '", mode_name, "' is not sync, one_step_off or async"));
   }
   v1::JobSpec spec = bench::SimulatedPpoJob("schedule-bench", workers);
   spec.mutable_roles()->mutable_rollout()->set_gpus(spec.roles().actor().gpus());
@@ -112,6 +115,9 @@ absl::StatusOr<Result> Run(const std::string& mode_name, int workers, int steps,
   controller::JobStages job("job-schedule", spec, ranks, {.stage_deadline = absl::Minutes(1)});
   RETURN_IF_ERROR(job.Start(steps + 1));
   const int64_t prompts = spec.roles().actor().gpus();
+  if (mode == v1::TRAINER_MODE_ASYNC) {
+    job.StartAsyncRollout([prompts](int64_t step) { return Plan(step, prompts); }, 1, steps + 1);
+  }
   Result result{.mode = mode_name};
   for (int64_t step = 1; step <= steps + 1; ++step) {
     const controller::StepPlan plan = Plan(step, prompts);

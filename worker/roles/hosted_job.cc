@@ -1,5 +1,7 @@
 #include "worker/roles/hosted_job.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/stages/role_names.h"
 #include "common/util/files.h"
@@ -13,7 +15,9 @@ StepBatch& HostedJob::BatchOf(int64_t step) {
   // goes as soon as the next one begins.
   int64_t kept = 0;
   if (spec.trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF) kept = 1;
-  if (spec.trainer().mode() == v1::TRAINER_MODE_ASYNC) kept = spec.trainer().max_staleness();
+  if (spec.trainer().mode() == v1::TRAINER_MODE_ASYNC) {
+    kept = std::max(1, spec.trainer().max_staleness());
+  }
   batches.erase(batches.begin(), batches.lower_bound(step - kept));
   return batches[step];
 }
