@@ -220,9 +220,10 @@ void CheckRolloutChecksums(const v1::JobSpec& spec, const std::string& job_id,
   job.End();
 }
 
-// Under ZeRO-3 each actor rank generates from a copy gathered from every rank's shards: each
-// rollout's checksum is that of the weights after the update it follows (one_step_off: the one
-// before last), and every check passes.
+// Under ZeRO-3 at rollout tp 1 each actor rank generates from a whole copy resharded from every
+// rank's shards (cast and bucketed: the reshard at layout (tp 1, dp 2)): each rollout's checksum
+// is that of the weights after the update it follows (one_step_off: the one before last), every
+// check passes, and the reshard's buffers stay within the default bucket.
 TEST_CASE("verify_weight_sync under ZeRO-3: the gathered copy is the trained weights",
           "[roles][weight_sync][one_step_off]") {
   for (const char* mode : {"sync", "one_step_off"}) {
@@ -230,7 +231,10 @@ TEST_CASE("verify_weight_sync under ZeRO-3: the gathered copy is the trained wei
     CheckRolloutChecksums(
         TestSpec(kGrpoJob, {"roles.actor.train.zero_stage=3", "trainer.verify_weight_sync=1",
                             absl::StrCat("trainer.mode=", mode)}),
-        absl::StrCat("job-zero3-", mode));
+        absl::StrCat("job-zero3-", mode), [](const controller::Metrics& metrics) {
+          CHECK(metrics.at("perf/rollout_reshard_received_bytes") > 0);
+          CHECK(metrics.at("perf/rollout_reshard_buffer_bytes") <= double{1 << 30});
+        });
   }
 }
 

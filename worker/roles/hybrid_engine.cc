@@ -60,14 +60,6 @@ absl::StatusOr<model::Transformer> HybridEngine::WeightsIn(at::ScalarType dtype)
   if (sharded == nullptr && !adapted && dtype == at::kFloat) return trained;
   // The layout shards the weights, they carry LoRA adapters (the rollout runs them merged), or
   // they are wanted in a narrower dtype: a copy.
-  std::vector<at::Tensor> full;
-  if (sharded != nullptr) {
-    ASSIGN_OR_RETURN(full, sharded->FullParameters());
-  } else if (adapted) {
-    for (auto& [name, tensor] : model::MergedParameters(trained)) full.push_back(tensor);
-  } else {
-    full = trained->parameters();
-  }
   try {
     at::NoGradGuard no_grad;
     if (!copy_ || copy_dtype_ != dtype) {
@@ -84,6 +76,41 @@ absl::StatusOr<model::Transformer> HybridEngine::WeightsIn(at::ScalarType dtype)
         copy_shapes_.emplace_back(p.sizes().vec(), p.scalar_type());
       }
     }
+  } catch (const std::exception& error) {
+    return absl::ResourceExhaustedError(absl::StrCat("a copy of the actor's weights does not fit: ",
+                                                     std::string(error.what()).substr(0, 300)));
+  }
+  std::vector<at::Tensor> full;
+  if (sharded != nullptr && !adapted && !tp_group_ && (!reshard_ || reshard_dtype_ == dtype)) {
+    // ZeRO-3 at rollout tp 1: every rank's copy comes straight from the shards that hold each
+    // part, cast to the copy's dtypes on the way, in buckets (the reshard at layout (tp 1, dp)):
+    // no rank gathers the weights in the training dtype first.
+    const auto named = (*copy_)->named_parameters();
+    const std::vector<parallel::ShardedParameter> specs =
+        parallel::TensorParallelSpecs(trained->config());
+    std::vector<at::ScalarType> dtypes;
+    for (const parallel::ShardedParameter& parameter : specs) {
+      dtypes.push_back(named[parameter.name].scalar_type());
+    }
+    ASSIGN_OR_RETURN(const auto whole, Reshard(specs, {.tp = 1, .dp = pool_.size()}, dtypes));
+    reshard_dtype_ = dtype;
+    for (size_t i = 0; i < named.size(); ++i) {
+      const auto found = whole.find(named[i].key());
+      if (found == whole.end()) {
+        return absl::InternalError(
+            absl::StrCat("reshard: no part of ", named[i].key(), " arrived"));
+      }
+      full.push_back(found->second.view(copy_shapes_[i].first));
+    }
+  } else if (sharded != nullptr) {
+    ASSIGN_OR_RETURN(full, sharded->FullParameters());
+  } else if (adapted) {
+    for (auto& [name, tensor] : model::MergedParameters(trained)) full.push_back(tensor);
+  } else {
+    full = trained->parameters();
+  }
+  try {
+    at::NoGradGuard no_grad;
     std::vector<at::Tensor> params = (*copy_)->parameters();
     // A LoRA model's frozen parameters outside the adapted layers (embeddings, norms, the head,
     // layers not targeted) are already what the rollout needs: the copy holds them by reference,
@@ -208,7 +235,8 @@ absl::StatusOr<std::map<std::string, at::Tensor>> HybridEngine::TensorParallelSl
     // ZeRO-3: each rank receives only its own slices, straight from the shards that hold them
     // (the 3D-HybridEngine's reshard): no rank gathers the whole model.
     const auto start = std::chrono::steady_clock::now();
-    ASSIGN_OR_RETURN(resharded, Reshard(specs, layout, dtype));
+    ASSIGN_OR_RETURN(resharded,
+                     Reshard(specs, layout, std::vector<at::ScalarType>(specs.size(), dtype)));
     reshard_s_ = SecondsSince(start);
     if (hook_) hook_(/*resharded=*/true, resharded, pool_.rank());
     if (!WeightSyncCheckDue(spec_, step)) return resharded;
@@ -260,7 +288,7 @@ absl::StatusOr<std::map<std::string, at::Tensor>> HybridEngine::TensorParallelSl
 
 absl::StatusOr<std::map<std::string, at::Tensor>> HybridEngine::Reshard(
     const std::vector<parallel::ShardedParameter>& specs, const parallel::RolloutLayout& layout,
-    at::ScalarType dtype) {
+    const std::vector<at::ScalarType>& dtypes) {
   // Which part of each parameter each rank's shards hold, and this rank's parts.
   const train::FullyShardedModel::PartsByParameter parts =
       dynamic_cast<train::FullyShardedModel&>(trained_).PartsOfParameters();
@@ -274,12 +302,12 @@ absl::StatusOr<std::map<std::string, at::Tensor>> HybridEngine::Reshard(
     }
     parameter.train_ranges = found->second;
     const auto own = parts.mine.find(parameter.name);
-    shards.push_back(own != parts.mine.end()
-                         ? own->second.contiguous()
-                         : at::empty({0}, at::TensorOptions(dtype).device(device_)));
+    shards.push_back(
+        own != parts.mine.end()
+            ? own->second.contiguous()
+            : at::empty({0}, at::TensorOptions(dtypes[shards.size()]).device(device_)));
   }
   if (!reshard_) {
-    std::vector<at::ScalarType> dtypes(sharded.size(), dtype);
     ASSIGN_OR_RETURN(
         parallel::ReshardPlan plan,
         parallel::ReshardPlan::Create(pool_, sharded, dtypes, {.dp = pool_.size(), .tp = 1}, layout,

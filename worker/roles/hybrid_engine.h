@@ -81,7 +81,7 @@ class HybridEngine {
       rollout::TurnHandler* turns = nullptr);
   // The check of the last Generate; none when it was not due.
   const std::optional<WeightSyncCheck>& last_check() const { return last_check_; }
-  // What the reshard from ZeRO-3 shards moves per rollout (tp > 1); none without one.
+  // What the reshard from ZeRO-3 shards moves per rollout; none without one.
   const parallel::ReshardStats* reshard_stats() const {
     return reshard_ ? &reshard_->stats() : nullptr;
   }
@@ -115,9 +115,11 @@ class HybridEngine {
   // ZeRO-3 shards (and, on a checked step, held to the slices of the gathered weights), else cut
   // from the weights this rank holds whole.
   absl::StatusOr<std::map<std::string, at::Tensor>> TensorParallelSlices(int64_t step);
+  // The ZeRO-3 shards resharded to this rank's parts of `specs` at `layout` (the whole weights at
+  // tp 1), each in its dtype of `dtypes`; the plan is made at the first call.
   absl::StatusOr<std::map<std::string, at::Tensor>> Reshard(
       const std::vector<parallel::ShardedParameter>& specs, const parallel::RolloutLayout& layout,
-      at::ScalarType dtype);
+      const std::vector<at::ScalarType>& dtypes);
   // Frees the copy's storage.
   void ReleaseCopy();
 
@@ -137,8 +139,11 @@ class HybridEngine {
   std::unique_ptr<parallel::Communicator> tp_group_;
   bool path_logged_ = false;   // the tensor-parallel generation's path, logged once
   bool cache_logged_ = false;  // the tp 1 rollout's cache on a GPU, logged once
-  // ZeRO-3 with rollout tp > 1: the plan moving shards to slices, made at the first rollout.
+  // ZeRO-3: the plan moving shards to slices (rollout tp > 1) or to the rollout's whole copy
+  // (tp 1, made in reshard_dtype_; a copy in another dtype, an export's, is gathered), made at
+  // the first rollout.
   std::optional<parallel::ReshardPlan> reshard_;
+  at::ScalarType reshard_dtype_ = at::kFloat;
   double reshard_s_ = -1;  // the last rollout's reshard, when it had one
   double weights_update_s_ = 0;
   std::optional<WeightSyncCheck> last_check_;
