@@ -508,15 +508,28 @@ TEST_CASE("A rollout pool of its own, one_step_off, through the daemons equals o
 }
 
 // trainer.mode async through the daemons: the pool of two workers keeps generating the next
-// batches (partial rollouts, max_staleness 2) while the actor's two workers train; each token's
-// rollout log-prob is the sampling weights', and the dumped batches replayed in one process give
-// the same log-probs, advantages and final weights.
+// batches (partial rollouts, max_staleness 2) while the actor's two workers train and validate
+// after each step; the dumped batches replayed in one process give the same log-probs,
+// advantages and final weights.
 TEST_CASE("async with partial rollouts, a pool of two, through the daemons equals one process",
           "[driver][runs][async]") {
-  CheckRunEqualsOneProcess("tiny-cpu-demo.yaml", 4,
-                           {"roles.actor.train.lr=1e-5", "roles.rollout.gpus=2",
-                            "trainer.mode=async", "roles.rollout.partial_rollout=true",
-                            "trainer.max_staleness=2", "trainer.verify_weight_sync=1"});
+  CheckRunEqualsOneProcess(
+      "tiny-cpu-demo.yaml", 4,
+      {"roles.actor.train.lr=1e-5", "roles.rollout.gpus=2", "trainer.mode=async",
+       "roles.rollout.partial_rollout=true", "trainer.max_staleness=2",
+       "trainer.verify_weight_sync=1", "trainer.val_every=1", "trainer.val_before_train=false",
+       std::string("data.val_files=[") + RLHFD_FIXTURES_DIR + "/data/repeat_test.jsonl]"});
+}
+
+// async on a PPO job (a critic, a reward model, split) whose checkpoints are written in the
+// background while the pool generates, max_staleness 2; the replay in one process gives the same
+// figures and weights.
+TEST_CASE("async PPO with background saves through the daemons equals one process",
+          "[driver][runs][async]") {
+  CheckRunEqualsOneProcess("tiny-ppo-cpu.yaml", 5,
+                           {"roles.rollout.gpus=1", "trainer.mode=async", "trainer.max_staleness=2",
+                            "roles.rollout.partial_rollout=true", "trainer.verify_weight_sync=1",
+                            "trainer.async_save=true"});
 }
 
 // The same pool of two workers decoding as one tensor-parallel group (tp 2): each receives only
