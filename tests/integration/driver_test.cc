@@ -1916,31 +1916,42 @@ TEST_CASE("A hung worker (SIGSTOP) is detected and the job recovers", "[driver][
                                                << returned->memory_in_use_bytes() << " after");
 }
 
+// Also in trainer.mode async, where the rollout pool's worker is mid-batch (its decode steps
+// held) when the cancel comes: the driver's rollout thread is stopped with the job.
 TEST_CASE("Cancel mid-step: CANCELLED within 10 s and the workers take a new job",
           "[driver][cancel]") {
-  DriverCluster cluster;
-  for (int i = 0; i < 2; ++i) cluster.StartWorker();
-  TempDir dir;
-  const std::string config = ReadConfig("tiny-cpu-demo.yaml");
-  const std::string id = cluster.Submit(
-      config, {"trainer.total_steps=200", "trainer.save_every=-1", "trainer.loggers=[console]"});
-  const v1::Job running = cluster.WaitUntil(
-      id,
-      [](const v1::Job& job) {
-        return job.state() == v1::JOB_STATE_RUNNING && job.progress().current_step() >= 1;
-      },
-      absl::Seconds(90));
-  REQUIRE(running.state() == v1::JOB_STATE_RUNNING);
-  const absl::Time asked = absl::Now();
-  REQUIRE(cluster.Cancel(id).ok());
-  const v1::Job cancelled = cluster.WaitEnded(id, absl::Seconds(10));
-  CHECK(cancelled.state() == v1::JOB_STATE_CANCELLED);
-  CHECK(absl::Now() - asked < absl::Seconds(10));
-  const std::string next = cluster.Submit(
-      config, {"trainer.total_steps=2", "trainer.save_every=-1", "trainer.loggers=[console]"});
-  const v1::Job job = cluster.WaitEnded(next);
-  INFO(Describe(job));
-  CHECK(job.state() == v1::JOB_STATE_SUCCEEDED);
+  const auto cancel_mid_step = [](int workers, const std::vector<std::string>& mode,
+                                  const std::vector<std::string>& worker_flags) {
+    DriverCluster cluster;
+    for (int i = 0; i < workers; ++i) cluster.StartWorker(worker_flags);
+    const std::string config = ReadConfig("tiny-cpu-demo.yaml");
+    std::vector<std::string> overrides = {"trainer.total_steps=200", "trainer.save_every=-1",
+                                          "trainer.loggers=[console]"};
+    overrides.insert(overrides.end(), mode.begin(), mode.end());
+    const std::string id = cluster.Submit(config, overrides);
+    const v1::Job running = cluster.WaitUntil(
+        id,
+        [](const v1::Job& job) {
+          return job.state() == v1::JOB_STATE_RUNNING && job.progress().current_step() >= 1;
+        },
+        absl::Seconds(90));
+    REQUIRE(running.state() == v1::JOB_STATE_RUNNING);
+    const absl::Time asked = absl::Now();
+    REQUIRE(cluster.Cancel(id).ok());
+    const v1::Job cancelled = cluster.WaitEnded(id, absl::Seconds(10));
+    CHECK(cancelled.state() == v1::JOB_STATE_CANCELLED);
+    CHECK(absl::Now() - asked < absl::Seconds(10));
+    overrides[0] = "trainer.total_steps=2";
+    const v1::Job job = cluster.WaitEnded(cluster.Submit(config, overrides));
+    INFO(Describe(job));
+    CHECK(job.state() == v1::JOB_STATE_SUCCEEDED);
+  };
+  SECTION("sync") { cancel_mid_step(2, {}, {}); }
+  SECTION("async, a rollout pool mid-batch") {
+    cancel_mid_step(
+        3, {"roles.rollout.gpus=1", "trainer.mode=async", "roles.rollout.partial_rollout=true"},
+        {"--fault_hold_rollout_decode_step=20ms"});
+  }
 }
 
 // Line `number` (from 1) of `path`, without its newline.
