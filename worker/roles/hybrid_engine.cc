@@ -90,7 +90,12 @@ absl::StatusOr<model::Transformer> HybridEngine::WeightsIn(at::ScalarType dtype)
         parallel::TensorParallelSpecs(trained->config());
     std::vector<at::ScalarType> dtypes;
     for (const parallel::ShardedParameter& parameter : specs) {
-      dtypes.push_back(named[parameter.name].scalar_type());
+      const at::Tensor* held = named.find(parameter.name);
+      if (held == nullptr) {
+        return absl::InternalError(
+            absl::StrCat("reshard: the rollout's copy has no ", parameter.name));
+      }
+      dtypes.push_back(held->scalar_type());
     }
     ASSIGN_OR_RETURN(const auto whole, Reshard(specs, {.tp = 1, .dp = pool_.size()}, dtypes));
     reshard_dtype_ = dtype;

@@ -142,6 +142,7 @@ absl::StatusOr<v1::GenerateReply> RolloutRole::Generate(
 absl::StatusOr<v1::GenerateReply> RolloutRole::GenerateInParts(
     const v1::GenerateRequest& request, int64_t total_rows, RowRange rows, StepBatch& batch,
     const std::atomic<int64_t>* interrupt) {
+  const auto start = std::chrono::steady_clock::now();
   const RowsGenerator generator = Generator();
   const int64_t step = request.key().step();
   const int64_t n = spec_.roles().actor().rollout().n();
@@ -158,7 +159,6 @@ absl::StatusOr<v1::GenerateReply> RolloutRole::GenerateInParts(
     const size_t prompts = encoded.requests.size();
     partial_.emplace(PartialRollout{
         .request = request,
-        .started = std::chrono::steady_clock::now(),
         .encoded = std::move(encoded),
         .results = std::vector<rollout::GenerationResult>(prompts),
         .weights_steps = TokenWeightsSteps(prompts, std::vector<std::vector<float>>(n))});
@@ -216,13 +216,14 @@ absl::StatusOr<v1::GenerateReply> RolloutRole::GenerateInParts(
   v1::GenerateReply reply;
   if (pool_unfinished[0] > 0) {
     ++part.interruptions;
+    part.generating_s += SecondsSince(start);
     reply.set_unfinished(static_cast<int64_t>(pool_unfinished[0]));
     return reply;
   }
   ASSIGN_OR_RETURN(reply, LayOutRows(generator, part.request, part.encoded, part.results,
                                      &part.weights_steps, total_rows, rows, batch));
   auto& metrics = *reply.mutable_metrics();
-  const double seconds = SecondsSince(part.started);
+  const double seconds = part.generating_s + SecondsSince(start);
   metrics["generate_s"] = seconds;
   metrics["rollout_s"] = seconds;
   metrics["tokens_per_s"] = metrics["response_tokens"] / std::max(seconds, 1e-9);

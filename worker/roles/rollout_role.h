@@ -95,11 +95,11 @@ class RolloutRole {
   // trainer.mode async: the step's rollout so far, between an interrupted call and its resume.
   struct PartialRollout {
     v1::GenerateRequest request;  // the first call's
-    std::chrono::steady_clock::time_point started;
     PromptRequests encoded;
     std::vector<rollout::GenerationResult> results;  // interrupted responses as they stand
     TokenWeightsSteps weights_steps;
     int64_t interruptions = 0;
+    double generating_s = 0;  // the calls' own time, without the pauses between them
   };
   std::optional<PartialRollout> partial_;
 };
