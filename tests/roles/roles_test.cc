@@ -224,7 +224,7 @@ void CheckRolloutChecksums(const v1::JobSpec& spec, const std::string& job_id,
 // rank's shards (cast and bucketed: the reshard at layout (tp 1, dp 2)): each rollout's checksum
 // is that of the weights after the update it follows (one_step_off: the one before last), every
 // check passes, and the reshard's buffers stay within the default bucket.
-TEST_CASE("verify_weight_sync under ZeRO-3: the gathered copy is the trained weights",
+TEST_CASE("verify_weight_sync under ZeRO-3: the resharded copy is the trained weights",
           "[roles][weight_sync][one_step_off]") {
   for (const char* mode : {"sync", "one_step_off"}) {
     INFO(mode);
