@@ -37,7 +37,7 @@ AsyncRollout::~AsyncRollout() {
 }
 
 void AsyncRollout::Generate() {
-  const absl::Status status = [this]() -> absl::Status {
+  const auto batches = [this]() -> absl::Status {
     for (int64_t step = first_; step <= last_; ++step) {
       int64_t weights_step = 0;
       {
@@ -65,7 +65,14 @@ void AsyncRollout::Generate() {
       changed_.notify_all();
     }
     return absl::OkStatus();
-  }();
+  };
+  // Nothing thrown leaves the thread: it ends the rollout as a failure the next Take returns.
+  absl::Status status;
+  try {
+    status = batches();
+  } catch (const std::exception& error) {
+    status = absl::InternalError(absl::StrCat("the asynchronous rollout failed: ", error.what()));
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   failed_ = status;
   ended_ = true;
