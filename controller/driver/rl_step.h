@@ -67,7 +67,7 @@ struct RolloutSchedule {
   // Whether the next step's rollout runs while this step's other stages do (a rollout placed
   // apart from the pools that train), or first, awaited (the hybrid engine: the actor's ranks
   // generate and train in turn, and two stage calls of different steps must reach every rank in
-  // the same order). Only schedule_bench's simulated workers overlap yet.
+  // the same order). JobStages sets it when the job has a rollout pool of its own.
   bool overlap = false;
 };
 
