@@ -67,24 +67,44 @@ TEST_CASE("device memory figures of 'cuda' without an index are the current devi
 
 TEST_CASE("decode-attention kernel matches ATen's attention", "[gpu][rollout]") {
   torch::NoGradGuard no_grad;
-  for (auto [heads, kv_heads, head_dim] : {std::tuple{14, 2, 64}, std::tuple{28, 4, 128},
-                                           std::tuple{8, 8, 64}, std::tuple{32, 4, 128}}) {
-    INFO("heads " << heads << " kv_heads " << kv_heads << " head_dim " << head_dim);
-    const int64_t slots = 9, capacity = 700, batch = 6;
-    const auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(kGpu);
-    at::Tensor k_cache = at::randn({slots, kv_heads, capacity, head_dim}, bf16);
-    at::Tensor v_cache = at::randn({slots, kv_heads, capacity, head_dim}, bf16);
-    at::Tensor q = at::randn({batch, heads, 1, head_dim}, bf16);
-    const auto longs = at::TensorOptions().dtype(at::kLong).device(kGpu);
-    at::Tensor slot_ids = at::tensor({3, 0, 8, 5, 1, 7}, longs);
-    at::Tensor positions = at::tensor({0, 1, 31, 32, 399, 699}, longs);  // Lengths 1 .. capacity.
-    const at::Tensor out = DecodeAttention(q, k_cache, v_cache, slot_ids, positions);
-    const at::Tensor expected = DecodeAttentionReference(
-        q.to(at::kFloat), k_cache.to(at::kFloat), v_cache.to(at::kFloat), slot_ids, positions);
-    const double max_diff = (out.to(at::kFloat) - expected).abs().max().item<double>();
-    std::cout << "rollout_gpu: decode attention H=" << heads << " K=" << kv_heads
-              << " D=" << head_dim << " max |diff| vs fp32 " << max_diff << "\n";
-    CHECK(max_diff < 2e-2);  // bf16 output rounding of values of magnitude ~1.
+  // Query groups of 7, 1, 8 and 16 heads per key/value head; a few rows and many (more than a
+  // wave of warps) on caches of spans of 128 keys, and a long cache (spans longer than 128 keys).
+  for (auto [heads, kv_heads, head_dim] :
+       {std::tuple{14, 2, 64}, std::tuple{28, 4, 128}, std::tuple{8, 8, 64}, std::tuple{32, 4, 128},
+        std::tuple{32, 2, 64}}) {
+    for (auto [batch, capacity] : {std::pair{6, 700}, std::pair{300, 520}, std::pair{5, 4500}}) {
+      INFO("heads " << heads << " kv_heads " << kv_heads << " head_dim " << head_dim << " batch "
+                    << batch << " capacity " << capacity);
+      const int64_t slots = batch + 3;
+      const auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(kGpu);
+      // Keys and values past each sequence's length are NaN: what an unwritten cache may hold
+      // must not reach the output.
+      constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+      at::Tensor k_cache = at::full({slots, kv_heads, capacity, head_dim}, kNan, bf16);
+      at::Tensor v_cache = at::full({slots, kv_heads, capacity, head_dim}, kNan, bf16);
+      at::Tensor q = at::randn({batch, heads, 1, head_dim}, bf16);
+      const auto longs = at::TensorOptions().dtype(at::kLong).device(kGpu);
+      const at::Tensor slot_ids = at::randperm(slots, longs).narrow(0, 0, batch);
+      // Lengths 1 .. capacity, the short and full ones always among them.
+      at::Tensor positions = at::randint(0, capacity, {batch}, longs);
+      positions[0].fill_(0);
+      positions[batch - 1].fill_(capacity - 1);
+      for (int64_t b = 0; b < batch; ++b) {
+        const int64_t length = positions[b].item<int64_t>() + 1, slot = slot_ids[b].item<int64_t>();
+        k_cache[slot].narrow(1, 0, length).normal_();
+        v_cache[slot].narrow(1, 0, length).normal_();
+      }
+      const at::Tensor out = DecodeAttention(q, k_cache, v_cache, slot_ids, positions);
+      const at::Tensor expected = DecodeAttentionReference(
+          q.to(at::kFloat), at::nan_to_num(k_cache.to(at::kFloat), 0, 0, 0),
+          at::nan_to_num(v_cache.to(at::kFloat), 0, 0, 0), slot_ids, positions);
+      const double max_diff = (out.to(at::kFloat) - expected).abs().max().item<double>();
+      std::cout << "rollout_gpu: decode attention H=" << heads << " K=" << kv_heads
+                << " D=" << head_dim << " B=" << batch << " capacity " << capacity
+                << " max |diff| vs fp32 " << max_diff << "\n";
+      // bf16 rounding of the output (values of magnitude ~1) and of the softmax weights.
+      CHECK(max_diff < 2e-2);
+    }
   }
 }
 

@@ -1,55 +1,97 @@
 // Decode attention over a slot cache: one new query token per sequence attends the keys its slot
-// holds. Split-K ("flash decoding"): one block per (sequence, key/value head, span of 128 keys)
-// serves that head's whole query group, so each cached key and value is read once per step, and
-// short batches still fill the GPU; four warps take 32 keys each. A second kernel merges the
-// spans' online-softmax states.
+// holds. Split-K ("flash decoding") on tensor cores: each warp serves one (sequence, key/value
+// head, span of keys) for the head's whole query group, so each cached key and value is read once
+// per step, and short batches still fill the GPU with spans. A second kernel merges the spans'
+// online-softmax states.
+//
+// The warp computes S = Q·Kᵀ and O = P·V with mma.sync m16n8k16 (bf16 in, float32 accumulate):
+// the query group fills the 16 rows of the A operand (groups of up to 16 query heads per
+// key/value head; rows past the group are zeros), 32 keys at a time. No shared memory: each lane
+// loads its fragments straight from the cache in 16-byte pieces, which works because a dot product
+// does not care in which order its terms are summed, nor a sum of P·V rows in which order its keys
+// come:
+//   - Q·Kᵀ: the 16 head dimensions of one k-step are not d0 … d0+15 but the ones the lanes read
+//     with one 16-byte load each (lane t of a key row reads dims 32c + 8t … 32c + 8t + 7, which
+//     serve k-steps 2c and 2c + 1); Q's fragments use the same order, so S is exact.
+//   - P·V: the output columns of n-tile j are not j·8 … j·8+7 but j + (D/8)·n for n = 0 … 7, so
+//     lane g reads D/8 consecutive values of each of its value rows; a byte permute pairs two keys'
+//     values into one fragment register.
+// The softmax weights P are rounded to bf16 for their MMA, as FlashAttention does; the row sums
+// that normalise them are the float32 values.
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include "worker/rollout/kernels.h"
 
 namespace rlhfd::rollout::kernels {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kKeysPerSplit = kWarps * 32;
-constexpr int kMaxGroup = 8;  // Query heads per key/value head served by one block.
+constexpr int kWarpsPerBlock = 4;  // Independent spans, one per warp.
+constexpr int kChunkKeys = 32;     // Keys per warp iteration: four n-tiles of S.
+constexpr int kMaxGroup = 16;      // The A operand's rows.
+constexpr int kMaxSplits = 16;     // Spans per sequence at most (the merge reads them all).
 
-int Splits(int capacity) { return (capacity + kKeysPerSplit - 1) / kKeysPerSplit; }
+int CeilDiv(int a, int b) { return (a + b - 1) / b; }
 
-__device__ __forceinline__ float WarpMax(float x) {
-  for (int offset = 16; offset > 0; offset /= 2)
-    x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, offset));
-  return x;
+// Keys per span: 128, or more when the cache is long, so that the merge reads at most kMaxSplits
+// spans; a multiple of kChunkKeys. It depends on the cache alone, never on the batch: a
+// sequence's attention sums in the same order whatever else is decoded with it (a CUDA graph's
+// padded batch included).
+int KeysPerSplit(int capacity) {
+  const int longest = CeilDiv(CeilDiv(capacity, kMaxSplits), kChunkKeys) * kChunkKeys;
+  return longest > 128 ? longest : 128;
 }
 
-__device__ __forceinline__ float WarpSum(float x) {
-  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffff, x, offset);
-  return x;
+// Where the workspace's parts start, in floats: the spans' maxima, sums, then (16-byte aligned,
+// for the kernel's vector stores) their outputs.
+int64_t AccOffset(int64_t states) { return (2 * states + 3) / 4 * 4; }
+
+__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t PackBf16(float low, float high) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
+  return *reinterpret_cast<const uint32_t*>(&pair);
+}
+
+__device__ __forceinline__ uint4 LoadOrZero(const __nv_bfloat16* p, bool valid) {
+  return valid ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
 }
 
 template <int D>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
     DecodeAttentionKernel(const __nv_bfloat16* __restrict__ q,
                           const __nv_bfloat16* __restrict__ k_cache,
                           const __nv_bfloat16* __restrict__ v_cache,
                           const int64_t* __restrict__ slots, const int64_t* __restrict__ positions,
                           float* __restrict__ partial_m, float* __restrict__ partial_l,
-                          float* __restrict__ partial_acc, int heads, int kv_heads, int capacity,
-                          float scale_log2) {
-  constexpr int kPerLane = D / 32;  // Output elements each lane accumulates.
-  const int row = blockIdx.x, kv_head = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
+                          float* __restrict__ partial_acc, int batch, int heads, int kv_heads,
+                          int capacity, int splits, int keys_per_split, float scale_log2) {
+  constexpr int kPieces = D / 32;  // 16-byte pieces a lane reads of a key row.
+  constexpr int kTiles = D / 8;    // n-tiles of P·V; also the values a lane reads of a value row.
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  // Spans in split-major order, so that a block's warps have like amounts of work (the same span
+  // of sequences of like lengths) rather than one sequence's long and empty spans.
+  const int item = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  if (item >= batch * kv_heads * splits) return;
+  const int split = item / (batch * kv_heads), kv_head = item % kv_heads;
+  const int row = (item / kv_heads) % batch;
   const int group = heads / kv_heads;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int length = static_cast<int>(positions[row]) + 1;
-  const int split_begin = split * kKeysPerSplit;
-  const int split_end = min(length, split_begin + kKeysPerSplit);
-  if (split_begin >= length) {  // A span past the sequence's end: an empty state, merged as none.
-    for (int h = threadIdx.x; h < group; h += blockDim.x) {
-      partial_m[(static_cast<size_t>(row) * splits + split) * heads + kv_head * group + h] =
-          -INFINITY;
-    }
+  const int begin = split * keys_per_split;
+  const int end = min(length, begin + keys_per_split);
+  // State index of this group's first query head in this span.
+  const size_t first_state = (static_cast<size_t>(row) * splits + split) * heads + kv_head * group;
+  if (begin >= length) {  // A span past the sequence's end: an empty state, merged as none.
+    if (lane < group) partial_m[first_state + lane] = -INFINITY;
     return;
   }
   const size_t head_offset =
@@ -57,130 +99,146 @@ __global__ void __launch_bounds__(kWarps * 32)
   const __nv_bfloat16* keys = k_cache + head_offset;
   const __nv_bfloat16* values = v_cache + head_offset;
 
-  __shared__ float q_shared[kMaxGroup][D];
-  __shared__ float p_shared[kWarps][kMaxGroup][32];
-  __shared__ float m_shared[kWarps][kMaxGroup];
-  __shared__ float l_shared[kWarps][kMaxGroup];
-  __shared__ float acc_shared[kWarps][kMaxGroup][D];
-
-  // Queries pre-scaled by softmax_scale * log2(e), so the softmax runs on exp2.
-  const __nv_bfloat16* q_row = q + (static_cast<size_t>(row) * heads + kv_head * group) * D;
-  for (int i = threadIdx.x; i < group * D; i += blockDim.x) {
-    q_shared[i / D][i % D] = __bfloat162float(q_row[i]) * scale_log2;
-  }
-  __syncthreads();
-
-  float m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][kPerLane];
+  // Q's A fragments: rows g and g + 8 of the group, in the lanes' order of head dimensions. At
+  // D = 128 they are held (2·D/8 registers per lane); at D = 64 they are read again from L1 for
+  // each piece of the head dimension, which measured faster there (23 against 28 µs per layer at
+  // the 0.5B shape, B 256, in a comparison of variants on the H200: docs/PERFORMANCE.md).
+  constexpr bool kHoldQuery = D >= 128;
+  const __nv_bfloat16* q_low = q + (static_cast<size_t>(row) * heads + kv_head * group + g) * D;
+  const __nv_bfloat16* q_high = q_low + 8 * D;
+  const auto query_fragments = [&](int c, uint32_t(&even)[4], uint32_t(&odd)[4]) {
+    const uint4 low = LoadOrZero(q_low + 32 * c + 8 * t, g < group);
+    const uint4 high = LoadOrZero(q_high + 32 * c + 8 * t, g + 8 < group);
+    even[0] = low.x, even[1] = high.x, even[2] = low.y, even[3] = high.y;  // k-step 2c
+    odd[0] = low.z, odd[1] = high.z, odd[2] = low.w, odd[3] = high.w;      // k-step 2c + 1
+  };
+  uint32_t held[kHoldQuery ? 2 * kPieces : 1][4];
+  if constexpr (kHoldQuery) {
 #pragma unroll
-  for (int h = 0; h < kMaxGroup; ++h) {
-    m[h] = -INFINITY;
-    l[h] = 0.f;
-#pragma unroll
-    for (int e = 0; e < kPerLane; ++e) acc[h][e] = 0.f;
+    for (int c = 0; c < kPieces; ++c) query_fragments(c, held[2 * c], held[2 * c + 1]);
   }
 
-  // Each warp's 32 keys of the span, one per lane for the scores, then all lanes together (split
-  // over D) for the value sum. A warp past the sequence's end keeps an empty state (m = -inf).
-  const int base = split_begin + warp * 32;
-  if (base < split_end) {
-    const int key = base + lane;
-    float s[kMaxGroup];
+  // Online softmax of rows g (index 0) and g + 8 (index 1), in the exp2 domain. l is this lane's
+  // share of the row sum (its keys), summed over the row's four lanes at the end.
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float acc[kTiles][4];
 #pragma unroll
-    for (int h = 0; h < kMaxGroup; ++h) s[h] = key < split_end ? 0.f : -INFINITY;
-    if (key < split_end) {
-      const uint4* key_row = reinterpret_cast<const uint4*>(keys + static_cast<size_t>(key) * D);
+  for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+
+  for (int base = begin; base < end; base += kChunkKeys) {
+    // S for keys base + 8i + 2t + {0, 1} (n-tile i) of rows g, g + 8. Keys past the span are
+    // read as zeros (the cache there may hold anything) and masked below.
+    float s[4][4] = {};
+    const auto key_piece = [&](int i, int c) {
+      const int key = base + 8 * i + g;
+      return LoadOrZero(keys + static_cast<size_t>(key) * D + 32 * c + 8 * t, key < end);
+    };
+    if constexpr (kHoldQuery) {
 #pragma unroll
-      for (int c = 0; c < D / 8; ++c) {
-        const uint4 raw = key_row[c];
-        const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
-        float k8[8];
+      for (int i = 0; i < 4; ++i) {
+        uint4 k[kPieces];
+#pragma unroll
+        for (int c = 0; c < kPieces; ++c) k[c] = key_piece(i, c);
+#pragma unroll
+        for (int c = 0; c < kPieces; ++c) {
+          Mma(s[i], held[2 * c], k[c].x, k[c].y);
+          Mma(s[i], held[2 * c + 1], k[c].z, k[c].w);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int c = 0; c < kPieces; ++c) {
+        uint32_t even[4], odd[4];
+        query_fragments(c, even, odd);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const float2 f = __bfloat1622float2(pairs[i]);
-          k8[2 * i] = f.x;
-          k8[2 * i + 1] = f.y;
-        }
-#pragma unroll
-        for (int h = 0; h < kMaxGroup; ++h) {
-          if (h < group) {
-#pragma unroll
-            for (int i = 0; i < 8; ++i) s[h] += q_shared[h][c * 8 + i] * k8[i];
-          }
+          const uint4 k = key_piece(i, c);
+          Mma(s[i], even, k.x, k.y);
+          Mma(s[i], odd, k.z, k.w);
         }
       }
     }
+    float chunk_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int h = 0; h < kMaxGroup; ++h) {
-      if (h < group) {
-        // Lane 0's key is always valid, so the chunk maximum is finite.
-        const float m_new = fmaxf(m[h], WarpMax(s[h]));
-        const float correction = exp2f(m[h] - m_new);
-        const float p = exp2f(s[h] - m_new);
-        l[h] = l[h] * correction + p;
+    for (int i = 0; i < 4; ++i) {
 #pragma unroll
-        for (int e = 0; e < kPerLane; ++e) acc[h][e] *= correction;
-        m[h] = m_new;
-        p_shared[warp][h][lane] = p;
+      for (int e = 0; e < 4; ++e) {
+        const bool valid = base + 8 * i + 2 * t + (e & 1) < end;
+        s[i][e] = valid ? s[i][e] * scale_log2 : -INFINITY;
+        chunk_max[e / 2] = fmaxf(chunk_max[e / 2], s[i][e]);
       }
     }
-    __syncwarp();
-    const int valid = min(32, split_end - base);
-    // (Loading eight value rows at once before the sums measured slower on the H200: 24 vs
-    // 17 us per layer at B = 64, from register pressure; four in flight it is.)
-#pragma unroll 4
-    for (int j = 0; j < valid; ++j) {
-      const __nv_bfloat16* value_row = values + static_cast<size_t>(base + j) * D + lane * kPerLane;
-      float v[kPerLane];
+    float correction[2];
 #pragma unroll
-      for (int e = 0; e < kPerLane; e += 2) {
-        const float2 f =
-            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(value_row + e));
-        v[e] = f.x;
-        v[e + 1] = f.y;
+    for (int r = 0; r < 2; ++r) {
+      // The row's 32 keys sit in its four lanes; key `base` is always valid, so this is finite.
+      chunk_max[r] = fmaxf(chunk_max[r], __shfl_xor_sync(0xffffffff, chunk_max[r], 1));
+      chunk_max[r] = fmaxf(chunk_max[r], __shfl_xor_sync(0xffffffff, chunk_max[r], 2));
+      const float m_new = fmaxf(m[r], chunk_max[r]);
+      correction[r] = exp2f(m[r] - m_new);
+      m[r] = m_new;
+      l[r] *= correction[r];
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[i][e] = exp2f(s[i][e] - m[e / 2]);
+        l[e / 2] += s[i][e];
       }
+    }
 #pragma unroll
-      for (int h = 0; h < kMaxGroup; ++h) {
-        if (h < group) {
-          const float p = p_shared[warp][h][j];
+    for (int j = 0; j < kTiles; ++j) {
+      acc[j][0] *= correction[0], acc[j][1] *= correction[0];
+      acc[j][2] *= correction[1], acc[j][3] *= correction[1];
+    }
+    // O += P·V over two k-steps of 16 keys: P's A fragments are S's accumulators (n-tiles 2h and
+    // 2h + 1); lane t's value rows are keys base + 16h + 2t + {0, 1, 8, 9}.
 #pragma unroll
-          for (int e = 0; e < kPerLane; ++e) acc[h][e] += p * v[e];
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t pa[4] = {
+          PackBf16(s[2 * h][0], s[2 * h][1]), PackBf16(s[2 * h][2], s[2 * h][3]),
+          PackBf16(s[2 * h + 1][0], s[2 * h + 1][1]), PackBf16(s[2 * h + 1][2], s[2 * h + 1][3])};
+      // Value rows +0, +1, +8, +9 (b0 pairs the first two keys, b1 the other two), all loaded
+      // before the MMAs.
+      uint32_t v[4][kTiles / 2];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int key = base + 16 * h + 2 * t + (r & 1) + 8 * (r / 2);
+        const __nv_bfloat16* value_row = values + static_cast<size_t>(key) * D + g * kTiles;
+#pragma unroll
+        for (int p = 0; p < kTiles / 8; ++p) {
+          const uint4 piece = LoadOrZero(value_row + 8 * p, key < end);
+          v[r][4 * p] = piece.x, v[r][4 * p + 1] = piece.y;
+          v[r][4 * p + 2] = piece.z, v[r][4 * p + 3] = piece.w;
         }
       }
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        const unsigned selector = j % 2 == 0 ? 0x5410 : 0x7632;  // Low or high halves.
+        Mma(acc[j], pa, __byte_perm(v[0][j / 2], v[1][j / 2], selector),
+            __byte_perm(v[2][j / 2], v[3][j / 2], selector));
+      }
     }
-    __syncwarp();
   }
 
-  // Merge the warps' partial softmax states.
+  // This span's state per query head: (max, sum, unnormalised output). Lane (g, t) holds output
+  // columns j + kTiles·2t and j + kTiles·(2t + 1) of n-tile j: 2·kTiles consecutive columns.
 #pragma unroll
-  for (int h = 0; h < kMaxGroup; ++h) {
-    if (h < group) {
-      const float l_warp = WarpSum(l[h]);
-      if (lane == 0) {
-        m_shared[warp][h] = m[h];
-        l_shared[warp][h] = l_warp;
-      }
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffff, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffff, l[r], 2);
+    const int head = g + 8 * r;
+    if (head >= group) continue;
+    const size_t state = first_state + head;
+    if (t == 0) partial_m[state] = m[r], partial_l[state] = l[r];
+    float* out = partial_acc + state * D + 2 * kTiles * t;
 #pragma unroll
-      for (int e = 0; e < kPerLane; ++e) acc_shared[warp][h][lane * kPerLane + e] = acc[h][e];
-    }
-  }
-  __syncthreads();
-  // This span's state per query head: (max, sum, unnormalised output), in the exp2 domain.
-  for (int i = threadIdx.x; i < group * D; i += blockDim.x) {
-    const int h = i / D, d = i % D;
-    float m_max = -INFINITY;
-    for (int w = 0; w < kWarps; ++w) m_max = fmaxf(m_max, m_shared[w][h]);
-    float l_total = 0.f, o = 0.f;
-    for (int w = 0; w < kWarps; ++w) {
-      // A warp that saw no keys has m = -inf and contributes nothing.
-      const float f = m_shared[w][h] == -INFINITY ? 0.f : exp2f(m_shared[w][h] - m_max);
-      l_total += l_shared[w][h] * f;
-      o += acc_shared[w][h][d] * f;
-    }
-    const size_t state = (static_cast<size_t>(row) * splits + split) * heads + kv_head * group + h;
-    partial_acc[state * D + d] = o;
-    if (d == 0) {
-      partial_m[state] = m_max;
-      partial_l[state] = l_total;
+    for (int j = 0; j < kTiles; j += 4) {
+      *reinterpret_cast<float4*>(out + j) =
+          make_float4(acc[j][2 * r], acc[j + 1][2 * r], acc[j + 2][2 * r], acc[j + 3][2 * r]);
+      *reinterpret_cast<float4*>(out + kTiles + j) = make_float4(
+          acc[j][2 * r + 1], acc[j + 1][2 * r + 1], acc[j + 2][2 * r + 1], acc[j + 3][2 * r + 1]);
     }
   }
 }
@@ -208,7 +266,9 @@ __global__ void MergeSplitsKernel(const float* __restrict__ partial_m,
 }  // namespace
 
 int64_t DecodeAttentionWorkspaceBytes(int batch, int heads, int head_dim, int capacity) {
-  return static_cast<int64_t>(batch) * Splits(capacity) * heads * (head_dim + 2) * sizeof(float);
+  const int64_t states =
+      static_cast<int64_t>(batch) * CeilDiv(capacity, KeysPerSplit(capacity)) * heads;
+  return (AccOffset(states) + states * head_dim) * static_cast<int64_t>(sizeof(float));
 }
 
 bool DecodeAttention(const void* q, const void* k_cache, const void* v_cache, const int64_t* slots,
@@ -217,24 +277,25 @@ bool DecodeAttention(const void* q, const void* k_cache, const void* v_cache, co
   if (kv_heads <= 0 || heads % kv_heads != 0 || heads / kv_heads > kMaxGroup) return false;
   if (head_dim != 64 && head_dim != 128) return false;
   if (batch == 0) return true;
-  const int splits = Splits(capacity);
+  const int keys_per_split = KeysPerSplit(capacity);
+  const int splits = CeilDiv(capacity, keys_per_split);
   const size_t states = static_cast<size_t>(batch) * splits * heads;
   float* partial_m = static_cast<float*>(workspace);
   float* partial_l = partial_m + states;
-  float* partial_acc = partial_l + states;
-  const dim3 grid(batch, kv_heads, splits);
+  float* partial_acc = partial_m + AccOffset(static_cast<int64_t>(states));
+  const int blocks = CeilDiv(batch * kv_heads * splits, kWarpsPerBlock);
   const float scale_log2 = scale * 1.4426950408889634f;
   const auto* qb = static_cast<const __nv_bfloat16*>(q);
   const auto* kb = static_cast<const __nv_bfloat16*>(k_cache);
   const auto* vb = static_cast<const __nv_bfloat16*>(v_cache);
   if (head_dim == 64) {
-    DecodeAttentionKernel<64>
-        <<<grid, kWarps * 32, 0, stream>>>(qb, kb, vb, slots, positions, partial_m, partial_l,
-                                           partial_acc, heads, kv_heads, capacity, scale_log2);
+    DecodeAttentionKernel<64><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
+        qb, kb, vb, slots, positions, partial_m, partial_l, partial_acc, batch, heads, kv_heads,
+        capacity, splits, keys_per_split, scale_log2);
   } else {
-    DecodeAttentionKernel<128>
-        <<<grid, kWarps * 32, 0, stream>>>(qb, kb, vb, slots, positions, partial_m, partial_l,
-                                           partial_acc, heads, kv_heads, capacity, scale_log2);
+    DecodeAttentionKernel<128><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
+        qb, kb, vb, slots, positions, partial_m, partial_l, partial_acc, batch, heads, kv_heads,
+        capacity, splits, keys_per_split, scale_log2);
   }
   MergeSplitsKernel<<<dim3(batch, heads), head_dim, 0, stream>>>(
       partial_m, partial_l, partial_acc, static_cast<__nv_bfloat16*>(out), heads, splits, head_dim);

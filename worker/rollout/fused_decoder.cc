@@ -36,7 +36,7 @@ bool FusedDecoder::Supports(const model::ModelConfig& c, const at::Tensor& weigh
   return weight.is_cuda() && weight.scalar_type() == at::kBFloat16 &&
          (c.head_dim == 64 || c.head_dim == 128) && tp >= 1 && c.intermediate_size % tp == 0 &&
          (c.intermediate_size / tp) % 2 == 0 && c.num_heads % c.num_kv_heads == 0 &&
-         c.num_heads / c.num_kv_heads <= 8;
+         c.num_heads / c.num_kv_heads <= 16;  // The decode attention serves groups of 16.
 }
 
 FusedDecoder::FusedDecoder(model::Transformer& model)

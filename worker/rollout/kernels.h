@@ -15,8 +15,8 @@ namespace rlhfd::rollout::kernels {
 //   slots    (B) int64: each row's cache slot
 //   positions (B) int64: each row's new-token position; keys [0, position] are attended
 //   out      (B, H, D) bf16
-//   workspace DecodeAttentionWorkspaceBytes(...) bytes of device memory (float-aligned)
-// Supports D in {64, 128} and H / K <= 8; returns false (and launches nothing) otherwise.
+//   workspace DecodeAttentionWorkspaceBytes(...) bytes of device memory (16-byte aligned)
+// Supports D in {64, 128} and H / K <= 16; returns false (and launches nothing) otherwise.
 int64_t DecodeAttentionWorkspaceBytes(int batch, int heads, int head_dim, int capacity);
 bool DecodeAttention(const void* q, const void* k_cache, const void* v_cache, const int64_t* slots,
                      const int64_t* positions, void* out, void* workspace, int batch, int heads,

@@ -1,0 +1,148 @@
+// decode_attention_bench: the rollout's decode-attention kernel alone (the spans and their merge)
+// at a preset model's head shape: B sequences whose lengths are drawn uniformly from
+// [--context_min, --context_max] in a slot cache of --context_max positions. Prints a JSON line
+// and a table per batch size: µs per call (one layer), the bytes of keys and values it must read
+// over that time, their share of the device-to-device copy bandwidth measured in the same run,
+// and the largest difference from a float32 reference.
+//   decode_attention_bench --preset=qwen2.5-7b --batch=256,64 --context_min=257 --context_max=512
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/cuda.h>
+#include <torch/types.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "common/util/program_setup.h"
+#include "worker/bench/model_presets.h"
+#include "worker/rollout/decode_attention.h"
+#include "worker/rollout/device_support.h"
+#include "worker/rollout/kernels.h"
+
+ABSL_FLAG(std::string, preset, "qwen2.5-7b", "qwen2.5-0.5b, qwen2.5-1.5b or qwen2.5-7b");
+ABSL_FLAG(std::vector<std::string>, batch, (std::vector<std::string>{"256", "64"}),
+          "Sequences per call, comma-separated");
+ABSL_FLAG(int64_t, context_min, 257, "Shortest sequence (keys attended)");
+ABSL_FLAG(int64_t, context_max, 512, "Longest sequence; also the cache's capacity");
+ABSL_FLAG(int64_t, iterations, 200, "Timed calls");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Device-to-device copy bandwidth (bytes read + written per second) of a 1 GiB buffer.
+double CopyBandwidth(const at::Device& device) {
+  at::Tensor src =
+      at::empty({int64_t{1} << 30}, at::TensorOptions().dtype(at::kByte).device(device));
+  at::Tensor dst = at::empty_like(src);
+  dst.copy_(src);
+  rlhfd::rollout::Synchronize(device);
+  const int reps = 20;
+  const auto start = Clock::now();
+  for (int i = 0; i < reps; ++i) dst.copy_(src);
+  rlhfd::rollout::Synchronize(device);
+  return 2.0 * src.numel() * reps / std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void RunBatch(const rlhfd::model::ModelConfig& config, int64_t batch, double bandwidth,
+              const at::Device& device) {
+  const int64_t heads = config.num_heads, kv_heads = config.num_kv_heads, d = config.head_dim;
+  const int64_t lo = absl::GetFlag(FLAGS_context_min), capacity = absl::GetFlag(FLAGS_context_max);
+  const auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(device);
+  const auto longs = at::TensorOptions().dtype(at::kLong).device(device);
+  const at::Tensor k_cache = at::randn({batch, kv_heads, capacity, d}, bf16);
+  const at::Tensor v_cache = at::randn({batch, kv_heads, capacity, d}, bf16);
+  const at::Tensor q = at::randn({batch, heads, 1, d}, bf16);
+  const at::Tensor slots = at::randperm(batch, longs);
+  const at::Tensor positions = at::randint(lo - 1, capacity, {batch}, longs);
+  at::Tensor out = at::empty({batch, heads, 1, d}, bf16);
+  const at::Tensor workspace =
+      at::empty({rlhfd::rollout::kernels::DecodeAttentionWorkspaceBytes(batch, heads, d, capacity)},
+                bf16.dtype(at::kByte));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index());
+  const auto call = [&] {
+    return rlhfd::rollout::kernels::DecodeAttention(
+        q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr<int64_t>(),
+        positions.data_ptr<int64_t>(), out.data_ptr(), workspace.data_ptr(), batch, heads, kv_heads,
+        d, capacity, scale, stream);
+  };
+  if (!call()) {
+    std::cerr << "the kernel does not serve this shape\n";
+    return;
+  }
+  const at::Tensor expected = rlhfd::rollout::DecodeAttentionReference(
+      q.to(at::kFloat), k_cache.to(at::kFloat), v_cache.to(at::kFloat), slots, positions);
+  const double max_diff = (out.to(at::kFloat) - expected).abs().max().item<double>();
+  const int64_t iterations = absl::GetFlag(FLAGS_iterations);
+  rlhfd::rollout::Synchronize(device);
+  const auto start = Clock::now();
+  for (int64_t i = 0; i < iterations; ++i) call();
+  rlhfd::rollout::Synchronize(device);
+  const double us = 1e6 * std::chrono::duration<double>(Clock::now() - start).count() / iterations;
+  const double kv_bytes =
+      (positions.sum().item<double>() + batch) * kv_heads * d * 2 /*k, v*/ * 2 /*bf16*/;
+  const double read_rate = kv_bytes / (us * 1e-6);
+  nlohmann::json line = {{"preset", absl::GetFlag(FLAGS_preset)},
+                         {"batch", batch},
+                         {"heads", heads},
+                         {"kv_heads", kv_heads},
+                         {"head_dim", d},
+                         {"context_min", lo},
+                         {"context_max", capacity},
+                         {"us_per_call", us},
+                         {"kv_bytes", kv_bytes},
+                         {"kv_read_gbps", read_rate / 1e9},
+                         {"copy_bandwidth_gbps", bandwidth / 1e9},
+                         {"share_of_copy_bandwidth", read_rate / bandwidth},
+                         {"max_abs_diff_vs_fp32", max_diff}};
+  std::cout << line.dump() << "\n";
+  std::printf(
+      "%-14s B=%-4ld H=%-3ld K=%-2ld D=%-4ld context %ld-%ld | %8.1f us | %6.0f GB/s of "
+      "keys and values (%4.1f%% of copy bandwidth) | max |diff| %.4f\n",
+      absl::GetFlag(FLAGS_preset).c_str(), batch, heads, kv_heads, d, lo, capacity, us,
+      read_rate / 1e9, 100.0 * read_rate / bandwidth, max_diff);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  rlhfd::SetUpProgram();
+  absl::ParseCommandLine(argc, argv);
+  auto config = rlhfd::bench::PresetConfig(absl::GetFlag(FLAGS_preset));
+  if (!config.ok()) {
+    std::cerr << config.status().message() << "\n";
+    return 2;
+  }
+  const int64_t lo = absl::GetFlag(FLAGS_context_min), hi = absl::GetFlag(FLAGS_context_max);
+  if (lo < 1 || hi < lo) {
+    std::cerr << "--context_min and --context_max: need 1 <= min <= max\n";
+    return 2;
+  }
+  if (!torch::cuda::is_available()) {
+    std::cerr << "decode_attention_bench needs a CUDA GPU\n";
+    return 1;
+  }
+  std::vector<int64_t> batches;
+  for (const std::string& text : absl::GetFlag(FLAGS_batch)) {
+    int64_t b = 0;
+    if (!absl::SimpleAtoi(text, &b) || b < 1) {
+      std::cerr << "--batch: '" << text << "' is not a positive count\n";
+      return 2;
+    }
+    batches.push_back(b);
+  }
+  const at::Device device(at::kCUDA, 0);
+  torch::NoGradGuard no_grad;
+  at::manual_seed(0);
+  const double bandwidth = CopyBandwidth(device);
+  for (int64_t b : batches) RunBatch(*config, b, bandwidth, device);
+  return 0;
+}
