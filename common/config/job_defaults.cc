@@ -42,7 +42,8 @@ constexpr const char* kDefaultsJson = R"json({
         "tp": 1, "n": 1, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 0,
         "max_num_seqs": 1024, "gpu_memory_utilization": 0.5,
         "update_weights_bucket_megabytes": 1024,
-        "log_prob_micro_batch_size_per_gpu": 16,
+        "log_prob_micro_batch_size_per_gpu": 16, "log_prob_use_dynamic_bsz": false,
+        "log_prob_max_token_len_per_gpu": 16384,
         "val_kwargs": {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "n": 1, "do_sample": false},
         "multi_turn": {
           "enable": false, "tool_config_path": "", "format": "hermes", "max_assistant_turns": 0,
@@ -52,7 +53,7 @@ constexpr const char* kDefaultsJson = R"json({
       }
     },
     "critic": {
-      "model_path": "",
+      "model_path": "", "forward_max_token_len_per_gpu": 32768,
       "train": {
         "tp": 1, "ppo_mini_batch_size": 256, "ppo_micro_batch_size_per_gpu": 8,
         "use_dynamic_bsz": false, "ppo_max_token_len_per_gpu": 32768, "lr": 1e-5,
@@ -62,7 +63,8 @@ constexpr const char* kDefaultsJson = R"json({
         "zero_stage": 3, "param_offload": false, "optimizer_offload": false
       }
     },
-    "reference": {"log_prob_micro_batch_size_per_gpu": 16, "param_offload": false},
+    "reference": {"log_prob_micro_batch_size_per_gpu": 16, "param_offload": false,
+                  "log_prob_use_dynamic_bsz": false, "log_prob_max_token_len_per_gpu": 16384},
     "rollout": {"gpus": 1, "partial_rollout": false},
     "reward": {"rule": "", "model": "", "remote": "", "remote_timeout_s": 30.0}
   },

@@ -344,6 +344,8 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
       CheckTrain(check, "critic", gpus, critic->mutable_train(), data.train_batch_size(), n,
                  derived);
     }
+    check.Within("roles.critic.forward_max_token_len_per_gpu",
+                 critic->forward_max_token_len_per_gpu(), 1, kMaxTokens);
   }
 
   const bool kl_used = kl_mode != nullptr && kl_mode->needs_reference;
@@ -363,6 +365,8 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
     reference->set_gpus(gpus);
     check.Within("roles.reference.log_prob_micro_batch_size_per_gpu",
                  reference->log_prob_micro_batch_size_per_gpu(), 1, kMaxBatch);
+    check.Within("roles.reference.log_prob_max_token_len_per_gpu",
+                 reference->log_prob_max_token_len_per_gpu(), 1, kMaxTokens);
   }
 
   auto* reward = roles->mutable_reward();

@@ -34,6 +34,8 @@ void CheckRollout(Checker& check, const v1::JobSpec& spec) {
   }
   check.Within("roles.actor.rollout.log_prob_micro_batch_size_per_gpu",
                rollout.log_prob_micro_batch_size_per_gpu(), 1, kMaxBatch);
+  check.Within("roles.actor.rollout.log_prob_max_token_len_per_gpu",
+               rollout.log_prob_max_token_len_per_gpu(), 1, kMaxTokens);
   if (const v1::MultiTurnSpec& turns = rollout.multi_turn(); turns.enable()) {
     const std::string at = "roles.actor.rollout.multi_turn.";
     if (turns.tool_config_path().empty()) {

@@ -125,6 +125,26 @@ TEST_CASE(
       2, 2);
 }
 
+// Forwards packed by a token budget (verl's log_prob_use_dynamic_bsz, the critic's
+// forward_max_token_len_per_gpu) over ZeRO-3 replicas, which gather parameters inside each forward.
+// With 66 tokens the first step's rows (38 + 34 on one rank, 33 + 32 on the other) need two
+// forwards on one rank and one on the other, which pads to agree; the reference's four rows pack
+// out of order ([38], [34, 32], [33]). The old log-probs (two epochs make them run), reference
+// log-probs and values equal one process's.
+TEST_CASE("log-prob and value forwards packed by tokens under ZeRO-3 equal one process",
+          "[roles]") {
+  CheckAgainstOneProcess(
+      TestSpec(kPpoJob,
+               {"roles.actor.train.zero_stage=3", "roles.actor.train.ppo_epochs=2",
+                "roles.actor.rollout.log_prob_use_dynamic_bsz=true",
+                "roles.actor.rollout.log_prob_max_token_len_per_gpu=66",
+                "roles.reference.log_prob_use_dynamic_bsz=true",
+                "roles.reference.log_prob_max_token_len_per_gpu=66", "roles.critic.gpus=2",
+                "roles.critic.train.zero_stage=3", "roles.critic.train.use_dynamic_bsz=true",
+                "roles.critic.forward_max_token_len_per_gpu=66"}),
+      4, 2);
+}
+
 // The actor's two ranks decode as one tensor-parallel group (each its half of every layer): the
 // greedy responses are those of one engine over the whole model (tp_g 1), and so is the rest.
 TEST_CASE(

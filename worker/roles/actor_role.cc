@@ -140,8 +140,7 @@ absl::StatusOr<std::map<std::string, double>> ActorRole::ComputeOldLogProbs(Step
   RETURN_IF_ERROR(trained_->BeginStep());
   absl::StatusOr<at::Tensor> log_probs =
       ResponseLogProbs(trained_->module(), ids, mask, batch.prompt_length(),
-                       spec_.roles().actor().rollout().log_prob_micro_batch_size_per_gpu(),
-                       LogProbTemperature(spec_));
+                       ActorLogProbForwards(spec_, trained_.get()), LogProbTemperature(spec_));
   trained_->EndForwards();
   RETURN_IF_ERROR(trained_->TakeStatus());
   if (!log_probs.ok()) return log_probs.status();

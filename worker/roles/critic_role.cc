@@ -39,7 +39,7 @@ absl::Status CriticRole::ComputeValues(StepBatch& batch) {
   RETURN_IF_ERROR(trained_->BeginStep());
   absl::StatusOr<at::Tensor> values =
       ResponseValues(trained_->module(), ids, mask, batch.prompt_length(),
-                     spec_.roles().critic().train().ppo_micro_batch_size_per_gpu());
+                     CriticValueForwards(spec_, trained_.get()));
   trained_->EndForwards();
   RETURN_IF_ERROR(trained_->TakeStatus());
   if (!values.ok()) return values.status();

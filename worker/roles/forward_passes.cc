@@ -2,33 +2,86 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <exception>
+#include <numeric>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
 #include "worker/train/batching.h"
 #include "worker/train/chunked_log_probs.h"
 
 namespace rlhfd::roles {
 namespace {
 
-// Runs `per_micro_batch(rows)` over consecutive micro-batches and concatenates the results; what
-// LibTorch throws (out of memory, say) comes back as a status naming `what`.
+// The rows of each forward: consecutive runs of `micro.rows`, or packed by `micro.token_budget`
+// real tokens (the attention mask's ones); padded, when `micro.lockstep` asks, to the count the
+// replicas agree on with forwards of row 0 whose results are dropped. Returns the real count too.
+absl::StatusOr<std::pair<std::vector<std::vector<int64_t>>, size_t>> PlanForwards(
+    const at::Tensor& attention_mask, const ForwardMicroBatches& micro) {
+  const int64_t rows = attention_mask.size(0);
+  std::vector<int64_t> all(rows), tokens;
+  std::iota(all.begin(), all.end(), 0);
+  if (micro.token_budget > 0) {
+    const at::Tensor counts = attention_mask.sum(1).to(at::kCPU, at::kLong).contiguous();
+    tokens.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + rows);
+  }
+  std::vector<std::vector<int64_t>> forwards =
+      train::SplitMicroBatches(all, tokens, micro.rows, micro.token_budget);
+  const size_t real = forwards.size();
+  // Fixed micro-batches over the equal shares of the batch that the replicas hold come out equal
+  // in number; forwards packed by tokens may not.
+  if (micro.token_budget > 0 && micro.lockstep != nullptr && micro.lockstep->lockstep_forwards()) {
+    std::vector<double> most = {static_cast<double>(forwards.size())};
+    RETURN_IF_ERROR(micro.lockstep->ReduceOverReplicas(most, train::ReplicaReduce::kMax));
+    while (forwards.size() < static_cast<size_t>(most[0])) forwards.push_back({0});
+  }
+  return std::make_pair(std::move(forwards), real);
+}
+
+// Runs `per_micro_batch(ids, mask)` over the forwards PlanForwards makes and puts the results
+// back in row order; what LibTorch throws (out of memory, say) comes back as a status naming
+// `what` and the setting to lower.
 template <typename Function>
-absl::StatusOr<at::Tensor> InMicroBatches(int64_t rows, int64_t micro_batch, const char* what,
+absl::StatusOr<at::Tensor> InMicroBatches(const at::Tensor& input_ids,
+                                          const at::Tensor& attention_mask,
+                                          const ForwardMicroBatches& micro, const char* what,
                                           Function per_micro_batch) {
-  if (micro_batch < 1) return absl::InvalidArgumentError(absl::StrCat(what, ": micro-batch < 1"));
+  if (micro.rows < 1) return absl::InvalidArgumentError(absl::StrCat(what, ": micro-batch < 1"));
   try {
     at::NoGradGuard no_grad;
+    ASSIGN_OR_RETURN(auto plan, PlanForwards(attention_mask, micro));
+    const auto& [forwards, real] = plan;
     std::vector<at::Tensor> parts;
-    for (int64_t begin = 0; begin < rows; begin += micro_batch) {
-      parts.push_back(per_micro_batch(begin, std::min(micro_batch, rows - begin)));
+    std::vector<int64_t> order;  // The row of each result, in the order computed.
+    for (size_t k = 0; k < forwards.size(); ++k) {
+      const std::vector<int64_t>& rows = forwards[k];
+      const bool consecutive = rows.back() - rows.front() + 1 == static_cast<int64_t>(rows.size());
+      at::Tensor ids, mask;
+      if (consecutive) {
+        ids = input_ids.narrow(0, rows.front(), static_cast<int64_t>(rows.size()));
+        mask = attention_mask.narrow(0, rows.front(), static_cast<int64_t>(rows.size()));
+      } else {
+        const at::Tensor index = at::tensor(rows, at::kLong).to(input_ids.device());
+        ids = input_ids.index_select(0, index);
+        mask = attention_mask.index_select(0, index);
+      }
+      at::Tensor result = per_micro_batch(ids, mask);
+      if (k >= real) continue;  // A forward only to keep the replicas' collectives in step.
+      parts.push_back(std::move(result));
+      order.insert(order.end(), rows.begin(), rows.end());
     }
     if (parts.empty()) return at::Tensor();
-    return at::cat(parts);
+    at::Tensor computed = at::cat(parts);
+    if (std::is_sorted(order.begin(), order.end())) return computed;
+    at::Tensor in_order = at::empty_like(computed);
+    in_order.index_copy_(0, at::tensor(order, at::kLong).to(computed.device()), computed);
+    return in_order;
   } catch (const c10::OutOfMemoryError& error) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        what, " ran out of device memory; lower its log_prob_micro_batch_size_per_gpu (",
-        micro_batch, ")"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, " ran out of device memory; lower ", micro.setting, " (",
+                     micro.token_budget > 0 ? micro.token_budget : micro.rows, ")"));
   } catch (const std::exception& error) {
     return absl::InternalError(
         absl::StrCat(what, " failed: ", std::string(error.what()).substr(0, 300)));
@@ -37,55 +90,92 @@ absl::StatusOr<at::Tensor> InMicroBatches(int64_t rows, int64_t micro_batch, con
 
 }  // namespace
 
+ForwardMicroBatches ActorLogProbForwards(const v1::JobSpec& spec, train::TrainedModel* trained) {
+  const v1::RolloutSpec& rollout = spec.roles().actor().rollout();
+  if (!rollout.log_prob_use_dynamic_bsz()) {
+    return {.rows = rollout.log_prob_micro_batch_size_per_gpu(),
+            .setting = "roles.actor.rollout.log_prob_micro_batch_size_per_gpu",
+            .lockstep = trained};
+  }
+  return {.rows = rollout.log_prob_micro_batch_size_per_gpu(),
+          .token_budget = rollout.log_prob_max_token_len_per_gpu(),
+          .setting = "roles.actor.rollout.log_prob_max_token_len_per_gpu",
+          .lockstep = trained};
+}
+
+ForwardMicroBatches ReferenceLogProbForwards(const v1::JobSpec& spec) {
+  const v1::ReferenceSpec& reference = spec.roles().reference();
+  if (!reference.log_prob_use_dynamic_bsz()) {
+    return {.rows = reference.log_prob_micro_batch_size_per_gpu(),
+            .setting = "roles.reference.log_prob_micro_batch_size_per_gpu"};
+  }
+  return {.rows = reference.log_prob_micro_batch_size_per_gpu(),
+          .token_budget = reference.log_prob_max_token_len_per_gpu(),
+          .setting = "roles.reference.log_prob_max_token_len_per_gpu"};
+}
+
+ForwardMicroBatches CriticValueForwards(const v1::JobSpec& spec, train::TrainedModel* trained) {
+  const v1::CriticSpec& critic = spec.roles().critic();
+  if (!critic.train().use_dynamic_bsz()) {
+    return {.rows = critic.train().ppo_micro_batch_size_per_gpu(),
+            .setting = "roles.critic.train.ppo_micro_batch_size_per_gpu",
+            .lockstep = trained};
+  }
+  return {.rows = critic.train().ppo_micro_batch_size_per_gpu(),
+          .token_budget = critic.forward_max_token_len_per_gpu(),
+          .setting = "roles.critic.forward_max_token_len_per_gpu",
+          .lockstep = trained};
+}
+
 at::Tensor ToTrainingLayout(const at::Tensor& per_token, int64_t prompt_length) {
   return at::constant_pad_nd(per_token, {prompt_length - 1, 0});
 }
 
 absl::StatusOr<at::Tensor> ResponseLogProbs(model::Transformer& model, const at::Tensor& input_ids,
                                             const at::Tensor& attention_mask, int64_t prompt_length,
-                                            int64_t micro_batch, double temperature) {
+                                            const ForwardMicroBatches& micro, double temperature) {
   const int64_t response_length = input_ids.size(1) - prompt_length;
   return InMicroBatches(
-      input_ids.size(0), micro_batch, "log-probs", [&](int64_t begin, int64_t count) {
-        const train::ScoredPositions scored = train::ForwardMicroBatch(
-            model, input_ids.narrow(0, begin, count), attention_mask.narrow(0, begin, count),
-            /*packed=*/false);
+      input_ids, attention_mask, micro, "log-probs",
+      [&](const at::Tensor& ids, const at::Tensor& mask) {
+        const train::ScoredPositions scored =
+            train::ForwardMicroBatch(model, ids, mask, /*packed=*/false);
         const at::Tensor log_probs = scored.Unflatten(
             train::ChunkedLogProbs(train::TemperatureScaled(scored.hidden, temperature),
                                    model->HeadWeight(), scored.targets)
                 .first);
         return log_probs.narrow(1, prompt_length - 1, response_length).to(at::kFloat) *
-               attention_mask.narrow(0, begin, count).narrow(1, prompt_length, response_length);
+               mask.narrow(1, prompt_length, response_length);
       });
 }
 
 absl::StatusOr<at::Tensor> ResponseValues(model::Transformer& model, const at::Tensor& input_ids,
                                           const at::Tensor& attention_mask, int64_t prompt_length,
-                                          int64_t micro_batch) {
+                                          const ForwardMicroBatches& micro) {
   const int64_t response_length = input_ids.size(1) - prompt_length;
   return InMicroBatches(
-      input_ids.size(0), micro_batch, "values", [&](int64_t begin, int64_t count) {
-        const train::ScoredPositions scored = train::ForwardMicroBatch(
-            model, input_ids.narrow(0, begin, count), attention_mask.narrow(0, begin, count),
-            /*packed=*/false);
+      input_ids, attention_mask, micro, "values",
+      [&](const at::Tensor& ids, const at::Tensor& mask) {
+        const train::ScoredPositions scored =
+            train::ForwardMicroBatch(model, ids, mask, /*packed=*/false);
         const at::Tensor values = scored.Unflatten(model->Scores(scored.hidden).squeeze(-1));
         return values.narrow(1, prompt_length - 1, response_length).to(at::kFloat) *
-               attention_mask.narrow(0, begin, count).narrow(1, prompt_length, response_length);
+               mask.narrow(1, prompt_length, response_length);
       });
 }
 
 absl::StatusOr<at::Tensor> SequenceScores(model::Transformer& model, const at::Tensor& input_ids,
-                                          const at::Tensor& attention_mask, int64_t micro_batch) {
+                                          const at::Tensor& attention_mask,
+                                          const ForwardMicroBatches& micro) {
   return InMicroBatches(
-      input_ids.size(0), micro_batch, "reward scores", [&](int64_t begin, int64_t count) {
-        const at::Tensor mask = attention_mask.narrow(0, begin, count);
-        const at::Tensor hidden =
-            model->Hidden({.input_ids = input_ids.narrow(0, begin, count), .attention_mask = mask});
+      input_ids, attention_mask, micro, "reward scores",
+      [&](const at::Tensor& ids, const at::Tensor& mask) {
+        const at::Tensor hidden = model->Hidden({.input_ids = ids, .attention_mask = mask});
         // The last real token: the largest position whose mask is 1.
         const at::Tensor positions = at::arange(mask.size(1), mask.options()).unsqueeze(0);
         const at::Tensor last = (positions * mask).argmax(1);
         const at::Tensor picked =
-            hidden.index({at::arange(count, last.options()), last});  // (count, C)
+            hidden.index({at::arange(ids.size(0), last.options()), last});  // (rows, C)
         return model->Scores(picked).select(-1, 0).to(at::kFloat);
       });
 }

@@ -5,10 +5,35 @@
 
 #include <ATen/Tensor.h>
 
+#include <string>
+
 #include "absl/status/statusor.h"
+#include "rlhfd/v1/job_spec.pb.h"
 #include "worker/model/transformer.h"
+#include "worker/train/trained_model.h"
 
 namespace rlhfd::roles {
+
+// How a pass cuts a step's rows into forwards: `rows` each, or (token_budget > 0) rows packed
+// first-fit by decreasing length up to that many real tokens (a longer row goes alone), as verl's
+// log_prob_use_dynamic_bsz with log_prob_max_token_len_per_gpu. Results come back in row order.
+struct ForwardMicroBatches {
+  int64_t rows = 16;
+  int64_t token_budget = 0;
+  std::string setting;  // The key to lower when a forward runs out of device memory.
+  // A layout that gathers parameters inside its forwards (ZeRO-3) needs every replica to run as
+  // many forwards as the most any needs: this rank then pads with forwards it drops.
+  train::TrainedModel* lockstep = nullptr;
+};
+
+// The actor's log-prob forwards (old log-probs; a reward model's scores run as large):
+// roles.actor.rollout.log_prob_{micro_batch_size_per_gpu, use_dynamic_bsz, max_token_len_per_gpu}.
+ForwardMicroBatches ActorLogProbForwards(const v1::JobSpec& spec, train::TrainedModel* trained);
+// roles.reference.log_prob_*, as the actor's.
+ForwardMicroBatches ReferenceLogProbForwards(const v1::JobSpec& spec);
+// The critic's value forwards: its train.ppo_micro_batch_size_per_gpu, or with
+// train.use_dynamic_bsz roles.critic.forward_max_token_len_per_gpu tokens.
+ForwardMicroBatches CriticValueForwards(const v1::JobSpec& spec, train::TrainedModel* trained);
 
 // (rows, R) → (rows, P + R − 1): zeros over the prompt's positions.
 at::Tensor ToTrainingLayout(const at::Tensor& per_token, int64_t prompt_length);
@@ -17,16 +42,17 @@ at::Tensor ToTrainingLayout(const at::Tensor& per_token, int64_t prompt_length);
 // past each response. Causal-LM head.
 absl::StatusOr<at::Tensor> ResponseLogProbs(model::Transformer& model, const at::Tensor& input_ids,
                                             const at::Tensor& attention_mask, int64_t prompt_length,
-                                            int64_t micro_batch, double temperature);
+                                            const ForwardMicroBatches& micro, double temperature);
 
 // Values (rows, R): the score head at the position before each response token (the position
 // whose value estimates the return from that token on), as the critic update reads them.
 absl::StatusOr<at::Tensor> ResponseValues(model::Transformer& model, const at::Tensor& input_ids,
                                           const at::Tensor& attention_mask, int64_t prompt_length,
-                                          int64_t micro_batch);
+                                          const ForwardMicroBatches& micro);
 
 // A reward model's score (rows): its head at each row's last real token (verl's reward model).
 absl::StatusOr<at::Tensor> SequenceScores(model::Transformer& model, const at::Tensor& input_ids,
-                                          const at::Tensor& attention_mask, int64_t micro_batch);
+                                          const at::Tensor& attention_mask,
+                                          const ForwardMicroBatches& micro);
 
 }  // namespace rlhfd::roles

@@ -46,8 +46,7 @@ absl::Status ReferenceRole::ComputeLogProbs(StepBatch& batch) {
   if (shares_actor_) base.emplace(module_);
   ASSIGN_OR_RETURN(at::Tensor log_probs,
                    ResponseLogProbs(module_, ids, mask, batch.prompt_length(),
-                                    spec_.roles().reference().log_prob_micro_batch_size_per_gpu(),
-                                    LogProbTemperature(spec_)));
+                                    ReferenceLogProbForwards(spec_), LogProbTemperature(spec_)));
   return batch.Put("ref_log_probs", std::move(log_probs));
 }
 
@@ -66,10 +65,10 @@ absl::Status RewardModelRole::ComputeScores(StepBatch& batch) {
   RETURN_IF_ERROR(model::CheckTokenIds(ids, module_->config().vocab_size,
                                        "the responses, with the reward model's vocabulary"));
   ComputeScope compute(spec_, device_);
-  // Forwards as large as the actor's log-prob forwards.
+  // Forwards as large as the actor's log-prob forwards (the reward model's weights are whole on
+  // every rank: no lockstep).
   ASSIGN_OR_RETURN(at::Tensor scores,
-                   SequenceScores(module_, ids, mask,
-                                  spec_.roles().actor().rollout().log_prob_micro_batch_size_per_gpu()));
+                   SequenceScores(module_, ids, mask, ActorLogProbForwards(spec_, nullptr)));
   return batch.Put("scores", std::move(scores));
 }
 

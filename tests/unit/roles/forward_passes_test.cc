@@ -1,0 +1,129 @@
+// The no-gradient forwards in micro-batches (worker/roles/forward_passes.h): forwards packed by a
+// token budget (verl's log_prob_use_dynamic_bsz) give each row what one forward of that row alone
+// gives, in row order, whatever the budget; a layout that needs its replicas in step pads with
+// forwards whose results are dropped. The oracle is the per-row forward (one row per forward),
+// which shares the arithmetic but not the batching.
+#include "worker/roles/forward_passes.h"
+
+#include <ATen/ATen.h>
+#include <torch/types.h>
+
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "worker/model/model_loader.h"
+
+namespace rlhfd::roles {
+namespace {
+
+const std::string kModels = std::string(RLHFD_FIXTURES_DIR) + "/models/";
+
+// A step's layout: prompts left-padded to P, responses right-padded to R, lengths varied.
+struct Rows {
+  at::Tensor ids, mask;
+  int64_t prompt_length = 0;
+};
+
+Rows MakeRows(int64_t vocab) {
+  const int64_t rows = 11, p = 6, r = 9;
+  at::manual_seed(5);
+  Rows out{at::randint(1, vocab, {rows, p + r}, at::kLong), at::ones({rows, p + r}, at::kLong), p};
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t prompt = 1 + (i * 3) % p, response = 1 + (i * 5) % r;
+    out.mask[i].narrow(0, 0, p - prompt).zero_();
+    out.mask[i].narrow(0, p + response, r - response).zero_();
+  }
+  out.ids.mul_(out.mask);
+  return out;
+}
+
+// Replicas that agree on more forwards than this rank needs.
+class LockstepModel : public train::TrainedModel {
+ public:
+  explicit LockstepModel(model::Transformer module, int64_t extra)
+      : module_(std::move(module)), extra_(extra) {}
+  model::Transformer& module() override { return module_; }
+  absl::StatusOr<double> FinishStep(double, double) override { return 0.0; }
+  void ZeroGrad() override {}
+  NamedTensors StateTensors() override { return {}; }
+  int replicas() const override { return 2; }
+  absl::Status ReduceOverReplicas(std::vector<double>& values, train::ReplicaReduce) override {
+    asked = values[0];
+    values[0] += static_cast<double>(extra_);
+    return absl::OkStatus();
+  }
+  bool lockstep_forwards() const override { return true; }
+  double asked = -1;
+
+ private:
+  model::Transformer module_;
+  int64_t extra_;
+};
+
+double MaxDiff(const at::Tensor& a, const at::Tensor& b) {
+  return (a - b).abs().max().item<double>();
+}
+
+TEST_CASE("forwards packed by tokens give each row its own forward's results, in row order",
+          "[roles]") {
+  torch::NoGradGuard no_grad;
+  auto causal = model::LoadModel(kModels + "tiny-qwen2", {});
+  REQUIRE(causal.ok());
+  const Rows rows = MakeRows((*causal)->config().vocab_size);
+  const ForwardMicroBatches alone{.rows = 1, .setting = "rows"};
+  auto expected = ResponseLogProbs(*causal, rows.ids, rows.mask, rows.prompt_length, alone, 0.7);
+  REQUIRE(expected.ok());
+  // Budgets below the longest row (rows alone), between, and above the whole batch; fixed
+  // micro-batches of 4 as the other way.
+  for (const ForwardMicroBatches& micro :
+       {ForwardMicroBatches{.rows = 4, .setting = "rows"},
+        ForwardMicroBatches{.rows = 4, .token_budget = 3, .setting = "tokens"},
+        ForwardMicroBatches{.rows = 4, .token_budget = 20, .setting = "tokens"},
+        ForwardMicroBatches{.rows = 4, .token_budget = 1000, .setting = "tokens"}}) {
+    INFO("rows " << micro.rows << " token budget " << micro.token_budget);
+    auto got = ResponseLogProbs(*causal, rows.ids, rows.mask, rows.prompt_length, micro, 0.7);
+    REQUIRE(got.ok());
+    CHECK(MaxDiff(*got, *expected) < 1e-5);
+  }
+
+  auto scorer = model::LoadModel(kModels + "tiny-qwen2-rm", {});
+  REQUIRE(scorer.ok());
+  auto values_alone = ResponseValues(*scorer, rows.ids, rows.mask, rows.prompt_length, alone);
+  auto scores_alone = SequenceScores(*scorer, rows.ids, rows.mask, alone);
+  REQUIRE(values_alone.ok());
+  REQUIRE(scores_alone.ok());
+  const ForwardMicroBatches packed{.rows = 4, .token_budget = 20, .setting = "tokens"};
+  auto values = ResponseValues(*scorer, rows.ids, rows.mask, rows.prompt_length, packed);
+  auto scores = SequenceScores(*scorer, rows.ids, rows.mask, packed);
+  REQUIRE(values.ok());
+  REQUIRE(scores.ok());
+  CHECK(MaxDiff(*values, *values_alone) < 1e-5);
+  CHECK(MaxDiff(*scores, *scores_alone) < 1e-5);
+}
+
+TEST_CASE("a layout in lockstep runs the replicas' agreed count of forwards and drops the extra",
+          "[roles]") {
+  torch::NoGradGuard no_grad;
+  auto causal = model::LoadModel(kModels + "tiny-qwen2", {});
+  REQUIRE(causal.ok());
+  const Rows rows = MakeRows((*causal)->config().vocab_size);
+  const ForwardMicroBatches alone{.rows = 1, .setting = "rows"};
+  auto expected = ResponseLogProbs(*causal, rows.ids, rows.mask, rows.prompt_length, alone, 1.0);
+  REQUIRE(expected.ok());
+  LockstepModel lockstep(*causal, /*extra=*/2);
+  const ForwardMicroBatches packed{
+      .rows = 4, .token_budget = 20, .setting = "tokens", .lockstep = &lockstep};
+  auto got = ResponseLogProbs(*causal, rows.ids, rows.mask, rows.prompt_length, packed, 1.0);
+  REQUIRE(got.ok());
+  CHECK(lockstep.asked >= 2);  // This rank's own count was offered to the replicas.
+  CHECK(got->sizes() == expected->sizes());
+  CHECK(MaxDiff(*got, *expected) < 1e-5);
+  // Fixed micro-batches over equal shares need no agreement.
+  lockstep.asked = -1;
+  const ForwardMicroBatches fixed{.rows = 4, .setting = "rows", .lockstep = &lockstep};
+  REQUIRE(ResponseLogProbs(*causal, rows.ids, rows.mask, rows.prompt_length, fixed, 1.0).ok());
+  CHECK(lockstep.asked == -1);
+}
+
+}  // namespace
+}  // namespace rlhfd::roles
