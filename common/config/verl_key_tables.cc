@@ -177,7 +177,9 @@ const std::map<std::string, std::string>& HarmlessTable() {
       {"critic.model.trust_remote_code", "models are implemented natively"},
       {"critic.model.tokenizer_path", "the actor's tokenizer is used"},
       {"critic.shuffle", "mini-batches are shuffled with trainer.seed"},
-      {"critic.forward_micro_batch_size_per_gpu", "value forwards use fixed micro-batches"},
+      {"critic.forward_micro_batch_size_per_gpu",
+       "value forwards take the critic's ppo_micro_batch_size_per_gpu rows (or "
+       "forward_max_token_len_per_gpu tokens with use_dynamic_bsz)"},
       {"critic.rollout_n", "the actor's rollout.n is used"},
       {"critic.enable", "the critic is there exactly when adv_estimator is gae"},
       {"critic.loss_agg_mode", "the critic aggregates as algorithm.loss_agg_mode"},

@@ -125,23 +125,23 @@ TEST_CASE(
       2, 2);
 }
 
-// Forwards packed by a token budget (verl's log_prob_use_dynamic_bsz, the critic's
-// forward_max_token_len_per_gpu) over ZeRO-3 replicas, which gather parameters inside each forward.
-// With 66 tokens the first step's rows (38 + 34 on one rank, 33 + 32 on the other) need two
-// forwards on one rank and one on the other, which pads to agree; the reference's four rows pack
-// out of order ([38], [34, 32], [33]). The old log-probs (two epochs make them run), reference
-// log-probs and values equal one process's.
+// Forwards by a token budget (verl's log_prob_use_dynamic_bsz, the critic's
+// forward_max_token_len_per_gpu) wired from the job's settings, over ZeRO-3 actor and critic
+// replicas. On the CPU the forwards pad their rows, so each row counts the padded width (38
+// tokens) and 76 tokens make forwards of two rows; the old log-probs (two epochs make them run),
+// reference log-probs and values equal one process's. Budgets in real tokens, rows packed out of
+// order and replicas padding to agree are forward_passes_test's.
 TEST_CASE("log-prob and value forwards packed by tokens under ZeRO-3 equal one process",
           "[roles]") {
   CheckAgainstOneProcess(
       TestSpec(kPpoJob,
                {"roles.actor.train.zero_stage=3", "roles.actor.train.ppo_epochs=2",
                 "roles.actor.rollout.log_prob_use_dynamic_bsz=true",
-                "roles.actor.rollout.log_prob_max_token_len_per_gpu=66",
+                "roles.actor.rollout.log_prob_max_token_len_per_gpu=76",
                 "roles.reference.log_prob_use_dynamic_bsz=true",
-                "roles.reference.log_prob_max_token_len_per_gpu=66", "roles.critic.gpus=2",
+                "roles.reference.log_prob_max_token_len_per_gpu=76", "roles.critic.gpus=2",
                 "roles.critic.train.zero_stage=3", "roles.critic.train.use_dynamic_bsz=true",
-                "roles.critic.forward_max_token_len_per_gpu=66"}),
+                "roles.critic.forward_max_token_len_per_gpu=76"}),
       4, 2);
 }
 

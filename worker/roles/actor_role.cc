@@ -138,9 +138,11 @@ absl::StatusOr<std::map<std::string, double>> ActorRole::ComputeOldLogProbs(Step
   ReleaseRollout();
   ComputeScope compute(spec_, device_);
   RETURN_IF_ERROR(trained_->BeginStep());
-  absl::StatusOr<at::Tensor> log_probs =
-      ResponseLogProbs(trained_->module(), ids, mask, batch.prompt_length(),
-                       ActorLogProbForwards(spec_, trained_.get()), LogProbTemperature(spec_));
+  absl::StatusOr<at::Tensor> log_probs = ResponseLogProbs(
+      trained_->module(), ids, mask, batch.prompt_length(),
+      ActorLogProbForwards(spec_, !trained_->module()->PacksWithVarlenAttention(device_),
+                           trained_.get()),
+      LogProbTemperature(spec_));
   trained_->EndForwards();
   RETURN_IF_ERROR(trained_->TakeStatus());
   if (!log_probs.ok()) return log_probs.status();

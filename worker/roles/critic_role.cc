@@ -37,9 +37,10 @@ absl::Status CriticRole::ComputeValues(StepBatch& batch) {
   ASSIGN_OR_RETURN(const at::Tensor mask, batch.Get("attention_mask", "values"));
   ComputeScope compute(spec_, device_);
   RETURN_IF_ERROR(trained_->BeginStep());
-  absl::StatusOr<at::Tensor> values =
-      ResponseValues(trained_->module(), ids, mask, batch.prompt_length(),
-                     CriticValueForwards(spec_, trained_.get()));
+  absl::StatusOr<at::Tensor> values = ResponseValues(
+      trained_->module(), ids, mask, batch.prompt_length(),
+      CriticValueForwards(spec_, !trained_->module()->PacksWithVarlenAttention(device_),
+                          trained_.get()));
   trained_->EndForwards();
   RETURN_IF_ERROR(trained_->TakeStatus());
   if (!values.ok()) return values.status();

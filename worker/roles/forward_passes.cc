@@ -15,31 +15,6 @@
 namespace rlhfd::roles {
 namespace {
 
-// The rows of each forward: consecutive runs of `micro.rows`, or packed by `micro.token_budget`
-// real tokens (the attention mask's ones); padded, when `micro.lockstep` asks, to the count the
-// replicas agree on with forwards of row 0 whose results are dropped. Returns the real count too.
-absl::StatusOr<std::pair<std::vector<std::vector<int64_t>>, size_t>> PlanForwards(
-    const at::Tensor& attention_mask, const ForwardMicroBatches& micro) {
-  const int64_t rows = attention_mask.size(0);
-  std::vector<int64_t> all(rows), tokens;
-  std::iota(all.begin(), all.end(), 0);
-  if (micro.token_budget > 0) {
-    const at::Tensor counts = attention_mask.sum(1).to(at::kCPU, at::kLong).contiguous();
-    tokens.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + rows);
-  }
-  std::vector<std::vector<int64_t>> forwards =
-      train::SplitMicroBatches(all, tokens, micro.rows, micro.token_budget);
-  const size_t real = forwards.size();
-  // Fixed micro-batches over the equal shares of the batch that the replicas hold come out equal
-  // in number; forwards packed by tokens may not.
-  if (micro.token_budget > 0 && micro.lockstep != nullptr && micro.lockstep->lockstep_forwards()) {
-    std::vector<double> most = {static_cast<double>(forwards.size())};
-    RETURN_IF_ERROR(micro.lockstep->ReduceOverReplicas(most, train::ReplicaReduce::kMax));
-    while (forwards.size() < static_cast<size_t>(most[0])) forwards.push_back({0});
-  }
-  return std::make_pair(std::move(forwards), real);
-}
-
 // Runs `per_micro_batch(ids, mask)` over the forwards PlanForwards makes and puts the results
 // back in row order; what LibTorch throws (out of memory, say) comes back as a status naming
 // `what` and the setting to lower.
@@ -48,11 +23,11 @@ absl::StatusOr<at::Tensor> InMicroBatches(const at::Tensor& input_ids,
                                           const at::Tensor& attention_mask,
                                           const ForwardMicroBatches& micro, const char* what,
                                           Function per_micro_batch) {
-  if (micro.rows < 1) return absl::InvalidArgumentError(absl::StrCat(what, ": micro-batch < 1"));
   try {
     at::NoGradGuard no_grad;
-    ASSIGN_OR_RETURN(auto plan, PlanForwards(attention_mask, micro));
-    const auto& [forwards, real] = plan;
+    ASSIGN_OR_RETURN(const ForwardPlan plan, PlanForwards(attention_mask, micro));
+    const std::vector<std::vector<int64_t>>& forwards = plan.forwards;
+    const size_t real = plan.real;
     std::vector<at::Tensor> parts;
     std::vector<int64_t> order;  // The row of each result, in the order computed.
     for (size_t k = 0; k < forwards.size(); ++k) {
@@ -90,41 +65,77 @@ absl::StatusOr<at::Tensor> InMicroBatches(const at::Tensor& input_ids,
 
 }  // namespace
 
-ForwardMicroBatches ActorLogProbForwards(const v1::JobSpec& spec, train::TrainedModel* trained) {
+absl::StatusOr<ForwardPlan> PlanForwards(const at::Tensor& attention_mask,
+                                         const ForwardMicroBatches& micro) {
+  if (micro.rows < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(micro.setting, ": ", micro.rows, " rows per forward; need at least 1"));
+  }
+  const int64_t rows = attention_mask.size(0), width = attention_mask.size(1);
+  std::vector<int64_t> all(rows), tokens;
+  std::iota(all.begin(), all.end(), 0);
+  const at::Tensor real_tokens = attention_mask.sum(1).to(at::kCPU, at::kLong).contiguous();
+  const int64_t* real = real_tokens.data_ptr<int64_t>();
+  if (micro.token_budget > 0) {
+    // What a forward computes: the real tokens where it packs them, every column where it pads.
+    tokens.assign(real, real + rows);
+    if (micro.padded) std::fill(tokens.begin(), tokens.end(), width);
+  }
+  ForwardPlan plan;
+  plan.forwards = train::SplitMicroBatches(all, tokens, micro.rows, micro.token_budget);
+  plan.real = plan.forwards.size();
+  // Fixed micro-batches over the equal shares of the batch that the replicas hold come out equal
+  // in number; forwards packed by tokens may not.
+  if (micro.token_budget > 0 && micro.lockstep != nullptr && micro.lockstep->lockstep_forwards()) {
+    std::vector<double> most = {static_cast<double>(plan.forwards.size())};
+    RETURN_IF_ERROR(micro.lockstep->ReduceOverReplicas(most, train::ReplicaReduce::kMax));
+    // The longest row: a packed forward of rows with fewer than two tokens runs no model, and
+    // so none of the collectives the replicas wait for.
+    const int64_t longest = rows == 0 ? 0 : std::max_element(real, real + rows) - real;
+    while (plan.forwards.size() < static_cast<size_t>(most[0])) plan.forwards.push_back({longest});
+  }
+  return plan;
+}
+
+namespace {
+
+// Fixed rows, or with `by_tokens` a budget of `tokens`; `rows_key` / `tokens_key` name them.
+ForwardMicroBatches Choose(int64_t rows, const std::string& rows_key, bool by_tokens,
+                           int64_t tokens, const std::string& tokens_key, bool padded,
+                           train::TrainedModel* trained) {
+  return {.rows = rows,
+          .token_budget = by_tokens ? tokens : 0,
+          .padded = padded,
+          .setting = by_tokens ? tokens_key : rows_key,
+          .lockstep = trained};
+}
+
+}  // namespace
+
+ForwardMicroBatches ActorLogProbForwards(const v1::JobSpec& spec, bool padded,
+                                         train::TrainedModel* trained) {
   const v1::RolloutSpec& rollout = spec.roles().actor().rollout();
-  if (!rollout.log_prob_use_dynamic_bsz()) {
-    return {.rows = rollout.log_prob_micro_batch_size_per_gpu(),
-            .setting = "roles.actor.rollout.log_prob_micro_batch_size_per_gpu",
-            .lockstep = trained};
-  }
-  return {.rows = rollout.log_prob_micro_batch_size_per_gpu(),
-          .token_budget = rollout.log_prob_max_token_len_per_gpu(),
-          .setting = "roles.actor.rollout.log_prob_max_token_len_per_gpu",
-          .lockstep = trained};
+  return Choose(rollout.log_prob_micro_batch_size_per_gpu(),
+                "roles.actor.rollout.log_prob_micro_batch_size_per_gpu",
+                rollout.log_prob_use_dynamic_bsz(), rollout.log_prob_max_token_len_per_gpu(),
+                "roles.actor.rollout.log_prob_max_token_len_per_gpu", padded, trained);
 }
 
-ForwardMicroBatches ReferenceLogProbForwards(const v1::JobSpec& spec) {
+ForwardMicroBatches ReferenceLogProbForwards(const v1::JobSpec& spec, bool padded) {
   const v1::ReferenceSpec& reference = spec.roles().reference();
-  if (!reference.log_prob_use_dynamic_bsz()) {
-    return {.rows = reference.log_prob_micro_batch_size_per_gpu(),
-            .setting = "roles.reference.log_prob_micro_batch_size_per_gpu"};
-  }
-  return {.rows = reference.log_prob_micro_batch_size_per_gpu(),
-          .token_budget = reference.log_prob_max_token_len_per_gpu(),
-          .setting = "roles.reference.log_prob_max_token_len_per_gpu"};
+  return Choose(reference.log_prob_micro_batch_size_per_gpu(),
+                "roles.reference.log_prob_micro_batch_size_per_gpu",
+                reference.log_prob_use_dynamic_bsz(), reference.log_prob_max_token_len_per_gpu(),
+                "roles.reference.log_prob_max_token_len_per_gpu", padded, nullptr);
 }
 
-ForwardMicroBatches CriticValueForwards(const v1::JobSpec& spec, train::TrainedModel* trained) {
+ForwardMicroBatches CriticValueForwards(const v1::JobSpec& spec, bool padded,
+                                        train::TrainedModel* trained) {
   const v1::CriticSpec& critic = spec.roles().critic();
-  if (!critic.train().use_dynamic_bsz()) {
-    return {.rows = critic.train().ppo_micro_batch_size_per_gpu(),
-            .setting = "roles.critic.train.ppo_micro_batch_size_per_gpu",
-            .lockstep = trained};
-  }
-  return {.rows = critic.train().ppo_micro_batch_size_per_gpu(),
-          .token_budget = critic.forward_max_token_len_per_gpu(),
-          .setting = "roles.critic.forward_max_token_len_per_gpu",
-          .lockstep = trained};
+  return Choose(critic.train().ppo_micro_batch_size_per_gpu(),
+                "roles.critic.train.ppo_micro_batch_size_per_gpu", critic.train().use_dynamic_bsz(),
+                critic.forward_max_token_len_per_gpu(),
+                "roles.critic.forward_max_token_len_per_gpu", padded, trained);
 }
 
 at::Tensor ToTrainingLayout(const at::Tensor& per_token, int64_t prompt_length) {

@@ -6,6 +6,7 @@
 #include <ATen/Tensor.h>
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "rlhfd/v1/job_spec.pb.h"
@@ -15,25 +16,43 @@
 namespace rlhfd::roles {
 
 // How a pass cuts a step's rows into forwards: `rows` each, or (token_budget > 0) rows packed
-// first-fit by decreasing length up to that many real tokens (a longer row goes alone), as verl's
-// log_prob_use_dynamic_bsz with log_prob_max_token_len_per_gpu. Results come back in row order.
+// first-fit by decreasing length up to that many tokens (a longer row goes alone), as verl's
+// log_prob_use_dynamic_bsz with log_prob_max_token_len_per_gpu. A row counts its real tokens
+// where the forward packs rows (on a GPU in bf16), its padded width where the forward pads them.
+// Results come back in row order.
 struct ForwardMicroBatches {
   int64_t rows = 16;
   int64_t token_budget = 0;
+  bool padded = false;  // The forward pads its rows: each costs the batch's padded width.
   std::string setting;  // The key to lower when a forward runs out of device memory.
   // A layout that gathers parameters inside its forwards (ZeRO-3) needs every replica to run as
   // many forwards as the most any needs: this rank then pads with forwards it drops.
   train::TrainedModel* lockstep = nullptr;
 };
 
-// The actor's log-prob forwards (old log-probs; a reward model's scores run as large):
+// The forwards of a pass over `attention_mask`'s rows, and how many of them count: past those,
+// forwards of the longest row only keep this replica's collectives in step with the others'
+// (ForwardMicroBatches::lockstep).
+struct ForwardPlan {
+  std::vector<std::vector<int64_t>> forwards;
+  size_t real = 0;
+};
+absl::StatusOr<ForwardPlan> PlanForwards(const at::Tensor& attention_mask,
+                                         const ForwardMicroBatches& micro);
+
+// The passes' micro-batches from the job's settings; `padded`: the forwards pad their rows
+// (`!model->PacksWithVarlenAttention(device)` for log-probs and values; a reward model's score
+// forward always pads).
+// The actor's old log-probs (and a reward model's scores):
 // roles.actor.rollout.log_prob_{micro_batch_size_per_gpu, use_dynamic_bsz, max_token_len_per_gpu}.
-ForwardMicroBatches ActorLogProbForwards(const v1::JobSpec& spec, train::TrainedModel* trained);
+ForwardMicroBatches ActorLogProbForwards(const v1::JobSpec& spec, bool padded,
+                                         train::TrainedModel* trained);
 // roles.reference.log_prob_*, as the actor's.
-ForwardMicroBatches ReferenceLogProbForwards(const v1::JobSpec& spec);
+ForwardMicroBatches ReferenceLogProbForwards(const v1::JobSpec& spec, bool padded);
 // The critic's value forwards: its train.ppo_micro_batch_size_per_gpu, or with
 // train.use_dynamic_bsz roles.critic.forward_max_token_len_per_gpu tokens.
-ForwardMicroBatches CriticValueForwards(const v1::JobSpec& spec, train::TrainedModel* trained);
+ForwardMicroBatches CriticValueForwards(const v1::JobSpec& spec, bool padded,
+                                        train::TrainedModel* trained);
 
 // (rows, R) → (rows, P + R − 1): zeros over the prompt's positions.
 at::Tensor ToTrainingLayout(const at::Tensor& per_token, int64_t prompt_length);

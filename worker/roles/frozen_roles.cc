@@ -44,9 +44,11 @@ absl::Status ReferenceRole::ComputeLogProbs(StepBatch& batch) {
   ComputeScope compute(spec_, device_);
   std::optional<model::AdaptersOff> base;
   if (shares_actor_) base.emplace(module_);
-  ASSIGN_OR_RETURN(at::Tensor log_probs,
-                   ResponseLogProbs(module_, ids, mask, batch.prompt_length(),
-                                    ReferenceLogProbForwards(spec_), LogProbTemperature(spec_)));
+  ASSIGN_OR_RETURN(
+      at::Tensor log_probs,
+      ResponseLogProbs(module_, ids, mask, batch.prompt_length(),
+                       ReferenceLogProbForwards(spec_, !module_->PacksWithVarlenAttention(device_)),
+                       LogProbTemperature(spec_)));
   return batch.Put("ref_log_probs", std::move(log_probs));
 }
 
@@ -65,10 +67,11 @@ absl::Status RewardModelRole::ComputeScores(StepBatch& batch) {
   RETURN_IF_ERROR(model::CheckTokenIds(ids, module_->config().vocab_size,
                                        "the responses, with the reward model's vocabulary"));
   ComputeScope compute(spec_, device_);
-  // Forwards as large as the actor's log-prob forwards (the reward model's weights are whole on
-  // every rank: no lockstep).
-  ASSIGN_OR_RETURN(at::Tensor scores,
-                   SequenceScores(module_, ids, mask, ActorLogProbForwards(spec_, nullptr)));
+  // Forwards as large as the actor's log-prob forwards; they pad their rows, and the reward
+  // model's weights are whole on every rank (no lockstep).
+  ASSIGN_OR_RETURN(
+      at::Tensor scores,
+      SequenceScores(module_, ids, mask, ActorLogProbForwards(spec_, /*padded=*/true, nullptr)));
   return batch.Put("scores", std::move(scores));
 }
 

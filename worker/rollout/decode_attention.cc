@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include "worker/model/transformer.h"
 #if RLHFD_HAVE_CUDA
@@ -29,12 +30,16 @@ at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,
                            const at::Tensor& positions) {
 #if RLHFD_HAVE_CUDA
   const int64_t batch = q.size(0), heads = q.size(1), head_dim = q.size(3);
-  const bool supported = q.is_cuda() && q.scalar_type() == at::kBFloat16 &&
-                         k_cache.scalar_type() == at::kBFloat16 && k_cache.is_contiguous() &&
-                         v_cache.is_contiguous() && q.size(2) == 1 &&
-                         slots.scalar_type() == at::kLong && positions.scalar_type() == at::kLong;
-  if (supported) {
-    const at::Tensor query = q.contiguous();
+  // The kernel reads 16-byte pieces of q and of the cache's rows.
+  const auto aligned = [](const at::Tensor& t) {
+    return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+  };
+  const bool supported =
+      q.is_cuda() && q.scalar_type() == at::kBFloat16 && k_cache.scalar_type() == at::kBFloat16 &&
+      k_cache.is_contiguous() && v_cache.is_contiguous() && aligned(k_cache) && aligned(v_cache) &&
+      q.size(2) == 1 && slots.scalar_type() == at::kLong && positions.scalar_type() == at::kLong;
+  const at::Tensor query = supported ? q.contiguous() : q;
+  if (supported && aligned(query)) {
     const at::Tensor slot_ids = slots.contiguous(), new_positions = positions.contiguous();
     at::Tensor out = at::empty_like(query);
     const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));

@@ -7,8 +7,8 @@ namespace rlhfd::rollout {
 
 // q (B, H, 1, D); k_cache / v_cache (slots, K, capacity, D); slots and positions (B) int64, where
 // positions[b] is the new token's position (keys 0..positions[b] of slot slots[b] are attended).
-// Returns (B, H, 1, D). On CUDA with bf16, head dim 64 or 128 and at most 8 query heads per
-// key/value head, our kernel runs; otherwise DecodeAttentionReference.
+// Returns (B, H, 1, D). On CUDA with bf16, head dim 64 or 128, at most 16 query heads per
+// key/value head and 16-byte aligned data, our kernel runs; otherwise DecodeAttentionReference.
 at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,
                            const at::Tensor& v_cache, const at::Tensor& slots,
                            const at::Tensor& positions);

@@ -101,8 +101,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 
   // Q's A fragments: rows g and g + 8 of the group, in the lanes' order of head dimensions. At
   // D = 128 they are held (2·D/8 registers per lane); at D = 64 they are read again from L1 for
-  // each piece of the head dimension, which measured faster there (23 against 28 µs per layer at
-  // the 0.5B shape, B 256, in a comparison of variants on the H200: docs/PERFORMANCE.md).
+  // each piece of the head dimension, which measured faster there than a variant that held them
+  // (docs/PERFORMANCE.md, "Decode attention on tensor cores").
   constexpr bool kHoldQuery = D >= 128;
   const __nv_bfloat16* q_low = q + (static_cast<size_t>(row) * heads + kv_head * group + g) * D;
   const __nv_bfloat16* q_high = q_low + 8 * D;

@@ -194,11 +194,14 @@ at::Tensor FusedDecoder::Decode(const at::Tensor& tokens, const at::Tensor& posi
                     static_cast<int>(cache.capacity()))},
                 head_.options().dtype(at::kByte));
   const auto attend = [&](size_t layer, const at::Tensor& q, const at::Tensor&, const at::Tensor&) {
-    kernels::DecodeAttention(q.data_ptr(), cache.key(layer).data_ptr(),
-                             cache.value(layer).data_ptr(), slots.data_ptr<int64_t>(),
-                             positions.data_ptr<int64_t>(), attention.data_ptr(),
-                             workspace.data_ptr(), rows, heads, config_.num_kv_heads, d,
-                             cache.capacity(), scale, stream);
+    const bool served = kernels::DecodeAttention(
+        q.data_ptr(), cache.key(layer).data_ptr(), cache.value(layer).data_ptr(),
+        slots.data_ptr<int64_t>(), positions.data_ptr<int64_t>(), attention.data_ptr(),
+        workspace.data_ptr(), rows, heads, config_.num_kv_heads, d, cache.capacity(), scale,
+        stream);
+    // Supports() admits only shapes the kernel serves; a mismatch must not decode garbage.
+    TORCH_CHECK(served, "the decode-attention kernel does not serve ", heads, " heads over ",
+                config_.num_kv_heads, " key/value heads of size ", d);
     return attention;
   };
   const at::Tensor h = Layers(tokens, positions, slots, cache, /*keep_keys=*/false, attend);

@@ -10,7 +10,7 @@
 namespace rlhfd::rollout::kernels {
 
 // Decode attention over a slot cache for one new token per sequence.
-//   q        (B, H, D) bf16, contiguous, rotated
+//   q        (B, H, D) bf16, contiguous, rotated; q and the caches 16-byte aligned
 //   k_cache, v_cache (slots, K, capacity, D) bf16, contiguous
 //   slots    (B) int64: each row's cache slot
 //   positions (B) int64: each row's new-token position; keys [0, position] are attended

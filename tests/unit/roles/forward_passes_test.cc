@@ -1,15 +1,19 @@
 // The no-gradient forwards in micro-batches (worker/roles/forward_passes.h): forwards packed by a
-// token budget (verl's log_prob_use_dynamic_bsz) give each row what one forward of that row alone
-// gives, in row order, whatever the budget; a layout that needs its replicas in step pads with
-// forwards whose results are dropped. The oracle is the per-row forward (one row per forward),
-// which shares the arithmetic but not the batching.
+// token budget (verl's log_prob_use_dynamic_bsz; counted in real tokens, as where the forward
+// packs rows, so that rows pack out of order here too) give each row what one forward of that
+// row alone gives, in row order, whatever the budget; a layout that needs its replicas in step pads
+// with forwards of its longest row whose results are dropped; a forward that pads counts the padded
+// width. The oracle is the per-row forward (one row per forward), which shares the arithmetic but
+// not the batching.
 #include "worker/roles/forward_passes.h"
 
 #include <ATen/ATen.h>
 #include <torch/types.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
+#include <vector>
 
 #include "worker/model/model_loader.h"
 
@@ -101,28 +105,75 @@ TEST_CASE("forwards packed by tokens give each row its own forward's results, in
   CHECK(MaxDiff(*scores, *scores_alone) < 1e-5);
 }
 
-TEST_CASE("a layout in lockstep runs the replicas' agreed count of forwards and drops the extra",
+TEST_CASE("a layout in lockstep plans the replicas' agreed count, padding with the longest row",
           "[roles]") {
   torch::NoGradGuard no_grad;
   auto causal = model::LoadModel(kModels + "tiny-qwen2", {});
   REQUIRE(causal.ok());
   const Rows rows = MakeRows((*causal)->config().vocab_size);
-  const ForwardMicroBatches alone{.rows = 1, .setting = "rows"};
-  auto expected = ResponseLogProbs(*causal, rows.ids, rows.mask, rows.prompt_length, alone, 1.0);
-  REQUIRE(expected.ok());
+  const at::Tensor real = rows.mask.sum(1);
+  const int64_t longest = real.argmax().item<int64_t>();
   LockstepModel lockstep(*causal, /*extra=*/2);
   const ForwardMicroBatches packed{
       .rows = 4, .token_budget = 20, .setting = "tokens", .lockstep = &lockstep};
+  auto plan = PlanForwards(rows.mask, packed);
+  REQUIRE(plan.ok());
+  CHECK(lockstep.asked == static_cast<double>(plan->real));  // This rank's count was offered.
+  REQUIRE(plan->forwards.size() == plan->real + 2);
+  for (size_t k = plan->real; k < plan->forwards.size(); ++k) {
+    CHECK(plan->forwards[k] == std::vector<int64_t>{longest});
+  }
+  // Every row is in exactly one counted forward, within the budget unless alone.
+  std::vector<int> seen(rows.mask.size(0), 0);
+  for (size_t k = 0; k < plan->real; ++k) {
+    int64_t tokens = 0;
+    for (int64_t row : plan->forwards[k]) {
+      ++seen[row];
+      tokens += real[row].item<int64_t>();
+    }
+    CHECK((tokens <= 20 || plan->forwards[k].size() == 1));
+  }
+  CHECK(std::all_of(seen.begin(), seen.end(), [](int count) { return count == 1; }));
+
+  // The results: the padding forwards' are dropped.
+  const ForwardMicroBatches alone{.rows = 1, .setting = "rows"};
+  auto expected = ResponseLogProbs(*causal, rows.ids, rows.mask, rows.prompt_length, alone, 1.0);
   auto got = ResponseLogProbs(*causal, rows.ids, rows.mask, rows.prompt_length, packed, 1.0);
+  REQUIRE(expected.ok());
   REQUIRE(got.ok());
-  CHECK(lockstep.asked >= 2);  // This rank's own count was offered to the replicas.
   CHECK(got->sizes() == expected->sizes());
   CHECK(MaxDiff(*got, *expected) < 1e-5);
+
   // Fixed micro-batches over equal shares need no agreement.
   lockstep.asked = -1;
   const ForwardMicroBatches fixed{.rows = 4, .setting = "rows", .lockstep = &lockstep};
-  REQUIRE(ResponseLogProbs(*causal, rows.ids, rows.mask, rows.prompt_length, fixed, 1.0).ok());
+  auto fixed_plan = PlanForwards(rows.mask, fixed);
+  REQUIRE(fixed_plan.ok());
   CHECK(lockstep.asked == -1);
+  CHECK(fixed_plan->forwards.size() == 3);  // 11 rows: 4, 4, 3.
+}
+
+TEST_CASE("a forward that pads its rows counts their padded width against the budget", "[roles]") {
+  const Rows rows = MakeRows(100);
+  const int64_t width = rows.mask.size(1);  // 15
+  ForwardMicroBatches budget{.rows = 4, .token_budget = 3 * width, .setting = "tokens"};
+  budget.padded = true;
+  auto padded = PlanForwards(rows.mask, budget);
+  REQUIRE(padded.ok());
+  for (const auto& forward : padded->forwards) CHECK(forward.size() <= 3);
+  CHECK(padded->forwards.size() == 4);  // 11 rows, 3 to a forward.
+  budget.padded = false;
+  auto packed = PlanForwards(rows.mask, budget);
+  REQUIRE(packed.ok());
+  CHECK(packed->forwards.size() < padded->forwards.size());  // Real tokens fit more rows.
+}
+
+TEST_CASE("a forward of no rows is refused, naming the setting", "[roles]") {
+  const Rows rows = MakeRows(100);
+  auto refused = PlanForwards(rows.mask, {.rows = 0, .setting = "roles.x.log_prob_micro"});
+  REQUIRE_FALSE(refused.ok());
+  CHECK(std::string(refused.status().message()).find("roles.x.log_prob_micro") !=
+        std::string::npos);
 }
 
 }  // namespace
