@@ -18,8 +18,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/numbers.h"
 #include "common/util/program_setup.h"
+#include "worker/bench/gpu_bench_support.h"
 #include "worker/bench/model_presets.h"
 #include "worker/rollout/decode_attention.h"
 #include "worker/rollout/device_support.h"
@@ -35,20 +35,6 @@ ABSL_FLAG(int64_t, iterations, 200, "Timed calls");
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Device-to-device copy bandwidth (bytes read + written per second) of a 1 GiB buffer.
-double CopyBandwidth(const at::Device& device) {
-  at::Tensor src =
-      at::empty({int64_t{1} << 30}, at::TensorOptions().dtype(at::kByte).device(device));
-  at::Tensor dst = at::empty_like(src);
-  dst.copy_(src);
-  rlhfd::rollout::Synchronize(device);
-  const int reps = 20;
-  const auto start = Clock::now();
-  for (int i = 0; i < reps; ++i) dst.copy_(src);
-  rlhfd::rollout::Synchronize(device);
-  return 2.0 * src.numel() * reps / std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 void RunBatch(const rlhfd::model::ModelConfig& config, int64_t batch, double bandwidth,
               const at::Device& device) {
@@ -130,19 +116,13 @@ int main(int argc, char** argv) {
     std::cerr << "decode_attention_bench needs a CUDA GPU\n";
     return 1;
   }
-  std::vector<int64_t> batches;
-  for (const std::string& text : absl::GetFlag(FLAGS_batch)) {
-    int64_t b = 0;
-    if (!absl::SimpleAtoi(text, &b) || b < 1) {
-      std::cerr << "--batch: '" << text << "' is not a positive count\n";
-      return 2;
-    }
-    batches.push_back(b);
-  }
+  const std::optional<std::vector<int64_t>> batches =
+      rlhfd::bench::BatchSizes(absl::GetFlag(FLAGS_batch));
+  if (!batches) return 2;
   const at::Device device(at::kCUDA, 0);
   torch::NoGradGuard no_grad;
   at::manual_seed(0);
-  const double bandwidth = CopyBandwidth(device);
-  for (int64_t b : batches) RunBatch(*config, b, bandwidth, device);
+  const double bandwidth = rlhfd::bench::CopyBandwidth(device);
+  for (int64_t b : *batches) RunBatch(*config, b, bandwidth, device);
   return 0;
 }

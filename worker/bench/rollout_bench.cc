@@ -18,9 +18,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/util/program_setup.h"
+#include "worker/bench/gpu_bench_support.h"
 #include "worker/bench/model_presets.h"
 #include "worker/rollout/device_support.h"
 #include "worker/rollout/engine.h"
@@ -44,21 +44,6 @@ ABSL_FLAG(std::string, profile, "",
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Device-to-device copy bandwidth (bytes read + written per second) of a 1 GiB buffer.
-double CopyBandwidth(const at::Device& device) {
-  const int64_t bytes = int64_t{1} << 30;
-  at::Tensor src = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(device));
-  at::Tensor dst = at::empty_like(src);
-  dst.copy_(src);
-  rlhfd::rollout::Synchronize(device);
-  const int reps = 20;
-  const auto start = Clock::now();
-  for (int i = 0; i < reps; ++i) dst.copy_(src);
-  rlhfd::rollout::Synchronize(device);
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  return 2.0 * bytes * reps / seconds;
-}
 
 // One batch size: a fresh engine, a warm-up (cache and graphs), then the best of --repeat runs.
 // Returns false (after printing why) when it cannot run.
@@ -216,15 +201,9 @@ int main(int argc, char** argv) {
     std::cerr << "rollout_bench needs a CUDA GPU\n";
     return 1;
   }
-  std::vector<int64_t> batches;
-  for (const std::string& text : absl::GetFlag(FLAGS_batch)) {
-    int64_t b = 0;
-    if (!absl::SimpleAtoi(text, &b) || b < 1) {
-      std::cerr << "--batch: '" << text << "' is not a positive count\n";
-      return 2;
-    }
-    batches.push_back(b);
-  }
+  const std::optional<std::vector<int64_t>> batches =
+      rlhfd::bench::BatchSizes(absl::GetFlag(FLAGS_batch));
+  if (!batches) return 2;
   const at::Device device(at::kCUDA, 0);
   torch::NoGradGuard no_grad;
   at::manual_seed(0);
@@ -233,8 +212,8 @@ int main(int argc, char** argv) {
   for (auto& parameter : model->parameters()) parameter.normal_(0, 0.02);
   int64_t weight_bytes = 0;
   for (const auto& parameter : model->parameters()) weight_bytes += parameter.nbytes();
-  const double bandwidth = CopyBandwidth(device);
-  for (int64_t b : batches) {
+  const double bandwidth = rlhfd::bench::CopyBandwidth(device);
+  for (int64_t b : *batches) {
     if (!RunBatch(model, *config, weight_bytes, bandwidth, b)) return 1;
   }
   return 0;
