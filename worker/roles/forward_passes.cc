@@ -72,14 +72,13 @@ absl::StatusOr<ForwardPlan> PlanForwards(const at::Tensor& attention_mask,
         absl::StrCat(micro.setting, ": ", micro.rows, " rows per forward; need at least 1"));
   }
   const int64_t rows = attention_mask.size(0), width = attention_mask.size(1);
-  std::vector<int64_t> all(rows), tokens;
+  std::vector<int64_t> all(rows), real, tokens;
   std::iota(all.begin(), all.end(), 0);
-  const at::Tensor real_tokens = attention_mask.sum(1).to(at::kCPU, at::kLong).contiguous();
-  const int64_t* real = real_tokens.data_ptr<int64_t>();
-  if (micro.token_budget > 0) {
+  if (micro.token_budget > 0) {  // (Fixed micro-batches need no copy of the mask's counts.)
+    const at::Tensor counts = attention_mask.sum(1).to(at::kCPU, at::kLong).contiguous();
+    real.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + rows);
     // What a forward computes: the real tokens where it packs them, every column where it pads.
-    tokens.assign(real, real + rows);
-    if (micro.padded) std::fill(tokens.begin(), tokens.end(), width);
+    tokens = micro.padded ? std::vector<int64_t>(rows, width) : real;
   }
   ForwardPlan plan;
   plan.forwards = train::SplitMicroBatches(all, tokens, micro.rows, micro.token_budget);
@@ -91,7 +90,8 @@ absl::StatusOr<ForwardPlan> PlanForwards(const at::Tensor& attention_mask,
     RETURN_IF_ERROR(micro.lockstep->ReduceOverReplicas(most, train::ReplicaReduce::kMax));
     // The longest row: a packed forward of rows with fewer than two tokens runs no model, and
     // so none of the collectives the replicas wait for.
-    const int64_t longest = rows == 0 ? 0 : std::max_element(real, real + rows) - real;
+    const int64_t longest =
+        rows == 0 ? 0 : std::max_element(real.begin(), real.end()) - real.begin();
     while (plan.forwards.size() < static_cast<size_t>(most[0])) plan.forwards.push_back({longest});
   }
   return plan;
