@@ -112,6 +112,10 @@ int main(int argc, char** argv) {
     std::cerr << "--context_min and --context_max: need 1 <= min <= max\n";
     return 2;
   }
+  if (absl::GetFlag(FLAGS_iterations) < 1) {
+    std::cerr << "--iterations: need at least 1\n";
+    return 2;
+  }
   if (!torch::cuda::is_available()) {
     std::cerr << "decode_attention_bench needs a CUDA GPU\n";
     return 1;
