@@ -57,7 +57,8 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'keep=1; echo "multihost_test: FAILED at line ${LINENO}: ${BASH_COMMAND}"' ERR
-fail() {
+fail() {  # to stderr, so a failure inside $(...) is shown too
+  exec >&2
   echo "multihost_test: FAILED: $*"
   keep=1
   for log in "${run}"/*.log; do echo "== ${log}"; tail -n 30 "${log}"; done
@@ -136,11 +137,16 @@ submit() {  # the tiny PPO job for $1 steps
   [[ -n "${job}" ]] || fail "submission failed"
 }
 status() { ctl --json status "${job}"; }
-host_of() {  # the host (1-6) holding role $1 now
+# The host (1-6) holding role $1. A recovery clears the placement before it places the job
+# again, so this waits (up to 60 s) for the role to be placed.
+host_of() {
   local host
-  host=$(status | json "[w for p in data.get('placement', []) if p['role'] == '$1' for w in p['worker_ids']][0].split('-')[1]" "")
-  [[ "${host}" =~ ^[1-6]$ ]] || fail "no host holds the $1"
-  echo "${host}"
+  for _ in $(seq 300); do
+    host=$(status | json "[w for p in data.get('placement', []) if p['role'] == '$1' for w in p['worker_ids']][0].split('-')[1]" "")
+    [[ "${host}" =~ ^[1-6]$ ]] && { echo "${host}"; return 0; }
+    sleep 0.2
+  done
+  fail "no host holds the $1"
 }
 step() { status | json "int(data.get('progress', {}).get('current_step', 0))"; }
 restarts() { status | json "int(data.get('progress', {}).get('restarts', 0))"; }
@@ -247,8 +253,8 @@ cut "${actor_host}"
 for _ in $(seq 300); do (( $(restarts) >= 1 )) && break; sleep 0.2; done
 (( $(restarts) >= 1 )) || fail "the job did not recover from the lost actor host"
 [[ $(workers_in WORKER_STATE_LOST) -ge 1 ]] || fail "the cut worker is not LOST"
-check_placement
 new_actor=$(host_of actor)
+check_placement
 [[ "${new_actor}" != "${actor_host}" ]] || fail "the actor is still placed on the cut host"
 echo "multihost_test: recovered (restarts $(restarts)); the actor now on host ${new_actor}"
 
