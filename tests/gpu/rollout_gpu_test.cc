@@ -69,38 +69,53 @@ TEST_CASE("decode-attention kernel matches ATen's attention", "[gpu][rollout]") 
   torch::NoGradGuard no_grad;
   // Query groups of 7, 1, 8, 12 and 16 heads per key/value head at both head sizes (12: the MMA's
   // upper rows only partly real); a few rows and many (more than a wave of warps) on caches of
-  // spans of 128 keys, and a long cache (spans longer than 128 keys).
+  // spans of 128 keys, and a long cache (spans longer than 128 keys); blocks of 32, 64 and 128
+  // positions, each sequence's blocks shuffled over the cache.
   for (auto [heads, kv_heads, head_dim] :
        {std::tuple{14, 2, 64}, std::tuple{28, 4, 128}, std::tuple{8, 8, 64}, std::tuple{32, 4, 128},
         std::tuple{32, 2, 64}, std::tuple{24, 2, 64}, std::tuple{48, 4, 128},
         std::tuple{64, 4, 128}}) {
-    for (auto [batch, capacity] : {std::pair{9, 700}, std::pair{300, 520}, std::pair{9, 4500}}) {
+    for (auto [batch, capacity, block_size] :
+         {std::tuple{9, 700, 32}, std::tuple{300, 520, 32}, std::tuple{9, 4500, 32},
+          std::tuple{9, 700, 128}, std::tuple{300, 520, 64}}) {
       INFO("heads " << heads << " kv_heads " << kv_heads << " head_dim " << head_dim << " batch "
-                    << batch << " capacity " << capacity);
-      const int64_t slots = batch + 3;
+                    << batch << " capacity " << capacity << " block size " << block_size);
+      const int64_t max_blocks = (capacity + block_size - 1) / block_size;
       const auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(kGpu);
-      // Keys and values past each sequence's length are NaN: what an unwritten cache may hold
-      // must not reach the output.
-      constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
-      at::Tensor k_cache = at::full({slots, kv_heads, capacity, head_dim}, kNan, bf16);
-      at::Tensor v_cache = at::full({slots, kv_heads, capacity, head_dim}, kNan, bf16);
-      at::Tensor q = at::randn({batch, heads, 1, head_dim}, bf16);
       const auto longs = at::TensorOptions().dtype(at::kLong).device(kGpu);
-      const at::Tensor slot_ids = at::randperm(slots, longs).narrow(0, 0, batch);
       // Lengths 1 .. capacity: the shortest, the longest, both sides of a 32-key chunk and of a
       // 128-key span, the rest drawn.
       at::Tensor positions = at::randint(0, capacity, {batch}, longs);
       const int64_t fixed[] = {0, capacity - 1, 31, 32, 127, 128, 129};
       for (int64_t i = 0; i < 7; ++i) positions[i].fill_(fixed[i]);
-      for (int64_t b = 0; b < batch; ++b) {
-        const int64_t length = positions[b].item<int64_t>() + 1, slot = slot_ids[b].item<int64_t>();
-        k_cache[slot].narrow(1, 0, length).normal_();
-        v_cache[slot].narrow(1, 0, length).normal_();
-      }
-      const at::Tensor out = DecodeAttention(q, k_cache, v_cache, slot_ids, positions);
+      // Each sequence's keys and values, then scattered over the cache's blocks in a shuffled
+      // order (a few blocks more than the sequences hold). Keys and values past each sequence's
+      // length are NaN: what an unwritten cache may hold must not reach the output.
+      constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+      const int64_t padded = max_blocks * block_size;
+      const at::Tensor unwritten = (at::arange(padded, longs).unsqueeze(0) > positions.unsqueeze(1))
+                                       .view({batch, 1, padded, 1});
+      const auto sequences = [&] {
+        return at::randn({batch, kv_heads, padded, head_dim}, bf16).masked_fill(unwritten, kNan);
+      };
+      const at::Tensor tables = at::randperm(batch * max_blocks + 3, longs)
+                                    .narrow(0, 0, batch * max_blocks)
+                                    .view({batch, max_blocks});
+      const auto paged = [&](const at::Tensor& dense) {
+        at::Tensor cache =
+            at::full({batch * max_blocks + 3, kv_heads, block_size, head_dim}, kNan, bf16);
+        cache.index_copy_(0, tables.reshape({-1}),
+                          dense.view({batch, kv_heads, max_blocks, block_size, head_dim})
+                              .transpose(1, 2)
+                              .reshape({batch * max_blocks, kv_heads, block_size, head_dim}));
+        return cache;
+      };
+      const at::Tensor k_cache = paged(sequences()), v_cache = paged(sequences());
+      const at::Tensor q = at::randn({batch, heads, 1, head_dim}, bf16);
+      const at::Tensor out = DecodeAttention(q, k_cache, v_cache, tables, positions);
       const at::Tensor expected = DecodeAttentionReference(
           q.to(at::kFloat), at::nan_to_num(k_cache.to(at::kFloat), 0, 0, 0),
-          at::nan_to_num(v_cache.to(at::kFloat), 0, 0, 0), slot_ids, positions);
+          at::nan_to_num(v_cache.to(at::kFloat), 0, 0, 0), tables, positions);
       const at::Tensor diff = (out.to(at::kFloat) - expected).abs();
       const double max_diff = diff.max().item<double>();
       // Against each output row's size: a long row averages many values, so its outputs are
@@ -108,9 +123,9 @@ TEST_CASE("decode-attention kernel matches ATen's attention", "[gpu][rollout]") 
       const at::Tensor row_rms = expected.pow(2).mean(-1, /*keepdim=*/true).sqrt();
       const double max_relative = (diff / (row_rms + 1e-3)).max().item<double>();
       std::cout << "rollout_gpu: decode attention H=" << heads << " K=" << kv_heads
-                << " D=" << head_dim << " B=" << batch << " capacity " << capacity
-                << " max |diff| vs fp32 " << max_diff << ", relative to the row's rms "
-                << max_relative << "\n";
+                << " D=" << head_dim << " B=" << batch << " capacity " << capacity << " block "
+                << block_size << " max |diff| vs fp32 " << max_diff
+                << ", relative to the row's rms " << max_relative << "\n";
       // bf16 rounding of the output (values of magnitude ~1) and of the softmax weights.
       CHECK(max_diff < 2e-2);
       CHECK(max_relative < 0.05);

@@ -930,8 +930,8 @@ void TensorParallelGeneration(Communicator& world, const at::Device& device) {
                                           "forward ",
                                           worst_gap)
                            : std::string())
-                << ", ranks agree: " << (most == least) << ", tensor-parallel slots "
-                << (*split)->stats().cache_slots << ", cuda graphs "
+                << ", ranks agree: " << (most == least) << ", tensor-parallel cache blocks "
+                << (*split)->stats().cache_blocks << ", cuda graphs "
                 << (*split)->stats().graph_batch_sizes.size() << "\n";
       Expect(most == least, what + ": every rank of the group draws the same tokens");
       // NCCL's collectives are captured with the decode step; the sockets' run on the host.

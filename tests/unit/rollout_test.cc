@@ -11,12 +11,14 @@
 #include <cmath>
 #include <fstream>
 #include <future>
+#include <iostream>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "worker/model/model_loader.h"
+#include "worker/rollout/block_pool.h"
 #include "worker/rollout/engine.h"
 #include "worker/rollout/sampler.h"
 #include "worker/rollout/sampling_math.h"
@@ -312,7 +314,7 @@ TEST_CASE("continuous batching gives each prompt's output alone", "[rollout]") {
   options.max_prefill_tokens = prefill_tokens;
   auto engine = MakeEngine(model, options);
   const auto together = MustGenerate(*engine, requests);
-  CHECK(engine->stats().cache_slots == slots);
+  CHECK(engine->stats().peak_running == slots);
   CHECK(engine->stats().prompts == 7);
   for (size_t i = 0; i < requests.size(); ++i) {
     INFO("request " << i);
@@ -348,6 +350,142 @@ TEST_CASE("n samples share one prefill and equal n separate prompts", "[rollout]
     CHECK(first[0].samples[j].token_ids == second[0].samples[j].token_ids);
   }
   CHECK(distinct.size() == 4);
+}
+
+TEST_CASE("the block pool hands out free blocks and takes a shared one back with its last holder",
+          "[rollout]") {
+  BlockPool pool(3);
+  CHECK(pool.free_blocks() == 3);
+  const int64_t a = pool.Take(), b = pool.Take();
+  CHECK(a != b);
+  CHECK(pool.free_blocks() == 1);
+  pool.Share(a);  // Two holders: a prompt's full block and its sibling sample.
+  pool.Release(a);
+  CHECK(pool.free_blocks() == 1);
+  pool.Release(a);
+  CHECK(pool.free_blocks() == 2);
+  const int64_t c = pool.Take();
+  CHECK(c == a);  // The freed block again, not a fresh id.
+  pool.Release(b);
+  pool.Release(c);
+  CHECK(pool.free_blocks() == 3);
+  CHECK_THROWS(pool.Release(b));  // Releasing a free block is a scheduler bug, caught.
+  CHECK_THROWS(pool.Share(b));
+}
+
+// The paged cache holds what sequences actually use: a cache of 10 blocks of 32 positions (320,
+// less than two sequences of max_model_len 256 would need as whole slots) decodes eight short
+// sequences together, without preempting any.
+TEST_CASE("the paged KV cache's memory follows the sequences' lengths, not max_model_len",
+          "[rollout][paged]") {
+  EngineOptions options;
+  options.max_model_len = 256;
+  options.cache_blocks_override = 10;
+  auto engine = MakeEngine(Load("tiny-qwen2"), options);
+  std::vector<GenerationRequest> requests;
+  for (int64_t i = 0; i < 8; ++i) {
+    GenerationRequest request = Greedy(Prompt(6 + i, i), 16);
+    request.sampling.ignore_eos = true;
+    requests.push_back(request);
+  }
+  const auto results = MustGenerate(*engine, requests);
+  CHECK(engine->stats().cache_blocks == 10);
+  CHECK(engine->stats().peak_running == 8);
+  CHECK(engine->stats().preemptions == 0);
+  for (const GenerationResult& result : results) CHECK(result.samples[0].token_ids.size() == 16);
+}
+
+// A cache too small for every sequence at once: sequences that cross into a new block when none
+// is free preempt the ones admitted last, which are prefilled again later from their tokens so
+// far. Greedy and seeded sampled rows, a request of n = 3 (its samples sharing the prompt's full
+// blocks), prompts ending inside a block and on its edge (32): every sample's tokens equal those
+// of a cache with room for all, and its log-probs within 1e-4 (a preempted sample's context is
+// prefilled where it was decoded). Independent of any cache, both are checked against the model's
+// own forward over prompt + response: each token's log-probability under softmax(logits / T)
+// within 1e-4, and a greedy row's tokens its argmax.
+TEST_CASE("a KV cache exhausted mid-run preempts and resumes sequences without changing results",
+          "[rollout][paged]") {
+  for (const std::string name : {"tiny-qwen3", "tiny-llama"}) {
+    INFO(name);
+    model::Transformer model = Load(name);
+    std::vector<GenerationRequest> requests;
+    for (int64_t i = 0; i < 6; ++i) {
+      GenerationRequest request = Greedy(Prompt(i == 2 ? 32 : 5 + 4 * i, i), 40 + 7 * (i % 3));
+      request.sampling.ignore_eos = true;
+      if (i % 2 == 1) {
+        request.sampling.temperature = 0.8;
+        request.sampling.seed = 40 + i;
+      }
+      if (i == 3) request.sampling.n = 3;
+      requests.push_back(request);
+    }
+    EngineOptions options;
+    options.max_model_len = 96;  // 3 blocks of 32.
+    auto roomy = MakeEngine(model, options);
+    const auto expected = MustGenerate(*roomy, requests);
+    CHECK(roomy->stats().preemptions == 0);
+    options.cache_blocks_override = 5;
+    auto tight = MakeEngine(model, options);
+    const auto results = MustGenerate(*tight, requests);
+    CHECK(tight->stats().preemptions > 0);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      REQUIRE(results[i].samples.size() == expected[i].samples.size());
+      for (size_t j = 0; j < results[i].samples.size(); ++j) {
+        INFO("request " << i << " sample " << j);
+        const Completion& got = results[i].samples[j];
+        const Completion& want = expected[i].samples[j];
+        CHECK(got.token_ids == want.token_ids);
+        CHECK(got.finish_reason == want.finish_reason);
+        REQUIRE(got.logprobs.size() == want.logprobs.size());
+        CHECK(at::allclose(at::tensor(got.logprobs), at::tensor(want.logprobs), 1e-4, 1e-4));
+      }
+    }
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const SamplingParams& sampling = requests[i].sampling;
+      for (const Completion& sample : results[i].samples) {
+        INFO("request " << i << " against the uncached forward");
+        std::vector<int64_t> ids = requests[i].prompt_ids;
+        ids.insert(ids.end(), sample.token_ids.begin(), sample.token_ids.end());
+        at::Tensor logits;
+        {
+          c10::InferenceMode inference;
+          const at::Tensor input = at::tensor(ids, at::kLong).unsqueeze(0);
+          logits = model->Logits(model->Hidden(model::ForwardBatch{input, at::Tensor()}))
+                       .squeeze(0)
+                       .to(at::kDouble);
+        }
+        const int64_t p = static_cast<int64_t>(requests[i].prompt_ids.size());
+        const double temperature = sampling.temperature > 0 ? sampling.temperature : 1.0;
+        const at::Tensor log_probs = at::log_softmax(logits / temperature, -1);
+        for (size_t t = 0; t < sample.token_ids.size(); ++t) {
+          const at::Tensor row = log_probs[p - 1 + static_cast<int64_t>(t)];
+          CHECK(sample.logprobs[t] == Approx(row[sample.token_ids[t]].item<double>()).margin(1e-4));
+          if (sampling.temperature == 0) CHECK(row.argmax().item<int64_t>() == sample.token_ids[t]);
+        }
+      }
+    }
+    std::cout << "rollout_test: " << name << " with 5 blocks: " << tight->stats().preemptions
+              << " preemptions\n";
+  }
+}
+
+TEST_CASE("a request whose samples' prompt blocks cannot fit the cache is refused up front",
+          "[rollout][paged]") {
+  EngineOptions options;
+  options.max_model_len = 64;
+  options.cache_blocks_override = 2;  // One sequence of max_model_len.
+  auto engine = MakeEngine(Load("tiny-qwen2"), options);
+  GenerationRequest request = Greedy(Prompt(40, 1), 4);
+  request.sampling.n = 3;  // Two blocks, and a copy of the partly filled one for each sibling.
+  auto result = engine->Generate({request});
+  REQUIRE_FALSE(result.ok());
+  CHECK_THAT(std::string(result.status().message()), Catch::Contains("request 0") &&
+                                                         Catch::Contains("4 KV cache blocks") &&
+                                                         Catch::Contains("the cache has 2"));
+  CHECK(MustGenerate(*engine, {Greedy(Prompt(40, 1), 4)})[0].samples[0].token_ids.size() == 4);
+  options.kv_block_size = 48;
+  CHECK_THAT(std::string(GenerationEngine::Create(Load("tiny-qwen2"), options).status().message()),
+             Catch::Contains("kv_block_size must be a positive multiple of 32"));
 }
 
 // A scripted turn handler: after each of a sample's first `continuations` stops it inserts
@@ -589,7 +727,7 @@ TEST_CASE("bad requests are refused with the field to fix; the engine carries on
 
   EngineOptions options;
   options.max_model_len = 64;
-  options.cpu_cache_bytes = 1024;  // Not even two slots.
+  options.cpu_cache_bytes = 1024;  // Not one sequence's blocks.
   auto small = GenerationEngine::Create(Load("tiny-qwen2"), options);
   REQUIRE(small.ok());
   auto result = (*small)->Generate({Greedy(Prompt(3, 0), 2)});

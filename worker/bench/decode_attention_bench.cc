@@ -1,9 +1,10 @@
 // decode_attention_bench: the rollout's decode-attention kernel alone (the spans and their merge)
 // at a preset model's head shape: B sequences whose lengths are drawn uniformly from
-// [--context_min, --context_max] in a slot cache of --context_max positions. Prints a JSON line
-// and a table per batch size: µs per call (one layer), the bytes of keys and values it must read
-// over that time, their share of the device-to-device copy bandwidth measured in the same run,
-// and the largest difference from a float32 reference.
+// [--context_min, --context_max] in a paged cache of --block_size positions per block, each
+// sequence's blocks scattered over the cache (a shuffled block table, as a long run leaves them).
+// Prints a JSON line and a table per batch size: µs per call (one layer), the bytes of keys and
+// values it must read over that time, their share of the device-to-device copy bandwidth measured
+// in the same run, and the largest difference from a float32 reference.
 //   decode_attention_bench --preset=qwen2.5-7b --batch=256,64 --context_min=257 --context_max=512
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAStream.h>
@@ -29,7 +30,8 @@ ABSL_FLAG(std::string, preset, "qwen2.5-7b", "qwen2.5-0.5b, qwen2.5-1.5b or qwen
 ABSL_FLAG(std::vector<std::string>, batch, (std::vector<std::string>{"256", "64"}),
           "Sequences per call, comma-separated");
 ABSL_FLAG(int64_t, context_min, 257, "Shortest sequence (keys attended)");
-ABSL_FLAG(int64_t, context_max, 512, "Longest sequence; also the cache's capacity");
+ABSL_FLAG(int64_t, context_max, 512, "Longest sequence; also the block table's capacity");
+ABSL_FLAG(int64_t, block_size, 32, "Positions per KV cache block, a multiple of 32");
 ABSL_FLAG(int64_t, iterations, 200, "Timed calls");
 
 namespace {
@@ -42,29 +44,31 @@ void RunBatch(const rlhfd::model::ModelConfig& config, int64_t batch, double ban
   const int64_t lo = absl::GetFlag(FLAGS_context_min), capacity = absl::GetFlag(FLAGS_context_max);
   const auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(device);
   const auto longs = at::TensorOptions().dtype(at::kLong).device(device);
-  const at::Tensor k_cache = at::randn({batch, kv_heads, capacity, d}, bf16);
-  const at::Tensor v_cache = at::randn({batch, kv_heads, capacity, d}, bf16);
+  const int64_t block_size = absl::GetFlag(FLAGS_block_size);
+  const int64_t max_blocks = (capacity + block_size - 1) / block_size;
+  const at::Tensor k_cache = at::randn({batch * max_blocks, kv_heads, block_size, d}, bf16);
+  const at::Tensor v_cache = at::randn({batch * max_blocks, kv_heads, block_size, d}, bf16);
   const at::Tensor q = at::randn({batch, heads, 1, d}, bf16);
-  const at::Tensor slots = at::randperm(batch, longs);
+  const at::Tensor tables = at::randperm(batch * max_blocks, longs).view({batch, max_blocks});
   const at::Tensor positions = at::randint(lo - 1, capacity, {batch}, longs);
   at::Tensor out = at::empty({batch, heads, 1, d}, bf16);
-  const at::Tensor workspace =
-      at::empty({rlhfd::rollout::kernels::DecodeAttentionWorkspaceBytes(batch, heads, d, capacity)},
-                bf16.dtype(at::kByte));
+  const at::Tensor workspace = at::empty({rlhfd::rollout::kernels::DecodeAttentionWorkspaceBytes(
+                                             batch, heads, d, max_blocks * block_size)},
+                                         bf16.dtype(at::kByte));
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index());
   const auto call = [&] {
     return rlhfd::rollout::kernels::DecodeAttention(
-        q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr<int64_t>(),
+        q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), tables.data_ptr<int64_t>(),
         positions.data_ptr<int64_t>(), out.data_ptr(), workspace.data_ptr(), batch, heads, kv_heads,
-        d, capacity, scale, stream);
+        d, max_blocks, block_size, scale, stream);
   };
   if (!call()) {
     std::cerr << "the kernel does not serve this shape\n";
     return;
   }
   const at::Tensor expected = rlhfd::rollout::DecodeAttentionReference(
-      q.to(at::kFloat), k_cache.to(at::kFloat), v_cache.to(at::kFloat), slots, positions);
+      q.to(at::kFloat), k_cache.to(at::kFloat), v_cache.to(at::kFloat), tables, positions);
   const double max_diff = (out.to(at::kFloat) - expected).abs().max().item<double>();
   const int64_t iterations = absl::GetFlag(FLAGS_iterations);
   rlhfd::rollout::Synchronize(device);
@@ -82,6 +86,7 @@ void RunBatch(const rlhfd::model::ModelConfig& config, int64_t batch, double ban
                          {"head_dim", d},
                          {"context_min", lo},
                          {"context_max", capacity},
+                         {"block_size", block_size},
                          {"us_per_call", us},
                          {"kv_bytes", kv_bytes},
                          {"kv_read_gbps", read_rate / 1e9},
@@ -110,6 +115,11 @@ int main(int argc, char** argv) {
   const int64_t lo = absl::GetFlag(FLAGS_context_min), hi = absl::GetFlag(FLAGS_context_max);
   if (lo < 1 || hi < lo) {
     std::cerr << "--context_min and --context_max: need 1 <= min <= max\n";
+    return 2;
+  }
+  const int64_t block_size = absl::GetFlag(FLAGS_block_size);
+  if (block_size < 32 || block_size % 32 != 0) {
+    std::cerr << "--block_size: need a positive multiple of 32\n";
     return 2;
   }
   if (absl::GetFlag(FLAGS_iterations) < 1) {

@@ -76,9 +76,14 @@ bool RunBatch(rlhfd::model::Transformer& model, const rlhfd::model::ModelConfig&
     std::cerr << status.status().message() << "\n";
     return false;
   }
-  if ((*engine)->stats().cache_slots < b) {
-    std::cerr << "the KV cache holds " << (*engine)->stats().cache_slots << " sequences, not " << b
-              << "; raise --gpu_memory_utilization\n";
+  // Every sequence at full length in the cache, so the figure is of B sequences decoded together
+  // (no preemption).
+  const int64_t block_size = (*engine)->options().kv_block_size;
+  const int64_t needed = b * ((p + n + block_size - 1) / block_size);
+  if ((*engine)->stats().cache_blocks < needed) {
+    std::cerr << "the KV cache holds " << (*engine)->stats().cache_blocks << " blocks of "
+              << block_size << " positions, not the " << needed << " that " << b
+              << " sequences of P + N take; raise --gpu_memory_utilization\n";
     return false;
   }
   double best_seconds = 1e30, prefill_seconds = 0, decode_seconds = 0;
@@ -142,7 +147,8 @@ bool RunBatch(rlhfd::model::Transformer& model, const rlhfd::model::ModelConfig&
                         {"roofline_share_decode", 1e3 * roofline_step / step_ms},
                         {"roofline_share_overall", tokens_per_second / roofline_tokens_per_second},
                         {"peak_memory_gib", (*engine)->stats().peak_memory_bytes / double(1 << 30)},
-                        {"cache_slots", (*engine)->stats().cache_slots}};
+                        {"cache_blocks", (*engine)->stats().cache_blocks},
+                        {"preemptions", (*engine)->stats().preemptions}};
   std::cout << out.dump() << "\n";
   std::printf(
       "%-14s B=%-4ld P=%-4ld N=%-4ld | %9.0f tok/s | prefill %7.1f ms | decode %6.2f ms/step"

@@ -411,7 +411,8 @@ absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::Generate(
     if (results.ok() && device_.is_cuda() && !cache_logged_) {
       cache_logged_ = true;
       const rollout::EngineOptions& options = engine->options();
-      RLOG(INFO) << "rollout KV cache: " << engine->stats().cache_slots << " slots, "
+      RLOG(INFO) << "rollout KV cache: " << engine->stats().cache_blocks << " blocks of "
+                 << options.kv_block_size << " positions, "
                  << engine->stats().cache_bytes / (1 << 20) << " MiB (gpu_memory_utilization "
                  << options.gpu_memory_utilization * static_cast<double>(ranks_on_device_)
                  << " of the free memory, split among the " << ranks_on_device_

@@ -1,21 +1,22 @@
-// Attention of one new token per sequence over that sequence's slot in a SlotKvCache.
+// Attention of one new token per sequence over that sequence's blocks in a PagedKvCache.
 #pragma once
 
 #include <ATen/Tensor.h>
 
 namespace rlhfd::rollout {
 
-// q (B, H, 1, D); k_cache / v_cache (slots, K, capacity, D); slots and positions (B) int64, where
-// positions[b] is the new token's position (keys 0..positions[b] of slot slots[b] are attended).
-// Returns (B, H, 1, D). On CUDA with bf16, head dim 64 or 128, at most 16 query heads per
-// key/value head and 16-byte aligned data, our kernel runs; otherwise DecodeAttentionReference.
+// q (B, H, 1, D); k_cache / v_cache (blocks, K, block_size, D); block_tables (B, max_blocks)
+// int64, row b naming sequence b's blocks in order; positions (B) int64, where positions[b] is
+// the new token's position (keys 0..positions[b] are attended). Returns (B, H, 1, D). On CUDA
+// with bf16, head dim 64 or 128, at most 16 query heads per key/value head, a block size that is
+// a multiple of 32 and 16-byte aligned data, our kernel runs; otherwise DecodeAttentionReference.
 at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,
-                           const at::Tensor& v_cache, const at::Tensor& slots,
+                           const at::Tensor& v_cache, const at::Tensor& block_tables,
                            const at::Tensor& positions);
 
-// The same with ATen's scaled_dot_product_attention over the gathered slots and a length mask.
+// The same with ATen's scaled_dot_product_attention over the gathered blocks and a length mask.
 at::Tensor DecodeAttentionReference(const at::Tensor& q, const at::Tensor& k_cache,
-                                    const at::Tensor& v_cache, const at::Tensor& slots,
+                                    const at::Tensor& v_cache, const at::Tensor& block_tables,
                                     const at::Tensor& positions);
 
 }  // namespace rlhfd::rollout

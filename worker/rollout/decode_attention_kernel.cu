@@ -1,8 +1,8 @@
-// Decode attention over a slot cache: one new query token per sequence attends the keys its slot
-// holds. Split-K ("flash decoding") on tensor cores: each warp serves one (sequence, key/value
-// head, span of keys) for the head's whole query group, so each cached key and value is read once
-// per step, and short batches still fill the GPU with spans. A second kernel merges the spans'
-// online-softmax states.
+// Decode attention over a paged cache: one new query token per sequence attends the keys of the
+// blocks its row of the block table names. Split-K ("flash decoding") on tensor cores: each warp
+// serves one (sequence, key/value head, span of keys) for the head's whole query group, so each
+// cached key and value is read once per step, and short batches still fill the GPU with spans. A
+// second kernel merges the spans' online-softmax states.
 //
 // The warp computes S = Q·Kᵀ and O = P·V with mma.sync m16n8k16 (bf16 in, float32 accumulate):
 // the query group fills the 16 rows of the A operand (groups of up to 16 query heads per
@@ -71,10 +71,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     DecodeAttentionKernel(const __nv_bfloat16* __restrict__ q,
                           const __nv_bfloat16* __restrict__ k_cache,
                           const __nv_bfloat16* __restrict__ v_cache,
-                          const int64_t* __restrict__ slots, const int64_t* __restrict__ positions,
-                          float* __restrict__ partial_m, float* __restrict__ partial_l,
-                          float* __restrict__ partial_acc, int batch, int heads, int kv_heads,
-                          int capacity, int splits, int keys_per_split, float scale_log2) {
+                          const int64_t* __restrict__ block_tables,
+                          const int64_t* __restrict__ positions, float* __restrict__ partial_m,
+                          float* __restrict__ partial_l, float* __restrict__ partial_acc, int batch,
+                          int heads, int kv_heads, int max_blocks, int block_size, int splits,
+                          int keys_per_split, float scale_log2) {
   constexpr int kPieces = D / 32;  // 16-byte pieces a lane reads of a key row.
   constexpr int kTiles = D / 8;    // n-tiles of P·V; also the values a lane reads of a value row.
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -94,10 +95,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     if (lane < group) partial_m[first_state + lane] = -INFINITY;
     return;
   }
-  const size_t head_offset =
-      (static_cast<size_t>(slots[row]) * kv_heads + kv_head) * static_cast<size_t>(capacity) * D;
-  const __nv_bfloat16* keys = k_cache + head_offset;
-  const __nv_bfloat16* values = v_cache + head_offset;
+  // A chunk of 32 keys lies in one block (spans and blocks are multiples of 32 keys): the chunk's
+  // keys are consecutive rows of that block's part for this key/value head.
+  const int64_t* table = block_tables + static_cast<size_t>(row) * max_blocks;
+  const auto chunk_offset = [&](int base, int64_t block) {
+    return ((static_cast<size_t>(block) * kv_heads + kv_head) * block_size + base % block_size) * D;
+  };
 
   // Q's A fragments: rows g and g + 8 of the group, in the lanes' order of head dimensions. At
   // D = 128 they are held (2·D/8 registers per lane); at D = 64 they are read again from L1 for
@@ -125,13 +128,20 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
 
+  int64_t block = table[begin / block_size];
   for (int base = begin; base < end; base += kChunkKeys) {
+    // The next chunk's block, read ahead so that its latency hides behind this chunk.
+    const int next = base + kChunkKeys;
+    const int64_t next_block = next < end ? table[next / block_size] : 0;
+    const __nv_bfloat16* keys = k_cache + chunk_offset(base, block);
+    const __nv_bfloat16* values = v_cache + chunk_offset(base, block);
+    block = next_block;
     // S for keys base + 8i + 2t + {0, 1} (n-tile i) of rows g, g + 8. Keys past the span are
     // read as zeros (the cache there may hold anything) and masked below.
     float s[4][4] = {};
     const auto key_piece = [&](int i, int c) {
-      const int key = base + 8 * i + g;
-      return LoadOrZero(keys + static_cast<size_t>(key) * D + 32 * c + 8 * t, key < end);
+      const int key = 8 * i + g;  // Within the chunk.
+      return LoadOrZero(keys + static_cast<size_t>(key) * D + 32 * c + 8 * t, base + key < end);
     };
     if constexpr (kHoldQuery) {
 #pragma unroll
@@ -204,11 +214,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       uint32_t v[4][kTiles / 2];
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        const int key = base + 16 * h + 2 * t + (r & 1) + 8 * (r / 2);
+        const int key = 16 * h + 2 * t + (r & 1) + 8 * (r / 2);  // Within the chunk.
         const __nv_bfloat16* value_row = values + static_cast<size_t>(key) * D + g * kTiles;
 #pragma unroll
         for (int p = 0; p < kTiles / 8; ++p) {
-          const uint4 piece = LoadOrZero(value_row + 8 * p, key < end);
+          const uint4 piece = LoadOrZero(value_row + 8 * p, base + key < end);
           v[r][4 * p] = piece.x, v[r][4 * p + 1] = piece.y;
           v[r][4 * p + 2] = piece.z, v[r][4 * p + 3] = piece.w;
         }
@@ -271,12 +281,15 @@ int64_t DecodeAttentionWorkspaceBytes(int batch, int heads, int head_dim, int ca
   return (AccOffset(states) + states * head_dim) * static_cast<int64_t>(sizeof(float));
 }
 
-bool DecodeAttention(const void* q, const void* k_cache, const void* v_cache, const int64_t* slots,
-                     const int64_t* positions, void* out, void* workspace, int batch, int heads,
-                     int kv_heads, int head_dim, int capacity, float scale, cudaStream_t stream) {
+bool DecodeAttention(const void* q, const void* k_cache, const void* v_cache,
+                     const int64_t* block_tables, const int64_t* positions, void* out,
+                     void* workspace, int batch, int heads, int kv_heads, int head_dim,
+                     int max_blocks, int block_size, float scale, cudaStream_t stream) {
   if (kv_heads <= 0 || heads % kv_heads != 0 || heads / kv_heads > kMaxGroup) return false;
   if (head_dim != 64 && head_dim != 128) return false;
+  if (block_size <= 0 || block_size % kChunkKeys != 0 || max_blocks <= 0) return false;
   if (batch == 0) return true;
+  const int capacity = max_blocks * block_size;
   const int keys_per_split = KeysPerSplit(capacity);
   const int splits = CeilDiv(capacity, keys_per_split);
   const size_t states = static_cast<size_t>(batch) * splits * heads;
@@ -290,12 +303,12 @@ bool DecodeAttention(const void* q, const void* k_cache, const void* v_cache, co
   const auto* vb = static_cast<const __nv_bfloat16*>(v_cache);
   if (head_dim == 64) {
     DecodeAttentionKernel<64><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
-        qb, kb, vb, slots, positions, partial_m, partial_l, partial_acc, batch, heads, kv_heads,
-        capacity, splits, keys_per_split, scale_log2);
+        qb, kb, vb, block_tables, positions, partial_m, partial_l, partial_acc, batch, heads,
+        kv_heads, max_blocks, block_size, splits, keys_per_split, scale_log2);
   } else {
     DecodeAttentionKernel<128><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
-        qb, kb, vb, slots, positions, partial_m, partial_l, partial_acc, batch, heads, kv_heads,
-        capacity, splits, keys_per_split, scale_log2);
+        qb, kb, vb, block_tables, positions, partial_m, partial_l, partial_acc, batch, heads,
+        kv_heads, max_blocks, block_size, splits, keys_per_split, scale_log2);
   }
   MergeSplitsKernel<<<dim3(batch, heads), head_dim, 0, stream>>>(
       partial_m, partial_l, partial_acc, static_cast<__nv_bfloat16*>(out), heads, splits, head_dim);

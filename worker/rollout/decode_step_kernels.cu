@@ -48,12 +48,12 @@ __global__ void __launch_bounds__(kNormThreads)
 template <int D>
 __global__ void __launch_bounds__(32)
     RopeAppendKernel(const __nv_bfloat16* __restrict__ qkv, const int64_t* __restrict__ positions,
-                     const int64_t* __restrict__ slots, const float* __restrict__ inv_freq,
+                     const int64_t* __restrict__ cache_rows, const float* __restrict__ inv_freq,
                      const __nv_bfloat16* __restrict__ q_norm,
                      const __nv_bfloat16* __restrict__ k_norm, float eps,
                      __nv_bfloat16* __restrict__ q_out, __nv_bfloat16* __restrict__ k_out,
                      __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
-                     int heads, int kv_heads, int capacity) {
+                     int heads, int kv_heads, int block_size) {
   constexpr int kPairs = D / 64;
   const int row = blockIdx.x, head = blockIdx.y, lane = threadIdx.x;
   const int width = (heads + 2 * kv_heads) * D;
@@ -67,8 +67,9 @@ __global__ void __launch_bounds__(32)
   }
   const bool is_q = head < heads, is_k = !is_q && head < heads + kv_heads;
   const int kv_head = is_q ? 0 : (is_k ? head - heads : head - heads - kv_heads);
+  const size_t block = static_cast<size_t>(cache_rows[row] / block_size);
   const size_t cache_offset =
-      ((static_cast<size_t>(slots[row]) * kv_heads + kv_head) * capacity + position) * D;
+      ((block * kv_heads + kv_head) * block_size + cache_rows[row] % block_size) * D;
   if (!is_q && !is_k) {  // Values go to the cache as they are.
 #pragma unroll
     for (int j = 0; j < kPairs; ++j) {
@@ -136,10 +137,10 @@ void AddRmsNorm(float* residual, const void* delta, bool assign, const void* wei
       static_cast<const __nv_bfloat16*>(weight), static_cast<__nv_bfloat16*>(out), hidden, eps);
 }
 
-bool RopeAppend(const void* qkv, const int64_t* positions, const int64_t* slots,
+bool RopeAppend(const void* qkv, const int64_t* positions, const int64_t* cache_rows,
                 const float* inv_freq, const void* q_norm, const void* k_norm, float eps,
                 void* q_out, void* k_out, void* k_cache, void* v_cache, int rows, int heads,
-                int kv_heads, int head_dim, int capacity, cudaStream_t stream) {
+                int kv_heads, int head_dim, int block_size, cudaStream_t stream) {
   if (head_dim != 64 && head_dim != 128) return false;
   if (rows == 0) return true;
   const dim3 grid(rows, heads + 2 * kv_heads);
@@ -151,11 +152,11 @@ bool RopeAppend(const void* qkv, const int64_t* positions, const int64_t* slots,
   auto* k = static_cast<__nv_bfloat16*>(k_cache);
   auto* v = static_cast<__nv_bfloat16*>(v_cache);
   if (head_dim == 64) {
-    RopeAppendKernel<64><<<grid, 32, 0, stream>>>(in, positions, slots, inv_freq, qn, kn, eps, q,
-                                                  k_copy, k, v, heads, kv_heads, capacity);
+    RopeAppendKernel<64><<<grid, 32, 0, stream>>>(in, positions, cache_rows, inv_freq, qn, kn, eps,
+                                                  q, k_copy, k, v, heads, kv_heads, block_size);
   } else {
-    RopeAppendKernel<128><<<grid, 32, 0, stream>>>(in, positions, slots, inv_freq, qn, kn, eps, q,
-                                                   k_copy, k, v, heads, kv_heads, capacity);
+    RopeAppendKernel<128><<<grid, 32, 0, stream>>>(in, positions, cache_rows, inv_freq, qn, kn, eps,
+                                                   q, k_copy, k, v, heads, kv_heads, block_size);
   }
   return true;
 }

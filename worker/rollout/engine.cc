@@ -52,7 +52,7 @@ absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::CreateTensor
   if (!FusedDecoder::Supports(config, embed, group.size())) {
     return absl::FailedPreconditionError(
         "tensor-parallel generation runs the fused GPU decode: bf16 weights on a CUDA device, "
-        "head_dim 64 or 128, an even MLP width per rank, at most 8 query heads per key/value "
+        "head_dim 64 or 128, an even MLP width per rank, at most 16 query heads per key/value "
         "head");
   }
   auto engine = std::unique_ptr<GenerationEngine>(
@@ -89,6 +89,15 @@ absl::Status GenerationEngine::CompleteOptions(const model::ModelConfig& config,
   if (options.max_prefill_tokens < 1) {
     return absl::InvalidArgumentError("max_prefill_tokens must be at least 1");
   }
+  if (options.kv_block_size < 32 || options.kv_block_size % 32 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv_block_size must be a positive multiple of 32, got ", options.kv_block_size));
+  }
+  if (options.cache_blocks_override < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache_blocks_override must be 0 (from the memory budget) or more, got ",
+                     options.cache_blocks_override));
+  }
   const int64_t model_limit = config.max_position_embeddings;
   if (options.max_model_len == 0) options.max_model_len = std::min<int64_t>(model_limit, 4096);
   if (options.max_model_len < 2 || options.max_model_len > model_limit) {
@@ -105,10 +114,25 @@ absl::Status GenerationEngine::ValidateRequests(
     RETURN_IF_ERROR(
         CheckGenerationRequest(requests[i], i, config_.vocab_size, options_.max_model_len));
     const int64_t n = requests[i].sampling.n;
-    if (cache_ != nullptr && n > usable_slots_) {
+    if (n > options_.max_num_seqs) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "request ", i, ": n = ", n, " samples are decoded together, more than max_num_seqs = ",
+          options_.max_num_seqs, " (raise max_num_seqs or lower n)"));
+    }
+    if (cache_ == nullptr) continue;
+    // Admission takes the prompt's blocks for the first sample and a copy of a partly filled
+    // last block for each other one (engine_run.cc); they must fit the cache at once.
+    const int64_t block_size = cache_->block_size();
+    const int64_t context =
+        static_cast<int64_t>(requests[i].prompt_ids.size() +
+                             (requests[i].resumed ? requests[i].resumed->token_ids.size() : 0));
+    const int64_t blocks =
+        (context + block_size - 1) / block_size + (n - 1) * (context % block_size != 0 ? 1 : 0);
+    if (blocks > stats_.cache_blocks) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "request ", i, ": n = ", n, " samples need as many cache slots; the cache has ",
-          usable_slots_, " (raise gpu_memory_utilization or lower max_model_len)"));
+          "request ", i, ": its ", n, " samples' prompts take ", blocks, " KV cache blocks of ",
+          block_size, " positions at once; the cache has ", stats_.cache_blocks,
+          " (raise gpu_memory_utilization / cpu_cache_bytes or lower n)"));
     }
   }
   return absl::OkStatus();
@@ -126,41 +150,56 @@ absl::Status GenerationEngine::Prepare() {
   }
   // A tensor-parallel rank caches its own key/value heads only.
   const model::ModelConfig& config = fused_ ? fused_->rank_config() : config_;
-  const int64_t per_slot = SlotKvCache::BytesPerSlot(config, options_.max_model_len, dtype_);
+  const int64_t block_size = options_.kv_block_size, rows = options_.max_num_seqs;
+  const int64_t per_block = PagedKvCache::BytesPerBlock(config, block_size, dtype_);
+  max_blocks_ = (options_.max_model_len + block_size - 1) / block_size;
   int64_t budget = options_.cpu_cache_bytes;
   if (device_.is_cuda()) {
     budget = static_cast<int64_t>(options_.gpu_memory_utilization *
                                   static_cast<double>(QueryDeviceMemory(device_).free_bytes));
   }
-  // One slot more than the sequences: graph padding rows write into it.
-  int64_t slots = std::min(options_.max_num_seqs, budget / per_slot - 1);
+  // Ranks sharing a device (workers on one GPU) each saw the same free memory: each takes its
+  // share of the budget, not all of it.
+  int64_t sharing = 1;
   if (group_ != nullptr) {
-    ASSIGN_OR_RETURN(slots, AgreeOnSlots(budget, per_slot));
+    ASSIGN_OR_RETURN(sharing, RanksOnThisDevice(*group_, device_));
   }
-  if (slots < 1) {
+  // Never more than every row at max_model_len needs; one block more is scratch.
+  int64_t blocks = options_.cache_blocks_override > 0
+                       ? options_.cache_blocks_override
+                       : std::min(budget / sharing / per_block - 1, rows * max_blocks_);
+  if (group_ != nullptr) {
+    ASSIGN_OR_RETURN(blocks, AgreeOnBlocks(blocks));
+  }
+  if (blocks < max_blocks_) {
     if (group_ == nullptr) fused_.reset();
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "KV cache budget of ", budget >> 20, " MiB holds fewer than 2 slots of ",
-        options_.max_model_len, " tokens (", per_slot >> 20,
-        " MiB each); raise gpu_memory_utilization / cpu_cache_bytes or lower max_model_len"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KV cache budget of ", budget >> 20, " MiB holds ",
+                     std::max<int64_t>(blocks, 0), " blocks of ", block_size, " positions (",
+                     per_block >> 10, " KiB each), fewer than one sequence of max_model_len ",
+                     options_.max_model_len, " needs (", max_blocks_,
+                     "); raise gpu_memory_utilization / cpu_cache_bytes or lower "
+                     "max_model_len"));
   }
   absl::Status allocated;
   try {
-    cache_ = std::make_unique<SlotKvCache>(config, slots + 1, options_.max_model_len,
-                                           at::TensorOptions().dtype(dtype_).device(device_));
-    usable_slots_ = slots;
-    const auto on_device = at::TensorOptions().device(device_);
-    step_inputs_ = at::zeros({3, slots}, on_device.dtype(at::kLong));
-    step_inputs_[2].fill_(slots);
-    host_inputs_ = at::zeros({3, slots}, HostOptions(device_, at::kLong));
-    host_ints_ = at::zeros({3, slots}, HostOptions(device_, at::kLong));
-    host_floats_ = at::zeros({2, slots}, HostOptions(device_, at::kFloat));
-    device_ints_ = at::zeros({3, slots}, on_device.dtype(at::kLong));
-    device_floats_ = at::zeros({2, slots}, on_device.dtype(at::kFloat));
-    host_tokens_ = at::zeros({2, slots}, HostOptions(device_, at::kLong));
-    host_logprobs_ = at::zeros({2, slots}, HostOptions(device_, at::kFloat));
-    stats_.cache_slots = slots;
-    stats_.cache_bytes = per_slot * (slots + 1);
+    cache_ = std::make_unique<PagedKvCache>(config, blocks + 1, block_size,
+                                            at::TensorOptions().dtype(dtype_).device(device_));
+    const auto on_device = at::TensorOptions().device(device_).dtype(at::kLong);
+    step_inputs_ = at::zeros({2, rows}, on_device);
+    block_tables_ = at::full({rows, max_blocks_}, cache_->scratch_block(), on_device);
+    host_inputs_ = at::zeros({2, rows}, HostOptions(device_, at::kLong));
+    host_tables_ = at::zeros({rows, max_blocks_}, HostOptions(device_, at::kLong));
+    host_table_updates_ = at::zeros({2, 3, rows}, HostOptions(device_, at::kLong));
+    device_table_updates_ = at::zeros({3, rows}, on_device);
+    host_ints_ = at::zeros({3, rows}, HostOptions(device_, at::kLong));
+    host_floats_ = at::zeros({2, rows}, HostOptions(device_, at::kFloat));
+    device_ints_ = at::zeros({3, rows}, on_device);
+    device_floats_ = at::zeros({2, rows}, on_device.dtype(at::kFloat));
+    host_tokens_ = at::zeros({2, rows}, HostOptions(device_, at::kLong));
+    host_logprobs_ = at::zeros({2, rows}, HostOptions(device_, at::kFloat));
+    stats_.cache_blocks = blocks;
+    stats_.cache_bytes = per_block * (blocks + 1);
     stats_.graph_batch_sizes.clear();
   } catch (const c10::Error& error) {
     allocated = absl::ResourceExhaustedError(
@@ -184,8 +223,8 @@ absl::Status GenerationEngine::Prepare() {
   }
   if (options_.cuda_graphs && DecodeGraphs::Available(device_)) {
     std::vector<int64_t> sizes;
-    for (int64_t b = 1; b < slots; b *= 2) sizes.push_back(b);
-    sizes.push_back(slots);
+    for (int64_t b = 1; b < rows; b *= 2) sizes.push_back(b);
+    sizes.push_back(rows);
     std::reverse(sizes.begin(), sizes.end());  // Largest first: the rest reuse its memory.
     for (int64_t b : sizes) {
       // Capture reports a torch error as a status.
@@ -200,18 +239,13 @@ absl::Status GenerationEngine::Prepare() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> GenerationEngine::AgreeOnSlots(int64_t budget, int64_t per_slot) {
-  // Ranks sharing a device (workers on one GPU) each saw the same free memory: each takes its
-  // share of the budget, not all of it.
-  ASSIGN_OR_RETURN(const int64_t sharing, RanksOnThisDevice(*group_, device_));
-  const auto longs = at::TensorOptions(at::kLong).device(device_);
-  const int64_t slots = std::min(options_.max_num_seqs, budget / sharing / per_slot - 1);
-  // The ranks schedule alike only over the same slots: the fewest any rank's memory allows (a
-  // rank that cannot hold two makes every rank give up together).
-  const at::Tensor fewest = at::full({1}, slots, longs);
+absl::StatusOr<int64_t> GenerationEngine::AgreeOnBlocks(int64_t blocks) {
+  // The ranks schedule alike only over the same blocks: the fewest any rank's memory allows (a
+  // rank that cannot hold one sequence makes every rank give up together).
+  const at::Tensor fewest = at::full({1}, blocks, at::TensorOptions(at::kLong).device(device_));
   RETURN_IF_ERROR(group_->AllReduce(fewest, parallel::ReduceOp::kMin));
   const int64_t agreed = fewest.item<int64_t>();
-  if (agreed < 1 && slots >= 1) {
+  if (agreed < max_blocks_ && blocks >= max_blocks_) {
     return absl::ResourceExhaustedError(
         "a rank of the tensor-parallel group has no memory for its KV cache (its log says why)");
   }
@@ -221,9 +255,9 @@ absl::StatusOr<int64_t> GenerationEngine::AgreeOnSlots(int64_t budget, int64_t p
 at::Tensor GenerationEngine::DecodeForward(int64_t rows) {
   const at::Tensor tokens = step_inputs_[0].narrow(0, 0, rows);
   const at::Tensor positions = step_inputs_[1].narrow(0, 0, rows);
-  const at::Tensor slots = step_inputs_[2].narrow(0, 0, rows);
-  if (fused_) return fused_->Decode(tokens, positions, slots, *cache_);
-  cache_->BeginDecode(slots, positions);
+  const at::Tensor tables = block_tables_.narrow(0, 0, rows);
+  if (fused_) return fused_->Decode(tokens, positions, tables, *cache_);
+  cache_->BeginDecode(tables, positions);
   model::ForwardBatch batch{tokens.view({rows, 1}), at::Tensor(), positions.view({rows, 1})};
   const at::Tensor hidden = model_->Hidden(batch, cache_.get());
   return model_->Logits(hidden).view({rows, -1});
@@ -235,7 +269,7 @@ absl::StatusOr<std::vector<GenerationResult>> GenerationEngine::Generate(
   RETURN_IF_ERROR(ValidateRequests(requests));
   c10::InferenceMode inference;
   RETURN_IF_ERROR(Prepare());
-  RETURN_IF_ERROR(ValidateRequests(requests));  // Now against the cache's slot count too.
+  RETURN_IF_ERROR(ValidateRequests(requests));  // Now against the cache's block count too.
   try {
     std::vector<GenerationResult> results = Execute(requests, turns, interrupt);
     stats_.peak_memory_bytes = QueryDeviceMemory(device_).peak_allocated_bytes;
@@ -254,11 +288,12 @@ void GenerationEngine::Release() {
   graphs_.Clear();
   if (group_ == nullptr) fused_.reset();  // A tensor-parallel engine's decoder holds its weights.
   cache_.reset();
-  for (at::Tensor* buffer : {&step_inputs_, &host_inputs_, &host_ints_, &host_floats_,
-                             &device_ints_, &device_floats_, &host_tokens_, &host_logprobs_}) {
+  for (at::Tensor* buffer :
+       {&step_inputs_, &block_tables_, &host_inputs_, &host_tables_, &host_table_updates_,
+        &device_table_updates_, &host_ints_, &host_floats_, &device_ints_, &device_floats_,
+        &host_tokens_, &host_logprobs_}) {
     *buffer = at::Tensor();
   }
-  usable_slots_ = 0;
   Synchronize(device_);
   ReleaseCachedMemory(device_);
 }

@@ -1,6 +1,8 @@
-// The generation engine: batched, KV-cached generation with continuous batching. Sequences join
-// (prefill) whenever cache slots are free and leave as soon as they finish; on CUDA every decode
-// step replays a CUDA graph captured for the smallest batch size that holds the running rows.
+// The generation engine: batched, KV-cached generation with continuous batching over a paged KV
+// cache. Sequences join (prefill) whenever the cache has blocks for them, take another block as
+// they grow, are preempted (and later prefilled again) when the blocks run out, and leave as soon
+// as they finish; on CUDA every decode step replays a CUDA graph captured for the smallest batch
+// size that holds the running rows.
 //
 // Threading: one caller at a time (the worker's actor role drives it).
 #pragma once
@@ -18,15 +20,20 @@
 #include "worker/parallel/communicator.h"
 #include "worker/rollout/device_support.h"
 #include "worker/rollout/fused_decoder.h"
+#include "worker/rollout/paged_kv_cache.h"
 #include "worker/rollout/request.h"
-#include "worker/rollout/slot_kv_cache.h"
 
 namespace rlhfd::rollout {
 
 struct EngineOptions {
-  int64_t max_num_seqs = 256;  // Sequences decoded together at most (cache slots).
-  // Longest prompt + response a slot holds; 0 = the model's max_position_embeddings, at most 4096.
+  int64_t max_num_seqs = 256;  // Sequences decoded together at most.
+  // Longest prompt + response of a sequence; 0 = the model's max_position_embeddings, at most 4096.
   int64_t max_model_len = 0;
+  // Positions per KV cache block, a multiple of 32.
+  int64_t kv_block_size = 32;
+  // The cache's block count instead of the one the memory budget gives (like vLLM's
+  // num_gpu_blocks_override); 0: from the budget. At least one sequence of max_model_len.
+  int64_t cache_blocks_override = 0;
   // KV cache budget on a GPU: this fraction of the memory free when the cache is allocated
   // (after the weights), like vLLM's gpu_memory_utilization. The rest stays for activations.
   double gpu_memory_utilization = 0.6;
@@ -41,8 +48,10 @@ struct EngineOptions {
 };
 
 struct EngineStats {
-  int64_t cache_slots = 0;
+  int64_t cache_blocks = 0;  // Blocks sequences can hold (the scratch block not counted).
   int64_t cache_bytes = 0;
+  int64_t peak_running = 0;  // The most sequences decoded together so far.
+  int64_t preemptions = 0;   // Sequences that gave their blocks up mid-run, to be prefilled again.
   int64_t prompts = 0;
   int64_t prefill_tokens = 0;  // Real prompt tokens prefilled (resumed contexts included).
   int64_t resumed_turns = 0;   // Samples that went on after a stop (TurnHandler).
@@ -62,7 +71,7 @@ class GenerationEngine {
   // Tensor-parallel generation on a GPU (the fused decode only): this rank's slices of `config`'s
   // model (TensorParallelSpecs of group.size()) on a CUDA device in bf16. Every rank of `group`
   // calls Generate with the same requests and gets the same results; the ranks agree on the
-  // cache's slot count, so they schedule alike. CUDA graphs where the group's collectives can be
+  // cache's block count, so they schedule alike. CUDA graphs where the group's collectives can be
   // captured (NCCL), not over sockets (workers sharing a GPU), whose collectives run on the host.
   static absl::StatusOr<std::unique_ptr<GenerationEngine>> CreateTensorParallel(
       const model::ModelConfig& config, std::map<std::string, at::Tensor> slices,
@@ -72,8 +81,8 @@ class GenerationEngine {
   // Generates for every request; results in request order. Bad requests are refused before any
   // work with an error naming the request and the field to fix. With `turns`, a sample that
   // stops may go on (multi-turn): the handler's inserted tokens follow its stop token, and the
-  // sample's whole context is prefilled again into its cache slot before it samples the next
-  // token; max_new_tokens bounds the sampled and inserted tokens together.
+  // sample's whole context is prefilled again (it gives its blocks up while it waits) before it
+  // samples the next token; max_new_tokens bounds the sampled and inserted tokens together.
   //
   // With `interrupt`, polled before each decode step: once it is above 0 the call stops, and every
   // sample not finished by then comes back with its tokens so far and FinishReason::kInterrupted
@@ -100,9 +109,9 @@ class GenerationEngine {
                    const at::Tensor& weight, EngineOptions options);
   // Checks `options`, filling in what is left to the model (max_model_len).
   static absl::Status CompleteOptions(const model::ModelConfig& config, EngineOptions& options);
-  // Tensor-parallel: the slot count every rank of the group can hold, agreed; `budget` is this
-  // rank's cache budget and `per_slot` a slot's bytes.
-  absl::StatusOr<int64_t> AgreeOnSlots(int64_t budget, int64_t per_slot);
+  // Tensor-parallel: the block count every rank of the group agrees on, the fewest any rank has;
+  // `blocks` is this rank's.
+  absl::StatusOr<int64_t> AgreeOnBlocks(int64_t blocks);
 
   absl::Status ValidateRequests(const std::vector<GenerationRequest>& requests) const;
   // The call's scheduling, over a prepared cache (engine_run.cc).
@@ -118,17 +127,21 @@ class GenerationEngine {
   at::Device device_;
   at::ScalarType dtype_;
   std::mt19937_64 seed_sequence_;
-  std::unique_ptr<SlotKvCache> cache_;
+  std::unique_ptr<PagedKvCache> cache_;
   std::unique_ptr<FusedDecoder> fused_;  // CUDA + bf16: the decode step; else the module forward.
-  int64_t usable_slots_ = 0;             // The cache's last slot is scratch for graph padding rows.
+  int64_t max_blocks_ = 0;               // Blocks of one sequence of max_model_len.
   DecodeGraphs graphs_;
-  // Decode inputs (3, usable_slots): token, position, slot of each row; graphs read them here.
-  at::Tensor step_inputs_;
+  // Decode inputs, max_num_seqs rows; graphs read them here: (2, rows) token and position of each
+  // row, and (rows, max_blocks_) each row's block table (the scratch block past its blocks).
+  at::Tensor step_inputs_, block_tables_;
   // Per-step staging, allocated with the cache and reused (pinned on GPU hosts): the host side
-  // of step_inputs_, the sampling parameters (seed, counter, top_k / temperature, top_p per row)
-  // with their device twins, and (2, usable_slots) the drawn tokens with their log-probs of the
-  // two steps that can be in flight.
-  at::Tensor host_inputs_, host_ints_, host_floats_, device_ints_, device_floats_;
+  // of step_inputs_ and block_tables_, (2, 3, rows) two buffers of block-table entries (row,
+  // index, block) for the steps that add blocks without rebuilding the inputs, with their device
+  // twin (3, rows), the sampling parameters (seed, counter, top_k / temperature, top_p per row)
+  // with their device twins, and (2, rows) the drawn tokens with their log-probs of the two steps
+  // that can be in flight.
+  at::Tensor host_inputs_, host_tables_, host_table_updates_, device_table_updates_;
+  at::Tensor host_ints_, host_floats_, device_ints_, device_floats_;
   at::Tensor host_tokens_, host_logprobs_;
   EngineStats stats_;
 };

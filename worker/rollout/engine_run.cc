@@ -1,15 +1,17 @@
 // One Generate call's scheduling (GenerationEngine::Execute): the waiting queue, continuous
-// batching over the cache slots, pipelined decode steps, and multi-turn samples. engine.cc holds
-// the engine's lifecycle (cache, graphs, workspaces) and its checks.
+// batching over the paged cache's blocks with preemption, pipelined decode steps, and multi-turn
+// samples. engine.cc holds the engine's lifecycle (cache, graphs, workspaces) and its checks.
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <deque>
 #include <future>
 #include <thread>
 
 #include "common/util/stopwatch.h"
+#include "worker/rollout/block_pool.h"
 #include "worker/rollout/engine.h"
 #include "worker/rollout/sampler.h"
 #include "worker/rollout/sampling_math.h"
@@ -21,25 +23,36 @@ struct GenerationEngine::Sequence {
   enum class State { kRunning, kFinished, kStopped };  // kStopped: its turn handler decides
   size_t request = 0;
   int64_t sample = 0;
-  int64_t slot = 0;
+  std::vector<int64_t> blocks;  // Its KV cache blocks, in position order (none while waiting).
   int64_t prompt_length = 0;
+  int64_t next_position = 0;  // Where the next decode step launched for it writes.
   uint64_t seed = 0;
   Completion completion;
   State state = State::kRunning;
   std::future<TurnOutcome> next_turn;  // kStopped, once the handler was told
 };
 
-// The state of one Generate call: the waiting queue, the running sequences and the free slots.
+// The state of one Generate call: the waiting queue, the running sequences and the cache's blocks.
 //
-// Multi-turn (a TurnHandler): a sample that stops waits in paused_, keeping its slot, while its
-// handler works out the next turn; when it goes on, its inserted tokens are appended and its
-// whole context is prefilled again into the slot (simple and exact; a prefix cache would save
-// the recomputation).
+// Paged KV cache: a sequence holds the blocks its positions fill and takes another when a decode
+// step crosses into it. Admission takes a prompt's blocks (the n samples of a prompt hold its full
+// blocks together; each gets its own copy of a partly filled last block) and leaves each new
+// sample a block to grow into. When a step needs more blocks than are free, the sequences
+// admitted last give theirs up (preemption, as vLLM's recompute): they wait in requeued_ with
+// their tokens so far, and are prefilled again, ahead of new prompts, once blocks are free. The
+// oldest sequence can always go on (one sequence of max_model_len fits the cache), so the call
+// ends. Sampling is keyed by (seed, token index), so a resumed sequence draws what it would have.
+//
+// Multi-turn (a TurnHandler): a sample that stops gives its blocks up and waits in paused_ while
+// its handler works out the next turn; when it goes on, its inserted tokens are appended and its
+// whole context waits in requeued_ to be prefilled again (simple and exact; a prefix cache would
+// save the recomputation).
 //
 // Decode steps are pipelined: step k+1 is launched before the host reads step k's tokens, so the
 // host's bookkeeping and the graph launch overlap the GPU's work. While the running set stays the
-// same, each step's inputs (last token, position, sampling counter) are advanced on the device.
-// A sequence that finished at step k has computed one more token in step k+1, which is dropped;
+// same, each step's inputs (last token, position, sampling counter) are advanced on the device,
+// and a block a sequence crosses into is written into its block table by a small update. A
+// sequence that finished at step k has computed one more token in step k+1, which is dropped;
 // when any finished (or new ones join), the host waits for the steps in flight, retires the
 // finished and rebuilds the inputs.
 class GenerationEngine::Run {
@@ -50,8 +63,10 @@ class GenerationEngine::Run {
         requests_(requests),
         turns_(turns),
         interrupt_(interrupt),
-        results_(requests.size()) {
-    for (int64_t slot = engine.usable_slots_ - 1; slot >= 0; --slot) free_slots_.push_back(slot);
+        results_(requests.size()),
+        pool_(engine.cache_->blocks() - 1),  // Without the scratch block.
+        block_size_(engine.cache_->block_size()),
+        rows_(engine.options_.max_num_seqs) {
     for (size_t i = 0; i < requests.size(); ++i) {
       waiting_.push_back(i);
       results_[i].samples.resize(requests[i].sampling.n);
@@ -65,22 +80,27 @@ class GenerationEngine::Run {
   std::vector<GenerationResult> Execute() {
     const auto start = std::chrono::steady_clock::now();
     const double prefill_before = engine_.stats_.prefill_seconds;
-    while (!waiting_.empty() || !running_.empty() || !paused_.empty()) {
+    while (Pending() || !running_.empty() || !paused_.empty()) {
       if (interrupt_ != nullptr && interrupt_->load() > 0) {
         Interrupt();
         break;
       }
       const bool turn_ready = AnyTurnReady();
-      if (turn_ready || (!waiting_.empty() && (CanAdmit() || any_finished_))) {
+      if (turn_ready || (Pending() && (CanAdmit() || any_finished_))) {
         CollectAll();
         Retire();
         if (turn_ready) Resume();
         if (CanAdmit()) Prefill();
       }
       if (running_.empty()) {
-        // Nothing to decode: the slots are held by samples waiting on their handlers (the
-        // waiting prompts need them too). Wait for the first handler rather than spin.
-        if (!paused_.empty()) paused_.front().next_turn.wait_for(std::chrono::milliseconds(5));
+        // Nothing to decode: the samples are waiting on their handlers. Wait for the first
+        // handler rather than spin.
+        if (!paused_.empty()) {
+          paused_.front().next_turn.wait_for(std::chrono::milliseconds(5));
+        } else {
+          // With nothing running every block is free, and one sequence always fits.
+          TORCH_CHECK(!Pending(), "generation: nothing runs and the next sequence cannot start");
+        }
         continue;
       }
       LaunchDecode();
@@ -99,6 +119,45 @@ class GenerationEngine::Run {
     std::unique_ptr<StreamMarker> done;
   };
 
+  // What a prefill admits: a waiting request's n samples, or one requeued sequence.
+  struct Admission {
+    int64_t context = 0;  // Tokens to prefill.
+    int64_t samples = 0;
+    int64_t blocks = 0;  // Blocks they take at once.
+  };
+
+  bool Pending() const { return !waiting_.empty() || !requeued_.empty(); }
+
+  int64_t BlocksFor(int64_t positions) const { return (positions + block_size_ - 1) / block_size_; }
+
+  // The next admission: a requeued sequence first (they were admitted before), else the next
+  // waiting request.
+  Admission Next() const {
+    if (!requeued_.empty()) {
+      const int64_t context = ContextLength(requeued_.front());
+      return {context, 1, BlocksFor(context)};
+    }
+    const GenerationRequest& request = requests_[waiting_.front()];
+    const int64_t context = ContextLength(request), n = request.sampling.n;
+    // The first sample holds the prompt's blocks, its siblings share the full ones and copy a
+    // partly filled last one.
+    const int64_t partial = context % block_size_ != 0 ? 1 : 0;
+    return {context, n, BlocksFor(context) + (n - 1) * partial};
+  }
+
+  // Whether `next` fits beside `rows` running rows and `blocks` blocks already taken: a row per
+  // sample, and its blocks with one more per sample to grow into, unless nothing else runs (then
+  // its own samples make room for each other by preemption).
+  bool Fits(const Admission& next, int64_t rows, int64_t blocks) const {
+    if (rows + next.samples > rows_) return false;
+    const int64_t room = pool_.free_blocks() - blocks;
+    return next.blocks + (rows == 0 ? 0 : next.samples) <= room;
+  }
+
+  bool CanAdmit() const {
+    return Pending() && Fits(Next(), static_cast<int64_t>(running_.size()), 0);
+  }
+
   // Ends the call where it stands: the tokens in flight collected, and every sample not finished
   // returned as it is, interrupted (those not yet admitted with none).
   void Interrupt() {
@@ -110,8 +169,10 @@ class GenerationEngine::Run {
     };
     for (Sequence& sequence : running_) interrupted(sequence);
     for (Sequence& sequence : paused_) interrupted(sequence);
+    for (Sequence& sequence : requeued_) interrupted(sequence);
     running_.clear();
     paused_.clear();
+    requeued_.clear();
     for (size_t request : waiting_) {
       for (rollout::Completion& sample : results_[request].samples) {
         sample = requests_[request].resumed.value_or(Completion());
@@ -121,108 +182,133 @@ class GenerationEngine::Run {
     waiting_.clear();
   }
 
-  bool CanAdmit() const {
-    return !waiting_.empty() &&
-           static_cast<int64_t>(free_slots_.size()) >= requests_[waiting_.front()].sampling.n;
-  }
-
-  // Admits waiting requests while slots are free and the padded prompt tokens fit the prefill
-  // budget (one request always fits), prefills them together and draws each sample's first token.
+  // Admits requeued sequences, then waiting requests, while rows and blocks allow and the padded
+  // prompt tokens fit the prefill budget (one always fits), prefills them together and draws each
+  // sample's next token. No step may be in flight.
   void Prefill() {
     const auto start = std::chrono::steady_clock::now();
-    std::vector<size_t> admitted;
-    int64_t longest = 0, reserved = 0;
-    while (!waiting_.empty()) {
-      const GenerationRequest& request = requests_[waiting_.front()];
-      const int64_t n = request.sampling.n;
-      const int64_t length = ContextLength(request);
-      const int64_t padded = std::max(longest, length) * static_cast<int64_t>(admitted.size() + 1);
-      if (static_cast<int64_t>(free_slots_.size()) - reserved < n) break;
-      if (!admitted.empty() && padded > engine_.options_.max_prefill_tokens) break;
-      admitted.push_back(waiting_.front());
-      waiting_.pop_front();
-      longest = std::max(longest, length);
-      reserved += n;
+    // Per prefill row: its sequences (in running_ from `first_sequence` on, in row order).
+    std::vector<int64_t> row_samples;
+    int64_t longest = 0, rows = static_cast<int64_t>(running_.size()), taken = 0;
+    const size_t first_sequence = running_.size();
+    int64_t new_prompts = 0;
+    while (Pending()) {
+      const Admission next = Next();
+      const int64_t padded =
+          std::max(longest, next.context) * static_cast<int64_t>(row_samples.size() + 1);
+      if (!Fits(next, rows, taken)) break;
+      if (!row_samples.empty() && padded > engine_.options_.max_prefill_tokens) break;
+      if (!requeued_.empty()) {
+        running_.push_back(std::move(requeued_.front()));
+        requeued_.pop_front();
+      } else {
+        AdmitRequest(waiting_.front());
+        waiting_.pop_front();
+        ++new_prompts;
+      }
+      row_samples.push_back(next.samples);
+      longest = std::max(longest, next.context);
+      rows += next.samples;
+      taken += next.blocks;
     }
-    if (admitted.empty()) return;  // No free slots: the running sequences decode first.
+    if (row_samples.empty()) return;
 
-    const int64_t batch = static_cast<int64_t>(admitted.size());
+    const int64_t batch = static_cast<int64_t>(row_samples.size());
     at::Tensor ids = at::zeros({batch, longest}, at::kLong);
     at::Tensor mask = at::zeros({batch, longest}, at::kLong);
+    at::Tensor cache_rows = at::empty({batch, longest}, at::kLong);
     at::Tensor last_index = at::empty({batch}, at::kLong);
-    int64_t* id_data = ids.data_ptr<int64_t>();
-    int64_t* mask_data = mask.data_ptr<int64_t>();
-    std::vector<int64_t> first_slots, sample_rows, copy_from, copy_to;
-    size_t first_sequence = running_.size();
+    std::vector<int64_t> sample_rows, copy_from, copy_to;
     bool ragged = false;
+    int64_t tokens = 0;
+    size_t index = first_sequence;
     for (int64_t b = 0; b < batch; ++b) {
-      const size_t r = admitted[b];
-      const GenerationRequest& request = requests_[r];
-      const int64_t length = ContextLength(request);
+      Sequence& first = running_[index];
+      const int64_t length = ContextLength(first);
       ragged |= length != longest;
-      std::copy(request.prompt_ids.begin(), request.prompt_ids.end(), id_data + b * longest);
-      if (request.resumed) {
-        std::copy(request.resumed->token_ids.begin(), request.resumed->token_ids.end(),
-                  id_data + b * longest + request.prompt_ids.size());
-      }
-      std::fill_n(mask_data + b * longest, length, 1);
+      tokens += length;
+      int64_t* row = ids.data_ptr<int64_t>() + b * longest;
+      const std::vector<int64_t>& prompt = requests_[first.request].prompt_ids;
+      std::copy(prompt.begin(), prompt.end(), row);
+      std::copy(first.completion.token_ids.begin(), first.completion.token_ids.end(),
+                row + prompt.size());
+      std::fill_n(mask.data_ptr<int64_t>() + b * longest, length, 1);
       last_index.data_ptr<int64_t>()[b] = length - 1;
-      for (int64_t j = 0; j < request.sampling.n; ++j) {
-        Sequence sequence;
-        sequence.request = r;
-        sequence.sample = j;
-        sequence.slot = free_slots_.back();
-        free_slots_.pop_back();
-        sequence.prompt_length = static_cast<int64_t>(request.prompt_ids.size());
-        if (request.resumed) {
-          sequence.seed = seeds_[r];  // the sample's own
-          sequence.completion = *request.resumed;
-        } else {
-          sequence.seed = SampleSeed(seeds_[r], static_cast<uint64_t>(j));
-        }
-        if (j == 0) {
-          first_slots.push_back(sequence.slot);
-        } else {
-          copy_from.push_back(first_slots.back());
-          copy_to.push_back(sequence.slot);
-        }
+      // The first sample's blocks; padding to the scratch block.
+      for (int64_t block = 0; block < BlocksFor(length); ++block) {
+        first.blocks.push_back(pool_.Take());
+      }
+      int64_t* rows_of_tokens = cache_rows.data_ptr<int64_t>() + b * longest;
+      for (int64_t t = 0; t < longest; ++t) {
+        const int64_t block =
+            t < length ? first.blocks[t / block_size_] : engine_.cache_->scratch_block();
+        rows_of_tokens[t] = block * block_size_ + t % block_size_;
+      }
+      const int64_t full = length / block_size_;
+      for (int64_t j = 0; j < row_samples[b]; ++j, ++index) {
         sample_rows.push_back(b);
-        running_.push_back(std::move(sequence));
+        if (j == 0) continue;
+        // A sibling shares the full blocks and gets its own copy of a partly filled last one.
+        Sequence& sibling = running_[index];
+        for (int64_t block = 0; block < full; ++block) {
+          pool_.Share(first.blocks[block]);
+          sibling.blocks.push_back(first.blocks[block]);
+        }
+        if (full < static_cast<int64_t>(first.blocks.size())) {
+          sibling.blocks.push_back(pool_.Take());
+          copy_from.push_back(first.blocks.back());
+          copy_to.push_back(sibling.blocks.back());
+        }
       }
     }
-    const at::Tensor logits = PrefillForward(ids, mask, last_index, first_slots, ragged);
-    if (!copy_to.empty()) {
-      engine_.cache_->CopyPrefix(OnDevice(copy_from), OnDevice(copy_to), longest);
-    }
-    // Every sample's first token, drawn now (the host needs them before any decode step).
+    const at::Tensor logits = PrefillForward(ids, mask, last_index, cache_rows, ragged);
+    if (!copy_to.empty()) engine_.cache_->CopyBlocks(OnDevice(copy_from), OnDevice(copy_to));
+    // Every sample's next token, drawn now (the host needs them before any decode step).
     DrawFirst(logits.index_select(0, OnDevice(sample_rows)), first_sequence);
 
-    engine_.stats_.prompts += batch;
-    engine_.stats_.prefill_tokens += std::count(mask_data, mask_data + batch * longest, 1);
+    engine_.stats_.prompts += new_prompts;
+    engine_.stats_.prefill_tokens += tokens;
     engine_.stats_.prefill_seconds += SecondsSince(start);
+  }
+
+  // The n samples of waiting request `r`, appended to running_ (their blocks are Prefill's).
+  void AdmitRequest(size_t r) {
+    const GenerationRequest& request = requests_[r];
+    for (int64_t j = 0; j < request.sampling.n; ++j) {
+      Sequence sequence;
+      sequence.request = r;
+      sequence.sample = j;
+      sequence.prompt_length = static_cast<int64_t>(request.prompt_ids.size());
+      if (request.resumed) {
+        sequence.seed = seeds_[r];  // the sample's own
+        sequence.completion = *request.resumed;
+      } else {
+        sequence.seed = SampleSeed(seeds_[r], static_cast<uint64_t>(j));
+      }
+      running_.push_back(std::move(sequence));
+    }
   }
 
   at::Tensor OnDevice(const std::vector<int64_t>& values) const {
     return at::tensor(values, at::kLong).to(engine_.device_);
   }
 
-  // Prefills `ids` (B, T; row b's tokens where `mask` is 1, `last_index` its last) into cache
-  // slots `slots` from position 0; the logits after each row's last token, (B, V).
+  // Prefills `ids` (B, T; row b's tokens where `mask` is 1, `last_index` its last), token (b, t)
+  // into cache row cache_rows[b][t]; the logits after each row's last token, (B, V).
   at::Tensor PrefillForward(const at::Tensor& ids, const at::Tensor& mask,
-                            const at::Tensor& last_index, const std::vector<int64_t>& slots,
+                            const at::Tensor& last_index, const at::Tensor& cache_rows,
                             bool ragged) {
     const at::Device device = engine_.device_;
-    SlotKvCache& cache = *engine_.cache_;
+    PagedKvCache& cache = *engine_.cache_;
     if (engine_.fused_) {
-      const at::Tensor logits =
-          engine_.fused_->Prefill(ids.to(device), (last_index + 1).to(device), OnDevice(slots),
-                                  engine_.usable_slots_, cache);
+      const at::Tensor logits = engine_.fused_->Prefill(ids.to(device), (last_index + 1).to(device),
+                                                        cache_rows.to(device), cache);
       // Tensor-parallel: what follows copies from the host, which waits for the stream; the
       // prefill's collectives are waited for first, within the communicator's timeout.
       AwaitGroup();
       return logits;
     }
-    cache.BeginPrefill(OnDevice(slots));
+    cache.BeginPrefill(cache_rows.to(device));
     model::ForwardBatch forward{ids.to(device), ragged ? mask.to(device) : at::Tensor()};
     const at::Tensor hidden = engine_.model_->Hidden(forward, &cache);  // (B, T, C)
     const at::Tensor last = hidden.index(
@@ -253,10 +339,9 @@ class GenerationEngine::Run {
   }
 
   // The samples whose handlers have decided: finished, or their inserted tokens appended and
-  // their whole context prefilled again into their slots (batches within the prefill budget),
-  // each drawing its next token. No step may be in flight.
+  // their whole context queued to be prefilled again (requeued_), then drawing its next token.
   void Resume() {
-    std::vector<Sequence> still_paused, going_on;
+    std::vector<Sequence> still_paused;
     for (Sequence& sequence : paused_) {
       if (sequence.next_turn.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
         still_paused.push_back(std::move(sequence));
@@ -286,51 +371,10 @@ class GenerationEngine::Run {
         continue;
       }
       sequence.state = Sequence::State::kRunning;
-      going_on.push_back(std::move(sequence));
+      requeued_.push_back(std::move(sequence));
+      engine_.stats_.resumed_turns += 1;
     }
     paused_ = std::move(still_paused);
-    for (size_t begin = 0; begin < going_on.size();) {
-      const auto start = std::chrono::steady_clock::now();
-      // As many as fit the prefill budget, padded to the longest (one always fits).
-      size_t end = begin;
-      int64_t longest = 0;
-      while (end < going_on.size()) {
-        const int64_t length = ContextLength(going_on[end]);
-        const int64_t padded = std::max(longest, length) * static_cast<int64_t>(end - begin + 1);
-        if (end > begin && padded > engine_.options_.max_prefill_tokens) break;
-        longest = std::max(longest, length);
-        ++end;
-      }
-      const int64_t batch = static_cast<int64_t>(end - begin);
-      at::Tensor ids = at::zeros({batch, longest}, at::kLong);
-      at::Tensor mask = at::zeros({batch, longest}, at::kLong);
-      at::Tensor last_index = at::empty({batch}, at::kLong);
-      std::vector<int64_t> slots;
-      bool ragged = false;
-      int64_t tokens = 0;
-      for (int64_t b = 0; b < batch; ++b) {
-        const Sequence& sequence = going_on[begin + b];
-        const std::vector<int64_t>& prompt = requests_[sequence.request].prompt_ids;
-        const std::vector<int64_t>& response = sequence.completion.token_ids;
-        int64_t* row = ids.data_ptr<int64_t>() + b * longest;
-        std::copy(prompt.begin(), prompt.end(), row);
-        std::copy(response.begin(), response.end(), row + prompt.size());
-        const int64_t length = ContextLength(sequence);
-        std::fill_n(mask.data_ptr<int64_t>() + b * longest, length, 1);
-        last_index.data_ptr<int64_t>()[b] = length - 1;
-        ragged |= length != longest;
-        tokens += length;
-        slots.push_back(sequence.slot);
-      }
-      const at::Tensor logits = PrefillForward(ids, mask, last_index, slots, ragged);
-      const size_t first = running_.size();
-      for (size_t i = begin; i < end; ++i) running_.push_back(std::move(going_on[i]));
-      DrawFirst(logits, first);
-      engine_.stats_.resumed_turns += batch;
-      engine_.stats_.prefill_tokens += tokens;
-      engine_.stats_.prefill_seconds += SecondsSince(start);
-      begin = end;
-    }
   }
 
   static int64_t ContextLength(const GenerationRequest& request) {
@@ -341,27 +385,43 @@ class GenerationEngine::Run {
     return sequence.prompt_length + static_cast<int64_t>(sequence.completion.token_ids.size());
   }
 
-  // Moves a sample to the results and frees its slot.
+  void ReleaseBlocks(Sequence& sequence) {
+    for (int64_t block : sequence.blocks) pool_.Release(block);
+    sequence.blocks.clear();
+  }
+
+  // Moves a sample to the results and frees its blocks.
   void Finish(Sequence sequence) {
-    free_slots_.push_back(sequence.slot);
+    ReleaseBlocks(sequence);
     results_[sequence.request].samples[sequence.sample] = std::move(sequence.completion);
   }
 
   // Launches one decode step over every running sequence. Inputs come from the device when the
-  // running set is unchanged since the last step, else from the host (after collecting).
+  // running set is unchanged since the last step, else from the host (after collecting). Each
+  // sequence first gets the block its position needs; when too few are free the sequences
+  // admitted last are preempted.
   void LaunchDecode() {
     if (engine_.options_.decode_step_hold.count() > 0) {
       std::this_thread::sleep_for(engine_.options_.decode_step_hold);
     }
-    if (any_finished_ || !device_inputs_valid_) {
-      CollectAll();
-      Retire();
+    bool rebuild = any_finished_ || !device_inputs_valid_;
+    if (rebuild && !Settle()) return;
+    if (!TakeStepBlocks()) {
+      if (!rebuild && !Settle()) return;
+      rebuild = true;
+      Preempt();
       if (running_.empty()) return;
+      TORCH_CHECK(TakeStepBlocks(), "generation: no block for the oldest sequence");
+    }
+    if (rebuild) {
       UploadStepInputs();
       UploadSamplingRows(0, static_cast<int64_t>(running_.size()));
       device_inputs_valid_ = true;
+    } else {
+      UploadTableUpdates();
     }
     const int64_t rows = static_cast<int64_t>(running_.size());
+    engine_.stats_.peak_running = std::max(engine_.stats_.peak_running, rows);
     const int64_t bucket = engine_.graphs_.empty() ? rows : engine_.graphs_.BucketFor(rows);
     const at::Tensor logits =
         engine_.graphs_.empty() ? engine_.DecodeForward(bucket) : engine_.graphs_.Replay(bucket);
@@ -370,9 +430,58 @@ class GenerationEngine::Run {
     engine_.step_inputs_[0].narrow(0, 0, rows).copy_(drawn.tokens);
     engine_.step_inputs_[1].narrow(0, 0, rows).add_(1);
     engine_.device_ints_[1].narrow(0, 0, rows).add_(1);
+    for (Sequence& sequence : running_) ++sequence.next_position;
     const int buffer = CopyToHost(drawn, rows);
     in_flight_.push_back({rows, buffer, std::make_unique<StreamMarker>(engine_.device_)});
     engine_.stats_.decode_steps += 1;
+  }
+
+  // Collects the steps in flight and retires the sequences that stopped; each running sequence's
+  // next position then follows from its tokens. False when nothing is left running.
+  bool Settle() {
+    CollectAll();
+    Retire();
+    for (Sequence& sequence : running_) sequence.next_position = ContextLength(sequence) - 1;
+    return !running_.empty();
+  }
+
+  // Gives each running sequence whose next position starts a block a new one, recording the
+  // table entries; false (taking none) when fewer are free than needed.
+  bool TakeStepBlocks() {
+    int64_t needed = 0;
+    for (const Sequence& sequence : running_) {
+      needed += NeedsBlock(sequence) ? 1 : 0;
+    }
+    if (needed > pool_.free_blocks()) return false;
+    for (size_t row = 0; row < running_.size(); ++row) {
+      Sequence& sequence = running_[row];
+      if (!NeedsBlock(sequence)) continue;
+      sequence.blocks.push_back(pool_.Take());
+      table_updates_.push_back({static_cast<int64_t>(row),
+                                static_cast<int64_t>(sequence.blocks.size()) - 1,
+                                sequence.blocks.back()});
+    }
+    return true;
+  }
+
+  bool NeedsBlock(const Sequence& sequence) const {
+    return sequence.state == Sequence::State::kRunning &&
+           sequence.next_position >= static_cast<int64_t>(sequence.blocks.size()) * block_size_;
+  }
+
+  // Preempts the sequences admitted last until this step's blocks are free: each gives its blocks
+  // up and waits, with its tokens so far, at the head of requeued_. No step may be in flight.
+  void Preempt() {
+    while (!running_.empty()) {
+      int64_t needed = 0;
+      for (const Sequence& sequence : running_) needed += NeedsBlock(sequence) ? 1 : 0;
+      if (needed <= pool_.free_blocks()) return;
+      Sequence victim = std::move(running_.back());
+      running_.pop_back();
+      ReleaseBlocks(victim);
+      requeued_.push_front(std::move(victim));
+      engine_.stats_.preemptions += 1;
+    }
   }
 
   // Tensor-parallel: waits for the group's queued collectives within the communicator's timeout
@@ -399,35 +508,59 @@ class GenerationEngine::Run {
     while (!in_flight_.empty()) CollectOldest();
   }
 
-  // Decode inputs of running_ (token, position, slot per row) into step_inputs_. Rows past
-  // running_ (graph padding) decode a dummy token into the scratch slot.
+  // Decode inputs of running_ (token, position and block table per row) into step_inputs_ and
+  // block_tables_. Rows past running_ (graph padding), and table entries past a sequence's
+  // blocks, point at the scratch block.
   void UploadStepInputs() {
-    const int64_t rows = static_cast<int64_t>(running_.size()), slots = engine_.usable_slots_;
+    const int64_t rows = static_cast<int64_t>(running_.size());
+    const int64_t max_blocks = engine_.max_blocks_, scratch = engine_.cache_->scratch_block();
     int64_t* token = engine_.host_inputs_.data_ptr<int64_t>();
-    int64_t* position = token + slots;
-    int64_t* slot = position + slots;
-    std::fill_n(token + rows, slots - rows, 0);
-    std::fill_n(position + rows, slots - rows, 0);
-    std::fill_n(slot + rows, slots - rows, slots);
+    int64_t* position = token + rows_;
+    int64_t* table = engine_.host_tables_.data_ptr<int64_t>();
+    std::fill_n(token + rows, rows_ - rows, 0);
+    std::fill_n(position + rows, rows_ - rows, 0);
+    std::fill_n(table, rows_ * max_blocks, scratch);
     for (int64_t i = 0; i < rows; ++i) {
       const Sequence& sequence = running_[i];
-      const int64_t generated = static_cast<int64_t>(sequence.completion.token_ids.size());
       token[i] = sequence.completion.token_ids.back();
-      position[i] = sequence.prompt_length + generated - 1;
-      slot[i] = sequence.slot;
+      position[i] = sequence.next_position;
+      std::copy(sequence.blocks.begin(), sequence.blocks.end(), table + i * max_blocks);
     }
     engine_.step_inputs_.copy_(engine_.host_inputs_, /*non_blocking=*/true);
+    engine_.block_tables_.copy_(engine_.host_tables_, /*non_blocking=*/true);
+    table_updates_.clear();  // The whole table is up.
+  }
+
+  // The table entries of blocks taken since the inputs were uploaded, written on the device
+  // ahead of the step. Two pinned buffers in turn: the one written now was last read by the copy
+  // of two steps ago, which has been collected.
+  void UploadTableUpdates() {
+    if (table_updates_.empty()) return;
+    const int64_t count = static_cast<int64_t>(table_updates_.size());
+    const at::Tensor staging = engine_.host_table_updates_[next_update_buffer_];
+    next_update_buffer_ = 1 - next_update_buffer_;
+    int64_t* row = staging.data_ptr<int64_t>();
+    int64_t* index = row + rows_;
+    int64_t* block = index + rows_;
+    for (int64_t i = 0; i < count; ++i) {
+      row[i] = table_updates_[i][0], index[i] = table_updates_[i][1],
+      block[i] = table_updates_[i][2];
+    }
+    at::Tensor& device = engine_.device_table_updates_;
+    device.narrow(1, 0, count).copy_(staging.narrow(1, 0, count), /*non_blocking=*/true);
+    engine_.block_tables_.index_put_({device[0].narrow(0, 0, count), device[1].narrow(0, 0, count)},
+                                     device[2].narrow(0, 0, count));
+    table_updates_.clear();
   }
 
   // Sampling parameters of running_[first, first + rows) into rows [0, rows) of the device
   // buffers: seed, counter (the next token's index), top-k / temperature, top-p.
   void UploadSamplingRows(size_t first, int64_t rows) {
-    const int64_t slots = engine_.usable_slots_;
     int64_t* seed = engine_.host_ints_.data_ptr<int64_t>();
-    int64_t* counter = seed + slots;
-    int64_t* top_k = counter + slots;
+    int64_t* counter = seed + rows_;
+    int64_t* top_k = counter + rows_;
     float* temperature = engine_.host_floats_.data_ptr<float>();
-    float* top_p = temperature + slots;
+    float* top_p = temperature + rows_;
     filtered_ = false;
     for (int64_t i = 0; i < rows; ++i) {
       const Sequence& sequence = running_[first + i];
@@ -491,8 +624,8 @@ class GenerationEngine::Run {
     }
   }
 
-  // Moves finished sequences to the results (freeing their slots) and stopped ones, their
-  // handlers told, to paused_ (keeping them). No step may be in flight.
+  // Moves finished sequences to the results and stopped ones, their handlers told, to paused_,
+  // both giving their blocks up. No step may be in flight.
   void Retire() {
     if (!any_finished_) return;
     std::vector<Sequence> still_running;
@@ -506,6 +639,7 @@ class GenerationEngine::Run {
           Finish(std::move(sequence));
           break;
         case Sequence::State::kStopped:
+          ReleaseBlocks(sequence);
           sequence.next_turn =
               turns_->OnStop(sequence.request, sequence.sample, sequence.completion);
           paused_.push_back(std::move(sequence));
@@ -522,17 +656,23 @@ class GenerationEngine::Run {
   TurnHandler* turns_;  // null: every stop finishes its sample
   const std::atomic<int64_t>* interrupt_;  // null: never interrupted
   std::vector<GenerationResult> results_;
+  BlockPool pool_;
+  const int64_t block_size_;
+  const int64_t rows_;  // Sequences decoded together at most (max_num_seqs).
   std::vector<uint64_t> seeds_;
   std::vector<int64_t> eos_;
   std::deque<size_t> waiting_;
   std::vector<Sequence> running_;
-  std::vector<Sequence> paused_;  // stopped, waiting on their turn handlers; slots kept
-  std::vector<int64_t> free_slots_;
+  std::vector<Sequence> paused_;   // stopped, waiting on their turn handlers; no blocks
+  std::deque<Sequence> requeued_;  // preempted or resuming a turn: to be prefilled again
   std::deque<Step> in_flight_;
+  // Block-table entries (row, index, block) taken since the inputs were last uploaded.
+  std::vector<std::array<int64_t, 3>> table_updates_;
   bool any_finished_ = false;
   bool device_inputs_valid_ = false;  // step_inputs_ and the sampling rows match running_.
   bool filtered_ = false;             // Some row of the uploaded sampling rows uses top-k / top-p.
   int next_buffer_ = 0;
+  int next_update_buffer_ = 0;
 };
 
 std::vector<GenerationResult> GenerationEngine::Execute(

@@ -144,7 +144,7 @@ at::Tensor FusedDecoder::Logits(const at::Tensor& hidden) const {
 }
 
 at::Tensor FusedDecoder::Layers(const at::Tensor& tokens, const at::Tensor& positions,
-                                const at::Tensor& slots, SlotKvCache& cache, bool keep_keys,
+                                const at::Tensor& cache_rows, PagedKvCache& cache, bool keep_keys,
                                 const AttendFn& attend) {
   const int64_t rows = tokens.size(0), hidden = config_.hidden_size;
   const int64_t heads = config_.num_heads, kv_heads = config_.num_kv_heads, d = config_.head_dim;
@@ -162,11 +162,11 @@ at::Tensor FusedDecoder::Layers(const at::Tensor& tokens, const at::Tensor& posi
     const Layer& layer = layers_[i];
     const at::Tensor qkv = Linear(h, layer.qkv_weight, layer.qkv_bias);  // (N, (H + 2K) D)
     kernels::RopeAppend(
-        qkv.data_ptr(), positions.data_ptr<int64_t>(), slots.data_ptr<int64_t>(),
+        qkv.data_ptr(), positions.data_ptr<int64_t>(), cache_rows.data_ptr<int64_t>(),
         inv_freq_.data_ptr<float>(), layer.q_norm.defined() ? layer.q_norm.data_ptr() : nullptr,
         layer.k_norm.defined() ? layer.k_norm.data_ptr() : nullptr, eps, q.data_ptr(),
         keep_keys ? k.data_ptr() : nullptr, cache.key(i).data_ptr(), cache.value(i).data_ptr(),
-        rows, heads, kv_heads, d, cache.capacity(), stream);
+        rows, heads, kv_heads, d, static_cast<int>(cache.block_size()), stream);
     const at::Tensor attention = attend(i, q, k, qkv);  // (N, H D)
     const at::Tensor o = RowParallel(attention, layer.o_weight, layer.o_bias);
     kernels::AddRmsNorm(residual.data_ptr<float>(), o.data_ptr(), /*assign=*/false,
@@ -183,43 +183,40 @@ at::Tensor FusedDecoder::Layers(const at::Tensor& tokens, const at::Tensor& posi
 }
 
 at::Tensor FusedDecoder::Decode(const at::Tensor& tokens, const at::Tensor& positions,
-                                const at::Tensor& slots, SlotKvCache& cache) {
+                                const at::Tensor& block_tables, PagedKvCache& cache) {
   const int64_t rows = tokens.size(0), heads = config_.num_heads, d = config_.head_dim;
+  const int64_t block_size = cache.block_size(), max_blocks = block_tables.size(1);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(tokens.device().index());
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   at::Tensor attention = at::empty({rows, heads * d}, head_.options());
   const at::Tensor workspace =
       at::empty({kernels::DecodeAttentionWorkspaceBytes(
                     static_cast<int>(rows), static_cast<int>(heads), static_cast<int>(d),
-                    static_cast<int>(cache.capacity()))},
+                    static_cast<int>(max_blocks * block_size))},
                 head_.options().dtype(at::kByte));
   const auto attend = [&](size_t layer, const at::Tensor& q, const at::Tensor&, const at::Tensor&) {
     const bool served = kernels::DecodeAttention(
         q.data_ptr(), cache.key(layer).data_ptr(), cache.value(layer).data_ptr(),
-        slots.data_ptr<int64_t>(), positions.data_ptr<int64_t>(), attention.data_ptr(),
-        workspace.data_ptr(), rows, heads, config_.num_kv_heads, d, cache.capacity(), scale,
+        block_tables.data_ptr<int64_t>(), positions.data_ptr<int64_t>(), attention.data_ptr(),
+        workspace.data_ptr(), rows, heads, config_.num_kv_heads, d, max_blocks, block_size, scale,
         stream);
     // Supports() admits only shapes the kernel serves; a mismatch must not decode garbage.
     TORCH_CHECK(served, "the decode-attention kernel does not serve ", heads, " heads over ",
                 config_.num_kv_heads, " key/value heads of size ", d);
     return attention;
   };
-  const at::Tensor h = Layers(tokens, positions, slots, cache, /*keep_keys=*/false, attend);
+  const at::Tensor cache_rows = PagedKvCache::CacheRows(block_tables, positions, block_size);
+  const at::Tensor h = Layers(tokens, positions, cache_rows, cache, /*keep_keys=*/false, attend);
   return Logits(h);  // (B, V) float32
 }
 
 at::Tensor FusedDecoder::Prefill(const at::Tensor& ids, const at::Tensor& lengths,
-                                 const at::Tensor& slots, int64_t scratch_slot,
-                                 SlotKvCache& cache) {
+                                 const at::Tensor& cache_rows, PagedKvCache& cache) {
   const int64_t batch = ids.size(0), t = ids.size(1), rows = batch * t;
   const int64_t heads = config_.num_heads, kv_heads = config_.num_kv_heads, d = config_.head_dim;
-  // Token (b, i) goes to position i of slot slots[b]; padding goes to the scratch slot.
   const at::Tensor index = at::arange(t, lengths.options()).unsqueeze(0);  // (1, T)
   const at::Tensor real = index < lengths.unsqueeze(1);                    // (B, T)
   const at::Tensor positions = at::where(real, index, at::zeros_like(index)).reshape({rows});
-  const at::Tensor token_slots =
-      at::where(real, slots.unsqueeze(1), at::full_like(slots.unsqueeze(1), scratch_slot))
-          .reshape({rows});
   // Right padding: keys past a sequence's length are masked; a plain batch runs SDPA's causal
   // kernels unmasked.
   const bool ragged = !real.all().item<bool>();
@@ -239,8 +236,8 @@ at::Tensor FusedDecoder::Prefill(const at::Tensor& ids, const at::Tensor& length
         k.view({batch, t, kv_heads, d}).transpose(1, 2), v.transpose(1, 2), mask);  // (B, H, T, D)
     return out.transpose(1, 2).reshape({rows, heads * d});
   };
-  const at::Tensor h =
-      Layers(ids.reshape({rows}), positions, token_slots, cache, /*keep_keys=*/true, attend);
+  const at::Tensor h = Layers(ids.reshape({rows}), positions, cache_rows.reshape({rows}), cache,
+                              /*keep_keys=*/true, attend);
   const at::Tensor last = (at::arange(batch, lengths.options()) * t + lengths - 1);
   return Logits(h.index_select(0, last));  // (B, V) float32
 }
@@ -248,11 +245,11 @@ at::Tensor FusedDecoder::Prefill(const at::Tensor& ids, const at::Tensor& length
 #else  // Built without CUDA: Supports() is false and these are never called.
 
 at::Tensor FusedDecoder::Decode(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                SlotKvCache&) {
+                                PagedKvCache&) {
   TORCH_CHECK(false, "FusedDecoder needs CUDA");
 }
-at::Tensor FusedDecoder::Prefill(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
-                                 SlotKvCache&) {
+at::Tensor FusedDecoder::Prefill(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                 PagedKvCache&) {
   TORCH_CHECK(false, "FusedDecoder needs CUDA");
 }
 

@@ -26,13 +26,13 @@
 
 #include "worker/model/transformer.h"
 #include "worker/parallel/communicator.h"
-#include "worker/rollout/slot_kv_cache.h"
+#include "worker/rollout/paged_kv_cache.h"
 
 namespace rlhfd::rollout {
 
 class FusedDecoder {
  public:
-  // CUDA, bf16 weights, head dim 64 or 128, at most 8 query heads per key/value head.
+  // CUDA, bf16 weights, head dim 64 or 128, at most 16 query heads per key/value head.
   static bool Supports(const model::Transformer& model);
   // `config` is the whole model's, split `tp` ways; `weight` a parameter of the model or slice.
   static bool Supports(const model::ModelConfig& config, const at::Tensor& weight, int tp = 1);
@@ -45,15 +45,15 @@ class FusedDecoder {
   // its KV cache is sized for).
   const model::ModelConfig& rank_config() const { return config_; }
 
-  // tokens, positions, slots (B) int64 on the device → next-token logits (B, V) float32. Writes
-  // each row's key and value into `cache`.
-  at::Tensor Decode(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& slots,
-                    SlotKvCache& cache);
-  // Whole prompts: ids (B, T) right-padded, lengths (B) and slots (B) int64 on the device. Writes
-  // the prompts' keys and values to positions [0, length) of their slots (padding to
-  // `scratch_slot`) and returns the logits after each prompt's last token (B, V) float32.
-  at::Tensor Prefill(const at::Tensor& ids, const at::Tensor& lengths, const at::Tensor& slots,
-                     int64_t scratch_slot, SlotKvCache& cache);
+  // tokens, positions (B) and block_tables (B, max_blocks) int64 on the device → next-token
+  // logits (B, V) float32. Writes each row's key and value into its blocks of `cache`.
+  at::Tensor Decode(const at::Tensor& tokens, const at::Tensor& positions,
+                    const at::Tensor& block_tables, PagedKvCache& cache);
+  // Whole prompts: ids (B, T) right-padded, lengths (B) and cache_rows (B, T) int64 on the
+  // device. Writes token (b, t)'s key and value to cache row cache_rows[b][t] and returns the
+  // logits after each prompt's last token (B, V) float32.
+  at::Tensor Prefill(const at::Tensor& ids, const at::Tensor& lengths, const at::Tensor& cache_rows,
+                     PagedKvCache& cache);
 
  private:
   struct Layer {
@@ -68,8 +68,10 @@ class FusedDecoder {
       std::function<at::Tensor(size_t, const at::Tensor&, const at::Tensor&, const at::Tensor&)>;
   // Embedding, every layer (keys and values into `cache`) and the final norm over N tokens; keeps
   // the rotated keys for `attend` when asked. Returns (N, C) bf16.
-  at::Tensor Layers(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& slots,
-                    SlotKvCache& cache, bool keep_keys, const AttendFn& attend);
+  // Token r's key and value go to cache row cache_rows[r].
+  at::Tensor Layers(const at::Tensor& tokens, const at::Tensor& positions,
+                    const at::Tensor& cache_rows, PagedKvCache& cache, bool keep_keys,
+                    const AttendFn& attend);
 
   using Lookup = std::function<at::Tensor(const std::string&)>;
   FusedDecoder(const model::ModelConfig& config, const Lookup& get, const at::Tensor& head,

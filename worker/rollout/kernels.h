@@ -9,18 +9,21 @@
 
 namespace rlhfd::rollout::kernels {
 
-// Decode attention over a slot cache for one new token per sequence.
+// Decode attention over a paged cache for one new token per sequence.
 //   q        (B, H, D) bf16, contiguous, rotated; q and the caches 16-byte aligned
-//   k_cache, v_cache (slots, K, capacity, D) bf16, contiguous
-//   slots    (B) int64: each row's cache slot
+//   k_cache, v_cache (blocks, K, block_size, D) bf16, contiguous
+//   block_tables (B, max_blocks) int64: row b names sequence b's blocks, position p in block
+//            block_tables[b][p / block_size]
 //   positions (B) int64: each row's new-token position; keys [0, position] are attended
 //   out      (B, H, D) bf16
 //   workspace DecodeAttentionWorkspaceBytes(...) bytes of device memory (16-byte aligned)
-// Supports D in {64, 128} and H / K <= 16; returns false (and launches nothing) otherwise.
+// Supports D in {64, 128}, H / K <= 16 and block_size a multiple of 32; returns false (and
+// launches nothing) otherwise. `capacity` below is max_blocks * block_size.
 int64_t DecodeAttentionWorkspaceBytes(int batch, int heads, int head_dim, int capacity);
-bool DecodeAttention(const void* q, const void* k_cache, const void* v_cache, const int64_t* slots,
-                     const int64_t* positions, void* out, void* workspace, int batch, int heads,
-                     int kv_heads, int head_dim, int capacity, float scale, cudaStream_t stream);
+bool DecodeAttention(const void* q, const void* k_cache, const void* v_cache,
+                     const int64_t* block_tables, const int64_t* positions, void* out,
+                     void* workspace, int batch, int heads, int kv_heads, int head_dim,
+                     int max_blocks, int block_size, float scale, cudaStream_t stream);
 
 // One token per row of float32 `logits` (B, V) with row stride `row_stride`: the argmax where
 // temperature is 0, else a Gumbel-max draw from softmax(logits / temperature) keyed by
@@ -40,14 +43,14 @@ void AddRmsNorm(float* residual, const void* delta, bool assign, const void* wei
                 int rows, int hidden, float eps, cudaStream_t stream);
 
 // qkv (rows, (H + 2K) * D) bf16, the fused projection's output (q heads, k heads, v heads).
-// Queries (after q_norm, when given) rotated into q_out (rows, H, D); keys (after k_norm) rotated
-// and values written to the caches (slots, K, capacity, D) at [slots[r], :, positions[r]], the
-// rotated keys also to k_out (rows, K, D) unless it is null. inv_freq (D / 2) float32. Supports
-// D in {64, 128}; returns false otherwise.
-bool RopeAppend(const void* qkv, const int64_t* positions, const int64_t* slots,
+// Queries (after q_norm, when given) rotated at positions[r] into q_out (rows, H, D); keys (after
+// k_norm) rotated and values written to the paged caches (blocks, K, block_size, D) at cache row
+// cache_rows[r] (block · block_size + offset), the rotated keys also to k_out (rows, K, D) unless
+// it is null. inv_freq (D / 2) float32. Supports D in {64, 128}; returns false otherwise.
+bool RopeAppend(const void* qkv, const int64_t* positions, const int64_t* cache_rows,
                 const float* inv_freq, const void* q_norm, const void* k_norm, float eps,
                 void* q_out, void* k_out, void* k_cache, void* v_cache, int rows, int heads,
-                int kv_heads, int head_dim, int capacity, cudaStream_t stream);
+                int kv_heads, int head_dim, int block_size, cudaStream_t stream);
 
 // gate_up (rows, 2 * width) bf16 → out (rows, width) bf16 = silu(gate) * up. `width` even.
 void SiluMul(const void* gate_up, void* out, int64_t rows, int width, cudaStream_t stream);

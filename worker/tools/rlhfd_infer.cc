@@ -257,7 +257,9 @@ absl::StatusOr<nlohmann::json> Generate(const std::string& dir) {
                         {"prefill_seconds", stats.prefill_seconds},
                         {"decode_seconds", stats.decode_seconds},
                         {"decode_steps", stats.decode_steps},
-                        {"cache_slots", stats.cache_slots}};
+                        {"cache_blocks", stats.cache_blocks},
+                        {"peak_running", stats.peak_running},
+                        {"preemptions", stats.preemptions}};
 }
 
 absl::StatusOr<nlohmann::json> Export(const std::string& dir) {
