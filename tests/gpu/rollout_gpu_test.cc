@@ -1,7 +1,7 @@
-// [gpu] The rollout engine's CUDA path: the decode-attention kernel against ATen's attention, the
-// sampling kernel against its CPU twin, greedy bf16 generation (with CUDA graphs) against the
-// model's own full forward, graphs against eager decoding, a GRPO group's shared prefill, and
-// memory returned on release.
+// [gpu] The rollout engine's CUDA path: the decode-attention kernel (paged, shuffled blocks)
+// against ATen's attention, the sampling kernel against its CPU twin, greedy bf16 generation
+// (with CUDA graphs, with and without preemption) against the model's own full forward, graphs
+// against eager decoding, a GRPO group's shared prefill, and memory returned on release.
 #include <ATen/ATen.h>
 #include <torch/types.h>
 
@@ -154,22 +154,28 @@ TEST_CASE("sampling kernel draws what the CPU sampler draws", "[gpu][rollout]") 
   CHECK(((gpu.logprobs.cpu() - cpu.logprobs).abs() <= allowed).all().item<bool>());
 }
 
+// Prompts of 5-44 tokens and 24 new ones cross blocks of 32 positions mid-decode (table entries
+// written on the device between graph replays). With 20 blocks for 24 rows the cache runs out:
+// sequences are preempted and prefilled again, and must still follow the full forward.
 TEST_CASE("bf16 greedy generation follows the model's own full forward", "[gpu][rollout]") {
   torch::NoGradGuard no_grad;
   const bool qwen3 = GENERATE(false, true);
-  INFO((qwen3 ? "qwen3-like" : "qwen2-like"));
+  const int64_t blocks = GENERATE(0, 20);
+  INFO((qwen3 ? "qwen3-like" : "qwen2-like") << ", cache blocks " << blocks);
   model::Transformer model = SmallModel(qwen3);
   REQUIRE(FusedDecoder::Supports(model));
   EngineOptions options;
   options.max_model_len = 128;
   options.max_num_seqs = 24;
+  options.cache_blocks_override = blocks;
   auto engine = GenerationEngine::Create(model, options);
   REQUIRE(engine.ok());
-  const auto requests = Prompts(40, 24);  // More prompts than slots: continuous batching.
+  const auto requests = Prompts(40, 24);  // More prompts than rows: continuous batching.
   auto results = (*engine)->Generate(requests);
   INFO(results.status().ToString());
   REQUIRE(results.ok());
   CHECK_FALSE((*engine)->stats().graph_batch_sizes.empty());
+  CHECK(((*engine)->stats().preemptions > 0) == (blocks > 0));
   double worst_gap = 0, worst_logprob = 0, total_logprob_diff = 0;
   int64_t tokens = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -192,9 +198,11 @@ TEST_CASE("bf16 greedy generation follows the model's own full forward", "[gpu][
     total_logprob_diff += logprob_diff.sum().item<double>();
     tokens += logprob_diff.numel();
   }
-  std::cout << "rollout_gpu: " << (qwen3 ? "qwen3-like" : "qwen2-like")
-            << " greedy vs full forward: worst argmax gap " << worst_gap << ", log-prob diff worst "
-            << worst_logprob << " mean " << total_logprob_diff / tokens << "\n";
+  std::cout << "rollout_gpu: " << (qwen3 ? "qwen3-like" : "qwen2-like") << ", "
+            << (*engine)->stats().preemptions << " preemptions"
+            << ", greedy vs full forward: worst argmax gap " << worst_gap
+            << ", log-prob diff worst " << worst_logprob << " mean " << total_logprob_diff / tokens
+            << "\n";
   // Both sides are bf16 forwards that round differently: the module keeps GEMM outputs in
   // float32, the fused engine rounds them to bf16 (as vLLM does). Measured on the H200: argmax
   // gaps up to 0.044 and log-prob differences up to 0.052 (mean ~0.01); a wrong kernel gives
@@ -232,8 +240,9 @@ TEST_CASE("CUDA-graph decoding equals eager decoding", "[gpu][rollout]") {
 TEST_CASE("a GRPO batch prefills each prompt once, with the tokens of unshared prompts",
           "[gpu][rollout]") {
   // 64 prompts x n 8 of P = 1,024 (issue [rollout-tp]): 64 prefills of 1,024 tokens, not 512,
-  // the other 7 samples copying the prompt's keys and values; greedy tokens equal to 512 separate
-  // n = 1 requests of the same prompts (the same prefill and decode batch shapes either way).
+  // the 8 samples holding the prompt's 32 blocks together (each takes one more for its response);
+  // greedy tokens equal to 512 separate n = 1 requests of the same prompts (the same prefill and
+  // decode batch shapes either way), which hold 512 x 33 blocks.
   torch::NoGradGuard no_grad;
   model::Transformer model = SmallModel();
   EngineOptions options;
@@ -256,6 +265,7 @@ TEST_CASE("a GRPO batch prefills each prompt once, with the tokens of unshared p
   REQUIRE(shared.ok());
   CHECK((*engine)->stats().prompts == 64);
   CHECK((*engine)->stats().prefill_tokens == 64 * 1024);
+  CHECK((*engine)->stats().peak_blocks == 64 * 32 + 512);
   auto alone = (*engine)->Generate(separate);
   REQUIRE(alone.ok());
   CHECK((*engine)->stats().prompts == 64 + 512);

@@ -336,6 +336,20 @@ TEST_CASE("n samples share one prefill and equal n separate prompts", "[rollout]
   for (int j = 0; j < 3; ++j) {
     CHECK(results[0].samples[j].token_ids == separate[j].samples[0].token_ids);
   }
+  // A prompt of 40 tokens fills one block of 32 and part of a second: the 4 samples hold the
+  // full block together, each with its own copy of the second (5 blocks, not 8), and decode
+  // what 4 separate prompts do.
+  auto fresh = MakeEngine(Load("tiny-qwen3"));
+  GenerationRequest long_prompt = Greedy(Prompt(40, 2), 8);
+  long_prompt.sampling.n = 4;
+  const auto grouped = MustGenerate(*fresh, {long_prompt});
+  CHECK(fresh->stats().peak_blocks == 5);
+  const auto apart =
+      MustGenerate(*fresh, std::vector<GenerationRequest>(4, Greedy(Prompt(40, 2), 8)));
+  CHECK(fresh->stats().peak_blocks == 8);
+  for (int j = 0; j < 4; ++j) {
+    CHECK(grouped[0].samples[j].token_ids == apart[j].samples[0].token_ids);
+  }
   // Sampled: the n samples differ from each other, and each is reproducible.
   GenerationRequest sampled{Prompt(10, 5), {}};
   sampled.sampling.n = 4;

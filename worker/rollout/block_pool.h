@@ -14,6 +14,7 @@ class BlockPool {
   explicit BlockPool(int64_t blocks);  // Blocks 0 .. blocks - 1, all free.
 
   int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  int64_t held_blocks() const { return static_cast<int64_t>(holders_.size() - free_.size()); }
   // A free block, now held once. Requires free_blocks() > 0.
   int64_t Take();
   // One more holder of a held block.

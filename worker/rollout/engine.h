@@ -51,6 +51,7 @@ struct EngineStats {
   int64_t cache_blocks = 0;  // Blocks sequences can hold (the scratch block not counted).
   int64_t cache_bytes = 0;
   int64_t peak_running = 0;  // The most sequences decoded together so far.
+  int64_t peak_blocks = 0;   // The most cache blocks held at once so far.
   int64_t preemptions = 0;   // Sequences that gave their blocks up mid-run, to be prefilled again.
   int64_t prompts = 0;
   int64_t prefill_tokens = 0;  // Real prompt tokens prefilled (resumed contexts included).

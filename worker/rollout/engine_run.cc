@@ -261,6 +261,7 @@ class GenerationEngine::Run {
         }
       }
     }
+    NoteBlocksHeld();
     const at::Tensor logits = PrefillForward(ids, mask, last_index, cache_rows, ragged);
     if (!copy_to.empty()) engine_.cache_->CopyBlocks(OnDevice(copy_from), OnDevice(copy_to));
     // Every sample's next token, drawn now (the host needs them before any decode step).
@@ -461,7 +462,12 @@ class GenerationEngine::Run {
                                 static_cast<int64_t>(sequence.blocks.size()) - 1,
                                 sequence.blocks.back()});
     }
+    NoteBlocksHeld();
     return true;
+  }
+
+  void NoteBlocksHeld() {
+    engine_.stats_.peak_blocks = std::max(engine_.stats_.peak_blocks, pool_.held_blocks());
   }
 
   bool NeedsBlock(const Sequence& sequence) const {
