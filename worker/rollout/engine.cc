@@ -190,8 +190,8 @@ absl::Status GenerationEngine::Prepare() {
     block_tables_ = at::full({rows, max_blocks_}, cache_->scratch_block(), on_device);
     host_inputs_ = at::zeros({2, rows}, HostOptions(device_, at::kLong));
     host_tables_ = at::zeros({rows, max_blocks_}, HostOptions(device_, at::kLong));
-    host_table_updates_ = at::zeros({2, 3, rows}, HostOptions(device_, at::kLong));
-    device_table_updates_ = at::zeros({3, rows}, on_device);
+    host_table_updates_ = at::zeros({2, rows, 3}, HostOptions(device_, at::kLong));
+    device_table_updates_ = at::zeros({rows, 3}, on_device);
     host_ints_ = at::zeros({3, rows}, HostOptions(device_, at::kLong));
     host_floats_ = at::zeros({2, rows}, HostOptions(device_, at::kFloat));
     device_ints_ = at::zeros({3, rows}, on_device);

@@ -136,9 +136,9 @@ class GenerationEngine {
   // row, and (rows, max_blocks_) each row's block table (the scratch block past its blocks).
   at::Tensor step_inputs_, block_tables_;
   // Per-step staging, allocated with the cache and reused (pinned on GPU hosts): the host side
-  // of step_inputs_ and block_tables_, (2, 3, rows) two buffers of block-table entries (row,
+  // of step_inputs_ and block_tables_, (2, rows, 3) two buffers of block-table entries (row,
   // index, block) for the steps that add blocks without rebuilding the inputs, with their device
-  // twin (3, rows), the sampling parameters (seed, counter, top_k / temperature, top_p per row)
+  // twin (rows, 3), the sampling parameters (seed, counter, top_k / temperature, top_p per row)
   // with their device twins, and (2, rows) the drawn tokens with their log-probs of the two steps
   // that can be in flight.
   at::Tensor host_inputs_, host_tables_, host_table_updates_, device_table_updates_;

@@ -36,12 +36,13 @@ struct GenerationEngine::Sequence {
 //
 // Paged KV cache: a sequence holds the blocks its positions fill and takes another when a decode
 // step crosses into it. Admission takes a prompt's blocks (the n samples of a prompt hold its full
-// blocks together; each gets its own copy of a partly filled last block) and leaves each new
-// sample a block to grow into. When a step needs more blocks than are free, the sequences
-// admitted last give theirs up (preemption, as vLLM's recompute): they wait in requeued_ with
-// their tokens so far, and are prefilled again, ahead of new prompts, once blocks are free. The
-// oldest sequence can always go on (one sequence of max_model_len fits the cache), so the call
-// ends. Sampling is keyed by (seed, token index), so a resumed sequence draws what it would have.
+// blocks together; each gets its own copy of a partly filled last block) and, beside other
+// sequences, only while a block per new sample stays free to grow into. When a step needs more
+// blocks than are free, the sequences admitted last give theirs up (preemption, as vLLM's
+// recompute): they wait in requeued_ with their tokens so far, and are prefilled again, ahead of
+// new prompts, once blocks are free. The oldest sequence can always go on (one sequence of
+// max_model_len fits the cache), so the call ends. Sampling is keyed by (seed, token index), so a
+// resumed sequence draws what it would have.
 //
 // Multi-turn (a TurnHandler): a sample that stops gives its blocks up and waits in paused_ while
 // its handler works out the next turn; when it goes on, its inserted tokens are appended and its
@@ -145,12 +146,12 @@ class GenerationEngine::Run {
     return {context, n, BlocksFor(context) + (n - 1) * partial};
   }
 
-  // Whether `next` fits beside `rows` running rows and `blocks` blocks already taken: a row per
-  // sample, and its blocks with one more per sample to grow into, unless nothing else runs (then
-  // its own samples make room for each other by preemption).
-  bool Fits(const Admission& next, int64_t rows, int64_t blocks) const {
+  // Whether `next` fits beside `rows` running rows and the `reserved` blocks of this prefill's
+  // earlier admissions: a row per sample, and its blocks with one more per sample to grow into,
+  // unless nothing else runs (then its own samples make room for each other by preemption).
+  bool Fits(const Admission& next, int64_t rows, int64_t reserved) const {
     if (rows + next.samples > rows_) return false;
-    const int64_t room = pool_.free_blocks() - blocks;
+    const int64_t room = pool_.free_blocks() - reserved;
     return next.blocks + (rows == 0 ? 0 : next.samples) <= room;
   }
 
@@ -189,14 +190,14 @@ class GenerationEngine::Run {
     const auto start = std::chrono::steady_clock::now();
     // Per prefill row: its sequences (in running_ from `first_sequence` on, in row order).
     std::vector<int64_t> row_samples;
-    int64_t longest = 0, rows = static_cast<int64_t>(running_.size()), taken = 0;
+    int64_t longest = 0, rows = static_cast<int64_t>(running_.size()), reserved = 0;
     const size_t first_sequence = running_.size();
     int64_t new_prompts = 0;
     while (Pending()) {
       const Admission next = Next();
       const int64_t padded =
           std::max(longest, next.context) * static_cast<int64_t>(row_samples.size() + 1);
-      if (!Fits(next, rows, taken)) break;
+      if (!Fits(next, rows, reserved)) break;
       if (!row_samples.empty() && padded > engine_.options_.max_prefill_tokens) break;
       if (!requeued_.empty()) {
         running_.push_back(std::move(requeued_.front()));
@@ -209,7 +210,7 @@ class GenerationEngine::Run {
       row_samples.push_back(next.samples);
       longest = std::max(longest, next.context);
       rows += next.samples;
-      taken += next.blocks;
+      reserved += next.blocks + next.samples;  // Its blocks and each sample's next one.
     }
     if (row_samples.empty()) return;
 
@@ -538,24 +539,20 @@ class GenerationEngine::Run {
   }
 
   // The table entries of blocks taken since the inputs were uploaded, written on the device
-  // ahead of the step. Two pinned buffers in turn: the one written now was last read by the copy
-  // of two steps ago, which has been collected.
+  // ahead of the step: one asynchronous copy of the first `count` (row, index, block) triples,
+  // contiguous in a pinned buffer, and a scatter. Two pinned buffers in turn: the one written now
+  // was last read by the copy of two steps ago, which has been collected.
   void UploadTableUpdates() {
     if (table_updates_.empty()) return;
     const int64_t count = static_cast<int64_t>(table_updates_.size());
-    const at::Tensor staging = engine_.host_table_updates_[next_update_buffer_];
+    const at::Tensor staging = engine_.host_table_updates_[next_update_buffer_].narrow(0, 0, count);
     next_update_buffer_ = 1 - next_update_buffer_;
-    int64_t* row = staging.data_ptr<int64_t>();
-    int64_t* index = row + rows_;
-    int64_t* block = index + rows_;
-    for (int64_t i = 0; i < count; ++i) {
-      row[i] = table_updates_[i][0], index[i] = table_updates_[i][1],
-      block[i] = table_updates_[i][2];
-    }
-    at::Tensor& device = engine_.device_table_updates_;
-    device.narrow(1, 0, count).copy_(staging.narrow(1, 0, count), /*non_blocking=*/true);
-    engine_.block_tables_.index_put_({device[0].narrow(0, 0, count), device[1].narrow(0, 0, count)},
-                                     device[2].narrow(0, 0, count));
+    std::copy(table_updates_.begin(), table_updates_.end(),
+              reinterpret_cast<std::array<int64_t, 3>*>(staging.data_ptr<int64_t>()));
+    const at::Tensor device = engine_.device_table_updates_.narrow(0, 0, count);
+    device.copy_(staging, /*non_blocking=*/true);
+    engine_.block_tables_.index_put_({device.select(1, 0), device.select(1, 1)},
+                                     device.select(1, 2));
     table_updates_.clear();
   }
 
