@@ -33,6 +33,7 @@ ABSL_FLAG(int64_t, new_tokens, 256, "New tokens per response (N); EOS is ignored
 ABSL_FLAG(double, temperature, 1.0, "0 = greedy");
 ABSL_FLAG(bool, cuda_graphs, true, "Replay decode steps as CUDA graphs");
 ABSL_FLAG(double, gpu_memory_utilization, 0.6, "Share of free GPU memory for the KV cache");
+ABSL_FLAG(int64_t, kv_block_size, 32, "Positions per KV cache block, a multiple of 32");
 ABSL_FLAG(int64_t, repeat, 2, "Timed runs; the best is reported");
 ABSL_FLAG(std::string, write_hf_config, "",
           "Write the preset's Hugging Face config.json into this directory and exit (the same "
@@ -55,6 +56,7 @@ bool RunBatch(rlhfd::model::Transformer& model, const rlhfd::model::ModelConfig&
   options.max_model_len = p + n;
   options.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   options.gpu_memory_utilization = absl::GetFlag(FLAGS_gpu_memory_utilization);
+  options.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
   auto engine = rlhfd::rollout::GenerationEngine::Create(model, options);
   if (!engine.ok()) {
     std::cerr << engine.status().message() << "\n";
@@ -147,6 +149,7 @@ bool RunBatch(rlhfd::model::Transformer& model, const rlhfd::model::ModelConfig&
                         {"roofline_share_decode", 1e3 * roofline_step / step_ms},
                         {"roofline_share_overall", tokens_per_second / roofline_tokens_per_second},
                         {"peak_memory_gib", (*engine)->stats().peak_memory_bytes / double(1 << 30)},
+                        {"kv_block_size", block_size},
                         {"cache_blocks", (*engine)->stats().cache_blocks},
                         {"preemptions", (*engine)->stats().preemptions}};
   std::cout << out.dump() << "\n";
