@@ -116,7 +116,7 @@ StepTokens AddGenerationMetrics(const std::vector<v1::GenerateReply>& generated,
                                 Metrics& metrics) {
   // Bringing the rollout's weights up to date is part of generating; verl times it apart.
   metrics["timing_s/update_weights"] = Largest(generated, "update_weights_s").value_or(0.0);
-  for (const char* name : {"reshard_buffer_bytes", "reshard_received_bytes"}) {
+  for (const char* name : {"reshard_buffer_bytes", "reshard_received_bytes", "preemptions"}) {
     if (const std::optional<double> bytes = Largest(generated, name)) {
       metrics[absl::StrCat("perf/rollout_", name)] = *bytes;
     }

@@ -308,6 +308,7 @@ void CheckAgainstOneProcess(const v1::JobSpec& job_spec,
     CHECK(metrics->at("perf/mfu/actor") > 0);
     CHECK(metrics->at("perf/mfu/actor") < 1);
     CHECK(metrics->count("perf/max_memory_allocated_gb") == 0);
+    CHECK(metrics->at("perf/rollout_preemptions") == 0);  // The tiny jobs' caches hold all.
     const StepTensors ours = Dumped(job, step);
     // The rollout: greedy responses are those of one engine over all prompts; sampled ones
     // are taken as the workers drew them (their seeds do not depend on the layout, but a

@@ -80,10 +80,10 @@ absl::StatusOr<std::unique_ptr<ActorRole>> ActorRole::Create(
 absl::StatusOr<std::vector<rollout::GenerationResult>> ActorRole::Rollout(
     const std::vector<rollout::GenerationRequest>& requests, int64_t step,
     google::protobuf::Map<std::string, double>& metrics) {
-  if (!agent_) return hybrid_->Generate(requests, step);
   absl::StatusOr<std::vector<rollout::GenerationResult>> results =
-      agent_->Generate(*hybrid_, requests, step);
-  if (results.ok()) {
+      agent_ ? agent_->Generate(*hybrid_, requests, step) : hybrid_->Generate(requests, step);
+  metrics["preemptions"] = static_cast<double>(hybrid_->preemptions());
+  if (results.ok() && agent_) {
     std::map<std::string, double> turns;
     agent_->AddTurnMetrics(turns);
     for (const auto& [name, value] : turns) metrics[name] = value;

@@ -215,7 +215,7 @@ rollout::EngineOptions RolloutEngineOptions(const v1::JobSpec& spec, int64_t sha
 
 rollout::EngineOptions HybridEngine::RolloutEngineOptions() const {
   // Ranks on one GPU (workers sharing it) each see the same free memory: each takes its share.
-  // A tensor-parallel engine splits among its group's ranks itself (AgreeOnSlots).
+  // A tensor-parallel engine splits among its group's ranks itself (GenerationEngine::Prepare).
   return roles::RolloutEngineOptions(spec_, tp_group_ ? 1 : ranks_on_device_);
 }
 
@@ -325,11 +325,28 @@ absl::StatusOr<std::map<std::string, at::Tensor>> HybridEngine::Reshard(
   return named;
 }
 
+absl::StatusOr<std::vector<rollout::GenerationResult>> GenerateCountingPreemptions(
+    rollout::GenerationEngine& engine, const std::vector<rollout::GenerationRequest>& requests,
+    rollout::TurnHandler* turns, const std::atomic<int64_t>* interrupt, int64_t& preemptions) {
+  const int64_t before = engine.stats().preemptions;
+  auto results = engine.Generate(requests, turns, interrupt);
+  const int64_t preempted = engine.stats().preemptions - before;
+  preemptions += preempted;
+  if (preempted > 0) {
+    // As vLLM warns: the results are the same, the recomputation costs time.
+    RLOG(WARNING) << "rollout: " << preempted
+                  << " sequences gave their KV cache blocks up mid-generation and were "
+                     "prefilled again; raise roles.actor.rollout.gpu_memory_utilization or "
+                     "lower roles.actor.rollout.max_num_seqs";
+  }
+  return results;
+}
+
 absl::StatusOr<std::vector<rollout::GenerationResult>> GenerateOverSlices(
     const model::ModelConfig& config, std::map<std::string, at::Tensor> slices,
     parallel::Communicator& group, const rollout::EngineOptions& options,
     const rollout::GroupRequests& gathered, size_t count, bool* path_logged,
-    const std::function<void()>& ready) {
+    const std::function<void()>& ready, int64_t& preemptions) {
   absl::StatusOr<std::vector<rollout::GenerationResult>> results;
   const auto embed = slices.find("model.embed_tokens.weight");
   const bool fused =
@@ -347,7 +364,7 @@ absl::StatusOr<std::vector<rollout::GenerationResult>> GenerateOverSlices(
         rollout::GenerationEngine::CreateTensorParallel(config, std::move(slices), group, options));
     ready();
     at::NoGradGuard no_grad;
-    results = engine->Generate(gathered.all);
+    results = GenerateCountingPreemptions(*engine, gathered.all, nullptr, nullptr, preemptions);
     engine->Release();
   } else {
     ASSIGN_OR_RETURN(parallel::TensorParallelTransformer model,
@@ -379,9 +396,9 @@ absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::GenerateTen
                             ? reshard_s_
                             : SecondsSince(start) - (last_check_ ? last_check_->seconds : 0.0);
   };
-  absl::StatusOr<std::vector<rollout::GenerationResult>> results =
-      GenerateOverSlices(trained_.module()->config(), std::move(slices), group,
-                         RolloutEngineOptions(), gathered, requests.size(), &path_logged_, updated);
+  absl::StatusOr<std::vector<rollout::GenerationResult>> results = GenerateOverSlices(
+      trained_.module()->config(), std::move(slices), group, RolloutEngineOptions(), gathered,
+      requests.size(), &path_logged_, updated, preemptions_);
   ReleaseCopy();
   return results;
 }
@@ -392,6 +409,7 @@ absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::Generate(
   last_check_.reset();
   reshard_s_ = -1;
   weights_update_s_ = 0;  // a step whose weights are current updates nothing
+  preemptions_ = 0;
   if (tp_group_) {
     if (turns != nullptr) {
       return absl::InvalidArgumentError("multi-turn rollouts run at rollout tp 1 for now");
@@ -407,7 +425,7 @@ absl::StatusOr<std::vector<rollout::GenerationResult>> HybridEngine::Generate(
   ASSIGN_OR_RETURN(rollout::GenerationEngine * engine, Engine(step));
   try {
     at::NoGradGuard no_grad;
-    auto results = engine->Generate(requests, turns);
+    auto results = GenerateCountingPreemptions(*engine, requests, turns, nullptr, preemptions_);
     if (results.ok() && device_.is_cuda() && !cache_logged_) {
       cache_logged_ = true;
       const rollout::EngineOptions& options = engine->options();

@@ -42,11 +42,18 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> SplitRolloutGroup(
 // for models it serves, the engine's fused decode with a KV cache of this rank's heads;
 // otherwise a forward over whole prefixes per token (tensor_parallel_generation.h). `ready` runs
 // once the model over the slices is made; the path is logged once (`path_logged`).
+// Adds the sequences the engine preempted to `preemptions`.
 absl::StatusOr<std::vector<rollout::GenerationResult>> GenerateOverSlices(
     const model::ModelConfig& config, std::map<std::string, at::Tensor> slices,
     parallel::Communicator& group, const rollout::EngineOptions& options,
     const rollout::GroupRequests& gathered, size_t count, bool* path_logged,
-    const std::function<void()>& ready);
+    const std::function<void()>& ready, int64_t& preemptions);
+
+// engine.Generate, adding the sequences it preempted for lack of KV cache blocks to
+// `preemptions` and warning of them (they cost time: their contexts are prefilled again).
+absl::StatusOr<std::vector<rollout::GenerationResult>> GenerateCountingPreemptions(
+    rollout::GenerationEngine& engine, const std::vector<rollout::GenerationRequest>& requests,
+    rollout::TurnHandler* turns, const std::atomic<int64_t>* interrupt, int64_t& preemptions);
 
 // The generation engine's options from the job's rollout spec, the cache's share of the GPU
 // divided among `sharing` ranks on one GPU (rollout::RanksOnThisDevice).
@@ -98,6 +105,8 @@ class HybridEngine {
   // Seconds the last rollout took to bring its weights up to date (verl's
   // timing_s/update_weights).
   double weights_update_s() const { return weights_update_s_; }
+  // Sequences the last rollout preempted for lack of KV cache blocks.
+  int64_t preemptions() const { return preemptions_; }
 
  private:
   // The engine over the current weights (a copy gathered or cast when the layout needs one).
@@ -146,6 +155,7 @@ class HybridEngine {
   at::ScalarType reshard_dtype_ = at::kFloat;
   double reshard_s_ = -1;  // the last rollout's reshard, when it had one
   double weights_update_s_ = 0;
+  int64_t preemptions_ = 0;
   std::optional<WeightSyncCheck> last_check_;
   RolloutWeightsHook hook_;
 };

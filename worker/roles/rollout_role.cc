@@ -86,20 +86,21 @@ absl::StatusOr<std::map<std::string, double>> RolloutRole::ReceiveWeights(
 }
 
 absl::StatusOr<std::vector<rollout::GenerationResult>> RolloutRole::Rollout(
-    const std::vector<rollout::GenerationRequest>& requests,
+    const std::vector<rollout::GenerationRequest>& requests, int64_t& preemptions,
     const std::atomic<int64_t>* interrupt) {
   try {
     at::NoGradGuard no_grad;
     if (tp_group_) {
       ASSIGN_OR_RETURN(rollout::GroupRequests gathered,
                        rollout::GatherGroupRequests(*tp_group_, requests, device_));
-      return GenerateOverSlices(config_, slices_, *tp_group_, engine_options_, gathered,
-                                requests.size(), &path_logged_, [] {});
+      return GenerateOverSlices(
+          config_, slices_, *tp_group_, engine_options_, gathered, requests.size(), &path_logged_,
+          [] {}, preemptions);
     }
     if (!engine_) {
       ASSIGN_OR_RETURN(engine_, rollout::GenerationEngine::Create(*module_, engine_options_));
     }
-    return engine_->Generate(requests, nullptr, interrupt);
+    return GenerateCountingPreemptions(*engine_, requests, nullptr, interrupt, preemptions);
   } catch (const std::exception& error) {
     engine_.reset();
     return absl::InternalError(
@@ -113,8 +114,14 @@ RowsGenerator RolloutRole::Generator() {
       .tokenizer = tokenizer_,
       .device = device_,
       .tools = {},
-      .rollout = [this](const std::vector<rollout::GenerationRequest>& requests, int64_t,
-                        google::protobuf::Map<std::string, double>&) { return Rollout(requests); },
+      .rollout =
+          [this](const std::vector<rollout::GenerationRequest>& requests, int64_t,
+                 google::protobuf::Map<std::string, double>& metrics) {
+            int64_t preemptions = 0;
+            auto results = Rollout(requests, preemptions);
+            metrics["preemptions"] = static_cast<double>(preemptions);
+            return results;
+          },
       .weights_update_s = [] { return 0.0; },
       .release_cache = [this] { Release(); },
       .reduce_longest =
@@ -195,7 +202,7 @@ absl::StatusOr<v1::GenerateReply> RolloutRole::GenerateInParts(
   }
   std::vector<rollout::GenerationResult> results;
   if (!requests.empty()) {
-    ASSIGN_OR_RETURN(results, Rollout(requests, interrupt));
+    ASSIGN_OR_RETURN(results, Rollout(requests, part.preemptions, interrupt));
   }
   double unfinished = 0;
   for (size_t k = 0; k < going_on.size(); ++k) {
@@ -228,6 +235,7 @@ absl::StatusOr<v1::GenerateReply> RolloutRole::GenerateInParts(
   metrics["rollout_s"] = seconds;
   metrics["tokens_per_s"] = metrics["response_tokens"] / std::max(seconds, 1e-9);
   metrics["interruptions"] = static_cast<double>(part.interruptions);
+  metrics["preemptions"] = static_cast<double>(part.preemptions);
   partial_.reset();
   return reply;
 }

@@ -65,9 +65,9 @@ class RolloutRole {
   RolloutRole(const v1::JobSpec& spec, const at::Device& device, model::Tokenizer tokenizer,
               model::ModelConfig config, parallel::Communicator& pool);
   // The responses to `requests` over the weights received last (interrupted as the engine's
-  // Generate says).
+  // Generate says); the sequences the engine preempted are added to `preemptions`.
   absl::StatusOr<std::vector<rollout::GenerationResult>> Rollout(
-      const std::vector<rollout::GenerationRequest>& requests,
+      const std::vector<rollout::GenerationRequest>& requests, int64_t& preemptions,
       const std::atomic<int64_t>* interrupt = nullptr);
   RowsGenerator Generator();
   // trainer.mode async: a rollout made in parts, each part on the weights of its time.
@@ -99,6 +99,7 @@ class RolloutRole {
     std::vector<rollout::GenerationResult> results;  // interrupted responses as they stand
     TokenWeightsSteps weights_steps;
     int64_t interruptions = 0;
+    int64_t preemptions = 0;  // over its calls
     double generating_s = 0;  // the calls' own time, without the pauses between them
   };
   std::optional<PartialRollout> partial_;
