@@ -43,7 +43,7 @@ constexpr const char* kDefaultsJson = R"json({
         "max_num_seqs": 1024, "gpu_memory_utilization": 0.5,
         "update_weights_bucket_megabytes": 1024,
         "log_prob_micro_batch_size_per_gpu": 16, "log_prob_use_dynamic_bsz": false,
-        "log_prob_max_token_len_per_gpu": 16384,
+        "log_prob_max_token_len_per_gpu": 16384, "enable_prefix_caching": true,
         "val_kwargs": {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "n": 1, "do_sample": false},
         "multi_turn": {
           "enable": false, "tool_config_path": "", "format": "hermes", "max_assistant_turns": 0,

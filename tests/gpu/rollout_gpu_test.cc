@@ -1,7 +1,8 @@
 // [gpu] The rollout engine's CUDA path: the decode-attention kernel (paged, shuffled blocks)
 // against ATen's attention, the sampling kernel against its CPU twin, greedy bf16 generation
-// (with CUDA graphs, with and without preemption) against the model's own full forward, graphs
-// against eager decoding, a GRPO group's shared prefill, and memory returned on release.
+// (with CUDA graphs, with and without preemption, after cached prefixes) against the model's own
+// full forward, graphs against eager decoding, a GRPO group's shared prefill, and memory
+// returned on release.
 #include <ATen/ATen.h>
 #include <torch/types.h>
 
@@ -9,6 +10,7 @@
 #include <iostream>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "tests/support/random_decoder.h"
 #include "worker/model/model_loader.h"
 #include "worker/model/transformer.h"
@@ -42,6 +44,45 @@ std::vector<GenerationRequest> Prompts(int count, int64_t max_new_tokens) {
     requests.push_back(request);
   }
   return requests;
+}
+
+// Each sample of `results` (24 greedy tokens) against the model's own full bf16 forward over its
+// prompt and response: the chosen token is the argmax up to bf16 noise, and its log-prob that of
+// the forward. Both sides are bf16 forwards that round differently: the module keeps GEMM
+// outputs in float32, the fused engine rounds them to bf16 (as vLLM does). Measured on the H200:
+// argmax gaps up to 0.044 and log-prob differences up to 0.052 (mean ~0.01); a wrong kernel gives
+// differences of order 1.
+void CheckAgainstFullForward(model::Transformer& model,
+                             const std::vector<GenerationRequest>& requests,
+                             const std::vector<GenerationResult>& results,
+                             const std::string& label) {
+  double worst_gap = 0, worst_logprob = 0, total_logprob_diff = 0;
+  int64_t tokens = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Completion& sample = results[i].samples[0];
+    REQUIRE(sample.token_ids.size() == 24);
+    std::vector<int64_t> ids = requests[i].prompt_ids;
+    ids.insert(ids.end(), sample.token_ids.begin(), sample.token_ids.end());
+    const int64_t prompt = static_cast<int64_t>(requests[i].prompt_ids.size());
+    at::Tensor logits =
+        model->Logits(model->Hidden({at::tensor(ids).unsqueeze(0).to(kGpu)}))[0].to(at::kFloat);
+    logits = logits.narrow(0, prompt - 1, 24).cpu();
+    const at::Tensor chosen = at::tensor(sample.token_ids).unsqueeze(1);
+    const double gap = (logits.amax(1) - logits.gather(1, chosen).squeeze(1)).max().item<double>();
+    const at::Tensor logprob_diff =
+        (at::log_softmax(logits, -1).gather(1, chosen).squeeze(1) - at::tensor(sample.logprobs))
+            .abs();
+    worst_gap = std::max(worst_gap, gap);
+    worst_logprob = std::max(worst_logprob, logprob_diff.max().item<double>());
+    total_logprob_diff += logprob_diff.sum().item<double>();
+    tokens += logprob_diff.numel();
+  }
+  std::cout << "rollout_gpu: " << label << ", greedy vs full forward: worst argmax gap "
+            << worst_gap << ", log-prob diff worst " << worst_logprob << " mean "
+            << total_logprob_diff / tokens << "\n";
+  CHECK(worst_gap < 0.1);
+  CHECK(worst_logprob < 0.1);
+  CHECK(total_logprob_diff / tokens < 0.02);
 }
 
 }  // namespace
@@ -176,40 +217,40 @@ TEST_CASE("bf16 greedy generation follows the model's own full forward", "[gpu][
   REQUIRE(results.ok());
   CHECK_FALSE((*engine)->stats().graph_batch_sizes.empty());
   CHECK(((*engine)->stats().preemptions > 0) == (blocks > 0));
-  double worst_gap = 0, worst_logprob = 0, total_logprob_diff = 0;
-  int64_t tokens = 0;
+  CheckAgainstFullForward(model, requests, *results,
+                          absl::StrCat(qwen3 ? "qwen3-like, " : "qwen2-like, ",
+                                       (*engine)->stats().preemptions, " preemptions"));
+}
+
+// Prompts sharing a 100-token prefix (three whole blocks of 32), prefilled one at a time: each
+// after the first finds those blocks in the prefix cache and prefills its own tokens only,
+// attending the cached keys (PagedAttention over the gathered blocks), then follows the model's
+// own full forward as the uncached prompts do.
+TEST_CASE("prompts sharing a prefix prefill it once and follow the full forward",
+          "[gpu][rollout]") {
+  torch::NoGradGuard no_grad;
+  const bool qwen3 = GENERATE(false, true);
+  INFO((qwen3 ? "qwen3-like" : "qwen2-like"));
+  model::Transformer model = SmallModel(qwen3);
+  EngineOptions options;
+  options.max_model_len = 160;
+  options.max_num_seqs = 16;
+  options.max_prefill_tokens = 130;  // One prompt per prefill.
+  auto engine = GenerationEngine::Create(model, options);
+  REQUIRE(engine.ok());
+  std::vector<GenerationRequest> requests = Prompts(16, 24);
   for (size_t i = 0; i < requests.size(); ++i) {
-    const Completion& sample = (*results)[i].samples[0];
-    REQUIRE(sample.token_ids.size() == 24);
-    std::vector<int64_t> ids = requests[i].prompt_ids;
-    ids.insert(ids.end(), sample.token_ids.begin(), sample.token_ids.end());
-    const int64_t prompt = static_cast<int64_t>(requests[i].prompt_ids.size());
-    at::Tensor logits =
-        model->Logits(model->Hidden({at::tensor(ids).unsqueeze(0).to(kGpu)}))[0].to(at::kFloat);
-    logits = logits.narrow(0, prompt - 1, 24).cpu();
-    const at::Tensor chosen = at::tensor(sample.token_ids).unsqueeze(1);
-    // The chosen token is the full forward's argmax up to bf16 noise in the logits.
-    const double gap = (logits.amax(1) - logits.gather(1, chosen).squeeze(1)).max().item<double>();
-    const at::Tensor logprob_diff =
-        (at::log_softmax(logits, -1).gather(1, chosen).squeeze(1) - at::tensor(sample.logprobs))
-            .abs();
-    worst_gap = std::max(worst_gap, gap);
-    worst_logprob = std::max(worst_logprob, logprob_diff.max().item<double>());
-    total_logprob_diff += logprob_diff.sum().item<double>();
-    tokens += logprob_diff.numel();
+    std::vector<int64_t> prompt;
+    for (int t = 0; t < 100; ++t) prompt.push_back((t * 29 + 7) % 2048);
+    for (size_t t = 0; t < 5 + i; ++t) prompt.push_back((i * 131 + t * 17) % 2048);
+    requests[i].prompt_ids = prompt;
   }
-  std::cout << "rollout_gpu: " << (qwen3 ? "qwen3-like" : "qwen2-like") << ", "
-            << (*engine)->stats().preemptions << " preemptions"
-            << ", greedy vs full forward: worst argmax gap " << worst_gap
-            << ", log-prob diff worst " << worst_logprob << " mean " << total_logprob_diff / tokens
-            << "\n";
-  // Both sides are bf16 forwards that round differently: the module keeps GEMM outputs in
-  // float32, the fused engine rounds them to bf16 (as vLLM does). Measured on the H200: argmax
-  // gaps up to 0.044 and log-prob differences up to 0.052 (mean ~0.01); a wrong kernel gives
-  // differences of order 1.
-  CHECK(worst_gap < 0.1);
-  CHECK(worst_logprob < 0.1);
-  CHECK(total_logprob_diff / tokens < 0.02);
+  auto results = (*engine)->Generate(requests);
+  INFO(results.status().ToString());
+  REQUIRE(results.ok());
+  CHECK((*engine)->stats().cached_prefix_tokens == 15 * 96);
+  CheckAgainstFullForward(model, requests, *results,
+                          absl::StrCat(qwen3 ? "qwen3-like" : "qwen2-like", ", shared prefix"));
 }
 
 TEST_CASE("CUDA-graph decoding equals eager decoding", "[gpu][rollout]") {

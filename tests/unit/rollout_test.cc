@@ -368,7 +368,7 @@ TEST_CASE("n samples share one prefill and equal n separate prompts", "[rollout]
 
 TEST_CASE("the block pool hands out free blocks and takes a shared one back with its last holder",
           "[rollout]") {
-  BlockPool pool(3);
+  BlockPool pool(3, /*prefix_caching=*/true);
   CHECK(pool.free_blocks() == 3);
   const int64_t a = pool.Take(), b = pool.Take();
   CHECK(a != b);
@@ -385,6 +385,49 @@ TEST_CASE("the block pool hands out free blocks and takes a shared one back with
   CHECK(pool.free_blocks() == 3);
   CHECK_THROWS(pool.Release(b));  // Releasing a free block is a scheduler bug, caught.
   CHECK_THROWS(pool.Share(b));
+}
+
+TEST_CASE("the prefix cache finds a block by its tokens and its parent, and evicts the oldest",
+          "[rollout]") {
+  BlockPool pool(3, /*prefix_caching=*/true);
+  const std::vector<int64_t> first = {1, 2}, second = {3, 4};
+  const int64_t a = pool.Take(), b = pool.Take();
+  const uint64_t key_a = pool.Register(a, 0, first);
+  const uint64_t key_b = pool.Register(b, key_a, second);
+  CHECK(key_a != 0);
+  CHECK(key_b != 0);
+  CHECK(key_b != key_a);
+  // The same content in another block: that block stays unregistered, the key is the first's.
+  const int64_t c = pool.Take();
+  CHECK(pool.Register(c, 0, first) == key_a);
+  pool.Release(c);
+  CHECK(pool.free_blocks() == 1);
+  // Held: found and shared. Released by all: cached, still found, and counted as free.
+  const auto held = pool.Acquire(0, first);
+  REQUIRE(held.has_value());
+  CHECK(*held == std::make_pair(a, key_a));
+  pool.Release(a);
+  pool.Release(a);
+  pool.Release(b);
+  CHECK(pool.free_blocks() == 3);
+  CHECK_FALSE(pool.Acquire(key_b, first).has_value());  // Another parent: other content.
+  const auto again = pool.Acquire(key_a, second);
+  REQUIRE(again.has_value());
+  CHECK(again->first == b);
+  CHECK(pool.free_blocks() == 2);
+  pool.Release(b);
+  // Taking evicts: the free block first, then the cached block released longest ago (a).
+  CHECK(pool.Take() == c);
+  CHECK(pool.Take() == a);
+  CHECK_FALSE(pool.Acquire(0, first).has_value());
+  CHECK(pool.Acquire(key_a, second).has_value());  // b stays; its parent's key is never reused.
+  // Prefix caching off: nothing is registered or found.
+  BlockPool plain(1, /*prefix_caching=*/false);
+  const int64_t only = plain.Take();
+  CHECK(plain.Register(only, 0, first) == 0);
+  plain.Release(only);
+  CHECK_FALSE(plain.Acquire(0, first).has_value());
+  CHECK(plain.free_blocks() == 1);
 }
 
 // The paged cache holds what sequences actually use: a cache of 10 blocks of 32 positions (320,
@@ -442,6 +485,7 @@ TEST_CASE("a KV cache exhausted mid-run preempts and resumes sequences without c
     auto tight = MakeEngine(model, options);
     const auto results = MustGenerate(*tight, requests);
     CHECK(tight->stats().preemptions > 0);
+    CHECK(tight->stats().cached_prefix_tokens > 0);  // Some came back to their cached blocks.
     for (size_t i = 0; i < requests.size(); ++i) {
       REQUIRE(results[i].samples.size() == expected[i].samples.size());
       for (size_t j = 0; j < results[i].samples.size(); ++j) {
@@ -480,6 +524,66 @@ TEST_CASE("a KV cache exhausted mid-run preempts and resumes sequences without c
     }
     std::cout << "rollout_test: " << name << " with 5 blocks: " << tight->stats().preemptions
               << " preemptions\n";
+  }
+}
+
+// Prompts sharing a 70-token prefix (two whole blocks), prefilled one at a time: each after the
+// first finds those blocks in the prefix cache and prefills only its own tokens. Greedy and
+// seeded sampled rows give the tokens of an engine without the cache, and log-probs equal to the
+// model's own forward over prompt + response (1e-4) either way.
+TEST_CASE("prompts sharing a prefix prefill it once, with the results of an engine without it",
+          "[rollout][paged]") {
+  model::Transformer model = Load("tiny-qwen2");
+  const std::vector<int64_t> shared = Prompt(70, 9);
+  std::vector<GenerationRequest> requests;
+  for (int64_t i = 0; i < 6; ++i) {
+    std::vector<int64_t> prompt = shared;
+    const std::vector<int64_t> own = Prompt(3 + i, 20 + i);
+    prompt.insert(prompt.end(), own.begin(), own.end());
+    GenerationRequest request = Greedy(prompt, 12);
+    request.sampling.ignore_eos = true;
+    if (i % 2 == 1) {
+      request.sampling.temperature = 0.7;
+      request.sampling.seed = 70 + i;
+    }
+    requests.push_back(request);
+  }
+  EngineOptions options;
+  options.max_model_len = 128;
+  options.max_prefill_tokens = 80;  // One prompt per prefill.
+  options.enable_prefix_caching = false;
+  auto plain = MakeEngine(model, options);
+  const auto expected = MustGenerate(*plain, requests);
+  CHECK(plain->stats().cached_prefix_tokens == 0);
+  options.enable_prefix_caching = true;
+  auto caching = MakeEngine(model, options);
+  const auto results = MustGenerate(*caching, requests);
+  CHECK(caching->stats().cached_prefix_tokens == 5 * 64);
+  CHECK(caching->stats().prefill_tokens == plain->stats().prefill_tokens - 5 * 64);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    INFO("request " << i);
+    const Completion& got = results[i].samples[0];
+    CHECK(got.token_ids == expected[i].samples[0].token_ids);
+    std::vector<int64_t> ids = requests[i].prompt_ids;
+    ids.insert(ids.end(), got.token_ids.begin(), got.token_ids.end());
+    at::Tensor logits;
+    {
+      c10::InferenceMode inference;
+      logits = model
+                   ->Logits(model->Hidden(
+                       model::ForwardBatch{at::tensor(ids, at::kLong).unsqueeze(0), at::Tensor()}))
+                   .squeeze(0)
+                   .to(at::kDouble);
+    }
+    const double temperature =
+        requests[i].sampling.temperature > 0 ? requests[i].sampling.temperature : 1.0;
+    const at::Tensor log_probs = at::log_softmax(logits / temperature, -1);
+    const int64_t p = static_cast<int64_t>(requests[i].prompt_ids.size());
+    for (size_t t = 0; t < got.token_ids.size(); ++t) {
+      CHECK(got.logprobs[t] ==
+            Approx(log_probs[p - 1 + static_cast<int64_t>(t)][got.token_ids[t]].item<double>())
+                .margin(1e-4));
+    }
   }
 }
 
@@ -563,12 +667,15 @@ Completion TurnByTurn(GenerationEngine& engine, const GenerationRequest& request
 TEST_CASE("multi-turn: a sample that goes on after its stops equals its turns one by one",
           "[rollout][multi_turn]") {
   model::Transformer model = Load("tiny-qwen2");
-  auto engine = MakeEngine(model);
+  EngineOptions options;
+  options.max_model_len = 128;
+  auto engine = MakeEngine(model, options);
   // Each prompt stops at the third token its plain greedy response has, so that it stops early
-  // and again after each insertion whenever greedy decoding meets that token.
+  // and again after each insertion whenever greedy decoding meets that token. Prompts of 24-36
+  // tokens: contexts pass a block's 32 positions, which the prefix cache keeps between turns.
   std::vector<GenerationRequest> requests;
   for (int64_t i = 0; i < 5; ++i) {
-    GenerationRequest request = Greedy(Prompt(4 + 3 * i, i), 12);
+    GenerationRequest request = Greedy(Prompt(24 + 3 * i, i), 12);
     const Completion plain = MustGenerate(*engine, {request})[0].samples[0];
     REQUIRE(plain.token_ids.size() >= 3);
     request.sampling.stop_token_ids = {plain.token_ids[2]};
@@ -580,8 +687,7 @@ TEST_CASE("multi-turn: a sample that goes on after its stops equals its turns on
   for (const GenerationRequest& request : requests) {
     expected.push_back(TurnByTurn(*engine, request, continuations));
   }
-  // Two slots for five prompts: samples pause, resume and join at different steps.
-  EngineOptions options;
+  // Two rows for five prompts: samples pause, resume and join at different steps.
   options.max_num_seqs = 2;
   auto together = MakeEngine(model, options);
   ScriptedTurns turns(continuations);
@@ -600,6 +706,8 @@ TEST_CASE("multi-turn: a sample that goes on after its stops equals its turns on
   }
   CHECK(inserted >= 3 * 5);  // every prompt went on at least once
   CHECK(together->stats().resumed_turns >= 5);
+  // A sample going on found its earlier turns' whole blocks in the prefix cache.
+  CHECK(together->stats().cached_prefix_tokens > 0);
   CHECK(turns.stops() >= 5);
 }
 

@@ -210,6 +210,7 @@ rollout::EngineOptions RolloutEngineOptions(const v1::JobSpec& spec, int64_t sha
   options.gpu_memory_utilization =
       rollout.gpu_memory_utilization() / static_cast<double>(std::max<int64_t>(1, sharing));
   options.seed = static_cast<uint64_t>(spec.trainer().seed());
+  options.enable_prefix_caching = rollout.enable_prefix_caching();
   return options;
 }
 

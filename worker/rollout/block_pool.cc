@@ -4,15 +4,28 @@
 
 namespace rlhfd::rollout {
 
-BlockPool::BlockPool(int64_t blocks) : holders_(blocks, 0) {
+BlockPool::BlockPool(int64_t blocks, bool prefix_caching)
+    : prefix_caching_(prefix_caching),
+      holders_(blocks, 0),
+      content_(blocks),
+      unheld_position_(blocks, unheld_cached_.end()) {
   free_.reserve(blocks);
   for (int64_t block = blocks - 1; block >= 0; --block) free_.push_back(block);
 }
 
 int64_t BlockPool::Take() {
-  TORCH_CHECK(!free_.empty(), "BlockPool: no free block (the scheduler checks before taking)");
-  const int64_t block = free_.back();
-  free_.pop_back();
+  int64_t block;
+  if (!free_.empty()) {
+    block = free_.back();
+    free_.pop_back();
+  } else {
+    TORCH_CHECK(!unheld_cached_.empty(),
+                "BlockPool: no free block (the scheduler checks before taking)");
+    block = unheld_cached_.front();
+    unheld_cached_.pop_front();
+    unheld_position_[block] = unheld_cached_.end();
+    Forget(block);
+  }
   holders_[block] = 1;
   return block;
 }
@@ -24,7 +37,45 @@ void BlockPool::Share(int64_t block) {
 
 void BlockPool::Release(int64_t block) {
   TORCH_CHECK(holders_.at(block) > 0, "BlockPool: releasing block ", block, ", which is free");
-  if (--holders_[block] == 0) free_.push_back(block);
+  if (--holders_[block] > 0) return;
+  if (content_[block]) {
+    unheld_position_[block] = unheld_cached_.insert(unheld_cached_.end(), block);
+  } else {
+    free_.push_back(block);
+  }
+}
+
+uint64_t BlockPool::Register(int64_t block, uint64_t parent, std::span<const int64_t> tokens) {
+  TORCH_CHECK(holders_.at(block) > 0 && !content_[block], "BlockPool: registering block ", block,
+              ", which is free or registered");
+  if (!prefix_caching_) return 0;
+  Content content{parent, std::vector<int64_t>(tokens.begin(), tokens.end())};
+  if (const auto found = cached_.find(content); found != cached_.end()) return found->second.key;
+  const uint64_t key = next_key_++;
+  cached_.emplace(content, Cached{block, key});
+  content_[block] = std::move(content);
+  return key;
+}
+
+std::optional<std::pair<int64_t, uint64_t>> BlockPool::Acquire(uint64_t parent,
+                                                               std::span<const int64_t> tokens) {
+  if (!prefix_caching_) return std::nullopt;
+  const auto found =
+      cached_.find(Content{parent, std::vector<int64_t>(tokens.begin(), tokens.end())});
+  if (found == cached_.end()) return std::nullopt;
+  const int64_t block = found->second.block;
+  if (holders_[block] == 0) {
+    unheld_cached_.erase(unheld_position_[block]);
+    unheld_position_[block] = unheld_cached_.end();
+  }
+  ++holders_[block];
+  return std::make_pair(block, found->second.key);
+}
+
+void BlockPool::Forget(int64_t block) {
+  if (!content_[block]) return;
+  cached_.erase(*content_[block]);
+  content_[block].reset();
 }
 
 }  // namespace rlhfd::rollout

@@ -1,30 +1,69 @@
-// The paged KV cache's blocks as the scheduler sees them: a free list and a holder count per
-// block. The n samples of a prompt hold its prompt's full blocks together; a block goes back to
-// the free list when its last holder lets it go. Host-only bookkeeping; the cache's tensors are
-// PagedKvCache's.
+// The paged KV cache's blocks as the scheduler sees them: a free list, a holder count per block,
+// and a prefix cache. The n samples of a prompt hold its prompt's full blocks together; a block
+// goes back to the pool when its last holder lets it go.
+//
+// Prefix cache (vLLM's automatic prefix caching, within one Generate call: the weights do not
+// change inside it): a full block whose keys and values are all written can be registered under
+// its content, the key of the block before it (0 for a sequence's first block) and its tokens.
+// A registered block nobody holds stays cached, least recently released first to be reused, so a
+// later sequence with the same tokens from position 0 (a multi-turn sample going on, a preempted
+// one coming back, prompts sharing a system prompt) takes it instead of computing it again. Keys
+// are never reused, so a block registered under a parent that was since evicted can no longer
+// be found. Host-only bookkeeping; the cache's tensors are PagedKvCache's.
 #pragma once
 
 #include <cstdint>
+#include <list>
+#include <optional>
+#include <span>
+#include <utility>
 #include <vector>
+
+#include "absl/container/flat_hash_map.h"
 
 namespace rlhfd::rollout {
 
 class BlockPool {
  public:
-  explicit BlockPool(int64_t blocks);  // Blocks 0 .. blocks - 1, all free.
+  // Blocks 0 .. blocks - 1, all free; `prefix_caching` false: nothing is ever registered.
+  BlockPool(int64_t blocks, bool prefix_caching);
 
-  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
-  int64_t held_blocks() const { return static_cast<int64_t>(holders_.size() - free_.size()); }
-  // A free block, now held once. Requires free_blocks() > 0.
+  // Blocks Take() can hand out: free ones and cached ones nobody holds.
+  int64_t free_blocks() const { return static_cast<int64_t>(free_.size() + unheld_cached_.size()); }
+  int64_t held_blocks() const { return static_cast<int64_t>(holders_.size()) - free_blocks(); }
+  // A block, now held once: a free one, else the cached one released longest ago (dropped from
+  // the cache). Requires free_blocks() > 0.
   int64_t Take();
   // One more holder of a held block.
   void Share(int64_t block);
-  // One holder fewer; the block is free again when none is left.
+  // One holder fewer; with none left the block is free again, or cached when registered.
   void Release(int64_t block);
 
+  // Registers held, unregistered `block` as holding `tokens` after the block with key `parent`
+  // and returns its key. When another block is registered with that content already, this one
+  // stays unregistered and that block's key is returned. 0 when prefix caching is off.
+  uint64_t Register(int64_t block, uint64_t parent, std::span<const int64_t> tokens);
+  // The cached block holding `tokens` after the block with key `parent`, now held once more,
+  // with its key; none when no block holds them.
+  std::optional<std::pair<int64_t, uint64_t>> Acquire(uint64_t parent,
+                                                      std::span<const int64_t> tokens);
+
  private:
+  using Content = std::pair<uint64_t, std::vector<int64_t>>;  // (parent key, tokens)
+  struct Cached {
+    int64_t block;
+    uint64_t key;
+  };
+  void Forget(int64_t block);  // Drops a block's registration.
+
+  const bool prefix_caching_;
   std::vector<int64_t> free_;     // Taken from the back: the lowest ids first.
   std::vector<int32_t> holders_;  // Per block.
+  absl::flat_hash_map<Content, Cached> cached_;
+  std::vector<std::optional<Content>> content_;  // Per block: what it is registered as.
+  std::list<int64_t> unheld_cached_;             // Released longest ago first.
+  std::vector<std::list<int64_t>::iterator> unheld_position_;  // Per block, when in that list.
+  uint64_t next_key_ = 1;
 };
 
 }  // namespace rlhfd::rollout

@@ -14,22 +14,32 @@
 
 namespace rlhfd::rollout {
 
-at::Tensor DecodeAttentionReference(const at::Tensor& q, const at::Tensor& k_cache,
-                                    const at::Tensor& v_cache, const at::Tensor& block_tables,
-                                    const at::Tensor& positions) {
-  const int64_t batch = block_tables.size(0), max_blocks = block_tables.size(1);
+at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                          const at::Tensor& block_tables, int64_t used_blocks,
+                          const at::Tensor& query_positions, const at::Tensor& lengths) {
+  const int64_t batch = block_tables.size(0);
   const int64_t kv_heads = k_cache.size(1), block_size = k_cache.size(2), d = k_cache.size(3);
-  const int64_t capacity = max_blocks * block_size;
-  // (B · max_blocks, K, block_size, D) → (B, K, capacity, D): each sequence's positions in order.
+  const int64_t capacity = used_blocks * block_size;
+  const at::Tensor tables = block_tables.narrow(1, 0, used_blocks);
+  // (B · used_blocks, K, block_size, D) → (B, K, capacity, D): each sequence's positions in order.
   const auto gather = [&](const at::Tensor& cache) {
-    return cache.index_select(0, block_tables.reshape({-1}))
-        .view({batch, max_blocks, kv_heads, block_size, d})
+    return cache.index_select(0, tables.reshape({-1}))
+        .view({batch, used_blocks, kv_heads, block_size, d})
         .transpose(1, 2)
         .reshape({batch, kv_heads, capacity, d});
   };
-  const at::Tensor key_index = at::arange(capacity, positions.options()).unsqueeze(0);
-  const at::Tensor mask = (key_index <= positions.unsqueeze(1)).view({-1, 1, 1, capacity});
-  return model::ScaledDotProductAttention(q, gather(k_cache), gather(v_cache), mask);
+  const at::Tensor key_index = at::arange(capacity, query_positions.options()).view({1, 1, -1});
+  const at::Tensor allowed = (key_index <= query_positions.unsqueeze(2))
+                                 .logical_and(key_index < lengths.view({-1, 1, 1}));  // (B, T, S)
+  return model::ScaledDotProductAttention(q, gather(k_cache), gather(v_cache),
+                                          allowed.unsqueeze(1));
+}
+
+at::Tensor DecodeAttentionReference(const at::Tensor& q, const at::Tensor& k_cache,
+                                    const at::Tensor& v_cache, const at::Tensor& block_tables,
+                                    const at::Tensor& positions) {
+  return PagedAttention(q, k_cache, v_cache, block_tables, block_tables.size(1),
+                        positions.unsqueeze(1), positions + 1);
 }
 
 at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,

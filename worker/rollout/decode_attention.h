@@ -19,4 +19,13 @@ at::Tensor DecodeAttentionReference(const at::Tensor& q, const at::Tensor& k_cac
                                     const at::Tensor& v_cache, const at::Tensor& block_tables,
                                     const at::Tensor& positions);
 
+// Attention of T tokens per sequence whose keys and values are in the cache already, over the
+// sequence's earlier positions too (a prefill after a cached prefix): q (B, H, T, D) at
+// `query_positions` (B, T) int64; sequence b's keys are positions 0 … lengths[b] - 1 of its row
+// of `block_tables`, of which the first `used_blocks` are read. A query attends the keys at its
+// position and before. Returns (B, H, T, D). ATen's attention over the gathered blocks.
+at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                          const at::Tensor& block_tables, int64_t used_blocks,
+                          const at::Tensor& query_positions, const at::Tensor& lengths);
+
 }  // namespace rlhfd::rollout

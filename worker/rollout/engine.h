@@ -34,6 +34,10 @@ struct EngineOptions {
   // The cache's block count instead of the one the memory budget gives (like vLLM's
   // num_gpu_blocks_override); 0: from the budget. At least one sequence of max_model_len.
   int64_t cache_blocks_override = 0;
+  // Within a Generate call, whole blocks of written keys and values are kept under their tokens
+  // and reused by sequences that start with the same tokens (vLLM's automatic prefix caching):
+  // multi-turn samples going on, preempted ones coming back, prompts sharing a prefix.
+  bool enable_prefix_caching = true;
   // KV cache budget on a GPU: this fraction of the memory free when the cache is allocated
   // (after the weights), like vLLM's gpu_memory_utilization. The rest stays for activations.
   double gpu_memory_utilization = 0.6;
@@ -55,6 +59,7 @@ struct EngineStats {
   int64_t preemptions = 0;   // Sequences that gave their blocks up mid-run, to be prefilled again.
   int64_t prompts = 0;
   int64_t prefill_tokens = 0;  // Real prompt tokens prefilled (resumed contexts included).
+  int64_t cached_prefix_tokens = 0;  // Context tokens found in the prefix cache, not prefilled.
   int64_t resumed_turns = 0;   // Samples that went on after a stop (TurnHandler).
   int64_t decode_steps = 0;
   int64_t generated_tokens = 0;

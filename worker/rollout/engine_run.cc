@@ -8,6 +8,8 @@
 #include <chrono>
 #include <deque>
 #include <future>
+#include <optional>
+#include <span>
 #include <thread>
 
 #include "common/util/stopwatch.h"
@@ -24,6 +26,7 @@ struct GenerationEngine::Sequence {
   size_t request = 0;
   int64_t sample = 0;
   std::vector<int64_t> blocks;  // Its KV cache blocks, in position order (none while waiting).
+  std::vector<uint64_t> block_keys;  // Their prefix-cache keys; 0: not registered (yet).
   int64_t prompt_length = 0;
   int64_t next_position = 0;  // Where the next decode step launched for it writes.
   uint64_t seed = 0;
@@ -65,7 +68,8 @@ class GenerationEngine::Run {
         turns_(turns),
         interrupt_(interrupt),
         results_(requests.size()),
-        pool_(engine.cache_->blocks() - 1),  // Without the scratch block.
+        pool_(engine.cache_->blocks() - 1,  // Without the scratch block.
+              engine.options_.enable_prefix_caching),
         block_size_(engine.cache_->block_size()),
         rows_(engine.options_.max_num_seqs) {
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -214,36 +218,71 @@ class GenerationEngine::Run {
     }
     if (row_samples.empty()) return;
 
+    // Each row's first sample takes its context's blocks: those of a cached prefix (whole blocks,
+    // short of the last token, whose logits are needed), then new ones for the rest.
     const int64_t batch = static_cast<int64_t>(row_samples.size());
-    at::Tensor ids = at::zeros({batch, longest}, at::kLong);
-    at::Tensor mask = at::zeros({batch, longest}, at::kLong);
-    at::Tensor cache_rows = at::empty({batch, longest}, at::kLong);
+    std::vector<std::vector<int64_t>> contexts(batch);
+    std::vector<int64_t> cached(batch);
+    int64_t longest_new = 0, longest_context = 0;
+    for (int64_t b = 0, index = first_sequence; b < batch; index += row_samples[b], ++b) {
+      Sequence& first = running_[index];
+      contexts[b] = Context(first);
+      const int64_t length = static_cast<int64_t>(contexts[b].size());
+      uint64_t parent = 0;
+      for (int64_t block = 0; (block + 1) * block_size_ < length; ++block) {
+        const auto hit = pool_.Acquire(parent, BlockTokens(contexts[b], block));
+        if (!hit) break;
+        first.blocks.push_back(hit->first);
+        first.block_keys.push_back(parent = hit->second);
+      }
+      cached[b] = static_cast<int64_t>(first.blocks.size()) * block_size_;
+      while (static_cast<int64_t>(first.blocks.size()) < BlocksFor(length)) {
+        first.blocks.push_back(pool_.Take());
+        first.block_keys.push_back(0);
+      }
+      longest_new = std::max(longest_new, length - cached[b]);
+      longest_context = std::max(longest_context, length);
+    }
+    const bool with_past =
+        std::any_of(cached.begin(), cached.end(), [](int64_t c) { return c > 0; });
+    // The new tokens of each row, right-padded; padding writes to the scratch block.
+    at::Tensor ids = at::zeros({batch, longest_new}, at::kLong);
+    at::Tensor mask = at::zeros({batch, longest_new}, at::kLong);
+    at::Tensor cache_rows = at::empty({batch, longest_new}, at::kLong);
     at::Tensor last_index = at::empty({batch}, at::kLong);
+    std::optional<PrefillPast> past;
+    if (with_past) {
+      past = PrefillPast{.block_tables = at::full({batch, engine_.max_blocks_},
+                                                  engine_.cache_->scratch_block(), at::kLong),
+                         .used_blocks = BlocksFor(longest_context),
+                         .positions = at::empty({batch, longest_new}, at::kLong),
+                         .lengths = at::empty({batch}, at::kLong)};
+    }
     std::vector<int64_t> sample_rows, copy_from, copy_to;
     bool ragged = false;
-    int64_t tokens = 0;
-    size_t index = first_sequence;
-    for (int64_t b = 0; b < batch; ++b) {
+    int64_t tokens = 0, cached_tokens = 0;
+    for (int64_t b = 0, index = first_sequence; b < batch; ++b) {
       Sequence& first = running_[index];
-      const int64_t length = ContextLength(first);
-      ragged |= length != longest;
-      tokens += length;
-      int64_t* row = ids.data_ptr<int64_t>() + b * longest;
-      const std::vector<int64_t>& prompt = requests_[first.request].prompt_ids;
-      std::copy(prompt.begin(), prompt.end(), row);
-      std::copy(first.completion.token_ids.begin(), first.completion.token_ids.end(),
-                row + prompt.size());
-      std::fill_n(mask.data_ptr<int64_t>() + b * longest, length, 1);
-      last_index.data_ptr<int64_t>()[b] = length - 1;
-      // The first sample's blocks; padding to the scratch block.
-      for (int64_t block = 0; block < BlocksFor(length); ++block) {
-        first.blocks.push_back(pool_.Take());
-      }
-      int64_t* rows_of_tokens = cache_rows.data_ptr<int64_t>() + b * longest;
-      for (int64_t t = 0; t < longest; ++t) {
+      const int64_t length = static_cast<int64_t>(contexts[b].size()), fresh = length - cached[b];
+      ragged |= fresh != longest_new;
+      tokens += fresh;
+      cached_tokens += cached[b];
+      std::copy(contexts[b].begin() + cached[b], contexts[b].end(),
+                ids.data_ptr<int64_t>() + b * longest_new);
+      std::fill_n(mask.data_ptr<int64_t>() + b * longest_new, fresh, 1);
+      last_index.data_ptr<int64_t>()[b] = fresh - 1;
+      int64_t* rows_of_tokens = cache_rows.data_ptr<int64_t>() + b * longest_new;
+      for (int64_t t = 0; t < longest_new; ++t) {
+        const int64_t position = cached[b] + t;
         const int64_t block =
-            t < length ? first.blocks[t / block_size_] : engine_.cache_->scratch_block();
-        rows_of_tokens[t] = block * block_size_ + t % block_size_;
+            t < fresh ? first.blocks[position / block_size_] : engine_.cache_->scratch_block();
+        rows_of_tokens[t] = block * block_size_ + position % block_size_;
+        if (past) past->positions.data_ptr<int64_t>()[b * longest_new + t] = position;
+      }
+      if (past) {
+        std::copy(first.blocks.begin(), first.blocks.end(),
+                  past->block_tables.data_ptr<int64_t>() + b * engine_.max_blocks_);
+        past->lengths.data_ptr<int64_t>()[b] = length;
       }
       const int64_t full = length / block_size_;
       for (int64_t j = 0; j < row_samples[b]; ++j, ++index) {
@@ -263,14 +302,51 @@ class GenerationEngine::Run {
       }
     }
     NoteBlocksHeld();
-    const at::Tensor logits = PrefillForward(ids, mask, last_index, cache_rows, ragged);
+    const at::Tensor logits = PrefillForward(ids, mask, last_index, cache_rows, past, ragged);
     if (!copy_to.empty()) engine_.cache_->CopyBlocks(OnDevice(copy_from), OnDevice(copy_to));
+    // The prompts' whole blocks are written now: cached for later sequences, and the siblings
+    // know them under the same keys.
+    for (int64_t b = 0, index = first_sequence; b < batch; index += row_samples[b], ++b) {
+      RegisterWritten(running_[index], static_cast<int64_t>(contexts[b].size()));
+      // A partly filled block has no key: the siblings' own copies have none either.
+      for (int64_t j = 1; j < row_samples[b]; ++j) {
+        running_[index + j].block_keys = running_[index].block_keys;
+      }
+    }
     // Every sample's next token, drawn now (the host needs them before any decode step).
     DrawFirst(logits.index_select(0, OnDevice(sample_rows)), first_sequence);
 
     engine_.stats_.prompts += new_prompts;
     engine_.stats_.prefill_tokens += tokens;
+    engine_.stats_.cached_prefix_tokens += cached_tokens;
     engine_.stats_.prefill_seconds += SecondsSince(start);
+  }
+
+  // A sequence's context: its prompt, then its tokens so far.
+  std::vector<int64_t> Context(const Sequence& sequence) const {
+    std::vector<int64_t> context = requests_[sequence.request].prompt_ids;
+    context.insert(context.end(), sequence.completion.token_ids.begin(),
+                   sequence.completion.token_ids.end());
+    return context;
+  }
+
+  std::span<const int64_t> BlockTokens(const std::vector<int64_t>& context, int64_t block) const {
+    return std::span<const int64_t>(context).subspan(block * block_size_, block_size_);
+  }
+
+  // Registers the whole blocks of `sequence` whose keys and values are written, its first
+  // `written` positions, in the prefix cache (those it does not know a key of yet).
+  void RegisterWritten(Sequence& sequence, int64_t written) {
+    const std::vector<int64_t> context = Context(sequence);
+    uint64_t parent = 0;
+    const int64_t held = static_cast<int64_t>(sequence.blocks.size());
+    for (int64_t block = 0; block < held && (block + 1) * block_size_ <= written; ++block) {
+      uint64_t& key = sequence.block_keys[block];
+      if (key == 0)
+        key = pool_.Register(sequence.blocks[block], parent, BlockTokens(context, block));
+      if (key == 0) return;  // Prefix caching off.
+      parent = key;
+    }
   }
 
   // The n samples of waiting request `r`, appended to running_ (their blocks are Prefill's).
@@ -296,22 +372,29 @@ class GenerationEngine::Run {
   }
 
   // Prefills `ids` (B, T; row b's tokens where `mask` is 1, `last_index` its last), token (b, t)
-  // into cache row cache_rows[b][t]; the logits after each row's last token, (B, V).
+  // into cache row cache_rows[b][t], after the cached prefixes `past` describes when given; the
+  // logits after each row's last token, (B, V).
   at::Tensor PrefillForward(const at::Tensor& ids, const at::Tensor& mask,
                             const at::Tensor& last_index, const at::Tensor& cache_rows,
-                            bool ragged) {
+                            std::optional<PrefillPast> past, bool ragged) {
     const at::Device device = engine_.device_;
+    if (past) {
+      for (at::Tensor* part : {&past->block_tables, &past->positions, &past->lengths}) {
+        *part = part->to(device);
+      }
+    }
     PagedKvCache& cache = *engine_.cache_;
     if (engine_.fused_) {
       const at::Tensor logits = engine_.fused_->Prefill(ids.to(device), (last_index + 1).to(device),
-                                                        cache_rows.to(device), cache);
+                                                        cache_rows.to(device), past, cache);
       // Tensor-parallel: what follows copies from the host, which waits for the stream; the
       // prefill's collectives are waited for first, within the communicator's timeout.
       AwaitGroup();
       return logits;
     }
-    cache.BeginPrefill(cache_rows.to(device));
-    model::ForwardBatch forward{ids.to(device), ragged ? mask.to(device) : at::Tensor()};
+    const at::Tensor positions = past ? past->positions : at::Tensor();
+    cache.BeginPrefill(cache_rows.to(device), past);
+    model::ForwardBatch forward{ids.to(device), ragged ? mask.to(device) : at::Tensor(), positions};
     const at::Tensor hidden = engine_.model_->Hidden(forward, &cache);  // (B, T, C)
     const at::Tensor last = hidden.index(
         {at::arange(ids.size(0), hidden.options().dtype(at::kLong)), last_index.to(device)});
@@ -387,9 +470,13 @@ class GenerationEngine::Run {
     return sequence.prompt_length + static_cast<int64_t>(sequence.completion.token_ids.size());
   }
 
+  // Lets a sequence's blocks go, those whose keys and values are all written (all but its last
+  // token's) registered in the prefix cache first, so that it finds them when it comes back.
   void ReleaseBlocks(Sequence& sequence) {
+    RegisterWritten(sequence, ContextLength(sequence) - 1);
     for (int64_t block : sequence.blocks) pool_.Release(block);
     sequence.blocks.clear();
+    sequence.block_keys.clear();
   }
 
   // Moves a sample to the results and frees its blocks.
@@ -459,6 +546,7 @@ class GenerationEngine::Run {
       Sequence& sequence = running_[row];
       if (!NeedsBlock(sequence)) continue;
       sequence.blocks.push_back(pool_.Take());
+      sequence.block_keys.push_back(0);
       table_updates_.push_back({static_cast<int64_t>(row),
                                 static_cast<int64_t>(sequence.blocks.size()) - 1,
                                 sequence.blocks.back()});

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "worker/model/rope.h"
 #include "worker/parallel/tensor_parallel.h"
+#include "worker/rollout/decode_attention.h"
 #if RLHFD_HAVE_CUDA
 #include <c10/cuda/CUDAStream.h>
 
@@ -211,15 +212,17 @@ at::Tensor FusedDecoder::Decode(const at::Tensor& tokens, const at::Tensor& posi
 }
 
 at::Tensor FusedDecoder::Prefill(const at::Tensor& ids, const at::Tensor& lengths,
-                                 const at::Tensor& cache_rows, PagedKvCache& cache) {
+                                 const at::Tensor& cache_rows,
+                                 const std::optional<PrefillPast>& past, PagedKvCache& cache) {
   const int64_t batch = ids.size(0), t = ids.size(1), rows = batch * t;
   const int64_t heads = config_.num_heads, kv_heads = config_.num_kv_heads, d = config_.head_dim;
   const at::Tensor index = at::arange(t, lengths.options()).unsqueeze(0);  // (1, T)
   const at::Tensor real = index < lengths.unsqueeze(1);                    // (B, T)
-  const at::Tensor positions = at::where(real, index, at::zeros_like(index)).reshape({rows});
+  const at::Tensor positions = past ? past->positions.reshape({rows})
+                                    : at::where(real, index, at::zeros_like(index)).reshape({rows});
   // Right padding: keys past a sequence's length are masked; a plain batch runs SDPA's causal
   // kernels unmasked.
-  const bool ragged = !real.all().item<bool>();
+  const bool ragged = !past && !real.all().item<bool>();
   at::Tensor mask;
   if (ragged) {
     const at::Tensor causal = index.view({t, 1}) >= index.view({1, t});  // (T, T) query ≥ key
@@ -228,7 +231,15 @@ at::Tensor FusedDecoder::Prefill(const at::Tensor& ids, const at::Tensor& length
                .logical_or(at::eye(t, real.options()).unsqueeze(0))  // Padding sees itself.
                .unsqueeze(1);
   }
-  const auto attend = [&](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& qkv) {
+  const auto attend = [&](size_t layer, const at::Tensor& q, const at::Tensor& k,
+                          const at::Tensor& qkv) {
+    if (past) {  // Keys and values are in the cache by now (RopeAppend), the prefix's too.
+      return PagedAttention(q.view({batch, t, heads, d}).transpose(1, 2), cache.key(layer),
+                            cache.value(layer), past->block_tables, past->used_blocks,
+                            past->positions, past->lengths)
+          .transpose(1, 2)
+          .reshape({rows, heads * d});
+    }
     const at::Tensor v =
         qkv.view({batch, t, heads + 2 * kv_heads, d}).narrow(2, heads + kv_heads, kv_heads);
     const at::Tensor out = model::ScaledDotProductAttention(
@@ -249,7 +260,7 @@ at::Tensor FusedDecoder::Decode(const at::Tensor&, const at::Tensor&, const at::
   TORCH_CHECK(false, "FusedDecoder needs CUDA");
 }
 at::Tensor FusedDecoder::Prefill(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                 PagedKvCache&) {
+                                 const std::optional<PrefillPast>&, PagedKvCache&) {
   TORCH_CHECK(false, "FusedDecoder needs CUDA");
 }
 

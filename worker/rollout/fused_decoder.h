@@ -49,11 +49,12 @@ class FusedDecoder {
   // logits (B, V) float32. Writes each row's key and value into its blocks of `cache`.
   at::Tensor Decode(const at::Tensor& tokens, const at::Tensor& positions,
                     const at::Tensor& block_tables, PagedKvCache& cache);
-  // Whole prompts: ids (B, T) right-padded, lengths (B) and cache_rows (B, T) int64 on the
-  // device. Writes token (b, t)'s key and value to cache row cache_rows[b][t] and returns the
-  // logits after each prompt's last token (B, V) float32.
+  // Prompts: ids (B, T) right-padded, lengths (B) and cache_rows (B, T) int64 on the device.
+  // Writes token (b, t)'s key and value to cache row cache_rows[b][t] and returns the logits
+  // after each row's last token (B, V) float32. Without `past` the rows are whole prompts (flash
+  // attention); with it they follow cached prefixes, at past->positions, and attend them too.
   at::Tensor Prefill(const at::Tensor& ids, const at::Tensor& lengths, const at::Tensor& cache_rows,
-                     PagedKvCache& cache);
+                     const std::optional<PrefillPast>& past, PagedKvCache& cache);
 
  private:
   struct Layer {

@@ -32,9 +32,10 @@ at::Tensor PagedKvCache::CacheRows(const at::Tensor& block_tables, const at::Ten
   return rows.view(positions.sizes());
 }
 
-void PagedKvCache::BeginPrefill(const at::Tensor& cache_rows) {
+void PagedKvCache::BeginPrefill(const at::Tensor& cache_rows, std::optional<PrefillPast> past) {
   mode_ = Mode::kPrefill;
   cache_rows_ = cache_rows.reshape({-1});
+  past_ = std::move(past);
 }
 
 void PagedKvCache::BeginDecode(const at::Tensor& block_tables, const at::Tensor& positions) {
@@ -67,6 +68,10 @@ at::Tensor PagedKvCache::Attend(int64_t layer, const at::Tensor& q, const at::Te
     return x.transpose(1, 2).reshape({-1, x.size(1), x.size(3)});
   };
   Write(layer, cache_rows_, tokens(k), tokens(v));
+  if (mode_ == Mode::kPrefill && past_) {
+    return PagedAttention(q, keys_[layer], values_[layer], past_->block_tables, past_->used_blocks,
+                          past_->positions, past_->lengths);
+  }
   if (mode_ == Mode::kPrefill) return model::ScaledDotProductAttention(q, k, v, mask);
   return DecodeAttention(q, keys_[layer], values_[layer], block_tables_, positions_);
 }

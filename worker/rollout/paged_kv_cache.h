@@ -8,11 +8,22 @@
 
 #include <ATen/Tensor.h>
 
+#include <optional>
 #include <vector>
 
 #include "worker/model/transformer.h"
 
 namespace rlhfd::rollout {
+
+// What a prefill's sequences hold in the cache before it (cached prefixes): each row's block
+// table (B, max_blocks) int64, of which the first `used_blocks` hold its positions; the new
+// tokens' positions (B, T) int64; and each row's whole length (B) int64, cached and new tokens.
+struct PrefillPast {
+  at::Tensor block_tables;
+  int64_t used_blocks = 0;
+  at::Tensor positions;
+  at::Tensor lengths;
+};
 
 class PagedKvCache : public model::AttentionCache {
  public:
@@ -35,9 +46,10 @@ class PagedKvCache : public model::AttentionCache {
   at::Tensor& key(int64_t layer) { return keys_[layer]; }  // (blocks, K, block_size, D)
   at::Tensor& value(int64_t layer) { return values_[layer]; }
 
-  // The next forward is a prefill of whole prompts (B, T): token (b, t)'s key and value go to
-  // cache row cache_rows[b][t] (int64, on the cache's device).
-  void BeginPrefill(const at::Tensor& cache_rows);
+  // The next forward is a prefill (B, T): token (b, t)'s key and value go to cache row
+  // cache_rows[b][t] (int64, on the cache's device). With `past`, the tokens follow cached
+  // prefixes and attend them too; without, they are whole prompts.
+  void BeginPrefill(const at::Tensor& cache_rows, std::optional<PrefillPast> past = std::nullopt);
   // The next forward decodes one token per row at positions[b] of the sequence whose blocks are
   // row b of `block_tables` (B, max_blocks); it attends positions 0 … positions[b].
   void BeginDecode(const at::Tensor& block_tables, const at::Tensor& positions);
@@ -60,6 +72,7 @@ class PagedKvCache : public model::AttentionCache {
   int64_t blocks_, block_size_;
   Mode mode_ = Mode::kNone;
   at::Tensor cache_rows_, block_tables_, positions_;
+  std::optional<PrefillPast> past_;
 };
 
 }  // namespace rlhfd::rollout
