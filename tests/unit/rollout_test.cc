@@ -421,6 +421,18 @@ TEST_CASE("the prefix cache finds a block by its tokens and its parent, and evic
   CHECK(pool.Take() == a);
   CHECK_FALSE(pool.Acquire(0, first).has_value());
   CHECK(pool.Acquire(key_a, second).has_value());  // b stays; its parent's key is never reused.
+  pool.Release(b);
+  // Content whose only copy nobody holds moves to a block that registers it again: the key
+  // stays, the old block is free (so the content stays cached while anyone holds it).
+  pool.Release(c);
+  CHECK(pool.Register(a, 0, second) != key_b);  // Other content (another parent): a new key.
+  const int64_t d = pool.Take();
+  CHECK(d == c);
+  CHECK(pool.Register(d, key_a, second) == key_b);
+  CHECK(pool.free_blocks() == 1);  // b went back to the free list, d holds the registration.
+  CHECK(pool.Take() == b);
+  pool.Release(d);
+  CHECK(pool.Acquire(key_a, second) == std::make_pair(d, key_b));
   // Prefix caching off: nothing is registered or found.
   BlockPool plain(1, /*prefix_caching=*/false);
   const int64_t only = plain.Take();
@@ -527,17 +539,21 @@ TEST_CASE("a KV cache exhausted mid-run preempts and resumes sequences without c
   }
 }
 
-// Prompts sharing a 70-token prefix (two whole blocks), prefilled one at a time: each after the
-// first finds those blocks in the prefix cache and prefills only its own tokens. Greedy and
-// seeded sampled rows give the tokens of an engine without the cache, and log-probs equal to the
-// model's own forward over prompt + response (1e-4) either way.
+// Prompts sharing a 70-token prefix (two whole blocks) among two that do not, one of them
+// with n = 2. Prefilled one at a time, each sharing prompt after the first finds those blocks in
+// the prefix cache and prefills only its own tokens; two at a time, the first two compute the
+// prefix together (blocks are registered after their prefill), and later prefills mix rows with
+// and without a cached prefix. Greedy and seeded sampled rows give the tokens of an engine
+// without the cache, and log-probs equal to the model's own forward over prompt + response
+// (1e-4).
 TEST_CASE("prompts sharing a prefix prefill it once, with the results of an engine without it",
           "[rollout][paged]") {
   model::Transformer model = Load("tiny-qwen2");
   const std::vector<int64_t> shared = Prompt(70, 9);
   std::vector<GenerationRequest> requests;
   for (int64_t i = 0; i < 6; ++i) {
-    std::vector<int64_t> prompt = shared;
+    const bool sharing = i != 2 && i != 5;
+    std::vector<int64_t> prompt = sharing ? shared : Prompt(70, 40 + i);
     const std::vector<int64_t> own = Prompt(3 + i, 20 + i);
     prompt.insert(prompt.end(), own.begin(), own.end());
     GenerationRequest request = Greedy(prompt, 12);
@@ -546,11 +562,17 @@ TEST_CASE("prompts sharing a prefix prefill it once, with the results of an engi
       request.sampling.temperature = 0.7;
       request.sampling.seed = 70 + i;
     }
+    if (i == 3) request.sampling.n = 2;
     requests.push_back(request);
   }
+  // One prompt per prefill: prompts 1, 3 and 4 find the prefix; two per prefill (0 and 1, 2 and
+  // 3, 4 and 5): prompts 3 and 4.
+  const auto [prefill_budget, found] =
+      GENERATE(std::pair<int64_t, int64_t>{80, 3 * 64}, std::pair<int64_t, int64_t>{160, 2 * 64});
+  INFO("prefill budget " << prefill_budget);
   EngineOptions options;
   options.max_model_len = 128;
-  options.max_prefill_tokens = 80;  // One prompt per prefill.
+  options.max_prefill_tokens = prefill_budget;
   options.enable_prefix_caching = false;
   auto plain = MakeEngine(model, options);
   const auto expected = MustGenerate(*plain, requests);
@@ -558,31 +580,34 @@ TEST_CASE("prompts sharing a prefix prefill it once, with the results of an engi
   options.enable_prefix_caching = true;
   auto caching = MakeEngine(model, options);
   const auto results = MustGenerate(*caching, requests);
-  CHECK(caching->stats().cached_prefix_tokens == 5 * 64);
-  CHECK(caching->stats().prefill_tokens == plain->stats().prefill_tokens - 5 * 64);
+  CHECK(caching->stats().cached_prefix_tokens == found);
+  CHECK(caching->stats().prefill_tokens == plain->stats().prefill_tokens - found);
   for (size_t i = 0; i < requests.size(); ++i) {
-    INFO("request " << i);
-    const Completion& got = results[i].samples[0];
-    CHECK(got.token_ids == expected[i].samples[0].token_ids);
-    std::vector<int64_t> ids = requests[i].prompt_ids;
-    ids.insert(ids.end(), got.token_ids.begin(), got.token_ids.end());
-    at::Tensor logits;
-    {
-      c10::InferenceMode inference;
-      logits = model
-                   ->Logits(model->Hidden(
-                       model::ForwardBatch{at::tensor(ids, at::kLong).unsqueeze(0), at::Tensor()}))
-                   .squeeze(0)
-                   .to(at::kDouble);
-    }
-    const double temperature =
-        requests[i].sampling.temperature > 0 ? requests[i].sampling.temperature : 1.0;
-    const at::Tensor log_probs = at::log_softmax(logits / temperature, -1);
-    const int64_t p = static_cast<int64_t>(requests[i].prompt_ids.size());
-    for (size_t t = 0; t < got.token_ids.size(); ++t) {
-      CHECK(got.logprobs[t] ==
-            Approx(log_probs[p - 1 + static_cast<int64_t>(t)][got.token_ids[t]].item<double>())
-                .margin(1e-4));
+    REQUIRE(results[i].samples.size() == expected[i].samples.size());
+    for (size_t j = 0; j < results[i].samples.size(); ++j) {
+      INFO("request " << i << " sample " << j);
+      const Completion& got = results[i].samples[j];
+      CHECK(got.token_ids == expected[i].samples[j].token_ids);
+      std::vector<int64_t> ids = requests[i].prompt_ids;
+      ids.insert(ids.end(), got.token_ids.begin(), got.token_ids.end());
+      at::Tensor logits;
+      {
+        c10::InferenceMode inference;
+        logits = model
+                     ->Logits(model->Hidden(model::ForwardBatch{
+                         at::tensor(ids, at::kLong).unsqueeze(0), at::Tensor()}))
+                     .squeeze(0)
+                     .to(at::kDouble);
+      }
+      const double temperature =
+          requests[i].sampling.temperature > 0 ? requests[i].sampling.temperature : 1.0;
+      const at::Tensor log_probs = at::log_softmax(logits / temperature, -1);
+      const int64_t p = static_cast<int64_t>(requests[i].prompt_ids.size());
+      for (size_t t = 0; t < got.token_ids.size(); ++t) {
+        CHECK(got.logprobs[t] ==
+              Approx(log_probs[p - 1 + static_cast<int64_t>(t)][got.token_ids[t]].item<double>())
+                  .margin(1e-4));
+      }
     }
   }
 }

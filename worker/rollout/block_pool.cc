@@ -46,12 +46,22 @@ void BlockPool::Release(int64_t block) {
 }
 
 uint64_t BlockPool::Register(int64_t block, uint64_t parent, std::span<const int64_t> tokens) {
-  TORCH_CHECK(holders_.at(block) > 0 && !content_[block], "BlockPool: registering block ", block,
-              ", which is free or registered");
+  TORCH_CHECK(holders_.at(block) > 0, "BlockPool: registering block ", block, ", which is free");
   if (!prefix_caching_) return 0;
+  if (content_[block]) return cached_.at(*content_[block]).key;
   Content content{parent, std::vector<int64_t>(tokens.begin(), tokens.end())};
-  if (const auto found = cached_.find(content); found != cached_.end()) return found->second.key;
-  const uint64_t key = next_key_++;
+  uint64_t key = next_key_;
+  if (const auto found = cached_.find(content); found != cached_.end()) {
+    const int64_t other = found->second.block;
+    if (holders_[other] > 0) return found->second.key;
+    key = found->second.key;  // Moves to `block`: `other` is unheld, so it would go first.
+    unheld_cached_.erase(unheld_position_[other]);
+    unheld_position_[other] = unheld_cached_.end();
+    Forget(other);
+    free_.push_back(other);
+  } else {
+    ++next_key_;
+  }
   cached_.emplace(content, Cached{block, key});
   content_[block] = std::move(content);
   return key;

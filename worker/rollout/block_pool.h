@@ -39,9 +39,11 @@ class BlockPool {
   // One holder fewer; with none left the block is free again, or cached when registered.
   void Release(int64_t block);
 
-  // Registers held, unregistered `block` as holding `tokens` after the block with key `parent`
-  // and returns its key. When another block is registered with that content already, this one
-  // stays unregistered and that block's key is returned. 0 when prefix caching is off.
+  // The key of the content `tokens` after the block with key `parent`, which held `block` holds:
+  // its own registration if it has one; else, when another block is registered with that content,
+  // that one's key (the registration moving to `block` when nobody holds the other, which goes
+  // back to the free list, so the content stays cached as long as anyone holds it); else a new
+  // key for `block`. 0 when prefix caching is off.
   uint64_t Register(int64_t block, uint64_t parent, std::span<const int64_t> tokens);
   // The cached block holding `tokens` after the block with key `parent`, now held once more,
   // with its key; none when no block holds them.

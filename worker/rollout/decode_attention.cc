@@ -31,8 +31,15 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_cache, const 
   const at::Tensor key_index = at::arange(capacity, query_positions.options()).view({1, 1, -1});
   const at::Tensor allowed = (key_index <= query_positions.unsqueeze(2))
                                  .logical_and(key_index < lengths.view({-1, 1, 1}));  // (B, T, S)
-  return model::ScaledDotProductAttention(q, gather(k_cache), gather(v_cache),
-                                          allowed.unsqueeze(1));
+  at::Tensor keys = gather(k_cache), values = gather(v_cache);
+  if (q.is_cuda() && q.size(1) != kv_heads) {
+    // Each query head its key/value head's copy: with a mask and grouped heads ATen's attention
+    // falls back to its math kernel, which holds all B·H·T·S scores; with as many key/value
+    // heads as query heads its memory-efficient kernel can take the mask.
+    keys = keys.repeat_interleave(q.size(1) / kv_heads, 1);
+    values = values.repeat_interleave(q.size(1) / kv_heads, 1);
+  }
+  return model::ScaledDotProductAttention(q, keys, values, allowed.unsqueeze(1));
 }
 
 at::Tensor DecodeAttentionReference(const at::Tensor& q, const at::Tensor& k_cache,

@@ -58,7 +58,7 @@ struct EngineStats {
   int64_t peak_blocks = 0;   // The most cache blocks held at once so far.
   int64_t preemptions = 0;   // Sequences that gave their blocks up mid-run, to be prefilled again.
   int64_t prompts = 0;
-  int64_t prefill_tokens = 0;  // Real prompt tokens prefilled (resumed contexts included).
+  int64_t prefill_tokens = 0;  // Context tokens prefilled (computed; resumed contexts included).
   int64_t cached_prefix_tokens = 0;  // Context tokens found in the prefix cache, not prefilled.
   int64_t resumed_turns = 0;   // Samples that went on after a stop (TurnHandler).
   int64_t decode_steps = 0;

@@ -26,7 +26,6 @@ struct GenerationEngine::Sequence {
   size_t request = 0;
   int64_t sample = 0;
   std::vector<int64_t> blocks;  // Its KV cache blocks, in position order (none while waiting).
-  std::vector<uint64_t> block_keys;  // Their prefix-cache keys; 0: not registered (yet).
   int64_t prompt_length = 0;
   int64_t next_position = 0;  // Where the next decode step launched for it writes.
   uint64_t seed = 0;
@@ -47,10 +46,9 @@ struct GenerationEngine::Sequence {
 // max_model_len fits the cache), so the call ends. Sampling is keyed by (seed, token index), so a
 // resumed sequence draws what it would have.
 //
-// Multi-turn (a TurnHandler): a sample that stops gives its blocks up and waits in paused_ while
-// its handler works out the next turn; when it goes on, its inserted tokens are appended and its
-// whole context waits in requeued_ to be prefilled again (simple and exact; a prefix cache would
-// save the recomputation).
+// Multi-turn (a TurnHandler): a sample that stops gives its blocks up (to the prefix cache) and
+// waits in paused_ while its handler works out the next turn; when it goes on, its inserted
+// tokens are appended and it waits in requeued_ to be prefilled again from its cached blocks on.
 //
 // Decode steps are pipelined: step k+1 is launched before the host reads step k's tokens, so the
 // host's bookkeeping and the graph launch overlap the GPU's work. While the running set stays the
@@ -233,12 +231,11 @@ class GenerationEngine::Run {
         const auto hit = pool_.Acquire(parent, BlockTokens(contexts[b], block));
         if (!hit) break;
         first.blocks.push_back(hit->first);
-        first.block_keys.push_back(parent = hit->second);
+        parent = hit->second;
       }
       cached[b] = static_cast<int64_t>(first.blocks.size()) * block_size_;
       while (static_cast<int64_t>(first.blocks.size()) < BlocksFor(length)) {
         first.blocks.push_back(pool_.Take());
-        first.block_keys.push_back(0);
       }
       longest_new = std::max(longest_new, length - cached[b]);
       longest_context = std::max(longest_context, length);
@@ -304,14 +301,9 @@ class GenerationEngine::Run {
     NoteBlocksHeld();
     const at::Tensor logits = PrefillForward(ids, mask, last_index, cache_rows, past, ragged);
     if (!copy_to.empty()) engine_.cache_->CopyBlocks(OnDevice(copy_from), OnDevice(copy_to));
-    // The prompts' whole blocks are written now: cached for later sequences, and the siblings
-    // know them under the same keys.
+    // The prompts' whole blocks are written now: cached for later sequences.
     for (int64_t b = 0, index = first_sequence; b < batch; index += row_samples[b], ++b) {
       RegisterWritten(running_[index], static_cast<int64_t>(contexts[b].size()));
-      // A partly filled block has no key: the siblings' own copies have none either.
-      for (int64_t j = 1; j < row_samples[b]; ++j) {
-        running_[index + j].block_keys = running_[index].block_keys;
-      }
     }
     // Every sample's next token, drawn now (the host needs them before any decode step).
     DrawFirst(logits.index_select(0, OnDevice(sample_rows)), first_sequence);
@@ -335,17 +327,14 @@ class GenerationEngine::Run {
   }
 
   // Registers the whole blocks of `sequence` whose keys and values are written, its first
-  // `written` positions, in the prefix cache (those it does not know a key of yet).
-  void RegisterWritten(Sequence& sequence, int64_t written) {
+  // `written` positions, in the prefix cache (a block registered already keeps its key).
+  void RegisterWritten(const Sequence& sequence, int64_t written) {
     const std::vector<int64_t> context = Context(sequence);
     uint64_t parent = 0;
     const int64_t held = static_cast<int64_t>(sequence.blocks.size());
     for (int64_t block = 0; block < held && (block + 1) * block_size_ <= written; ++block) {
-      uint64_t& key = sequence.block_keys[block];
-      if (key == 0)
-        key = pool_.Register(sequence.blocks[block], parent, BlockTokens(context, block));
-      if (key == 0) return;  // Prefix caching off.
-      parent = key;
+      parent = pool_.Register(sequence.blocks[block], parent, BlockTokens(context, block));
+      if (parent == 0) return;  // Prefix caching off.
     }
   }
 
@@ -471,12 +460,15 @@ class GenerationEngine::Run {
   }
 
   // Lets a sequence's blocks go, those whose keys and values are all written (all but its last
-  // token's) registered in the prefix cache first, so that it finds them when it comes back.
+  // token's) registered in the prefix cache first, so that it finds them when it comes back. Last
+  // block first: cached blocks are evicted in the order they were released, and a prefix is
+  // found only from its first block on.
   void ReleaseBlocks(Sequence& sequence) {
     RegisterWritten(sequence, ContextLength(sequence) - 1);
-    for (int64_t block : sequence.blocks) pool_.Release(block);
+    for (auto block = sequence.blocks.rbegin(); block != sequence.blocks.rend(); ++block) {
+      pool_.Release(*block);
+    }
     sequence.blocks.clear();
-    sequence.block_keys.clear();
   }
 
   // Moves a sample to the results and frees its blocks.
@@ -546,7 +538,6 @@ class GenerationEngine::Run {
       Sequence& sequence = running_[row];
       if (!NeedsBlock(sequence)) continue;
       sequence.blocks.push_back(pool_.Take());
-      sequence.block_keys.push_back(0);
       table_updates_.push_back({static_cast<int64_t>(row),
                                 static_cast<int64_t>(sequence.blocks.size()) - 1,
                                 sequence.blocks.back()});
