@@ -304,17 +304,17 @@ TEST_CASE("continuous batching gives each prompt's output alone", "[rollout]") {
   for (const auto& request : requests) {
     alone.push_back(MustGenerate(*alone_engine, {request})[0].samples[0]);
   }
-  // Fewer slots than prompts: sequences join as others finish, at different steps. With a small
-  // prefill budget one prompt joins at a time; with a large one a prefill fills every free slot.
-  const auto [slots, prefill_tokens] =
+  // Fewer rows than prompts: sequences join as others finish, at different steps. With a small
+  // prefill budget one prompt joins at a time; with a large one a prefill fills every free row.
+  const auto [rows, prefill_tokens] =
       GENERATE(std::pair<int64_t, int64_t>{2, 8}, std::pair<int64_t, int64_t>{3, 16384});
-  INFO(slots << " slots, prefill budget " << prefill_tokens);
+  INFO(rows << " rows, prefill budget " << prefill_tokens);
   EngineOptions options;
-  options.max_num_seqs = slots;
+  options.max_num_seqs = rows;
   options.max_prefill_tokens = prefill_tokens;
   auto engine = MakeEngine(model, options);
   const auto together = MustGenerate(*engine, requests);
-  CHECK(engine->stats().peak_running == slots);
+  CHECK(engine->stats().peak_running == rows);
   CHECK(engine->stats().prompts == 7);
   for (size_t i = 0; i < requests.size(); ++i) {
     INFO("request " << i);
@@ -895,8 +895,8 @@ TEST_CASE("release frees the cache and the next generate rebuilds it", "[rollout
 // Partial rollouts (trainer.mode async): a call interrupted mid-way returns every unfinished
 // sample with its tokens so far; resumed from them (each its own request, with its own seed),
 // the samples end as they would have uninterrupted: the same tokens, sampled or greedy, and the
-// same log-probs (the resumed context is prefilled where it was decoded: within 1e-4). Two cache
-// slots for six samples, so some wait unadmitted when the interruption comes.
+// same log-probs (the resumed context is prefilled where it was decoded: within 1e-4). Two rows
+// for six samples, so some wait unadmitted when the interruption comes.
 TEST_CASE("partial rollouts: interrupted samples resumed from their tokens end as uninterrupted",
           "[rollout][partial]") {
   EngineOptions options;
