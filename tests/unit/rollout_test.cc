@@ -368,7 +368,7 @@ TEST_CASE("n samples share one prefill and equal n separate prompts", "[rollout]
 
 TEST_CASE("the block pool hands out free blocks and takes a shared one back with its last holder",
           "[rollout]") {
-  BlockPool pool(3, /*prefix_caching=*/true);
+  BlockPool pool(3, /*block_size=*/32, /*prefix_caching=*/true);
   CHECK(pool.free_blocks() == 3);
   const int64_t a = pool.Take(), b = pool.Take();
   CHECK(a != b);
@@ -389,7 +389,7 @@ TEST_CASE("the block pool hands out free blocks and takes a shared one back with
 
 TEST_CASE("the prefix cache finds a block by its tokens and its parent, and evicts the oldest",
           "[rollout]") {
-  BlockPool pool(3, /*prefix_caching=*/true);
+  BlockPool pool(3, /*block_size=*/2, /*prefix_caching=*/true);
   const std::vector<int64_t> first = {1, 2}, second = {3, 4};
   const int64_t a = pool.Take(), b = pool.Take();
   const uint64_t key_a = pool.Register(a, 0, first);
@@ -434,12 +434,39 @@ TEST_CASE("the prefix cache finds a block by its tokens and its parent, and evic
   pool.Release(d);
   CHECK(pool.Acquire(key_a, second) == std::make_pair(d, key_b));
   // Prefix caching off: nothing is registered or found.
-  BlockPool plain(1, /*prefix_caching=*/false);
+  BlockPool plain(1, /*block_size=*/2, /*prefix_caching=*/false);
   const int64_t only = plain.Take();
   CHECK(plain.Register(only, 0, first) == 0);
   plain.Release(only);
   CHECK_FALSE(plain.Acquire(0, first).has_value());
   CHECK(plain.free_blocks() == 1);
+}
+
+TEST_CASE("a sequence's blocks: a cached prefix taken, siblings sharing, released last first",
+          "[rollout]") {
+  BlockPool pool(8, /*block_size=*/2, /*prefix_caching=*/true);
+  const std::vector<int64_t> context = {1, 2, 3, 4, 5};  // Two whole blocks and a partial one.
+  std::vector<int64_t> first;
+  CHECK(pool.TakeContext(context, first) == 0);  // Nothing cached yet.
+  CHECK(first.size() == 3);
+  // A sibling shares the two whole blocks and copies the partial one.
+  std::vector<int64_t> sibling;
+  const auto copy = pool.ShareContext(first, 5, sibling);
+  REQUIRE(copy.has_value());
+  CHECK(copy->first == first[2]);
+  CHECK(sibling == std::vector<int64_t>{first[0], first[1], copy->second});
+  CHECK(pool.held_blocks() == 4);
+  // Released with 4 positions written: the two whole blocks are cached, last first.
+  pool.ReleaseContext(context, sibling, 4);
+  pool.ReleaseContext(context, first, 4);
+  CHECK(first.empty());
+  CHECK(pool.held_blocks() == 0);
+  // The same context again finds both whole blocks (short of the last token's block).
+  std::vector<int64_t> again;
+  CHECK(pool.TakeContext(context, again) == 4);
+  // A context of exactly two blocks finds only the first: its last token must be computed.
+  std::vector<int64_t> edge;
+  CHECK(pool.TakeContext(std::vector<int64_t>{1, 2, 3, 4}, edge) == 2);
 }
 
 // The paged cache holds what sequences actually use: a cache of 10 blocks of 32 positions (320,

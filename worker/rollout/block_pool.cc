@@ -4,8 +4,9 @@
 
 namespace rlhfd::rollout {
 
-BlockPool::BlockPool(int64_t blocks, bool prefix_caching)
-    : prefix_caching_(prefix_caching),
+BlockPool::BlockPool(int64_t blocks, int64_t block_size, bool prefix_caching)
+    : block_size_(block_size),
+      prefix_caching_(prefix_caching),
       holders_(blocks, 0),
       content_(blocks),
       unheld_position_(blocks, unheld_cached_.end()) {
@@ -80,6 +81,49 @@ std::optional<std::pair<int64_t, uint64_t>> BlockPool::Acquire(uint64_t parent,
   }
   ++holders_[block];
   return std::make_pair(block, found->second.key);
+}
+
+int64_t BlockPool::TakeContext(std::span<const int64_t> context, std::vector<int64_t>& blocks) {
+  const int64_t length = static_cast<int64_t>(context.size());
+  uint64_t parent = 0;
+  for (int64_t block = 0; (block + 1) * block_size_ < length; ++block) {
+    const auto hit = Acquire(parent, BlockTokens(context, block));
+    if (!hit) break;
+    blocks.push_back(hit->first);
+    parent = hit->second;
+  }
+  const int64_t cached = static_cast<int64_t>(blocks.size()) * block_size_;
+  while (static_cast<int64_t>(blocks.size()) < BlocksFor(length)) blocks.push_back(Take());
+  return cached;
+}
+
+std::optional<std::pair<int64_t, int64_t>> BlockPool::ShareContext(
+    const std::vector<int64_t>& first, int64_t length, std::vector<int64_t>& sibling) {
+  const int64_t full = length / block_size_;
+  for (int64_t block = 0; block < full; ++block) {
+    Share(first[block]);
+    sibling.push_back(first[block]);
+  }
+  if (full == static_cast<int64_t>(first.size())) return std::nullopt;
+  sibling.push_back(Take());
+  return std::make_pair(first.back(), sibling.back());
+}
+
+void BlockPool::RegisterWritten(std::span<const int64_t> context,
+                                const std::vector<int64_t>& blocks, int64_t written) {
+  uint64_t parent = 0;
+  const int64_t held = static_cast<int64_t>(blocks.size());
+  for (int64_t block = 0; block < held && (block + 1) * block_size_ <= written; ++block) {
+    parent = Register(blocks[block], parent, BlockTokens(context, block));
+    if (parent == 0) return;  // Prefix caching off.
+  }
+}
+
+void BlockPool::ReleaseContext(std::span<const int64_t> context, std::vector<int64_t>& blocks,
+                               int64_t written) {
+  RegisterWritten(context, blocks, written);
+  for (auto block = blocks.rbegin(); block != blocks.rend(); ++block) Release(*block);
+  blocks.clear();
 }
 
 void BlockPool::Forget(int64_t block) {

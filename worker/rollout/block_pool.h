@@ -25,8 +25,12 @@ namespace rlhfd::rollout {
 
 class BlockPool {
  public:
-  // Blocks 0 .. blocks - 1, all free; `prefix_caching` false: nothing is ever registered.
-  BlockPool(int64_t blocks, bool prefix_caching);
+  // Blocks 0 .. blocks - 1 of `block_size` positions, all free; `prefix_caching` false: nothing
+  // is ever registered.
+  BlockPool(int64_t blocks, int64_t block_size, bool prefix_caching);
+
+  int64_t block_size() const { return block_size_; }
+  int64_t BlocksFor(int64_t positions) const { return (positions + block_size_ - 1) / block_size_; }
 
   // Blocks Take() can hand out: free ones and cached ones nobody holds.
   int64_t free_blocks() const { return static_cast<int64_t>(free_.size() + unheld_cached_.size()); }
@@ -50,6 +54,25 @@ class BlockPool {
   std::optional<std::pair<int64_t, uint64_t>> Acquire(uint64_t parent,
                                                       std::span<const int64_t> tokens);
 
+  // A sequence's blocks, in position order, for its context (its prompt and tokens so far):
+  // Into empty `blocks`, the context's cached whole blocks from position 0 on (short of its last
+  // token, whose logits a prefill must compute), then new ones for the rest; returns the
+  // positions found cached.
+  int64_t TakeContext(std::span<const int64_t> context, std::vector<int64_t>& blocks);
+  // Into empty `sibling`: the whole blocks of `first`, which holds a context of `length`
+  // positions, shared, and a new block for a partly filled last one; returns (first's, the
+  // sibling's) for the caller to copy, when there is one.
+  std::optional<std::pair<int64_t, int64_t>> ShareContext(const std::vector<int64_t>& first,
+                                                          int64_t length,
+                                                          std::vector<int64_t>& sibling);
+  // Registers the whole blocks among the first `written` positions of `context`.
+  void RegisterWritten(std::span<const int64_t> context, const std::vector<int64_t>& blocks,
+                       int64_t written);
+  // RegisterWritten, then lets all of `blocks` go, last first (cached blocks are evicted in the
+  // order they were released, and a prefix is found only from its first block on).
+  void ReleaseContext(std::span<const int64_t> context, std::vector<int64_t>& blocks,
+                      int64_t written);
+
  private:
   using Content = std::pair<uint64_t, std::vector<int64_t>>;  // (parent key, tokens)
   struct Cached {
@@ -58,6 +81,11 @@ class BlockPool {
   };
   void Forget(int64_t block);  // Drops a block's registration.
 
+  std::span<const int64_t> BlockTokens(std::span<const int64_t> context, int64_t block) const {
+    return context.subspan(block * block_size_, block_size_);
+  }
+
+  const int64_t block_size_;
   const bool prefix_caching_;
   std::vector<int64_t> free_;     // Taken from the back: the lowest ids first.
   std::vector<int32_t> holders_;  // Per block.

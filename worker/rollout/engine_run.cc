@@ -15,6 +15,7 @@
 #include "common/util/stopwatch.h"
 #include "worker/rollout/block_pool.h"
 #include "worker/rollout/engine.h"
+#include "worker/rollout/prefill_inputs.h"
 #include "worker/rollout/sampler.h"
 #include "worker/rollout/sampling_math.h"
 
@@ -67,8 +68,7 @@ class GenerationEngine::Run {
         interrupt_(interrupt),
         results_(requests.size()),
         pool_(engine.cache_->blocks() - 1,  // Without the scratch block.
-              engine.options_.enable_prefix_caching),
-        block_size_(engine.cache_->block_size()),
+              engine.cache_->block_size(), engine.options_.enable_prefix_caching),
         rows_(engine.options_.max_num_seqs) {
     for (size_t i = 0; i < requests.size(); ++i) {
       waiting_.push_back(i);
@@ -131,21 +131,19 @@ class GenerationEngine::Run {
 
   bool Pending() const { return !waiting_.empty() || !requeued_.empty(); }
 
-  int64_t BlocksFor(int64_t positions) const { return (positions + block_size_ - 1) / block_size_; }
-
   // The next admission: a requeued sequence first (they were admitted before), else the next
   // waiting request.
   Admission Next() const {
     if (!requeued_.empty()) {
       const int64_t context = ContextLength(requeued_.front());
-      return {context, 1, BlocksFor(context)};
+      return {context, 1, pool_.BlocksFor(context)};
     }
     const GenerationRequest& request = requests_[waiting_.front()];
     const int64_t context = ContextLength(request), n = request.sampling.n;
     // The first sample holds the prompt's blocks, its siblings share the full ones and copy a
     // partly filled last one.
-    const int64_t partial = context % block_size_ != 0 ? 1 : 0;
-    return {context, n, BlocksFor(context) + (n - 1) * partial};
+    const int64_t partial = context % pool_.block_size() != 0 ? 1 : 0;
+    return {context, n, pool_.BlocksFor(context) + (n - 1) * partial};
   }
 
   // Whether `next` fits beside `rows` running rows and the `reserved` blocks of this prefill's
@@ -217,99 +215,44 @@ class GenerationEngine::Run {
     if (row_samples.empty()) return;
 
     // Each row's first sample takes its context's blocks: those of a cached prefix (whole blocks,
-    // short of the last token, whose logits are needed), then new ones for the rest.
+    // short of the last token, whose logits are needed), then new ones for the rest; its
+    // siblings share the whole ones and copy a partly filled last one.
     const int64_t batch = static_cast<int64_t>(row_samples.size());
     std::vector<std::vector<int64_t>> contexts(batch);
-    std::vector<int64_t> cached(batch);
-    int64_t longest_new = 0, longest_context = 0;
-    for (int64_t b = 0, index = first_sequence; b < batch; index += row_samples[b], ++b) {
-      Sequence& first = running_[index];
-      contexts[b] = Context(first);
-      const int64_t length = static_cast<int64_t>(contexts[b].size());
-      uint64_t parent = 0;
-      for (int64_t block = 0; (block + 1) * block_size_ < length; ++block) {
-        const auto hit = pool_.Acquire(parent, BlockTokens(contexts[b], block));
-        if (!hit) break;
-        first.blocks.push_back(hit->first);
-        parent = hit->second;
-      }
-      cached[b] = static_cast<int64_t>(first.blocks.size()) * block_size_;
-      while (static_cast<int64_t>(first.blocks.size()) < BlocksFor(length)) {
-        first.blocks.push_back(pool_.Take());
-      }
-      longest_new = std::max(longest_new, length - cached[b]);
-      longest_context = std::max(longest_context, length);
-    }
-    const bool with_past =
-        std::any_of(cached.begin(), cached.end(), [](int64_t c) { return c > 0; });
-    // The new tokens of each row, right-padded; padding writes to the scratch block.
-    at::Tensor ids = at::zeros({batch, longest_new}, at::kLong);
-    at::Tensor mask = at::zeros({batch, longest_new}, at::kLong);
-    at::Tensor cache_rows = at::empty({batch, longest_new}, at::kLong);
-    at::Tensor last_index = at::empty({batch}, at::kLong);
-    std::optional<PrefillPast> past;
-    if (with_past) {
-      past = PrefillPast{.block_tables = at::full({batch, engine_.max_blocks_},
-                                                  engine_.cache_->scratch_block(), at::kLong),
-                         .used_blocks = BlocksFor(longest_context),
-                         .positions = at::empty({batch, longest_new}, at::kLong),
-                         .lengths = at::empty({batch}, at::kLong)};
-    }
+    std::vector<PrefillRow> prefill_rows(batch);
     std::vector<int64_t> sample_rows, copy_from, copy_to;
-    bool ragged = false;
-    int64_t tokens = 0, cached_tokens = 0;
+    int64_t cached_tokens = 0;
     for (int64_t b = 0, index = first_sequence; b < batch; ++b) {
       Sequence& first = running_[index];
-      const int64_t length = static_cast<int64_t>(contexts[b].size()), fresh = length - cached[b];
-      ragged |= fresh != longest_new;
-      tokens += fresh;
-      cached_tokens += cached[b];
-      std::copy(contexts[b].begin() + cached[b], contexts[b].end(),
-                ids.data_ptr<int64_t>() + b * longest_new);
-      std::fill_n(mask.data_ptr<int64_t>() + b * longest_new, fresh, 1);
-      last_index.data_ptr<int64_t>()[b] = fresh - 1;
-      int64_t* rows_of_tokens = cache_rows.data_ptr<int64_t>() + b * longest_new;
-      for (int64_t t = 0; t < longest_new; ++t) {
-        const int64_t position = cached[b] + t;
-        const int64_t block =
-            t < fresh ? first.blocks[position / block_size_] : engine_.cache_->scratch_block();
-        rows_of_tokens[t] = block * block_size_ + position % block_size_;
-        if (past) past->positions.data_ptr<int64_t>()[b * longest_new + t] = position;
-      }
-      if (past) {
-        std::copy(first.blocks.begin(), first.blocks.end(),
-                  past->block_tables.data_ptr<int64_t>() + b * engine_.max_blocks_);
-        past->lengths.data_ptr<int64_t>()[b] = length;
-      }
-      const int64_t full = length / block_size_;
+      contexts[b] = Context(first);
+      const int64_t cached = pool_.TakeContext(contexts[b], first.blocks);
+      prefill_rows[b] = {contexts[b], cached, first.blocks};
+      cached_tokens += cached;
       for (int64_t j = 0; j < row_samples[b]; ++j, ++index) {
         sample_rows.push_back(b);
         if (j == 0) continue;
-        // A sibling shares the full blocks and gets its own copy of a partly filled last one.
-        Sequence& sibling = running_[index];
-        for (int64_t block = 0; block < full; ++block) {
-          pool_.Share(first.blocks[block]);
-          sibling.blocks.push_back(first.blocks[block]);
-        }
-        if (full < static_cast<int64_t>(first.blocks.size())) {
-          sibling.blocks.push_back(pool_.Take());
-          copy_from.push_back(first.blocks.back());
-          copy_to.push_back(sibling.blocks.back());
+        const int64_t length = static_cast<int64_t>(contexts[b].size());
+        if (const auto copy = pool_.ShareContext(first.blocks, length, running_[index].blocks)) {
+          copy_from.push_back(copy->first);
+          copy_to.push_back(copy->second);
         }
       }
     }
+    const PrefillInputs inputs = MakePrefillInputs(
+        prefill_rows, pool_.block_size(), engine_.cache_->scratch_block(), engine_.max_blocks_);
     NoteBlocksHeld();
-    const at::Tensor logits = PrefillForward(ids, mask, last_index, cache_rows, past, ragged);
+    const at::Tensor logits = PrefillForward(inputs);
     if (!copy_to.empty()) engine_.cache_->CopyBlocks(OnDevice(copy_from), OnDevice(copy_to));
     // The prompts' whole blocks are written now: cached for later sequences.
     for (int64_t b = 0, index = first_sequence; b < batch; index += row_samples[b], ++b) {
-      RegisterWritten(running_[index], static_cast<int64_t>(contexts[b].size()));
+      pool_.RegisterWritten(contexts[b], running_[index].blocks,
+                            static_cast<int64_t>(contexts[b].size()));
     }
     // Every sample's next token, drawn now (the host needs them before any decode step).
     DrawFirst(logits.index_select(0, OnDevice(sample_rows)), first_sequence);
 
     engine_.stats_.prompts += new_prompts;
-    engine_.stats_.prefill_tokens += tokens;
+    engine_.stats_.prefill_tokens += inputs.tokens;
     engine_.stats_.cached_prefix_tokens += cached_tokens;
     engine_.stats_.prefill_seconds += SecondsSince(start);
   }
@@ -320,22 +263,6 @@ class GenerationEngine::Run {
     context.insert(context.end(), sequence.completion.token_ids.begin(),
                    sequence.completion.token_ids.end());
     return context;
-  }
-
-  std::span<const int64_t> BlockTokens(const std::vector<int64_t>& context, int64_t block) const {
-    return std::span<const int64_t>(context).subspan(block * block_size_, block_size_);
-  }
-
-  // Registers the whole blocks of `sequence` whose keys and values are written, its first
-  // `written` positions, in the prefix cache (a block registered already keeps its key).
-  void RegisterWritten(const Sequence& sequence, int64_t written) {
-    const std::vector<int64_t> context = Context(sequence);
-    uint64_t parent = 0;
-    const int64_t held = static_cast<int64_t>(sequence.blocks.size());
-    for (int64_t block = 0; block < held && (block + 1) * block_size_ <= written; ++block) {
-      parent = pool_.Register(sequence.blocks[block], parent, BlockTokens(context, block));
-      if (parent == 0) return;  // Prefix caching off.
-    }
   }
 
   // The n samples of waiting request `r`, appended to running_ (their blocks are Prefill's).
@@ -360,33 +287,31 @@ class GenerationEngine::Run {
     return at::tensor(values, at::kLong).to(engine_.device_);
   }
 
-  // Prefills `ids` (B, T; row b's tokens where `mask` is 1, `last_index` its last), token (b, t)
-  // into cache row cache_rows[b][t], after the cached prefixes `past` describes when given; the
-  // logits after each row's last token, (B, V).
-  at::Tensor PrefillForward(const at::Tensor& ids, const at::Tensor& mask,
-                            const at::Tensor& last_index, const at::Tensor& cache_rows,
-                            std::optional<PrefillPast> past, bool ragged) {
+  // Prefills `inputs`; the logits after each row's last token, (B, V).
+  at::Tensor PrefillForward(const PrefillInputs& inputs) {
     const at::Device device = engine_.device_;
+    std::optional<PrefillPast> past = inputs.past;
     if (past) {
       for (at::Tensor* part : {&past->block_tables, &past->positions, &past->lengths}) {
         *part = part->to(device);
       }
     }
+    const at::Tensor ids = inputs.ids.to(device), cache_rows = inputs.cache_rows.to(device);
     PagedKvCache& cache = *engine_.cache_;
     if (engine_.fused_) {
-      const at::Tensor logits = engine_.fused_->Prefill(ids.to(device), (last_index + 1).to(device),
-                                                        cache_rows.to(device), past, cache);
+      const at::Tensor logits =
+          engine_.fused_->Prefill(ids, (inputs.last_index + 1).to(device), cache_rows, past, cache);
       // Tensor-parallel: what follows copies from the host, which waits for the stream; the
       // prefill's collectives are waited for first, within the communicator's timeout.
       AwaitGroup();
       return logits;
     }
-    const at::Tensor positions = past ? past->positions : at::Tensor();
-    cache.BeginPrefill(cache_rows.to(device), past);
-    model::ForwardBatch forward{ids.to(device), ragged ? mask.to(device) : at::Tensor(), positions};
+    cache.BeginPrefill(cache_rows, past);
+    model::ForwardBatch forward{ids, inputs.ragged ? inputs.mask.to(device) : at::Tensor(),
+                                past ? past->positions : at::Tensor()};
     const at::Tensor hidden = engine_.model_->Hidden(forward, &cache);  // (B, T, C)
     const at::Tensor last = hidden.index(
-        {at::arange(ids.size(0), hidden.options().dtype(at::kLong)), last_index.to(device)});
+        {at::arange(ids.size(0), hidden.options().dtype(at::kLong)), inputs.last_index.to(device)});
     return engine_.model_->Logits(last.unsqueeze(1)).squeeze(1);
   }
 
@@ -460,15 +385,10 @@ class GenerationEngine::Run {
   }
 
   // Lets a sequence's blocks go, those whose keys and values are all written (all but its last
-  // token's) registered in the prefix cache first, so that it finds them when it comes back. Last
-  // block first: cached blocks are evicted in the order they were released, and a prefix is
-  // found only from its first block on.
+  // token's) kept in the prefix cache, so that it finds them when it comes back.
   void ReleaseBlocks(Sequence& sequence) {
-    RegisterWritten(sequence, ContextLength(sequence) - 1);
-    for (auto block = sequence.blocks.rbegin(); block != sequence.blocks.rend(); ++block) {
-      pool_.Release(*block);
-    }
-    sequence.blocks.clear();
+    if (sequence.blocks.empty()) return;
+    pool_.ReleaseContext(Context(sequence), sequence.blocks, ContextLength(sequence) - 1);
   }
 
   // Moves a sample to the results and frees its blocks.
@@ -552,7 +472,8 @@ class GenerationEngine::Run {
 
   bool NeedsBlock(const Sequence& sequence) const {
     return sequence.state == Sequence::State::kRunning &&
-           sequence.next_position >= static_cast<int64_t>(sequence.blocks.size()) * block_size_;
+           sequence.next_position >=
+               static_cast<int64_t>(sequence.blocks.size()) * pool_.block_size();
   }
 
   // Preempts the sequences admitted last until this step's blocks are free: each gives its blocks
@@ -739,7 +660,6 @@ class GenerationEngine::Run {
   const std::atomic<int64_t>* interrupt_;  // null: never interrupted
   std::vector<GenerationResult> results_;
   BlockPool pool_;
-  const int64_t block_size_;
   const int64_t rows_;  // Sequences decoded together at most (max_num_seqs).
   std::vector<uint64_t> seeds_;
   std::vector<int64_t> eos_;
