@@ -92,6 +92,39 @@ std::vector<int64_t> Histogram(const at::Tensor& row, double temperature, int64_
   return counts;
 }
 
+// Each sample of `results` against the model's own forward over its prompt and response, without
+// a cache: each token's log-probability under softmax(logits / T) within 1e-4, and a greedy
+// row's tokens the argmax.
+void CheckAgainstUncachedForward(model::Transformer& model,
+                                 const std::vector<GenerationRequest>& requests,
+                                 const std::vector<GenerationResult>& results) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const SamplingParams& sampling = requests[i].sampling;
+    for (const Completion& sample : results[i].samples) {
+      INFO("request " << i << " against the uncached forward");
+      std::vector<int64_t> ids = requests[i].prompt_ids;
+      ids.insert(ids.end(), sample.token_ids.begin(), sample.token_ids.end());
+      at::Tensor logits;
+      {
+        c10::InferenceMode inference;
+        const at::Tensor input = at::tensor(ids, at::kLong).unsqueeze(0);
+        logits = model->Logits(model->Hidden(model::ForwardBatch{input, at::Tensor()}))
+                     .squeeze(0)
+                     .to(at::kDouble);
+      }
+      const int64_t p = static_cast<int64_t>(requests[i].prompt_ids.size());
+      const double temperature = sampling.temperature > 0 ? sampling.temperature : 1.0;
+      const at::Tensor log_probs = at::log_softmax(logits / temperature, -1);
+      REQUIRE(sample.logprobs.size() == sample.token_ids.size());
+      for (size_t t = 0; t < sample.token_ids.size(); ++t) {
+        const at::Tensor row = log_probs[p - 1 + static_cast<int64_t>(t)];
+        CHECK(sample.logprobs[t] == Approx(row[sample.token_ids[t]].item<double>()).margin(1e-4));
+        if (sampling.temperature == 0) CHECK(row.argmax().item<int64_t>() == sample.token_ids[t]);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("greedy generation equals transformers' greedy generate (CPU, fp32)", "[rollout]") {
@@ -537,30 +570,7 @@ TEST_CASE("a KV cache exhausted mid-run preempts and resumes sequences without c
         CHECK(at::allclose(at::tensor(got.logprobs), at::tensor(want.logprobs), 1e-4, 1e-4));
       }
     }
-    for (size_t i = 0; i < requests.size(); ++i) {
-      const SamplingParams& sampling = requests[i].sampling;
-      for (const Completion& sample : results[i].samples) {
-        INFO("request " << i << " against the uncached forward");
-        std::vector<int64_t> ids = requests[i].prompt_ids;
-        ids.insert(ids.end(), sample.token_ids.begin(), sample.token_ids.end());
-        at::Tensor logits;
-        {
-          c10::InferenceMode inference;
-          const at::Tensor input = at::tensor(ids, at::kLong).unsqueeze(0);
-          logits = model->Logits(model->Hidden(model::ForwardBatch{input, at::Tensor()}))
-                       .squeeze(0)
-                       .to(at::kDouble);
-        }
-        const int64_t p = static_cast<int64_t>(requests[i].prompt_ids.size());
-        const double temperature = sampling.temperature > 0 ? sampling.temperature : 1.0;
-        const at::Tensor log_probs = at::log_softmax(logits / temperature, -1);
-        for (size_t t = 0; t < sample.token_ids.size(); ++t) {
-          const at::Tensor row = log_probs[p - 1 + static_cast<int64_t>(t)];
-          CHECK(sample.logprobs[t] == Approx(row[sample.token_ids[t]].item<double>()).margin(1e-4));
-          if (sampling.temperature == 0) CHECK(row.argmax().item<int64_t>() == sample.token_ids[t]);
-        }
-      }
-    }
+    CheckAgainstUncachedForward(model, requests, results);
     std::cout << "rollout_test: " << name << " with 5 blocks: " << tight->stats().preemptions
               << " preemptions\n";
   }
@@ -609,32 +619,13 @@ TEST_CASE("prompts sharing a prefix prefill it once, with the results of an engi
   const auto results = MustGenerate(*caching, requests);
   CHECK(caching->stats().cached_prefix_tokens == found);
   CHECK(caching->stats().prefill_tokens == plain->stats().prefill_tokens - found);
+  CheckAgainstUncachedForward(model, requests, results);
   for (size_t i = 0; i < requests.size(); ++i) {
     REQUIRE(results[i].samples.size() == expected[i].samples.size());
     for (size_t j = 0; j < results[i].samples.size(); ++j) {
       INFO("request " << i << " sample " << j);
       const Completion& got = results[i].samples[j];
       CHECK(got.token_ids == expected[i].samples[j].token_ids);
-      std::vector<int64_t> ids = requests[i].prompt_ids;
-      ids.insert(ids.end(), got.token_ids.begin(), got.token_ids.end());
-      at::Tensor logits;
-      {
-        c10::InferenceMode inference;
-        logits = model
-                     ->Logits(model->Hidden(model::ForwardBatch{
-                         at::tensor(ids, at::kLong).unsqueeze(0), at::Tensor()}))
-                     .squeeze(0)
-                     .to(at::kDouble);
-      }
-      const double temperature =
-          requests[i].sampling.temperature > 0 ? requests[i].sampling.temperature : 1.0;
-      const at::Tensor log_probs = at::log_softmax(logits / temperature, -1);
-      const int64_t p = static_cast<int64_t>(requests[i].prompt_ids.size());
-      for (size_t t = 0; t < got.token_ids.size(); ++t) {
-        CHECK(got.logprobs[t] ==
-              Approx(log_probs[p - 1 + static_cast<int64_t>(t)][got.token_ids[t]].item<double>())
-                  .margin(1e-4));
-      }
     }
   }
 }
