@@ -210,6 +210,69 @@ def write_table(rows, out_dir, name, formats):
         print(f"wrote {len(rows)} rows to {path}")
 
 
+ANNOTATION = re.compile(r"<<([^<>=]*)=([^<>]*)>>")
+ARITHMETIC = re.compile(r"[0-9+\-*/(). ]+")
+
+
+def python_prints(expression):
+    """What print(expression) writes, for GSM8K's calculator annotations (arithmetic only); None
+    for anything else."""
+    if not ARITHMETIC.fullmatch(expression) or "**" in expression:
+        return None
+    try:
+        return str(eval(expression, {"__builtins__": {}}, {}))  # digits and operators only
+    except (ArithmeticError, SyntaxError):
+        return None
+
+
+def tool_conversation(row, tool_name):
+    """A GSM8K row whose solution has calculator annotations (<<48/2=24>>) as a conversation that
+    calls the Python tool: the model's first turn writes a program printing each annotated
+    calculation, the tool's turn holds what Python printed (as the tool returns it), and the model's second turn is the
+    solution without the annotations. None when an annotation is not plain arithmetic or Python
+    prints something other than the annotated result."""
+    solution = row["extra_info"]["answer"]
+    expressions = ANNOTATION.findall(solution)
+    if not expressions:
+        return None
+    printed = []
+    for expression, result in expressions:
+        out = python_prints(expression)
+        try:
+            if out is None or abs(float(out) - float(result)) > 1e-6 * max(1.0, abs(float(result))):
+                return None
+        except ValueError:
+            return None
+        printed.append(out)
+    code = "\n".join(f"print({expression})" for expression, _ in expressions)
+    call = json.dumps({"name": tool_name, "arguments": {"code": code}}, ensure_ascii=False)
+    first = ("Let me compute each step with Python.\n<tool_call>\n" + call + "\n</tool_call>")
+    answer = ANNOTATION.sub("", solution)
+    return row["prompt"] + [{"role": "assistant", "content": first},
+                            {"role": "tool", "content": "".join(out + "\n" for out in printed)},
+                            {"role": "assistant", "content": answer}]
+
+
+def to_tool_sft(args):
+    """Conversation rows for trainer.mode sft from GSM8K-style rows (prepare_data.py
+    gsm-symbolic --style tools): a cold start that shows the model the hermes tool-call format
+    before RL with the tool, as verl's ReTool recipe fine-tunes first."""
+    rows, skipped = [], 0
+    with open(args.input, encoding="utf-8") as lines:
+        for line in lines:
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            messages = tool_conversation(row, args.tool)
+            if messages is None:
+                skipped += 1
+                continue
+            rows.append({"messages": messages, "data_source": row.get("data_source"),
+                         "extra_info": row.get("extra_info")})
+    print(f"left out {skipped} rows whose solution has no annotation Python reproduces")
+    write_rows(rows, args.out)
+
+
 def from_gsm_symbolic(args):
     package = load_gsm_symbolic()
     templates = english_templates()
@@ -346,6 +409,14 @@ def main():
                           help="templates made at once (some take a minute: they enumerate every "
                                "valid assignment of their numbers)")
     symbolic.set_defaults(run=from_gsm_symbolic)
+    sft = commands.add_parser(
+        "tool-sft", help="conversations that call the Python tool, from GSM8K rows' calculator "
+                         "annotations, for a supervised cold start (trainer.mode sft)")
+    sft.add_argument("input", help="GSM8K-style JSONL with extra_info.answer (gsm-symbolic)")
+    sft.add_argument("out", help="JSONL of {messages: [...]} rows")
+    sft.add_argument("--tool", default="code_interpreter",
+                     help="the tool's name in the tool config (default code_interpreter)")
+    sft.set_defaults(run=to_tool_sft)
     args = parser.parse_args()
     args.run(args)
 

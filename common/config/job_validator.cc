@@ -63,6 +63,39 @@ bool IsPythonIdentifier(const std::string& name) {
   });
 }
 
+// trainer.mode sft: what a supervised step has no use for is refused, naming the setting to drop.
+void CheckSupervised(Checker& check, const v1::JobSpec& spec) {
+  const v1::RolesSpec& roles = spec.roles();
+  constexpr absl::string_view kWhy = " (trainer.mode sft trains on the data's conversations)";
+  if (spec.data().messages_key().empty()) {
+    check.Fail("data.messages_key",
+               "is required with trainer.mode sft: the key of each training line's conversation");
+  }
+  if (roles.actor().rollout().n() != 1) {
+    check.Fail(
+        "roles.actor.rollout.n",
+        absl::StrCat(roles.actor().rollout().n(),
+                     ": a supervised step trains one row per conversation; set n to 1", kWhy));
+  }
+  if (roles.actor().rollout().tp() > 1) {
+    check.Fail("roles.actor.rollout.tp",
+               absl::StrCat(roles.actor().rollout().tp(),
+                            ": supervised steps lay their rows out at rollout tp 1 for now", kWhy));
+  }
+  if (roles.has_critic()) check.Fail("roles.critic", absl::StrCat("is unused; remove it", kWhy));
+  if (spec.algorithm().kl().mode() != v1::KL_MODE_NONE) {
+    check.Fail("algorithm.kl.mode",
+               absl::StrCat("a supervised step has no KL term: set it to none", kWhy));
+  }
+  if (roles.has_rollout()) {
+    check.Fail("roles.rollout",
+               absl::StrCat("a rollout pool generates for RL steps; remove it", kWhy));
+  }
+  if (spec.trainer().critic_warmup() > 0) {
+    check.Fail("trainer.critic_warmup", absl::StrCat("is unused; remove it", kWhy));
+  }
+}
+
 // roles.reward.custom_reward_function: checks what the controller can (the file itself is on
 // the workers' machines, which may not be this one) and fills in the defaults.
 void CompletePythonReward(Checker& check, v1::PythonRewardSpec* function) {
@@ -291,6 +324,17 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
   check.Above("algorithm.kl.target", algorithm->kl().target(), 0);
   check.Within("algorithm.kl.horizon", algorithm->kl().horizon(), 1, 1e15);
 
+  // trainer.mode sft trains on conversations: no advantages, hence no estimator, critic,
+  // groups or KL.
+  const bool sft = spec->trainer().mode() == v1::TRAINER_MODE_SFT;
+  if (sft) {
+    CheckSupervised(check, *spec);
+    if (algorithm->adv_estimator() != v1::ADVANTAGE_ESTIMATOR_UNSPECIFIED) {
+      algorithm->set_adv_estimator(v1::ADVANTAGE_ESTIMATOR_UNSPECIFIED);
+      Derived(derived, "algorithm.adv_estimator");
+    }
+  }
+
   // roles
   auto* roles = spec->mutable_roles();
   const bool colocated = spec->placement() == v1::PLACEMENT_COLOCATED;
@@ -327,7 +371,7 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
                             }),
                             ")"));
   }
-  if (!needs_critic && roles->has_critic()) {
+  if (!needs_critic && roles->has_critic() && !sft) {
     check.Fail("roles.critic",
                absl::StrCat("is unused by algorithm.adv_estimator ", Name(estimator),
                             "; remove it, or use ",
@@ -374,7 +418,9 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
   // reward model's or a service's scores would leave it unused.
   const int reward_kinds = !reward->rule().empty() + !reward->model().empty() +
                            !reward->remote().empty() + reward->has_custom_reward_function();
-  if (reward_kinds != 1) {
+  // An SFT job scores only what its validation generates.
+  const bool reward_unused = sft && spec->data().val_files().empty();
+  if (reward_kinds != 1 && !(reward_kinds == 0 && reward_unused)) {
     check.Fail("roles.reward",
                reward_kinds == 0
                    ? "is required: give one of rule (e.g. gsm8k), model (a reward model "

@@ -237,7 +237,7 @@ absl::StatusOr<JobDriver::RunData> JobDriver::LoadData(JobStages& job) {
   const v1::DataSpec& data = setup_.spec.data();
   RunData run;
   const std::vector<std::string> train_files(data.train_files().begin(), data.train_files().end());
-  ASSIGN_OR_RETURN(run.train, PromptData::Load(train_files, data));
+  ASSIGN_OR_RETURN(run.train, PromptData::Load(train_files, data, TrainingRows(setup_.spec)));
   run.validates = data.val_files_size() > 0;
   if (run.validates) {
     const std::vector<std::string> files(data.val_files().begin(), data.val_files().end());

@@ -38,31 +38,91 @@ const nlohmann::json* Find(const nlohmann::json& row, const std::string& dotted)
 
 namespace {
 
-// The row `row` of a data file (`where` names it) as the workers get it.
+// A list of {"role": ..., "content": ...} objects as chat turns; `what` leads the error.
+absl::StatusOr<std::vector<v1::ChatTurn>> TurnsOf(const nlohmann::json& list,
+                                                  const std::string& what) {
+  std::vector<v1::ChatTurn> turns;
+  for (const nlohmann::json& turn : list) {
+    const auto role = turn.is_object() ? turn.find("role") : turn.end();
+    const auto content = turn.is_object() ? turn.find("content") : turn.end();
+    if (!turn.is_object() || role == turn.end() || !role->is_string() || content == turn.end() ||
+        !content->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " a list of {\"role\": ..., \"content\": ...} turns"));
+    }
+    if (turn.contains("tool_calls")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " a list of {role, content} turns; turn ", turns.size(),
+          " has tool_calls, which are not read: write each call into its content as Qwen's "
+          "hermes format does, <tool_call>\n{\"name\": ..., \"arguments\": {...}}\n</tool_call>"));
+    }
+    v1::ChatTurn& added = turns.emplace_back();
+    added.set_role(role->get<std::string>());
+    added.set_content(content->get<std::string>());
+  }
+  return turns;
+}
+
+// A conversation's turns as trainer.mode sft's row: the prompt (`chat`) and the target.
+absl::Status SplitConversation(std::vector<v1::ChatTurn> turns, const std::string& where,
+                               v1::PromptRow& row) {
+  const auto first_answer = std::find_if(turns.begin(), turns.end(), [](const v1::ChatTurn& turn) {
+    return turn.role() == "assistant";
+  });
+  const std::string at = absl::StrCat(where, ": the conversation (data.messages_key) ");
+  if (first_answer == turns.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(at, "has no assistant turn: nothing to train on"));
+  }
+  if (first_answer == turns.begin()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(at, "starts with an assistant turn: give the turns it answers first"));
+  }
+  for (auto turn = first_answer; turn != turns.end(); ++turn) {
+    if (turn->role() != "assistant" && turn->role() != "tool") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, "has a '", SanitizeForDisplay(turn->role(), 40), "' turn (turn ",
+          turn - turns.begin(),
+          ") after its first assistant turn: only assistant turns and the tool turns between "
+          "them are trained on"));
+    }
+  }
+  if (turns.back().role() != "assistant") {
+    return absl::InvalidArgumentError(absl::StrCat(at,
+                                                   "ends in a tool turn: end it with the "
+                                                   "assistant turn that reads it"));
+  }
+  for (auto turn = turns.begin(); turn != turns.end(); ++turn) {
+    *(turn < first_answer ? row.add_chat() : row.add_target()) = std::move(*turn);
+  }
+  return absl::OkStatus();
+}
+
+// The row `row` of a data file (`where` names it) as the workers get it: a prompt under
+// `prompt_key`, or (`conversation`) a conversation under it.
 absl::StatusOr<v1::PromptRow> PromptOf(const nlohmann::json& row, const std::string& where,
-                                       const std::string& prompt_key,
-                                       const std::string& answer_key) {
+                                       const std::string& prompt_key, const std::string& answer_key,
+                                       bool conversation) {
   if (!row.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": a row must be a JSON object"));
   }
   v1::PromptRow prompt;
   const nlohmann::json* value = Find(row, prompt_key);
-  if (value != nullptr && value->is_string()) {
+  if (value != nullptr && value->is_string() && !conversation) {
     prompt.set_text(value->get<std::string>());
   } else if (value != nullptr && value->is_array() && !value->empty()) {
-    for (const nlohmann::json& turn : *value) {
-      const auto role = turn.is_object() ? turn.find("role") : turn.end();
-      const auto content = turn.is_object() ? turn.find("content") : turn.end();
-      if (!turn.is_object() || role == turn.end() || !role->is_string() || content == turn.end() ||
-          !content->is_string()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": ", prompt_key,
-                         " must be text or a list of {\"role\": ..., \"content\": ...} turns"));
-      }
-      v1::ChatTurn* added = prompt.add_chat();
-      added->set_role(role->get<std::string>());
-      added->set_content(content->get<std::string>());
+    ASSIGN_OR_RETURN(std::vector<v1::ChatTurn> turns,
+                     TurnsOf(*value, absl::StrCat(where, ": ", prompt_key,
+                                                  conversation ? " must be" : " must be text or")));
+    if (conversation) {
+      RETURN_IF_ERROR(SplitConversation(std::move(turns), where, prompt));
+    } else {
+      for (v1::ChatTurn& turn : turns) *prompt.add_chat() = std::move(turn);
     }
+  } else if (conversation) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": no conversation under '", prompt_key,
+                     "' (data.messages_key): give a list of {role, content} turns"));
   } else if (value == nullptr || value->is_null()) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": no prompt under '", prompt_key,
@@ -144,11 +204,15 @@ absl::Status ReadJsonlRows(const std::string& file,
   return absl::OkStatus();
 }
 
-// Where a row's parts are: data.prompt_key and data.answer_key with their defaults.
+// Where a row's parts are: data.prompt_key (data.messages_key for conversations) and
+// data.answer_key with their defaults.
 struct RowKeys {
-  explicit RowKeys(const v1::DataSpec& data)
-      : prompt(data.prompt_key().empty() ? "prompt" : data.prompt_key()),
-        answer(data.answer_key().empty() ? "ground_truth" : data.answer_key()) {}
+  RowKeys(const v1::DataSpec& data, RowKind kind)
+      : prompt(kind == RowKind::kConversation
+                   ? (data.messages_key().empty() ? "messages" : data.messages_key())
+                   : (data.prompt_key().empty() ? "prompt" : data.prompt_key())),
+        answer(data.answer_key().empty() ? "ground_truth" : data.answer_key()),
+        conversation(kind == RowKind::kConversation) {}
 
   // The Parquet columns a row is made of: the first part of each key.
   std::vector<std::string> Columns() const {
@@ -157,11 +221,16 @@ struct RowKeys {
   }
 
   std::string prompt, answer;
+  bool conversation;
 };
 
 }  // namespace
 
 bool IsParquetFile(const std::string& file) { return absl::EndsWith(file, ".parquet"); }
+
+RowKind TrainingRows(const v1::JobSpec& spec) {
+  return spec.trainer().mode() == v1::TRAINER_MODE_SFT ? RowKind::kConversation : RowKind::kPrompt;
+}
 
 namespace {
 
@@ -186,11 +255,12 @@ absl::Status CheckRowReward(const v1::PromptRow& prompt, const std::string& wher
 }  // namespace
 
 absl::Status CheckDataHead(const std::string& file, const v1::DataSpec& data,
-                           const std::string& reward_rule) {
-  const RowKeys keys(data);
+                           const std::string& reward_rule, RowKind kind) {
+  const RowKeys keys(data, kind);
   const auto check_row = [&](int64_t row, const nlohmann::json& object) -> absl::Status {
     const std::string where = absl::StrCat(file, ":", row);
-    ASSIGN_OR_RETURN(v1::PromptRow prompt, PromptOf(object, where, keys.prompt, keys.answer));
+    ASSIGN_OR_RETURN(v1::PromptRow prompt,
+                     PromptOf(object, where, keys.prompt, keys.answer, keys.conversation));
     return CheckRowReward(prompt, where, keys.answer, reward_rule);
   };
   if (IsParquetFile(file)) {
@@ -241,14 +311,14 @@ absl::Status CheckDataHead(const std::string& file, const v1::DataSpec& data,
 }
 
 absl::StatusOr<PromptData> PromptData::Load(const std::vector<std::string>& files,
-                                            const v1::DataSpec& data) {
+                                            const v1::DataSpec& data, RowKind kind) {
   PromptData loaded;
-  const RowKeys keys(data);
+  const RowKeys keys(data, kind);
   for (const std::string& file : files) {
     // `line` is a JSONL file's line, or a Parquet file's row (both from 1).
     const auto add = [&](int64_t line, nlohmann::json row) -> absl::Status {
-      ASSIGN_OR_RETURN(v1::PromptRow prompt,
-                       PromptOf(row, absl::StrCat(file, ":", line), keys.prompt, keys.answer));
+      ASSIGN_OR_RETURN(v1::PromptRow prompt, PromptOf(row, absl::StrCat(file, ":", line),
+                                                      keys.prompt, keys.answer, keys.conversation));
       loaded.rows_.push_back(std::move(prompt));
       loaded.origins_.push_back({file, line});
       if (loaded.size() > kMaxRows) {

@@ -28,6 +28,14 @@ struct PromptOrigin {
 // Whether `file` is read as Parquet (its name ends in .parquet) rather than JSONL.
 bool IsParquetFile(const std::string& file);
 
+// What a data file's rows are: prompts (data.prompt_key), or, for trainer.mode sft's training
+// files, conversations (data.messages_key) split into the prompt (the turns before the first
+// assistant turn) and the target (the assistant and tool turns from it on).
+enum class RowKind { kPrompt, kConversation };
+
+// What the job's training files hold (conversations in trainer.mode sft).
+RowKind TrainingRows(const v1::JobSpec& spec);
+
 // The rows of a data file submission reads (Parquet: the first rows decoded together).
 inline constexpr int64_t kHeadRows = 16;
 
@@ -40,16 +48,18 @@ inline constexpr int64_t kHeadRows = 16;
 // reads it). Every row is read when the job starts. Errors as PromptData::Load's, naming the
 // file and row (line).
 absl::Status CheckDataHead(const std::string& file, const v1::DataSpec& data,
-                           const std::string& reward_rule);
+                           const std::string& reward_rule, RowKind kind = RowKind::kPrompt);
 
 class PromptData {
  public:
   // NOT_FOUND for a file that cannot be opened; INVALID_ARGUMENT naming file:line for a line
   // (or Parquet row) that is not a JSON object, whose prompt is neither text nor a chat, or whose
   // row is over kMaxRowBytes (naming the key that takes the most), and for a Parquet file that
-  // does not decode (naming the row group or column).
+  // does not decode (naming the row group or column). Conversations: INVALID_ARGUMENT for one
+  // that is not a list of {role, content} turns, has no assistant turn, ends in another turn,
+  // or has turns after its first assistant turn other than assistant and tool turns.
   static absl::StatusOr<PromptData> Load(const std::vector<std::string>& files,
-                                         const v1::DataSpec& data);
+                                         const v1::DataSpec& data, RowKind kind = RowKind::kPrompt);
 
   int64_t size() const { return static_cast<int64_t>(rows_.size()); }
   const v1::PromptRow& row(int64_t index) const { return rows_[index]; }

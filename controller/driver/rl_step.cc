@@ -91,6 +91,8 @@ class StepRun {
  private:
   // 2. - 4.: the stages after the rollout.
   absl::Status Train(bool critic) {
+    // trainer.mode sft: the rows are the data's conversations; the actor learns them as they are.
+    if (spec_.trainer().mode() == v1::TRAINER_MODE_SFT) return Updates(false, true);
     // 2. The other pools' inputs moved to them, their forwards, and the results back.
     RETURN_IF_ERROR(Forwards(critic));
     if (spec_.roles().reward().model().empty()) RETURN_IF_ERROR(RuleRewards());

@@ -17,6 +17,7 @@ const std::map<std::string, std::string>& ActorMetricNames() {
   static const auto* names =
       new std::map<std::string, std::string>{{"policy_loss", "actor/pg_loss"},
                                              {"kl_loss", "actor/kl_loss"},
+                                             {"sft_loss", "train/loss"},  // verl's SFT trainer's
                                              {"clip_fraction", "actor/pg_clipfrac"},
                                              {"clip_fraction_low", "actor/pg_clipfrac_lower"},
                                              {"approx_kl", "actor/ppo_kl"},

@@ -110,9 +110,9 @@ class FileChecker {
   // A data file: present, and its first rows make prompts the reward rule can score
   // (CheckDataHead). Every row is read when the job starts.
   void DataFile(const std::string& key, std::string* path, const v1::DataSpec& data,
-                const std::string& reward_rule) {
+                const std::string& reward_rule, RowKind kind = RowKind::kPrompt) {
     if (!Resolve(key, path)) return;
-    if (absl::Status read = CheckDataHead(*path, data, reward_rule); !read.ok()) {
+    if (absl::Status read = CheckDataHead(*path, data, reward_rule, kind); !read.ok()) {
       errors_->Add(key, std::string(read.message()));
     }
   }
@@ -232,8 +232,10 @@ void ResolveAndCheckFiles(const std::string& base_dir, v1::JobSpec* spec,
                                      ? rule
                                      : std::string();
   for (int i = 0; i < data->train_files_size(); ++i) {
+    // Conversations are not scored: their rows need no ground truth.
+    const RowKind kind = TrainingRows(*spec);
     check.DataFile(absl::StrCat("data.train_files[", i, "]"), data->mutable_train_files(i), *data,
-                   roles_rule);
+                   kind == RowKind::kPrompt ? roles_rule : std::string(), kind);
   }
   for (int i = 0; i < data->val_files_size(); ++i) {
     check.DataFile(absl::StrCat("data.val_files[", i, "]"), data->mutable_val_files(i), *data,

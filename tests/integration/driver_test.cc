@@ -730,6 +730,23 @@ TEST_CASE("multi_turn: a job with tools runs through the daemons", "[driver][run
   CHECK_THAT(filtered.message(), Catch::Contains("over data.max_prompt_length 300 tokens"));
 }
 
+// The Python tool as tiny-qwen2-tools was trained to see it listed (make_fixtures.py).
+void WriteToolConfig(const std::string& path) {
+  std::ofstream(path) << R"(tools:
+  - class_name: verl.tools.sandbox_fusion_tools.SandboxFusionTool
+    config: {default_timeout: 10, memory_limit_mb: 512}
+    tool_schema:
+      type: function
+      function:
+        name: code_interpreter
+        description: Runs Python code and returns what it prints.
+        parameters:
+          type: object
+          properties: {code: {type: string, description: The code.}}
+          required: [code]
+)";
+}
+
 // Real tool calls through the daemons: tiny-qwen2-tools (make_fixtures.py) answers each of its
 // sixteen questions with a code_interpreter call, then, given the tool's output, with an answer.
 // Greedy on two workers, each response must be that conversation: the call, the tool turn the
@@ -746,19 +763,7 @@ TEST_CASE("multi_turn: the model's tool calls run in the sandbox, and the turns 
     std::string line;
     for (int i = 0; i < 16 && std::getline(all, line); ++i) first << line << "\n";
   }
-  std::ofstream(dir.path() + "/tools.yaml") << R"(tools:
-  - class_name: verl.tools.sandbox_fusion_tools.SandboxFusionTool
-    config: {default_timeout: 10, memory_limit_mb: 512}
-    tool_schema:
-      type: function
-      function:
-        name: code_interpreter
-        description: Runs Python code and returns what it prints.
-        parameters:
-          type: object
-          properties: {code: {type: string, description: The code.}}
-          required: [code]
-)";
+  WriteToolConfig(dir.path() + "/tools.yaml");
   const std::string dumps = dir.path() + "/rollouts";
   DriverCluster cluster;
   for (int i = 0; i < 2; ++i) cluster.StartWorker();
@@ -854,6 +859,99 @@ TEST_CASE("multi_turn: the model's tool calls run in the sandbox, and the turns 
     }
     CHECK(largest < 1e-4);
   }
+}
+
+// trainer.mode sft through the daemons: the untrained tiny-qwen2 (with tiny-qwen2-tools'
+// tokenizer and template) learns tiny-qwen2-tools' sixteen tool-calling conversations
+// (tests/fixtures/data/tool_sft.jsonl) on two data-parallel workers. The first step's loss, on
+// the initial weights over the whole batch, equals transformers' mean negative log-likelihood of
+// the conversations' assistant tokens (tool_sft_golden.json, make_fixtures.py: the prompt
+// rendered by Qwen2.5's Jinja template with the tool, the tool turn unscored), so the rows'
+// tokens, their mask and the loss are checked against an independent reference; then the loss
+// must fall as the conversations are learned. Validation (greedy, with the tool) on the same
+// questions shows what was learned: before training the model answers without calling the tool
+// (one turn); after, it calls it, reads the sandbox's output and answers (model, tool, model).
+TEST_CASE(
+    "trainer.mode sft: the actor learns conversations with tool calls; the first loss is "
+    "transformers'",
+    "[driver][runs]") {
+  const std::string fixtures = RLHFD_FIXTURES_DIR;
+  TempDir dir;
+  const std::string model = dir.path() + "/model";
+  std::filesystem::create_directories(model);
+  for (const char* file : {"model.safetensors", "generation_config.json"}) {
+    std::filesystem::copy_file(fixtures + "/models/tiny-qwen2/" + file,
+                               model + "/" + std::string(file));
+  }
+  // Its 256 positions would not hold the tool block's prompts in the validation engine; rotary
+  // embeddings do not depend on the limit, so the weights' outputs are those transformers gave.
+  std::ifstream config_in(fixtures + "/models/tiny-qwen2/config.json");
+  nlohmann::json config = nlohmann::json::parse(config_in);
+  config["max_position_embeddings"] = 2048;
+  std::ofstream(model + "/config.json") << config.dump();
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
+    std::filesystem::copy_file(fixtures + "/models/tiny-qwen2-tools/" + file,
+                               model + "/" + std::string(file));
+  }
+  WriteToolConfig(dir.path() + "/tools.yaml");
+  {
+    std::ifstream all(fixtures + "/data/arithmetic_train.jsonl");
+    std::ofstream first(dir.path() + "/questions.jsonl");
+    std::string line;
+    for (int i = 0; i < 16 && std::getline(all, line); ++i) first << line << "\n";
+  }
+  std::ifstream golden_file(fixtures + "/data/tool_sft_golden.json");
+  const nlohmann::json golden = nlohmann::json::parse(golden_file);
+  constexpr int kSteps = 60;
+  DriverCluster cluster;
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  const std::string id = cluster.Submit(
+      absl::StrCat(R"(name: sft-tools
+model: {path: )",
+                   model, R"(, dtype: fp32}
+data: {train_files: [)",
+                   fixtures, R"(/data/tool_sft.jsonl], val_files: [)", dir.path(),
+                   R"(/questions.jsonl], max_prompt_length: 1200, max_response_length: 200,
+       train_batch_size: 16}
+roles:
+  actor:
+    gpus: 2
+    train: {ppo_mini_batch_size: 16, ppo_micro_batch_size_per_gpu: 4, lr: 3.0e-3, weight_decay: 0}
+    rollout:
+      multi_turn: {enable: true, tool_config_path: )",
+                   dir.path(), R"(/tools.yaml}
+  reward: {rule: exact_match}
+placement: colocated
+trainer: {mode: sft, total_steps: )",
+                   kSteps, R"(, val_every: )", kSteps,
+                   R"(, save_every: -1, loggers: [console]}
+)"),
+      {});
+  const v1::Job job = cluster.WaitEnded(id);
+  INFO(Describe(job));
+  REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
+  std::map<int64_t, std::map<std::string, double>> by_step;
+  for (const v1::StepMetrics& step : cluster.Metrics(id)) {
+    by_step[step.step()].insert(step.metrics().begin(), step.metrics().end());
+  }
+  REQUIRE(by_step.size() == kSteps + 1);  // and step 0, the validation before training
+  const double first = by_step.at(1).at("train/loss");
+  CHECK(std::abs(first - golden.at("loss").get<double>()) < 1e-4);
+  // Each row's response: its scored tokens, and the tool turn between them, unscored.
+  absl::StatusOr<model::Tokenizer> tokenizer = model::Tokenizer::Load(model);
+  REQUIRE(tokenizer.ok());
+  absl::StatusOr<std::vector<int32_t>> tool_turn = tokenizer->Encode(
+      "\n<|im_start|>user\n<tool_response>\n42\n\n</tool_response><|im_end|>\n"
+      "<|im_start|>assistant\n");
+  REQUIRE(tool_turn.ok());
+  CHECK(by_step.at(1).at("response_length/mean") ==
+        golden.at("tokens").get<double>() / 16 + static_cast<double>(tool_turn->size()));
+  const double last = by_step.at(kSteps).at("train/loss");
+  INFO("train/loss " << first << " -> " << last);
+  CHECK(last < 0.1 * first);
+  CHECK(by_step.at(1).count("actor/pg_loss") == 0);        // no policy loss: no advantages
+  CHECK(by_step.at(0).at("val-aux/num_turns/mean") == 2);  // an answer, no call
+  CHECK(by_step.at(kSteps).at("val-aux/num_turns/mean") == 4);
 }
 
 TEST_CASE("Two jobs share four workers; a third waits with its reason", "[driver][scheduling]") {

@@ -14,6 +14,7 @@ examples/data_preprocess/gsm8k.py writes GSM8K rows (the same rows in Parquet an
 training rows number --count, shared out over the templates, are the same for the same seed and
 differ for another, share no question with the test set, and have integer answers equal to what
 the template's #answer expression computes from the numbers in the question.
+The tool-sft command: see check_tool_sft.
 Each part runs where its package is installed; exit 77 (skipped) where neither is.
 """
 import ast
@@ -53,6 +54,7 @@ def main():
             failures.append(what)
             print("FAILED:", what)
 
+    check_tool_sft(repo, check)  # needs no package
     if have_symbolic:
         check_gsm_symbolic(repo, check)
     else:
@@ -204,6 +206,49 @@ def check_gsm_symbolic(repo, check):
         check(made.returncode != 0 and "no template 100" in made.stderr, made.stderr)
         made = prepare(f"{tmp}/x", "--count", "-1")
         check(made.returncode != 0 and "--count -1" in made.stderr, made.stderr)
+
+
+def check_tool_sft(repo, check):
+    """The tool-sft command: a solution's calculator annotations become a program that prints
+    each calculation, whose output (Python's own, run here) is the tool turn; the answer turn is
+    the solution without annotations. Rows whose annotation is not arithmetic, or whose result
+    Python does not reproduce, are left out and counted."""
+    def row(index, solution):
+        return {"prompt": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}],
+                "data_source": "openai/gsm8k", "reward_model": {"ground_truth": "10"},
+                "extra_info": {"index": index, "answer": solution}}
+    solutions = ["She has 48/2 = <<48/2=24>>24 and 3*8 = <<3*8=24>>24.\n#### 48",
+                 "Import: <<__import__('os')=1>>1\n#### 1",  # not arithmetic
+                 "Wrong: <<2+2=5>>5\n#### 5",                # Python disagrees
+                 "No annotation here.\n#### 3"]
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(f"{tmp}/in.jsonl", "w") as out:
+            for index, solution in enumerate(solutions):
+                out.write(json.dumps(row(index, solution)) + "\n")
+        made = subprocess.run([sys.executable, f"{repo}/deploy/prepare_data.py", "tool-sft",
+                               f"{tmp}/in.jsonl", f"{tmp}/out.jsonl"], capture_output=True,
+                              text=True)
+        check(made.returncode == 0, f"tool-sft: {made.stderr}")
+        check("left out 3 rows" in made.stdout, f"tool-sft count: {made.stdout}")
+        rows = [json.loads(line) for line in open(f"{tmp}/out.jsonl")]
+        check(len(rows) == 1, f"tool-sft rows: {len(rows)}")
+        if len(rows) != 1:
+            return
+        turns = rows[0]["messages"]
+        check([t["role"] for t in turns] == ["system", "user", "assistant", "tool", "assistant"],
+              f"tool-sft roles: {turns}")
+        call = re.fullmatch(r"(?s).*<tool_call>\n(.*)\n</tool_call>", turns[2]["content"])
+        check(call is not None, f"tool-sft call: {turns[2]['content']!r}")
+        if call is None:
+            return
+        parsed = json.loads(call.group(1))
+        check(parsed["name"] == "code_interpreter", f"tool-sft name: {parsed}")
+        ran = subprocess.run([sys.executable, "-c", parsed["arguments"]["code"]],
+                             capture_output=True, text=True)
+        check(turns[3]["content"] == ran.stdout == "24.0\n24\n",
+              f"tool-sft output: {turns[3]['content']!r} vs {ran.stdout!r}")
+        check(turns[4]["content"] == "She has 48/2 = 24 and 3*8 = 24.\n#### 48",
+              f"tool-sft answer: {turns[4]['content']!r}")
 
 
 def check_reasoning_gym(repo, check):

@@ -172,7 +172,48 @@ algorithm: {adv_estimator: ppo}
   CHECK_THAT(error, Catch::Contains("algorithm.adv_estimator: \"ppo\" is not one of: gae, grpo"));
   CHECK_THAT(ErrorOf(With("trainer: {mode: fully_async}\n")),
              Catch::Contains("trainer.mode: \"fully_async\" is not one of: sync, one_step_off, "
-                             "async"));
+                             "async, sft"));
+}
+
+TEST_CASE("trainer.mode sft: what a supervised job needs and what it refuses", "[config]") {
+  const char kSft[] = R"(name: sft
+model: {path: /models/tiny}
+data: {train_files: [/data/chats.jsonl], train_batch_size: 256}
+roles:
+  actor: {gpus: 2}
+trainer: {mode: sft}
+)";
+  // No reward, critic, reference or estimator: the default estimator (gae) is dropped.
+  auto spec = ParseJobSpec(kSft, "x.yaml");
+  INFO(spec.status());
+  REQUIRE(spec.ok());
+  CHECK(spec->trainer().mode() == v1::TRAINER_MODE_SFT);
+  CHECK(spec->data().messages_key() == "messages");
+  CHECK(spec->algorithm().adv_estimator() == v1::ADVANTAGE_ESTIMATOR_UNSPECIFIED);
+  const std::string sft = kSft;
+  const auto with_actor = [&](const std::string& actor) {
+    return Replace(sft, "actor: {gpus: 2}", "actor: {gpus: 2, " + actor + "}");
+  };
+  // Validation generates and scores: it needs a reward.
+  CHECK_THAT(ErrorOf(Replace(sft, "train_batch_size: 256",
+                             "train_batch_size: 256, val_files: [/data/test.jsonl]")),
+             Catch::Contains("roles.reward: is required"));
+  CHECK(ParseJobSpec(Replace(sft, "actor: {gpus: 2}", "actor: {gpus: 2}\n  reward: {rule: gsm8k}"),
+                     "x.yaml")
+            .ok());
+  CHECK_THAT(ErrorOf(with_actor("rollout: {n: 4}")),
+             Catch::Contains("roles.actor.rollout.n: 4: a supervised step trains one row per "
+                             "conversation"));
+  CHECK_THAT(ErrorOf(with_actor("rollout: {tp: 2}")), Catch::Contains("roles.actor.rollout.tp"));
+  CHECK_THAT(ErrorOf(Replace(sft, "actor: {gpus: 2}", "actor: {gpus: 2}\n  critic: {}")),
+             Catch::Contains("roles.critic: is unused; remove it (trainer.mode sft"));
+  CHECK_THAT(ErrorOf(sft + "algorithm: {kl: {mode: loss}}\n"),
+             Catch::Contains("algorithm.kl.mode: a supervised step has no KL term"));
+  CHECK_THAT(ErrorOf(Replace(sft, "actor: {gpus: 2}", "actor: {gpus: 2}\n  rollout: {}")),
+             Catch::Contains("roles.rollout: a rollout pool generates for RL steps"));
+  CHECK_THAT(
+      ErrorOf(Replace(sft, "train_batch_size: 256", "train_batch_size: 256, messages_key: ''")),
+      Catch::Contains("data.messages_key: is required with trainer.mode sft"));
 }
 
 TEST_CASE("trainer.mode, verify_weight_sync and the rollout correction: values and refusals",

@@ -4,6 +4,7 @@
 // rows against rule auto's sources.
 #include "controller/driver/prompt_data.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -51,6 +52,66 @@ TEST_CASE("A row over the limit is refused where it is read, naming file, line a
   INFO(loaded.status());
   REQUIRE(loaded.ok());
   CHECK(loaded->size() == 1);
+}
+
+TEST_CASE("Conversations (trainer.mode sft): the prompt, the target, and what is refused",
+          "[prompt_data]") {
+  TempDir dir;
+  const std::string path = dir.path() + "/chats.jsonl";
+  const auto load = [&](std::string messages) {
+    std::replace(messages.begin(), messages.end(), '\n', ' ');  // one JSONL line
+    REQUIRE(WriteFileAtomically(path, R"({"other": 1, "messages": )" + messages + "}\n").ok());
+    return PromptData::Load({path}, v1::DataSpec(), RowKind::kConversation);
+  };
+  auto loaded = load(R"([{"role": "system", "content": "S"}, {"role": "user", "content": "Q"},
+      {"role": "assistant", "content": "call"}, {"role": "tool", "content": "42"},
+      {"role": "assistant", "content": "A"}])");
+  INFO(loaded.status());
+  REQUIRE(loaded.ok());
+  const v1::PromptRow& row = loaded->row(0);
+  REQUIRE(row.chat_size() == 2);
+  CHECK(row.chat(1).content() == "Q");
+  REQUIRE(row.target_size() == 3);
+  CHECK(row.target(0).role() == "assistant");
+  CHECK(row.target(1).role() == "tool");
+  CHECK(row.target(2).content() == "A");
+  // data.messages_key names the key.
+  v1::DataSpec keyed;
+  keyed.set_messages_key("other");
+  auto wrong_key = PromptData::Load({path}, keyed, RowKind::kConversation);
+  REQUIRE_FALSE(wrong_key.ok());
+  CHECK_THAT(std::string(wrong_key.status().message()),
+             Catch::Contains(path + ":1: no conversation under 'other' (data.messages_key)"));
+
+  const auto refusal = [&](const std::string& messages) {
+    auto refused = load(messages);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(refused.status().message()), Catch::Contains(path + ":1"));
+    return std::string(refused.status().message());
+  };
+  CHECK_THAT(refusal(R"([{"role": "user", "content": "Q"}])"),
+             Catch::Contains("has no assistant turn"));
+  CHECK_THAT(refusal(R"([{"role": "assistant", "content": "A"}])"),
+             Catch::Contains("starts with an assistant turn"));
+  CHECK_THAT(refusal(R"([{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"},
+      {"role": "user", "content": "again"}, {"role": "assistant", "content": "B"}])"),
+             Catch::Contains("has a 'user' turn (turn 2) after its first assistant turn"));
+  CHECK_THAT(refusal(R"([{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"},
+      {"role": "tool", "content": "42"}])"),
+             Catch::Contains("ends in a tool turn"));
+  CHECK_THAT(refusal(R"([{"role": "user", "content": "Q"}, {"role": "assistant", "content": "",
+      "tool_calls": [{"function": {"name": "f", "arguments": {}}}]},
+      {"role": "tool", "content": "42"}, {"role": "assistant", "content": "A"}])"),
+             Catch::Contains("turn 1 has tool_calls, which are not read"));
+  CHECK_THAT(refusal(R"("just text")"), Catch::Contains("no conversation under 'messages'"));
+  CHECK_THAT(refusal(R"([{"role": "user"}])"),
+             Catch::Contains("messages must be a list of {\"role\": ..., \"content\": ...} turns"));
+  // Prompt rows are read as before.
+  REQUIRE(WriteFileAtomically(path, Row("What is 2 + 2?", "4")).ok());
+  auto prompts = PromptData::Load({path}, v1::DataSpec());
+  REQUIRE(prompts.ok());
+  CHECK(prompts->row(0).target_size() == 0);
 }
 
 TEST_CASE("A rank's share must fit one stage call: the largest rows decide", "[prompt_data]") {

@@ -257,6 +257,21 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateToolResponses(
   return out;
 }
 
+absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateAssistantTurn(
+    absl::string_view content) const {
+  switch (impl_->chat) {
+    case ChatTemplate::kChatMl:
+      return absl::StrCat(content, "<|im_end|>");
+    case ChatTemplate::kLlama3:
+      return absl::StrCat(absl::StripAsciiWhitespace(content), "<|eot_id|>");
+    case ChatTemplate::kNone:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      "this tokenizer has no chat template to end an assistant turn with; set "
+      "model.chat_template (chatml, llama3)");
+}
+
 absl::Status CheckTokenizerFitsModel(const Tokenizer& tokenizer, int64_t model_vocab_size,
                                      absl::string_view dir) {
   if (tokenizer.vocab_size() <= model_vocab_size) return absl::OkStatus();

@@ -62,6 +62,10 @@ class Tokenizer {
   // INVALID_ARGUMENT for a template without tool messages.
   absl::StatusOr<std::string> ApplyChatTemplateToolResponses(
       absl::Span<const std::string> responses) const;
+  // What the template renders for an assistant turn with `content` after its generation
+  // prompt: the content and the token that ends the turn (ChatML's <|im_end|>, Llama 3's
+  // <|eot_id|>), which is where generation stops. INVALID_ARGUMENT without a chat template.
+  absl::StatusOr<std::string> ApplyChatTemplateAssistantTurn(absl::string_view content) const;
   ChatTemplate chat_template() const;
   void set_chat_template(ChatTemplate chat_template, std::string default_system = "");
 

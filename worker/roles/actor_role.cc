@@ -18,6 +18,7 @@
 #include "worker/roles/generated_rows.h"
 #include "worker/roles/prompt_encoding.h"
 #include "worker/roles/rollout_sampling.h"
+#include "worker/roles/supervised_rows.h"
 #include "worker/roles/training_setup.h"
 #include "worker/rollout/device_support.h"
 #include "worker/train/flops_estimate.h"
@@ -99,11 +100,15 @@ absl::StatusOr<v1::GenerateReply> ActorRole::Generate(const v1::GenerateRequest&
       .tokenizer = tokenizer_,
       .device = device_,
       .tools = prompt_tools(),
-      .rollout =
-          [this](const std::vector<rollout::GenerationRequest>& requests, int64_t step,
-                 google::protobuf::Map<std::string, double>& metrics) {
-            return Rollout(requests, step, metrics);
-          },
+      .rollout = [this, &request](const std::vector<rollout::GenerationRequest>& requests,
+                                  int64_t step, google::protobuf::Map<std::string, double>& metrics)
+          -> absl::StatusOr<std::vector<rollout::GenerationResult>> {
+        // trainer.mode sft: the rows are the conversations' own turns, not generated.
+        if (spec_.trainer().mode() == v1::TRAINER_MODE_SFT) {
+          return EncodeTargets(tokenizer_, request.prompts(), spec_.data(), request.first_prompt());
+        }
+        return Rollout(requests, step, metrics);
+      },
       .weights_update_s = [this] { return hybrid_->weights_update_s(); },
       .release_cache = [this] { hybrid_->ReleaseCache(); },
       .reduce_longest =
@@ -164,6 +169,12 @@ absl::StatusOr<v1::UpdateReply> ActorRole::Update(const v1::UpdateRequest& reque
   ASSIGN_OR_RETURN(update.input_ids, batch.Get("input_ids", "the actor update"));
   ASSIGN_OR_RETURN(update.attention_mask, batch.Get("attention_mask", "the actor update"));
   ASSIGN_OR_RETURN(const at::Tensor response_mask, batch.Get("response_mask", "the actor update"));
+  update.response_mask = ToTrainingLayout(response_mask, p);
+  const train::PolicyUpdateOptions options =
+      PolicyUpdateOptionsOf(spec_, trained_->replicas(), request.key().step(), &*schedule_,
+                            request.optimizer_steps_before(), nonfinite_skips_);
+  std::map<std::string, double> correction_metrics;
+  if (options.supervised) return RunUpdate(request, update, options, correction_metrics);
   ASSIGN_OR_RETURN(const at::Tensor advantages, batch.Get("advantages", "the actor update"));
   // On-policy the driver skips the old-log-prob forward and the update takes its own
   // log-probs, detached, as the old ones (verl's actor does the same).
@@ -172,7 +183,6 @@ absl::StatusOr<v1::UpdateReply> ActorRole::Update(const v1::UpdateRequest& reque
     ASSIGN_OR_RETURN(old_log_probs, batch.Get("old_log_probs", "the actor update"));
     update.old_log_probs = ToTrainingLayout(old_log_probs, p);
   }
-  std::map<std::string, double> correction_metrics;
   if (algorithms::AppliesRolloutIsWeights(spec_)) {
     ASSIGN_OR_RETURN(const at::Tensor rollout_log_probs,
                      batch.Get("rollout_log_probs", "the rollout correction"));
@@ -191,16 +201,19 @@ absl::StatusOr<v1::UpdateReply> ActorRole::Update(const v1::UpdateRequest& reque
     update.rollout_is_weights = ToTrainingLayout(weights.weights, p);
     correction_metrics = std::move(weights.metrics);
   }
-  update.response_mask = ToTrainingLayout(response_mask, p);
   update.advantages = ToTrainingLayout(advantages, p);
   if (kl_loss) {
     ASSIGN_OR_RETURN(const at::Tensor ref, batch.Get("ref_log_probs", "the actor's KL loss"));
     update.ref_log_probs = ToTrainingLayout(ref, p);
   }
+  return RunUpdate(request, update, options, correction_metrics);
+}
+
+absl::StatusOr<v1::UpdateReply> ActorRole::RunUpdate(
+    const v1::UpdateRequest& request, const train::PolicyUpdateBatch& update,
+    const train::PolicyUpdateOptions& options,
+    const std::map<std::string, double>& correction_metrics) {
   const v1::TrainSpec& train = spec_.roles().actor().train();
-  const train::PolicyUpdateOptions options =
-      PolicyUpdateOptionsOf(spec_, trained_->replicas(), request.key().step(), &*schedule_,
-                            request.optimizer_steps_before(), nonfinite_skips_);
   ComputeScope compute(spec_, device_);
   // The peak so far (the rollout's cache included) is kept, then the allocator's peak restarts,
   // so that the update's own peak can be told apart from it.

@@ -19,6 +19,7 @@
 #include "worker/roles/step_batch.h"
 #include "worker/rollout/device_support.h"
 #include "worker/train/lr_schedule.h"
+#include "worker/train/policy_update.h"
 #include "worker/train/trained_model.h"
 
 namespace rlhfd::roles {
@@ -41,7 +42,8 @@ class ActorRole final : public TrainedRole {
   // update computes them; returns how far the rollout's own log-probs were from them, over every
   // replica (train::RolloutProbsDiffMetrics).
   absl::StatusOr<std::map<std::string, double>> ComputeOldLogProbs(StepBatch& batch);
-  // One PPO update over the step's rows (advantages, and ref_log_probs with a KL loss).
+  // One PPO update over the step's rows (advantages, and ref_log_probs with a KL loss); in
+  // trainer.mode sft, the negative log-likelihood of the rows' response tokens.
   absl::StatusOr<v1::UpdateReply> Update(const v1::UpdateRequest& request, StepBatch& batch);
   const model::Tokenizer& tokenizer() const { return tokenizer_; }
   train::TrainedModel& trained() override { return *trained_; }
@@ -74,6 +76,11 @@ class ActorRole final : public TrainedRole {
   }
 
  private:
+  // Runs `update` and reports it: the update's metrics with `correction_metrics`, MFU, memory.
+  absl::StatusOr<v1::UpdateReply> RunUpdate(
+      const v1::UpdateRequest& request, const train::PolicyUpdateBatch& update,
+      const train::PolicyUpdateOptions& options,
+      const std::map<std::string, double>& correction_metrics);
   ActorRole(const v1::JobSpec& spec, const at::Device& device, model::Tokenizer tokenizer);
   v1::JobSpec spec_;
   at::Device device_;

@@ -115,6 +115,12 @@ train::PolicyUpdateOptions PolicyUpdateOptionsOf(const v1::JobSpec& spec, int re
   options.kl_estimator = algorithm.kl().estimator();
   options.temperature = LogProbTemperature(spec);
   options.rollout_gap_metrics = algorithms::OldLogProbsFromRollout(spec);
+  if (spec.trainer().mode() == v1::TRAINER_MODE_SFT) {
+    // The conversations' own tokens, under the model's distribution (temperature 1), not the
+    // rollout's.
+    options.supervised = true;
+    options.temperature = 1.0;
+  }
   return options;
 }
 

@@ -20,8 +20,9 @@ absl::StatusOr<UpdateMetrics> UpdatePolicy(TrainedModel& trained, const PolicyUp
   check.PerToken("response_mask", batch.response_mask);
   const bool on_policy =
       options.loop.epochs == 1 && options.loop.mini_batch >= batch.input_ids.size(0);
-  check.PerToken("old_log_probs", batch.old_log_probs, /*required=*/!on_policy);
-  check.PerToken("advantages", batch.advantages);
+  check.PerToken("old_log_probs", batch.old_log_probs,
+                 /*required=*/!on_policy && !options.supervised);
+  check.PerToken("advantages", batch.advantages, /*required=*/!options.supervised);
   check.PerToken("ref_log_probs", batch.ref_log_probs, /*required=*/options.kl_coef != 0);
   check.PerToken("rollout_is_weights", batch.rollout_is_weights, /*required=*/false);
   RETURN_IF_ERROR(check.status());
@@ -39,6 +40,14 @@ absl::StatusOr<UpdateMetrics> UpdatePolicy(TrainedModel& trained, const PolicyUp
         TemperatureScaled(scored.hidden, options.temperature), model->HeadWeight(), scored.targets);
     const at::Tensor log_prob = scored.Unflatten(flat_log_prob);  // (n, T-1)
     const at::Tensor entropy = scored.Unflatten(flat_entropy);
+    if (options.supervised) {
+      const at::Tensor nll = AggregateLoss(-log_prob, mask, mode, micro.scale);
+      (nll * micro.loss_weight).backward();
+      if (micro.loss_weight == 0) return absl::OkStatus();  // a lockstep repeat: counts nothing
+      sums["sft_loss"] += nll.item<double>();
+      sums["entropy"] += MaskedMean(entropy, mask).item<double>() * micro.token_share;
+      return absl::OkStatus();
+    }
     const at::Tensor old_log_prob = batch.old_log_probs.defined()
                                         ? batch.old_log_probs.index_select(0, rows)
                                         : log_prob.detach();

@@ -37,6 +37,10 @@ struct PolicyUpdateOptions {
   // Bypass mode (the old log-probs are the rollout's): report verl's rollout_corr/kl and
   // rollout_corr/k3_kl of the policy being trained against them, per optimiser step.
   bool rollout_gap_metrics = false;
+  // trainer.mode sft: the loss is the response tokens' negative log-likelihood, aggregated as
+  // options.policy.aggregation says (no advantages, old log-probs, KL or entropy bonus); metric
+  // sft_loss in place of the policy loss's.
+  bool supervised = false;
 };
 
 // Updates `model` in place. The policy loss, the entropy bonus and the KL loss aggregate as

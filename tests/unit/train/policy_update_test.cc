@@ -1,6 +1,7 @@
 // The actor's update loop (UpdatePolicy): the same update in float64 whatever the accumulation,
 // token budgets, packing or checkpointing (one process, micro-batches against the whole
-// mini-batch); the on-policy update that takes its own log-probs; malformed batches refused
+// mini-batch); the on-policy update that takes its own log-probs; the supervised update's loss
+// and gradient; malformed batches refused
 // naming the tensor; micro-batches by a token budget.
 #include "worker/train/policy_update.h"
 
@@ -198,6 +199,69 @@ TEST_CASE("an on-policy update without old log-probs takes its own, detached (ra
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(refused.status().message()), Catch::Contains("old_log_probs"));
+}
+
+TEST_CASE("a supervised update (trainer.mode sft) minimises the response tokens' NLL",
+          "[train][update]") {
+  // Its loss is the token mean of -log p over the response mask, here against log-probs from the
+  // full logits (float64), with two rows per micro-batch. Its gradient is the policy gradient's
+  // with advantages 1 at ratio 1 (-d/dθ exp(log p - sg(log p)) = -d/dθ log p), so the weights
+  // after a step equal those of that on-policy update, made through the PPO loss. It needs
+  // neither advantages nor old log-probs, whatever the epochs.
+  auto load = [] { return LoadFloat64Fixture("tiny-qwen2"); };
+  at::manual_seed(29);
+  const int64_t b = 4, t = 9;
+  PolicyUpdateBatch batch;
+  batch.input_ids = at::randint(3, 500, {b, t}, at::kLong);
+  batch.attention_mask = at::ones({b, t}, at::kLong);
+  batch.response_mask = at::zeros({b, t - 1}, at::kDouble);
+  batch.response_mask.narrow(1, 2, t - 3).fill_(1);
+  batch.response_mask[1][4] = 0;  // a tool's token inside a response
+  double nll = 0;
+  {
+    model::Transformer reference = load();
+    torch::NoGradGuard no_grad;
+    const at::Tensor own =
+        TokenLogProbs(reference->Logits(reference->Hidden({batch.input_ids})).narrow(1, 0, t - 1),
+                      batch.input_ids.narrow(1, 1, t - 1));
+    nll = -(own * batch.response_mask).sum().item<double>() /
+          batch.response_mask.sum().item<double>();
+  }
+  PolicyUpdateOptions options;
+  options.loop.mini_batch = b;
+  options.loop.lr = 1e-3;
+  options.loop.micro = {.micro_batch = 2};
+  auto run = [&](const PolicyUpdateBatch& given, const PolicyUpdateOptions& with) {
+    model::Transformer net = load();
+    LocalModel trained(net, {});
+    auto metrics = UpdatePolicy(trained, given, with);
+    REQUIRE(metrics.ok());
+    return std::make_pair(net, *metrics);
+  };
+  PolicyUpdateOptions supervised = options;
+  supervised.supervised = true;
+  auto [sft, sft_metrics] = run(batch, supervised);
+  CHECK(sft_metrics.at("sft_loss") == Approx(nll).epsilon(1e-12));
+  CHECK(sft_metrics.count("policy_loss") == 0);
+
+  PolicyUpdateBatch ones = batch;
+  ones.advantages = batch.response_mask.clone();
+  auto [ppo, ppo_metrics] = run(ones, options);
+  double worst = 0, moved = 0;
+  const auto start = load()->parameters();
+  for (size_t i = 0; i < start.size(); ++i) {
+    worst =
+        std::max(worst, (sft->parameters()[i] - ppo->parameters()[i]).abs().max().item<double>());
+    moved = std::max(moved, (sft->parameters()[i] - start[i]).abs().max().item<double>());
+  }
+  CHECK(worst <= 1e-10);
+  CHECK(moved > 1e-4);
+
+  supervised.loop.epochs = 2;
+  supervised.loop.mini_batch = 2;
+  auto [twice, twice_metrics] = run(batch, supervised);
+  CHECK(twice_metrics.at("optimizer_steps") == 4);
+  CHECK(std::isfinite(twice_metrics.at("sft_loss")));
 }
 
 TEST_CASE("a malformed batch is refused naming the tensor", "[train][update]") {

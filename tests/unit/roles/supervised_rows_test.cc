@@ -1,0 +1,120 @@
+// trainer.mode sft's rows (EncodeTarget): a conversation's target turns as the tokens, response
+// mask and log-probs the step's rows take, against text written out by hand from Qwen2.5's chat
+// template (what transformers renders for the same turns; make_fixtures.py's tool_sft_golden
+// checks the whole conversation through the daemons) and Llama 3's; and the refusals.
+#include "worker/roles/supervised_rows.h"
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+namespace rlhfd::roles {
+namespace {
+
+const std::string kFixtures = RLHFD_FIXTURES_DIR;
+
+v1::PromptRow Conversation(const std::vector<std::pair<std::string, std::string>>& target) {
+  v1::PromptRow row;
+  v1::ChatTurn* user = row.add_chat();
+  user->set_role("user");
+  user->set_content("What is 6 * 7?");
+  for (const auto& [role, content] : target) {
+    v1::ChatTurn* turn = row.add_target();
+    turn->set_role(role);
+    turn->set_content(content);
+  }
+  return row;
+}
+
+v1::DataSpec Data(int32_t max_response_length, v1::Truncation truncation) {
+  v1::DataSpec data;
+  data.set_max_response_length(max_response_length);
+  data.set_truncation(truncation);
+  return data;
+}
+
+// The text of the tokens whose mask is `kept`, in order.
+std::string TextOf(const model::Tokenizer& tokenizer, const rollout::Completion& completion,
+                   uint8_t kept) {
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < completion.token_ids.size(); ++i) {
+    if (completion.response_mask[i] == kept)
+      ids.push_back(static_cast<int32_t>(completion.token_ids[i]));
+  }
+  return tokenizer.Decode(ids);
+}
+
+TEST_CASE("sft rows: assistant turns are scored, tool turns are read", "[roles][sft]") {
+  absl::StatusOr<model::Tokenizer> tokenizer =
+      model::Tokenizer::Load(kFixtures + "/models/tiny-qwen2-tools");
+  REQUIRE(tokenizer.ok());
+  const std::string call =
+      "<tool_call>\n{\"name\": \"code_interpreter\", \"arguments\": {\"code\": \"print(6 * 7)\"}}"
+      "\n</tool_call>";
+  const v1::PromptRow row = Conversation({{"assistant", call},
+                                          {"tool", "42\n"},
+                                          {"tool", "ok\n"},
+                                          {"assistant", "The answer is 42."}});
+  absl::StatusOr<rollout::Completion> got =
+      EncodeTarget(*tokenizer, row, Data(512, v1::TRUNCATION_ERROR), 3);
+  REQUIRE(got.ok());
+  // Qwen2.5's template: each assistant turn ends <|im_end|>\n; consecutive tool messages share
+  // one user turn of <tool_response> blocks; then the next assistant turn's header.
+  const std::string tool_turn =
+      "\n<|im_start|>user\n<tool_response>\n42\n\n</tool_response>\n<tool_response>\nok\n\n"
+      "</tool_response><|im_end|>\n<|im_start|>assistant\n";
+  CHECK(tokenizer->Decode(std::vector<int32_t>(got->token_ids.begin(), got->token_ids.end())) ==
+        call + "<|im_end|>" + tool_turn + "The answer is 42.<|im_end|>");
+  CHECK(TextOf(*tokenizer, *got, 1) == call + "<|im_end|>The answer is 42.<|im_end|>");
+  CHECK(TextOf(*tokenizer, *got, 0) == tool_turn);
+  CHECK(got->logprobs == std::vector<float>(got->token_ids.size(), 0.0f));
+  CHECK(got->finish_reason == rollout::FinishReason::kStop);
+
+  // Over data.max_response_length: refused under truncation error, else its first tokens.
+  const int32_t limit = 10;
+  absl::StatusOr<rollout::Completion> refused =
+      EncodeTarget(*tokenizer, row, Data(limit, v1::TRUNCATION_ERROR), 3);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(std::string(refused.status().message()),
+             Catch::Contains("prompt 3 of the step's batch") &&
+                 Catch::Contains("over data.max_response_length (10)"));
+  absl::StatusOr<rollout::Completion> cut =
+      EncodeTarget(*tokenizer, row, Data(limit, v1::TRUNCATION_RIGHT), 3);
+  REQUIRE(cut.ok());
+  CHECK(cut->token_ids ==
+        std::vector<int64_t>(got->token_ids.begin(), got->token_ids.begin() + limit));
+  CHECK(cut->response_mask.size() == limit);
+  CHECK(cut->finish_reason == rollout::FinishReason::kLength);
+}
+
+TEST_CASE("sft rows: Llama 3's turn end; what cannot be trained on is refused", "[roles][sft]") {
+  absl::StatusOr<model::Tokenizer> llama =
+      model::Tokenizer::Load(kFixtures + "/tokenizers/llama3-style");
+  REQUIRE(llama.ok());
+  absl::StatusOr<rollout::Completion> got = EncodeTarget(
+      *llama, Conversation({{"assistant", " 42 "}}), Data(64, v1::TRUNCATION_ERROR), 0);
+  REQUIRE(got.ok());
+  CHECK(llama->Decode(std::vector<int32_t>(got->token_ids.begin(), got->token_ids.end())) ==
+        "42<|eot_id|>");
+  // Llama 3's template here has no tool turns.
+  const auto refusal = [&](const model::Tokenizer& tokenizer, const v1::PromptRow& row) {
+    absl::StatusOr<rollout::Completion> encoded =
+        EncodeTarget(tokenizer, row, Data(64, v1::TRUNCATION_ERROR), 5);
+    REQUIRE_FALSE(encoded.ok());
+    CHECK(encoded.status().code() == absl::StatusCode::kInvalidArgument);
+    return std::string(encoded.status().message());
+  };
+  CHECK_THAT(refusal(*llama, Conversation({{"assistant", "a"}, {"tool", "b"}, {"assistant", "c"}})),
+             Catch::Contains("prompt 5") && Catch::Contains("ChatML"));
+  absl::StatusOr<model::Tokenizer> qwen =
+      model::Tokenizer::Load(kFixtures + "/models/tiny-qwen2-tools");
+  REQUIRE(qwen.ok());
+  CHECK_THAT(refusal(*qwen, Conversation({})), Catch::Contains("no assistant turn"));
+  CHECK_THAT(refusal(*qwen, Conversation({{"assistant", "a"}, {"tool", "b"}})),
+             Catch::Contains("ends in a tool turn"));
+  CHECK_THAT(refusal(*qwen, Conversation({{"assistant", "a"}, {"user", "b"}, {"assistant", "c"}})),
+             Catch::Contains("a 'user' turn"));
+}
+
+}  // namespace
+}  // namespace rlhfd::roles
