@@ -88,18 +88,18 @@ overrides+=("${extra[@]}")
 (cd "${repo_root}" && "${ctl}" submit --wait "${config}" "${overrides[@]}") || true
 echo "== rlhfctl status job-1"
 "${ctl}" status job-1
-echo "== the mean reward (critic/score/mean) per ten steps, and validation (greedy, val-core)"
+echo "== the mean reward (critic/score/mean; an SFT job: train/loss) per ten steps, and validation (greedy, val-core)"
 "${ctl}" --json metrics job-1 | python3 -c '
 import json, sys
 steps = json.load(sys.stdin).get("steps", [])
-score = [(int(s["step"]), s["metrics"]["critic/score/mean"]) for s in steps
-         if "critic/score/mean" in s["metrics"]]
-line = []
-for i in range(0, len(score), 10):
-    window = score[i:i + 10]
-    line.append("%d-%d: %.2f" % (window[0][0], window[-1][0], sum(v for _, v in window) / len(window)))
-for i in range(0, len(line), 5):
-    print("reward   " + "   ".join(line[i:i + 5]))
+for key, label in (("critic/score/mean", "reward   "), ("train/loss", "sft loss ")):
+    score = [(int(s["step"]), s["metrics"][key]) for s in steps if key in s["metrics"]]
+    line = []
+    for i in range(0, len(score), 10):
+        window = score[i:i + 10]
+        line.append("%d-%d: %.2f" % (window[0][0], window[-1][0], sum(v for _, v in window) / len(window)))
+    for i in range(0, len(line), 5):
+        print(label + "   ".join(line[i:i + 5]))
 val = [(int(s.get("step", 0)), v) for s in steps for k, v in s["metrics"].items()
        if k.startswith("val-core/")]
 print("val-core " + "  ".join("step %d: %.2f" % item for item in val))'

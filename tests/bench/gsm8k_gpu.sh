@@ -4,8 +4,11 @@
 # (once), starts a controller and one GPU worker in sessions of their own (setsid), so that they
 # outlive the call while the machine stays warm, and submits the config; `watch` follows the job
 # for up to SECONDS; `stop` cancels it. Each prints the job's steps as they land and copies its
-# metrics.jsonl, samples.jsonl and the daemons' logs into OUT_DIR.
+# metrics.jsonl, samples.jsonl and the daemons' logs into OUT_DIR. `then` chains a second job on
+# the first one's result (an SFT cold start, then GRPO with tools: docs/real-model.md): once the
+# job followed so far has succeeded, it exports that job's actor and submits CONFIG from it.
 #   tests/bench/gsm8k_gpu.sh start GGUF CONFIG OUT_DIR ["key=value ..."]
+#   tests/bench/gsm8k_gpu.sh then CONFIG OUT_DIR ["key=value ..."]
 #   tests/bench/gsm8k_gpu.sh watch SECONDS OUT_DIR
 #   tests/bench/gsm8k_gpu.sh stop OUT_DIR
 # start needs RLHFD_BIN_DIR (a deploy/bundle.sh bin/; the bundle is copied into the work dir, since a
@@ -16,9 +19,20 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo_root="$(cd "${here}/../.." && pwd)"
 work="${RLHFD_GSM8K_DIR:-/tmp/gsm8k-gpu}"
-command=${1:?start, watch or stop}; shift
+command=${1:?start, then, watch or stop}; shift
 
 ctl() { "${work}/bundle/bin/rlhfctl" "$@"; }
+# The job followed: the last one submitted (start's, then then's).
+job() { cat "${work}/job" 2>/dev/null || echo job-1; }
+# Submits CONFIG with its words of overrides and follows the job it makes from now on.
+submit() {
+  local submitted
+  # shellcheck disable=SC2086  # the overrides are words
+  submitted=$(ctl submit "$@") || { echo "${submitted}"; exit 1; }
+  echo "${submitted}"
+  grep -o "job-[0-9]*" <<< "${submitted}" | head -1 > "${work}/job"
+  rm -f "${work}/printed"
+}
 connect() {
   source "${work}/bundle/env.sh"
   export RLHFD_CONTROLLER="127.0.0.1:$(cat "${work}/controller.port")"
@@ -26,13 +40,13 @@ connect() {
 }
 # The job's state (JOB_STATE_RUNNING, ...) from `rlhfctl --json status`.
 job_state() {
-  ctl --json status job-1 2>/dev/null |
+  ctl --json status "$(job)" 2>/dev/null |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["job"]["state"])' 2>/dev/null || echo "?"
 }
 # One line per step of metrics.jsonl after those already printed (their count is kept in
 # ${work}/printed): the figures docs/real-model.md tabulates. A line still being written waits.
 print_steps() {
-  python3 - "${work}/state/logs/job-1/metrics.jsonl" "${work}/printed" <<'PY'
+  python3 - "${work}/state/logs/$(job)/metrics.jsonl" "${work}/printed" <<'PY'
 import json, sys
 path, printed = sys.argv[1], sys.argv[2]
 try:
@@ -44,8 +58,10 @@ try:
 except FileNotFoundError:
     sys.exit()
 lines = text.split("\n")[:-1]  # complete lines only
-keys = ["critic/score/mean", "val/score/mean", "val/score/gsm8k_flexible/mean",
+keys = ["critic/score/mean", "train/loss", "val/score/mean", "val/score/gsm8k_flexible/mean",
         "val/score/gsm8k_boxed/mean", "response_length/mean", "val/response_length/mean",
+        "training/num_turns/mean", "val-aux/num_turns/mean", "agent/tool_calls/mean",
+        "agent/tool_errors/mean", "timing_s/agent_loop/tool_calls/mean",
         "timing_s/step", "timing_s/gen", "timing_s/update_actor", "timing_s/testing",
         "perf/throughput", "perf/max_memory_allocated_gb", "actor/kl_loss"]
 for line in lines[skip:]:
@@ -59,7 +75,7 @@ PY
 collect() {
   local out=$1
   mkdir -p "${out}"
-  cp "${work}/state/logs/job-1/metrics.jsonl" "${work}/state/logs/job-1/samples.jsonl" \
+  cp "${work}/state/logs/$(job)/metrics.jsonl" "${work}/state/logs/$(job)/samples.jsonl" \
     "${work}"/*.log "${out}/" 2>/dev/null || true
 }
 follow() {
@@ -71,9 +87,9 @@ follow() {
     collect "${out}"
     state=$(job_state)
     case "${state}" in *SUCCEEDED | *FAILED | *CANCELLED)
-      print_steps; echo "job-1 ${state}"; ctl status job-1 | tail -5; break ;;
+      print_steps; echo "$(job) ${state}"; ctl status "$(job)" | tail -5; break ;;
     esac
-    (($(date +%s) < deadline)) || { echo "job-1 ${state} after ${seconds} s of watching"; break; }
+    (($(date +%s) < deadline)) || { echo "$(job) ${state} after ${seconds} s of watching"; break; }
     sleep 10
   done
   collect "${out}"
@@ -90,7 +106,7 @@ case "${command}" in
       python3 "${repo_root}/deploy/convert_gguf.py" "${gguf}" "${work}/model" --dtype bf16
       echo "converted in $(($(date +%s) - start)) s"
     fi
-    rm -rf "${work}/state" "${work}/printed"
+    rm -rf "${work}/state" "${work}/printed" "${work}/job"
     port_file="${work}/controller.port"; rm -f "${port_file}"
     source "${work}/bundle/env.sh"
     setsid "${work}/bundle/bin/rlhfd-controller" --listen=127.0.0.1:0 --state_dir="${work}/state" \
@@ -108,7 +124,20 @@ case "${command}" in
     done
     ((alive)) || { tail -20 "${work}/worker.log"; echo "the worker did not register" >&2; exit 1; }
     # shellcheck disable=SC2086  # the overrides are words
-    ctl submit "${config}" "model.path=${work}/model" ${overrides}
+    submit "${config}" "model.path=${work}/model" ${overrides}
+    follow "${RLHFD_WATCH_S:-480}" "${out}"
+    ;;
+  then)
+    config=${1:?CONFIG}; out=${2:?OUT_DIR}; overrides=${3:-}
+    connect
+    previous=$(job)
+    state=$(job_state)
+    [[ "${state}" == *SUCCEEDED ]] ||
+      { echo "gsm8k_gpu.sh then: ${previous} is ${state}, not succeeded: nothing to go on from" >&2; exit 1; }
+    rm -rf "${work}/model-${previous}"
+    ctl export "${previous}" --out "${work}/model-${previous}"
+    # shellcheck disable=SC2086  # the overrides are words
+    submit "${config}" "model.path=${work}/model-${previous}" ${overrides}
     follow "${RLHFD_WATCH_S:-480}" "${out}"
     ;;
   watch)
@@ -119,7 +148,7 @@ case "${command}" in
   stop)
     out=${1:?OUT_DIR}
     connect
-    ctl cancel job-1 || true
+    ctl cancel "$(job)" || true
     follow 60 "${out}"
     # SIGTERM, then SIGKILL for a daemon still there after 10 s.
     for daemon in worker controller; do
@@ -129,5 +158,5 @@ case "${command}" in
       kill -9 "${pid}" 2>/dev/null || true
     done
     ;;
-  *) echo "gsm8k_gpu.sh: unknown command '${command}' (start, watch, stop)" >&2; exit 2 ;;
+  *) echo "gsm8k_gpu.sh: unknown command '${command}' (start, then, watch, stop)" >&2; exit 2 ;;
 esac
