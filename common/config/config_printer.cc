@@ -20,6 +20,19 @@ using google::protobuf::FieldDescriptor;
 // Proto JSON prints 64-bit integers as strings and enums by full name; config documents use
 // numbers and short names.
 void Normalize(const Descriptor& schema, nlohmann::json* object) {
+  // An enum left at its UNSPECIFIED value (trainer.mode sft's unused estimator) is not printed:
+  // no config can name that value, and a printed config must read back as the same job.
+  std::vector<std::string> unset;
+  for (auto& [key, value] : object->items()) {
+    const FieldDescriptor* field = schema.FindFieldByName(key);
+    if (field != nullptr && field->cpp_type() == FieldDescriptor::CPPTYPE_ENUM &&
+        !field->is_repeated() && value.is_string() &&
+        field->enum_type()->FindValueByName(value.get<std::string>()) != nullptr &&
+        field->enum_type()->FindValueByName(value.get<std::string>())->number() == 0) {
+      unset.push_back(key);
+    }
+  }
+  for (const std::string& key : unset) object->erase(key);
   for (auto& [key, value] : object->items()) {
     const FieldDescriptor* field = schema.FindFieldByName(key);
     if (field == nullptr) continue;

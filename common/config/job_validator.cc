@@ -67,9 +67,13 @@ bool IsPythonIdentifier(const std::string& name) {
 void CheckSupervised(Checker& check, const v1::JobSpec& spec) {
   const v1::RolesSpec& roles = spec.roles();
   constexpr absl::string_view kWhy = " (trainer.mode sft trains on the data's conversations)";
-  if (spec.data().messages_key().empty()) {
+  const std::string& key = spec.data().messages_key();
+  if (key.empty() || absl::StrContains(key, "..") || absl::StartsWith(key, ".") ||
+      absl::EndsWith(key, ".")) {
     check.Fail("data.messages_key",
-               "is required with trainer.mode sft: the key of each training line's conversation");
+               absl::StrCat("'", key,
+                            "': trainer.mode sft needs the key (or dotted path) of each "
+                            "training line's conversation"));
   }
   if (roles.actor().rollout().n() != 1) {
     check.Fail(
@@ -93,6 +97,24 @@ void CheckSupervised(Checker& check, const v1::JobSpec& spec) {
   }
   if (spec.trainer().critic_warmup() > 0) {
     check.Fail("trainer.critic_warmup", absl::StrCat("is unused; remove it", kWhy));
+  }
+  if (!roles.reward().model().empty()) {
+    check.Fail("roles.reward.model",
+               absl::StrCat("a reward model pool is not run by supervised steps; score the "
+                            "validation with a rule, remote or custom_reward_function",
+                            kWhy));
+  }
+  const v1::AlgorithmSpec& algorithm = spec.algorithm();
+  if (algorithm.entropy_coeff() != 0) {
+    check.Fail("algorithm.entropy_coeff",
+               absl::StrCat("a supervised step has no entropy bonus: set it to 0", kWhy));
+  }
+  if (!algorithm.rollout_correction().rollout_is().empty() ||
+      algorithm.rollout_correction().bypass_mode()) {
+    check.Fail("algorithm.rollout_correction",
+               absl::StrCat("corrects for a rollout's policy, and a supervised step has no "
+                            "rollout: remove it",
+                            kWhy));
   }
 }
 

@@ -50,12 +50,6 @@ absl::StatusOr<std::vector<v1::ChatTurn>> TurnsOf(const nlohmann::json& list,
       return absl::InvalidArgumentError(
           absl::StrCat(what, " a list of {\"role\": ..., \"content\": ...} turns"));
     }
-    if (turn.contains("tool_calls")) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " a list of {role, content} turns; turn ", turns.size(),
-          " has tool_calls, which are not read: write each call into its content as Qwen's "
-          "hermes format does, <tool_call>\n{\"name\": ..., \"arguments\": {...}}\n</tool_call>"));
-    }
     v1::ChatTurn& added = turns.emplace_back();
     added.set_role(role->get<std::string>());
     added.set_content(content->get<std::string>());
@@ -63,9 +57,11 @@ absl::StatusOr<std::vector<v1::ChatTurn>> TurnsOf(const nlohmann::json& list,
   return turns;
 }
 
-// A conversation's turns as trainer.mode sft's row: the prompt (`chat`) and the target.
-absl::Status SplitConversation(std::vector<v1::ChatTurn> turns, const std::string& where,
-                               v1::PromptRow& row) {
+// A conversation's turns as trainer.mode sft's row: the prompt (`chat`) and the target, in the
+// order a multi-turn rollout makes them: each assistant turn but the last is followed by the
+// tool turns that answer its calls.
+absl::Status SplitConversation(const nlohmann::json& list, std::vector<v1::ChatTurn> turns,
+                               const std::string& where, v1::PromptRow& row) {
   const auto first_answer = std::find_if(turns.begin(), turns.end(), [](const v1::ChatTurn& turn) {
     return turn.role() == "assistant";
   });
@@ -79,12 +75,28 @@ absl::Status SplitConversation(std::vector<v1::ChatTurn> turns, const std::strin
         absl::StrCat(at, "starts with an assistant turn: give the turns it answers first"));
   }
   for (auto turn = first_answer; turn != turns.end(); ++turn) {
+    const int64_t index = turn - turns.begin();
     if (turn->role() != "assistant" && turn->role() != "tool") {
       return absl::InvalidArgumentError(absl::StrCat(
-          at, "has a '", SanitizeForDisplay(turn->role(), 40), "' turn (turn ",
-          turn - turns.begin(),
+          at, "has a '", SanitizeForDisplay(turn->role(), 40), "' turn (turn ", index,
           ") after its first assistant turn: only assistant turns and the tool turns between "
           "them are trained on"));
+    }
+    if (turn->role() == "assistant" && turn + 1 != turns.end() &&
+        (turn + 1)->role() == "assistant") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, "has assistant turns ", index, " and ", index + 1,
+          " in a row: a model's turn ends at its end token unless tool turns answer its calls; "
+          "join them, or put the tool turns between"));
+    }
+    // OpenAI's structured calls are not rendered (the chat template's tojson would need the
+    // arguments' key order, which this reader does not keep).
+    if (const auto calls = list[index].find("tool_calls");
+        calls != list[index].end() && !calls->is_null() && !calls->empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, "turn ", index,
+          " has tool_calls, which are not read: write each call into its content as Qwen's "
+          "hermes format does, <tool_call>\n{\"name\": ..., \"arguments\": {...}}\n</tool_call>"));
     }
   }
   if (turns.back().role() != "assistant") {
@@ -115,7 +127,7 @@ absl::StatusOr<v1::PromptRow> PromptOf(const nlohmann::json& row, const std::str
                      TurnsOf(*value, absl::StrCat(where, ": ", prompt_key,
                                                   conversation ? " must be" : " must be text or")));
     if (conversation) {
-      RETURN_IF_ERROR(SplitConversation(std::move(turns), where, prompt));
+      RETURN_IF_ERROR(SplitConversation(*value, std::move(turns), where, prompt));
     } else {
       for (v1::ChatTurn& turn : turns) *prompt.add_chat() = std::move(turn);
     }

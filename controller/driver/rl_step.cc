@@ -302,7 +302,8 @@ absl::Status StepRun::UseRollout(StepRollout& rollout) {
                      .response_length = generated[0].response_length()};
   tokens_ = AddGenerationMetrics(generated, shape_.rows, metrics_);
   metrics_["timing_s/gen"] = rollout.seconds;
-  if (spec_.trainer().mode() != v1::TRAINER_MODE_SYNC) {
+  if (spec_.trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF ||
+      spec_.trainer().mode() == v1::TRAINER_MODE_ASYNC) {
     // How many updates behind the weights being trained the rollout's weights are (verl's
     // trajectory staleness, in steps): 1 in one_step_off, 0 at the first step and after a resume.
     AddStalenessMetrics(generated, shape_.rows, plan_.step, rollout.weights_step, metrics_);

@@ -4,7 +4,7 @@
 # end), `then` (a GRPO job from the SFT job's exported actor, steps printed), `watch` from another
 # invocation (the daemons outlived the first), `stop` (the job cancelled, both daemons gone,
 # metrics and logs collected). The tiny demo model stands in for the converted GGUF (a model
-# directory present skips the conversion), tiny-qwen2-tools' conversations for the SFT data.
+# directory present skips the conversion), four written conversations for the SFT data.
 #   tests/integration/gsm8k_gpu_script_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 source_dir=${1:?source dir}; build_dir=${2:?build dir}
@@ -28,11 +28,14 @@ ln -s "${source_dir}/tests/fixtures/models/tiny-qwen2" "${RLHFD_GSM8K_DIR}/model
 script="${source_dir}/tests/bench/gsm8k_gpu.sh"
 cd "${source_dir}"
 
+for i in 1 2 3 4; do
+  echo "{\"messages\": [{\"role\": \"user\", \"content\": \"What is ${i} + ${i}?\"}, {\"role\": \"assistant\", \"content\": \"$((i + i))\"}]}"
+done > "${work}/chats.jsonl"
 cat > "${work}/sft.yaml" <<YAML
 name: sft-rehearsal
 model: {path: unused, dtype: fp32}
-data: {train_files: [tests/fixtures/data/tool_sft.jsonl], max_prompt_length: 64,
-       max_response_length: 200, train_batch_size: 4}
+data: {train_files: [${work}/chats.jsonl], max_prompt_length: 64, max_response_length: 16,
+       train_batch_size: 4}
 roles:
   actor:
     gpus: 1

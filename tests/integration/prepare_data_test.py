@@ -220,6 +220,7 @@ def check_tool_sft(repo, check):
     solutions = ["She has 48/2 = <<48/2=24>>24 and 3*8 = <<3*8=24>>24.\n#### 48",
                  "Import: <<__import__('os')=1>>1\n#### 1",  # not arithmetic
                  "Wrong: <<2+2=5>>5\n#### 5",                # Python disagrees
+                 "Calls an int: <<2(3)=6>>6\n#### 6",        # not an expression
                  "No annotation here.\n#### 3"]
     with tempfile.TemporaryDirectory() as tmp:
         with open(f"{tmp}/in.jsonl", "w") as out:
@@ -229,7 +230,7 @@ def check_tool_sft(repo, check):
                                f"{tmp}/in.jsonl", f"{tmp}/out.jsonl"], capture_output=True,
                               text=True)
         check(made.returncode == 0, f"tool-sft: {made.stderr}")
-        check("left out 3 rows" in made.stdout, f"tool-sft count: {made.stdout}")
+        check("left out 4 rows" in made.stdout, f"tool-sft count: {made.stdout}")
         rows = [json.loads(line) for line in open(f"{tmp}/out.jsonl")]
         check(len(rows) == 1, f"tool-sft rows: {len(rows)}")
         if len(rows) != 1:

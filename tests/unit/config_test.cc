@@ -2,10 +2,10 @@
 // (syntax, unknown key, wrong type, out of range, bad enum, inconsistent sections) is refused
 // with the file, the key path and a fix.
 #include <catch2/catch.hpp>
-
 #include <string>
 
 #include "common/config/config_errors.h"
+#include "common/config/config_printer.h"
 #include "common/config/job_config.h"
 #include "common/config/job_defaults.h"
 #include "common/config/job_validator.h"
@@ -204,7 +204,20 @@ trainer: {mode: sft}
   CHECK_THAT(ErrorOf(with_actor("rollout: {n: 4}")),
              Catch::Contains("roles.actor.rollout.n: 4: a supervised step trains one row per "
                              "conversation"));
-  CHECK_THAT(ErrorOf(with_actor("rollout: {tp: 2}")), Catch::Contains("roles.actor.rollout.tp"));
+  CHECK_THAT(ErrorOf(with_actor("rollout: {tp: 2}")),
+             Catch::Contains("roles.actor.rollout.tp: 2: supervised steps lay their rows out at "
+                             "rollout tp 1"));
+  CHECK_THAT(ErrorOf(sft + "algorithm: {entropy_coeff: 0.01}\n"),
+             Catch::Contains("algorithm.entropy_coeff: a supervised step has no entropy bonus"));
+  CHECK_THAT(ErrorOf(sft + "algorithm: {rollout_correction: {rollout_is: token}}\n"),
+             Catch::Contains("algorithm.rollout_correction: corrects for a rollout's policy"));
+  CHECK_THAT(
+      ErrorOf(Replace(sft, "actor: {gpus: 2}", "actor: {gpus: 2}\n  reward: {model: /models/rm}")),
+      Catch::Contains("roles.reward.model: a reward model pool is not run by supervised "
+                      "steps"));
+  CHECK_THAT(
+      ErrorOf(Replace(sft, "trainer: {mode: sft}", "trainer: {mode: sft, critic_warmup: 2}")),
+      Catch::Contains("trainer.critic_warmup: is unused; remove it (trainer.mode sft"));
   CHECK_THAT(ErrorOf(Replace(sft, "actor: {gpus: 2}", "actor: {gpus: 2}\n  critic: {}")),
              Catch::Contains("roles.critic: is unused; remove it (trainer.mode sft"));
   CHECK_THAT(ErrorOf(sft + "algorithm: {kl: {mode: loss}}\n"),
@@ -213,7 +226,16 @@ trainer: {mode: sft}
              Catch::Contains("roles.rollout: a rollout pool generates for RL steps"));
   CHECK_THAT(
       ErrorOf(Replace(sft, "train_batch_size: 256", "train_batch_size: 256, messages_key: ''")),
-      Catch::Contains("data.messages_key: is required with trainer.mode sft"));
+      Catch::Contains("data.messages_key: '': trainer.mode sft needs the key"));
+  CHECK_THAT(
+      ErrorOf(Replace(sft, "train_batch_size: 256", "train_batch_size: 256, messages_key: a..b")),
+      Catch::Contains("data.messages_key: 'a..b'"));
+  // Its printed config (the unused estimator left out) reads back as the same job.
+  auto again = ParseJobSpec(ToYaml(SpecToDocument(*spec), [](const std::string&) { return ""; }),
+                            "printed.yaml");
+  INFO(again.status());
+  REQUIRE(again.ok());
+  CHECK(again->SerializeAsString() == spec->SerializeAsString());
 }
 
 TEST_CASE("trainer.mode, verify_weight_sync and the rollout correction: values and refusals",

@@ -104,13 +104,27 @@ TEST_CASE("Conversations (trainer.mode sft): the prompt, the target, and what is
       "tool_calls": [{"function": {"name": "f", "arguments": {}}}]},
       {"role": "tool", "content": "42"}, {"role": "assistant", "content": "A"}])"),
              Catch::Contains("turn 1 has tool_calls, which are not read"));
+  CHECK_THAT(refusal(R"([{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"},
+      {"role": "assistant", "content": "B"}])"),
+             Catch::Contains("has assistant turns 1 and 2 in a row"));
+  // Empty or null tool_calls (as Parquet writes a struct's missing field) are no calls.
+  loaded = load(R"([{"role": "user", "content": "Q", "tool_calls": null},
+      {"role": "assistant", "content": "A", "tool_calls": []}])");
+  INFO(loaded.status());
+  REQUIRE(loaded.ok());
+  CHECK(loaded->row(0).target_size() == 1);
   CHECK_THAT(refusal(R"("just text")"), Catch::Contains("no conversation under 'messages'"));
   CHECK_THAT(refusal(R"([{"role": "user"}])"),
              Catch::Contains("messages must be a list of {\"role\": ..., \"content\": ...} turns"));
-  // Prompt rows are read as before.
-  REQUIRE(WriteFileAtomically(path, Row("What is 2 + 2?", "4")).ok());
+  // Prompt rows are read as before, a tool_calls key beside their turns ignored.
+  REQUIRE(WriteFileAtomically(path, R"({"prompt": [{"role": "user", "content": "Q", )"
+                                    R"("tool_calls": [{"function": {"name": "f"}}]}]})"
+                                    "\n")
+              .ok());
   auto prompts = PromptData::Load({path}, v1::DataSpec());
+  INFO(prompts.status());
   REQUIRE(prompts.ok());
+  CHECK(prompts->row(0).chat_size() == 1);
   CHECK(prompts->row(0).target_size() == 0);
 }
 

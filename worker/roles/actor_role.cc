@@ -105,7 +105,7 @@ absl::StatusOr<v1::GenerateReply> ActorRole::Generate(const v1::GenerateRequest&
           -> absl::StatusOr<std::vector<rollout::GenerationResult>> {
         // trainer.mode sft: the rows are the conversations' own turns, not generated.
         if (spec_.trainer().mode() == v1::TRAINER_MODE_SFT) {
-          return EncodeTargets(tokenizer_, request.prompts(), spec_.data(), request.first_prompt());
+          return EncodeTargets(tokenizer_, request.prompts(), spec_, request.first_prompt());
         }
         return Rollout(requests, step, metrics);
       },
@@ -118,6 +118,7 @@ absl::StatusOr<v1::GenerateReply> ActorRole::Generate(const v1::GenerateRequest&
   };
   ASSIGN_OR_RETURN(v1::GenerateReply reply,
                    GenerateRows(generator, request, total_rows, rows, batch));
+  if (spec_.trainer().mode() == v1::TRAINER_MODE_SFT) return reply;  // no engine ran
   auto& metrics = *reply.mutable_metrics();
   metrics["update_weights_s"] = hybrid_->weights_update_s();
   if (const parallel::ReshardStats* reshard = hybrid_->reshard_stats()) {

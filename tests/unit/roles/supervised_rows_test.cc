@@ -26,11 +26,17 @@ v1::PromptRow Conversation(const std::vector<std::pair<std::string, std::string>
   return row;
 }
 
-v1::DataSpec Data(int32_t max_response_length, v1::Truncation truncation) {
-  v1::DataSpec data;
-  data.set_max_response_length(max_response_length);
-  data.set_truncation(truncation);
-  return data;
+// A job as the validator completes it: multi_turn on, with verl's tool response limits.
+v1::JobSpec Spec(int32_t max_response_length, v1::Truncation truncation) {
+  v1::JobSpec spec;
+  spec.mutable_data()->set_max_response_length(max_response_length);
+  spec.mutable_data()->set_truncation(truncation);
+  v1::MultiTurnSpec& turns =
+      *spec.mutable_roles()->mutable_actor()->mutable_rollout()->mutable_multi_turn();
+  turns.set_enable(true);
+  turns.set_max_tool_response_length(256);
+  turns.set_tool_response_truncate_side("middle");
+  return spec;
 }
 
 // The text of the tokens whose mask is `kept`, in order.
@@ -56,7 +62,7 @@ TEST_CASE("sft rows: assistant turns are scored, tool turns are read", "[roles][
                                           {"tool", "ok\n"},
                                           {"assistant", "The answer is 42."}});
   absl::StatusOr<rollout::Completion> got =
-      EncodeTarget(*tokenizer, row, Data(512, v1::TRUNCATION_ERROR), 3);
+      EncodeTarget(*tokenizer, row, Spec(512, v1::TRUNCATION_ERROR), 3);
   REQUIRE(got.ok());
   // Qwen2.5's template: each assistant turn ends <|im_end|>\n; consecutive tool messages share
   // one user turn of <tool_response> blocks; then the next assistant turn's header.
@@ -73,18 +79,46 @@ TEST_CASE("sft rows: assistant turns are scored, tool turns are read", "[roles][
   // Over data.max_response_length: refused under truncation error, else its first tokens.
   const int32_t limit = 10;
   absl::StatusOr<rollout::Completion> refused =
-      EncodeTarget(*tokenizer, row, Data(limit, v1::TRUNCATION_ERROR), 3);
+      EncodeTarget(*tokenizer, row, Spec(limit, v1::TRUNCATION_ERROR), 3);
   REQUIRE_FALSE(refused.ok());
   CHECK_THAT(std::string(refused.status().message()),
              Catch::Contains("prompt 3 of the step's batch") &&
-                 Catch::Contains("over data.max_response_length (10)"));
+                 Catch::Contains("over the response budget (10"));
   absl::StatusOr<rollout::Completion> cut =
-      EncodeTarget(*tokenizer, row, Data(limit, v1::TRUNCATION_RIGHT), 3);
+      EncodeTarget(*tokenizer, row, Spec(limit, v1::TRUNCATION_RIGHT), 3);
   REQUIRE(cut.ok());
   CHECK(cut->token_ids ==
         std::vector<int64_t>(got->token_ids.begin(), got->token_ids.begin() + limit));
   CHECK(cut->response_mask.size() == limit);
   CHECK(cut->finish_reason == rollout::FinishReason::kLength);
+
+  // Tool responses are cut as a rollout cuts them (multi_turn.max_tool_response_length, side,
+  // verl's marker).
+  v1::JobSpec cutting = Spec(512, v1::TRUNCATION_ERROR);
+  auto& turns = *cutting.mutable_roles()->mutable_actor()->mutable_rollout()->mutable_multi_turn();
+  turns.set_max_tool_response_length(1);
+  turns.set_tool_response_truncate_side("left");
+  absl::StatusOr<rollout::Completion> short_tool = EncodeTarget(
+      *tokenizer, Conversation({{"assistant", call}, {"tool", "42\n"}, {"assistant", "4."}}),
+      cutting, 0);
+  REQUIRE(short_tool.ok());
+  CHECK(TextOf(*tokenizer, *short_tool, 0) ==
+        "\n<|im_start|>user\n<tool_response>\n4...(truncated)\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n");
+  // The rollout's limits on turns.
+  turns.set_max_tool_response_length(256);
+  turns.set_max_assistant_turns(1);
+  absl::StatusOr<rollout::Completion> too_many = EncodeTarget(*tokenizer, row, cutting, 2);
+  REQUIRE_FALSE(too_many.ok());
+  CHECK_THAT(std::string(too_many.status().message()),
+             Catch::Contains("2 assistant turns, over multi_turn.max_assistant_turns (1)"));
+  turns.set_max_assistant_turns(0);
+  turns.set_max_user_turns(0);
+  turns.set_enable(false);
+  absl::StatusOr<rollout::Completion> no_tools = EncodeTarget(*tokenizer, row, cutting, 2);
+  REQUIRE_FALSE(no_tools.ok());
+  CHECK_THAT(std::string(no_tools.status().message()),
+             Catch::Contains("a tool turn, without roles.actor.rollout.multi_turn"));
 }
 
 TEST_CASE("sft rows: Llama 3's turn end; what cannot be trained on is refused", "[roles][sft]") {
@@ -92,28 +126,35 @@ TEST_CASE("sft rows: Llama 3's turn end; what cannot be trained on is refused", 
       model::Tokenizer::Load(kFixtures + "/tokenizers/llama3-style");
   REQUIRE(llama.ok());
   absl::StatusOr<rollout::Completion> got = EncodeTarget(
-      *llama, Conversation({{"assistant", " 42 "}}), Data(64, v1::TRUNCATION_ERROR), 0);
+      *llama, Conversation({{"assistant", " 42 "}}), Spec(64, v1::TRUNCATION_ERROR), 0);
   REQUIRE(got.ok());
   CHECK(llama->Decode(std::vector<int32_t>(got->token_ids.begin(), got->token_ids.end())) ==
         "42<|eot_id|>");
   // Llama 3's template here has no tool turns.
   const auto refusal = [&](const model::Tokenizer& tokenizer, const v1::PromptRow& row) {
     absl::StatusOr<rollout::Completion> encoded =
-        EncodeTarget(tokenizer, row, Data(64, v1::TRUNCATION_ERROR), 5);
+        EncodeTarget(tokenizer, row, Spec(64, v1::TRUNCATION_ERROR), 5);
     REQUIRE_FALSE(encoded.ok());
     CHECK(encoded.status().code() == absl::StatusCode::kInvalidArgument);
     return std::string(encoded.status().message());
   };
-  CHECK_THAT(refusal(*llama, Conversation({{"assistant", "a"}, {"tool", "b"}, {"assistant", "c"}})),
+  CHECK_THAT(refusal(*llama, Conversation({{"assistant", "<tool_call>\n{}\n</tool_call>"},
+                                           {"tool", "b"},
+                                           {"assistant", "c"}})),
              Catch::Contains("prompt 5") && Catch::Contains("ChatML"));
   absl::StatusOr<model::Tokenizer> qwen =
       model::Tokenizer::Load(kFixtures + "/models/tiny-qwen2-tools");
   REQUIRE(qwen.ok());
   CHECK_THAT(refusal(*qwen, Conversation({})), Catch::Contains("no assistant turn"));
-  CHECK_THAT(refusal(*qwen, Conversation({{"assistant", "a"}, {"tool", "b"}})),
-             Catch::Contains("ends in a tool turn"));
+  CHECK_THAT(
+      refusal(*qwen, Conversation({{"assistant", "<tool_call>\n{}\n</tool_call>"}, {"tool", "b"}})),
+      Catch::Contains("ends in a tool turn"));
   CHECK_THAT(refusal(*qwen, Conversation({{"assistant", "a"}, {"user", "b"}, {"assistant", "c"}})),
              Catch::Contains("a 'user' turn"));
+  // A turn without a call ends a rollout's sample: no tool turn can follow it.
+  CHECK_THAT(
+      refusal(*qwen, Conversation({{"assistant", "no call"}, {"tool", "b"}, {"assistant", "c"}})),
+      Catch::Contains("tool turns follow assistant turn 1, which has no <tool_call> block"));
 }
 
 }  // namespace
