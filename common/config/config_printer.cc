@@ -25,12 +25,12 @@ void Normalize(const Descriptor& schema, nlohmann::json* object) {
   std::vector<std::string> unset;
   for (auto& [key, value] : object->items()) {
     const FieldDescriptor* field = schema.FindFieldByName(key);
-    if (field != nullptr && field->cpp_type() == FieldDescriptor::CPPTYPE_ENUM &&
-        !field->is_repeated() && value.is_string() &&
-        field->enum_type()->FindValueByName(value.get<std::string>()) != nullptr &&
-        field->enum_type()->FindValueByName(value.get<std::string>())->number() == 0) {
-      unset.push_back(key);
+    if (field == nullptr || field->cpp_type() != FieldDescriptor::CPPTYPE_ENUM ||
+        field->is_repeated() || !value.is_string()) {
+      continue;
     }
+    const auto* named = field->enum_type()->FindValueByName(value.get<std::string>());
+    if (named != nullptr && named->number() == 0) unset.push_back(key);
   }
   for (const std::string& key : unset) object->erase(key);
   for (auto& [key, value] : object->items()) {

@@ -730,6 +730,14 @@ TEST_CASE("multi_turn: a job with tools runs through the daemons", "[driver][run
   CHECK_THAT(filtered.message(), Catch::Contains("over data.max_prompt_length 300 tokens"));
 }
 
+// The sixteen questions tiny-qwen2-tools was trained on (make_fixtures.py), as prompt rows.
+void WriteToolQuestions(const std::string& path) {
+  std::ifstream all(std::string(RLHFD_FIXTURES_DIR) + "/data/arithmetic_train.jsonl");
+  std::ofstream first(path);
+  std::string line;
+  for (int i = 0; i < 16 && std::getline(all, line); ++i) first << line << "\n";
+}
+
 // The Python tool as tiny-qwen2-tools was trained to see it listed (make_fixtures.py).
 void WriteToolConfig(const std::string& path) {
   std::ofstream(path) << R"(tools:
@@ -757,12 +765,7 @@ TEST_CASE("multi_turn: the model's tool calls run in the sandbox, and the turns 
           "[driver][runs]") {
   const std::string model = std::string(RLHFD_FIXTURES_DIR) + "/models/tiny-qwen2-tools";
   TempDir dir;
-  {
-    std::ifstream all(std::string(RLHFD_FIXTURES_DIR) + "/data/arithmetic_train.jsonl");
-    std::ofstream first(dir.path() + "/train.jsonl");
-    std::string line;
-    for (int i = 0; i < 16 && std::getline(all, line); ++i) first << line << "\n";
-  }
+  WriteToolQuestions(dir.path() + "/train.jsonl");
   WriteToolConfig(dir.path() + "/tools.yaml");
   const std::string dumps = dir.path() + "/rollouts";
   DriverCluster cluster;
@@ -894,12 +897,7 @@ TEST_CASE(
                                model + "/" + std::string(file));
   }
   WriteToolConfig(dir.path() + "/tools.yaml");
-  {
-    std::ifstream all(fixtures + "/data/arithmetic_train.jsonl");
-    std::ofstream first(dir.path() + "/questions.jsonl");
-    std::string line;
-    for (int i = 0; i < 16 && std::getline(all, line); ++i) first << line << "\n";
-  }
+  WriteToolQuestions(dir.path() + "/questions.jsonl");
   std::ifstream golden_file(fixtures + "/data/tool_sft_golden.json");
   const nlohmann::json golden = nlohmann::json::parse(golden_file);
   constexpr int kSteps = 60;
