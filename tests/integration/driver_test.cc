@@ -864,6 +864,50 @@ TEST_CASE("multi_turn: the model's tool calls run in the sandbox, and the turns 
   }
 }
 
+// An SFT job over tiny-qwen2-tools' sixteen conversations (tests/fixtures/data/tool_sft.jsonl)
+// for the untrained tiny-qwen2 with that model's tokenizer and template, the tool listed, on two
+// workers, validated on the conversations' questions: its model, tool config and questions
+// written under `dir`, its config text returned. Steps and checkpoints come as overrides.
+std::string WriteSftJob(const std::string& dir) {
+  const std::string fixtures = RLHFD_FIXTURES_DIR;
+  const std::string model = dir + "/model";
+  std::filesystem::create_directories(model);
+  for (const char* file : {"model.safetensors", "generation_config.json"}) {
+    std::filesystem::copy_file(fixtures + "/models/tiny-qwen2/" + file,
+                               model + "/" + std::string(file));
+  }
+  // Its 256 positions would not hold the tool block's prompts in the validation engine; rotary
+  // embeddings do not depend on the limit, so the weights' outputs are those transformers gave.
+  std::ifstream config_in(fixtures + "/models/tiny-qwen2/config.json");
+  nlohmann::json config = nlohmann::json::parse(config_in);
+  config["max_position_embeddings"] = 2048;
+  std::ofstream(model + "/config.json") << config.dump();
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
+    std::filesystem::copy_file(fixtures + "/models/tiny-qwen2-tools/" + file,
+                               model + "/" + std::string(file));
+  }
+  WriteToolConfig(dir + "/tools.yaml");
+  WriteToolQuestions(dir + "/questions.jsonl");
+  return absl::StrCat(R"(name: sft-tools
+model: {path: )",
+                      model, R"(, dtype: fp32}
+data: {train_files: [)",
+                      fixtures, R"(/data/tool_sft.jsonl], val_files: [)", dir,
+                      R"(/questions.jsonl], max_prompt_length: 1200, max_response_length: 200,
+       train_batch_size: 16}
+roles:
+  actor:
+    gpus: 2
+    train: {ppo_mini_batch_size: 16, ppo_micro_batch_size_per_gpu: 4, lr: 3.0e-3, weight_decay: 0}
+    rollout:
+      multi_turn: {enable: true, tool_config_path: )",
+                      dir, R"(/tools.yaml}
+  reward: {rule: exact_match}
+placement: colocated
+trainer: {mode: sft, save_every: -1, loggers: [console]}
+)");
+}
+
 // trainer.mode sft through the daemons: the untrained tiny-qwen2 (with tiny-qwen2-tools'
 // tokenizer and template) learns tiny-qwen2-tools' sixteen tool-calling conversations
 // (tests/fixtures/data/tool_sft.jsonl) on two data-parallel workers. The first step's loss, on
@@ -880,51 +924,15 @@ TEST_CASE(
     "[driver][runs]") {
   const std::string fixtures = RLHFD_FIXTURES_DIR;
   TempDir dir;
-  const std::string model = dir.path() + "/model";
-  std::filesystem::create_directories(model);
-  for (const char* file : {"model.safetensors", "generation_config.json"}) {
-    std::filesystem::copy_file(fixtures + "/models/tiny-qwen2/" + file,
-                               model + "/" + std::string(file));
-  }
-  // Its 256 positions would not hold the tool block's prompts in the validation engine; rotary
-  // embeddings do not depend on the limit, so the weights' outputs are those transformers gave.
-  std::ifstream config_in(fixtures + "/models/tiny-qwen2/config.json");
-  nlohmann::json config = nlohmann::json::parse(config_in);
-  config["max_position_embeddings"] = 2048;
-  std::ofstream(model + "/config.json") << config.dump();
-  for (const char* file : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
-    std::filesystem::copy_file(fixtures + "/models/tiny-qwen2-tools/" + file,
-                               model + "/" + std::string(file));
-  }
-  WriteToolConfig(dir.path() + "/tools.yaml");
-  WriteToolQuestions(dir.path() + "/questions.jsonl");
   std::ifstream golden_file(fixtures + "/data/tool_sft_golden.json");
   const nlohmann::json golden = nlohmann::json::parse(golden_file);
   constexpr int kSteps = 60;
   DriverCluster cluster;
   for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  const std::string model = dir.path() + "/model";
   const std::string id = cluster.Submit(
-      absl::StrCat(R"(name: sft-tools
-model: {path: )",
-                   model, R"(, dtype: fp32}
-data: {train_files: [)",
-                   fixtures, R"(/data/tool_sft.jsonl], val_files: [)", dir.path(),
-                   R"(/questions.jsonl], max_prompt_length: 1200, max_response_length: 200,
-       train_batch_size: 16}
-roles:
-  actor:
-    gpus: 2
-    train: {ppo_mini_batch_size: 16, ppo_micro_batch_size_per_gpu: 4, lr: 3.0e-3, weight_decay: 0}
-    rollout:
-      multi_turn: {enable: true, tool_config_path: )",
-                   dir.path(), R"(/tools.yaml}
-  reward: {rule: exact_match}
-placement: colocated
-trainer: {mode: sft, total_steps: )",
-                   kSteps, R"(, val_every: )", kSteps,
-                   R"(, save_every: -1, loggers: [console]}
-)"),
-      {});
+      WriteSftJob(dir.path()),
+      {absl::StrCat("trainer.total_steps=", kSteps), absl::StrCat("trainer.val_every=", kSteps)});
   const v1::Job job = cluster.WaitEnded(id);
   INFO(Describe(job));
   REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
@@ -1094,17 +1102,20 @@ v1::Job KillControllerMidRun(DriverCluster& cluster, const std::string& id) {
   return job;
 }
 
-TEST_CASE("kill -9 of the controller mid-step: the job resumes and ends as if uninterrupted",
-          "[driver][faults]") {
+// Runs `config` for `steps` steps (a checkpoint every `save_every`) straight through, then again
+// with the controller killed mid-run: the second run resumes from a checkpoint and ends with the
+// first one's weights, bitwise.
+void CheckResumeAfterControllerKill(const std::string& config, int steps, int save_every,
+                                    std::vector<std::string> overrides) {
   TempDir dir;
-  const std::vector<std::string> overrides = {"trainer.total_steps=6", "trainer.save_every=2",
-                                              "trainer.loggers=[console]"};
+  overrides.push_back(absl::StrCat("trainer.total_steps=", steps));
+  overrides.push_back(absl::StrCat("trainer.save_every=", save_every));
+  overrides.push_back("trainer.loggers=[console]");
   const auto with_dir = [&](const std::string& name) {
     std::vector<std::string> out = overrides;
     out.push_back("trainer.checkpoint_dir=" + dir.path() + "/" + name);
     return out;
   };
-  const std::string config = ReadConfig("tiny-cpu-demo.yaml");
   {
     DriverCluster cluster;
     for (int i = 0; i < 2; ++i) cluster.StartWorker();
@@ -1116,20 +1127,18 @@ TEST_CASE("kill -9 of the controller mid-step: the job resumes and ends as if un
   for (int i = 0; i < 2; ++i) cluster.StartWorker();
   const std::string id = cluster.Submit(config, with_dir("killed"));
   const v1::Job job = KillControllerMidRun(cluster, id);
-  CHECK(job.progress().current_step() == 6);
+  CHECK(job.progress().current_step() == steps);
   CHECK(job.progress().restarts() == 0);  // a controller restart costs the job none
-  CheckHistory(cluster.Metrics(id), 6);
+  CheckHistory(cluster.Metrics(id), steps);
   // The new controller resumed from a checkpoint rather than starting over.
   const std::string log = cluster.cluster().controller()->ReadLog();
   INFO(log);
-  CHECK((absl::StrContains(log, "resumed from the checkpoint of step 2") ||
-         absl::StrContains(log, "resumed from the checkpoint of step 4")));
-  // Resumed from step 2 or 4, it ends with the uninterrupted run's weights, bitwise.
-  // (Rank 0's state, whatever the layout: every tensor it saved.)
-  auto straight =
-      model::StateDict::Load(dir.path() + "/straight/step_6/actor/rank_0/state.safetensors");
-  auto killed =
-      model::StateDict::Load(dir.path() + "/killed/step_6/actor/rank_0/state.safetensors");
+  CHECK(absl::StrContains(log, "resumed from the checkpoint of step "));
+  // It ends with the uninterrupted run's weights, bitwise. (Rank 0's state, whatever the
+  // layout: every tensor it saved.)
+  const std::string last = absl::StrCat("/step_", steps, "/actor/rank_0/state.safetensors");
+  auto straight = model::StateDict::Load(dir.path() + "/straight" + last);
+  auto killed = model::StateDict::Load(dir.path() + "/killed" + last);
   REQUIRE(straight.ok());
   REQUIRE(killed.ok());
   REQUIRE(straight->names() == killed->names());
@@ -1137,6 +1146,22 @@ TEST_CASE("kill -9 of the controller mid-step: the job resumes and ends as if un
     INFO(name);
     CHECK(at::equal(*straight->Get(name), *killed->Get(name)));
   }
+}
+
+TEST_CASE("kill -9 of the controller mid-step: the job resumes and ends as if uninterrupted",
+          "[driver][faults]") {
+  CheckResumeAfterControllerKill(ReadConfig("tiny-cpu-demo.yaml"), 6, 2, {});
+}
+
+// The same for trainer.mode sft: the conversations are read again as conversations, in the same
+// order, and the update goes on from the checkpoint's optimizer state.
+TEST_CASE("kill -9 of the controller mid-step of an SFT job: it resumes as if uninterrupted",
+          "[driver][faults]") {
+  TempDir dir;
+  CheckResumeAfterControllerKill(
+      WriteSftJob(dir.path()), 30, 2,
+      {"trainer.val_before_train=false", "trainer.val_every=0", "data.train_batch_size=8",
+       "roles.actor.train.ppo_mini_batch_size=8"});
 }
 
 // trainer.mode one_step_off across a controller restart: the rollout made ahead for the next step
