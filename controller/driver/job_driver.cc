@@ -244,15 +244,24 @@ absl::StatusOr<JobDriver::RunData> JobDriver::LoadData(JobStages& job) {
     ASSIGN_OR_RETURN(run.validation, PromptData::Load(files, data));
   }
   int64_t train_filtered = 0;
+  // Measured by the actor's first worker, which holds the tokenizer.
+  const auto measure = [&](const PromptData& prompts) -> absl::StatusOr<std::vector<int64_t>> {
+    std::vector<v1::PromptRow> rows;
+    for (int64_t i = 0; i < prompts.size(); ++i) rows.push_back(prompts.row(i));
+    absl::StatusOr<std::vector<int64_t>> tokens = job.MeasurePrompts(rows);
+    if (!tokens.ok()) return WithOrigin(tokens.status(), prompts, Identity(prompts.size()));
+    return tokens;
+  };
+  if (TrainingRows(setup_.spec) == RowKind::kConversation && !data.filter_overlong_prompts()) {
+    // Measuring encodes each conversation's target as its step will: a bad one fails the job
+    // now, naming its file and line, not at the step that reaches it.
+    RETURN_IF_ERROR(measure(run.train).status());
+  }
   if (data.filter_overlong_prompts()) {
-    // verl's filter: prompts over max_prompt_length (template applied) are left out, measured by
-    // the actor's first worker, which holds the tokenizer.
+    // verl's filter: prompts over max_prompt_length (template applied) are left out.
     for (PromptData* prompts : {&run.train, &run.validation}) {
-      std::vector<v1::PromptRow> rows;
-      for (int64_t i = 0; i < prompts->size(); ++i) rows.push_back(prompts->row(i));
-      absl::StatusOr<std::vector<int64_t>> tokens = job.MeasurePrompts(rows);
-      if (!tokens.ok()) return WithOrigin(tokens.status(), *prompts, Identity(prompts->size()));
-      const int64_t dropped = prompts->KeepAtMost(*tokens, data.max_prompt_length());
+      ASSIGN_OR_RETURN(const std::vector<int64_t> tokens, measure(*prompts));
+      const int64_t dropped = prompts->KeepAtMost(tokens, data.max_prompt_length());
       if (prompts == &run.train) train_filtered = dropped;
       if (dropped > 0) {
         RLOG(INFO) << "data.filter_overlong_prompts left out " << dropped << " of "

@@ -2084,6 +2084,34 @@ std::string ReadLine(const std::string& path, int number) {
   return line;
 }
 
+// trainer.mode sft: every conversation is encoded when the job starts, so one its steps could not
+// train on (here: longer than the response budget under truncation error) fails the job before
+// its first step, naming the file and line; with data.truncation right it trains on their first
+// tokens.
+TEST_CASE("SFT: a conversation over the response budget fails the job at its start, named",
+          "[driver][bad-input]") {
+  DriverCluster cluster;
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  TempDir dir;
+  const std::string config = WriteSftJob(dir.path());
+  const std::vector<std::string> short_budget = {"data.max_response_length=50",
+                                                 "trainer.total_steps=2", "trainer.val_every=0",
+                                                 "trainer.val_before_train=false"};
+  const v1::Job job = cluster.WaitEnded(cluster.Submit(config, short_budget));
+  INFO(Describe(job));
+  CHECK(job.state() == v1::JOB_STATE_FAILED);
+  CHECK(job.progress().current_step() == 0);
+  CHECK_THAT(job.message(),
+             Catch::Contains(std::string(RLHFD_FIXTURES_DIR) + "/data/tool_sft.jsonl:1: ") &&
+                 Catch::Contains("over the response budget (50"));
+  std::vector<std::string> cut = short_budget;
+  cut.push_back("data.truncation=right");
+  const v1::Job trained = cluster.WaitEnded(cluster.Submit(config, cut));
+  INFO(Describe(trained));
+  CHECK(trained.state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(cluster.AliveWorkers() == 2);
+}
+
 TEST_CASE("Bad input fails the job naming what to fix; the daemons keep serving",
           "[driver][bad-input]") {
   DriverCluster cluster;

@@ -6,6 +6,7 @@
 #include "common/status/status_macros.h"
 #include "common/util/text.h"
 #include "worker/roles/agent_rollout.h"
+#include "worker/roles/supervised_rows.h"
 
 namespace rlhfd::roles {
 
@@ -92,6 +93,13 @@ absl::StatusOr<v1::MeasurePromptsReply> PromptMeasurer::Measure(
                      EncodePrompt(*tokenizer_, request.prompts(i), untruncated,
                                   request.first_prompt() + i, tools));
     reply.add_tokens(static_cast<int64_t>(encoded.ids.size()));
+    // trainer.mode sft: the conversation's target as its step will encode it (the response
+    // budget, data.truncation, the rollout's rules), so that a bad one is named now.
+    if (request.prompts(i).target_size() > 0) {
+      RETURN_IF_ERROR(
+          EncodeTarget(*tokenizer_, request.prompts(i), request.spec(), request.first_prompt() + i)
+              .status());
+    }
   }
   return reply;
 }

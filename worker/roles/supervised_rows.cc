@@ -21,7 +21,7 @@ void Append(const std::vector<int32_t>& ids, uint8_t mask, rollout::Completion& 
 absl::StatusOr<rollout::Completion> EncodeTarget(const model::Tokenizer& tokenizer,
                                                  const v1::PromptRow& row, const v1::JobSpec& spec,
                                                  int64_t index) {
-  const std::string at = absl::StrCat("prompt ", index, " of the step's batch: ");
+  const std::string at = absl::StrCat("prompt ", index, ": ");
   const auto refused = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(at, why));
   };

@@ -20,7 +20,7 @@ namespace rlhfd::roles {
 // zero log-probs. Tool responses are cut to multi_turn.max_tool_response_length at its
 // tool_response_truncate_side, as a rollout's are. A target longer than the rollout's budget
 // (rollout.max_new_tokens, else data.max_response_length) is refused under data.truncation
-// "error" (naming row `index` of the step's batch and its length), else cut to it (finish reason
+// "error" (naming row `index` and its length), else cut to it (finish reason
 // length). INVALID_ARGUMENT, naming the row, for a row without target turns, a turn other than
 // assistant or tool, tool turns without multi_turn (whose tool config lists the tools in the
 // prompt), tool turns after an assistant turn without a <tool_call> block (a rollout would end
