@@ -154,6 +154,14 @@ class DriverCluster {
     REQUIRE(client_.jobs->GetJobMetrics(&context, request, &reply).ok());
     return {reply.steps().begin(), reply.steps().end()};
   }
+  // The same, each step's metrics by name (a step logged in parts merged).
+  std::map<int64_t, std::map<std::string, double>> MetricsByStep(const std::string& id) {
+    std::map<int64_t, std::map<std::string, double>> by_step;
+    for (const v1::StepMetrics& step : Metrics(id)) {
+      by_step[step.step()].insert(step.metrics().begin(), step.metrics().end());
+    }
+    return by_step;
+  }
 
   // The job's logged responses per step (GetJobSamples).
   std::vector<v1::StepMetrics> Samples(const std::string& id) {
@@ -321,10 +329,7 @@ void CheckRunEqualsOneProcess(const std::string& config, int workers,
   CHECK(job.progress().restarts() == 0);
   if (check_cluster) check_cluster(cluster);
   CheckHistory(cluster.Metrics(id), total);
-  std::map<int64_t, std::map<std::string, double>> by_step;
-  for (const v1::StepMetrics& step : cluster.Metrics(id)) {
-    by_step[step.step()].insert(step.metrics().begin(), step.metrics().end());
-  }
+  std::map<int64_t, std::map<std::string, double>> by_step = cluster.MetricsByStep(id);
   // one_step_off: every batch after the first is one update stale; with verify_weight_sync
   // each rollout was checked and is the weights after the update before last.
   if (job.spec().trainer().mode() == v1::TRAINER_MODE_ONE_STEP_OFF) {
@@ -675,10 +680,7 @@ TEST_CASE("multi_turn: a job with tools runs through the daemons", "[driver][run
   const v1::Job job = cluster.WaitEnded(id);
   INFO(Describe(job));
   REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
-  std::map<int64_t, std::map<std::string, double>> by_step;
-  for (const v1::StepMetrics& step : cluster.Metrics(id)) {
-    by_step[step.step()].insert(step.metrics().begin(), step.metrics().end());
-  }
+  std::map<int64_t, std::map<std::string, double>> by_step = cluster.MetricsByStep(id);
   for (int64_t step = 1; step <= 2; ++step) {
     INFO("step " << step);
     const auto& metrics = by_step[step];
@@ -936,10 +938,7 @@ TEST_CASE(
   const v1::Job job = cluster.WaitEnded(id);
   INFO(Describe(job));
   REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
-  std::map<int64_t, std::map<std::string, double>> by_step;
-  for (const v1::StepMetrics& step : cluster.Metrics(id)) {
-    by_step[step.step()].insert(step.metrics().begin(), step.metrics().end());
-  }
+  std::map<int64_t, std::map<std::string, double>> by_step = cluster.MetricsByStep(id);
   REQUIRE(by_step.size() == kSteps + 1);  // and step 0, the validation before training
   const double first = by_step.at(1).at("train/loss");
   CHECK(std::abs(first - golden.at("loss").get<double>()) < 1e-4);
