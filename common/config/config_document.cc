@@ -9,8 +9,10 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/util/text.h"
@@ -56,6 +58,19 @@ class Budget {
 
 std::string LineOf(const YAML::Mark& mark) { return absl::StrCat("line ", mark.line + 1); }
 
+// Adds `key`, which `object` does not hold (the builders check), and returns its value: an
+// ordered object's key is appended without the search its operator[] would make.
+template <typename JsonT>
+JsonT* AddNewKey(JsonT& object, std::string key, JsonT value) {
+  auto& entries = object.template get_ref<typename JsonT::object_t&>();
+  if constexpr (std::is_same_v<JsonT, nlohmann::ordered_json>) {
+    entries.emplace_back(std::move(key), std::move(value));
+    return &entries.back().second;
+  } else {
+    return &entries.emplace(std::move(key), std::move(value)).first->second;
+  }
+}
+
 // Stops a YAML parse from inside the event handler (yaml-cpp's handlers return nothing); caught
 // in ParseYaml and turned back into the status it carries.
 struct YamlRefusal {
@@ -65,7 +80,11 @@ struct YamlRefusal {
 // Builds the JSON document from yaml-cpp's parse events, never its node graph: the budget is
 // charged as values arrive and before an alias is copied, so neither a long document nor an
 // alias bomb is ever built in memory. Anchored values are kept with their sizes for aliases.
+// `JsonT` as BoundedJsonBuilder's.
+template <typename JsonT>
 class BoundedYamlBuilder final : public YAML::EventHandler {
+  using Json = JsonT;
+
  public:
   BoundedYamlBuilder(absl::string_view source, Budget& budget) : source_(source), budget_(budget) {}
 
@@ -114,6 +133,7 @@ class BoundedYamlBuilder final : public YAML::EventHandler {
     int64_t bytes_at_start;
     bool expecting_key = true;  // Mappings alternate key, value.
     std::string key;
+    absl::flat_hash_set<std::string> keys = {};  // a mapping's, so far
   };
   struct Anchored {
     Json value;
@@ -154,8 +174,8 @@ class BoundedYamlBuilder final : public YAML::EventHandler {
     }
     if (frame.expecting_key) {
       if (!value.is_string()) Refuse(mark, "keys must be plain names");
-      std::string key = value.get<std::string>();
-      if (container.contains(key)) {
+      std::string key = value.template get<std::string>();
+      if (!frame.keys.insert(key).second) {
         Refuse(mark, absl::StrCat("key '", SanitizeForDisplay(key, 80), "' appears twice"));
       }
       frame.key = std::move(key);
@@ -163,9 +183,7 @@ class BoundedYamlBuilder final : public YAML::EventHandler {
       return nullptr;
     }
     frame.expecting_key = true;
-    Json& slot = container[frame.key];
-    slot = std::move(value);
-    return &slot;
+    return AddNewKey(container, std::move(frame.key), std::move(value));
   }
   void Value(const YAML::Mark& mark, Json value, size_t bytes, YAML::anchor_t anchor) {
     Charge(mark, 1, static_cast<int64_t>(bytes));
@@ -201,32 +219,42 @@ class BoundedYamlBuilder final : public YAML::EventHandler {
 };
 
 // Builds the DOM like nlohmann's own builder, but within the budget and refusing duplicate keys;
-// returning false stops the parse at once.
-class BoundedJsonBuilder final : public nlohmann::json_sax<Json> {
+// returning false stops the parse at once. `JsonT` is nlohmann::json (keys sorted) or
+// nlohmann::ordered_json (keys in the text's order): each open object's keys are also kept in a
+// hash set, so that neither finding a duplicate nor adding a key is linear in an ordered object's
+// size (a line of a million keys is within the limits; absl's hash is seeded per process, so
+// colliding keys cannot be chosen ahead).
+template <typename JsonT>
+class BoundedJsonBuilder final : public nlohmann::json_sax<JsonT> {
+  using Sax = nlohmann::json_sax<JsonT>;
+
  public:
   BoundedJsonBuilder(absl::string_view source, Budget& budget)
       : source_(source), budget_(budget) {}
 
-  bool null() override { return Add(Json(nullptr), 0); }
-  bool boolean(bool value) override { return Add(Json(value), 0); }
-  bool number_integer(number_integer_t value) override { return Add(Json(value), 0); }
-  bool number_unsigned(number_unsigned_t value) override { return Add(Json(value), 0); }
-  bool number_float(number_float_t value, const string_t&) override {
-    return Add(Json(value), 0);
+  bool null() override { return Add(JsonT(nullptr), 0); }
+  bool boolean(bool value) override { return Add(JsonT(value), 0); }
+  bool number_integer(typename Sax::number_integer_t value) override {
+    return Add(JsonT(value), 0);
   }
-  bool string(string_t& value) override {
+  bool number_unsigned(typename Sax::number_unsigned_t value) override {
+    return Add(JsonT(value), 0);
+  }
+  bool number_float(typename Sax::number_float_t value, const typename Sax::string_t&) override {
+    return Add(JsonT(value), 0);
+  }
+  bool string(typename Sax::string_t& value) override {
     const size_t bytes = value.size();
-    return Add(Json(std::move(value)), bytes);
+    return Add(JsonT(std::move(value)), bytes);
   }
-  bool binary(binary_t&) override { return Fail("binary values are not JSON"); }
-  bool start_object(std::size_t) override { return Open(Json::object()); }
+  bool binary(typename Sax::binary_t&) override { return Fail("binary values are not JSON"); }
+  bool start_object(std::size_t) override { return Open(JsonT::object()); }
   bool end_object() override { return Close(); }
-  bool start_array(std::size_t) override { return Open(Json::array()); }
+  bool start_array(std::size_t) override { return Open(JsonT::array()); }
   bool end_array() override { return Close(); }
-  bool key(string_t& value) override {
+  bool key(typename Sax::string_t& value) override {
     if (!Take(value.size())) return false;
-    Json& object = *stack_.back();
-    if (object.contains(value)) {
+    if (!stack_.back().keys.insert(value).second) {
       return Fail(absl::StrCat("key '", SanitizeForDisplay(value, 80), "' appears twice"));
     }
     key_ = std::move(value);
@@ -241,12 +269,17 @@ class BoundedJsonBuilder final : public nlohmann::json_sax<Json> {
     return false;
   }
 
-  absl::StatusOr<Json> Take() && {
+  absl::StatusOr<JsonT> Take() && {
     if (!status_.ok()) return status_;
     return std::move(root_);
   }
 
  private:
+  struct OpenContainer {
+    JsonT* container;
+    absl::flat_hash_set<std::string> keys;  // an object's, so far
+  };
+
   bool Take(size_t bytes) {
     absl::Status taken =
         budget_.Take(static_cast<int>(stack_.size()), 1, static_cast<int64_t>(bytes));
@@ -257,28 +290,28 @@ class BoundedJsonBuilder final : public nlohmann::json_sax<Json> {
     status_ = absl::InvalidArgumentError(absl::StrCat(source_, ": ", message));
     return false;
   }
-  Json* Place(Json value) {
+  // Pointers into a container stay valid while it is on the stack: only the innermost open
+  // container grows.
+  JsonT* Place(JsonT value) {
     if (stack_.empty()) {
       root_ = std::move(value);
       return &root_;
     }
-    Json& parent = *stack_.back();
+    JsonT& parent = *stack_.back().container;
     if (parent.is_array()) {
       parent.push_back(std::move(value));
       return &parent.back();
     }
-    Json& slot = parent[key_];
-    slot = std::move(value);
-    return &slot;
+    return AddNewKey(parent, std::move(key_), std::move(value));
   }
-  bool Add(Json value, size_t bytes) {
+  bool Add(JsonT value, size_t bytes) {
     if (!Take(bytes)) return false;
     Place(std::move(value));
     return true;
   }
-  bool Open(Json container) {
+  bool Open(JsonT container) {
     if (!Take(0)) return false;
-    stack_.push_back(Place(std::move(container)));
+    stack_.push_back({Place(std::move(container)), {}});
     return true;
   }
   bool Close() {
@@ -288,17 +321,18 @@ class BoundedJsonBuilder final : public nlohmann::json_sax<Json> {
 
   absl::string_view source_;
   Budget& budget_;
-  Json root_;
-  std::vector<Json*> stack_;
+  JsonT root_;
+  std::vector<OpenContainer> stack_;
   std::string key_;
   absl::Status status_;
 };
 
-absl::StatusOr<Json> ParseJson(absl::string_view text, absl::string_view source, Budget& budget) {
-  BoundedJsonBuilder builder(source, budget);
+template <typename JsonT>
+absl::StatusOr<JsonT> ParseJson(absl::string_view text, absl::string_view source, Budget& budget) {
+  BoundedJsonBuilder<JsonT> builder(source, budget);
   try {
-    Json::sax_parse(text.begin(), text.end(), &builder, nlohmann::json::input_format_t::json,
-                    /*strict=*/true);
+    JsonT::sax_parse(text.begin(), text.end(), &builder, JsonT::input_format_t::json,
+                     /*strict=*/true);
   } catch (const std::exception& error) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": invalid JSON: ", SanitizeForDisplay(error.what(), 300)));
@@ -306,9 +340,10 @@ absl::StatusOr<Json> ParseJson(absl::string_view text, absl::string_view source,
   return std::move(builder).Take();
 }
 
-absl::StatusOr<Json> ParseYaml(absl::string_view text, absl::string_view source, Budget& budget) {
+template <typename JsonT>
+absl::StatusOr<JsonT> ParseYaml(absl::string_view text, absl::string_view source, Budget& budget) {
   std::istringstream stream{std::string(text)};
-  BoundedYamlBuilder builder(source, budget);
+  BoundedYamlBuilder<JsonT> builder(source, budget);
   try {
     YAML::Parser parser(stream);
     parser.HandleNextDocument(builder);
@@ -322,20 +357,19 @@ absl::StatusOr<Json> ParseYaml(absl::string_view text, absl::string_view source,
   return std::move(builder).Take();
 }
 
-}  // namespace
-
-absl::StatusOr<Json> ParseConfigDocument(absl::string_view text, absl::string_view source,
-                                         const DocumentLimits& limits) {
+template <typename JsonT>
+absl::StatusOr<JsonT> ParseDocument(absl::string_view text, absl::string_view source,
+                                    const DocumentLimits& limits) {
   if (text.size() > limits.max_text_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": ", text.size(),
                                                    " bytes is larger than a config may be (",
                                                    limits.max_text_bytes, " bytes)"));
   }
   Budget budget(limits, source);
-  absl::StatusOr<Json> document;
+  absl::StatusOr<JsonT> document;
   try {
-    document = absl::EndsWith(source, ".json") ? ParseJson(text, source, budget)
-                                               : ParseYaml(text, source, budget);
+    document = absl::EndsWith(source, ".json") ? ParseJson<JsonT>(text, source, budget)
+                                               : ParseYaml<JsonT>(text, source, budget);
   } catch (const std::exception& error) {
     // yaml-cpp and nlohmann throw more than their documented exceptions (bad_alloc, a node
     // conversion): whatever it is, the input is refused and the process goes on.
@@ -350,8 +384,22 @@ absl::StatusOr<Json> ParseConfigDocument(absl::string_view text, absl::string_vi
   return document;
 }
 
-absl::StatusOr<Json> ParseBoundedJson(absl::string_view text, absl::string_view source,
-                                      const DocumentLimits& limits) {
+}  // namespace
+
+absl::StatusOr<Json> ParseConfigDocument(absl::string_view text, absl::string_view source,
+                                         const DocumentLimits& limits) {
+  return ParseDocument<Json>(text, source, limits);
+}
+
+absl::StatusOr<nlohmann::ordered_json> ParseOrderedConfigDocument(absl::string_view text,
+                                                                  absl::string_view source,
+                                                                  const DocumentLimits& limits) {
+  return ParseDocument<nlohmann::ordered_json>(text, source, limits);
+}
+
+absl::StatusOr<nlohmann::ordered_json> ParseBoundedJson(absl::string_view text,
+                                                        absl::string_view source,
+                                                        const DocumentLimits& limits) {
   if (text.size() > limits.max_text_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": ", text.size(),
                                                    " bytes is more than the ",
@@ -359,7 +407,7 @@ absl::StatusOr<Json> ParseBoundedJson(absl::string_view text, absl::string_view 
   }
   Budget budget(limits, source);
   try {
-    return ParseJson(text, source, budget);
+    return ParseJson<nlohmann::ordered_json>(text, source, budget);
   } catch (const std::exception& error) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": cannot parse: ", SanitizeForDisplay(error.what(), 300)));

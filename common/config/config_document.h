@@ -33,9 +33,16 @@ absl::StatusOr<nlohmann::json> ParseConfigDocument(absl::string_view text,
                                                    absl::string_view source,
                                                    const DocumentLimits& limits = {});
 
+// The same, keys in the file's order (a tool config's schemas, which a chat template prints in
+// it).
+absl::StatusOr<nlohmann::ordered_json> ParseOrderedConfigDocument(
+    absl::string_view text, absl::string_view source, const DocumentLimits& limits = {});
+
 // One JSON value (a data file's line, say) parsed within `limits`: the same bounds, strict JSON
-// whatever `source` is called, any top-level value. Never throws.
-absl::StatusOr<nlohmann::json> ParseBoundedJson(absl::string_view text, absl::string_view source,
-                                                const DocumentLimits& limits);
+// whatever `source` is called, any top-level value, keys in the text's order (a chat template
+// prints a tool call's arguments in it). Never throws.
+absl::StatusOr<nlohmann::ordered_json> ParseBoundedJson(absl::string_view text,
+                                                        absl::string_view source,
+                                                        const DocumentLimits& limits);
 
 }  // namespace rlhfd::config

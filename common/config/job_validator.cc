@@ -67,13 +67,28 @@ bool IsPythonIdentifier(const std::string& name) {
 void CheckSupervised(Checker& check, const v1::JobSpec& spec) {
   const v1::RolesSpec& roles = spec.roles();
   constexpr absl::string_view kWhy = " (trainer.mode sft trains on the data's conversations)";
+  const auto bad_path = [](const std::string& key) {
+    return absl::StrContains(key, "..") || absl::StartsWith(key, ".") || absl::EndsWith(key, ".");
+  };
   const std::string& key = spec.data().messages_key();
-  if (key.empty() || absl::StrContains(key, "..") || absl::StartsWith(key, ".") ||
-      absl::EndsWith(key, ".")) {
+  if (bad_path(spec.data().response_key())) {
+    check.Fail("data.response_key",
+               absl::StrCat("'", spec.data().response_key(),
+                            "': the key (or dotted path) of each single-turn training line's "
+                            "response, or '' for conversations under data.messages_key"));
+  } else if (!spec.data().response_key().empty()) {
+    // Single-turn rows: the prompt under data.prompt_key, checked as RL jobs' is.
+  } else if (key.empty() || bad_path(key)) {
     check.Fail("data.messages_key",
                absl::StrCat("'", key,
                             "': trainer.mode sft needs the key (or dotted path) of each "
                             "training line's conversation"));
+  }
+  if (bad_path(spec.data().tools_key())) {
+    check.Fail("data.tools_key",
+               absl::StrCat("'", spec.data().tools_key(),
+                            "': the key (or dotted path) of each training line's tool schemas, "
+                            "or '' for none"));
   }
   if (roles.actor().rollout().n() != 1) {
     check.Fail(
@@ -355,6 +370,10 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
       algorithm->set_adv_estimator(v1::ADVANTAGE_ESTIMATOR_UNSPECIFIED);
       Derived(derived, "algorithm.adv_estimator");
     }
+  } else if (!spec->data().response_key().empty()) {
+    check.Fail("data.response_key",
+               "only trainer.mode sft reads responses from the data (RL jobs generate them); "
+               "remove it");
   }
 
   // roles

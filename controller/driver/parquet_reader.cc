@@ -15,6 +15,7 @@
 #include <set>
 #include <string_view>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -24,19 +25,41 @@ namespace rlhfd::controller {
 
 namespace {
 
+using Json = nlohmann::ordered_json;  // keys in the schema's (or a map's) order
+
+// An object built key by key in order, the last value of a key winning (a map may repeat one,
+// a struct's fields may share a name), without a search per key.
+class OrderedObject {
+ public:
+  void Set(std::string key, Json value) {
+    auto& entries = object_.get_ref<Json::object_t&>();
+    const auto [at, added] = index_.try_emplace(key, entries.size());
+    if (added) {
+      entries.emplace_back(std::move(key), std::move(value));
+    } else {
+      (entries.begin() + static_cast<std::ptrdiff_t>(at->second))->second = std::move(value);
+    }
+  }
+  Json Take() && { return std::move(object_); }
+
+ private:
+  Json object_ = Json::object();
+  absl::flat_hash_map<std::string, size_t> index_;  // seeded per process
+};
+
 absl::Status FromArrow(const arrow::Status& status, const std::string& context) {
   return absl::InvalidArgumentError(absl::StrCat(context, ": ", status.message()));
 }
 
 template <typename ArrowType>
-nlohmann::json NumberAt(const arrow::Array& array, int64_t i) {
+Json NumberAt(const arrow::Array& array, int64_t i) {
   return static_cast<const arrow::NumericArray<ArrowType>&>(array).Value(i);
 }
 
 // A string cell's text, refused when over the limit: it is not copied (a 100 MB cell would be,
 // twice over, before the row check could refuse it).
-absl::StatusOr<nlohmann::json> Text(std::string_view view, const std::string& column,
-                                    int64_t max_cell_bytes) {
+absl::StatusOr<Json> Text(std::string_view view, const std::string& column,
+                          int64_t max_cell_bytes) {
   if (static_cast<int64_t>(view.size()) > max_cell_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("column '", column, "' holds a string of ", view.size(), " bytes, over the ",
@@ -44,18 +67,18 @@ absl::StatusOr<nlohmann::json> Text(std::string_view view, const std::string& co
                      " bytes a cell may (what one row may carry to the workers): shorten it, "
                      "or leave the row out"));
   }
-  return nlohmann::json(std::string(view));
+  return Json(std::string(view));
 }
 
 // The JSON value of `array`'s element `i`; `column` (the top-level column) names it in errors.
-absl::StatusOr<nlohmann::json> Cell(const arrow::Array& array, int64_t i, const std::string& column,
-                                    int64_t max_cell_bytes) {
-  if (array.IsNull(i)) return nlohmann::json(nullptr);
+absl::StatusOr<Json> Cell(const arrow::Array& array, int64_t i, const std::string& column,
+                          int64_t max_cell_bytes) {
+  if (array.IsNull(i)) return Json(nullptr);
   switch (array.type_id()) {
     case arrow::Type::NA:
-      return nlohmann::json(nullptr);
+      return Json(nullptr);
     case arrow::Type::BOOL:
-      return nlohmann::json(static_cast<const arrow::BooleanArray&>(array).Value(i));
+      return Json(static_cast<const arrow::BooleanArray&>(array).Value(i));
     case arrow::Type::INT8:
       return NumberAt<arrow::Int8Type>(array, i);
     case arrow::Type::INT16:
@@ -105,9 +128,9 @@ absl::StatusOr<nlohmann::json> Cell(const arrow::Array& array, int64_t i, const 
         length = fixed.value_length(i);
         values = fixed.values();
       }
-      nlohmann::json items = nlohmann::json::array();
+      Json items = Json::array();
       for (int64_t k = 0; k < length; ++k) {
-        absl::StatusOr<nlohmann::json> item = Cell(*values, begin + k, column, max_cell_bytes);
+        absl::StatusOr<Json> item = Cell(*values, begin + k, column, max_cell_bytes);
         if (!item.ok()) return item.status();
         items.push_back(*std::move(item));
       }
@@ -115,29 +138,29 @@ absl::StatusOr<nlohmann::json> Cell(const arrow::Array& array, int64_t i, const 
     }
     case arrow::Type::STRUCT: {
       const auto& record = static_cast<const arrow::StructArray&>(array);
-      nlohmann::json object = nlohmann::json::object();
+      OrderedObject object;
       for (int k = 0; k < record.num_fields(); ++k) {
-        absl::StatusOr<nlohmann::json> value = Cell(*record.field(k), i, column, max_cell_bytes);
+        absl::StatusOr<Json> value = Cell(*record.field(k), i, column, max_cell_bytes);
         if (!value.ok()) return value.status();
-        object[record.struct_type()->field(k)->name()] = *std::move(value);
+        object.Set(record.struct_type()->field(k)->name(), *std::move(value));
       }
-      return object;
+      return std::move(object).Take();
     }
     case arrow::Type::MAP: {
       const auto& map = static_cast<const arrow::MapArray&>(array);
-      nlohmann::json object = nlohmann::json::object();
+      OrderedObject object;
       for (int64_t k = map.value_offset(i); k < map.value_offset(i) + map.value_length(i); ++k) {
-        absl::StatusOr<nlohmann::json> key = Cell(*map.keys(), k, column, max_cell_bytes);
+        absl::StatusOr<Json> key = Cell(*map.keys(), k, column, max_cell_bytes);
         if (!key.ok()) return key.status();
         if (!key->is_string()) {
           return absl::InvalidArgumentError(
               absl::StrCat("column '", column, "' holds a map whose keys are not strings"));
         }
-        absl::StatusOr<nlohmann::json> value = Cell(*map.items(), k, column, max_cell_bytes);
+        absl::StatusOr<Json> value = Cell(*map.items(), k, column, max_cell_bytes);
         if (!value.ok()) return value.status();
-        object[key->get<std::string>()] = *std::move(value);
+        object.Set(key->get<std::string>(), *std::move(value));
       }
-      return object;
+      return std::move(object).Take();
     }
     case arrow::Type::DICTIONARY: {
       const auto& encoded = static_cast<const arrow::DictionaryArray&>(array);
@@ -296,11 +319,10 @@ absl::Status ReadRows(const std::string& file, const std::vector<std::string>& c
       }
       for (int64_t i = 0; row < last; ++i) {
         ++row;
-        nlohmann::json object = nlohmann::json::object();
+        Json object = Json::object();
         for (size_t c = 0; c < row_columns.size(); ++c) {
           const std::string& name = row_columns[c].name;
-          absl::StatusOr<nlohmann::json> value =
-              Cell(*batches[c]->column(0), i, name, limits.max_cell_bytes);
+          absl::StatusOr<Json> value = Cell(*batches[c]->column(0), i, name, limits.max_cell_bytes);
           if (!value.ok()) {
             return absl::InvalidArgumentError(
                 absl::StrCat(file, ":", row, ": ", value.status().message()));
@@ -319,7 +341,7 @@ absl::Status ReadRows(const std::string& file, const std::vector<std::string>& c
 }  // namespace rlhfd::controller
 
 // The plugin's entry point (kEntryPoint in parquet_rows.cc); nothing it throws leaves it.
-extern "C" absl::Status rlhfd_read_parquet_rows_v2(
+extern "C" absl::Status rlhfd_read_parquet_rows_v3(
     const std::string& file, const std::vector<std::string>& columns,
     const rlhfd::controller::ParquetReadLimits& limits,
     const rlhfd::controller::ParquetRowVisitor& visit) {

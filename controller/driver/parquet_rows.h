@@ -1,9 +1,9 @@
 // The rows of a Parquet data file as JSON objects, as verl's data files hold them
 // (data_source, prompt as a list of {role, content}, reward_model {style, ground_truth},
 // extra_info), read with Apache Arrow's C++ library. Only the top-level columns asked for are
-// read; structs become objects, lists arrays, maps objects, and strings, numbers, booleans and
-// nulls themselves. A column of another type (binary, dates, decimals...) among those asked for is
-// refused naming it.
+// read; structs become objects (keys in the schema's order), lists arrays, maps objects, and
+// strings, numbers, booleans and nulls themselves. A column of another type (binary, dates,
+// decimals...) among those asked for is refused naming it.
 //
 // Arrow lives in a plugin, librlhfd_parquet.so (parquet_reader.cc), loaded on the first call:
 // from $RLHFD_PARQUET_PLUGIN, else beside the controller's binary or in ../lib of it (a bundle).
@@ -33,7 +33,7 @@ struct ParquetReadLimits {
 };
 
 // Given each row (numbered from 1) as an object of the columns the file has.
-using ParquetRowVisitor = std::function<absl::Status(int64_t row, nlohmann::json object)>;
+using ParquetRowVisitor = std::function<absl::Status(int64_t row, nlohmann::ordered_json object)>;
 
 // Calls `visit` for each row of `file` in order, with the `columns` the file has (those it lacks
 // are absent from the object). Before the first row, the footer and every row group's metadata

@@ -13,6 +13,7 @@
 #include "common/config/reward_rules.h"
 #include "common/status/status_macros.h"
 #include "common/util/files.h"
+#include "common/util/python_json.h"
 #include "common/util/text.h"
 #include "controller/driver/parquet_rows.h"
 
@@ -23,8 +24,12 @@ namespace {
 constexpr size_t kMaxLineBytes = 16 << 20;
 constexpr int64_t kMaxRows = 50'000'000;
 
-const nlohmann::json* Find(const nlohmann::json& row, const std::string& dotted) {
-  const nlohmann::json* at = &row;
+// A data row keeps its keys' order: a chat template prints a tool call's arguments and a tool
+// schema in it.
+using Json = nlohmann::ordered_json;
+
+const Json* Find(const Json& row, const std::string& dotted) {
+  const Json* at = &row;
   for (const std::string& part : std::vector<std::string>(absl::StrSplit(dotted, '.'))) {
     if (!at->is_object()) return nullptr;
     const auto found = at->find(part);
@@ -34,34 +39,126 @@ const nlohmann::json* Find(const nlohmann::json& row, const std::string& dotted)
   return at;
 }
 
-}  // namespace
+// The bounds one JSONL line (or JSON text in a cell) is parsed within.
+config::DocumentLimits JsonlLimits() {
+  config::DocumentLimits limits;
+  limits.max_text_bytes = kMaxLineBytes;
+  limits.max_depth = 64;
+  limits.max_values = 1'000'000;
+  limits.max_scalar_bytes = kMaxLineBytes;
+  return limits;
+}
 
-namespace {
+// A JSON object, or JSON text holding one (`what` names it in the error): OpenAI's layout gives
+// a call's arguments as text.
+absl::StatusOr<Json> ObjectOf(const Json& value, const std::string& what) {
+  if (value.is_object()) return value;
+  std::string why = value.type_name();
+  if (value.is_string()) {
+    absl::StatusOr<Json> parsed =
+        config::ParseBoundedJson(value.get<std::string>(), what, JsonlLimits());
+    if (parsed.ok() && parsed->is_object()) return parsed;
+    why = parsed.ok() ? absl::StrCat("text holding a ", parsed->type_name())
+                      : std::string(parsed.status().message());
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " must be a JSON object (or JSON text holding one), not ", why));
+}
 
-// A list of {"role": ..., "content": ...} objects as chat turns; `what` leads the error.
-absl::StatusOr<std::vector<v1::ChatTurn>> TurnsOf(const nlohmann::json& list,
-                                                  const std::string& what) {
+// An assistant turn's tool_calls in OpenAI's and verl's layout, [{"type": "function",
+// "function": {"name": ..., "arguments": {...}}}] (or each {"name", "arguments"}), as the chat
+// template prints them: the arguments as its `tojson` does, in the file's key order.
+absl::Status ReadToolCalls(const Json& calls, const std::string& what, v1::ChatTurn& turn) {
+  if (!calls.is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " must be a list of calls"));
+  }
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const std::string at = absl::StrCat(what, "[", i, "]");
+    const Json* call = &calls[i];
+    // Parquet gives a list of both forms every field, null where a call has none.
+    if (const Json* function = call->is_object() ? Find(*call, "function") : nullptr;
+        function != nullptr && !function->is_null()) {
+      call = function;
+    }
+    const Json* name = call->is_object() ? Find(*call, "name") : nullptr;
+    const Json* arguments = call->is_object() ? Find(*call, "arguments") : nullptr;
+    if (name == nullptr || !name->is_string() || name->get<std::string>().empty() ||
+        arguments == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at,
+                       " must be {\"type\": \"function\", \"function\": {\"name\": ..., "
+                       "\"arguments\": {...}}}"));
+    }
+    ASSIGN_OR_RETURN(const Json object, ObjectOf(*arguments, at + " arguments"));
+    v1::ChatToolCall& added = *turn.add_tool_calls();
+    added.set_name(name->get<std::string>());
+    added.set_arguments_json(PythonJsonDumps(object));
+  }
+  return absl::OkStatus();
+}
+
+// A list of {"role": ..., "content": ...} objects as chat turns; `key` (the file, line and key)
+// and `must_be` lead the errors. An assistant turn may carry tool_calls, and then null content.
+absl::StatusOr<std::vector<v1::ChatTurn>> TurnsOf(const Json& list, const std::string& key,
+                                                  const std::string& must_be) {
   std::vector<v1::ChatTurn> turns;
-  for (const nlohmann::json& turn : list) {
+  for (size_t index = 0; index < list.size(); ++index) {
+    const Json& turn = list[index];
     const auto role = turn.is_object() ? turn.find("role") : turn.end();
     const auto content = turn.is_object() ? turn.find("content") : turn.end();
-    if (!turn.is_object() || role == turn.end() || !role->is_string() || content == turn.end() ||
-        !content->is_string()) {
+    const auto calls = turn.is_object() ? turn.find("tool_calls") : turn.end();
+    // Parquet gives every turn the column, null where the turn has none.
+    const bool has_calls = calls != turn.end() && !calls->is_null() && !calls->empty();
+    // Beside calls, OpenAI's layout leaves content null or out.
+    const bool content_ok = (content != turn.end() && content->is_string()) ||
+                            (has_calls && (content == turn.end() || content->is_null()));
+    if (!turn.is_object() || role == turn.end() || !role->is_string() || !content_ok) {
       return absl::InvalidArgumentError(
-          absl::StrCat(what, " a list of {\"role\": ..., \"content\": ...} turns"));
+          absl::StrCat(key, " ", must_be, " a list of {\"role\": ..., \"content\": ...} turns"));
     }
     v1::ChatTurn& added = turns.emplace_back();
     added.set_role(role->get<std::string>());
-    added.set_content(content->get<std::string>());
+    if (content != turn.end() && content->is_string()) {
+      added.set_content(content->get<std::string>());
+    }
+    if (!has_calls) continue;
+    const std::string at = absl::StrCat(key, " (turn ", index, ") tool_calls");
+    if (added.role() != "assistant") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, ": only assistant turns call tools, this is a '",
+                       SanitizeForDisplay(added.role(), 40), "' turn"));
+    }
+    RETURN_IF_ERROR(ReadToolCalls(*calls, at, added));
   }
   return turns;
 }
 
-// A conversation's turns as trainer.mode sft's row: the prompt (`chat`) and the target, in the
-// order a multi-turn rollout makes them: each assistant turn but the last is followed by the
-// tool turns that answer its calls.
-absl::Status SplitConversation(const nlohmann::json& list, std::vector<v1::ChatTurn> turns,
-                               const std::string& where, v1::PromptRow& row) {
+// A conversation's tool schemas (data.tools_key): a list of objects, or that list as JSON text,
+// each printed as the chat template's `tojson` prints it (the file's key order).
+absl::Status ReadTools(const Json& tools, const std::string& what, v1::PromptRow& row) {
+  Json list = tools;
+  if (tools.is_string()) {
+    absl::StatusOr<Json> parsed =
+        config::ParseBoundedJson(tools.get<std::string>(), what, JsonlLimits());
+    if (!parsed.ok()) return parsed.status();
+    list = *std::move(parsed);
+  }
+  if (!list.is_array() ||
+      !std::all_of(list.begin(), list.end(), [](const Json& tool) { return tool.is_object(); })) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what,
+                     " must be a list of tool schemas ({\"type\": \"function\", \"function\": "
+                     "{...}}), or that list as JSON text"));
+  }
+  for (const Json& tool : list) row.add_tools_json(PythonJsonDumps(tool));
+  return absl::OkStatus();
+}
+
+// A conversation's turns as trainer.mode sft's row: the prompt (`chat`), the turns before the
+// first assistant turn, and the target, the rest: assistant turns, and the user and tool turns
+// between them.
+absl::Status SplitConversation(std::vector<v1::ChatTurn> turns, const std::string& where,
+                               v1::PromptRow& row) {
   const auto first_answer = std::find_if(turns.begin(), turns.end(), [](const v1::ChatTurn& turn) {
     return turn.role() == "assistant";
   });
@@ -76,33 +173,24 @@ absl::Status SplitConversation(const nlohmann::json& list, std::vector<v1::ChatT
   }
   for (auto turn = first_answer; turn != turns.end(); ++turn) {
     const int64_t index = turn - turns.begin();
-    if (turn->role() != "assistant" && turn->role() != "tool") {
+    if (turn->role() != "assistant" && turn->role() != "tool" && turn->role() != "user") {
       return absl::InvalidArgumentError(absl::StrCat(
           at, "has a '", SanitizeForDisplay(turn->role(), 40), "' turn (turn ", index,
-          ") after its first assistant turn: only assistant turns and the tool turns between "
-          "them are trained on"));
+          ") after its first assistant turn: only assistant turns and the user and tool turns "
+          "between them follow it"));
     }
     if (turn->role() == "assistant" && turn + 1 != turns.end() &&
         (turn + 1)->role() == "assistant") {
       return absl::InvalidArgumentError(absl::StrCat(
           at, "has assistant turns ", index, " and ", index + 1,
-          " in a row: a model's turn ends at its end token unless tool turns answer its calls; "
-          "join them, or put the tool turns between"));
-    }
-    // OpenAI's structured calls are not rendered (the chat template's tojson would need the
-    // arguments' key order, which this reader does not keep).
-    if (const auto calls = list[index].find("tool_calls");
-        calls != list[index].end() && !calls->is_null() && !calls->empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          at, "turn ", index,
-          " has tool_calls, which are not read: write each call into its content as Qwen's "
-          "hermes format does, <tool_call>\n{\"name\": ..., \"arguments\": {...}}\n</tool_call>"));
+          " in a row: a model's turn ends at its end token unless user or tool turns follow "
+          "it; join them, or put the turns between"));
     }
   }
   if (turns.back().role() != "assistant") {
-    return absl::InvalidArgumentError(absl::StrCat(at,
-                                                   "ends in a tool turn: end it with the "
-                                                   "assistant turn that reads it"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(at, "ends in a ", SanitizeForDisplay(turns.back().role(), 40),
+                     " turn: end it with the assistant turn that answers it"));
   }
   for (auto turn = turns.begin(); turn != turns.end(); ++turn) {
     *(turn < first_answer ? row.add_chat() : row.add_target()) = std::move(*turn);
@@ -110,27 +198,70 @@ absl::Status SplitConversation(const nlohmann::json& list, std::vector<v1::ChatT
   return absl::OkStatus();
 }
 
+// Where a row's parts are: data.prompt_key and data.answer_key with their defaults; for
+// conversations, data.messages_key and data.tools_key, or with data.response_key a single-turn
+// row (its prompt under data.prompt_key).
+struct RowKeys {
+  RowKeys(const v1::DataSpec& data, RowKind kind)
+      : conversation(kind == RowKind::kConversation),
+        response(conversation ? data.response_key() : ""),
+        prompt(conversation && response.empty()
+                   ? (data.messages_key().empty() ? "messages" : data.messages_key())
+                   : (data.prompt_key().empty() ? "prompt" : data.prompt_key())),
+        answer(data.answer_key().empty() ? "ground_truth" : data.answer_key()),
+        tools(conversation ? data.tools_key() : "") {}
+
+  // The Parquet columns a row is made of: the first part of each key.
+  std::vector<std::string> Columns() const {
+    std::vector<std::string> columns = {prompt,       answer, "reward_model", "data_source",
+                                        "extra_info", tools,  response};
+    std::vector<std::string> roots;
+    for (const std::string& key : columns) {
+      if (!key.empty()) roots.push_back(key.substr(0, key.find('.')));
+    }
+    return roots;
+  }
+
+  bool conversation;
+  std::string response;  // a single-turn row's response, or ""
+  std::string prompt, answer;
+  std::string tools;  // "" when rows list no tools
+};
+
 // The row `row` of a data file (`where` names it) as the workers get it: a prompt under
-// `prompt_key`, or (`conversation`) a conversation under it.
-absl::StatusOr<v1::PromptRow> PromptOf(const nlohmann::json& row, const std::string& where,
-                                       const std::string& prompt_key, const std::string& answer_key,
-                                       bool conversation) {
+// keys.prompt, or a conversation under it (with its tools).
+absl::StatusOr<v1::PromptRow> PromptOf(const Json& row, const std::string& where,
+                                       const RowKeys& keys) {
+  const std::string& prompt_key = keys.prompt;
+  const std::string& answer_key = keys.answer;
+  const bool conversation = keys.conversation;
   if (!row.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": a row must be a JSON object"));
   }
   v1::PromptRow prompt;
-  const nlohmann::json* value = Find(row, prompt_key);
-  if (value != nullptr && value->is_string() && !conversation) {
+  const Json* value = Find(row, prompt_key);
+  // A single-turn SFT row (data.response_key): its prompt as a chat, as verl's SFTDataset
+  // sends a text prompt as a user turn.
+  const bool single_turn = !keys.response.empty();
+  if (value != nullptr && value->is_string() && single_turn) {
+    v1::ChatTurn& user = *prompt.add_chat();
+    user.set_role("user");
+    user.set_content(value->get<std::string>());
+  } else if (value != nullptr && value->is_string() && !conversation) {
     prompt.set_text(value->get<std::string>());
   } else if (value != nullptr && value->is_array() && !value->empty()) {
     ASSIGN_OR_RETURN(std::vector<v1::ChatTurn> turns,
-                     TurnsOf(*value, absl::StrCat(where, ": ", prompt_key,
-                                                  conversation ? " must be" : " must be text or")));
-    if (conversation) {
-      RETURN_IF_ERROR(SplitConversation(*value, std::move(turns), where, prompt));
+                     TurnsOf(*value, absl::StrCat(where, ": ", prompt_key),
+                             conversation && !single_turn ? "must be" : "must be text or"));
+    if (conversation && !single_turn) {
+      RETURN_IF_ERROR(SplitConversation(std::move(turns), where, prompt));
     } else {
       for (v1::ChatTurn& turn : turns) *prompt.add_chat() = std::move(turn);
     }
+  } else if (single_turn) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": no prompt under '", prompt_key,
+                     "' (data.prompt_key): give text or a list of {role, content} turns"));
   } else if (conversation) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": no conversation under '", prompt_key,
@@ -145,32 +276,48 @@ absl::StatusOr<v1::PromptRow> PromptOf(const nlohmann::json& row, const std::str
                      value->is_array() ? "an empty list" : absl::StrCat("a ", value->type_name()),
                      ", not text or a list of {role, content} turns"));
   }
-  const nlohmann::json* truth = Find(row, answer_key);
+  if (single_turn) {
+    const Json* response = Find(row, keys.response);
+    if (response == nullptr || !response->is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": no response text under '", keys.response, "' (data.response_key)",
+          response == nullptr ? "" : absl::StrCat(": it is a ", response->type_name())));
+    }
+    v1::ChatTurn& answer = *prompt.add_target();
+    answer.set_role("assistant");
+    answer.set_content(response->get<std::string>());
+  }
+  if (const Json* tools = keys.tools.empty() ? nullptr : Find(row, keys.tools);
+      tools != nullptr && !tools->is_null()) {
+    RETURN_IF_ERROR(ReadTools(
+        *tools, absl::StrCat(where, ": the tools under '", keys.tools, "' (data.tools_key)"),
+        prompt));
+  }
+  const Json* truth = Find(row, answer_key);
   // The default key falls back on verl's layout.
   if (truth == nullptr && answer_key == "ground_truth") {
     truth = Find(row, "reward_model.ground_truth");
   }
   if (truth != nullptr && !truth->is_null()) {
-    prompt.set_ground_truth_json(
-        truth->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    prompt.set_ground_truth_json(truth->dump(-1, ' ', false, Json::error_handler_t::replace));
   }
-  if (const nlohmann::json* source = Find(row, "data_source");
-      source != nullptr && source->is_string()) {
+  if (const Json* source = Find(row, "data_source"); source != nullptr && source->is_string()) {
     prompt.set_data_source(source->get<std::string>());
   }
   // verl's extra_info column, for Python reward functions and remote rewards.
-  if (const nlohmann::json* extra = Find(row, "extra_info");
-      extra != nullptr && extra->is_object()) {
-    prompt.set_extra_info_json(
-        extra->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  if (const Json* extra = Find(row, "extra_info"); extra != nullptr && extra->is_object()) {
+    prompt.set_extra_info_json(extra->dump(-1, ' ', false, Json::error_handler_t::replace));
   }
   if (const int64_t bytes = static_cast<int64_t>(prompt.ByteSizeLong()); bytes > kMaxRowBytes) {
     const int64_t truth_bytes = static_cast<int64_t>(prompt.ground_truth_json().size());
     const int64_t extra_bytes = static_cast<int64_t>(prompt.extra_info_json().size());
-    const int64_t prompt_bytes = bytes - truth_bytes - extra_bytes;
-    const int64_t most = std::max({truth_bytes, extra_bytes, prompt_bytes});
+    int64_t tools_bytes = 0;
+    for (const std::string& tool : prompt.tools_json()) tools_bytes += tool.size();
+    const int64_t prompt_bytes = bytes - truth_bytes - extra_bytes - tools_bytes;
+    const int64_t most = std::max({truth_bytes, extra_bytes, tools_bytes, prompt_bytes});
     const std::string column = most == truth_bytes   ? std::string(answer_key)
                                : most == extra_bytes ? std::string("extra_info")
+                               : most == tools_bytes ? keys.tools
                                                      : std::string(prompt_key);
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": the row carries ", bytes, " bytes to the workers, over the ",
@@ -180,19 +327,9 @@ absl::StatusOr<v1::PromptRow> PromptOf(const nlohmann::json& row, const std::str
   return prompt;
 }
 
-// The bounds one JSONL line is parsed within.
-config::DocumentLimits JsonlLimits() {
-  config::DocumentLimits limits;
-  limits.max_text_bytes = kMaxLineBytes;
-  limits.max_depth = 64;
-  limits.max_values = 1'000'000;
-  limits.max_scalar_bytes = kMaxLineBytes;
-  return limits;
-}
-
 // Each non-blank line of a JSONL file, numbered from 1.
 absl::Status ReadJsonlRows(const std::string& file,
-                           const std::function<absl::Status(int64_t, nlohmann::json)>& visit) {
+                           const std::function<absl::Status(int64_t, Json)>& visit) {
   std::ifstream in(file);
   if (!in) {
     return absl::NotFoundError(
@@ -209,32 +346,12 @@ absl::Status ReadJsonlRows(const std::string& file,
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": the line is longer than ", kMaxLineBytes, " bytes"));
     }
-    absl::StatusOr<nlohmann::json> row = config::ParseBoundedJson(text, where, limits);
+    absl::StatusOr<Json> row = config::ParseBoundedJson(text, where, limits);
     if (!row.ok()) return row.status();
     RETURN_IF_ERROR(visit(line, *std::move(row)));
   }
   return absl::OkStatus();
 }
-
-// Where a row's parts are: data.prompt_key (data.messages_key for conversations) and
-// data.answer_key with their defaults.
-struct RowKeys {
-  RowKeys(const v1::DataSpec& data, RowKind kind)
-      : prompt(kind == RowKind::kConversation
-                   ? (data.messages_key().empty() ? "messages" : data.messages_key())
-                   : (data.prompt_key().empty() ? "prompt" : data.prompt_key())),
-        answer(data.answer_key().empty() ? "ground_truth" : data.answer_key()),
-        conversation(kind == RowKind::kConversation) {}
-
-  // The Parquet columns a row is made of: the first part of each key.
-  std::vector<std::string> Columns() const {
-    return {prompt.substr(0, prompt.find('.')), answer.substr(0, answer.find('.')), "reward_model",
-            "data_source", "extra_info"};
-  }
-
-  std::string prompt, answer;
-  bool conversation;
-};
 
 }  // namespace
 
@@ -269,10 +386,9 @@ absl::Status CheckRowReward(const v1::PromptRow& prompt, const std::string& wher
 absl::Status CheckDataHead(const std::string& file, const v1::DataSpec& data,
                            const std::string& reward_rule, RowKind kind) {
   const RowKeys keys(data, kind);
-  const auto check_row = [&](int64_t row, const nlohmann::json& object) -> absl::Status {
+  const auto check_row = [&](int64_t row, const Json& object) -> absl::Status {
     const std::string where = absl::StrCat(file, ":", row);
-    ASSIGN_OR_RETURN(v1::PromptRow prompt,
-                     PromptOf(object, where, keys.prompt, keys.answer, keys.conversation));
+    ASSIGN_OR_RETURN(v1::PromptRow prompt, PromptOf(object, where, keys));
     return CheckRowReward(prompt, where, keys.answer, reward_rule);
   };
   if (IsParquetFile(file)) {
@@ -281,7 +397,7 @@ absl::Status CheckDataHead(const std::string& file, const v1::DataSpec& data,
     const ParquetReadLimits limits{
         .max_cell_bytes = kMaxRowBytes, .max_decode_bytes = 64 << 20, .batch_rows = kHeadRows};
     const absl::Status read =
-        ReadParquetRows(file, keys.Columns(), limits, [&](int64_t row, nlohmann::json object) {
+        ReadParquetRows(file, keys.Columns(), limits, [&](int64_t row, Json object) {
           RETURN_IF_ERROR(check_row(row, object));
           return row < kHeadRows ? absl::OkStatus()
                                  : absl::CancelledError("the first rows are enough");
@@ -314,8 +430,7 @@ absl::Status CheckDataHead(const std::string& file, const v1::DataSpec& data,
     begin = end == std::string::npos ? head->size() : end + 1;
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = absl::StrCat(file, ":", line);
-    ASSIGN_OR_RETURN(const nlohmann::json object,
-                     config::ParseBoundedJson(text, where, JsonlLimits()));
+    ASSIGN_OR_RETURN(const Json object, config::ParseBoundedJson(text, where, JsonlLimits()));
     RETURN_IF_ERROR(check_row(line, object));
     ++rows;
   }
@@ -328,9 +443,8 @@ absl::StatusOr<PromptData> PromptData::Load(const std::vector<std::string>& file
   const RowKeys keys(data, kind);
   for (const std::string& file : files) {
     // `line` is a JSONL file's line, or a Parquet file's row (both from 1).
-    const auto add = [&](int64_t line, nlohmann::json row) -> absl::Status {
-      ASSIGN_OR_RETURN(v1::PromptRow prompt, PromptOf(row, absl::StrCat(file, ":", line),
-                                                      keys.prompt, keys.answer, keys.conversation));
+    const auto add = [&](int64_t line, Json row) -> absl::Status {
+      ASSIGN_OR_RETURN(v1::PromptRow prompt, PromptOf(row, absl::StrCat(file, ":", line), keys));
       loaded.rows_.push_back(std::move(prompt));
       loaded.origins_.push_back({file, line});
       if (loaded.size() > kMaxRows) {

@@ -29,8 +29,12 @@ struct PromptOrigin {
 bool IsParquetFile(const std::string& file);
 
 // What a data file's rows are: prompts (data.prompt_key), or, for trainer.mode sft's training
-// files, conversations (data.messages_key) split into the prompt (the turns before the first
-// assistant turn) and the target (the assistant and tool turns from it on).
+// files, conversations (data.messages_key, verl's multi-turn SFT layout: OpenAI tool_calls on
+// assistant turns, the row's tool schemas under data.tools_key) split into the prompt (the turns
+// before the first assistant turn) and the target (the assistant turns from it on and the user
+// and tool turns between them); with data.response_key, single-turn rows (verl's SFTDataset):
+// the prompt under data.prompt_key (text as a user turn, or a chat) and the response text as the
+// one assistant turn. Keys keep the file's order, which the chat template prints.
 enum class RowKind { kPrompt, kConversation };
 
 // What the job's training files hold (conversations in trainer.mode sft).
@@ -56,8 +60,11 @@ class PromptData {
   // (or Parquet row) that is not a JSON object, whose prompt is neither text nor a chat, or whose
   // row is over kMaxRowBytes (naming the key that takes the most), and for a Parquet file that
   // does not decode (naming the row group or column). Conversations: INVALID_ARGUMENT for one
-  // that is not a list of {role, content} turns, has no assistant turn, ends in another turn,
-  // or has turns after its first assistant turn other than assistant and tool turns.
+  // that is not a list of {role, content} turns, has no assistant turn, starts with one, ends in
+  // another turn, has two in a row, or has turns after its first assistant turn other than
+  // assistant, user and tool turns; for tool_calls on another turn than an assistant's, or not
+  // in OpenAI's layout (a name and an arguments object, or JSON text holding one); for tools
+  // (data.tools_key) that are not a list of objects (or JSON text holding one).
   static absl::StatusOr<PromptData> Load(const std::vector<std::string>& files,
                                          const v1::DataSpec& data, RowKind kind = RowKind::kPrompt);
 

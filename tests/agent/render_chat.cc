@@ -9,7 +9,6 @@
 
 #include "nlohmann/json.hpp"
 #include "worker/agent/agent_loop.h"
-#include "worker/agent/python_json.h"
 #include "worker/agent/tool_config.h"
 #include "worker/model/tokenizer.h"
 
@@ -17,20 +16,21 @@ int main() {
   using rlhfd::model::Tokenizer;
   const std::string input((std::istreambuf_iterator<char>(std::cin)),
                           std::istreambuf_iterator<char>());
-  const nlohmann::json request = nlohmann::json::parse(input);
+  // In the text's key order: the schemas' properties are printed in it.
+  const nlohmann::ordered_json request = nlohmann::ordered_json::parse(input);
   absl::StatusOr<Tokenizer> tokenizer = Tokenizer::Load(request.at("model").get<std::string>());
   if (!tokenizer.ok()) {
     std::cerr << tokenizer.status() << "\n";
     return 1;
   }
-  for (const nlohmann::json& item : request.at("cases")) {
+  for (const nlohmann::ordered_json& item : request.at("cases")) {
     std::vector<rlhfd::model::ChatMessage> messages;
-    for (const nlohmann::json& message : item.at("messages")) {
+    for (const nlohmann::ordered_json& message : item.at("messages")) {
       messages.push_back({message.at("role"), message.at("content")});
     }
     std::vector<std::string> tools;
-    for (const nlohmann::json& schema : item.at("tools")) {
-      tools.push_back(rlhfd::agent::PythonJsonDumps(rlhfd::agent::PromptToolSchema(schema)));
+    for (const nlohmann::ordered_json& schema : item.at("tools")) {
+      tools.push_back(rlhfd::agent::PromptToolSchemaText(schema));
     }
     const absl::StatusOr<std::string> prompt =
         tokenizer->ApplyChatTemplate(messages, /*add_generation_prompt=*/true, tools);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """rlhfd's multi-turn chat rendering against the references, on a real Qwen2.5 tokenizer:
 - the prompt with tools (worker/model/tokenizer.h ApplyChatTemplate with schemas printed by
-  worker/agent/python_json.h) against transformers' apply_chat_template(messages, tools=...) with
+  worker/agent/tool_config.h) against transformers' apply_chat_template(messages, tools=...) with
   the schemas as verl passes them (OpenAIFunctionToolSchema(...).model_dump(exclude_unset=True,
   exclude_none=True)): the same text and the same token ids;
 - the tool turn after a model turn (worker/agent/agent_loop.h ToolTurnTokens) against verl's own
@@ -10,9 +10,9 @@
   inserted token ids.
 
 Random cases mix system prompts or none, one to three tools (descriptions with non-ASCII text,
-enums, array properties with `items`, which verl's schema models drop), user text, and one to three tool responses (empty, multi-line, non-ASCII,
-text that looks like tags), after a turn ended by <|im_end|> or not. Property names are drawn in
-alphabetical order: rlhfd prints them so (docs/internals/agent.md), verl in the file's order.
+enums, array properties with `items`, which verl's schema models drop, property names in a
+random order, which both keep), user text, and one to three tool responses (empty, multi-line,
+non-ASCII, text that looks like tags), after a turn ended by <|im_end|> or not.
 
     verl_chat_parity.py RENDER_CHAT_BINARY [--model DIR] [--cases N] [--seed S]
 
@@ -60,8 +60,8 @@ def text(rng, words=6):
 
 
 def schema(rng, index):
-    names = sorted(rng.sample(["a_value", "code", "expression", "limit", "query", "units"],
-                              rng.randint(1, 3)))
+    names = rng.sample(["a_value", "code", "expression", "limit", "query", "units"],
+                       rng.randint(1, 3))
     properties = {}
     for name in names:
         prop = {"type": rng.choice(["string", "integer", "number", "boolean"]),

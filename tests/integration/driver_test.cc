@@ -31,6 +31,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "common/algorithms/on_policy.h"
 #include "common/jobs/job_states.h"
@@ -957,6 +958,35 @@ TEST_CASE(
   CHECK(by_step.at(1).count("actor/pg_loss") == 0);        // no policy loss: no advantages
   CHECK(by_step.at(0).at("val-aux/num_turns/mean") == 2);  // an answer, no call
   CHECK(by_step.at(kSteps).at("val-aux/num_turns/mean") == 4);
+}
+
+// The same conversations in verl's multi-turn SFT layout (tool_sft_verl.jsonl, as verl's ReTool
+// SFT preprocessing writes them: the call as OpenAI tool_calls, the tool's schema in each row's
+// `tools`), with no multi_turn tool config: the controller reads the calls and the tools in the
+// file's key order, the worker renders them as Qwen2.5's template does, and so the first step's
+// loss is the same transformers golden.
+TEST_CASE("trainer.mode sft reads verl's layout (tool_calls, tools): the same first loss",
+          "[driver][runs]") {
+  const std::string fixtures = RLHFD_FIXTURES_DIR;
+  TempDir dir;
+  std::ifstream golden_file(fixtures + "/data/tool_sft_golden.json");
+  const nlohmann::json golden = nlohmann::json::parse(golden_file);
+  DriverCluster cluster;
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  const std::string config = absl::StrReplaceAll(
+      WriteSftJob(dir.path()),
+      {{"/data/tool_sft.jsonl], val_files: [" + dir.path() + "/questions.jsonl]",
+        "/data/tool_sft_verl.jsonl], tools_key: tools"},
+       {"      multi_turn: {enable: true, tool_config_path: " + dir.path() + "/tools.yaml}\n", ""},
+       {"    rollout:\n", ""},
+       {"  reward: {rule: exact_match}\n", ""}});
+  REQUIRE_FALSE(absl::StrContains(config, "multi_turn"));
+  const std::string id = cluster.Submit(config, {"trainer.total_steps=2"});
+  const v1::Job job = cluster.WaitEnded(id);
+  INFO(config << "\n" << Describe(job));
+  REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
+  const std::map<int64_t, std::map<std::string, double>> by_step = cluster.MetricsByStep(id);
+  CHECK(std::abs(by_step.at(1).at("train/loss") - golden.at("loss").get<double>()) < 1e-4);
 }
 
 TEST_CASE("Two jobs share four workers; a third waits with its reason", "[driver][scheduling]") {

@@ -9,7 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "worker/agent/python_json.h"
+#include "worker/agent/tool_config.h"
 
 namespace rlhfd::agent {
 namespace {
@@ -207,7 +207,7 @@ TEST_CASE("samples' tool calls run concurrently on the tool threads", "[agent_lo
 
 TEST_CASE("the prompt lists the tools as Qwen2.5's template does", "[agent_loop]") {
   const model::Tokenizer tokenizer = ChatMlTokenizer();
-  const nlohmann::json schema = {
+  const nlohmann::ordered_json schema = {
       {"type", "function"},
       {"function",
        {{"name", "calculator"},
@@ -216,7 +216,7 @@ TEST_CASE("the prompt lists the tools as Qwen2.5's template does", "[agent_loop]
          {{"type", "object"},
           {"properties", {{"expression", {{"type", "string"}, {"description", "e.g. 1+2"}}}}},
           {"required", {"expression"}}}}}}};
-  const std::string tool = PythonJsonDumps(schema);
+  const std::string tool = PromptToolSchemaText(schema);
   // json.dumps(schema, ensure_ascii=False) of verl's pydantic dump: its key order, ", " and ": ".
   CHECK(tool ==
         "{\"type\": \"function\", \"function\": {\"name\": \"calculator\", \"description\": "

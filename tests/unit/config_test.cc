@@ -230,6 +230,23 @@ trainer: {mode: sft}
   CHECK_THAT(
       ErrorOf(Replace(sft, "train_batch_size: 256", "train_batch_size: 256, messages_key: a..b")),
       Catch::Contains("data.messages_key: 'a..b'"));
+  CHECK_THAT(ErrorOf(Replace(sft, "train_batch_size: 256", "train_batch_size: 256, tools_key: .t")),
+             Catch::Contains("data.tools_key: '.t'"));
+  // Single-turn rows: the response's key (verl's SFTDataset); messages_key is not read then.
+  auto single = ParseJobSpec(Replace(sft, "train_batch_size: 256",
+                                     "train_batch_size: 256, messages_key: '', "
+                                     "prompt_key: extra_info.question, "
+                                     "response_key: extra_info.answer"),
+                             "x.yaml");
+  INFO(single.status());
+  REQUIRE(single.ok());
+  CHECK(single->data().response_key() == "extra_info.answer");
+  CHECK_THAT(
+      ErrorOf(Replace(sft, "train_batch_size: 256", "train_batch_size: 256, response_key: a.")),
+      Catch::Contains("data.response_key: 'a.'"));
+  CHECK_THAT(ErrorOf(Replace(Replace(sft, "trainer: {mode: sft}", "trainer: {mode: sync}"),
+                             "train_batch_size: 256", "train_batch_size: 256, response_key: r")),
+             Catch::Contains("data.response_key: only trainer.mode sft reads responses"));
   // Its printed config (the unused estimator left out) reads back as the same job.
   auto again = ParseJobSpec(ToYaml(SpecToDocument(*spec), [](const std::string&) { return ""; }),
                             "printed.yaml");

@@ -95,15 +95,11 @@ TEST_CASE("Conversations (trainer.mode sft): the prompt, the target, and what is
   CHECK_THAT(refusal(R"([{"role": "assistant", "content": "A"}])"),
              Catch::Contains("starts with an assistant turn"));
   CHECK_THAT(refusal(R"([{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"},
-      {"role": "user", "content": "again"}, {"role": "assistant", "content": "B"}])"),
-             Catch::Contains("has a 'user' turn (turn 2) after its first assistant turn"));
+      {"role": "system", "content": "again"}, {"role": "assistant", "content": "B"}])"),
+             Catch::Contains("has a 'system' turn (turn 2) after its first assistant turn"));
   CHECK_THAT(refusal(R"([{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"},
       {"role": "tool", "content": "42"}])"),
              Catch::Contains("ends in a tool turn"));
-  CHECK_THAT(refusal(R"([{"role": "user", "content": "Q"}, {"role": "assistant", "content": "",
-      "tool_calls": [{"function": {"name": "f", "arguments": {}}}]},
-      {"role": "tool", "content": "42"}, {"role": "assistant", "content": "A"}])"),
-             Catch::Contains("turn 1 has tool_calls, which are not read"));
   CHECK_THAT(refusal(R"([{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"},
       {"role": "assistant", "content": "B"}])"),
              Catch::Contains("has assistant turns 1 and 2 in a row"));
@@ -113,19 +109,165 @@ TEST_CASE("Conversations (trainer.mode sft): the prompt, the target, and what is
   INFO(loaded.status());
   REQUIRE(loaded.ok());
   CHECK(loaded->row(0).target_size() == 1);
+  CHECK(loaded->row(0).target(0).tool_calls_size() == 0);
   CHECK_THAT(refusal(R"("just text")"), Catch::Contains("no conversation under 'messages'"));
   CHECK_THAT(refusal(R"([{"role": "user"}])"),
              Catch::Contains("messages must be a list of {\"role\": ..., \"content\": ...} turns"));
-  // Prompt rows are read as before, a tool_calls key beside their turns ignored.
-  REQUIRE(WriteFileAtomically(path, R"({"prompt": [{"role": "user", "content": "Q", )"
-                                    R"("tool_calls": [{"function": {"name": "f"}}]}]})"
+  // Null content only beside tool calls.
+  CHECK_THAT(
+      refusal(R"([{"role": "user", "content": "Q"}, {"role": "assistant", "content": null}])"),
+      Catch::Contains("must be a list of {\"role\""));
+}
+
+TEST_CASE("Conversations in verl's multi-turn SFT layout: OpenAI tool_calls, user turns, tools",
+          "[prompt_data]") {
+  TempDir dir;
+  const std::string path = dir.path() + "/chats.jsonl";
+  const auto load = [&](std::string row) {
+    std::replace(row.begin(), row.end(), '\n', ' ');  // one JSONL line
+    REQUIRE(WriteFileAtomically(path, row + "\n").ok());
+    return PromptData::Load({path}, v1::DataSpec(), RowKind::kConversation);
+  };
+  v1::DataSpec with_tools;
+  with_tools.set_tools_key("tools");
+  const auto load_with_tools = [&](std::string row) {
+    std::replace(row.begin(), row.end(), '\n', ' ');
+    REQUIRE(WriteFileAtomically(path, row + "\n").ok());
+    return PromptData::Load({path}, with_tools, RowKind::kConversation);
+  };
+  // The calls' arguments keep the file's key order (zeta before alpha), printed as Python's
+  // json.dumps prints them; arguments given as JSON text are the object they hold; a call may
+  // be {"function": {...}} or the function itself; content may be null beside calls.
+  auto loaded = load_with_tools(R"({"messages": [{"role": "user", "content": "Q"},
+      {"role": "assistant", "content": null, "tool_calls": [
+        {"type": "function", "function": {"name": "f", "arguments": {"zeta": [1, 2.5], "alpha": "é\n"}}},
+        {"name": "g", "arguments": "{\"b\": true,\"a\":null}"}]},
+      {"role": "tool", "content": "1"}, {"role": "tool", "content": "2"},
+      {"role": "assistant", "content": "A"}, {"role": "user", "content": "more?"},
+      {"role": "assistant", "content": "B"}],
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "properties": {"zeta": {"type": "array"}, "alpha": {"type": "string"}}}}}]})");
+  INFO(loaded.status());
+  REQUIRE(loaded.ok());
+  const v1::PromptRow& row = loaded->row(0);
+  REQUIRE(row.target_size() == 6);
+  const v1::ChatTurn& call = row.target(0);
+  CHECK(call.content().empty());
+  REQUIRE(call.tool_calls_size() == 2);
+  CHECK(call.tool_calls(0).name() == "f");
+  CHECK(call.tool_calls(0).arguments_json() == "{\"zeta\": [1, 2.5], \"alpha\": \"é\\n\"}");
+  CHECK(call.tool_calls(1).name() == "g");
+  CHECK(call.tool_calls(1).arguments_json() == "{\"b\": true, \"a\": null}");
+  CHECK(row.target(4).role() == "user");
+  REQUIRE(row.tools_json_size() == 1);
+  CHECK(row.tools_json(0) ==
+        "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": "
+        "\"object\", \"properties\": {\"zeta\": {\"type\": \"array\"}, \"alpha\": {\"type\": "
+        "\"string\"}}}}}");
+  // The tools as JSON text read the same; without data.tools_key they are not read.
+  loaded = load_with_tools(R"({"messages": [{"role": "user", "content": "Q"},
+      {"role": "assistant", "content": "A"}], "tools": "[{\"type\": \"function\"}]"})");
+  INFO(loaded.status());
+  REQUIRE(loaded.ok());
+  REQUIRE(loaded->row(0).tools_json_size() == 1);
+  CHECK(loaded->row(0).tools_json(0) == "{\"type\": \"function\"}");
+  loaded = load(R"({"messages": [{"role": "user", "content": "Q"},
+      {"role": "assistant", "content": "A"}], "tools": [{"type": "function"}]})");
+  REQUIRE(loaded.ok());
+  CHECK(loaded->row(0).tools_json_size() == 0);
+
+  const auto refusal = [&](const std::string& row) {
+    auto refused = load_with_tools(row);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(refused.status().message()), Catch::Contains(path + ":1"));
+    return std::string(refused.status().message());
+  };
+  CHECK_THAT(refusal(R"({"messages": [{"role": "user", "content": "Q", "tool_calls": [
+      {"function": {"name": "f", "arguments": {}}}]}, {"role": "assistant", "content": "A"}]})"),
+             Catch::Contains("(turn 0) tool_calls: only assistant turns call tools"));
+  CHECK_THAT(refusal(R"({"messages": [{"role": "user", "content": "Q"}, {"role": "assistant",
+      "content": "", "tool_calls": [{"function": {"arguments": {}}}]},
+      {"role": "tool", "content": "1"}, {"role": "assistant", "content": "A"}]})"),
+             Catch::Contains("(turn 1) tool_calls[0] must be {\"type\": \"function\""));
+  CHECK_THAT(refusal(R"({"messages": [{"role": "user", "content": "Q"}, {"role": "assistant",
+      "content": "", "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]},
+      {"role": "tool", "content": "1"}, {"role": "assistant", "content": "A"}]})"),
+             Catch::Contains("tool_calls[0] arguments must be a JSON object (or JSON text "
+                             "holding one), not text holding a array"));
+  CHECK_THAT(refusal(R"({"messages": [{"role": "user", "content": "Q"}, {"role": "assistant",
+      "content": "", "tool_calls": {"name": "f"}}, {"role": "tool", "content": "1"},
+      {"role": "assistant", "content": "A"}]})"),
+             Catch::Contains("tool_calls must be a list of calls"));
+  CHECK_THAT(refusal(R"({"messages": [{"role": "user", "content": "Q"},
+      {"role": "assistant", "content": "A"}], "tools": {"type": "function"}})"),
+             Catch::Contains("the tools under 'tools' (data.tools_key) must be a list of tool "
+                             "schemas"));
+  CHECK_THAT(refusal(R"({"messages": [{"role": "user", "content": "Q"},
+      {"role": "assistant", "content": "A"}], "tools": "not json"})"),
+             Catch::Contains("(data.tools_key)"));
+
+  // A prompt row's assistant turns carry their calls too (the chat template renders them).
+  REQUIRE(WriteFileAtomically(path, R"({"prompt": [{"role": "user", "content": "Q"}, )"
+                                    R"({"role": "assistant", "content": "", "tool_calls": )"
+                                    R"([{"function": {"name": "f", "arguments": {"x": 1}}}]}, )"
+                                    R"({"role": "tool", "content": "1"}]})"
                                     "\n")
               .ok());
   auto prompts = PromptData::Load({path}, v1::DataSpec());
   INFO(prompts.status());
   REQUIRE(prompts.ok());
-  CHECK(prompts->row(0).chat_size() == 1);
+  REQUIRE(prompts->row(0).chat_size() == 3);
+  REQUIRE(prompts->row(0).chat(1).tool_calls_size() == 1);
+  CHECK(prompts->row(0).chat(1).tool_calls(0).arguments_json() == "{\"x\": 1}");
   CHECK(prompts->row(0).target_size() == 0);
+}
+
+TEST_CASE("Single-turn SFT rows (data.response_key): the prompt and its response",
+          "[prompt_data]") {
+  TempDir dir;
+  const std::string path = dir.path() + "/sft.jsonl";
+  v1::DataSpec data;
+  // verl's gsm8k SFT example: prompt_key extra_info with prompt_dict_keys [question], the same
+  // for the answer.
+  data.set_prompt_key("extra_info.question");
+  data.set_response_key("extra_info.answer");
+  const auto load = [&](const std::string& text) {
+    REQUIRE(WriteFileAtomically(path, text).ok());
+    return PromptData::Load({path}, data, RowKind::kConversation);
+  };
+  auto loaded =
+      load(R"({"extra_info": {"question": "What is 6 * 7?", "answer": "42"}, "messages": 1})"
+           "\n"
+           R"({"extra_info": {"question": [{"role": "system", "content": "S"}, )"
+           R"({"role": "user", "content": "Q"}, {"role": "assistant", "content": "few-shot"}, )"
+           R"({"role": "user", "content": "Q2"}], "answer": "A"}})"
+           "\n");
+  INFO(loaded.status());
+  REQUIRE(loaded.ok());
+  // A text prompt is a user turn; a chat prompt is the prompt whole (its few-shot answer too).
+  REQUIRE(loaded->row(0).chat_size() == 1);
+  CHECK(loaded->row(0).chat(0).role() == "user");
+  CHECK(loaded->row(0).chat(0).content() == "What is 6 * 7?");
+  REQUIRE(loaded->row(0).target_size() == 1);
+  CHECK(loaded->row(0).target(0).role() == "assistant");
+  CHECK(loaded->row(0).target(0).content() == "42");
+  CHECK(loaded->row(1).chat_size() == 4);
+  CHECK(loaded->row(1).target(0).content() == "A");
+
+  const auto refusal = [&](const std::string& text) {
+    auto refused = load(text + "\n");
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(refused.status().message()), Catch::Contains(path + ":1"));
+    return std::string(refused.status().message());
+  };
+  CHECK_THAT(refusal(R"({"extra_info": {"question": "Q"}})"),
+             Catch::Contains("no response text under 'extra_info.answer' (data.response_key)"));
+  CHECK_THAT(refusal(R"({"extra_info": {"question": "Q", "answer": 42}})"),
+             Catch::Contains("(data.response_key): it is a number"));
+  CHECK_THAT(refusal(R"({"extra_info": {"answer": "A"}})"),
+             Catch::Contains("no prompt under 'extra_info.question' (data.prompt_key)"));
 }
 
 TEST_CASE("A rank's share must fit one stage call: the largest rows decide", "[prompt_data]") {

@@ -110,18 +110,32 @@ TEST_CASE("a wrong tool config is refused naming the tool and the key", "[tool_c
 }
 
 TEST_CASE("the prompt lists what verl's schema models keep of a tool schema", "[tool_config]") {
-  const nlohmann::json schema = nlohmann::json::parse(R"({
-    "type": "function", "x-vendor": 1,
-    "function": {"name": "search", "description": "Finds.", "examples": ["a"],
-      "parameters": {"type": "object", "additionalProperties": false, "required": ["q"],
-        "properties": {"q": {"type": "string", "description": "query", "minLength": 1},
-                       "tags": {"type": "array", "items": {"type": "string"}, "enum": [1, 2]}}}}})");
-  CHECK(PromptToolSchema(schema) == nlohmann::json::parse(R"({
+  // The fields in the models' order whatever the file's; the properties in the file's (tags
+  // before q); an ordered_json compares its keys' order too.
+  const nlohmann::ordered_json schema = nlohmann::ordered_json::parse(R"({
+    "x-vendor": 1, "function": {"parameters": {"type": "object", "additionalProperties": false,
+        "required": ["q"],
+        "properties": {"tags": {"enum": [1, 2], "type": "array", "items": {"type": "string"}},
+                       "q": {"description": "query", "type": "string", "minLength": 1}}},
+      "description": "Finds.", "name": "search", "examples": ["a"]}, "type": "function"})");
+  CHECK(PromptToolSchema(schema) == nlohmann::ordered_json::parse(R"({
     "type": "function",
     "function": {"name": "search", "description": "Finds.",
-      "parameters": {"type": "object", "required": ["q"],
-        "properties": {"q": {"type": "string", "description": "query"},
-                       "tags": {"type": "array", "enum": [1, 2]}}}}})"));
+      "parameters": {"type": "object",
+        "properties": {"tags": {"type": "array", "enum": [1, 2]},
+                       "q": {"type": "string", "description": "query"}},
+        "required": ["q"]}}})"));
+  // Read from a tool config, the properties keep the file's order.
+  absl::StatusOr<std::vector<ToolSpec>> specs = ReadToolConfig(
+      "tools:\n  - class_name: calculator\n    tool_schema:\n      type: function\n"
+      "      function:\n        name: calc\n        parameters:\n          type: object\n"
+      "          properties: {zeta: {type: string}, alpha: {type: number}}\n",
+      "t.yaml");
+  REQUIRE(specs.ok());
+  CHECK(specs->at(0).prompt_schema ==
+        "{\"type\": \"function\", \"function\": {\"name\": \"calc\", \"parameters\": "
+        "{\"type\": \"object\", \"properties\": {\"zeta\": {\"type\": \"string\"}, "
+        "\"alpha\": {\"type\": \"number\"}}}}}");
 }
 
 TEST_CASE("an http tool needs its service's URL; its timeout is read", "[tool_config]") {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/config/config_document.h"
+#include "common/util/python_json.h"
 
 namespace rlhfd::agent {
 namespace {
@@ -41,6 +42,9 @@ absl::StatusOr<std::vector<ToolSpec>> ReadToolConfig(absl::string_view text,
                                                      absl::string_view source) {
   absl::StatusOr<nlohmann::json> document = config::ParseConfigDocument(text, source);
   if (!document.ok()) return document.status();
+  // Again with the keys in the file's order, for the schemas the prompt prints.
+  absl::StatusOr<nlohmann::ordered_json> ordered = config::ParseOrderedConfigDocument(text, source);
+  if (!ordered.ok()) return ordered.status();
   const auto tools = document->find("tools");
   if (tools == document->end() || !tools->is_array()) {
     return absl::InvalidArgumentError(
@@ -73,6 +77,8 @@ absl::StatusOr<std::vector<ToolSpec>> ReadToolConfig(absl::string_view text,
           where + ".tool_schema.function.name is missing: it names the tool for the model");
     }
     spec.name = (*function)["name"].get<std::string>();
+    spec.prompt_schema = PromptToolSchemaText(
+        (*ordered)["tools"][i].value("tool_schema", nlohmann::ordered_json::object()));
     if (!names.insert(spec.name).second) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": a second tool named '", spec.name, "'"));
@@ -132,8 +138,10 @@ absl::StatusOr<std::vector<ToolSpec>> ReadToolConfig(absl::string_view text,
 
 namespace {
 
-nlohmann::json Keep(const nlohmann::json& object, std::initializer_list<const char*> keys) {
-  nlohmann::json kept = nlohmann::json::object();
+// `object`'s `keys` that it has, in that order (a pydantic model's fields, as it dumps them).
+nlohmann::ordered_json Keep(const nlohmann::ordered_json& object,
+                            std::initializer_list<const char*> keys) {
+  nlohmann::ordered_json kept = nlohmann::ordered_json::object();
   if (!object.is_object()) return kept;
   for (const char* key : keys) {
     if (object.contains(key)) kept[key] = object.at(key);
@@ -143,20 +151,25 @@ nlohmann::json Keep(const nlohmann::json& object, std::initializer_list<const ch
 
 }  // namespace
 
-nlohmann::json PromptToolSchema(const nlohmann::json& schema) {
-  nlohmann::json tool = Keep(schema, {"type", "function"});
+nlohmann::ordered_json PromptToolSchema(const nlohmann::ordered_json& schema) {
+  nlohmann::ordered_json tool = Keep(schema, {"type", "function"});
   if (!tool.contains("function")) return tool;
-  nlohmann::json& function = tool["function"];
+  nlohmann::ordered_json& function = tool["function"];
   function = Keep(function, {"name", "description", "parameters", "strict"});
   if (!function.contains("parameters")) return tool;
-  nlohmann::json& parameters = function["parameters"];
+  nlohmann::ordered_json& parameters = function["parameters"];
   parameters = Keep(parameters, {"type", "properties", "required"});
   if (parameters.contains("properties") && parameters["properties"].is_object()) {
+    // The properties are a mapping of names, kept in the file's order.
     for (auto& [name, property] : parameters["properties"].items()) {
       property = Keep(property, {"type", "description", "enum"});
     }
   }
   return tool;
+}
+
+std::string PromptToolSchemaText(const nlohmann::ordered_json& schema) {
+  return PythonJsonDumps(PromptToolSchema(schema));
 }
 
 }  // namespace rlhfd::agent

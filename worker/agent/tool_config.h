@@ -26,7 +26,8 @@ struct ToolSpec {
   enum class Kind { kCodeInterpreter, kCalculator, kHttp };
   Kind kind;
   std::string name;       // tool_schema.function.name
-  nlohmann::json schema;  // tool_schema as the file gives it (the chat template lists it)
+  nlohmann::json schema;  // tool_schema as the file gives it
+  std::string prompt_schema;  // PromptToolSchemaText of it, in the file's key order
   SandboxLimits limits;   // kCodeInterpreter: default_timeout, memory_limit_mb
   std::string url;        // kHttp: config.url, the service the calls go to
   absl::Duration timeout = absl::Seconds(30);  // kHttp: config.timeout (seconds)
@@ -36,11 +37,14 @@ struct ToolSpec {
 };
 
 // A tool's schema as the prompt lists it: what verl's pydantic schema models keep of the file's
-// tool_schema (OpenAIFunctionToolSchema, dumped with exclude_unset): type and function; the
-// function's name, description, parameters and strict; the parameters' type, properties and
-// required; each property's type, description and enum. Other keys (a property's `items`, say)
-// are dropped, as verl drops them.
-nlohmann::json PromptToolSchema(const nlohmann::json& schema);
+// tool_schema (OpenAIFunctionToolSchema, dumped with exclude_unset), in their fields' order: type
+// and function; the function's name, description, parameters and strict; the parameters' type,
+// properties (in the file's order) and required; each property's type, description and enum.
+// Other keys (a property's `items`, say) are dropped, as verl drops them.
+nlohmann::ordered_json PromptToolSchema(const nlohmann::ordered_json& schema);
+
+// PromptToolSchema(schema) as the chat template's `tojson` prints it (PythonJsonDumps).
+std::string PromptToolSchemaText(const nlohmann::ordered_json& schema);
 
 // INVALID_ARGUMENT naming the file, the tool's index and the key for anything wrong: not a
 // mapping with a `tools` list, an unknown class, a schema without a function name, two tools of

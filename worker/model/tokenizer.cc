@@ -190,6 +190,68 @@ void Tokenizer::set_chat_template(ChatTemplate chat_template, std::string defaul
   impl_->default_system = std::move(default_system);
 }
 
+namespace {
+
+constexpr absl::string_view kNoChatTemplate =
+    "this tokenizer has no chat template; set model.chat_template (chatml, llama3) or give "
+    "plain-text prompts";
+
+// An assistant message's text after "<|im_start|>assistant\n": its content, then each call as
+// Qwen2.5's template prints it ("\n" between blocks, and after non-empty content).
+std::string ChatMlAssistantBody(absl::string_view content,
+                                absl::Span<const ChatToolCall> tool_calls) {
+  std::string out(content);
+  for (const ChatToolCall& call : tool_calls) {
+    absl::StrAppend(&out, out.empty() ? "" : "\n", "<tool_call>\n{\"name\": \"", call.name,
+                    "\", \"arguments\": ", call.arguments_json, "}\n</tool_call>");
+  }
+  return out;
+}
+
+// ChatML turns for `messages` from `begin` on, as Qwen2.5's template renders them (the system
+// header aside).
+std::string ChatMlTurns(const std::vector<ChatMessage>& messages, size_t begin) {
+  std::string out;
+  for (size_t i = begin; i < messages.size(); ++i) {
+    const ChatMessage& message = messages[i];
+    if (message.role == "tool") {
+      if (i == begin || messages[i - 1].role != "tool") out += "<|im_start|>user";
+      absl::StrAppend(&out, "\n<tool_response>\n", message.content, "\n</tool_response>");
+      if (i + 1 == messages.size() || messages[i + 1].role != "tool") out += "<|im_end|>\n";
+      continue;
+    }
+    absl::StrAppend(&out, "<|im_start|>", message.role, "\n",
+                    ChatMlAssistantBody(message.content, message.tool_calls), "<|im_end|>\n");
+  }
+  return out;
+}
+
+// Llama 3.0's template renders any role's header, a tool message's too, but no structured tool
+// calls (Llama 3.1's tool format is another).
+absl::Status Llama3HasNoToolCalls() {
+  return absl::InvalidArgumentError(
+      "structured tool calls are rendered for ChatML templates (Qwen's hermes format) only; this "
+      "model's chat template is Llama 3's");
+}
+
+absl::Status CheckLlama3Turns(const std::vector<ChatMessage>& messages) {
+  for (const ChatMessage& message : messages) {
+    if (!message.tool_calls.empty()) return Llama3HasNoToolCalls();
+  }
+  return absl::OkStatus();
+}
+
+std::string Llama3Turns(const std::vector<ChatMessage>& messages) {
+  std::string out;
+  for (const ChatMessage& message : messages) {
+    absl::StrAppend(&out, "<|start_header_id|>", message.role, "<|end_header_id|>\n\n",
+                    absl::StripAsciiWhitespace(message.content), "<|eot_id|>");
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(
     const std::vector<ChatMessage>& messages, bool add_generation_prompt,
     absl::Span<const std::string> tools) const {
@@ -205,8 +267,11 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(
       const std::string& system = has_system ? messages[0].content : impl_->default_system;
       if (!tools.empty()) {
         // Qwen2.5 and Qwen3's tool block, the system text (if any) before it.
+        // Qwen2.5's template writes its default system text when there is no system message;
+        // Qwen3's (no default) writes nothing then; a system message, even empty, is followed
+        // by a blank line.
         absl::StrAppend(
-            &out, "<|im_start|>system\n", system, system.empty() ? "" : "\n\n",
+            &out, "<|im_start|>system\n", system, has_system || !system.empty() ? "\n\n" : "",
             "# Tools\n\nYou may call one or more functions to assist with the user "
             "query.\n\nYou are provided with function signatures within <tools></tools> "
             "XML tags:\n<tools>");
@@ -218,28 +283,44 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(
       } else if (!has_system && !system.empty()) {
         absl::StrAppend(&out, "<|im_start|>system\n", system, "<|im_end|>\n");
       }
-      for (size_t i = 0; i < messages.size(); ++i) {
-        if (i == 0 && has_system && !tools.empty()) continue;  // inside the tool block
-        absl::StrAppend(&out, "<|im_start|>", messages[i].role, "\n", messages[i].content,
-                        "<|im_end|>\n");
-      }
+      // With tools the system message is inside the tool block.
+      out += ChatMlTurns(messages, has_system && !tools.empty() ? 1 : 0);
       if (add_generation_prompt) out += "<|im_start|>assistant\n";
       return out;
     }
     case ChatTemplate::kLlama3:
-      out = impl_->bos_token;
-      for (const ChatMessage& message : messages) {
-        absl::StrAppend(&out, "<|start_header_id|>", message.role, "<|end_header_id|>\n\n",
-                        absl::StripAsciiWhitespace(message.content), "<|eot_id|>");
-      }
+      RETURN_IF_ERROR(CheckLlama3Turns(messages));
+      out = absl::StrCat(impl_->bos_token, Llama3Turns(messages));
       if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
       return out;
     case ChatTemplate::kNone:
       break;
   }
-  return absl::InvalidArgumentError(
-      "this tokenizer has no chat template; set model.chat_template (chatml, llama3) or give "
-      "plain-text prompts");
+  return absl::InvalidArgumentError(kNoChatTemplate);
+}
+
+absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateContinuation(
+    const std::vector<ChatMessage>& messages) const {
+  for (const ChatMessage& message : messages) {
+    if (message.role != "user" && message.role != "tool") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a '", message.role,
+                       "' message where a conversation goes on after an assistant turn "
+                       "(user and tool messages only)"));
+    }
+  }
+  switch (impl_->chat) {
+    case ChatTemplate::kChatMl:
+      // The newline the template writes after the assistant turn's <|im_end|>.
+      return absl::StrCat("\n", ChatMlTurns(messages, 0), "<|im_start|>assistant\n");
+    case ChatTemplate::kLlama3:
+      RETURN_IF_ERROR(CheckLlama3Turns(messages));
+      return absl::StrCat(Llama3Turns(messages),
+                          "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    case ChatTemplate::kNone:
+      break;
+  }
+  return absl::InvalidArgumentError(kNoChatTemplate);
 }
 
 absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateToolResponses(
@@ -249,20 +330,18 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateToolResponses(
         "tool responses are rendered for ChatML templates (Qwen's hermes format) only; this "
         "model's chat template is another");
   }
-  std::string out = "<|im_start|>user";
-  for (const std::string& response : responses) {
-    absl::StrAppend(&out, "\n<tool_response>\n", response, "\n</tool_response>");
-  }
-  out += "<|im_end|>\n<|im_start|>assistant\n";
-  return out;
+  std::vector<ChatMessage> messages;
+  for (const std::string& response : responses) messages.push_back({"tool", response});
+  return absl::StrCat(ChatMlTurns(messages, 0), "<|im_start|>assistant\n");
 }
 
 absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateAssistantTurn(
-    absl::string_view content) const {
+    absl::string_view content, absl::Span<const ChatToolCall> tool_calls) const {
   switch (impl_->chat) {
     case ChatTemplate::kChatMl:
-      return absl::StrCat(content, "<|im_end|>");
+      return absl::StrCat(ChatMlAssistantBody(content, tool_calls), "<|im_end|>");
     case ChatTemplate::kLlama3:
+      if (!tool_calls.empty()) return Llama3HasNoToolCalls();
       return absl::StrCat(absl::StripAsciiWhitespace(content), "<|eot_id|>");
     case ChatTemplate::kNone:
       break;

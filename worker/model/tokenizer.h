@@ -18,9 +18,17 @@
 
 namespace rlhfd::model {
 
+// A structured tool call of an assistant message (OpenAI's layout): what the chat template's
+// hermes block prints, the arguments as its `tojson` prints them (PythonJsonDumps).
+struct ChatToolCall {
+  std::string name;
+  std::string arguments_json;
+};
+
 struct ChatMessage {
   std::string role;
   std::string content;
+  std::vector<ChatToolCall> tool_calls = {};  // assistant messages (ChatML templates only)
 };
 
 enum class ChatTemplate { kNone, kChatMl, kLlama3 };
@@ -51,21 +59,32 @@ class Tokenizer {
 
   // The prompt text for `messages` in the model's chat format; INVALID_ARGUMENT without one.
   // `tools`: the function schemas a multi-turn rollout offers, each as the JSON text the
-  // template's `tojson` prints (agent::PythonJsonDumps), listed in the system turn as Qwen's
-  // templates do (ChatML only).
+  // template's `tojson` prints (PythonJsonDumps), listed in the system turn as Qwen's
+  // templates do. Tool messages and assistant tool calls are rendered as Qwen2.5's template
+  // renders them: consecutive tool messages as one user turn of <tool_response> blocks, each
+  // call as a <tool_call> block after the content (Llama 3's template has a header for any role
+  // but no structured calls: INVALID_ARGUMENT for those).
   absl::StatusOr<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
                                                 bool add_generation_prompt,
                                                 absl::Span<const std::string> tools = {}) const;
+  // What the template renders for `messages` (user and tool messages) after an assistant turn's
+  // end token, then the generation prompt: where a conversation goes on to the next assistant
+  // turn. INVALID_ARGUMENT for an assistant or system message, or one the template has no turn
+  // for.
+  absl::StatusOr<std::string> ApplyChatTemplateContinuation(
+      const std::vector<ChatMessage>& messages) const;
   // What the template renders for consecutive tool messages with contents `responses`, then the
   // generation prompt: what follows an assistant turn that called tools, up to the next
   // assistant turn's first token (ChatML: one user turn of <tool_response> blocks).
   // INVALID_ARGUMENT for a template without tool messages.
   absl::StatusOr<std::string> ApplyChatTemplateToolResponses(
       absl::Span<const std::string> responses) const;
-  // What the template renders for an assistant turn with `content` after its generation
-  // prompt: the content and the token that ends the turn (ChatML's <|im_end|>, Llama 3's
-  // <|eot_id|>), which is where generation stops. INVALID_ARGUMENT without a chat template.
-  absl::StatusOr<std::string> ApplyChatTemplateAssistantTurn(absl::string_view content) const;
+  // What the template renders for an assistant turn with `content` (and `tool_calls`, ChatML
+  // only) after its generation prompt: the content, the calls' blocks and the token that ends
+  // the turn (ChatML's <|im_end|>, Llama 3's <|eot_id|>), which is where generation stops.
+  // INVALID_ARGUMENT without a chat template.
+  absl::StatusOr<std::string> ApplyChatTemplateAssistantTurn(
+      absl::string_view content, absl::Span<const ChatToolCall> tool_calls = {}) const;
   ChatTemplate chat_template() const;
   void set_chat_template(ChatTemplate chat_template, std::string default_system = "");
 

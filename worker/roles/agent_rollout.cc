@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "common/util/files.h"
-#include "worker/agent/python_json.h"
 #include "worker/agent/tool_config.h"
 
 namespace rlhfd::roles {
@@ -28,7 +27,7 @@ absl::StatusOr<std::vector<agent::ToolSpec>> ToolSpecs(const v1::JobSpec& spec) 
 std::vector<std::string> SchemasOf(const std::vector<agent::ToolSpec>& specs) {
   std::vector<std::string> schemas;
   for (const agent::ToolSpec& tool : specs) {
-    schemas.push_back(agent::PythonJsonDumps(agent::PromptToolSchema(tool.schema)));
+    schemas.push_back(tool.prompt_schema);
   }
   return schemas;
 }

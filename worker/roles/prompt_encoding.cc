@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/status/status_macros.h"
 #include "common/util/text.h"
 #include "worker/roles/agent_rollout.h"
@@ -23,6 +24,14 @@ absl::StatusOr<model::Tokenizer> LoadJobTokenizer(const v1::JobSpec& spec) {
   return tokenizer;
 }
 
+model::ChatMessage ChatMessageOf(const v1::ChatTurn& turn) {
+  model::ChatMessage message{turn.role(), turn.content()};
+  for (const v1::ChatToolCall& call : turn.tool_calls()) {
+    message.tool_calls.push_back({call.name(), call.arguments_json()});
+  }
+  return message;
+}
+
 absl::StatusOr<EncodedPrompt> EncodePrompt(const model::Tokenizer& tokenizer,
                                            const v1::PromptRow& prompt, const v1::DataSpec& data,
                                            int64_t index, absl::Span<const std::string> tools) {
@@ -35,10 +44,15 @@ absl::StatusOr<EncodedPrompt> EncodePrompt(const model::Tokenizer& tokenizer,
     std::vector<model::ChatMessage> messages;
     for (const v1::ChatTurn& turn : prompt.chat()) {
       if (turn.role().empty()) return invalid("a chat turn has no role");
-      messages.push_back({turn.role(), turn.content()});
+      messages.push_back(ChatMessageOf(turn));
     }
+    // A conversation that lists its own tools (data.tools_key) shows those.
+    const std::vector<std::string> row_tools(prompt.tools_json().begin(),
+                                             prompt.tools_json().end());
+    const absl::Span<const std::string> listed =
+        row_tools.empty() ? tools : absl::MakeConstSpan(row_tools);
     absl::StatusOr<std::string> text =
-        tokenizer.ApplyChatTemplate(messages, /*add_generation_prompt=*/true, tools);
+        tokenizer.ApplyChatTemplate(messages, /*add_generation_prompt=*/true, listed);
     if (!text.ok()) return invalid(text.status().message());
     encoded.text = *std::move(text);
   } else {

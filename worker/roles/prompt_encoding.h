@@ -19,6 +19,9 @@ namespace rlhfd::roles {
 // names one.
 absl::StatusOr<model::Tokenizer> LoadJobTokenizer(const v1::JobSpec& spec);
 
+// A data file's chat turn (with its structured tool calls) as the tokenizer renders it.
+model::ChatMessage ChatMessageOf(const v1::ChatTurn& turn);
+
 struct EncodedPrompt {
   std::string text;  // the model's input as text (template applied)
   std::vector<int64_t> ids;
@@ -27,7 +30,7 @@ struct EncodedPrompt {
 // INVALID_ARGUMENT naming prompt `index` (of the step's batch): an empty prompt, a chat turn
 // without a role, text that is not UTF-8, or (truncation "error") one longer than
 // max_prompt_length, with its length. `tools`: the schemas a multi-turn rollout lists in a chat
-// prompt (PromptTools).
+// prompt (PromptTools), unless the row lists its own (PromptRow.tools_json, trainer.mode sft).
 absl::StatusOr<EncodedPrompt> EncodePrompt(const model::Tokenizer& tokenizer,
                                            const v1::PromptRow& prompt, const v1::DataSpec& data,
                                            int64_t index, absl::Span<const std::string> tools = {});

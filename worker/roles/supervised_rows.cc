@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
-#include "worker/agent/agent_loop.h"
 #include "worker/agent/tool_calls.h"
+#include "worker/roles/prompt_encoding.h"
 #include "worker/roles/rollout_sampling.h"
 
 namespace rlhfd::roles {
@@ -31,57 +31,79 @@ absl::StatusOr<rollout::Completion> EncodeTarget(const model::Tokenizer& tokeniz
   const v1::MultiTurnSpec& turns = spec.roles().actor().rollout().multi_turn();
   ASSIGN_OR_RETURN(const agent::TruncateSide side,
                    agent::ParseTruncateSide(turns.tool_response_truncate_side()));
+  const bool tools_listed = row.tools_json_size() > 0 || turns.enable();
   rollout::Completion out;
-  std::vector<std::string> tool_responses;  // consecutive tool turns go back together
-  int64_t assistant_turns = 0, tool_turns = 0;
-  bool calls_tools = false;  // whether the last assistant turn holds a <tool_call> block
+  std::vector<model::ChatMessage> between;  // the user and tool turns before the next answer
+  int64_t assistant_turns = 0, between_groups = 0;
+  bool calls_tools = false;  // whether tool turns may come next
   for (const v1::ChatTurn& turn : row.target()) {
     if (turn.role() == "tool") {
-      if (!turns.enable()) {
+      if (!tools_listed) {
         return refused(
-            "a tool turn, without roles.actor.rollout.multi_turn: its tool config lists the "
-            "tools in the prompt, as the RL job that follows shows them");
+            "a tool turn, but the prompt lists no tools: give the row's tool schemas "
+            "(data.tools_key) or roles.actor.rollout.multi_turn's tool config");
+      }
+      if (tokenizer.chat_template() != model::ChatTemplate::kChatMl) {
+        return refused(
+            "a tool turn: tool turns are Qwen's hermes format (ChatML templates), as multi-turn "
+            "rollouts make them; this model's chat template is another");
       }
       if (!calls_tools) {
-        return refused(absl::StrCat("tool turns follow assistant turn ", assistant_turns,
-                                    ", which has no <tool_call> block: a rollout ends there"));
+        return refused(absl::StrCat(
+            "a tool turn after assistant turn ", assistant_turns,
+            between.empty() ? ", which calls no tool (no tool_calls, no <tool_call> block)"
+                            : " and a user turn: tool turns answer the assistant turn's calls"));
       }
-      tool_responses.push_back(
-          agent::TruncateToolResponse(turn.content(), turns.max_tool_response_length(), side));
+      // A rollout's tool responses are cut as multi_turn says; verl's SFT data keeps them whole.
+      between.push_back({"tool", turns.enable()
+                                     ? agent::TruncateToolResponse(
+                                           turn.content(), turns.max_tool_response_length(), side)
+                                     : turn.content()});
+      continue;
+    }
+    if (turn.role() == "user") {
+      between.push_back({"user", turn.content()});
+      calls_tools = false;
       continue;
     }
     if (turn.role() != "assistant") {
       return refused(absl::StrCat("a '", turn.role(),
-                                  "' turn among the target turns (only assistant and tool)"));
+                                  "' turn among the target turns (only assistant, user and tool)"));
     }
-    if (!tool_responses.empty()) {
+    if (!between.empty()) {
       // The model's turn before ended with its end token, as a rollout's does.
-      absl::StatusOr<std::vector<int32_t>> inserted =
-          agent::ToolTurnTokens(tokenizer, tool_responses, /*after_turn_end=*/true);
-      if (!inserted.ok()) return refused(inserted.status().message());
-      Append(*inserted, 0, out);
-      tool_responses.clear();
-      ++tool_turns;
+      absl::StatusOr<std::string> text = tokenizer.ApplyChatTemplateContinuation(between);
+      absl::StatusOr<std::vector<int32_t>> ids =
+          text.ok() ? tokenizer.Encode(*text) : absl::StatusOr<std::vector<int32_t>>(text.status());
+      if (!ids.ok()) return refused(ids.status().message());
+      Append(*ids, 0, out);
+      between.clear();
+      ++between_groups;
     }
     ++assistant_turns;
+    const model::ChatMessage message = ChatMessageOf(turn);
     const agent::ParsedResponse parsed = agent::ParseHermesToolCalls(turn.content());
-    calls_tools = !parsed.calls.empty() || !parsed.malformed.empty();
-    absl::StatusOr<std::string> text = tokenizer.ApplyChatTemplateAssistantTurn(turn.content());
+    calls_tools = !message.tool_calls.empty() || !parsed.calls.empty() || !parsed.malformed.empty();
+    absl::StatusOr<std::string> text =
+        tokenizer.ApplyChatTemplateAssistantTurn(message.content, message.tool_calls);
     if (!text.ok()) return refused(text.status().message());
     absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(*text);
     if (!ids.ok()) return refused(ids.status().message());
     Append(*ids, 1, out);
   }
-  if (!tool_responses.empty()) {
-    return refused("the target ends in a tool turn; end it with an assistant turn");
+  if (!between.empty()) {
+    return refused(absl::StrCat("the target ends in a ", between.back().role,
+                                " turn; end it with an assistant turn"));
   }
-  if (turns.max_assistant_turns() > 0 && assistant_turns > turns.max_assistant_turns()) {
+  if (turns.enable() && turns.max_assistant_turns() > 0 &&
+      assistant_turns > turns.max_assistant_turns()) {
     return refused(absl::StrCat(assistant_turns,
                                 " assistant turns, over multi_turn.max_assistant_turns (",
                                 turns.max_assistant_turns(), ")"));
   }
-  if (turns.max_user_turns() > 0 && tool_turns > turns.max_user_turns()) {
-    return refused(absl::StrCat(tool_turns, " tool turns, over multi_turn.max_user_turns (",
+  if (turns.enable() && turns.max_user_turns() > 0 && between_groups > turns.max_user_turns()) {
+    return refused(absl::StrCat(between_groups,
+                                " user or tool turns, over multi_turn.max_user_turns (",
                                 turns.max_user_turns(), ")"));
   }
   out.finish_reason = rollout::FinishReason::kStop;

@@ -1,8 +1,9 @@
-// trainer.mode sft's rows: a conversation's target turns as the tokens a multi-turn rollout would
-// have produced, so that the step's rows take the RL rows' layout (generated_rows.h) and the actor
-// learns exactly what such a rollout shows it: its assistant turns with response mask 1 (each
-// ending in the token that stops generation), the tool turns between them with 0, cut and
-// inserted as the agent loop inserts them (agent::ToolTurnTokens).
+// trainer.mode sft's rows: a conversation's target turns as the tokens the chat template renders
+// after the prompt, laid out as a rollout's rows (generated_rows.h): the assistant turns with
+// response mask 1 (each ending in the token that stops generation), the user and tool turns
+// between them with 0. Tool turns are inserted as the agent loop inserts them (one user turn of
+// <tool_response> blocks, cut as multi_turn cuts them), so that a conversation a multi-turn
+// rollout could make is trained on exactly the tokens such a rollout shows the actor.
 #pragma once
 
 #include <cstdint>
@@ -17,14 +18,17 @@
 namespace rlhfd::roles {
 
 // `row`'s target turns (PromptRow.target) as a completion: the tokens, the response mask and
-// zero log-probs. Tool responses are cut to multi_turn.max_tool_response_length at its
-// tool_response_truncate_side, as a rollout's are. A target longer than the rollout's budget
-// (rollout.max_new_tokens, else data.max_response_length) is refused under data.truncation
-// "error" (naming row `index` and its length), else cut to it (finish reason
+// zero log-probs. An assistant turn's structured tool calls are rendered as the template renders
+// them. Under multi_turn, tool responses are cut to max_tool_response_length at its
+// tool_response_truncate_side, as a rollout's are, and the turns are held to its
+// max_assistant_turns / max_user_turns (groups of user and tool turns). A target longer than the
+// rollout's budget (rollout.max_new_tokens, else data.max_response_length) is refused under
+// data.truncation "error" (naming row `index` and its length), else cut to it (finish reason
 // length). INVALID_ARGUMENT, naming the row, for a row without target turns, a turn other than
-// assistant or tool, tool turns without multi_turn (whose tool config lists the tools in the
-// prompt), tool turns after an assistant turn without a <tool_call> block (a rollout would end
-// there), or more turns than multi_turn.max_assistant_turns / max_user_turns allow.
+// assistant, user or tool, a tool turn when the prompt lists no tools (neither the row's,
+// data.tools_key, nor multi_turn's), a tool turn not right after an assistant turn that calls
+// tools (or after other tool turns), a target that ends in another turn than an assistant's, or a
+// template that cannot render the turns (Llama 3's tool calls).
 absl::StatusOr<rollout::Completion> EncodeTarget(const model::Tokenizer& tokenizer,
                                                  const v1::PromptRow& row, const v1::JobSpec& spec,
                                                  int64_t index);

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+
 namespace rlhfd::roles {
 namespace {
 
@@ -117,7 +119,83 @@ TEST_CASE("sft rows: assistant turns are scored, tool turns are read", "[roles][
   absl::StatusOr<rollout::Completion> no_tools = EncodeTarget(*tokenizer, row, cutting, 2);
   REQUIRE_FALSE(no_tools.ok());
   CHECK_THAT(std::string(no_tools.status().message()),
-             Catch::Contains("a tool turn, without roles.actor.rollout.multi_turn"));
+             Catch::Contains("a tool turn, but the prompt lists no tools"));
+}
+
+TEST_CASE("sft rows: structured tool calls, the row's own tools, user turns", "[roles][sft]") {
+  absl::StatusOr<model::Tokenizer> tokenizer =
+      model::Tokenizer::Load(kFixtures + "/models/tiny-qwen2-tools");
+  REQUIRE(tokenizer.ok());
+  // verl's ReTool SFT layout: the call as OpenAI's tool_calls (content before it), the row's
+  // tool schemas instead of a multi_turn tool config, a long tool response kept whole.
+  v1::PromptRow row = Conversation({{"assistant", "Let me compute."},
+                                    {"tool", std::string(300, '7')},
+                                    {"assistant", "It is 42."},
+                                    {"user", "And doubled?"},
+                                    {"assistant", "84."}});
+  v1::ChatToolCall* call = row.mutable_target(0)->add_tool_calls();
+  call->set_name("python");
+  call->set_arguments_json("{\"code\": \"print(6 * 7)\", \"a\": 1}");
+  *row.mutable_target(0)->add_tool_calls() = *call;
+  row.add_tools_json("{\"type\": \"function\"}");
+  v1::JobSpec spec = Spec(2048, v1::TRUNCATION_ERROR);
+  spec.mutable_roles()->mutable_actor()->mutable_rollout()->mutable_multi_turn()->set_enable(false);
+  absl::StatusOr<rollout::Completion> got = EncodeTarget(*tokenizer, row, spec, 0);
+  INFO(got.status());
+  REQUIRE(got.ok());
+  // Qwen2.5's template: the content, then each call's block after a newline.
+  const std::string blocks =
+      "Let me compute.\n<tool_call>\n{\"name\": \"python\", \"arguments\": {\"code\": \"print(6 * "
+      "7)\", \"a\": 1}}\n</tool_call>\n<tool_call>\n{\"name\": \"python\", \"arguments\": "
+      "{\"code\": \"print(6 * 7)\", \"a\": 1}}\n</tool_call><|im_end|>";
+  const std::string tool_turn = "\n<|im_start|>user\n<tool_response>\n" + std::string(300, '7') +
+                                "\n</tool_response><|im_end|>\n<|im_start|>assistant\n";
+  const std::string user_turn =
+      "\n<|im_start|>user\nAnd doubled?<|im_end|>\n<|im_start|>assistant\n";
+  CHECK(tokenizer->Decode(std::vector<int32_t>(got->token_ids.begin(), got->token_ids.end())) ==
+        blocks + tool_turn + "It is 42.<|im_end|>" + user_turn + "84.<|im_end|>");
+  CHECK(TextOf(*tokenizer, *got, 1) == blocks + "It is 42.<|im_end|>84.<|im_end|>");
+  CHECK(TextOf(*tokenizer, *got, 0) == tool_turn + user_turn);
+  // Without content, the first block follows the generation prompt at once.
+  row.mutable_target(0)->clear_content();
+  got = EncodeTarget(*tokenizer, row, spec, 0);
+  REQUIRE(got.ok());
+  CHECK(absl::StartsWith(TextOf(*tokenizer, *got, 1), "<tool_call>\n{\"name\": \"python\""));
+
+  const auto refusal = [&](const v1::PromptRow& refused_row) {
+    absl::StatusOr<rollout::Completion> encoded = EncodeTarget(*tokenizer, refused_row, spec, 4);
+    REQUIRE_FALSE(encoded.ok());
+    CHECK(encoded.status().code() == absl::StatusCode::kInvalidArgument);
+    return std::string(encoded.status().message());
+  };
+  // A tool turn answers the calls of the assistant turn right before it.
+  v1::PromptRow after_user =
+      Conversation({{"assistant", "a"}, {"user", "b"}, {"tool", "c"}, {"assistant", "d"}});
+  *after_user.mutable_target(0)->add_tool_calls() = *call;
+  after_user.add_tools_json("{}");
+  CHECK_THAT(refusal(after_user), Catch::Contains("prompt 4: a tool turn after assistant turn 1 "
+                                                  "and a user turn"));
+  v1::PromptRow no_tools = row;
+  no_tools.clear_tools_json();
+  CHECK_THAT(refusal(no_tools), Catch::Contains("the prompt lists no tools"));
+  CHECK_THAT(refusal(Conversation({{"assistant", "a"}, {"user", "b"}})),
+             Catch::Contains("ends in a user turn"));
+  // Llama 3's template here renders no tool calls.
+  absl::StatusOr<model::Tokenizer> llama =
+      model::Tokenizer::Load(kFixtures + "/tokenizers/llama3-style");
+  REQUIRE(llama.ok());
+  v1::PromptRow llama_call = Conversation({{"assistant", ""}});
+  *llama_call.mutable_target(0)->add_tool_calls() = *call;
+  absl::StatusOr<rollout::Completion> refused = EncodeTarget(*llama, llama_call, spec, 0);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("ChatML"));
+  // Llama 3's user turns.
+  absl::StatusOr<rollout::Completion> chat = EncodeTarget(
+      *llama, Conversation({{"assistant", "a"}, {"user", " b "}, {"assistant", "c"}}), spec, 0);
+  REQUIRE(chat.ok());
+  CHECK(TextOf(*llama, *chat, 0) ==
+        "<|start_header_id|>user<|end_header_id|>\n\nb<|eot_id|><|start_header_id|>assistant"
+        "<|end_header_id|>\n\n");
 }
 
 TEST_CASE("sft rows: Llama 3's turn end; what cannot be trained on is refused", "[roles][sft]") {
@@ -148,12 +226,13 @@ TEST_CASE("sft rows: Llama 3's turn end; what cannot be trained on is refused", 
   CHECK_THAT(
       refusal(*qwen, Conversation({{"assistant", "<tool_call>\n{}\n</tool_call>"}, {"tool", "b"}})),
       Catch::Contains("ends in a tool turn"));
-  CHECK_THAT(refusal(*qwen, Conversation({{"assistant", "a"}, {"user", "b"}, {"assistant", "c"}})),
-             Catch::Contains("a 'user' turn"));
+  CHECK_THAT(
+      refusal(*qwen, Conversation({{"assistant", "a"}, {"system", "b"}, {"assistant", "c"}})),
+      Catch::Contains("a 'system' turn"));
   // A turn without a call ends a rollout's sample: no tool turn can follow it.
   CHECK_THAT(
       refusal(*qwen, Conversation({{"assistant", "no call"}, {"tool", "b"}, {"assistant", "c"}})),
-      Catch::Contains("tool turns follow assistant turn 1, which has no <tool_call> block"));
+      Catch::Contains("a tool turn after assistant turn 1, which calls no tool"));
 }
 
 }  // namespace
