@@ -32,6 +32,14 @@ absl::StatusOr<rollout::Completion> EncodeTarget(const model::Tokenizer& tokeniz
   ASSIGN_OR_RETURN(const agent::TruncateSide side,
                    agent::ParseTruncateSide(turns.tool_response_truncate_side()));
   const bool tools_listed = row.tools_json_size() > 0 || turns.enable();
+  // The template's text for a piece of the target, as its tokens.
+  const auto tokens =
+      [&](const absl::StatusOr<std::string>& text) -> absl::StatusOr<std::vector<int32_t>> {
+    if (!text.ok()) return refused(text.status().message());
+    absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(*text);
+    if (!ids.ok()) return refused(ids.status().message());
+    return ids;
+  };
   rollout::Completion out;
   std::vector<model::ChatMessage> between;  // the user and tool turns before the next answer
   int64_t assistant_turns = 0, between_groups = 0;
@@ -72,11 +80,9 @@ absl::StatusOr<rollout::Completion> EncodeTarget(const model::Tokenizer& tokeniz
     }
     if (!between.empty()) {
       // The model's turn before ended with its end token, as a rollout's does.
-      absl::StatusOr<std::string> text = tokenizer.ApplyChatTemplateContinuation(between);
-      absl::StatusOr<std::vector<int32_t>> ids =
-          text.ok() ? tokenizer.Encode(*text) : absl::StatusOr<std::vector<int32_t>>(text.status());
-      if (!ids.ok()) return refused(ids.status().message());
-      Append(*ids, 0, out);
+      ASSIGN_OR_RETURN(const std::vector<int32_t> ids,
+                       tokens(tokenizer.ApplyChatTemplateContinuation(between)));
+      Append(ids, 0, out);
       between.clear();
       ++between_groups;
     }
@@ -84,12 +90,10 @@ absl::StatusOr<rollout::Completion> EncodeTarget(const model::Tokenizer& tokeniz
     const model::ChatMessage message = ChatMessageOf(turn);
     const agent::ParsedResponse parsed = agent::ParseHermesToolCalls(turn.content());
     calls_tools = !message.tool_calls.empty() || !parsed.calls.empty() || !parsed.malformed.empty();
-    absl::StatusOr<std::string> text =
-        tokenizer.ApplyChatTemplateAssistantTurn(message.content, message.tool_calls);
-    if (!text.ok()) return refused(text.status().message());
-    absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(*text);
-    if (!ids.ok()) return refused(ids.status().message());
-    Append(*ids, 1, out);
+    ASSIGN_OR_RETURN(
+        const std::vector<int32_t> ids,
+        tokens(tokenizer.ApplyChatTemplateAssistantTurn(message.content, message.tool_calls)));
+    Append(ids, 1, out);
   }
   if (!between.empty()) {
     return refused(absl::StrCat("the target ends in a ", between.back().role,
