@@ -25,6 +25,14 @@ absl::StatusOr<PromptData> LoadText(const std::string& path, const std::string& 
   return PromptData::Load({path}, v1::DataSpec());
 }
 
+// `row` (written over several lines for reading) as the one line of a conversations file.
+absl::StatusOr<PromptData> LoadConversation(const std::string& path, std::string row,
+                                            const v1::DataSpec& data = {}) {
+  std::replace(row.begin(), row.end(), '\n', ' ');
+  REQUIRE(WriteFileAtomically(path, row + "\n").ok());
+  return PromptData::Load({path}, data, RowKind::kConversation);
+}
+
 TEST_CASE("A row over the limit is refused where it is read, naming file, line and key",
           "[prompt_data]") {
   TempDir dir;
@@ -58,10 +66,8 @@ TEST_CASE("Conversations (trainer.mode sft): the prompt, the target, and what is
           "[prompt_data]") {
   TempDir dir;
   const std::string path = dir.path() + "/chats.jsonl";
-  const auto load = [&](std::string messages) {
-    std::replace(messages.begin(), messages.end(), '\n', ' ');  // one JSONL line
-    REQUIRE(WriteFileAtomically(path, R"({"other": 1, "messages": )" + messages + "}\n").ok());
-    return PromptData::Load({path}, v1::DataSpec(), RowKind::kConversation);
+  const auto load = [&](const std::string& messages) {
+    return LoadConversation(path, R"({"other": 1, "messages": )" + messages + "}");
   };
   auto loaded = load(R"([{"role": "system", "content": "S"}, {"role": "user", "content": "Q"},
       {"role": "assistant", "content": "call"}, {"role": "tool", "content": "42"},
@@ -123,17 +129,11 @@ TEST_CASE("Conversations in verl's multi-turn SFT layout: OpenAI tool_calls, use
           "[prompt_data]") {
   TempDir dir;
   const std::string path = dir.path() + "/chats.jsonl";
-  const auto load = [&](std::string row) {
-    std::replace(row.begin(), row.end(), '\n', ' ');  // one JSONL line
-    REQUIRE(WriteFileAtomically(path, row + "\n").ok());
-    return PromptData::Load({path}, v1::DataSpec(), RowKind::kConversation);
-  };
   v1::DataSpec with_tools;
   with_tools.set_tools_key("tools");
-  const auto load_with_tools = [&](std::string row) {
-    std::replace(row.begin(), row.end(), '\n', ' ');
-    REQUIRE(WriteFileAtomically(path, row + "\n").ok());
-    return PromptData::Load({path}, with_tools, RowKind::kConversation);
+  const auto load = [&](const std::string& row) { return LoadConversation(path, row); };
+  const auto load_with_tools = [&](const std::string& row) {
+    return LoadConversation(path, row, with_tools);
   };
   // The calls' arguments keep the file's key order (zeta before alpha), printed as Python's
   // json.dumps prints them; arguments given as JSON text are the object they hold; a call may
