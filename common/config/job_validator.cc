@@ -77,7 +77,8 @@ void CheckSupervised(Checker& check, const v1::JobSpec& spec) {
                             "': the key (or dotted path) of each single-turn training line's "
                             "response, or '' for conversations under data.messages_key"));
   } else if (!spec.data().response_key().empty()) {
-    // Single-turn rows: the prompt under data.prompt_key, checked as RL jobs' is.
+    // Single-turn rows: the prompt under data.prompt_key (a bad path finds no prompt when the
+    // data is read, naming the key).
   } else if (key.empty() || bad_path(key)) {
     check.Fail("data.messages_key",
                absl::StrCat("'", key,

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/util/text.h"
 #include "controller/driver/parquet_rows.h"
 
 namespace rlhfd::controller {
@@ -66,6 +67,14 @@ absl::StatusOr<Json> Text(std::string_view view, const std::string& column,
                      max_cell_bytes,
                      " bytes a cell may (what one row may carry to the workers): shorten it, "
                      "or leave the row out"));
+  }
+  // Rows travel as protobuf strings, which must be UTF-8 (as a JSONL line's are, its parser
+  // checks them); pyarrow and pandas refuse such a cell too.
+  if (const size_t bad = FirstInvalidUtf8(absl::string_view(view.data(), view.size()));
+      bad != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("column '", column,
+                                                   "' holds a string that is not UTF-8 (byte ", bad,
+                                                   "): write the file's text as UTF-8"));
   }
   return Json(std::string(view));
 }

@@ -56,7 +56,7 @@ absl::StatusOr<Json> ObjectOf(const Json& value, const std::string& what) {
   std::string why = value.type_name();
   if (value.is_string()) {
     absl::StatusOr<Json> parsed =
-        config::ParseBoundedJson(value.get<std::string>(), what, JsonlLimits());
+        config::ParseBoundedJson(value.get<std::string>(), "the text", JsonlLimits());
     if (parsed.ok() && parsed->is_object()) return parsed;
     why = parsed.ok() ? absl::StrCat("text holding a ", parsed->type_name())
                       : std::string(parsed.status().message());
@@ -209,7 +209,8 @@ struct RowKeys {
                    ? (data.messages_key().empty() ? "messages" : data.messages_key())
                    : (data.prompt_key().empty() ? "prompt" : data.prompt_key())),
         answer(data.answer_key().empty() ? "ground_truth" : data.answer_key()),
-        tools(conversation ? data.tools_key() : "") {}
+        // verl's single-turn SFTDataset lists no tools.
+        tools(conversation && response.empty() ? data.tools_key() : "") {}
 
   // The Parquet columns a row is made of: the first part of each key.
   std::vector<std::string> Columns() const {

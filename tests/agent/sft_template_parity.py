@@ -180,6 +180,29 @@ def compare(binary, model, path, rows, tokenizer, single_turn=False):
     return failures
 
 
+def check_bad_utf8(binary, model, scratch):
+    """A Parquet string that is not UTF-8 (pyarrow writes one from raw buffers) is refused,
+    naming the file, the row and the column, as pandas refuses it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def turns(user_bytes):
+        offsets = pa.array([0, len(user_bytes), len(user_bytes) + 1], type=pa.int32())
+        content = pa.StringArray.from_buffers(2, offsets.buffers()[1], pa.py_buffer(user_bytes + b"a"))
+        return pa.StructArray.from_arrays([pa.array(["user", "assistant"]), content],
+                                          names=["role", "content"])
+
+    values = pa.concat_arrays([turns(b"ok"), turns(b"v\xfe\xff")])
+    messages = pa.ListArray.from_arrays(pa.array([0, 2, 4], type=pa.int32()), values)
+    path = os.path.join(scratch, "bad_utf8.parquet")
+    pq.write_table(pa.table({"messages": messages}), path)
+    result = subprocess.run([binary, model, path], capture_output=True, text=True, timeout=120)
+    expected = f"{path}:2: column 'messages' holds a string that is not UTF-8"
+    if result.returncode != 1 or expected not in result.stderr:
+        sys.exit(f"a Parquet string that is not UTF-8: expected exit 1 and {expected!r}, got "
+                 f"{result.returncode} {result.stderr!r}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("binary")
@@ -220,6 +243,7 @@ def main():
             # The Parquet reader is a plugin the build has where pyarrow's C++ library was found.
             if os.environ.get("RLHFD_PARQUET_PLUGIN"):
                 files.append((parquet, parquet_rows))
+                check_bad_utf8(args.binary, model, scratch)
             for path, rows in files:
                 failures += compare(args.binary, model, path, rows, tokenizer)
                 checked += len(rows)

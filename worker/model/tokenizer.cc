@@ -185,6 +185,10 @@ int64_t Tokenizer::vocab_size() const { return static_cast<int64_t>(impl_->id_to
 
 ChatTemplate Tokenizer::chat_template() const { return impl_->chat; }
 
+bool Tokenizer::hermes_tool_format() const {
+  return impl_->chat == ChatTemplate::kChatMl && impl_->hermes_tools;
+}
+
 void Tokenizer::set_chat_template(ChatTemplate chat_template, std::string default_system) {
   impl_->chat = chat_template;
   impl_->default_system = std::move(default_system);
@@ -208,13 +212,13 @@ std::string ChatMlAssistantBody(absl::string_view content,
   return out;
 }
 
-// ChatML turns for `messages` from `begin` on, as Qwen2.5's template renders them (the system
-// header aside).
-std::string ChatMlTurns(const std::vector<ChatMessage>& messages, size_t begin) {
+// ChatML turns for `messages` from `begin` on (the system header aside), as Qwen2.5's template
+// renders them when `hermes`, else as plain ChatML (a turn per message, whatever its role).
+std::string ChatMlTurns(const std::vector<ChatMessage>& messages, size_t begin, bool hermes) {
   std::string out;
   for (size_t i = begin; i < messages.size(); ++i) {
     const ChatMessage& message = messages[i];
-    if (message.role == "tool") {
+    if (message.role == "tool" && hermes) {
       if (i == begin || messages[i - 1].role != "tool") out += "<|im_start|>user";
       absl::StrAppend(&out, "\n<tool_response>\n", message.content, "\n</tool_response>");
       if (i + 1 == messages.size() || messages[i + 1].role != "tool") out += "<|im_end|>\n";
@@ -226,17 +230,17 @@ std::string ChatMlTurns(const std::vector<ChatMessage>& messages, size_t begin) 
   return out;
 }
 
-// Llama 3.0's template renders any role's header, a tool message's too, but no structured tool
-// calls (Llama 3.1's tool format is another).
-absl::Status Llama3HasNoToolCalls() {
+// Templates other than Qwen's render any role's turn, a tool message's too, but no structured
+// tool calls (Llama 3.1's tool format is another).
+absl::Status NoToolCallFormat() {
   return absl::InvalidArgumentError(
-      "structured tool calls are rendered for ChatML templates (Qwen's hermes format) only; this "
-      "model's chat template is Llama 3's");
+      "structured tool calls are rendered by templates with Qwen's hermes format (<tool_call>, "
+      "<tool_response>: Qwen2.5, Qwen3) only; this model's chat template has none");
 }
 
-absl::Status CheckLlama3Turns(const std::vector<ChatMessage>& messages) {
+absl::Status CheckNoToolCalls(const std::vector<ChatMessage>& messages) {
   for (const ChatMessage& message : messages) {
-    if (!message.tool_calls.empty()) return Llama3HasNoToolCalls();
+    if (!message.tool_calls.empty()) return NoToolCallFormat();
   }
   return absl::OkStatus();
 }
@@ -283,13 +287,14 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(
       } else if (!has_system && !system.empty()) {
         absl::StrAppend(&out, "<|im_start|>system\n", system, "<|im_end|>\n");
       }
+      if (!impl_->hermes_tools) RETURN_IF_ERROR(CheckNoToolCalls(messages));
       // With tools the system message is inside the tool block.
-      out += ChatMlTurns(messages, has_system && !tools.empty() ? 1 : 0);
+      out += ChatMlTurns(messages, has_system && !tools.empty() ? 1 : 0, impl_->hermes_tools);
       if (add_generation_prompt) out += "<|im_start|>assistant\n";
       return out;
     }
     case ChatTemplate::kLlama3:
-      RETURN_IF_ERROR(CheckLlama3Turns(messages));
+      RETURN_IF_ERROR(CheckNoToolCalls(messages));
       out = absl::StrCat(impl_->bos_token, Llama3Turns(messages));
       if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
       return out;
@@ -312,9 +317,9 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateContinuation(
   switch (impl_->chat) {
     case ChatTemplate::kChatMl:
       // The newline the template writes after the assistant turn's <|im_end|>.
-      return absl::StrCat("\n", ChatMlTurns(messages, 0), "<|im_start|>assistant\n");
+      return absl::StrCat("\n", ChatMlTurns(messages, 0, impl_->hermes_tools),
+                          "<|im_start|>assistant\n");
     case ChatTemplate::kLlama3:
-      RETURN_IF_ERROR(CheckLlama3Turns(messages));
       return absl::StrCat(Llama3Turns(messages),
                           "<|start_header_id|>assistant<|end_header_id|>\n\n");
     case ChatTemplate::kNone:
@@ -330,18 +335,20 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateToolResponses(
         "tool responses are rendered for ChatML templates (Qwen's hermes format) only; this "
         "model's chat template is another");
   }
+  // What multi_turn's format: hermes inserts, whatever the template.
   std::vector<ChatMessage> messages;
   for (const std::string& response : responses) messages.push_back({"tool", response});
-  return absl::StrCat(ChatMlTurns(messages, 0), "<|im_start|>assistant\n");
+  return absl::StrCat(ChatMlTurns(messages, 0, /*hermes=*/true), "<|im_start|>assistant\n");
 }
 
 absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateAssistantTurn(
     absl::string_view content, absl::Span<const ChatToolCall> tool_calls) const {
   switch (impl_->chat) {
     case ChatTemplate::kChatMl:
+      if (!tool_calls.empty() && !impl_->hermes_tools) return NoToolCallFormat();
       return absl::StrCat(ChatMlAssistantBody(content, tool_calls), "<|im_end|>");
     case ChatTemplate::kLlama3:
-      if (!tool_calls.empty()) return Llama3HasNoToolCalls();
+      if (!tool_calls.empty()) return NoToolCallFormat();
       return absl::StrCat(absl::StripAsciiWhitespace(content), "<|eot_id|>");
     case ChatTemplate::kNone:
       break;

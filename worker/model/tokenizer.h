@@ -62,8 +62,8 @@ class Tokenizer {
   // template's `tojson` prints (PythonJsonDumps), listed in the system turn as Qwen's
   // templates do. Tool messages and assistant tool calls are rendered as Qwen2.5's template
   // renders them: consecutive tool messages as one user turn of <tool_response> blocks, each
-  // call as a <tool_call> block after the content (Llama 3's template has a header for any role
-  // but no structured calls: INVALID_ARGUMENT for those).
+  // call as a <tool_call> block after the content (hermes_tool_format; other templates give any
+  // role a plain turn and have no structured calls: INVALID_ARGUMENT for those).
   absl::StatusOr<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
                                                 bool add_generation_prompt,
                                                 absl::Span<const std::string> tools = {}) const;
@@ -86,6 +86,10 @@ class Tokenizer {
   absl::StatusOr<std::string> ApplyChatTemplateAssistantTurn(
       absl::string_view content, absl::Span<const ChatToolCall> tool_calls = {}) const;
   ChatTemplate chat_template() const;
+  // Whether the chat template renders tool messages and structured calls in Qwen's hermes format
+  // (its Jinja has <tool_response> blocks: Qwen2.5, Qwen3). Other ChatML templates give a tool
+  // message a plain turn and refuse structured calls.
+  bool hermes_tool_format() const;
   void set_chat_template(ChatTemplate chat_template, std::string default_system = "");
 
  private:

@@ -89,6 +89,10 @@ struct Tokenizer::Impl {
   std::unordered_map<int32_t, size_t> added_index;
   std::vector<int32_t> prefix_ids, suffix_ids;  // TemplateProcessing around a single sequence.
   ChatTemplate chat = ChatTemplate::kNone;
+  // Whether the ChatML template renders tool messages and calls in Qwen's hermes format
+  // (<tool_response>, <tool_call>), as Qwen2.5's and Qwen3's do; plain ChatML ones (Qwen2,
+  // SmolLM2) give a tool message a turn of its own and print no calls.
+  bool hermes_tools = false;
   std::string default_system;
   std::string bos_token;
 

@@ -51,10 +51,10 @@ absl::StatusOr<rollout::Completion> EncodeTarget(const model::Tokenizer& tokeniz
             "a tool turn, but the prompt lists no tools: give the row's tool schemas "
             "(data.tools_key) or roles.actor.rollout.multi_turn's tool config");
       }
-      if (tokenizer.chat_template() != model::ChatTemplate::kChatMl) {
+      if (!tokenizer.hermes_tool_format()) {
         return refused(
-            "a tool turn: tool turns are Qwen's hermes format (ChatML templates), as multi-turn "
-            "rollouts make them; this model's chat template is another");
+            "a tool turn: tool turns are Qwen's hermes format, as multi-turn rollouts make "
+            "them, and this model's chat template has none (<tool_response>: Qwen2.5, Qwen3)");
       }
       if (!calls_tools) {
         return refused(absl::StrCat(

@@ -188,7 +188,24 @@ TEST_CASE("sft rows: structured tool calls, the row's own tools, user turns", "[
   *llama_call.mutable_target(0)->add_tool_calls() = *call;
   absl::StatusOr<rollout::Completion> refused = EncodeTarget(*llama, llama_call, spec, 0);
   REQUIRE_FALSE(refused.ok());
-  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("ChatML"));
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("hermes"));
+  // A plain ChatML template (tiny-qwen2's, as Qwen2's and SmolLM2's) gives a tool message a turn
+  // of its own, as transformers renders it, and has no structured calls.
+  absl::StatusOr<model::Tokenizer> plain = model::Tokenizer::Load(kFixtures + "/models/tiny-qwen2");
+  REQUIRE(plain.ok());
+  CHECK_FALSE(plain->hermes_tool_format());
+  CHECK(tokenizer->hermes_tool_format());
+  const absl::StatusOr<std::string> history = plain->ApplyChatTemplate(
+      {{"user", "q"}, {"assistant", "calling"}, {"tool", "r"}, {"user", "go"}}, true);
+  REQUIRE(history.ok());
+  CHECK(
+      *history ==
+      "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\ncalling<|im_end|>\n<|im_start|>tool\n"
+      "r<|im_end|>\n<|im_start|>user\ngo<|im_end|>\n<|im_start|>assistant\n");
+  const std::vector<model::ChatMessage> with_call = {
+      {"user", "q"}, {"assistant", "", {model::ChatToolCall{"python", "{}"}}}};
+  CHECK_FALSE(plain->ApplyChatTemplate(with_call, false).ok());
+  CHECK(tokenizer->ApplyChatTemplate(with_call, false).ok());
   // Llama 3's user turns.
   absl::StatusOr<rollout::Completion> chat = EncodeTarget(
       *llama, Conversation({{"assistant", "a"}, {"user", " b "}, {"assistant", "c"}}), spec, 0);
@@ -218,7 +235,7 @@ TEST_CASE("sft rows: Llama 3's turn end; what cannot be trained on is refused", 
   CHECK_THAT(refusal(*llama, Conversation({{"assistant", "<tool_call>\n{}\n</tool_call>"},
                                            {"tool", "b"},
                                            {"assistant", "c"}})),
-             Catch::Contains("prompt 5") && Catch::Contains("ChatML"));
+             Catch::Contains("prompt 5") && Catch::Contains("hermes"));
   absl::StatusOr<model::Tokenizer> qwen =
       model::Tokenizer::Load(kFixtures + "/models/tiny-qwen2-tools");
   REQUIRE(qwen.ok());
