@@ -25,6 +25,14 @@ absl::StatusOr<PromptData> LoadText(const std::string& path, const std::string& 
   return PromptData::Load({path}, v1::DataSpec());
 }
 
+// The message of a load that must be refused as bad input naming `where` (file:line).
+std::string RefusalOf(const absl::StatusOr<PromptData>& loaded, const std::string& where) {
+  REQUIRE_FALSE(loaded.ok());
+  CHECK(loaded.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(loaded.status().message()), Catch::Contains(where));
+  return std::string(loaded.status().message());
+}
+
 // `row` (written over several lines for reading) as the one line of a conversations file.
 absl::StatusOr<PromptData> LoadConversation(const std::string& path, std::string row,
                                             const v1::DataSpec& data = {}) {
@@ -90,11 +98,7 @@ TEST_CASE("Conversations (trainer.mode sft): the prompt, the target, and what is
              Catch::Contains(path + ":1: no conversation under 'other' (data.messages_key)"));
 
   const auto refusal = [&](const std::string& messages) {
-    auto refused = load(messages);
-    REQUIRE_FALSE(refused.ok());
-    CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
-    CHECK_THAT(std::string(refused.status().message()), Catch::Contains(path + ":1"));
-    return std::string(refused.status().message());
+    return RefusalOf(load(messages), path + ":1");
   };
   CHECK_THAT(refusal(R"([{"role": "user", "content": "Q"}])"),
              Catch::Contains("has no assistant turn"));
@@ -177,11 +181,7 @@ TEST_CASE("Conversations in verl's multi-turn SFT layout: OpenAI tool_calls, use
   CHECK(loaded->row(0).tools_json_size() == 0);
 
   const auto refusal = [&](const std::string& row) {
-    auto refused = load_with_tools(row);
-    REQUIRE_FALSE(refused.ok());
-    CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
-    CHECK_THAT(std::string(refused.status().message()), Catch::Contains(path + ":1"));
-    return std::string(refused.status().message());
+    return RefusalOf(load_with_tools(row), path + ":1");
   };
   CHECK_THAT(refusal(R"({"messages": [{"role": "user", "content": "Q", "tool_calls": [
       {"function": {"name": "f", "arguments": {}}}]}, {"role": "assistant", "content": "A"}]})"),
@@ -256,11 +256,7 @@ TEST_CASE("Single-turn SFT rows (data.response_key): the prompt and its response
   CHECK(loaded->row(1).target(0).content() == "A");
 
   const auto refusal = [&](const std::string& text) {
-    auto refused = load(text + "\n");
-    REQUIRE_FALSE(refused.ok());
-    CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
-    CHECK_THAT(std::string(refused.status().message()), Catch::Contains(path + ":1"));
-    return std::string(refused.status().message());
+    return RefusalOf(load(text + "\n"), path + ":1");
   };
   CHECK_THAT(refusal(R"({"extra_info": {"question": "Q"}})"),
              Catch::Contains("no response text under 'extra_info.answer' (data.response_key)"));
