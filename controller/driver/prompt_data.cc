@@ -49,18 +49,20 @@ config::DocumentLimits JsonlLimits() {
   return limits;
 }
 
-// A JSON object, or JSON text holding one (`what` names it in the error): OpenAI's layout gives
-// a call's arguments as text.
+// `value`, or the JSON a text value holds: OpenAI's layout gives a call's arguments as text, and
+// datasets often give a row's tools so.
+absl::StatusOr<Json> JsonOfText(const Json& value) {
+  if (!value.is_string()) return value;
+  return config::ParseBoundedJson(value.get<std::string>(), "the text", JsonlLimits());
+}
+
+// A JSON object, or JSON text holding one (`what` names it in the error).
 absl::StatusOr<Json> ObjectOf(const Json& value, const std::string& what) {
-  if (value.is_object()) return value;
-  std::string why = value.type_name();
-  if (value.is_string()) {
-    absl::StatusOr<Json> parsed =
-        config::ParseBoundedJson(value.get<std::string>(), "the text", JsonlLimits());
-    if (parsed.ok() && parsed->is_object()) return parsed;
-    why = parsed.ok() ? absl::StrCat("text holding a ", parsed->type_name())
-                      : std::string(parsed.status().message());
-  }
+  absl::StatusOr<Json> parsed = JsonOfText(value);
+  if (parsed.ok() && parsed->is_object()) return parsed;
+  const std::string why = !parsed.ok()        ? std::string(parsed.status().message())
+                          : value.is_string() ? absl::StrCat("text holding a ", parsed->type_name())
+                                              : std::string(value.type_name());
   return absl::InvalidArgumentError(
       absl::StrCat(what, " must be a JSON object (or JSON text holding one), not ", why));
 }
@@ -136,13 +138,11 @@ absl::StatusOr<std::vector<v1::ChatTurn>> TurnsOf(const Json& list, const std::s
 // A conversation's tool schemas (data.tools_key): a list of objects, or that list as JSON text,
 // each printed as the chat template's `tojson` prints it (the file's key order).
 absl::Status ReadTools(const Json& tools, const std::string& what, v1::PromptRow& row) {
-  Json list = tools;
-  if (tools.is_string()) {
-    absl::StatusOr<Json> parsed =
-        config::ParseBoundedJson(tools.get<std::string>(), what, JsonlLimits());
-    if (!parsed.ok()) return parsed.status();
-    list = *std::move(parsed);
+  absl::StatusOr<Json> parsed = JsonOfText(tools);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", parsed.status().message()));
   }
+  const Json& list = *parsed;
   if (!list.is_array() ||
       !std::all_of(list.begin(), list.end(), [](const Json& tool) { return tool.is_object(); })) {
     return absl::InvalidArgumentError(
