@@ -764,37 +764,22 @@ void WriteToolConfig(const std::string& path) {
 // worker inserted after running the code in its sandbox ("42"), the answer; the call and the
 // answer in the loss (response_mask 1), the tool turn out of it (0, log-prob 0). The log-probs of
 // the sampled tokens equal one in-process forward of the model over the whole trajectory.
+// The samples.jsonl lines of `path`, by step.
+std::map<int64_t, std::vector<nlohmann::json>> SamplesByStep(const std::string& path) {
+  std::map<int64_t, std::vector<nlohmann::json>> by_step;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    REQUIRE(row.is_object());
+    by_step[row["step"].get<int64_t>()].push_back(row);
+  }
+  return by_step;
+}
+
 TEST_CASE("multi_turn: the model's tool calls run in the sandbox, and the turns are its response",
           "[driver][runs]") {
   const std::string model = std::string(RLHFD_FIXTURES_DIR) + "/models/tiny-qwen2-tools";
-  TempDir dir;
-  WriteToolQuestions(dir.path() + "/train.jsonl");
-  WriteToolConfig(dir.path() + "/tools.yaml");
-  const std::string dumps = dir.path() + "/rollouts";
-  DriverCluster cluster;
-  for (int i = 0; i < 2; ++i) cluster.StartWorker();
-  const std::string id = cluster.Submit(
-      ReadConfig("tiny-cpu-demo.yaml"),
-      {"model.path=" + model, "data.train_files=[" + dir.path() + "/train.jsonl]",
-       "data.max_prompt_length=1200", "data.max_response_length=200",
-       "roles.actor.rollout.temperature=0", "roles.actor.rollout.n=2",
-       "roles.actor.train.ppo_mini_batch_size=8",
-       "roles.actor.rollout.multi_turn={enable: true, tool_config_path: " + dir.path() +
-           "/tools.yaml}",
-       "trainer.total_steps=1", "trainer.save_every=-1", "trainer.loggers=[console]",
-       "trainer.rollout_data_dir=" + dumps});
-  const v1::Job job = cluster.WaitEnded(id);
-  INFO(Describe(job));
-  REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
-  std::map<std::string, double> metrics;
-  for (const v1::StepMetrics& step : cluster.Metrics(id)) {
-    if (step.step() == 1) metrics.insert(step.metrics().begin(), step.metrics().end());
-  }
-  CHECK(metrics.at("training/num_turns/mean") == 4);  // two model turns, one tool turn, + 1
-  CHECK(metrics.at("agent/tool_calls/mean") == 1);
-  CHECK(metrics.at("agent/tool_errors/mean") == 0);
-  CHECK(metrics.at("timing_s/agent_loop/tool_calls/mean") > 0);
-
   absl::StatusOr<model::Tokenizer> tokenizer = model::Tokenizer::Load(model);
   REQUIRE(tokenizer.ok());
   const auto encoded = [&](const std::string& text) {
@@ -814,6 +799,60 @@ TEST_CASE("multi_turn: the model's tool calls run in the sandbox, and the turns 
   expected_mask.insert(expected_mask.end(), turn.size(), 0);
   expected_ids.insert(expected_ids.end(), answer.begin(), answer.end());
   expected_mask.insert(expected_mask.end(), answer.size(), 1);
+  // What the reward must see: the whole trajectory, the tool's turn and the answer after it
+  // included (verl scores it so), as text; each question's ground truth for exact_match, so a
+  // reward of 1 shows the reward stage read exactly it, and its score was counted.
+  const std::vector<int32_t> trajectory(expected_ids.begin(), expected_ids.end());
+  const std::string expected_text = tokenizer->Decode(trajectory, /*skip_special_tokens=*/true);
+  TempDir dir;
+  WriteToolQuestions(dir.path() + "/questions.jsonl");
+  {
+    std::ifstream in(dir.path() + "/questions.jsonl");
+    std::ofstream out(dir.path() + "/train.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      nlohmann::json row = nlohmann::json::parse(line);
+      row["ground_truth"] = expected_text;
+      out << row.dump() << "\n";
+    }
+  }
+  WriteToolConfig(dir.path() + "/tools.yaml");
+  const std::string dumps = dir.path() + "/rollouts";
+  DriverCluster cluster;
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  const std::string id = cluster.Submit(
+      ReadConfig("tiny-cpu-demo.yaml"),
+      {"model.path=" + model, "data.train_files=[" + dir.path() + "/train.jsonl]",
+       "data.max_prompt_length=1200", "data.max_response_length=200",
+       "roles.actor.rollout.temperature=0", "roles.actor.rollout.n=2",
+       "roles.actor.train.ppo_mini_batch_size=8", "roles.reward.rule=exact_match",
+       "roles.actor.rollout.multi_turn={enable: true, tool_config_path: " + dir.path() +
+           "/tools.yaml}",
+       "trainer.total_steps=1", "trainer.save_every=-1", "trainer.loggers=[console, jsonl]",
+       "trainer.log_samples=16", "trainer.rollout_data_dir=" + dumps});
+  const v1::Job job = cluster.WaitEnded(id);
+  INFO(Describe(job));
+  REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
+  std::map<std::string, double> metrics;
+  for (const v1::StepMetrics& step : cluster.Metrics(id)) {
+    if (step.step() == 1) metrics.insert(step.metrics().begin(), step.metrics().end());
+  }
+  CHECK(metrics.at("training/num_turns/mean") == 4);  // two model turns, one tool turn, + 1
+  CHECK(metrics.at("agent/tool_calls/mean") == 1);
+  CHECK(metrics.at("agent/tool_errors/mean") == 0);
+  CHECK(metrics.at("timing_s/agent_loop/tool_calls/mean") > 0);
+  // Every reward counted: each response's score sits on its last sampled token (not at the
+  // count of sampled tokens, inside the tool's turn, where the mask drops it).
+  CHECK(metrics.at("critic/score/mean") == 1);
+
+  // The reward saw the whole trajectory, as the logged samples show it.
+  const auto samples =
+      SamplesByStep(cluster.cluster().state_dir() + "/logs/" + id + "/samples.jsonl");
+  REQUIRE(samples.count(1) == 1);
+  CHECK(samples.at(1).size() == 16);
+  for (const nlohmann::json& sample : samples.at(1)) {
+    CHECK(sample["response"].get<std::string>() == expected_text);
+    CHECK(sample["score"].get<double>() == 1);
+  }
 
   const StepTensors batch =
       MergeDumps({dumps + "/step_1_rank_0.safetensors", dumps + "/step_1_rank_1.safetensors"});
@@ -2631,19 +2670,6 @@ TEST_CASE("A resumed job's metrics.jsonl and TensorBoard log hold each step once
     if (tag == "critic/score/mean" || tag == "actor/pg_loss") CHECK(steps == expected);
   }
   CheckHistory(cluster.Metrics(id), total);
-}
-
-// The samples.jsonl lines of `path`, by step.
-std::map<int64_t, std::vector<nlohmann::json>> SamplesByStep(const std::string& path) {
-  std::map<int64_t, std::vector<nlohmann::json>> by_step;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    REQUIRE(row.is_object());
-    by_step[row["step"].get<int64_t>()].push_back(row);
-  }
-  return by_step;
 }
 
 // A reward server scoring len(prompt + response) / 1000 (Python's len: characters) makes every

@@ -50,11 +50,14 @@ absl::StatusOr<v1::AdvantageReply> ComputeAdvantages(const v1::JobSpec& spec,
   }
   ASSIGN_OR_RETURN(const at::Tensor scores, batch.Get("scores", "advantages"));
   ASSIGN_OR_RETURN(const at::Tensor mask, batch.Get("response_mask", "advantages"));
-  const at::Tensor lengths = mask.sum(1).to(at::kLong);
-  // The score on each response's last token (none for an empty response).
+  // The score on each response's last sampled token, the policy's last action (none for a
+  // response with none): in a multi-turn response, tool tokens (mask 0) sit between sampled
+  // ones, so the count of sampled tokens is not the last one's index.
   at::Tensor token_scores = at::zeros_like(mask);
-  const at::Tensor nonempty = lengths.gt(0);
-  const at::Tensor last = (lengths - 1).clamp_min(0);
+  const at::Tensor sampled = mask.gt(0);
+  const at::Tensor nonempty = sampled.any(1);
+  const at::Tensor last =
+      (sampled.to(at::kLong) * at::arange(mask.size(1), mask.options().dtype(at::kLong))).amax(1);
   token_scores.scatter_(1, last.unsqueeze(1), (scores * nonempty.to(scores.dtype())).unsqueeze(1));
 
   at::Tensor token_rewards = token_scores;

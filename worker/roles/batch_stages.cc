@@ -76,10 +76,11 @@ absl::StatusOr<std::vector<std::string>> DecodeResponses(const HostedJob& job,
                                                          const StepBatch& batch, int64_t count,
                                                          const char* stage) {
   ASSIGN_OR_RETURN(const at::Tensor ids, batch.Get("input_ids", stage));
-  ASSIGN_OR_RETURN(const at::Tensor mask, batch.Get("response_mask", stage));
+  ASSIGN_OR_RETURN(const at::Tensor all_lengths, batch.ResponseLengths(stage));
   const at::Tensor host_ids =
       ids.narrow(0, 0, count).narrow(1, batch.prompt_length(), batch.response_length()).cpu();
-  const at::Tensor lengths = mask.narrow(0, 0, count).sum(1).to(at::kLong).cpu();
+  // The whole trajectory, a multi-turn rollout's tool responses included (verl scores it so).
+  const at::Tensor lengths = all_lengths.narrow(0, 0, count).cpu();
   std::vector<std::string> texts;
   texts.reserve(static_cast<size_t>(count));
   for (int64_t row = 0; row < count; ++row) {

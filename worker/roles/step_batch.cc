@@ -80,4 +80,10 @@ absl::StatusOr<at::Tensor> StepBatch::Get(std::string_view name, std::string_vie
   return found->second;
 }
 
+absl::StatusOr<at::Tensor> StepBatch::ResponseLengths(std::string_view needed_by) const {
+  absl::StatusOr<at::Tensor> mask = Get(stages::tensors::kAttentionMask, needed_by);
+  if (!mask.ok()) return mask.status();
+  return mask->narrow(1, prompt_length_, response_length_).sum(1).to(at::kLong);
+}
+
 }  // namespace rlhfd::roles

@@ -54,6 +54,10 @@ class StepBatch {
   std::vector<int64_t> RowShape(const TensorInfo& info) const;
   static at::ScalarType DtypeOf(const TensorInfo& info);
   const std::map<std::string, at::Tensor>& tensors() const { return tensors_; }
+  // Each row's response length in tokens (long, on the batch's device): its attention mask over
+  // the response, so the tool responses a multi-turn rollout inserted count, which
+  // response_mask's sum (the sampled tokens alone) leaves out.
+  absl::StatusOr<at::Tensor> ResponseLengths(std::string_view needed_by) const;
 
   std::vector<RowSource>& sources() { return sources_; }
   const std::vector<RowSource>& sources() const { return sources_; }
