@@ -840,8 +840,6 @@ TEST_CASE("multi_turn: the model's tool calls run in the sandbox, and the turns 
   CHECK(metrics.at("agent/tool_calls/mean") == 1);
   CHECK(metrics.at("agent/tool_errors/mean") == 0);
   CHECK(metrics.at("timing_s/agent_loop/tool_calls/mean") > 0);
-  // Every reward counted: each response's score sits on its last sampled token (not at the
-  // count of sampled tokens, inside the tool's turn, where the mask drops it).
   CHECK(metrics.at("critic/score/mean") == 1);
 
   // The reward saw the whole trajectory, as the logged samples show it.
@@ -860,6 +858,7 @@ TEST_CASE("multi_turn: the model's tool calls run in the sandbox, and the turns 
   const at::Tensor attention = batch.tensors.at("attention_mask");
   const at::Tensor response_mask = batch.tensors.at("response_mask");
   const at::Tensor rollout_log_probs = batch.tensors.at("rollout_log_probs").to(at::kDouble);
+  const at::Tensor token_rewards = batch.tensors.at("token_rewards").to(at::kDouble);
   const int64_t p = batch.prompt_length;
   REQUIRE(ids.size(0) == 16);
   model::LoadOptions load;
@@ -876,6 +875,10 @@ TEST_CASE("multi_turn: the model's tool calls run in the sandbox, and the turns 
     const at::Tensor mask = response_mask[row].narrow(0, 0, length).to(at::kLong).contiguous();
     CHECK(std::vector<int64_t>(mask.data_ptr<int64_t>(), mask.data_ptr<int64_t>() + length) ==
           expected_mask);
+    // The reward (1) on the answer's last token, the last the model sampled, and nowhere else
+    // (the KL is a loss term here, not a reward).
+    CHECK(token_rewards[row][length - 1].item<double>() == 1);
+    CHECK(token_rewards[row].sum().item<double>() == 1);
     // Inserted tokens: log-prob 0; sampled ones: the in-process forward's.
     const at::Tensor keep = attention[row].to(at::kBool);
     const at::Tensor sequence = ids[row].masked_select(keep).unsqueeze(0);

@@ -137,7 +137,10 @@ class Remax final : public AdvantageEstimator {
     if (auto s = Need(in.baseline, "the greedy baseline reward of each prompt", "remax"); !s.ok()) {
       return s;
     }
-    at::Tensor returns = DiscountedReturns(in.token_rewards, in.mask, /*gamma=*/1.0) * in.mask;
+    // verl's reward-to-go over the sampled tokens, with no reset at a masked one: in a multi-turn
+    // response the reward reaches the turns before a tool's.
+    const at::Tensor returns =
+        (in.token_rewards * in.mask).flip({-1}).cumsum(-1).flip({-1}) * in.mask;
     return AdvantageOutput{(returns - in.baseline.unsqueeze(-1)) * in.mask, returns};
   }
 };

@@ -206,6 +206,20 @@ TEST_CASE("REINFORCE++, its baseline variant and ReMax", "[train][advantage]") {
     }
   }
   CheckClose(ToMatrix(Run(v1::ADVANTAGE_ESTIMATOR_REMAX, remax).advantages), expected, 1e-12);
+
+  // A multi-turn response: a tool's turn (mask 0) between two of the model's. ReMax's return is
+  // verl's reward-to-go over the sampled tokens, which reaches the turn before the tool's;
+  // REINFORCE++'s, as verl's, restarts after a masked token, so the first turn gets none.
+  AdvantageInput turns;
+  turns.token_rewards = ToTensor({{0, 0, 1, 0}});
+  turns.mask = ToTensor({{1, 0, 1, 0}});
+  turns.baseline = at::tensor(std::vector<double>{0.25}, at::kDouble);
+  turns.group = at::tensor(std::vector<int64_t>{0}, at::kLong);
+  turns.gamma = gamma;
+  CheckClose(ToMatrix(Run(v1::ADVANTAGE_ESTIMATOR_REMAX, turns).advantages), {{0.75, 0, 0.75, 0}},
+             1e-12);
+  CheckClose(ToMatrix(Run(v1::ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS, turns).returns * turns.mask),
+             {{0, 0, 1, 0}}, 1e-12);
   CHECK_FALSE(MakeAdvantageEstimator(v1::ADVANTAGE_ESTIMATOR_UNSPECIFIED).ok());
 }
 
