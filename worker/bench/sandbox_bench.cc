@@ -44,7 +44,7 @@ std::vector<int> IntList(const std::string& text) {
   return values;
 }
 
-double Percentile(std::vector<double> sorted, double share) {
+double Percentile(const std::vector<double>& sorted, double share) {
   if (sorted.empty()) return 0;
   const size_t index = std::min(sorted.size() - 1, static_cast<size_t>(share * sorted.size()));
   return sorted[index];
