@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status/status_macros.h"
 #include "common/util/text.h"
 
 namespace rlhfd::roles {
@@ -81,9 +82,8 @@ absl::StatusOr<at::Tensor> StepBatch::Get(std::string_view name, std::string_vie
 }
 
 absl::StatusOr<at::Tensor> StepBatch::ResponseLengths(std::string_view needed_by) const {
-  absl::StatusOr<at::Tensor> mask = Get(stages::tensors::kAttentionMask, needed_by);
-  if (!mask.ok()) return mask.status();
-  return mask->narrow(1, prompt_length_, response_length_).sum(1).to(at::kLong);
+  ASSIGN_OR_RETURN(const at::Tensor mask, Get(stages::tensors::kAttentionMask, needed_by));
+  return mask.narrow(1, prompt_length_, response_length_).sum(1).to(at::kLong);
 }
 
 }  // namespace rlhfd::roles
