@@ -4,7 +4,7 @@
 # lack those libraries — e.g. GPU machines that only have CUDA, NCCL and PyTorch.
 #   deploy/bundle.sh OUT_DIR [EXTRA_BINARY ...]
 #   deploy/bundle.sh --tarball DIST_DIR   # DIST_DIR/rlhfd-VERSION-linux-ARCH.tar.gz, a release
-# Layout: OUT_DIR/bin (daemons, extras), OUT_DIR/lib (libraries; RPATH $ORIGIN/../lib),
+# Layout: OUT_DIR/bin (daemons, rlhfd-sandbox beside the worker, extras), OUT_DIR/lib (libraries; RPATH $ORIGIN/../lib),
 # OUT_DIR/share/rlhfd/reward_runner.py (Python reward functions) and OUT_DIR/env.sh, which finds the host's LibTorch and CUDA libraries for LibTorch binaries.
 # LibTorch, CUDA, NCCL and glibc/libstdc++ are not copied: the target supplies them. A release
 # adds VERSION, configs/, the systemd units, Slurm script and Kubernetes manifests, and demo.sh
@@ -39,7 +39,7 @@ fi
 command -v patchelf >/dev/null || { echo "bundle: patchelf missing; run deploy/setup.sh" >&2; exit 1; }
 
 binaries=("${build_dir}/controller/rlhfd-controller" "${build_dir}/worker/rlhfd-worker"
-          "${build_dir}/controller/rlhfctl" "$@")
+          "${build_dir}/worker/rlhfd-sandbox" "${build_dir}/controller/rlhfctl" "$@")
 rm -rf "${out}"
 mkdir -p "${out}/bin" "${out}/lib"
 

@@ -55,6 +55,7 @@ std::string Text(const model::Tokenizer& tokenizer, const std::vector<int64_t>& 
 struct Fixture {
   Fixture() : tokenizer(ChatMlTokenizer()) {
     SandboxOptions options;
+    options.launcher = RLHFD_SANDBOX_BIN;
     options.limits.wall_time = absl::Seconds(5);
     absl::StatusOr<std::unique_ptr<Sandbox>> made = Sandbox::Create(options);
     INFO(made.status());

@@ -7,6 +7,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -23,12 +24,14 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "tests/support/subprocess.h"
+#include "worker/agent/sandbox_child.h"
 
 namespace rlhfd::agent {
 namespace {
@@ -37,6 +40,7 @@ using rlhfd::testing::TempDir;
 
 SandboxOptions Options() {
   SandboxOptions options;
+  options.launcher = RLHFD_SANDBOX_BIN;
   options.limits.wall_time = absl::Seconds(5);
   options.limits.cpu_seconds = 2;
   options.limits.memory_mb = 512;
@@ -121,6 +125,31 @@ int64_t StatusField(const std::string& name) {
         absl::StripAsciiWhitespace(absl::StripSuffix(absl::StripAsciiWhitespace(line), "kB")),
         &value);
     return value;
+  }
+  return -1;
+}
+
+// The VmSize of a sandbox's first process (PID 1 inside) that descends from this process; -1
+// when there is none.
+int64_t FirstProcessVmSizeKb() {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid) || !DescendsFromSelf(pid)) {
+      continue;
+    }
+    const std::string status = ReadFile(entry.path().string() + "/status");
+    bool first = false;
+    int64_t size_kb = -1;
+    for (absl::string_view line : absl::StrSplit(status, '\n')) {
+      if (absl::ConsumePrefix(&line, "NSpid:")) {
+        const std::vector<absl::string_view> ids = absl::StrSplit(line, '\t', absl::SkipEmpty());
+        first = ids.size() > 1 && ids.back() == "1";
+      } else if (absl::ConsumePrefix(&line, "VmSize:")) {
+        (void)absl::SimpleAtoi(absl::StripSuffix(absl::StripAsciiWhitespace(line), " kB"),
+                               &size_kb);
+      }
+    }
+    if (first) return size_kb;
   }
   return -1;
 }
@@ -389,7 +418,64 @@ TEST_CASE("a root worker's TMPDIR or read-only path that nobody can reach is ref
   ::rmdir(hidden_dir.c_str());
 }
 
+TEST_CASE("the plan survives its encoding, and damaged bytes are refused", "[sandbox]") {
+  SandboxPlan plan;
+  plan.root = "/tmp/rlhfd-sandbox-x";
+  plan.entries = {
+      {.kind = SandboxPlan::kSymlink, .source = "usr/bin", .target = "/r/bin", .inside = "/bin"},
+      {.kind = SandboxPlan::kTmpfs, .source = "size=8m", .target = "/r/work", .inside = "/work"}};
+  plan.argv = {"/usr/bin/python3", "-c", std::string("print(1)\n\0:9:", 14), ""};
+  plan.env = {"HOME=/work"};
+  plan.limits = {{RLIMIT_CPU, 2}, {RLIMIT_AS, rlim_t{512} << 20}};
+  const std::string bytes = EncodeSandboxPlan(plan);
+  const std::optional<SandboxPlan> back = DecodeSandboxPlan(bytes);
+  REQUIRE(back.has_value());
+  CHECK(back->root == plan.root);
+  REQUIRE(back->entries.size() == 2);
+  CHECK(back->entries[1].kind == SandboxPlan::kTmpfs);
+  CHECK(back->entries[1].source == "size=8m");
+  CHECK(back->entries[0].inside == "/bin");
+  CHECK(back->argv == plan.argv);
+  CHECK(back->env == plan.env);
+  CHECK(back->limits == plan.limits);
+  // Every cut, a byte more, a huge count and a kind or resource out of range.
+  for (size_t size = 0; size < bytes.size(); ++size) {
+    CHECK_FALSE(DecodeSandboxPlan(bytes.substr(0, size)).has_value());
+  }
+  CHECK_FALSE(DecodeSandboxPlan(bytes + "0").has_value());
+  CHECK_FALSE(DecodeSandboxPlan("20:/tmp/rlhfd-sandbox-x99999999999999999999:").has_value());
+  SandboxPlan bad_kind = plan;
+  bad_kind.entries[0].kind = static_cast<SandboxPlan::Kind>(9);
+  CHECK_FALSE(DecodeSandboxPlan(EncodeSandboxPlan(bad_kind)).has_value());
+  SandboxPlan bad_limit = plan;
+  bad_limit.limits.emplace_back(RLIM_NLIMITS, 1);
+  CHECK_FALSE(DecodeSandboxPlan(EncodeSandboxPlan(bad_limit)).has_value());
+}
+
+// Each sandbox process is started by rlhfd-sandbox, not cloned from the caller: a clone would
+// copy the caller's mappings (a GPU worker's many GB) into every call, at ~40 ms a GB.
+TEST_CASE("the sandbox's first process holds none of the caller's memory", "[sandbox]") {
+  // 1 GiB of the caller's address space, untouched, before the sandbox starts its processes.
+  constexpr size_t kBallast = size_t{1} << 30;
+  void* ballast =
+      ::mmap(nullptr, kBallast, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(ballast != MAP_FAILED);
+  absl::Cleanup unmap = [&] { ::munmap(ballast, kBallast); };
+  auto sandbox = Make();  // its warm processes wait for code
+  const int64_t first_size_kb = FirstProcessVmSizeKb();
+  INFO("caller " << StatusField("VmSize") << " kB, first process " << first_size_kb << " kB");
+  REQUIRE(first_size_kb > 0);
+  CHECK(first_size_kb < 64 * 1024);
+  CHECK(StatusField("VmSize") > 1024 * 1024);
+  CHECK(Run(*sandbox, "print(6 * 7)").stdout_text == "42\n");
+}
+
 TEST_CASE("bad options are refused naming the field", "[sandbox]") {
+  SandboxOptions missing = Options();
+  missing.launcher = "/nonexistent/rlhfd-sandbox";
+  absl::StatusOr<std::unique_ptr<Sandbox>> missing_made = Sandbox::Create(missing);
+  CHECK(missing_made.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(absl::StrContains(missing_made.status().message(), "/nonexistent/rlhfd-sandbox"));
   SandboxOptions outside = Options();
   outside.python = "/opt/elsewhere/python3";
   absl::StatusOr<std::unique_ptr<Sandbox>> made = Sandbox::Create(outside);

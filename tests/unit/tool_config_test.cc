@@ -64,6 +64,7 @@ TEST_CASE("verl's sandbox tool runs as the local code interpreter, with its limi
 
   // The configured names are the ones the model calls.
   SandboxOptions options;
+  options.launcher = RLHFD_SANDBOX_BIN;
   options.limits = code.limits;
   absl::StatusOr<std::unique_ptr<Sandbox>> sandbox = Sandbox::Create(options);
   INFO(sandbox.status());

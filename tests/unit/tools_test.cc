@@ -19,6 +19,7 @@ ToolCall Call(const std::string& name, nlohmann::json arguments) {
 
 TEST_CASE("the code interpreter runs code in the sandbox and reports how it ended", "[tools]") {
   SandboxOptions options;
+  options.launcher = RLHFD_SANDBOX_BIN;
   options.limits.wall_time = absl::Seconds(2);
   absl::StatusOr<std::unique_ptr<Sandbox>> sandbox = Sandbox::Create(options);
   INFO(sandbox.status());

@@ -2,13 +2,13 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status/status_macros.h"
 #include "worker/agent/sandbox_child.h"
 
 namespace rlhfd::agent {
@@ -49,6 +50,38 @@ void CloseFd(int& fd) {
   fd = -1;
 }
 
+// posix_spawn places rlhfd-sandbox's descriptors with dup2s in order, so no source may be one of
+// the targets (0 to kFirstFreeFd - 1): a worker with few descriptors open gets low ones.
+// Returns false (errno set) when no descriptor is left.
+bool MoveAboveLauncherFds(int& fd) {
+  if (fd >= kFirstFreeFd) return true;
+  const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, static_cast<int>(kFirstFreeFd));
+  if (moved < 0) return false;
+  ::close(fd);
+  fd = moved;
+  return true;
+}
+
+// The plan in a sealed memfd: each rlhfd-sandbox reads it with pread, and none can change it.
+absl::StatusOr<int> PlanMemfd(const std::string& bytes) {
+  int fd = ::memfd_create("rlhfd-sandbox-plan", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  size_t written = 0;
+  while (fd >= 0 && written < bytes.size()) {
+    const ssize_t sent = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (sent <= 0) break;
+    written += static_cast<size_t>(sent);
+  }
+  if (fd < 0 || written < bytes.size() ||
+      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) != 0 ||
+      !MoveAboveLauncherFds(fd)) {
+    const int error = errno;
+    CloseFd(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat("sandbox: cannot hold the plan in a memfd: ", std::strerror(error)));
+  }
+  return fd;
+}
+
 // A root worker's sandbox runs as nobody (kSandboxId), which reaches a path only through
 // directories that others may search; another worker's runs as the worker's own user.
 absl::Status CheckReachable(const std::string& path, const std::string& what) {
@@ -75,6 +108,7 @@ Sandbox::Sandbox(SandboxOptions options) : options_(std::move(options)) {}
 Sandbox::~Sandbox() {
   for (Process& process : warm_) Discard(process);
   for (int& fd : life_pipe_) CloseFd(fd);
+  CloseFd(plan_fd_);
   if (plan_ != nullptr) ::rmdir(plan_->root.c_str());
 }
 
@@ -136,6 +170,14 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(SandboxOptions options)
     }
     read_only.push_back(std::filesystem::path(path).lexically_normal().string());
   }
+  if (options.launcher.empty()) options.launcher = SandboxLauncherPath();
+  if (options.launcher.empty() || ::access(options.launcher.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sandbox: rlhfd-sandbox, the program that starts each sandboxed process, is not ",
+        options.launcher.empty() ? "installed beside this executable"
+                                 : absl::StrCat("executable at ", options.launcher),
+        "; install it beside rlhfd-worker (cmake --install, deploy/bundle.sh)"));
+  }
   const std::string& python = options.python;
   const bool python_inside =
       !python.empty() && python[0] == '/' &&
@@ -191,13 +233,8 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(SandboxOptions options)
   add(SandboxPlan::kTmpfs, absl::StrCat("size=", limits.scratch_mb, "m,mode=0700"), "/work");
   add(SandboxPlan::kSymlink, "/work", "/tmp");
 
-  plan->argv_text = {python, "-I", "-u", "-c", kRunner, "rlhfd-sandbox"};
-  plan->env_text = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/work", "TMPDIR=/work",
-                    "LANG=C.UTF-8"};
-  for (std::string& text : plan->argv_text) plan->argv.push_back(text.data());
-  plan->argv.push_back(nullptr);
-  for (std::string& text : plan->env_text) plan->env.push_back(text.data());
-  plan->env.push_back(nullptr);
+  plan->argv = {python, "-I", "-u", "-c", kRunner, "rlhfd-sandbox"};
+  plan->env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/work", "TMPDIR=/work", "LANG=C.UTF-8"};
   auto mb = [](int64_t value) { return static_cast<rlim_t>(value) << 20; };
   plan->limits = {
       {RLIMIT_CPU, static_cast<rlim_t>(limits.cpu_seconds)},   {RLIMIT_AS, mb(limits.memory_mb)},
@@ -206,8 +243,10 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(SandboxOptions options)
   };
 
   std::unique_ptr<Sandbox> sandbox(new Sandbox(std::move(options)));
+  ASSIGN_OR_RETURN(sandbox->plan_fd_, PlanMemfd(EncodeSandboxPlan(*plan)));
   sandbox->plan_ = std::move(plan);
-  if (::pipe2(sandbox->life_pipe_, O_CLOEXEC) != 0) {
+  if (::pipe2(sandbox->life_pipe_, O_CLOEXEC) != 0 ||
+      !MoveAboveLauncherFds(sandbox->life_pipe_[0])) {
     return absl::FailedPreconditionError(
         absl::StrCat("sandbox: cannot make a pipe: ", std::strerror(errno)));
   }
@@ -223,8 +262,10 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(SandboxOptions options)
 }
 
 absl::StatusOr<Sandbox::Process> Sandbox::Start() const {
-  int stdin_pair[2], stdout_pipe[2], stderr_pipe[2], report_pipe[2], sync_pipe[2];
-  int* all[] = {stdin_pair, stdout_pipe, stderr_pipe, report_pipe, sync_pipe};
+  // Python's stdin (a socket, whose buffer takes the code), stdout, stderr and the reports: this
+  // side keeps [0], rlhfd-sandbox gets [1].
+  int stdin_pair[2], stdout_pipe[2], stderr_pipe[2], report_pipe[2];
+  int* all[] = {stdin_pair, stdout_pipe, stderr_pipe, report_pipe};
   for (int* pair : all) pair[0] = pair[1] = -1;
   auto close_all = [&] {
     for (int* pair : all) {
@@ -232,61 +273,83 @@ absl::StatusOr<Sandbox::Process> Sandbox::Start() const {
       CloseFd(pair[1]);
     }
   };
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, stdin_pair) != 0 ||
-      ::pipe2(stdout_pipe, O_CLOEXEC) != 0 || ::pipe2(stderr_pipe, O_CLOEXEC) != 0 ||
-      ::pipe2(report_pipe, O_CLOEXEC) != 0 || ::pipe2(sync_pipe, O_CLOEXEC) != 0) {
+  bool made = ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, stdin_pair) == 0 &&
+              ::pipe2(stdout_pipe, O_CLOEXEC) == 0 && ::pipe2(stderr_pipe, O_CLOEXEC) == 0 &&
+              ::pipe2(report_pipe, O_CLOEXEC) == 0;
+  for (int* pair : all) made = made && MoveAboveLauncherFds(pair[1]);
+  if (!made) {
     const int error = errno;
     close_all();
     return absl::FailedPreconditionError(
         absl::StrCat("sandbox: cannot make pipes: ", std::strerror(error)));
   }
-  const long pid = ::syscall(SYS_clone,
-                             CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
-                                 CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD,
-                             nullptr, nullptr, nullptr, nullptr);
-  if (pid == 0) {
-    RunSandboxFirstProcess(*plan_, sync_pipe[0], life_pipe_[0], stdin_pair[1], stdout_pipe[1],
-                           stderr_pipe[1], report_pipe[1]);
-  }
-  if (pid < 0) {
-    const int error = errno;
-    close_all();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "sandbox: cannot clone into new user, mount, PID and network namespaces: ",
-        std::strerror(error),
-        error == EPERM || error == ENOSPC ? " (are user namespaces enabled on this host?)" : ""));
-  }
-  Process process{.pid = static_cast<pid_t>(pid),
-                  .stdin_fd = std::exchange(stdin_pair[0], -1),
-                  .stdout_fd = std::exchange(stdout_pipe[0], -1),
-                  .stderr_fd = std::exchange(stderr_pipe[0], -1),
-                  .report_fd = std::exchange(report_pipe[0], -1)};
-  // The id maps: a root worker maps the sandbox onto nobody, so that its processes are an
-  // unprivileged user's (RLIMIT_NPROC holds); another maps it onto its own ids.
-  const bool root = ::geteuid() == 0;
-  const std::string uid_map =
-      absl::StrCat(kSandboxId, " ", root ? kSandboxId : static_cast<int>(::geteuid()), " 1\n");
-  const std::string gid_map =
-      absl::StrCat(kSandboxId, " ", root ? kSandboxId : static_cast<int>(::getegid()), " 1\n");
-  auto write_file = [&](const std::string& name, const std::string& text) {
-    const std::string path = absl::StrCat("/proc/", pid, "/", name);
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-    ::close(fd);
-    return written;
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attributes;
+  ::posix_spawn_file_actions_init(&actions);
+  ::posix_spawnattr_init(&attributes);
+  ::posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDWR, 0);
+  ::posix_spawn_file_actions_adddup2(&actions, 0, 1);
+  ::posix_spawn_file_actions_adddup2(&actions, 0, 2);
+  const std::pair<int, SandboxFd> placed[] = {
+      {plan_fd_, kPlanFd},         {life_pipe_[0], kLifeFd},    {stdin_pair[1], kStdinFd},
+      {stdout_pipe[1], kStdoutFd}, {stderr_pipe[1], kStderrFd}, {report_pipe[1], kReportFd},
   };
-  const bool mapped = (root || write_file("setgroups", "deny")) && write_file("uid_map", uid_map) &&
-                      write_file("gid_map", gid_map);
-  const int map_error = errno;
-  const bool released = mapped && ::write(sync_pipe[1], "g", 1) == 1;
-  close_all();
-  if (!released) {
-    Discard(process);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "sandbox: cannot write the id maps of the sandbox process: ", std::strerror(map_error)));
+  for (const auto& [source, target] : placed) {
+    ::posix_spawn_file_actions_adddup2(&actions, source, target);
   }
-  return process;
+  // Default dispositions and no blocked signal: a PID 1 takes, from inside its namespace, only
+  // the signals it handles, and none of the worker's ignored or blocked ones carry over.
+  sigset_t all_signals, none;
+  ::sigfillset(&all_signals);
+  ::sigemptyset(&none);
+  ::posix_spawnattr_setsigdefault(&attributes, &all_signals);
+  ::posix_spawnattr_setsigmask(&attributes, &none);
+  ::posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  char* argv[] = {const_cast<char*>(options_.launcher.c_str()), nullptr};
+  char* env[] = {nullptr};
+  pid_t launcher = -1;
+  const int spawned =
+      ::posix_spawn(&launcher, options_.launcher.c_str(), &actions, &attributes, argv, env);
+  ::posix_spawn_file_actions_destroy(&actions);
+  ::posix_spawnattr_destroy(&attributes);
+  for (int* pair : all) CloseFd(pair[1]);
+  if (spawned != 0) {
+    close_all();
+    return absl::FailedPreconditionError(
+        absl::StrCat("sandbox: cannot start ", options_.launcher, ": ", std::strerror(spawned)));
+  }
+  SandboxReport report{};
+  ssize_t got = 0;
+  do {
+    got = ::read(report_pipe[0], &report, sizeof(report));
+  } while (got < 0 && errno == EINTR);
+  int launcher_status = 0;
+  ::waitpid(launcher, &launcher_status, 0);
+  if (got == static_cast<ssize_t>(sizeof(report)) && report.kind == SandboxReport::kStarted &&
+      report.value > 0) {
+    return Process{.pid = report.value,
+                   .stdin_fd = std::exchange(stdin_pair[0], -1),
+                   .stdout_fd = std::exchange(stdout_pipe[0], -1),
+                   .stderr_fd = std::exchange(stderr_pipe[0], -1),
+                   .report_fd = std::exchange(report_pipe[0], -1)};
+  }
+  close_all();
+  if (got == static_cast<ssize_t>(sizeof(report)) && report.kind == SandboxReport::kSetupFailed) {
+    return SetupError(report);
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("sandbox: ", options_.launcher,
+                   " ended without starting a sandbox (wait status ", launcher_status, ")"));
+}
+
+absl::Status Sandbox::SetupError(const SandboxReport& report) const {
+  const std::string where =
+      report.entry >= 0 && report.entry < static_cast<int>(plan_->entries.size())
+          ? absl::StrCat(" (", plan_->entries[report.entry].inside, ")")
+          : "";
+  return absl::FailedPreconditionError(absl::StrCat("sandbox: setup failed at ",
+                                                    SandboxStepName(report.step), where, ": ",
+                                                    std::strerror(report.value)));
 }
 
 absl::StatusOr<Sandbox::Process> Sandbox::TakeReady() {
@@ -301,11 +364,9 @@ absl::StatusOr<Sandbox::Process> Sandbox::TakeReady() {
     }
     const bool was_warm = process.pid > 0;
     if (!was_warm) {
-      absl::StatusOr<Process> started = Start();
-      if (!started.ok()) return started.status();
-      process = *started;
+      ASSIGN_OR_RETURN(process, Start());
     }
-    // The first report: Python runs, or what failed on the way.
+    // The next report: Python runs, or what failed on the way.
     SandboxReport report{};
     ssize_t got = 0;
     do {
@@ -316,13 +377,7 @@ absl::StatusOr<Sandbox::Process> Sandbox::TakeReady() {
     }
     Discard(process);
     if (got == static_cast<ssize_t>(sizeof(report)) && report.kind == SandboxReport::kSetupFailed) {
-      const std::string where =
-          report.entry >= 0 && report.entry < static_cast<int>(plan_->entries.size())
-              ? absl::StrCat(" (", plan_->entries[report.entry].inside, ")")
-              : "";
-      return absl::FailedPreconditionError(absl::StrCat("sandbox: setup failed at ",
-                                                        SandboxStepName(report.step), where, ": ",
-                                                        std::strerror(report.value)));
+      return SetupError(report);
     }
     // A waiting process that is gone (killed from outside) is replaced once.
     if (!was_warm || attempt > 0) {
@@ -444,6 +499,16 @@ absl::StatusOr<SandboxResult> Sandbox::Run(const std::string& code) {
     result.signal = WTERMSIG(status);
   }
   return result;
+}
+
+std::string SandboxLauncherPath() {
+  char path[4096];
+  const ssize_t length = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (length <= 0) return "";
+  std::string launcher(path, static_cast<size_t>(length));
+  launcher.resize(launcher.rfind('/') + 1);
+  launcher += "rlhfd-sandbox";
+  return ::access(launcher.c_str(), X_OK) == 0 ? launcher : "";
 }
 
 }  // namespace rlhfd::agent

@@ -4,15 +4,17 @@
 // memory, processes, file size and output, with a wall-clock deadline. Whatever the code does,
 // the worker gets a result (its output, or what stopped it) and keeps nothing of the call.
 //
-// How: each process is cloned into new user, mount, PID, network, IPC and UTS namespaces. The
-// code runs as id 65534 of its user namespace, mapped onto nobody for a root worker and onto the
+// How: the worker starts rlhfd-sandbox (posix_spawn: no copy of the worker's memory), which
+// clones the sandbox's first process into new user, mount, PID, network, IPC and UTS
+// namespaces as the worker's child, writes its id maps and exits (sandbox_child.h). The code
+// runs as id 65534 of its user namespace, mapped onto nobody for a root worker and onto the
 // worker's own ids otherwise: it holds no capability once Python starts, and RLIMIT_NPROC counts
 // the sandbox's processes alone (the count is per namespace).
 // The mount namespace pivots into a tmpfs root holding read-only binds of the runtime (/usr and
 // the /bin, /lib... links or binds beside it, plus options.read_only_paths), /dev's null, zero,
 // random and urandom, and a size-limited tmpfs at /work (the scratch: cwd, HOME, TMPDIR). The
-// network namespace has only a loopback that is down. The namespace's first process (PID 1, this
-// library's code) starts Python as its child and reports how it ended; when it exits, or is
+// network namespace has only a loopback that is down. The namespace's first process (PID 1,
+// this library's code) starts Python as its child and reports how it ended; when it exits, or is
 // killed (SIGKILL at the deadline, once the output passes its cap, or when the worker dies), the
 // kernel ends every process the code started, and the tmpfs mounts go with the namespace, so no
 // process or file outlives a call. Processes start ahead of their call (a warm pool): a call
@@ -33,7 +35,8 @@
 
 namespace rlhfd::agent {
 
-struct SandboxPlan;  // sandbox_child.h
+struct SandboxPlan;    // sandbox_child.h
+struct SandboxReport;  // sandbox_child.h
 
 struct SandboxLimits {
   absl::Duration wall_time = absl::Seconds(10);  // from the call to the process's end
@@ -47,6 +50,9 @@ struct SandboxLimits {
 };
 
 struct SandboxOptions {
+  // rlhfd-sandbox, the program that starts each sandboxed process; "" means the one installed
+  // beside the running executable (SandboxLauncherPath()).
+  std::string launcher;
   // The interpreter, an absolute path under one of the read-only paths.
   std::string python = "/usr/bin/python3";
   // Bound read-only at the same path inside (besides /usr and the root's links into it): a
@@ -92,21 +98,28 @@ class Sandbox {
     int report_fd = -1;  // the first process's reports: setup failed, ready, Python ended
   };
   explicit Sandbox(SandboxOptions options);
+  // Starts rlhfd-sandbox and returns its first process, whose next report says whether Python
+  // runs.
   absl::StatusOr<Process> Start() const;
+  // A kSetupFailed report in words.
+  absl::Status SetupError(const SandboxReport& report) const;
   // A process whose Python is waiting for code: a warm one, else a new one.
   absl::StatusOr<Process> TakeReady();
   static void Discard(Process& process);
 
-  SandboxOptions options_;
-  // Built once, so that the child, cloned from a threaded process, follows it without
-  // allocating.
+  SandboxOptions options_;  // options_.launcher resolved
   std::unique_ptr<const SandboxPlan> plan_;
-  // Held by the worker alone (close-on-exec); each sandbox's first process watches the read end
-  // and ends its sandbox when the worker is gone.
+  int plan_fd_ = -1;  // the plan encoded in a sealed memfd, rlhfd-sandbox's kPlanFd
+  // The write end is held by the worker alone (close-on-exec); each sandbox's first process
+  // watches the read end and ends its sandbox when the worker is gone.
   int life_pipe_[2] = {-1, -1};
   std::mutex mutex_;
   std::deque<Process> warm_;
   int starting_ = 0;  // replacements being started
 };
+
+// rlhfd-sandbox beside the running executable (the build tree's worker/ and an install's or a
+// bundle's bin/); "" when it is not there.
+std::string SandboxLauncherPath();
 
 }  // namespace rlhfd::agent

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -11,11 +12,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <csignal>
+#include <charconv>
 #include <cstdint>
-#include <iterator>
 
 namespace rlhfd::agent {
 namespace {
@@ -32,7 +31,10 @@ constexpr uint64_t kMountReadOnly = 0x1, kMountNoSuid = 0x2, kMountNoDev = 0x4;
 constexpr unsigned int kAtRecursive = 0x8000;
 
 enum Step : int {
-  kWaitForMaps = 1,
+  kPlan = 1,
+  kClone,
+  kMaps,
+  kWaitForMaps,
   kIds,
   kPrivateMounts,
   kRootTmpfs,
@@ -48,6 +50,13 @@ enum Step : int {
 
 const char* SandboxStepName(int step) {
   switch (step) {
+    case kPlan:
+      return "reading the plan";
+    case kClone:
+      return "cloning into new user, mount, PID and network namespaces (are user namespaces "
+             "enabled on this host?)";
+    case kMaps:
+      return "writing the id maps";
     case kWaitForMaps:
       return "waiting for the id maps";
     case kIds:
@@ -77,7 +86,7 @@ const char* SandboxStepName(int step) {
 
 namespace {
 
-// The child, forked from a threaded process: system calls only, no allocation.
+// A setup failure's report; the process ends at once.
 [[noreturn]] void Fail(int report_fd, int step, int entry = -1) {
   const SandboxReport report{
       .kind = SandboxReport::kSetupFailed, .step = step, .entry = entry, .value = errno};
@@ -92,40 +101,72 @@ int CreateEmptyFile(const char* path) {
   return 0;
 }
 
-}  // namespace
+// The plan's encoding: each number in decimal ending with ':', each string its length (a
+// number) then its bytes.
+void PutNumber(std::string& out, uint64_t value) {
+  out += std::to_string(value);
+  out += ':';
+}
 
-// PID 1 of the sandbox's namespaces. When it exits, the kernel ends whatever Python left there.
-[[noreturn]] void RunSandboxFirstProcess(const SandboxPlan& plan, int sync_fd, int life_fd,
-                                         int stdin_fd, int stdout_fd, int stderr_fd,
-                                         int report_fd) {
-  // The worker's signal handlers are not this process's: a PID 1 takes, from inside its
-  // namespace, only the signals it handles, and Python could send it any the worker handles.
-  struct sigaction default_action {};
-  default_action.sa_handler = SIG_DFL;
-  for (int signal = 1; signal < NSIG; ++signal) ::sigaction(signal, &default_action, nullptr);
-  // Its own ends above 0-2 (a worker may run with those closed), so that the dup2s onto 0-2
-  // below cannot overwrite one of them.
-  int* ends[] = {&sync_fd, &life_fd, &stdin_fd, &stdout_fd, &stderr_fd, &report_fd};
-  for (int* end : ends) {
-    if (*end < 3) *end = ::fcntl(*end, F_DUPFD_CLOEXEC, 3);
+void PutText(std::string& out, std::string_view text) {
+  PutNumber(out, text.size());
+  out += text;
+}
+
+class PlanReader {
+ public:
+  explicit PlanReader(std::string_view bytes) : rest_(bytes) {}
+  bool ok() const { return ok_; }
+  bool at_end() const { return rest_.empty(); }
+
+  uint64_t Number() {
+    const size_t colon = rest_.find(':');
+    uint64_t value = 0;
+    if (!ok_ || colon == std::string_view::npos ||
+        std::from_chars(rest_.data(), rest_.data() + colon, value).ptr != rest_.data() + colon) {
+      ok_ = false;
+      return 0;
+    }
+    rest_.remove_prefix(colon + 1);
+    return value;
   }
-  // This process never execs, so close-on-exec does not apply: everything it inherited but its
-  // own six ends is closed, or it would hold other sandboxes' pipes open and their EOFs back.
-  int keep[] = {sync_fd, life_fd, stdin_fd, stdout_fd, stderr_fd, report_fd};
-  std::sort(std::begin(keep), std::end(keep));
-  unsigned int next = 3;
-  for (const int fd : keep) {
-    if (static_cast<unsigned int>(fd) > next) ::syscall(SYS_close_range, next, fd - 1U, 0U);
-    next = std::max(next, fd + 1U);
+
+  std::string Text() {
+    const uint64_t size = Number();
+    if (!ok_ || size > rest_.size()) {
+      ok_ = false;
+      return "";
+    }
+    std::string text(rest_.substr(0, size));
+    rest_.remove_prefix(size);
+    return text;
   }
-  ::syscall(SYS_close_range, next, ~0U, 0U);
+
+  // A count of items that each take at least one byte, so a bad count cannot ask for more.
+  uint64_t Count() {
+    const uint64_t count = Number();
+    if (count > rest_.size()) ok_ = false;
+    return ok_ ? count : 0;
+  }
+
+ private:
+  std::string_view rest_;
+  bool ok_ = true;
+};
+
+// PID 1 of the sandbox's namespaces, cloned from the launcher: single-threaded, holding the
+// SandboxFd descriptors (0-2 on /dev/null) and the read end of the sync pipe, its signals at
+// their defaults. When it exits, the kernel ends whatever Python left there. Raw system calls
+// (the clone was raw, so glibc's view of this process is the launcher's), and no allocation:
+// `argv` and `env` were built before the clone.
+[[noreturn]] void RunSandboxFirstProcess(const SandboxPlan& plan, char* const* argv,
+                                         char* const* env, int sync_fd) {
+  const int report_fd = kReportFd;
   char byte = 0;
   if (::read(sync_fd, &byte, 1) != 1) Fail(report_fd, kWaitForMaps);
   // The clone kept the worker's ids, which a root worker's map leaves unmapped here (files made
   // by an unmapped id fail with EOVERFLOW): take the mapped one, keeping the namespace's
   // capabilities for the setup (execve drops them, the id not being 0).
-  // Raw system calls: glibc's set*id wrappers signal every thread the worker had, which this
-  // process, alone, would wait for forever.
   ::prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0);
   (void)::syscall(SYS_setgroups, 0, nullptr);  // denied, and not needed, for a non-root worker
   if (::syscall(SYS_setresgid, kSandboxId, kSandboxId, kSandboxId) != 0 ||
@@ -194,7 +235,6 @@ int CreateEmptyFile(const char* path) {
 
   int exec_pipe[2];
   if (::pipe2(exec_pipe, O_CLOEXEC) != 0) Fail(report_fd, kExec);
-  // A raw fork: glibc's runs the worker's fork handlers, whose locks other threads may hold.
   const pid_t python =
       static_cast<pid_t>(::syscall(SYS_clone, SIGCHLD, nullptr, nullptr, nullptr, nullptr));
   if (python < 0) Fail(report_fd, kExec);
@@ -206,7 +246,7 @@ int CreateEmptyFile(const char* path) {
       };
       if (::setrlimit(resource, &limit) != 0) Fail(exec_pipe[1], kLimits);
     }
-    if (::dup2(stdin_fd, 0) < 0 || ::dup2(stdout_fd, 1) < 0 || ::dup2(stderr_fd, 2) < 0) {
+    if (::dup2(kStdinFd, 0) < 0 || ::dup2(kStdoutFd, 1) < 0 || ::dup2(kStderrFd, 2) < 0) {
       Fail(exec_pipe[1], kStdio);
     }
     // Everything else closes at exec, the exec pipe too (its EOF: Python runs).
@@ -215,13 +255,13 @@ int CreateEmptyFile(const char* path) {
     ::sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-    ::execve(plan.argv[0], plan.argv.data(), plan.env.data());
+    ::execve(argv[0], argv, env);
     Fail(exec_pipe[1], kExec);
   }
   // Only Python holds its stdin, stdout and stderr: their EOFs are its.
-  ::close(stdin_fd);
-  ::close(stdout_fd);
-  ::close(stderr_fd);
+  ::close(kStdinFd);
+  ::close(kStdoutFd);
+  ::close(kStderrFd);
   ::close(exec_pipe[1]);
   SandboxReport report{};
   if (::read(exec_pipe[0], &report, sizeof(report)) == static_cast<ssize_t>(sizeof(report))) {
@@ -234,7 +274,7 @@ int CreateEmptyFile(const char* path) {
   }
   const int python_fd = static_cast<int>(::syscall(SYS_pidfd_open, python, 0));
   while (true) {
-    pollfd fds[2] = {{.fd = life_fd, .events = POLLIN, .revents = 0},
+    pollfd fds[2] = {{.fd = kLifeFd, .events = POLLIN, .revents = 0},
                      {.fd = python_fd, .events = POLLIN, .revents = 0}};
     ::poll(fds, 2, python_fd < 0 ? 20 : -1);
     if (fds[0].revents != 0) ::_exit(0);  // the worker is gone
@@ -250,6 +290,131 @@ int CreateEmptyFile(const char* path) {
       ::_exit(0);
     }
   }
+}
+
+bool WriteProcFile(pid_t pid, const char* name, const std::string& text) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/" + name;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int error = errno;
+  ::close(fd);
+  errno = error;
+  return written;
+}
+
+}  // namespace
+
+std::string EncodeSandboxPlan(const SandboxPlan& plan) {
+  std::string out;
+  PutText(out, plan.root);
+  PutNumber(out, plan.entries.size());
+  for (const SandboxPlan::Entry& entry : plan.entries) {
+    PutNumber(out, entry.kind);
+    PutText(out, entry.source);
+    PutText(out, entry.target);
+    PutText(out, entry.inside);
+  }
+  for (const std::vector<std::string>* list : {&plan.argv, &plan.env}) {
+    PutNumber(out, list->size());
+    for (const std::string& text : *list) PutText(out, text);
+  }
+  PutNumber(out, plan.limits.size());
+  for (const auto& [resource, value] : plan.limits) {
+    PutNumber(out, static_cast<uint64_t>(resource));
+    PutNumber(out, value);
+  }
+  return out;
+}
+
+std::optional<SandboxPlan> DecodeSandboxPlan(std::string_view bytes) {
+  PlanReader reader(bytes);
+  SandboxPlan plan;
+  plan.root = reader.Text();
+  for (uint64_t i = 0, count = reader.Count(); i < count && reader.ok(); ++i) {
+    const uint64_t kind = reader.Number();
+    if (kind > SandboxPlan::kTmpfs) return std::nullopt;
+    SandboxPlan::Entry entry{.kind = static_cast<SandboxPlan::Kind>(kind)};
+    entry.source = reader.Text();
+    entry.target = reader.Text();
+    entry.inside = reader.Text();
+    plan.entries.push_back(std::move(entry));
+  }
+  for (std::vector<std::string>* list : {&plan.argv, &plan.env}) {
+    for (uint64_t i = 0, count = reader.Count(); i < count && reader.ok(); ++i) {
+      list->push_back(reader.Text());
+    }
+  }
+  for (uint64_t i = 0, count = reader.Count(); i < count && reader.ok(); ++i) {
+    const uint64_t resource = reader.Number();
+    const uint64_t value = reader.Number();
+    if (resource >= RLIM_NLIMITS) return std::nullopt;
+    plan.limits.emplace_back(static_cast<int>(resource), static_cast<rlim_t>(value));
+  }
+  if (!reader.ok() || !reader.at_end() || plan.root.empty() || plan.argv.empty()) {
+    return std::nullopt;
+  }
+  return plan;
+}
+
+int RunSandboxLauncher() {
+  // Whatever the worker held without close-on-exec is not the sandbox's.
+  ::syscall(SYS_close_range, static_cast<unsigned int>(kFirstFreeFd), ~0U, 0U);
+  std::string bytes;
+  struct stat info {};
+  if (::fstat(kPlanFd, &info) == 0 && info.st_size > 0) {
+    bytes.resize(static_cast<size_t>(info.st_size));
+    size_t got = 0;
+    while (got < bytes.size()) {
+      const ssize_t read_bytes =
+          ::pread(kPlanFd, bytes.data() + got, bytes.size() - got, static_cast<off_t>(got));
+      if (read_bytes <= 0) break;
+      got += static_cast<size_t>(read_bytes);
+    }
+    bytes.resize(got);
+  }
+  ::close(kPlanFd);
+  const std::optional<SandboxPlan> plan = DecodeSandboxPlan(bytes);
+  if (!plan.has_value()) {
+    errno = EINVAL;
+    Fail(kReportFd, kPlan);
+  }
+  std::vector<char*> argv, env;
+  for (const std::string& text : plan->argv) argv.push_back(const_cast<char*>(text.c_str()));
+  argv.push_back(nullptr);
+  for (const std::string& text : plan->env) env.push_back(const_cast<char*>(text.c_str()));
+  env.push_back(nullptr);
+  int sync_pipe[2];
+  if (::pipe2(sync_pipe, O_CLOEXEC) != 0) Fail(kReportFd, kClone);
+  // The worker's child, not this process's: the worker waits for it and kills it, and this
+  // process exits as soon as the first process has its id maps.
+  const long pid = ::syscall(SYS_clone,
+                             CLONE_PARENT | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID |
+                                 CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD,
+                             nullptr, nullptr, nullptr, nullptr);
+  if (pid == 0) {
+    ::close(sync_pipe[1]);
+    RunSandboxFirstProcess(*plan, argv.data(), env.data(), sync_pipe[0]);
+  }
+  if (pid < 0) Fail(kReportFd, kClone);
+  const SandboxReport started{.kind = SandboxReport::kStarted, .value = static_cast<int>(pid)};
+  if (::write(kReportFd, &started, sizeof(started)) != static_cast<ssize_t>(sizeof(started))) {
+    return 1;  // the worker is gone; the first process sees the sync pipe close and ends
+  }
+  // A root worker maps the sandbox's id onto nobody, so that its processes are an unprivileged
+  // user's (RLIMIT_NPROC holds); another maps it onto its own ids.
+  const bool root = ::geteuid() == 0;
+  const std::string uid_map =
+      std::to_string(kSandboxId) + " " + std::to_string(root ? kSandboxId : ::geteuid()) + " 1\n";
+  const std::string gid_map =
+      std::to_string(kSandboxId) + " " + std::to_string(root ? kSandboxId : ::getegid()) + " 1\n";
+  const pid_t first = static_cast<pid_t>(pid);
+  if (!(root || WriteProcFile(first, "setgroups", "deny")) ||
+      !WriteProcFile(first, "uid_map", uid_map) || !WriteProcFile(first, "gid_map", gid_map)) {
+    Fail(kReportFd, kMaps);
+  }
+  if (::write(sync_pipe[1], "g", 1) != 1) Fail(kReportFd, kWaitForMaps);
+  return 0;
 }
 
 }  // namespace rlhfd::agent

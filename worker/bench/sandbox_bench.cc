@@ -26,8 +26,8 @@ ABSL_FLAG(std::string, warm, "2,8,16", "Warm-pool sizes (SandboxOptions::warm_pr
 ABSL_FLAG(std::string, code, "print(2*6)\nprint(12/12)", "The Python each call runs");
 ABSL_FLAG(std::string, python, "/usr/bin/python3", "The interpreter (SandboxOptions::python)");
 ABSL_FLAG(int, ballast_mb, 0,
-          "Memory this process holds (touched) while calling, as a worker holds its model: the "
-          "sandbox's processes are cloned from the caller");
+          "Memory this process holds (touched) while calling, as a worker holds its model: a "
+          "sandbox process cloned from the caller would copy its page tables");
 
 namespace {
 
