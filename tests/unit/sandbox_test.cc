@@ -6,6 +6,7 @@
 #include "worker/agent/sandbox.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
@@ -152,6 +153,45 @@ int64_t FirstProcessVmSizeKb() {
     if (first) return size_kb;
   }
   return -1;
+}
+
+// The pids of the sandboxes' first processes (PID 1 inside) that descend from this process.
+std::vector<int> FirstProcessPids() {
+  std::vector<int> pids;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid) || !DescendsFromSelf(pid)) {
+      continue;
+    }
+    for (absl::string_view line :
+         absl::StrSplit(ReadFile(entry.path().string() + "/status"), '\n')) {
+      if (!absl::ConsumePrefix(&line, "NSpid:")) continue;
+      const std::vector<absl::string_view> ids = absl::StrSplit(line, '\t', absl::SkipEmpty());
+      if (ids.size() > 1 && ids.back() == "1") pids.push_back(pid);
+    }
+  }
+  return pids;
+}
+
+// This process's children that have ended and not been waited for.
+int ZombieChildren() {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
+    // /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces, so read after ')'.
+    const std::string stat = ReadFile(entry.path().string() + "/stat");
+    const size_t end = stat.rfind(')');
+    if (end == std::string::npos) continue;
+    const std::vector<absl::string_view> fields =
+        absl::StrSplit(absl::string_view(stat).substr(end + 2), ' ');
+    int parent = 0;
+    if (fields.size() > 1 && fields[0] == "Z" && absl::SimpleAtoi(fields[1], &parent) &&
+        parent == ::getpid()) {
+      ++count;
+    }
+  }
+  return count;
 }
 
 std::vector<std::string> SandboxRoots() {
@@ -443,7 +483,12 @@ TEST_CASE("the plan survives its encoding, and damaged bytes are refused", "[san
     CHECK_FALSE(DecodeSandboxPlan(bytes.substr(0, size)).has_value());
   }
   CHECK_FALSE(DecodeSandboxPlan(bytes + "0").has_value());
-  CHECK_FALSE(DecodeSandboxPlan("20:/tmp/rlhfd-sandbox-x99999999999999999999:").has_value());
+  CHECK_FALSE(DecodeSandboxPlan(bytes.substr(1)).has_value());  // not the magic
+  const std::string magic = bytes.substr(0, bytes.find(':') + 1);
+  // A count past 2^64, and an empty number, are not 0.
+  CHECK_FALSE(DecodeSandboxPlan(magic + "2:/r99999999999999999999:1:3:/py0:0:").has_value());
+  CHECK_FALSE(DecodeSandboxPlan(magic + "2:/r0:1:3:/py0::").has_value());
+  CHECK(DecodeSandboxPlan(magic + "2:/r0:1:3:/py0:0:").has_value());
   SandboxPlan bad_kind = plan;
   bad_kind.entries[0].kind = static_cast<SandboxPlan::Kind>(9);
   CHECK_FALSE(DecodeSandboxPlan(EncodeSandboxPlan(bad_kind)).has_value());
@@ -468,6 +513,76 @@ TEST_CASE("the sandbox's first process holds none of the caller's memory", "[san
   CHECK(first_size_kb < 64 * 1024);
   CHECK(StatusField("VmSize") > 1024 * 1024);
   CHECK(Run(*sandbox, "print(6 * 7)").stdout_text == "42\n");
+}
+
+// kill(0, ...) signals the caller's process group, whatever its PID namespace: each sandbox is
+// a session of its own, so the code reaches only its own sandbox's processes, not the worker
+// (a worker that is not root runs its sandboxes as its own user) nor other sandboxes.
+TEST_CASE("the code's kill(0) and killpg reach its own sandbox only", "[sandbox]") {
+  auto other = Make();
+  const std::vector<int> others = FirstProcessPids();  // `other`'s warm processes
+  REQUIRE(!others.empty());
+  auto sandbox = Make();
+  for (const char* code : {"import os, signal\nos.kill(0, signal.SIGKILL)",
+                           "import os, signal\nos.killpg(os.getpgrp(), signal.SIGTERM)"}) {
+    const absl::StatusOr<SandboxResult> result = sandbox->Run(code);
+    REQUIRE(result.ok());
+    INFO(code);
+    for (const int pid : others) {
+      const std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+      INFO("pid " << pid << ": " << stat);
+      const size_t end = stat.rfind(')');
+      REQUIRE(end != std::string::npos);
+      const std::string state = stat.substr(end + 2, 1);
+      CHECK((state == "S" || state == "R"));  // alive: not killed, stopped or a zombie
+    }
+  }
+  CHECK(Run(*other, "print(1)").stdout_text == "1\n");
+}
+
+// The caller's descriptors reach neither the first process nor Python, close-on-exec or not.
+TEST_CASE("no descriptor of the caller reaches the sandbox", "[sandbox]") {
+  TempDir dir;
+  const std::string marker = dir.path() + "/leak-marker";
+  const int leaked = ::open(marker.c_str(), O_WRONLY | O_CREAT, 0600);  // no O_CLOEXEC
+  REQUIRE(leaked >= 0);
+  absl::Cleanup close_leaked = [&] { ::close(leaked); };
+  auto sandbox = Make();
+  for (const int pid : FirstProcessPids()) {
+    std::error_code error;
+    for (const auto& fd :
+         std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/fd"), error)) {
+      CHECK(std::filesystem::read_symlink(fd.path(), error).string() != marker);
+    }
+  }
+  const SandboxResult result = Run(*sandbox,
+                                   "import os\n"
+                                   "held = []\n"
+                                   "for fd in range(3, 1024):\n"
+                                   "    try:\n"
+                                   "        os.fstat(fd)\n"
+                                   "        held.append(fd)\n"
+                                   "    except OSError:\n"
+                                   "        pass\n"
+                                   "print(held)\n");
+  CHECK(result.stdout_text == "[]\n");
+}
+
+TEST_CASE("a launcher that cannot start a sandbox is an error naming it, and leaves no zombie",
+          "[sandbox]") {
+  TempDir dir;
+  const std::string not_a_program = dir.path() + "/rlhfd-sandbox";
+  std::ofstream(not_a_program) << "not an executable\n";
+  ::chmod(not_a_program.c_str(), 0755);
+  for (const std::string& launcher : {std::string("/bin/true"), not_a_program}) {
+    SandboxOptions options = Options();
+    options.launcher = launcher;
+    const absl::StatusOr<std::unique_ptr<Sandbox>> made = Sandbox::Create(options);
+    INFO(made.status());
+    CHECK(made.status().code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(absl::StrContains(made.status().message(), launcher));
+    CHECK(ZombieChildren() == 0);
+  }
 }
 
 TEST_CASE("bad options are refused naming the field", "[sandbox]") {

@@ -283,33 +283,41 @@ absl::StatusOr<Sandbox::Process> Sandbox::Start() const {
     return absl::FailedPreconditionError(
         absl::StrCat("sandbox: cannot make pipes: ", std::strerror(error)));
   }
+  // 0 and 1 on /dev/null; 2 stays the worker's stderr, where the dynamic loader would say why
+  // rlhfd-sandbox cannot start (the launcher puts /dev/null there before the sandbox).
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attributes;
   ::posix_spawn_file_actions_init(&actions);
   ::posix_spawnattr_init(&attributes);
-  ::posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDWR, 0);
-  ::posix_spawn_file_actions_adddup2(&actions, 0, 1);
-  ::posix_spawn_file_actions_adddup2(&actions, 0, 2);
+  int prepared = ::posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDWR, 0);
+  if (prepared == 0) prepared = ::posix_spawn_file_actions_adddup2(&actions, 0, 1);
   const std::pair<int, SandboxFd> placed[] = {
       {plan_fd_, kPlanFd},         {life_pipe_[0], kLifeFd},    {stdin_pair[1], kStdinFd},
       {stdout_pipe[1], kStdoutFd}, {stderr_pipe[1], kStderrFd}, {report_pipe[1], kReportFd},
   };
   for (const auto& [source, target] : placed) {
-    ::posix_spawn_file_actions_adddup2(&actions, source, target);
+    if (prepared == 0) prepared = ::posix_spawn_file_actions_adddup2(&actions, source, target);
   }
-  // Default dispositions and no blocked signal: a PID 1 takes, from inside its namespace, only
-  // the signals it handles, and none of the worker's ignored or blocked ones carry over.
+  // A session of its own: the code's kill(0, ...) reaches its own sandbox's processes only, not
+  // the worker's process group (the worker itself, other sandboxes). Default dispositions and no
+  // blocked signal: a PID 1 takes, from inside its namespace, only the signals it handles, and
+  // none of the worker's ignored or blocked ones carry over (glibc's two internal signals, 32 and
+  // 33, stay ignored).
   sigset_t all_signals, none;
   ::sigfillset(&all_signals);
   ::sigemptyset(&none);
-  ::posix_spawnattr_setsigdefault(&attributes, &all_signals);
-  ::posix_spawnattr_setsigmask(&attributes, &none);
-  ::posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  if (prepared == 0) prepared = ::posix_spawnattr_setsigdefault(&attributes, &all_signals);
+  if (prepared == 0) prepared = ::posix_spawnattr_setsigmask(&attributes, &none);
+  if (prepared == 0) {
+    prepared = ::posix_spawnattr_setflags(
+        &attributes, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  }
   char* argv[] = {const_cast<char*>(options_.launcher.c_str()), nullptr};
   char* env[] = {nullptr};
   pid_t launcher = -1;
-  const int spawned =
-      ::posix_spawn(&launcher, options_.launcher.c_str(), &actions, &attributes, argv, env);
+  const int spawned = prepared != 0 ? prepared
+                                    : ::posix_spawn(&launcher, options_.launcher.c_str(), &actions,
+                                                    &attributes, argv, env);
   ::posix_spawn_file_actions_destroy(&actions);
   ::posix_spawnattr_destroy(&attributes);
   for (int* pair : all) CloseFd(pair[1]);
@@ -324,7 +332,8 @@ absl::StatusOr<Sandbox::Process> Sandbox::Start() const {
     got = ::read(report_pipe[0], &report, sizeof(report));
   } while (got < 0 && errno == EINTR);
   int launcher_status = 0;
-  ::waitpid(launcher, &launcher_status, 0);
+  while (::waitpid(launcher, &launcher_status, 0) < 0 && errno == EINTR) {
+  }
   if (got == static_cast<ssize_t>(sizeof(report)) && report.kind == SandboxReport::kStarted &&
       report.value > 0) {
     return Process{.pid = report.value,
@@ -337,9 +346,14 @@ absl::StatusOr<Sandbox::Process> Sandbox::Start() const {
   if (got == static_cast<ssize_t>(sizeof(report)) && report.kind == SandboxReport::kSetupFailed) {
     return SetupError(report);
   }
-  return absl::FailedPreconditionError(
-      absl::StrCat("sandbox: ", options_.launcher,
-                   " ended without starting a sandbox (wait status ", launcher_status, ")"));
+  const std::string how =
+      WIFSIGNALED(launcher_status)
+          ? absl::StrCat("killed by signal ", WTERMSIG(launcher_status))
+          : absl::StrCat("exit ", WEXITSTATUS(launcher_status),
+                         WEXITSTATUS(launcher_status) == 127 ? ": it could not be loaded" : "");
+  return absl::FailedPreconditionError(absl::StrCat("sandbox: ", options_.launcher,
+                                                    " ended without starting a sandbox (", how,
+                                                    "; the worker's stderr may say why)"));
 }
 
 absl::Status Sandbox::SetupError(const SandboxReport& report) const {

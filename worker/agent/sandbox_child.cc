@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdint>
@@ -101,8 +102,10 @@ int CreateEmptyFile(const char* path) {
   return 0;
 }
 
-// The plan's encoding: each number in decimal ending with ':', each string its length (a
-// number) then its bytes.
+// The plan's encoding: a magic with the format's version (a worker and an rlhfd-sandbox of
+// different builds refuse each other), then each number in decimal ending with ':', each string
+// its length (a number) then its bytes.
+constexpr std::string_view kPlanMagic = "rlhfd-sandbox-plan-1:";
 void PutNumber(std::string& out, uint64_t value) {
   out += std::to_string(value);
   out += ':';
@@ -122,8 +125,12 @@ class PlanReader {
   uint64_t Number() {
     const size_t colon = rest_.find(':');
     uint64_t value = 0;
-    if (!ok_ || colon == std::string_view::npos ||
-        std::from_chars(rest_.data(), rest_.data() + colon, value).ptr != rest_.data() + colon) {
+    if (!ok_ || colon == std::string_view::npos || colon == 0) {
+      ok_ = false;
+      return 0;
+    }
+    const auto [end, error] = std::from_chars(rest_.data(), rest_.data() + colon, value);
+    if (error != std::errc() || end != rest_.data() + colon) {
       ok_ = false;
       return 0;
     }
@@ -249,8 +256,12 @@ class PlanReader {
     if (::dup2(kStdinFd, 0) < 0 || ::dup2(kStdoutFd, 1) < 0 || ::dup2(kStderrFd, 2) < 0) {
       Fail(exec_pipe[1], kStdio);
     }
-    // Everything else closes at exec, the exec pipe too (its EOF: Python runs).
-    ::syscall(SYS_close_range, 3U, ~0U, 4U /* CLOSE_RANGE_CLOEXEC */);
+    // Everything else closes at exec, the exec pipe too (its EOF: Python runs). Where
+    // close_range is refused (Linux < 5.11, a seccomp profile), one by one: this process holds
+    // only the launcher's few descriptors.
+    if (::syscall(SYS_close_range, 3U, ~0U, 4U /* CLOSE_RANGE_CLOEXEC */) != 0) {
+      for (int fd = 3; fd < 64; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
     sigset_t none;
     ::sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -306,7 +317,7 @@ bool WriteProcFile(pid_t pid, const char* name, const std::string& text) {
 }  // namespace
 
 std::string EncodeSandboxPlan(const SandboxPlan& plan) {
-  std::string out;
+  std::string out(kPlanMagic);
   PutText(out, plan.root);
   PutNumber(out, plan.entries.size());
   for (const SandboxPlan::Entry& entry : plan.entries) {
@@ -328,7 +339,8 @@ std::string EncodeSandboxPlan(const SandboxPlan& plan) {
 }
 
 std::optional<SandboxPlan> DecodeSandboxPlan(std::string_view bytes) {
-  PlanReader reader(bytes);
+  if (!bytes.starts_with(kPlanMagic)) return std::nullopt;
+  PlanReader reader(bytes.substr(kPlanMagic.size()));
   SandboxPlan plan;
   plan.root = reader.Text();
   for (uint64_t i = 0, count = reader.Count(); i < count && reader.ok(); ++i) {
@@ -358,8 +370,15 @@ std::optional<SandboxPlan> DecodeSandboxPlan(std::string_view bytes) {
 }
 
 int RunSandboxLauncher() {
-  // Whatever the worker held without close-on-exec is not the sandbox's.
-  ::syscall(SYS_close_range, static_cast<unsigned int>(kFirstFreeFd), ~0U, 0U);
+  // Whatever the worker held without close-on-exec is not the sandbox's. Where close_range is
+  // refused, one by one up to the descriptor limit.
+  if (::syscall(SYS_close_range, static_cast<unsigned int>(kFirstFreeFd), ~0U, 0U) != 0) {
+    rlimit open_files{};
+    ::getrlimit(RLIMIT_NOFILE, &open_files);
+    const rlim_t last = std::min<rlim_t>(open_files.rlim_max, rlim_t{1} << 20);
+    for (rlim_t fd = kFirstFreeFd; fd < last; ++fd) ::close(static_cast<int>(fd));
+  }
+  if (::fcntl(2, F_GETFD) < 0) ::dup2(0, 2);  // the worker ran without stderr
   std::string bytes;
   struct stat info {};
   if (::fstat(kPlanFd, &info) == 0 && info.st_size > 0) {
@@ -386,6 +405,8 @@ int RunSandboxLauncher() {
   env.push_back(nullptr);
   int sync_pipe[2];
   if (::pipe2(sync_pipe, O_CLOEXEC) != 0) Fail(kReportFd, kClone);
+  // stderr was the worker's, for the dynamic loader's messages; the sandbox gets none of it.
+  ::dup2(0, 2);
   // The worker's child, not this process's: the worker waits for it and kills it, and this
   // process exits as soon as the first process has its id maps.
   const long pid = ::syscall(SYS_clone,
@@ -398,8 +419,10 @@ int RunSandboxLauncher() {
   }
   if (pid < 0) Fail(kReportFd, kClone);
   const SandboxReport started{.kind = SandboxReport::kStarted, .value = static_cast<int>(pid)};
+  // (A worker gone by now ends this process with SIGPIPE; the first process then sees the
+  // sync pipe close and ends too.)
   if (::write(kReportFd, &started, sizeof(started)) != static_cast<ssize_t>(sizeof(started))) {
-    return 1;  // the worker is gone; the first process sees the sync pipe close and ends
+    return 1;
   }
   // A root worker maps the sandbox's id onto nobody, so that its processes are an unprivileged
   // user's (RLIMIT_NPROC holds); another maps it onto its own ids.
