@@ -105,27 +105,11 @@ void JobRunner::Consider(const std::string& id, Pass& pass) {
   }
   const auto fault = faulted_at_.find(id);
   const int64_t heard_after = fault == faulted_at_.end() ? 0 : fault->second;
-  absl::StatusOr<Placement> placement = absl::FailedPreconditionError("not tried");
-  bool awaiting_others = false;
-  if (const auto avoided = avoided_.find(id); avoided != avoided_.end()) {
-    // Apart from the workers that left a run of this job without an answer, where there are
-    // enough others; with them where there are not (better slow than not at all). Others that
-    // have not heartbeat since the fault yet (on a loaded host a heartbeat lags) are waited for,
-    // a tick or two, rather than passed over for a worker that would leave the run unanswered
-    // again.
-    std::map<std::string, std::string> used = pass.used;
-    for (const std::string& worker : avoided->second) used.emplace(worker, id);
-    placement = PlaceJob(job->need, pass.workers, used, heard_after);
-    awaiting_others = !placement.ok() && PlaceJob(job->need, pass.workers, used).ok();
-    if (awaiting_others) {
-      placement = absl::UnavailableError(
-          "the workers apart from those that left the last run unanswered have not heartbeat "
-          "since the fault yet");
-    }
-  }
-  if (!placement.ok() && !awaiting_others) {
-    placement = PlaceJob(job->need, pass.workers, pass.used, heard_after);
-  }
+  // Apart from the workers that left a run of this job without an answer, where it can be.
+  const auto avoided = avoided_.find(id);
+  const absl::StatusOr<Placement> placement = PlaceJobAfterFault(
+      job->need, pass.workers, pass.used,
+      avoided == avoided_.end() ? std::set<std::string>() : avoided->second, heard_after);
   if (!placement.ok()) {
     jobs_.SetWaitingReason(
         id, absl::StrCat(job->state == v1::JOB_STATE_RECOVERING ? "recovering, " : "",

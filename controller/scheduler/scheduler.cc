@@ -1,5 +1,6 @@
 #include "controller/scheduler/scheduler.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <utility>
@@ -93,6 +94,28 @@ absl::StatusOr<Placement> PlaceJob(const PlacementNeed& need,
   }
   if (draining > 0) absl::StrAppend(&reason, ", ", draining, " draining");
   return absl::FailedPreconditionError(reason);
+}
+
+absl::StatusOr<Placement> PlaceJobAfterFault(const PlacementNeed& need,
+                                             const std::vector<v1::Worker>& workers,
+                                             const std::map<std::string, std::string>& used,
+                                             const std::set<std::string>& avoided,
+                                             int64_t heard_after_ms) {
+  std::map<std::string, std::string> used_or_avoided = used;
+  for (const std::string& worker : avoided) used_or_avoided.emplace(worker, "avoided");
+  absl::StatusOr<Placement> apart = PlaceJob(need, workers, used_or_avoided, heard_after_ms);
+  if (apart.ok() || avoided.empty()) return apart;
+  if (PlaceJob(need, workers, used_or_avoided).ok()) {
+    return absl::UnavailableError(
+        "the workers apart from those that left the last run unanswered have not heartbeat "
+        "since the fault yet");
+  }
+  // The others first, so that only the shortfall is made up of avoided workers.
+  std::vector<v1::Worker> others_first = workers;
+  std::stable_partition(others_first.begin(), others_first.end(), [&](const v1::Worker& worker) {
+    return !avoided.count(worker.worker_id());
+  });
+  return PlaceJob(need, others_first, used, heard_after_ms);
 }
 
 }  // namespace rlhfd::controller

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -45,5 +46,18 @@ absl::StatusOr<Placement> PlaceJob(const PlacementNeed& need,
                                    const std::vector<v1::Worker>& workers,
                                    const std::map<std::string, std::string>& used,
                                    int64_t heard_after_ms = 0);
+
+// A job placed again after a fault whose run some workers left unanswered (`avoided`: a stage
+// deadline passed on them; they may be hung or throttled, while the registry counts them alive):
+// apart from them where enough other workers have heartbeat since the fault (`heard_after_ms`);
+// UNAVAILABLE, to be tried again at the next pass, where enough others are alive but some have
+// not heartbeat since yet (on a loaded host a heartbeat lags); with the avoided ones where too
+// few others are alive at all (better slow than not at all; the others first, the avoided ones
+// making up the shortfall). Otherwise as PlaceJob.
+absl::StatusOr<Placement> PlaceJobAfterFault(const PlacementNeed& need,
+                                             const std::vector<v1::Worker>& workers,
+                                             const std::map<std::string, std::string>& used,
+                                             const std::set<std::string>& avoided,
+                                             int64_t heard_after_ms);
 
 }  // namespace rlhfd::controller

@@ -1,7 +1,12 @@
-// PlaceJob: which workers a job gets, and the collectives' transport it implies.
+// PlaceJob: which workers a job gets, and the collectives' transport it implies;
+// PlaceJobAfterFault: where a job goes again after workers left its run unanswered.
 #include "controller/scheduler/scheduler.h"
 
 #include <catch2/catch.hpp>
+#include <set>
+#include <utility>
+
+#include "absl/strings/match.h"
 
 namespace rlhfd::controller {
 namespace {
@@ -62,6 +67,56 @@ TEST_CASE("GPU workers on devices of their own talk over NCCL; sharing a GPU, ov
     CHECK_FALSE(placement->gpu);
     CHECK_FALSE(placement->nccl);
     CHECK(placement->shared_gpu.empty());
+  }
+}
+
+TEST_CASE("after a fault, a job goes apart from the workers that left it unanswered",
+          "[scheduler]") {
+  const PlacementNeed need{.device = "cpu", .world_size = 2};
+  // Four CPU workers; a and b left the last run unanswered at t = 1,000 ms.
+  auto workers_heard_at = [](int64_t a, int64_t b, int64_t c, int64_t d) {
+    std::vector<v1::Worker> workers;
+    for (const auto& [id, heard] :
+         std::vector<std::pair<std::string, int64_t>>{{"a", a}, {"b", b}, {"c", c}, {"d", d}}) {
+      v1::Worker worker = GpuWorker(id, "h1", -1);
+      worker.mutable_capacity()->set_device_kind(v1::DEVICE_KIND_CPU);
+      worker.set_last_heartbeat_time_ms(heard);
+      workers.push_back(worker);
+    }
+    return workers;
+  };
+  const std::set<std::string> avoided = {"a", "b"};
+  SECTION("others heard since the fault: placed on them") {
+    const absl::StatusOr<Placement> placement =
+        PlaceJobAfterFault(need, workers_heard_at(1200, 1200, 1200, 1200), {}, avoided, 1000);
+    REQUIRE(placement.ok());
+    CHECK(placement->worker_ids == std::vector<std::string>{"c", "d"});
+  }
+  SECTION("others alive but not heard since (a lagging heartbeat): wait, not the avoided ones") {
+    const absl::StatusOr<Placement> placement =
+        PlaceJobAfterFault(need, workers_heard_at(1200, 1200, 1200, 900), {}, avoided, 1000);
+    CHECK(placement.status().code() == absl::StatusCode::kUnavailable);
+    CHECK(absl::StrContains(placement.status().message(), "have not heartbeat since the fault"));
+  }
+  SECTION("too few others at all: with the avoided ones, better slow than not at all") {
+    // d runs another job: only c is free apart from a and b.
+    const absl::StatusOr<Placement> placement = PlaceJobAfterFault(
+        need, workers_heard_at(1200, 1200, 1200, 1200), {{"d", "job-2"}}, avoided, 1000);
+    REQUIRE(placement.ok());
+    CHECK(placement->worker_ids == std::vector<std::string>{"c", "a"});  // c, then the shortfall
+  }
+  SECTION("an avoided worker not heard since the fault is not taken either") {
+    const absl::StatusOr<Placement> placement = PlaceJobAfterFault(
+        need, workers_heard_at(900, 1200, 1200, 1200), {{"d", "job-2"}}, avoided, 1000);
+    REQUIRE(placement.ok());
+    CHECK(placement->worker_ids == std::vector<std::string>{"c", "b"});
+  }
+  SECTION("nothing avoided: as PlaceJob, its reason when the job does not fit") {
+    const absl::StatusOr<Placement> placement =
+        PlaceJobAfterFault(need, workers_heard_at(1200, 900, 900, 900), {}, {}, 1000);
+    CHECK(placement.status().code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(placement.status().message() ==
+          PlaceJob(need, workers_heard_at(1200, 900, 900, 900), {}, 1000).status().message());
   }
 }
 
