@@ -1,7 +1,10 @@
 #include "worker/agent/sandbox_child.h"
 
 #include <fcntl.h>
+#include <linux/audit.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -15,6 +18,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstddef>
 #include <cstdint>
 
 namespace rlhfd::agent {
@@ -45,6 +49,7 @@ enum Step : int {
   kWorkDir,
   kLimits,
   kStdio,
+  kFilter,
   kExec,
 };
 }  // namespace
@@ -76,6 +81,8 @@ const char* SandboxStepName(int step) {
       return "entering /work";
     case kLimits:
       return "setting the rlimits";
+    case kFilter:
+      return "installing the system-call filter";
     case kStdio:
       return "setting up stdin, stdout and stderr";
     case kExec:
@@ -161,13 +168,109 @@ class PlanReader {
   bool ok_ = true;
 };
 
+#if defined(__x86_64__)
+constexpr uint32_t kAuditArch = AUDIT_ARCH_X86_64;
+#elif defined(__aarch64__)
+constexpr uint32_t kAuditArch = AUDIT_ARCH_AARCH64;
+#else
+#error "the sandbox's system-call filter knows x86_64 and aarch64"
+#endif
+
+// Python's system-call filter (seccomp, installed after no_new_privs, kept across execve and by
+// every process the code starts). It refuses (EPERM) what the code has no use for and what
+// widens the kernel's attack surface: new namespaces (unshare, setns, clone with namespace
+// flags: a user namespace of its own would give the code capabilities in it), mounts, ptrace
+// and other processes' memory, keys, BPF, perf events, userfaultfd, io_uring (whose requests
+// bypass seccomp), modules, kexec and the like. clone3 answers ENOSYS, since its flags cannot be
+// inspected: glibc then uses clone, whose flags are. Another architecture's calls (x32 on
+// x86_64) end the process.
+std::vector<sock_filter> SyscallFilter() {
+  std::vector<sock_filter> program;
+  auto statement = [&](uint16_t code, uint32_t k) { program.push_back(BPF_STMT(code, k)); };
+  auto jump = [&](uint16_t code, uint32_t k, uint8_t if_true, uint8_t if_false) {
+    program.push_back(BPF_JUMP(code, k, if_true, if_false));
+  };
+  const uint32_t refuse = SECCOMP_RET_ERRNO | EPERM;
+  statement(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch));
+  jump(BPF_JMP | BPF_JEQ | BPF_K, kAuditArch, 1, 0);
+  statement(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  statement(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr));
+#if defined(__x86_64__)
+  jump(BPF_JMP | BPF_JGE | BPF_K, 0x40000000 /* __X32_SYSCALL_BIT */, 0, 1);
+  statement(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+#endif
+  const long refused[] = {
+    SYS_unshare,
+    SYS_setns,
+    SYS_mount,
+    SYS_umount2,
+    SYS_pivot_root,
+    SYS_chroot,
+    SYS_ptrace,
+    SYS_process_vm_readv,
+    SYS_process_vm_writev,
+    SYS_keyctl,
+    SYS_add_key,
+    SYS_request_key,
+    SYS_bpf,
+    SYS_perf_event_open,
+    SYS_userfaultfd,
+    SYS_kexec_load,
+    SYS_kexec_file_load,
+    SYS_init_module,
+    SYS_finit_module,
+    SYS_delete_module,
+    SYS_open_by_handle_at,
+    SYS_name_to_handle_at,
+    SYS_fsopen,
+    SYS_fsconfig,
+    SYS_fsmount,
+    SYS_fspick,
+    SYS_move_mount,
+    SYS_open_tree,
+    SYS_mount_setattr,
+    SYS_io_uring_setup,
+    SYS_io_uring_enter,
+    SYS_io_uring_register,
+    SYS_swapon,
+    SYS_swapoff,
+    SYS_reboot,
+    SYS_acct,
+    SYS_quotactl,
+    SYS_syslog,
+    SYS_vhangup,
+    SYS_pidfd_getfd,
+#if defined(__x86_64__)
+    SYS_iopl,
+    SYS_ioperm,
+    SYS_uselib,
+#endif
+  };
+  for (const long number : refused) {
+    jump(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(number), 0, 1);
+    statement(BPF_RET | BPF_K, refuse);
+  }
+  jump(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1);
+  statement(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS);
+  // clone's flags: its first argument on both architectures (the low 32 bits, little-endian).
+  jump(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 0, 3);
+  statement(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args));
+  jump(BPF_JMP | BPF_JSET | BPF_K,
+       CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID |
+           CLONE_NEWNET,
+       0, 1);
+  statement(BPF_RET | BPF_K, refuse);
+  statement(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  return program;
+}
+
 // PID 1 of the sandbox's namespaces, cloned from the launcher: single-threaded, holding the
 // SandboxFd descriptors (0-2 on /dev/null) and the read end of the sync pipe, its signals at
 // their defaults. When it exits, the kernel ends whatever Python left there. Raw system calls
 // (the clone was raw, so glibc's view of this process is the launcher's), and no allocation:
 // `argv` and `env` were built before the clone.
 [[noreturn]] void RunSandboxFirstProcess(const SandboxPlan& plan, char* const* argv,
-                                         char* const* env, int sync_fd) {
+                                         char* const* env, const sock_fprog& filter, int sync_fd) {
   const int report_fd = kReportFd;
   char byte = 0;
   if (::read(sync_fd, &byte, 1) != 1) Fail(report_fd, kWaitForMaps);
@@ -265,7 +368,10 @@ class PlanReader {
     sigset_t none;
     ::sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &filter) != 0) {
+      Fail(exec_pipe[1], kFilter);
+    }
     ::execve(argv[0], argv, env);
     Fail(exec_pipe[1], kExec);
   }
@@ -403,6 +509,9 @@ int RunSandboxLauncher() {
   argv.push_back(nullptr);
   for (const std::string& text : plan->env) env.push_back(const_cast<char*>(text.c_str()));
   env.push_back(nullptr);
+  std::vector<sock_filter> filter_program = SyscallFilter();
+  const sock_fprog filter{.len = static_cast<unsigned short>(filter_program.size()),
+                          .filter = filter_program.data()};
   int sync_pipe[2];
   if (::pipe2(sync_pipe, O_CLOEXEC) != 0) Fail(kReportFd, kClone);
   // stderr was the worker's, for the dynamic loader's messages; the sandbox gets none of it.
@@ -415,7 +524,7 @@ int RunSandboxLauncher() {
                              nullptr, nullptr, nullptr, nullptr);
   if (pid == 0) {
     ::close(sync_pipe[1]);
-    RunSandboxFirstProcess(*plan, argv.data(), env.data(), sync_pipe[0]);
+    RunSandboxFirstProcess(*plan, argv.data(), env.data(), filter, sync_pipe[0]);
   }
   if (pid < 0) Fail(kReportFd, kClone);
   const SandboxReport started{.kind = SandboxReport::kStarted, .value = static_cast<int>(pid)};
