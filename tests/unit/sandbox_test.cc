@@ -337,6 +337,36 @@ TEST_CASE("a thousand forks are refused past the process limit, and none outlive
   CHECK(SandboxProcesses(/*children_only=*/true) == 0);
 }
 
+// An orphan (a double fork's grandchild) becomes the first process's child when its parent
+// ends; the first process waits for it as it ends, so orphans do not pile up as zombies that
+// RLIMIT_NPROC counts (16 here: 40 double forks in a row would be refused from the 15th).
+TEST_CASE("orphans the code leaves are waited for as they end", "[sandbox]") {
+  auto sandbox = Make();
+  const SandboxResult result = Run(*sandbox,
+                                   "import os, time\n"
+                                   "def double_fork():\n"
+                                   "    child = os.fork()\n"
+                                   "    if child == 0:\n"
+                                   "        try:\n"
+                                   "            if os.fork() == 0:\n"
+                                   "                os._exit(0)\n"
+                                   "            os._exit(0)\n"
+                                   "        except OSError:\n"
+                                   "            os._exit(1)\n"
+                                   "    return os.waitpid(child, 0)[1] == 0\n"
+                                   "made, deadline = 0, time.time() + 4\n"
+                                   "while made < 40 and time.time() < deadline:\n"
+                                   "    try:\n"
+                                   "        if double_fork():\n"
+                                   "            made += 1\n"
+                                   "            continue\n"
+                                   "    except OSError:\n"
+                                   "        pass\n"
+                                   "    time.sleep(0.02)\n"
+                                   "print(made)\n");
+  CHECK(result.stdout_text == "40\n");
+}
+
 TEST_CASE("files outside the scratch directory are not there to read or write", "[sandbox]") {
   TempDir secret_dir;
   const std::string secret = secret_dir.path() + "/secret.txt";

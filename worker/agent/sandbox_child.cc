@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -343,6 +344,14 @@ std::vector<sock_filter> SyscallFilter() {
   }
   if (::chdir("/work") != 0) Fail(report_fd, kWorkDir);
 
+  // SIGCHLD through a descriptor: orphans of the code's become this process's children, and are
+  // waited for as they end (else they stay zombies, counted by RLIMIT_NPROC, until the call
+  // ends). Python's child unblocks it before its exec.
+  sigset_t child_ended;
+  ::sigemptyset(&child_ended);
+  ::sigaddset(&child_ended, SIGCHLD);
+  ::sigprocmask(SIG_BLOCK, &child_ended, nullptr);
+  const int child_fd = ::signalfd(-1, &child_ended, SFD_CLOEXEC | SFD_NONBLOCK);
   int exec_pipe[2];
   if (::pipe2(exec_pipe, O_CLOEXEC) != 0) Fail(report_fd, kExec);
   const pid_t python =
@@ -389,15 +398,18 @@ std::vector<sock_filter> SyscallFilter() {
   if (::write(report_fd, &report, sizeof(report)) != static_cast<ssize_t>(sizeof(report))) {
     ::_exit(127);
   }
-  const int python_fd = static_cast<int>(::syscall(SYS_pidfd_open, python, 0));
   while (true) {
     pollfd fds[2] = {{.fd = kLifeFd, .events = POLLIN, .revents = 0},
-                     {.fd = python_fd, .events = POLLIN, .revents = 0}};
-    ::poll(fds, 2, python_fd < 0 ? 20 : -1);
+                     {.fd = child_fd, .events = POLLIN, .revents = 0}};
+    ::poll(fds, 2, child_fd < 0 ? 20 : -1);
     if (fds[0].revents != 0) ::_exit(0);  // the worker is gone
+    signalfd_siginfo ended{};
+    while (child_fd >= 0 && ::read(child_fd, &ended, sizeof(ended)) > 0) {
+    }
     int status = 0;
     rusage usage{};
-    if (::wait4(python, &status, WNOHANG, &usage) == python) {
+    for (pid_t child; (child = ::wait4(-1, &status, WNOHANG, &usage)) > 0;) {
+      if (child != python) continue;  // an orphan, gone
       report =
           SandboxReport{.kind = SandboxReport::kExited,
                         .value = status,
