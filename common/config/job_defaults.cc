@@ -74,7 +74,7 @@ constexpr const char* kDefaultsJson = R"json({
     "total_steps": 0, "total_epochs": 30, "save_every": 0, "val_every": 0,
     "checkpoint_dir": "", "resume": true, "loggers": ["console"], "seed": 1,
     "project_name": "rlhfd", "experiment_name": "", "critic_warmup": 0,
-    "val_before_train": true, "max_restarts": 3, "device": "auto", "rollout_data_dir": "", "priority": 0,
+    "val_before_train": true, "val_only": false, "max_restarts": 3, "device": "auto", "rollout_data_dir": "", "priority": 0,
     "max_ckpt_to_keep": 0, "max_nonfinite_skips": 0, "log_samples": 4,
     "mode": "TRAINER_MODE_SYNC", "max_staleness": 1, "verify_weight_sync": 0, "async_save": false,
     "checkpoint_uri": "", "profile_steps": [], "profile_dir": ""

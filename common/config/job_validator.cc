@@ -572,6 +572,9 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
                  "are made from");
     }
   }
+  if (trainer.val_only() && data.val_files().empty()) {
+    check.Fail("data.val_files", "is required when trainer.val_only is set (it validates only)");
+  }
   if (trainer.val_every() > 0 && data.val_files().empty()) {
     check.Fail("data.val_files", "is required when trainer.val_every is set");
   }

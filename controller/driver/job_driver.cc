@@ -513,7 +513,7 @@ absl::Status JobDriver::Drive() {
   progress.set_total_steps(run.total);
   double kl_coef = spec.algorithm().kl().coef();
   ASSIGN_OR_RETURN(const int64_t first, Resume(job, run, progress, kl_coef));
-  if (first > run.total) {
+  if (first > run.total && !trainer.val_only()) {
     // This job's own last step was saved before its end was recorded: nothing is left to do.
     if (setup_.progress.checkpoint_step() > 0) return absl::OkStatus();
     return absl::FailedPreconditionError(absl::StrCat(
@@ -523,23 +523,26 @@ absl::Status JobDriver::Drive() {
   }
   progress.set_current_step(first - 1);
   KlController kl(spec.algorithm().kl(), kl_coef);
-  if (trainer.mode() == v1::TRAINER_MODE_ASYNC) {
+  if (trainer.mode() == v1::TRAINER_MODE_ASYNC && !trainer.val_only()) {
     job.StartAsyncRollout([this, &run](int64_t step) { return PlanOf(run, step); }, first,
                           run.total);
   }
   events_.running(progress);
 
-  if (first == 1 && run.validates && trainer.val_before_train()) {
+  // Before the first step (or, with val_only, of the actor as loaded, at its step), unless
+  // resumed past it.
+  if (run.validates && ((first == 1 && trainer.val_before_train()) || trainer.val_only())) {
     Metrics metrics;
     std::vector<v1::ResponseSample> samples;
-    RETURN_IF_ERROR(ValidateInto(job, run, 0, metrics, samples));
+    RETURN_IF_ERROR(ValidateInto(job, run, first - 1, metrics, samples));
     v1::StepMetrics step;
-    step.set_step(0);
+    step.set_step(first - 1);
     step.set_time_ms(NowUnixMillis());
     for (const auto& [name, value] : metrics) (*step.mutable_metrics())[name] = value;
     for (v1::ResponseSample& sample : samples) *step.add_samples() = std::move(sample);
     events_.step(step, progress);
   }
+  if (trainer.val_only()) return absl::OkStatus();
   for (int64_t step = first; step <= run.total; ++step) {
     RETURN_IF_ERROR(CheckCancelled());
     RETURN_IF_ERROR(RunOneStep(job, run, step, kl, progress));

@@ -2841,6 +2841,97 @@ std::vector<std::string> WithPythonReward(const std::string& file, const std::st
   return overrides;
 }
 
+// The metrics named val-core/... or val-aux/... of a step.
+std::map<std::string, double> ValidationOf(const std::map<std::string, double>& metrics) {
+  std::map<std::string, double> validation;
+  for (const auto& [name, value] : metrics) {
+    if (absl::StartsWith(name, "val-")) validation[name] = value;
+  }
+  return validation;
+}
+
+// The logged validation responses of job `id`, by step: what the weights wrote.
+std::map<int64_t, std::vector<std::string>> ResponsesByStep(DriverCluster& cluster,
+                                                            const std::string& id) {
+  std::map<int64_t, std::vector<std::string>> responses;
+  for (const v1::StepMetrics& step : cluster.Samples(id)) {
+    for (const v1::ResponseSample& sample : step.samples()) {
+      if (sample.validation()) responses[step.step()].push_back(sample.response());
+    }
+  }
+  return responses;
+}
+
+// trainer.val_only (verl's): the job validates the actor as loaded and ends, training nothing.
+// Its figures equal those of a training job's validation of the same weights: before its first
+// step (the model as given), and, resumed from that job's checkpoint, at the checkpoint's step.
+TEST_CASE("trainer.val_only validates the actor as loaded and trains nothing", "[driver][runs]") {
+  TempDir dir;
+  const std::string data = std::string(RLHFD_FIXTURES_DIR) + "/data/repeat_test.jsonl";
+  // The workers' Python reward processes run the virtualenv's interpreter.
+  setenv("RLHFD_PYTHON", RLHFD_PYTHON, 1);
+  DriverCluster cluster;
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  // A reward that differs between a group's responses (their length), so that a step changes
+  // the weights; the exact_match rule scores the tiny model's every response 0.
+  const std::vector<std::string> common =
+      WithPythonReward(kPythonRewards + "/verl_docs_reward.py", "my_reward_fn",
+                       {"data.val_files=[" + data + "]", "trainer.val_every=1",
+                        "trainer.log_samples=4", "roles.actor.train.lr=1e-2"});
+  auto with = [&](const std::vector<std::string>& more) {  // later overrides win
+    std::vector<std::string> all = common;
+    all.insert(all.end(), more.begin(), more.end());
+    return all;
+  };
+  // A training job: validation before step 1 and at its end, a checkpoint of step 1.
+  const std::string trained =
+      cluster.Submit(ReadConfig("tiny-cpu-demo.yaml"),
+                     with({"trainer.total_steps=1", "trainer.save_every=1",
+                           "trainer.checkpoint_dir=" + dir.path() + "/trained"}));
+  const v1::Job trained_job = cluster.WaitEnded(trained);
+  INFO(Describe(trained_job));
+  REQUIRE(trained_job.state() == v1::JOB_STATE_SUCCEEDED);
+  std::map<int64_t, std::map<std::string, double>> trained_steps = cluster.MetricsByStep(trained);
+  REQUIRE(!ValidationOf(trained_steps[0]).empty());
+  REQUIRE(!ValidationOf(trained_steps[1]).empty());
+  std::map<int64_t, std::vector<std::string>> trained_responses = ResponsesByStep(cluster, trained);
+  REQUIRE(trained_responses[0].size() == 4);
+  REQUIRE(trained_responses[1].size() == 4);
+  // The step changed the weights enough to change what they write (lr 1e-2), so equal responses
+  // below mean equal weights.
+  REQUIRE(trained_responses[0] != trained_responses[1]);
+
+  // val_only on the model as given (val_before_train off, to show it does not matter).
+  const std::string before = cluster.Submit(
+      ReadConfig("tiny-cpu-demo.yaml"),
+      with({"trainer.val_only=true", "trainer.val_before_train=false", "trainer.total_steps=5",
+            "trainer.checkpoint_dir=" + dir.path() + "/none"}));
+  const v1::Job before_job = cluster.WaitEnded(before);
+  INFO(Describe(before_job));
+  REQUIRE(before_job.state() == v1::JOB_STATE_SUCCEEDED);
+  std::map<int64_t, std::map<std::string, double>> before_steps = cluster.MetricsByStep(before);
+  CHECK(before_steps.size() == 1);
+  CHECK(ValidationOf(before_steps[0]) == ValidationOf(trained_steps[0]));
+  CHECK(ResponsesByStep(cluster, before) ==
+        std::map<int64_t, std::vector<std::string>>{{0, trained_responses[0]}});
+  CHECK_FALSE(fs::exists(dir.path() + "/none/step_1"));
+
+  // val_only resumed from the training job's checkpoint: its step, its weights.
+  const std::string after =
+      cluster.Submit(ReadConfig("tiny-cpu-demo.yaml"),
+                     with({"trainer.val_only=true", "trainer.total_steps=1",
+                           "trainer.checkpoint_dir=" + dir.path() + "/trained"}));
+  const v1::Job after_job = cluster.WaitEnded(after);
+  INFO(Describe(after_job));
+  REQUIRE(after_job.state() == v1::JOB_STATE_SUCCEEDED);
+  std::map<int64_t, std::map<std::string, double>> after_steps = cluster.MetricsByStep(after);
+  CHECK(after_steps.size() == 1);
+  CHECK(ValidationOf(after_steps[1]) == ValidationOf(trained_steps[1]));
+  CHECK(ResponsesByStep(cluster, after) ==
+        std::map<int64_t, std::vector<std::string>>{{1, trained_responses[1]}});
+  CHECK_FALSE(fs::exists(dir.path() + "/trained/step_2"));
+}
+
 TEST_CASE("A verl compute_score scores a Parquet job; each score is the function's own",
           "[driver][python-reward]") {
   // The worker's Python reward processes run the virtualenv's interpreter.

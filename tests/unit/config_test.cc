@@ -438,6 +438,14 @@ TEST_CASE("inconsistent sections are refused with the fix", "[config][errors]") 
             .adv_estimator() == v1::ADVANTAGE_ESTIMATOR_OPO);
   CHECK_THAT(ErrorOf(Replace(yaml, "  reference: {}\n", "")),
              Catch::Contains("roles.reference: is required by algorithm.kl.mode loss"));
+  // Validation only, with nothing to validate on.
+  CHECK_THAT(ErrorOf(With("trainer: {val_only: true}\n")),
+             Catch::Contains("data.val_files: is required when trainer.val_only is set"));
+  CHECK(ParseJobSpec(Replace(With("trainer: {val_only: true}\n"), "train_batch_size: 16",
+                             "train_batch_size: 16, val_files: [test.jsonl]"),
+                     "job.yaml")
+            ->trainer()
+            .val_only());
   CHECK_THAT(ErrorOf(Replace(yaml, "{rule: gsm8k}", "{rule: gsm8k, remote: http://x}")),
              Catch::Contains("roles.reward: give exactly one of rule, model, remote or "
                              "custom_reward_function"));
