@@ -288,11 +288,13 @@ absl::StatusOr<v1::PromptRow> PromptOf(const Json& row, const std::string& where
     answer.set_role("assistant");
     answer.set_content(response->get<std::string>());
   }
-  if (const Json* tools = keys.tools.empty() ? nullptr : Find(row, keys.tools);
-      tools != nullptr && !tools->is_null()) {
-    RETURN_IF_ERROR(ReadTools(
-        *tools, absl::StrCat(where, ": the tools under '", keys.tools, "' (data.tools_key)"),
-        prompt));
+  if (const Json* tools = keys.tools.empty() ? nullptr : Find(row, keys.tools); tools != nullptr) {
+    prompt.set_tools_given(true);
+    if (!tools->is_null()) {
+      RETURN_IF_ERROR(ReadTools(
+          *tools, absl::StrCat(where, ": the tools under '", keys.tools, "' (data.tools_key)"),
+          prompt));
+    }
   }
   const Json* truth = Find(row, answer_key);
   // The default key falls back on verl's layout.

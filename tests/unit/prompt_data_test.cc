@@ -175,10 +175,24 @@ TEST_CASE("Conversations in verl's multi-turn SFT layout: OpenAI tool_calls, use
   REQUIRE(loaded.ok());
   REQUIRE(loaded->row(0).tools_json_size() == 1);
   CHECK(loaded->row(0).tools_json(0) == "{\"type\": \"function\"}");
+  CHECK(loaded->row(0).tools_given());
   loaded = load(R"({"messages": [{"role": "user", "content": "Q"},
       {"role": "assistant", "content": "A"}], "tools": [{"type": "function"}]})");
   REQUIRE(loaded.ok());
   CHECK(loaded->row(0).tools_json_size() == 0);
+  CHECK_FALSE(loaded->row(0).tools_given());
+  // An empty list or null: the row gives its tools, none (verl lists no tool block for it); no
+  // key: the row gives none, and multi_turn's are listed.
+  for (const std::string& tools :
+       {std::string(R"(, "tools": [])"), std::string(R"(, "tools": null)"), std::string()}) {
+    INFO(tools);
+    loaded = load_with_tools(R"({"messages": [{"role": "user", "content": "Q"},
+        {"role": "assistant", "content": "A"}])" +
+                             tools + "}");
+    REQUIRE(loaded.ok());
+    CHECK(loaded->row(0).tools_json_size() == 0);
+    CHECK(loaded->row(0).tools_given() == !tools.empty());
+  }
 
   const auto refusal = [&](const std::string& row) {
     return RefusalOf(load_with_tools(row), path + ":1");

@@ -46,11 +46,11 @@ absl::StatusOr<EncodedPrompt> EncodePrompt(const model::Tokenizer& tokenizer,
       if (turn.role().empty()) return invalid("a chat turn has no role");
       messages.push_back(ChatMessageOf(turn));
     }
-    // A conversation that lists its own tools (data.tools_key) shows those.
+    // A conversation that lists its own tools (data.tools_key), none included, shows those.
     const std::vector<std::string> row_tools(prompt.tools_json().begin(),
                                              prompt.tools_json().end());
     const absl::Span<const std::string> listed =
-        row_tools.empty() ? tools : absl::MakeConstSpan(row_tools);
+        prompt.tools_given() || !row_tools.empty() ? absl::MakeConstSpan(row_tools) : tools;
     absl::StatusOr<std::string> text =
         tokenizer.ApplyChatTemplate(messages, /*add_generation_prompt=*/true, listed);
     if (!text.ok()) return invalid(text.status().message());

@@ -30,7 +30,8 @@ struct EncodedPrompt {
 // INVALID_ARGUMENT naming prompt `index` (of the step's batch): an empty prompt, a chat turn
 // without a role, text that is not UTF-8, or (truncation "error") one longer than
 // max_prompt_length, with its length. `tools`: the schemas a multi-turn rollout lists in a chat
-// prompt (PromptTools), unless the row lists its own (PromptRow.tools_json, trainer.mode sft).
+// prompt (PromptTools), unless the row gives its own, none included (PromptRow.tools_given,
+// trainer.mode sft).
 absl::StatusOr<EncodedPrompt> EncodePrompt(const model::Tokenizer& tokenizer,
                                            const v1::PromptRow& prompt, const v1::DataSpec& data,
                                            int64_t index, absl::Span<const std::string> tools = {});

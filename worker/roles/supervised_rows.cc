@@ -31,7 +31,8 @@ absl::StatusOr<rollout::Completion> EncodeTarget(const model::Tokenizer& tokeniz
   const v1::MultiTurnSpec& turns = spec.roles().actor().rollout().multi_turn();
   ASSIGN_OR_RETURN(const agent::TruncateSide side,
                    agent::ParseTruncateSide(turns.tool_response_truncate_side()));
-  const bool tools_listed = row.tools_json_size() > 0 || turns.enable();
+  // The row's own tools where it gives them (none included), else multi_turn's.
+  const bool tools_listed = row.tools_json_size() > 0 || (!row.tools_given() && turns.enable());
   // The template's text for a piece of the target, as its tokens.
   const auto tokens =
       [&](const absl::StatusOr<std::string>& text) -> absl::StatusOr<std::vector<int32_t>> {

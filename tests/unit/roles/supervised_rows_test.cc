@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "worker/roles/prompt_encoding.h"
 
 namespace rlhfd::roles {
 namespace {
@@ -119,6 +120,41 @@ TEST_CASE("sft rows: assistant turns are scored, tool turns are read", "[roles][
   absl::StatusOr<rollout::Completion> no_tools = EncodeTarget(*tokenizer, row, cutting, 2);
   REQUIRE_FALSE(no_tools.ok());
   CHECK_THAT(std::string(no_tools.status().message()),
+             Catch::Contains("a tool turn, but the prompt lists no tools"));
+}
+
+// verl's MultiTurnSFTDataset lists a row's own tools and nothing else: a row whose tools key is
+// an empty list (or null) gets no tool block, even where the job's multi_turn lists tools; a row
+// without the key gets multi_turn's (rlhfd's default).
+TEST_CASE("sft rows: a row that gives no tools lists none, multi_turn's tools or not",
+          "[roles][sft]") {
+  absl::StatusOr<model::Tokenizer> tokenizer =
+      model::Tokenizer::Load(kFixtures + "/models/tiny-qwen2-tools");
+  REQUIRE(tokenizer.ok());
+  v1::JobSpec spec = Spec(2048, v1::TRUNCATION_ERROR);  // multi_turn on
+  spec.mutable_data()->set_max_prompt_length(2048);
+  const std::vector<std::string> job_tools = {
+      "{\"type\": \"function\", \"function\": {\"name\": \"code_interpreter\"}}"};
+  v1::PromptRow row = Conversation({{"assistant", "42."}});
+  absl::StatusOr<EncodedPrompt> with_job_tools =
+      EncodePrompt(*tokenizer, row, spec.data(), 0, job_tools);
+  INFO(with_job_tools.status());
+  REQUIRE(with_job_tools.ok());
+  CHECK(absl::StrContains(with_job_tools->text, "<tools>\n" + job_tools[0] + "\n</tools>"));
+  row.set_tools_given(true);  // "tools": [] or null
+  absl::StatusOr<EncodedPrompt> without = EncodePrompt(*tokenizer, row, spec.data(), 0, job_tools);
+  REQUIRE(without.ok());
+  CHECK_FALSE(absl::StrContains(without->text, "<tools>"));
+  CHECK(without->text == *tokenizer->ApplyChatTemplate({{"user", "What is 6 * 7?"}}, true));
+  // Its tool turns then have no tool to answer for.
+  v1::PromptRow calling =
+      Conversation({{"assistant", "Let me compute."}, {"tool", "42"}, {"assistant", "42."}});
+  calling.mutable_target(0)->add_tool_calls()->set_name("code_interpreter");
+  REQUIRE(EncodeTarget(*tokenizer, calling, spec, 0).ok());
+  calling.set_tools_given(true);
+  const absl::StatusOr<rollout::Completion> refused = EncodeTarget(*tokenizer, calling, spec, 0);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(std::string(refused.status().message()),
              Catch::Contains("a tool turn, but the prompt lists no tools"));
 }
 
