@@ -118,39 +118,16 @@ int SandboxProcesses(bool children_only) {
   return count;
 }
 
-int64_t StatusField(const std::string& name) {
-  for (absl::string_view line : absl::StrSplit(ReadFile("/proc/self/status"), '\n')) {
+// A field of /proc/<process>/status (kB figures in kB); -1 when it is not there.
+int64_t StatusField(const std::string& name, const std::string& process = "self") {
+  for (absl::string_view line :
+       absl::StrSplit(ReadFile(absl::StrCat("/proc/", process, "/status")), '\n')) {
     if (!absl::ConsumePrefix(&line, name + ":")) continue;
     int64_t value = 0;
     (void)absl::SimpleAtoi(
         absl::StripAsciiWhitespace(absl::StripSuffix(absl::StripAsciiWhitespace(line), "kB")),
         &value);
     return value;
-  }
-  return -1;
-}
-
-// The VmSize of a sandbox's first process (PID 1 inside) that descends from this process; -1
-// when there is none.
-int64_t FirstProcessVmSizeKb() {
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    int pid = 0;
-    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid) || !DescendsFromSelf(pid)) {
-      continue;
-    }
-    const std::string status = ReadFile(entry.path().string() + "/status");
-    bool first = false;
-    int64_t size_kb = -1;
-    for (absl::string_view line : absl::StrSplit(status, '\n')) {
-      if (absl::ConsumePrefix(&line, "NSpid:")) {
-        const std::vector<absl::string_view> ids = absl::StrSplit(line, '\t', absl::SkipEmpty());
-        first = ids.size() > 1 && ids.back() == "1";
-      } else if (absl::ConsumePrefix(&line, "VmSize:")) {
-        (void)absl::SimpleAtoi(absl::StripSuffix(absl::StripAsciiWhitespace(line), " kB"),
-                               &size_kb);
-      }
-    }
-    if (first) return size_kb;
   }
   return -1;
 }
@@ -173,23 +150,23 @@ std::vector<int> FirstProcessPids() {
   return pids;
 }
 
+// The fields of /proc/<pid>/stat after the command name (which may hold spaces): state, parent,
+// ...; empty when there is no such process.
+std::vector<std::string> StatFields(int pid) {
+  const std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  const size_t end = stat.rfind(')');
+  if (end == std::string::npos || end + 2 >= stat.size()) return {};
+  return absl::StrSplit(stat.substr(end + 2), ' ');
+}
+
 // This process's children that have ended and not been waited for.
 int ZombieChildren() {
   int count = 0;
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     int pid = 0;
     if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
-    // /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces, so read after ')'.
-    const std::string stat = ReadFile(entry.path().string() + "/stat");
-    const size_t end = stat.rfind(')');
-    if (end == std::string::npos) continue;
-    const std::vector<absl::string_view> fields =
-        absl::StrSplit(absl::string_view(stat).substr(end + 2), ' ');
-    int parent = 0;
-    if (fields.size() > 1 && fields[0] == "Z" && absl::SimpleAtoi(fields[1], &parent) &&
-        parent == ::getpid()) {
-      ++count;
-    }
+    const std::vector<std::string> fields = StatFields(pid);
+    if (fields.size() > 1 && fields[0] == "Z" && fields[1] == std::to_string(::getpid())) ++count;
   }
   return count;
 }
@@ -537,7 +514,9 @@ TEST_CASE("the sandbox's first process holds none of the caller's memory", "[san
   REQUIRE(ballast != MAP_FAILED);
   absl::Cleanup unmap = [&] { ::munmap(ballast, kBallast); };
   auto sandbox = Make();  // its warm processes wait for code
-  const int64_t first_size_kb = FirstProcessVmSizeKb();
+  const std::vector<int> firsts = FirstProcessPids();
+  REQUIRE(!firsts.empty());
+  const int64_t first_size_kb = StatusField("VmSize", std::to_string(firsts[0]));
   INFO("caller " << StatusField("VmSize") << " kB, first process " << first_size_kb << " kB");
   REQUIRE(first_size_kb > 0);
   CHECK(first_size_kb < 64 * 1024);
@@ -559,12 +538,10 @@ TEST_CASE("the code's kill(0) and killpg reach its own sandbox only", "[sandbox]
     REQUIRE(result.ok());
     INFO(code);
     for (const int pid : others) {
-      const std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
-      INFO("pid " << pid << ": " << stat);
-      const size_t end = stat.rfind(')');
-      REQUIRE(end != std::string::npos);
-      const std::string state = stat.substr(end + 2, 1);
-      CHECK((state == "S" || state == "R"));  // alive: not killed, stopped or a zombie
+      const std::vector<std::string> fields = StatFields(pid);
+      INFO("pid " << pid << ": " << absl::StrJoin(fields, " "));
+      REQUIRE(!fields.empty());
+      CHECK((fields[0] == "S" || fields[0] == "R"));  // alive: not killed, stopped or a zombie
     }
   }
   CHECK(Run(*other, "print(1)").stdout_text == "1\n");
