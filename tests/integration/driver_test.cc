@@ -2901,35 +2901,30 @@ TEST_CASE("trainer.val_only validates the actor as loaded and trains nothing", "
   // below mean equal weights.
   REQUIRE(trained_responses[0] != trained_responses[1]);
 
-  // val_only on the model as given (val_before_train off, to show it does not matter).
-  const std::string before = cluster.Submit(
-      ReadConfig("tiny-cpu-demo.yaml"),
-      with({"trainer.val_only=true", "trainer.val_before_train=false", "trainer.total_steps=5",
-            "trainer.checkpoint_dir=" + dir.path() + "/none"}));
-  const v1::Job before_job = cluster.WaitEnded(before);
-  INFO(Describe(before_job));
-  REQUIRE(before_job.state() == v1::JOB_STATE_SUCCEEDED);
-  std::map<int64_t, std::map<std::string, double>> before_steps = cluster.MetricsByStep(before);
-  CHECK(before_steps.size() == 1);
-  CHECK(ValidationOf(before_steps[0]) == ValidationOf(trained_steps[0]));
-  CHECK(ResponsesByStep(cluster, before) ==
-        std::map<int64_t, std::vector<std::string>>{{0, trained_responses[0]}});
-  CHECK_FALSE(fs::exists(dir.path() + "/none/step_1"));
-
-  // val_only resumed from the training job's checkpoint: its step, its weights.
-  const std::string after =
-      cluster.Submit(ReadConfig("tiny-cpu-demo.yaml"),
-                     with({"trainer.val_only=true", "trainer.total_steps=1",
-                           "trainer.checkpoint_dir=" + dir.path() + "/trained"}));
-  const v1::Job after_job = cluster.WaitEnded(after);
-  INFO(Describe(after_job));
-  REQUIRE(after_job.state() == v1::JOB_STATE_SUCCEEDED);
-  std::map<int64_t, std::map<std::string, double>> after_steps = cluster.MetricsByStep(after);
-  CHECK(after_steps.size() == 1);
-  CHECK(ValidationOf(after_steps[1]) == ValidationOf(trained_steps[1]));
-  CHECK(ResponsesByStep(cluster, after) ==
-        std::map<int64_t, std::vector<std::string>>{{1, trained_responses[1]}});
-  CHECK_FALSE(fs::exists(dir.path() + "/trained/step_2"));
+  // A val_only job with `overrides` and its checkpoints in `checkpoints`: one step of metrics,
+  // `step`, the validation of the weights the training job validated at that step, and no
+  // checkpoint after it.
+  const auto check_val_only = [&](const std::vector<std::string>& overrides, int64_t step,
+                                  const std::string& checkpoints) {
+    std::vector<std::string> all = {"trainer.val_only=true",
+                                    "trainer.checkpoint_dir=" + checkpoints};
+    all.insert(all.end(), overrides.begin(), overrides.end());
+    const std::string id = cluster.Submit(ReadConfig("tiny-cpu-demo.yaml"), with(all));
+    const v1::Job job = cluster.WaitEnded(id);
+    INFO(Describe(job));
+    REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
+    std::map<int64_t, std::map<std::string, double>> steps = cluster.MetricsByStep(id);
+    CHECK(steps.size() == 1);
+    CHECK(ValidationOf(steps[step]) == ValidationOf(trained_steps[step]));
+    CHECK(ResponsesByStep(cluster, id) ==
+          std::map<int64_t, std::vector<std::string>>{{step, trained_responses[step]}});
+    CHECK_FALSE(fs::exists(absl::StrCat(checkpoints, "/step_", step + 1)));
+  };
+  // The model as given (val_before_train off, to show it does not matter), and the training
+  // job's step-1 checkpoint.
+  check_val_only({"trainer.val_before_train=false", "trainer.total_steps=5"}, 0,
+                 dir.path() + "/none");
+  check_val_only({"trainer.total_steps=1"}, 1, dir.path() + "/trained");
 }
 
 TEST_CASE("A verl compute_score scores a Parquet job; each score is the function's own",
