@@ -21,6 +21,12 @@ if ldd "${release}/bin/rlhfd-controller" | grep -q "${build}"; then
   echo "bundle_test: the release's controller loads libraries from ${build}" >&2
   exit 1
 fi
+# The code interpreter's launcher beside the worker, which finds it there; it starts with an
+# empty environment, so it needs nothing but libc.
+if [[ ! -x "${release}/bin/rlhfd-sandbox" ]] || ldd "${release}/bin/rlhfd-sandbox" | grep -q "libstdc++"; then
+  echo "bundle_test: bin/rlhfd-sandbox is missing or needs libstdc++" >&2
+  exit 1
+fi
 RLHFD_PYTHON="$3" RLHFD_DEMO_DIR="${work}/demo" RLHFD_DEMO_OVERRIDES="trainer.total_steps=8 trainer.val_every=-1" \
   "${release}/demo.sh" | tee "${work}/out"
 grep -q "succeeded: finished 8 steps" "${work}/out"
