@@ -95,7 +95,7 @@ class Sandbox {
   struct Process {
     pid_t pid = -1;
     int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;
-    int report_fd = -1;  // the first process's reports: setup failed, ready, Python ended
+    int report_fd = -1;  // SandboxReports: setup failed, ready, Python ended
   };
   explicit Sandbox(SandboxOptions options);
   // Starts rlhfd-sandbox and returns its first process, whose next report says whether Python
