@@ -12,10 +12,13 @@ namespace rlhfd::config {
 
 using Json = nlohmann::json;
 
-absl::StatusOr<ComposedVerlRun> ComposeVerlRun(absl::string_view text, absl::string_view source,
+absl::StatusOr<ComposedVerlRun> ComposeVerlRun(VerlTrainer trainer, absl::string_view text,
+                                               absl::string_view source,
                                                const std::vector<std::string>& overrides) {
   ASSIGN_OR_RETURN(Json defaults,
-                   ParseConfigDocument(VerlPpoTrainerYaml(), "verl_ppo_trainer.yaml"));
+                   ParseConfigDocument(VerlTrainerYaml(trainer), trainer == VerlTrainer::kSft
+                                                                     ? "verl_sft_trainer.yaml"
+                                                                     : "verl_ppo_trainer.yaml"));
   hydra::TypeAll(&defaults);
   ComposedVerlRun run{.document = defaults};
   if (!text.empty()) {

@@ -1,4 +1,4 @@
-// A verl run's config as verl's Hydra composes it, before convert-verl maps it: verl's own
+// A verl run's config as verl's Hydra composes it, before convert-verl maps it: the trainer's own
 // defaults (verl_defaults.h), the run's file over them, then its overrides; which keys the run
 // sets (differ from verl's default); every `${...}` resolved as OmegaConf resolves it.
 #pragma once
@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/config/verl_defaults.h"
 #include "nlohmann/json.hpp"
 
 namespace rlhfd::config {
@@ -24,7 +25,8 @@ struct ComposedVerlRun {
 
 // INVALID_ARGUMENT naming `source` when the text or an override cannot be read. May throw on
 // documents nlohmann cannot represent (ConvertVerlConfig catches).
-absl::StatusOr<ComposedVerlRun> ComposeVerlRun(absl::string_view text, absl::string_view source,
+absl::StatusOr<ComposedVerlRun> ComposeVerlRun(VerlTrainer trainer, absl::string_view text,
+                                               absl::string_view source,
                                                const std::vector<std::string>& overrides);
 
 }  // namespace rlhfd::config

@@ -41,14 +41,20 @@ class Converter {
   // `flat`: the config on verl's defaults, interpolations resolved; `user_set`: the keys whose
   // value the run gives (differs from verl's default); `unresolved`: keys whose interpolation
   // could not be resolved, with why.
-  Converter(std::map<std::string, Json> flat, std::set<std::string> user_set,
-            std::map<std::string, std::string> unresolved, std::set<std::string> verl_keys)
-      : flat_(std::move(flat)),
+  // `renamed`: an SFT config's keys of verl's old SFT trainer, each with the key it was read as
+  // (or "" where the run gives that key too, which wins).
+  Converter(VerlTrainer trainer, std::map<std::string, Json> flat, std::set<std::string> user_set,
+            std::map<std::string, std::string> unresolved, std::set<std::string> verl_keys,
+            std::vector<std::pair<std::string, std::string>> renamed = {})
+      : sft_(trainer == VerlTrainer::kSft),
+        flat_(std::move(flat)),
         user_set_(std::move(user_set)),
         unresolved_(std::move(unresolved)),
-        verl_keys_(std::move(verl_keys)) {}
+        verl_keys_(std::move(verl_keys)),
+        renamed_(std::move(renamed)) {}
 
   VerlConversion Run() {
+    if (sft_) return RunSft();
     Direct();
     Strategy("actor_rollout_ref.actor.strategy", "roles.actor.train.zero_stage");
     Strategy("critic.strategy", "roles.critic.train.zero_stage");
@@ -64,12 +70,46 @@ class Converter {
     Name();
     Critic();
     Rest();
-    Unresolved(out_.config, "");
-    out_.read.assign(consumed_.begin(), consumed_.end());
-    return std::move(out_);
+    return Finish();
   }
 
  private:
+  // verl's SFT trainer: the actor's parts of the PPO conversion (its keys are read in the PPO
+  // config's names, SftKeyAsPpo), then what only the SFT config says.
+  VerlConversion RunSft() {
+    for (const auto& [old_key, new_key] : renamed_) {
+      if (new_key.empty()) {
+        Warn(old_key, "the old SFT trainer's name of a key the run also gives as verl 0.9.1's");
+      } else {
+        out_.mapped.push_back(
+            absl::StrCat(old_key, " (verl's old SFT trainer's name) -> ", new_key));
+      }
+    }
+    Direct();
+    Strategy("actor_rollout_ref.actor.strategy", "roles.actor.train.zero_stage");
+    TargetModules();
+    Schedule(kActor, "roles.actor.train");
+    Placement();
+    Trainer();
+    Name();
+    Sft();
+    Rest();
+    return Finish();
+  }
+
+  VerlConversion Finish() {
+    Unresolved(out_.config, "");
+    for (const std::string& key : consumed_) {
+      // An SFT run's: the keys its config has (the PPO conversion's code reads others too).
+      if (!sft_ || flat_.count(key)) out_.read.push_back(Shown(key));
+    }
+    return std::move(out_);
+  }
+
+  // A key as the run's config names it (an SFT config's keys are handled in the PPO config's).
+  std::string Shown(const std::string& key) const {
+    return sft_ ? verl_keys::PpoKeyAsSft(key) : key;
+  }
   // The value of `key` when it is set (not null); consumes it. An interpolation that could not
   // be resolved is refused here rather than copied as text.
   const Json* Take(const std::string& key) {
@@ -86,15 +126,17 @@ class Converter {
   }
   void Map(const std::string& from, const std::string& to, Json value) {
     Set(&out_.config, to, std::move(value));
-    out_.mapped.push_back(absl::StrCat(from, " -> ", to));
+    out_.mapped.push_back(absl::StrCat(Shown(from), " -> ", to));
   }
   // Each key not honoured is listed once, with why.
-  void Error(const std::string& key, absl::string_view why) {
+  void Error(const std::string& ppo_key, absl::string_view why) {
+    const std::string key = Shown(ppo_key);
     if (!noted_.insert(key).second) return;
     out_.errors.push_back(absl::StrCat(key, ": not supported (", why, ")"));
     out_.notes.push_back({key, std::string(why), /*refused=*/true});
   }
-  void Warn(const std::string& key, absl::string_view why) {
+  void Warn(const std::string& ppo_key, absl::string_view why) {
+    const std::string key = Shown(ppo_key);
     if (!noted_.insert(key).second) return;
     out_.warnings.push_back(absl::StrCat(key, ": ignored (", why, ")"));
     out_.notes.push_back({key, std::string(why), /*refused=*/false});
@@ -349,7 +391,8 @@ class Converter {
             "false: give roles their own GPUs with rlhfd's placement: split and roles.*.gpus");
     }
     Map("trainer.n_gpus_per_node x trainer.nnodes", "roles.actor.gpus", ActorGpus());
-    Map("actor_rollout_ref.hybrid_engine", "placement", "colocated");
+    Map(sft_ ? "(verl's SFT trainer: one pool)" : "actor_rollout_ref.hybrid_engine", "placement",
+        "colocated");
     // verl's standalone rollout: nnodes > 0 gives the rollout nnodes x n_gpus_per_node GPUs of
     // its own (n_gpus_per_node defaults to the trainer's), a rollout pool in rlhfd.
     const int64_t nodes = Number("actor_rollout_ref.rollout.nnodes", 0);
@@ -420,9 +463,12 @@ class Converter {
   }
 
   void Trainer() {
-    if (const Json* save = Take("trainer.save_freq")) {
-      Map("trainer.save_freq", "trainer.save_every",
-          save->is_number() && save->get<int64_t>() < 0 ? Json(-1) : *save);
+    if (const Json* save = Take("trainer.save_freq"); save != nullptr && !save->is_number()) {
+      // verl's SFT trainer also takes after_each_epoch; an epoch's steps depend on the data.
+      Error("trainer.save_freq",
+            absl::StrCat("'", Text(*save), "': give a number of steps (-1: never)"));
+    } else if (save != nullptr) {
+      Map("trainer.save_freq", "trainer.save_every", save->get<int64_t>() < 0 ? Json(-1) : *save);
     }
     // verl keeps actor and critic checkpoints apart; a step directory here holds both, so it
     // keeps as many as the larger asks for (null or <= 0: all, as in verl).
@@ -532,7 +578,8 @@ class Converter {
         if (!IsVerlNeutral(key, value)) Error(key, refused->second);
       } else if (!verl_keys_.count(key)) {
         // Hydra refuses such an override (without a leading +); verl's code never reads it.
-        Warn(key, "not a key of verl 0.9's config");
+        Warn(key, sft_ ? "not a key of verl 0.9's SFT trainer config"
+                       : "not a key of verl 0.9's config");
       } else if (const std::string* family = verl_keys::IgnoredFamily(key)) {
         Warn(key, *family);
       } else if (!Unset(value)) {
@@ -541,24 +588,159 @@ class Converter {
     }
   }
 
+  // What an SFT config means beyond the actor's keys: trainer.mode sft, one optimiser step per
+  // batch, the length bound, the checkpoints kept, and the single-turn rows of verl's old SFT
+  // trainer.
+  void Sft() {
+    Set(&out_.config, "trainer.mode", "sft");
+    out_.mapped.push_back("(verl's SFT trainer) -> trainer.mode");
+    if (const Json* batch = Take("sft.data.train_batch_size")) {
+      Map("sft.data.train_batch_size", "data.train_batch_size", *batch);
+      Map("sft.data.train_batch_size", "roles.actor.train.ppo_mini_batch_size", *batch);
+    }
+    if (const Json* length = Take("sft.data.max_length")) {
+      Map("sft.data.max_length", "data.max_prompt_length", *length);
+      Map("sft.data.max_length", "data.max_response_length", *length);
+      const auto truncation = flat_.find("data.truncation");
+      if (truncation != flat_.end() && !Unset(truncation->second) &&
+          Text(truncation->second) != "error") {
+        Error("data.truncation",
+              absl::StrCat("'", Text(truncation->second),
+                           "' with data.max_length: verl cuts the end of a conversation longer "
+                           "than max_length in all, rlhfd the prompt and the response each at its "
+                           "own bound; set data.truncation=error, or data.max_prompt_length, "
+                           "max_response_length and truncation in the converted config"));
+      }
+    }
+    if (const Json* keep = Take("sft.trainer.max_ckpt_to_keep")) {
+      if (keep->is_number_integer()) {
+        Map("sft.trainer.max_ckpt_to_keep", "trainer.max_ckpt_to_keep",
+            std::max<int64_t>(keep->get<int64_t>(), 0));
+      } else {
+        Error("sft.trainer.max_ckpt_to_keep",
+              absl::StrCat("'", Text(*keep), "': expected a whole number or null"));
+      }
+    }
+    SingleTurnRows();
+  }
+
+  // verl's old SFT trainer read single-turn rows unless data.multiturn.enable: the prompt under
+  // prompt_key (then prompt_dict_keys, a path into it), the response under response_key (then
+  // response_dict_keys).
+  void SingleTurnRows() {
+    const Json* enable = Take("sft.data.multiturn.enable");
+    const std::vector<std::string> keys = {"sft.data.prompt_key", "sft.data.prompt_dict_keys",
+                                           "sft.data.response_key", "sft.data.response_dict_keys"};
+    bool given = false;
+    for (const std::string& key : keys) given = Take(key) != nullptr || given;
+    const bool multi_turn =
+        enable != nullptr ? !enable->is_boolean() || enable->get<bool>() : !given;
+    if (multi_turn) {
+      for (const std::string& key : keys) {
+        if (user_set_.count(key)) {
+          Warn(key,
+               "read by verl's old SFT trainer for single-turn rows only, and "
+               "data.multiturn.enable is true");
+        }
+      }
+      return;
+    }
+    for (const auto& [side, fallback] :
+         {std::pair<std::string, std::string>{"prompt", "question"}, {"response", "answer"}}) {
+      const std::string key = absl::StrCat("sft.data.", side, "_key");
+      const std::string path_key = absl::StrCat("sft.data.", side, "_dict_keys");
+      const Json* name = Take(key);
+      const Json* path = Take(path_key);
+      std::string dotted = name != nullptr ? Text(*name) : fallback;
+      if (path != nullptr) {
+        if (!path->is_array()) {
+          Error(path_key, absl::StrCat("'", Text(*path), "': expected a list of keys"));
+          continue;
+        }
+        for (const Json& part : *path) absl::StrAppend(&dotted, ".", Text(part));
+      }
+      Map(name != nullptr   ? key
+          : path != nullptr ? path_key
+                            : "sft.data.multiturn.enable",
+          absl::StrCat("data.", side, "_key"), dotted);
+    }
+  }
+
+  const bool sft_;
   std::map<std::string, Json> flat_;
   std::set<std::string> user_set_;
   std::map<std::string, std::string> unresolved_;
   std::set<std::string> verl_keys_;
+  std::vector<std::pair<std::string, std::string>> renamed_;
   std::set<std::string> consumed_;
   std::set<std::string> noted_;
   VerlConversion out_{Json::object(), {}, {}, {}, {}, {}, nullptr};
 };
 
+// An SFT run's keys of verl's old SFT trainer read as verl 0.9.1's (returned: each old key with
+// the new one, or "" where the run gives the new one too), then every key in the PPO config's
+// names (SftKeyAsPpo), so the converter's tables read them.
+std::vector<std::pair<std::string, std::string>> InPpoNames(ComposedVerlRun& run) {
+  std::vector<std::pair<std::string, std::string>> renamed;
+  for (const auto& [old_key, new_key] : verl_keys::LegacySftRenames()) {
+    std::vector<std::string> found;
+    for (const auto& [key, value] : run.flat) {
+      if (key == old_key || absl::StartsWith(key, old_key + ".")) found.push_back(key);
+    }
+    for (const std::string& key : found) {
+      const std::string target = new_key + key.substr(old_key.size());
+      const bool kept = !run.user_set.count(target);
+      if (kept) {
+        run.flat[target] = run.flat[key];
+        run.user_set.insert(target);
+        if (auto why = run.unresolved.find(key); why != run.unresolved.end()) {
+          run.unresolved[target] = why->second;
+        }
+      }
+      renamed.emplace_back(key, kept ? target : "");
+      run.flat.erase(key);
+      run.user_set.erase(key);
+    }
+  }
+  // A key neither verl 0.9.1's SFT trainer nor its old one has (a PPO key, say) stays apart as
+  // "sft." + its name, which no table maps: listed as not a key of the SFT config.
+  const std::set<std::string> sft_keys = run.verl_keys;
+  const auto as_ppo = [&](const std::string& key) {
+    std::string ppo = verl_keys::SftKeyAsPpo(key);
+    const bool known = sft_keys.count(key) || absl::StartsWith(ppo, "sft.");
+    return known ? ppo : absl::StrCat("sft.", key);
+  };
+  const auto rename = [&](auto& keyed) {
+    std::remove_reference_t<decltype(keyed)> out;
+    for (auto& item : keyed) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(item)>, std::string>) {
+        out.insert(as_ppo(item));
+      } else {
+        out.emplace(as_ppo(item.first), std::move(item.second));
+      }
+    }
+    keyed = std::move(out);
+  };
+  rename(run.flat);
+  rename(run.user_set);
+  rename(run.unresolved);
+  rename(run.verl_keys);
+  return renamed;
+}
+
 }  // namespace
 
 absl::StatusOr<VerlConversion> ConvertVerlConfig(absl::string_view text, absl::string_view source,
-                                                 const std::vector<std::string>& overrides) {
+                                                 const std::vector<std::string>& overrides,
+                                                 VerlTrainer trainer) {
   try {
-    ASSIGN_OR_RETURN(ComposedVerlRun run, ComposeVerlRun(text, source, overrides));
-    VerlConversion conversion = Converter(std::move(run.flat), std::move(run.user_set),
-                                          std::move(run.unresolved), std::move(run.verl_keys))
-                                    .Run();
+    ASSIGN_OR_RETURN(ComposedVerlRun run, ComposeVerlRun(trainer, text, source, overrides));
+    std::vector<std::pair<std::string, std::string>> renamed;
+    if (trainer == VerlTrainer::kSft) renamed = InPpoNames(run);
+    VerlConversion conversion =
+        Converter(trainer, std::move(run.flat), std::move(run.user_set), std::move(run.unresolved),
+                  std::move(run.verl_keys), std::move(renamed))
+            .Run();
     conversion.verl_resolved = std::move(run.document);
     return conversion;
   } catch (const std::exception& error) {

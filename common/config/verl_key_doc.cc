@@ -50,20 +50,26 @@ constexpr char kHeader[] =
 
 }  // namespace
 
-absl::StatusOr<std::string> VerlKeyTablesMarkdown() {
-  ASSIGN_OR_RETURN(Json defaults,
-                   ParseConfigDocument(VerlPpoTrainerYaml(), "verl_ppo_trainer.yaml"));
+absl::StatusOr<std::string> VerlKeyTablesMarkdown(VerlTrainer trainer) {
+  const bool sft = trainer == VerlTrainer::kSft;
+  ASSIGN_OR_RETURN(Json defaults, ParseConfigDocument(VerlTrainerYaml(trainer), "verl defaults"));
   std::map<std::string, Json> leaves;
   Leaves(defaults, "", &leaves);
+  // The tables name an SFT config's keys as the PPO config's (verl_key_tables.h).
+  const auto fate = [&](const std::string& key) {
+    return verl_keys::Fate(sft ? verl_keys::SftKeyAsPpo(key) : key);
+  };
   std::map<std::string, std::vector<std::string>> sections;
-  for (const auto& [key, value] : leaves) sections[Section(key)].push_back(key);
+  for (const auto& [key, value] : leaves) {
+    sections[sft ? key.substr(0, key.find('.')) : Section(key)].push_back(key);
+  }
   std::string out;
   for (const auto& [section, keys] : sections) {
     absl::StrAppend(&out, "\n### `", section, "` (", keys.size(),
                     keys.size() == 1 ? " key" : " keys", ")\n\n", kHeader);
     for (const std::string& key : keys) {
-      absl::StrAppend(&out, "| `", key, "` | `", Default(leaves.at(key)), "` | ",
-                      Cell(verl_keys::Fate(key)), " |\n");
+      absl::StrAppend(&out, "| `", key, "` | `", Default(leaves.at(key)), "` | ", Cell(fate(key)),
+                      " |\n");
     }
   }
   // Keys the tables know that verl 0.9's config no longer has (older run scripts set them).
@@ -74,13 +80,26 @@ absl::StatusOr<std::string> VerlKeyTablesMarkdown() {
     for (const auto& [key, why] : *table) older.insert(key);
   }
   std::string rows;
-  for (const std::string& key : older) {
+  if (sft) {
+    for (const auto& [old_key, new_key] : verl_keys::LegacySftRenames()) {
+      absl::StrAppend(&rows, "| `", old_key, "` | (fsdp_sft_trainer) | read as `", new_key,
+                      "` |\n");
+    }
+  }
+  for (const std::string& table_key : older) {
+    // Each trainer's own: an SFT config's keys are the tables' "sft." ones.
+    if (absl::StartsWith(table_key, "sft.") != sft) continue;
+    const std::string key = sft ? verl_keys::PpoKeyAsSft(table_key) : table_key;
     if (leaves.count(key)) continue;
-    absl::StrAppend(&rows, "| `", key, "` | (not in verl 0.9) | ", Cell(verl_keys::Fate(key)),
-                    " |\n");
+    absl::StrAppend(&rows, "| `", key,
+                    sft ? "` | (fsdp_sft_trainer) | " : "` | (not in verl 0.9) | ",
+                    Cell(verl_keys::Fate(table_key)), " |\n");
   }
   if (!rows.empty()) {
-    absl::StrAppend(&out, "\n### Keys of older verl versions\n\n", kHeader, rows);
+    absl::StrAppend(&out,
+                    sft ? "\n### Keys of verl's SFT trainer before 0.9 (fsdp_sft_trainer)\n\n"
+                        : "\n### Keys of older verl versions\n\n",
+                    kHeader, rows);
   }
   return out;
 }

@@ -6,11 +6,13 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/config/verl_defaults.h"
 
 namespace rlhfd::config {
 
-// The markdown between the page's "verl-keys" markers: one table per section of verl's config
-// (every key, verl's default, its fate), then the keys of older verl versions the tables know.
-absl::StatusOr<std::string> VerlKeyTablesMarkdown();
+// The markdown between the page's "verl-keys" (PPO) or "verl-sft-keys" markers: one table per
+// section of the trainer's config (every key, verl's default, its fate), then the keys of older
+// verl versions the tables know.
+absl::StatusOr<std::string> VerlKeyTablesMarkdown(VerlTrainer trainer);
 
 }  // namespace rlhfd::config

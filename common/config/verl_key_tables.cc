@@ -130,6 +130,10 @@ const std::vector<std::pair<std::string, std::string>>& DirectTable() {
       {"trainer.device", "trainer.device"},
       {"trainer.default_local_dir", "trainer.checkpoint_dir"},
       {"actor_rollout_ref.actor.checkpoint.async_save", "trainer.async_save"},
+      // verl's SFT trainer (SftKeyAsPpo).
+      {"sft.data.messages_key", "data.messages_key"},
+      {"sft.data.tools_key", "data.tools_key"},
+      {"sft.trainer.seed", "trainer.seed"},
   };
   return *table;
 }
@@ -248,6 +252,24 @@ const std::map<std::string, std::string>& HarmlessTable() {
       {"data.custom_cls.name", "read only with data.custom_cls.path, which is refused"},
       {"trainer.checkpoint_callback_class", "checkpoint callbacks are verl's Python"},
       {"trainer.use_v1", "verl's trainer implementation switch"},
+      // verl's SFT trainer (SftKeyAsPpo).
+      {"sft.data.val_files",
+       "verl's SFT trainer reports the loss on these conversations; rlhfd's SFT validation "
+       "generates from prompt rows and scores them with roles.reward: give data.val_files and "
+       "roles.reward in the converted config for that (docs/internals/training.md)"},
+      {"sft.trainer.test_freq", "read with data.val_files, which is not converted"},
+      {"sft.data.pad_mode", "micro-batches are packed by rlhfd"},
+      {"sft.data.balance_dp_token", "rows are dealt to data-parallel ranks evenly"},
+      {"sft.data.num_workers", "the controller reads the data itself"},
+      {"sft.data.ignore_input_ids_mismatch",
+       "each turn is tokenized by itself, as a rollout makes it; no whole-conversation encoding "
+       "is compared with it"},
+      {"sft.data.enable_thinking_key",
+       "rows' own enable_thinking values are not passed to the chat template (Qwen3's thinking "
+       "switch): such rows render as without it"},
+      {"sft.trainer.profile_interval",
+       "verl's profilers are not run; set trainer.profile_steps and trainer.profile_dir for "
+       "PyTorch traces of a step's stages"},
   };
   return *table;
 }
@@ -336,6 +358,12 @@ const std::map<std::string, std::string>& UnsupportedTable() {
       {"reward.reward_model.enable",
        "verl 0.9's reward.* section is not converted yet; give reward_model.enable and "
        "reward_model.model.path"},
+      // verl's SFT trainer (SftKeyAsPpo).
+      {"sft.data.enable_thinking_default",
+       "the chat template is rendered without enable_thinking; leave it none"},
+      {"sft.data.micro_batch_size",
+       "the global micro-batch size of verl's old SFT trainer; give "
+       "data.micro_batch_size_per_gpu"},
   };
   return *table;
 }
@@ -396,8 +424,7 @@ const std::map<std::string, std::string>& DerivedTable() {
       {"algorithm.kl_ctrl.kl_coef", "`algorithm.kl.coef` with use_kl_in_reward"},
       {"algorithm.kl_ctrl.target_kl", "`algorithm.kl.target` with use_kl_in_reward"},
       {"algorithm.kl_ctrl.horizon", "`algorithm.kl.horizon` with use_kl_in_reward"},
-      {"actor_rollout_ref.rollout.tensor_model_parallel_size",
-       "`roles.actor.rollout.tp`"},
+      {"actor_rollout_ref.rollout.tensor_model_parallel_size", "`roles.actor.rollout.tp`"},
       {"trainer.n_gpus_per_node", "× trainer.nnodes: `roles.actor.gpus` (every role shares them)"},
       {"trainer.nnodes", "× trainer.n_gpus_per_node: `roles.actor.gpus`"},
       {"actor_rollout_ref.hybrid_engine",
@@ -450,6 +477,27 @@ const std::map<std::string, std::string>& DerivedTable() {
       {"critic.loss_scale_factor", "verl's copy of actor.loss_scale_factor"},
       {"data.function_tool_path", "verl's copy of rollout.multi_turn.function_tool_path"},
       {"data.tool_config_path", "verl's copy of rollout.multi_turn.tool_config_path"},
+      // verl's SFT trainer (SftKeyAsPpo).
+      {"sft.data.train_batch_size",
+       "`data.train_batch_size` and `roles.actor.train.ppo_mini_batch_size`: one optimiser step "
+       "per batch, as verl's SFT trainer takes"},
+      {"sft.data.max_length",
+       "`data.max_prompt_length` and `data.max_response_length` both: verl bounds a "
+       "conversation's prompt and response together, rlhfd each, so under data.truncation "
+       "error every conversation verl trains is trained alike; truncation left or right (verl "
+       "cuts the end of the whole conversation) is refused"},
+      {"sft.trainer.max_ckpt_to_keep",
+       "`trainer.max_ckpt_to_keep` (null or <= 0: all, as in verl)"},
+      {"sft.data.multiturn.enable",
+       "false (verl's old single-turn SFTDataset): rows are read with `data.prompt_key` and "
+       "`data.response_key` from prompt_key, response_key and their *_dict_keys (defaults "
+       "question, answer)"},
+      {"sft.data.prompt_key",
+       "single-turn rows: `data.prompt_key`, followed by prompt_dict_keys as a dotted path"},
+      {"sft.data.prompt_dict_keys", "single-turn rows: the rest of `data.prompt_key`'s path"},
+      {"sft.data.response_key",
+       "single-turn rows: `data.response_key`, followed by response_dict_keys as a dotted path"},
+      {"sft.data.response_dict_keys", "single-turn rows: the rest of `data.response_key`'s path"},
   };
   return *table;
 }
@@ -538,6 +586,88 @@ std::string Fate(const std::string& key) {
   return "not read by rlhfd; listed as ignored when a run sets it";
 }
 
+namespace {
+
+// SFT key (or prefix, ending in '.') → its PPO name; the first that matches wins.
+constexpr std::pair<const char*, const char*> kSftAsPpo[] = {
+    {"data.micro_batch_size_per_gpu", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"},
+    {"data.max_token_len_per_gpu", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"},
+    {"data.use_dynamic_bsz", "actor_rollout_ref.actor.use_dynamic_bsz"},
+    {"engine.strategy", "actor_rollout_ref.actor.strategy"},
+    {"model.", "actor_rollout_ref.model."},
+    {"optim.", "actor_rollout_ref.actor.optim."},
+    {"engine.", "actor_rollout_ref.actor.fsdp_config."},
+    {"checkpoint.", "actor_rollout_ref.actor.checkpoint."},
+    {"profiler.", "actor_rollout_ref.actor.profiler."},
+};
+
+// The SFT trainer's own keys (or prefixes), and those that mean something else there: "sft." +
+// the key. The last six are verl's old SFT trainer's.
+constexpr const char* kSftOwn[] = {
+    "data.messages_key",
+    "data.tools_key",
+    "data.enable_thinking_key",
+    "data.enable_thinking_default",
+    "data.pad_mode",
+    "data.max_length",
+    "data.balance_dp_token",
+    "data.num_workers",
+    "data.ignore_input_ids_mismatch",
+    "data.val_files",
+    "data.train_batch_size",
+    "trainer.test_freq",
+    "trainer.seed",
+    "trainer.max_ckpt_to_keep",
+    "trainer.profile_interval",
+    "data.prompt_key",
+    "data.response_key",
+    "data.prompt_dict_keys",
+    "data.response_dict_keys",
+    "data.micro_batch_size",
+    "data.multiturn.",
+};
+
+bool Matches(const std::string& key, absl::string_view pattern) {
+  return pattern.back() == '.' ? absl::StartsWith(key, pattern) : key == pattern;
+}
+
+constexpr char kSftOwnPrefix[] = "sft.";
+
+}  // namespace
+
+std::string SftKeyAsPpo(const std::string& key) {
+  for (const char* own : kSftOwn) {
+    if (Matches(key, own)) return absl::StrCat(kSftOwnPrefix, key);
+  }
+  for (const auto& [sft, ppo] : kSftAsPpo) {
+    if (Matches(key, sft)) return absl::StrCat(ppo, key.substr(std::string_view(sft).size()));
+  }
+  return key;
+}
+
+std::string PpoKeyAsSft(const std::string& key) {
+  if (absl::StartsWith(key, kSftOwnPrefix)) return key.substr(sizeof(kSftOwnPrefix) - 1);
+  for (const auto& [sft, ppo] : kSftAsPpo) {
+    if (Matches(key, ppo)) return absl::StrCat(sft, key.substr(std::string_view(ppo).size()));
+  }
+  return key;
+}
+
+const std::map<std::string, std::string>& LegacySftRenames() {
+  static const auto* table = new std::map<std::string, std::string>{
+      {"model.partial_pretrain", "model.path"},
+      {"model.strategy", "engine.strategy"},
+      {"data.multiturn.messages_key", "data.messages_key"},
+      {"data.multiturn.tools_key", "data.tools_key"},
+      {"data.multiturn.enable_thinking_key", "data.enable_thinking_key"},
+      {"optim.warmup_steps_ratio", "optim.lr_warmup_steps_ratio"},
+      {"optim.lr_scheduler", "optim.lr_scheduler_type"},
+      {"ulysses_sequence_parallel_size", "engine.ulysses_sequence_parallel_size"},
+      {"use_remove_padding", "model.use_remove_padding"},
+  };
+  return *table;
+}
+
 // Values that mean "not given": null (interpolations are resolved before the tables are read).
 bool Unset(const Json& value) { return value.is_null(); }
 
@@ -557,6 +687,9 @@ bool IsVerlNeutral(const std::string& key, const Json& value) {
   }
   if (key == "actor_rollout_ref.model.override_config" || key == "critic.model.override_config") {
     return value.is_object() && value.empty();
+  }
+  if (key == "sft.data.enable_thinking_default") {
+    return value.is_string() && value.get<std::string>() == "none";
   }
   if (key == "reward_model.reward_manager") {
     return value.is_string() && value.get<std::string>() == "naive";

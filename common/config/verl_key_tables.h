@@ -1,6 +1,10 @@
 // The verl keys the importer knows, by what happens to them: copied to an rlhfd key, dropped with
 // a warning (setting them changes nothing about training), or refused with the reason; and which
 // values count as verl's default. Read by verl_import.cc.
+//
+// One set of tables serves both of verl's trainers: the SFT trainer's keys are read in the PPO
+// config's names (SftKeyAsPpo), and the keys only the SFT trainer has, or that mean something
+// else there, as "sft." + their own name.
 #pragma once
 
 #include <map>
@@ -34,6 +38,24 @@ const std::string* IgnoredFamily(const std::string& key);
 // What becomes of `key`, in words, from the tables above: "mapped to `x`", "derived: ...",
 // "refused unless at verl's default: ...", "ignored: ...", or not read.
 std::string Fate(const std::string& key);
+
+// verl's SFT trainer config (sft_trainer_engine.yaml) key in the PPO config's names: model.* is
+// actor_rollout_ref.model.*, optim.* the actor's optim.*, engine.* its fsdp_config.*
+// (engine.strategy its strategy), checkpoint.* and profiler.* its own,
+// data.micro_batch_size_per_gpu / max_token_len_per_gpu / use_dynamic_bsz its ppo_ micro-batch
+// keys; the SFT trainer's own keys (data.messages_key, data.max_length, trainer.seed, ...) and
+// those that mean something else there (data.val_files: a validation loss; data.train_batch_size:
+// also the mini-batch) are "sft." + the key; the rest (data.train_files, most of trainer.*) are
+// named alike.
+std::string SftKeyAsPpo(const std::string& sft_key);
+
+// The inverse of SftKeyAsPpo, for messages: a key as the SFT config names it (unchanged when it
+// is not one of its translations).
+std::string PpoKeyAsSft(const std::string& key);
+
+// Keys of verl's SFT trainer before 0.9 (verl.trainer.fsdp_sft_trainer, whose example scripts
+// users still run) → the key verl 0.9.1's sft_trainer reads for the same thing.
+const std::map<std::string, std::string>& LegacySftRenames();
 
 // Values that mean "not given": null (interpolations are resolved before the tables are read).
 bool Unset(const nlohmann::json& value);

@@ -2,9 +2,11 @@
 // and returns the exit code (client.h).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/config/verl_defaults.h"
 #include "controller/cli/client.h"
 
 namespace rlhfd::cli {
@@ -15,14 +17,16 @@ int Cluster(Client& client);
 // drain and undrain.
 int SetDrained(Client& client, const std::string& worker_id, bool drained);
 
-// Configs (config_commands.cc). `from_verl`: the file is a verl config (or "-": verl's defaults
-// with the overrides).
-int Submit(Client& client, const std::string& path, bool from_verl,
+// Configs (config_commands.cc). `verl`: the file is a config of that verl trainer (or "-":
+// its defaults with the overrides), converted first; none: an rlhfd config.
+using VerlSource = std::optional<config::VerlTrainer>;
+int Submit(Client& client, const std::string& path, VerlSource verl,
            std::vector<std::string> overrides, std::string* job_id);
 // Offline: the whole config as it will run, each value that came from a default or was derived
 // marked so (with how it compares to verl's default), or every problem at once.
-int Validate(const std::string& path, bool from_verl, std::vector<std::string> overrides);
-int ConvertVerl(const std::string& path, const std::vector<std::string>& overrides);
+int Validate(const std::string& path, VerlSource verl, std::vector<std::string> overrides);
+int ConvertVerl(const std::string& path, config::VerlTrainer trainer,
+                const std::vector<std::string>& overrides);
 
 // Jobs (job_commands.cc).
 int Jobs(Client& client);

@@ -40,18 +40,19 @@ void PrintConversionReport(const config::VerlConversion& conversion) {
 
 // The rlhfd config text a submission sends: the file as it is, or the conversion of a verl
 // config (the verl overrides are consumed by the conversion).
-absl::StatusOr<std::string> SubmittedText(const std::string& path, bool from_verl,
+absl::StatusOr<std::string> SubmittedText(const std::string& path, VerlSource verl,
                                           std::vector<std::string>* overrides) {
-  ASSIGN_OR_RETURN(std::string text, ConfigText(path, from_verl));
-  if (!from_verl) return text;
+  ASSIGN_OR_RETURN(std::string text, ConfigText(path, verl.has_value()));
+  if (!verl) return text;
   ASSIGN_OR_RETURN(config::VerlConversion conversion,
-                   config::ConvertVerlConfig(text, path, *overrides));
+                   config::ConvertVerlConfig(text, path, *overrides, *verl));
   PrintConversionReport(conversion);
   if (!conversion.errors.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": ", conversion.errors.size(),
         " verl settings are not supported (above); change them, or convert with `rlhfctl "
-        "convert-verl` and edit the result"));
+        "convert-verl",
+        *verl == config::VerlTrainer::kSft ? " --sft" : "", "` and edit the result"));
   }
   overrides->clear();
   return conversion.config.dump();
@@ -59,9 +60,9 @@ absl::StatusOr<std::string> SubmittedText(const std::string& path, bool from_ver
 
 }  // namespace
 
-int Submit(Client& client, const std::string& path, bool from_verl,
+int Submit(Client& client, const std::string& path, VerlSource verl,
            std::vector<std::string> overrides, std::string* job_id) {
-  auto text = SubmittedText(path, from_verl, &overrides);
+  auto text = SubmittedText(path, verl, &overrides);
   if (!text.ok()) {
     std::cerr << "error: " << text.status().message() << "\n";
     return absl::IsInvalidArgument(text.status()) ? kExitFailed : kExitUsage;
@@ -69,7 +70,7 @@ int Submit(Client& client, const std::string& path, bool from_verl,
   v1::SubmitJobRequest request;
   request.set_config_text(*text);
   // A converted config is JSON; the name says where it came from.
-  request.set_config_name(from_verl ? absl::StrCat(path == "-" ? "verl" : path, ".json") : path);
+  request.set_config_name(verl ? absl::StrCat(path == "-" ? "verl" : path, ".json") : path);
   for (const std::string& item : overrides) request.add_overrides(item);
   if (char cwd[4096]; ::getcwd(cwd, sizeof(cwd)) != nullptr) request.set_base_dir(cwd);
   grpc::ClientContext context;
@@ -89,13 +90,13 @@ int Submit(Client& client, const std::string& path, bool from_verl,
   return kExitOk;
 }
 
-int Validate(const std::string& path, bool from_verl, std::vector<std::string> overrides) {
-  auto text = SubmittedText(path, from_verl, &overrides);
+int Validate(const std::string& path, VerlSource verl, std::vector<std::string> overrides) {
+  auto text = SubmittedText(path, verl, &overrides);
   if (!text.ok()) {
     std::cerr << "error: " << text.status().message() << "\n";
     return absl::IsInvalidArgument(text.status()) ? kExitFailed : kExitUsage;
   }
-  const std::string source = from_verl ? absl::StrCat(path, ".json") : path;
+  const std::string source = verl ? absl::StrCat(path, ".json") : path;
   // The config's problems and those of the files it names on this machine, all at once, as the
   // controller reports them at submission.
   config::ConfigErrors problems(source);
@@ -131,13 +132,14 @@ int Validate(const std::string& path, bool from_verl, std::vector<std::string> o
   return kExitOk;
 }
 
-int ConvertVerl(const std::string& path, const std::vector<std::string>& overrides) {
+int ConvertVerl(const std::string& path, config::VerlTrainer trainer,
+                const std::vector<std::string>& overrides) {
   auto text = ConfigText(path, /*verl=*/true);
   if (!text.ok()) {
     std::cerr << "error: " << text.status().message() << "\n";
     return kExitUsage;
   }
-  auto conversion = config::ConvertVerlConfig(*text, path, overrides);
+  auto conversion = config::ConvertVerlConfig(*text, path, overrides, trainer);
   if (!conversion.ok()) {
     std::cerr << "error: " << conversion.status().message() << "\n";
     return kExitFailed;

@@ -29,10 +29,13 @@ Jobs:
                                     it; key.path=value overrides (Hydra style, ~key removes one);
                                     --wait follows it to its end with a progress line
   submit --from-verl FILE|- [k=v ...]   the same from a verl config and verl overrides
+                                    (add --sft for verl's SFT trainer's)
   validate FILE [key=value ...]     check a config here, offline: every problem at once, or the
                                     effective config with defaults and derived values marked
   convert-verl FILE|- [k=v ...]     print the rlhfd config a verl config (and overrides) means;
-                                    what is not supported goes to stderr ('-': verl's defaults)
+                                    what is not supported goes to stderr ('-': verl's defaults);
+                                    --sft: a config of verl's SFT trainer (sft_trainer, or the
+                                    older fsdp_sft_trainer), an rlhfd job with trainer.mode sft
   jobs                              list jobs, oldest first (every page of them)
   status JOB                        one job, and why it is in its state
   watch JOB                         follow a job's events (states, each step's key metrics)
@@ -57,7 +60,7 @@ $RLHFD_TOKEN give it directly (they show in `ps`). With TLS: --tls_ca=CA.pem, an
 message says why), 2 usage.
 )";
 
-int Run(const std::vector<char*>& args, bool from_verl) {
+int Run(const std::vector<char*>& args, bool from_verl, bool sft) {
   // Command → (arguments it takes; whether key=value overrides may follow).
   struct Shape {
     size_t arguments;
@@ -90,11 +93,17 @@ int Run(const std::vector<char*>& args, bool from_verl) {
     std::cerr << "--from-verl goes with submit and validate\n";
     return kExitUsage;
   }
+  if (sft && !from_verl && command != "convert-verl") {
+    std::cerr << "--sft goes with convert-verl, or with --from-verl\n";
+    return kExitUsage;
+  }
+  const config::VerlTrainer trainer = sft ? config::VerlTrainer::kSft : config::VerlTrainer::kPpo;
+  const VerlSource verl = from_verl ? VerlSource(trainer) : std::nullopt;
   const std::vector<std::string> overrides(args.begin() + 2 + std::min<size_t>(shape.arguments, 1),
                                            args.end());
   // Offline commands need no controller.
-  if (command == "validate") return Validate(args[2], from_verl, overrides);
-  if (command == "convert-verl") return ConvertVerl(args[2], overrides);
+  if (command == "validate") return Validate(args[2], verl, overrides);
+  if (command == "convert-verl") return ConvertVerl(args[2], trainer, overrides);
   auto token = ResolveClientToken(TokenFlag(), TokenFileFlag());
   if (!token.ok()) {
     std::cerr << "error: " << token.status().message() << "\n";
@@ -111,7 +120,7 @@ int Run(const std::vector<char*>& args, bool from_verl) {
   if (command == "jobs") return Jobs(client);
   if (command == "submit") {
     std::string job_id;
-    const int submitted = Submit(client, args[2], from_verl, overrides, &job_id);
+    const int submitted = Submit(client, args[2], verl, overrides, &job_id);
     if (submitted != kExitOk || !absl::GetFlag(FLAGS_wait)) return submitted;
     return Wait(client, job_id);
   }
@@ -130,17 +139,20 @@ int Run(const std::vector<char*>& args, bool from_verl) {
 int main(int argc, char** argv) {
   rlhfd::SetUpProgram();
   rlhfd::HandleHelp(argc, argv, rlhfd::cli::kUsage);
-  // --from-verl is spelled as verl users type it, which Abseil flag names cannot be.
-  bool from_verl = false;
+  // --from-verl is spelled as verl users type it, which Abseil flag names cannot be; --sft goes
+  // with it (and with convert-verl), so it is read here too.
+  bool from_verl = false, sft = false;
   std::vector<char*> kept;
   for (int i = 0; i < argc; ++i) {
     if (std::string(argv[i]) == "--from-verl" || std::string(argv[i]) == "--from_verl") {
       from_verl = true;
+    } else if (std::string(argv[i]) == "--sft") {
+      sft = true;
     } else {
       kept.push_back(argv[i]);
     }
   }
   absl::SetProgramUsageMessage(rlhfd::cli::kUsage);
   std::vector<char*> args = absl::ParseCommandLine(static_cast<int>(kept.size()), kept.data());
-  return rlhfd::cli::Run(args, from_verl);
+  return rlhfd::cli::Run(args, from_verl, sft);
 }

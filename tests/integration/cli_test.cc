@@ -225,6 +225,40 @@ TEST_CASE("rlhfctl convert-verl prints the rlhfd config and what it leaves out",
                                              "the config): trainer.project_name"));
 }
 
+// verl's SFT trainer's config (--sft): converted to an SFT job, checked offline with validate
+// --from-verl --sft, its refusals named; --sft goes only with a verl conversion.
+TEST_CASE("rlhfctl convert-verl --sft and validate --from-verl --sft", "[integration][cli]") {
+  const std::vector<std::string> run = {
+      "-",
+      "model.path=" + kModel,
+      "data.train_files=" + kFixtures + "/data/tool_sft_verl.jsonl",
+      "data.train_batch_size=8",
+      "optim.lr=1e-5",
+      "trainer.logger=[console]",
+      "trainer.device=cpu"};
+  std::vector<std::string> convert = {"convert-verl", "--sft"};
+  convert.insert(convert.end(), run.begin(), run.end());
+  CommandResult converted = Ctl(convert);
+  INFO(converted.out << converted.err);
+  CHECK(converted.exit_code == 0);
+  CHECK_THAT(converted.out, Catch::Contains("  mode: sft\n"));
+  CHECK_THAT(converted.out, Catch::Contains("ppo_mini_batch_size: 8\n"));
+  std::vector<std::string> validate = {"validate", "--from-verl", "--sft"};
+  validate.insert(validate.end(), run.begin(), run.end());
+  CommandResult validated = Ctl(validate);
+  INFO(validated.out << validated.err);
+  CHECK(validated.exit_code == 0);
+  CHECK_THAT(validated.out, Catch::Contains(": valid;"));
+  CommandResult refused =
+      Ctl({"convert-verl", "--sft", "-", "engine.ulysses_sequence_parallel_size=2"});
+  CHECK(refused.exit_code == 1);
+  CHECK_THAT(refused.err, Catch::Contains("(sequence parallelism is not supported): "
+                                          "engine.ulysses_sequence_parallel_size\n"));
+  CommandResult misplaced = Ctl({"--sft", "jobs"});
+  CHECK(misplaced.exit_code == 2);
+  CHECK_THAT(misplaced.err, Catch::Contains("--sft goes with convert-verl, or with --from-verl"));
+}
+
 TEST_CASE("the controller checks a job's files and layout at submission", "[integration][cli]") {
   LocalCluster cluster(Binaries(), absl::Milliseconds(200), absl::Seconds(2));
   std::string error;

@@ -1031,6 +1031,35 @@ TEST_CASE("trainer.mode sft reads verl's layout (tool_calls, tools): the same fi
   CHECK(std::abs(by_step.at(1).at("train/loss") - golden.at("loss").get<double>()) < 1e-4);
 }
 
+// The same conversations and weights as a verl SFT run gives them, converted by rlhfctl (submit
+// --from-verl --sft, verl 0.9.1's sft_trainer keys and its defaults): the job trains with verl's
+// SFT loss, so its first loss is transformers' on those conversations (token-mean over the batch),
+// and the second step's is lower.
+TEST_CASE("rlhfctl submit --from-verl --sft trains a verl SFT run's conversations",
+          "[driver][cli]") {
+  const std::string fixtures = RLHFD_FIXTURES_DIR;
+  TempDir dir;
+  WriteSftJob(dir.path());  // the model directory; the rlhfd config comes from the conversion
+  std::ifstream golden_file(fixtures + "/data/tool_sft_golden.json");
+  const nlohmann::json golden = nlohmann::json::parse(golden_file);
+  DriverCluster cluster;
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  const CommandResult submitted = cluster.cluster().Ctl(
+      {"--wait", "submit", "--from-verl", "--sft", "-",
+       "data.train_files=" + fixtures + "/data/tool_sft_verl.jsonl", "data.train_batch_size=16",
+       "data.micro_batch_size_per_gpu=4", "data.max_length=1200",
+       "model.path=" + dir.path() + "/model", "optim.lr=3e-3", "optim.weight_decay=0",
+       "trainer.n_gpus_per_node=2", "trainer.device=cpu", "trainer.total_training_steps=2",
+       "trainer.logger=[console]", "trainer.experiment_name=verl-sft",
+       "trainer.default_local_dir=" + dir.path() + "/checkpoints"});
+  INFO(submitted.out << submitted.err);
+  REQUIRE(submitted.exit_code == 0);
+  CHECK(absl::StrContains(submitted.out, "succeeded: finished 2 steps"));
+  const std::map<int64_t, std::map<std::string, double>> by_step = cluster.MetricsByStep("job-1");
+  CHECK(std::abs(by_step.at(1).at("train/loss") - golden.at("loss").get<double>()) < 1e-4);
+  CHECK(by_step.at(2).at("train/loss") < by_step.at(1).at("train/loss"));
+}
+
 TEST_CASE("Two jobs share four workers; a third waits with its reason", "[driver][scheduling]") {
   DriverCluster cluster;
   for (int i = 0; i < 4; ++i) cluster.StartWorker();

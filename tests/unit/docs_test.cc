@@ -18,6 +18,7 @@
 #include "common/config/reward_rules.h"
 #include "common/config/verl_import.h"
 #include "common/config/verl_key_doc.h"
+#include "common/config/verl_key_tables.h"
 #include "common/util/files.h"
 #include "rlhfd/v1/job_spec.pb.h"
 
@@ -51,33 +52,42 @@ TEST_CASE("data.md lists the data sources rule auto scores, as the rule table ha
   }
 }
 
-// The page's per-key tables are made from the converter's tables (verl_key_doc.h); to rewrite
-// them after changing a table: RLHFD_UPDATE_DOCS=1 build/tests/config_test "[docs]".
+// The page's per-key tables are made from the converter's tables (verl_key_doc.h), one set for
+// each of verl's trainers; to rewrite them after changing a table:
+// RLHFD_UPDATE_DOCS=1 build/tests/config_test "[docs]".
 TEST_CASE("coming-from-verl.md lists every verl key with what convert-verl does", "[docs]") {
   const std::string path = std::string(RLHFD_DOCS_DIR) + "/coming-from-verl.md";
+  for (const auto& [trainer, marker] :
+       {std::pair{VerlTrainer::kPpo, "verl-keys"}, std::pair{VerlTrainer::kSft, "verl-sft-keys"}}) {
+    auto doc = ReadFileToString(path);
+    REQUIRE(doc.ok());
+    auto tables = VerlKeyTablesMarkdown(trainer);
+    REQUIRE(tables.ok());
+    const std::string begin = absl::StrCat("<!-- ", marker, ":begin -->\n");
+    const std::string end = absl::StrCat("<!-- ", marker, ":end -->");
+    const size_t from = doc->find(begin);
+    const size_t to = doc->find(end);
+    INFO(marker);
+    REQUIRE(from != std::string::npos);
+    REQUIRE(to != std::string::npos);
+    const std::string current = doc->substr(from + begin.size(), to - from - begin.size());
+    if (current != *tables && std::getenv("RLHFD_UPDATE_DOCS") != nullptr) {
+      const std::string updated = doc->substr(0, from + begin.size()) + *tables + doc->substr(to);
+      std::ofstream(path) << updated;
+      SUCCEED("rewrote " << path);
+      continue;
+    }
+    INFO("run RLHFD_UPDATE_DOCS=1 build/tests/config_test \"[docs]\" to rewrite the tables");
+    CHECK(current == *tables);
+  }
   auto doc = ReadFileToString(path);
   REQUIRE(doc.ok());
-  auto tables = VerlKeyTablesMarkdown();
-  REQUIRE(tables.ok());
-  const std::string begin = "<!-- verl-keys:begin -->\n";
-  const std::string end = "<!-- verl-keys:end -->";
-  const size_t from = doc->find(begin);
-  const size_t to = doc->find(end);
-  REQUIRE(from != std::string::npos);
-  REQUIRE(to != std::string::npos);
-  const std::string current = doc->substr(from + begin.size(), to - from - begin.size());
-  if (current != *tables && std::getenv("RLHFD_UPDATE_DOCS") != nullptr) {
-    const std::string updated = doc->substr(0, from + begin.size()) + *tables + doc->substr(to);
-    std::ofstream(path) << updated;
-    SUCCEED("rewrote " << path);
-    return;
-  }
-  INFO("run RLHFD_UPDATE_DOCS=1 build/tests/config_test \"[docs]\" to rewrite the tables");
-  CHECK(current == *tables);
-  // Every key the direct table maps is on the page with where it lands.
+  // Every key the direct table maps is on the page with where it lands (an SFT key as the SFT
+  // config names it).
   for (const auto& [verl, ours] : VerlDirectMappings()) {
     INFO(verl);
-    CHECK_THAT(*doc, Catch::Contains(absl::StrCat("| `", verl, "` | ")));
+    const std::string shown = absl::StartsWith(verl, "sft.") ? verl_keys::PpoKeyAsSft(verl) : verl;
+    CHECK_THAT(*doc, Catch::Contains(absl::StrCat("| `", shown, "` | ")));
     CHECK_THAT(*doc, Catch::Contains(absl::StrCat("mapped to `", ours, "` |")));
   }
 }

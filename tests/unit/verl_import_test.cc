@@ -28,8 +28,9 @@ using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
 using Json = nlohmann::json;
 
-VerlConversion Convert(const std::string& text, const std::vector<std::string>& overrides = {}) {
-  auto converted = ConvertVerlConfig(text, "verl.yaml", overrides);
+VerlConversion Convert(const std::string& text, const std::vector<std::string>& overrides = {},
+                       VerlTrainer trainer = VerlTrainer::kPpo) {
+  auto converted = ConvertVerlConfig(text, "verl.yaml", overrides, trainer);
   INFO(converted.status().ToString());
   REQUIRE(converted.ok());
   return *std::move(converted);
@@ -109,6 +110,186 @@ trainer:
   test_freq: 5
   total_epochs: 15
 )";
+
+// verl's SFT trainer (python -m verl.trainer.sft_trainer): its config in overrides, as its run
+// scripts give them.
+VerlConversion ConvertSft(const std::vector<std::string>& overrides) {
+  return Convert("", overrides, VerlTrainer::kSft);
+}
+
+TEST_CASE("verl's SFT trainer at its defaults converts to an SFT job with verl's values",
+          "[verl][sft]") {
+  const VerlConversion converted = ConvertSft({"trainer.logger=[console]"});
+  INFO(absl::StrJoin(converted.warnings, "\n"));
+  CHECK(converted.errors.empty());
+  CHECK(converted.warnings.empty());
+  const v1::JobSpec spec = Validated(converted);
+  CHECK(spec.trainer().mode() == v1::TRAINER_MODE_SFT);
+  // verl 0.9.1's sft_trainer_engine.yaml with model: hf_model, engine: fsdp, optim: fsdp.
+  const v1::TrainSpec& train = spec.roles().actor().train();
+  CHECK(train.lr() == Approx(1e-3));
+  CHECK(train.weight_decay() == Approx(0.01));
+  CHECK(train.grad_clip() == Approx(1.0));
+  CHECK(train.lr_schedule() == v1::LR_SCHEDULE_CONSTANT);
+  CHECK(train.gradient_checkpointing());
+  CHECK(train.use_dynamic_bsz());
+  CHECK(train.ppo_max_token_len_per_gpu() == 8192);
+  CHECK(train.ppo_micro_batch_size_per_gpu() == 4);
+  CHECK(train.zero_stage() == 3);
+  // One optimiser step per batch of conversations.
+  CHECK(spec.data().train_batch_size() == 256);
+  CHECK(train.ppo_mini_batch_size() == 256);
+  CHECK(train.ppo_epochs() == 1);
+  CHECK(spec.data().max_prompt_length() == 1024);  // data.max_length
+  CHECK(spec.data().max_response_length() == 1024);
+  CHECK(spec.data().truncation() == v1::TRUNCATION_ERROR);
+  CHECK(spec.data().messages_key() == "messages");
+  CHECK(spec.data().tools_key() == "tools");
+  CHECK(spec.data().response_key().empty());  // conversations, not single-turn rows
+  CHECK(spec.roles().actor().gpus() == 1);
+  CHECK(spec.trainer().total_epochs() == 4);
+  CHECK(spec.trainer().save_every() == -1);
+  CHECK(spec.trainer().seed() == 1);
+  CHECK(spec.trainer().project_name() == "gsm8k-sft");
+  CHECK(spec.trainer().checkpoint_dir() == "checkpoints/gsm8k-sft/test");
+  CHECK_FALSE(spec.roles().has_reference());
+  CHECK_FALSE(spec.roles().has_critic());
+  CHECK(Contains(converted.mapped, "optim.lr -> roles.actor.train.lr"));
+  CHECK(Contains(converted.mapped,
+                 "data.micro_batch_size_per_gpu -> "
+                 "roles.actor.train.ppo_micro_batch_size_per_gpu"));
+  // Every key the converter read is named as the SFT config names it.
+  for (const std::string& key : converted.read) {
+    INFO(key);
+    CHECK_FALSE(absl::StartsWith(key, "actor_rollout_ref."));
+    CHECK_FALSE(absl::StartsWith(key, "sft."));
+  }
+}
+
+// verl's multi-turn SFT example (examples/sft/multiturn, ReTool's cold start), in the names of
+// verl 0.9.1's sft_trainer and in those of the older fsdp_sft_trainer the script was written for.
+TEST_CASE("verl's multi-turn SFT example converts in both trainers' names", "[verl][sft]") {
+  const std::vector<std::string> common = {"data.max_length=16384",
+                                           "data.train_batch_size=128",
+                                           "data.micro_batch_size_per_gpu=16",
+                                           "data.train_files=/data/retool/train.parquet",
+                                           "optim.lr=1e-6",
+                                           "trainer.default_local_dir=/ckpt/retool-sft",
+                                           "trainer.project_name=retool-multiturn-sft",
+                                           "trainer.experiment_name=qwen3-4b",
+                                           "trainer.logger=[console]",
+                                           "trainer.total_epochs=12",
+                                           "trainer.n_gpus_per_node=8"};
+  std::vector<std::string> current = common, old = common;
+  for (const char* item :
+       {"data.messages_key=messages", "data.tools_key=tools", "model.path=/models/Qwen3-4B",
+        "model.trust_remote_code=true", "engine.ulysses_sequence_parallel_size=1"}) {
+    current.push_back(item);
+  }
+  for (const char* item :
+       {"data.multiturn.enable=true", "data.multiturn.messages_key=messages",
+        "data.multiturn.tools_key=tools", "model.partial_pretrain=/models/Qwen3-4B",
+        "model.trust_remote_code=true", "ulysses_sequence_parallel_size=1",
+        "use_remove_padding=true"}) {
+    old.push_back(item);
+  }
+  const VerlConversion now = ConvertSft(current);
+  const VerlConversion before = ConvertSft(old);
+  for (const VerlConversion* converted : {&now, &before}) {
+    CHECK(converted->errors.empty());
+    CHECK(Contains(converted->warnings,
+                   "model.trust_remote_code: ignored (models are implemented "
+                   "natively)"));
+    const v1::JobSpec spec = Validated(*converted);
+    CHECK(spec.trainer().mode() == v1::TRAINER_MODE_SFT);
+    CHECK(converted->config["model"]["path"] == "/models/Qwen3-4B");
+    CHECK(spec.data().max_prompt_length() == 16384);
+    CHECK(spec.data().max_response_length() == 16384);
+    CHECK(spec.data().train_batch_size() == 128);
+    CHECK(spec.roles().actor().train().ppo_mini_batch_size() == 128);
+    CHECK(spec.roles().actor().train().ppo_micro_batch_size_per_gpu() == 16);
+    CHECK(spec.roles().actor().train().lr() == Approx(1e-6));
+    CHECK(spec.roles().actor().gpus() == 8);
+    CHECK(spec.trainer().total_epochs() == 12);
+    CHECK(spec.trainer().checkpoint_dir() == "/ckpt/retool-sft");
+    CHECK(spec.name() == "qwen3-4b");
+  }
+  // The converted jobs are the same; the old names are each listed with what they were read as.
+  CHECK(now.config == before.config);
+  CHECK(Contains(before.mapped,
+                 "model.partial_pretrain (verl's old SFT trainer's name) -> model.path"));
+  CHECK(Contains(before.mapped,
+                 "data.multiturn.messages_key (verl's old SFT trainer's name) -> "
+                 "data.messages_key"));
+  // Sequence parallelism, in either name, is refused naming verl 0.9.1's key.
+  const VerlConversion parallel = ConvertSft({"ulysses_sequence_parallel_size=4"});
+  CHECK(Contains(parallel.errors,
+                 "engine.ulysses_sequence_parallel_size: not supported "
+                 "(sequence parallelism is not supported)"));
+}
+
+// verl's old single-turn SFT (examples/sft/gsm8k/run_qwen_05_peft.sh): the question and the answer
+// inside each row's extra_info, a LoRA adapter.
+TEST_CASE("verl's old single-turn SFT example converts to prompt and response paths",
+          "[verl][sft]") {
+  const VerlConversion converted = ConvertSft(
+      {"data.train_files=/data/gsm8k/train.parquet", "data.prompt_key=extra_info",
+       "data.response_key=extra_info", "optim.lr=1e-4", "data.prompt_dict_keys=['question']",
+       "+data.response_dict_keys=['answer']", "data.micro_batch_size_per_gpu=4",
+       "model.partial_pretrain=/models/Qwen2.5-0.5B-Instruct", "trainer.logger=['console']",
+       "trainer.total_epochs=1", "trainer.default_hdfs_dir=null", "model.lora_rank=32",
+       "model.lora_alpha=16", "model.target_modules=all-linear"});
+  INFO(absl::StrJoin(converted.warnings, "\n"));
+  CHECK(converted.errors.empty());
+  CHECK(converted.warnings.empty());
+  const v1::JobSpec spec = Validated(converted);
+  CHECK(spec.data().prompt_key() == "extra_info.question");
+  CHECK(spec.data().response_key() == "extra_info.answer");
+  CHECK(spec.model().lora_rank() == 32);
+  CHECK(spec.model().lora_alpha() == Approx(16));
+  CHECK(spec.trainer().total_epochs() == 1);
+  // Without the keys, the old trainer's defaults: question and answer at the top of each row.
+  const VerlConversion defaults = ConvertSft({"data.multiturn.enable=false"});
+  CHECK(defaults.config["data"]["prompt_key"] == "question");
+  CHECK(defaults.config["data"]["response_key"] == "answer");
+  // With multi-turn on, single-turn keys are listed as unread.
+  const VerlConversion both = ConvertSft({"data.multiturn.enable=true", "data.prompt_key=q"});
+  CHECK(Contains(both.warnings,
+                 "data.prompt_key: ignored (read by verl's old SFT trainer for "
+                 "single-turn rows only"));
+  CHECK_FALSE(both.config["data"].contains("response_key"));
+}
+
+TEST_CASE("verl SFT settings rlhfd cannot honour are refused or listed, each naming its key",
+          "[verl][sft]") {
+  const VerlConversion refused = ConvertSft(
+      {"data.truncation=right", "trainer.save_freq=after_each_epoch", "data.custom_cls.path=x.py",
+       "data.micro_batch_size=8", "engine.strategy=megatron", "optim.optimizer=SGD",
+       "data.enable_thinking_default=true"});
+  for (const char* key :
+       {"data.truncation: not supported ('right' with data.max_length: verl cuts the end",
+        "trainer.save_freq: not supported ('after_each_epoch': give a number of steps",
+        "data.custom_cls.path: not supported", "data.micro_batch_size: not supported",
+        "engine.strategy: not supported ('megatron'", "optim.optimizer: not supported",
+        "data.enable_thinking_default: not supported"}) {
+    INFO(key << "\n" << absl::StrJoin(refused.errors, "\n"));
+    CHECK(Contains(refused.errors, key));
+  }
+  CHECK(refused.errors.size() == 7);
+  // Validation: verl's is a loss on conversations, rlhfd's generates and scores prompts.
+  const VerlConversion listed =
+      ConvertSft({"data.val_files=/data/test.parquet", "trainer.test_freq=10",
+                  "data.pad_mode=right", "actor_rollout_ref.rollout.n=4"});
+  CHECK(listed.errors.empty());
+  CHECK(Contains(listed.warnings, "data.val_files: ignored (verl's SFT trainer reports the loss"));
+  CHECK(Contains(listed.warnings, "trainer.test_freq: ignored (read with data.val_files"));
+  CHECK(Contains(listed.warnings, "data.pad_mode: ignored (micro-batches are packed by rlhfd)"));
+  CHECK(Contains(listed.warnings,
+                 "actor_rollout_ref.rollout.n: ignored (not a key of verl 0.9's "
+                 "SFT trainer config)"));
+  CHECK_FALSE(listed.config["data"].contains("val_files"));
+  CHECK(Validated(listed).trainer().val_every() == 0);
+}
 
 }  // namespace
 
