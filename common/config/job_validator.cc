@@ -460,9 +460,9 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
   // reward model's or a service's scores would leave it unused.
   const int reward_kinds = !reward->rule().empty() + !reward->model().empty() +
                            !reward->remote().empty() + reward->has_custom_reward_function();
-  // An SFT job scores only what its validation generates.
-  const bool reward_unused = sft && spec->data().val_files().empty();
-  if (reward_kinds != 1 && !(reward_kinds == 0 && reward_unused)) {
+  // An SFT job scores only what its validation generates; without a reward it validates by the
+  // loss on its validation conversations (algorithms::ValidatesByLoss).
+  if (reward_kinds != 1 && !(reward_kinds == 0 && sft)) {
     check.Fail("roles.reward",
                reward_kinds == 0
                    ? "is required: give one of rule (e.g. gsm8k), model (a reward model "

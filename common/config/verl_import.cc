@@ -487,9 +487,11 @@ class Converter {
     if (!keys.empty()) {
       Map(absl::StrJoin(keys, " / "), "trainer.max_ckpt_to_keep", std::max<int64_t>(keep, 0));
     }
-    if (const Json* test = Take("trainer.test_freq")) {
-      Map("trainer.test_freq", "trainer.val_every",
-          test->is_number() && test->get<int64_t>() < 0 ? Json(0) : *test);
+    if (const Json* test = Take("trainer.test_freq"); test != nullptr && !test->is_number()) {
+      Error("trainer.test_freq",
+            absl::StrCat("'", Text(*test), "': give a number of steps (-1: at the end only)"));
+    } else if (test != nullptr) {
+      Map("trainer.test_freq", "trainer.val_every", test->get<int64_t>() < 0 ? Json(0) : *test);
     }
     if (const Json* mode = Take("trainer.resume_mode")) {
       const std::string text = Text(*mode);
@@ -611,6 +613,13 @@ class Converter {
                            "own bound; set data.truncation=error, or data.max_prompt_length, "
                            "max_response_length and truncation in the converted config"));
       }
+    }
+    // verl's SFT trainer validates (by the loss, as rlhfd's SFT jobs without a reward do) after
+    // steps only, never before the first.
+    if (const auto val = flat_.find("data.val_files"); val != flat_.end() && !Unset(val->second)) {
+      Set(&out_.config, "trainer.val_before_train", false);
+      out_.mapped.push_back(
+          "(verl's SFT trainer validates after steps) -> trainer.val_before_train");
     }
     if (const Json* keep = Take("sft.trainer.max_ckpt_to_keep")) {
       if (keep->is_number_integer()) {

@@ -253,11 +253,6 @@ const std::map<std::string, std::string>& HarmlessTable() {
       {"trainer.checkpoint_callback_class", "checkpoint callbacks are verl's Python"},
       {"trainer.use_v1", "verl's trainer implementation switch"},
       // verl's SFT trainer (SftKeyAsPpo).
-      {"sft.data.val_files",
-       "verl's SFT trainer reports the loss on these conversations; rlhfd's SFT validation "
-       "generates from prompt rows and scores them with roles.reward: give data.val_files and "
-       "roles.reward in the converted config for that (docs/internals/training.md)"},
-      {"sft.trainer.test_freq", "read with data.val_files, which is not converted"},
       {"sft.data.pad_mode", "micro-batches are packed by rlhfd"},
       {"sft.data.balance_dp_token", "rows are dealt to data-parallel ranks evenly"},
       {"sft.data.num_workers", "the controller reads the data itself"},
@@ -451,7 +446,8 @@ const std::map<std::string, std::string>& DerivedTable() {
        "the larger with max_critic_ckpt_to_keep: `trainer.max_ckpt_to_keep` (a step holds both)"},
       {"trainer.max_critic_ckpt_to_keep",
        "the larger with max_actor_ckpt_to_keep: `trainer.max_ckpt_to_keep` (a step holds both)"},
-      {"trainer.test_freq", "`trainer.val_every` (verl's -1, never, is 0)"},
+      {"trainer.test_freq",
+       "`trainer.val_every` (-1 is 0); rlhfd also validates after the last step"},
       {"trainer.resume_mode", "`trainer.resume` (auto: true, disable: false; resume_path refused)"},
       {"trainer.logger",
        "`trainer.loggers` (console, file as jsonl, tensorboard); others are listed and left out"},
@@ -613,9 +609,7 @@ constexpr const char* kSftOwn[] = {
     "data.balance_dp_token",
     "data.num_workers",
     "data.ignore_input_ids_mismatch",
-    "data.val_files",
     "data.train_batch_size",
-    "trainer.test_freq",
     "trainer.seed",
     "trainer.max_ckpt_to_keep",
     "trainer.profile_interval",

@@ -44,9 +44,8 @@ std::string Fate(const std::string& key);
 // (engine.strategy its strategy), checkpoint.* and profiler.* its own,
 // data.micro_batch_size_per_gpu / max_token_len_per_gpu / use_dynamic_bsz its ppo_ micro-batch
 // keys; the SFT trainer's own keys (data.messages_key, data.max_length, trainer.seed, ...) and
-// those that mean something else there (data.val_files: a validation loss; data.train_batch_size:
-// also the mini-batch) are "sft." + the key; the rest (data.train_files, most of trainer.*) are
-// named alike.
+// those that mean more there (data.train_batch_size: also the mini-batch) are "sft." + the key;
+// the rest (data.train_files, data.val_files, most of trainer.*) are named alike.
 std::string SftKeyAsPpo(const std::string& sft_key);
 
 // The inverse of SftKeyAsPpo, for messages: a key as the SFT config names it (unchanged when it

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/algorithms/algorithm_traits.h"
+#include "common/algorithms/supervised.h"
 #include "common/logging/logging.h"
 #include "common/stages/stage_service.h"
 #include "common/status/status_macros.h"
@@ -241,7 +242,7 @@ absl::StatusOr<JobDriver::RunData> JobDriver::LoadData(JobStages& job) {
   run.validates = data.val_files_size() > 0;
   if (run.validates) {
     const std::vector<std::string> files(data.val_files().begin(), data.val_files().end());
-    ASSIGN_OR_RETURN(run.validation, PromptData::Load(files, data));
+    ASSIGN_OR_RETURN(run.validation, PromptData::Load(files, data, ValidationRows(setup_.spec)));
   }
   int64_t train_filtered = 0;
   // Measured by the actor's first worker, which holds the tokenizer.
@@ -252,10 +253,15 @@ absl::StatusOr<JobDriver::RunData> JobDriver::LoadData(JobStages& job) {
     if (!tokens.ok()) return WithOrigin(tokens.status(), prompts, Identity(prompts.size()));
     return tokens;
   };
-  if (TrainingRows(setup_.spec) == RowKind::kConversation && !data.filter_overlong_prompts()) {
-    // Measuring encodes each conversation's target as its step will: a bad one fails the job
-    // now, naming its file and line, not at the step that reaches it.
-    RETURN_IF_ERROR(measure(run.train).status());
+  if (!data.filter_overlong_prompts()) {
+    // Measuring encodes each conversation's target as its step (or validation) will: a bad one
+    // fails the job now, naming its file and line, not at the step that reaches it.
+    if (TrainingRows(setup_.spec) == RowKind::kConversation) {
+      RETURN_IF_ERROR(measure(run.train).status());
+    }
+    if (run.validates && ValidationRows(setup_.spec) == RowKind::kConversation) {
+      RETURN_IF_ERROR(measure(run.validation).status());
+    }
   }
   if (data.filter_overlong_prompts()) {
     // verl's filter: prompts over max_prompt_length (template applied) are left out.
@@ -345,6 +351,7 @@ absl::Status JobDriver::ValidateInto(JobStages& job, const RunData& run, int64_t
   }
   const ValidationResult& result = *validated;
   for (const auto& [name, value] : result.metrics) into[name] = value;
+  if (algorithms::ValidatesByLoss(spec)) return absl::OkStatus();  // val/loss: no rewards
   samples.insert(samples.end(), result.samples.begin(), result.samples.end());
   // Mean reward per data source (verl's val-core/<source>/reward/mean@<n>).
   const int64_t n = std::max(1, spec.roles().actor().rollout().val_kwargs().n());

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/algorithms/supervised.h"
 #include "common/logging/logging.h"
 #include "common/stages/response_samples.h"
 #include "common/status/status_macros.h"
@@ -118,6 +119,17 @@ absl::StatusOr<ValidationResult> JobStages::Validate(int64_t step,
                          return request;
                        })));
   ValidationResult result;
+  if (algorithms::ValidatesByLoss(spec_)) {
+    // Token-mean over every validation conversation (verl's SFT trainer averages its batches'
+    // token-means, which weighs the tokens of a short batch more).
+    double loss = 0, tokens = 0;
+    for (const v1::ValidateReply& reply : replies) {
+      loss += reply.loss_sum();
+      tokens += static_cast<double>(reply.loss_tokens());
+    }
+    result.metrics["val/loss"] = loss / std::max(1.0, tokens);
+    return result;
+  }
   double tokens = 0;
   std::map<std::string, double> rule_totals;  // roles.reward.val_rules
   for (const v1::ValidateReply& reply : replies) {

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/algorithms/supervised.h"
 #include "common/config/config_document.h"
 #include "common/config/reward_rules.h"
 #include "common/status/status_macros.h"
@@ -362,6 +363,10 @@ bool IsParquetFile(const std::string& file) { return absl::EndsWith(file, ".parq
 
 RowKind TrainingRows(const v1::JobSpec& spec) {
   return spec.trainer().mode() == v1::TRAINER_MODE_SFT ? RowKind::kConversation : RowKind::kPrompt;
+}
+
+RowKind ValidationRows(const v1::JobSpec& spec) {
+  return algorithms::ValidatesByLoss(spec) ? RowKind::kConversation : RowKind::kPrompt;
 }
 
 namespace {

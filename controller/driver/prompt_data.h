@@ -39,6 +39,9 @@ enum class RowKind { kPrompt, kConversation };
 
 // What the job's training files hold (conversations in trainer.mode sft).
 RowKind TrainingRows(const v1::JobSpec& spec);
+// What its validation files hold: conversations where it validates by their loss
+// (algorithms::ValidatesByLoss), else prompts.
+RowKind ValidationRows(const v1::JobSpec& spec);
 
 // The rows of a data file submission reads (Parquet: the first rows decoded together).
 inline constexpr int64_t kHeadRows = 16;

@@ -238,8 +238,9 @@ void ResolveAndCheckFiles(const std::string& base_dir, v1::JobSpec* spec,
                    kind == RowKind::kPrompt ? roles_rule : std::string(), kind);
   }
   for (int i = 0; i < data->val_files_size(); ++i) {
+    const RowKind kind = ValidationRows(*spec);
     check.DataFile(absl::StrCat("data.val_files[", i, "]"), data->mutable_val_files(i), *data,
-                   roles_rule);
+                   kind == RowKind::kPrompt ? roles_rule : std::string(), kind);
   }
   auto* roles = spec->mutable_roles();
   if (roles->has_critic() && !roles->critic().model_path().empty()) {

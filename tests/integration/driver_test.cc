@@ -1031,6 +1031,54 @@ TEST_CASE("trainer.mode sft reads verl's layout (tool_calls, tools): the same fi
   CHECK(std::abs(by_step.at(1).at("train/loss") - golden.at("loss").get<double>()) < 1e-4);
 }
 
+// Without a reward, an SFT job validates as verl's SFT trainer does: the loss on its validation
+// conversations (val/loss). Validating on the training conversations themselves, before the
+// first step the loss is transformers' on them (the golden of the training loss), and after the
+// last it is lower. The two actor ranks shard the weights (ZeRO-3), so their forwards are
+// collective: a validation file of one conversation leaves a rank with none, which takes part.
+TEST_CASE("trainer.mode sft without a reward validates by the loss on conversations",
+          "[driver][runs]") {
+  const std::string fixtures = RLHFD_FIXTURES_DIR;
+  TempDir dir;
+  std::ifstream golden_file(fixtures + "/data/tool_sft_golden.json");
+  const nlohmann::json golden = nlohmann::json::parse(golden_file);
+  const std::string conversations = fixtures + "/data/tool_sft_verl.jsonl";
+  std::ifstream lines(conversations);
+  std::string first;
+  std::getline(lines, first);
+  std::ofstream(dir.path() + "/one.jsonl") << first << "\n";
+  const std::string config = absl::StrReplaceAll(
+      WriteSftJob(dir.path()),
+      {{"/data/tool_sft.jsonl], val_files: [" + dir.path() + "/questions.jsonl]",
+        "/data/tool_sft_verl.jsonl], val_files: [" + conversations + "], tools_key: tools"},
+       {"      multi_turn: {enable: true, tool_config_path: " + dir.path() + "/tools.yaml}\n", ""},
+       {"    rollout:\n", ""},
+       {"  reward: {rule: exact_match}\n", ""}});
+  REQUIRE_FALSE(absl::StrContains(config, "reward"));
+  DriverCluster cluster;
+  for (int i = 0; i < 2; ++i) cluster.StartWorker();
+  const std::string id = cluster.Submit(config, {"trainer.total_steps=3"});
+  const v1::Job job = cluster.WaitEnded(id);
+  INFO(config << "\n" << Describe(job));
+  REQUIRE(job.state() == v1::JOB_STATE_SUCCEEDED);
+  const std::map<int64_t, std::map<std::string, double>> by_step = cluster.MetricsByStep(id);
+  const double before = by_step.at(0).at("val/loss");
+  CHECK(std::abs(before - golden.at("loss").get<double>()) < 1e-4);
+  CHECK(by_step.at(3).at("val/loss") < 0.9 * before);
+  CHECK(by_step.at(0).count("val/score/mean") == 0);  // nothing generated or scored
+
+  const std::string one = absl::StrReplaceAll(
+      config,
+      {{"val_files: [" + conversations + "]", "val_files: [" + dir.path() + "/one.jsonl]"}});
+  const std::string small = cluster.Submit(one, {"trainer.total_steps=1"});
+  const v1::Job small_job = cluster.WaitEnded(small);
+  INFO(Describe(small_job));
+  REQUIRE(small_job.state() == v1::JOB_STATE_SUCCEEDED);
+  const std::map<int64_t, std::map<std::string, double>> small_steps = cluster.MetricsByStep(small);
+  CHECK(small_steps.at(0).at("val/loss") > 0);
+  CHECK(std::isfinite(small_steps.at(1).at("val/loss")));
+}
+
 // The same conversations and weights as a verl SFT run gives them, converted by rlhfctl (submit
 // --from-verl --sft, verl 0.9.1's sft_trainer keys and its defaults): the job trains with verl's
 // SFT loss, so its first loss is transformers' on those conversations (token-mean over the batch),
@@ -1051,13 +1099,18 @@ TEST_CASE("rlhfctl submit --from-verl --sft trains a verl SFT run's conversation
        "model.path=" + dir.path() + "/model", "optim.lr=3e-3", "optim.weight_decay=0",
        "trainer.n_gpus_per_node=2", "trainer.device=cpu", "trainer.total_training_steps=2",
        "trainer.logger=[console]", "trainer.experiment_name=verl-sft",
-       "trainer.default_local_dir=" + dir.path() + "/checkpoints"});
+       "trainer.default_local_dir=" + dir.path() + "/checkpoints",
+       "data.val_files=" + fixtures + "/data/tool_sft_verl.jsonl"});
   INFO(submitted.out << submitted.err);
   REQUIRE(submitted.exit_code == 0);
   CHECK(absl::StrContains(submitted.out, "succeeded: finished 2 steps"));
   const std::map<int64_t, std::map<std::string, double>> by_step = cluster.MetricsByStep("job-1");
   CHECK(std::abs(by_step.at(1).at("train/loss") - golden.at("loss").get<double>()) < 1e-4);
   CHECK(by_step.at(2).at("train/loss") < by_step.at(1).at("train/loss"));
+  // verl's SFT validation: the loss on the validation conversations after the last step, not
+  // before the first.
+  CHECK(by_step.count(0) == 0);
+  CHECK(by_step.at(2).at("val/loss") < golden.at("loss").get<double>());
 }
 
 TEST_CASE("Two jobs share four workers; a third waits with its reason", "[driver][scheduling]") {

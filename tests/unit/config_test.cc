@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <string>
 
+#include "common/algorithms/supervised.h"
 #include "common/config/config_errors.h"
 #include "common/config/config_printer.h"
 #include "common/config/job_config.h"
@@ -194,13 +195,21 @@ trainer: {mode: sft}
   const auto with_actor = [&](const std::string& actor) {
     return Replace(sft, "actor: {gpus: 2}", "actor: {gpus: 2, " + actor + "}");
   };
-  // Validation generates and scores: it needs a reward.
-  CHECK_THAT(ErrorOf(Replace(sft, "train_batch_size: 256",
-                             "train_batch_size: 256, val_files: [/data/test.jsonl]")),
-             Catch::Contains("roles.reward: is required"));
-  CHECK(ParseJobSpec(Replace(sft, "actor: {gpus: 2}", "actor: {gpus: 2}\n  reward: {rule: gsm8k}"),
-                     "x.yaml")
-            .ok());
+  // Validation without a reward is by the loss on conversations (verl's SFT trainer's); with one,
+  // it generates and scores.
+  const std::string validated =
+      Replace(sft, "train_batch_size: 256", "train_batch_size: 256, val_files: [/data/test.jsonl]");
+  auto by_loss = ParseJobSpec(validated, "x.yaml");
+  INFO(by_loss.status());
+  REQUIRE(by_loss.ok());
+  CHECK(algorithms::ValidatesByLoss(*by_loss));
+  auto scored = ParseJobSpec(
+      Replace(validated, "actor: {gpus: 2}", "actor: {gpus: 2}\n  reward: {rule: gsm8k}"),
+      "x.yaml");
+  INFO(scored.status());
+  REQUIRE(scored.ok());
+  CHECK_FALSE(algorithms::ValidatesByLoss(*scored));
+  CHECK_FALSE(algorithms::ValidatesByLoss(*ParseJobSpec(kValidYaml, "x.yaml")));  // an RL job
   CHECK_THAT(ErrorOf(with_actor("rollout: {n: 4}")),
              Catch::Contains("roles.actor.rollout.n: 4: a supervised step trains one row per "
                              "conversation"));

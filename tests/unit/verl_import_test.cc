@@ -265,30 +265,35 @@ TEST_CASE("verl SFT settings rlhfd cannot honour are refused or listed, each nam
   const VerlConversion refused = ConvertSft(
       {"data.truncation=right", "trainer.save_freq=after_each_epoch", "data.custom_cls.path=x.py",
        "data.micro_batch_size=8", "engine.strategy=megatron", "optim.optimizer=SGD",
-       "data.enable_thinking_default=true"});
+       "data.enable_thinking_default=true", "trainer.test_freq=after_each_epoch"});
   for (const char* key :
        {"data.truncation: not supported ('right' with data.max_length: verl cuts the end",
         "trainer.save_freq: not supported ('after_each_epoch': give a number of steps",
+        "trainer.test_freq: not supported ('after_each_epoch': give a number of steps",
         "data.custom_cls.path: not supported", "data.micro_batch_size: not supported",
         "engine.strategy: not supported ('megatron'", "optim.optimizer: not supported",
         "data.enable_thinking_default: not supported"}) {
     INFO(key << "\n" << absl::StrJoin(refused.errors, "\n"));
     CHECK(Contains(refused.errors, key));
   }
-  CHECK(refused.errors.size() == 7);
-  // Validation: verl's is a loss on conversations, rlhfd's generates and scores prompts.
+  CHECK(refused.errors.size() == 8);
+  // Validation: by the loss on the conversations (an SFT job without a reward validates so),
+  // every test_freq steps and after the last, never before the first, as verl's SFT trainer.
   const VerlConversion listed =
       ConvertSft({"data.val_files=/data/test.parquet", "trainer.test_freq=10",
                   "data.pad_mode=right", "actor_rollout_ref.rollout.n=4"});
   CHECK(listed.errors.empty());
-  CHECK(Contains(listed.warnings, "data.val_files: ignored (verl's SFT trainer reports the loss"));
-  CHECK(Contains(listed.warnings, "trainer.test_freq: ignored (read with data.val_files"));
   CHECK(Contains(listed.warnings, "data.pad_mode: ignored (micro-batches are packed by rlhfd)"));
   CHECK(Contains(listed.warnings,
                  "actor_rollout_ref.rollout.n: ignored (not a key of verl 0.9's "
                  "SFT trainer config)"));
-  CHECK_FALSE(listed.config["data"].contains("val_files"));
-  CHECK(Validated(listed).trainer().val_every() == 0);
+  CHECK_FALSE(Contains(listed.warnings, "val_files"));
+  CHECK_FALSE(Contains(listed.warnings, "test_freq"));
+  const v1::JobSpec validated = Validated(listed);
+  CHECK(validated.data().val_files_size() == 1);
+  CHECK(validated.trainer().val_every() == 10);
+  CHECK_FALSE(validated.trainer().val_before_train());
+  CHECK(ConvertSft({}).config["trainer"].count("val_before_train") == 0);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/algorithms/algorithm_traits.h"
+#include "common/algorithms/supervised.h"
 #include "common/stages/response_samples.h"
 #include "common/stages/role_names.h"
 #include "common/status/status_macros.h"
@@ -18,6 +19,7 @@
 #include "worker/roles/advantage_stage.h"
 #include "worker/roles/generated_rows.h"
 #include "worker/roles/scored_generation.h"
+#include "worker/roles/supervised_validation.h"
 #include "worker/roles/weight_sync.h"
 
 namespace rlhfd::roles {
@@ -327,6 +329,7 @@ absl::StatusOr<v1::UpdateReply> RunUpdateCritic(HostedJob& job, const v1::Update
 
 absl::StatusOr<v1::ValidateReply> RunValidate(HostedJob& job, const v1::ValidateRequest& request) {
   RETURN_IF_ERROR(NeedRole(job, v1::ROLE_ACTOR, job.actor != nullptr));
+  if (algorithms::ValidatesByLoss(job.spec)) return SupervisedValidation(*job.actor, request);
   if (!job.scorer) {
     return absl::UnimplementedError(
         "validate: validation scores with roles.reward.rule, .custom_reward_function or .remote; a "

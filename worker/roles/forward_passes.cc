@@ -25,16 +25,23 @@ absl::StatusOr<at::Tensor> InMicroBatches(const at::Tensor& input_ids,
                                           Function per_micro_batch) {
   try {
     at::NoGradGuard no_grad;
-    ASSIGN_OR_RETURN(const ForwardPlan plan, PlanForwards(attention_mask, micro));
+    ASSIGN_OR_RETURN(ForwardPlan plan, PlanForwards(attention_mask, micro));
+    // No rows: a stand-in forward, dropped, gives the (empty) result its shape.
+    if (plan.forwards.empty()) plan.forwards.push_back({kStandInRow});
     const std::vector<std::vector<int64_t>>& forwards = plan.forwards;
     const size_t real = plan.real;
+    at::Tensor dropped;  // A dropped forward's result: the shape of one with no rows.
     std::vector<at::Tensor> parts;
     std::vector<int64_t> order;  // The row of each result, in the order computed.
     for (size_t k = 0; k < forwards.size(); ++k) {
       const std::vector<int64_t>& rows = forwards[k];
       const bool consecutive = rows.back() - rows.front() + 1 == static_cast<int64_t>(rows.size());
       at::Tensor ids, mask;
-      if (consecutive) {
+      if (rows.front() == kStandInRow) {
+        // A replica without rows keeps in step with a row of token 0 over the whole width.
+        ids = at::zeros({1, input_ids.size(1)}, input_ids.options());
+        mask = at::ones({1, attention_mask.size(1)}, attention_mask.options());
+      } else if (consecutive) {
         ids = input_ids.narrow(0, rows.front(), static_cast<int64_t>(rows.size()));
         mask = attention_mask.narrow(0, rows.front(), static_cast<int64_t>(rows.size()));
       } else {
@@ -43,11 +50,14 @@ absl::StatusOr<at::Tensor> InMicroBatches(const at::Tensor& input_ids,
         mask = attention_mask.index_select(0, index);
       }
       at::Tensor result = per_micro_batch(ids, mask);
-      if (k >= real) continue;  // A forward only to keep the replicas' collectives in step.
+      if (k >= real) {  // A forward only to keep the replicas' collectives in step.
+        dropped = std::move(result);
+        continue;
+      }
       parts.push_back(std::move(result));
       order.insert(order.end(), rows.begin(), rows.end());
     }
-    if (parts.empty()) return at::Tensor();
+    if (parts.empty()) return dropped.narrow(0, 0, 0);
     at::Tensor computed = at::cat(parts);
     if (std::is_sorted(order.begin(), order.end())) return computed;
     at::Tensor in_order = at::empty_like(computed);
@@ -74,7 +84,8 @@ absl::StatusOr<ForwardPlan> PlanForwards(const at::Tensor& attention_mask,
   const int64_t rows = attention_mask.size(0), width = attention_mask.size(1);
   std::vector<int64_t> all(rows), real, tokens;
   std::iota(all.begin(), all.end(), 0);
-  if (micro.token_budget > 0) {  // (Fixed micro-batches need no copy of the mask's counts.)
+  const bool lockstep = micro.lockstep != nullptr && micro.lockstep->lockstep_forwards();
+  if (micro.token_budget > 0 || lockstep) {  // (Otherwise the mask's counts are not needed.)
     const at::Tensor counts = attention_mask.sum(1).to(at::kCPU, at::kLong).contiguous();
     real.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + rows);
     // What a forward computes: the real tokens where it packs them, every column where it pads.
@@ -83,15 +94,15 @@ absl::StatusOr<ForwardPlan> PlanForwards(const at::Tensor& attention_mask,
   ForwardPlan plan;
   plan.forwards = train::SplitMicroBatches(all, tokens, micro.rows, micro.token_budget);
   plan.real = plan.forwards.size();
-  // Fixed micro-batches over the equal shares of the batch that the replicas hold come out equal
-  // in number; forwards packed by tokens may not.
-  if (micro.token_budget > 0 && micro.lockstep != nullptr && micro.lockstep->lockstep_forwards()) {
+  // Forwards packed by tokens may come out unequal in number across the replicas, and so may
+  // fixed micro-batches over unequal shares (a validation's, which can leave a replica none).
+  if (lockstep) {
     std::vector<double> most = {static_cast<double>(plan.forwards.size())};
     RETURN_IF_ERROR(micro.lockstep->ReduceOverReplicas(most, train::ReplicaReduce::kMax));
     // The longest row: a packed forward of rows with fewer than two tokens runs no model, and
-    // so none of the collectives the replicas wait for.
+    // so none of the collectives the replicas wait for. Without rows, kStandInRow.
     const int64_t longest =
-        rows == 0 ? 0 : std::max_element(real.begin(), real.end()) - real.begin();
+        rows == 0 ? kStandInRow : std::max_element(real.begin(), real.end()) - real.begin();
     while (plan.forwards.size() < static_cast<size_t>(most[0])) plan.forwards.push_back({longest});
   }
   return plan;

@@ -31,8 +31,9 @@ struct ForwardMicroBatches {
 };
 
 // The forwards of a pass over `attention_mask`'s rows, and how many of them count: past those,
-// forwards of the longest row only keep this replica's collectives in step with the others'
-// (ForwardMicroBatches::lockstep).
+// forwards of the longest row (kStandInRow where there are no rows: a row of token 0) only keep
+// this replica's collectives in step with the others' (ForwardMicroBatches::lockstep).
+inline constexpr int64_t kStandInRow = -1;
 struct ForwardPlan {
   std::vector<std::vector<int64_t>> forwards;
   size_t real = 0;

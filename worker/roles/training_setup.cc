@@ -94,6 +94,9 @@ train::UpdateLoopOptions UpdateLoopOptionsOf(const v1::JobSpec& spec, v1::Role r
 }
 
 double LogProbTemperature(const v1::JobSpec& spec) {
+  // trainer.mode sft learns (and validates) the data's tokens at temperature 1, whatever its
+  // validation generations sample at.
+  if (spec.trainer().mode() == v1::TRAINER_MODE_SFT) return 1.0;
   const double temperature = spec.roles().actor().rollout().temperature();
   return temperature > 0 ? temperature : 1.0;
 }

@@ -46,7 +46,8 @@ train::UpdateLoopOptions UpdateLoopOptionsOf(const v1::JobSpec& spec, v1::Role r
                                              int64_t first_step, int64_t nonfinite_skips);
 
 // The temperature the actor's and reference's log-probs are taken at: the rollout's sampling
-// temperature, 1 for a greedy rollout (temperature 0), as verl divides its logits.
+// temperature, 1 for a greedy rollout (temperature 0), as verl divides its logits; 1 in
+// trainer.mode sft (the data's tokens, not samples).
 double LogProbTemperature(const v1::JobSpec& spec);
 
 // The actor's update options: the loop of UpdateLoopOptionsOf, the policy loss's clip ratios and

@@ -139,7 +139,8 @@ absl::StatusOr<std::map<std::string, double>> RolloutProbsDiffMetrics(
                 Item((rollout * rollout).sum()),
                 Item((actor * actor).sum()),
                 Item((rollout * actor).sum())};
-        largest = {Item(diff.max())};  // diff is 0 outside the mask, and |.| >= 0 inside
+        // diff is 0 outside the mask, and |.| >= 0 inside; a replica without rows adds 0.
+        largest = {diff.numel() == 0 ? 0.0 : Item(diff.max())};
       },
       "training/rollout_probs_diff", reduce));
   std::map<std::string, double> metrics;

@@ -144,13 +144,28 @@ TEST_CASE("a layout in lockstep plans the replicas' agreed count, padding with t
   CHECK(got->sizes() == expected->sizes());
   CHECK(MaxDiff(*got, *expected) < 1e-5);
 
-  // Fixed micro-batches over equal shares need no agreement.
+  // Fixed micro-batches agree too: replicas' shares may differ (a validation's).
   lockstep.asked = -1;
   const ForwardMicroBatches fixed{.rows = 4, .setting = "rows", .lockstep = &lockstep};
   auto fixed_plan = PlanForwards(rows.mask, fixed);
   REQUIRE(fixed_plan.ok());
-  CHECK(lockstep.asked == -1);
-  CHECK(fixed_plan->forwards.size() == 3);  // 11 rows: 4, 4, 3.
+  CHECK(lockstep.asked == 3);               // 11 rows: 4, 4, 3,
+  CHECK(fixed_plan->forwards.size() == 5);  // and two padding forwards.
+  CHECK(fixed_plan->real == 3);
+
+  // A replica without rows takes part with stand-in forwards and gets an empty result.
+  const at::Tensor none_ids = rows.ids.narrow(0, 0, 0), none_mask = rows.mask.narrow(0, 0, 0);
+  auto none = PlanForwards(none_mask, fixed);
+  REQUIRE(none.ok());
+  CHECK(none->real == 0);
+  CHECK(none->forwards == std::vector<std::vector<int64_t>>(2, {kStandInRow}));
+  for (const ForwardMicroBatches* micro : {&fixed, &packed, &alone}) {
+    auto empty = ResponseLogProbs(*causal, none_ids, none_mask, rows.prompt_length, *micro, 1.0);
+    INFO(micro->setting);
+    REQUIRE(empty.ok());
+    REQUIRE(empty->defined());
+    CHECK(empty->sizes() == std::vector<int64_t>{0, rows.ids.size(1) - rows.prompt_length});
+  }
 }
 
 TEST_CASE("a forward that pads its rows counts their padded width against the budget", "[roles]") {
