@@ -81,10 +81,10 @@ class Converter {
       if (new_key.empty()) {
         Warn(old_key, "the old SFT trainer's name of a key the run also gives as verl 0.9.1's");
       } else {
-        out_.mapped.push_back(
-            absl::StrCat(old_key, " (verl's old SFT trainer's name) -> ", new_key));
+        typed_[new_key] = old_key;
       }
     }
+    if (OldSftTrainer()) OldDefaults();
     Direct();
     Strategy("actor_rollout_ref.actor.strategy", "roles.actor.train.zero_stage");
     TargetModules();
@@ -106,9 +106,45 @@ class Converter {
     return std::move(out_);
   }
 
-  // A key as the run's config names it (an SFT config's keys are handled in the PPO config's).
+  // A key as the run names it: an SFT config's keys are handled in the PPO config's names, and
+  // the old SFT trainer's keys as verl 0.9.1's.
   std::string Shown(const std::string& key) const {
-    return sft_ ? verl_keys::PpoKeyAsSft(key) : key;
+    if (!sft_) return key;
+    const std::string sft = verl_keys::PpoKeyAsSft(key);
+    const auto typed = typed_.find(sft);
+    return typed != typed_.end() ? typed->second : sft;
+  }
+
+  // Whether an SFT run is written for verl's old SFT trainer (fsdp_sft_trainer): it uses keys
+  // only that trainer has.
+  bool OldSftTrainer() const {
+    if (!typed_.empty()) return true;
+    for (const char* key : {"sft.data.prompt_key", "sft.data.response_key",
+                            "sft.data.prompt_dict_keys", "sft.data.response_dict_keys",
+                            "sft.data.micro_batch_size", "sft.data.multiturn.enable"}) {
+      if (user_set_.count(key)) return true;
+    }
+    return false;
+  }
+
+  // The old SFT trainer's defaults that verl 0.9.1 changed: a run written for it that leaves
+  // them out meant the old values, which a conversion on 0.9.1's defaults would silently
+  // replace (a learning rate 100 times larger); each is refused until the run gives it.
+  void OldDefaults() {
+    static constexpr std::pair<const char*, const char*> kOld[] = {
+        {"optim.lr", "1e-5"},
+        {"optim.betas", "[0.9, 0.95]"},
+        {"optim.lr_warmup_steps_ratio", "0.1 (its warmup_steps_ratio)"},
+        {"optim.lr_scheduler_type", "cosine (its lr_scheduler)"},
+    };
+    for (const auto& [key, old] : kOld) {
+      const std::string ppo = verl_keys::SftKeyAsPpo(key);
+      const auto now = flat_.find(ppo);
+      if (user_set_.count(ppo) || now == flat_.end()) continue;
+      Error(ppo, absl::StrCat("the run uses verl's old SFT trainer's keys, whose default for it "
+                              "is ",
+                              old, ", verl 0.9.1's ", Text(now->second), ": give it"));
+    }
   }
   // The value of `key` when it is set (not null); consumes it. An interpolation that could not
   // be resolved is refused here rather than copied as text.
@@ -391,6 +427,14 @@ class Converter {
             "false: give roles their own GPUs with rlhfd's placement: split and roles.*.gpus");
     }
     Map("trainer.n_gpus_per_node x trainer.nnodes", "roles.actor.gpus", ActorGpus());
+    if (sft_ && !user_set_.count("trainer.n_gpus_per_node") && !user_set_.count("trainer.nnodes")) {
+      Warn("trainer.n_gpus_per_node",
+           absl::StrCat("verl's SFT trainer runs on torchrun's processes (--nproc_per_node x "
+                        "--nnodes), which a config does not hold; the job asks for ",
+                        ActorGpus(),
+                        ": give trainer.n_gpus_per_node and nnodes as the torchrun "
+                        "line does"));
+    }
     Map(sft_ ? "(verl's SFT trainer: one pool)" : "actor_rollout_ref.hybrid_engine", "placement",
         "colocated");
     // verl's standalone rollout: nnodes > 0 gives the rollout nnodes x n_gpus_per_node GPUs of
@@ -468,7 +512,9 @@ class Converter {
       Error("trainer.save_freq",
             absl::StrCat("'", Text(*save), "': give a number of steps (-1: never)"));
     } else if (save != nullptr) {
-      Map("trainer.save_freq", "trainer.save_every", save->get<int64_t>() < 0 ? Json(-1) : *save);
+      // verl's SFT trainer saves after its last step whatever save_freq is (save_every 0).
+      Map("trainer.save_freq", "trainer.save_every",
+          save->get<int64_t>() < 0 ? Json(sft_ ? 0 : -1) : *save);
     }
     // verl keeps actor and critic checkpoints apart; a step directory here holds both, so it
     // keeps as many as the larger asks for (null or <= 0: all, as in verl).
@@ -578,6 +624,10 @@ class Converter {
         if (!IsVerlNeutral(key, value)) Warn(key, harmless->second);
       } else if (auto refused = UnsupportedTable().find(key); refused != UnsupportedTable().end()) {
         if (!IsVerlNeutral(key, value)) Error(key, refused->second);
+      } else if (const std::string parent = verl_keys::RefusedParent(key); !parent.empty()) {
+        // A setting inside a refused mapping (apply_chat_template_kwargs.enable_thinking, an
+        // override_config entry): the mapping's own default is empty.
+        Error(parent, UnsupportedTable().at(parent));
       } else if (!verl_keys_.count(key)) {
         // Hydra refuses such an override (without a leading +); verl's code never reads it.
         Warn(key, sft_ ? "not a key of verl 0.9's SFT trainer config"
@@ -642,8 +692,13 @@ class Converter {
                                            "sft.data.response_key", "sft.data.response_dict_keys"};
     bool given = false;
     for (const std::string& key : keys) given = Take(key) != nullptr || given;
-    const bool multi_turn =
-        enable != nullptr ? !enable->is_boolean() || enable->get<bool>() : !given;
+    if (enable != nullptr && !enable->is_boolean()) {
+      Error("sft.data.multiturn.enable", absl::StrCat("'", Text(*enable), "': true or false"));
+      return;
+    }
+    // The old trainer read single-turn rows unless told otherwise; verl 0.9.1's reads
+    // conversations only.
+    const bool multi_turn = enable != nullptr ? enable->get<bool>() : !(given || OldSftTrainer());
     if (multi_turn) {
       for (const std::string& key : keys) {
         if (user_set_.count(key)) {
@@ -660,9 +715,15 @@ class Converter {
       const std::string path_key = absl::StrCat("sft.data.", side, "_dict_keys");
       const Json* name = Take(key);
       const Json* path = Take(path_key);
+      if (name != nullptr && !name->is_string()) {
+        Error(key, absl::StrCat("'", Text(*name), "': expected the key of a column"));
+        continue;
+      }
       std::string dotted = name != nullptr ? Text(*name) : fallback;
       if (path != nullptr) {
-        if (!path->is_array()) {
+        if (!path->is_array() || !std::all_of(path->begin(), path->end(), [](const Json& part) {
+              return part.is_string() || part.is_number_integer();
+            })) {
           Error(path_key, absl::StrCat("'", Text(*path), "': expected a list of keys"));
           continue;
         }
@@ -681,6 +742,7 @@ class Converter {
   std::map<std::string, std::string> unresolved_;
   std::set<std::string> verl_keys_;
   std::vector<std::pair<std::string, std::string>> renamed_;
+  std::map<std::string, std::string> typed_;  // verl 0.9.1's name -> the old one the run used
   std::set<std::string> consumed_;
   std::set<std::string> noted_;
   VerlConversion out_{Json::object(), {}, {}, {}, {}, {}, nullptr};
@@ -716,7 +778,15 @@ std::vector<std::pair<std::string, std::string>> InPpoNames(ComposedVerlRun& run
   const std::set<std::string> sft_keys = run.verl_keys;
   const auto as_ppo = [&](const std::string& key) {
     std::string ppo = verl_keys::SftKeyAsPpo(key);
-    const bool known = sft_keys.count(key) || absl::StartsWith(ppo, "sft.");
+    // Known: a key of the config, inside one of its mappings (override_config.x), the SFT
+    // trainer's own, or one of its sections' keys the tables know in the PPO config's names
+    // (optim.grad_clip, the deprecated name verl still reads); not a PPO config's own key.
+    bool known = sft_keys.count(key) || absl::StartsWith(ppo, "sft.") ||
+                 (ppo != key && verl_keys::Known(ppo));
+    for (size_t dot = key.rfind('.'); !known && dot != std::string::npos && dot > 0;
+         dot = key.rfind('.', dot - 1)) {
+      known = sft_keys.count(key.substr(0, dot)) > 0;
+    }
     return known ? ppo : absl::StrCat("sft.", key);
   };
   const auto rename = [&](auto& keyed) {

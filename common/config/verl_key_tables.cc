@@ -259,9 +259,6 @@ const std::map<std::string, std::string>& HarmlessTable() {
       {"sft.data.ignore_input_ids_mismatch",
        "each turn is tokenized by itself, as a rollout makes it; no whole-conversation encoding "
        "is compared with it"},
-      {"sft.data.enable_thinking_key",
-       "rows' own enable_thinking values are not passed to the chat template (Qwen3's thinking "
-       "switch): such rows render as without it"},
       {"sft.trainer.profile_interval",
        "verl's profilers are not run; set trainer.profile_steps and trainer.profile_dir for "
        "PyTorch traces of a step's stages"},
@@ -340,7 +337,7 @@ const std::map<std::string, std::string>& UnsupportedTable() {
       {"reward.sandbox_fusion.url", "sandboxed code execution is not supported"},
       {"distillation.enabled", "distillation from a teacher model is not supported"},
       {"actor_rollout_ref.model.lora.rank",
-       "verl's Megatron LoRA section; set actor_rollout_ref.model.lora_rank"},
+       "verl's Megatron LoRA section; set lora_rank beside it"},
       {"critic.model.lora.rank", "LoRA critics are not supported yet (the actor's LoRA is)"},
       {"actor_rollout_ref.actor.qat.enable", "quantisation-aware training is not supported"},
       {"actor_rollout_ref.actor.fsdp_config.qat.enable",
@@ -356,6 +353,9 @@ const std::map<std::string, std::string>& UnsupportedTable() {
       // verl's SFT trainer (SftKeyAsPpo).
       {"sft.data.enable_thinking_default",
        "the chat template is rendered without enable_thinking; leave it none"},
+      {"sft.data.enable_thinking_key",
+       "rows' own enable_thinking values (Qwen3's thinking switch) are not passed to the chat "
+       "template; rows that carry one under the default key render as without it"},
       {"sft.data.micro_batch_size",
        "the global micro-batch size of verl's old SFT trainer; give "
        "data.micro_batch_size_per_gpu"},
@@ -441,7 +441,9 @@ const std::map<std::string, std::string>& DerivedTable() {
       {"reward_model.model.input_tokenizer",
        "the actor's tokenizer renders the reward model's "
        "input"},
-      {"trainer.save_freq", "`trainer.save_every` (-1: never, as in verl)"},
+      {"trainer.save_freq",
+       "`trainer.save_every` (-1: never, as verl's PPO trainer; from verl's SFT trainer, which "
+       "saves after its last step whatever it is, 0: after the last step)"},
       {"trainer.max_actor_ckpt_to_keep",
        "the larger with max_critic_ckpt_to_keep: `trainer.max_ckpt_to_keep` (a step holds both)"},
       {"trainer.max_critic_ckpt_to_keep",
@@ -662,6 +664,22 @@ const std::map<std::string, std::string>& LegacySftRenames() {
   return *table;
 }
 
+bool Known(const std::string& key) {
+  for (const auto& [from, to] : DirectTable()) {
+    if (from == key) return true;
+  }
+  return DerivedTable().count(key) || HarmlessTable().count(key) || UnsupportedTable().count(key);
+}
+
+std::string RefusedParent(const std::string& key) {
+  for (size_t dot = key.rfind('.'); dot != std::string::npos && dot > 0;
+       dot = key.rfind('.', dot - 1)) {
+    std::string parent = key.substr(0, dot);
+    if (UnsupportedTable().count(parent)) return parent;
+  }
+  return "";
+}
+
 // Values that mean "not given": null (interpolations are resolved before the tables are read).
 bool Unset(const Json& value) { return value.is_null(); }
 
@@ -684,6 +702,9 @@ bool IsVerlNeutral(const std::string& key, const Json& value) {
   }
   if (key == "sft.data.enable_thinking_default") {
     return value.is_string() && value.get<std::string>() == "none";
+  }
+  if (key == "sft.data.enable_thinking_key") {
+    return value.is_string() && value.get<std::string>() == "enable_thinking";
   }
   if (key == "reward_model.reward_manager") {
     return value.is_string() && value.get<std::string>() == "naive";

@@ -56,6 +56,14 @@ std::string PpoKeyAsSft(const std::string& key);
 // users still run) → the key verl 0.9.1's sft_trainer reads for the same thing.
 const std::map<std::string, std::string>& LegacySftRenames();
 
+// Whether a table above names `key` (a key the converter reads or judges).
+bool Known(const std::string& key);
+
+// The refused key (UnsupportedTable) `key` lies inside, a mapping whose default is empty
+// (data.apply_chat_template_kwargs for data.apply_chat_template_kwargs.enable_thinking); "" if
+// none.
+std::string RefusedParent(const std::string& key);
+
 // Values that mean "not given": null (interpolations are resolved before the tables are read).
 bool Unset(const nlohmann::json& value);
 

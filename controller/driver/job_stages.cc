@@ -127,7 +127,7 @@ absl::StatusOr<ValidationResult> JobStages::Validate(int64_t step,
       loss += reply.loss_sum();
       tokens += static_cast<double>(reply.loss_tokens());
     }
-    result.metrics["val/loss"] = loss / std::max(1.0, tokens);
+    if (tokens > 0) result.metrics["val/loss"] = loss / tokens;
     return result;
   }
   double tokens = 0;

@@ -237,10 +237,11 @@ void ResolveAndCheckFiles(const std::string& base_dir, v1::JobSpec* spec,
     check.DataFile(absl::StrCat("data.train_files[", i, "]"), data->mutable_train_files(i), *data,
                    kind == RowKind::kPrompt ? roles_rule : std::string(), kind);
   }
+  const RowKind validation_rows = ValidationRows(*spec);
   for (int i = 0; i < data->val_files_size(); ++i) {
-    const RowKind kind = ValidationRows(*spec);
     check.DataFile(absl::StrCat("data.val_files[", i, "]"), data->mutable_val_files(i), *data,
-                   kind == RowKind::kPrompt ? roles_rule : std::string(), kind);
+                   validation_rows == RowKind::kPrompt ? roles_rule : std::string(),
+                   validation_rows);
   }
   auto* roles = spec->mutable_roles();
   if (roles->has_critic() && !roles->critic().model_path().empty()) {

@@ -122,7 +122,11 @@ TEST_CASE("verl's SFT trainer at its defaults converts to an SFT job with verl's
   const VerlConversion converted = ConvertSft({"trainer.logger=[console]"});
   INFO(absl::StrJoin(converted.warnings, "\n"));
   CHECK(converted.errors.empty());
-  CHECK(converted.warnings.empty());
+  // Only: verl's SFT trainer takes its GPUs from torchrun, which the config does not say.
+  REQUIRE(converted.warnings.size() == 1);
+  CHECK(Contains(converted.warnings,
+                 "trainer.n_gpus_per_node: ignored (verl's SFT trainer runs "
+                 "on torchrun's processes"));
   const v1::JobSpec spec = Validated(converted);
   CHECK(spec.trainer().mode() == v1::TRAINER_MODE_SFT);
   // verl 0.9.1's sft_trainer_engine.yaml with model: hf_model, engine: fsdp, optim: fsdp.
@@ -148,7 +152,7 @@ TEST_CASE("verl's SFT trainer at its defaults converts to an SFT job with verl's
   CHECK(spec.data().response_key().empty());  // conversations, not single-turn rows
   CHECK(spec.roles().actor().gpus() == 1);
   CHECK(spec.trainer().total_epochs() == 4);
-  CHECK(spec.trainer().save_every() == -1);
+  CHECK(spec.trainer().save_every() == 0);  // after the last step, as verl's SFT trainer
   CHECK(spec.trainer().seed() == 1);
   CHECK(spec.trainer().project_name() == "gsm8k-sft");
   CHECK(spec.trainer().checkpoint_dir() == "checkpoints/gsm8k-sft/test");
@@ -183,14 +187,32 @@ TEST_CASE("verl's multi-turn SFT example converts in both trainers' names", "[ve
   std::vector<std::string> current = common, old = common;
   for (const char* item :
        {"data.messages_key=messages", "data.tools_key=tools", "model.path=/models/Qwen3-4B",
-        "model.trust_remote_code=true", "engine.ulysses_sequence_parallel_size=1"}) {
+        "model.trust_remote_code=true", "engine.ulysses_sequence_parallel_size=1",
+        "optim.lr_scheduler_type=cosine", "optim.lr_warmup_steps_ratio=0",
+        "optim.betas=[0.9,0.95]"}) {
     current.push_back(item);
   }
+  // The old trainer's script as verl's example has it: its keys, on its defaults.
   for (const char* item :
        {"data.multiturn.enable=true", "data.multiturn.messages_key=messages",
         "data.multiturn.tools_key=tools", "model.partial_pretrain=/models/Qwen3-4B",
         "model.trust_remote_code=true", "ulysses_sequence_parallel_size=1",
         "use_remove_padding=true"}) {
+    old.push_back(item);
+  }
+  // Where the old trainer's defaults differ from verl 0.9.1's, a conversion on 0.9.1's would
+  // silently train otherwise (betas, the warmup, the schedule): each is refused until given.
+  const VerlConversion on_old_defaults = ConvertSft(old);
+  for (const char* refused :
+       {"optim.betas: not supported (the run uses verl's old SFT trainer's keys, whose default "
+        "for it is [0.9, 0.95], verl 0.9.1's [0.9,0.999]: give it)",
+        "optim.lr_warmup_steps_ratio: not supported", "optim.lr_scheduler_type: not supported"}) {
+    INFO(absl::StrJoin(on_old_defaults.errors, "\n"));
+    CHECK(Contains(on_old_defaults.errors, refused));
+  }
+  CHECK(on_old_defaults.errors.size() == 3);  // optim.lr is given
+  for (const char* item :
+       {"optim.lr_scheduler=cosine", "optim.warmup_steps_ratio=0", "optim.betas=[0.9,0.95]"}) {
     old.push_back(item);
   }
   const VerlConversion now = ConvertSft(current);
@@ -214,18 +236,17 @@ TEST_CASE("verl's multi-turn SFT example converts in both trainers' names", "[ve
     CHECK(spec.trainer().checkpoint_dir() == "/ckpt/retool-sft");
     CHECK(spec.name() == "qwen3-4b");
   }
-  // The converted jobs are the same; the old names are each listed with what they were read as.
+  // The converted jobs are the same; the old names are listed as the run gave them.
   CHECK(now.config == before.config);
-  CHECK(Contains(before.mapped,
-                 "model.partial_pretrain (verl's old SFT trainer's name) -> model.path"));
-  CHECK(Contains(before.mapped,
-                 "data.multiturn.messages_key (verl's old SFT trainer's name) -> "
-                 "data.messages_key"));
-  // Sequence parallelism, in either name, is refused naming verl 0.9.1's key.
-  const VerlConversion parallel = ConvertSft({"ulysses_sequence_parallel_size=4"});
-  CHECK(Contains(parallel.errors,
-                 "engine.ulysses_sequence_parallel_size: not supported "
-                 "(sequence parallelism is not supported)"));
+  CHECK(Contains(before.mapped, "model.partial_pretrain -> model.path"));
+  CHECK(Contains(before.mapped, "data.multiturn.messages_key -> data.messages_key"));
+  CHECK(Contains(before.mapped, "optim.lr_scheduler -> roles.actor.train.lr_schedule"));
+  // Sequence parallelism, in either name, is refused naming the key as the run gave it.
+  CHECK(Contains(ConvertSft({"ulysses_sequence_parallel_size=4"}).errors,
+                 "ulysses_sequence_parallel_size: not supported (sequence parallelism is not "
+                 "supported)"));
+  CHECK(Contains(ConvertSft({"engine.ulysses_sequence_parallel_size=4"}).errors,
+                 "engine.ulysses_sequence_parallel_size: not supported"));
 }
 
 // verl's old single-turn SFT (examples/sft/gsm8k/run_qwen_05_peft.sh): the question and the answer
@@ -238,7 +259,10 @@ TEST_CASE("verl's old single-turn SFT example converts to prompt and response pa
        "+data.response_dict_keys=['answer']", "data.micro_batch_size_per_gpu=4",
        "model.partial_pretrain=/models/Qwen2.5-0.5B-Instruct", "trainer.logger=['console']",
        "trainer.total_epochs=1", "trainer.default_hdfs_dir=null", "model.lora_rank=32",
-       "model.lora_alpha=16", "model.target_modules=all-linear"});
+       "model.lora_alpha=16", "model.target_modules=all-linear",
+       // The old trainer's defaults, which differ from verl 0.9.1's (refused unless given).
+       "optim.betas=[0.9,0.95]", "optim.warmup_steps_ratio=0", "optim.lr_scheduler=cosine",
+       "trainer.n_gpus_per_node=2"});
   INFO(absl::StrJoin(converted.warnings, "\n"));
   CHECK(converted.errors.empty());
   CHECK(converted.warnings.empty());
@@ -264,19 +288,29 @@ TEST_CASE("verl SFT settings rlhfd cannot honour are refused or listed, each nam
           "[verl][sft]") {
   const VerlConversion refused = ConvertSft(
       {"data.truncation=right", "trainer.save_freq=after_each_epoch", "data.custom_cls.path=x.py",
-       "data.micro_batch_size=8", "engine.strategy=megatron", "optim.optimizer=SGD",
-       "data.enable_thinking_default=true", "trainer.test_freq=after_each_epoch"});
+       "+data.apply_chat_template_kwargs.enable_thinking=false", "engine.strategy=megatron",
+       "optim.optimizer=SGD", "data.enable_thinking_default=true",
+       "trainer.test_freq=after_each_epoch", "data.enable_thinking_key=think"});
   for (const char* key :
        {"data.truncation: not supported ('right' with data.max_length: verl cuts the end",
         "trainer.save_freq: not supported ('after_each_epoch': give a number of steps",
         "trainer.test_freq: not supported ('after_each_epoch': give a number of steps",
-        "data.custom_cls.path: not supported", "data.micro_batch_size: not supported",
+        "data.custom_cls.path: not supported",
+        "data.apply_chat_template_kwargs: not supported (chat template options are not passed)",
         "engine.strategy: not supported ('megatron'", "optim.optimizer: not supported",
-        "data.enable_thinking_default: not supported"}) {
+        "data.enable_thinking_key: not supported", "data.enable_thinking_default: not supported"}) {
     INFO(key << "\n" << absl::StrJoin(refused.errors, "\n"));
     CHECK(Contains(refused.errors, key));
   }
-  CHECK(refused.errors.size() == 8);
+  CHECK(refused.errors.size() == 9);
+  // The old trainer's global micro-batch, and a switch that is not one.
+  CHECK(Contains(ConvertSft({"data.micro_batch_size=8"}).errors,
+                 "data.micro_batch_size: not supported (the global micro-batch size"));
+  CHECK(Contains(ConvertSft({"data.multiturn.enable=maybe"}).errors,
+                 "data.multiturn.enable: not supported ('maybe': true or false)"));
+  // A deprecated name verl still reads is read too.
+  const VerlConversion clip = ConvertSft({"+optim.grad_clip=0.5"});
+  CHECK(clip.config["roles"]["actor"]["train"]["grad_clip"] == 0.5);
   // Validation: by the loss on the conversations (an SFT job without a reward validates so),
   // every test_freq steps and after the last, never before the first, as verl's SFT trainer.
   const VerlConversion listed =

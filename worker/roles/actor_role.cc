@@ -135,12 +135,9 @@ absl::StatusOr<v1::GenerateReply> ActorRole::Generate(const v1::GenerateRequest&
   return reply;
 }
 
-absl::StatusOr<std::map<std::string, double>> ActorRole::ComputeOldLogProbs(StepBatch& batch) {
+absl::StatusOr<at::Tensor> ActorRole::ResponseLogProbsOf(const StepBatch& batch) {
   ASSIGN_OR_RETURN(const at::Tensor ids, batch.Get("input_ids", "old log-probs"));
   ASSIGN_OR_RETURN(const at::Tensor mask, batch.Get("attention_mask", "old log-probs"));
-  ASSIGN_OR_RETURN(const at::Tensor rollout_log_probs,
-                   batch.Get("rollout_log_probs", "old log-probs"));
-  ASSIGN_OR_RETURN(const at::Tensor response_mask, batch.Get("response_mask", "old log-probs"));
   ReleaseRollout();
   ComputeScope compute(spec_, device_);
   RETURN_IF_ERROR(trained_->BeginStep());
@@ -151,10 +148,17 @@ absl::StatusOr<std::map<std::string, double>> ActorRole::ComputeOldLogProbs(Step
       LogProbTemperature(spec_));
   trained_->EndForwards();
   RETURN_IF_ERROR(trained_->TakeStatus());
-  if (!log_probs.ok()) return log_probs.status();
-  RETURN_IF_ERROR(batch.Put("old_log_probs", *log_probs));
+  return log_probs;
+}
+
+absl::StatusOr<std::map<std::string, double>> ActorRole::ComputeOldLogProbs(StepBatch& batch) {
+  ASSIGN_OR_RETURN(const at::Tensor rollout_log_probs,
+                   batch.Get("rollout_log_probs", "old log-probs"));
+  ASSIGN_OR_RETURN(const at::Tensor response_mask, batch.Get("response_mask", "old log-probs"));
+  ASSIGN_OR_RETURN(const at::Tensor log_probs, ResponseLogProbsOf(batch));
+  RETURN_IF_ERROR(batch.Put("old_log_probs", log_probs));
   return train::RolloutProbsDiffMetrics(
-      *log_probs, rollout_log_probs, response_mask, [&](std::vector<double>& values, bool maximum) {
+      log_probs, rollout_log_probs, response_mask, [&](std::vector<double>& values, bool maximum) {
         return trained_->ReduceOverReplicas(
             values, maximum ? train::ReplicaReduce::kMax : train::ReplicaReduce::kSum);
       });

@@ -42,6 +42,9 @@ class ActorRole final : public TrainedRole {
   // update computes them; returns how far the rollout's own log-probs were from them, over every
   // replica (train::RolloutProbsDiffMetrics).
   absl::StatusOr<std::map<std::string, double>> ComputeOldLogProbs(StepBatch& batch);
+  // The response log-probs (rows, R) of `batch`'s rows under the current weights, as the
+  // old-log-prob forward takes them (its micro-batches; collective under ZeRO-3).
+  absl::StatusOr<at::Tensor> ResponseLogProbsOf(const StepBatch& batch);
   // One PPO update over the step's rows (advantages, and ref_log_probs with a KL loss); in
   // trainer.mode sft, the negative log-likelihood of the rows' response tokens.
   absl::StatusOr<v1::UpdateReply> Update(const v1::UpdateRequest& request, StepBatch& batch);

@@ -125,6 +125,15 @@ ForwardMicroBatches Choose(int64_t rows, const std::string& rows_key, bool by_to
 
 ForwardMicroBatches ActorLogProbForwards(const v1::JobSpec& spec, bool padded,
                                          train::TrainedModel* trained) {
+  if (spec.trainer().mode() == v1::TRAINER_MODE_SFT) {
+    // Its only log-prob forwards are its validation's, over rows like the update's (verl's SFT
+    // trainer validates with its training micro-batches).
+    const v1::TrainSpec& train = spec.roles().actor().train();
+    return Choose(train.ppo_micro_batch_size_per_gpu(),
+                  "roles.actor.train.ppo_micro_batch_size_per_gpu", train.use_dynamic_bsz(),
+                  train.ppo_max_token_len_per_gpu(), "roles.actor.train.ppo_max_token_len_per_gpu",
+                  padded, trained);
+  }
   const v1::RolloutSpec& rollout = spec.roles().actor().rollout();
   return Choose(rollout.log_prob_micro_batch_size_per_gpu(),
                 "roles.actor.rollout.log_prob_micro_batch_size_per_gpu",

@@ -45,7 +45,9 @@ absl::StatusOr<ForwardPlan> PlanForwards(const at::Tensor& attention_mask,
 // (`!model->PacksWithVarlenAttention(device)` for log-probs and values; a reward model's score
 // forward always pads).
 // The actor's old log-probs (and a reward model's scores):
-// roles.actor.rollout.log_prob_{micro_batch_size_per_gpu, use_dynamic_bsz, max_token_len_per_gpu}.
+// roles.actor.rollout.log_prob_{micro_batch_size_per_gpu, use_dynamic_bsz, max_token_len_per_gpu};
+// in trainer.mode sft (its validation's loss) the update's train.ppo_micro_batch_size_per_gpu,
+// use_dynamic_bsz and ppo_max_token_len_per_gpu.
 ForwardMicroBatches ActorLogProbForwards(const v1::JobSpec& spec, bool padded,
                                          train::TrainedModel* trained);
 // roles.reference.log_prob_*, as the actor's.

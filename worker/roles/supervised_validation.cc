@@ -20,8 +20,7 @@ absl::StatusOr<v1::ValidateReply> SupervisedValidation(ActorRole& actor,
   const RowRange rows{request.first_prompt(), request.first_prompt() + request.prompts_size()};
   StepBatch batch;
   RETURN_IF_ERROR(actor.Generate(rows_request, rows.end, rows, batch).status());
-  RETURN_IF_ERROR(actor.ComputeOldLogProbs(batch).status());
-  ASSIGN_OR_RETURN(const at::Tensor log_probs, batch.Get("old_log_probs", "the validation loss"));
+  ASSIGN_OR_RETURN(const at::Tensor log_probs, actor.ResponseLogProbsOf(batch));
   ASSIGN_OR_RETURN(const at::Tensor mask, batch.Get("response_mask", "the validation loss"));
   const at::Tensor scored = mask.to(at::kDouble);
   v1::ValidateReply reply;

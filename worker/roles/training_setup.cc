@@ -118,12 +118,8 @@ train::PolicyUpdateOptions PolicyUpdateOptionsOf(const v1::JobSpec& spec, int re
   options.kl_estimator = algorithm.kl().estimator();
   options.temperature = LogProbTemperature(spec);
   options.rollout_gap_metrics = algorithms::OldLogProbsFromRollout(spec);
-  if (spec.trainer().mode() == v1::TRAINER_MODE_SFT) {
-    // The conversations' own tokens, under the model's distribution (temperature 1), not the
-    // rollout's.
-    options.supervised = true;
-    options.temperature = 1.0;
-  }
+  // The conversations' own tokens (at temperature 1, LogProbTemperature).
+  options.supervised = spec.trainer().mode() == v1::TRAINER_MODE_SFT;
   return options;
 }
 
