@@ -1,4 +1,5 @@
-// verl config → rlhfd config; see verl_import.h.
+// verl config → rlhfd config; see verl_import.h. The converter's shared parts and the PPO
+// config's sections (verl_converter.h); an SFT config's own in verl_sft_import.cc.
 #include "common/config/verl_import.h"
 
 #include <algorithm>
@@ -16,18 +17,14 @@
 #include "common/algorithms/algorithm_traits.h"
 #include "common/config/hydra_compose.h"
 #include "common/config/verl_compose.h"
+#include "common/config/verl_converter.h"
 #include "common/config/verl_interpolation.h"
 #include "common/config/verl_key_tables.h"
 #include "common/status/status_macros.h"
 #include "common/util/text.h"
 
 namespace rlhfd::config {
-namespace {
-
-using Json = nlohmann::json;
-
-constexpr char kActor[] = "actor_rollout_ref.actor.";
-constexpr char kRollout[] = "actor_rollout_ref.rollout.";
+namespace verl_conversion {
 
 using hydra::Set;
 using verl_keys::DirectTable;
@@ -36,778 +33,521 @@ using verl_keys::IsVerlNeutral;
 using verl_keys::Unset;
 using verl_keys::UnsupportedTable;
 
-class Converter {
- public:
-  // `flat`: the config on verl's defaults, interpolations resolved; `user_set`: the keys whose
-  // value the run gives (differs from verl's default); `unresolved`: keys whose interpolation
-  // could not be resolved, with why.
-  // `renamed`: an SFT config's keys of verl's old SFT trainer, each with the key it was read as
-  // (or "" where the run gives that key too, which wins).
-  Converter(VerlTrainer trainer, std::map<std::string, Json> flat, std::set<std::string> user_set,
-            std::map<std::string, std::string> unresolved, std::set<std::string> verl_keys,
-            std::vector<std::pair<std::string, std::string>> renamed = {})
-      : sft_(trainer == VerlTrainer::kSft),
-        flat_(std::move(flat)),
-        user_set_(std::move(user_set)),
-        unresolved_(std::move(unresolved)),
-        verl_keys_(std::move(verl_keys)),
-        renamed_(std::move(renamed)) {}
-
-  VerlConversion Run() {
-    if (sft_) return RunSft();
-    Direct();
-    Strategy("actor_rollout_ref.actor.strategy", "roles.actor.train.zero_stage");
-    Strategy("critic.strategy", "roles.critic.train.zero_stage");
-    TargetModules();
-    Schedule(kActor, "roles.actor.train");
-    Schedule("critic.", "roles.critic.train");
-    ClipRatio();
-    Kl();
-    Rollout();
-    Placement();
-    Reward();
-    Trainer();
-    Name();
-    Critic();
-    Rest();
-    return Finish();
-  }
-
- private:
-  // verl's SFT trainer: the actor's parts of the PPO conversion (its keys are read in the PPO
-  // config's names, SftKeyAsPpo), then what only the SFT config says.
-  VerlConversion RunSft() {
-    for (const auto& [old_key, new_key] : renamed_) {
-      if (new_key.empty()) {
-        Warn(old_key, "the old SFT trainer's name of a key the run also gives as verl 0.9.1's");
-      } else {
-        typed_[new_key] = old_key;
-      }
-    }
-    if (OldSftTrainer()) OldDefaults();
-    Direct();
-    Strategy("actor_rollout_ref.actor.strategy", "roles.actor.train.zero_stage");
-    TargetModules();
-    Schedule(kActor, "roles.actor.train");
-    Placement();
-    Trainer();
-    Name();
-    Sft();
-    Rest();
-    return Finish();
-  }
-
-  VerlConversion Finish() {
-    Unresolved(out_.config, "");
-    for (const std::string& key : consumed_) {
-      // An SFT run's: the keys its config has (the PPO conversion's code reads others too).
-      if (!sft_ || flat_.count(key)) out_.read.push_back(Shown(key));
-    }
-    return std::move(out_);
-  }
-
-  // A key as the run names it: an SFT config's keys are handled in the PPO config's names, and
-  // the old SFT trainer's keys as verl 0.9.1's.
-  std::string Shown(const std::string& key) const {
-    if (!sft_) return key;
-    const std::string sft = verl_keys::PpoKeyAsSft(key);
-    const auto typed = typed_.find(sft);
-    return typed != typed_.end() ? typed->second : sft;
-  }
-
-  // Whether an SFT run is written for verl's old SFT trainer (fsdp_sft_trainer): it uses keys
-  // only that trainer has.
-  bool OldSftTrainer() const {
-    if (!typed_.empty()) return true;
-    for (const char* key : {"sft.data.prompt_key", "sft.data.response_key",
-                            "sft.data.prompt_dict_keys", "sft.data.response_dict_keys",
-                            "sft.data.micro_batch_size", "sft.data.multiturn.enable"}) {
-      if (user_set_.count(key)) return true;
-    }
-    return false;
-  }
-
-  // The old SFT trainer's defaults that verl 0.9.1 changed: a run written for it that leaves
-  // them out meant the old values, which a conversion on 0.9.1's defaults would silently
-  // replace (a learning rate 100 times larger); each is refused until the run gives it.
-  void OldDefaults() {
-    static constexpr std::pair<const char*, const char*> kOld[] = {
-        {"optim.lr", "1e-5"},
-        {"optim.betas", "[0.9, 0.95]"},
-        {"optim.lr_warmup_steps_ratio", "0.1 (its warmup_steps_ratio)"},
-        {"optim.lr_scheduler_type", "cosine (its lr_scheduler)"},
-    };
-    for (const auto& [key, old] : kOld) {
-      const std::string ppo = verl_keys::SftKeyAsPpo(key);
-      const auto now = flat_.find(ppo);
-      if (user_set_.count(ppo) || now == flat_.end()) continue;
-      Error(ppo, absl::StrCat("the run uses verl's old SFT trainer's keys, whose default for it "
-                              "is ",
-                              old, ", verl 0.9.1's ", Text(now->second), ": give it"));
-    }
-  }
-  // The value of `key` when it is set (not null); consumes it. An interpolation that could not
-  // be resolved is refused here rather than copied as text.
-  const Json* Take(const std::string& key) {
-    consumed_.insert(key);
-    auto it = flat_.find(key);
-    if (it == flat_.end() || Unset(it->second)) return nullptr;
-    if (HasInterpolation(it->second)) {
-      auto why = unresolved_.find(key);
-      Error(key, absl::StrCat("'", Text(it->second), "' cannot be resolved: ",
-                              why == unresolved_.end() ? "an interpolation" : why->second));
-      return nullptr;
-    }
-    return &it->second;
-  }
-  void Map(const std::string& from, const std::string& to, Json value) {
-    Set(&out_.config, to, std::move(value));
-    out_.mapped.push_back(absl::StrCat(Shown(from), " -> ", to));
-  }
-  // Each key not honoured is listed once, with why.
-  void Error(const std::string& ppo_key, absl::string_view why) {
-    const std::string key = Shown(ppo_key);
-    if (!noted_.insert(key).second) return;
-    out_.errors.push_back(absl::StrCat(key, ": not supported (", why, ")"));
-    out_.notes.push_back({key, std::string(why), /*refused=*/true});
-  }
-  void Warn(const std::string& ppo_key, absl::string_view why) {
-    const std::string key = Shown(ppo_key);
-    if (!noted_.insert(key).second) return;
-    out_.warnings.push_back(absl::StrCat(key, ": ignored (", why, ")"));
-    out_.notes.push_back({key, std::string(why), /*refused=*/false});
-  }
-
-  // Nothing unresolved reaches the output: a `${...}` left in it is refused, naming the key.
-  void Unresolved(const Json& node, const std::string& path) {
-    if (node.is_object()) {
-      for (const auto& [key, value] : node.items()) {
-        Unresolved(value, path.empty() ? key : path + "." + key);
-      }
-    } else if (HasInterpolation(node)) {
-      Error(path, absl::StrCat("'", Text(node), "' is an interpolation that was not resolved"));
-    }
-  }
-  static std::string Text(const Json& value) {
-    return value.is_string() ? value.get<std::string>() : value.dump();
-  }
-
-  void Direct() {
-    for (const auto& [from, to] : DirectTable()) {
-      // The critic's keys are placed by Critic(), once it is known whether there is a critic.
-      if (absl::StartsWith(from, "critic.")) continue;
-      const Json* value = Take(from);
-      // verl's 0 validation generations still prints a sample per step from its reward manager;
-      // rlhfd's default samples stand in for that unless the run asks for a number.
-      if (from == "trainer.log_val_generations" && !user_set_.count(from)) continue;
-      if (value != nullptr) Map(from, to, Paths(from, *value));
-    }
-  }
-
-  // verl's paths are often ~/...: expanded here, on the submitting machine, where ~ means what
-  // the user meant. Parquet data files are kept as they are: the controller reads them.
-  Json Paths(const std::string& key, Json value) {
-    const bool path = key == "actor_rollout_ref.model.path" || key == "critic.model.path" ||
-                      key == "data.train_files" || key == "data.val_files" ||
-                      key == "trainer.default_local_dir" || key == "reward_model.model.path" ||
-                      key == "actor_rollout_ref.model.lora_adapter_path" ||
-                      absl::EndsWith(key, "custom_reward_function.path");
-    if (!path) return value;
-    const char* home = std::getenv("HOME");
-    const auto expand = [&](Json& item) {
-      if (!item.is_string()) return;
-      std::string text = item.get<std::string>();
-      if (home != nullptr && (text == "~" || absl::StartsWith(text, "~/"))) {
-        text = std::string(home) + text.substr(1);
-      }
-      item = text;
-    };
-    if (value.is_array()) {
-      for (Json& item : value) expand(item);
-    } else {
-      expand(value);
-    }
-    return value;
-  }
-
-  // verl's target_modules is a string (all-linear) or a list; rlhfd's is a list.
-  void TargetModules() {
-    const std::string key = "actor_rollout_ref.model.target_modules";
-    const Json* value = Take(key);
-    if (value == nullptr) return;
-    Map(key, "model.target_modules", value->is_array() ? *value : Json::array({*value}));
-  }
-
-  void Strategy(const std::string& key, const std::string& target) {
-    const Json* value = Take(key);
-    if (value == nullptr) return;
-    const std::string strategy = Text(*value);
-    if (strategy == "fsdp" || strategy == "fsdp2") {
-      Map(key, target, 3);
-    } else {
-      Error(key, absl::StrCat("'", strategy, "': rlhfd shards like FSDP (ZeRO-3, or ZeRO-2 with ",
-                              target, ": 2); Megatron is not supported"));
-    }
-  }
-
-  void Schedule(const std::string& prefix, const std::string& train) {
-    const std::string optim = prefix + "optim.";
-    // verl's optimizer config: a warmup_style (deprecated) replaces lr_scheduler_type.
-    const Json* style_value = Take(optim + "warmup_style");
-    std::string style_key = optim + "warmup_style";
-    if (const Json* scheduler = Take(optim + "lr_scheduler_type"); style_value == nullptr) {
-      style_value = scheduler;
-      style_key = optim + "lr_scheduler_type";
-    }
-    if (style_value != nullptr) {
-      const std::string style = Text(*style_value);
-      if (style == "constant" || style == "cosine") {
-        Map(style_key, train + ".lr_schedule", style);
-      } else {
-        Error(style_key, absl::StrCat("'", style, "': schedules are constant, cosine, linear"));
-      }
-    }
-    if (const Json* betas = Take(optim + "betas")) {
-      if (betas->is_array() && betas->size() == 2) {
-        Map(optim + "betas", train + ".adam_beta1", (*betas)[0]);
-        Map(optim + "betas", train + ".adam_beta2", (*betas)[1]);
-      } else {
-        Error(optim + "betas", "expected [beta1, beta2]");
-      }
-    }
-    // verl 0.9's engine clips with optim.clip_grad (optim.grad_clip, deprecated, replaces it);
-    // the role's own grad_clip is no longer read there.
-    std::string clip_key = optim + "grad_clip";
-    const Json* clip = Take(clip_key);
-    if (const Json* norm = Take(optim + "clip_grad"); clip == nullptr) {
-      clip = norm;
-      clip_key = optim + "clip_grad";
-    }
-    if (clip != nullptr) Map(clip_key, train + ".grad_clip", *clip);
-    const std::string role_clip = prefix + "grad_clip";
-    Take(role_clip);
-    if (user_set_.count(role_clip)) {
-      Warn(role_clip, absl::StrCat("verl 0.9 clips gradients with ", clip_key,
-                                   "; this key is "
-                                   "not read"));
-    }
-    const Json* steps = Take(optim + "lr_warmup_steps");
-    const Json* ratio = Take(optim + "lr_warmup_steps_ratio");
-    Take(optim + "total_training_steps");  // verl fills it in at run time.
-    if (steps != nullptr && steps->is_number() && steps->get<double>() >= 0) {
-      Map(optim + "lr_warmup_steps", train + ".lr_warmup_steps", *steps);
-    } else if (ratio != nullptr && ratio->is_number() && ratio->get<double>() > 0) {
-      const auto total = flat_.find("trainer.total_training_steps");
-      if (total != flat_.end() && total->second.is_number()) {
-        Map(optim + "lr_warmup_steps_ratio", train + ".lr_warmup_steps",
-            static_cast<int64_t>(std::floor(ratio->get<double>() * total->second.get<double>())));
-      } else {
-        Error(optim + "lr_warmup_steps_ratio",
-              "a ratio needs trainer.total_training_steps; give optim.lr_warmup_steps instead");
-      }
-    }
-  }
-
-  // verl's policy loss takes clip_ratio_low / _high, and clip_ratio only where one is null.
-  void ClipRatio() {
-    const Json* both = Take(std::string(kActor) + "clip_ratio");
-    if (both == nullptr) return;
-    for (const std::string side : {"low", "high"}) {
-      const auto own = flat_.find(absl::StrCat(kActor, "clip_ratio_", side));
-      if (own == flat_.end() || Unset(own->second)) {
-        Map(std::string(kActor) + "clip_ratio", "algorithm.clip_ratio_" + side, *both);
-      } else if (user_set_.count(std::string(kActor) + "clip_ratio") &&
-                 !user_set_.count(own->first)) {
-        Warn(std::string(kActor) + "clip_ratio",
-             absl::StrCat("verl uses ", own->first, " (", Text(own->second), ") over it"));
-      }
-    }
-  }
-
-  // verl has two switches (a KL loss on the actor, a KL penalty in the reward); rlhfd one mode.
-  void Kl() {
-    const Json* loss = Take(std::string(kActor) + "use_kl_loss");
-    const Json* reward = Take("algorithm.use_kl_in_reward");
-    const bool use_loss = loss != nullptr && loss->is_boolean() && loss->get<bool>();
-    const bool use_reward = reward != nullptr && reward->is_boolean() && reward->get<bool>();
-    const Json* loss_coef = Take(std::string(kActor) + "kl_loss_coef");
-    const Json* loss_type = Take(std::string(kActor) + "kl_loss_type");
-    const Json* penalty = Take("algorithm.kl_penalty");
-    const Json* controller = Take("algorithm.kl_ctrl.type");
-    const Json* reward_coef = Take("algorithm.kl_ctrl.kl_coef");
-    const Json* target = Take("algorithm.kl_ctrl.target_kl");
-    const Json* horizon = Take("algorithm.kl_ctrl.horizon");
-    if (use_loss && use_reward) {
-      Error("algorithm.use_kl_in_reward",
-            "with actor.use_kl_loss too: rlhfd applies the KL one way, algorithm.kl.mode loss or "
-            "in_reward");
-      return;
-    }
-    const auto estimator = [&](const std::string& key, const Json* value) {
-      if (value == nullptr) return;
-      const std::string name = Text(*value);
-      if (name == "kl" || name == "k1" || name == "mse" || name == "k2" || name == "low_var_kl" ||
-          name == "k3") {
-        Map(key, "algorithm.kl.estimator", name);
-      } else {
-        Error(key, absl::StrCat("'", name, "': estimators are kl (k1), mse (k2), low_var_kl (k3)"));
-      }
-    };
-    if (use_loss) {
-      Map(std::string(kActor) + "use_kl_loss", "algorithm.kl.mode", "loss");
-      if (loss_coef) Map(std::string(kActor) + "kl_loss_coef", "algorithm.kl.coef", *loss_coef);
-      estimator(std::string(kActor) + "kl_loss_type", loss_type);
-    } else if (use_reward) {
-      Map("algorithm.use_kl_in_reward", "algorithm.kl.mode", "in_reward");
-      if (reward_coef) Map("algorithm.kl_ctrl.kl_coef", "algorithm.kl.coef", *reward_coef);
-      if (controller) Map("algorithm.kl_ctrl.type", "algorithm.kl.controller", *controller);
-      if (target) Map("algorithm.kl_ctrl.target_kl", "algorithm.kl.target", *target);
-      if (horizon) Map("algorithm.kl_ctrl.horizon", "algorithm.kl.horizon", *horizon);
-      estimator("algorithm.kl_penalty", penalty);
-    }
-    const bool has_reference =
-        out_.config.contains("roles") && out_.config["roles"].contains("reference");
-    if ((use_loss || use_reward) && !has_reference) {
-      Set(&out_.config, "roles.reference", Json::object());
-    } else if (!use_loss && !use_reward && has_reference) {
-      // verl loads no reference without a KL; rlhfd refuses an unused role.
-      out_.config["roles"].erase("reference");
-      const auto set = user_set_.lower_bound("actor_rollout_ref.ref.");
-      if (set != user_set_.end() && absl::StartsWith(*set, "actor_rollout_ref.ref.")) {
-        Warn("actor_rollout_ref.ref", "no KL is used, so there is no reference model");
-      }
-    }
-  }
-
-  void Rollout() {
-    if (const Json* name = Take(std::string(kRollout) + "name")) {
-      if (user_set_.count(std::string(kRollout) + "name")) {
-        Warn(std::string(kRollout) + "name",
-             absl::StrCat("'", Text(*name),
-                          "': ", HarmlessTable().at(std::string(kRollout) + "name")));
-      }
-    }
-    // verl's default tensor_model_parallel_size is 2: where the GPUs do not divide by it and the
-    // script left it at that, each GPU generates with the whole model (tp 1), said so. Another
-    // value is kept as it is, for the validator to judge.
-    const std::string tp_key = std::string(kRollout) + "tensor_model_parallel_size";
-    const Json* tp = Take(tp_key);
-    if (tp == nullptr) return;
-    const int64_t gpus = ActorGpus();
-    if (!user_set_.count(tp_key) && tp->is_number_integer() && tp->get<int64_t>() > 1 &&
-        gpus % tp->get<int64_t>() != 0) {
-      Map(tp_key, "roles.actor.rollout.tp", 1);
-      Warn(tp_key, absl::StrCat("verl's default ", Text(*tp), " does not divide the job's ", gpus,
-                                gpus == 1 ? " GPU" : " GPUs",
-                                "; each generates with the whole model (tp 1)"));
-    } else {
-      Map(tp_key, "roles.actor.rollout.tp", *tp);
-    }
-  }
-
-  // `key`'s whole number, or `fallback` where it is unset or not a number.
-  int64_t Number(const char* key, int64_t fallback) const {
-    const auto it = flat_.find(key);
-    return it != flat_.end() && it->second.is_number() ? it->second.get<int64_t>() : fallback;
-  }
-
-  // trainer.n_gpus_per_node x trainer.nnodes, at verl's defaults (8, 1) where unset.
-  int64_t ActorGpus() const {
-    return Number("trainer.n_gpus_per_node", 8) * Number("trainer.nnodes", 1);
-  }
-
-  // verl's hybrid engine puts actor, rollout, reference (and by default critic and reward
-  // model) on one resource pool of every GPU: colocated.
-  void Placement() {
-    Take("trainer.n_gpus_per_node");  // Read by ActorGpus(); consumed here, where they land.
-    Take("trainer.nnodes");
-    const Json* hybrid = Take("actor_rollout_ref.hybrid_engine");
-    if (hybrid != nullptr && hybrid->is_boolean() && !hybrid->get<bool>()) {
-      Error("actor_rollout_ref.hybrid_engine",
-            "false: give roles their own GPUs with rlhfd's placement: split and roles.*.gpus");
-    }
-    Map("trainer.n_gpus_per_node x trainer.nnodes", "roles.actor.gpus", ActorGpus());
-    if (sft_ && !user_set_.count("trainer.n_gpus_per_node") && !user_set_.count("trainer.nnodes")) {
-      Warn("trainer.n_gpus_per_node",
-           absl::StrCat("verl's SFT trainer runs on torchrun's processes (--nproc_per_node x "
-                        "--nnodes), which a config does not hold; the job asks for ",
-                        ActorGpus(),
-                        ": give trainer.n_gpus_per_node and nnodes as the torchrun "
-                        "line does"));
-    }
-    Map(sft_ ? "(verl's SFT trainer: one pool)" : "actor_rollout_ref.hybrid_engine", "placement",
-        "colocated");
-    // verl's standalone rollout: nnodes > 0 gives the rollout nnodes x n_gpus_per_node GPUs of
-    // its own (n_gpus_per_node defaults to the trainer's), a rollout pool in rlhfd.
-    const int64_t nodes = Number("actor_rollout_ref.rollout.nnodes", 0);
-    const int64_t per_node =
-        Number("actor_rollout_ref.rollout.n_gpus_per_node", Number("trainer.n_gpus_per_node", 8));
-    Take("actor_rollout_ref.rollout.nnodes");
-    Take("actor_rollout_ref.rollout.n_gpus_per_node");
-    if (nodes > 0) {
-      Map("actor_rollout_ref.rollout.nnodes x n_gpus_per_node", "roles.rollout.gpus",
-          nodes * per_node);
-    }
-  }
-
-  // verl's custom_reward_function (top level, or under reward: in verl's newer layout), with
-  // its reward_kwargs; the key it came from, or "" when none is set.
-  std::string CustomRewardFunction() {
-    std::string found;
-    for (const std::string prefix : {"custom_reward_function.", "reward.custom_reward_function."}) {
-      const Json* path = Take(prefix + "path");
-      const Json* name = Take(prefix + "name");
-      std::vector<std::string> kwargs;
-      for (const auto& [key, value] : flat_) {
-        if (absl::StartsWith(key, prefix + "reward_kwargs")) kwargs.push_back(key);
-      }
-      if (path == nullptr || !found.empty()) {
-        for (const std::string& key : kwargs) Take(key);
-        continue;
-      }
-      found = prefix + "path";
-      const std::string to = "roles.reward.custom_reward_function";
-      Map(found, to + ".path", Paths(found, *path));
-      if (name != nullptr) Map(prefix + "name", to + ".name", *name);
-      for (const std::string& key : kwargs) {
-        const Json* value = Take(key);
-        const std::string argument = key.substr(std::min(key.size(), prefix.size() + 14));
-        if (value != nullptr && !argument.empty()) {
-          Map(key, absl::StrCat(to, ".reward_kwargs.", argument), *value);
-        }
-      }
-    }
-    return found;
-  }
-
-  void Reward() {
-    const std::string custom = CustomRewardFunction();
-    const Json* enable = Take("reward_model.enable");
-    const Json* path = Take("reward_model.model.path");
-    Take("reward_model.model.input_tokenizer");
-    if (enable != nullptr && enable->is_boolean() && enable->get<bool>()) {
-      if (!custom.empty()) {
-        Error(custom,
-              "with reward_model.enable verl scores with the reward model and leaves the "
-              "function unused; keep one of them");
-        return;
-      }
-      if (path == nullptr) {
-        Error("reward_model.model.path", "reward_model.enable needs the reward model's path");
-        return;
-      }
-      Map("reward_model.model.path", "roles.reward.model", Paths("reward_model.model.path", *path));
-      return;
-    }
-    // A custom function replaces verl's default reward.
-    if (!custom.empty()) return;
-    // verl's default reward picks a rule by each row's data_source.
-    Set(&out_.config, "roles.reward.rule", "auto");
-    out_.mapped.push_back("(verl's default reward) -> roles.reward.rule: auto");
-  }
-
-  void Trainer() {
-    if (const Json* save = Take("trainer.save_freq"); save != nullptr && !save->is_number()) {
-      // verl's SFT trainer also takes after_each_epoch; an epoch's steps depend on the data.
-      Error("trainer.save_freq",
-            absl::StrCat("'", Text(*save), "': give a number of steps (-1: never)"));
-    } else if (save != nullptr) {
-      // verl's SFT trainer saves after its last step whatever save_freq is (save_every 0).
-      Map("trainer.save_freq", "trainer.save_every",
-          save->get<int64_t>() < 0 ? Json(sft_ ? 0 : -1) : *save);
-    }
-    // verl keeps actor and critic checkpoints apart; a step directory here holds both, so it
-    // keeps as many as the larger asks for (null or <= 0: all, as in verl).
-    int64_t keep = 0;
-    std::vector<std::string> keys;
-    for (const char* key : {"trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep"}) {
-      const Json* value = Take(key);
-      if (value == nullptr) continue;
-      if (!value->is_number_integer()) {
-        Error(key, absl::StrCat("'", Text(*value), "': expected a whole number or null"));
-        continue;
-      }
-      keys.push_back(key);
-      keep = std::max(keep, value->get<int64_t>());
-    }
-    if (!keys.empty()) {
-      Map(absl::StrJoin(keys, " / "), "trainer.max_ckpt_to_keep", std::max<int64_t>(keep, 0));
-    }
-    if (const Json* test = Take("trainer.test_freq"); test != nullptr && !test->is_number()) {
-      Error("trainer.test_freq",
-            absl::StrCat("'", Text(*test), "': give a number of steps (-1: at the end only)"));
-    } else if (test != nullptr) {
-      Map("trainer.test_freq", "trainer.val_every", test->get<int64_t>() < 0 ? Json(0) : *test);
-    }
-    if (const Json* mode = Take("trainer.resume_mode")) {
-      const std::string text = Text(*mode);
-      if (text == "auto" || text == "disable") {
-        Map("trainer.resume_mode", "trainer.resume", text == "auto");
-      } else {
-        Error("trainer.resume_mode", absl::StrCat("'", text,
-                                                  "': rlhfd resumes from the latest "
-                                                  "checkpoint in trainer.checkpoint_dir (auto) or "
-                                                  "not at all (disable)"));
-      }
-    }
-    if (const Json* logger = Take("trainer.logger")) {
-      Json loggers = Json::array();
-      for (const Json& item : logger->is_array() ? *logger : Json::array({*logger})) {
-        const std::string name = Text(item);
-        if (name == "console" || name == "tensorboard") {
-          loggers.push_back(name);
-        } else if (name == "file") {
-          loggers.push_back("jsonl");
-        } else {
-          Warn("trainer.logger", absl::StrCat("'", name,
-                                              "': rlhfd logs to console, jsonl and "
-                                              "tensorboard; ",
-                                              name, " is left out"));
-        }
-      }
-      Map("trainer.logger", "trainer.loggers", loggers);
-    }
-  }
-
-  // verl runs have no name; rlhfd jobs do: the experiment's.
-  void Name() {
-    std::string name = "verl-job";
-    const auto it = flat_.find("trainer.experiment_name");
-    if (it != flat_.end() && !Unset(it->second)) {
-      name.clear();
-      for (char c : Text(it->second)) {
-        name += absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-' ? c : '-';
-      }
-      if (name.empty() || name.size() > 128) name = "verl-job";
-    }
-    Set(&out_.config, "name", name);
-    out_.mapped.push_back("trainer.experiment_name -> name");
-  }
-
-  // A critic exactly when the estimator needs one, as verl decides (critic.enable: null).
-  void Critic() {
-    const auto estimator = out_.config.contains("algorithm")
-                               ? out_.config["algorithm"].value("adv_estimator", Json("gae"))
-                               : Json("gae");
-    Set(&out_.config, "algorithm.adv_estimator", estimator);
-    const algorithms::EstimatorTraits* traits =
-        estimator.is_string() ? algorithms::FindEstimatorByName(estimator.get<std::string>())
-                              : nullptr;
-    const bool critic = traits != nullptr && traits->needs_critic;
-    for (const auto& [from, to] : DirectTable()) {
-      if (!absl::StartsWith(from, "critic.")) continue;
-      const Json* value = Take(from);
-      if (critic && value != nullptr) Map(from, to, Paths(from, *value));
-    }
-    if (critic) {
-      Set(&out_.config, "roles.critic",
-          out_.config["roles"].contains("critic") ? out_.config["roles"]["critic"]
-                                                  : Json::object());
-    } else if (out_.config["roles"].contains("critic")) {
-      // The critic's strategy and schedule (mapped with the actor's) go too: there is no critic.
-      out_.config["roles"].erase("critic");
-      std::erase_if(out_.mapped,
-                    [](const std::string& line) { return absl::StartsWith(line, "critic."); });
-    }
-  }
-
-  // Whatever is left, where the run sets it away from verl's default: harmless keys warn, known
-  // unsupported ones refuse, unknown ones warn.
-  void Rest() {
-    for (const auto& [key, value] : flat_) {
-      // Hydra's composition list and settings are how a config is made, not what it says.
-      if (consumed_.count(key) || !user_set_.count(key) || key == "defaults" ||
-          absl::StartsWith(key, "hydra.")) {
-        continue;
-      }
-      if (auto harmless = HarmlessTable().find(key); harmless != HarmlessTable().end()) {
-        if (!IsVerlNeutral(key, value)) Warn(key, harmless->second);
-      } else if (auto refused = UnsupportedTable().find(key); refused != UnsupportedTable().end()) {
-        if (!IsVerlNeutral(key, value)) Error(key, refused->second);
-      } else if (const std::string parent = verl_keys::RefusedParent(key); !parent.empty()) {
-        // A setting inside a refused mapping (apply_chat_template_kwargs.enable_thinking, an
-        // override_config entry): the mapping's own default is empty.
-        Error(parent, UnsupportedTable().at(parent));
-      } else if (!verl_keys_.count(key)) {
-        // Hydra refuses such an override (without a leading +); verl's code never reads it.
-        Warn(key, sft_ ? "not a key of verl 0.9's SFT trainer config"
-                       : "not a key of verl 0.9's config");
-      } else if (const std::string* family = verl_keys::IgnoredFamily(key)) {
-        Warn(key, *family);
-      } else if (!Unset(value)) {
-        Warn(key, "not a key rlhfd reads");
-      }
-    }
-  }
-
-  // What an SFT config means beyond the actor's keys: trainer.mode sft, one optimiser step per
-  // batch, the length bound, the checkpoints kept, and the single-turn rows of verl's old SFT
-  // trainer.
-  void Sft() {
-    Set(&out_.config, "trainer.mode", "sft");
-    out_.mapped.push_back("(verl's SFT trainer) -> trainer.mode");
-    if (const Json* batch = Take("sft.data.train_batch_size")) {
-      Map("sft.data.train_batch_size", "data.train_batch_size", *batch);
-      Map("sft.data.train_batch_size", "roles.actor.train.ppo_mini_batch_size", *batch);
-    }
-    if (const Json* length = Take("sft.data.max_length")) {
-      Map("sft.data.max_length", "data.max_prompt_length", *length);
-      Map("sft.data.max_length", "data.max_response_length", *length);
-      const auto truncation = flat_.find("data.truncation");
-      if (truncation != flat_.end() && !Unset(truncation->second) &&
-          Text(truncation->second) != "error") {
-        Error("data.truncation",
-              absl::StrCat("'", Text(truncation->second),
-                           "' with data.max_length: verl cuts the end of a conversation longer "
-                           "than max_length in all, rlhfd the prompt and the response each at its "
-                           "own bound; set data.truncation=error, or data.max_prompt_length, "
-                           "max_response_length and truncation in the converted config"));
-      }
-    }
-    // verl's SFT trainer validates (by the loss, as rlhfd's SFT jobs without a reward do) after
-    // steps only, never before the first.
-    if (const auto val = flat_.find("data.val_files"); val != flat_.end() && !Unset(val->second)) {
-      Set(&out_.config, "trainer.val_before_train", false);
-      out_.mapped.push_back(
-          "(verl's SFT trainer validates after steps) -> trainer.val_before_train");
-    }
-    if (const Json* keep = Take("sft.trainer.max_ckpt_to_keep")) {
-      if (keep->is_number_integer()) {
-        Map("sft.trainer.max_ckpt_to_keep", "trainer.max_ckpt_to_keep",
-            std::max<int64_t>(keep->get<int64_t>(), 0));
-      } else {
-        Error("sft.trainer.max_ckpt_to_keep",
-              absl::StrCat("'", Text(*keep), "': expected a whole number or null"));
-      }
-    }
-    SingleTurnRows();
-  }
-
-  // verl's old SFT trainer read single-turn rows unless data.multiturn.enable: the prompt under
-  // prompt_key (then prompt_dict_keys, a path into it), the response under response_key (then
-  // response_dict_keys).
-  void SingleTurnRows() {
-    const Json* enable = Take("sft.data.multiturn.enable");
-    const std::vector<std::string> keys = {"sft.data.prompt_key", "sft.data.prompt_dict_keys",
-                                           "sft.data.response_key", "sft.data.response_dict_keys"};
-    bool given = false;
-    for (const std::string& key : keys) given = Take(key) != nullptr || given;
-    if (enable != nullptr && !enable->is_boolean()) {
-      Error("sft.data.multiturn.enable", absl::StrCat("'", Text(*enable), "': true or false"));
-      return;
-    }
-    // The old trainer read single-turn rows unless told otherwise; verl 0.9.1's reads
-    // conversations only.
-    const bool multi_turn = enable != nullptr ? enable->get<bool>() : !(given || OldSftTrainer());
-    if (multi_turn) {
-      for (const std::string& key : keys) {
-        if (user_set_.count(key)) {
-          Warn(key,
-               "read by verl's old SFT trainer for single-turn rows only, and "
-               "data.multiturn.enable is true");
-        }
-      }
-      return;
-    }
-    for (const auto& [side, fallback] :
-         {std::pair<std::string, std::string>{"prompt", "question"}, {"response", "answer"}}) {
-      const std::string key = absl::StrCat("sft.data.", side, "_key");
-      const std::string path_key = absl::StrCat("sft.data.", side, "_dict_keys");
-      const Json* name = Take(key);
-      const Json* path = Take(path_key);
-      if (name != nullptr && !name->is_string()) {
-        Error(key, absl::StrCat("'", Text(*name), "': expected the key of a column"));
-        continue;
-      }
-      std::string dotted = name != nullptr ? Text(*name) : fallback;
-      if (path != nullptr) {
-        if (!path->is_array() || !std::all_of(path->begin(), path->end(), [](const Json& part) {
-              return part.is_string() || part.is_number_integer();
-            })) {
-          Error(path_key, absl::StrCat("'", Text(*path), "': expected a list of keys"));
-          continue;
-        }
-        for (const Json& part : *path) absl::StrAppend(&dotted, ".", Text(part));
-      }
-      Map(name != nullptr   ? key
-          : path != nullptr ? path_key
-                            : "sft.data.multiturn.enable",
-          absl::StrCat("data.", side, "_key"), dotted);
-    }
-  }
-
-  const bool sft_;
-  std::map<std::string, Json> flat_;
-  std::set<std::string> user_set_;
-  std::map<std::string, std::string> unresolved_;
-  std::set<std::string> verl_keys_;
-  std::vector<std::pair<std::string, std::string>> renamed_;
-  std::map<std::string, std::string> typed_;  // verl 0.9.1's name -> the old one the run used
-  std::set<std::string> consumed_;
-  std::set<std::string> noted_;
-  VerlConversion out_{Json::object(), {}, {}, {}, {}, {}, nullptr};
-};
-
-// An SFT run's keys of verl's old SFT trainer read as verl 0.9.1's (returned: each old key with
-// the new one, or "" where the run gives the new one too), then every key in the PPO config's
-// names (SftKeyAsPpo), so the converter's tables read them.
-std::vector<std::pair<std::string, std::string>> InPpoNames(ComposedVerlRun& run) {
-  std::vector<std::pair<std::string, std::string>> renamed;
-  for (const auto& [old_key, new_key] : verl_keys::LegacySftRenames()) {
-    std::vector<std::string> found;
-    for (const auto& [key, value] : run.flat) {
-      if (key == old_key || absl::StartsWith(key, old_key + ".")) found.push_back(key);
-    }
-    for (const std::string& key : found) {
-      const std::string target = new_key + key.substr(old_key.size());
-      const bool kept = !run.user_set.count(target);
-      if (kept) {
-        run.flat[target] = run.flat[key];
-        run.user_set.insert(target);
-        if (auto why = run.unresolved.find(key); why != run.unresolved.end()) {
-          run.unresolved[target] = why->second;
-        }
-      }
-      renamed.emplace_back(key, kept ? target : "");
-      run.flat.erase(key);
-      run.user_set.erase(key);
-    }
-  }
-  // A key neither verl 0.9.1's SFT trainer nor its old one has (a PPO key, say) stays apart as
-  // "sft." + its name, which no table maps: listed as not a key of the SFT config.
-  const std::set<std::string> sft_keys = run.verl_keys;
-  const auto as_ppo = [&](const std::string& key) {
-    std::string ppo = verl_keys::SftKeyAsPpo(key);
-    // Known: a key of the config, inside one of its mappings (override_config.x), the SFT
-    // trainer's own, or one of its sections' keys the tables know in the PPO config's names
-    // (optim.grad_clip, the deprecated name verl still reads); not a PPO config's own key.
-    bool known = sft_keys.count(key) || absl::StartsWith(ppo, "sft.") ||
-                 (ppo != key && verl_keys::Known(ppo));
-    for (size_t dot = key.rfind('.'); !known && dot != std::string::npos && dot > 0;
-         dot = key.rfind('.', dot - 1)) {
-      known = sft_keys.count(key.substr(0, dot)) > 0;
-    }
-    return known ? ppo : absl::StrCat("sft.", key);
-  };
-  const auto rename = [&](auto& keyed) {
-    std::remove_reference_t<decltype(keyed)> out;
-    for (auto& item : keyed) {
-      if constexpr (std::is_same_v<std::decay_t<decltype(item)>, std::string>) {
-        out.insert(as_ppo(item));
-      } else {
-        out.emplace(as_ppo(item.first), std::move(item.second));
-      }
-    }
-    keyed = std::move(out);
-  };
-  rename(run.flat);
-  rename(run.user_set);
-  rename(run.unresolved);
-  rename(run.verl_keys);
-  return renamed;
+VerlConversion Converter::Run() {
+  if (sft_) return RunSft();
+  Direct();
+  Strategy("actor_rollout_ref.actor.strategy", "roles.actor.train.zero_stage");
+  Strategy("critic.strategy", "roles.critic.train.zero_stage");
+  TargetModules();
+  Schedule(kActor, "roles.actor.train");
+  Schedule("critic.", "roles.critic.train");
+  ClipRatio();
+  Kl();
+  Rollout();
+  Placement();
+  Reward();
+  Trainer();
+  Name();
+  Critic();
+  Rest();
+  return Finish();
 }
 
-}  // namespace
+VerlConversion Converter::Finish() {
+  Unresolved(out_.config, "");
+  for (const std::string& key : consumed_) {
+    // An SFT run's: the keys its config has (the PPO conversion's code reads others too).
+    if (!sft_ || flat_.count(key)) out_.read.push_back(Shown(key));
+  }
+  return std::move(out_);
+}
+
+std::string Converter::Shown(const std::string& key) const {
+  if (!sft_) return key;
+  const std::string sft = verl_keys::PpoKeyAsSft(key);
+  const auto typed = typed_.find(sft);
+  return typed != typed_.end() ? typed->second : sft;
+}
+
+const Json* Converter::Take(const std::string& key) {
+  consumed_.insert(key);
+  auto it = flat_.find(key);
+  if (it == flat_.end() || Unset(it->second)) return nullptr;
+  if (HasInterpolation(it->second)) {
+    auto why = unresolved_.find(key);
+    Error(key, absl::StrCat("'", Text(it->second), "' cannot be resolved: ",
+                            why == unresolved_.end() ? "an interpolation" : why->second));
+    return nullptr;
+  }
+  return &it->second;
+}
+
+void Converter::Map(const std::string& from, const std::string& to, Json value) {
+  Set(&out_.config, to, std::move(value));
+  out_.mapped.push_back(absl::StrCat(Shown(from), " -> ", to));
+}
+
+void Converter::Error(const std::string& ppo_key, absl::string_view why) {
+  const std::string key = Shown(ppo_key);
+  if (!noted_.insert(key).second) return;
+  out_.errors.push_back(absl::StrCat(key, ": not supported (", why, ")"));
+  out_.notes.push_back({key, std::string(why), /*refused=*/true});
+}
+
+void Converter::Warn(const std::string& ppo_key, absl::string_view why) {
+  const std::string key = Shown(ppo_key);
+  if (!noted_.insert(key).second) return;
+  out_.warnings.push_back(absl::StrCat(key, ": ignored (", why, ")"));
+  out_.notes.push_back({key, std::string(why), /*refused=*/false});
+}
+
+void Converter::Unresolved(const Json& node, const std::string& path) {
+  if (node.is_object()) {
+    for (const auto& [key, value] : node.items()) {
+      Unresolved(value, path.empty() ? key : path + "." + key);
+    }
+  } else if (HasInterpolation(node)) {
+    Error(path, absl::StrCat("'", Text(node), "' is an interpolation that was not resolved"));
+  }
+}
+
+std::string Converter::Text(const Json& value) {
+  return value.is_string() ? value.get<std::string>() : value.dump();
+}
+
+void Converter::Direct() {
+  for (const auto& [from, to] : DirectTable()) {
+    // The critic's keys are placed by Critic(), once it is known whether there is a critic.
+    if (absl::StartsWith(from, "critic.")) continue;
+    const Json* value = Take(from);
+    // verl's 0 validation generations still prints a sample per step from its reward manager;
+    // rlhfd's default samples stand in for that unless the run asks for a number.
+    if (from == "trainer.log_val_generations" && !user_set_.count(from)) continue;
+    if (value != nullptr) Map(from, to, Paths(from, *value));
+  }
+}
+
+Json Converter::Paths(const std::string& key, Json value) {
+  const bool path = key == "actor_rollout_ref.model.path" || key == "critic.model.path" ||
+                    key == "data.train_files" || key == "data.val_files" ||
+                    key == "trainer.default_local_dir" || key == "reward_model.model.path" ||
+                    key == "actor_rollout_ref.model.lora_adapter_path" ||
+                    absl::EndsWith(key, "custom_reward_function.path");
+  if (!path) return value;
+  const char* home = std::getenv("HOME");
+  const auto expand = [&](Json& item) {
+    if (!item.is_string()) return;
+    std::string text = item.get<std::string>();
+    if (home != nullptr && (text == "~" || absl::StartsWith(text, "~/"))) {
+      text = std::string(home) + text.substr(1);
+    }
+    item = text;
+  };
+  if (value.is_array()) {
+    for (Json& item : value) expand(item);
+  } else {
+    expand(value);
+  }
+  return value;
+}
+
+void Converter::TargetModules() {
+  const std::string key = "actor_rollout_ref.model.target_modules";
+  const Json* value = Take(key);
+  if (value == nullptr) return;
+  Map(key, "model.target_modules", value->is_array() ? *value : Json::array({*value}));
+}
+
+void Converter::Strategy(const std::string& key, const std::string& target) {
+  const Json* value = Take(key);
+  if (value == nullptr) return;
+  const std::string strategy = Text(*value);
+  if (strategy == "fsdp" || strategy == "fsdp2") {
+    Map(key, target, 3);
+  } else {
+    Error(key, absl::StrCat("'", strategy, "': rlhfd shards like FSDP (ZeRO-3, or ZeRO-2 with ",
+                            target, ": 2); Megatron is not supported"));
+  }
+}
+
+void Converter::Schedule(const std::string& prefix, const std::string& train) {
+  const std::string optim = prefix + "optim.";
+  // verl's optimizer config: a warmup_style (deprecated) replaces lr_scheduler_type.
+  const Json* style_value = Take(optim + "warmup_style");
+  std::string style_key = optim + "warmup_style";
+  if (const Json* scheduler = Take(optim + "lr_scheduler_type"); style_value == nullptr) {
+    style_value = scheduler;
+    style_key = optim + "lr_scheduler_type";
+  }
+  if (style_value != nullptr) {
+    const std::string style = Text(*style_value);
+    if (style == "constant" || style == "cosine") {
+      Map(style_key, train + ".lr_schedule", style);
+    } else {
+      Error(style_key, absl::StrCat("'", style, "': schedules are constant, cosine, linear"));
+    }
+  }
+  if (const Json* betas = Take(optim + "betas")) {
+    if (betas->is_array() && betas->size() == 2) {
+      Map(optim + "betas", train + ".adam_beta1", (*betas)[0]);
+      Map(optim + "betas", train + ".adam_beta2", (*betas)[1]);
+    } else {
+      Error(optim + "betas", "expected [beta1, beta2]");
+    }
+  }
+  // verl 0.9's engine clips with optim.clip_grad (optim.grad_clip, deprecated, replaces it);
+  // the role's own grad_clip is no longer read there.
+  std::string clip_key = optim + "grad_clip";
+  const Json* clip = Take(clip_key);
+  if (const Json* norm = Take(optim + "clip_grad"); clip == nullptr) {
+    clip = norm;
+    clip_key = optim + "clip_grad";
+  }
+  if (clip != nullptr) Map(clip_key, train + ".grad_clip", *clip);
+  const std::string role_clip = prefix + "grad_clip";
+  Take(role_clip);
+  if (user_set_.count(role_clip)) {
+    Warn(role_clip, absl::StrCat("verl 0.9 clips gradients with ", clip_key,
+                                 "; this key is "
+                                 "not read"));
+  }
+  const Json* steps = Take(optim + "lr_warmup_steps");
+  const Json* ratio = Take(optim + "lr_warmup_steps_ratio");
+  Take(optim + "total_training_steps");  // verl fills it in at run time.
+  if (steps != nullptr && steps->is_number() && steps->get<double>() >= 0) {
+    Map(optim + "lr_warmup_steps", train + ".lr_warmup_steps", *steps);
+  } else if (ratio != nullptr && ratio->is_number() && ratio->get<double>() > 0) {
+    const auto total = flat_.find("trainer.total_training_steps");
+    if (total != flat_.end() && total->second.is_number()) {
+      Map(optim + "lr_warmup_steps_ratio", train + ".lr_warmup_steps",
+          static_cast<int64_t>(std::floor(ratio->get<double>() * total->second.get<double>())));
+    } else {
+      Error(optim + "lr_warmup_steps_ratio",
+            "a ratio needs trainer.total_training_steps; give optim.lr_warmup_steps instead");
+    }
+  }
+}
+
+void Converter::ClipRatio() {
+  const Json* both = Take(std::string(kActor) + "clip_ratio");
+  if (both == nullptr) return;
+  for (const std::string side : {"low", "high"}) {
+    const auto own = flat_.find(absl::StrCat(kActor, "clip_ratio_", side));
+    if (own == flat_.end() || Unset(own->second)) {
+      Map(std::string(kActor) + "clip_ratio", "algorithm.clip_ratio_" + side, *both);
+    } else if (user_set_.count(std::string(kActor) + "clip_ratio") &&
+               !user_set_.count(own->first)) {
+      Warn(std::string(kActor) + "clip_ratio",
+           absl::StrCat("verl uses ", own->first, " (", Text(own->second), ") over it"));
+    }
+  }
+}
+
+void Converter::Kl() {
+  const Json* loss = Take(std::string(kActor) + "use_kl_loss");
+  const Json* reward = Take("algorithm.use_kl_in_reward");
+  const bool use_loss = loss != nullptr && loss->is_boolean() && loss->get<bool>();
+  const bool use_reward = reward != nullptr && reward->is_boolean() && reward->get<bool>();
+  const Json* loss_coef = Take(std::string(kActor) + "kl_loss_coef");
+  const Json* loss_type = Take(std::string(kActor) + "kl_loss_type");
+  const Json* penalty = Take("algorithm.kl_penalty");
+  const Json* controller = Take("algorithm.kl_ctrl.type");
+  const Json* reward_coef = Take("algorithm.kl_ctrl.kl_coef");
+  const Json* target = Take("algorithm.kl_ctrl.target_kl");
+  const Json* horizon = Take("algorithm.kl_ctrl.horizon");
+  if (use_loss && use_reward) {
+    Error("algorithm.use_kl_in_reward",
+          "with actor.use_kl_loss too: rlhfd applies the KL one way, algorithm.kl.mode loss or "
+          "in_reward");
+    return;
+  }
+  const auto estimator = [&](const std::string& key, const Json* value) {
+    if (value == nullptr) return;
+    const std::string name = Text(*value);
+    if (name == "kl" || name == "k1" || name == "mse" || name == "k2" || name == "low_var_kl" ||
+        name == "k3") {
+      Map(key, "algorithm.kl.estimator", name);
+    } else {
+      Error(key, absl::StrCat("'", name, "': estimators are kl (k1), mse (k2), low_var_kl (k3)"));
+    }
+  };
+  if (use_loss) {
+    Map(std::string(kActor) + "use_kl_loss", "algorithm.kl.mode", "loss");
+    if (loss_coef) Map(std::string(kActor) + "kl_loss_coef", "algorithm.kl.coef", *loss_coef);
+    estimator(std::string(kActor) + "kl_loss_type", loss_type);
+  } else if (use_reward) {
+    Map("algorithm.use_kl_in_reward", "algorithm.kl.mode", "in_reward");
+    if (reward_coef) Map("algorithm.kl_ctrl.kl_coef", "algorithm.kl.coef", *reward_coef);
+    if (controller) Map("algorithm.kl_ctrl.type", "algorithm.kl.controller", *controller);
+    if (target) Map("algorithm.kl_ctrl.target_kl", "algorithm.kl.target", *target);
+    if (horizon) Map("algorithm.kl_ctrl.horizon", "algorithm.kl.horizon", *horizon);
+    estimator("algorithm.kl_penalty", penalty);
+  }
+  const bool has_reference =
+      out_.config.contains("roles") && out_.config["roles"].contains("reference");
+  if ((use_loss || use_reward) && !has_reference) {
+    Set(&out_.config, "roles.reference", Json::object());
+  } else if (!use_loss && !use_reward && has_reference) {
+    // verl loads no reference without a KL; rlhfd refuses an unused role.
+    out_.config["roles"].erase("reference");
+    const auto set = user_set_.lower_bound("actor_rollout_ref.ref.");
+    if (set != user_set_.end() && absl::StartsWith(*set, "actor_rollout_ref.ref.")) {
+      Warn("actor_rollout_ref.ref", "no KL is used, so there is no reference model");
+    }
+  }
+}
+
+void Converter::Rollout() {
+  if (const Json* name = Take(std::string(kRollout) + "name")) {
+    if (user_set_.count(std::string(kRollout) + "name")) {
+      Warn(std::string(kRollout) + "name",
+           absl::StrCat("'", Text(*name),
+                        "': ", HarmlessTable().at(std::string(kRollout) + "name")));
+    }
+  }
+  // verl's default tensor_model_parallel_size is 2: where the GPUs do not divide by it and the
+  // script left it at that, each GPU generates with the whole model (tp 1), said so. Another
+  // value is kept as it is, for the validator to judge.
+  const std::string tp_key = std::string(kRollout) + "tensor_model_parallel_size";
+  const Json* tp = Take(tp_key);
+  if (tp == nullptr) return;
+  const int64_t gpus = ActorGpus();
+  if (!user_set_.count(tp_key) && tp->is_number_integer() && tp->get<int64_t>() > 1 &&
+      gpus % tp->get<int64_t>() != 0) {
+    Map(tp_key, "roles.actor.rollout.tp", 1);
+    Warn(tp_key, absl::StrCat("verl's default ", Text(*tp), " does not divide the job's ", gpus,
+                              gpus == 1 ? " GPU" : " GPUs",
+                              "; each generates with the whole model (tp 1)"));
+  } else {
+    Map(tp_key, "roles.actor.rollout.tp", *tp);
+  }
+}
+
+int64_t Converter::Number(const char* key, int64_t fallback) const {
+  const auto it = flat_.find(key);
+  return it != flat_.end() && it->second.is_number() ? it->second.get<int64_t>() : fallback;
+}
+
+int64_t Converter::ActorGpus() const {
+  return Number("trainer.n_gpus_per_node", 8) * Number("trainer.nnodes", 1);
+}
+
+void Converter::Placement() {
+  Take("trainer.n_gpus_per_node");  // Read by ActorGpus(); consumed here, where they land.
+  Take("trainer.nnodes");
+  const Json* hybrid = Take("actor_rollout_ref.hybrid_engine");
+  if (hybrid != nullptr && hybrid->is_boolean() && !hybrid->get<bool>()) {
+    Error("actor_rollout_ref.hybrid_engine",
+          "false: give roles their own GPUs with rlhfd's placement: split and roles.*.gpus");
+  }
+  Map("trainer.n_gpus_per_node x trainer.nnodes", "roles.actor.gpus", ActorGpus());
+  if (sft_ && !user_set_.count("trainer.n_gpus_per_node") && !user_set_.count("trainer.nnodes")) {
+    Warn("trainer.n_gpus_per_node",
+         absl::StrCat("verl's SFT trainer runs on torchrun's processes (--nproc_per_node x "
+                      "--nnodes), which a config does not hold; the job asks for ",
+                      ActorGpus(),
+                      ": give trainer.n_gpus_per_node and nnodes as the torchrun "
+                      "line does"));
+  }
+  Map(sft_ ? "(verl's SFT trainer: one pool)" : "actor_rollout_ref.hybrid_engine", "placement",
+      "colocated");
+  // verl's standalone rollout: nnodes > 0 gives the rollout nnodes x n_gpus_per_node GPUs of
+  // its own (n_gpus_per_node defaults to the trainer's), a rollout pool in rlhfd.
+  const int64_t nodes = Number("actor_rollout_ref.rollout.nnodes", 0);
+  const int64_t per_node =
+      Number("actor_rollout_ref.rollout.n_gpus_per_node", Number("trainer.n_gpus_per_node", 8));
+  Take("actor_rollout_ref.rollout.nnodes");
+  Take("actor_rollout_ref.rollout.n_gpus_per_node");
+  if (nodes > 0) {
+    Map("actor_rollout_ref.rollout.nnodes x n_gpus_per_node", "roles.rollout.gpus",
+        nodes * per_node);
+  }
+}
+
+std::string Converter::CustomRewardFunction() {
+  std::string found;
+  for (const std::string prefix : {"custom_reward_function.", "reward.custom_reward_function."}) {
+    const Json* path = Take(prefix + "path");
+    const Json* name = Take(prefix + "name");
+    std::vector<std::string> kwargs;
+    for (const auto& [key, value] : flat_) {
+      if (absl::StartsWith(key, prefix + "reward_kwargs")) kwargs.push_back(key);
+    }
+    if (path == nullptr || !found.empty()) {
+      for (const std::string& key : kwargs) Take(key);
+      continue;
+    }
+    found = prefix + "path";
+    const std::string to = "roles.reward.custom_reward_function";
+    Map(found, to + ".path", Paths(found, *path));
+    if (name != nullptr) Map(prefix + "name", to + ".name", *name);
+    for (const std::string& key : kwargs) {
+      const Json* value = Take(key);
+      const std::string argument = key.substr(std::min(key.size(), prefix.size() + 14));
+      if (value != nullptr && !argument.empty()) {
+        Map(key, absl::StrCat(to, ".reward_kwargs.", argument), *value);
+      }
+    }
+  }
+  return found;
+}
+
+void Converter::Reward() {
+  const std::string custom = CustomRewardFunction();
+  const Json* enable = Take("reward_model.enable");
+  const Json* path = Take("reward_model.model.path");
+  Take("reward_model.model.input_tokenizer");
+  if (enable != nullptr && enable->is_boolean() && enable->get<bool>()) {
+    if (!custom.empty()) {
+      Error(custom,
+            "with reward_model.enable verl scores with the reward model and leaves the "
+            "function unused; keep one of them");
+      return;
+    }
+    if (path == nullptr) {
+      Error("reward_model.model.path", "reward_model.enable needs the reward model's path");
+      return;
+    }
+    Map("reward_model.model.path", "roles.reward.model", Paths("reward_model.model.path", *path));
+    return;
+  }
+  // A custom function replaces verl's default reward.
+  if (!custom.empty()) return;
+  // verl's default reward picks a rule by each row's data_source.
+  Set(&out_.config, "roles.reward.rule", "auto");
+  out_.mapped.push_back("(verl's default reward) -> roles.reward.rule: auto");
+}
+
+void Converter::Trainer() {
+  if (const Json* save = Take("trainer.save_freq"); save != nullptr && !save->is_number()) {
+    // verl's SFT trainer also takes after_each_epoch; an epoch's steps depend on the data.
+    Error("trainer.save_freq",
+          absl::StrCat("'", Text(*save), "': give a number of steps (-1: never)"));
+  } else if (save != nullptr) {
+    // verl's SFT trainer saves after its last step whatever save_freq is (save_every 0).
+    Map("trainer.save_freq", "trainer.save_every",
+        save->get<int64_t>() < 0 ? Json(sft_ ? 0 : -1) : *save);
+  }
+  // verl keeps actor and critic checkpoints apart; a step directory here holds both, so it
+  // keeps as many as the larger asks for (null or <= 0: all, as in verl).
+  int64_t keep = 0;
+  std::vector<std::string> keys;
+  for (const char* key : {"trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep"}) {
+    const Json* value = Take(key);
+    if (value == nullptr) continue;
+    if (!value->is_number_integer()) {
+      Error(key, absl::StrCat("'", Text(*value), "': expected a whole number or null"));
+      continue;
+    }
+    keys.push_back(key);
+    keep = std::max(keep, value->get<int64_t>());
+  }
+  if (!keys.empty()) {
+    Map(absl::StrJoin(keys, " / "), "trainer.max_ckpt_to_keep", std::max<int64_t>(keep, 0));
+  }
+  if (const Json* test = Take("trainer.test_freq"); test != nullptr && !test->is_number()) {
+    Error("trainer.test_freq",
+          absl::StrCat("'", Text(*test), "': give a number of steps (-1: at the end only)"));
+  } else if (test != nullptr) {
+    Map("trainer.test_freq", "trainer.val_every", test->get<int64_t>() < 0 ? Json(0) : *test);
+  }
+  if (const Json* mode = Take("trainer.resume_mode")) {
+    const std::string text = Text(*mode);
+    if (text == "auto" || text == "disable") {
+      Map("trainer.resume_mode", "trainer.resume", text == "auto");
+    } else {
+      Error("trainer.resume_mode", absl::StrCat("'", text,
+                                                "': rlhfd resumes from the latest "
+                                                "checkpoint in trainer.checkpoint_dir (auto) or "
+                                                "not at all (disable)"));
+    }
+  }
+  if (const Json* logger = Take("trainer.logger")) {
+    Json loggers = Json::array();
+    for (const Json& item : logger->is_array() ? *logger : Json::array({*logger})) {
+      const std::string name = Text(item);
+      if (name == "console" || name == "tensorboard") {
+        loggers.push_back(name);
+      } else if (name == "file") {
+        loggers.push_back("jsonl");
+      } else {
+        Warn("trainer.logger", absl::StrCat("'", name,
+                                            "': rlhfd logs to console, jsonl and "
+                                            "tensorboard; ",
+                                            name, " is left out"));
+      }
+    }
+    Map("trainer.logger", "trainer.loggers", loggers);
+  }
+}
+
+void Converter::Name() {
+  std::string name = "verl-job";
+  const auto it = flat_.find("trainer.experiment_name");
+  if (it != flat_.end() && !Unset(it->second)) {
+    name.clear();
+    for (char c : Text(it->second)) {
+      name += absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-' ? c : '-';
+    }
+    if (name.empty() || name.size() > 128) name = "verl-job";
+  }
+  Set(&out_.config, "name", name);
+  out_.mapped.push_back("trainer.experiment_name -> name");
+}
+
+void Converter::Critic() {
+  const auto estimator = out_.config.contains("algorithm")
+                             ? out_.config["algorithm"].value("adv_estimator", Json("gae"))
+                             : Json("gae");
+  Set(&out_.config, "algorithm.adv_estimator", estimator);
+  const algorithms::EstimatorTraits* traits =
+      estimator.is_string() ? algorithms::FindEstimatorByName(estimator.get<std::string>())
+                            : nullptr;
+  const bool critic = traits != nullptr && traits->needs_critic;
+  for (const auto& [from, to] : DirectTable()) {
+    if (!absl::StartsWith(from, "critic.")) continue;
+    const Json* value = Take(from);
+    if (critic && value != nullptr) Map(from, to, Paths(from, *value));
+  }
+  if (critic) {
+    Set(&out_.config, "roles.critic",
+        out_.config["roles"].contains("critic") ? out_.config["roles"]["critic"] : Json::object());
+  } else if (out_.config["roles"].contains("critic")) {
+    // The critic's strategy and schedule (mapped with the actor's) go too: there is no critic.
+    out_.config["roles"].erase("critic");
+    std::erase_if(out_.mapped,
+                  [](const std::string& line) { return absl::StartsWith(line, "critic."); });
+  }
+}
+
+void Converter::Rest() {
+  for (const auto& [key, value] : flat_) {
+    // Hydra's composition list and settings are how a config is made, not what it says.
+    if (consumed_.count(key) || !user_set_.count(key) || key == "defaults" ||
+        absl::StartsWith(key, "hydra.")) {
+      continue;
+    }
+    if (auto harmless = HarmlessTable().find(key); harmless != HarmlessTable().end()) {
+      if (!IsVerlNeutral(key, value)) Warn(key, harmless->second);
+    } else if (auto refused = UnsupportedTable().find(key); refused != UnsupportedTable().end()) {
+      if (!IsVerlNeutral(key, value)) Error(key, refused->second);
+    } else if (const std::string parent = verl_keys::RefusedParent(key); !parent.empty()) {
+      // A setting inside a refused mapping (apply_chat_template_kwargs.enable_thinking, an
+      // override_config entry): the mapping's own default is empty.
+      Error(parent, UnsupportedTable().at(parent));
+    } else if (!verl_keys_.count(key)) {
+      // Hydra refuses such an override (without a leading +); verl's code never reads it.
+      Warn(key,
+           sft_ ? "not a key of verl 0.9's SFT trainer config" : "not a key of verl 0.9's config");
+    } else if (const std::string* family = verl_keys::IgnoredFamily(key)) {
+      Warn(key, *family);
+    } else if (!Unset(value)) {
+      Warn(key, "not a key rlhfd reads");
+    }
+  }
+}
+
+}  // namespace verl_conversion
 
 absl::StatusOr<VerlConversion> ConvertVerlConfig(absl::string_view text, absl::string_view source,
                                                  const std::vector<std::string>& overrides,
@@ -815,10 +555,11 @@ absl::StatusOr<VerlConversion> ConvertVerlConfig(absl::string_view text, absl::s
   try {
     ASSIGN_OR_RETURN(ComposedVerlRun run, ComposeVerlRun(trainer, text, source, overrides));
     std::vector<std::pair<std::string, std::string>> renamed;
-    if (trainer == VerlTrainer::kSft) renamed = InPpoNames(run);
+    if (trainer == VerlTrainer::kSft) renamed = verl_conversion::InPpoNames(run);
     VerlConversion conversion =
-        Converter(trainer, std::move(run.flat), std::move(run.user_set), std::move(run.unresolved),
-                  std::move(run.verl_keys), std::move(renamed))
+        verl_conversion::Converter(trainer, std::move(run.flat), std::move(run.user_set),
+                                   std::move(run.unresolved), std::move(run.verl_keys),
+                                   std::move(renamed))
             .Run();
     conversion.verl_resolved = std::move(run.document);
     return conversion;
@@ -829,7 +570,7 @@ absl::StatusOr<VerlConversion> ConvertVerlConfig(absl::string_view text, absl::s
 }
 
 const std::vector<std::pair<std::string, std::string>>& VerlDirectMappings() {
-  return DirectTable();
+  return verl_keys::DirectTable();
 }
 
 }  // namespace rlhfd::config
