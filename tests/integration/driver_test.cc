@@ -1002,6 +1002,18 @@ TEST_CASE(
   CHECK(by_step.at(kSteps).at("val-aux/num_turns/mean") == 4);
 }
 
+// WriteSftJob's job on the conversations in verl's multi-turn SFT layout (tool_sft_verl.jsonl),
+// with no multi_turn tool config and no reward; `val_files` ("" for none) inside data's braces.
+std::string VerlLayoutSftJob(const std::string& dir, const std::string& val_files) {
+  return absl::StrReplaceAll(
+      WriteSftJob(dir),
+      {{"/data/tool_sft.jsonl], val_files: [" + dir + "/questions.jsonl]",
+        "/data/tool_sft_verl.jsonl], " + val_files + "tools_key: tools"},
+       {"      multi_turn: {enable: true, tool_config_path: " + dir + "/tools.yaml}\n", ""},
+       {"    rollout:\n", ""},
+       {"  reward: {rule: exact_match}\n", ""}});
+}
+
 // The same conversations in verl's multi-turn SFT layout (tool_sft_verl.jsonl, as verl's ReTool
 // SFT preprocessing writes them: the call as OpenAI tool_calls, the tool's schema in each row's
 // `tools`), with no multi_turn tool config: the controller reads the calls and the tools in the
@@ -1015,13 +1027,7 @@ TEST_CASE("trainer.mode sft reads verl's layout (tool_calls, tools): the same fi
   const nlohmann::json golden = nlohmann::json::parse(golden_file);
   DriverCluster cluster;
   for (int i = 0; i < 2; ++i) cluster.StartWorker();
-  const std::string config = absl::StrReplaceAll(
-      WriteSftJob(dir.path()),
-      {{"/data/tool_sft.jsonl], val_files: [" + dir.path() + "/questions.jsonl]",
-        "/data/tool_sft_verl.jsonl], tools_key: tools"},
-       {"      multi_turn: {enable: true, tool_config_path: " + dir.path() + "/tools.yaml}\n", ""},
-       {"    rollout:\n", ""},
-       {"  reward: {rule: exact_match}\n", ""}});
+  const std::string config = VerlLayoutSftJob(dir.path(), "");
   REQUIRE_FALSE(absl::StrContains(config, "multi_turn"));
   const std::string id = cluster.Submit(config, {"trainer.total_steps=2"});
   const v1::Job job = cluster.WaitEnded(id);
@@ -1047,13 +1053,7 @@ TEST_CASE("trainer.mode sft without a reward validates by the loss on conversati
   std::string first;
   std::getline(lines, first);
   std::ofstream(dir.path() + "/one.jsonl") << first << "\n";
-  const std::string config = absl::StrReplaceAll(
-      WriteSftJob(dir.path()),
-      {{"/data/tool_sft.jsonl], val_files: [" + dir.path() + "/questions.jsonl]",
-        "/data/tool_sft_verl.jsonl], val_files: [" + conversations + "], tools_key: tools"},
-       {"      multi_turn: {enable: true, tool_config_path: " + dir.path() + "/tools.yaml}\n", ""},
-       {"    rollout:\n", ""},
-       {"  reward: {rule: exact_match}\n", ""}});
+  const std::string config = VerlLayoutSftJob(dir.path(), "val_files: [" + conversations + "], ");
   REQUIRE_FALSE(absl::StrContains(config, "reward"));
   DriverCluster cluster;
   for (int i = 0; i < 2; ++i) cluster.StartWorker();
