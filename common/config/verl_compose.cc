@@ -27,10 +27,20 @@ absl::StatusOr<ComposedVerlRun> ComposeVerlRun(VerlTrainer trainer, absl::string
       return absl::InvalidArgumentError(absl::StrCat(source, ": a verl config is a mapping"));
     }
     hydra::TypeAll(&file);
+    std::map<std::string, Json> leaves;
+    hydra::Flatten(file, "", &leaves);
+    for (const auto& [key, value] : leaves) run.written.insert(key);
     hydra::MergeInto(&run.document, file);
   }
   if (absl::Status applied = ApplyOverrides(overrides, &run.document); !applied.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": ", applied.message()));
+  }
+  for (const std::string& item : overrides) {
+    // Hydra's forms: key=value, +key=value, ++key=value, ~key.
+    const std::string key = item.substr(0, item.find('='));
+    if (const size_t start = key.find_first_not_of("+~"); start != std::string::npos) {
+      run.written.insert(key.substr(start));
+    }
   }
   hydra::TypeAll(&run.document);
   std::map<std::string, Json> verl_defaults, given;

@@ -19,6 +19,7 @@ struct ComposedVerlRun {
   nlohmann::json document;                        // composed and resolved
   std::map<std::string, nlohmann::json> flat;     // its leaves by dotted key
   std::set<std::string> user_set;                 // keys whose value differs from verl's default
+  std::set<std::string> written;  // keys the run's file or overrides give, whatever their value
   std::map<std::string, std::string> unresolved;  // keys whose interpolation failed, with why
   std::set<std::string> verl_keys;                // every key of verl's default config
 };

@@ -164,7 +164,8 @@ std::vector<std::pair<std::string, std::string>> InPpoNames(ComposedVerlRun& run
     }
     for (const std::string& key : found) {
       const std::string target = new_key + key.substr(old_key.size());
-      const bool kept = !run.user_set.count(target);
+      // verl 0.9.1's own key wins where the run gives it too, even at its default value.
+      const bool kept = !run.written.count(target);
       if (kept) {
         run.flat[target] = run.flat[key];
         run.user_set.insert(target);

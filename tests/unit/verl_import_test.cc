@@ -247,6 +247,16 @@ TEST_CASE("verl's multi-turn SFT example converts in both trainers' names", "[ve
                  "supported)"));
   CHECK(Contains(ConvertSft({"engine.ulysses_sequence_parallel_size=4"}).errors,
                  "engine.ulysses_sequence_parallel_size: not supported"));
+  // Both names given: verl 0.9.1's wins, even at its default value, and the old one is listed.
+  const VerlConversion twice =
+      ConvertSft({"model.path=/models/new", "model.partial_pretrain=/models/old",
+                  "data.use_dynamic_bsz=true", "data.micro_batch_size_per_gpu=4",
+                  "optim.lr_scheduler_type=constant", "optim.lr_scheduler=cosine"});
+  CHECK(twice.config["model"]["path"] == "/models/new");
+  CHECK(twice.config["roles"]["actor"]["train"]["lr_schedule"] == "constant");
+  CHECK(Contains(twice.warnings,
+                 "optim.lr_scheduler: ignored (the old SFT trainer's name of a key "
+                 "the run also gives as verl 0.9.1's)"));
 }
 
 // verl's old single-turn SFT (examples/sft/gsm8k/run_qwen_05_peft.sh): the question and the answer
