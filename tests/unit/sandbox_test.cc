@@ -132,9 +132,10 @@ int64_t StatusField(const std::string& name, const std::string& process = "self"
   return -1;
 }
 
-// The pids of the sandboxes' first processes (PID 1 inside) that descend from this process.
-std::vector<int> FirstProcessPids() {
-  std::vector<int> pids;
+// The processes in sandboxes (a PID namespace below this one's) that descend from this process:
+// (pid here, pid inside).
+std::vector<std::pair<int, int>> SandboxedProcesses() {
+  std::vector<std::pair<int, int>> processes;
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     int pid = 0;
     if (!absl::SimpleAtoi(entry.path().filename().string(), &pid) || !DescendsFromSelf(pid)) {
@@ -144,8 +145,20 @@ std::vector<int> FirstProcessPids() {
          absl::StrSplit(ReadFile(entry.path().string() + "/status"), '\n')) {
       if (!absl::ConsumePrefix(&line, "NSpid:")) continue;
       const std::vector<absl::string_view> ids = absl::StrSplit(line, '\t', absl::SkipEmpty());
-      if (ids.size() > 1 && ids.back() == "1") pids.push_back(pid);
+      int inside = 0;
+      if (ids.size() > 1 && absl::SimpleAtoi(ids.back(), &inside)) {
+        processes.emplace_back(pid, inside);
+      }
     }
+  }
+  return processes;
+}
+
+// The pids of the sandboxes' first processes (PID 1 inside) that descend from this process.
+std::vector<int> FirstProcessPids() {
+  std::vector<int> pids;
+  for (const auto& [pid, inside] : SandboxedProcesses()) {
+    if (inside == 1) pids.push_back(pid);
   }
   return pids;
 }
@@ -522,6 +535,21 @@ TEST_CASE("the sandbox's first process holds none of the caller's memory", "[san
   CHECK(first_size_kb < 64 * 1024);
   CHECK(StatusField("VmSize") > 1024 * 1024);
   CHECK(Run(*sandbox, "print(6 * 7)").stdout_text == "42\n");
+}
+
+// RLIMIT_AS bounds each process of a sandbox, not their sum: where memory runs short, the
+// kernel's OOM killer must take the sandbox's processes before the worker.
+TEST_CASE("the OOM killer takes a sandbox's processes before the worker", "[sandbox]") {
+  auto sandbox = Make();  // its warm processes: the first ones and their Pythons
+  const auto processes = SandboxedProcesses();
+  CHECK(processes.size() >= 2);
+  for (const auto& [pid, inside] : processes) {
+    INFO("pid " << pid << " (" << inside << " inside)");
+    CHECK(absl::StripAsciiWhitespace(ReadFile(absl::StrCat("/proc/", pid, "/oom_score_adj"))) ==
+          "1000");
+  }
+  // The caller keeps its own.
+  CHECK(absl::StripAsciiWhitespace(ReadFile("/proc/self/oom_score_adj")) != "1000");
 }
 
 // kill(0, ...) signals the caller's process group, whatever its PID namespace: each sandbox is

@@ -52,6 +52,7 @@ enum Step : int {
   kStdio,
   kFilter,
   kExec,
+  kOomScore,
 };
 }  // namespace
 
@@ -88,6 +89,8 @@ const char* SandboxStepName(int step) {
       return "setting up stdin, stdout and stderr";
     case kExec:
       return "executing the interpreter";
+    case kOomScore:
+      return "raising the OOM score (/proc/self/oom_score_adj)";
     default:
       return "setup";
   }
@@ -521,6 +524,13 @@ int RunSandboxLauncher() {
   argv.push_back(nullptr);
   for (const std::string& text : plan->env) env.push_back(const_cast<char*>(text.c_str()));
   env.push_back(nullptr);
+  // The kernel's OOM killer takes the sandbox's processes first, the worker last: RLIMIT_AS
+  // bounds each process, not their sum, so a host or cgroup short of memory loses the call,
+  // not the worker holding the job. Every process after inherits it; raising one's own score
+  // needs no privilege, and the code cannot lower it again (that needs CAP_SYS_RESOURCE).
+  const int oom_score = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (oom_score < 0 || ::write(oom_score, "1000", 4) != 4) Fail(kReportFd, kOomScore);
+  ::close(oom_score);
   std::vector<sock_filter> filter_program = SyscallFilter();
   const sock_fprog filter{.len = static_cast<unsigned short>(filter_program.size()),
                           .filter = filter_program.data()};
