@@ -6,7 +6,9 @@
 #include <netdb.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -202,7 +204,20 @@ int Run() {
   RLOG(INFO) << "signal " << signal_number << ": draining";
   link.Stop();
   (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_deadline));
-  RLOG(INFO) << "stopped";
+  RLOG(INFO) << "stopped serving";
+  // Stages run on the role host's executor, which its destructor stops after the stage in hand:
+  // a decode loop or a training step on the CPU can hold that for minutes. Past a grace the
+  // worker exits without it, as systemd's SIGKILL would later; the job loses nothing it keeps
+  // (the controller resumes it from its last committed checkpoint, and a save in flight is never
+  // committed).
+  std::thread([] {
+    constexpr absl::Duration kStageGrace = absl::Seconds(5);
+    absl::SleepFor(kStageGrace);
+    RLOG(WARNING) << "a stage still running " << absl::FormatDuration(kStageGrace)
+                  << " after the calls stopped: exiting without it";
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }).detach();
   return 0;
 }
 

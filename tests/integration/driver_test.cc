@@ -2135,6 +2135,42 @@ TEST_CASE("A slow worker within its deadlines is named by perf/straggler/gen", "
   CHECK(named * 2 > steps);
 }
 
+// SIGTERM to a worker in the middle of a long stage (an async rollout pool whose every decode
+// step is held a second, so a batch takes half a minute): the stage sees its call cancelled only
+// when it returns, so the worker exits without it once --shutdown_deadline and a grace (5 s)
+// have passed, as systemd's SIGKILL would later, rather than waiting the stage out.
+TEST_CASE("SIGTERM mid-stage: the worker exits within its shutdown deadline and a grace",
+          "[driver][faults]") {
+  DriverCluster cluster;
+  for (int i = 0; i < 3; ++i) {
+    cluster.StartWorker({"--fault_hold_rollout_decode_step=1s", "--shutdown_deadline=1s"});
+  }
+  const std::string id = cluster.Submit(
+      ReadConfig("tiny-cpu-demo.yaml"),
+      {"trainer.total_steps=2", "trainer.val_before_train=false", "roles.rollout.gpus=1",
+       "trainer.mode=async", "roles.rollout.partial_rollout=true"});
+  const v1::Job running = cluster.WaitUntil(
+      id, [](const v1::Job& job) { return job.state() == v1::JOB_STATE_RUNNING; },
+      absl::Seconds(90));
+  INFO(Describe(running));
+  REQUIRE(running.state() == v1::JOB_STATE_RUNNING);
+  std::string rollout_id;
+  for (const v1::RolePlacement& placement : running.placement()) {
+    if (placement.role() == "rollout") rollout_id = placement.worker_ids(0);
+  }
+  REQUIRE(!rollout_id.empty());
+  absl::SleepFor(absl::Seconds(5));  // a few held decode steps into the pool's batch
+  Subprocess& worker = cluster.cluster().worker(DriverCluster::IndexOf(rollout_id));
+  const absl::Time signalled = absl::Now();
+  const std::optional<int> status = worker.Stop(SIGTERM, absl::Seconds(25));
+  INFO("exit " << status.value_or(-1) << " after " << absl::Now() - signalled);
+  INFO(worker.ReadLog());
+  REQUIRE(status.has_value());
+  CHECK(*status == 0);
+  CHECK(absl::Now() - signalled < absl::Seconds(15));
+  CHECK_THAT(worker.ReadLog(), Catch::Contains("exiting without it"));
+}
+
 TEST_CASE("A hung worker (SIGSTOP) is detected and the job recovers", "[driver][faults]") {
   DriverCluster cluster;
   for (int i = 0; i < 3; ++i) cluster.StartWorker();  // two for the job and a spare
