@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/util/text.h"
 #include "tests/support/subprocess.h"
 #include "worker/agent/sandbox_child.h"
 
@@ -260,6 +261,12 @@ TEST_CASE("1 GB of output is cut at the cap and its writer stopped", "[sandbox]"
   CHECK(result.signal == SIGKILL);
   CHECK(result.stdout_text.size() + result.stderr_text.size() == 4096);
   CHECK(result.wall_time < absl::Seconds(5));
+  // The cut falls where a character starts: 'a' and 2,047 two-byte characters, not the first
+  // byte of the 2,048th.
+  const SandboxResult two_byte = Run(*sandbox, "import sys\nsys.stdout.write('a' + 'é' * 4096)\n");
+  CHECK(two_byte.output_truncated);
+  CHECK(two_byte.stdout_text.size() == 4095);
+  CHECK(IsValidUtf8(two_byte.stdout_text));
   // A file larger than file_mb, and a scratch directory filled past scratch_mb, are refused.
   const SandboxResult big_file = Run(*sandbox,
                                      "try:\n    open('f', 'wb').write(b'x' * (5 << 20))\nexcept "

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status/status_macros.h"
+#include "common/util/text.h"
 #include "worker/agent/sandbox_child.h"
 
 namespace rlhfd::agent {
@@ -485,8 +486,13 @@ absl::StatusOr<SandboxResult> Sandbox::Run(const std::string& code) {
       std::string& text = which == 0 ? result.stdout_text : result.stderr_text;
       const size_t kept = result.stdout_text.size() + result.stderr_text.size();
       const size_t room = kept < cap ? cap - kept : 0;
-      text.append(buffer, std::min(room, static_cast<size_t>(read_bytes)));
-      if (static_cast<size_t>(read_bytes) > room) {
+      const absl::string_view got(buffer, static_cast<size_t>(read_bytes));
+      if (got.size() <= room) {
+        text.append(got.data(), got.size());
+      } else {
+        // Cut where a character starts (the model reads the output as text), which may be in
+        // what an earlier read appended.
+        text = std::string(TruncateUtf8(absl::StrCat(text, got), text.size() + room));
         result.output_truncated = true;
         kill_it();
       }
