@@ -527,7 +527,8 @@ int RunSandboxLauncher() {
   // The kernel's OOM killer takes the sandbox's processes first, the worker last: RLIMIT_AS
   // bounds each process, not their sum, so a host or cgroup short of memory loses the call,
   // not the worker holding the job. Every process after inherits it; raising one's own score
-  // needs no privilege, and the code cannot lower it again (that needs CAP_SYS_RESOURCE).
+  // needs no privilege, and the code cannot lower it again: the sandbox has no /proc (and a root
+  // launcher's write also makes 1000 the process's floor).
   const int oom_score = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
   if (oom_score < 0 || ::write(oom_score, "1000", 4) != 4) Fail(kReportFd, kOomScore);
   ::close(oom_score);
