@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -204,20 +203,19 @@ int Run() {
   RLOG(INFO) << "signal " << signal_number << ": draining";
   link.Stop();
   (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_deadline));
-  RLOG(INFO) << "stopped serving";
-  // Stages run on the role host's executor, which its destructor stops after the stage in hand:
-  // a decode loop or a training step on the CPU can hold that for minutes. Past a grace the
-  // worker exits without it, as systemd's SIGKILL would later; the job loses nothing it keeps
-  // (the controller resumes it from its last committed checkpoint, and a save in flight is never
-  // committed).
-  std::thread([] {
-    constexpr absl::Duration kStageGrace = absl::Seconds(5);
-    absl::SleepFor(kStageGrace);
+  // Stages run on the role host's executor: a decode loop or a training step on the CPU can
+  // hold it for minutes, and its call's cancellation is seen only when it returns. Past a grace
+  // the worker exits without it, as systemd's SIGKILL would later (the controller resumes the
+  // job from its last committed checkpoint). With no stage in hand it ends its jobs normally,
+  // background saves included.
+  constexpr absl::Duration kStageGrace = absl::Seconds(5);
+  if (!role_host.StopWithin(kStageGrace)) {
     RLOG(WARNING) << "a stage still running " << absl::FormatDuration(kStageGrace)
                   << " after the calls stopped: exiting without it";
     std::fflush(nullptr);
     std::_Exit(0);
-  }).detach();
+  }
+  RLOG(INFO) << "stopped";
   return 0;
 }
 

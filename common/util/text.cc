@@ -1,6 +1,7 @@
 // UTF-8 checks and display sanitising; see text.h.
 #include "common/util/text.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "absl/strings/str_format.h"
@@ -69,11 +70,21 @@ int FirstControlCharacter(absl::string_view text) {
 }
 
 absl::string_view TruncateUtf8(absl::string_view text, size_t max_bytes) {
-  if (text.size() <= max_bytes) return text;
-  size_t end = max_bytes;
-  // Back up over continuation bytes to the start of the sequence that would be split.
-  while (end > 0 && (static_cast<uint8_t>(text[end]) & 0xC0) == 0x80) --end;
-  return text.substr(0, end);
+  return text.size() <= max_bytes ? text : WithoutCutUtf8Tail(text.substr(0, max_bytes));
+}
+
+absl::string_view WithoutCutUtf8Tail(absl::string_view text) {
+  // The last lead byte among the last four, and how many bytes its sequence needs.
+  for (size_t back = 1; back <= std::min<size_t>(4, text.size()); ++back) {
+    const uint8_t byte = static_cast<uint8_t>(text[text.size() - back]);
+    if ((byte & 0xC0) == 0x80) continue;  // a continuation byte
+    const size_t needs = (byte & 0xE0) == 0xC0   ? 2
+                         : (byte & 0xF0) == 0xE0 ? 3
+                         : (byte & 0xF8) == 0xF0 ? 4
+                                                 : 1;
+    return back < needs ? text.substr(0, text.size() - back) : text;
+  }
+  return text;
 }
 
 std::string SanitizeForDisplay(absl::string_view text, size_t max_bytes) {

@@ -27,6 +27,11 @@ std::string SanitizeForDisplay(absl::string_view text, size_t max_bytes = 200);
 // `text` cut to at most `max_bytes` without splitting a UTF-8 sequence.
 absl::string_view TruncateUtf8(absl::string_view text, size_t max_bytes);
 
+// `text` without a last UTF-8 sequence that its end cuts short (a lead byte with fewer
+// continuation bytes after it than it announces). Every other byte stays, valid or not, so
+// text that is not UTF-8 loses at most 3 bytes.
+absl::string_view WithoutCutUtf8Tail(absl::string_view text);
+
 // Counting in characters as Python's str does, for code that must match Python text handling
 // (reward rules): the bytes of the character at `offset` (a malformed byte counts as one
 // character of one byte), the number of characters, and the last `count` characters.

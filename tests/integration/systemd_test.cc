@@ -155,6 +155,8 @@ TEST_CASE("the systemd units pass systemd-analyze verify", "[systemd]") {
     REQUIRE(absl::StrContains(text, "WatchdogSec="));
     REQUIRE(absl::StrContains(text, "Restart=on-failure"));
     REQUIRE(absl::StrContains(text, "EnvironmentFile="));
+    // A sandboxed tool call the OOM killer ends must not stop the worker's unit.
+    if (absl::StrContains(unit, "worker")) REQUIRE(absl::StrContains(text, "OOMPolicy=continue"));
     const std::string installed = absl::StrReplaceAll(
         text, {{absl::StrCat("/opt/rlhfd/bin/",
                              absl::StripSuffix(absl::StripSuffix(unit, "@.service"), ".service")),

@@ -81,6 +81,14 @@ TEST_CASE("text from outside is checked and made safe to show", "[text]") {
   CHECK(SanitizeForDisplay("a\x1b[31mred\xFFz") == "a\\x1B[31mred\xEF\xBF\xBDz");
   CHECK(SanitizeForDisplay(std::string(500, 'x'), 10) == "xxxxxxxxxx...");
   CHECK(TruncateUtf8("日本", 4) == "日");  // Never half a character.
+  CHECK(TruncateUtf8("日本", 6) == "日本");
+  CHECK(TruncateUtf8("a\xC3\xA9", 2) == "a");
+  // Bytes that are not UTF-8 are cut at the count, not backed over.
+  CHECK(TruncateUtf8(std::string(10, '\x80'), 5) == std::string(5, '\x80'));
+  CHECK(WithoutCutUtf8Tail("ok\xF0\x9F\x98") == "ok");  // 3 of an emoji's 4 bytes
+  CHECK(WithoutCutUtf8Tail("ok\xF0\x9F\x98\x80") == "ok\xF0\x9F\x98\x80");
+  CHECK(WithoutCutUtf8Tail("\x80\x80\x80\x80\x80") == "\x80\x80\x80\x80\x80");
+  CHECK(WithoutCutUtf8Tail("") == "");
 }
 
 }  // namespace rlhfd

@@ -267,6 +267,11 @@ TEST_CASE("1 GB of output is cut at the cap and its writer stopped", "[sandbox]"
   CHECK(two_byte.output_truncated);
   CHECK(two_byte.stdout_text.size() == 4095);
   CHECK(IsValidUtf8(two_byte.stdout_text));
+  // Bytes that are not UTF-8 are cut at the count, not backed over.
+  const SandboxResult binary =
+      Run(*sandbox, "import sys\nsys.stdout.buffer.write(b'\\x80' * 8192)\n");
+  CHECK(binary.output_truncated);
+  CHECK(binary.stdout_text == std::string(4096, '\x80'));
   // A file larger than file_mb, and a scratch directory filled past scratch_mb, are refused.
   const SandboxResult big_file = Run(*sandbox,
                                      "try:\n    open('f', 'wb').write(b'x' * (5 << 20))\nexcept "

@@ -483,18 +483,19 @@ absl::StatusOr<SandboxResult> Sandbox::Run(const std::string& code) {
         CloseFd(fd);
         continue;
       }
+      if (result.output_truncated) continue;  // drained until the kill closes it
       std::string& text = which == 0 ? result.stdout_text : result.stderr_text;
       const size_t kept = result.stdout_text.size() + result.stderr_text.size();
       const size_t room = kept < cap ? cap - kept : 0;
-      const absl::string_view got(buffer, static_cast<size_t>(read_bytes));
-      if (got.size() <= room) {
-        text.append(got.data(), got.size());
-      } else {
-        // Cut where a character starts (the model reads the output as text), which may be in
-        // what an earlier read appended.
-        text = std::string(TruncateUtf8(absl::StrCat(text, got), text.size() + room));
+      text.append(buffer, std::min(room, static_cast<size_t>(read_bytes)));
+      if (static_cast<size_t>(read_bytes) > room) {
         result.output_truncated = true;
         kill_it();
+        // The model reads the output as text: neither stream ends inside a character (a read
+        // can end anywhere, so the stream not cut here may too).
+        for (std::string* cut : {&result.stdout_text, &result.stderr_text}) {
+          cut->resize(WithoutCutUtf8Tail(*cut).size());
+        }
       }
     }
     if (!killed && absl::Now() >= deadline) {

@@ -41,12 +41,14 @@ absl::Status CheckKey(const v1::StageKey& key) {
 
 RoleHost::RoleHost(RoleHostOptions options) : options_(std::move(options)) {}
 
-RoleHost::~RoleHost() {
+RoleHost::~RoleHost() { StopWithin(absl::InfiniteDuration()); }
+
+bool RoleHost::StopWithin(absl::Duration grace) {
   {
     std::lock_guard<std::mutex> lock(cancel_mutex_);
     for (auto& [id, flag] : cancel_flags_) flag->store(true);
   }
-  executor_.Stop();
+  return executor_.StopWithin(grace);
 }
 
 std::shared_ptr<std::atomic<int64_t>> RoleHost::QueuedPoolCalls(const std::string& job_id) {

@@ -52,6 +52,10 @@ class RoleHost final : public stages::StageService {
   explicit RoleHost(RoleHostOptions options);
   // Ends every job (after the stage in hand).
   ~RoleHost() override;
+  // Stops taking stages and waits at most `grace` for the stage in hand. False when it still
+  // runs: its thread is left behind, so the caller must end the process rather than destroy
+  // this host. Background saves are not waited for here (the destructor joins them).
+  bool StopWithin(absl::Duration grace);
   RoleHost(const RoleHost&) = delete;
   RoleHost& operator=(const RoleHost&) = delete;
 

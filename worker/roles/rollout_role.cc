@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 #include "common/util/stopwatch.h"
 #include "worker/model/model_config.h"
@@ -138,6 +139,11 @@ absl::StatusOr<v1::GenerateReply> RolloutRole::Generate(
     return absl::FailedPreconditionError(absl::StrCat(
         "generate: step ", request.key().step(),
         ": the rollout pool has not received the actor's weights (SyncWeights first)"));
+  }
+  if (engine_options_.decode_step_hold.count() > 0) {
+    // Drills and tests wait for this line to act while a generation is in hand.
+    RLOG(INFO) << "step " << request.key().step() << ": generating, each decode step held "
+               << engine_options_.decode_step_hold.count() << " ms (a fault drill)";
   }
   if (spec_.trainer().mode() == v1::TRAINER_MODE_ASYNC) {
     const bool partial = spec_.roles().rollout().partial_rollout();
