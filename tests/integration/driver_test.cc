@@ -278,6 +278,16 @@ std::string Describe(const v1::Job& job) {
                       ", restarts ", job.progress().restarts(), ")");
 }
 
+// The first worker `job` places `role` on, "" when none.
+std::string FirstWorkerOf(const v1::Job& job, const std::string& role) {
+  for (const v1::RolePlacement& placement : job.placement()) {
+    if (placement.role() == role && placement.worker_ids_size() > 0) {
+      return placement.worker_ids(0);
+    }
+  }
+  return "";
+}
+
 // Each step of 1..total in the history exactly once, in order.
 void CheckHistory(const std::vector<v1::StepMetrics>& history, int64_t total) {
   std::vector<int64_t> steps;
@@ -1384,10 +1394,7 @@ KillRolloutWorkerThenController(const std::vector<std::string>& mode,
       absl::Seconds(120));
   INFO(Describe(running));
   REQUIRE(running.state() == v1::JOB_STATE_RUNNING);
-  std::string victim;
-  for (const v1::RolePlacement& placement : running.placement()) {
-    if (placement.role() == "rollout") victim = placement.worker_ids(0);
-  }
+  const std::string victim = FirstWorkerOf(running, "rollout");
   REQUIRE(!victim.empty());
   cluster.cluster().worker(DriverCluster::IndexOf(victim)).Stop(SIGKILL, absl::Seconds(5));
   const v1::Job recovered = cluster.WaitUntil(
@@ -2156,10 +2163,7 @@ TEST_CASE("SIGTERM mid-stage: the worker exits within its shutdown deadline and 
       absl::Seconds(90));
   INFO(Describe(running));
   REQUIRE(running.state() == v1::JOB_STATE_RUNNING);
-  std::string rollout_id;
-  for (const v1::RolePlacement& placement : running.placement()) {
-    if (placement.role() == "rollout") rollout_id = placement.worker_ids(0);
-  }
+  const std::string rollout_id = FirstWorkerOf(running, "rollout");
   REQUIRE(!rollout_id.empty());
   Subprocess& worker = cluster.cluster().worker(DriverCluster::IndexOf(rollout_id));
   REQUIRE(WaitFor([&] { return absl::StrContains(worker.ReadLog(), ": generating, each decode"); },
