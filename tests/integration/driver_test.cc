@@ -919,6 +919,14 @@ TEST_CASE("multi_turn: the model's tool calls run in the sandbox, and the turns 
   }
 }
 
+// transformers' figures for tool_sft.jsonl's conversations on the untrained tiny-qwen2
+// (make_fixtures.py): "loss", the mean negative log-likelihood of their assistant tokens, and
+// "tokens", how many there are.
+nlohmann::json ToolSftGolden() {
+  std::ifstream file(std::string(RLHFD_FIXTURES_DIR) + "/data/tool_sft_golden.json");
+  return nlohmann::json::parse(file);
+}
+
 // An SFT job over tiny-qwen2-tools' sixteen conversations (tests/fixtures/data/tool_sft.jsonl)
 // for the untrained tiny-qwen2 with that model's tokenizer and template, the tool listed, on two
 // workers, validated on the conversations' questions: its model, tool config and questions
@@ -977,10 +985,8 @@ TEST_CASE(
     "trainer.mode sft: the actor learns conversations with tool calls; the first loss is "
     "transformers'",
     "[driver][runs]") {
-  const std::string fixtures = RLHFD_FIXTURES_DIR;
   TempDir dir;
-  std::ifstream golden_file(fixtures + "/data/tool_sft_golden.json");
-  const nlohmann::json golden = nlohmann::json::parse(golden_file);
+  const nlohmann::json golden = ToolSftGolden();
   constexpr int kSteps = 60;
   DriverCluster cluster;
   for (int i = 0; i < 2; ++i) cluster.StartWorker();
@@ -1031,10 +1037,8 @@ std::string VerlLayoutSftJob(const std::string& dir, const std::string& val_file
 // loss is the same transformers golden.
 TEST_CASE("trainer.mode sft reads verl's layout (tool_calls, tools): the same first loss",
           "[driver][runs]") {
-  const std::string fixtures = RLHFD_FIXTURES_DIR;
   TempDir dir;
-  std::ifstream golden_file(fixtures + "/data/tool_sft_golden.json");
-  const nlohmann::json golden = nlohmann::json::parse(golden_file);
+  const nlohmann::json golden = ToolSftGolden();
   DriverCluster cluster;
   for (int i = 0; i < 2; ++i) cluster.StartWorker();
   const std::string config = VerlLayoutSftJob(dir.path(), "");
@@ -1056,8 +1060,7 @@ TEST_CASE("trainer.mode sft without a reward validates by the loss on conversati
           "[driver][runs]") {
   const std::string fixtures = RLHFD_FIXTURES_DIR;
   TempDir dir;
-  std::ifstream golden_file(fixtures + "/data/tool_sft_golden.json");
-  const nlohmann::json golden = nlohmann::json::parse(golden_file);
+  const nlohmann::json golden = ToolSftGolden();
   const std::string conversations = fixtures + "/data/tool_sft_verl.jsonl";
   std::ifstream lines(conversations);
   std::string first;
@@ -1098,8 +1101,7 @@ TEST_CASE("rlhfctl submit --from-verl --sft trains a verl SFT run's conversation
   const std::string fixtures = RLHFD_FIXTURES_DIR;
   TempDir dir;
   WriteSftJob(dir.path());  // the model directory; the rlhfd config comes from the conversion
-  std::ifstream golden_file(fixtures + "/data/tool_sft_golden.json");
-  const nlohmann::json golden = nlohmann::json::parse(golden_file);
+  const nlohmann::json golden = ToolSftGolden();
   DriverCluster cluster;
   for (int i = 0; i < 2; ++i) cluster.StartWorker();
   const CommandResult submitted = cluster.cluster().Ctl(
