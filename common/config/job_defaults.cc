@@ -17,7 +17,7 @@ constexpr const char* kDefaultsJson = R"json({
     "max_prompt_length": 512, "max_response_length": 512,
     "train_batch_size": 1024, "shuffle": true, "shuffle_seed": 1,
     "filter_overlong_prompts": false, "truncation": "TRUNCATION_ERROR", "messages_key": "messages",
-    "tools_key": "tools", "response_key": ""
+    "tools_key": "tools", "response_key": "", "enable_thinking_key": "enable_thinking"
   },
   "algorithm": {
     "adv_estimator": "ADVANTAGE_ESTIMATOR_GAE", "gamma": 1.0, "lam": 1.0,

@@ -91,6 +91,12 @@ void CheckSupervised(Checker& check, const v1::JobSpec& spec) {
                             "': the key (or dotted path) of each training line's tool schemas, "
                             "or '' for none"));
   }
+  if (bad_path(spec.data().enable_thinking_key())) {
+    check.Fail("data.enable_thinking_key",
+               absl::StrCat("'", spec.data().enable_thinking_key(),
+                            "': the key (or dotted path) of each training line's enable_thinking, "
+                            "or '' for none"));
+  }
   if (roles.actor().rollout().n() != 1) {
     check.Fail(
         "roles.actor.rollout.n",

@@ -91,14 +91,19 @@ absl::StatusOr<std::string> VerlKeyTablesMarkdown(VerlTrainer trainer) {
     if (absl::StartsWith(table_key, "sft.") != sft) continue;
     const std::string key = sft ? verl_keys::PpoKeyAsSft(table_key) : table_key;
     if (leaves.count(key)) continue;
-    absl::StrAppend(&rows, "| `", key,
-                    sft ? "` | (fsdp_sft_trainer) | " : "` | (not in verl 0.9) | ",
-                    Cell(verl_keys::Fate(table_key)), " |\n");
+    // A setting inside one of verl's mappings (apply_chat_template_kwargs' {}), or a key verl
+    // no longer has.
+    const std::string parent = key.substr(0, key.rfind('.'));
+    const std::string where = leaves.count(parent) ? absl::StrCat("(inside `", parent, "`)")
+                              : sft                ? "(fsdp_sft_trainer)"
+                                                   : "(not in verl 0.9)";
+    absl::StrAppend(&rows, "| `", key, "` | ", where, " | ", Cell(verl_keys::Fate(table_key)),
+                    " |\n");
   }
   if (!rows.empty()) {
     absl::StrAppend(&out,
                     sft ? "\n### Keys of verl's SFT trainer before 0.9 (fsdp_sft_trainer)\n\n"
-                        : "\n### Keys of older verl versions\n\n",
+                        : "\n### Keys of older verl versions, and inside verl's mappings\n\n",
                     kHeader, rows);
   }
   return out;

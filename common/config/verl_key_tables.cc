@@ -133,6 +133,8 @@ const std::vector<std::pair<std::string, std::string>>& DirectTable() {
       // verl's SFT trainer (SftKeyAsPpo).
       {"sft.data.messages_key", "data.messages_key"},
       {"sft.data.tools_key", "data.tools_key"},
+      {"sft.data.enable_thinking_key", "data.enable_thinking_key"},
+      {"data.apply_chat_template_kwargs.enable_thinking", "data.enable_thinking"},
       {"sft.trainer.seed", "trainer.seed"},
   };
   return *table;
@@ -332,7 +334,8 @@ const std::map<std::string, std::string>& UnsupportedTable() {
        "only the PPO clipped loss (ppo_clip) is supported in bypass mode"},
       {"data.train_max_samples", "every row of data.train_files is read; cut the file instead"},
       {"data.val_max_samples", "every row of data.val_files is read; cut the file instead"},
-      {"data.apply_chat_template_kwargs", "chat template options are not passed"},
+      {"data.apply_chat_template_kwargs",
+       "chat template options other than enable_thinking are not passed"},
       {"sandbox_fusion.url", "sandboxed code execution is not supported"},
       {"reward.sandbox_fusion.url", "sandboxed code execution is not supported"},
       {"distillation.enabled", "distillation from a teacher model is not supported"},
@@ -351,11 +354,6 @@ const std::map<std::string, std::string>& UnsupportedTable() {
        "verl 0.9's reward.* section is not converted yet; give reward_model.enable and "
        "reward_model.model.path"},
       // verl's SFT trainer (SftKeyAsPpo).
-      {"sft.data.enable_thinking_default",
-       "the chat template is rendered without enable_thinking; leave it none"},
-      {"sft.data.enable_thinking_key",
-       "rows' own enable_thinking values (Qwen3's thinking switch) are not passed to the chat "
-       "template; rows that carry one under the default key render as without it"},
       {"sft.data.micro_batch_size",
        "the global micro-batch size of verl's old SFT trainer; give "
        "data.micro_batch_size_per_gpu"},
@@ -366,6 +364,9 @@ const std::map<std::string, std::string>& UnsupportedTable() {
 // Keys the converter reads and turns into something else.
 const std::map<std::string, std::string>& DerivedTable() {
   static const auto* table = new std::map<std::string, std::string>{
+      {"sft.data.enable_thinking_default",
+       "`data.enable_thinking` when true or false (over "
+       "data.apply_chat_template_kwargs.enable_thinking, as in verl); none gives nothing"},
       {"actor_rollout_ref.model.target_modules",
        "`model.target_modules`: a list (verl's string, e.g. all-linear, becomes a list of it)"},
       {"actor_rollout_ref.actor.strategy",
@@ -699,12 +700,6 @@ bool IsVerlNeutral(const std::string& key, const Json& value) {
   }
   if (key == "actor_rollout_ref.model.override_config" || key == "critic.model.override_config") {
     return value.is_object() && value.empty();
-  }
-  if (key == "sft.data.enable_thinking_default") {
-    return value.is_string() && value.get<std::string>() == "none";
-  }
-  if (key == "sft.data.enable_thinking_key") {
-    return value.is_string() && value.get<std::string>() == "enable_thinking";
   }
   if (key == "reward_model.reward_manager") {
     return value.is_string() && value.get<std::string>() == "naive";

@@ -99,6 +99,16 @@ void Converter::Sft() {
             absl::StrCat("'", Text(*keep), "': expected a whole number or null"));
     }
   }
+  // verl's MultiTurnSFTDataset: a row's own enable_thinking, else this default, else
+  // apply_chat_template_kwargs' (mapped by Direct()).
+  if (const Json* thinking = Take("sft.data.enable_thinking_default")) {
+    if (thinking->is_boolean()) {
+      Map("sft.data.enable_thinking_default", "data.enable_thinking", *thinking);
+    } else if (Text(*thinking) != "none") {
+      Error("sft.data.enable_thinking_default",
+            absl::StrCat("'", Text(*thinking), "': true, false or none"));
+    }
+  }
   SingleTurnRows();
 }
 

@@ -96,6 +96,8 @@ absl::Status ReadToolCalls(const Json& calls, const std::string& what, v1::ChatT
     v1::ChatToolCall& added = *turn.add_tool_calls();
     added.set_name(name->get<std::string>());
     added.set_arguments_json(PythonJsonDumps(object));
+    // Qwen3's template prints JSON text as it is.
+    if (arguments->is_string()) added.set_arguments_text(arguments->get<std::string>());
   }
   return absl::OkStatus();
 }
@@ -123,6 +125,17 @@ absl::StatusOr<std::vector<v1::ChatTurn>> TurnsOf(const Json& list, const std::s
     added.set_role(role->get<std::string>());
     if (content != turn.end() && content->is_string()) {
       added.set_content(content->get<std::string>());
+    }
+    // An assistant turn's reasoning (Qwen3's template prints it in a <think> block); Parquet
+    // gives every turn the column, null where the turn has none.
+    if (const auto reasoning = turn.find("reasoning_content");
+        added.role() == "assistant" && reasoning != turn.end() && !reasoning->is_null()) {
+      if (!reasoning->is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat(key, " (turn ", index,
+                                                       ") reasoning_content must be text, not a ",
+                                                       reasoning->type_name()));
+      }
+      added.set_reasoning_content(reasoning->get<std::string>());
     }
     if (!has_calls) continue;
     const std::string at = absl::StrCat(key, " (turn ", index, ") tool_calls");
@@ -210,13 +223,14 @@ struct RowKeys {
                    ? (data.messages_key().empty() ? "messages" : data.messages_key())
                    : (data.prompt_key().empty() ? "prompt" : data.prompt_key())),
         answer(data.answer_key().empty() ? "ground_truth" : data.answer_key()),
-        // verl's single-turn SFTDataset lists no tools.
-        tools(conversation && response.empty() ? data.tools_key() : "") {}
+        // verl's single-turn SFTDataset lists no tools and reads no enable_thinking.
+        tools(conversation && response.empty() ? data.tools_key() : ""),
+        enable_thinking(conversation && response.empty() ? data.enable_thinking_key() : "") {}
 
   // The Parquet columns a row is made of: the first part of each key.
   std::vector<std::string> Columns() const {
     std::vector<std::string> columns = {prompt,       answer, "reward_model", "data_source",
-                                        "extra_info", tools,  response};
+                                        "extra_info", tools,  response,       enable_thinking};
     std::vector<std::string> roots;
     for (const std::string& key : columns) {
       if (!key.empty()) roots.push_back(key.substr(0, key.find('.')));
@@ -227,7 +241,8 @@ struct RowKeys {
   bool conversation;
   std::string response;  // a single-turn row's response, or ""
   std::string prompt, answer;
-  std::string tools;  // "" when rows list no tools
+  std::string tools;            // "" when rows list no tools
+  std::string enable_thinking;  // "" when rows carry none
 };
 
 // The row `row` of a data file (`where` names it) as the workers get it: a prompt under
@@ -296,6 +311,17 @@ absl::StatusOr<v1::PromptRow> PromptOf(const Json& row, const std::string& where
           *tools, absl::StrCat(where, ": the tools under '", keys.tools, "' (data.tools_key)"),
           prompt));
     }
+  }
+  if (const Json* thinking =
+          keys.enable_thinking.empty() ? nullptr : Find(row, keys.enable_thinking);
+      thinking != nullptr && !thinking->is_null()) {
+    if (!thinking->is_boolean()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": '", keys.enable_thinking,
+                       "' (data.enable_thinking_key) must be true, false or null, not a ",
+                       thinking->type_name()));
+    }
+    prompt.set_enable_thinking(thinking->get<bool>());
   }
   const Json* truth = Find(row, answer_key);
   // The default key falls back on verl's layout.

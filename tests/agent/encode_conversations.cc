@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   v1::JobSpec spec;
   spec.mutable_model()->set_path(argv[1]);
   spec.mutable_data()->set_tools_key("tools");
+  spec.mutable_data()->set_enable_thinking_key("enable_thinking");
   if (argc == 5) {
     spec.mutable_data()->set_prompt_key(argv[3]);
     spec.mutable_data()->set_response_key(argv[4]);

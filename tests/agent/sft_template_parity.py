@@ -4,22 +4,25 @@
 Random conversations as verl's MultiTurnSFTDataset reads them (messages with OpenAI tool_calls on
 assistant turns, content null beside them, arguments as objects or as JSON text; the row's tool
 schemas under `tools`, as a list or as JSON text; user and tool turns between assistant turns; a
-system turn or none) are written as JSONL and as Parquet (pyarrow). encode_conversations reads
+system turn or none; reasoning as a <think> block in the content or as reasoning_content; the
+row's own enable_thinking, true, false or null) are written as JSONL and as Parquet (pyarrow). encode_conversations reads
 each file with the controller's reader and encodes each row with the worker's code (the prompt
 with the row's tools, the target turns with their mask). The reference is transformers'
 apply_chat_template with the model's own template on the same rows (the Parquet rows as pyarrow
 reads them back, nulls and key order included, as verl's pandas reader hands them over):
 - the prompt: the template's text for the turns before the first assistant turn with the
   generation prompt, and its token ids;
-- the prompt and target ids together: the ids of the template's text for the whole conversation,
-  but its last newline;
+- the prompt and target ids together: the ids of the conversation as a multi-turn rollout lays
+  it out (reference(): each assistant turn as the template renders it when it is the last
+  message, the user and tool turns between as it renders them up to the next generation
+  prompt), which for Qwen2.5's template is the whole conversation's text but its last newline;
 - the mask: 1 exactly on each assistant turn's tokens after its generation prompt, through its
-  <|im_end|> (the template's text for the turns up to it, with and without the generation
-  prompt, gives the span). verl's per-message tokenization also trains on the newline after
-  <|im_end|>, which a rollout never generates; this test holds rlhfd to the span.
-Arguments given as JSON text are rendered as the object they hold (Qwen3's template prints the
-text; Qwen2.5's would quote it, which no model is trained to write), so the reference gets the
-object.
+  <|im_end|>. verl's per-message tokenization also trains on the newline after <|im_end|>,
+  which a rollout never generates; this test holds rlhfd to the span.
+Arguments given as JSON text are rendered as the object they hold where the template would quote
+the text (Qwen2.5's: no model is trained to write that), so that reference gets the object;
+Qwen3's template prints the text as it is, and gets it. The models: tiny-qwen2-tools (Qwen2.5's
+template), tokenizers/qwen3-thinking (Qwen3's), and the real Qwen2.5-Coder where it was fetched.
 
 Single-turn rows (data.response_key, verl's SFTDataset: the prompt and the response text under
 extra_info, as verl's gsm8k SFT example reads them) against that dataset's own rule: the
@@ -42,6 +45,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 DEFAULT_MODELS = [os.path.join(ROOT, "tests", "fixtures", "models", "tiny-qwen2-tools"),
+                  os.path.join(ROOT, "tests", "fixtures", "tokenizers", "qwen3-thinking"),
                   os.path.join(ROOT, "models", "qwen2.5-coder-0.5b-instruct")]
 
 WORDS = ["Compute", "the", "sum", "naïve", "数学", "😀", "x", "<b>", "#### 7", "quotes \"here\"",
@@ -78,8 +82,25 @@ def tool_schema(rng, name):
                                         "required": [next(iter(properties))]}}}
 
 
+def reasoned(rng, message, thinking):
+    """An assistant message with reasoning some of the time: a <think> block before the content,
+    or reasoning_content. Rarely when thinking is off, which leaves no room for it (Qwen3's
+    template: rlhfd refuses the row)."""
+    if thinking is False and rng.random() < 0.9:
+        return message
+    roll = rng.random()
+    if roll < 0.3:
+        think = rng.choice(["", "\n"]) + text(rng) + rng.choice(["", "\n"])
+        message["content"] = f"<think>{think}</think>" + rng.choice(["\n\n", ""]) + (message["content"] or "")
+    elif roll < 0.5:
+        message["reasoning_content"] = rng.choice(["", text(rng)])
+    return message
+
+
 def conversation(rng, as_text):
     tools = [tool_schema(rng, name) for name in rng.sample(["python", "search", "calc"], rng.randint(1, 2))]
+    # The row's own thinking switch (data.enable_thinking_key), which Qwen3's template reads.
+    thinking = rng.choice([None, None, True, False])
     messages = []
     if rng.random() < 0.5:
         messages.append({"role": "system", "content": text(rng)})
@@ -97,56 +118,82 @@ def conversation(rng, as_text):
                 flat = as_text and rng.random() < 0.2
                 calls.append(call if flat else {"type": "function", "function": call})
             content = rng.choice([None, "", text(rng)]) if as_text else rng.choice(["", text(rng)])
-            messages.append({"role": "assistant", "content": content, "tool_calls": calls})
+            messages.append(reasoned(rng, {"role": "assistant", "content": content, "tool_calls": calls},
+                                     thinking))
             messages += [{"role": "tool", "content": rng.choice(["42", "", text(rng), "a\n\nb"])}
                          for _ in calls]
         else:
-            messages.append({"role": "assistant", "content": text(rng)})
+            messages.append(reasoned(rng, {"role": "assistant", "content": text(rng)}, thinking))
             messages.append({"role": "user", "content": text(rng)})
-    messages.append({"role": "assistant", "content": text(rng)})
-    row = {"messages": messages, "tools": tools}
+    messages.append(reasoned(rng, {"role": "assistant", "content": text(rng)}, thinking))
+    row = {"messages": messages, "tools": tools, "enable_thinking": thinking}
     if as_text and rng.random() < 0.3:
         row["tools"] = json.dumps(tools)
     return row
 
 
-def as_reference(row):
-    """The row as the template is given it: tools and arguments as objects."""
+def as_reference(row, tokenizer):
+    """The row as the template is given it: tools as objects; arguments given as JSON text as
+    objects too, unless the template prints text as it is (Qwen3's)."""
     row = copy.deepcopy(row)
     tools = row.get("tools")
     tools = json.loads(tools) if isinstance(tools, str) else tools
+    text_as_given = "arguments is string" in tokenizer.chat_template
     for message in row["messages"]:
+        if message.get("reasoning_content") is None:
+            message.pop("reasoning_content", None)  # a Parquet row's null field: none
         for call in message.get("tool_calls") or []:
             function = call.get("function", call)
-            if isinstance(function["arguments"], str):
+            if isinstance(function["arguments"], str) and not text_as_given:
                 function["arguments"] = json.loads(function["arguments"])
-    return row["messages"], tools
+    return row["messages"], tools, row.get("enable_thinking")
 
 
-def reference(tokenizer, messages, tools):
+def reference(tokenizer, messages, tools, thinking):
+    """The row as a multi-turn rollout lays it out: the prompt with the generation prompt, then
+    each assistant turn as the template renders it when it is the last message (after its
+    generation prompt, through its end token), and between turns what the template renders after
+    an assistant turn's end token up to the next generation prompt. For Qwen2.5's template this
+    is the whole conversation's text; Qwen3's renders an answer that is not the last one without
+    its <think> block, which a rollout does generate. None where the turn cannot follow its
+    generation prompt (reasoning while thinking is off): rlhfd refuses the row."""
+    options = {} if thinking is None else {"enable_thinking": thinking}
+
     def render(turns, generation):
         return tokenizer.apply_chat_template(turns, tools=tools, add_generation_prompt=generation,
-                                             tokenize=False)
+                                             tokenize=False, **options)
 
     def ids(text):
         return tokenizer.encode(text, add_special_tokens=False)
 
-    first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
-    prompt = render(messages[:first], True)
-    whole = render(messages, False)
-    assert whole.endswith("<|im_end|>\n"), repr(whole[-40:])
-    all_ids = ids(whole)[:-1]  # the template's last newline, after the last turn's end token
-    mask = [0] * (len(all_ids) - len(ids(prompt)))
-    for i in range(first, len(messages)):
-        if messages[i]["role"] != "assistant":
-            continue
-        begin = len(ids(render(messages[:i], True)))
-        end = len(ids(render(messages[:i + 1], False))) - 1
-        assert ids(render(messages[:i + 1], False))[:end] == all_ids[:end]
-        for t in range(begin, end):
-            mask[t - len(ids(prompt))] = 1
-    return {"prompt": prompt, "prompt_ids": ids(prompt), "target_ids": all_ids[len(ids(prompt)):],
-            "mask": mask}
+    answers = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    prompt = render(messages[:answers[0]], True)
+    pieces = [(prompt, 0)]
+    for k, i in enumerate(answers):
+        generation_prompt, as_last = render(messages[:i], True), render(messages[:i + 1], False)
+        if not as_last.startswith(generation_prompt):
+            return None
+        assert as_last.endswith("<|im_end|>\n"), repr(as_last[-40:])
+        pieces.append((as_last[len(generation_prompt):-1], 1))
+        if k + 1 < len(answers):
+            after = render(messages[:answers[k + 1]], True)
+            ends = as_last.count("<|im_end|>")
+            at = -1
+            for _ in range(ends):
+                at = after.index("<|im_end|>", at + 1)
+            pieces.append((after[at + len("<|im_end|>"):], 0))
+    text = "".join(piece for piece, _ in pieces)
+    all_ids = ids(text)
+    mask, done = [], ""
+    for piece, trained in pieces:
+        begin = len(ids(done))
+        done += piece
+        end = len(ids(done))
+        assert ids(done) == all_ids[:end]
+        mask += [trained] * (end - begin)
+    first = len(ids(prompt))
+    return {"prompt": prompt, "prompt_ids": all_ids[:first], "target_ids": all_ids[first:],
+            "mask": mask[first:]}
 
 
 def single_turn_reference(tokenizer, row):
@@ -165,10 +212,14 @@ def compare(binary, model, path, rows, tokenizer, single_turn=False):
         sys.exit(f"encode_conversations {path} failed: {result.stderr}")
     outputs = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(outputs) == len(rows), (len(outputs), len(rows))
-    failures = 0
+    failures = refusals = 0
     for index, (row, ours) in enumerate(zip(rows, outputs)):
         expected = (single_turn_reference(tokenizer, row) if single_turn
-                    else reference(tokenizer, *as_reference(row)))
+                    else reference(tokenizer, *as_reference(row, tokenizer)))
+        if expected is None:  # reasoning while thinking is off: refused, saying so
+            refused = "while enable_thinking is false" in ours.get("error", "")
+            expected = ours if refused else {"error": "reasoning while enable_thinking is false"}
+            refusals += refused
         if ours != expected:
             failures += 1
             if failures <= 3:
@@ -177,6 +228,9 @@ def compare(binary, model, path, rows, tokenizer, single_turn=False):
                     if ours.get(key) != expected[key]:
                         print(f" {key}:\n  ours:     {ours.get(key, ours.get('error'))!r}\n"
                               f"  expected: {expected[key]!r}")
+    if refusals:
+        print(f"{os.path.basename(path)}: {refusals} rows refused as expected (reasoning while "
+              "enable_thinking is false)")
     return failures
 
 

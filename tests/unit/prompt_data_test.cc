@@ -162,6 +162,9 @@ TEST_CASE("Conversations in verl's multi-turn SFT layout: OpenAI tool_calls, use
   CHECK(call.tool_calls(0).arguments_json() == "{\"zeta\": [1, 2.5], \"alpha\": \"é\\n\"}");
   CHECK(call.tool_calls(1).name() == "g");
   CHECK(call.tool_calls(1).arguments_json() == "{\"b\": true, \"a\": null}");
+  // The text as given too, which Qwen3's template prints; none for an object.
+  CHECK_FALSE(call.tool_calls(0).has_arguments_text());
+  CHECK(call.tool_calls(1).arguments_text() == "{\"b\": true,\"a\":null}");
   CHECK(row.target(4).role() == "user");
   REQUIRE(row.tools_json_size() == 1);
   CHECK(row.tools_json(0) ==
@@ -235,6 +238,45 @@ TEST_CASE("Conversations in verl's multi-turn SFT layout: OpenAI tool_calls, use
   REQUIRE(prompts->row(0).chat(1).tool_calls_size() == 1);
   CHECK(prompts->row(0).chat(1).tool_calls(0).arguments_json() == "{\"x\": 1}");
   CHECK(prompts->row(0).target_size() == 0);
+}
+
+TEST_CASE("Reasoning and the row's own enable_thinking (Qwen3's template reads them)",
+          "[prompt_data]") {
+  TempDir dir;
+  const std::string path = dir.path() + "/chats.jsonl";
+  v1::DataSpec keys;
+  keys.set_enable_thinking_key("think");
+  const auto load = [&](const std::string& row) { return LoadConversation(path, row, keys); };
+  // An assistant turn's reasoning_content (null: none, as Parquet writes a missing field); the
+  // row's switch under data.enable_thinking_key, null or missing: none.
+  auto loaded = load(R"({"messages": [{"role": "user", "content": "Q", "reasoning_content": "x"},
+      {"role": "assistant", "content": "A", "reasoning_content": "because"},
+      {"role": "user", "content": "more?", "reasoning_content": null},
+      {"role": "assistant", "content": "B", "reasoning_content": null}], "think": false})");
+  INFO(loaded.status());
+  REQUIRE(loaded.ok());
+  const v1::PromptRow& row = loaded->row(0);
+  CHECK_FALSE(row.chat(0).has_reasoning_content());  // a user turn's is not read
+  CHECK(row.target(0).reasoning_content() == "because");
+  CHECK_FALSE(row.target(2).has_reasoning_content());
+  REQUIRE(row.has_enable_thinking());
+  CHECK_FALSE(row.enable_thinking());
+  for (const std::string& think : {std::string(R"(, "think": null)"), std::string()}) {
+    loaded = load(R"({"messages": [{"role": "user", "content": "Q"},
+        {"role": "assistant", "content": "A"}])" +
+                  think + "}");
+    REQUIRE(loaded.ok());
+    CHECK_FALSE(loaded->row(0).has_enable_thinking());
+  }
+  CHECK_THAT(RefusalOf(load(R"({"messages": [{"role": "user", "content": "Q"},
+      {"role": "assistant", "content": "A"}], "think": "no"})"),
+                       path + ":1"),
+             Catch::Contains("'think' (data.enable_thinking_key) must be true, false or null, not "
+                             "a string"));
+  CHECK_THAT(RefusalOf(load(R"({"messages": [{"role": "user", "content": "Q"},
+      {"role": "assistant", "content": "A", "reasoning_content": 3}]})"),
+                       path + ":1"),
+             Catch::Contains("(turn 1) reasoning_content must be text, not a number"));
 }
 
 TEST_CASE("Single-turn SFT rows (data.response_key): the prompt and its response",

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "common/util/files.h"
 
 namespace rlhfd::model {
@@ -127,6 +128,90 @@ TEST_CASE("the tokenizer of a model directory carries its chat template", "[toke
   REQUIRE(none.ok());
   CHECK(*none == ChatTemplate::kNone);
   CHECK_FALSE(ChooseChatTemplate("vicuna", "").ok());
+}
+
+// The expected texts are transformers 5.17's apply_chat_template with Qwen3's template
+// (tests/fixtures/qwen3_chat_template.jinja) on the same messages.
+TEST_CASE("Qwen3's template: think blocks after the last query, arguments as given, the switch",
+          "[tokenizer]") {
+  auto tokenizer = Tokenizer::Load(kFixtures + "/tokenizers/qwen3-thinking");
+  REQUIRE(tokenizer.ok());
+  CHECK(tokenizer->thinking_turns());
+  CHECK(tokenizer->hermes_tool_format());
+  const ChatToolCall run{"python", R"j({"code": "print(6*7)"})j", R"j({"code":"print(6*7)"})j"};
+  // Turns before the last query lose their reasoning (a <think> block in the content, or
+  // reasoning_content); the last answer gets a block, empty without reasoning.
+  const std::vector<ChatMessage> history = {{"system", "Be brief."},
+                                            {"user", "6*7?"},
+                                            {"assistant", "<think>\nmultiply\n</think>\n\n", {run}},
+                                            {"tool", "42"},
+                                            {"assistant", "It is 42.", {}, "The tool said 42."},
+                                            {"user", "And 2*3?"},
+                                            {"assistant", "6"}};
+  const std::string head =
+      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n6*7?<|im_end|>\n"
+      "<|im_start|>assistant\n<tool_call>\n{\"name\": \"python\", \"arguments\": "
+      "{\"code\":\"print(6*7)\"}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n42\n"
+      "</tool_response><|im_end|>\n<|im_start|>assistant\nIt is 42.<|im_end|>\n"
+      "<|im_start|>user\nAnd 2*3?<|im_end|>\n<|im_start|>assistant\n";
+  CHECK(*tokenizer->ApplyChatTemplate(history, false) ==
+        head + "<think>\n\n</think>\n\n6<|im_end|>\n");
+  const std::vector<ChatMessage> asked(history.begin(), history.end() - 1);
+  CHECK(*tokenizer->ApplyChatTemplate(asked, true) == head);
+  CHECK(*tokenizer->ApplyChatTemplate(asked, true, {}, {.enable_thinking = false}) ==
+        head + "<think>\n\n</think>\n\n");
+  CHECK(*tokenizer->ApplyChatTemplate(asked, true, {}, {.enable_thinking = true}) == head);
+  // After the last query, a turn with reasoning keeps its block though it is not the last; the
+  // content's block is what follows its first </think> (after its last <think>) up to there.
+  const std::vector<ChatMessage> steps = {
+      {"user", "6*7?"},
+      {"assistant", "\nlet me run it", {{"python", R"j({"code": "print(6*7)"})j"}}, "\nmultiply\n"},
+      {"tool", "42"},
+      {"assistant", "<think>a<think>b\n</think>x</think>\n\nIt is 42."}};
+  CHECK(*tokenizer->ApplyChatTemplate(steps, false) ==
+        "<|im_start|>user\n6*7?<|im_end|>\n<|im_start|>assistant\n<think>\nmultiply\n</think>\n\n"
+        "let me run it\n<tool_call>\n{\"name\": \"python\", \"arguments\": {\"code\": "
+        "\"print(6*7)\"}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n42\n"
+        "</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\nb\n</think>\n\nIt is "
+        "42.<|im_end|>\n");
+  // A turn as generated (a rollout's, an SFT target's): its block, empty without reasoning.
+  CHECK(*tokenizer->ApplyChatTemplateAssistantTurn(steps[1]) ==
+        "<think>\nmultiply\n</think>\n\nlet me run it\n<tool_call>\n{\"name\": \"python\", "
+        "\"arguments\": {\"code\": \"print(6*7)\"}}\n</tool_call><|im_end|>");
+  CHECK(*tokenizer->ApplyChatTemplateAssistantTurn({"assistant", "6"}) ==
+        "<think>\n\n</think>\n\n6<|im_end|>");
+  CHECK(*tokenizer->ApplyChatTemplateAssistantTurn({"assistant", "6"}, /*follows_query=*/false) ==
+        "6<|im_end|>");
+  // Thinking off: the generation prompt holds the empty block, so the turn is its content, and
+  // reasoning has no place.
+  CHECK(*tokenizer->ApplyChatTemplateAssistantTurn({"assistant", "\n6"}, true,
+                                                   {.enable_thinking = false}) == "6<|im_end|>");
+  const absl::StatusOr<std::string> reasoning =
+      tokenizer->ApplyChatTemplateAssistantTurn(steps[3], true, {.enable_thinking = false});
+  REQUIRE_FALSE(reasoning.ok());
+  CHECK(absl::StrContains(reasoning.status().message(), "while enable_thinking is false"));
+  CHECK(
+      *tokenizer->ApplyChatTemplateContinuation({{"user", "more?"}}, {.enable_thinking = false}) ==
+      "\n<|im_start|>user\nmore?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  CHECK(*tokenizer->ApplyChatTemplateToolResponses({"42"}, {.enable_thinking = false}) ==
+        "<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  CHECK(IsUserQuery({"user", "hi"}));
+  CHECK_FALSE(IsUserQuery({"user", "<tool_response>\n42\n</tool_response>"}));
+  CHECK_FALSE(IsUserQuery({"tool", "42"}));
+
+  // Qwen2.5's template has none of it: reasoning stays in the content, the switch is not read,
+  // arguments are printed as the object they hold.
+  auto qwen25 = Tokenizer::Load(kFixtures + "/models/tiny-qwen2-tools");
+  REQUIRE(qwen25.ok());
+  CHECK_FALSE(qwen25->thinking_turns());
+  CHECK(*qwen25->ApplyChatTemplateAssistantTurn({"assistant", "<think>x</think>6", {run}}, true,
+                                                {.enable_thinking = false}) ==
+        "<think>x</think>6\n<tool_call>\n{\"name\": \"python\", \"arguments\": {\"code\": "
+        "\"print(6*7)\"}}\n</tool_call><|im_end|>");
+  CHECK(absl::EndsWith(
+      *qwen25->ApplyChatTemplate({{"user", "hi"}}, true, {}, {.enable_thinking = false}),
+      "<|im_start|>assistant\n"));
 }
 
 TEST_CASE("malformed tokenizer.json files are refused with the reason", "[tokenizer][errors]") {

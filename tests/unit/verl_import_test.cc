@@ -296,23 +296,41 @@ TEST_CASE("verl's old single-turn SFT example converts to prompt and response pa
 
 TEST_CASE("verl SFT settings rlhfd cannot honour are refused or listed, each naming its key",
           "[verl][sft]") {
-  const VerlConversion refused = ConvertSft(
-      {"data.truncation=right", "trainer.save_freq=after_each_epoch", "data.custom_cls.path=x.py",
-       "+data.apply_chat_template_kwargs.enable_thinking=false", "engine.strategy=megatron",
-       "optim.optimizer=SGD", "data.enable_thinking_default=true",
-       "trainer.test_freq=after_each_epoch", "data.enable_thinking_key=think"});
+  const VerlConversion refused =
+      ConvertSft({"data.truncation=right", "trainer.save_freq=after_each_epoch",
+                  "data.custom_cls.path=x.py", "+data.apply_chat_template_kwargs.add_bos=true",
+                  "engine.strategy=megatron", "optim.optimizer=SGD",
+                  "data.enable_thinking_default=maybe", "trainer.test_freq=after_each_epoch"});
   for (const char* key :
        {"data.truncation: not supported ('right' with data.max_length: verl cuts the end",
         "trainer.save_freq: not supported ('after_each_epoch': give a number of steps",
         "trainer.test_freq: not supported ('after_each_epoch': give a number of steps",
         "data.custom_cls.path: not supported",
-        "data.apply_chat_template_kwargs: not supported (chat template options are not passed)",
+        "data.apply_chat_template_kwargs: not supported (chat template options other than "
+        "enable_thinking are not passed)",
         "engine.strategy: not supported ('megatron'", "optim.optimizer: not supported",
-        "data.enable_thinking_key: not supported", "data.enable_thinking_default: not supported"}) {
+        "data.enable_thinking_default: not supported ('maybe': true, false or none)"}) {
     INFO(key << "\n" << absl::StrJoin(refused.errors, "\n"));
     CHECK(Contains(refused.errors, key));
   }
-  CHECK(refused.errors.size() == 9);
+  CHECK(refused.errors.size() == 8);
+  // Qwen3's thinking switch: a row's own value (enable_thinking_key), else the default, else
+  // apply_chat_template_kwargs', as verl's MultiTurnSFTDataset reads them.
+  const VerlConversion thinking =
+      ConvertSft({"+data.apply_chat_template_kwargs.enable_thinking=true",
+                  "data.enable_thinking_default=false", "data.enable_thinking_key=think"});
+  CHECK(thinking.errors.empty());
+  CHECK(thinking.config["data"]["enable_thinking"] == false);
+  CHECK(thinking.config["data"]["enable_thinking_key"] == "think");
+  const VerlConversion kwargs =
+      ConvertSft({"+data.apply_chat_template_kwargs.enable_thinking=false"});
+  CHECK(kwargs.errors.empty());
+  CHECK(kwargs.config["data"]["enable_thinking"] == false);
+  CHECK_FALSE(ConvertSft({}).config["data"].contains("enable_thinking"));
+  const VerlConversion grpo =
+      Convert(kVerlGrpo, {"+data.apply_chat_template_kwargs.enable_thinking=false"});
+  CHECK(grpo.errors.empty());
+  CHECK(grpo.config["data"]["enable_thinking"] == false);
   // The old trainer's global micro-batch, and a switch that is not one.
   CHECK(Contains(ConvertSft({"data.micro_batch_size=8"}).errors,
                  "data.micro_batch_size: not supported (the global micro-batch size"));

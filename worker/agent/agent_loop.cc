@@ -37,8 +37,9 @@ std::future<rollout::TurnOutcome> Finished() {
 
 absl::StatusOr<std::vector<int32_t>> ToolTurnTokens(const model::Tokenizer& tokenizer,
                                                     absl::Span<const std::string> responses,
-                                                    bool after_turn_end) {
-  absl::StatusOr<std::string> turn = tokenizer.ApplyChatTemplateToolResponses(responses);
+                                                    bool after_turn_end,
+                                                    const model::ChatOptions& chat) {
+  absl::StatusOr<std::string> turn = tokenizer.ApplyChatTemplateToolResponses(responses, chat);
   if (!turn.ok()) return turn.status();
   return tokenizer.Encode(absl::StrCat(after_turn_end ? "\n" : "", *turn));
 }
@@ -177,7 +178,7 @@ rollout::TurnOutcome AgentLoop::NextTurn(std::pair<size_t, int64_t> key,
   const absl::Duration took = absl::Now() - start;
   rollout::TurnOutcome outcome;  // finish, unless the tool turn fits
   const absl::StatusOr<std::vector<int32_t>> ids =
-      ToolTurnTokens(tokenizer_, responses, after_turn_end);
+      ToolTurnTokens(tokenizer_, responses, after_turn_end, options_.chat);
   if (ids.ok() && static_cast<int64_t>(ids->size()) < room) {
     outcome = {.finish = false, .inserted = {ids->begin(), ids->end()}};
   }

@@ -34,10 +34,11 @@ namespace rlhfd::agent {
 
 // The tokens that give `responses` back to the model: the chat template's tool turn up to the
 // next model turn, after the template's newline when the model's turn ended with <|im_end|>
-// (`after_turn_end`), as verl's Qwen builder inserts them.
+// (`after_turn_end`), as verl's Qwen builder inserts them; its generation prompt as `chat` says.
 absl::StatusOr<std::vector<int32_t>> ToolTurnTokens(const model::Tokenizer& tokenizer,
                                                     absl::Span<const std::string> responses,
-                                                    bool after_turn_end);
+                                                    bool after_turn_end,
+                                                    const model::ChatOptions& chat = {});
 
 // roles.actor.rollout.multi_turn, with verl's defaults.
 struct MultiTurnOptions {
@@ -47,6 +48,7 @@ struct MultiTurnOptions {
   int64_t max_tool_response_length = 256;  // code points
   TruncateSide truncate_side = TruncateSide::kMiddle;
   int tool_threads = 8;  // calls running at once, over every sample
+  model::ChatOptions chat;  // the job's (data.enable_thinking), for each tool turn's prompt
 };
 
 // One sample's turns (verl's num_turns is assistant + user turns + 1).

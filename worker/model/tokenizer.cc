@@ -186,7 +186,11 @@ int64_t Tokenizer::vocab_size() const { return static_cast<int64_t>(impl_->id_to
 ChatTemplate Tokenizer::chat_template() const { return impl_->chat; }
 
 bool Tokenizer::hermes_tool_format() const {
-  return impl_->chat == ChatTemplate::kChatMl && impl_->hermes_tools;
+  return impl_->chat == ChatTemplate::kChatMl && impl_->chatml.hermes;
+}
+
+bool Tokenizer::thinking_turns() const {
+  return impl_->chat == ChatTemplate::kChatMl && impl_->chatml.thinking_turns;
 }
 
 void Tokenizer::set_chat_template(ChatTemplate chat_template, std::string default_system) {
@@ -194,38 +198,127 @@ void Tokenizer::set_chat_template(ChatTemplate chat_template, std::string defaul
   impl_->default_system = std::move(default_system);
 }
 
+namespace tokenizer_internal {
+
+ChatMlStyle ChatMlStyle::OfTemplate(absl::string_view jinja) {
+  return {.hermes = absl::StrContains(jinja, "<tool_response>"),
+          .thinking_turns = absl::StrContains(jinja, "last_query_index") &&
+                            absl::StrContains(jinja, "reasoning_content") &&
+                            absl::StrContains(jinja, "<think>"),
+          .arguments_as_given = absl::StrContains(jinja, "arguments is string"),
+          .thinking_switch = absl::StrContains(jinja, "enable_thinking is false")};
+}
+
+}  // namespace tokenizer_internal
+
 namespace {
+
+using tokenizer_internal::ChatMlStyle;
 
 constexpr absl::string_view kNoChatTemplate =
     "this tokenizer has no chat template; set model.chat_template (chatml, llama3) or give "
     "plain-text prompts";
+constexpr absl::string_view kThinkOpen = "<think>";
+constexpr absl::string_view kThinkClose = "</think>";
+constexpr absl::string_view kEmptyThinkBlock = "<think>\n\n</think>\n\n";
+
+// Python's str.strip / lstrip / rstrip of newlines, as Qwen3's template applies them.
+absl::string_view LstripNewlines(absl::string_view text) {
+  while (!text.empty() && text.front() == '\n') text.remove_prefix(1);
+  return text;
+}
+absl::string_view RstripNewlines(absl::string_view text) {
+  while (!text.empty() && text.back() == '\n') text.remove_suffix(1);
+  return text;
+}
+
+// Qwen3's reading of an assistant message: its reasoning_content, or else the text of a
+// <think>...</think> block in its content (before the first </think>, after the last <think>
+// there), and the content after the last </think>.
+struct ReasonedContent {
+  std::string reasoning;
+  std::string content;
+};
+ReasonedContent SplitReasoning(const ChatMessage& message) {
+  if (message.reasoning_content.has_value()) return {*message.reasoning_content, message.content};
+  const absl::string_view content = message.content;
+  const size_t first_close = content.find(kThinkClose);
+  if (first_close == absl::string_view::npos) return {"", message.content};
+  absl::string_view reasoning = RstripNewlines(content.substr(0, first_close));
+  if (const size_t open = reasoning.rfind(kThinkOpen); open != absl::string_view::npos) {
+    reasoning.remove_prefix(open + kThinkOpen.size());
+  }
+  const size_t last_close = content.rfind(kThinkClose);
+  return {std::string(LstripNewlines(reasoning)),
+          std::string(LstripNewlines(content.substr(last_close + kThinkClose.size())))};
+}
+
+// Qwen3's last user query: the last user message that is not tool output wrapped in
+// <tool_response> tags; messages.size() - 1 when there is none (no message comes after it).
+size_t LastQueryIndex(const std::vector<ChatMessage>& messages) {
+  for (size_t i = messages.size(); i-- > 0;) {
+    if (IsUserQuery(messages[i])) return i;
+  }
+  return messages.empty() ? 0 : messages.size() - 1;
+}
+
+// What the template writes after "<|im_start|>assistant\n" when a turn is to be generated.
+std::string ChatMlGenerationPrompt(const ChatMlStyle& style, const ChatOptions& options) {
+  const bool thinking_off = style.thinking_switch && options.enable_thinking == false;
+  return absl::StrCat("<|im_start|>assistant\n", thinking_off ? kEmptyThinkBlock : "");
+}
 
 // An assistant message's text after "<|im_start|>assistant\n": its content, then each call as
-// Qwen2.5's template prints it ("\n" between blocks, and after non-empty content).
-std::string ChatMlAssistantBody(absl::string_view content,
-                                absl::Span<const ChatToolCall> tool_calls) {
-  std::string out(content);
-  for (const ChatToolCall& call : tool_calls) {
-    absl::StrAppend(&out, out.empty() ? "" : "\n", "<tool_call>\n{\"name\": \"", call.name,
-                    "\", \"arguments\": ", call.arguments_json, "}\n</tool_call>");
+// Qwen's templates print it ("\n" between blocks, and after non-empty content). With Qwen3's
+// template the content is without its reasoning, and after the reasoning's <think> block when
+// `think_block`.
+std::string ChatMlAssistantBody(const ChatMessage& message, const ChatMlStyle& style,
+                                bool think_block) {
+  ReasonedContent reasoned{"", message.content};
+  if (style.thinking_turns) reasoned = SplitReasoning(message);
+  std::string out =
+      think_block ? absl::StrCat("<think>\n", LstripNewlines(RstripNewlines(reasoned.reasoning)),
+                                 "\n</think>\n\n", LstripNewlines(reasoned.content))
+                  : reasoned.content;
+  for (size_t i = 0; i < message.tool_calls.size(); ++i) {
+    const ChatToolCall& call = message.tool_calls[i];
+    const std::string& arguments = style.arguments_as_given && call.arguments_text.has_value()
+                                       ? *call.arguments_text
+                                       : call.arguments_json;
+    absl::StrAppend(&out, i > 0 || !reasoned.content.empty() ? "\n" : "",
+                    "<tool_call>\n{\"name\": \"", call.name, "\", \"arguments\": ", arguments,
+                    "}\n</tool_call>");
   }
   return out;
 }
 
-// ChatML turns for `messages` from `begin` on (the system header aside), as Qwen2.5's template
-// renders them when `hermes`, else as plain ChatML (a turn per message, whatever its role).
-std::string ChatMlTurns(const std::vector<ChatMessage>& messages, size_t begin, bool hermes) {
+// Whether Qwen3's template prints the assistant message `index` of `messages` in a <think>
+// block: after the last user query, and the last message or one with reasoning.
+bool ThinkBlock(const std::vector<ChatMessage>& messages, size_t index, size_t last_query) {
+  return index > last_query &&
+         (index + 1 == messages.size() || !SplitReasoning(messages[index]).reasoning.empty());
+}
+
+// ChatML turns for `messages` from `begin` on (the system header aside), as Qwen's templates
+// render them when `style.hermes`, else as plain ChatML (a turn per message, whatever its role).
+std::string ChatMlTurns(const std::vector<ChatMessage>& messages, size_t begin,
+                        const ChatMlStyle& style) {
+  const size_t last_query = LastQueryIndex(messages);
   std::string out;
   for (size_t i = begin; i < messages.size(); ++i) {
     const ChatMessage& message = messages[i];
-    if (message.role == "tool" && hermes) {
+    if (message.role == "tool" && style.hermes) {
       if (i == begin || messages[i - 1].role != "tool") out += "<|im_start|>user";
       absl::StrAppend(&out, "\n<tool_response>\n", message.content, "\n</tool_response>");
       if (i + 1 == messages.size() || messages[i + 1].role != "tool") out += "<|im_end|>\n";
       continue;
     }
-    absl::StrAppend(&out, "<|im_start|>", message.role, "\n",
-                    ChatMlAssistantBody(message.content, message.tool_calls), "<|im_end|>\n");
+    const std::string body =
+        message.role == "assistant"
+            ? ChatMlAssistantBody(message, style,
+                                  style.thinking_turns && ThinkBlock(messages, i, last_query))
+            : message.content;
+    absl::StrAppend(&out, "<|im_start|>", message.role, "\n", body, "<|im_end|>\n");
   }
   return out;
 }
@@ -256,9 +349,15 @@ std::string Llama3Turns(const std::vector<ChatMessage>& messages) {
 
 }  // namespace
 
-absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(
-    const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-    absl::Span<const std::string> tools) const {
+bool IsUserQuery(const ChatMessage& message) {
+  return message.role == "user" && !(absl::StartsWith(message.content, "<tool_response>") &&
+                                     absl::EndsWith(message.content, "</tool_response>"));
+}
+
+absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(const std::vector<ChatMessage>& messages,
+                                                         bool add_generation_prompt,
+                                                         absl::Span<const std::string> tools,
+                                                         const ChatOptions& options) const {
   if (!tools.empty() && impl_->chat != ChatTemplate::kChatMl) {
     return absl::InvalidArgumentError(
         "tools are listed in the prompt by ChatML templates (Qwen's hermes format) only; this "
@@ -287,10 +386,10 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(
       } else if (!has_system && !system.empty()) {
         absl::StrAppend(&out, "<|im_start|>system\n", system, "<|im_end|>\n");
       }
-      if (!impl_->hermes_tools) RETURN_IF_ERROR(CheckNoToolCalls(messages));
+      if (!impl_->chatml.hermes) RETURN_IF_ERROR(CheckNoToolCalls(messages));
       // With tools the system message is inside the tool block.
-      out += ChatMlTurns(messages, has_system && !tools.empty() ? 1 : 0, impl_->hermes_tools);
-      if (add_generation_prompt) out += "<|im_start|>assistant\n";
+      out += ChatMlTurns(messages, has_system && !tools.empty() ? 1 : 0, impl_->chatml);
+      if (add_generation_prompt) out += ChatMlGenerationPrompt(impl_->chatml, options);
       return out;
     }
     case ChatTemplate::kLlama3:
@@ -305,7 +404,7 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(
 }
 
 absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateContinuation(
-    const std::vector<ChatMessage>& messages) const {
+    const std::vector<ChatMessage>& messages, const ChatOptions& options) const {
   for (const ChatMessage& message : messages) {
     if (message.role != "user" && message.role != "tool") {
       return absl::InvalidArgumentError(
@@ -317,8 +416,8 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateContinuation(
   switch (impl_->chat) {
     case ChatTemplate::kChatMl:
       // The newline the template writes after the assistant turn's <|im_end|>.
-      return absl::StrCat("\n", ChatMlTurns(messages, 0, impl_->hermes_tools),
-                          "<|im_start|>assistant\n");
+      return absl::StrCat("\n", ChatMlTurns(messages, 0, impl_->chatml),
+                          ChatMlGenerationPrompt(impl_->chatml, options));
     case ChatTemplate::kLlama3:
       return absl::StrCat(Llama3Turns(messages),
                           "<|start_header_id|>assistant<|end_header_id|>\n\n");
@@ -329,7 +428,7 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateContinuation(
 }
 
 absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateToolResponses(
-    absl::Span<const std::string> responses) const {
+    absl::Span<const std::string> responses, const ChatOptions& options) const {
   if (impl_->chat != ChatTemplate::kChatMl) {
     return absl::InvalidArgumentError(
         "tool responses are rendered for ChatML templates (Qwen's hermes format) only; this "
@@ -338,18 +437,36 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateToolResponses(
   // What multi_turn's format: hermes inserts, whatever the template.
   std::vector<ChatMessage> messages;
   for (const std::string& response : responses) messages.push_back({"tool", response});
-  return absl::StrCat(ChatMlTurns(messages, 0, /*hermes=*/true), "<|im_start|>assistant\n");
+  ChatMlStyle hermes = impl_->chatml;
+  hermes.hermes = true;
+  return absl::StrCat(ChatMlTurns(messages, 0, hermes),
+                      ChatMlGenerationPrompt(impl_->chatml, options));
 }
 
 absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateAssistantTurn(
-    absl::string_view content, absl::Span<const ChatToolCall> tool_calls) const {
+    const ChatMessage& message, bool follows_query, const ChatOptions& options) const {
   switch (impl_->chat) {
-    case ChatTemplate::kChatMl:
-      if (!tool_calls.empty() && !impl_->hermes_tools) return NoToolCallFormat();
-      return absl::StrCat(ChatMlAssistantBody(content, tool_calls), "<|im_end|>");
+    case ChatTemplate::kChatMl: {
+      const ChatMlStyle& style = impl_->chatml;
+      if (!message.tool_calls.empty() && !style.hermes) return NoToolCallFormat();
+      const bool think_block = style.thinking_turns && follows_query;
+      // With thinking off the generation prompt holds the empty block: the turn is what
+      // follows it, and reasoning has no place.
+      const bool in_prompt =
+          think_block && style.thinking_switch && options.enable_thinking == false;
+      if (in_prompt && !LstripNewlines(RstripNewlines(SplitReasoning(message).reasoning)).empty()) {
+        return absl::InvalidArgumentError(
+            "an assistant turn with reasoning (reasoning_content, or a <think> block in its "
+            "content) while enable_thinking is false, which gives the turn an empty <think> "
+            "block: drop the reasoning or leave enable_thinking unset");
+      }
+      std::string body = ChatMlAssistantBody(message, style, think_block);
+      if (in_prompt) body.erase(0, kEmptyThinkBlock.size());
+      return absl::StrCat(body, "<|im_end|>");
+    }
     case ChatTemplate::kLlama3:
-      if (!tool_calls.empty()) return NoToolCallFormat();
-      return absl::StrCat(absl::StripAsciiWhitespace(content), "<|eot_id|>");
+      if (!message.tool_calls.empty()) return NoToolCallFormat();
+      return absl::StrCat(absl::StripAsciiWhitespace(message.content), "<|eot_id|>");
     case ChatTemplate::kNone:
       break;
   }

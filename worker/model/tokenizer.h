@@ -3,11 +3,11 @@
 // TemplateProcessing), and their chat templates (ChatML, Llama 3 headers). No LibTorch.
 #pragma once
 
-#include <nlohmann/json_fwd.hpp>
-
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -23,12 +23,28 @@ namespace rlhfd::model {
 struct ChatToolCall {
   std::string name;
   std::string arguments_json;
+  // The arguments as the data gave them when that was JSON text (OpenAI's API layout): Qwen3's
+  // template prints such text as it is; Qwen2.5's prints arguments_json (its `tojson` would
+  // quote the text, which no model is trained to write).
+  std::optional<std::string> arguments_text = std::nullopt;
 };
 
 struct ChatMessage {
   std::string role;
   std::string content;
   std::vector<ChatToolCall> tool_calls = {};  // assistant messages (ChatML templates only)
+  // An assistant message's reasoning (OpenAI's and vLLM's reasoning_content), which Qwen3's
+  // template prints in a <think> block; without it that template takes the reasoning from a
+  // <think>...</think> block in the content.
+  std::optional<std::string> reasoning_content = std::nullopt;
+};
+
+// What the chat template reads beside the messages (transformers' apply_chat_template keyword
+// arguments, verl's data.apply_chat_template_kwargs).
+struct ChatOptions {
+  // Qwen3's thinking switch: false ends each generation prompt with an empty <think> block
+  // (templates that read enable_thinking); unset or true leave the template's default.
+  std::optional<bool> enable_thinking = std::nullopt;
 };
 
 enum class ChatTemplate { kNone, kChatMl, kLlama3 };
@@ -64,32 +80,44 @@ class Tokenizer {
   // renders them: consecutive tool messages as one user turn of <tool_response> blocks, each
   // call as a <tool_call> block after the content (hermes_tool_format; other templates give any
   // role a plain turn and have no structured calls: INVALID_ARGUMENT for those).
+  // Qwen3's template (thinking_turns) prints an assistant message after the last user query in
+  // a <think> block when it is the last message or has reasoning, and drops the reasoning of
+  // the others.
   absl::StatusOr<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
                                                 bool add_generation_prompt,
-                                                absl::Span<const std::string> tools = {}) const;
+                                                absl::Span<const std::string> tools = {},
+                                                const ChatOptions& options = {}) const;
   // What the template renders for `messages` (user and tool messages) after an assistant turn's
   // end token, then the generation prompt: where a conversation goes on to the next assistant
   // turn. INVALID_ARGUMENT for an assistant or system message, or one the template has no turn
   // for.
   absl::StatusOr<std::string> ApplyChatTemplateContinuation(
-      const std::vector<ChatMessage>& messages) const;
+      const std::vector<ChatMessage>& messages, const ChatOptions& options = {}) const;
   // What the template renders for consecutive tool messages with contents `responses`, then the
   // generation prompt: what follows an assistant turn that called tools, up to the next
   // assistant turn's first token (ChatML: one user turn of <tool_response> blocks).
   // INVALID_ARGUMENT for a template without tool messages.
   absl::StatusOr<std::string> ApplyChatTemplateToolResponses(
-      absl::Span<const std::string> responses) const;
-  // What the template renders for an assistant turn with `content` (and `tool_calls`, ChatML
-  // only) after its generation prompt: the content, the calls' blocks and the token that ends
-  // the turn (ChatML's <|im_end|>, Llama 3's <|eot_id|>), which is where generation stops.
+      absl::Span<const std::string> responses, const ChatOptions& options = {}) const;
+  // What the template renders for the assistant `message` (its tool calls: ChatML only) after
+  // its generation prompt when it is the turn being generated, the last of the conversation: the
+  // content, the calls' blocks and the token that ends the turn (ChatML's <|im_end|>, Llama 3's
+  // <|eot_id|>), which is where generation stops. With Qwen3's template the content follows a
+  // <think> block of its reasoning, empty if it has none; when `options` turn thinking off, the
+  // generation prompt holds that empty block and a message with reasoning is INVALID_ARGUMENT.
+  // `follows_query`: a user query comes before it (else Qwen3's template prints no block).
   // INVALID_ARGUMENT without a chat template.
-  absl::StatusOr<std::string> ApplyChatTemplateAssistantTurn(
-      absl::string_view content, absl::Span<const ChatToolCall> tool_calls = {}) const;
+  absl::StatusOr<std::string> ApplyChatTemplateAssistantTurn(const ChatMessage& message,
+                                                             bool follows_query = true,
+                                                             const ChatOptions& options = {}) const;
   ChatTemplate chat_template() const;
   // Whether the chat template renders tool messages and structured calls in Qwen's hermes format
   // (its Jinja has <tool_response> blocks: Qwen2.5, Qwen3). Other ChatML templates give a tool
   // message a plain turn and refuse structured calls.
   bool hermes_tool_format() const;
+  // Whether the template is Qwen3's: <think> blocks on the turns after the last user query,
+  // string arguments printed as given, the enable_thinking switch.
+  bool thinking_turns() const;
   void set_chat_template(ChatTemplate chat_template, std::string default_system = "");
 
  private:
@@ -113,6 +141,11 @@ absl::StatusOr<TokenizerConfig> ParseTokenizerConfig(absl::string_view text,
 // config.json's vocab_size; `dir` names the model in the error.
 absl::Status CheckTokenizerFitsModel(const Tokenizer& tokenizer, int64_t model_vocab_size,
                                      absl::string_view dir);
+
+// Whether `message` is a user query as Qwen3's template counts them (the <think> blocks go on the
+// assistant turns after the last one): a user message that is not tool output wrapped in
+// <tool_response> tags.
+bool IsUserQuery(const ChatMessage& message);
 
 // "chatml", "llama3", "none" or "auto" (detected from the template text `jinja`).
 absl::StatusOr<ChatTemplate> ChooseChatTemplate(absl::string_view name, absl::string_view jinja);

@@ -77,6 +77,27 @@ struct AddedToken {
 
 }  // namespace tokenizer_internal
 
+namespace tokenizer_internal {
+
+// What of Qwen's rules a ChatML template follows, read from its Jinja text.
+struct ChatMlStyle {
+  // Tool messages and calls in Qwen's hermes format (<tool_response>, <tool_call>), as Qwen2.5's
+  // and Qwen3's templates render them; plain ChatML ones (Qwen2, SmolLM2) give a tool message a
+  // turn of its own and print no calls.
+  bool hermes = false;
+  // Qwen3's: an assistant message after the last user query in a <think> block (when it is the
+  // last message or has reasoning), the reasoning of the others dropped.
+  bool thinking_turns = false;
+  // Qwen3's: arguments given as JSON text printed as they are.
+  bool arguments_as_given = false;
+  // Qwen3's: enable_thinking false ends the generation prompt with an empty <think> block.
+  bool thinking_switch = false;
+
+  static ChatMlStyle OfTemplate(absl::string_view jinja);
+};
+
+}  // namespace tokenizer_internal
+
 struct Tokenizer::Impl {
   std::unordered_map<std::string, int32_t> vocab;
   std::vector<std::string> id_to_token;
@@ -89,10 +110,7 @@ struct Tokenizer::Impl {
   std::unordered_map<int32_t, size_t> added_index;
   std::vector<int32_t> prefix_ids, suffix_ids;  // TemplateProcessing around a single sequence.
   ChatTemplate chat = ChatTemplate::kNone;
-  // Whether the ChatML template renders tool messages and calls in Qwen's hermes format
-  // (<tool_response>, <tool_call>), as Qwen2.5's and Qwen3's do; plain ChatML ones (Qwen2,
-  // SmolLM2) give a tool message a turn of its own and print no calls.
-  bool hermes_tools = false;
+  tokenizer_internal::ChatMlStyle chatml;
   std::string default_system;
   std::string bos_token;
 

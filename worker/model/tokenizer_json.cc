@@ -288,7 +288,7 @@ absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& dir) {
   constexpr char kQwenSystem[] =
       "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
   tokenizer.set_chat_template(chat, absl::StrContains(jinja, kQwenSystem) ? kQwenSystem : "");
-  tokenizer.impl_->hermes_tools = absl::StrContains(jinja, "<tool_response>");
+  tokenizer.impl_->chatml = tokenizer_internal::ChatMlStyle::OfTemplate(jinja);
   return tokenizer;
 }
 

@@ -8,6 +8,7 @@
 #include "common/status/status_macros.h"
 #include "common/util/files.h"
 #include "worker/agent/tool_config.h"
+#include "worker/roles/prompt_encoding.h"
 
 namespace rlhfd::roles {
 namespace {
@@ -71,6 +72,7 @@ absl::StatusOr<std::unique_ptr<AgentRollout>> AgentRollout::Create(
   options.max_tool_response_length = turns.max_tool_response_length();
   ASSIGN_OR_RETURN(options.truncate_side,
                    agent::ParseTruncateSide(turns.tool_response_truncate_side()));
+  options.chat = ChatOptionsOf(spec.data());
   ASSIGN_OR_RETURN(made->loop_, agent::AgentLoop::Create(tokenizer, made->tools_, options));
   return made;
 }

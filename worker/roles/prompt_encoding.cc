@@ -27,9 +27,22 @@ absl::StatusOr<model::Tokenizer> LoadJobTokenizer(const v1::JobSpec& spec) {
 model::ChatMessage ChatMessageOf(const v1::ChatTurn& turn) {
   model::ChatMessage message{turn.role(), turn.content()};
   for (const v1::ChatToolCall& call : turn.tool_calls()) {
-    message.tool_calls.push_back({call.name(), call.arguments_json()});
+    message.tool_calls.push_back(
+        {call.name(), call.arguments_json(),
+         call.has_arguments_text() ? std::optional(call.arguments_text()) : std::nullopt});
   }
+  if (turn.has_reasoning_content()) message.reasoning_content = turn.reasoning_content();
   return message;
+}
+
+model::ChatOptions ChatOptionsOf(const v1::DataSpec& data, const v1::PromptRow* row) {
+  model::ChatOptions options;
+  if (row != nullptr && row->has_enable_thinking()) {
+    options.enable_thinking = row->enable_thinking();
+  } else if (data.has_enable_thinking()) {
+    options.enable_thinking = data.enable_thinking();
+  }
+  return options;
 }
 
 absl::StatusOr<EncodedPrompt> EncodePrompt(const model::Tokenizer& tokenizer,
@@ -51,8 +64,8 @@ absl::StatusOr<EncodedPrompt> EncodePrompt(const model::Tokenizer& tokenizer,
                                              prompt.tools_json().end());
     const absl::Span<const std::string> listed =
         prompt.tools_given() || !row_tools.empty() ? absl::MakeConstSpan(row_tools) : tools;
-    absl::StatusOr<std::string> text =
-        tokenizer.ApplyChatTemplate(messages, /*add_generation_prompt=*/true, listed);
+    absl::StatusOr<std::string> text = tokenizer.ApplyChatTemplate(
+        messages, /*add_generation_prompt=*/true, listed, ChatOptionsOf(data, &prompt));
     if (!text.ok()) return invalid(text.status().message());
     encoded.text = *std::move(text);
   } else {

@@ -22,6 +22,10 @@ absl::StatusOr<model::Tokenizer> LoadJobTokenizer(const v1::JobSpec& spec);
 // A data file's chat turn (with its structured tool calls) as the tokenizer renders it.
 model::ChatMessage ChatMessageOf(const v1::ChatTurn& turn);
 
+// What the chat template reads beside the messages: data.enable_thinking, or `row`'s own
+// (trainer.mode sft, data.enable_thinking_key) where it has one.
+model::ChatOptions ChatOptionsOf(const v1::DataSpec& data, const v1::PromptRow* row = nullptr);
+
 struct EncodedPrompt {
   std::string text;  // the model's input as text (template applied)
   std::vector<int64_t> ids;

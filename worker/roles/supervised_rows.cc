@@ -1,5 +1,6 @@
 #include "worker/roles/supervised_rows.h"
 
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -41,6 +42,14 @@ absl::StatusOr<rollout::Completion> EncodeTarget(const model::Tokenizer& tokeniz
     if (!ids.ok()) return refused(ids.status().message());
     return ids;
   };
+  const model::ChatOptions options = ChatOptionsOf(spec.data(), &row);
+  // Whether a user query came before (Qwen3's template puts no <think> block on an answer
+  // without one). Single-turn rows (data.response_key) are verl's SFTDataset's: the response as
+  // written, never in a block.
+  bool after_query =
+      spec.data().response_key().empty() &&
+      std::any_of(row.chat().begin(), row.chat().end(),
+                  [](const v1::ChatTurn& turn) { return model::IsUserQuery(ChatMessageOf(turn)); });
   rollout::Completion out;
   std::vector<model::ChatMessage> between;  // the user and tool turns before the next answer
   int64_t assistant_turns = 0, between_groups = 0;
@@ -72,6 +81,7 @@ absl::StatusOr<rollout::Completion> EncodeTarget(const model::Tokenizer& tokeniz
     }
     if (turn.role() == "user") {
       between.push_back({"user", turn.content()});
+      after_query = after_query || model::IsUserQuery(between.back());
       calls_tools = false;
       continue;
     }
@@ -82,7 +92,7 @@ absl::StatusOr<rollout::Completion> EncodeTarget(const model::Tokenizer& tokeniz
     if (!between.empty()) {
       // The model's turn before ended with its end token, as a rollout's does.
       ASSIGN_OR_RETURN(const std::vector<int32_t> ids,
-                       tokens(tokenizer.ApplyChatTemplateContinuation(between)));
+                       tokens(tokenizer.ApplyChatTemplateContinuation(between, options)));
       Append(ids, 0, out);
       between.clear();
       ++between_groups;
@@ -93,7 +103,7 @@ absl::StatusOr<rollout::Completion> EncodeTarget(const model::Tokenizer& tokeniz
     calls_tools = !message.tool_calls.empty() || !parsed.calls.empty() || !parsed.malformed.empty();
     ASSIGN_OR_RETURN(
         const std::vector<int32_t> ids,
-        tokens(tokenizer.ApplyChatTemplateAssistantTurn(message.content, message.tool_calls)));
+        tokens(tokenizer.ApplyChatTemplateAssistantTurn(message, after_query, options)));
     Append(ids, 1, out);
   }
   if (!between.empty()) {

@@ -251,6 +251,63 @@ TEST_CASE("sft rows: structured tool calls, the row's own tools, user turns", "[
         "<|end_header_id|>\n\n");
 }
 
+// Qwen3's template (transformers renders the same pieces: sft_template_parity_test holds random
+// conversations to it).
+TEST_CASE("sft rows: Qwen3's think blocks and thinking switch, the job's or the row's",
+          "[roles][sft]") {
+  absl::StatusOr<model::Tokenizer> tokenizer =
+      model::Tokenizer::Load(kFixtures + "/tokenizers/qwen3-thinking");
+  REQUIRE(tokenizer.ok());
+  v1::JobSpec spec = Spec(4096, v1::TRUNCATION_ERROR);
+  spec.mutable_roles()->mutable_actor()->mutable_rollout()->mutable_multi_turn()->set_enable(false);
+  spec.mutable_data()->set_max_prompt_length(4096);
+  v1::PromptRow row = Conversation({{"assistant", "<think>\nsix sevens\n</think>\n\n42"},
+                                    {"user", "And 2 * 3?"},
+                                    {"assistant", "6"}});
+  row.mutable_target(2)->set_reasoning_content("two threes");
+  // Each answer as generated: its block (the first from its content, the second from
+  // reasoning_content), trained from after the generation prompt.
+  absl::StatusOr<rollout::Completion> target = EncodeTarget(*tokenizer, row, spec, 0);
+  INFO(target.status());
+  REQUIRE(target.ok());
+  CHECK(
+      TextOf(*tokenizer, *target, 1) ==
+      "<think>\nsix sevens\n</think>\n\n42<|im_end|><think>\ntwo threes\n</think>\n\n6<|im_end|>");
+  CHECK(TextOf(*tokenizer, *target, 0) ==
+        "\n<|im_start|>user\nAnd 2 * 3?<|im_end|>\n<|im_start|>assistant\n");
+  absl::StatusOr<EncodedPrompt> prompt = EncodePrompt(*tokenizer, row, spec.data(), 0);
+  REQUIRE(prompt.ok());
+  CHECK(absl::EndsWith(prompt->text, "<|im_start|>assistant\n"));
+
+  // Thinking off for the job: each generation prompt holds the empty block, the answers are
+  // what follows it, and an answer with reasoning is refused, naming the row.
+  spec.mutable_data()->set_enable_thinking(false);
+  target = EncodeTarget(*tokenizer, row, spec, 3);
+  REQUIRE_FALSE(target.ok());
+  CHECK_THAT(std::string(target.status().message()),
+             Catch::StartsWith("prompt 3: an assistant turn with reasoning") &&
+                 Catch::Contains("while enable_thinking is false"));
+  row.mutable_target(0)->set_content("42");
+  row.mutable_target(2)->clear_reasoning_content();
+  target = EncodeTarget(*tokenizer, row, spec, 0);
+  REQUIRE(target.ok());
+  CHECK(TextOf(*tokenizer, *target, 1) == "42<|im_end|>6<|im_end|>");
+  CHECK(TextOf(*tokenizer, *target, 0) ==
+        "\n<|im_start|>user\nAnd 2 * 3?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  prompt = EncodePrompt(*tokenizer, row, spec.data(), 0);
+  REQUIRE(prompt.ok());
+  CHECK(absl::EndsWith(prompt->text, "<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  // The row's own switch wins over the job's.
+  row.set_enable_thinking(true);
+  target = EncodeTarget(*tokenizer, row, spec, 0);
+  REQUIRE(target.ok());
+  CHECK(TextOf(*tokenizer, *target, 1) ==
+        "<think>\n\n</think>\n\n42<|im_end|><think>\n\n</think>\n\n6<|im_end|>");
+  prompt = EncodePrompt(*tokenizer, row, spec.data(), 0);
+  REQUIRE(prompt.ok());
+  CHECK(absl::EndsWith(prompt->text, "<|im_start|>assistant\n"));
+}
+
 TEST_CASE("sft rows: Llama 3's turn end; what cannot be trained on is refused", "[roles][sft]") {
   absl::StatusOr<model::Tokenizer> llama =
       model::Tokenizer::Load(kFixtures + "/tokenizers/llama3-style");
