@@ -285,7 +285,10 @@ def main():
         # What a reader of the file gets: every struct field, in the schema's order, null where a
         # row has none.
         parquet_rows = pq.read_table(parquet).to_pylist()
-        single_rows = [{"extra_info": {"question": text(rng, 8), "answer": text(rng, 12)}}
+        # Some answers hold a <think> block, which the response keeps as written.
+        single_rows = [{"extra_info": {"question": text(rng, 8),
+                                       "answer": rng.choice(["", f"<think>\n{text(rng)}\n</think>\n\n"]) +
+                                       text(rng, 12)}}
                        for _ in range(args.cases)]
         single = os.path.join(scratch, "single.jsonl")
         with open(single, "w") as f:

@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "common/util/files.h"
+#include "tests/support/subprocess.h"
 
 namespace rlhfd::model {
 namespace {
@@ -212,6 +213,42 @@ TEST_CASE("Qwen3's template: think blocks after the last query, arguments as giv
   CHECK(absl::EndsWith(
       *qwen25->ApplyChatTemplate({{"user", "hi"}}, true, {}, {.enable_thinking = false}),
       "<|im_start|>assistant\n"));
+}
+
+TEST_CASE("a template whose generation prompt opens a <think> block is refused, naming it",
+          "[tokenizer][errors]") {
+  // Qwen3's template with Qwen3-Thinking-2507's generation prompt.
+  const std::string source = kFixtures + "/tokenizers/qwen3-thinking";
+  absl::StatusOr<std::string> jinja = ReadFileToString(source + "/chat_template.jinja");
+  REQUIRE(jinja.ok());
+  const std::string plain = R"({{- '<|im_start|>assistant\n' }})";
+  const size_t at = jinja->rfind(plain);
+  REQUIRE(at != std::string::npos);
+  jinja->replace(at, plain.size(), R"({{- '<|im_start|>assistant\n<think>\n' }})");
+  testing::TempDir dir;
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
+    absl::StatusOr<std::string> text = ReadFileToString(source + "/" + file);
+    REQUIRE(text.ok());
+    REQUIRE(WriteFileAtomically(dir.path() + "/" + file, *text).ok());
+  }
+  REQUIRE(WriteFileAtomically(dir.path() + "/chat_template.jinja", *jinja).ok());
+  absl::StatusOr<Tokenizer> tokenizer = Tokenizer::Load(dir.path());
+  REQUIRE(tokenizer.ok());
+  CHECK(tokenizer->chat_template() == ChatTemplate::kNone);
+  for (const absl::Status& status :
+       {tokenizer->ApplyChatTemplate({{"user", "hi"}}, true).status(),
+        tokenizer->ApplyChatTemplateAssistantTurn({"assistant", "6"}).status()}) {
+    CHECK(absl::StrContains(status.message(),
+                            "opens a <think> block in its generation prompt (Qwen3-Thinking-2507"));
+  }
+  // model.chat_template: chatml renders it as Qwen3's template, without the opening.
+  tokenizer->set_chat_template(ChatTemplate::kChatMl);
+  CHECK(*tokenizer->ApplyChatTemplate({{"user", "hi"}}, true) ==
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+  // Without a template at all, the message says so.
+  tokenizer->set_chat_template(ChatTemplate::kNone);
+  CHECK(absl::StrContains(tokenizer->ApplyChatTemplate({{"user", "hi"}}, true).status().message(),
+                          "this tokenizer has no chat template"));
 }
 
 TEST_CASE("malformed tokenizer.json files are refused with the reason", "[tokenizer][errors]") {

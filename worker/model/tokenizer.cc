@@ -196,17 +196,21 @@ bool Tokenizer::thinking_turns() const {
 void Tokenizer::set_chat_template(ChatTemplate chat_template, std::string default_system) {
   impl_->chat = chat_template;
   impl_->default_system = std::move(default_system);
+  impl_->refused_template.clear();
 }
 
 namespace tokenizer_internal {
 
 ChatMlStyle ChatMlStyle::OfTemplate(absl::string_view jinja) {
+  const bool thinking_turns = absl::StrContains(jinja, "last_query_index") &&
+                              absl::StrContains(jinja, "reasoning_content") &&
+                              absl::StrContains(jinja, "<think>");
   return {.hermes = absl::StrContains(jinja, "<tool_response>"),
-          .thinking_turns = absl::StrContains(jinja, "last_query_index") &&
-                            absl::StrContains(jinja, "reasoning_content") &&
-                            absl::StrContains(jinja, "<think>"),
+          .thinking_turns = thinking_turns,
           .arguments_as_given = absl::StrContains(jinja, "arguments is string"),
-          .thinking_switch = absl::StrContains(jinja, "enable_thinking is false")};
+          .thinking_switch = thinking_turns && absl::StrContains(jinja, "enable_thinking is false"),
+          // The Jinja source's string literal, its newlines escaped.
+          .opens_think = absl::StrContains(jinja, R"(assistant\n<think>\n')")};
 }
 
 }  // namespace tokenizer_internal
@@ -400,7 +404,7 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(const std::vector<ChatM
     case ChatTemplate::kNone:
       break;
   }
-  return absl::InvalidArgumentError(kNoChatTemplate);
+  return NoChatTemplate();
 }
 
 absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateContinuation(
@@ -424,7 +428,7 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateContinuation(
     case ChatTemplate::kNone:
       break;
   }
-  return absl::InvalidArgumentError(kNoChatTemplate);
+  return NoChatTemplate();
 }
 
 absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateToolResponses(
@@ -470,9 +474,12 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateAssistantTurn(
     case ChatTemplate::kNone:
       break;
   }
-  return absl::InvalidArgumentError(
-      "this tokenizer has no chat template to end an assistant turn with; set "
-      "model.chat_template (chatml, llama3)");
+  return NoChatTemplate();
+}
+
+absl::Status Tokenizer::NoChatTemplate() const {
+  return absl::InvalidArgumentError(impl_->refused_template.empty() ? kNoChatTemplate
+                                                                    : impl_->refused_template);
 }
 
 absl::Status CheckTokenizerFitsModel(const Tokenizer& tokenizer, int64_t model_vocab_size,

@@ -125,6 +125,8 @@ class Tokenizer {
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   static absl::StatusOr<Tokenizer> FromParsedJson(const nlohmann::json& root,
                                                   absl::string_view source);
+  // Why there is no chat template to render: none was found, or the one found is refused.
+  absl::Status NoChatTemplate() const;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -75,10 +75,6 @@ struct AddedToken {
   bool rstrip = false;  // The whitespace right after it does.
 };
 
-}  // namespace tokenizer_internal
-
-namespace tokenizer_internal {
-
 // What of Qwen's rules a ChatML template follows, read from its Jinja text.
 struct ChatMlStyle {
   // Tool messages and calls in Qwen's hermes format (<tool_response>, <tool_call>), as Qwen2.5's
@@ -92,6 +88,9 @@ struct ChatMlStyle {
   bool arguments_as_given = false;
   // Qwen3's: enable_thinking false ends the generation prompt with an empty <think> block.
   bool thinking_switch = false;
+  // The generation prompt opens a <think> block (Qwen3-Thinking-2507's, QwQ's, Qwen3.5's), which
+  // rlhfd does not render: such a template is refused (Tokenizer::Load).
+  bool opens_think = false;
 
   static ChatMlStyle OfTemplate(absl::string_view jinja);
 };
@@ -113,6 +112,8 @@ struct Tokenizer::Impl {
   tokenizer_internal::ChatMlStyle chatml;
   std::string default_system;
   std::string bos_token;
+  // Why a template that was found is not rendered (chat is kNone then); "" when none was found.
+  std::string refused_template;
 
   // The BPE model's vocab, merges and flags; added tokens. Each raises *max_id to its largest id.
   absl::Status ParseBpeModel(const nlohmann::json& model, absl::string_view source,

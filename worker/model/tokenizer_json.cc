@@ -289,6 +289,14 @@ absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& dir) {
       "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
   tokenizer.set_chat_template(chat, absl::StrContains(jinja, kQwenSystem) ? kQwenSystem : "");
   tokenizer.impl_->chatml = tokenizer_internal::ChatMlStyle::OfTemplate(jinja);
+  if (chat == ChatTemplate::kChatMl && tokenizer.impl_->chatml.opens_think) {
+    tokenizer.set_chat_template(ChatTemplate::kNone);
+    tokenizer.impl_->refused_template =
+        "this model's chat template opens a <think> block in its generation prompt "
+        "(Qwen3-Thinking-2507, QwQ, Qwen3.5), which rlhfd does not render yet: give plain-text "
+        "prompts, or set model.chat_template: chatml to render its turns as Qwen3's template "
+        "does, without that opening";
+  }
   return tokenizer;
 }
 

@@ -43,13 +43,15 @@ absl::StatusOr<rollout::Completion> EncodeTarget(const model::Tokenizer& tokeniz
     return ids;
   };
   const model::ChatOptions options = ChatOptionsOf(spec.data(), &row);
+  // Single-turn rows (data.response_key) are verl's SFTDataset's: the response as written, its
+  // <think> text included, never in a block of the template's.
+  const bool single_turn = !spec.data().response_key().empty();
   // Whether a user query came before (Qwen3's template puts no <think> block on an answer
-  // without one). Single-turn rows (data.response_key) are verl's SFTDataset's: the response as
-  // written, never in a block.
-  bool after_query =
-      spec.data().response_key().empty() &&
-      std::any_of(row.chat().begin(), row.chat().end(),
-                  [](const v1::ChatTurn& turn) { return model::IsUserQuery(ChatMessageOf(turn)); });
+  // without one).
+  bool after_query = !single_turn && std::any_of(row.chat().begin(), row.chat().end(),
+                                                 [](const v1::ChatTurn& turn) {
+                                                   return model::IsUserQuery(ChatMessageOf(turn));
+                                                 });
   rollout::Completion out;
   std::vector<model::ChatMessage> between;  // the user and tool turns before the next answer
   int64_t assistant_turns = 0, between_groups = 0;
@@ -98,7 +100,8 @@ absl::StatusOr<rollout::Completion> EncodeTarget(const model::Tokenizer& tokeniz
       ++between_groups;
     }
     ++assistant_turns;
-    const model::ChatMessage message = ChatMessageOf(turn);
+    model::ChatMessage message = ChatMessageOf(turn);
+    if (single_turn) message.reasoning_content = "";  // none of its own: nothing to split off
     const agent::ParsedResponse parsed = agent::ParseHermesToolCalls(turn.content());
     calls_tools = !message.tool_calls.empty() || !parsed.calls.empty() || !parsed.malformed.empty();
     ASSIGN_OR_RETURN(
