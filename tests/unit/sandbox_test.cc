@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "common/util/text.h"
 #include "tests/support/subprocess.h"
 #include "worker/agent/sandbox_child.h"
@@ -633,6 +634,33 @@ TEST_CASE("a launcher that cannot start a sandbox is an error naming it, and lea
     CHECK(absl::StrContains(made.status().message(), launcher));
     CHECK(ZombieChildren() == 0);
   }
+}
+
+// A launcher gone after its clone, before handing the first process over (the OOM killer takes
+// it first: its score is 1000), or one that fails at the id maps, leaves that process the
+// caller's child, whose id the caller never learnt. This stand-in clones as rlhfd-sandbox does
+// (CLONE_PARENT) and exits without a report; its "first process" lives on for a fifth of a second.
+TEST_CASE("a launcher gone after its clone leaves no zombie of its first process", "[sandbox]") {
+  TempDir dir;
+  const std::string launcher = dir.path() + "/rlhfd-sandbox";
+  std::ofstream(launcher) << "#!/usr/bin/python3\n"
+                             "import ctypes, os, time\n"
+                             "libc = ctypes.CDLL(None, use_errno=True)\n"
+                             "clone = {'x86_64': 56, 'aarch64': 220}[os.uname().machine]\n"
+                             "CLONE_PARENT, SIGCHLD = 0x8000, 17\n"
+                             "if libc.syscall(clone, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0) == 0:\n"
+                             "    os.closerange(3, 64)\n"
+                             "    time.sleep(0.2)\n"
+                             "    os._exit(0)\n"
+                             "os._exit(3)\n";
+  ::chmod(launcher.c_str(), 0755);
+  SandboxOptions options = Options();
+  options.launcher = launcher;
+  const absl::StatusOr<std::unique_ptr<Sandbox>> made = Sandbox::Create(options);
+  INFO(made.status());
+  CHECK(absl::StrContains(made.status().message(), "ended without starting a sandbox (exit 3"));
+  absl::SleepFor(absl::Seconds(1));  // the stand-in's first process has ended by now
+  CHECK(ZombieChildren() == 0);
 }
 
 // The system-call filter: what the code has no use for, and what widens the kernel's attack

@@ -20,6 +20,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/status/status_macros.h"
 #include "common/util/text.h"
 #include "worker/agent/sandbox_child.h"
@@ -102,6 +104,21 @@ absl::Status CheckReachable(const std::string& path, const std::string& what) {
   return absl::OkStatus();
 }
 
+// A launcher that ended after its clone without handing the first process over (killed, or
+// failed at the id maps) leaves it the worker's child (CLONE_PARENT), its id unknown here: it
+// ends as soon as it sees the sync pipe closed, and is reaped by its process group, the
+// launcher's session (kept from reuse while a member lives). Bounded, should it not end.
+void ReapOrphanedFirstProcess(pid_t launcher) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(2);
+  while (absl::Now() < deadline) {
+    siginfo_t info{};
+    if (::waitid(P_PGID, static_cast<id_t>(launcher), &info, WEXITED | WNOHANG) != 0) {
+      if (errno == EINTR) continue;
+      return;  // ECHILD: none left
+    }
+    if (info.si_pid == 0) absl::SleepFor(absl::Milliseconds(1));  // one still running
+  }
+}
 }  // namespace
 
 Sandbox::Sandbox(SandboxOptions options) : options_(std::move(options)) {}
@@ -344,6 +361,7 @@ absl::StatusOr<Sandbox::Process> Sandbox::Start() const {
                    .report_fd = std::exchange(report_pipe[0], -1)};
   }
   close_all();
+  ReapOrphanedFirstProcess(launcher);
   if (got == static_cast<ssize_t>(sizeof(report)) && report.kind == SandboxReport::kSetupFailed) {
     return SetupError(report);
   }
