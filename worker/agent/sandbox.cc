@@ -119,6 +119,7 @@ void ReapOrphanedFirstProcess(pid_t launcher) {
     if (info.si_pid == 0) absl::SleepFor(absl::Milliseconds(1));  // one still running
   }
 }
+
 }  // namespace
 
 Sandbox::Sandbox(SandboxOptions options) : options_(std::move(options)) {}

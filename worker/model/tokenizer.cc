@@ -189,10 +189,6 @@ bool Tokenizer::hermes_tool_format() const {
   return impl_->chat == ChatTemplate::kChatMl && impl_->chatml.hermes;
 }
 
-bool Tokenizer::thinking_turns() const {
-  return impl_->chat == ChatTemplate::kChatMl && impl_->chatml.thinking_turns;
-}
-
 void Tokenizer::set_chat_template(ChatTemplate chat_template, std::string default_system) {
   impl_->chat = chat_template;
   impl_->default_system = std::move(default_system);

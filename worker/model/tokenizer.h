@@ -80,9 +80,8 @@ class Tokenizer {
   // renders them: consecutive tool messages as one user turn of <tool_response> blocks, each
   // call as a <tool_call> block after the content (hermes_tool_format; other templates give any
   // role a plain turn and have no structured calls: INVALID_ARGUMENT for those).
-  // Qwen3's template (thinking_turns) prints an assistant message after the last user query in
-  // a <think> block when it is the last message or has reasoning, and drops the reasoning of
-  // the others.
+  // Qwen3's template prints an assistant message after the last user query in a <think> block
+  // when it is the last message or has reasoning, and drops the reasoning of the others.
   absl::StatusOr<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
                                                 bool add_generation_prompt,
                                                 absl::Span<const std::string> tools = {},
@@ -115,9 +114,6 @@ class Tokenizer {
   // (its Jinja has <tool_response> blocks: Qwen2.5, Qwen3). Other ChatML templates give a tool
   // message a plain turn and refuse structured calls.
   bool hermes_tool_format() const;
-  // Whether the template is Qwen3's: <think> blocks on the turns after the last user query,
-  // string arguments printed as given, the enable_thinking switch.
-  bool thinking_turns() const;
   void set_chat_template(ChatTemplate chat_template, std::string default_system = "");
 
  private:
