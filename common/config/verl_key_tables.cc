@@ -3,8 +3,6 @@
 
 namespace rlhfd::config::verl_keys {
 
-using Json = nlohmann::json;
-
 // verl key → rlhfd key, copied as they are (values are checked by rlhfd's validator).
 const std::vector<std::pair<std::string, std::string>>& DirectTable() {
   static const auto* table = new std::vector<std::pair<std::string, std::string>>{
