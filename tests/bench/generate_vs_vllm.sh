@@ -6,7 +6,8 @@
 #     PRESET: qwen2.5-0.5b, qwen2.5-1.5b or qwen2.5-7b
 # Needs ROLLOUT_BENCH (the rollout_bench binary; its LibTorch libraries found, e.g. a bundle's env.sh
 # sourced) and python3 with vLLM 0.26 (../shared/gpu-anchors/README.md brings it to the GPU
-# machine). RLHFD_BENCH_DIR: where the config goes (default /tmp/generate-bench).
+# machine). RLHFD_BENCH_DIR: where the config goes (default /tmp/generate-bench). REPEAT: timed
+# runs per batch size on each side, the best reported (default 3).
 set -euo pipefail
 preset=${1:?preset}; batches=${2:?batch sizes}; prompt_len=${3:?P}; new_tokens=${4:?N}
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -15,11 +16,12 @@ dir="${RLHFD_BENCH_DIR:-/tmp/generate-bench}/${preset}"
 "${bench}" --preset="${preset}" --write_hf_config="${dir}" > /dev/null
 # shellcheck disable=SC2086  # the batch sizes are words
 rlhfd=$("${bench}" --preset="${preset}" --batch="${batches// /,}" --prompt_len="${prompt_len}" \
-  --new_tokens="${new_tokens}" --repeat=3 | grep '^{')
+  --new_tokens="${new_tokens}" --repeat="${REPEAT:-3}" | grep '^{')
 echo "${rlhfd}"
 # shellcheck disable=SC2086
 vllm=$(python3 "${here}/vllm_generate_baseline.py" --config_dir "${dir}" --batch ${batches} \
-  --prompt_len "${prompt_len}" --new_tokens "${new_tokens}" 2>"${dir}/vllm.log" | grep '^{') ||
+  --prompt_len "${prompt_len}" --new_tokens "${new_tokens}" --repeat "${REPEAT:-3}" \
+  2>"${dir}/vllm.log" | grep '^{') ||
   { echo "vLLM failed:"; tail -20 "${dir}/vllm.log"; exit 1; }
 echo "${vllm}"
 python3 - "${rlhfd}" "${vllm}" <<'PY'

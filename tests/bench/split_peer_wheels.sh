@@ -6,7 +6,9 @@
 # (vllm.whl.part-aa, -ab, …) one per group, the last group with every other wheel and
 # MANIFEST.txt (and the last part, where they fit together in PART_MIB). Then, as gpu-anchors/README.md says: calls 1 … N−1 carry DIR/gK and run
 # `mkdir -p /tmp/stash && cp -r DIR/gK /tmp/stash/`, back to back; call N carries DIR/gN and runs
-# device_install.sh DIR/gN.
+# device_install.sh $PWD/DIR/gN (an absolute path: it checks the sums from /tmp/w). On 2026-12-05
+# the GPU machine's pip stopped on vLLM's wheel (IndexError reading its RECORD) after the sums
+# passed; `python3 -m zipfile -e /tmp/w/vllm-*.whl /tmp/site` and pip for the other wheels worked.
 #   tests/bench/split_peer_wheels.sh .whl [PART_MIB=50]   (50: six calls)
 set -euo pipefail
 dir="${1:?usage: split_peer_wheels.sh DIR [PART_MIB]}"

@@ -63,7 +63,11 @@ def main():
         prompts = [TokensPrompt(prompt_token_ids=rng.integers(0, config["vocab_size"],
                                                               args.prompt_len).tolist())
                    for _ in range(batch)]
-        llm.generate(prompts, sampling, use_tqdm=False)  # warm-up
+        # Warm-up at this batch size (vLLM captured its graphs at start), at most 256 tokens: a
+        # long run's full-length warm-up would only double its time.
+        warmup = SamplingParams(temperature=1.0, max_tokens=min(args.new_tokens, 256),
+                                min_tokens=min(args.new_tokens, 256), ignore_eos=True)
+        llm.generate(prompts, warmup, use_tqdm=False)
         best = float("inf")
         for _ in range(args.repeat):
             start = time.perf_counter()
