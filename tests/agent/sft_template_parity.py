@@ -15,14 +15,17 @@ reads them back, nulls and key order included, as verl's pandas reader hands the
 - the prompt and target ids together: the ids of the conversation as a multi-turn rollout lays
   it out (reference(): each assistant turn as the template renders it when it is the last
   message, the user and tool turns between as it renders them up to the next generation
-  prompt), which for Qwen2.5's template is the whole conversation's text but its last newline;
+  prompt, each piece tokenized on its own), which for Qwen2.5's template is the whole
+  conversation's text but its last newline;
 - the mask: 1 exactly on each assistant turn's tokens after its generation prompt, through its
   <|im_end|>. verl's per-message tokenization also trains on the newline after <|im_end|>,
   which a rollout never generates; this test holds rlhfd to the span.
 Arguments given as JSON text are rendered as the object they hold where the template would quote
 the text (Qwen2.5's: no model is trained to write that), so that reference gets the object;
 Qwen3's template prints the text as it is, and gets it. The models: tiny-qwen2-tools (Qwen2.5's
-template), tokenizers/qwen3-thinking (Qwen3's), and the real Qwen2.5-Coder where it was fetched.
+template), tokenizers/qwen3-thinking (Qwen3's), tokenizers/qwen3-thinking-2507 (Qwen3-Thinking-2507's:
+Qwen3's, its generation prompt opening the <think> block), and the real Qwen2.5-Coder where it
+was fetched.
 
 Single-turn rows (data.response_key, verl's SFTDataset: the prompt and the response text under
 extra_info, as verl's gsm8k SFT example reads them) against that dataset's own rule: the
@@ -46,6 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 DEFAULT_MODELS = [os.path.join(ROOT, "tests", "fixtures", "models", "tiny-qwen2-tools"),
                   os.path.join(ROOT, "tests", "fixtures", "tokenizers", "qwen3-thinking"),
+                  os.path.join(ROOT, "tests", "fixtures", "tokenizers", "qwen3-thinking-2507"),
                   os.path.join(ROOT, "models", "qwen2.5-coder-0.5b-instruct")]
 
 WORDS = ["Compute", "the", "sum", "naïve", "数学", "😀", "x", "<b>", "#### 7", "quotes \"here\"",
@@ -182,15 +186,15 @@ def reference(tokenizer, messages, tools, thinking):
             for _ in range(ends):
                 at = after.index("<|im_end|>", at + 1)
             pieces.append((after[at + len("<|im_end|>"):], 0))
-    text = "".join(piece for piece, _ in pieces)
-    all_ids = ids(text)
-    mask, done = [], ""
+    # Each piece's own ids, as a rollout has them: a prompt's ids are fixed before its turn is
+    # generated. Tokenizing the whole text can merge across a piece's edge: Qwen3-Thinking-2507's
+    # generation prompt ends in "<think>\n" and an answer without reasoning starts "\n</think>",
+    # which the whole text tokenizes as one "\n\n".
+    all_ids, mask = [], []
     for piece, trained in pieces:
-        begin = len(ids(done))
-        done += piece
-        end = len(ids(done))
-        assert ids(done) == all_ids[:end]
-        mask += [trained] * (end - begin)
+        piece_ids = ids(piece)
+        all_ids += piece_ids
+        mask += [trained] * len(piece_ids)
     first = len(ids(prompt))
     return {"prompt": prompt, "prompt_ids": all_ids[:first], "target_ids": all_ids[first:],
             "mask": mask[first:]}

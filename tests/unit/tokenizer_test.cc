@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
+#include "common/status/status_macros.h"
 #include "common/util/files.h"
 #include "tests/support/subprocess.h"
 
@@ -180,14 +181,14 @@ TEST_CASE("Qwen3's template: think blocks after the last query, arguments as giv
         "\"arguments\": {\"code\": \"print(6*7)\"}}\n</tool_call><|im_end|>");
   CHECK(*tokenizer->ApplyChatTemplateAssistantTurn({"assistant", "6"}) ==
         "<think>\n\n</think>\n\n6<|im_end|>");
-  CHECK(*tokenizer->ApplyChatTemplateAssistantTurn({"assistant", "6"}, /*follows_query=*/false) ==
+  CHECK(*tokenizer->ApplyChatTemplateAssistantTurn({"assistant", "6"}, AnswerText::kWithoutQuery) ==
         "6<|im_end|>");
   // Thinking off: the generation prompt holds the empty block, so the turn is its content, and
   // reasoning has no place.
-  CHECK(*tokenizer->ApplyChatTemplateAssistantTurn({"assistant", "\n6"}, true,
+  CHECK(*tokenizer->ApplyChatTemplateAssistantTurn({"assistant", "\n6"}, AnswerText::kAfterQuery,
                                                    {.enable_thinking = false}) == "6<|im_end|>");
-  const absl::StatusOr<std::string> reasoning =
-      tokenizer->ApplyChatTemplateAssistantTurn(steps[3], true, {.enable_thinking = false});
+  const absl::StatusOr<std::string> reasoning = tokenizer->ApplyChatTemplateAssistantTurn(
+      steps[3], AnswerText::kAfterQuery, {.enable_thinking = false});
   REQUIRE_FALSE(reasoning.ok());
   CHECK(absl::StrContains(reasoning.status().message(), "while enable_thinking is false"));
   CHECK(
@@ -204,7 +205,8 @@ TEST_CASE("Qwen3's template: think blocks after the last query, arguments as giv
   // arguments are printed as the object they hold.
   auto qwen25 = Tokenizer::Load(kFixtures + "/models/tiny-qwen2-tools");
   REQUIRE(qwen25.ok());
-  CHECK(*qwen25->ApplyChatTemplateAssistantTurn({"assistant", "<think>x</think>6", {run}}, true,
+  CHECK(*qwen25->ApplyChatTemplateAssistantTurn({"assistant", "<think>x</think>6", {run}},
+                                                AnswerText::kAfterQuery,
                                                 {.enable_thinking = false}) ==
         "<think>x</think>6\n<tool_call>\n{\"name\": \"python\", \"arguments\": {\"code\": "
         "\"print(6*7)\"}}\n</tool_call><|im_end|>");
@@ -213,40 +215,147 @@ TEST_CASE("Qwen3's template: think blocks after the last query, arguments as giv
       "<|im_start|>assistant\n"));
 }
 
-TEST_CASE("a template whose generation prompt opens a <think> block is refused, naming it",
-          "[tokenizer][errors]") {
-  // Qwen3's template with Qwen3-Thinking-2507's generation prompt.
+// The expected texts are transformers 5.17's apply_chat_template with Qwen3-Thinking-2507's
+// template (tests/fixtures/qwen3_thinking_2507_chat_template.jinja) on the same messages.
+TEST_CASE("Qwen3-Thinking-2507's template: the generation prompt opens the think block",
+          "[tokenizer]") {
+  auto tokenizer = Tokenizer::Load(kFixtures + "/tokenizers/qwen3-thinking-2507");
+  REQUIRE(tokenizer.ok());
+  REQUIRE(tokenizer->chat_template() == ChatTemplate::kChatMl);
+  const std::vector<ChatMessage> asked = {
+      {"system", "Be brief."},
+      {"user", "6*7?"},
+      {"assistant",
+       "<think>\nmultiply\n</think>\n\n",
+       {{"python", R"j({"code": "print(6*7)"})j", R"j({"code":"print(6*7)"})j"}}},
+      {"tool", "42"},
+      {"assistant", "It is 42.", {}, "The tool said 42."},
+      {"user", "And 2*3?"}};
+  const std::string head =
+      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n6*7?<|im_end|>\n"
+      "<|im_start|>assistant\n<tool_call>\n{\"name\": \"python\", \"arguments\": "
+      "{\"code\":\"print(6*7)\"}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n42\n"
+      "</tool_response><|im_end|>\n<|im_start|>assistant\nIt is 42.<|im_end|>\n"
+      "<|im_start|>user\nAnd 2*3?<|im_end|>\n<|im_start|>assistant\n";
+  std::vector<ChatMessage> answered = asked;
+  answered.push_back({"assistant", "6"});
+  CHECK(*tokenizer->ApplyChatTemplate(answered, false) ==
+        head + "<think>\n\n</think>\n\n6<|im_end|>\n");
+  // The template has no switch: enable_thinking false changes nothing, as in transformers.
+  for (const std::optional<bool> thinking : {std::optional<bool>(), std::optional<bool>(false)}) {
+    CHECK(*tokenizer->ApplyChatTemplate(asked, true, {}, {.enable_thinking = thinking}) ==
+          head + "<think>\n");
+  }
+  // The turn as generated: what the whole rendering adds after the generation prompt.
+  CHECK(*tokenizer->ApplyChatTemplateAssistantTurn({"assistant", "6"}) ==
+        "\n</think>\n\n6<|im_end|>");
+  CHECK(*tokenizer->ApplyChatTemplateAssistantTurn(
+            {"assistant", "\n6", {}, "\nthink\n"}, AnswerText::kAfterQuery,
+            {.enable_thinking = false}) == "think\n</think>\n\n6<|im_end|>");
+  // With no user query before it the template renders the answer without a block, though its
+  // generation prompt opened one; the turn is laid out as a rollout generates it, inside.
+  CHECK(*tokenizer->ApplyChatTemplate({{"system", "S"}}, true) ==
+        "<|im_start|>system\nS<|im_end|>\n<|im_start|>assistant\n<think>\n");
+  CHECK(*tokenizer->ApplyChatTemplateAssistantTurn({"assistant", "6"}, AnswerText::kWithoutQuery) ==
+        "\n</think>\n\n6<|im_end|>");
+  // A single-turn response (verl's SFTDataset) stays as written after the opening.
+  CHECK(*tokenizer->ApplyChatTemplateAssistantTurn({"assistant", "<think>\nx\n</think>\n\n6"},
+                                                   AnswerText::kAsWritten) ==
+        "<think>\nx\n</think>\n\n6<|im_end|>");
+  // The agent loop's tool turn and a conversation going on end in the opening too.
+  CHECK(*tokenizer->ApplyChatTemplateToolResponses({"42"}) ==
+        "<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n<think>\n");
+  CHECK(*tokenizer->ApplyChatTemplateContinuation({{"user", "more?"}}) ==
+        "\n<|im_start|>user\nmore?<|im_end|>\n<|im_start|>assistant\n<think>\n");
+}
+
+namespace {
+
+// A tokenizer folder holding the qwen3-thinking fixture's tokenizer with `jinja` as its template.
+absl::StatusOr<Tokenizer> WithTemplate(const testing::TempDir& dir, const std::string& jinja) {
   const std::string source = kFixtures + "/tokenizers/qwen3-thinking";
-  absl::StatusOr<std::string> jinja = ReadFileToString(source + "/chat_template.jinja");
-  REQUIRE(jinja.ok());
-  const std::string plain = R"({{- '<|im_start|>assistant\n' }})";
-  const size_t at = jinja->rfind(plain);
-  REQUIRE(at != std::string::npos);
-  jinja->replace(at, plain.size(), R"({{- '<|im_start|>assistant\n<think>\n' }})");
-  testing::TempDir dir;
   for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
     absl::StatusOr<std::string> text = ReadFileToString(source + "/" + file);
-    REQUIRE(text.ok());
-    REQUIRE(WriteFileAtomically(dir.path() + "/" + file, *text).ok());
+    if (!text.ok()) return text.status();
+    RETURN_IF_ERROR(WriteFileAtomically(dir.path() + "/" + file, *text));
   }
-  REQUIRE(WriteFileAtomically(dir.path() + "/chat_template.jinja", *jinja).ok());
-  absl::StatusOr<Tokenizer> tokenizer = Tokenizer::Load(dir.path());
+  RETURN_IF_ERROR(WriteFileAtomically(dir.path() + "/chat_template.jinja", jinja));
+  return Tokenizer::Load(dir.path());
+}
+
+// Qwen3's template with `from` replaced by `to`.
+std::string Qwen3TemplateWith(const std::string& from, const std::string& to) {
+  absl::StatusOr<std::string> jinja = ReadFileToString(kFixtures + "/qwen3_chat_template.jinja");
+  REQUIRE(jinja.ok());
+  const size_t at = jinja->rfind(from);
+  REQUIRE(at != std::string::npos);
+  return jinja->replace(at, from.size(), to);
+}
+
+}  // namespace
+
+TEST_CASE("a generation prompt opening a think block in a branch of its own is read",
+          "[tokenizer]") {
+  // Qwen3's answers with a generation prompt that opens the block unless thinking is off.
+  const std::string opening_unless_off = Qwen3TemplateWith(
+      R"({%- endif %}
+{%- endif %})",
+      R"({%- else %}
+        {{- '<think>\n' }}
+    {%- endif %}
+{%- endif %})");
+  testing::TempDir dir;
+  absl::StatusOr<Tokenizer> tokenizer = WithTemplate(dir, opening_unless_off);
   REQUIRE(tokenizer.ok());
-  CHECK(tokenizer->chat_template() == ChatTemplate::kNone);
-  for (const absl::Status& status :
-       {tokenizer->ApplyChatTemplate({{"user", "hi"}}, true).status(),
-        tokenizer->ApplyChatTemplateAssistantTurn({"assistant", "6"}).status()}) {
-    CHECK(absl::StrContains(status.message(),
-                            "opens a <think> block in its generation prompt (Qwen3-Thinking-2507"));
-  }
-  // model.chat_template: chatml renders it as Qwen3's template, without the opening.
-  tokenizer->set_chat_template(ChatTemplate::kChatMl);
+  REQUIRE(tokenizer->chat_template() == ChatTemplate::kChatMl);
   CHECK(*tokenizer->ApplyChatTemplate({{"user", "hi"}}, true) ==
-        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
-  // Without a template at all, the message says so.
-  tokenizer->set_chat_template(ChatTemplate::kNone);
-  CHECK(absl::StrContains(tokenizer->ApplyChatTemplate({{"user", "hi"}}, true).status().message(),
-                          "this tokenizer has no chat template"));
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n");
+  CHECK(*tokenizer->ApplyChatTemplate({{"user", "hi"}}, true, {}, {.enable_thinking = false}) ==
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  CHECK(*tokenizer->ApplyChatTemplateAssistantTurn({"assistant", "6"}) ==
+        "\n</think>\n\n6<|im_end|>");
+  CHECK(*tokenizer->ApplyChatTemplateAssistantTurn({"assistant", "6"}, AnswerText::kAfterQuery,
+                                                   {.enable_thinking = false}) == "6<|im_end|>");
+}
+
+TEST_CASE("a template opening a think block under other rules than Qwen3's is refused, naming it",
+          "[tokenizer][errors]") {
+  // QwQ's way (every answer but the last loses its reasoning, whatever the queries), and Qwen3's
+  // answers written with other whitespace rules (as Qwen3.5's template trims its reasoning).
+  const std::string qwq =
+      R"({%- for message in messages %}{%- if message.role == "assistant" %}{%- set content = )"
+      R"(message.content.split('</think>')[-1].lstrip('\n') %}{{- '<|im_start|>assistant\n' + )"
+      R"(content + '<|im_end|>\n' }}{%- else %}{{- '<|im_start|>' + message.role + '\n' + )"
+      R"(message.content + '<|im_end|>\n' }}{%- endif %}{%- endfor %}{%- if )"
+      R"(add_generation_prompt %}{{- '<|im_start|>assistant\n<think>\n' }}{%- endif %})";
+  const std::string trimmed = Qwen3TemplateWith(
+      "reasoning_content.strip('\\n') + '\\n</think>\\n\\n' + content.lstrip('\\n')",
+      "reasoning_content|trim + '\\n</think>\\n\\n' + content");
+  const std::string trimmed_opening = trimmed.substr(0, trimmed.rfind("{%- if add_generation")) +
+                                      R"({%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n<think>\n' }}
+{%- endif %})";
+  for (const std::string& jinja : {qwq, trimmed_opening}) {
+    testing::TempDir dir;
+    absl::StatusOr<Tokenizer> tokenizer = WithTemplate(dir, jinja);
+    REQUIRE(tokenizer.ok());
+    CHECK(tokenizer->chat_template() == ChatTemplate::kNone);
+    for (const absl::Status& status :
+         {tokenizer->ApplyChatTemplate({{"user", "hi"}}, true).status(),
+          tokenizer->ApplyChatTemplateAssistantTurn({"assistant", "6"}).status()}) {
+      CHECK(absl::StrContains(status.message(),
+                              "opens a <think> block in its generation prompt and lays out"));
+    }
+    // model.chat_template: chatml renders its turns anyway, without the opening.
+    tokenizer->set_chat_template(ChatTemplate::kChatMl);
+    CHECK(*tokenizer->ApplyChatTemplate({{"user", "hi"}}, true) ==
+          "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    // Without a template at all, the message says so.
+    tokenizer->set_chat_template(ChatTemplate::kNone);
+    CHECK(absl::StrContains(tokenizer->ApplyChatTemplate({{"user", "hi"}}, true).status().message(),
+                            "this tokenizer has no chat template"));
+  }
 }
 
 TEST_CASE("malformed tokenizer.json files are refused with the reason", "[tokenizer][errors]") {

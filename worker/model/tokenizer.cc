@@ -201,12 +201,24 @@ ChatMlStyle ChatMlStyle::OfTemplate(absl::string_view jinja) {
   const bool thinking_turns = absl::StrContains(jinja, "last_query_index") &&
                               absl::StrContains(jinja, "reasoning_content") &&
                               absl::StrContains(jinja, "<think>");
+  // What the template writes for a generation prompt: its text from the last test of
+  // add_generation_prompt on. A string literal there that ends in an open <think> line (the
+  // Jinja source's, its newline escaped) opens the block, in a branch of its own or not.
+  const size_t generation = jinja.rfind("add_generation_prompt");
+  const absl::string_view generation_prompt =
+      generation == absl::string_view::npos ? "" : jinja.substr(generation);
+  const bool opens = absl::StrContains(generation_prompt, R"(<think>\n')") ||
+                     absl::StrContains(generation_prompt, R"(<think>\n")");
+  // How Qwen3's template writes an answer's block (and Qwen3-Thinking-2507's, the same text).
+  constexpr absl::string_view kQwen3ThinkBlock =
+      R"('\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n'))";
+  const bool known = !opens || (thinking_turns && absl::StrContains(jinja, kQwen3ThinkBlock));
   return {.hermes = absl::StrContains(jinja, "<tool_response>"),
           .thinking_turns = thinking_turns,
           .arguments_as_given = absl::StrContains(jinja, "arguments is string"),
           .thinking_switch = thinking_turns && absl::StrContains(jinja, "enable_thinking is false"),
-          // The Jinja source's string literal, its newlines escaped.
-          .opens_think = absl::StrContains(jinja, R"(assistant\n<think>\n')")};
+          .opens_think = opens && known,
+          .think_rules_known = known};
 }
 
 }  // namespace tokenizer_internal
@@ -221,6 +233,7 @@ constexpr absl::string_view kNoChatTemplate =
 constexpr absl::string_view kThinkOpen = "<think>";
 constexpr absl::string_view kThinkClose = "</think>";
 constexpr absl::string_view kEmptyThinkBlock = "<think>\n\n</think>\n\n";
+constexpr absl::string_view kThinkOpenLine = "<think>\n";
 
 // Python's str.strip / lstrip / rstrip of newlines, as Qwen3's template applies them.
 absl::string_view LstripNewlines(absl::string_view text) {
@@ -262,10 +275,16 @@ size_t LastQueryIndex(const std::vector<ChatMessage>& messages) {
   return messages.empty() ? 0 : messages.size() - 1;
 }
 
-// What the template writes after "<|im_start|>assistant\n" when a turn is to be generated.
+bool ThinkingOff(const ChatMlStyle& style, const ChatOptions& options) {
+  return style.thinking_switch && options.enable_thinking == false;
+}
+
+// The generation prompt: "<|im_start|>assistant\n", then with thinking off the empty block, or
+// the opening of the block where the template opens it.
 std::string ChatMlGenerationPrompt(const ChatMlStyle& style, const ChatOptions& options) {
-  const bool thinking_off = style.thinking_switch && options.enable_thinking == false;
-  return absl::StrCat("<|im_start|>assistant\n", thinking_off ? kEmptyThinkBlock : "");
+  return absl::StrCat("<|im_start|>assistant\n", ThinkingOff(style, options) ? kEmptyThinkBlock
+                                                 : style.opens_think         ? kThinkOpenLine
+                                                                             : "");
 }
 
 // An assistant message's text after "<|im_start|>assistant\n": its content, then each call as
@@ -444,16 +463,24 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateToolResponses(
 }
 
 absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateAssistantTurn(
-    const ChatMessage& message, bool follows_query, const ChatOptions& options) const {
+    const ChatMessage& message, AnswerText text, const ChatOptions& options) const {
   switch (impl_->chat) {
     case ChatTemplate::kChatMl: {
       const ChatMlStyle& style = impl_->chatml;
       if (!message.tool_calls.empty() && !style.hermes) return NoToolCallFormat();
-      const bool think_block = style.thinking_turns && follows_query;
+      if (text == AnswerText::kAsWritten) {
+        ChatMessage as_written = message;
+        as_written.reasoning_content = "";  // none of its own: nothing is split off the content
+        return absl::StrCat(ChatMlAssistantBody(as_written, style, /*think_block=*/false),
+                            "<|im_end|>");
+      }
+      // A template that opens the block in the generation prompt has the turn go on inside it,
+      // whether or not a user query came before.
+      const bool think_block =
+          (style.thinking_turns && text == AnswerText::kAfterQuery) || style.opens_think;
       // With thinking off the generation prompt holds the empty block: the turn is what
       // follows it, and reasoning has no place.
-      const bool in_prompt =
-          think_block && style.thinking_switch && options.enable_thinking == false;
+      const bool in_prompt = think_block && ThinkingOff(style, options);
       if (in_prompt && !LstripNewlines(RstripNewlines(SplitReasoning(message).reasoning)).empty()) {
         return absl::InvalidArgumentError(
             "an assistant turn with reasoning (reasoning_content, or a <think> block in its "
@@ -461,7 +488,11 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateAssistantTurn(
             "block: drop the reasoning or leave enable_thinking unset");
       }
       std::string body = ChatMlAssistantBody(message, style, think_block);
-      if (in_prompt) body.erase(0, kEmptyThinkBlock.size());
+      if (in_prompt) {
+        body.erase(0, kEmptyThinkBlock.size());
+      } else if (style.opens_think) {  // the prompt's opening line
+        body.erase(0, kThinkOpenLine.size());
+      }
       return absl::StrCat(body, "<|im_end|>");
     }
     case ChatTemplate::kLlama3:

@@ -49,6 +49,13 @@ struct ChatOptions {
 
 enum class ChatTemplate { kNone, kChatMl, kLlama3 };
 
+// Which text of an answer Tokenizer::ApplyChatTemplateAssistantTurn gives.
+enum class AnswerText {
+  kAfterQuery,    // the template's, for an answer a user query came before
+  kWithoutQuery,  // the template's, for one none came before (Qwen3's then prints no <think>)
+  kAsWritten,     // its content as written, <think> text included (verl's SFTDataset's response)
+};
+
 class Tokenizer {
  public:
   // Parses tokenizer.json text; `source` names the file in errors. Refuses models, normalisers,
@@ -102,13 +109,13 @@ class Tokenizer {
   // its generation prompt when it is the turn being generated, the last of the conversation: the
   // content, the calls' blocks and the token that ends the turn (ChatML's <|im_end|>, Llama 3's
   // <|eot_id|>), which is where generation stops. With Qwen3's template the content follows a
-  // <think> block of its reasoning, empty if it has none; when `options` turn thinking off, the
-  // generation prompt holds that empty block and a message with reasoning is INVALID_ARGUMENT.
-  // `follows_query`: a user query comes before it (else Qwen3's template prints no block).
-  // INVALID_ARGUMENT without a chat template.
-  absl::StatusOr<std::string> ApplyChatTemplateAssistantTurn(const ChatMessage& message,
-                                                             bool follows_query = true,
-                                                             const ChatOptions& options = {}) const;
+  // <think> block of its reasoning, empty if it has none (`text` kAfterQuery); when `options`
+  // turn thinking off, the generation prompt holds that empty block and a message with reasoning
+  // is INVALID_ARGUMENT. With Qwen3-Thinking-2507's the generation prompt opened the block, so
+  // the turn goes on inside it, a query before or not. INVALID_ARGUMENT without a chat template.
+  absl::StatusOr<std::string> ApplyChatTemplateAssistantTurn(
+      const ChatMessage& message, AnswerText text = AnswerText::kAfterQuery,
+      const ChatOptions& options = {}) const;
   ChatTemplate chat_template() const;
   // Whether the chat template renders tool messages and structured calls in Qwen's hermes format
   // (its Jinja has <tool_response> blocks: Qwen2.5, Qwen3). Other ChatML templates give a tool

@@ -88,9 +88,14 @@ struct ChatMlStyle {
   bool arguments_as_given = false;
   // Qwen3's: enable_thinking false ends the generation prompt with an empty <think> block.
   bool thinking_switch = false;
-  // The generation prompt opens a <think> block (Qwen3-Thinking-2507's, QwQ's, Qwen3.5's), which
-  // rlhfd does not render: such a template is refused (Tokenizer::Load).
+  // Qwen3-Thinking-2507's: the generation prompt opens a <think> block, so the turn generated
+  // after it is its reasoning, "</think>", then its answer.
   bool opens_think = false;
+  // False for a template whose generation prompt opens a <think> block while its answers' blocks
+  // are laid out otherwise than Qwen3's template writes them (QwQ's drops the reasoning of all
+  // but the last answer; Qwen3.5's), which Tokenizer::Load refuses; model.chat_template: chatml
+  // renders it anyway, without the opening (opens_think is false then).
+  bool think_rules_known = true;
 
   static ChatMlStyle OfTemplate(absl::string_view jinja);
 };

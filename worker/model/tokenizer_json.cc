@@ -289,13 +289,13 @@ absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& dir) {
       "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
   tokenizer.set_chat_template(chat, absl::StrContains(jinja, kQwenSystem) ? kQwenSystem : "");
   tokenizer.impl_->chatml = tokenizer_internal::ChatMlStyle::OfTemplate(jinja);
-  if (chat == ChatTemplate::kChatMl && tokenizer.impl_->chatml.opens_think) {
+  if (chat == ChatTemplate::kChatMl && !tokenizer.impl_->chatml.think_rules_known) {
     tokenizer.set_chat_template(ChatTemplate::kNone);
     tokenizer.impl_->refused_template =
-        "this model's chat template opens a <think> block in its generation prompt "
-        "(Qwen3-Thinking-2507, QwQ, Qwen3.5), which rlhfd does not render yet: give plain-text "
-        "prompts, or set model.chat_template: chatml to render its turns as Qwen3's template "
-        "does, without that opening";
+        "this model's chat template opens a <think> block in its generation prompt and lays "
+        "out its answers' blocks otherwise than Qwen3's template (QwQ's, Qwen3.5's), which "
+        "rlhfd does not render yet (Qwen3-Thinking-2507's it does): give plain-text prompts, or "
+        "set model.chat_template: chatml to render its turns without that opening";
   }
   return tokenizer;
 }

@@ -48,10 +48,9 @@ absl::StatusOr<rollout::Completion> EncodeTarget(const model::Tokenizer& tokeniz
   const bool single_turn = !spec.data().response_key().empty();
   // Whether a user query came before (Qwen3's template puts no <think> block on an answer
   // without one).
-  bool after_query = !single_turn && std::any_of(row.chat().begin(), row.chat().end(),
-                                                 [](const v1::ChatTurn& turn) {
-                                                   return model::IsUserQuery(ChatMessageOf(turn));
-                                                 });
+  bool after_query =
+      std::any_of(row.chat().begin(), row.chat().end(),
+                  [](const v1::ChatTurn& turn) { return model::IsUserQuery(ChatMessageOf(turn)); });
   rollout::Completion out;
   std::vector<model::ChatMessage> between;  // the user and tool turns before the next answer
   int64_t assistant_turns = 0, between_groups = 0;
@@ -100,13 +99,14 @@ absl::StatusOr<rollout::Completion> EncodeTarget(const model::Tokenizer& tokeniz
       ++between_groups;
     }
     ++assistant_turns;
-    model::ChatMessage message = ChatMessageOf(turn);
-    if (single_turn) message.reasoning_content = "";  // none of its own: nothing to split off
+    const model::ChatMessage message = ChatMessageOf(turn);
     const agent::ParsedResponse parsed = agent::ParseHermesToolCalls(turn.content());
     calls_tools = !message.tool_calls.empty() || !parsed.calls.empty() || !parsed.malformed.empty();
-    ASSIGN_OR_RETURN(
-        const std::vector<int32_t> ids,
-        tokens(tokenizer.ApplyChatTemplateAssistantTurn(message, after_query, options)));
+    const model::AnswerText text = single_turn   ? model::AnswerText::kAsWritten
+                                   : after_query ? model::AnswerText::kAfterQuery
+                                                 : model::AnswerText::kWithoutQuery;
+    ASSIGN_OR_RETURN(const std::vector<int32_t> ids,
+                     tokens(tokenizer.ApplyChatTemplateAssistantTurn(message, text, options)));
     Append(ids, 1, out);
   }
   if (!between.empty()) {
