@@ -262,6 +262,13 @@ TEST_CASE("Qwen3-Thinking-2507's template: the generation prompt opens the think
   CHECK(*tokenizer->ApplyChatTemplateAssistantTurn({"assistant", "<think>\nx\n</think>\n\n6"},
                                                    AnswerText::kAsWritten) ==
         "<think>\nx\n</think>\n\n6<|im_end|>");
+  // Llama 3's template strips an answer's whitespace; a response as written keeps it.
+  auto llama = Tokenizer::Load(kFixtures + "/tokenizers/llama3-style");
+  REQUIRE(llama.ok());
+  REQUIRE(llama->chat_template() == ChatTemplate::kLlama3);
+  CHECK(*llama->ApplyChatTemplateAssistantTurn({"assistant", " 6\n"}) == "6<|eot_id|>");
+  CHECK(*llama->ApplyChatTemplateAssistantTurn({"assistant", " 6\n"}, AnswerText::kAsWritten) ==
+        " 6\n<|eot_id|>");
   // The agent loop's tool turn and a conversation going on end in the opening too.
   CHECK(*tokenizer->ApplyChatTemplateToolResponses({"42"}) ==
         "<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n"
@@ -317,6 +324,25 @@ TEST_CASE("a generation prompt opening a think block in a branch of its own is r
         "\n</think>\n\n6<|im_end|>");
   CHECK(*tokenizer->ApplyChatTemplateAssistantTurn({"assistant", "6"}, AnswerText::kAfterQuery,
                                                    {.enable_thinking = false}) == "6<|im_end|>");
+
+  // Only a tag testing add_generation_prompt starts the generation prompt's part: Qwen3-Thinking-
+  // 2507's template with a comment naming the flag after it still opens the block; Qwen3's that
+  // tests a copy of the flag ({% set %}) has no part to read and opens none.
+  absl::StatusOr<std::string> thinking_2507 =
+      ReadFileToString(kFixtures + "/qwen3_thinking_2507_chat_template.jinja");
+  REQUIRE(thinking_2507.ok());
+  const std::string qwen3_copied_flag =
+      "{%- set generating = add_generation_prompt %}\n" +
+      Qwen3TemplateWith("{%- if add_generation_prompt %}", "{%- if generating %}");
+  for (const auto& [jinja, prompt_end] :
+       {std::pair(*thinking_2507 + "{#- add_generation_prompt is read above #}",
+                  "assistant\n<think>\n"),
+        std::pair(qwen3_copied_flag, "assistant\n")}) {
+    testing::TempDir other;
+    absl::StatusOr<Tokenizer> read = WithTemplate(other, jinja);
+    REQUIRE(read.ok());
+    CHECK(absl::EndsWith(*read->ApplyChatTemplate({{"user", "hi"}}, true), prompt_end));
+  }
 }
 
 TEST_CASE("a template opening a think block under other rules than Qwen3's is refused, naming it",
@@ -336,7 +362,12 @@ TEST_CASE("a template opening a think block under other rules than Qwen3's is re
                                       R"({%- if add_generation_prompt %}
     {{- '<|im_start|>assistant\n<think>\n' }}
 {%- endif %})";
-  for (const std::string& jinja : {qwq, trimmed_opening}) {
+  // OLMo 3 Think's way: the opening without its newline, tested inside the message loop.
+  const std::string olmo =
+      R"({%- for message in messages %}{{- '<|im_start|>' + message.role + '\n' + )"
+      R"(message.content + '<|im_end|>\n' }}{% if loop.last and add_generation_prompt %}{{ )"
+      R"('<|im_start|>assistant\n<think>' }}{% endif %}{%- endfor %})";
+  for (const std::string& jinja : {qwq, trimmed_opening, olmo}) {
     testing::TempDir dir;
     absl::StatusOr<Tokenizer> tokenizer = WithTemplate(dir, jinja);
     REQUIRE(tokenizer.ok());

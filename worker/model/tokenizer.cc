@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdlib>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -196,19 +197,43 @@ void Tokenizer::set_chat_template(ChatTemplate chat_template, std::string defaul
 }
 
 namespace tokenizer_internal {
+namespace {
+
+// The template's source from its last {% if ... %} tag that tests add_generation_prompt (Qwen's
+// "{%- if add_generation_prompt %}", OLMo's "{% if loop.last and add_generation_prompt %}") to
+// its end: what it writes for a generation prompt. "" where no tag tests it (a mention in a
+// comment or a {% set %} does not count).
+absl::string_view GenerationPromptSource(absl::string_view jinja) {
+  constexpr absl::string_view kFlag = "add_generation_prompt";
+  for (size_t at = jinja.rfind(kFlag); at != absl::string_view::npos && at > 0;
+       at = jinja.rfind(kFlag, at - 1)) {
+    const size_t tag = jinja.rfind("{%", at);
+    if (tag == absl::string_view::npos) break;
+    const absl::string_view head = jinja.substr(tag, at - tag);  // "{%- if loop.last and "
+    if (absl::StrContains(head, "%}")) continue;                 // not inside the tag
+    const absl::string_view words =
+        absl::StripLeadingAsciiWhitespace(absl::StripPrefix(absl::StripPrefix(head, "{%"), "-"));
+    if (absl::StartsWith(words, "if ") || absl::StartsWith(words, "elif ")) {
+      return jinja.substr(tag);
+    }
+  }
+  return "";
+}
+
+}  // namespace
 
 ChatMlStyle ChatMlStyle::OfTemplate(absl::string_view jinja) {
   const bool thinking_turns = absl::StrContains(jinja, "last_query_index") &&
                               absl::StrContains(jinja, "reasoning_content") &&
                               absl::StrContains(jinja, "<think>");
-  // What the template writes for a generation prompt: its text from the last test of
-  // add_generation_prompt on. A string literal there that ends in an open <think> line (the
-  // Jinja source's, its newline escaped) opens the block, in a branch of its own or not.
-  const size_t generation = jinja.rfind("add_generation_prompt");
-  const absl::string_view generation_prompt =
-      generation == absl::string_view::npos ? "" : jinja.substr(generation);
-  const bool opens = absl::StrContains(generation_prompt, R"(<think>\n')") ||
-                     absl::StrContains(generation_prompt, R"(<think>\n")");
+  // A string literal of the generation prompt that ends in "<think>" or in "<think>" and a newline
+  // (the Jinja source's, escaped) opens the block, in a branch of its own or not.
+  const absl::string_view generation_prompt = GenerationPromptSource(jinja);
+  bool opens = false;
+  for (absl::string_view opening :
+       {R"(<think>')", R"(<think>")", R"(<think>\n')", R"(<think>\n")"}) {
+    opens = opens || absl::StrContains(generation_prompt, opening);
+  }
   // How Qwen3's template writes an answer's block (and Qwen3-Thinking-2507's, the same text).
   constexpr absl::string_view kQwen3ThinkBlock =
       R"('\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n'))";
@@ -497,7 +522,10 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateAssistantTurn(
     }
     case ChatTemplate::kLlama3:
       if (!message.tool_calls.empty()) return NoToolCallFormat();
-      return absl::StrCat(absl::StripAsciiWhitespace(message.content), "<|eot_id|>");
+      return absl::StrCat(text == AnswerText::kAsWritten
+                              ? absl::string_view(message.content)
+                              : absl::StripAsciiWhitespace(message.content),
+                          "<|eot_id|>");
     case ChatTemplate::kNone:
       break;
   }

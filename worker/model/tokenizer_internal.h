@@ -93,8 +93,8 @@ struct ChatMlStyle {
   bool opens_think = false;
   // False for a template whose generation prompt opens a <think> block while its answers' blocks
   // are laid out otherwise than Qwen3's template writes them (QwQ's drops the reasoning of all
-  // but the last answer; Qwen3.5's), which Tokenizer::Load refuses; model.chat_template: chatml
-  // renders it anyway, without the opening (opens_think is false then).
+  // but the last answer; Qwen3.5's; OLMo 3 Think's), which Tokenizer::Load refuses;
+  // model.chat_template: chatml renders it anyway, without the opening (opens_think is false).
   bool think_rules_known = true;
 
   static ChatMlStyle OfTemplate(absl::string_view jinja);

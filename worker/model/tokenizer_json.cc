@@ -293,9 +293,10 @@ absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& dir) {
     tokenizer.set_chat_template(ChatTemplate::kNone);
     tokenizer.impl_->refused_template =
         "this model's chat template opens a <think> block in its generation prompt and lays "
-        "out its answers' blocks otherwise than Qwen3's template (QwQ's, Qwen3.5's), which "
-        "rlhfd does not render yet (Qwen3-Thinking-2507's it does): give plain-text prompts, or "
-        "set model.chat_template: chatml to render its turns without that opening";
+        "out its answers' blocks otherwise than Qwen3's template (QwQ's, Qwen3.5's, OLMo 3 "
+        "Think's), which rlhfd does not render yet (Qwen3-Thinking-2507's it does): give "
+        "plain-text prompts, or set model.chat_template: chatml to render its turns without "
+        "that opening";
   }
   return tokenizer;
 }
