@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "common/algorithms/supervised.h"
 #include "common/config/config_document.h"
+#include "common/config/job_defaults.h"
 #include "common/config/reward_rules.h"
 #include "common/status/status_macros.h"
 #include "common/util/files.h"
@@ -212,17 +213,21 @@ absl::Status SplitConversation(std::vector<v1::ChatTurn> turns, const std::strin
   return absl::OkStatus();
 }
 
-// Where a row's parts are: data.prompt_key and data.answer_key with their defaults; for
-// conversations, data.messages_key and data.tools_key, or with data.response_key a single-turn
-// row (its prompt under data.prompt_key).
+// `key`, or where it is unset (a DataSpec without the job defaults) the default of data.`field`.
+std::string KeyOrDefault(const std::string& key, const char* field) {
+  return key.empty() ? config::JobSpecDefaults()["data"][field].get<std::string>() : key;
+}
+
+// Where a row's parts are: data.prompt_key and data.answer_key; for conversations,
+// data.messages_key and data.tools_key, or with data.response_key a single-turn row (its prompt
+// under data.prompt_key).
 struct RowKeys {
   RowKeys(const v1::DataSpec& data, RowKind kind)
       : conversation(kind == RowKind::kConversation),
         response(conversation ? data.response_key() : ""),
-        prompt(conversation && response.empty()
-                   ? (data.messages_key().empty() ? "messages" : data.messages_key())
-                   : (data.prompt_key().empty() ? "prompt" : data.prompt_key())),
-        answer(data.answer_key().empty() ? "ground_truth" : data.answer_key()),
+        prompt(conversation && response.empty() ? KeyOrDefault(data.messages_key(), "messages_key")
+                                                : KeyOrDefault(data.prompt_key(), "prompt_key")),
+        answer(KeyOrDefault(data.answer_key(), "answer_key")),
         // verl's single-turn SFTDataset lists no tools and reads no enable_thinking.
         tools(conversation && response.empty() ? data.tools_key() : ""),
         enable_thinking(conversation && response.empty() ? data.enable_thinking_key() : "") {}
