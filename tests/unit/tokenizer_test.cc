@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/status/status_macros.h"
 #include "common/util/files.h"
 #include "tests/support/subprocess.h"
@@ -387,6 +389,85 @@ TEST_CASE("a template opening a think block under other rules than Qwen3's is re
     CHECK(absl::StrContains(tokenizer->ApplyChatTemplate({{"user", "hi"}}, true).status().message(),
                             "this tokenizer has no chat template"));
   }
+}
+
+// The expected texts are transformers 5.17's apply_chat_template with Llama 3.1-Instruct's
+// template (tests/fixtures/llama31_chat_template.jinja) on the same messages.
+TEST_CASE("Llama 3.1's template: a system turn of the knowledge cutoff and the date",
+          "[tokenizer]") {
+  auto tokenizer = Tokenizer::Load(kFixtures + "/tokenizers/llama31-style");
+  REQUIRE(tokenizer.ok());
+  REQUIRE(tokenizer->chat_template() == ChatTemplate::kLlama3);
+  const std::string system_head =
+      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: "
+      "December 2023\nToday Date: 26 Jul 2024\n\n";
+  CHECK(*tokenizer->ApplyChatTemplate({{"user", " hi "}}, true) ==
+        system_head +
+            "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  CHECK(*tokenizer->ApplyChatTemplate(
+            {{"system", "  Be brief.\n"}, {"user", "hi"}, {"assistant", " 6 "}}, false) ==
+        system_head +
+            "Be brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n6<|eot_id|>");
+  // The turn being generated, and a conversation going on, are as Llama 3's.
+  CHECK(*tokenizer->ApplyChatTemplateAssistantTurn({"assistant", " 6 "}) == "6<|eot_id|>");
+  CHECK(*tokenizer->ApplyChatTemplateContinuation({{"user", "more?"}}) ==
+        "<|start_header_id|>user<|end_header_id|>\n\nmore?<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  // Tool output is an ipython turn of its JSON-quoted text there, which is refused, not
+  // rendered as Llama 3's "tool" turn.
+  for (const absl::Status& status :
+       {tokenizer->ApplyChatTemplate({{"user", "q"}, {"assistant", "a"}, {"tool", "42"}}, true)
+            .status(),
+        tokenizer->ApplyChatTemplateContinuation({{"tool", "42"}}).status()}) {
+    CHECK(absl::StrContains(status.message(), "writes tool output as an ipython turn"));
+  }
+
+  // Llama 3.2's: today's date (strftime_now), in local time as transformers renders it.
+  absl::StatusOr<std::string> llama31 =
+      ReadFileToString(kFixtures + "/llama31_chat_template.jinja");
+  REQUIRE(llama31.ok());
+  const std::string fixed = R"({%- set date_string = "26 Jul 2024" %})";
+  std::string llama32 = *llama31;
+  llama32.replace(llama32.find(fixed), fixed.size(),
+                  R"({%- if strftime_now is defined %}{%- set date_string = )"
+                  R"(strftime_now("%d %b %Y") %}{%- else %})" +
+                      fixed + "{%- endif %}");
+  testing::TempDir dir;
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
+    absl::StatusOr<std::string> text =
+        ReadFileToString(kFixtures + "/tokenizers/llama3-style/" + file);
+    REQUIRE(text.ok());
+    REQUIRE(WriteFileAtomically(dir.path() + "/" + file, *text).ok());
+  }
+  REQUIRE(WriteFileAtomically(dir.path() + "/chat_template.jinja", llama32).ok());
+  auto today = Tokenizer::Load(dir.path());
+  REQUIRE(today.ok());
+  const std::string before = absl::FormatTime("%d %b %Y", absl::Now(), absl::LocalTimeZone());
+  const std::string rendered = *today->ApplyChatTemplate({{"user", "hi"}}, true);
+  const std::string after = absl::FormatTime("%d %b %Y", absl::Now(), absl::LocalTimeZone());
+  CHECK((absl::StrContains(rendered, "\nToday Date: " + before + "\n\n") ||
+         absl::StrContains(rendered, "\nToday Date: " + after + "\n\n")));
+
+  // A cutoff line in another layout (the system turn only with a system message) is refused;
+  // model.chat_template: llama3 renders its turns without it.
+  const std::string always = R"({{- "<|start_header_id|>system<|end_header_id|>\n\n" }})";
+  std::string conditional = *llama31;
+  conditional.replace(conditional.find(always), always.size(), "{%- if system_message %}" + always);
+  const std::string end = R"({{- "<|eot_id|>" }})";
+  conditional.insert(conditional.find(end) + end.size(), "{%- endif %}");
+  REQUIRE(WriteFileAtomically(dir.path() + "/chat_template.jinja", conditional).ok());
+  auto other = Tokenizer::Load(dir.path());
+  REQUIRE(other.ok());
+  CHECK(other->chat_template() == ChatTemplate::kNone);
+  CHECK(absl::StrContains(other->ApplyChatTemplate({{"user", "hi"}}, true).status().message(),
+                          "writes Llama 3.1's system turn (the knowledge cutoff and the date) "
+                          "otherwise"));
+  other->set_chat_template(ChatTemplate::kLlama3);
+  CHECK(*other->ApplyChatTemplate({{"user", "hi"}}, true) ==
+        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 TEST_CASE("malformed tokenizer.json files are refused with the reason", "[tokenizer][errors]") {

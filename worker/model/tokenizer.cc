@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <ctime>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -246,11 +247,35 @@ ChatMlStyle ChatMlStyle::OfTemplate(absl::string_view jinja) {
           .think_rules_known = known};
 }
 
+Llama3Style Llama3Style::OfTemplate(absl::string_view jinja) {
+  Llama3Style style;
+  // The text of a string literal of the template after `marker`, up to an escaped newline or
+  // the literal's end.
+  const auto after = [&](absl::string_view marker) -> std::string {
+    const size_t at = jinja.find(marker);
+    if (at == absl::string_view::npos) return "";
+    const absl::string_view rest = jinja.substr(at + marker.size());
+    return std::string(rest.substr(0, std::min({rest.find("\\n"), rest.find('"'), rest.size()})));
+  };
+  style.knowledge_date = after("Cutting Knowledge Date: ");
+  if (style.knowledge_date.empty()) return style;
+  style.date = after("set date_string = \"");
+  style.date_format = after("strftime_now(\"");
+  style.known = absl::StrContains(jinja, "set system_message = messages[0]['content']|trim") &&
+                absl::StrContains(jinja, "{{- system_message }}") &&
+                absl::StrContains(jinja, R"("Today Date: " + date_string)") &&
+                !absl::StrContains(jinja, "if system_message") &&
+                !(style.date.empty() && style.date_format.empty());
+  style.system_block = style.known;  // an unknown layout renders without it where forced
+  return style;
+}
+
 }  // namespace tokenizer_internal
 
 namespace {
 
 using tokenizer_internal::ChatMlStyle;
+using tokenizer_internal::Llama3Style;
 
 constexpr absl::string_view kNoChatTemplate =
     "this tokenizer has no chat template; set model.chat_template (chatml, llama3) or give "
@@ -382,13 +407,38 @@ absl::Status CheckNoToolCalls(const std::vector<ChatMessage>& messages) {
   return absl::OkStatus();
 }
 
-std::string Llama3Turns(const std::vector<ChatMessage>& messages) {
+// Llama 3's turns for `messages` from `begin` on. Llama 3.1's template writes a tool message as
+// an "ipython" turn of its JSON-quoted text, which is not rendered here: refused.
+absl::StatusOr<std::string> Llama3Turns(const std::vector<ChatMessage>& messages, size_t begin,
+                                        const Llama3Style& style) {
   std::string out;
-  for (const ChatMessage& message : messages) {
+  for (size_t i = begin; i < messages.size(); ++i) {
+    const ChatMessage& message = messages[i];
+    if (style.system_block && (message.role == "tool" || message.role == "ipython")) {
+      return absl::InvalidArgumentError(
+          "a tool message: Llama 3.1's template writes tool output as an ipython turn, which "
+          "rlhfd does not render");
+    }
     absl::StrAppend(&out, "<|start_header_id|>", message.role, "<|end_header_id|>\n\n",
                     absl::StripAsciiWhitespace(message.content), "<|eot_id|>");
   }
   return out;
+}
+
+// Llama 3.1's opening system turn, with `system` (the system message, trimmed).
+std::string Llama3SystemBlock(const Llama3Style& style, absl::string_view system) {
+  std::string date = style.date;
+  if (!style.date_format.empty()) {  // strftime_now: today, in local time, as transformers has it
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    char text[128];
+    if (localtime_r(&now, &local) != nullptr &&
+        std::strftime(text, sizeof(text), style.date_format.c_str(), &local) > 0) {
+      date = text;
+    }
+  }
+  return absl::StrCat("<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: ",
+                      style.knowledge_date, "\nToday Date: ", date, "\n\n", system, "<|eot_id|>");
 }
 
 }  // namespace
@@ -436,11 +486,21 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(const std::vector<ChatM
       if (add_generation_prompt) out += ChatMlGenerationPrompt(impl_->chatml, options);
       return out;
     }
-    case ChatTemplate::kLlama3:
+    case ChatTemplate::kLlama3: {
       RETURN_IF_ERROR(CheckNoToolCalls(messages));
-      out = absl::StrCat(impl_->bos_token, Llama3Turns(messages));
+      const Llama3Style& style = impl_->llama3;
+      const bool has_system =
+          style.system_block && !messages.empty() && messages[0].role == "system";
+      ASSIGN_OR_RETURN(const std::string turns, Llama3Turns(messages, has_system ? 1 : 0, style));
+      out = impl_->bos_token;
+      if (style.system_block) {
+        out += Llama3SystemBlock(style,
+                                 has_system ? absl::StripAsciiWhitespace(messages[0].content) : "");
+      }
+      out += turns;
       if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
       return out;
+    }
     case ChatTemplate::kNone:
       break;
   }
@@ -462,9 +522,10 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateContinuation(
       // The newline the template writes after the assistant turn's <|im_end|>.
       return absl::StrCat("\n", ChatMlTurns(messages, 0, impl_->chatml),
                           ChatMlGenerationPrompt(impl_->chatml, options));
-    case ChatTemplate::kLlama3:
-      return absl::StrCat(Llama3Turns(messages),
-                          "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    case ChatTemplate::kLlama3: {
+      ASSIGN_OR_RETURN(const std::string turns, Llama3Turns(messages, 0, impl_->llama3));
+      return absl::StrCat(turns, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    }
     case ChatTemplate::kNone:
       break;
   }

@@ -100,6 +100,24 @@ struct ChatMlStyle {
   static ChatMlStyle OfTemplate(absl::string_view jinja);
 };
 
+// What of Llama 3.1's rules a Llama 3 template follows, read from its Jinja text.
+struct Llama3Style {
+  // Llama 3.1's, 3.2's and 3.3's: every conversation opens with a system turn of the knowledge
+  // cutoff, the date and the system message (the first message's, trimmed; "" without one).
+  bool system_block = false;
+  std::string knowledge_date;  // "December 2023"
+  std::string date;            // the template's date_string default ("26 Jul 2024")
+  // strftime_now's format where the template asks for today's date (3.2's "%d %b %Y"), which
+  // transformers renders in local time; "" for the fixed date.
+  std::string date_format;
+  // False for a template with the cutoff line laid out otherwise than those (a system block only
+  // with a system message, say), which Tokenizer::Load refuses; model.chat_template: llama3
+  // renders it anyway, without the system turn (system_block is false then).
+  bool known = true;
+
+  static Llama3Style OfTemplate(absl::string_view jinja);
+};
+
 }  // namespace tokenizer_internal
 
 struct Tokenizer::Impl {
@@ -115,6 +133,7 @@ struct Tokenizer::Impl {
   std::vector<int32_t> prefix_ids, suffix_ids;  // TemplateProcessing around a single sequence.
   ChatTemplate chat = ChatTemplate::kNone;
   tokenizer_internal::ChatMlStyle chatml;
+  tokenizer_internal::Llama3Style llama3;
   std::string default_system;
   std::string bos_token;
   // Why a template that was found is not rendered (chat is kNone then); "" when none was found.

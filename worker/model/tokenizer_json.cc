@@ -289,6 +289,15 @@ absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& dir) {
       "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
   tokenizer.set_chat_template(chat, absl::StrContains(jinja, kQwenSystem) ? kQwenSystem : "");
   tokenizer.impl_->chatml = tokenizer_internal::ChatMlStyle::OfTemplate(jinja);
+  tokenizer.impl_->llama3 = tokenizer_internal::Llama3Style::OfTemplate(jinja);
+  if (chat == ChatTemplate::kLlama3 && !tokenizer.impl_->llama3.known) {
+    tokenizer.set_chat_template(ChatTemplate::kNone);
+    tokenizer.impl_->refused_template =
+        "this model's chat template writes Llama 3.1's system turn (the knowledge cutoff and "
+        "the date) otherwise than Llama 3.1's, 3.2's and 3.3's templates do, which rlhfd does "
+        "not render: give plain-text prompts, or set model.chat_template: llama3 to render its "
+        "turns without that system turn";
+  }
   if (chat == ChatTemplate::kChatMl && !tokenizer.impl_->chatml.think_rules_known) {
     tokenizer.set_chat_template(ChatTemplate::kNone);
     tokenizer.impl_->refused_template =
