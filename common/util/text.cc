@@ -133,4 +133,30 @@ absl::string_view LastCharacters(absl::string_view text, size_t count) {
   return text.substr(offset);
 }
 
+namespace {
+
+// Python's str.isspace(): bidirectional class WS, B or S, or general category Zs.
+bool IsPythonSpace(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
+}
+
+}  // namespace
+
+absl::string_view StripPythonWhitespace(absl::string_view text) {
+  size_t begin = text.size(), end = 0;  // the first and past the last character kept
+  for (size_t i = 0; i < text.size();) {
+    uint32_t code_point = 0;
+    const size_t length = DecodeAt(text, i, &code_point);
+    const size_t step = length == 0 ? 1 : length;  // a malformed byte is kept, as one character
+    if (length == 0 || !IsPythonSpace(code_point)) {
+      begin = std::min(begin, i);
+      end = i + step;
+    }
+    i += step;
+  }
+  return begin < end ? text.substr(begin, end - begin) : absl::string_view();
+}
+
 }  // namespace rlhfd

@@ -38,5 +38,8 @@ absl::string_view WithoutCutUtf8Tail(absl::string_view text);
 size_t CharacterBytesAt(absl::string_view text, size_t offset);
 size_t CountCharacters(absl::string_view text);
 absl::string_view LastCharacters(absl::string_view text, size_t count);
+// Python's str.strip() (and so Jinja's trim, which chat templates apply): `text` without the
+// characters at either end for which str.isspace() holds, Unicode's (U+00A0, U+3000, ...) too.
+absl::string_view StripPythonWhitespace(absl::string_view text);
 
 }  // namespace rlhfd

@@ -24,8 +24,9 @@ Arguments given as JSON text are rendered as the object they hold where the temp
 the text (Qwen2.5's: no model is trained to write that), so that reference gets the object;
 Qwen3's template prints the text as it is, and gets it. The models: tiny-qwen2-tools (Qwen2.5's
 template), tokenizers/qwen3-thinking (Qwen3's), tokenizers/qwen3-thinking-2507 (Qwen3-Thinking-2507's:
-Qwen3's, its generation prompt opening the <think> block), and the real Qwen2.5-Coder where it
-was fetched.
+Qwen3's, its generation prompt opening the <think> block), tokenizers/llama31-style (Llama
+3.1-Instruct's: the system turn of the knowledge cutoff and the date, no tool format, so its rows
+have no tools), and the real Qwen2.5-Coder where it was fetched.
 
 Single-turn rows (data.response_key, verl's SFTDataset: the prompt and the response text under
 extra_info, as verl's gsm8k SFT example reads them) against that dataset's own rule: the
@@ -50,10 +51,12 @@ ROOT = os.path.join(HERE, "..", "..")
 DEFAULT_MODELS = [os.path.join(ROOT, "tests", "fixtures", "models", "tiny-qwen2-tools"),
                   os.path.join(ROOT, "tests", "fixtures", "tokenizers", "qwen3-thinking"),
                   os.path.join(ROOT, "tests", "fixtures", "tokenizers", "qwen3-thinking-2507"),
+                  os.path.join(ROOT, "tests", "fixtures", "tokenizers", "llama31-style"),
                   os.path.join(ROOT, "models", "qwen2.5-coder-0.5b-instruct")]
 
 WORDS = ["Compute", "the", "sum", "naïve", "数学", "😀", "x", "<b>", "#### 7", "quotes \"here\"",
-         "back\\slash", "tab\there", "line\nbreak", "{\"json\": 1}", "</tool_call>"]
+         "back\\slash", "tab\there", "line\nbreak", "{\"json\": 1}", "</tool_call>",
+         "\u3000ideographic\u00a0spaces\u2003"]
 # Each argument and property name has one type, so that a Parquet column can hold them all.
 ARGUMENTS = {"code": "str", "timeout": "int", "verbose": "bool", "scale": "float",
              "files": "list", "a_first": "str", "zeta": "int"}
@@ -101,7 +104,9 @@ def reasoned(rng, message, thinking):
     return message
 
 
-def conversation(rng, as_text):
+def conversation(rng, as_text, with_tools=True):
+    """A row; without tools (templates with no tool format: Llama 3's) no calls, tool turns or
+    schemas."""
     tools = [tool_schema(rng, name) for name in rng.sample(["python", "search", "calc"], rng.randint(1, 2))]
     # The row's own thinking switch (data.enable_thinking_key), which Qwen3's template reads.
     thinking = rng.choice([None, None, True, False])
@@ -110,7 +115,7 @@ def conversation(rng, as_text):
         messages.append({"role": "system", "content": text(rng)})
     messages.append({"role": "user", "content": text(rng, 8)})
     for _ in range(rng.randint(0, 2)):
-        if rng.random() < 0.7:
+        if with_tools and rng.random() < 0.7:
             calls = []
             for _ in range(rng.randint(1, 2)):
                 arguments = {key: value(rng, ARGUMENTS[key]) for key in names(rng)}
@@ -130,9 +135,9 @@ def conversation(rng, as_text):
             messages.append(reasoned(rng, {"role": "assistant", "content": text(rng)}, thinking))
             messages.append({"role": "user", "content": text(rng)})
     messages.append(reasoned(rng, {"role": "assistant", "content": text(rng)}, thinking))
-    row = {"messages": messages, "tools": tools, "enable_thinking": thinking}
-    if as_text and rng.random() < 0.3:
-        row["tools"] = json.dumps(tools)
+    row = {"messages": messages, "enable_thinking": thinking}
+    if with_tools:
+        row["tools"] = json.dumps(tools) if as_text and rng.random() < 0.3 else tools
     return row
 
 
@@ -141,7 +146,7 @@ def as_reference(row, tokenizer):
     objects too, unless the template prints text as it is (Qwen3's)."""
     row = copy.deepcopy(row)
     tools = row.get("tools")
-    tools = json.loads(tools) if isinstance(tools, str) else tools
+    tools = json.loads(tools) if isinstance(tools, str) else tools or None
     text_as_given = "arguments is string" in tokenizer.chat_template
     for message in row["messages"]:
         if message.get("reasoning_content") is None:
@@ -170,6 +175,9 @@ def reference(tokenizer, messages, tools, thinking):
     def ids(text):
         return tokenizer.encode(text, add_special_tokens=False)
 
+    # The token that ends a turn, and what the template writes after it.
+    chatml = "<|im_start|>" in tokenizer.chat_template
+    end, after_end = ("<|im_end|>", "\n") if chatml else ("<|eot_id|>", "")
     answers = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     prompt = render(messages[:answers[0]], True)
     pieces = [(prompt, 0)]
@@ -177,15 +185,15 @@ def reference(tokenizer, messages, tools, thinking):
         generation_prompt, as_last = render(messages[:i], True), render(messages[:i + 1], False)
         if not as_last.startswith(generation_prompt):
             return None
-        assert as_last.endswith("<|im_end|>\n"), repr(as_last[-40:])
-        pieces.append((as_last[len(generation_prompt):-1], 1))
+        assert as_last.endswith(end + after_end), repr(as_last[-40:])
+        pieces.append((as_last[len(generation_prompt):len(as_last) - len(after_end)], 1))
         if k + 1 < len(answers):
             after = render(messages[:answers[k + 1]], True)
-            ends = as_last.count("<|im_end|>")
+            ends = as_last.count(end)
             at = -1
             for _ in range(ends):
-                at = after.index("<|im_end|>", at + 1)
-            pieces.append((after[at + len("<|im_end|>"):], 0))
+                at = after.index(end, at + 1)
+            pieces.append((after[at + len(end):], 0))
     # Each piece's own ids, as a rollout has them: a prompt's ids are fixed before its turn is
     # generated. Tokenizing the whole text can merge across a piece's edge: Qwen3-Thinking-2507's
     # generation prompt ends in "<think>\n" and an answer without reasoning starts "\n</think>",
@@ -278,17 +286,21 @@ def main():
     rng = random.Random(args.seed)
     failures = checked = 0
     with tempfile.TemporaryDirectory() as scratch:
-        jsonl_rows = [conversation(rng, as_text=True) for _ in range(args.cases)]
-        parquet_rows = [conversation(rng, as_text=False) for _ in range(args.cases)]
-        jsonl = os.path.join(scratch, "train.jsonl")
-        with open(jsonl, "w") as f:
-            for row in jsonl_rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        parquet = os.path.join(scratch, "train.parquet")
-        pq.write_table(pa.Table.from_pylist(parquet_rows), parquet)
-        # What a reader of the file gets: every struct field, in the schema's order, null where a
-        # row has none.
-        parquet_rows = pq.read_table(parquet).to_pylist()
+        # Rows with tools for the templates with Qwen's tool format, rows without for the others.
+        row_sets = {}
+        for with_tools in (True, False):
+            jsonl_rows = [conversation(rng, True, with_tools) for _ in range(args.cases)]
+            parquet_rows = [conversation(rng, False, with_tools) for _ in range(args.cases)]
+            name = "train" if with_tools else "train-no-tools"
+            jsonl = os.path.join(scratch, name + ".jsonl")
+            with open(jsonl, "w") as f:
+                for row in jsonl_rows:
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            parquet = os.path.join(scratch, name + ".parquet")
+            pq.write_table(pa.Table.from_pylist(parquet_rows), parquet)
+            # What a reader of the file gets: every struct field, in the schema's order, null
+            # where a row has none.
+            row_sets[with_tools] = [(jsonl, jsonl_rows), (parquet, pq.read_table(parquet).to_pylist())]
         # Some answers hold a <think> block, which the response keeps as written.
         single_rows = [{"extra_info": {"question": text(rng, 8),
                                        "answer": rng.choice(["", f"<think>\n{text(rng)}\n</think>\n\n"]) +
@@ -300,10 +312,11 @@ def main():
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
         for model in models:
             tokenizer = AutoTokenizer.from_pretrained(model)
-            files = [(jsonl, jsonl_rows)]
+            conversations = row_sets["<tool_response>" in tokenizer.chat_template]
+            files = conversations[:1]
             # The Parquet reader is a plugin the build has where pyarrow's C++ library was found.
             if os.environ.get("RLHFD_PARQUET_PLUGIN"):
-                files.append((parquet, parquet_rows))
+                files.append(conversations[1])
                 check_bad_utf8(args.binary, model, scratch)
             for path, rows in files:
                 failures += compare(args.binary, model, path, rows, tokenizer)

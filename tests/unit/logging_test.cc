@@ -91,4 +91,20 @@ TEST_CASE("text from outside is checked and made safe to show", "[text]") {
   CHECK(WithoutCutUtf8Tail("") == "");
 }
 
+// The expected values are Python 3's str.strip() of the same text.
+TEST_CASE("Python's strip: Unicode whitespace at either end", "[text]") {
+  CHECK(StripPythonWhitespace(" \t\n\v\f\r x y \x1c\x1f") == "x y");
+  // U+00A0, U+3000 and U+2003 (hex escapes end where a string does: "\x80" "a").
+  CHECK(StripPythonWhitespace("\xC2\xA0\xE3\x80\x80"
+                              "a\xE2\x80\x83"
+                              "b\xE2\x80\x83") ==
+        "a\xE2\x80\x83"
+        "b");
+  CHECK(StripPythonWhitespace("\xC2\x85x\xE2\x80\xA8") == "x");      // U+0085, U+2028
+  CHECK(StripPythonWhitespace("\xE2\x80\x8Bx") == "\xE2\x80\x8Bx");  // U+200B is not space
+  CHECK(StripPythonWhitespace(" \x80 ") == "\x80");                  // a malformed byte is kept
+  CHECK(StripPythonWhitespace(" \xE3\x80\x80 ").empty());
+  CHECK(StripPythonWhitespace("").empty());
+}
+
 }  // namespace rlhfd

@@ -429,11 +429,11 @@ TEST_CASE("Llama 3.1's template: a system turn of the knowledge cutoff and the d
       ReadFileToString(kFixtures + "/llama31_chat_template.jinja");
   REQUIRE(llama31.ok());
   const std::string fixed = R"({%- set date_string = "26 Jul 2024" %})";
-  std::string llama32 = *llama31;
-  llama32.replace(llama32.find(fixed), fixed.size(),
-                  R"({%- if strftime_now is defined %}{%- set date_string = )"
-                  R"(strftime_now("%d %b %Y") %}{%- else %})" +
-                      fixed + "{%- endif %}");
+  const auto with = [](std::string jinja, const std::string& from, const std::string& to) {
+    const size_t at = jinja.find(from);
+    REQUIRE(at != std::string::npos);
+    return jinja.replace(at, from.size(), to);
+  };
   testing::TempDir dir;
   for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
     absl::StatusOr<std::string> text =
@@ -441,33 +441,46 @@ TEST_CASE("Llama 3.1's template: a system turn of the knowledge cutoff and the d
     REQUIRE(text.ok());
     REQUIRE(WriteFileAtomically(dir.path() + "/" + file, *text).ok());
   }
-  REQUIRE(WriteFileAtomically(dir.path() + "/chat_template.jinja", llama32).ok());
-  auto today = Tokenizer::Load(dir.path());
-  REQUIRE(today.ok());
-  const std::string before = absl::FormatTime("%d %b %Y", absl::Now(), absl::LocalTimeZone());
-  const std::string rendered = *today->ApplyChatTemplate({{"user", "hi"}}, true);
-  const std::string after = absl::FormatTime("%d %b %Y", absl::Now(), absl::LocalTimeZone());
-  CHECK((absl::StrContains(rendered, "\nToday Date: " + before + "\n\n") ||
-         absl::StrContains(rendered, "\nToday Date: " + after + "\n\n")));
+  const auto load = [&](const std::string& jinja) {
+    REQUIRE(WriteFileAtomically(dir.path() + "/chat_template.jinja", jinja).ok());
+    absl::StatusOr<Tokenizer> loaded = Tokenizer::Load(dir.path());
+    REQUIRE(loaded.ok());
+    return *std::move(loaded);
+  };
+  for (const char* format : {R"(strftime_now("%d %b %Y"))", R"(strftime_now('%d %b %Y'))"}) {
+    const Tokenizer today =
+        load(with(*llama31, fixed,
+                  absl::StrCat("{%- if strftime_now is defined %}{%- set date_string = ", format,
+                               " %}{%- else %}", fixed, "{%- endif %}")));
+    const std::string before = absl::FormatTime("%d %b %Y", absl::Now(), absl::LocalTimeZone());
+    const std::string rendered = *today.ApplyChatTemplate({{"user", "hi"}}, true);
+    const std::string after = absl::FormatTime("%d %b %Y", absl::Now(), absl::LocalTimeZone());
+    CHECK((absl::StrContains(rendered, "\nToday Date: " + before + "\n\n") ||
+           absl::StrContains(rendered, "\nToday Date: " + after + "\n\n")));
+  }
 
-  // A cutoff line in another layout (the system turn only with a system message) is refused;
-  // model.chat_template: llama3 renders its turns without it.
+  // The cutoff line in another layout is refused, and model.chat_template: llama3 renders the
+  // turns without it: the system turn only with a system message, a default system message
+  // (vLLM's Llama 3.2 tool template), turns not trimmed (Llama 3.2-Vision's).
   const std::string always = R"({{- "<|start_header_id|>system<|end_header_id|>\n\n" }})";
-  std::string conditional = *llama31;
-  conditional.replace(conditional.find(always), always.size(), "{%- if system_message %}" + always);
   const std::string end = R"({{- "<|eot_id|>" }})";
+  std::string conditional = with(*llama31, always, "{%- if (system_message) %}" + always);
   conditional.insert(conditional.find(end) + end.size(), "{%- endif %}");
-  REQUIRE(WriteFileAtomically(dir.path() + "/chat_template.jinja", conditional).ok());
-  auto other = Tokenizer::Load(dir.path());
-  REQUIRE(other.ok());
-  CHECK(other->chat_template() == ChatTemplate::kNone);
-  CHECK(absl::StrContains(other->ApplyChatTemplate({{"user", "hi"}}, true).status().message(),
-                          "writes Llama 3.1's system turn (the knowledge cutoff and the date) "
-                          "otherwise"));
-  other->set_chat_template(ChatTemplate::kLlama3);
-  CHECK(*other->ApplyChatTemplate({{"user", "hi"}}, true) ==
-        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
-        "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  for (const std::string& jinja :
+       {conditional,
+        with(*llama31, R"(set system_message = "")", R"(set system_message = "Be helpful.")"),
+        with(*llama31, "message['content'] | trim + '<|eot_id|>'",
+             "message['content'] + '<|eot_id|>'")}) {
+    Tokenizer other = load(jinja);
+    CHECK(other.chat_template() == ChatTemplate::kNone);
+    CHECK(absl::StrContains(other.ApplyChatTemplate({{"user", "hi"}}, true).status().message(),
+                            "writes Llama 3.1's system turn (the knowledge cutoff and the date) "
+                            "otherwise"));
+    other.set_chat_template(ChatTemplate::kLlama3);
+    CHECK(*other.ApplyChatTemplate({{"user", "hi"}}, true) ==
+          "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
+          "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  }
 }
 
 TEST_CASE("malformed tokenizer.json files are refused with the reason", "[tokenizer][errors]") {

@@ -200,25 +200,52 @@ void Tokenizer::set_chat_template(ChatTemplate chat_template, std::string defaul
 namespace tokenizer_internal {
 namespace {
 
-// The template's source from its last {% if ... %} tag that tests add_generation_prompt (Qwen's
-// "{%- if add_generation_prompt %}", OLMo's "{% if loop.last and add_generation_prompt %}") to
-// its end: what it writes for a generation prompt. "" where no tag tests it (a mention in a
-// comment or a {% set %} does not count).
-absl::string_view GenerationPromptSource(absl::string_view jinja) {
-  constexpr absl::string_view kFlag = "add_generation_prompt";
-  for (size_t at = jinja.rfind(kFlag); at != absl::string_view::npos && at > 0;
-       at = jinja.rfind(kFlag, at - 1)) {
+// Where the template's last {% if ... %} (or elif) tag that tests `name` starts: Qwen's
+// "{%- if add_generation_prompt %}", OLMo's "{% if loop.last and add_generation_prompt %}"; npos
+// where no tag tests it (a mention in a comment or a {% set %} does not count).
+size_t LastTestOf(absl::string_view jinja, absl::string_view name) {
+  for (size_t at = jinja.rfind(name); at != absl::string_view::npos && at > 0;
+       at = jinja.rfind(name, at - 1)) {
     const size_t tag = jinja.rfind("{%", at);
     if (tag == absl::string_view::npos) break;
     const absl::string_view head = jinja.substr(tag, at - tag);  // "{%- if loop.last and "
     if (absl::StrContains(head, "%}")) continue;                 // not inside the tag
     const absl::string_view words =
         absl::StripLeadingAsciiWhitespace(absl::StripPrefix(absl::StripPrefix(head, "{%"), "-"));
-    if (absl::StartsWith(words, "if ") || absl::StartsWith(words, "elif ")) {
-      return jinja.substr(tag);
-    }
+    if (absl::StartsWith(words, "if ") || absl::StartsWith(words, "elif ")) return tag;
+  }
+  return absl::string_view::npos;
+}
+
+// The template's source from its last test of add_generation_prompt to its end: what it writes
+// for a generation prompt ("" where nothing tests it).
+absl::string_view GenerationPromptSource(absl::string_view jinja) {
+  const size_t test = LastTestOf(jinja, "add_generation_prompt");
+  return test == absl::string_view::npos ? "" : jinja.substr(test);
+}
+
+// The text of the template's first string literal (in either quote) that starts with `start`,
+// after it, up to an escaped newline or the literal's end; "" where there is none.
+std::string LiteralAfter(absl::string_view jinja, absl::string_view start) {
+  for (const char quote : {'"', '\''}) {
+    const std::string opening = absl::StrCat(absl::string_view(&quote, 1), start);
+    const size_t at = jinja.find(opening);
+    if (at == absl::string_view::npos) continue;
+    const absl::string_view rest = jinja.substr(at + opening.size());
+    return std::string(rest.substr(0, std::min({rest.find("\\n"), rest.find(quote), rest.size()})));
   }
   return "";
+}
+
+// The string literal right after `prefix` (`set date_string = "26 Jul 2024"`), in either quote.
+std::string LiteralValueAfter(absl::string_view jinja, absl::string_view prefix) {
+  const size_t at = jinja.find(prefix);
+  if (at == absl::string_view::npos || at + prefix.size() >= jinja.size()) return "";
+  const char quote = jinja[at + prefix.size()];
+  if (quote != '"' && quote != '\'') return "";
+  const absl::string_view rest = jinja.substr(at + prefix.size() + 1);
+  const size_t close = rest.find(quote);
+  return close == absl::string_view::npos ? "" : std::string(rest.substr(0, close));
 }
 
 }  // namespace
@@ -249,22 +276,20 @@ ChatMlStyle ChatMlStyle::OfTemplate(absl::string_view jinja) {
 
 Llama3Style Llama3Style::OfTemplate(absl::string_view jinja) {
   Llama3Style style;
-  // The text of a string literal of the template after `marker`, up to an escaped newline or
-  // the literal's end.
-  const auto after = [&](absl::string_view marker) -> std::string {
-    const size_t at = jinja.find(marker);
-    if (at == absl::string_view::npos) return "";
-    const absl::string_view rest = jinja.substr(at + marker.size());
-    return std::string(rest.substr(0, std::min({rest.find("\\n"), rest.find('"'), rest.size()})));
-  };
-  style.knowledge_date = after("Cutting Knowledge Date: ");
+  style.knowledge_date = LiteralAfter(jinja, "Cutting Knowledge Date: ");
   if (style.knowledge_date.empty()) return style;
-  style.date = after("set date_string = \"");
-  style.date_format = after("strftime_now(\"");
+  style.date = LiteralValueAfter(jinja, "set date_string = ");
+  style.date_format = LiteralValueAfter(jinja, "strftime_now(");
+  // Llama 3.1's, 3.2's and 3.3's layout, piece by piece: the first message's trimmed text as
+  // the system message and none otherwise (no default), written after the date whatever it
+  // holds (no test of it), and every other turn's text trimmed.
   style.known = absl::StrContains(jinja, "set system_message = messages[0]['content']|trim") &&
+                (absl::StrContains(jinja, R"(set system_message = "")") ||
+                 absl::StrContains(jinja, "set system_message = ''")) &&
+                LastTestOf(jinja, "system_message") == absl::string_view::npos &&
                 absl::StrContains(jinja, "{{- system_message }}") &&
                 absl::StrContains(jinja, R"("Today Date: " + date_string)") &&
-                !absl::StrContains(jinja, "if system_message") &&
+                absl::StrContains(jinja, "message['content'] | trim + '<|eot_id|>'") &&
                 !(style.date.empty() && style.date_format.empty());
   style.system_block = style.known;  // an unknown layout renders without it where forced
   return style;
@@ -420,7 +445,7 @@ absl::StatusOr<std::string> Llama3Turns(const std::vector<ChatMessage>& messages
           "rlhfd does not render");
     }
     absl::StrAppend(&out, "<|start_header_id|>", message.role, "<|end_header_id|>\n\n",
-                    absl::StripAsciiWhitespace(message.content), "<|eot_id|>");
+                    StripPythonWhitespace(message.content), "<|eot_id|>");
   }
   return out;
 }
@@ -428,7 +453,9 @@ absl::StatusOr<std::string> Llama3Turns(const std::vector<ChatMessage>& messages
 // Llama 3.1's opening system turn, with `system` (the system message, trimmed).
 std::string Llama3SystemBlock(const Llama3Style& style, absl::string_view system) {
   std::string date = style.date;
-  if (!style.date_format.empty()) {  // strftime_now: today, in local time, as transformers has it
+  // strftime_now: today, in local time, as transformers has it. A format C's strftime cannot fill
+  // (empty, or over 127 bytes) leaves the fixed date; %Z, %z and %f are C's, not Python's.
+  if (!style.date_format.empty()) {
     const std::time_t now = std::time(nullptr);
     std::tm local{};
     char text[128];
@@ -494,8 +521,8 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(const std::vector<ChatM
       ASSIGN_OR_RETURN(const std::string turns, Llama3Turns(messages, has_system ? 1 : 0, style));
       out = impl_->bos_token;
       if (style.system_block) {
-        out += Llama3SystemBlock(style,
-                                 has_system ? absl::StripAsciiWhitespace(messages[0].content) : "");
+        out +=
+            Llama3SystemBlock(style, has_system ? StripPythonWhitespace(messages[0].content) : "");
       }
       out += turns;
       if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
@@ -583,9 +610,8 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateAssistantTurn(
     }
     case ChatTemplate::kLlama3:
       if (!message.tool_calls.empty()) return NoToolCallFormat();
-      return absl::StrCat(text == AnswerText::kAsWritten
-                              ? absl::string_view(message.content)
-                              : absl::StripAsciiWhitespace(message.content),
+      return absl::StrCat(text == AnswerText::kAsWritten ? absl::string_view(message.content)
+                                                         : StripPythonWhitespace(message.content),
                           "<|eot_id|>");
     case ChatTemplate::kNone:
       break;
