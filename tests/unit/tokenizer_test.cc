@@ -281,9 +281,11 @@ TEST_CASE("Qwen3-Thinking-2507's template: the generation prompt opens the think
 
 namespace {
 
-// A tokenizer folder holding the qwen3-thinking fixture's tokenizer with `jinja` as its template.
-absl::StatusOr<Tokenizer> WithTemplate(const testing::TempDir& dir, const std::string& jinja) {
-  const std::string source = kFixtures + "/tokenizers/qwen3-thinking";
+// A tokenizer folder holding a fixture's tokenizer (qwen3-thinking's unless named) with `jinja` as
+// its template.
+absl::StatusOr<Tokenizer> WithTemplate(const testing::TempDir& dir, const std::string& jinja,
+                                       const std::string& fixture = "qwen3-thinking") {
+  const std::string source = kFixtures + "/tokenizers/" + fixture;
   for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
     absl::StatusOr<std::string> text = ReadFileToString(source + "/" + file);
     if (!text.ok()) return text.status();
@@ -435,15 +437,8 @@ TEST_CASE("Llama 3.1's template: a system turn of the knowledge cutoff and the d
     return jinja.replace(at, from.size(), to);
   };
   testing::TempDir dir;
-  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
-    absl::StatusOr<std::string> text =
-        ReadFileToString(kFixtures + "/tokenizers/llama3-style/" + file);
-    REQUIRE(text.ok());
-    REQUIRE(WriteFileAtomically(dir.path() + "/" + file, *text).ok());
-  }
   const auto load = [&](const std::string& jinja) {
-    REQUIRE(WriteFileAtomically(dir.path() + "/chat_template.jinja", jinja).ok());
-    absl::StatusOr<Tokenizer> loaded = Tokenizer::Load(dir.path());
+    absl::StatusOr<Tokenizer> loaded = WithTemplate(dir, jinja, "llama3-style");
     REQUIRE(loaded.ok());
     return *std::move(loaded);
   };

@@ -290,22 +290,25 @@ absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& dir) {
   tokenizer.set_chat_template(chat, absl::StrContains(jinja, kQwenSystem) ? kQwenSystem : "");
   tokenizer.impl_->chatml = tokenizer_internal::ChatMlStyle::OfTemplate(jinja);
   tokenizer.impl_->llama3 = tokenizer_internal::Llama3Style::OfTemplate(jinja);
-  if (chat == ChatTemplate::kLlama3 && !tokenizer.impl_->llama3.known) {
+  // A template of these families laid out otherwise than rlhfd renders them: refused, saying why.
+  const auto refuse = [&tokenizer](const char* why) {
     tokenizer.set_chat_template(ChatTemplate::kNone);
-    tokenizer.impl_->refused_template =
+    tokenizer.impl_->refused_template = why;
+  };
+  if (chat == ChatTemplate::kLlama3 && !tokenizer.impl_->llama3.known) {
+    refuse(
         "this model's chat template writes Llama 3.1's system turn (the knowledge cutoff and "
         "the date) otherwise than Llama 3.1's, 3.2's and 3.3's templates do, which rlhfd does "
         "not render: give plain-text prompts, or set model.chat_template: llama3 to render its "
-        "turns without that system turn";
+        "turns without that system turn");
   }
   if (chat == ChatTemplate::kChatMl && !tokenizer.impl_->chatml.think_rules_known) {
-    tokenizer.set_chat_template(ChatTemplate::kNone);
-    tokenizer.impl_->refused_template =
+    refuse(
         "this model's chat template opens a <think> block in its generation prompt and lays "
         "out its answers' blocks otherwise than Qwen3's template (QwQ's, Qwen3.5's, OLMo 3 "
         "Think's), which rlhfd does not render yet (Qwen3-Thinking-2507's it does): give "
         "plain-text prompts, or set model.chat_template: chatml to render its turns without "
-        "that opening";
+        "that opening");
   }
   return tokenizer;
 }
