@@ -306,6 +306,20 @@ std::string Qwen3TemplateWith(const std::string& from, const std::string& to) {
 
 }  // namespace
 
+TEST_CASE("a chat template of another family is refused as such, not as none",
+          "[tokenizer][errors]") {
+  // DeepSeek-R1's layout, which is neither ChatML nor Llama 3.
+  testing::TempDir dir;
+  absl::StatusOr<Tokenizer> tokenizer = WithTemplate(
+      dir, R"({% for message in messages %}{% if message['role'] == 'user' %}{{'<｜User｜>' + )"
+           R"(message['content']}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ )"
+           R"('<｜Assistant｜><think>\n' }}{% endif %})");
+  REQUIRE(tokenizer.ok());
+  CHECK(tokenizer->chat_template() == ChatTemplate::kNone);
+  CHECK(absl::StrContains(tokenizer->ApplyChatTemplate({{"user", "hi"}}, true).status().message(),
+                          "this model's chat template is of a family rlhfd does not render"));
+}
+
 TEST_CASE("a generation prompt opening a think block in a branch of its own is read",
           "[tokenizer]") {
   // Qwen3's answers with a generation prompt that opens the block unless thinking is off.

@@ -302,6 +302,12 @@ absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& dir) {
         "not render: give plain-text prompts, or set model.chat_template: llama3 to render its "
         "turns without that system turn");
   }
+  if (chat == ChatTemplate::kNone && !jinja.empty()) {
+    refuse(
+        "this model's chat template is of a family rlhfd does not render (it renders ChatML's: "
+        "Qwen2, Qwen2.5, Qwen3, SmolLM2; and Llama 3's): give plain-text prompts, or set "
+        "model.chat_template: chatml or llama3 where the model was trained on that layout");
+  }
   if (chat == ChatTemplate::kChatMl && !tokenizer.impl_->chatml.think_rules_known) {
     refuse(
         "this model's chat template opens a <think> block in its generation prompt and lays "
