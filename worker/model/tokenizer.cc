@@ -4,17 +4,10 @@
 
 #include <utf8proc.h>
 
-#include <algorithm>
-#include <climits>
 #include <cstdlib>
-#include <ctime>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
-#include "common/status/status_macros.h"
-#include "common/util/text.h"
 #include "worker/model/tokenizer_internal.h"
 
 namespace rlhfd::model {
