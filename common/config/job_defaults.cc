@@ -25,6 +25,7 @@ constexpr const char* kDefaultsJson = R"json({
            "controller": "KL_CONTROLLER_FIXED", "target": 0.1, "horizon": 10000},
     "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0, "entropy_coeff": 0.0,
     "loss_agg_mode": "LOSS_AGGREGATION_TOKEN_MEAN", "norm_adv_by_std_in_grpo": true,
+    "policy_loss": "POLICY_LOSS_VANILLA", "tau_pos": 1.0, "tau_neg": 1.05,
     "rollout_correction": {"rollout_is": "", "rollout_is_threshold": 2.0,
                            "rollout_is_batch_normalize": false, "bypass_mode": false}
   },

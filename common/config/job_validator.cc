@@ -273,6 +273,8 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
                absl::StrCat(algorithm->clip_ratio_c(), " must be > 1, or 0 to turn dual-clip off"));
   }
   check.AtLeast("algorithm.entropy_coeff", algorithm->entropy_coeff(), 0);
+  check.Above("algorithm.tau_pos", algorithm->tau_pos(), 0);
+  check.Above("algorithm.tau_neg", algorithm->tau_neg(), 0);
   const v1::RolloutCorrectionSpec& correction = algorithm->rollout_correction();
   if (!correction.rollout_is().empty() && correction.rollout_is() != "token" &&
       correction.rollout_is() != "sequence") {

@@ -75,6 +75,8 @@ class Converter {
   void Schedule(const std::string& prefix, const std::string& train);
   // verl's policy loss takes clip_ratio_low / _high, and clip_ratio only where one is null.
   void ClipRatio();
+  // actor.policy_loss.loss_mode to algorithm.policy_loss where rlhfd computes that loss.
+  void PolicyLoss();
   // verl has two switches (a KL loss on the actor, a KL penalty in the reward); rlhfd one mode.
   void Kl();
   void Rollout();

@@ -16,12 +16,14 @@
 #include "absl/strings/str_split.h"
 #include "common/algorithms/algorithm_traits.h"
 #include "common/config/hydra_compose.h"
+#include "common/config/proto_json_schema.h"
 #include "common/config/verl_compose.h"
 #include "common/config/verl_converter.h"
 #include "common/config/verl_interpolation.h"
 #include "common/config/verl_key_tables.h"
 #include "common/status/status_macros.h"
 #include "common/util/text.h"
+#include "rlhfd/v1/job_spec.pb.h"
 
 namespace rlhfd::config {
 namespace verl_conversion {
@@ -42,6 +44,7 @@ VerlConversion Converter::Run() {
   Schedule(kActor, "roles.actor.train");
   Schedule("critic.", "roles.critic.train");
   ClipRatio();
+  PolicyLoss();
   Kl();
   Rollout();
   Placement();
@@ -240,6 +243,25 @@ void Converter::ClipRatio() {
       Warn(std::string(kActor) + "clip_ratio",
            absl::StrCat("verl uses ", own->first, " (", Text(own->second), ") over it"));
     }
+  }
+}
+
+void Converter::PolicyLoss() {
+  const std::string key = std::string(kActor) + "policy_loss.loss_mode";
+  const Json* value = Take(key);
+  if (value == nullptr) return;
+  // The losses rlhfd computes are its enum's values, by their config names.
+  std::vector<std::string> implemented;
+  const google::protobuf::EnumDescriptor* losses = v1::PolicyLoss_descriptor();
+  for (int i = 1; i < losses->value_count(); ++i) {
+    implemented.push_back(EnumConfigName(*losses->value(i)));
+  }
+  const std::string mode = Text(*value);
+  if (std::find(implemented.begin(), implemented.end(), mode) != implemented.end()) {
+    Map(key, "algorithm.policy_loss", mode);
+  } else {
+    Error(key, absl::StrCat("'", mode, "': rlhfd computes the policy losses ",
+                            absl::StrJoin(implemented, ", ")));
   }
 }
 

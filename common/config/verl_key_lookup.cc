@@ -145,9 +145,6 @@ bool IsVerlNeutral(const std::string& key, const Json& value) {
   if (absl::EndsWith(key, "ulysses_sequence_parallel_size")) {
     return value.is_number() && value.get<double>() == 1;
   }
-  if (key == "actor_rollout_ref.actor.policy_loss.loss_mode") {
-    return value.is_string() && value.get<std::string>() == "vanilla";
-  }
   if (key == "actor_rollout_ref.model.override_config" || key == "critic.model.override_config") {
     return value.is_object() && value.empty();
   }

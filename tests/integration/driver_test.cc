@@ -474,8 +474,11 @@ void CheckRunEqualsOneProcess(const std::string& config, int workers,
                                 "/actor/huggingface/model.safetensors")));
 }
 
-TEST_CASE("The tiny GRPO config runs to its end and equals one process", "[driver][runs]") {
-  // Its actor is data-parallel over two workers, whose gradient sums round differently from one
+TEST_CASE("The tiny GRPO config with GSPO's loss runs to its end and equals one process",
+          "[driver][runs]") {
+  // The policy loss is GSPO's (algorithm.policy_loss; losses_test holds it against verl's), so
+  // the workers' option reaches the update as the one-process replay's does. Its actor is
+  // data-parallel over two workers, whose gradient sums round differently from one
   // process's; Adam turns that noise in near-zero gradients into weight differences up to the
   // learning rate, so the comparison runs at lr 1e-5. ZeRO-2 keeps whole weights in each rank's
   // checkpoint (ZeRO-3 keeps flat shards) for the final comparison. Its prompts come from a
@@ -492,7 +495,7 @@ TEST_CASE("The tiny GRPO config runs to its end and equals one process", "[drive
   REQUIRE(converted.exit_code == 0);
   CheckRunEqualsOneProcess("tiny-cpu-demo.yaml", 2,
                            {"roles.actor.train.lr=1e-5", "roles.actor.train.zero_stage=2",
-                            "data.train_files=[" + parquet + "]"});
+                            "data.train_files=[" + parquet + "]", "algorithm.policy_loss=gspo"});
 }
 
 // trainer.mode one_step_off through the controller and worker processes: step k + 1's rollout

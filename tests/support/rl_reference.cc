@@ -243,9 +243,12 @@ void ReferenceUpdates(const v1::JobSpec& spec, ReferenceModels& models, const St
     train::PolicyUpdateOptions options;
     options.loop =
         Loop(spec, train, rl_step, schedule, (rl_step - 1) * StepsPerRlStep(spec, train));
-    options.policy = {.clip_ratio_low = algorithm.clip_ratio_low(),
+    options.policy = {.mode = algorithm.policy_loss(),
+                      .clip_ratio_low = algorithm.clip_ratio_low(),
                       .clip_ratio_high = algorithm.clip_ratio_high(),
                       .clip_ratio_c = algorithm.clip_ratio_c(),
+                      .tau_pos = algorithm.tau_pos(),
+                      .tau_neg = algorithm.tau_neg(),
                       .aggregation = algorithm.loss_agg_mode()};
     options.entropy_coeff = algorithm.entropy_coeff();
     options.kl_coef = kl_loss ? algorithm.kl().coef() : 0.0;

@@ -109,9 +109,12 @@ train::PolicyUpdateOptions PolicyUpdateOptionsOf(const v1::JobSpec& spec, int re
   train::PolicyUpdateOptions options;
   options.loop = UpdateLoopOptionsOf(spec, v1::ROLE_ACTOR, spec.roles().actor().train(), replicas,
                                      rl_step, schedule, first_step, nonfinite_skips);
-  options.policy = {.clip_ratio_low = algorithm.clip_ratio_low(),
+  options.policy = {.mode = algorithm.policy_loss(),
+                    .clip_ratio_low = algorithm.clip_ratio_low(),
                     .clip_ratio_high = algorithm.clip_ratio_high(),
                     .clip_ratio_c = algorithm.clip_ratio_c(),
+                    .tau_pos = algorithm.tau_pos(),
+                    .tau_neg = algorithm.tau_neg(),
                     .aggregation = algorithm.loss_agg_mode()};
   options.entropy_coeff = algorithm.entropy_coeff();
   options.kl_coef = kl_loss ? algorithm.kl().coef() : 0.0;

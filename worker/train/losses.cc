@@ -40,31 +40,87 @@ at::Tensor AggregateLoss(const at::Tensor& loss, const at::Tensor& mask, v1::Los
   }
 }
 
+namespace {
+
+// Per-token PPO clip terms of a ratio: the unclipped and the clipped loss, and their maximum.
+struct ClippedTerms {
+  at::Tensor unclipped, clipped, loss;
+};
+
+ClippedTerms Clipped(const at::Tensor& ratio, const at::Tensor& advantages,
+                     const PolicyLossOptions& options) {
+  ClippedTerms terms{.unclipped = -advantages * ratio,
+                     .clipped = -advantages * ratio.clamp(1.0 - options.clip_ratio_low,
+                                                          1.0 + options.clip_ratio_high)};
+  terms.loss = at::maximum(terms.unclipped, terms.clipped);
+  return terms;
+}
+
+}  // namespace
+
 PolicyLoss ComputePolicyLoss(const at::Tensor& log_prob, const at::Tensor& old_log_prob,
                              const at::Tensor& advantages, const at::Tensor& mask,
                              const PolicyLossOptions& options,
                              const std::optional<LossScale>& scale, const at::Tensor& is_weights) {
   const at::Tensor log_ratio = (log_prob - old_log_prob).clamp(-20.0, 20.0);
-  const at::Tensor ratio = log_ratio.exp();
-  const at::Tensor unclipped = -advantages * ratio;
-  const at::Tensor clipped =
-      -advantages * ratio.clamp(1.0 - options.clip_ratio_low, 1.0 + options.clip_ratio_high);
-  const at::Tensor ppo = at::maximum(unclipped, clipped);
+  const at::Tensor none = at::zeros({}, mask.options());
+  const auto fraction = [&](const at::Tensor& where) {
+    return MaskedMean(where.to(mask.scalar_type()), mask).detach();
+  };
   PolicyLoss out;
-  out.clip_fraction = MaskedMean(clipped.gt(unclipped).to(mask.scalar_type()), mask).detach();
-  at::Tensor per_token = ppo;
-  if (options.clip_ratio_c > 0) {
-    const at::Tensor dual = -advantages * options.clip_ratio_c;
-    const at::Tensor negative = advantages.lt(0);
-    per_token = at::where(negative, at::minimum(ppo, dual), ppo);
-    out.clip_fraction_low =
-        MaskedMean(ppo.gt(dual).logical_and(negative).to(mask.scalar_type()), mask).detach();
-  } else {
-    out.clip_fraction_low = at::zeros({}, mask.options());
+  out.clip_fraction = none;
+  out.clip_fraction_low = none;
+  out.approx_kl = MaskedMean(-log_ratio, mask).detach();
+  at::Tensor per_token;
+  v1::LossAggregation aggregation = options.aggregation;
+  switch (options.mode) {
+    case v1::POLICY_LOSS_GSPO: {
+      // verl takes the sequence's mean of the unclamped δ, and clamps only the combined log-ratio.
+      const at::Tensor delta = log_prob - old_log_prob;
+      const at::Tensor sequence_delta = (delta * mask).sum(-1) / mask.sum(-1).clamp_min(1);
+      const at::Tensor log_sequence_ratio =
+          (log_prob - log_prob.detach() + sequence_delta.detach().unsqueeze(-1)).clamp_max(10.0);
+      const ClippedTerms terms = Clipped(log_sequence_ratio.exp(), advantages, options);
+      per_token = terms.loss;
+      out.clip_fraction = fraction(terms.clipped.gt(terms.unclipped));
+      out.approx_kl = MaskedMean(-delta, mask).detach();
+      break;
+    }
+    case v1::POLICY_LOSS_SAPO: {
+      const at::Tensor tau =
+          at::where(advantages.gt(0), at::full({}, options.tau_pos, advantages.options()),
+                    at::full({}, options.tau_neg, advantages.options()));
+      const at::Tensor gate = at::sigmoid(tau * (log_ratio.exp() - 1.0)) * (4.0 / tau);
+      per_token = -gate * advantages;
+      aggregation = v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_MEAN;
+      break;
+    }
+    case v1::POLICY_LOSS_CISPO: {
+      const at::Tensor ratio = log_ratio.exp();
+      const at::Tensor clipped =
+          ratio.clamp(1.0 - options.clip_ratio_low, 1.0 + options.clip_ratio_high).detach();
+      per_token = -clipped * advantages * log_prob;
+      out.clip_fraction = fraction(ratio.ne(clipped));
+      break;
+    }
+    case v1::POLICY_LOSS_GPG:
+      per_token = -log_prob * advantages;
+      break;
+    case v1::POLICY_LOSS_VANILLA:
+    default: {
+      const ClippedTerms terms = Clipped(log_ratio.exp(), advantages, options);
+      per_token = terms.loss;
+      out.clip_fraction = fraction(terms.clipped.gt(terms.unclipped));
+      if (options.clip_ratio_c > 0) {
+        const at::Tensor dual = -advantages * options.clip_ratio_c;
+        const at::Tensor negative = advantages.lt(0);
+        per_token = at::where(negative, at::minimum(terms.loss, dual), terms.loss);
+        out.clip_fraction_low = fraction(terms.loss.gt(dual).logical_and(negative));
+      }
+    }
   }
   if (is_weights.defined()) per_token = per_token * is_weights;
-  out.loss = AggregateLoss(per_token, mask, options.aggregation, scale);
-  out.approx_kl = MaskedMean(-log_ratio, mask).detach();
+  out.loss = AggregateLoss(per_token, mask, aggregation, scale);
   return out;
 }
 

@@ -43,9 +43,12 @@ at::Tensor AggregateLoss(const at::Tensor& loss, const at::Tensor& mask, v1::Los
 at::Tensor MaskedMean(const at::Tensor& x, const at::Tensor& mask);
 
 struct PolicyLossOptions {
+  v1::PolicyLoss mode = v1::POLICY_LOSS_VANILLA;  // UNSPECIFIED: vanilla
   double clip_ratio_low = 0.2;
   double clip_ratio_high = 0.2;
-  double clip_ratio_c = 3.0;  // Dual clip for negative advantages; 0 turns it off.
+  double clip_ratio_c = 3.0;  // Dual clip for negative advantages (vanilla); 0 turns it off.
+  double tau_pos = 1.0;       // SAPO's gate temperatures (A > 0, A <= 0)
+  double tau_neg = 1.05;
   v1::LossAggregation aggregation = v1::LOSS_AGGREGATION_TOKEN_MEAN;
 };
 
@@ -56,11 +59,20 @@ struct PolicyLoss {
   at::Tensor approx_kl;          // masked mean of old_log_prob - log_prob
 };
 
-// PPO's clipped surrogate: ratio = exp(log_prob - old_log_prob) (log-ratio clamped to ±20);
-// per token max(-A·ratio, -A·clip(ratio, 1 - low, 1 + high)), and for A < 0 at most -A·c.
+// The policy loss of options.mode, per token as verl 0.9's core_algos.py (δ = log_prob -
+// old_log_prob, ε = low / high, A the advantage):
+//   vanilla  PPO's clipped surrogate, r = exp(δ) (δ clamped to ±20): max(-A·r, -A·clip(r, 1 - ε,
+//            1 + ε)), and for A < 0 at most -A·c.
+//   gspo     the same with one ratio per sequence, s = exp(mean of the row's δ), carried to each
+//            token as s · π/sg[π] (log clamped at 10); no dual clip.
+//   sapo     -A·g(r) with the gate g(r) = σ(τ·(r - 1))·4/τ, τ = tau_pos where A > 0 else tau_neg;
+//            aggregated as seq-mean-token-mean whatever options.aggregation says.
+//   cispo    -sg[clip(r, 1 - ε, 1 + ε)]·A·log_prob.
+//   gpg      -A·log_prob.
 // `loss` is aggregated with `scale` (see AggregateLoss); the fractions and the KL are this
-// micro-batch's token means. `is_weights` (defined: the rollout correction's importance weights,
-// rollout_correction.h) multiply each token's loss before aggregating, as verl's.
+// micro-batch's token means (the fractions 0 where a loss clips nothing). `is_weights` (defined:
+// the rollout correction's importance weights, rollout_correction.h) multiply each token's loss
+// before aggregating, as verl's.
 PolicyLoss ComputePolicyLoss(const at::Tensor& log_prob, const at::Tensor& old_log_prob,
                              const at::Tensor& advantages, const at::Tensor& mask,
                              const PolicyLossOptions& options,

@@ -26,7 +26,7 @@ data: {train_files: [unused.jsonl], max_prompt_length: 32, max_response_length: 
 algorithm: {adv_estimator: gae, gamma: 0.95, lam: 0.9,
             kl: {mode: loss, coef: 0.02, estimator: k2},
             clip_ratio_low: 0.1, clip_ratio_high: 0.28, clip_ratio_c: 5.0, entropy_coeff: 0.001,
-            loss_agg_mode: seq-mean-token-sum-norm}
+            loss_agg_mode: seq-mean-token-sum-norm, policy_loss: sapo, tau_pos: 1.5, tau_neg: 2.5}
 roles:
   actor:
     gpus: 2
@@ -66,6 +66,9 @@ void CheckLoop(const train::UpdateLoopOptions& got, const train::UpdateLoopOptio
 void CheckPolicy(const train::PolicyUpdateOptions& got,
                  const train::PolicyUpdateOptions& expected) {
   CheckLoop(got.loop, expected.loop);
+  CHECK(got.policy.mode == expected.policy.mode);
+  CHECK(got.policy.tau_pos == expected.policy.tau_pos);
+  CHECK(got.policy.tau_neg == expected.policy.tau_neg);
   CHECK(got.policy.clip_ratio_low == expected.policy.clip_ratio_low);
   CHECK(got.policy.clip_ratio_high == expected.policy.clip_ratio_high);
   CHECK(got.policy.clip_ratio_c == expected.policy.clip_ratio_c);
@@ -189,9 +192,12 @@ TEST_CASE("every option set: actor and critic update options", "[update_options]
                 .role = "actor",
                 .max_nonfinite_skips = 5,
                 .nonfinite_skips_before = 3};
-  actor.policy = {.clip_ratio_low = 0.1,
+  actor.policy = {.mode = v1::POLICY_LOSS_SAPO,
+                  .clip_ratio_low = 0.1,
                   .clip_ratio_high = 0.28,
                   .clip_ratio_c = 5.0,
+                  .tau_pos = 1.5,
+                  .tau_neg = 2.5,
                   .aggregation = v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM_NORM};
   actor.entropy_coeff = 0.001;
   actor.kl_coef = 0.02;

@@ -150,7 +150,8 @@ TEST_CASE("every loss aggregation equals verl's over the mini-batch, whatever th
       options.loop.grad_clip = 0;
       options.loop.loss_horizon = horizon;
       options.loop.micro = micro;
-      options.policy = {low, high, c, mode};
+      options.policy = {
+          .clip_ratio_low = low, .clip_ratio_high = high, .clip_ratio_c = c, .aggregation = mode};
       options.entropy_coeff = entropy_coeff;
       options.kl_coef = kl_coef;
       options.kl_estimator = v1::KL_ESTIMATOR_K3;

@@ -42,7 +42,7 @@ TEST_CASE("the policy-loss path through a tiny transformer", "[train][gradient]"
   }
   const at::Tensor advantages =
       ToTensor({{1.0, -0.5, 0.3, -1.0, 0.8}, {-0.2, 0.6, -1.2, 0.4, 1.0}});
-  PolicyLossOptions options{0.2, 0.28, 3.0, v1::LOSS_AGGREGATION_TOKEN_MEAN};
+  PolicyLossOptions options{.clip_ratio_low = 0.2, .clip_ratio_high = 0.28, .clip_ratio_c = 3.0};
   auto loss_value = [&] {
     return ComputePolicyLoss(token_log_probs(), old, advantages, mask, options).loss;
   };
@@ -179,7 +179,7 @@ TEST_CASE("packed sequences give the same loss and gradients as the padded batch
   std::vector<at::Tensor> sequences;
   for (int64_t n : lengths) sequences.push_back(at::randint(3, 500, {n}, at::kLong));
   const at::Tensor advantages_per_seq = ToTensor({{0.7}, {-1.1}, {0.4}});
-  PolicyLossOptions options{0.2, 0.28, 3.0, v1::LOSS_AGGREGATION_TOKEN_MEAN};
+  PolicyLossOptions options{.clip_ratio_low = 0.2, .clip_ratio_high = 0.28, .clip_ratio_c = 3.0};
 
   auto gradients = [&](const at::Tensor& loss) {
     net->zero_grad();

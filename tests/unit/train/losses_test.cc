@@ -1,5 +1,6 @@
 // The PPO policy loss (clip, clip-higher, dual clip) hand-worked and against a float64 reference
-// in every aggregation mode, the clipped value loss, and the KL estimators k1, k2, k3.
+// in every aggregation mode; every policy loss (vanilla, GSPO, SAPO, CISPO, GPG) against verl's
+// own functions, value and gradient; the clipped value loss, and the KL estimators k1, k2, k3.
 #include "worker/train/losses.h"
 
 #include <ATen/ATen.h>
@@ -84,10 +85,173 @@ TEST_CASE("PPO policy loss against a float64 reference on a padded batch", "[tra
   }();
   for (const auto& [mode, value] : expected) {
     INFO(v1::LossAggregation_Name(mode));
-    PolicyLossOptions options{low, high, c, mode};
+    PolicyLossOptions options{
+        .clip_ratio_low = low, .clip_ratio_high = high, .clip_ratio_c = c, .aggregation = mode};
     PolicyLoss loss = ComputePolicyLoss(ToTensor(log_prob), ToTensor(old), ToTensor(advantages),
                                         ToTensor(kMask), options);
     CHECK(loss.loss.item<double>() == Approx(value).epsilon(1e-12));
+  }
+}
+
+// The expected values are verl 0.9.1's own loss functions (core_algos.py) in float64 on this
+// batch: tests/fixtures/losses/verl_policy_losses.py prints them.
+TEST_CASE("every policy loss equals verl's, value and gradient", "[train][loss]") {
+  struct Expected {
+    v1::PolicyLoss mode;
+    v1::LossAggregation aggregation;
+    double loss;
+    Matrix grad;  // of the loss with respect to log_prob
+    double clip_fraction, clip_fraction_low, approx_kl;
+  };
+  const std::vector<Expected> verl = {
+      {v1::POLICY_LOSS_VANILLA,
+       v1::LOSS_AGGREGATION_TOKEN_MEAN,
+       0.22721248826964607,
+       {{0.0, 0.03480143915522922, -0.056596837103298825, 0.11538461538461539, 0.0},
+        {0.13920575662091686, 0.0, -0.006960287831045843, -0.0, -0.0},
+        {0.19890074302429586, -0.0, -0.0, -0.0, -0.0},
+        {-0.027841151324183373, 0.06801051803542447, 0.0, 0.0, -0.0}},
+       0.3846153843195266,
+       0.0,
+       -0.07307692302071005},
+      {v1::POLICY_LOSS_VANILLA,
+       v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_MEAN,
+       0.691788934488227,
+       {{0.0, 0.02262093540565712, -0.036787944043568346, 0.07499999985, 0.0},
+        {0.15080623583663913, 0.0, -0.007540311791831958, -0.0, -0.0},
+        {0.6464274083646875, -0.0, -0.0, -0.0, -0.0},
+        {-0.02262093539434665, 0.055258545765636026, 0.0, 0.0, -0.0}},
+       0.3846153843195266,
+       0.0,
+       -0.07307692302071005},
+      {v1::POLICY_LOSS_GSPO,
+       v1::LOSS_AGGREGATION_TOKEN_MEAN,
+       0.17256482191556158,
+       {{-0.07100894972204891, 0.035504474861024454, -0.14201789944409782, 0.10651342458307336,
+         -0.021302684916614672},
+        {0.17002629508856115, 0.0, 0.0, 0.0, 0.0},
+        {0.19890074302429586, 0.0, 0.0, 0.0, 0.0},
+        {-0.03154815755459781, 0.06309631510919562, -0.09464447266379344, 0.02366111816594836,
+         -0.0}},
+       0.15384615372781063,
+       0.0,
+       -0.07307692302071005},
+      {v1::POLICY_LOSS_GSPO,
+       v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_MEAN,
+       0.668578901165233,
+       {{-0.046155817227020154, 0.023077908613510077, -0.09231163445404031, 0.06923372584053022,
+         -0.013846745168106047},
+        {0.18419515239862408, 0.0, 0.0, 0.0, 0.0},
+        {0.6464274083646875, 0.0, 0.0, 0.0, 0.0},
+        {-0.02563287794902853, 0.05126575589805706, -0.07689863384708558, 0.019224658461771394,
+         -0.0}},
+       0.15384615372781063,
+       0.0,
+       -0.07307692302071005},
+      {v1::POLICY_LOSS_SAPO,
+       v1::LOSS_AGGREGATION_TOKEN_MEAN,
+       0.150944614014293,
+       {{-0.059416710261023624, 0.022303847494630488, -0.02961720831039331, 0.07499999985,
+         -0.01969012906122671},
+        {0.14869231643261344, -0.07657272402489577, -0.007502031859203381, -0.0, -0.0},
+        {0.04726988041619973, -0.0, -0.0, -0.0, -0.0},
+        {-0.022506095596365225, 0.0543144261144978, -0.09550747708421788, 0.00901109882537787,
+         -0.0}},
+       0.0,
+       0.0,
+       -0.07307692302071005},
+      {v1::POLICY_LOSS_SAPO,
+       v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_MEAN,
+       0.150944614014293,
+       {{-0.059416710261023624, 0.022303847494630488, -0.02961720831039331, 0.07499999985,
+         -0.01969012906122671},
+        {0.14869231643261344, -0.07657272402489577, -0.007502031859203381, -0.0, -0.0},
+        {0.04726988041619973, -0.0, -0.0, -0.0, -0.0},
+        {-0.022506095596365225, 0.0543144261144978, -0.09550747708421788, 0.00901109882537787,
+         -0.0}},
+       0.0,
+       0.0,
+       -0.07307692302071005},
+      {v1::POLICY_LOSS_CISPO,
+       v1::LOSS_AGGREGATION_TOKEN_MEAN,
+       0.4068684803909352,
+       {{-0.08076923076923077, 0.03480143915522922, -0.13846153846153847, 0.11538461538461539,
+         -0.024230769230769233},
+        {0.13920575662091686, -0.05653846153846154, -0.006960287831045843, -0.0, -0.0},
+        {0.08076923076923077, -0.0, -0.0, -0.0, -0.0},
+        {-0.027841151324183373, 0.06461538461538463, -0.09692307692307693, 0.020769230769230772,
+         -0.0}},
+       0.6153846149112425,
+       0.0,
+       -0.07307692302071005},
+      {v1::POLICY_LOSS_CISPO,
+       v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_MEAN,
+       0.2638165307233475,
+       {{-0.052499999895, 0.02262093540565712, -0.08999999982000001, 0.07499999985,
+         -0.0157499999685},
+        {0.15080623583663913, -0.06124999979583333, -0.007540311791831958, -0.0, -0.0},
+        {0.26249999737500007, -0.0, -0.0, -0.0, -0.0},
+        {-0.02262093539434665, 0.05249999986875001, -0.078749999803125, 0.0168749999578125, -0.0}},
+       0.6153846149112425,
+       0.0,
+       -0.07307692302071005},
+      {v1::POLICY_LOSS_GPG,
+       v1::LOSS_AGGREGATION_TOKEN_MEAN,
+       0.42923076923076925,
+       {{-0.07692307692307693, 0.038461538461538464, -0.15384615384615385, 0.11538461538461539,
+         -0.023076923076923078},
+        {0.15384615384615385, -0.05384615384615385, -0.007692307692307693, -0.0, -0.0},
+        {0.07692307692307693, -0.0, -0.0, -0.0, -0.0},
+        {-0.03076923076923077, 0.06153846153846154, -0.09230769230769231, 0.023076923076923078,
+         -0.0}},
+       0.0,
+       0.0,
+       0.0},
+      {v1::POLICY_LOSS_GPG,
+       v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_MEAN,
+       0.2777083328467014,
+       {{-0.0499999999, 0.02499999995, -0.0999999998, 0.07499999985, -0.01499999997},
+        {0.1666666661111111, -0.05833333313888889, -0.008333333305555557, -0.0, -0.0},
+        {0.24999999750000004, -0.0, -0.0, -0.0, -0.0},
+        {-0.024999999937500003, 0.049999999875000006, -0.0749999998125, 0.018749999953125, -0.0}},
+       0.0,
+       0.0,
+       0.0}};
+  const Matrix log_prob = {{-1.0, -0.5, -2.0, -0.1, -3.0},
+                           {-0.2, -0.9, -1.1, 0, 0},
+                           {-0.05, 0, 0, 0, 0},
+                           {-1.5, -1.2, -0.3, -0.7, 0}};
+  const Matrix old = {{-1.2, -0.4, -1.0, -0.1, -3.5},
+                      {-0.1, -1.4, -1.0, 0, 0},
+                      {-1.0, 0, 0, 0, 0},
+                      {-1.4, -1.3, -0.9, -0.2, 0}};
+  const Matrix advantages = {{1.0, -0.5, 2.0, -1.5, 0.3},
+                             {-2.0, 0.7, 0.1, 5, 5},
+                             {-1.0, 5, 5, 5, 5},
+                             {0.4, -0.8, 1.2, -0.3, 5}};
+  for (const Expected& expected : verl) {
+    INFO(v1::PolicyLoss_Name(expected.mode)
+         << " " << v1::LossAggregation_Name(expected.aggregation));
+    const PolicyLossOptions options{.mode = expected.mode,
+                                    .clip_ratio_low = 0.1,
+                                    .clip_ratio_high = 0.05,
+                                    .clip_ratio_c = 3.0,
+                                    .tau_pos = 1.5,
+                                    .tau_neg = 2.5,
+                                    .aggregation = expected.aggregation};
+    const at::Tensor current = ToTensor(log_prob).requires_grad_(true);
+    const PolicyLoss loss =
+        ComputePolicyLoss(current, ToTensor(old), ToTensor(advantages), ToTensor(kMask), options);
+    // verl's means divide by count + 1e-8: agreement to 1e-7 relative.
+    CHECK(loss.loss.item<double>() == Approx(expected.loss).epsilon(1e-7));
+    loss.loss.backward();
+    testing::CheckClose(testing::ToMatrix(current.grad()), expected.grad, 1e-8);
+    CHECK(loss.clip_fraction.item<double>() == Approx(expected.clip_fraction).epsilon(1e-7));
+    CHECK(loss.clip_fraction_low.item<double>() == expected.clip_fraction_low);
+    // verl's GPG reports no KL (0 above); rlhfd reports the same mean of old - new as the others.
+    const double kl =
+        expected.mode == v1::POLICY_LOSS_GPG ? verl.front().approx_kl : expected.approx_kl;
+    CHECK(loss.approx_kl.item<double>() == Approx(kl).epsilon(1e-7));
   }
 }
 
