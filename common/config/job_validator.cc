@@ -266,7 +266,9 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
   auto* algorithm = spec->mutable_algorithm();
   check.Within("algorithm.gamma", algorithm->gamma(), 0, 1);
   check.Within("algorithm.lam", algorithm->lam(), 0, 1);
-  check.OpenInterval("algorithm.clip_ratio_low", algorithm->clip_ratio_low(), 0, 1);
+  // 1 or more takes the lower bound 1 - low to 0 or below, where no ratio reaches it: no lower
+  // clip (verl's CISPO example sets 10).
+  check.Above("algorithm.clip_ratio_low", algorithm->clip_ratio_low(), 0);
   check.OpenInterval("algorithm.clip_ratio_high", algorithm->clip_ratio_high(), 0, 10);
   if (algorithm->clip_ratio_c() != 0 && !(algorithm->clip_ratio_c() > 1)) {
     check.Fail("algorithm.clip_ratio_c",
