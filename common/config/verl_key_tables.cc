@@ -365,7 +365,8 @@ const std::map<std::string, std::string>& DerivedTable() {
       {"actor_rollout_ref.model.target_modules",
        "`model.target_modules`: a list (verl's string, e.g. all-linear, becomes a list of it)"},
       {"actor_rollout_ref.actor.policy_loss.loss_mode",
-       "`algorithm.policy_loss`: vanilla, gspo, sapo, cispo, gpg; verl's others are refused"},
+       "`algorithm.policy_loss` where rlhfd computes that loss (docs/config-reference.md); "
+       "verl's others are refused"},
       {"actor_rollout_ref.actor.strategy",
        "`roles.actor.train.zero_stage: 3` for fsdp / fsdp2; megatron is refused"},
       {"critic.strategy",
