@@ -21,26 +21,9 @@ before="${BEFORE:?set BEFORE to the bundle before the change}"
 after="${AFTER:?set AFTER to the bundle with the change}"
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 export RLHFD_FIXTURES_DIR="${RLHFD_FIXTURES_DIR:-${here}/../fixtures}"
-end=$(($(date +%s) + seconds))
-done_file=/tmp/ab_suite.done
-mkdir -p "${out}"
-left() { echo $((end - $(date +%s))); }
-
-phase() {  # NAME ESTIMATE_S COMMAND...
-  local name=$1 estimate=$2
-  shift 2
-  grep -qx "${name}" "${done_file}" 2>/dev/null && return 0
-  if (($(left) <= estimate)); then
-    echo "== ${name} needs about ${estimate} s, $(left) s left: run again for the rest"
-    exit 0
-  fi
-  echo "== ${name} ($(left) s left, $(date +%T))"
-  local start
-  start=$(date +%s)
-  timeout $(($(left) - 5)) "$@" 2>&1 | tee "${out}/${name}.txt"
-  echo "== ${name} took $(($(date +%s) - start)) s"
-  echo "${name}" >> "${done_file}"
-}
+# shellcheck source=tests/bench/phases.sh
+source "${here}/phases.sh"
+phases_begin "${seconds}" "${out}" /tmp/ab_suite.done
 
 # In a subshell: each bundle's env.sh sets its own library path.
 gpu_tests() {

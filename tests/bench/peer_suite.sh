@@ -13,10 +13,9 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 bin="${RLHFD_BIN_DIR:?set RLHFD_BIN_DIR to the bin of a bundle}"
 export ROLLOUT_BENCH="${bin}/rollout_bench" NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1
-end=$(($(date +%s) + seconds))
-done_file=/tmp/peer_suite.done
-mkdir -p "${out}"
-left() { echo $((end - $(date +%s))); }
+# shellcheck source=tests/bench/phases.sh
+source "${here}/phases.sh"
+phases_begin "${seconds}" "${out}" /tmp/peer_suite.done
 
 # A long 7B batch: B 256 where the card holds its cache (N 4,096: 64 GB beside 15 GB of weights),
 # else B 128.
@@ -24,22 +23,6 @@ long_batch() {
   local total_mib
   total_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
   ((total_mib > 100000)) && echo 256 || echo 128
-}
-
-phase() {  # NAME ESTIMATE_S COMMAND...
-  local name=$1 estimate=$2
-  shift 2
-  grep -qx "${name}" "${done_file}" 2>/dev/null && return 0
-  if (($(left) <= estimate)); then
-    echo "== ${name} needs about ${estimate} s, $(left) s left: run again for the rest"
-    exit 0
-  fi
-  echo "== ${name} ($(left) s left, $(date +%T))"
-  local start
-  start=$(date +%s)
-  timeout $(($(left) - 5)) "$@" 2>&1 | tee "${out}/${name}.txt"
-  echo "== ${name} took $(($(date +%s) - start)) s"
-  echo "${name}" >> "${done_file}"
 }
 
 for name in ${PEER_PHASES:-gen7 gen05 gen15 grpo gen7long grpolong}; do
