@@ -2,7 +2,8 @@
 // logits (log_softmax, entropy, autograd): values and gradients, float32 and under bf16 and fp16
 // autocast, a vocabulary of vector loads (1024) and one of scalar loads (1001), rows over several
 // chunks; and an id outside the vocabulary. Packed sequences through FlashAttention's
-// variable-length kernel against each sequence alone, float64 on the CPU.
+// variable-length kernel against each sequence alone, float64 on the CPU. An update of several
+// mini-batches under autocast against one update per mini-batch.
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <torch/types.h>
@@ -15,6 +16,8 @@
 #include "worker/model/model_loader.h"
 #include "worker/model/transformer.h"
 #include "worker/train/chunked_log_probs.h"
+#include "worker/train/policy_update.h"
+#include "worker/train/trained_model.h"
 
 namespace rlhfd::train {
 namespace {
@@ -192,6 +195,77 @@ TEST_CASE("packed sequences through the variable-length kernel equal each sequen
       CHECK(packed_grad <= 2 * alone_grad + 5e-3);
     }
   }
+}
+
+TEST_CASE("an update's later mini-batches compute with the weights of the steps before them",
+          "[gpu][train][update]") {
+  // Four optimiser steps under bf16 autocast with float32 masters, as the roles run the actor's
+  // update on a GPU: once as one update of four mini-batches with activation checkpointing, once
+  // as four updates of one mini-batch each without it, autocast's casts dropped between them (the
+  // reference: no cast can outlive a step there). Every row is the same sequence, so any shuffle
+  // gives both the same mini-batches. Autocast keeps a float32 parameter's cast by tensor, not by
+  // value, for the forward and for a checkpointed layer's recompute in backward (on the autograd
+  // engine's device thread). Before the fix the one update computed its later mini-batches with
+  // the weights it started from. The two may differ by the backward's own non-determinism: the
+  // weights' movement agrees within 1e-2 (relative, whole model).
+  const at::Device device(at::kCUDA, 0);
+  const std::string dir = absl::StrCat(RLHFD_FIXTURES_DIR, "/models/tiny-qwen2");
+  at::manual_seed(31);
+  const int64_t b = 8, t = 48, steps = 4;
+  PolicyUpdateBatch batch;
+  batch.input_ids = at::randint(3, 500, {1, t}, at::kLong).expand({b, t}).contiguous().to(device);
+  batch.attention_mask = at::ones({b, t}, at::kLong).to(device);
+  batch.response_mask = at::zeros({b, t - 1}, device);
+  batch.response_mask.narrow(1, 16, t - 17).fill_(1);
+  batch.advantages =
+      (at::randn({1, t - 1}).expand({b, t - 1}).to(device) * batch.response_mask).contiguous();
+  auto start = model::LoadModel(dir, {at::kFloat, device});
+  REQUIRE(start.ok());
+  {
+    torch::NoGradGuard no_grad;
+    batch.old_log_probs = at::log_softmax((*start)->Logits((*start)->Hidden({batch.input_ids})), -1)
+                              .narrow(1, 0, t - 1)
+                              .gather(-1, batch.input_ids.narrow(1, 1, t - 1).unsqueeze(-1))
+                              .squeeze(-1);
+  }
+  const auto rows = [&](const at::Tensor& tensor, int64_t n) { return tensor.narrow(0, 0, n); };
+  const auto update = [&](bool one_call) {
+    auto loaded = model::LoadModel(dir, {at::kFloat, device});
+    REQUIRE(loaded.ok());
+    model::Transformer net = *loaded;
+    LocalModel trained(net, {});
+    PolicyUpdateOptions options;
+    options.loop.mini_batch = b / steps;
+    options.loop.lr = 1e-2;
+    options.loop.micro = {.micro_batch = b / steps, .activation_checkpointing = one_call};
+    PolicyUpdateBatch one_step = batch;
+    for (at::Tensor* tensor :
+         {&one_step.input_ids, &one_step.attention_mask, &one_step.response_mask,
+          &one_step.advantages, &one_step.old_log_probs}) {
+      *tensor = rows(*tensor, b / steps);
+    }
+    for (int64_t call = 0; call < (one_call ? 1 : steps); ++call) {
+      at::autocast::set_autocast_enabled(at::kCUDA, true);
+      at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+      auto metrics = UpdatePolicy(trained, one_call ? batch : one_step, options);
+      at::autocast::set_autocast_enabled(at::kCUDA, false);
+      at::autocast::clear_cache();
+      REQUIRE(metrics.ok());
+      CHECK(metrics->at("optimizer_steps") == (one_call ? steps : 1));
+    }
+    std::vector<at::Tensor> moved;
+    for (size_t i = 0; i < net->parameters().size(); ++i) {
+      moved.push_back((net->parameters()[i] - (*start)->parameters()[i]).detach().flatten());
+    }
+    return at::cat(moved).to(at::kDouble);
+  };
+  const at::Tensor reference = update(/*one_call=*/false), ours = update(/*one_call=*/true);
+  const double relative = ((ours - reference).norm() / reference.norm()).item<double>();
+  std::cout << "train_gpu: one update of four mini-batches (checkpointed) against four updates, "
+            << "relative difference of the weights' movement " << relative << " (movement norm "
+            << reference.norm().item<double>() << ")\n";
+  CHECK(reference.norm().item<double>() > 1e-2);
+  CHECK(relative <= 1e-2);
 }
 
 }  // namespace rlhfd::train

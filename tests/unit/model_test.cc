@@ -1,6 +1,8 @@
 // The transformer against Hugging Face transformers: logits of every architecture fixture in
-// fp32 on CPU within 1e-4, score heads, packed sequences, KV-cached decoding, and strict loading.
+// fp32 on CPU within 1e-4, score heads, packed sequences, KV-cached decoding, and strict loading;
+// a frozen bf16 model under autocast computes as its float32 master.
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <torch/types.h>
 
 #include <catch2/catch.hpp>
@@ -108,6 +110,39 @@ TEST_CASE("bf16 on the CPU is within 1e-2 relative error of fp32; norm weights s
             .item<double>();
     INFO("relative error " << relative);
     CHECK(relative <= 1e-2);
+  }
+}
+
+TEST_CASE("under autocast a frozen bf16 model computes exactly as its float32 master does",
+          "[model]") {
+  // A role's GPU compute scope runs autocast: the actor's float32 masters are cast to bf16 for
+  // each GEMM, the reference's weights are bf16 already. With the same (bf16-representable)
+  // weights both forwards must be one computation, so that the actor's and the reference's
+  // log-probs start equal and their KL measures the policy's drift alone. On the CPU, whose
+  // autocast works as the GPU's; every layer kind of the fixtures.
+  torch::NoGradGuard no_grad;
+  for (const std::string name : {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2-rm"}) {
+    INFO(name);
+    Golden golden = LoadGolden(name);
+    auto narrow = LoadModel(kModels + name, {at::kBFloat16, at::kCPU});
+    REQUIRE(narrow.ok());
+    Transformer master = Load(name);
+    auto frozen = (*narrow)->named_parameters();
+    for (auto& item : master->named_parameters()) item.value().copy_(frozen[item.key()]);
+    const ForwardBatch batch{golden.input_ids, golden.attention_mask};
+    const bool lm = master->config().head == HeadKind::kCausalLm;
+    const auto forward = [&](Transformer& model) {
+      at::autocast::set_autocast_enabled(at::kCPU, true);
+      at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+      const at::Tensor hidden = model->Hidden(batch);
+      at::Tensor out = lm ? model->Logits(hidden) : model->Scores(hidden);
+      at::autocast::set_autocast_enabled(at::kCPU, false);
+      at::autocast::clear_cache();
+      return out;
+    };
+    const at::Tensor expected = forward(master), got = forward(*narrow);
+    CHECK(got.scalar_type() == expected.scalar_type());
+    CHECK(at::equal(got, expected));
   }
 }
 

@@ -61,10 +61,13 @@ at::ScalarType AccumulationType(at::ScalarType type) {
 // two roundings every linear layer adds.
 at::Tensor Project(const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x) {
   // weight (out, in); bias (out) or undefined.
-  if (at::isFloatingType(weight.scalar_type()) && weight.element_size() >= 4) {
-    // Under autocast, at::linear casts to the autocast dtype itself; widening a bf16 input to
-    // float32 first would only add a round trip.
-    const bool autocast = at::autocast::is_autocast_enabled(weight.device().type());
+  // Under autocast (a role's GPU compute scope) every weight computes as autocast says, a float32
+  // master (cast by autocast) and a narrow frozen copy alike: a frozen role's forward, the
+  // reference's, is then the actor's own, so their KL starts from the same rounding, and its
+  // activations are half as wide. at::linear casts the input itself; widening a bf16 input to
+  // float32 first would only add a round trip.
+  const bool autocast = at::autocast::is_autocast_enabled(weight.device().type());
+  if (autocast || (at::isFloatingType(weight.scalar_type()) && weight.element_size() >= 4)) {
     return at::linear(autocast ? x : x.to(weight.scalar_type()), weight, bias);
   }
   at::Tensor flat = x.reshape({-1, x.size(-1)}).to(weight.scalar_type());
@@ -314,6 +317,9 @@ void SaveAttentionContext(torch::autograd::AutogradContext* ctx, const Attention
   ctx->saved_data["varlen_cu_seqlens"] = context.varlen_cu_seqlens;
   ctx->saved_data["varlen_max_seqlen"] = context.varlen_max_seqlen;
   ctx->saved_data["adapter_scaling"] = context.adapter_scaling;
+  const at::DeviceType device = context.cos.device().type();
+  ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(device);
+  ctx->saved_data["autocast_dtype"] = at::autocast::get_autocast_dtype(device);
 }
 
 AttentionContext RestoredAttentionContext(torch::autograd::AutogradContext* ctx) {
@@ -324,6 +330,20 @@ AttentionContext RestoredAttentionContext(torch::autograd::AutogradContext* ctx)
           .adapter_scaling = ctx->saved_data["adapter_scaling"].toDouble(),
           .varlen_cu_seqlens = ctx->saved_data["varlen_cu_seqlens"].toTensor(),
           .varlen_max_seqlen = ctx->saved_data["varlen_max_seqlen"].toInt()};
+}
+
+ForwardAutocast::ForwardAutocast(torch::autograd::AutogradContext* ctx, at::DeviceType device)
+    : device_(device),
+      was_enabled_(at::autocast::is_autocast_enabled(device)),
+      was_dtype_(at::autocast::get_autocast_dtype(device)) {
+  at::autocast::set_autocast_enabled(device, ctx->saved_data["autocast"].toBool());
+  at::autocast::set_autocast_dtype(device, ctx->saved_data["autocast_dtype"].toScalarType());
+}
+
+ForwardAutocast::~ForwardAutocast() {
+  at::autocast::set_autocast_enabled(device_, was_enabled_);
+  at::autocast::set_autocast_dtype(device_, was_dtype_);
+  at::autocast::clear_cache();
 }
 
 // Activation checkpointing of one decoder layer, reentrant as torch.utils.checkpoint's default:
@@ -337,9 +357,6 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     // The layer outlives the step; its address rides in the context as an integer.
     ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
     SaveAttentionContext(ctx, context);
-    const at::DeviceType device = x.device().type();
-    ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(device);
-    ctx->saved_data["autocast_dtype"] = at::autocast::get_autocast_dtype(device);
     ctx->save_for_backward({x});
     return layer->forward(x, context);
   }
@@ -349,19 +366,12 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     auto* layer = reinterpret_cast<DecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
     const AttentionContext context = RestoredAttentionContext(ctx);
     const at::Tensor input = ctx->get_saved_variables()[0].detach().requires_grad_(true);
-    const at::DeviceType device = input.device().type();
-    // The backward may run on another thread: restore the forward's autocast state there.
-    const bool autocast_before = at::autocast::is_autocast_enabled(device);
-    const at::ScalarType dtype_before = at::autocast::get_autocast_dtype(device);
-    at::autocast::set_autocast_enabled(device, ctx->saved_data["autocast"].toBool());
-    at::autocast::set_autocast_dtype(device, ctx->saved_data["autocast_dtype"].toScalarType());
     at::Tensor output;
     {
+      const ForwardAutocast autocast(ctx, input.device().type());
       at::AutoGradMode grad(true);
       output = layer->forward(input, context);
     }
-    at::autocast::set_autocast_enabled(device, autocast_before);
-    at::autocast::set_autocast_dtype(device, dtype_before);
     torch::autograd::backward({output}, {grad_outputs[0]});
     return {input.grad(), at::Tensor(), at::Tensor()};
   }

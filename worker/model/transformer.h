@@ -93,7 +93,8 @@ struct ForwardBatch {
 at::Tensor ApplyRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 // y = x W^T + b, weight (out, in), bias (out) or undefined: x is rounded to the weight's dtype
-// (the GEMM's input) and y comes out float32 (float64 stays). (..., in) → (..., out).
+// (the GEMM's input) and y comes out float32 (float64 stays); inside an autocast region, whatever
+// the weight's dtype, the GEMM and y are in the autocast dtype. (..., in) → (..., out).
 at::Tensor Project(const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x);
 
 // A LoRA adapter on one linear layer (PEFT's lora_A and lora_B, worker/model/lora.h): the layer
@@ -148,9 +149,28 @@ at::Tensor AttentionHeads(const AttentionWeights& weights, const at::Tensor& x,
 
 // A layer recomputed in backward (activation checkpointing, ZeRO-3's gathered layers) keeps its
 // attention context in the autograd context: every field, so the recompute attends as the forward
-// did. The restored context has no cache.
+// did, and the autocast state of the device the forward ran on (context.cos's). The restored
+// context has no cache.
 void SaveAttentionContext(torch::autograd::AutogradContext* ctx, const AttentionContext& context);
 AttentionContext RestoredAttentionContext(torch::autograd::AutogradContext* ctx);
+
+// While alive, the calling thread computes under the autocast state SaveAttentionContext kept
+// (the recompute runs wherever backward runs: on a GPU, in the autograd engine's device thread,
+// whose own state is autocast off); on exit that thread's state comes back and autocast's cached
+// casts are dropped: a recompute needs them no longer, and a gathered layer's (ZeRO-3) would keep
+// its full parameters alive.
+class ForwardAutocast {
+ public:
+  ForwardAutocast(torch::autograd::AutogradContext* ctx, at::DeviceType device);
+  ~ForwardAutocast();
+  ForwardAutocast(const ForwardAutocast&) = delete;
+  ForwardAutocast& operator=(const ForwardAutocast&) = delete;
+
+ private:
+  at::DeviceType device_;
+  bool was_enabled_;
+  at::ScalarType was_dtype_;
+};
 
 // Whether packed sequences on `device`, attended in `compute`, go through FlashAttention's
 // variable-length kernel: CUDA (sm80 or newer), bf16 or fp16, head_dim ≤ 256 in multiples of 8.

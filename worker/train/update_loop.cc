@@ -2,6 +2,7 @@
 #include "worker/train/update_loop.h"
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <c10/util/Exception.h>
 
 #include <chrono>
@@ -127,6 +128,11 @@ absl::StatusOr<UpdateMetrics> Loop(TrainedModel& model, const at::Tensor& respon
                               : "the loss on another data-parallel rank is not finite";
       } else {
         ASSIGN_OR_RETURN(norm, model.FinishStep(lr, options.grad_clip));
+        // The step wrote the parameters in place. Inside an autocast region (the roles' GPU
+        // update) autocast keeps each float32 parameter's cast by tensor, not by value, for the
+        // process: without this the next mini-batch would compute with the weights before the
+        // step.
+        at::autocast::clear_cache();
         if (!std::isfinite(norm)) {
           non_finite = absl::StrCat("grad_norm is ", FormatMetric(norm));
           if (!model.nonfinite_gradient().empty()) {

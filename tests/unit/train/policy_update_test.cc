@@ -6,6 +6,7 @@
 #include "worker/train/policy_update.h"
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 
@@ -139,6 +140,76 @@ TEST_CASE("policy update: accumulation, token budgets, packing and checkpointing
   options.loop.epochs = 2;
   auto [epochs, epoch_metrics] = run({.micro_batch = 1});
   CHECK(epoch_metrics.at("optimizer_steps") == 4);
+}
+
+// The roles' GPU update runs under autocast (float32 masters computing in bf16), which keeps each
+// parameter's bf16 cast by tensor, not by value. Every mini-batch must still compute with the
+// weights the step before it wrote: the update with autocast's cache on equals, bit for bit, the
+// update with it off (every cast made afresh). Before the fix the cached casts outlived the
+// optimiser steps, and every mini-batch after the first computed with the weights the update
+// started from. On the CPU, whose autocast caches the same way; with activation checkpointing
+// too (the recompute in backward casts again).
+TEST_CASE("policy update under autocast: every mini-batch computes with the step before's weights",
+          "[train][update]") {
+  const auto load = [] {
+    std::string path = RLHFD_FIXTURES_DIR;
+    auto loaded = model::LoadModel(path.append("/models/tiny-qwen2"), {at::kFloat, at::kCPU});
+    REQUIRE(loaded.ok());
+    return *loaded;
+  };
+  at::manual_seed(29);
+  const int64_t b = 4, t = 8;
+  PolicyUpdateBatch batch;
+  batch.input_ids = at::randint(3, 500, {b, t}, at::kLong);
+  batch.attention_mask = at::ones({b, t}, at::kLong);
+  batch.response_mask = at::zeros({b, t - 1});
+  batch.response_mask.narrow(1, 3, t - 4).fill_(1);
+  batch.advantages = at::randn({b, t - 1}) * batch.response_mask;
+  {
+    model::Transformer reference = load();
+    torch::NoGradGuard no_grad;
+    batch.old_log_probs =
+        TokenLogProbs(reference->Logits(reference->Hidden({batch.input_ids})).narrow(1, 0, t - 1),
+                      batch.input_ids.narrow(1, 1, t - 1));
+  }
+  PolicyUpdateOptions options;
+  options.loop.mini_batch = 2;
+  options.loop.epochs = 2;  // four optimiser steps
+  options.loop.lr = 1e-2;
+  const auto run = [&](bool cache, MicroBatching micro) {
+    model::Transformer net = load();
+    LocalModel trained(net, {});
+    PolicyUpdateOptions o = options;
+    o.loop.micro = micro;
+    const bool cache_before = at::autocast::is_autocast_cache_enabled();
+    at::autocast::set_autocast_enabled(at::kCPU, true);
+    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+    at::autocast::set_autocast_cache_enabled(cache);
+    auto metrics = UpdatePolicy(trained, batch, o);
+    at::autocast::set_autocast_enabled(at::kCPU, false);
+    at::autocast::set_autocast_cache_enabled(cache_before);
+    at::autocast::clear_cache();
+    REQUIRE(metrics.ok());
+    return std::make_pair(net, *metrics);
+  };
+  const auto start = load()->parameters();
+  for (const MicroBatching& micro :
+       {MicroBatching{.micro_batch = 1},
+        MicroBatching{.micro_batch = 1, .activation_checkpointing = true}}) {
+    INFO("activation checkpointing " << micro.activation_checkpointing);
+    auto [cached, cached_metrics] = run(/*cache=*/true, micro);
+    auto [fresh, fresh_metrics] = run(/*cache=*/false, micro);
+    double worst = 0, moved = 0;
+    for (size_t i = 0; i < start.size(); ++i) {
+      worst = std::max(
+          worst, (cached->parameters()[i] - fresh->parameters()[i]).abs().max().item<double>());
+      moved = std::max(moved, (fresh->parameters()[i] - start[i]).abs().max().item<double>());
+    }
+    CHECK(worst == 0);
+    CHECK(moved > 1e-2);  // four steps of lr 1e-2 moved the weights
+    CHECK(cached_metrics.at("approx_kl") == fresh_metrics.at("approx_kl"));
+    CHECK(cached_metrics.at("optimizer_steps") == 4);
+  }
 }
 
 TEST_CASE("an on-policy update without old log-probs takes its own, detached (ratio 1)",

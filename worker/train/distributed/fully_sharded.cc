@@ -1,6 +1,7 @@
 #include "worker/train/distributed/fully_sharded.h"
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 
 #include <algorithm>
@@ -123,6 +124,9 @@ class GatheredLayer : public torch::autograd::Function<GatheredLayer> {
     if (unit->Failed(unit->Gather())) return x.clone();
     at::Tensor out = layer->forward(x, context);
     unit->Release();
+    // Under autocast the casts of the gathered parameters stay cached (by tensor) after the
+    // release: they would keep a copy of every layer alive.
+    at::autocast::clear_cache();
     return out;
   }
 
@@ -137,6 +141,7 @@ class GatheredLayer : public torch::autograd::Function<GatheredLayer> {
     }
     at::Tensor output;
     {
+      const model::ForwardAutocast autocast(ctx, input.device().type());
       at::AutoGradMode grad(true);
       output = layer->forward(input, context);
     }
