@@ -9,10 +9,10 @@
 #include <torch/types.h>
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "worker/model/model_loader.h"
 #include "worker/model/transformer.h"
 #include "worker/train/chunked_log_probs.h"
@@ -42,6 +42,13 @@ Results Run(const at::Tensor& hidden0, const at::Tensor& weight0, const at::Tens
   }
   ((a * log_prob).sum() + (b * entropy).sum()).backward();
   return {log_prob.detach(), entropy.detach(), hidden.grad(), weight.grad()};
+}
+
+// The committed model fixtures: RLHFD_FIXTURES_DIR (a bundle on another machine), else this
+// checkout's.
+std::string FixturesDir() {
+  const char* env = std::getenv("RLHFD_FIXTURES_DIR");
+  return env != nullptr ? env : RLHFD_FIXTURES_DIR;
 }
 
 double Relative(const at::Tensor& ours, const at::Tensor& reference) {
@@ -124,7 +131,7 @@ TEST_CASE("packed sequences through the variable-length kernel equal each sequen
   // path may be no further from it than twice the unpacked one (plus 5e-3), hidden states and
   // every parameter's gradient, with and without activation checkpointing.
   const at::Device device(at::kCUDA, 0);
-  const std::string dir = absl::StrCat(RLHFD_FIXTURES_DIR, "/models/tiny-qwen2");
+  const std::string dir = FixturesDir() + "/models/tiny-qwen2";
   auto reference = model::LoadModel(dir, {at::kDouble, at::kCPU});
   REQUIRE(reference.ok());
   const int64_t head_dim = (*reference)->config().head_dim;
@@ -209,7 +216,7 @@ TEST_CASE("an update's later mini-batches compute with the weights of the steps 
   // the weights it started from. The two may differ by the backward's own non-determinism: the
   // weights' movement agrees within 1e-2 (relative, whole model).
   const at::Device device(at::kCUDA, 0);
-  const std::string dir = absl::StrCat(RLHFD_FIXTURES_DIR, "/models/tiny-qwen2");
+  const std::string dir = FixturesDir() + "/models/tiny-qwen2";
   at::manual_seed(31);
   const int64_t b = 8, t = 48, steps = 4;
   PolicyUpdateBatch batch;
