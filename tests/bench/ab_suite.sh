@@ -66,7 +66,7 @@ export -f gpu_tests train_benches grpo profiled
 # shellcheck disable=SC2016  # each phase's shell expands the exported paths
 for name in ${AB_PHASES:-tests train grpo profile long}; do
   case "${name}" in
-    tests) phase tests 300 bash -c gpu_tests ;;
+    tests) phase tests 200 bash -c gpu_tests ;;
     train) phase train 150 bash -c 'train_benches "" "${before}" "${after}" "${before}" "${after}"
       train_benches --breakdown "${before}" "${after}"' ;;
     grpo) phase grpo 220 bash -c 'grpo "${before}" " " 64 8 256 256 4 64
