@@ -1,17 +1,25 @@
 // [gpu] The transformer in bf16 on the GPU against the fp32 CPU forward of every fixture:
 // relative error (Frobenius norm of the difference over that of the reference) <= 1e-2. And a
 // LoRA actor as a job trains it on a GPU (a frozen bf16 base, float32 adapters, under bf16
-// autocast): its gradients reach every adapter and agree with float32 on the CPU.
+// autocast): its gradients reach every adapter and agree with float32 on the CPU. The fused
+// element-wise kernels (fused_ops.h) against float64, each no further from it than ATen's chain of
+// kernels it replaces; and the whole model under bf16 autocast, values and gradients, against
+// float64 on the CPU.
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
+#include <torch/csrc/autograd/function.h>
 #include <torch/types.h>
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <iostream>
+#include <string>
+#include <vector>
 
+#include "worker/model/fused_ops.h"
 #include "worker/model/lora.h"
 #include "worker/model/model_loader.h"
+#include "worker/model/rope.h"
 #include "worker/model/state_dict.h"
 
 namespace rlhfd::model {
@@ -100,6 +108,205 @@ TEST_CASE("LoRA on a frozen bf16 base trains on the GPU as float32 does on the C
               << "\n";
     CHECK(relative <= 5e-2);
   }
+}
+
+namespace {
+
+// ‖a − reference‖ / ‖reference‖, in float64 on the CPU.
+double RelativeError(const at::Tensor& a, const at::Tensor& reference) {
+  const at::Tensor r = reference.to(at::kCPU, at::kDouble);
+  return ((a.to(at::kCPU, at::kDouble) - r).norm() / r.norm()).item<double>();
+}
+
+// A fused result may be no further from float64 than the ATen chain it replaces (5 % slack for
+// the order of float32 sums), or than `floor` where both are at float32's own rounding.
+void CheckNoWorse(const std::string& what, const at::Tensor& fused, const at::Tensor& chain,
+                  const at::Tensor& exact, double floor) {
+  const double ours = RelativeError(fused, exact), theirs = RelativeError(chain, exact);
+  std::cout << "model_gpu: " << what << ": fused " << ours << ", ATen chain " << theirs << "\n";
+  INFO(what << ": fused " << ours << ", ATen chain " << theirs);
+  CHECK(ours <= std::max(1.05 * theirs, floor));
+}
+
+std::string FunctionName(const at::Tensor& t) {
+  return t.grad_fn() ? t.grad_fn()->name() : std::string("(none)");
+}
+
+at::Tensor Leaf(const at::Tensor& t) { return t.detach().clone().requires_grad_(true); }
+
+}  // namespace
+
+TEST_CASE("fused SwiGLU, RMS norm and rotary kernels are no further from float64 than ATen's",
+          "[gpu][model]") {
+  const at::Device device(at::kCUDA, 0);
+  at::manual_seed(41);
+  for (const at::ScalarType type : {at::kBFloat16, at::kHalf}) {
+    const std::string name = c10::toString(type);
+    SECTION(std::string("SwiGLU ") + name) {
+      const at::Tensor gate0 = (at::randn({3, 7, 1001}) * 3).to(device, type);
+      const at::Tensor up0 = at::randn({3, 7, 1001}).to(device, type);
+      const at::Tensor grad = at::randn({3, 7, 1001}).to(device, type);
+      at::Tensor gate = Leaf(gate0), up = Leaf(up0);
+      const at::Tensor fused = FusedSwiGlu(gate, up, type);
+      CHECK(FunctionName(fused).find("SwiGluFunction") != std::string::npos);
+      fused.backward(grad);
+      at::Tensor gate_chain = Leaf(gate0), up_chain = Leaf(up0);
+      const at::Tensor chain = at::silu(gate_chain) * up_chain;
+      chain.backward(grad);
+      at::Tensor gate64 = Leaf(gate0.cpu().to(at::kDouble)), up64 = Leaf(up0.cpu().to(at::kDouble));
+      const at::Tensor exact = at::silu(gate64) * up64;
+      exact.backward(grad.cpu().to(at::kDouble));
+      CHECK(fused.scalar_type() == type);
+      CheckNoWorse("SwiGLU " + name, fused, chain, exact, 0);
+      CheckNoWorse("SwiGLU d/dgate " + name, gate.grad(), gate_chain.grad(), gate64.grad(), 0);
+      CheckNoWorse("SwiGLU d/dup " + name, up.grad(), up_chain.grad(), up64.grad(), 0);
+    }
+    SECTION(std::string("RMS norm ") + name) {
+      for (const int64_t width : {896, 100}) {
+        const at::Tensor x0 = (at::randn({5, 13, width}) * 2).to(device);
+        const at::Tensor w0 = (1 + at::randn({width}) * 0.1).to(device);
+        const at::Tensor grad = at::randn({5, 13, width}).to(device, type);
+        at::Tensor x = Leaf(x0), w = Leaf(w0);
+        const at::Tensor fused = ApplyRmsNorm(x, w, 1e-6, type);
+        CHECK(FunctionName(fused).find("RmsNormFunction") != std::string::npos);
+        fused.backward(grad);
+        at::Tensor x_chain = Leaf(x0), w_chain = Leaf(w0);
+        const at::Tensor chain = at::rms_norm(x_chain, {width}, w_chain, 1e-6).to(type);
+        chain.backward(grad);
+        at::Tensor x64 = Leaf(x0.cpu().to(at::kDouble)), w64 = Leaf(w0.cpu().to(at::kDouble));
+        const at::Tensor exact = at::rms_norm(x64, {width}, w64, 1e-6);
+        exact.backward(grad.cpu().to(at::kDouble));
+        const std::string what = "RMS norm " + std::to_string(width) + " " + name;
+        CHECK(fused.scalar_type() == type);
+        CheckNoWorse(what, fused, chain, exact, 0);
+        CheckNoWorse(what + " d/dx", x.grad(), x_chain.grad(), x64.grad(), 5e-7);
+        CheckNoWorse(what + " d/dweight", w.grad(), w_chain.grad(), w64.grad(), 5e-7);
+      }
+    }
+    SECTION(std::string("rotary ") + name) {
+      // q and k as the slices of one joined projection (rows strided), a dense tensor, one token
+      // a row, and a gradient arriving in attention's (B, H, T, D) layout.
+      const int64_t heads = 4, kv_heads = 2, dim = 64;
+      for (const int64_t tokens : {9, 1}) {
+        const int64_t batch = 3;
+        const at::Tensor joined =
+            at::randn({batch, tokens, (heads + 2 * kv_heads) * dim}).to(device, type);
+        const at::Tensor positions = at::randint(0, 4000, {batch, tokens}, at::kLong);
+        RopeConfig rope;
+        rope.theta = 1e6;
+        auto [cos, sin] = RopeCosSin(RopeInverseFrequencies(rope, dim), positions, at::kFloat);
+        cos = cos.to(device);
+        sin = sin.to(device);
+        const std::vector<std::pair<std::string, at::Tensor>> inputs = {
+            {"q slice", joined.narrow(2, 0, heads * dim).view({batch, tokens, heads, dim})},
+            {"k slice",
+             joined.narrow(2, heads * dim, kv_heads * dim).view({batch, tokens, kv_heads, dim})},
+            {"dense",
+             joined.narrow(2, 0, heads * dim).contiguous().view({batch, tokens, heads, dim})},
+        };
+        for (const auto& [layout, x0] : inputs) {
+          const std::string what =
+              "rotary " + layout + ", " + std::to_string(tokens) + " token(s), " + name;
+          INFO(what);
+          const at::Tensor weights = at::randn({batch, x0.size(2), tokens, dim}).to(device, type);
+          at::Tensor x = x0.detach().requires_grad_(true);
+          const at::Tensor fused = FusedRope(x, cos, sin, type);
+          CHECK(FunctionName(fused).find("RopeFunction") != std::string::npos);
+          CHECK(fused.is_contiguous());
+          (fused.transpose(1, 2).to(at::kFloat) * weights.to(at::kFloat)).sum().backward();
+          at::Tensor x_chain = x0.detach().requires_grad_(true);
+          const at::Tensor chain =
+              ApplyRope(x_chain.transpose(1, 2), cos.to(type), sin.to(type)).to(type);
+          (chain.to(at::kFloat) * weights.to(at::kFloat)).sum().backward();
+          at::Tensor x64 = x0.detach().cpu().to(at::kDouble).requires_grad_(true);
+          const at::Tensor exact =
+              ApplyRope(x64.transpose(1, 2), cos.cpu().to(at::kDouble), sin.cpu().to(at::kDouble));
+          (exact * weights.cpu().to(at::kDouble)).sum().backward();
+          CheckNoWorse(what, fused.transpose(1, 2), chain, exact, 0);
+          CheckNoWorse(what + " d/dx", x.grad(), x_chain.grad(), x64.grad(), 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("under bf16 autocast on the GPU the whole model agrees with float64 on the CPU",
+          "[gpu][model]") {
+  // The actor's training forward and backward (float32 masters, bf16 autocast, the fused kernels)
+  // against float64 on the CPU: logits within 2e-2 and the gradient of the whole model within
+  // 5e-2 (relative), with and without activation checkpointing (which must give the same
+  // gradients, to the backward's non-determinism: 1e-3). qk-norm, biases and Llama 3's rope.
+  const char* env = std::getenv("RLHFD_FIXTURES_DIR");
+  const std::string models = std::string(env ? env : RLHFD_FIXTURES_DIR) + "/models/";
+  const at::Device device(at::kCUDA, 0);
+  for (const std::string name : {"tiny-qwen3", "tiny-qwen2", "tiny-llama3-rope"}) {
+    INFO(name);
+    auto exact_model = LoadModel(models + name, {at::kDouble, at::kCPU});
+    REQUIRE(exact_model.ok());
+    at::manual_seed(43);
+    const at::Tensor ids = at::randint(3, 500, {4, 37}, at::kLong);
+    const auto loss_of = [&](Transformer& m, const at::Device& where, at::Tensor* logits) {
+      const at::Tensor input = ids.to(where);
+      *logits = m->Logits(m->Hidden({.input_ids = input})).to(at::kDouble);
+      return at::log_softmax(*logits, -1)
+          .narrow(1, 0, 36)
+          .gather(-1, input.narrow(1, 1, 36).unsqueeze(-1))
+          .sum();
+    };
+    const auto gradient = [](Transformer& m) {
+      std::vector<at::Tensor> grads;
+      for (const at::Tensor& p : m->parameters()) {
+        grads.push_back(p.grad().defined() ? p.grad().to(at::kCPU, at::kDouble).flatten()
+                                           : at::zeros({p.numel()}, at::kDouble));
+      }
+      return at::cat(grads);
+    };
+    at::Tensor exact_logits;
+    loss_of(*exact_model, at::kCPU, &exact_logits).backward();
+    const at::Tensor exact_gradient = gradient(*exact_model);
+    std::vector<at::Tensor> gradients;
+    for (const bool checkpointing : {false, true}) {
+      auto gpu = LoadModel(models + name, {at::kFloat, device});
+      REQUIRE(gpu.ok());
+      (*gpu)->set_activation_checkpointing(checkpointing);
+      at::autocast::set_autocast_enabled(at::kCUDA, true);
+      at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+      at::Tensor logits;
+      const at::Tensor loss = loss_of(*gpu, device, &logits);
+      at::autocast::set_autocast_enabled(at::kCUDA, false);
+      at::autocast::clear_cache();
+      loss.backward();
+      const double logit_error = RelativeError(logits, exact_logits);
+      gradients.push_back(gradient(*gpu));
+      const double gradient_error = RelativeError(gradients.back(), exact_gradient);
+      std::cout << "model_gpu: " << name << " bf16 autocast (checkpointing " << checkpointing
+                << "): logits " << logit_error << ", gradient " << gradient_error
+                << " relative to float64\n";
+      CHECK(logit_error <= 2e-2);
+      CHECK(gradient_error <= 5e-2);
+    }
+    CHECK(RelativeError(gradients[1], gradients[0]) <= 1e-3);
+  }
+}
+
+TEST_CASE("the fused kernels serve a layer's bf16 GEMM inputs on the GPU", "[gpu][model]") {
+  // The wiring: where the GEMMs compute in bf16 on a GPU, the norm writes their input and the
+  // gated activation is one kernel (the autograd functions of fused_ops.cc ran).
+  const at::Device device(at::kCUDA, 0);
+  const at::Tensor x = at::randn({2, 5, 64}, device).requires_grad_(true);
+  const at::Tensor norm = ApplyRmsNorm(x, at::ones({64}, device), 1e-6, at::kBFloat16);
+  CHECK(norm.scalar_type() == at::kBFloat16);
+  CHECK(FunctionName(norm).find("RmsNormFunction") != std::string::npos);
+  const at::Tensor gate = at::randn({96, 64}, device).to(at::kBFloat16);
+  const at::Tensor up = at::randn({96, 64}, device).to(at::kBFloat16);
+  const at::Tensor hidden = GatedActivation(gate, at::Tensor(), up, at::Tensor(), norm);
+  CHECK(hidden.scalar_type() == at::kBFloat16);
+  CHECK(FunctionName(hidden).find("SwiGluFunction") != std::string::npos);
+  // On the CPU the chain of ATen kernels runs.
+  const at::Tensor on_cpu =
+      ApplyRmsNorm(x.detach().cpu().requires_grad_(true), at::ones({64}), 1e-6, at::kBFloat16);
+  CHECK(on_cpu.scalar_type() == at::kBFloat16);
+  CHECK(FunctionName(on_cpu).find("RmsNormFunction") == std::string::npos);
 }
 
 }  // namespace rlhfd::model

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "worker/model/fused_ops.h"
 #include "worker/model/rope.h"
 #include "worker/model/state_dict.h"
 
@@ -44,6 +45,15 @@ at::ScalarType ComputeType(const at::Tensor& weight) {
   const at::DeviceType device = weight.device().type();
   return at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device)
                                                    : weight.scalar_type();
+}
+
+// Whether AttentionHeads rotates q and k with the fused kernel: a forward without a cache (the
+// training and scoring forwards; decoding has kernels of its own) whose tables Hidden made in
+// float32 for it.
+bool RotatesFused(const AttentionContext& context, const at::Device& device,
+                  at::ScalarType compute) {
+  return context.cache == nullptr && context.cos.scalar_type() == at::kFloat &&
+         FusedOpsApply(device, compute);
 }
 
 at::Tensor ProjectLayer(torch::nn::Linear& layer, const at::Tensor& x, double adapter_scaling) {
@@ -122,14 +132,24 @@ LowRankAdapter AdapterOf(const torch::nn::Linear& layer, double scaling) {
           .scaling = scaling};
 }
 
-at::Tensor ApplyRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+at::Tensor ApplyRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps,
+                        std::optional<at::ScalarType> output) {
+  // The float32 residual stream normalised for a sublayer's bf16 / fp16 GEMMs on a GPU: one
+  // kernel writes it in their dtype (the chain below writes float32, then casts).
+  if (output && x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat &&
+      FusedOpsApply(x.device(), *output)) {
+    return FusedRmsNorm(x, weight, eps, *output);
+  }
   // In float32 (or wider), as transformers does, then back to the input dtype before the weight.
   // at::rms_norm is one fused kernel on the GPU (and one in its backward).
   const at::Tensor wide = x.to(AccumulationType(x.scalar_type()));
+  at::Tensor y;
   if (weight.scalar_type() == wide.scalar_type() && x.scalar_type() == wide.scalar_type()) {
-    return at::rms_norm(wide, {x.size(-1)}, weight, eps);
+    y = at::rms_norm(wide, {x.size(-1)}, weight, eps);
+  } else {
+    y = weight * at::rms_norm(wide, {x.size(-1)}, std::nullopt, eps).to(x.scalar_type());
   }
-  return weight * at::rms_norm(wide, {x.size(-1)}, std::nullopt, eps).to(x.scalar_type());
+  return output ? y.to(*output) : y;
 }
 
 at::Tensor AttentionHeads(const AttentionWeights& w, const at::Tensor& x,
@@ -146,8 +166,15 @@ at::Tensor AttentionHeads(const AttentionWeights& w, const at::Tensor& x,
     q = ApplyRmsNorm(q, w.q_norm, w.eps);
     k = ApplyRmsNorm(k, w.k_norm, w.eps);
   }
-  q = ApplyRope(q.transpose(1, 2), context.cos, context.sin).to(compute);  // (B, H, T, D)
-  k = ApplyRope(k.transpose(1, 2), context.cos, context.sin).to(compute);  // (B, K, T, D)
+  if (RotatesFused(context, x.device(), compute)) {
+    // Rotated (B, T, heads, D) and written in the GEMMs' dtype by one kernel each; attention
+    // reads the (B, heads, T, D) views.
+    q = FusedRope(q, context.cos, context.sin, compute).transpose(1, 2);
+    k = FusedRope(k, context.cos, context.sin, compute).transpose(1, 2);
+  } else {
+    q = ApplyRope(q.transpose(1, 2), context.cos, context.sin).to(compute);  // (B, H, T, D)
+    k = ApplyRope(k.transpose(1, 2), context.cos, context.sin).to(compute);  // (B, K, T, D)
+  }
   v = v.transpose(1, 2).to(compute);
   if (context.varlen_cu_seqlens.defined()) {
     TORCH_CHECK(b == 1, "packed sequences come as one row, not ", b);
@@ -183,9 +210,14 @@ at::Tensor GatedActivation(const at::Tensor& gate_weight, const at::Tensor& gate
                            const at::Tensor& up_weight, const at::Tensor& up_bias,
                            const at::Tensor& x, const LowRankAdapter& gate_adapter,
                            const LowRankAdapter& up_adapter) {
-  const at::Tensor input = x.to(ComputeType(gate_weight));  // Narrowed once for both.
-  return at::silu(Project(gate_weight, gate_bias, input, gate_adapter)) *
-         Project(up_weight, up_bias, input, up_adapter);
+  const at::ScalarType compute = ComputeType(gate_weight);
+  const at::Tensor input = x.to(compute);  // Narrowed once for both.
+  const at::Tensor gate = Project(gate_weight, gate_bias, input, gate_adapter);
+  const at::Tensor up = Project(up_weight, up_bias, input, up_adapter);
+  if (FusedOpsApply(x.device(), compute) && gate.scalar_type() == up.scalar_type()) {
+    return FusedSwiGlu(gate, up, compute);
+  }
+  return at::silu(gate) * up;
 }
 
 KvCache::KvCache(const ModelConfig& config, int64_t batch, int64_t capacity,
@@ -218,7 +250,9 @@ RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", at::ones({dim}));
 }
 
-at::Tensor RmsNormImpl::forward(const at::Tensor& x) { return ApplyRmsNorm(x, weight, eps_); }
+at::Tensor RmsNormImpl::forward(const at::Tensor& x, std::optional<at::ScalarType> output) {
+  return ApplyRmsNorm(x, weight, eps_, output);
+}
 
 AttentionImpl::AttentionImpl(const ModelConfig& config, int64_t layer)
     : layer_(layer),
@@ -257,12 +291,16 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const AttentionContext& c
                       context.adapter_scaling);  // (B, T, C)
 }
 
+at::ScalarType AttentionImpl::InputType() const { return ComputeType(q_proj->weight); }
+
 MlpImpl::MlpImpl(const ModelConfig& config) {
   const int64_t c = config.hidden_size, f = config.intermediate_size;
   gate_proj = register_module("gate_proj", MakeLinear(c, f, config.mlp_bias));
   up_proj = register_module("up_proj", MakeLinear(c, f, config.mlp_bias));
   down_proj = register_module("down_proj", MakeLinear(f, c, config.mlp_bias));
 }
+
+at::ScalarType MlpImpl::InputType() const { return ComputeType(gate_proj->weight); }
 
 at::Tensor MlpImpl::forward(const at::Tensor& x, double adapter_scaling) {
   return ProjectLayer(
@@ -282,10 +320,10 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, int64_t layer) {
 }
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const AttentionContext& context) {
-  // x is the float32 residual stream; the sublayers round to the weights' dtype where their
-  // GEMMs read it and return float32.
-  at::Tensor h = x + self_attn(input_layernorm(x), context);
-  return h + mlp(post_attention_layernorm(h), context.adapter_scaling);
+  // x is the float32 residual stream; each norm writes it in the dtype of its sublayer's GEMMs
+  // (one kernel on a GPU), and the sublayers return float32 or the GEMMs' dtype.
+  at::Tensor h = x + self_attn(input_layernorm->forward(x, self_attn->InputType()), context);
+  return h + mlp(post_attention_layernorm->forward(h, mlp->InputType()), context.adapter_scaling);
 }
 
 DecoderImpl::DecoderImpl(const ModelConfig& config) {
@@ -434,12 +472,16 @@ at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, AttentionCache* ca
   // up over the layers, costs more accuracy than the matmuls do (docs/architecture.md).
   const at::ScalarType residual = AccumulationType(model->embed_tokens->weight.scalar_type());
   at::Tensor x = model->embed_tokens(batch.input_ids).to(residual);  // (B, T, C)
-  // Under autocast the projections arrive in the autocast dtype; rotating them in float32 would
-  // only add casts. Outside it, rotation runs in float32 for accuracy.
+  // The fused rotary kernel reads float32 tables (RotatesFused). ATen's chain under autocast
+  // gets the projections in the autocast dtype, where rotating in float32 would only add casts;
+  // outside it, rotation runs in float32 for accuracy.
   const at::DeviceType device = batch.input_ids.device().type();
-  const at::ScalarType rope_dtype = at::autocast::is_autocast_enabled(device)
-                                        ? at::autocast::get_autocast_dtype(device)
-                                        : residual;
+  const at::ScalarType rope_dtype =
+      cache == nullptr &&
+              FusedOpsApply(batch.input_ids.device(), ComputeType(model->embed_tokens->weight))
+          ? at::kFloat
+      : at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device)
+                                                  : residual;
   // Kept on the inputs' device once there, so decode steps (and CUDA graphs of them) copy nothing.
   if (inv_freq_.device() != positions.device()) inv_freq_ = inv_freq_.to(positions.device());
   auto [cos, sin] = RopeCosSin(inv_freq_, positions, rope_dtype);

@@ -89,8 +89,10 @@ struct ForwardBatch {
 // decoder's numerics exist once.
 
 // RMS norm of x (..., dim) in float32 (float64 stays), then the weight (dim); fused with the
-// weight when the dtypes allow. In x's dtype, or the wider of it and the weight's.
-at::Tensor ApplyRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// weight when the dtypes allow. In x's dtype, or the wider of it and the weight's; in `output`
+// where given (the dtype of the GEMMs that read it: one kernel on a GPU, fused_ops.h).
+at::Tensor ApplyRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps,
+                        std::optional<at::ScalarType> output = std::nullopt);
 
 // y = x W^T + b, weight (out, in), bias (out) or undefined: x is rounded to the weight's dtype
 // (the GEMM's input) and y comes out float32 (float64 stays); inside an autocast region, whatever
@@ -176,8 +178,9 @@ class ForwardAutocast {
 // variable-length kernel: CUDA (sm80 or newer), bf16 or fp16, head_dim ≤ 256 in multiples of 8.
 bool VarlenAttentionApplies(const at::Device& device, at::ScalarType compute, int64_t head_dim);
 
-// The gated MLP's hidden activation silu(x G^T + g) * (x U^T + u): (B, T, C) → (B, T, F) float32,
-// for the down projection to follow. Biases may be undefined, adapters empty.
+// The gated MLP's hidden activation silu(x G^T + g) * (x U^T + u): (B, T, C) → (B, T, F), for
+// the down projection to follow: float32, or the GEMMs' dtype where they compute in bf16 / fp16
+// on a GPU or under autocast. Biases may be undefined, adapters empty.
 at::Tensor GatedActivation(const at::Tensor& gate_weight, const at::Tensor& gate_bias,
                            const at::Tensor& up_weight, const at::Tensor& up_bias,
                            const at::Tensor& x, const LowRankAdapter& gate_adapter = {},
@@ -190,7 +193,8 @@ LowRankAdapter AdapterOf(const torch::nn::Linear& layer, double scaling);
 class RmsNormImpl : public torch::nn::Module {
  public:
   RmsNormImpl(int64_t dim, double eps);
-  at::Tensor forward(const at::Tensor& x);  // (..., dim)
+  // (..., dim); `output` as in ApplyRmsNorm.
+  at::Tensor forward(const at::Tensor& x, std::optional<at::ScalarType> output = std::nullopt);
   at::Tensor weight;
 
  private:
@@ -202,6 +206,8 @@ class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const ModelConfig& config, int64_t layer);
   at::Tensor forward(const at::Tensor& x, const AttentionContext& context);  // (B, T, C)
+  // The dtype its projections read their input in (the GEMMs' dtype).
+  at::ScalarType InputType() const;
 
  private:
   int64_t layer_, heads_, kv_heads_, head_dim_;
@@ -216,6 +222,8 @@ class MlpImpl : public torch::nn::Module {
   explicit MlpImpl(const ModelConfig& config);
   // (B, T, C) → (B, T, C) via (B, T, F); `adapter_scaling` as in AttentionContext.
   at::Tensor forward(const at::Tensor& x, double adapter_scaling = 0);
+  // The dtype its gate and up projections read their input in (the GEMMs' dtype).
+  at::ScalarType InputType() const;
 
  private:
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};

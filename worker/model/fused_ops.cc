@@ -1,0 +1,200 @@
+// The fused element-wise steps as autograd functions; see fused_ops.h.
+#include "worker/model/fused_ops.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include <vector>
+
+#if RLHFD_HAVE_CUDA
+#include <c10/core/DeviceGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "worker/model/layer_kernels.h"
+#endif
+
+namespace rlhfd::model {
+
+#if RLHFD_HAVE_CUDA
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+kernels::ElementType ElementTypeOf(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat:
+      return kernels::ElementType::kFloat32;
+    case at::kBFloat16:
+      return kernels::ElementType::kBFloat16;
+    case at::kHalf:
+      return kernels::ElementType::kFloat16;
+    default:
+      break;
+  }
+  TORCH_CHECK(false, "fused layer kernels: no kernel for ", type);
+  return kernels::ElementType::kFloat32;
+}
+
+cudaStream_t StreamOf(const at::Tensor& t) {
+  return c10::cuda::getCurrentCUDAStream(t.device().index());
+}
+
+class SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_in,
+                            const at::Tensor& up_in, at::ScalarType out) {
+    const c10::OptionalDeviceGuard device_guard(gate_in.device());
+    const at::Tensor gate = gate_in.contiguous(), up = up_in.contiguous();
+    at::Tensor result = at::empty(gate.sizes(), gate.options().dtype(out));
+    kernels::SwiGluForward(gate.data_ptr(), up.data_ptr(), ElementTypeOf(gate.scalar_type()),
+                           result.data_ptr(), ElementTypeOf(out), gate.numel(), StreamOf(gate));
+    ctx->save_for_backward({gate, up});
+    return result;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& gate = saved[0];
+    const at::Tensor& up = saved[1];
+    const c10::OptionalDeviceGuard device_guard(gate.device());
+    const at::Tensor grad = grads[0].contiguous();
+    at::Tensor grad_gate = at::empty_like(gate), grad_up = at::empty_like(up);
+    kernels::SwiGluBackward(grad.data_ptr(), ElementTypeOf(grad.scalar_type()), gate.data_ptr(),
+                            up.data_ptr(), ElementTypeOf(gate.scalar_type()), grad_gate.data_ptr(),
+                            grad_up.data_ptr(), gate.numel(), StreamOf(gate));
+    return {grad_gate, grad_up, at::Tensor()};
+  }
+};
+
+class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in,
+                            const at::Tensor& weight_in, double eps, at::ScalarType out) {
+    const c10::OptionalDeviceGuard device_guard(x_in.device());
+    const at::Tensor x = x_in.contiguous(), weight = weight_in.contiguous();
+    const int64_t width = x.size(-1), rows = width == 0 ? 0 : x.numel() / width;
+    at::Tensor y = at::empty(x.sizes(), x.options().dtype(out));
+    std::vector<int64_t> rstd_shape = x.sizes().vec();
+    rstd_shape.back() = 1;  // the shape ATen's fused norm keeps it in
+    at::Tensor rstd = at::empty(rstd_shape, x.options());
+    kernels::RmsNormRows(x.data_ptr<float>(), weight.data_ptr<float>(), rows, width,
+                         static_cast<float>(eps), y.data_ptr(), ElementTypeOf(out),
+                         rstd.data_ptr<float>(), StreamOf(x));
+    ctx->save_for_backward({x, weight, rstd});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& weight = saved[1];
+    const at::Tensor& rstd = saved[2];
+    auto [grad_x, grad_weight] =
+        at::_fused_rms_norm_backward(grads[0].to(at::kFloat).contiguous(), x, {x.size(-1)}, rstd,
+                                     weight, {ctx->needs_input_grad(0), ctx->needs_input_grad(1)});
+    return {grad_x, grad_weight, at::Tensor(), at::Tensor()};
+  }
+};
+
+kernels::RopeShape RopeShapeOf(const at::Tensor& x, const at::Tensor& table) {
+  kernels::RopeShape shape;
+  shape.batch = x.size(0);
+  shape.tokens = x.size(1);
+  shape.heads = x.size(2);
+  shape.dim = x.size(3);
+  for (int i = 0; i < 3; ++i) shape.x_strides[i] = x.stride(i);
+  for (int i = 0; i < 2; ++i) shape.table_strides[i] = table.stride(i);
+  return shape;
+}
+
+// x with its last dimension contiguous (the kernels index the others by stride).
+at::Tensor InnerContiguous(const at::Tensor& x) {
+  return x.size(-1) <= 1 || x.stride(-1) == 1 ? x : x.contiguous();
+}
+
+class RopeFunction : public torch::autograd::Function<RopeFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& cos_in,
+                            const at::Tensor& sin_in, at::ScalarType out) {
+    const c10::OptionalDeviceGuard device_guard(x_in.device());
+    const at::Tensor x = InnerContiguous(x_in);
+    // cos and sin share one layout for the kernel's strides.
+    const at::Tensor cos = cos_in.contiguous(), sin = sin_in.contiguous();
+    at::Tensor y = at::empty(x.sizes(), x.options().dtype(out));
+    kernels::Rope(x.data_ptr(), ElementTypeOf(x.scalar_type()), cos.data_ptr<float>(),
+                  sin.data_ptr<float>(), RopeShapeOf(x, cos), /*transposed=*/false, y.data_ptr(),
+                  ElementTypeOf(out), StreamOf(x));
+    ctx->save_for_backward({cos, sin});
+    ctx->saved_data["x_type"] = x.scalar_type();
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& cos = saved[0];
+    const at::Tensor& sin = saved[1];
+    const c10::OptionalDeviceGuard device_guard(cos.device());
+    const at::Tensor grad = InnerContiguous(grads[0]);
+    at::Tensor grad_x =
+        at::empty(grad.sizes(), grad.options().dtype(ctx->saved_data["x_type"].toScalarType()));
+    kernels::Rope(grad.data_ptr(), ElementTypeOf(grad.scalar_type()), cos.data_ptr<float>(),
+                  sin.data_ptr<float>(), RopeShapeOf(grad, cos), /*transposed=*/true,
+                  grad_x.data_ptr(), ElementTypeOf(grad_x.scalar_type()), StreamOf(grad));
+    return {grad_x, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool FusedOpsApply(const at::Device& device, at::ScalarType compute) {
+  return device.is_cuda() && (compute == at::kBFloat16 || compute == at::kHalf);
+}
+
+at::Tensor FusedSwiGlu(const at::Tensor& gate, const at::Tensor& up, at::ScalarType out) {
+  TORCH_CHECK(gate.sizes() == up.sizes() && gate.scalar_type() == up.scalar_type(),
+              "FusedSwiGlu: gate and up differ in shape or dtype");
+  return SwiGluFunction::apply(gate, up, out);
+}
+
+at::Tensor FusedRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps,
+                        at::ScalarType out) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat,
+              "FusedRmsNorm: float32 input and weight");
+  return RmsNormFunction::apply(x, weight, eps, out);
+}
+
+at::Tensor FusedRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                     at::ScalarType out) {
+  TORCH_CHECK(x.dim() == 4 && cos.dim() == 3 && cos.scalar_type() == at::kFloat &&
+                  sin.scalar_type() == at::kFloat && cos.sizes() == sin.sizes() &&
+                  !cos.requires_grad() && !sin.requires_grad(),
+              "FusedRope: x (B, T, H, D) and constant float32 cos/sin (B, T, D)");
+  TORCH_CHECK(cos.size(0) == x.size(0) && cos.size(1) == x.size(1) && cos.size(2) == x.size(3) &&
+                  x.size(3) % 2 == 0,
+              "FusedRope: cos/sin ", cos.sizes(), " do not fit x ", x.sizes());
+  return RopeFunction::apply(x, cos, sin, out);
+}
+
+#else  // built without CUDA: nothing applies.
+
+bool FusedOpsApply(const at::Device&, at::ScalarType) { return false; }
+
+at::Tensor FusedSwiGlu(const at::Tensor&, const at::Tensor&, at::ScalarType) {
+  TORCH_CHECK(false, "FusedSwiGlu: built without CUDA");
+  return {};
+}
+
+at::Tensor FusedRmsNorm(const at::Tensor&, const at::Tensor&, double, at::ScalarType) {
+  TORCH_CHECK(false, "FusedRmsNorm: built without CUDA");
+  return {};
+}
+
+at::Tensor FusedRope(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::ScalarType) {
+  TORCH_CHECK(false, "FusedRope: built without CUDA");
+  return {};
+}
+
+#endif
+
+}  // namespace rlhfd::model
