@@ -179,8 +179,8 @@ TEST_CASE("fused SwiGLU, RMS norm and rotary kernels are no further from float64
         const std::string what = "RMS norm " + std::to_string(width) + " " + name;
         CHECK(fused.scalar_type() == type);
         CheckNoWorse(what, fused, chain, exact, 0);
-        CheckNoWorse(what + " d/dx", x.grad(), x_chain.grad(), x64.grad(), 5e-7);
-        CheckNoWorse(what + " d/dweight", w.grad(), w_chain.grad(), w64.grad(), 5e-7);
+        CheckNoWorse(what + " d/dx", x.grad(), x_chain.grad(), x64.grad(), 1e-6);
+        CheckNoWorse(what + " d/dweight", w.grad(), w_chain.grad(), w64.grad(), 1e-6);
       }
     }
     SECTION(std::string("rotary ") + name) {
@@ -233,7 +233,7 @@ TEST_CASE("fused SwiGLU, RMS norm and rotary kernels are no further from float64
 TEST_CASE("under bf16 autocast on the GPU the whole model agrees with float64 on the CPU",
           "[gpu][model]") {
   // The actor's training forward and backward (float32 masters, bf16 autocast, the fused kernels)
-  // against float64 on the CPU: logits within 2e-2 and the gradient of the whole model within
+  // against float64 on the CPU: logits within 3e-2 and the gradient of the whole model within
   // 5e-2 (relative), with and without activation checkpointing (which must give the same
   // gradients, to the backward's non-determinism: 1e-3). qk-norm, biases and Llama 3's rope.
   const char* env = std::getenv("RLHFD_FIXTURES_DIR");
@@ -282,7 +282,7 @@ TEST_CASE("under bf16 autocast on the GPU the whole model agrees with float64 on
       std::cout << "model_gpu: " << name << " bf16 autocast (checkpointing " << checkpointing
                 << "): logits " << logit_error << ", gradient " << gradient_error
                 << " relative to float64\n";
-      CHECK(logit_error <= 2e-2);
+      CHECK(logit_error <= 3e-2);
       CHECK(gradient_error <= 5e-2);
     }
     CHECK(RelativeError(gradients[1], gradients[0]) <= 1e-3);

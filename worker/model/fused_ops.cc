@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <initializer_list>
 #include <vector>
 
 #if RLHFD_HAVE_CUDA
@@ -151,7 +152,16 @@ bool FusedOpsApply(const at::Device& device, at::ScalarType compute) {
   return device.is_cuda() && (compute == at::kBFloat16 || compute == at::kHalf);
 }
 
+// The kernels read every tensor on one CUDA device.
+void CheckOnOneGpu(const char* what, std::initializer_list<at::Tensor> tensors) {
+  const at::Device device = tensors.begin()->device();
+  for (const at::Tensor& t : tensors) {
+    TORCH_CHECK(t.is_cuda() && t.device() == device, what, ": every tensor on one CUDA device");
+  }
+}
+
 at::Tensor FusedSwiGlu(const at::Tensor& gate, const at::Tensor& up, at::ScalarType out) {
+  CheckOnOneGpu("FusedSwiGlu", {gate, up});
   TORCH_CHECK(gate.sizes() == up.sizes() && gate.scalar_type() == up.scalar_type(),
               "FusedSwiGlu: gate and up differ in shape or dtype");
   return SwiGluFunction::apply(gate, up, out);
@@ -159,13 +169,17 @@ at::Tensor FusedSwiGlu(const at::Tensor& gate, const at::Tensor& up, at::ScalarT
 
 at::Tensor FusedRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps,
                         at::ScalarType out) {
+  CheckOnOneGpu("FusedRmsNorm", {x, weight});
   TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat,
               "FusedRmsNorm: float32 input and weight");
+  TORCH_CHECK(x.dim() >= 1 && weight.dim() == 1 && weight.size(0) == x.size(-1),
+              "FusedRmsNorm: weight ", weight.sizes(), " does not fit x ", x.sizes());
   return RmsNormFunction::apply(x, weight, eps, out);
 }
 
 at::Tensor FusedRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                      at::ScalarType out) {
+  CheckOnOneGpu("FusedRope", {x, cos, sin});
   TORCH_CHECK(x.dim() == 4 && cos.dim() == 3 && cos.scalar_type() == at::kFloat &&
                   sin.scalar_type() == at::kFloat && cos.sizes() == sin.sizes() &&
                   !cos.requires_grad() && !sin.requires_grad(),

@@ -47,13 +47,13 @@ at::ScalarType ComputeType(const at::Tensor& weight) {
                                                    : weight.scalar_type();
 }
 
-// Whether AttentionHeads rotates q and k with the fused kernel: a forward without a cache (the
-// training and scoring forwards; decoding has kernels of its own) whose tables Hidden made in
-// float32 for it.
-bool RotatesFused(const AttentionContext& context, const at::Device& device,
-                  at::ScalarType compute) {
+// Whether AttentionHeads rotates q and k (batch rows) with the fused kernel: a forward without a
+// cache (the training and scoring forwards; decoding has kernels of its own) whose tables Hidden
+// made in float32 for it, one row of them per batch row (ApplyRope also broadcasts one).
+bool RotatesFused(const AttentionContext& context, const at::Device& device, at::ScalarType compute,
+                  int64_t batch) {
   return context.cache == nullptr && context.cos.scalar_type() == at::kFloat &&
-         FusedOpsApply(device, compute);
+         context.cos.size(0) == batch && FusedOpsApply(device, compute);
 }
 
 at::Tensor ProjectLayer(torch::nn::Linear& layer, const at::Tensor& x, double adapter_scaling) {
@@ -166,7 +166,7 @@ at::Tensor AttentionHeads(const AttentionWeights& w, const at::Tensor& x,
     q = ApplyRmsNorm(q, w.q_norm, w.eps);
     k = ApplyRmsNorm(k, w.k_norm, w.eps);
   }
-  if (RotatesFused(context, x.device(), compute)) {
+  if (RotatesFused(context, x.device(), compute, b)) {
     // Rotated (B, T, heads, D) and written in the GEMMs' dtype by one kernel each; attention
     // reads the (B, heads, T, D) views.
     q = FusedRope(q, context.cos, context.sin, compute).transpose(1, 2);
