@@ -41,6 +41,14 @@ cudaStream_t StreamOf(const at::Tensor& t) {
   return c10::cuda::getCurrentCUDAStream(t.device().index());
 }
 
+// The kernels read every tensor on one CUDA device.
+void CheckOnOneGpu(const char* what, std::initializer_list<at::Tensor> tensors) {
+  const at::Device device = tensors.begin()->device();
+  for (const at::Tensor& t : tensors) {
+    TORCH_CHECK(t.is_cuda() && t.device() == device, what, ": every tensor on one CUDA device");
+  }
+}
+
 class SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_in,
@@ -150,14 +158,6 @@ class RopeFunction : public torch::autograd::Function<RopeFunction> {
 
 bool FusedOpsApply(const at::Device& device, at::ScalarType compute) {
   return device.is_cuda() && (compute == at::kBFloat16 || compute == at::kHalf);
-}
-
-// The kernels read every tensor on one CUDA device.
-void CheckOnOneGpu(const char* what, std::initializer_list<at::Tensor> tensors) {
-  const at::Device device = tensors.begin()->device();
-  for (const at::Tensor& t : tensors) {
-    TORCH_CHECK(t.is_cuda() && t.device() == device, what, ": every tensor on one CUDA device");
-  }
 }
 
 at::Tensor FusedSwiGlu(const at::Tensor& gate, const at::Tensor& up, at::ScalarType out) {
