@@ -59,14 +59,16 @@ profiled() {
     echo "-- ${trace}"
     python3 "${here}/summarize_trace.py" "${trace}" 1 25
   done
+  # The reward stage's host work (it runs no kernels), to read back here.
+  cp /tmp/ab_profile/step_3/rewards_rank_0.json "${out}/" 2>/dev/null || true
 }
 
-export here before after
+export here before after out
 export -f gpu_tests train_benches grpo profiled
 # shellcheck disable=SC2016  # each phase's shell expands the exported paths
 for name in ${AB_PHASES:-tests train grpo profile long}; do
   case "${name}" in
-    tests) phase tests 200 bash -c gpu_tests ;;
+    tests) phase tests 120 bash -c gpu_tests ;;
     train) phase train 150 bash -c 'train_benches "" "${before}" "${after}" "${before}" "${after}"
       train_benches --breakdown "${before}" "${after}"' ;;
     grpo) phase grpo 220 bash -c 'grpo "${before}" " " 64 8 256 256 4 64

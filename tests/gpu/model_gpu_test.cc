@@ -143,26 +143,40 @@ TEST_CASE("fused SwiGLU, RMS norm and rotary kernels are no further from float64
   for (const at::ScalarType type : {at::kBFloat16, at::kHalf}) {
     const std::string name = c10::toString(type);
     SECTION(std::string("SwiGLU ") + name) {
-      const at::Tensor gate0 = (at::randn({3, 7, 1001}) * 3).to(device, type);
-      const at::Tensor up0 = at::randn({3, 7, 1001}).to(device, type);
-      const at::Tensor grad = at::randn({3, 7, 1001}).to(device, type);
-      at::Tensor gate = Leaf(gate0), up = Leaf(up0);
-      const at::Tensor fused = FusedSwiGlu(gate, up, type);
-      CHECK(FunctionName(fused).find("SwiGluFunction") != std::string::npos);
-      fused.backward(grad);
-      at::Tensor gate_chain = Leaf(gate0), up_chain = Leaf(up0);
-      const at::Tensor chain = at::silu(gate_chain) * up_chain;
-      chain.backward(grad);
-      at::Tensor gate64 = Leaf(gate0.cpu().to(at::kDouble)), up64 = Leaf(up0.cpu().to(at::kDouble));
-      const at::Tensor exact = at::silu(gate64) * up64;
-      exact.backward(grad.cpu().to(at::kDouble));
-      CHECK(fused.scalar_type() == type);
-      CheckNoWorse("SwiGLU " + name, fused, chain, exact, 0);
-      CheckNoWorse("SwiGLU d/dgate " + name, gate.grad(), gate_chain.grad(), gate64.grad(), 0);
-      CheckNoWorse("SwiGLU d/dup " + name, up.grad(), up_chain.grad(), up64.grad(), 0);
+      // Sizes and offsets for each pack width the kernels pick: 8 elements a pack (1,024 columns),
+      // an odd count (one element a pack) and a view one element in (2).
+      for (const int64_t offset : {0, 1}) {
+        for (const int64_t columns : {1024, 1001}) {
+          const std::string what = "SwiGLU " + std::to_string(columns) + " columns, offset " +
+                                   std::to_string(offset) + ", " + name;
+          INFO(what);
+          const auto make = [&](double scale) {
+            return (at::randn({3, 7, columns + offset}) * scale)
+                .to(device, type)
+                .narrow(2, offset, columns);
+          };
+          const at::Tensor gate0 = make(3), up0 = make(1), grad = make(1);
+          at::Tensor gate = Leaf(gate0), up = Leaf(up0);
+          const at::Tensor fused = FusedSwiGlu(gate, up, type);
+          CHECK(FunctionName(fused).find("SwiGluFunction") != std::string::npos);
+          fused.backward(grad);
+          at::Tensor gate_chain = Leaf(gate0), up_chain = Leaf(up0);
+          const at::Tensor chain = at::silu(gate_chain) * up_chain;
+          chain.backward(grad);
+          at::Tensor gate64 = Leaf(gate0.cpu().to(at::kDouble));
+          at::Tensor up64 = Leaf(up0.cpu().to(at::kDouble));
+          const at::Tensor exact = at::silu(gate64) * up64;
+          exact.backward(grad.cpu().to(at::kDouble));
+          CHECK(fused.scalar_type() == type);
+          CheckNoWorse(what, fused, chain, exact, 0);
+          CheckNoWorse(what + " d/dgate", gate.grad(), gate_chain.grad(), gate64.grad(), 0);
+          CheckNoWorse(what + " d/dup", up.grad(), up_chain.grad(), up64.grad(), 0);
+        }
+      }
     }
     SECTION(std::string("RMS norm ") + name) {
-      for (const int64_t width : {896, 100}) {
+      // Widths for packs of 4, 2 and 1 elements.
+      for (const int64_t width : {896, 102, 99}) {
         const at::Tensor x0 = (at::randn({5, 13, width}) * 2).to(device);
         const at::Tensor w0 = (1 + at::randn({width}) * 0.1).to(device);
         const at::Tensor grad = at::randn({5, 13, width}).to(device, type);
@@ -185,7 +199,8 @@ TEST_CASE("fused SwiGLU, RMS norm and rotary kernels are no further from float64
     }
     SECTION(std::string("rotary ") + name) {
       // q and k as the slices of one joined projection (rows strided), a dense tensor, one token
-      // a row, and a gradient arriving in attention's (B, H, T, D) layout.
+      // a row, a slice one element off alignment (the kernel then reads one element at a time),
+      // and a gradient arriving in attention's (B, H, T, D) layout.
       const int64_t heads = 4, kv_heads = 2, dim = 64;
       for (const int64_t tokens : {9, 1}) {
         const int64_t batch = 3;
@@ -203,6 +218,7 @@ TEST_CASE("fused SwiGLU, RMS norm and rotary kernels are no further from float64
              joined.narrow(2, heads * dim, kv_heads * dim).view({batch, tokens, kv_heads, dim})},
             {"dense",
              joined.narrow(2, 0, heads * dim).contiguous().view({batch, tokens, heads, dim})},
+            {"unaligned slice", joined.narrow(2, 1, heads * dim).unflatten(2, {heads, dim})},
         };
         for (const auto& [layout, x0] : inputs) {
           const std::string what =

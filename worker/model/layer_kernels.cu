@@ -1,13 +1,16 @@
-// The decoder layer's fused element-wise kernels; see layer_kernels.h. Element-wise kernels run a
-// grid-stride loop, one element a thread; the norm runs one block a row.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
+// The decoder layer's fused element-wise kernels; see layer_kernels.h.
+//
+// Each is bound by memory traffic, so each reads and writes packs of up to 16 bytes where the
+// tensors' addresses and sizes allow (one element at a time otherwise): SwiGLU a grid-stride loop
+// over packs, the norm one warp a row, the rotation one thread a pair of packs (d, d + dim/2) of
+// one token's heads, with that token's cos and sin read once for all its heads.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
+#include <type_traits>
 
+#include "worker/model/element_access.cuh"
 #include "worker/model/layer_kernels.h"
 
 namespace rlhfd::model::kernels {
@@ -15,48 +18,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 1 << 16;  // grid-stride beyond this
-
-__device__ __forceinline__ float ToFloat(float v) { return v; }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float v);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __forceinline__ __half FromFloat<__half>(float v) {
-  return __float2half_rn(v);
-}
-
-// Calls f with a value of the C++ type of `type`.
-template <typename F>
-void Dispatch(ElementType type, F&& f) {
-  switch (type) {
-    case ElementType::kFloat32:
-      f(float{});
-      return;
-    case ElementType::kBFloat16:
-      f(__nv_bfloat16{});
-      return;
-    case ElementType::kFloat16:
-      f(__half{});
-      return;
-  }
-}
-
-// The same for the narrow types a GEMM reads (bf16, fp16).
-template <typename F>
-void DispatchNarrow(ElementType type, F&& f) {
-  if (type == ElementType::kFloat32) throw std::invalid_argument("layer kernels: narrow dtype");
-  Dispatch(type, f);
-}
+constexpr int kWarp = 32;
 
 unsigned Blocks(int64_t n) {
   return static_cast<unsigned>(
@@ -67,78 +29,132 @@ void Check(cudaError_t error) {
   if (error != cudaSuccess) throw std::runtime_error(cudaGetErrorString(error));
 }
 
+// The narrow types a GEMM reads (bf16, fp16).
+template <typename F>
+void DispatchNarrow(ElementType type, F&& f) {
+  if (type == ElementType::kFloat32) throw std::invalid_argument("layer kernels: narrow dtype");
+  Dispatch(type, f);
+}
+
+// Calls f with std::integral_constant<int, N> for the widest N in {8, 4, 2, 1} that `fits`.
+template <typename Fits, typename F>
+void DispatchPack(Fits&& fits, F&& f) {
+  if (fits(8)) return f(std::integral_constant<int, 8>{});
+  if (fits(4)) return f(std::integral_constant<int, 4>{});
+  if (fits(2)) return f(std::integral_constant<int, 2>{});
+  f(std::integral_constant<int, 1>{});
+}
+
 __device__ __forceinline__ float Sigmoid(float g) { return 1.f / (1.f + expf(-g)); }
 
-template <typename In, typename Out>
-__global__ void SwiGluForwardKernel(const In* gate, const In* up, Out* out, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g = ToFloat(gate[i]);
-    out[i] = FromFloat<Out>(g * Sigmoid(g) * ToFloat(up[i]));
-  }
+// Grid-stride over the n / N packs, then the n % N elements left one at a time; body(pack, i)
+// with pack a std::integral_constant of the elements from i.
+template <int N, typename Body>
+__device__ __forceinline__ void ForEachPack(int64_t n, Body&& body) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t packs = n / N;
+  for (int64_t p = first; p < packs; p += stride) body(std::integral_constant<int, N>{}, p * N);
+  for (int64_t i = packs * N + first; i < n; i += stride) body(std::integral_constant<int, 1>{}, i);
 }
 
-template <typename Grad, typename In>
+template <int N, typename In, typename Out>
+__global__ void SwiGluForwardKernel(const In* gate, const In* up, Out* out, int64_t n) {
+  ForEachPack<N>(n, [&](auto pack, int64_t i) {
+    constexpr int M = decltype(pack)::value;
+    const Pack<In, M> g = LoadPack<M>(gate + i), u = LoadPack<M>(up + i);
+    Pack<Out, M> y;
+#pragma unroll
+    for (int k = 0; k < M; ++k) {
+      const float gk = ToFloat(g.v[k]);
+      y.v[k] = FromFloat<Out>(gk * Sigmoid(gk) * ToFloat(u.v[k]));
+    }
+    StorePack<M>(out + i, y);
+  });
+}
+
+template <int N, typename Grad, typename In>
 __global__ void SwiGluBackwardKernel(const Grad* grad, const In* gate, const In* up, In* grad_gate,
                                      In* grad_up, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float dy = ToFloat(grad[i]), g = ToFloat(gate[i]), u = ToFloat(up[i]);
-    const float s = Sigmoid(g);
-    // d silu(g) / dg = s + g·s·(1 - s)
-    grad_gate[i] = FromFloat<In>(dy * u * s * (1.f + g * (1.f - s)));
-    grad_up[i] = FromFloat<In>(dy * g * s);
-  }
+  ForEachPack<N>(n, [&](auto pack, int64_t i) {
+    constexpr int M = decltype(pack)::value;
+    const Pack<Grad, M> dy = LoadPack<M>(grad + i);
+    const Pack<In, M> g = LoadPack<M>(gate + i), u = LoadPack<M>(up + i);
+    Pack<In, M> dg, du;
+#pragma unroll
+    for (int k = 0; k < M; ++k) {
+      const float dyk = ToFloat(dy.v[k]), gk = ToFloat(g.v[k]), uk = ToFloat(u.v[k]);
+      const float s = Sigmoid(gk);
+      // d silu(g) / dg = s + g·s·(1 - s)
+      dg.v[k] = FromFloat<In>(dyk * uk * s * (1.f + gk * (1.f - s)));
+      du.v[k] = FromFloat<In>(dyk * gk * s);
+    }
+    StorePack<M>(grad_gate + i, dg);
+    StorePack<M>(grad_up + i, du);
+  });
 }
 
-template <typename Out>
+// One warp a row, kThreads / 32 rows a block; x read twice (the second time from cache).
+template <int N, typename Out>
 __global__ void __launch_bounds__(kThreads)
-    RmsNormRowsKernel(const float* x, const float* weight, int64_t width, float eps, Out* y,
-                      float* rstd) {
-  const int64_t row = blockIdx.x;
+    RmsNormRowsKernel(const float* x, const float* weight, int64_t rows, int64_t width, float eps,
+                      Out* y, float* rstd) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kThreads / kWarp) + threadIdx.x / kWarp;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % kWarp;
   const float* in = x + row * width;
   float sum = 0.f;
-  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) sum += in[j] * in[j];
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffff, sum, offset);
-  __shared__ float warp_sums[kThreads / 32];
-  __shared__ float row_rstd;
-  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float total = 0.f;
-    for (int w = 0; w < kThreads / 32; ++w) total += warp_sums[w];
-    row_rstd = rsqrtf(total / static_cast<float>(width) + eps);
-    rstd[row] = row_rstd;
+  for (int64_t j = lane * N; j < width; j += kWarp * N) {
+    const Pack<float, N> p = LoadPack<N>(in + j);
+#pragma unroll
+    for (int k = 0; k < N; ++k) sum += p.v[k] * p.v[k];
   }
-  __syncthreads();
-  const float r = row_rstd;
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    sum += __shfl_xor_sync(0xffffffff, sum, offset);
+  }
+  const float r = rsqrtf(sum / static_cast<float>(width) + eps);
+  if (lane == 0) rstd[row] = r;
   Out* out = y + row * width;
-  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
-    out[j] = FromFloat<Out>(in[j] * r * weight[j]);
+  for (int64_t j = lane * N; j < width; j += kWarp * N) {
+    const Pack<float, N> p = LoadPack<N>(in + j), w = LoadPack<N>(weight + j);
+    Pack<Out, N> o;
+#pragma unroll
+    for (int k = 0; k < N; ++k) o.v[k] = FromFloat<Out>(p.v[k] * r * w.v[k]);
+    StorePack<N>(out + j, o);
   }
 }
 
-template <typename In, typename Out>
+// Block (dim / 2 / N, heads a block, tokens a block); thread x rotates elements [d, d + N) with
+// [d + dim/2, d + dim/2 + N) of its token's heads.
+template <int N, typename In, typename Out>
 __global__ void RopeKernel(const In* x, const float* cos, const float* sin, RopeShape shape,
                            bool transposed, Out* out) {
-  const int64_t half = shape.dim / 2;
-  const int64_t n = shape.batch * shape.tokens * shape.heads * shape.dim;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t d = i % shape.dim;
-    const int64_t h = (i / shape.dim) % shape.heads;
-    const int64_t t = (i / (shape.dim * shape.heads)) % shape.tokens;
-    const int64_t b = i / (shape.dim * shape.heads * shape.tokens);
+  const int64_t token = blockIdx.x * static_cast<int64_t>(blockDim.z) + threadIdx.z;
+  if (token >= shape.batch * shape.tokens) return;
+  const int64_t b = token / shape.tokens, t = token % shape.tokens;
+  const int64_t half = shape.dim / 2, d = threadIdx.x * static_cast<int64_t>(N);
+  const int64_t table = b * shape.table_strides[0] + t * shape.table_strides[1] + d;
+  const Pack<float, N> cos_d = LoadPack<N>(cos + table), cos_e = LoadPack<N>(cos + table + half);
+  const Pack<float, N> sin_d = LoadPack<N>(sin + table), sin_e = LoadPack<N>(sin + table + half);
+  for (int64_t h = threadIdx.y; h < shape.heads; h += blockDim.y) {
     const In* row = x + b * shape.x_strides[0] + t * shape.x_strides[1] + h * shape.x_strides[2];
-    const int64_t table = b * shape.table_strides[0] + t * shape.table_strides[1];
-    const bool first = d < half;
-    const int64_t partner = first ? d + half : d - half;
-    const float own = ToFloat(row[d]) * cos[table + d];
-    // Forward: y_d = x_d cos_d - x_{d+h} sin_d (first half), x_d cos_d + x_{d-h} sin_d (second).
-    // Transposed: g_d cos_d + g_{d+h} sin_{d+h} (first half), g_d cos_d - g_{d-h} sin_{d-h}.
-    const float sine = transposed ? sin[table + partner] : sin[table + d];
-    const float other = ToFloat(row[partner]) * sine;
-    out[i] = FromFloat<Out>((first != transposed) ? own - other : own + other);
+    const Pack<In, N> xd = LoadPack<N>(row + d), xe = LoadPack<N>(row + d + half);
+    Pack<Out, N> yd, ye;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const float a = ToFloat(xd.v[k]), e = ToFloat(xe.v[k]);
+      // With e = d + dim/2, forward: y_d = x_d cos_d - x_e sin_d, y_e = x_e cos_e + x_d sin_e.
+      // Transposed: y_d = x_d cos_d + x_e sin_e, y_e = x_e cos_e - x_d sin_d.
+      const float first =
+          transposed ? a * cos_d.v[k] + e * sin_e.v[k] : a * cos_d.v[k] - e * sin_d.v[k];
+      const float second =
+          transposed ? e * cos_e.v[k] - a * sin_d.v[k] : e * cos_e.v[k] + a * sin_e.v[k];
+      yd.v[k] = FromFloat<Out>(first);
+      ye.v[k] = FromFloat<Out>(second);
+    }
+    Out* o = out + (token * shape.heads + h) * shape.dim;
+    StorePack<N>(o + d, yd);
+    StorePack<N>(o + d + half, ye);
   }
 }
 
@@ -151,8 +167,14 @@ void SwiGluForward(const void* gate, const void* up, ElementType in, void* out,
     using In = decltype(in_tag);
     DispatchNarrow(out_type, [&](auto out_tag) {
       using Out = decltype(out_tag);
-      SwiGluForwardKernel<In, Out><<<Blocks(n), kThreads, 0, stream>>>(
-          static_cast<const In*>(gate), static_cast<const In*>(up), static_cast<Out*>(out), n);
+      const auto fits = [&](int pack) {
+        return PackAligned(gate, pack, sizeof(In)) && PackAligned(up, pack, sizeof(In)) &&
+               PackAligned(out, pack, sizeof(Out));
+      };
+      DispatchPack(fits, [&](auto pack) {
+        SwiGluForwardKernel<pack(), In, Out><<<Blocks(n / pack()), kThreads, 0, stream>>>(
+            static_cast<const In*>(gate), static_cast<const In*>(up), static_cast<Out*>(out), n);
+      });
     });
   });
   Check(cudaGetLastError());
@@ -166,9 +188,16 @@ void SwiGluBackward(const void* grad, ElementType grad_type, const void* gate, c
     using Grad = decltype(grad_tag);
     Dispatch(in, [&](auto in_tag) {
       using In = decltype(in_tag);
-      SwiGluBackwardKernel<Grad, In><<<Blocks(n), kThreads, 0, stream>>>(
-          static_cast<const Grad*>(grad), static_cast<const In*>(gate), static_cast<const In*>(up),
-          static_cast<In*>(grad_gate), static_cast<In*>(grad_up), n);
+      const auto fits = [&](int pack) {
+        return PackAligned(grad, pack, sizeof(Grad)) && PackAligned(gate, pack, sizeof(In)) &&
+               PackAligned(up, pack, sizeof(In)) && PackAligned(grad_gate, pack, sizeof(In)) &&
+               PackAligned(grad_up, pack, sizeof(In));
+      };
+      DispatchPack(fits, [&](auto pack) {
+        SwiGluBackwardKernel<pack(), Grad, In><<<Blocks(n / pack()), kThreads, 0, stream>>>(
+            static_cast<const Grad*>(grad), static_cast<const In*>(gate),
+            static_cast<const In*>(up), static_cast<In*>(grad_gate), static_cast<In*>(grad_up), n);
+      });
     });
   });
   Check(cudaGetLastError());
@@ -179,8 +208,17 @@ void RmsNormRows(const float* x, const float* weight, int64_t rows, int64_t widt
   if (rows == 0) return;
   DispatchNarrow(out_type, [&](auto out_tag) {
     using Out = decltype(out_tag);
-    RmsNormRowsKernel<Out><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-        x, weight, width, eps, static_cast<Out*>(y), rstd);
+    // Every row starts aligned when the width is a multiple of the pack.
+    const auto fits = [&](int pack) {
+      return pack <= 4 && width % pack == 0 && PackAligned(x, pack, sizeof(float)) &&
+             PackAligned(weight, pack, sizeof(float)) && PackAligned(y, pack, sizeof(Out));
+    };
+    const int64_t rows_a_block = kThreads / kWarp;
+    DispatchPack(fits, [&](auto pack) {
+      RmsNormRowsKernel<pack(), Out>
+          <<<static_cast<unsigned>((rows + rows_a_block - 1) / rows_a_block), kThreads, 0,
+             stream>>>(x, weight, rows, width, eps, static_cast<Out*>(y), rstd);
+    });
   });
   Check(cudaGetLastError());
 }
@@ -188,14 +226,41 @@ void RmsNormRows(const float* x, const float* weight, int64_t rows, int64_t widt
 void Rope(const void* x, ElementType x_type, const float* cos, const float* sin,
           const RopeShape& shape, bool transposed, void* out, ElementType out_type,
           cudaStream_t stream) {
-  const int64_t n = shape.batch * shape.tokens * shape.heads * shape.dim;
-  if (n == 0) return;
+  const int64_t token_rows = shape.batch * shape.tokens;
+  if (token_rows == 0 || shape.heads == 0 || shape.dim == 0) return;
+  const int64_t half = shape.dim / 2;
   Dispatch(x_type, [&](auto in_tag) {
     using In = decltype(in_tag);
     Dispatch(out_type, [&](auto out_tag) {
       using Out = decltype(out_tag);
-      RopeKernel<In, Out><<<Blocks(n), kThreads, 0, stream>>>(
-          static_cast<const In*>(x), cos, sin, shape, transposed, static_cast<Out*>(out));
+      // A stride counts only along a dimension of more than one index.
+      const auto strides_fit = [](int pack, const int64_t* strides, const int64_t* sizes,
+                                  int count) {
+        for (int i = 0; i < count; ++i) {
+          if (sizes[i] > 1 && strides[i] % pack != 0) return false;
+        }
+        return true;
+      };
+      const int64_t x_sizes[3] = {shape.batch, shape.tokens, shape.heads};
+      const auto fits = [&](int pack) {
+        return half % pack == 0 && PackAligned(x, pack, sizeof(In)) &&
+               PackAligned(out, pack, sizeof(Out)) && PackAligned(cos, pack, sizeof(float)) &&
+               PackAligned(sin, pack, sizeof(float)) &&
+               strides_fit(pack, shape.x_strides, x_sizes, 3) &&
+               strides_fit(pack, shape.table_strides, x_sizes, 2);
+      };
+      DispatchPack(fits, [&](auto pack) {
+        const int64_t pairs = half / pack();
+        // About kThreads threads a block: a token's heads, then several tokens.
+        const int64_t heads = std::clamp<int64_t>(kThreads / pairs, 1, shape.heads);
+        constexpr int64_t kMaxBlockZ = 64;  // CUDA's limit on blockDim.z
+        const int64_t tokens = std::clamp<int64_t>(kThreads / (pairs * heads), 1, kMaxBlockZ);
+        const dim3 block(static_cast<unsigned>(pairs), static_cast<unsigned>(heads),
+                         static_cast<unsigned>(tokens));
+        RopeKernel<pack(), In, Out>
+            <<<static_cast<unsigned>((token_rows + tokens - 1) / tokens), block, 0, stream>>>(
+                static_cast<const In*>(x), cos, sin, shape, transposed, static_cast<Out*>(out));
+      });
     });
   });
   Check(cudaGetLastError());

@@ -10,9 +10,9 @@
 
 #include <cstdint>
 
-namespace rlhfd::model::kernels {
+#include "worker/model/element_type.h"
 
-enum class ElementType { kFloat32, kBFloat16, kFloat16 };
+namespace rlhfd::model::kernels {
 
 // out = silu(gate) * up over n elements; gate and up of `in`, out of `out_type` (bf16 or fp16).
 void SwiGluForward(const void* gate, const void* up, ElementType in, void* out,

@@ -57,14 +57,14 @@ at::Tensor ChunkLogits(const at::Tensor& hidden, const at::Tensor& weight, int64
 }
 
 #if RLHFD_HAVE_CUDA
-kernels::GradientType GradientTypeOf(at::ScalarType compute) {
+model::kernels::ElementType GradientTypeOf(at::ScalarType compute) {
   switch (compute) {
     case at::kBFloat16:
-      return kernels::GradientType::kBFloat16;
+      return model::kernels::ElementType::kBFloat16;
     case at::kHalf:
-      return kernels::GradientType::kFloat16;
+      return model::kernels::ElementType::kFloat16;
     default:
-      return kernels::GradientType::kFloat32;
+      return model::kernels::ElementType::kFloat32;
   }
 }
 #endif

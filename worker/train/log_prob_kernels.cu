@@ -4,17 +4,17 @@
 // the row and merges the threads' triples; then lse = max + log Σ e^(z-max) and
 // Σ p·z = Σ e^(z-max)·z / Σ e^(z-max). One block per row. The backward is elementwise: one
 // thread per four logits, a grid of (blocks over the row, rows).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
+#include "worker/model/element_access.cuh"
 #include "worker/train/log_prob_kernels.h"
 
 namespace rlhfd::train::kernels {
 namespace {
+
+using model::kernels::FromFloat;
 
 constexpr int kRowThreads = 512;
 constexpr int kGradientThreads = 256;
@@ -92,21 +92,6 @@ __global__ void __launch_bounds__(kRowThreads)
 }
 
 template <typename T>
-__device__ __forceinline__ T FromFloat(float x);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
-  return __float2bfloat16(x);
-}
-template <>
-__device__ __forceinline__ __half FromFloat<__half>(float x) {
-  return __float2half(x);
-}
-
-template <typename T>
 __global__ void __launch_bounds__(kGradientThreads)
     LogProbGradientKernel(const float* __restrict__ logits, int vocab,
                           const int64_t* __restrict__ targets, const float* __restrict__ lse,
@@ -164,19 +149,13 @@ void LogProbRows(const float* logits, int rows, int vocab, const int64_t* target
 
 void LogProbGradient(const float* logits, int rows, int vocab, const int64_t* targets,
                      const float* lse, const float* entropy, const float* g_log_prob,
-                     const float* g_entropy, void* grad, GradientType type, cudaStream_t stream) {
+                     const float* g_entropy, void* grad, model::kernels::ElementType type,
+                     cudaStream_t stream) {
   if (rows == 0 || vocab == 0) return;
-  switch (type) {
-    case GradientType::kFloat32:
-      return LaunchGradient<float>(logits, rows, vocab, targets, lse, entropy, g_log_prob,
-                                   g_entropy, grad, stream);
-    case GradientType::kBFloat16:
-      return LaunchGradient<__nv_bfloat16>(logits, rows, vocab, targets, lse, entropy, g_log_prob,
-                                           g_entropy, grad, stream);
-    case GradientType::kFloat16:
-      return LaunchGradient<__half>(logits, rows, vocab, targets, lse, entropy, g_log_prob,
-                                    g_entropy, grad, stream);
-  }
+  model::kernels::Dispatch(type, [&](auto tag) {
+    LaunchGradient<decltype(tag)>(logits, rows, vocab, targets, lse, entropy, g_log_prob, g_entropy,
+                                  grad, stream);
+  });
 }
 
 }  // namespace rlhfd::train::kernels

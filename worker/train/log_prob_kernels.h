@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "worker/model/element_type.h"
+
 namespace rlhfd::train::kernels {
 
 // logits (rows, vocab) float32, contiguous; targets (rows) int64.
@@ -19,15 +21,13 @@ namespace rlhfd::train::kernels {
 void LogProbRows(const float* logits, int rows, int vocab, const int64_t* targets, float* log_prob,
                  float* entropy, float* lse, cudaStream_t stream);
 
-// The dtype of the gradient LogProbGradient writes.
-enum class GradientType { kFloat32, kBFloat16, kFloat16 };
-
 // The gradient of Σ g_log_prob·log_prob + g_entropy·entropy with respect to the logits:
 //   grad = -p · (g_log_prob + g_entropy · (log p + entropy)) + onehot(target) · g_log_prob
 // with p = exp(logits - lse). logits (rows, vocab) float32 contiguous; targets, lse, entropy,
 // g_log_prob, g_entropy per row (float32 but targets); grad (rows, vocab) contiguous of `type`.
 void LogProbGradient(const float* logits, int rows, int vocab, const int64_t* targets,
                      const float* lse, const float* entropy, const float* g_log_prob,
-                     const float* g_entropy, void* grad, GradientType type, cudaStream_t stream);
+                     const float* g_entropy, void* grad, model::kernels::ElementType type,
+                     cudaStream_t stream);
 
 }  // namespace rlhfd::train::kernels
