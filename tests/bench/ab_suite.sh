@@ -13,6 +13,7 @@
 #   profile   AFTER's job again with step 3 profiled; each stage's kernels summed
 #   long      the GRPO job 32 x 8, N 1,024, micro-batch 32, before then after
 #   trl       AFTER's short job with TRL tuned in the same call (TRL importable: PYTHONPATH)
+#   ppo       the short job as PPO (GAE, a critic colocated with the actor), before then after
 # AB_PHASES: the phases to run, in order (default all but trl).
 set -uo pipefail
 seconds=${1:?SECONDS}; out=${2:?OUT_DIR}
@@ -59,8 +60,11 @@ profiled() {
     echo "-- ${trace}"
     python3 "${here}/summarize_trace.py" "${trace}" 1 25
   done
-  # The reward stage's host work (it runs no kernels), to read back here.
-  cp /tmp/ab_profile/step_3/rewards_rank_0.json "${out}/" 2>/dev/null || true
+  # The reward stage's host work (it runs no kernels) and the reference's before it, to read
+  # back here (their timestamps share one clock).
+  for stage in rewards ref_log_probs; do
+    gzip -c "/tmp/ab_profile/step_3/${stage}_rank_0.json" >"${out}/${stage}_rank_0.json.gz" || true
+  done
 }
 
 export here before after out
@@ -77,6 +81,8 @@ for name in ${AB_PHASES:-tests train grpo profile long}; do
     long) phase long 300 bash -c 'grpo "${before}" " " 32 8 256 1024 4 32
       grpo "${after}" " " 32 8 256 1024 4 32' ;;
     trl) phase trl 280 bash -c 'grpo "${after}" "64:0" 64 8 256 256 4 64' ;;
+    ppo) phase ppo 240 bash -c 'grpo "${before}" " " 64 8 256 256 4 64 --critic
+      grpo "${after}" " " 64 8 256 256 4 64 --critic' ;;
     *) echo "ab_suite: no phase '${name}'" >&2; exit 2 ;;
   esac
 done

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Inputs of the one-GPU GRPO benchmark (tests/bench/grpo_vs_trl.sh), shared by rlhfd and TRL:
 a random-initialised model of the Qwen2.5-0.5B shape (the shape of worker/bench/model_presets.h,
-saved as safetensors; --shape 7b for Qwen2.5-7B's, --lora_rank for a LoRA actor) with the fixture tokenizer (its ids are a subset of the model's, so the
+saved as safetensors; --shape 7b for Qwen2.5-7B's, --lora_rank for a LoRA actor, --critic for
+PPO with a critic) with the fixture tokenizer (its ids are a subset of the model's, so the
 model's samples decode, most to nothing), prompts of exactly P tokens, and the rlhfd job config.
 Random weights almost never sample EOS, so every response runs to N tokens in both systems.
 
@@ -73,6 +74,9 @@ def main():
     parser.add_argument("--shape", choices=sorted(SHAPES), default="0.5b", help="Qwen2.5 model shape")
     parser.add_argument("--lora_rank", type=int, default=0, help="LoRA actor (all-linear) when > 0")
     parser.add_argument("--lora_alpha", type=int, default=0, help="default: twice the rank")
+    parser.add_argument("--critic", action="store_true",
+                        help="PPO: GAE advantages from a critic (value head on the same weights), "
+                             "colocated with the actor")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     model_dir = os.path.join(args.out, "model" if args.shape == "0.5b" else f"model-{args.shape}")
@@ -88,6 +92,12 @@ def main():
     name = f"grpo-{args.prompts}x{args.n}-p{args.prompt_len}-n{args.response_len}"
     if args.shape != "0.5b":
         name += f"-{args.shape}"
+    estimator, critic = "grpo", ""
+    if args.critic:
+        name = "ppo" + name[len("grpo"):]
+        estimator = "gae"
+        critic = (f"  critic: {{train: {{ppo_mini_batch_size: {args.prompts}, "
+                  f"ppo_micro_batch_size_per_gpu: {args.micro_batch}, lr: 1.0e-5}}}}\n")
     lora = ""
     if args.lora_rank > 0:
         name += f"-lora{args.lora_rank}"
@@ -102,7 +112,7 @@ data:
   max_response_length: {args.response_len}
   train_batch_size: {args.prompts}
 algorithm:
-  adv_estimator: grpo
+  adv_estimator: {estimator}
   kl: {{mode: loss, coef: 0.001, estimator: low_var_kl}}
 roles:
   actor:
@@ -111,7 +121,7 @@ roles:
     rollout: {{n: {args.n}, temperature: 1.0, max_num_seqs: {args.prompts * args.n},
               log_prob_micro_batch_size_per_gpu: {2 * args.micro_batch}}}
   reference: {{log_prob_micro_batch_size_per_gpu: {2 * args.micro_batch}}}
-  reward: {{rule: exact_match}}
+{critic}  reward: {{rule: exact_match}}
 placement: colocated
 trainer: {{total_steps: {args.steps}, save_every: -1, val_every: -1, loggers: [console, jsonl], device: cuda}}
 """
