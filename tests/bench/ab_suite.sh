@@ -63,7 +63,8 @@ profiled() {
   # The reward stage's host work (it runs no kernels) and the reference's before it, to read
   # back here (their timestamps share one clock).
   for stage in rewards ref_log_probs; do
-    gzip -c "/tmp/ab_profile/step_3/${stage}_rank_0.json" >"${out}/${stage}_rank_0.json.gz" || true
+    trace="/tmp/ab_profile/step_3/${stage}_rank_0.json"
+    if [[ -f "${trace}" ]]; then gzip -c "${trace}" >"${out}/${stage}_rank_0.json.gz"; fi
   done
 }
 
