@@ -175,26 +175,77 @@ TEST_CASE("fused SwiGLU, RMS norm and rotary kernels are no further from float64
       }
     }
     SECTION(std::string("RMS norm ") + name) {
-      // Widths for packs of 4, 2 and 1 elements.
-      for (const int64_t width : {896, 102, 99}) {
-        const at::Tensor x0 = (at::randn({5, 13, width}) * 2).to(device);
-        const at::Tensor w0 = (1 + at::randn({width}) * 0.1).to(device);
-        const at::Tensor grad = at::randn({5, 13, width}).to(device, type);
-        at::Tensor x = Leaf(x0), w = Leaf(w0);
-        const at::Tensor fused = ApplyRmsNorm(x, w, 1e-6, type);
-        CHECK(FunctionName(fused).find("RmsNormFunction") != std::string::npos);
-        fused.backward(grad);
-        at::Tensor x_chain = Leaf(x0), w_chain = Leaf(w0);
-        const at::Tensor chain = at::rms_norm(x_chain, {width}, w_chain, 1e-6).to(type);
-        chain.backward(grad);
-        at::Tensor x64 = Leaf(x0.cpu().to(at::kDouble)), w64 = Leaf(w0.cpu().to(at::kDouble));
-        const at::Tensor exact = at::rms_norm(x64, {width}, w64, 1e-6);
-        exact.backward(grad.cpu().to(at::kDouble));
-        const std::string what = "RMS norm " + std::to_string(width) + " " + name;
-        CHECK(fused.scalar_type() == type);
-        CheckNoWorse(what, fused, chain, exact, 0);
-        CheckNoWorse(what + " d/dx", x.grad(), x_chain.grad(), x64.grad(), 1e-6);
-        CheckNoWorse(what + " d/dweight", w.grad(), w_chain.grad(), w64.grad(), 1e-6);
+      // Widths for packs of 4, 2 and 1 elements; 65 rows (one chunk of the weight's gradient)
+      // and 450 (four, the last partial).
+      for (const auto& [batch, tokens] : {std::pair<int64_t, int64_t>{5, 13}, {3, 150}}) {
+        for (const int64_t width : {896, 102, 99}) {
+          const at::Tensor x0 = (at::randn({batch, tokens, width}) * 2).to(device);
+          const at::Tensor w0 = (1 + at::randn({width}) * 0.1).to(device);
+          const at::Tensor grad = at::randn({batch, tokens, width}).to(device, type);
+          at::Tensor x = Leaf(x0), w = Leaf(w0);
+          const at::Tensor fused = ApplyRmsNorm(x, w, 1e-6, type);
+          CHECK(FunctionName(fused).find("RmsNormFunction") != std::string::npos);
+          fused.backward(grad);
+          at::Tensor x_chain = Leaf(x0), w_chain = Leaf(w0);
+          const at::Tensor chain = at::rms_norm(x_chain, {width}, w_chain, 1e-6).to(type);
+          chain.backward(grad);
+          at::Tensor x64 = Leaf(x0.cpu().to(at::kDouble)), w64 = Leaf(w0.cpu().to(at::kDouble));
+          const at::Tensor exact = at::rms_norm(x64, {width}, w64, 1e-6);
+          exact.backward(grad.cpu().to(at::kDouble));
+          const std::string what = "RMS norm " + std::to_string(batch * tokens) + " x " +
+                                   std::to_string(width) + " " + name;
+          INFO(what);
+          CHECK(fused.scalar_type() == type);
+          CheckNoWorse(what, fused, chain, exact, 0);
+          CheckNoWorse(what + " d/dx", x.grad(), x_chain.grad(), x64.grad(), 1e-6);
+          CheckNoWorse(what + " d/dweight", w.grad(), w_chain.grad(), w64.grad(), 1e-6);
+          // A frozen weight (a LoRA base): x's gradient alone, the same.
+          at::Tensor x_alone = Leaf(x0);
+          ApplyRmsNorm(x_alone, w0, 1e-6, type).backward(grad);
+          CHECK(at::equal(x_alone.grad(), x.grad()));
+        }
+      }
+    }
+    SECTION(std::string("residual add and norm ") + name) {
+      // A layer's mid-point: the float32 residual stream plus the attention's output (in the
+      // GEMMs' dtype, or float32), then the MLP's norm; the loss reads both results, so the
+      // sum's own gradient (the residual path) joins the norm's.
+      for (const at::ScalarType delta_type : {type, at::kFloat}) {
+        for (const int64_t width : {896, 99}) {
+          const std::string what = "add + norm " + std::to_string(width) + ", delta " +
+                                   c10::toString(delta_type) + ", " + name;
+          INFO(what);
+          const at::Tensor x0 = (at::randn({3, 150, width}) * 2).to(device);
+          const at::Tensor delta0 = at::randn({3, 150, width}).to(device, delta_type);
+          const at::Tensor w0 = (1 + at::randn({width}) * 0.1).to(device);
+          const at::Tensor sum_weights = at::randn({3, 150, width}).to(device);
+          const at::Tensor norm_weights = at::randn({3, 150, width}).to(device);
+          const auto loss = [&](const at::Tensor& sum, const at::Tensor& normed) {
+            return (sum.to(at::kDouble) * sum_weights.to(sum.device(), at::kDouble)).sum() +
+                   (normed.to(at::kDouble) * norm_weights.to(normed.device(), at::kDouble)).sum();
+          };
+          at::Tensor x = Leaf(x0), delta = Leaf(delta0), w = Leaf(w0);
+          const auto [sum, normed] = FusedAddRmsNorm(x, delta, w, 1e-6, type);
+          CHECK(FunctionName(normed).find("AddRmsNormFunction") != std::string::npos);
+          CHECK(at::equal(sum, x0 + delta0));  // ATen's float32 add, bit for bit
+          loss(sum, normed).backward();
+          at::Tensor x_chain = Leaf(x0), delta_chain = Leaf(delta0), w_chain = Leaf(w0);
+          const at::Tensor sum_chain = x_chain + delta_chain;
+          const at::Tensor chain = at::rms_norm(sum_chain, {width}, w_chain, 1e-6).to(type);
+          loss(sum_chain, chain).backward();
+          at::Tensor x64 = Leaf(x0.cpu().to(at::kDouble));
+          at::Tensor delta64 = Leaf(delta0.cpu().to(at::kDouble));
+          at::Tensor w64 = Leaf(w0.cpu().to(at::kDouble));
+          const at::Tensor sum64 = x64 + delta64;
+          const at::Tensor exact = at::rms_norm(sum64, {width}, w64, 1e-6);
+          loss(sum64, exact).backward();
+          CHECK(normed.scalar_type() == type);
+          CHECK(delta.grad().scalar_type() == delta_type);
+          CheckNoWorse(what, normed, chain, exact, 0);
+          CheckNoWorse(what + " d/dx", x.grad(), x_chain.grad(), x64.grad(), 1e-6);
+          CheckNoWorse(what + " d/ddelta", delta.grad(), delta_chain.grad(), delta64.grad(), 1e-6);
+          CheckNoWorse(what + " d/dweight", w.grad(), w_chain.grad(), w64.grad(), 1e-6);
+        }
       }
     }
     SECTION(std::string("rotary ") + name) {
@@ -318,6 +369,13 @@ TEST_CASE("the fused kernels serve a layer's bf16 GEMM inputs on the GPU", "[gpu
   const at::Tensor hidden = GatedActivation(gate, at::Tensor(), up, at::Tensor(), norm);
   CHECK(hidden.scalar_type() == at::kBFloat16);
   CHECK(FunctionName(hidden).find("SwiGluFunction") != std::string::npos);
+  // The residual add before the MLP's norm is one kernel with that norm.
+  RmsNorm post_attention(64, 1e-6);
+  post_attention->to(device);
+  const auto [sum, normed] =
+      post_attention->AddThenForward(x, hidden.narrow(-1, 0, 64).contiguous(), at::kBFloat16);
+  CHECK(sum.scalar_type() == at::kFloat);
+  CHECK(FunctionName(normed).find("AddRmsNormFunction") != std::string::npos);
   // On the CPU the chain of ATen kernels runs.
   const at::Tensor on_cpu =
       ApplyRmsNorm(x.detach().cpu().requires_grad_(true), at::ones({64}), 1e-6, at::kBFloat16);

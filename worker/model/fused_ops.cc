@@ -5,6 +5,8 @@
 #include <torch/autograd.h>
 
 #include <initializer_list>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #if RLHFD_HAVE_CUDA
@@ -76,33 +78,128 @@ class SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
   }
 };
 
+// The norm's kernels for the two autograd functions below. Rows of x's last dimension.
+int64_t RowsOf(const at::Tensor& x) { return x.size(-1) == 0 ? 0 : x.numel() / x.size(-1); }
+
+struct NormOutputs {
+  at::Tensor x, weight;  // the inputs as the kernel read them (contiguous), for the backward
+  at::Tensor sum;        // x + delta, where a delta was added
+  at::Tensor y, rstd;
+};
+
+NormOutputs NormForward(const at::Tensor& x_in, const at::Tensor& delta_in,
+                        const at::Tensor& weight_in, double eps, at::ScalarType out) {
+  const c10::OptionalDeviceGuard device_guard(x_in.device());
+  NormOutputs result;
+  result.x = x_in.contiguous();
+  result.weight = weight_in.contiguous();
+  const at::Tensor& x = result.x;
+  result.y = at::empty(x.sizes(), x.options().dtype(out));
+  std::vector<int64_t> rstd_shape = x.sizes().vec();
+  rstd_shape.back() = 1;  // the shape ATen's fused norm keeps it in
+  result.rstd = at::empty(rstd_shape, x.options());
+  kernels::RmsNormInputs inputs{.x = x.data_ptr<float>(),
+                                .weight = result.weight.data_ptr<float>(),
+                                .rows = RowsOf(x),
+                                .width = x.size(-1),
+                                .eps = static_cast<float>(eps),
+                                .y = result.y.data_ptr(),
+                                .out_type = ElementTypeOf(out),
+                                .rstd = result.rstd.data_ptr<float>()};
+  at::Tensor delta;
+  if (delta_in.defined()) {
+    delta = delta_in.contiguous();
+    result.sum = at::empty_like(x);
+    inputs.delta = delta.data_ptr();
+    inputs.delta_type = ElementTypeOf(delta.scalar_type());
+    inputs.sum = result.sum.data_ptr<float>();
+  }
+  kernels::RmsNormRows(inputs, StreamOf(x));
+  return result;
+}
+
+struct NormGradients {
+  at::Tensor x, x_narrow, weight;
+};
+
+// `x` the normalised input (the sum, where the forward added); `through` a gradient reaching it
+// by another path (undefined: none); `narrow` the dtype of a second copy of x's gradient.
+NormGradients NormBackward(const at::Tensor& grad_in, const at::Tensor& x, const at::Tensor& weight,
+                           const at::Tensor& rstd, const at::Tensor& through_in, bool want_x,
+                           std::optional<at::ScalarType> narrow, bool want_weight) {
+  const c10::OptionalDeviceGuard device_guard(x.device());
+  const at::Tensor grad = grad_in.contiguous();  // read in its own dtype
+  const int64_t rows = RowsOf(x), width = x.size(-1);
+  const at::Tensor through =
+      through_in.defined() ? through_in.to(at::kFloat).contiguous() : at::Tensor();
+  NormGradients result;
+  at::Tensor workspace;
+  if (want_x) result.x = at::empty_like(x);
+  if (narrow) result.x_narrow = at::empty(x.sizes(), x.options().dtype(*narrow));
+  if (want_weight) {
+    result.weight = at::empty_like(weight);
+    workspace = at::empty({kernels::RmsNormBackwardWorkspace(rows, width)}, x.options());
+  }
+  const auto pointer = [](const at::Tensor& t) {
+    return t.defined() ? t.data_ptr<float>() : nullptr;
+  };
+  kernels::RmsNormBackward(
+      {.grad = grad.data_ptr(),
+       .grad_type = ElementTypeOf(grad.scalar_type()),
+       .x = x.data_ptr<float>(),
+       .weight = weight.data_ptr<float>(),
+       .rstd = rstd.data_ptr<float>(),
+       .rows = rows,
+       .width = width,
+       .through = pointer(through),
+       .grad_x = pointer(result.x),
+       .grad_x_narrow = result.x_narrow.defined() ? result.x_narrow.data_ptr() : nullptr,
+       .narrow_type = ElementTypeOf(narrow.value_or(at::kBFloat16)),
+       .grad_weight = pointer(result.weight),
+       .workspace = pointer(workspace)},
+      StreamOf(x));
+  return result;
+}
+
 class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in,
-                            const at::Tensor& weight_in, double eps, at::ScalarType out) {
-    const c10::OptionalDeviceGuard device_guard(x_in.device());
-    const at::Tensor x = x_in.contiguous(), weight = weight_in.contiguous();
-    const int64_t width = x.size(-1), rows = width == 0 ? 0 : x.numel() / width;
-    at::Tensor y = at::empty(x.sizes(), x.options().dtype(out));
-    std::vector<int64_t> rstd_shape = x.sizes().vec();
-    rstd_shape.back() = 1;  // the shape ATen's fused norm keeps it in
-    at::Tensor rstd = at::empty(rstd_shape, x.options());
-    kernels::RmsNormRows(x.data_ptr<float>(), weight.data_ptr<float>(), rows, width,
-                         static_cast<float>(eps), y.data_ptr(), ElementTypeOf(out),
-                         rstd.data_ptr<float>(), StreamOf(x));
-    ctx->save_for_backward({x, weight, rstd});
-    return y;
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            double eps, at::ScalarType out) {
+    NormOutputs outputs = NormForward(x, at::Tensor(), weight, eps, out);
+    ctx->save_for_backward({outputs.x, outputs.weight, outputs.rstd});
+    return outputs.y;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor& x = saved[0];
-    const at::Tensor& weight = saved[1];
-    const at::Tensor& rstd = saved[2];
-    auto [grad_x, grad_weight] =
-        at::_fused_rms_norm_backward(grads[0].to(at::kFloat).contiguous(), x, {x.size(-1)}, rstd,
-                                     weight, {ctx->needs_input_grad(0), ctx->needs_input_grad(1)});
-    return {grad_x, grad_weight, at::Tensor(), at::Tensor()};
+    NormGradients gradients =
+        NormBackward(grads[0], saved[0], saved[1], saved[2], at::Tensor(), ctx->needs_input_grad(0),
+                     std::nullopt, ctx->needs_input_grad(1));
+    return {gradients.x, gradients.weight, at::Tensor(), at::Tensor()};
+  }
+};
+
+// (x + delta, rms_norm(x + delta) · weight): the residual add and the next sublayer's norm.
+class AddRmsNormFunction : public torch::autograd::Function<AddRmsNormFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& delta,
+                               const at::Tensor& weight, double eps, at::ScalarType out) {
+    NormOutputs outputs = NormForward(x, delta, weight, eps, out);
+    ctx->save_for_backward({outputs.sum, outputs.weight, outputs.rstd});
+    ctx->saved_data["delta_type"] = delta.scalar_type();
+    return {outputs.sum, outputs.y};
+  }
+
+  // The sum's gradient (from the residual stream after it) passes through the add to both x and
+  // delta, with the norm's; one kernel writes both (delta's in its own dtype).
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::ScalarType delta_type = ctx->saved_data["delta_type"].toScalarType();
+    NormGradients gradients =
+        NormBackward(grads[1], saved[0], saved[1], saved[2], grads[0], ctx->needs_input_grad(0),
+                     ctx->needs_input_grad(1) ? std::optional(delta_type) : std::nullopt,
+                     ctx->needs_input_grad(2));
+    return {gradients.x, gradients.x_narrow, gradients.weight, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -177,6 +274,21 @@ at::Tensor FusedRmsNorm(const at::Tensor& x, const at::Tensor& weight, double ep
   return RmsNormFunction::apply(x, weight, eps, out);
 }
 
+std::pair<at::Tensor, at::Tensor> FusedAddRmsNorm(const at::Tensor& x, const at::Tensor& delta,
+                                                  const at::Tensor& weight, double eps,
+                                                  at::ScalarType out) {
+  CheckOnOneGpu("FusedAddRmsNorm", {x, delta, weight});
+  TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat,
+              "FusedAddRmsNorm: float32 x and weight");
+  TORCH_CHECK(x.sizes() == delta.sizes() && x.dim() >= 1 && weight.dim() == 1 &&
+                  weight.size(0) == x.size(-1),
+              "FusedAddRmsNorm: x ", x.sizes(), ", delta ", delta.sizes(), " and weight ",
+              weight.sizes(), " do not fit");
+  ElementTypeOf(delta.scalar_type());  // refuses a dtype the kernels do not read
+  variable_list outputs = AddRmsNormFunction::apply(x, delta, weight, eps, out);
+  return {outputs[0], outputs[1]};
+}
+
 at::Tensor FusedRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                      at::ScalarType out) {
   CheckOnOneGpu("FusedRope", {x, cos, sin});
@@ -201,6 +313,12 @@ at::Tensor FusedSwiGlu(const at::Tensor&, const at::Tensor&, at::ScalarType) {
 
 at::Tensor FusedRmsNorm(const at::Tensor&, const at::Tensor&, double, at::ScalarType) {
   TORCH_CHECK(false, "FusedRmsNorm: built without CUDA");
+  return {};
+}
+
+std::pair<at::Tensor, at::Tensor> FusedAddRmsNorm(const at::Tensor&, const at::Tensor&,
+                                                  const at::Tensor&, double, at::ScalarType) {
+  TORCH_CHECK(false, "FusedAddRmsNorm: built without CUDA");
   return {};
 }
 

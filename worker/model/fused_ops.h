@@ -7,6 +7,8 @@
 
 #include <ATen/Tensor.h>
 
+#include <utility>
+
 namespace rlhfd::model {
 
 // Whether the fused kernels serve a forward on `device` whose GEMMs compute in `compute`: a CUDA
@@ -19,9 +21,17 @@ at::Tensor FusedSwiGlu(const at::Tensor& gate, const at::Tensor& up, at::ScalarT
 
 // RMS norm of float32 x (..., C) by float32 weight (C), written in `out` (bf16 or fp16): what
 // ApplyRmsNorm then a cast to `out` compute, in one pass. Gradients reach x and the weight in
-// float32 (ATen's fused norm backward).
+// float32, computed from the output's gradient as it comes (no float32 copy of it).
 at::Tensor FusedRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps,
                         at::ScalarType out);
+
+// (x + delta, the RMS norm of x + delta by weight written in `out`) in one pass: a residual add
+// and the next sublayer's norm. x and weight float32, delta of x's shape in float32, bf16 or
+// fp16; the sum float32 (as ATen's add writes it, bit for bit). Gradients reach x (float32),
+// delta (its dtype) and the weight (float32), the sum's own gradient included, from one kernel.
+std::pair<at::Tensor, at::Tensor> FusedAddRmsNorm(const at::Tensor& x, const at::Tensor& delta,
+                                                  const at::Tensor& weight, double eps,
+                                                  at::ScalarType out);
 
 // x (B, T, H, D), any strides with D contiguous, rotated by float32 cos/sin (B, T, D) as
 // ApplyRope does, written contiguous (B, T, H, D) in `out` (bf16 or fp16). The gradient reaches x

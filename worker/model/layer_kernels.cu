@@ -2,7 +2,8 @@
 //
 // Each is bound by memory traffic, so each reads and writes packs of up to 16 bytes where the
 // tensors' addresses and sizes allow (one element at a time otherwise): SwiGLU a grid-stride loop
-// over packs, the norm one warp a row, the rotation one thread a pair of packs (d, d + dim/2) of
+// over packs, the norm one warp a row (its backward too; the weight's gradient by chunks of
+// rows, then one sum a column), the rotation one thread a pair of packs (d, d + dim/2) of
 // one token's heads, with that token's cos and sin read once for all its heads.
 #include <algorithm>
 #include <cmath>
@@ -94,33 +95,133 @@ __global__ void SwiGluBackwardKernel(const Grad* grad, const In* gate, const In*
   });
 }
 
-// One warp a row, kThreads / 32 rows a block; x read twice (the second time from cache).
-template <int N, typename Out>
+// One warp a row, kThreads / 32 rows a block. With delta, the row's x + delta is written to sum
+// and normalised; the second pass reads back what the same thread wrote (from cache).
+template <int N, typename Delta, typename Out>
 __global__ void __launch_bounds__(kThreads)
-    RmsNormRowsKernel(const float* x, const float* weight, int64_t rows, int64_t width, float eps,
-                      Out* y, float* rstd) {
+    RmsNormRowsKernel(const float* x, const Delta* delta, float* sum, const float* weight,
+                      int64_t rows, int64_t width, float eps, Out* y, float* rstd) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(kThreads / kWarp) + threadIdx.x / kWarp;
   if (row >= rows) return;
   const int lane = threadIdx.x % kWarp;
-  const float* in = x + row * width;
-  float sum = 0.f;
+  const int64_t offset = row * width;
+  float squares = 0.f;
   for (int64_t j = lane * N; j < width; j += kWarp * N) {
-    const Pack<float, N> p = LoadPack<N>(in + j);
+    Pack<float, N> p = LoadPack<N>(x + offset + j);
+    if (delta != nullptr) {
+      const Pack<Delta, N> d = LoadPack<N>(delta + offset + j);
 #pragma unroll
-    for (int k = 0; k < N; ++k) sum += p.v[k] * p.v[k];
+      for (int k = 0; k < N; ++k) p.v[k] += ToFloat(d.v[k]);
+      StorePack<N>(sum + offset + j, p);
+    }
+#pragma unroll
+    for (int k = 0; k < N; ++k) squares += p.v[k] * p.v[k];
   }
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    sum += __shfl_xor_sync(0xffffffff, sum, offset);
+  for (int shift = kWarp / 2; shift > 0; shift /= 2) {
+    squares += __shfl_xor_sync(0xffffffff, squares, shift);
   }
-  const float r = rsqrtf(sum / static_cast<float>(width) + eps);
+  const float r = rsqrtf(squares / static_cast<float>(width) + eps);
   if (lane == 0) rstd[row] = r;
-  Out* out = y + row * width;
+  const float* in = (delta != nullptr ? sum : x) + offset;
   for (int64_t j = lane * N; j < width; j += kWarp * N) {
     const Pack<float, N> p = LoadPack<N>(in + j), w = LoadPack<N>(weight + j);
     Pack<Out, N> o;
 #pragma unroll
     for (int k = 0; k < N; ++k) o.v[k] = FromFloat<Out>(p.v[k] * r * w.v[k]);
-    StorePack<N>(out + j, o);
+    StorePack<N>(y + offset + j, o);
+  }
+}
+
+// One warp a row, as RmsNormRowsKernel: grad_x = rstd·g·w − rstd³/width · x · Σ g·w·x (plus
+// `through`), to grad_x and / or narrow.
+template <int N, typename Grad, typename Narrow>
+__global__ void __launch_bounds__(kThreads)
+    RmsNormGradInputKernel(const Grad* grad, const float* x, const float* weight, const float* rstd,
+                           int64_t rows, int64_t width, const float* through, float* grad_x,
+                           Narrow* narrow) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kThreads / kWarp) + threadIdx.x / kWarp;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % kWarp;
+  const int64_t offset = row * width;
+  float dot = 0.f;  // Σ g·w·x
+  for (int64_t j = lane * N; j < width; j += kWarp * N) {
+    const Pack<Grad, N> gp = LoadPack<N>(grad + offset + j);
+    const Pack<float, N> xp = LoadPack<N>(x + offset + j), wp = LoadPack<N>(weight + j);
+#pragma unroll
+    for (int k = 0; k < N; ++k) dot += ToFloat(gp.v[k]) * wp.v[k] * xp.v[k];
+  }
+  for (int shift = kWarp / 2; shift > 0; shift /= 2) {
+    dot += __shfl_xor_sync(0xffffffff, dot, shift);
+  }
+  const float r = rstd[row], c = r * r * r * dot / static_cast<float>(width);
+  for (int64_t j = lane * N; j < width; j += kWarp * N) {
+    const Pack<Grad, N> gp = LoadPack<N>(grad + offset + j);
+    const Pack<float, N> xp = LoadPack<N>(x + offset + j), wp = LoadPack<N>(weight + j);
+    Pack<float, N> o;
+#pragma unroll
+    for (int k = 0; k < N; ++k) o.v[k] = r * ToFloat(gp.v[k]) * wp.v[k] - c * xp.v[k];
+    if (through != nullptr) {
+      const Pack<float, N> tp = LoadPack<N>(through + offset + j);
+#pragma unroll
+      for (int k = 0; k < N; ++k) o.v[k] += tp.v[k];
+    }
+    if (grad_x != nullptr) StorePack<N>(grad_x + offset + j, o);
+    if (narrow != nullptr) {
+      Pack<Narrow, N> n;
+#pragma unroll
+      for (int k = 0; k < N; ++k) n.v[k] = FromFloat<Narrow>(o.v[k]);
+      StorePack<N>(narrow + offset + j, n);
+    }
+  }
+}
+
+// The weight's gradient in two passes: each block sums g·x·rstd over a chunk of rows for
+// kWarp·N columns (kThreads / kWarp threads down the rows, one pack of columns each), the chunk's
+// sums to partial (chunks, width); then one thread a column adds the chunks.
+int64_t NormChunkRows(int64_t rows) {
+  constexpr int64_t kMaxGridY = 65535;  // CUDA's limit on gridDim.y: one chunk a block row
+  return std::max<int64_t>(128, (rows + kMaxGridY - 1) / kMaxGridY);
+}
+
+template <int N, typename Grad>
+__global__ void __launch_bounds__(kThreads)
+    RmsNormGradWeightKernel(const Grad* grad, const float* x, const float* rstd, int64_t rows,
+                            int64_t width, int64_t chunk_rows, float* partial) {
+  constexpr int kDown = kThreads / kWarp;
+  const int64_t column = (blockIdx.x * static_cast<int64_t>(kWarp) + threadIdx.x % kWarp) * N;
+  const int down = threadIdx.x / kWarp;
+  const int64_t first = blockIdx.y * chunk_rows;
+  const int64_t last = std::min(rows, first + chunk_rows);
+  float sum[N] = {};
+  if (column < width) {
+    for (int64_t row = first + down; row < last; row += kDown) {
+      const Pack<Grad, N> gp = LoadPack<N>(grad + row * width + column);
+      const Pack<float, N> xp = LoadPack<N>(x + row * width + column);
+      const float r = rstd[row];
+#pragma unroll
+      for (int k = 0; k < N; ++k) sum[k] += ToFloat(gp.v[k]) * xp.v[k] * r;
+    }
+  }
+  __shared__ float sums[kDown][kWarp * N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) sums[down][(threadIdx.x % kWarp) * N + k] = sum[k];
+  __syncthreads();
+  if (down != 0 || column >= width) return;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    float total = 0.f;
+    for (int d = 0; d < kDown; ++d) total += sums[d][threadIdx.x * N + k];
+    partial[blockIdx.y * width + column + k] = total;
+  }
+}
+
+// Grid-stride over columns (Blocks caps the grid).
+__global__ void SumChunksKernel(const float* partial, int64_t chunks, int64_t width, float* out) {
+  for (int64_t column = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; column < width;
+       column += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float total = 0.f;
+    for (int64_t c = 0; c < chunks; ++c) total += partial[c * width + column];
+    out[column] = total;
   }
 }
 
@@ -203,21 +304,79 @@ void SwiGluBackward(const void* grad, ElementType grad_type, const void* gate, c
   Check(cudaGetLastError());
 }
 
-void RmsNormRows(const float* x, const float* weight, int64_t rows, int64_t width, float eps,
-                 void* y, ElementType out_type, float* rstd, cudaStream_t stream) {
-  if (rows == 0) return;
-  DispatchNarrow(out_type, [&](auto out_tag) {
-    using Out = decltype(out_tag);
-    // Every row starts aligned when the width is a multiple of the pack.
-    const auto fits = [&](int pack) {
-      return pack <= 4 && width % pack == 0 && PackAligned(x, pack, sizeof(float)) &&
-             PackAligned(weight, pack, sizeof(float)) && PackAligned(y, pack, sizeof(Out));
-    };
-    const int64_t rows_a_block = kThreads / kWarp;
-    DispatchPack(fits, [&](auto pack) {
-      RmsNormRowsKernel<pack(), Out>
-          <<<static_cast<unsigned>((rows + rows_a_block - 1) / rows_a_block), kThreads, 0,
-             stream>>>(x, weight, rows, width, eps, static_cast<Out*>(y), rstd);
+void RmsNormRows(const RmsNormInputs& in, cudaStream_t stream) {
+  if (in.rows == 0 || in.width == 0) return;
+  Dispatch(in.delta_type, [&](auto delta_tag) {
+    using Delta = decltype(delta_tag);
+    DispatchNarrow(in.out_type, [&](auto out_tag) {
+      using Out = decltype(out_tag);
+      // Every row starts aligned when the width is a multiple of the pack.
+      const auto fits = [&](int pack) {
+        return pack <= 4 && in.width % pack == 0 && PackAligned(in.x, pack, sizeof(float)) &&
+               PackAligned(in.weight, pack, sizeof(float)) &&
+               PackAligned(in.y, pack, sizeof(Out)) &&
+               (in.delta == nullptr || (PackAligned(in.delta, pack, sizeof(Delta)) &&
+                                        PackAligned(in.sum, pack, sizeof(float))));
+      };
+      const int64_t rows_a_block = kThreads / kWarp;
+      DispatchPack(fits, [&](auto pack) {
+        RmsNormRowsKernel<pack(), Delta, Out>
+            <<<static_cast<unsigned>((in.rows + rows_a_block - 1) / rows_a_block), kThreads, 0,
+               stream>>>(in.x, static_cast<const Delta*>(in.delta), in.sum, in.weight, in.rows,
+                         in.width, in.eps, static_cast<Out*>(in.y), in.rstd);
+      });
+    });
+  });
+  Check(cudaGetLastError());
+}
+
+int64_t RmsNormBackwardWorkspace(int64_t rows, int64_t width) {
+  return (rows + NormChunkRows(rows) - 1) / NormChunkRows(rows) * width;
+}
+
+void RmsNormBackward(const RmsNormGradients& in, cudaStream_t stream) {
+  const int64_t rows = in.rows, width = in.width;
+  if (width == 0) return;
+  if (rows == 0) {
+    if (in.grad_weight != nullptr) {
+      Check(cudaMemsetAsync(in.grad_weight, 0, width * sizeof(float), stream));
+    }
+    return;
+  }
+  Dispatch(in.grad_type, [&](auto grad_tag) {
+    using Grad = decltype(grad_tag);
+    const Grad* grad = static_cast<const Grad*>(in.grad);
+    Dispatch(in.narrow_type, [&](auto narrow_tag) {
+      using Narrow = decltype(narrow_tag);
+      const auto fits = [&](int pack) {
+        const auto fit = [&](const void* p, int bytes) {
+          return p == nullptr || PackAligned(p, pack, bytes);
+        };
+        return pack <= 4 && width % pack == 0 && fit(grad, sizeof(Grad)) &&
+               fit(in.x, sizeof(float)) && fit(in.weight, sizeof(float)) &&
+               fit(in.through, sizeof(float)) && fit(in.grad_x, sizeof(float)) &&
+               fit(in.grad_x_narrow, sizeof(Narrow));
+      };
+      DispatchPack(fits, [&](auto pack) {
+        if (in.grad_x != nullptr || in.grad_x_narrow != nullptr) {
+          const int64_t rows_a_block = kThreads / kWarp;
+          RmsNormGradInputKernel<pack(), Grad, Narrow>
+              <<<static_cast<unsigned>((rows + rows_a_block - 1) / rows_a_block), kThreads, 0,
+                 stream>>>(grad, in.x, in.weight, in.rstd, rows, width, in.through, in.grad_x,
+                           static_cast<Narrow*>(in.grad_x_narrow));
+        }
+        if (in.grad_weight != nullptr) {
+          const int64_t columns_a_block = kWarp * pack();
+          const int64_t chunk_rows = NormChunkRows(rows);
+          const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+          const dim3 grid(static_cast<unsigned>((width + columns_a_block - 1) / columns_a_block),
+                          static_cast<unsigned>(chunks));
+          RmsNormGradWeightKernel<pack(), Grad><<<grid, kThreads, 0, stream>>>(
+              grad, in.x, in.rstd, rows, width, chunk_rows, in.workspace);
+          SumChunksKernel<<<Blocks(width), kThreads, 0, stream>>>(in.workspace, chunks, width,
+                                                                  in.grad_weight);
+        }
+      });
     });
   });
   Check(cudaGetLastError());

@@ -132,14 +132,21 @@ LowRankAdapter AdapterOf(const torch::nn::Linear& layer, double scaling) {
           .scaling = scaling};
 }
 
+namespace {
+
+// The float32 residual stream normalised for a sublayer's bf16 / fp16 GEMMs on a GPU: one kernel
+// writes it in their dtype (ApplyRmsNorm's chain writes float32, then casts).
+bool NormFuses(const at::Tensor& x, const at::Tensor& weight,
+               std::optional<at::ScalarType> output) {
+  return output && x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat &&
+         FusedOpsApply(x.device(), *output);
+}
+
+}  // namespace
+
 at::Tensor ApplyRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps,
                         std::optional<at::ScalarType> output) {
-  // The float32 residual stream normalised for a sublayer's bf16 / fp16 GEMMs on a GPU: one
-  // kernel writes it in their dtype (the chain below writes float32, then casts).
-  if (output && x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat &&
-      FusedOpsApply(x.device(), *output)) {
-    return FusedRmsNorm(x, weight, eps, *output);
-  }
+  if (NormFuses(x, weight, output)) return FusedRmsNorm(x, weight, eps, *output);
   // In float32 (or wider), as transformers does, then back to the input dtype before the weight.
   // at::rms_norm is one fused kernel on the GPU (and one in its backward).
   const at::Tensor wide = x.to(AccumulationType(x.scalar_type()));
@@ -254,6 +261,19 @@ at::Tensor RmsNormImpl::forward(const at::Tensor& x, std::optional<at::ScalarTyp
   return ApplyRmsNorm(x, weight, eps_, output);
 }
 
+std::pair<at::Tensor, at::Tensor> RmsNormImpl::AddThenForward(const at::Tensor& x,
+                                                              const at::Tensor& delta,
+                                                              at::ScalarType output) {
+  if (NormFuses(x, weight, output) && delta.device() == x.device() && delta.sizes() == x.sizes() &&
+      (delta.scalar_type() == at::kFloat || delta.scalar_type() == at::kBFloat16 ||
+       delta.scalar_type() == at::kHalf)) {
+    return FusedAddRmsNorm(x, delta, weight, eps_, output);
+  }
+  at::Tensor sum = x + delta;
+  at::Tensor normed = forward(sum, output);
+  return {std::move(sum), std::move(normed)};
+}
+
 AttentionImpl::AttentionImpl(const ModelConfig& config, int64_t layer)
     : layer_(layer),
       heads_(config.num_heads),
@@ -322,8 +342,10 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, int64_t layer) {
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const AttentionContext& context) {
   // x is the float32 residual stream; each norm writes it in the dtype of its sublayer's GEMMs
   // (one kernel on a GPU), and the sublayers return float32 or the GEMMs' dtype.
-  at::Tensor h = x + self_attn(input_layernorm->forward(x, self_attn->InputType()), context);
-  return h + mlp(post_attention_layernorm->forward(h, mlp->InputType()), context.adapter_scaling);
+  const at::Tensor attended =
+      self_attn(input_layernorm->forward(x, self_attn->InputType()), context);
+  const auto [h, normed] = post_attention_layernorm->AddThenForward(x, attended, mlp->InputType());
+  return h + mlp(normed, context.adapter_scaling);
 }
 
 DecoderImpl::DecoderImpl(const ModelConfig& config) {

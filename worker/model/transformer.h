@@ -15,6 +15,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -137,7 +138,7 @@ struct AttentionContext {
 // these weights hold.
 struct AttentionWeights {
   at::Tensor q_weight, q_bias, k_weight, k_bias, v_weight, v_bias;  // biases may be undefined
-  LowRankAdapter q_adapter, k_adapter, v_adapter;                    // LoRA, where adapted
+  LowRankAdapter q_adapter, k_adapter, v_adapter;                   // LoRA, where adapted
   at::Tensor q_norm, k_norm;  // (D); undefined without qk-norm
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
   double eps = 0;  // of q_norm and k_norm
@@ -195,6 +196,10 @@ class RmsNormImpl : public torch::nn::Module {
   RmsNormImpl(int64_t dim, double eps);
   // (..., dim); `output` as in ApplyRmsNorm.
   at::Tensor forward(const at::Tensor& x, std::optional<at::ScalarType> output = std::nullopt);
+  // (x + delta, forward(x + delta, output)): a residual add and this norm, one kernel where the
+  // norm's is fused (the sum float32 either way for a float32 x).
+  std::pair<at::Tensor, at::Tensor> AddThenForward(const at::Tensor& x, const at::Tensor& delta,
+                                                   at::ScalarType output);
   at::Tensor weight;
 
  private:
