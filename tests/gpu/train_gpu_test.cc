@@ -2,8 +2,9 @@
 // logits (log_softmax, entropy, autograd): values and gradients, float32 and under bf16 and fp16
 // autocast, a vocabulary of vector loads (1024) and one of scalar loads (1001), rows over several
 // chunks; and an id outside the vocabulary. Packed sequences through FlashAttention's
-// variable-length kernel against each sequence alone, float64 on the CPU. An update of several
-// mini-batches under autocast against one update per mini-batch.
+// variable-length kernel against each sequence alone, and rows sharing a prompt computed once
+// against each row whole, float64 on the CPU. An update of several mini-batches under autocast
+// against one update per mini-batch.
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <torch/types.h>
@@ -11,10 +12,12 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <iostream>
+#include <numeric>
 #include <string>
 
 #include "worker/model/model_loader.h"
 #include "worker/model/transformer.h"
+#include "worker/train/batching.h"
 #include "worker/train/chunked_log_probs.h"
 #include "worker/train/policy_update.h"
 #include "worker/train/trained_model.h"
@@ -200,6 +203,102 @@ TEST_CASE("packed sequences through the variable-length kernel equal each sequen
       const double alone_grad = Relative(alone.grads[i], exact.grads[i]);
       INFO("parameter " << i << ": packed " << packed_grad << ", alone " << alone_grad);
       CHECK(packed_grad <= 2 * alone_grad + 5e-3);
+    }
+  }
+}
+
+TEST_CASE("rows sharing a prompt through the variable-length kernel equal each row computed whole",
+          "[gpu][train][packing]") {
+  // A GRPO-shaped micro-batch (4 prompts of 60 to 150 tokens, left-padded, × 4 samples of 1 to 70
+  // response tokens, right-padded; two samples beginning their responses alike) through
+  // ForwardMicroBatch as the update runs it on a GPU: packed, each prompt computed once, only the
+  // response positions scored. Its log-probs and every parameter's gradient of a weighted sum of
+  // them, and those of the same rows packed without sharing, against float64 on the CPU (padded,
+  // each row whole): shared no further from it than twice unshared (plus 5e-3).
+  const at::Device device(at::kCUDA, 0);
+  const std::string dir = FixturesDir() + "/models/tiny-qwen2";
+  at::manual_seed(21);
+  const int64_t groups = 4, samples = 4, prompt_width = 150, response_width = 70;
+  const int64_t rows = groups * samples, t = prompt_width + response_width;
+  const std::vector<int64_t> prompt_lengths = {150, 60, 97, 128};
+  at::Tensor ids = at::zeros({rows, t}, at::kLong), attention = at::zeros({rows, t}, at::kLong);
+  at::Tensor response = at::zeros({rows, t - 1}, at::kDouble);
+  for (int64_t g = 0; g < groups; ++g) {
+    const at::Tensor prompt = at::randint(3, 500, {prompt_lengths[g]}, at::kLong);
+    const int64_t first = prompt_width - prompt_lengths[g];
+    for (int64_t k = 0; k < samples; ++k) {
+      const int64_t row = g * samples + k, length = 1 + (row * 37) % response_width;
+      ids[row].narrow(0, first, prompt_lengths[g]).copy_(prompt);
+      ids[row].narrow(0, prompt_width, length).copy_(at::randint(3, 500, {length}));
+      attention[row].narrow(0, first, prompt_lengths[g] + length).fill_(1);
+      response[row].narrow(0, prompt_width - 1, length).fill_(1);
+    }
+  }
+  // Rows 6 and 7 (13 and 50 response tokens) begin their responses alike.
+  ids[7].narrow(0, prompt_width, 10).copy_(ids[6].narrow(0, prompt_width, 10));
+  const at::Tensor weights =
+      at::linspace(0.5, 1.5, rows * (t - 1), at::kDouble).view({rows, t - 1});
+  {
+    // The plan computes 4 prompts, not 16.
+    const at::Tensor real = attention.ne(0).contiguous();
+    const PackedRows plan = PlanPackedRows(ids.data_ptr<int64_t>(), real.data_ptr<bool>(), nullptr,
+                                           rows, t, /*share=*/true);
+    const int64_t responses =
+        attention.sum().item<int64_t>() -
+        samples * std::accumulate(prompt_lengths.begin(), prompt_lengths.end(), int64_t{0});
+    CHECK(static_cast<int64_t>(plan.tokens.size()) ==
+          responses + std::accumulate(prompt_lengths.begin(), prompt_lengths.end(), int64_t{0}) -
+              10);
+  }
+  struct Pass {
+    at::Tensor log_probs;
+    std::vector<at::Tensor> grads;
+  };
+  const auto pass = [&](model::Transformer& net, const at::Device& on,
+                        const MicroBatchForward& how) {
+    const ScoredPositions positions = ForwardMicroBatch(net, ids.to(on), attention.to(on), how);
+    const at::Tensor log_probs =
+        positions
+            .Unflatten(
+                ChunkedLogProbs(positions.hidden, net->HeadWeight(), positions.targets).first)
+            .to(at::kDouble)
+            .cpu() *
+        response;
+    (log_probs * weights).sum().backward();
+    Pass result{log_probs.detach(), {}};
+    for (const at::Tensor& p : net->parameters()) {
+      result.grads.push_back(p.grad().to(at::kDouble).cpu());
+    }
+    return result;
+  };
+  auto reference = model::LoadModel(dir, {at::kDouble, at::kCPU});
+  REQUIRE(reference.ok());
+  const Pass exact = pass(*reference, at::kCPU, {.share_prefixes = false});
+  for (bool checkpointing : {false, true}) {
+    INFO("activation checkpointing " << checkpointing);
+    const auto bf16_pass = [&](bool share) {
+      auto loaded = model::LoadModel(dir, {at::kFloat, device});
+      REQUIRE(loaded.ok());
+      model::Transformer net = *loaded;
+      net->set_activation_checkpointing(checkpointing);
+      at::autocast::set_autocast_enabled(at::kCUDA, true);
+      at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+      REQUIRE(net->PacksWithVarlenAttention(device));
+      const Pass result = share ? pass(net, device, {.scored = response})
+                                : pass(net, device, {.share_prefixes = false});
+      at::autocast::set_autocast_enabled(at::kCUDA, false);
+      return result;
+    };
+    const Pass shared = bf16_pass(true), unshared = bf16_pass(false);
+    const double shared_error = Relative(shared.log_probs, exact.log_probs);
+    const double unshared_error = Relative(unshared.log_probs, exact.log_probs);
+    INFO("log-probs: shared " << shared_error << ", unshared " << unshared_error);
+    CHECK(shared_error <= 2 * unshared_error + 5e-3);
+    for (size_t i = 0; i < exact.grads.size(); ++i) {
+      const double shared_grad = Relative(shared.grads[i], exact.grads[i]);
+      const double unshared_grad = Relative(unshared.grads[i], exact.grads[i]);
+      INFO("parameter " << i << ": shared " << shared_grad << ", unshared " << unshared_grad);
+      CHECK(shared_grad <= 2 * unshared_grad + 5e-3);
     }
   }
 }

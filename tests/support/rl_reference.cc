@@ -40,6 +40,7 @@ train::UpdateLoopOptions Loop(const v1::JobSpec& spec, const v1::TrainSpec& trai
   loop.mini_batch = int64_t{train.ppo_mini_batch_size()} * spec.roles().actor().rollout().n();
   loop.epochs = train.ppo_epochs();
   loop.seed = spec.trainer().seed() * 1000003 + step;
+  loop.shuffle_group = spec.roles().actor().rollout().n();
   loop.micro.micro_batch = train.ppo_micro_batch_size_per_gpu();
   loop.micro.packed = false;
   loop.grad_clip = train.grad_clip();

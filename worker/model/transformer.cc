@@ -190,9 +190,19 @@ at::Tensor AttentionHeads(const AttentionWeights& w, const at::Tensor& x,
     const auto tokens = [&](const at::Tensor& heads) {
       return heads.transpose(1, 2).reshape({t, heads.size(1), d});
     };
+    at::Tensor keys = tokens(k), values = tokens(v);
+    const bool gathered = context.varlen_key_index.defined();
+    if (gathered) {  // Sequences that reuse another's prefix read its keys and values.
+      keys = keys.index_select(0, context.varlen_key_index);
+      values = values.index_select(0, context.varlen_key_index);
+    }
+    // Causal with fewer queries than keys aligns the queries with the last keys (FlashAttention
+    // 2.1 on): a sequence's own tokens come after the prefix it shares.
     const at::Tensor out = std::get<0>(at::_flash_attention_forward(
-        tokens(q), tokens(k), tokens(v), context.varlen_cu_seqlens, context.varlen_cu_seqlens,
-        context.varlen_max_seqlen, context.varlen_max_seqlen, /*dropout_p=*/0.0,
+        tokens(q), keys, values, context.varlen_cu_seqlens,
+        gathered ? context.varlen_key_cu_seqlens : context.varlen_cu_seqlens,
+        context.varlen_max_seqlen,
+        gathered ? context.varlen_key_max_seqlen : context.varlen_max_seqlen, /*dropout_p=*/0.0,
         /*is_causal=*/true, /*return_debug_mask=*/false));  // (T, H, D)
     return out.reshape({b, t, w.heads * d});
   }
@@ -376,6 +386,9 @@ void SaveAttentionContext(torch::autograd::AutogradContext* ctx, const Attention
   ctx->saved_data["mask"] = context.mask;
   ctx->saved_data["varlen_cu_seqlens"] = context.varlen_cu_seqlens;
   ctx->saved_data["varlen_max_seqlen"] = context.varlen_max_seqlen;
+  ctx->saved_data["varlen_key_index"] = context.varlen_key_index;
+  ctx->saved_data["varlen_key_cu_seqlens"] = context.varlen_key_cu_seqlens;
+  ctx->saved_data["varlen_key_max_seqlen"] = context.varlen_key_max_seqlen;
   ctx->saved_data["adapter_scaling"] = context.adapter_scaling;
   const at::DeviceType device = context.cos.device().type();
   ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(device);
@@ -389,7 +402,10 @@ AttentionContext RestoredAttentionContext(torch::autograd::AutogradContext* ctx)
           .cache = nullptr,
           .adapter_scaling = ctx->saved_data["adapter_scaling"].toDouble(),
           .varlen_cu_seqlens = ctx->saved_data["varlen_cu_seqlens"].toTensor(),
-          .varlen_max_seqlen = ctx->saved_data["varlen_max_seqlen"].toInt()};
+          .varlen_max_seqlen = ctx->saved_data["varlen_max_seqlen"].toInt(),
+          .varlen_key_index = ctx->saved_data["varlen_key_index"].toTensor(),
+          .varlen_key_cu_seqlens = ctx->saved_data["varlen_key_cu_seqlens"].toTensor(),
+          .varlen_key_max_seqlen = ctx->saved_data["varlen_key_max_seqlen"].toInt()};
 }
 
 ForwardAutocast::ForwardAutocast(torch::autograd::AutogradContext* ctx, at::DeviceType device)
@@ -463,7 +479,22 @@ static std::pair<at::Tensor, at::Tensor> PositionsAndMask(const ForwardBatch& ba
   at::Tensor query_index = at::arange(past, s, long_options).view({t, 1});
   at::Tensor key_index = at::arange(0, s, long_options).view({1, s});
   at::Tensor causal = (key_index <= query_index).unsqueeze(0);  // (1, T, S)
-  if (batch.cu_seqlens.defined()) {
+  if (batch.key_index.defined()) {
+    // A query at position p of sequence q may read the packed tokens its sequence's keys 0..p
+    // name: (T, K) over the key list, then summed onto the packed tokens they name.
+    const at::Tensor key_starts = batch.key_cu_seqlens.to(ids.device(), at::kLong);
+    const at::Tensor key = at::arange(batch.key_index.size(0), long_options);
+    const at::Tensor key_sequence =
+        at::searchsorted(key_starts, key, /*out_int32=*/false, /*right=*/true) - 1;
+    const at::Tensor key_position = key - key_starts.index_select(0, key_sequence);
+    const at::Tensor query_position = positions.view({t, 1});
+    const at::Tensor reads = (sequence.view({t, 1}) == key_sequence.view({1, -1}))
+                                 .logical_and(key_position.view({1, -1}) <= query_position);
+    allowed = at::zeros({t, t}, at::TensorOptions().dtype(at::kFloat).device(ids.device()))
+                  .index_add_(1, batch.key_index.to(ids.device()), reads.to(at::kFloat))
+                  .gt(0)
+                  .unsqueeze(0);
+  } else if (batch.cu_seqlens.defined()) {
     allowed = causal.logical_and(sequence.view({t, 1}) == sequence.view({1, t}));
   } else {
     if (!positions.defined()) positions = DefaultPositions(batch, past, t);
@@ -487,6 +518,11 @@ bool TransformerImpl::PacksWithVarlenAttention(const at::Device& device) {
 
 at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, AttentionCache* cache) {
   const int64_t past = cache != nullptr ? cache->past_length() : 0;
+  TORCH_CHECK(
+      !batch.key_index.defined() || (batch.cu_seqlens.defined() && batch.key_cu_seqlens.defined() &&
+                                     batch.position_ids.defined() && cache == nullptr),
+      "shared keys (key_index) need packed sequences, their key_cu_seqlens and "
+      "position_ids, and no cache");
   const bool varlen = batch.cu_seqlens.defined() && cache == nullptr &&
                       PacksWithVarlenAttention(batch.input_ids.device());
   auto [positions, mask] = PositionsAndMask(batch, past, varlen);
@@ -520,6 +556,18 @@ at::Tensor TransformerImpl::Hidden(const ForwardBatch& batch, AttentionCache* ca
                                        batch.cu_seqlens.narrow(0, 0, batch.cu_seqlens.size(0) - 1))
                                           .max()
                                           .item<int64_t>();
+    if (batch.key_index.defined()) {
+      const at::Tensor& key_starts = batch.key_cu_seqlens;
+      const int64_t sequences = key_starts.size(0) - 1;
+      context.varlen_key_index = batch.key_index.to(batch.input_ids.device());
+      context.varlen_key_cu_seqlens = key_starts.to(batch.input_ids.device(), at::kInt);
+      context.varlen_key_max_seqlen =
+          batch.key_max_seqlen > 0
+              ? batch.key_max_seqlen
+              : (key_starts.narrow(0, 1, sequences) - key_starts.narrow(0, 0, sequences))
+                    .max()
+                    .item<int64_t>();
+    }
   }
   const bool checkpoint =
       activation_checkpointing_ && cache == nullptr && at::GradMode::is_enabled();

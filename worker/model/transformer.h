@@ -83,6 +83,14 @@ struct ForwardBatch {
   at::Tensor cu_seqlens;
   // The longest packed sequence (0: read from cu_seqlens, a device sync where it lives on a GPU).
   int64_t max_seqlen = 0;
+  // Packed sequences that begin with tokens computed in another sequence (rows sharing a prompt,
+  // train/batching.h): sequence s holds its own tokens from position_ids[start of s] on, and its
+  // keys, positions 0, 1, … of it, are the packed tokens key_index[key_cu_seqlens[s] + p]
+  // (N + 1 and K int64; its own tokens' among them). Undefined: each sequence's keys are its
+  // own tokens. Needs position_ids.
+  at::Tensor key_index;
+  at::Tensor key_cu_seqlens;
+  int64_t key_max_seqlen = 0;  // the most keys of a sequence; 0: read from key_cu_seqlens
 };
 
 // The layer math on explicit weights. The modules below call these with their parameters and the
@@ -131,6 +139,12 @@ struct AttentionContext {
   // padding and no (T, T) mask; `mask` is then undefined.
   at::Tensor varlen_cu_seqlens;
   int64_t varlen_max_seqlen = 0;
+  // Sequences whose keys include other sequences' tokens (ForwardBatch::key_index): the packed
+  // keys and values are gathered by varlen_key_index (K int64) into sequences at
+  // varlen_key_cu_seqlens (N + 1 int32). Undefined: the queries' own.
+  at::Tensor varlen_key_index;
+  at::Tensor varlen_key_cu_seqlens;
+  int64_t varlen_key_max_seqlen = 0;
 };
 
 // One attention block's input-side weights (Hugging Face's self_attn.{q,k,v}_proj and q/k_norm):

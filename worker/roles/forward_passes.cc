@@ -162,6 +162,16 @@ at::Tensor ToTrainingLayout(const at::Tensor& per_token, int64_t prompt_length) 
   return at::constant_pad_nd(per_token, {prompt_length - 1, 0});
 }
 
+namespace {
+
+// The positions (n, T - 1) that predict a response token: only those are scored.
+at::Tensor ResponsePositions(const at::Tensor& mask, int64_t prompt_length) {
+  const int64_t response_length = mask.size(1) - prompt_length;
+  return ToTrainingLayout(mask.narrow(1, prompt_length, response_length), prompt_length);
+}
+
+}  // namespace
+
 absl::StatusOr<at::Tensor> ResponseLogProbs(model::Transformer& model, const at::Tensor& input_ids,
                                             const at::Tensor& attention_mask, int64_t prompt_length,
                                             const ForwardMicroBatches& micro, double temperature) {
@@ -169,8 +179,8 @@ absl::StatusOr<at::Tensor> ResponseLogProbs(model::Transformer& model, const at:
   return InMicroBatches(
       input_ids, attention_mask, micro, "log-probs",
       [&](const at::Tensor& ids, const at::Tensor& mask) {
-        const train::ScoredPositions scored =
-            train::ForwardMicroBatch(model, ids, mask, /*packed=*/false);
+        const train::ScoredPositions scored = train::ForwardMicroBatch(
+            model, ids, mask, {.scored = ResponsePositions(mask, prompt_length)});
         const at::Tensor log_probs = scored.Unflatten(
             train::ChunkedLogProbs(train::TemperatureScaled(scored.hidden, temperature),
                                    model->HeadWeight(), scored.targets)
@@ -187,8 +197,8 @@ absl::StatusOr<at::Tensor> ResponseValues(model::Transformer& model, const at::T
   return InMicroBatches(
       input_ids, attention_mask, micro, "values",
       [&](const at::Tensor& ids, const at::Tensor& mask) {
-        const train::ScoredPositions scored =
-            train::ForwardMicroBatch(model, ids, mask, /*packed=*/false);
+        const train::ScoredPositions scored = train::ForwardMicroBatch(
+            model, ids, mask, {.scored = ResponsePositions(mask, prompt_length)});
         const at::Tensor values = scored.Unflatten(model->Scores(scored.hidden).squeeze(-1));
         return values.narrow(1, prompt_length - 1, response_length).to(at::kFloat) *
                mask.narrow(1, prompt_length, response_length);

@@ -76,6 +76,9 @@ train::UpdateLoopOptions UpdateLoopOptionsOf(const v1::JobSpec& spec, v1::Role r
   loop.epochs = train.ppo_epochs();
   // A different shuffle every step, the same on every replica and in a resumed run.
   loop.seed = spec.trainer().seed() * 1000003 + rl_step;
+  // A prompt's samples stay together, so a micro-batch computes the prompt once (SFT's rows are
+  // examples of their own).
+  loop.shuffle_group = spec.trainer().mode() == v1::TRAINER_MODE_SFT ? 1 : n;
   loop.micro.micro_batch = train.ppo_micro_batch_size_per_gpu();
   loop.micro.micro_batch_tokens = train.use_dynamic_bsz() ? train.ppo_max_token_len_per_gpu() : 0;
   // Padded rows, except where the model packs them through the variable-length attention kernel

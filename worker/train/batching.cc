@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "absl/container/flat_hash_map.h"
+
 namespace rlhfd::train {
 
 std::vector<std::vector<int64_t>> SplitMicroBatches(const std::vector<int64_t>& rows,
@@ -51,14 +53,109 @@ at::Tensor ScoredPositions::Unflatten(const at::Tensor& values) const {
   return at::zeros(shape, values.options()).index_put({row, column}, values);
 }
 
+PackedRows PlanPackedRows(const int64_t* ids, const bool* real, const bool* scored, int64_t n,
+                          int64_t t, bool share) {
+  // Rows sharing a prefix are found among earlier rows that begin with the same
+  // kMinSharedPrefix tokens; of those (the latest kCandidates), the one sharing the most.
+  constexpr size_t kCandidates = 64;
+  PackedRows plan;
+  plan.starts = {0};
+  plan.key_starts = {0};
+  std::vector<std::vector<int64_t>> keys(n);     // the packed token of each position of a row
+  std::vector<std::vector<int64_t>> row_ids(n);  // a row's real tokens (where sharing)
+  absl::flat_hash_map<std::vector<int64_t>, std::vector<int64_t>> by_opening;
+  bool any_shared = false;
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<int64_t> columns;
+    for (int64_t c = 0; c < t; ++c) {
+      if (real[i * t + c]) columns.push_back(c);
+    }
+    const int64_t length = static_cast<int64_t>(columns.size());
+    int64_t shared = 0, from = -1;
+    if (share && length > kMinSharedPrefix) {
+      std::vector<int64_t>& own = row_ids[i];
+      for (int64_t c : columns) own.push_back(ids[i * t + c]);
+      std::vector<int64_t>& earlier =
+          by_opening[std::vector<int64_t>(own.begin(), own.begin() + kMinSharedPrefix)];
+      for (size_t k = earlier.size(); k-- > 0 && earlier.size() - k <= kCandidates;) {
+        const std::vector<int64_t>& other = row_ids[earlier[k]];
+        const auto [mismatch, unused] = std::mismatch(
+            own.begin(), own.begin() + std::min(own.size(), other.size()), other.begin());
+        if (mismatch - own.begin() > shared) {
+          shared = mismatch - own.begin();
+          from = earlier[k];
+        }
+      }
+      shared = std::min(shared, length - 1);  // at least one token of its own
+      if (shared < kMinSharedPrefix) shared = 0;
+      earlier.push_back(i);
+    }
+    any_shared = any_shared || shared > 0;
+    std::vector<int64_t>& row_keys = keys[i];
+    if (shared > 0) row_keys.assign(keys[from].begin(), keys[from].begin() + shared);
+    for (int64_t p = shared; p < length; ++p) {
+      row_keys.push_back(static_cast<int64_t>(plan.tokens.size()));
+      plan.tokens.push_back(i * t + columns[p]);
+      plan.positions.push_back(p);
+    }
+    plan.starts.push_back(static_cast<int64_t>(plan.tokens.size()));
+    plan.key_starts.push_back(plan.key_starts.back() + length);
+    plan.max_length = std::max(plan.max_length, length - shared);
+    plan.max_keys = std::max(plan.max_keys, length);
+    for (int64_t p = 0; p + 1 < length; ++p) {
+      if (scored != nullptr && !scored[i * (t - 1) + columns[p]]) continue;
+      plan.scored.push_back(row_keys[p]);
+      plan.targets.push_back(i * t + columns[p + 1]);
+      plan.rows.push_back(i);
+      plan.columns.push_back(columns[p]);
+    }
+  }
+  if (any_shared) {
+    for (const std::vector<int64_t>& row_keys : keys) {
+      plan.key_index.insert(plan.key_index.end(), row_keys.begin(), row_keys.end());
+    }
+  }
+  return plan;
+}
+
+namespace {
+
+// The host vectors as int64 tensors on `device`, by one copy (from pinned memory where a GPU).
+std::vector<at::Tensor> OnDevice(const std::vector<const std::vector<int64_t>*>& parts,
+                                 const at::Device& device) {
+  int64_t total = 0;
+  for (const auto* part : parts) total += static_cast<int64_t>(part->size());
+  at::Tensor host = at::empty({total}, at::kLong);
+  if (device.is_cuda()) host = host.pin_memory();
+  int64_t* data = host.data_ptr<int64_t>();
+  for (const auto* part : parts) data = std::copy(part->begin(), part->end(), data);
+  const at::Tensor moved = device.is_cuda() ? host.to(device, /*non_blocking=*/true) : host;
+  std::vector<at::Tensor> tensors;
+  int64_t offset = 0;
+  for (const auto* part : parts) {
+    tensors.push_back(moved.narrow(0, offset, static_cast<int64_t>(part->size())));
+    offset += static_cast<int64_t>(part->size());
+  }
+  return tensors;
+}
+
+// `mask` (n, T - 1 or T) as a row-major bool copy on the host.
+at::Tensor HostBools(const at::Tensor& mask) { return mask.ne(0).cpu().contiguous(); }
+
+}  // namespace
+
 ScoredPositions ForwardMicroBatch(model::Transformer& model, const at::Tensor& ids,
-                                  const at::Tensor& attention_mask, bool packed) {
+                                  const at::Tensor& attention_mask, const MicroBatchForward& how) {
   const int64_t n = ids.size(0), t = ids.size(1);
   const auto longs = ids.options().dtype(at::kLong);
   ScoredPositions out;
   out.rows = n;
   out.columns = t - 1;
-  if (!packed && !model->PacksWithVarlenAttention(ids.device())) {
+  if (how.scored.defined()) {
+    TORCH_CHECK(how.scored.dim() == 2 && how.scored.size(0) == n && how.scored.size(1) == t - 1,
+                "the scored positions are (", n, ", ", t - 1, "), not ", how.scored.sizes());
+  }
+  if (!how.packed && !model->PacksWithVarlenAttention(ids.device())) {
     // Without padding the mask adds nothing, and leaving it out lets attention run the fused
     // causal kernels instead of a masked one.
     const bool padded = attention_mask.defined() && attention_mask.min().item<int64_t>() == 0;
@@ -66,56 +163,54 @@ ScoredPositions ForwardMicroBatch(model::Transformer& model, const at::Tensor& i
         model->Hidden({ids, padded ? attention_mask : at::Tensor()});  // (n, T, C)
     out.hidden = hidden.narrow(1, 0, t - 1).reshape({n * (t - 1), -1});
     out.targets = ids.narrow(1, 1, t - 1).reshape({n * (t - 1)});
-    out.row = at::arange(n, longs).repeat_interleave(t - 1);
-    out.column = at::arange(t - 1, longs).repeat({n});
+    if (!how.scored.defined()) {
+      out.row = at::arange(n, longs).repeat_interleave(t - 1);
+      out.column = at::arange(t - 1, longs).repeat({n});
+      return out;
+    }
+    const at::Tensor flat = how.scored.to(ids.device()).ne(0).reshape({-1}).nonzero().squeeze(1);
+    out.hidden = out.hidden.index_select(0, flat);
+    out.targets = out.targets.index_select(0, flat);
+    out.row = flat.div(t - 1, "floor");
+    out.column = flat.remainder(t - 1);
     return out;
   }
-  // Packed: each row's real tokens, one after another; positions restart per sequence. Every
-  // index is worked out on the host from one copy of the mask and moved to the device once,
-  // before the forward, so that the host never waits for the GPU in between (a blocking copy
-  // after the forward would wait for all of it).
+  // Packed: every index is worked out on the host from one copy of the masks (and the ids, to
+  // find shared prefixes) and moved to the device at once, before the forward, so that the host
+  // never waits for the GPU in between (a blocking copy after the forward would wait for all of
+  // it).
   const at::Tensor real =
-      attention_mask.defined() ? attention_mask.to(at::kBool).cpu() : at::ones({n, t}, at::kBool);
-  const bool* real_data = real.contiguous().data_ptr<bool>();
-  std::vector<int64_t> gather;                    // flat (n * T) index of each packed token
-  std::vector<int64_t> starts = {0}, predicting;  // packed index of each scored position
-  std::vector<int64_t> rows, columns;             // and where it lands in (n, T - 1)
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t length = 0;
-    for (int64_t c = 0; c < t; ++c) {
-      if (!real_data[i * t + c]) continue;
-      gather.push_back(i * t + c);
-      ++length;
-    }
-    for (int64_t j = 0; j + 1 < length; ++j) {
-      predicting.push_back(starts.back() + j);
-      rows.push_back(i);
-      columns.push_back(gather[starts.back() + j] - i * t);
-    }
-    starts.push_back(starts.back() + length);
-  }
-  if (predicting.empty()) {  // No row has two tokens: nothing to score.
+      attention_mask.defined() ? HostBools(attention_mask) : at::ones({n, t}, at::kBool);
+  const at::Tensor scored = how.scored.defined() ? HostBools(how.scored) : at::Tensor();
+  const at::Tensor host_ids =
+      how.share_prefixes ? ids.to(at::kCPU, at::kLong).contiguous() : at::Tensor();
+  const PackedRows plan = PlanPackedRows(
+      how.share_prefixes ? host_ids.data_ptr<int64_t>() : nullptr, real.data_ptr<bool>(),
+      scored.defined() ? scored.data_ptr<bool>() : nullptr, n, t, how.share_prefixes);
+  if (plan.max_keys < 2) {  // No row has two tokens: nothing to score, no model to run.
     out.hidden = at::empty({0, model->config().hidden_size}, model->HeadWeight().options());
     out.targets = out.row = out.column = at::empty({0}, longs);
     return out;
   }
-  const at::Device device = ids.device();
-  const auto on_device = [&](const std::vector<int64_t>& values) {
-    at::Tensor host = at::tensor(values, at::kLong);
-    return device.is_cuda() ? host.pin_memory().to(device, /*non_blocking=*/true) : host;
-  };
-  const at::Tensor packed_ids = ids.reshape({-1}).index_select(0, on_device(gather));  // (N)
-  model::ForwardBatch batch{packed_ids.unsqueeze(0)};
-  batch.cu_seqlens = on_device(starts);
-  for (size_t i = 1; i < starts.size(); ++i) {
-    batch.max_seqlen = std::max(batch.max_seqlen, starts[i] - starts[i - 1]);
+  const std::vector<at::Tensor> on_device =
+      OnDevice({&plan.tokens, &plan.positions, &plan.starts, &plan.key_index, &plan.key_starts,
+                &plan.scored, &plan.targets, &plan.rows, &plan.columns},
+               ids.device());
+  const at::Tensor flat_ids = ids.reshape({-1});
+  model::ForwardBatch batch{flat_ids.index_select(0, on_device[0]).unsqueeze(0)};  // (1, N)
+  batch.position_ids = on_device[1].unsqueeze(0);
+  batch.cu_seqlens = on_device[2];
+  batch.max_seqlen = plan.max_length;
+  if (!plan.key_index.empty()) {
+    batch.key_index = on_device[3];
+    batch.key_cu_seqlens = on_device[4];
+    batch.key_max_seqlen = plan.max_keys;
   }
-  const at::Tensor index = on_device(predicting);
-  out.row = on_device(rows);
-  out.column = on_device(columns);
   const at::Tensor hidden = model->Hidden(batch).squeeze(0);  // (N, C)
-  out.hidden = hidden.index_select(0, index);
-  out.targets = packed_ids.index_select(0, index + 1);
+  out.hidden = hidden.index_select(0, on_device[5]);
+  out.targets = flat_ids.index_select(0, on_device[6]);
+  out.row = on_device[7];
+  out.column = on_device[8];
   return out;
 }
 

@@ -59,7 +59,7 @@ absl::StatusOr<UpdateMetrics> UpdateCritic(TrainedModel& trained, const CriticUp
     const ScoredPositions scored = ForwardMicroBatch(
         model, batch.input_ids.index_select(0, rows),
         batch.attention_mask.defined() ? batch.attention_mask.index_select(0, rows) : at::Tensor(),
-        options.loop.micro.packed);
+        {.packed = options.loop.micro.packed, .scored = mask});
     const at::Tensor values = scored.Unflatten(model->Scores(scored.hidden).squeeze(-1));
     const ValueLoss loss = ComputeValueLoss(values, batch.old_values.index_select(0, rows),
                                             batch.returns.index_select(0, rows), mask,

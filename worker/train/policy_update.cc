@@ -33,9 +33,10 @@ absl::StatusOr<UpdateMetrics> UpdatePolicy(TrainedModel& trained, const PolicyUp
   const MicroStep step = [&](const MicroBatch& micro, UpdateMetrics& sums) -> absl::Status {
     const at::Tensor& rows = micro.rows;
     const at::Tensor mask = batch.response_mask.index_select(0, rows);
-    const ScoredPositions scored =
-        ForwardMicroBatch(model, batch.input_ids.index_select(0, rows),
-                          rows_of(batch.attention_mask, rows), options.loop.micro.packed);
+    // Only the positions the losses read are scored (not the prompt's).
+    const ScoredPositions scored = ForwardMicroBatch(
+        model, batch.input_ids.index_select(0, rows), rows_of(batch.attention_mask, rows),
+        {.packed = options.loop.micro.packed, .scored = mask});
     auto [flat_log_prob, flat_entropy] = ChunkedLogProbs(
         TemperatureScaled(scored.hidden, options.temperature), model->HeadWeight(), scored.targets);
     const at::Tensor log_prob = scored.Unflatten(flat_log_prob);  // (n, T-1)

@@ -70,7 +70,14 @@ absl::StatusOr<UpdateMetrics> Loop(TrainedModel& model, const at::Tensor& respon
   double trained_tokens = 0;
   const at::Generator generator = at::detail::createCPUGenerator(options.seed);
   for (int64_t epoch = 0; epoch < options.epochs; ++epoch) {
-    const at::Tensor order = at::randperm(b, generator, at::TensorOptions().dtype(at::kLong));
+    const int64_t group =
+        options.shuffle_group > 1 && b % options.shuffle_group == 0 ? options.shuffle_group : 1;
+    const at::Tensor order =
+        (at::randperm(b / group, generator, at::TensorOptions().dtype(at::kLong)).unsqueeze(1) *
+             group +
+         at::arange(group, at::kLong).unsqueeze(0))
+            .reshape({b})
+            .contiguous();
     for (int64_t mini = 0; mini < b; mini += options.mini_batch) {
       const int64_t count = std::min(options.mini_batch, b - mini);
       const std::vector<int64_t> mini_rows(order.data_ptr<int64_t>() + mini,

@@ -34,6 +34,10 @@ struct UpdateLoopOptions {
   int64_t mini_batch = 8;  // sequences per optimiser step (per replica)
   int64_t epochs = 1;
   int64_t seed = 1;
+  // Rows are shuffled in runs of this many consecutive rows (the n samples of one prompt), so
+  // that a micro-batch holds whole groups and computes each prompt once (PackedRows); 1, or a
+  // batch that does not divide into runs: row by row.
+  int64_t shuffle_group = 1;
   MicroBatching micro;
   double grad_clip = 1.0;
   double lr = 1e-6;
