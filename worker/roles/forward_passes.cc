@@ -92,7 +92,8 @@ absl::StatusOr<ForwardPlan> PlanForwards(const at::Tensor& attention_mask,
     tokens = micro.padded ? std::vector<int64_t>(rows, width) : real;
   }
   ForwardPlan plan;
-  plan.forwards = train::SplitMicroBatches(all, tokens, micro.rows, micro.token_budget);
+  plan.forwards =
+      train::SplitMicroBatches(all, tokens, micro.rows, micro.token_budget, micro.group);
   plan.real = plan.forwards.size();
   // Forwards packed by tokens may come out unequal in number across the replicas, and so may
   // fixed micro-batches over unequal shares (a validation's, which can leave a replica none).
@@ -111,11 +112,15 @@ absl::StatusOr<ForwardPlan> PlanForwards(const at::Tensor& attention_mask,
 namespace {
 
 // Fixed rows, or with `by_tokens` a budget of `tokens`; `rows_key` / `tokens_key` name them.
-ForwardMicroBatches Choose(int64_t rows, const std::string& rows_key, bool by_tokens,
-                           int64_t tokens, const std::string& tokens_key, bool padded,
-                           train::TrainedModel* trained) {
+// Groups of rollout.n rows share a prompt, except in SFT.
+ForwardMicroBatches Choose(const v1::JobSpec& spec, int64_t rows, const std::string& rows_key,
+                           bool by_tokens, int64_t tokens, const std::string& tokens_key,
+                           bool padded, train::TrainedModel* trained) {
   return {.rows = rows,
           .token_budget = by_tokens ? tokens : 0,
+          .group = spec.trainer().mode() == v1::TRAINER_MODE_SFT
+                       ? 1
+                       : std::max<int64_t>(1, spec.roles().actor().rollout().n()),
           .padded = padded,
           .setting = by_tokens ? tokens_key : rows_key,
           .lockstep = trained};
@@ -129,13 +134,13 @@ ForwardMicroBatches ActorLogProbForwards(const v1::JobSpec& spec, bool padded,
     // Its only log-prob forwards are its validation's, over rows like the update's (verl's SFT
     // trainer validates with its training micro-batches).
     const v1::TrainSpec& train = spec.roles().actor().train();
-    return Choose(train.ppo_micro_batch_size_per_gpu(),
+    return Choose(spec, train.ppo_micro_batch_size_per_gpu(),
                   "roles.actor.train.ppo_micro_batch_size_per_gpu", train.use_dynamic_bsz(),
                   train.ppo_max_token_len_per_gpu(), "roles.actor.train.ppo_max_token_len_per_gpu",
                   padded, trained);
   }
   const v1::RolloutSpec& rollout = spec.roles().actor().rollout();
-  return Choose(rollout.log_prob_micro_batch_size_per_gpu(),
+  return Choose(spec, rollout.log_prob_micro_batch_size_per_gpu(),
                 "roles.actor.rollout.log_prob_micro_batch_size_per_gpu",
                 rollout.log_prob_use_dynamic_bsz(), rollout.log_prob_max_token_len_per_gpu(),
                 "roles.actor.rollout.log_prob_max_token_len_per_gpu", padded, trained);
@@ -143,7 +148,7 @@ ForwardMicroBatches ActorLogProbForwards(const v1::JobSpec& spec, bool padded,
 
 ForwardMicroBatches ReferenceLogProbForwards(const v1::JobSpec& spec, bool padded) {
   const v1::ReferenceSpec& reference = spec.roles().reference();
-  return Choose(reference.log_prob_micro_batch_size_per_gpu(),
+  return Choose(spec, reference.log_prob_micro_batch_size_per_gpu(),
                 "roles.reference.log_prob_micro_batch_size_per_gpu",
                 reference.log_prob_use_dynamic_bsz(), reference.log_prob_max_token_len_per_gpu(),
                 "roles.reference.log_prob_max_token_len_per_gpu", padded, nullptr);
@@ -152,7 +157,7 @@ ForwardMicroBatches ReferenceLogProbForwards(const v1::JobSpec& spec, bool padde
 ForwardMicroBatches CriticValueForwards(const v1::JobSpec& spec, bool padded,
                                         train::TrainedModel* trained) {
   const v1::CriticSpec& critic = spec.roles().critic();
-  return Choose(critic.train().ppo_micro_batch_size_per_gpu(),
+  return Choose(spec, critic.train().ppo_micro_batch_size_per_gpu(),
                 "roles.critic.train.ppo_micro_batch_size_per_gpu", critic.train().use_dynamic_bsz(),
                 critic.forward_max_token_len_per_gpu(),
                 "roles.critic.forward_max_token_len_per_gpu", padded, trained);

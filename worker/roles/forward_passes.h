@@ -23,6 +23,9 @@ namespace rlhfd::roles {
 struct ForwardMicroBatches {
   int64_t rows = 16;
   int64_t token_budget = 0;
+  // Consecutive rows that share a prompt (rollout.n): forwards by tokens keep them together where
+  // they fit, so the prompt is computed once (train::SplitMicroBatches).
+  int64_t group = 1;
   bool padded = false;  // The forward pads its rows: each costs the batch's padded width.
   std::string setting;  // The key to lower when a forward runs out of device memory.
   // A layout that gathers parameters inside its forwards (ZeRO-3) needs every replica to run as

@@ -12,7 +12,7 @@ namespace rlhfd::train {
 std::vector<std::vector<int64_t>> SplitMicroBatches(const std::vector<int64_t>& rows,
                                                     const std::vector<int64_t>& tokens,
                                                     int64_t rows_per_micro_batch,
-                                                    int64_t token_budget) {
+                                                    int64_t token_budget, int64_t group) {
   std::vector<std::vector<int64_t>> batches;
   if (token_budget <= 0) {
     const size_t step = static_cast<size_t>(std::max<int64_t>(rows_per_micro_batch, 1));
@@ -21,22 +21,39 @@ std::vector<std::vector<int64_t>> SplitMicroBatches(const std::vector<int64_t>& 
     }
     return batches;
   }
-  std::vector<size_t> order(rows.size());
+  // Units of positions in `rows` filled together, with their token counts.
+  std::vector<std::vector<size_t>> units;
+  std::vector<int64_t> counts;
+  const size_t run = group > 1 && rows.size() % group == 0 ? static_cast<size_t>(group) : 1;
+  for (size_t first = 0; first < rows.size(); first += run) {
+    int64_t count = 0;
+    for (size_t i = first; i < first + run; ++i) count += tokens[rows[i]];
+    if (run > 1 && count > token_budget) {  // The run does not fit: its rows one by one.
+      for (size_t i = first; i < first + run; ++i) {
+        units.push_back({i});
+        counts.push_back(tokens[rows[i]]);
+      }
+      continue;
+    }
+    units.emplace_back();
+    for (size_t i = first; i < first + run; ++i) units.back().push_back(i);
+    counts.push_back(count);
+  }
+  std::vector<size_t> order(units.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return tokens[rows[a]] > tokens[rows[b]]; });
+                   [&](size_t a, size_t b) { return counts[a] > counts[b]; });
   std::vector<int64_t> load;
   std::vector<std::vector<size_t>> members;  // Positions in `rows`, to keep the input order.
-  for (size_t i : order) {
-    const int64_t count = tokens[rows[i]];
+  for (size_t u : order) {
     size_t bin = 0;
-    while (bin < load.size() && load[bin] + count > token_budget) ++bin;
+    while (bin < load.size() && load[bin] + counts[u] > token_budget) ++bin;
     if (bin == load.size()) {
       load.push_back(0);
       members.emplace_back();
     }
-    load[bin] += count;
-    members[bin].push_back(i);
+    load[bin] += counts[u];
+    members[bin].insert(members[bin].end(), units[u].begin(), units[u].end());
   }
   for (auto& positions : members) {
     std::sort(positions.begin(), positions.end());

@@ -18,11 +18,13 @@ namespace rlhfd::train {
 // Splits `rows` (indices into the batch) into micro-batches. With token_budget > 0 each holds
 // rows whose token counts (tokens[row]) sum to at most the budget, filled first-fit by decreasing
 // count (a row longer than the budget goes alone); otherwise `rows_per_micro_batch` rows each,
-// in order.
+// in order. With `group` > 1 the runs of `group` consecutive entries of `rows` (a prompt's
+// samples, which a packed forward computes the prompt of once) are filled as one where their
+// sum fits the budget, row by row where not; rows that do not divide into runs, row by row.
 std::vector<std::vector<int64_t>> SplitMicroBatches(const std::vector<int64_t>& rows,
                                                     const std::vector<int64_t>& tokens,
                                                     int64_t rows_per_micro_batch,
-                                                    int64_t token_budget);
+                                                    int64_t token_budget, int64_t group = 1);
 
 // The final hidden states of a micro-batch at every position that predicts a token.
 struct ScoredPositions {

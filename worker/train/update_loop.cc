@@ -91,7 +91,7 @@ absl::StatusOr<UpdateMetrics> Loop(TrainedModel& model, const at::Tensor& respon
       RETURN_IF_ERROR(model.ReduceOverReplicas(counted, ReplicaReduce::kSum));
       const LossScale scale{.tokens = counted[0], .sequences = counted[1], .horizon = horizon};
       std::vector<std::vector<int64_t>> micro_batches = SplitMicroBatches(
-          mini_rows, tokens, options.micro.micro_batch, options.micro.micro_batch_tokens);
+          mini_rows, tokens, options.micro.micro_batch, options.micro.micro_batch_tokens, group);
       size_t real_micro_batches = micro_batches.size();
       if (model.lockstep_forwards()) {
         std::vector<double> most = {static_cast<double>(micro_batches.size())};

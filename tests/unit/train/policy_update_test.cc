@@ -391,5 +391,18 @@ TEST_CASE("micro-batches by a token budget", "[train][update]") {
         std::vector<std::vector<int64_t>>{{6, 0, 1}, {2, 3, 4}, {5}});
 }
 
+TEST_CASE("micro-batches by a token budget keep a prompt's samples together", "[train][update]") {
+  // Runs of 2 entries: {8, 9} 6 tokens, {2, 3} 13 (over the budget of 10: row 2 (6) and row 3
+  // (7) alone), {4, 5} 9, {0, 1} 5. First fit by decreasing count: {4, 5} | 3 | {8, 9} | 2 |
+  // {0, 1} (no two of the rest fit together).
+  const std::vector<int64_t> tokens = {2, 3, 6, 7, 4, 5, 0, 0, 2, 4};
+  const std::vector<int64_t> rows = {8, 9, 2, 3, 4, 5, 0, 1};
+  const auto batches = SplitMicroBatches(rows, tokens, 1, /*budget=*/10, /*group=*/2);
+  CHECK(batches == std::vector<std::vector<int64_t>>{{4, 5}, {3}, {8, 9}, {2}, {0, 1}});
+  // Rows that do not divide into groups: row by row, as without groups.
+  const std::vector<int64_t> odd = {8, 9, 2};
+  CHECK(SplitMicroBatches(odd, tokens, 1, 10, 2) == SplitMicroBatches(odd, tokens, 1, 10));
+}
+
 }  // namespace
 }  // namespace rlhfd::train
