@@ -478,7 +478,7 @@ static std::pair<at::Tensor, at::Tensor> PositionsAndMask(const ForwardBatch& ba
   at::Tensor allowed;  // (B, T, S) bool
   at::Tensor query_index = at::arange(past, s, long_options).view({t, 1});
   at::Tensor key_index = at::arange(0, s, long_options).view({1, s});
-  at::Tensor causal = (key_index <= query_index).unsqueeze(0);  // (1, T, S)
+  const auto causal = [&] { return (key_index <= query_index).unsqueeze(0); };  // (1, T, S)
   if (batch.key_index.defined()) {
     // A query at position p of sequence q may read the packed tokens its sequence's keys 0..p
     // name: (T, K) over the key list, then summed onto the packed tokens they name.
@@ -495,10 +495,10 @@ static std::pair<at::Tensor, at::Tensor> PositionsAndMask(const ForwardBatch& ba
                   .gt(0)
                   .unsqueeze(0);
   } else if (batch.cu_seqlens.defined()) {
-    allowed = causal.logical_and(sequence.view({t, 1}) == sequence.view({1, t}));
+    allowed = causal().logical_and(sequence.view({t, 1}) == sequence.view({1, t}));
   } else {
     if (!positions.defined()) positions = DefaultPositions(batch, past, t);
-    allowed = causal.expand({b, t, s});
+    allowed = causal().expand({b, t, s});
     if (batch.attention_mask.defined()) {
       at::Tensor key_valid = batch.attention_mask.to(at::kBool);  // (B, S) or (B, T)
       if (key_valid.size(1) == t && past > 0) {

@@ -85,9 +85,9 @@ struct ForwardBatch {
   int64_t max_seqlen = 0;
   // Packed sequences that begin with tokens computed in another sequence (rows sharing a prompt,
   // train/batching.h): sequence s holds its own tokens from position_ids[start of s] on, and its
-  // keys, positions 0, 1, … of it, are the packed tokens key_index[key_cu_seqlens[s] + p]
-  // (N + 1 and K int64; its own tokens' among them). Undefined: each sequence's keys are its
-  // own tokens. Needs position_ids.
+  // keys, positions p = 0, 1, … of it, are the packed tokens key_index[key_cu_seqlens[s] + p]
+  // (its own tokens' among them); key_index (K) and key_cu_seqlens (sequences + 1) int64.
+  // Undefined: each sequence's keys are its own tokens. Needs position_ids.
   at::Tensor key_index;
   at::Tensor key_cu_seqlens;
   int64_t key_max_seqlen = 0;  // the most keys of a sequence; 0: read from key_cu_seqlens

@@ -142,8 +142,8 @@ std::vector<at::Tensor> OnDevice(const std::vector<const std::vector<int64_t>*>&
                                  const at::Device& device) {
   int64_t total = 0;
   for (const auto* part : parts) total += static_cast<int64_t>(part->size());
-  at::Tensor host = at::empty({total}, at::kLong);
-  if (device.is_cuda()) host = host.pin_memory();
+  const at::Tensor host =
+      at::empty({total}, at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
   int64_t* data = host.data_ptr<int64_t>();
   for (const auto* part : parts) data = std::copy(part->begin(), part->end(), data);
   const at::Tensor moved = device.is_cuda() ? host.to(device, /*non_blocking=*/true) : host;
@@ -178,18 +178,20 @@ ScoredPositions ForwardMicroBatch(model::Transformer& model, const at::Tensor& i
     const bool padded = attention_mask.defined() && attention_mask.min().item<int64_t>() == 0;
     const at::Tensor hidden =
         model->Hidden({ids, padded ? attention_mask : at::Tensor()});  // (n, T, C)
-    out.hidden = hidden.narrow(1, 0, t - 1).reshape({n * (t - 1), -1});
-    out.targets = ids.narrow(1, 1, t - 1).reshape({n * (t - 1)});
     if (!how.scored.defined()) {
+      out.hidden = hidden.narrow(1, 0, t - 1).reshape({n * (t - 1), -1});
+      out.targets = ids.narrow(1, 1, t - 1).reshape({n * (t - 1)});
       out.row = at::arange(n, longs).repeat_interleave(t - 1);
       out.column = at::arange(t - 1, longs).repeat({n});
       return out;
     }
+    // The scored positions picked from the (n T) rows as they are (no copy of all n (T-1)).
     const at::Tensor flat = how.scored.to(ids.device()).ne(0).reshape({-1}).nonzero().squeeze(1);
-    out.hidden = out.hidden.index_select(0, flat);
-    out.targets = out.targets.index_select(0, flat);
     out.row = flat.div(t - 1, "floor");
     out.column = flat.remainder(t - 1);
+    const at::Tensor position = out.row * t + out.column;
+    out.hidden = hidden.reshape({n * t, -1}).index_select(0, position);
+    out.targets = ids.reshape({-1}).index_select(0, position + 1);
     return out;
   }
   // Packed: every index is worked out on the host from one copy of the masks (and the ids, to

@@ -42,8 +42,8 @@ struct ScoredPositions {
 // with the same tokens as an earlier row of the micro-batch (the n samples of one GRPO prompt)
 // computes that prefix once: its own tokens start after it, read the earlier row's keys and
 // values for it, and its positions in it are scored from the earlier row's hidden states. With
-// causal attention a prefix's states depend on the prefix alone, so this changes only the
-// order of float sums in the backward.
+// causal attention a prefix's states depend on the prefix alone, so this changes only rounding
+// (the order of float sums in the backward; in bf16 the attention kernel's blocking).
 struct PackedRows {
   std::vector<int64_t> tokens;         // flat (n * T) index of each packed (computed) token
   std::vector<int64_t> positions;      // each packed token's position in its row

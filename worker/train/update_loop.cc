@@ -5,6 +5,7 @@
 #include <ATen/autocast_mode.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -96,8 +97,13 @@ absl::StatusOr<UpdateMetrics> Loop(TrainedModel& model, const at::Tensor& respon
       if (model.lockstep_forwards()) {
         std::vector<double> most = {static_cast<double>(micro_batches.size())};
         RETURN_IF_ERROR(model.ReduceOverReplicas(most, ReplicaReduce::kMax));
+        // The longest row: a packed forward of a row with fewer than two tokens runs no model,
+        // and so none of the collectives the other replicas wait for.
+        const int64_t longest =
+            *std::max_element(mini_rows.begin(), mini_rows.end(),
+                              [&](int64_t a, int64_t b) { return tokens[a] < tokens[b]; });
         while (micro_batches.size() < static_cast<size_t>(most[0])) {
-          micro_batches.push_back({mini_rows.front()});
+          micro_batches.push_back({longest});
         }
       }
       model.ZeroGrad();

@@ -90,6 +90,33 @@ TEST_CASE("rows that begin alike compute their common prefix once", "[train][pac
   }
 }
 
+TEST_CASE("a prefix is shared from exactly kMinSharedPrefix tokens on", "[train][packing]") {
+  // T = 20: row 0 tokens 100…119; row 1 its first 16, then others; row 2 its first 17 and no
+  // more (a strict prefix of row 0); row 3 its first 16 and no more (too short to share: a row
+  // keeps a token of its own); row 4 as row 2.
+  const int64_t n = 5, t = 20;
+  std::vector<int64_t> ids(n * t, 0);
+  std::vector<char> real(n * t, 0);
+  const std::vector<int64_t> lengths = {20, 20, 17, 16, 17};
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < lengths[i]; ++c) {
+      ids[i * t + c] = i == 1 && c >= 16 ? 500 + c : 100 + c;
+      real[i * t + c] = 1;
+    }
+  }
+  const PackedRows plan = PlanPackedRows(ids.data(), reinterpret_cast<const bool*>(real.data()),
+                                         nullptr, n, t, /*share=*/true);
+  // Own tokens: 20, 4, 1, 16, 1.
+  CHECK(plan.starts == std::vector<int64_t>{0, 20, 24, 25, 41, 42});
+  CHECK(plan.positions[20] == 16);
+  CHECK(plan.positions[24] == 16);
+  CHECK(plan.positions[25] == 0);
+  CHECK(plan.positions[41] == 16);
+  // Row 4's last position (16) is its own token; position 15 reads row 0's.
+  CHECK(plan.key_index[plan.key_starts[4] + 16] == 41);
+  CHECK(plan.key_index[plan.key_starts[4] + 15] == 15);
+}
+
 TEST_CASE("only the scored positions are returned, where their next token is real",
           "[train][packing]") {
   // Row 0: left padding 2, tokens at columns 2..7; row 1: tokens at 0..4, right padding.
@@ -191,6 +218,11 @@ TEST_CASE("rows sharing a prompt give the log-probs and gradients of each row co
     const auto [log_probs, grads, count] = run(false, false, true);
     CHECK(count == responses);
     CHECK((log_probs - padded).abs().max().item<double>() <= 1e-10);
+    double worst = 0;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      worst = std::max(worst, (grads[i] - padded_grads[i]).abs().max().item<double>());
+    }
+    CHECK(worst <= 1e-10);
   }
 }
 
@@ -254,10 +286,15 @@ TEST_CASE("the update loop shuffles a prompt's samples together", "[train][packi
     REQUIRE(
         RunUpdateLoop(trained, at::ones({23, 4}, at::kDouble), at::Tensor(), options, step).ok());
     std::vector<int64_t> all;
-    for (const auto& rows : seen) all.insert(all.end(), rows.begin(), rows.end());
-    std::vector<int64_t> sorted = all;
-    std::sort(sorted.begin(), sorted.end());
-    CHECK(sorted == Range(0, 23));
+    bool all_runs = true;  // every micro-batch a run of 3 from a multiple of 3
+    for (const auto& rows : seen) {
+      all.insert(all.end(), rows.begin(), rows.end());
+      all_runs = all_runs && rows.size() == 3 && rows[0] % 3 == 0 && rows[1] == rows[0] + 1 &&
+                 rows[2] == rows[0] + 2;
+    }
+    CHECK_FALSE(all_runs);
+    std::sort(all.begin(), all.end());
+    CHECK(all == Range(0, 23));
   }
 }
 
