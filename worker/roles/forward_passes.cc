@@ -109,18 +109,21 @@ absl::StatusOr<ForwardPlan> PlanForwards(const at::Tensor& attention_mask,
   return plan;
 }
 
+int64_t RowsPerPrompt(const v1::JobSpec& spec) {
+  return spec.trainer().mode() == v1::TRAINER_MODE_SFT
+             ? 1
+             : std::max<int64_t>(1, spec.roles().actor().rollout().n());
+}
+
 namespace {
 
 // Fixed rows, or with `by_tokens` a budget of `tokens`; `rows_key` / `tokens_key` name them.
-// Groups of rollout.n rows share a prompt, except in SFT.
 ForwardMicroBatches Choose(const v1::JobSpec& spec, int64_t rows, const std::string& rows_key,
                            bool by_tokens, int64_t tokens, const std::string& tokens_key,
                            bool padded, train::TrainedModel* trained) {
   return {.rows = rows,
           .token_budget = by_tokens ? tokens : 0,
-          .group = spec.trainer().mode() == v1::TRAINER_MODE_SFT
-                       ? 1
-                       : std::max<int64_t>(1, spec.roles().actor().rollout().n()),
+          .group = RowsPerPrompt(spec),
           .padded = padded,
           .setting = by_tokens ? tokens_key : rows_key,
           .lockstep = trained};

@@ -44,6 +44,10 @@ struct ForwardPlan {
 absl::StatusOr<ForwardPlan> PlanForwards(const at::Tensor& attention_mask,
                                          const ForwardMicroBatches& micro);
 
+// How many consecutive rows of a step share a prompt: rollout.n (a step's rows are prompt-major),
+// 1 in trainer.mode sft (each row an example of its own).
+int64_t RowsPerPrompt(const v1::JobSpec& spec);
+
 // The passes' micro-batches from the job's settings; `padded`: the forwards pad their rows
 // (`!model->PacksWithVarlenAttention(device)` for log-probs and values; a reward model's score
 // forward always pads).

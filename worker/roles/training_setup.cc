@@ -8,6 +8,7 @@
 #include "common/models/lora_targets.h"
 #include "common/stages/role_names.h"
 #include "common/status/status_macros.h"
+#include "worker/roles/forward_passes.h"
 #include "worker/train/distributed/fully_sharded.h"
 #include "worker/train/distributed/replicated_model.h"
 
@@ -76,9 +77,8 @@ train::UpdateLoopOptions UpdateLoopOptionsOf(const v1::JobSpec& spec, v1::Role r
   loop.epochs = train.ppo_epochs();
   // A different shuffle every step, the same on every replica and in a resumed run.
   loop.seed = spec.trainer().seed() * 1000003 + rl_step;
-  // A prompt's samples stay together, so a micro-batch computes the prompt once (SFT's rows are
-  // examples of their own).
-  loop.shuffle_group = spec.trainer().mode() == v1::TRAINER_MODE_SFT ? 1 : n;
+  // A prompt's samples stay together, so a micro-batch computes the prompt once.
+  loop.shuffle_group = RowsPerPrompt(spec);
   loop.micro.micro_batch = train.ppo_micro_batch_size_per_gpu();
   loop.micro.micro_batch_tokens = train.use_dynamic_bsz() ? train.ppo_max_token_len_per_gpu() : 0;
   // Padded rows, except where the model packs them through the variable-length attention kernel
