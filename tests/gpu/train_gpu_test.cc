@@ -1,12 +1,15 @@
 // [gpu] ChunkedLogProbs through its fused kernels against a float64 CPU computation from full
 // logits (log_softmax, entropy, autograd): values and gradients, float32 and under bf16 and fp16
 // autocast, a vocabulary of vector loads (1024) and one of scalar loads (1001), rows over several
-// chunks; and an id outside the vocabulary. Packed sequences through FlashAttention's
-// variable-length kernel against each sequence alone, and rows sharing a prompt computed once
-// against each row whole, float64 on the CPU. An update of several mini-batches under autocast
+// chunks; the logits kept from the forward against the recomputed ones; and an id outside the
+// vocabulary. Packed sequences through FlashAttention's variable-length kernel against each
+// sequence alone, and rows sharing a prompt computed once against each row whole, float64 on the
+// CPU. An update of several mini-batches under autocast
 // against one update per mini-batch.
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <torch/autograd.h>
 #include <torch/types.h>
 
 #include <catch2/catch.hpp>
@@ -107,6 +110,39 @@ TEST_CASE("fused log-probs on the GPU equal float64 full logits, values and grad
       CHECK(gw <= bound);
     }
   }
+}
+
+TEST_CASE("logits kept from the forward give the recomputed logits' gradients bit for bit",
+          "[gpu][train][log_probs]") {
+  // The first backward through a retained graph uses the logits the forward kept (the device has
+  // room: the allocation after the forward holds them); the second finds none and recomputes.
+  const at::Device device(at::kCUDA, 0);
+  at::manual_seed(7);
+  const int64_t rows = 300, width = 64, vocab = 1024;
+  const at::Tensor hidden = (at::randn({rows, width}, device) * 0.5).set_requires_grad(true);
+  const at::Tensor weight = (at::randn({vocab, width}, device) * 0.5).set_requires_grad(true);
+  const at::Tensor targets =
+      at::randint(0, vocab, {rows}, at::TensorOptions(device).dtype(at::kLong));
+  const at::Tensor a = at::randn({rows}, device), b = at::randn({rows}, device);
+  at::autocast::set_autocast_enabled(at::kCUDA, true);
+  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+  const auto allocated = [] {
+    constexpr auto kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[kAll].current;
+  };
+  const int64_t before = allocated();
+  const auto [log_prob, entropy] = ChunkedLogProbs(hidden, weight, targets, /*chunk=*/128);
+  const int64_t held = allocated() - before;
+  const at::Tensor loss = (a * log_prob).sum() + (b * entropy).sum();
+  at::autocast::set_autocast_enabled(at::kCUDA, false);
+  at::autocast::clear_cache();
+  // Three chunks' float32 logits besides the per-row results.
+  CHECK(held >= rows * vocab * 4);
+  const auto kept = torch::autograd::grad({loss}, {hidden, weight}, {}, /*retain_graph=*/true);
+  const auto recomputed = torch::autograd::grad({loss}, {hidden, weight});
+  CHECK(at::equal(kept[0], recomputed[0]));
+  CHECK(at::equal(kept[1], recomputed[1]));
+  CHECK(kept[0].abs().sum().item<double>() > 0);
 }
 
 TEST_CASE("an id outside the vocabulary gets a NaN log-prob on the GPU, never another row's",

@@ -3,15 +3,24 @@
 // For a chunk with logits z (n, V), p = softmax(z), L = logsumexp(z):
 //   log p(t) = z_t - L                 d/dz = onehot(t) - p
 //   H = L - Σ p·z                      d/dz = -p · (log p + H)
+//
+// On the GPU a forward that will be differentiated keeps a chunk's float32 logits for the
+// backward while the device has room for them (KeepsLogits), so the backward's recompute GEMM
+// runs only for the chunks it could not keep; the kept logits are the recomputed ones bit for bit
+// (the same GEMM on the same inputs), so what is kept changes the speed, never the result.
 #include "worker/train/chunked_log_probs.h"
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 
+#include <vector>
+
 #if RLHFD_HAVE_CUDA
 #include <c10/core/DeviceGuard.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 
 #include "worker/train/log_prob_kernels.h"
 #endif
@@ -57,6 +66,21 @@ at::Tensor ChunkLogits(const at::Tensor& hidden, const at::Tensor& weight, int64
 }
 
 #if RLHFD_HAVE_CUDA
+// Whether `bytes` more may stay allocated on the current device until the backward: what the
+// device and the caching allocator have free (rollout::QueryDeviceMemory's free_bytes) less
+// `bytes` still leaves a quarter of the device for the rest of the forward and the backward.
+bool KeepsLogits(int64_t bytes) {
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear it: the recompute path needs no answer
+    return false;
+  }
+  constexpr auto kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
+  const int64_t cached = stats.reserved_bytes[kAll].current - stats.allocated_bytes[kAll].current;
+  return static_cast<int64_t>(free) + cached - bytes >= static_cast<int64_t>(total) / 4;
+}
+
 model::kernels::ElementType GradientTypeOf(at::ScalarType compute) {
   switch (compute) {
     case at::kBFloat16:
@@ -73,7 +97,8 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
                                                 const at::Tensor& hidden, const at::Tensor& weight,
-                                                const at::Tensor& targets, int64_t chunk) {
+                                                const at::Tensor& targets, int64_t chunk,
+                                                bool differentiated) {
     const int64_t n = hidden.size(0);
     const at::ScalarType compute = ComputeType(weight);
     // One cast of the weight for all chunks (autocast would cast it per GEMM).
@@ -87,11 +112,14 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
     const c10::OptionalDeviceGuard device_guard(hidden.device());
 #endif
     const at::Tensor targets_here = targets.to(hidden.device(), at::kLong).contiguous();
+    // Per chunk its logits, or undefined where the backward recomputes them.
+    std::vector<at::Tensor> kept;
     for (int64_t begin = 0; begin < n; begin += chunk) {
       const int64_t size = std::min(chunk, n - begin);
       const at::Tensor z = ChunkLogits(hidden, weight_compute, begin, size, compute);  // (n, V)
 #if RLHFD_HAVE_CUDA
       if (fused) {
+        kept.push_back(differentiated && KeepsLogits(z.nbytes()) ? z : at::Tensor());
         kernels::LogProbRows(z.contiguous().data_ptr<float>(), static_cast<int>(size),
                              static_cast<int>(z.size(1)), targets_here.data_ptr<int64_t>() + begin,
                              log_prob.data_ptr<float>() + begin, entropy.data_ptr<float>() + begin,
@@ -111,6 +139,7 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
     ctx->save_for_backward({hidden, weight, targets_here, entropy, lse});
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["compute"] = compute;
+    if (!kept.empty()) ctx->saved_data["logits"] = kept;
     return {log_prob, entropy};
   }
 
@@ -137,9 +166,18 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
 #if RLHFD_HAVE_CUDA
     const c10::OptionalDeviceGuard device_guard(hidden.device());
 #endif
-    for (int64_t begin = 0; begin < n; begin += chunk) {
+    // Taken out of the context, so each chunk's logits are freed once used (a second backward
+    // through a retained graph recomputes them all).
+    std::vector<at::Tensor> kept;
+    if (const auto it = ctx->saved_data.find("logits"); it != ctx->saved_data.end()) {
+      kept = it->second.toTensorVector();
+      ctx->saved_data.erase(it);
+    }
+    for (int64_t begin = 0, index = 0; begin < n; begin += chunk, ++index) {
       const int64_t size = std::min(chunk, n - begin);
-      const at::Tensor z = ChunkLogits(hidden, weight_compute, begin, size, compute);
+      at::Tensor z;
+      if (index < static_cast<int64_t>(kept.size())) z = std::move(kept[index]);
+      if (!z.defined()) z = ChunkLogits(hidden, weight_compute, begin, size, compute);
       at::Tensor grad_z;
 #if RLHFD_HAVE_CUDA
       if (fused) {
@@ -165,7 +203,8 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
       grad_hidden.narrow(0, begin, size).copy_(WideMatmul(grad_z, weight_compute, compute));
       grad_weight.add_(WideMatmul(grad_z.t(), hidden.narrow(0, begin, size), compute));
     }
-    return {grad_hidden, grad_weight.to(weight.scalar_type()), at::Tensor(), at::Tensor()};
+    return {grad_hidden, grad_weight.to(weight.scalar_type()), at::Tensor(), at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -178,7 +217,11 @@ at::Tensor TemperatureScaled(const at::Tensor& hidden, double temperature) {
 std::pair<at::Tensor, at::Tensor> ChunkedLogProbs(const at::Tensor& hidden,
                                                   const at::Tensor& weight,
                                                   const at::Tensor& targets, int64_t chunk) {
-  auto out = ChunkedLogProbsFunction::apply(hidden, weight, targets, std::max<int64_t>(chunk, 1));
+  // Inside the function's forward gradients are off: whether a backward will follow is known here.
+  const bool differentiated =
+      at::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
+  auto out = ChunkedLogProbsFunction::apply(hidden, weight, targets, std::max<int64_t>(chunk, 1),
+                                            differentiated);
   return {out[0], out[1]};
 }
 

@@ -1,6 +1,7 @@
 // Log-probabilities and entropy of target tokens straight from hidden states and the LM-head
-// weight, a chunk of tokens at a time, so no (N, V) float32 logits tensor ever exists: the
-// forward keeps only per-token results, and the backward recomputes each chunk's logits.
+// weight, a chunk of tokens at a time, so no (N, V) float32 logits tensor need exist: the
+// forward keeps per-token results, and the backward recomputes each chunk's logits (on the GPU,
+// those of the chunks the device had no room to keep since the forward).
 //
 // Shapes: N = tokens, C = hidden, V = vocabulary.
 #pragma once
