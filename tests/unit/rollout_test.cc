@@ -248,6 +248,26 @@ TEST_CASE("the sampler's exponential draws are finite and positive for every ran
   CHECK(ExponentialFromBits((1u << 24) - 1) == Approx(0.5 / 16777216.0).epsilon(1e-6));
 }
 
+// The sampling kernel skips the noise of a logit whose logit plus GumbelUpperBound (or plus
+// kGumbelMax) is below the best draw so far: exact only if the bounds are above every draw. All
+// 2^24 random values, with a margin of 1e-4 for the device's faster outer logarithm (within a few
+// float ulps of the host's); and the bound tight where the draws that win lie (u within 2^-9 of
+// 1: G above 6.2).
+TEST_CASE("the sampler's Gumbel bounds are above every draw", "[rollout]") {
+  int64_t violations = 0, loose = 0;
+  float largest = -std::numeric_limits<float>::infinity();
+  for (uint32_t bits = 0; bits < (1u << 24); ++bits) {
+    const float g = GumbelFromBits(bits), bound = GumbelUpperBound(bits);
+    violations += !(g + 1e-4f < bound);
+    loose += bits >= (1u << 24) - (1u << 15) && bound - g > 2.5e-3f;
+    largest = std::max(largest, g);
+  }
+  CHECK(violations == 0);
+  CHECK(loose == 0);
+  CHECK(largest + 1e-4f < kGumbelMax);
+  CHECK(largest > 17.f);
+}
+
 // A Qwen-sized vocabulary (151,936) with three plausible tokens and the rest 30 nats below: a
 // draw from the tail has probability about 151,936 e^-30 = 1.4e-8, so 2,000 draws must never
 // take one. (A Gumbel draw that rounded to infinity took a uniformly random token in about 0.9 %

@@ -64,12 +64,35 @@ RLHFD_HOST_DEVICE float ExponentialFromBits(uint32_t bits) {
 // Gumbel noise: argmax(z + Gumbel) is a draw from softmax(z). The inner log needs full precision
 // (u near 1 gives the large values that win); the outer one tolerates the GPU's fast log.
 // Bounded by the 24 bits: within [-2.9, 17.4].
-RLHFD_HOST_DEVICE float Gumbel(uint64_t key, uint32_t index) {
-  const float exponential = ExponentialFromBits(RandomBits24(key, index));
+RLHFD_HOST_DEVICE float GumbelFromBits(uint32_t bits) {
+  const float exponential = ExponentialFromBits(bits);
 #if defined(__CUDA_ARCH__)
   return -__logf(exponential);
 #else
   return -logf(exponential);
+#endif
+}
+
+RLHFD_HOST_DEVICE float Gumbel(uint64_t key, uint32_t index) {
+  return GumbelFromBits(RandomBits24(key, index));
+}
+
+// Above every GumbelFromBits (host or device): a logit z whose z + kGumbelMax is below the best
+// draw so far cannot win, nor tie, and needs no noise drawn.
+inline constexpr float kGumbelMax = 17.5f;
+
+// Above GumbelFromBits(bits), host or device, without its accurate logarithm: a draw whose
+// logit plus this bound is below the best draw so far cannot win. Below 1/2, u gives
+// E = -log(u) > log 2, so G = -log(E) < 0.3666; above, E = -log1p(-v) >= v, so G <= -log(v).
+// The margin covers the logarithms' rounding (a few float ulps of values up to 17.4).
+RLHFD_HOST_DEVICE float GumbelUpperBound(uint32_t bits) {
+  if (bits < (1u << 23)) return 0.37f;
+  constexpr float kScale = 1.0f / 16777216.0f;  // 2^-24
+  const float v = (static_cast<float>((1u << 24) - 1u - bits) + 0.5f) * kScale;
+#if defined(__CUDA_ARCH__)
+  return 1e-3f - __logf(v);
+#else
+  return 1e-3f - logf(v);
 #endif
 }
 
