@@ -4,8 +4,7 @@
 // chunks; the logits kept from the forward against the recomputed ones; and an id outside the
 // vocabulary. Packed sequences through FlashAttention's variable-length kernel against each
 // sequence alone, and rows sharing a prompt computed once against each row whole, float64 on the
-// CPU. An update of several mini-batches under autocast
-// against one update per mini-batch.
+// CPU. An update of several mini-batches under autocast against one update per mini-batch.
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <c10/cuda/CUDACachingAllocator.h>
