@@ -100,7 +100,7 @@ TEST_CASE("device memory figures of 'cuda' without an index are the current devi
   ResetPeakMemory(any_cuda);
   const at::Tensor held = at::empty({64 << 20}, at::TensorOptions().dtype(at::kByte).device(kGpu));
   const DeviceMemory memory = QueryDeviceMemory(any_cuda);
-  CHECK(memory.allocated_bytes >= held.nbytes());
+  CHECK(memory.allocated_bytes >= static_cast<int64_t>(held.nbytes()));
   CHECK(memory.peak_allocated_bytes >= memory.allocated_bytes);
   CHECK(memory.allocated_bytes == QueryDeviceMemory(kGpu).allocated_bytes);
   CHECK(BytesInUse(any_cuda) == memory.allocated_bytes);
@@ -177,12 +177,15 @@ TEST_CASE("decode-attention kernel matches ATen's attention", "[gpu][rollout]") 
 
 // The kernel skips the noise of logits that cannot win (their logit plus a bound of the noise
 // below the best draw so far); the CPU sampler draws every logit's noise. Equal tokens show the
-// skipping exact: a small vocabulary (every logit drawn in the kernel's first pass), and Qwen's
+// skipping exact: small vocabularies (5,000; 1,001, whose rows are not 16-byte aligned and end
+// mid-quad: the scalar loads; 100, which leaves 7 of a row's 32 splits empty), and Qwen's
 // 151,936 with logits as spread as a random model's (0.6: the skip decided by the random bits),
 // a spread of 3, and a trained model's (most logits far below the best: skipped by the logit
 // alone), some rows top-k filtered (-inf) and some greedy.
 TEST_CASE("sampling kernel draws what the CPU sampler draws", "[gpu][rollout]") {
   const auto [rows, vocab, spread] = GENERATE(std::make_tuple(int64_t{512}, int64_t{5000}, 3.0),
+                                              std::make_tuple(int64_t{64}, int64_t{1001}, 3.0),
+                                              std::make_tuple(int64_t{64}, int64_t{100}, 3.0),
                                               std::make_tuple(int64_t{96}, int64_t{151936}, 0.6),
                                               std::make_tuple(int64_t{96}, int64_t{151936}, 3.0),
                                               std::make_tuple(int64_t{96}, int64_t{151936}, 12.0));

@@ -114,7 +114,8 @@ TEST_CASE("fused log-probs on the GPU equal float64 full logits, values and grad
 TEST_CASE("logits kept from the forward give the recomputed logits' gradients bit for bit",
           "[gpu][train][log_probs]") {
   // The first backward through a retained graph uses the logits the forward kept (the device has
-  // room: the allocation after the forward holds them); the second finds none and recomputes.
+  // room: the allocation after the forward holds them) and frees them; the second finds none and
+  // recomputes.
   const at::Device device(at::kCUDA, 0);
   at::manual_seed(7);
   const int64_t rows = 300, width = 64, vocab = 1024;
@@ -138,6 +139,8 @@ TEST_CASE("logits kept from the forward give the recomputed logits' gradients bi
   // Three chunks' float32 logits besides the per-row results.
   CHECK(held >= rows * vocab * 4);
   const auto kept = torch::autograd::grad({loss}, {hidden, weight}, {}, /*retain_graph=*/true);
+  // The backward freed them (the gradients and the per-row results are far smaller).
+  CHECK(allocated() - before < rows * vocab * 4);
   const auto recomputed = torch::autograd::grad({loss}, {hidden, weight});
   CHECK(at::equal(kept[0], recomputed[0]));
   CHECK(at::equal(kept[1], recomputed[1]));

@@ -132,8 +132,10 @@ __global__ void __launch_bounds__(kThreads)
   // Pass 1. Filtered logits (top-k / top-p: -inf) take no part; NaN never wins.
   float max = -INFINITY, best = -INFINITY;
   int max_index = vocab, best_index = vocab;
+  // z rounded once (no multiply-add contracted into a later sum): the skip below compares the
+  // same z + bound that the draw it stands for would add up.
   ForEachLogit(x, begin, end, [&](int v, float logit, bool first_read) {
-    const float z = logit * inverse_t;
+    const float z = __fmul_rn(logit, inverse_t);
     if (z == -INFINITY) return;
     Better(max, max_index, z, v);
     if (!greedy && first_read) Better(best, best_index, z + Gumbel(key, v), v);
@@ -149,7 +151,7 @@ __global__ void __launch_bounds__(kThreads)
   // Pass 2.
   float sum = 0.f;
   ForEachLogit(x, begin, end, [&](int v, float logit, bool first_read) {
-    const float z = logit * inverse_t;
+    const float z = __fmul_rn(logit, inverse_t);
     if (z == -INFINITY) return;
     sum += expf(z - max);  // NaN (as the row's log-sum-exp) where z is NaN
     if (greedy || first_read || z + kGumbelMax < best) return;
