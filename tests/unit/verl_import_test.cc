@@ -682,7 +682,7 @@ TEST_CASE("verl's LoRA keys map to model.lora_*; target_modules becomes a list",
 }
 
 TEST_CASE("verl's GSPO, SAPO, CISPO and GPG losses map to algorithm.policy_loss", "[verl]") {
-  for (const std::string mode : {"vanilla", "gspo", "sapo", "cispo", "gpg"}) {
+  for (const std::string mode : {"vanilla", "gspo", "sapo", "cispo", "gpg", "geo_mean"}) {
     INFO(mode);
     const VerlConversion converted =
         Convert("", {"actor_rollout_ref.actor.policy_loss.loss_mode=" + mode,
@@ -704,7 +704,7 @@ TEST_CASE("every verl setting rlhfd cannot honour is named, with why", "[verl]")
       {"actor_rollout_ref.model.exclude_modules=[o_proj]", "name the layers in target_modules"},
       {"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "sequence parallelism"},
       {"actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov",
-       "'clip_cov': rlhfd computes the policy losses vanilla, gspo, sapo, cispo, gpg"},
+       "'clip_cov': rlhfd computes the policy losses vanilla, gspo, sapo, cispo, gpg, geo_mean"},
       {"actor_rollout_ref.rollout.multi_turn.function_tool_path=/code/tools.py",
        "Python function tools"},
       {"actor_rollout_ref.actor.strategy=megatron", "Megatron"},

@@ -106,6 +106,27 @@ PolicyLoss ComputePolicyLoss(const at::Tensor& log_prob, const at::Tensor& old_l
     case v1::POLICY_LOSS_GPG:
       per_token = -log_prob * advantages;
       break;
+    case v1::POLICY_LOSS_GEO_MEAN: {
+      // δ unclamped, as verl's; each token's δ clipped only on the side its advantage's sign
+      // makes harmful (sgn·min(sgn·δ, sgn·clip(δ))).
+      const at::Tensor delta = log_prob - old_log_prob;
+      const at::Tensor sign = advantages.sign();
+      const at::Tensor clamped = delta.clamp(-options.clip_ratio_low, options.clip_ratio_high);
+      const at::Tensor kept = sign * at::minimum(sign * delta, sign * clamped);
+      const at::Tensor tokens = mask.sum(-1) + 1e-8;  // verl's denominators
+      const at::Tensor ratio = ((kept * mask).sum(-1) / tokens).exp();
+      at::Tensor per_sequence = -(advantages * mask).sum(-1) / tokens * ratio;
+      if (is_weights.defined()) {  // their geometric mean over the sequence's tokens
+        per_sequence = per_sequence * (((is_weights + 1e-10).log() * mask).sum(-1) / tokens).exp();
+      }
+      const LossScale sequences = scale ? *scale : LossScaleOf(mask);
+      out.loss = per_sequence.sum() / std::max(sequences.sequences, 1.0);
+      const at::Tensor clipped = delta.ne(clamped);
+      out.clip_fraction = fraction(clipped.logical_and(advantages.gt(0)));
+      out.clip_fraction_low = fraction(clipped.logical_and(advantages.lt(0)));
+      out.approx_kl = MaskedMean(-delta, mask).detach();
+      return out;
+    }
     case v1::POLICY_LOSS_VANILLA:
     default: {
       const ClippedTerms terms = Clipped(log_ratio.exp(), advantages, options);

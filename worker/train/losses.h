@@ -69,6 +69,10 @@ struct PolicyLoss {
 //            aggregated as seq-mean-token-mean whatever options.aggregation says.
 //   cispo    -sg[clip(r, 1 - ε, 1 + ε)]·A·log_prob.
 //   gpg      -A·log_prob.
+//   geo_mean one ratio per sequence, exp(mean of the row's sgn(A)·min(sgn(A)·δ, sgn(A)·clip(δ,
+//            -low, high))) (δ not clamped), times the row's mean A: -Ā·r per sequence, a mean
+//            over the mini-batch's sequences (scale.sequences) whatever options.aggregation
+//            says; clip_fraction counts clipped tokens with A > 0, clip_fraction_low with A < 0.
 // `loss` is aggregated with `scale` (see AggregateLoss); the fractions and the KL are this
 // micro-batch's token means (the fractions 0 where a loss clips nothing). `is_weights` (defined:
 // the rollout correction's importance weights, rollout_correction.h) multiply each token's loss

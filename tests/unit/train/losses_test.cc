@@ -216,7 +216,28 @@ TEST_CASE("every policy loss equals verl's, value and gradient", "[train][loss]"
         {-0.024999999937500003, 0.049999999875000006, -0.0749999998125, 0.018749999953125, -0.0}},
        0.0,
        0.0,
-       0.0}};
+       0.0},
+      // geo_mean takes a mean over sequences whatever the aggregation says: both alike.
+      {v1::POLICY_LOSS_GEO_MEAN,
+       v1::LOSS_AGGREGATION_TOKEN_MEAN,
+       0.6574710393183114,
+       {{0.0, -0.010643499751697164, -0.010643499751697164, -0.010643499751697164, 0.0},
+        {0.03170764727725743, 0.0, 0.03170764727725743, 0.0, 0.0},
+        {0.6464273957593533, 0.0, 0.0, 0.0, 0.0},
+        {-0.007715451528022298, -0.007715451528022298, 0.0, 0.0, -0.0}},
+       0.5384615380473372,
+       0.23076923059171597,
+       -0.07307692302071005},
+      {v1::POLICY_LOSS_GEO_MEAN,
+       v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_MEAN,
+       0.6574710393183114,
+       {{0.0, -0.010643499751697164, -0.010643499751697164, -0.010643499751697164, 0.0},
+        {0.03170764727725743, 0.0, 0.03170764727725743, 0.0, 0.0},
+        {0.6464273957593533, 0.0, 0.0, 0.0, 0.0},
+        {-0.007715451528022298, -0.007715451528022298, 0.0, 0.0, -0.0}},
+       0.5384615380473372,
+       0.23076923059171597,
+       -0.07307692302071005}};
   const Matrix log_prob = {{-1.0, -0.5, -2.0, -0.1, -3.0},
                            {-0.2, -0.9, -1.1, 0, 0},
                            {-0.05, 0, 0, 0, 0},
@@ -247,12 +268,38 @@ TEST_CASE("every policy loss equals verl's, value and gradient", "[train][loss]"
     loss.loss.backward();
     testing::CheckClose(testing::ToMatrix(current.grad()), expected.grad, 1e-8);
     CHECK(loss.clip_fraction.item<double>() == Approx(expected.clip_fraction).epsilon(1e-7));
-    CHECK(loss.clip_fraction_low.item<double>() == expected.clip_fraction_low);
+    CHECK(loss.clip_fraction_low.item<double>() ==
+          Approx(expected.clip_fraction_low).epsilon(1e-7));
     // verl's GPG reports no KL (0 above); rlhfd reports the same mean of old - new as the others.
     const double kl =
         expected.mode == v1::POLICY_LOSS_GPG ? verl.front().approx_kl : expected.approx_kl;
     CHECK(loss.approx_kl.item<double>() == Approx(kl).epsilon(1e-7));
   }
+}
+
+// The update loop adds micro-batches' losses up to the mini-batch's: geo_mean's mean over the
+// mini-batch's sequences (scale.sequences), not over a micro-batch's (verl's torch.mean, whose
+// gradient grows with the number of micro-batches), adds up too.
+TEST_CASE("geo_mean over micro-batches adds up to the mini-batch's loss", "[train][loss]") {
+  at::manual_seed(3);
+  const at::Tensor mask = ToTensor(kMask);
+  const at::Tensor log_prob = -at::rand(mask.sizes(), at::kDouble) * 2;
+  const at::Tensor old = -at::rand(mask.sizes(), at::kDouble) * 2;
+  const at::Tensor advantages = at::randn(mask.sizes(), at::kDouble);
+  const PolicyLossOptions options{
+      .mode = v1::POLICY_LOSS_GEO_MEAN, .clip_ratio_low = 0.2, .clip_ratio_high = 0.28};
+  const LossScale scale = LossScaleOf(mask);
+  const double whole =
+      ComputePolicyLoss(log_prob, old, advantages, mask, options, scale).loss.item<double>();
+  double parts = 0;
+  for (const auto& rows : {std::vector<int64_t>{0, 2}, std::vector<int64_t>{1, 3}}) {
+    const at::Tensor index = at::tensor(rows, at::kLong);
+    parts += ComputePolicyLoss(log_prob.index_select(0, index), old.index_select(0, index),
+                               advantages.index_select(0, index), mask.index_select(0, index),
+                               options, scale)
+                 .loss.item<double>();
+  }
+  CHECK(parts == Approx(whole).epsilon(1e-12));
 }
 
 TEST_CASE("value loss with value clipping, hand-worked", "[train][loss]") {
