@@ -119,8 +119,8 @@ PolicyLoss ComputePolicyLoss(const at::Tensor& log_prob, const at::Tensor& old_l
       if (is_weights.defined()) {  // their geometric mean over the sequence's tokens
         per_sequence = per_sequence * (((is_weights + 1e-10).log() * mask).sum(-1) / tokens).exp();
       }
-      const LossScale sequences = scale ? *scale : LossScaleOf(mask);
-      out.loss = per_sequence.sum() / std::max(sequences.sequences, 1.0);
+      const LossScale denominators = scale ? *scale : LossScaleOf(mask);
+      out.loss = per_sequence.sum() / std::max(denominators.sequences, 1.0);
       const at::Tensor clipped = delta.ne(clamped);
       out.clip_fraction = fraction(clipped.logical_and(advantages.gt(0)));
       out.clip_fraction_low = fraction(clipped.logical_and(advantages.lt(0)));
