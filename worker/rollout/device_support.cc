@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <malloc.h>
 
+#include <algorithm>
 #include <optional>
 #include <thread>
 
@@ -116,7 +117,8 @@ struct DecodeGraphs::Graphs {
   std::optional<at::cuda::MempoolId_t> pool;
   // One capture stream for all (each stream would get its own cuBLAS workspace).
   std::optional<c10::cuda::CUDAStream> stream;
-  // batch → (graph, output)
+  std::vector<int64_t> planned;  // Ascending.
+  // batch → (graph, output), the sizes captured so far.
   std::map<int64_t, std::pair<std::unique_ptr<at::cuda::CUDAGraph>, at::Tensor>> by_batch;
 };
 
@@ -127,11 +129,19 @@ DecodeGraphs::~DecodeGraphs() { Clear(); }
 
 bool DecodeGraphs::Available(const at::Device& device) { return device.is_cuda(); }
 
+void DecodeGraphs::Plan(std::vector<int64_t> sizes) {
+  Clear();
+  if (!graphs_) return;
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  graphs_->planned = std::move(sizes);
+}
+
 absl::Status DecodeGraphs::Capture(int64_t batch, const std::function<at::Tensor()>& step) {
-  if (!graphs_) return absl::FailedPreconditionError("CUDA graphs need a CUDA device");
   c10::cuda::CUDAGuard device_guard(device_);
   // Capture runs on a side stream; the warm-up there first initialises cuBLAS workspaces and
-  // anything else lazy, which capture would not allow.
+  // anything else lazy, which capture would not allow. The steps before it must be done: the
+  // warm-up writes the same keys and values as the replay after it will, at the same places.
   if (!graphs_->stream) {
     graphs_->stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
   }
@@ -157,23 +167,41 @@ absl::Status DecodeGraphs::Capture(int64_t batch, const std::function<at::Tensor
 
 int64_t DecodeGraphs::BucketFor(int64_t rows) const {
   if (!graphs_) return 0;
-  auto it = graphs_->by_batch.lower_bound(rows);
-  return it == graphs_->by_batch.end() ? 0 : it->first;
+  auto it = std::lower_bound(graphs_->planned.begin(), graphs_->planned.end(), rows);
+  return it == graphs_->planned.end() ? 0 : *it;
 }
 
-const at::Tensor& DecodeGraphs::Replay(int64_t batch) {
-  auto& [graph, output] = graphs_->by_batch.at(batch);
+at::Tensor DecodeGraphs::Replay(int64_t batch, const std::function<at::Tensor()>& step) {
+  TORCH_CHECK(
+      graphs_ && std::binary_search(graphs_->planned.begin(), graphs_->planned.end(), batch),
+      "no CUDA graph is planned for batch ", batch);
+  auto captured = graphs_->by_batch.find(batch);
+  if (captured == graphs_->by_batch.end()) {
+    const absl::Status status = Capture(batch, step);
+    TORCH_CHECK(status.ok(), status.message());
+    captured = graphs_->by_batch.find(batch);
+  }
+  auto& [graph, output] = captured->second;
   graph->replay();
   return output;
 }
 
+std::vector<int64_t> DecodeGraphs::CapturedSizes() const {
+  std::vector<int64_t> sizes;
+  if (graphs_) {
+    for (const auto& [batch, unused] : graphs_->by_batch) sizes.push_back(batch);
+  }
+  return sizes;
+}
+
 void DecodeGraphs::Clear() {
   if (!graphs_) return;
+  graphs_->planned.clear();
   graphs_->by_batch.clear();
   graphs_->pool.reset();
 }
 
-bool DecodeGraphs::empty() const { return !graphs_ || graphs_->by_batch.empty(); }
+bool DecodeGraphs::empty() const { return !graphs_ || graphs_->planned.empty(); }
 
 #else  // No CUDA: CPU devices only.
 
@@ -198,14 +226,12 @@ struct DecodeGraphs::Graphs {};
 DecodeGraphs::DecodeGraphs(const at::Device& device) : device_(device) {}
 DecodeGraphs::~DecodeGraphs() = default;
 bool DecodeGraphs::Available(const at::Device&) { return false; }
-absl::Status DecodeGraphs::Capture(int64_t, const std::function<at::Tensor()>&) {
-  return absl::FailedPreconditionError("built without CUDA: no CUDA graphs");
-}
+void DecodeGraphs::Plan(std::vector<int64_t>) {}
 int64_t DecodeGraphs::BucketFor(int64_t) const { return 0; }
-const at::Tensor& DecodeGraphs::Replay(int64_t) {
-  static const at::Tensor kNone;
-  return kNone;
+at::Tensor DecodeGraphs::Replay(int64_t batch, const std::function<at::Tensor()>&) {
+  TORCH_CHECK(false, "built without CUDA: no CUDA graph for batch ", batch);
 }
+std::vector<int64_t> DecodeGraphs::CapturedSizes() const { return {}; }
 void DecodeGraphs::Clear() {}
 bool DecodeGraphs::empty() const { return true; }
 

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -59,26 +60,34 @@ class StreamMarker {
   std::unique_ptr<Event> event_;
 };
 
-// CUDA graphs of one step function, one per batch size, sharing one memory pool. Capture the
-// largest batch first: smaller graphs then fit in the memory it reserved.
+// CUDA graphs of one step function, one per planned batch size, sharing one memory pool. A size
+// is captured the first time a step of it runs, not when planned: a generation whose batch stays
+// at 512 captures one graph, not the ten of 512 down to 1 (each capture costs a warm-up step and
+// about 5 ms of idle GPU, and the engine plans them again after every Release).
 class DecodeGraphs {
  public:
   explicit DecodeGraphs(const at::Device& device);
   ~DecodeGraphs();
 
   static bool Available(const at::Device& device);
-  // Runs `step` once to warm up, then captures it; the returned tensor lives in the pool and is
-  // refilled by every replay.
-  absl::Status Capture(int64_t batch, const std::function<at::Tensor()>& step);
-  // The smallest captured batch size >= rows, or 0 when none is.
+  // The batch sizes that get a graph (captured on first use); drops any captured before.
+  void Plan(std::vector<int64_t> sizes);
+  // The smallest planned batch size >= rows, or 0 when none is.
   int64_t BucketFor(int64_t rows) const;
-  // Replays the graph of `batch` on the current stream; returns its output.
-  const at::Tensor& Replay(int64_t batch);
+  // Replays the graph of planned size `batch` on the current stream and returns its output, a
+  // tensor in the pool that every replay refills. The first time, `step` (which must compute
+  // the graph's work for `batch` rows) is run once to warm up and then captured; a capture that
+  // fails throws (c10::Error) with the batch size in its message.
+  at::Tensor Replay(int64_t batch, const std::function<at::Tensor()>& step);
+  // The sizes captured so far, ascending.
+  std::vector<int64_t> CapturedSizes() const;
   void Clear();
-  bool empty() const;
+  bool empty() const;  // No size planned: the caller runs its steps eagerly.
 
  private:
   struct Graphs;
+  absl::Status Capture(int64_t batch, const std::function<at::Tensor()>& step);
+
   at::Device device_;
   std::unique_ptr<Graphs> graphs_;
 };

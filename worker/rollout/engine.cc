@@ -200,7 +200,6 @@ absl::Status GenerationEngine::Prepare() {
     host_logprobs_ = at::zeros({2, rows}, HostOptions(device_, at::kFloat));
     stats_.cache_blocks = blocks;
     stats_.cache_bytes = per_block * (blocks + 1);
-    stats_.graph_batch_sizes.clear();
   } catch (const c10::Error& error) {
     allocated = absl::ResourceExhaustedError(
         absl::StrCat("allocating the KV cache: ", error.what_without_backtrace()));
@@ -222,19 +221,11 @@ absl::Status GenerationEngine::Prepare() {
     return allocated;
   }
   if (options_.cuda_graphs && DecodeGraphs::Available(device_)) {
+    // Captured as the steps need them (DecodeGraphs::Replay).
     std::vector<int64_t> sizes;
     for (int64_t b = 1; b < rows; b *= 2) sizes.push_back(b);
     sizes.push_back(rows);
-    std::reverse(sizes.begin(), sizes.end());  // Largest first: the rest reuse its memory.
-    for (int64_t b : sizes) {
-      // Capture reports a torch error as a status.
-      const absl::Status captured = graphs_.Capture(b, [this, b] { return DecodeForward(b); });
-      if (!captured.ok()) {
-        Release();
-        return captured;
-      }
-      stats_.graph_batch_sizes.push_back(b);
-    }
+    graphs_.Plan(std::move(sizes));
   }
   return absl::OkStatus();
 }
@@ -272,6 +263,7 @@ absl::StatusOr<std::vector<GenerationResult>> GenerationEngine::Generate(
   RETURN_IF_ERROR(ValidateRequests(requests));  // Now against the cache's block count too.
   try {
     std::vector<GenerationResult> results = Execute(requests, turns, interrupt);
+    stats_.graph_batch_sizes = graphs_.CapturedSizes();
     stats_.peak_memory_bytes = QueryDeviceMemory(device_).peak_allocated_bytes;
     return results;
   } catch (const c10::OutOfMemoryError& error) {

@@ -1,8 +1,9 @@
 // The generation engine: batched, KV-cached generation with continuous batching over a paged KV
 // cache. Sequences join (prefill) whenever the cache has blocks for them, take another block as
 // they grow, are preempted (and later prefilled again) when the blocks run out, and leave as soon
-// as they finish; on CUDA every decode step replays a CUDA graph captured for the smallest batch
-// size that holds the running rows.
+// as they finish; on CUDA every decode step replays a CUDA graph of the smallest planned batch
+// size (powers of two up to max_num_seqs) that holds the running rows, captured the first time a
+// step needs it.
 //
 // Threading: one caller at a time (the worker's actor role drives it).
 #pragma once
@@ -66,7 +67,7 @@ struct EngineStats {
   double prefill_seconds = 0;
   double decode_seconds = 0;
   int64_t peak_memory_bytes = 0;  // GPU: the allocator's peak since the engine was created.
-  std::vector<int64_t> graph_batch_sizes;
+  std::vector<int64_t> graph_batch_sizes;  // The CUDA graphs captured so far, by batch size.
 };
 
 class GenerationEngine {
@@ -123,7 +124,7 @@ class GenerationEngine {
   // The call's scheduling, over a prepared cache (engine_run.cc).
   std::vector<GenerationResult> Execute(const std::vector<GenerationRequest>& requests,
                                         TurnHandler* turns, const std::atomic<int64_t>* interrupt);
-  absl::Status Prepare();  // Allocates the cache and captures the graphs.
+  absl::Status Prepare();  // Allocates the cache and plans the graphs.
   at::Tensor DecodeForward(int64_t rows);
 
   model::Transformer model_;  // Empty when tensor-parallel (fused_ holds the slices' weights).

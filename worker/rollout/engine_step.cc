@@ -36,8 +36,11 @@ void GenerationEngine::Run::LaunchDecode() {
   const int64_t rows = static_cast<int64_t>(running_.size());
   engine_.stats_.peak_running = std::max(engine_.stats_.peak_running, rows);
   const int64_t bucket = engine_.graphs_.empty() ? rows : engine_.graphs_.BucketFor(rows);
-  const at::Tensor logits =
-      engine_.graphs_.empty() ? engine_.DecodeForward(bucket) : engine_.graphs_.Replay(bucket);
+  const at::Tensor logits = engine_.graphs_.empty()
+                                ? engine_.DecodeForward(bucket)
+                                : engine_.graphs_.Replay(bucket, [this, bucket] {
+                                    return engine_.DecodeForward(bucket);
+                                  });
   const SampledTokens drawn = SampleTokens(logits.narrow(0, 0, rows), DeviceSamplingRows(rows));
   // The next step's inputs, advanced on the device: this token, one position on, next counter.
   engine_.step_inputs_[0].narrow(0, 0, rows).copy_(drawn.tokens);
