@@ -43,20 +43,27 @@ __global__ void __launch_bounds__(kNormThreads)
   }
 }
 
-// One warp per (row, head) of the fused q/k/v projection output. Lane l holds the rotary pairs
-// (i, i + D/2) for i = l, l + 32, ...
+// One warp per (row, head) of the fused q/k/v projection output, kRopeWarps warps a block (one
+// warp a block left an SM at its limit of 32 resident blocks, half the warps it can hold, and
+// this kernel waits on memory latency, not bandwidth). Lane l holds the rotary pairs (i, i + D/2)
+// for i = l, l + 32, ...
+constexpr int kRopeWarps = 4;
+
 template <int D>
-__global__ void __launch_bounds__(32)
+__global__ void __launch_bounds__(kRopeWarps * 32)
     RopeAppendKernel(const __nv_bfloat16* __restrict__ qkv, const int64_t* __restrict__ positions,
                      const int64_t* __restrict__ cache_rows, const float* __restrict__ inv_freq,
                      const __nv_bfloat16* __restrict__ q_norm,
                      const __nv_bfloat16* __restrict__ k_norm, float eps,
                      __nv_bfloat16* __restrict__ q_out, __nv_bfloat16* __restrict__ k_out,
                      __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
-                     int heads, int kv_heads, int block_size) {
+                     int rows, int heads, int kv_heads, int block_size) {
   constexpr int kPairs = D / 64;
-  const int row = blockIdx.x, head = blockIdx.y, lane = threadIdx.x;
-  const int width = (heads + 2 * kv_heads) * D;
+  const int all_heads = heads + 2 * kv_heads, lane = threadIdx.x % 32;
+  const int item = blockIdx.x * kRopeWarps + threadIdx.x / 32;
+  if (item >= rows * all_heads) return;
+  const int row = item / all_heads, head = item % all_heads;
+  const int width = all_heads * D;
   const __nv_bfloat16* in = qkv + static_cast<size_t>(row) * width + head * D;
   const int64_t position = positions[row];
   float x1[kPairs], x2[kPairs];
@@ -143,7 +150,7 @@ bool RopeAppend(const void* qkv, const int64_t* positions, const int64_t* cache_
                 int kv_heads, int head_dim, int block_size, cudaStream_t stream) {
   if (head_dim != 64 && head_dim != 128) return false;
   if (rows == 0) return true;
-  const dim3 grid(rows, heads + 2 * kv_heads);
+  const int grid = (rows * (heads + 2 * kv_heads) + kRopeWarps - 1) / kRopeWarps;
   const auto* in = static_cast<const __nv_bfloat16*>(qkv);
   const auto* qn = static_cast<const __nv_bfloat16*>(q_norm);
   const auto* kn = static_cast<const __nv_bfloat16*>(k_norm);
@@ -152,11 +159,13 @@ bool RopeAppend(const void* qkv, const int64_t* positions, const int64_t* cache_
   auto* k = static_cast<__nv_bfloat16*>(k_cache);
   auto* v = static_cast<__nv_bfloat16*>(v_cache);
   if (head_dim == 64) {
-    RopeAppendKernel<64><<<grid, 32, 0, stream>>>(in, positions, cache_rows, inv_freq, qn, kn, eps,
-                                                  q, k_copy, k, v, heads, kv_heads, block_size);
+    RopeAppendKernel<64><<<grid, kRopeWarps * 32, 0, stream>>>(in, positions, cache_rows, inv_freq,
+                                                               qn, kn, eps, q, k_copy, k, v, rows,
+                                                               heads, kv_heads, block_size);
   } else {
-    RopeAppendKernel<128><<<grid, 32, 0, stream>>>(in, positions, cache_rows, inv_freq, qn, kn, eps,
-                                                   q, k_copy, k, v, heads, kv_heads, block_size);
+    RopeAppendKernel<128><<<grid, kRopeWarps * 32, 0, stream>>>(in, positions, cache_rows, inv_freq,
+                                                                qn, kn, eps, q, k_copy, k, v, rows,
+                                                                heads, kv_heads, block_size);
   }
   return true;
 }
