@@ -31,10 +31,11 @@ ABSL_FLAG(int, steps, 10, "Timed steps");
 ABSL_FLAG(int, warmup, 3, "Untimed steps first");
 ABSL_FLAG(double, peak_tflops, 791.0, "bf16 dense peak used for MFU (measured on the H200)");
 ABSL_FLAG(std::string, profile, "", "Write a Chrome trace of two more steps to this file");
-ABSL_FLAG(std::string, loss, "full",
-          "full: logits, then at::cross_entropy_loss (as the transformers baseline); chunked: "
-          "next-token log-probs and entropy through ChunkedLogProbs, as the actor update computes "
-          "them (no (B, T, V) logits tensor)");
+ABSL_FLAG(std::string, loss, "chunked",
+          "chunked: next-token log-probs and entropy through ChunkedLogProbs, as the actor update "
+          "computes them (no (B, T, V) logits tensor); full: logits, then at::cross_entropy_loss "
+          "(as the transformers baseline, tests/bench/hf_train_baseline.py, computes its loss; "
+          "the default until 2026-12-06)");
 ABSL_FLAG(bool, activation_checkpointing, false,
           "Recompute each decoder layer in backward (less activation memory, more compute)");
 ABSL_FLAG(bool, breakdown, false,
