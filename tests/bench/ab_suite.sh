@@ -8,7 +8,8 @@
 # BEFORE and AFTER: deploy/bundle.sh folders, AFTER's with model_gpu_test, train_gpu_test and
 # rollout_gpu_test among its extra binaries (RLHFD_FIXTURES_DIR: tests/fixtures here). The phases:
 #   tests     the GPU tests of AFTER (a failure is printed; the measurements still run)
-#   train     train_bench 0.5B 16 x 1,024, before/after/before/after, then --breakdown of each
+#   train     train_bench 0.5B 16 x 1,024 with the actor's loss (--loss=chunked, named: the
+#             default before 2026-12-06 was full), before/after/before/after, then --breakdown
 #   grpo      the GRPO benchmark job 64 x 8, N 256, micro-batch 64, before then after
 #   profile   AFTER's job again with step 3 profiled; each stage's kernels summed
 #   long      the GRPO job 32 x 8, N 1,024, micro-batch 32, before then after
@@ -74,8 +75,8 @@ export -f gpu_tests train_benches grpo profiled
 for name in ${AB_PHASES:-tests train grpo profile long}; do
   case "${name}" in
     tests) phase tests 120 bash -c gpu_tests ;;
-    train) phase train 150 bash -c 'train_benches "" "${before}" "${after}" "${before}" "${after}"
-      train_benches --breakdown "${before}" "${after}"' ;;
+    train) phase train 150 bash -c 'train_benches --loss=chunked "${before}" "${after}" "${before}" "${after}"
+      train_benches "--loss=chunked --breakdown" "${before}" "${after}"' ;;
     grpo) phase grpo 220 bash -c 'grpo "${before}" " " 64 8 256 256 4 64
       grpo "${after}" " " 64 8 256 256 4 64' ;;
     profile) phase profile 150 bash -c profiled ;;

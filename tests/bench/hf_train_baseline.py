@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Baseline for worker/bench/train_bench: the same training step (forward, backward, gradient
-clipping, AdamW) with Hugging Face transformers and torch.optim.AdamW, float32 weights under bf16
-autocast, random ids, same FLOP formula (6N + 12·L·T·C). Prints one JSON line.
+"""Baseline for worker/bench/train_bench --loss=full: the same training step (forward, the
+cross-entropy over the full logits, backward, gradient clipping, AdamW) with Hugging Face
+transformers and torch.optim.AdamW, float32 weights under bf16 autocast, random ids, same FLOP
+formula (6N + 12·L·T·C). Prints one JSON line.
 
     python3 tests/bench/hf_train_baseline.py --micro_batch 16 --seq_len 1024 --steps 10
 """

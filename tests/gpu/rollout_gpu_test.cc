@@ -298,6 +298,7 @@ TEST_CASE("CUDA-graph decoding equals eager decoding", "[gpu][rollout]") {
   auto b = (*eager)->Generate(requests);
   REQUIRE(a.ok());
   REQUIRE(b.ok());
+  CHECK_FALSE((*graphs)->stats().graph_batch_sizes.empty());
   CHECK((*eager)->stats().graph_batch_sizes.empty());
   for (size_t i = 0; i < requests.size(); ++i) {
     CHECK((*a)[i].samples[0].token_ids == (*b)[i].samples[0].token_ids);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "worker/rollout/kernels.h"
 
@@ -60,9 +61,9 @@ __global__ void __launch_bounds__(kRopeWarps * 32)
                      int rows, int heads, int kv_heads, int block_size) {
   constexpr int kPairs = D / 64;
   const int all_heads = heads + 2 * kv_heads, lane = threadIdx.x % 32;
-  const int item = blockIdx.x * kRopeWarps + threadIdx.x / 32;
-  if (item >= rows * all_heads) return;
-  const int row = item / all_heads, head = item % all_heads;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kRopeWarps + threadIdx.x / 32;
+  if (item >= static_cast<int64_t>(rows) * all_heads) return;  // A whole warp: item is per warp.
+  const int row = static_cast<int>(item / all_heads), head = static_cast<int>(item % all_heads);
   const int width = all_heads * D;
   const __nv_bfloat16* in = qkv + static_cast<size_t>(row) * width + head * D;
   const int64_t position = positions[row];
@@ -150,7 +151,9 @@ bool RopeAppend(const void* qkv, const int64_t* positions, const int64_t* cache_
                 int kv_heads, int head_dim, int block_size, cudaStream_t stream) {
   if (head_dim != 64 && head_dim != 128) return false;
   if (rows == 0) return true;
-  const int grid = (rows * (heads + 2 * kv_heads) + kRopeWarps - 1) / kRopeWarps;
+  const int64_t grid =
+      (static_cast<int64_t>(rows) * (heads + 2 * kv_heads) + kRopeWarps - 1) / kRopeWarps;
+  if (grid > std::numeric_limits<int>::max()) return false;
   const auto* in = static_cast<const __nv_bfloat16*>(qkv);
   const auto* qn = static_cast<const __nv_bfloat16*>(q_norm);
   const auto* kn = static_cast<const __nv_bfloat16*>(k_norm);
@@ -159,13 +162,13 @@ bool RopeAppend(const void* qkv, const int64_t* positions, const int64_t* cache_
   auto* k = static_cast<__nv_bfloat16*>(k_cache);
   auto* v = static_cast<__nv_bfloat16*>(v_cache);
   if (head_dim == 64) {
-    RopeAppendKernel<64><<<grid, kRopeWarps * 32, 0, stream>>>(in, positions, cache_rows, inv_freq,
-                                                               qn, kn, eps, q, k_copy, k, v, rows,
-                                                               heads, kv_heads, block_size);
+    RopeAppendKernel<64><<<static_cast<unsigned>(grid), kRopeWarps * 32, 0, stream>>>(
+        in, positions, cache_rows, inv_freq, qn, kn, eps, q, k_copy, k, v, rows, heads, kv_heads,
+        block_size);
   } else {
-    RopeAppendKernel<128><<<grid, kRopeWarps * 32, 0, stream>>>(in, positions, cache_rows, inv_freq,
-                                                                qn, kn, eps, q, k_copy, k, v, rows,
-                                                                heads, kv_heads, block_size);
+    RopeAppendKernel<128><<<static_cast<unsigned>(grid), kRopeWarps * 32, 0, stream>>>(
+        in, positions, cache_rows, inv_freq, qn, kn, eps, q, k_copy, k, v, rows, heads, kv_heads,
+        block_size);
   }
   return true;
 }

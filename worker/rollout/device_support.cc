@@ -147,18 +147,34 @@ absl::Status DecodeGraphs::Capture(int64_t batch, const std::function<at::Tensor
   }
   c10::cuda::CUDAStream side = *graphs_->stream;
   c10::cuda::getCurrentCUDAStream(device_.index()).synchronize();
+  c10::cuda::CUDAStreamGuard stream_guard(side);
+  auto graph = std::make_unique<at::cuda::CUDAGraph>();
+  bool capturing = false;
   try {
-    c10::cuda::CUDAStreamGuard stream_guard(side);
     step();
     side.synchronize();
-    auto graph = std::make_unique<at::cuda::CUDAGraph>();
     graph->capture_begin(graphs_->pool.value_or(at::cuda::MempoolId_t{0, 0}));
+    capturing = true;
     at::Tensor output = step();
+    capturing = false;
     graph->capture_end();
     if (!graphs_->pool) graphs_->pool = graph->pool();
     side.synchronize();
     graphs_->by_batch[batch] = {std::move(graph), std::move(output)};
   } catch (const c10::Error& error) {
+    // A graph's destructor does not end its capture: end it here, or the side stream stays in
+    // capture mode and the next Generate fails on it too.
+    if (capturing) {
+      try {
+        graph->capture_end();
+      } catch (const c10::Error&) {  // An invalidated capture ends with an error; it has ended.
+      }
+    }
+    if (dynamic_cast<const c10::OutOfMemoryError*>(&error) != nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("out of device memory capturing the decode step for batch ", batch, ": ",
+                       error.what_without_backtrace()));
+    }
     return absl::InternalError(absl::StrCat("capturing the decode step for batch ", batch, ": ",
                                             error.what_without_backtrace()));
   }
@@ -178,6 +194,8 @@ at::Tensor DecodeGraphs::Replay(int64_t batch, const std::function<at::Tensor()>
   auto captured = graphs_->by_batch.find(batch);
   if (captured == graphs_->by_batch.end()) {
     const absl::Status status = Capture(batch, step);
+    if (absl::IsResourceExhausted(status))
+      TORCH_CHECK_WITH(OutOfMemoryError, false, status.message());
     TORCH_CHECK(status.ok(), status.message());
     captured = graphs_->by_batch.find(batch);
   }

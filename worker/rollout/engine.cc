@@ -205,8 +205,9 @@ absl::Status GenerationEngine::Prepare() {
         absl::StrCat("allocating the KV cache: ", error.what_without_backtrace()));
   }
   if (group_ != nullptr) {
-    // The capture's warm-up steps run the group's collectives: every rank goes on only if every
-    // rank has its cache (else the others would wait in them for one that left).
+    // The prefill and the decode steps (and the graphs' captures, on first use) run the group's
+    // collectives: every rank goes on only if every rank has its cache (else the others would
+    // wait in them for one that left).
     const at::Tensor ready =
         at::full({1}, allocated.ok() ? 1 : 0, at::TensorOptions(at::kLong).device(device_));
     absl::Status agreed = group_->AllReduce(ready, parallel::ReduceOp::kMin);
@@ -278,6 +279,7 @@ absl::StatusOr<std::vector<GenerationResult>> GenerationEngine::Generate(
 
 void GenerationEngine::Release() {
   graphs_.Clear();
+  stats_.graph_batch_sizes.clear();
   if (group_ == nullptr) fused_.reset();  // A tensor-parallel engine's decoder holds its weights.
   cache_.reset();
   for (at::Tensor* buffer :

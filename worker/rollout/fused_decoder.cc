@@ -162,12 +162,14 @@ at::Tensor FusedDecoder::Layers(const at::Tensor& tokens, const at::Tensor& posi
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = layers_[i];
     const at::Tensor qkv = Linear(h, layer.qkv_weight, layer.qkv_bias);  // (N, (H + 2K) D)
-    kernels::RopeAppend(
-        qkv.data_ptr(), positions.data_ptr<int64_t>(), cache_rows.data_ptr<int64_t>(),
-        inv_freq_.data_ptr<float>(), layer.q_norm.defined() ? layer.q_norm.data_ptr() : nullptr,
-        layer.k_norm.defined() ? layer.k_norm.data_ptr() : nullptr, eps, q.data_ptr(),
-        keep_keys ? k.data_ptr() : nullptr, cache.key(i).data_ptr(), cache.value(i).data_ptr(),
-        rows, heads, kv_heads, d, static_cast<int>(cache.block_size()), stream);
+    TORCH_CHECK(kernels::RopeAppend(qkv.data_ptr(), positions.data_ptr<int64_t>(),
+                                    cache_rows.data_ptr<int64_t>(), inv_freq_.data_ptr<float>(),
+                                    layer.q_norm.defined() ? layer.q_norm.data_ptr() : nullptr,
+                                    layer.k_norm.defined() ? layer.k_norm.data_ptr() : nullptr, eps,
+                                    q.data_ptr(), keep_keys ? k.data_ptr() : nullptr,
+                                    cache.key(i).data_ptr(), cache.value(i).data_ptr(), rows, heads,
+                                    kv_heads, d, static_cast<int>(cache.block_size()), stream),
+                "the fused rotary kernel cannot take head dimension ", d, " or ", rows, " rows");
     const at::Tensor attention = attend(i, q, k, qkv);  // (N, H D)
     const at::Tensor o = RowParallel(attention, layer.o_weight, layer.o_bias);
     kernels::AddRmsNorm(residual.data_ptr<float>(), o.data_ptr(), /*assign=*/false,

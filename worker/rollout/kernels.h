@@ -46,7 +46,8 @@ void AddRmsNorm(float* residual, const void* delta, bool assign, const void* wei
 // Queries (after q_norm, when given) rotated at positions[r] into q_out (rows, H, D); keys (after
 // k_norm) rotated and values written to the paged caches (blocks, K, block_size, D) at cache row
 // cache_rows[r] (block · block_size + offset), the rotated keys also to k_out (rows, K, D) unless
-// it is null. inv_freq (D / 2) float32. Supports D in {64, 128}; returns false otherwise.
+// it is null. inv_freq (D / 2) float32. Supports D in {64, 128} and rows · (H + 2K) below 2^33;
+// returns false (and launches nothing) otherwise.
 bool RopeAppend(const void* qkv, const int64_t* positions, const int64_t* cache_rows,
                 const float* inv_freq, const void* q_norm, const void* k_norm, float eps,
                 void* q_out, void* k_out, void* k_cache, void* v_cache, int rows, int heads,
