@@ -277,6 +277,19 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
   check.AtLeast("algorithm.entropy_coeff", algorithm->entropy_coeff(), 0);
   check.Above("algorithm.tau_pos", algorithm->tau_pos(), 0);
   check.Above("algorithm.tau_neg", algorithm->tau_neg(), 0);
+  const auto share = [&](const std::string& path, double value) {
+    if (!(value > 0 && value <= 1)) {
+      check.Fail(path, absl::StrCat(Number(value), " must be in (0, 1]"));
+    }
+  };
+  share("algorithm.clip_cov_ratio", algorithm->clip_cov_ratio());
+  share("algorithm.kl_cov_ratio", algorithm->kl_cov_ratio());
+  if (!(algorithm->clip_cov_lb() < algorithm->clip_cov_ub())) {
+    check.Fail("algorithm.clip_cov_ub",
+               absl::StrCat(Number(algorithm->clip_cov_ub()), " must be above clip_cov_lb (",
+                            Number(algorithm->clip_cov_lb()), ")"));
+  }
+  check.AtLeast("algorithm.ppo_kl_coef", algorithm->ppo_kl_coef(), 0);
   const v1::RolloutCorrectionSpec& correction = algorithm->rollout_correction();
   if (!correction.rollout_is().empty() && correction.rollout_is() != "token" &&
       correction.rollout_is() != "sequence") {

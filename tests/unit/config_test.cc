@@ -405,6 +405,18 @@ TEST_CASE("out-of-range values say the allowed range", "[config][errors]") {
              Catch::Contains("roles.actor.rollout.gpu_memory_utilization: 1.5 must be in (0, 1)"));
   CHECK_THAT(ErrorOf(Replace(yaml, "adv_estimator: grpo,", "adv_estimator: grpo, clip_ratio_c: 0.5,")),
              Catch::Contains("algorithm.clip_ratio_c: 0.5 must be > 1, or 0"));
+  CHECK_THAT(
+      ErrorOf(Replace(yaml, "adv_estimator: grpo,", "adv_estimator: grpo, kl_cov_ratio: 0,")),
+      Catch::Contains("algorithm.kl_cov_ratio: 0 must be in (0, 1]"));
+  CHECK_THAT(
+      ErrorOf(Replace(yaml, "adv_estimator: grpo,", "adv_estimator: grpo, clip_cov_ratio: 2,")),
+      Catch::Contains("algorithm.clip_cov_ratio: 2 must be in (0, 1]"));
+  CHECK_THAT(
+      ErrorOf(Replace(yaml, "adv_estimator: grpo,", "adv_estimator: grpo, clip_cov_ub: 0.5,")),
+      Catch::Contains("algorithm.clip_cov_ub: 0.5 must be above clip_cov_lb (1)"));
+  CHECK_THAT(
+      ErrorOf(Replace(yaml, "adv_estimator: grpo,", "adv_estimator: grpo, ppo_kl_coef: -1,")),
+      Catch::Contains("algorithm.ppo_kl_coef: -1 must be >= 0"));
   CHECK_THAT(ErrorOf(Replace(yaml, "name: unit-test-job", "name: \"has spaces\"")),
              Catch::Contains("name: use 1-128 letters"));
 }

@@ -681,8 +681,11 @@ TEST_CASE("verl's LoRA keys map to model.lora_*; target_modules becomes a list",
   CHECK(Contains(critic.errors, "critic.model.lora_rank: not supported (LoRA critics"));
 }
 
-TEST_CASE("verl's GSPO, SAPO, CISPO and GPG losses map to algorithm.policy_loss", "[verl]") {
-  for (const std::string mode : {"vanilla", "gspo", "sapo", "cispo", "gpg", "geo_mean"}) {
+TEST_CASE(
+    "verl's GSPO, SAPO, CISPO, GPG, GMPO, Clip-Cov and KL-Cov losses map to algorithm.policy_loss",
+    "[verl]") {
+  for (const std::string mode :
+       {"vanilla", "gspo", "sapo", "cispo", "gpg", "geo_mean", "clip_cov", "kl_cov"}) {
     INFO(mode);
     const VerlConversion converted =
         Convert("", {"actor_rollout_ref.actor.policy_loss.loss_mode=" + mode,
@@ -692,19 +695,38 @@ TEST_CASE("verl's GSPO, SAPO, CISPO and GPG losses map to algorithm.policy_loss"
     CHECK(converted.config["algorithm"]["tau_pos"] == 1.5);
     CHECK(converted.config["algorithm"]["tau_neg"] == 2.5);
   }
-  // verl's defaults: vanilla, tau 1.0 and 1.05 (update_options_test parses such a job).
+  // verl's defaults: vanilla, tau 1.0 and 1.05 (update_options_test parses such a job), and
+  // the covariance losses' parameters of its PolicyLossConfig.
   const nlohmann::json defaults = Convert("", {}).config["algorithm"];
   CHECK(defaults["policy_loss"] == "vanilla");
   CHECK(defaults["tau_pos"] == 1.0);
   CHECK(defaults["tau_neg"] == 1.05);
+  CHECK(defaults["clip_cov_ratio"] == 0.0002);
+  CHECK(defaults["clip_cov_lb"] == 1.0);
+  CHECK(defaults["clip_cov_ub"] == 5.0);
+  CHECK(defaults["kl_cov_ratio"] == 0.0002);
+  CHECK(defaults["ppo_kl_coef"] == 0.1);
+  const nlohmann::json set = Convert("", {"actor_rollout_ref.actor.policy_loss.loss_mode=kl_cov",
+                                          "actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.01",
+                                          "actor_rollout_ref.actor.policy_loss.ppo_kl_coef=1.0",
+                                          "actor_rollout_ref.actor.policy_loss.clip_cov_lb=-1",
+                                          "actor_rollout_ref.actor.policy_loss.clip_cov_ub=2",
+                                          "actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.5"})
+                                 .config["algorithm"];
+  CHECK(set["kl_cov_ratio"] == 0.01);
+  CHECK(set["ppo_kl_coef"] == 1.0);
+  CHECK(set["clip_cov_lb"] == -1);
+  CHECK(set["clip_cov_ub"] == 2);
+  CHECK(set["clip_cov_ratio"] == 0.5);
 }
 
 TEST_CASE("every verl setting rlhfd cannot honour is named, with why", "[verl]") {
   const std::vector<std::pair<std::string, std::string>> refused = {
       {"actor_rollout_ref.model.exclude_modules=[o_proj]", "name the layers in target_modules"},
       {"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "sequence parallelism"},
-      {"actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov",
-       "'clip_cov': rlhfd computes the policy losses vanilla, gspo, sapo, cispo, gpg, geo_mean"},
+      {"actor_rollout_ref.actor.policy_loss.loss_mode=dro",
+       "'dro': rlhfd computes the policy losses vanilla, gspo, sapo, cispo, gpg, geo_mean, "
+       "clip_cov, kl_cov"},
       {"actor_rollout_ref.rollout.multi_turn.function_tool_path=/code/tools.py",
        "Python function tools"},
       {"actor_rollout_ref.actor.strategy=megatron", "Megatron"},

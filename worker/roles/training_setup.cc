@@ -1,5 +1,6 @@
 #include "worker/roles/training_setup.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
 
 #include "absl/strings/str_join.h"
@@ -118,7 +119,18 @@ train::PolicyUpdateOptions PolicyUpdateOptionsOf(const v1::JobSpec& spec, int re
                     .clip_ratio_c = algorithm.clip_ratio_c(),
                     .tau_pos = algorithm.tau_pos(),
                     .tau_neg = algorithm.tau_neg(),
+                    .clip_cov_ratio = algorithm.clip_cov_ratio(),
+                    .clip_cov_lb = algorithm.clip_cov_lb(),
+                    .clip_cov_ub = algorithm.clip_cov_ub(),
+                    .kl_cov_ratio = algorithm.kl_cov_ratio(),
+                    .ppo_kl_coef = algorithm.ppo_kl_coef(),
                     .aggregation = algorithm.loss_agg_mode()};
+  if (algorithm.policy_loss() == v1::POLICY_LOSS_CLIP_COV) {
+    // Clip-Cov's draws, from the step's seed as the loop's shuffles: the same again after a
+    // restart at this step.
+    options.policy.generator =
+        at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(options.loop.seed));
+  }
   options.entropy_coeff = algorithm.entropy_coeff();
   options.kl_coef = kl_loss ? algorithm.kl().coef() : 0.0;
   options.kl_estimator = algorithm.kl().estimator();

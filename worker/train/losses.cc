@@ -56,6 +56,13 @@ ClippedTerms Clipped(const at::Tensor& ratio, const at::Tensor& advantages,
   return terms;
 }
 
+// (A - mean A)·(log_prob - mean log_prob), the means over mask's tokens: how much each token
+// moves the policy's entropy, by which Clip-Cov and KL-Cov choose their tokens (arXiv 2505.22617).
+at::Tensor Covariance(const at::Tensor& advantages, const at::Tensor& log_prob,
+                      const at::Tensor& mask) {
+  return (advantages - MaskedMean(advantages, mask)) * (log_prob - MaskedMean(log_prob, mask));
+}
+
 }  // namespace
 
 PolicyLoss ComputePolicyLoss(const at::Tensor& log_prob, const at::Tensor& old_log_prob,
@@ -126,6 +133,49 @@ PolicyLoss ComputePolicyLoss(const at::Tensor& log_prob, const at::Tensor& old_l
       out.clip_fraction_low = fraction(clipped.logical_and(advantages.lt(0)));
       out.approx_kl = MaskedMean(-delta, mask).detach();
       return out;
+    }
+    case v1::POLICY_LOSS_CLIP_COV: {
+      const at::Tensor delta = log_prob - old_log_prob;  // unclamped, as verl's
+      const ClippedTerms terms = Clipped(delta.exp(), advantages, options);
+      // Drawn from the tokens the clip leaves alone, with a covariance within the bounds.
+      const at::Tensor covariance = Covariance(advantages, log_prob.detach(), mask);
+      const at::Tensor candidates = covariance.gt(options.clip_cov_lb)
+                                        .logical_and(covariance.lt(options.clip_cov_ub))
+                                        .logical_and(mask.gt(0))
+                                        .logical_and(terms.clipped.le(terms.unclipped));
+      at::Tensor left_out = candidates.reshape({-1}).nonzero().squeeze(1);
+      const int64_t count = std::max<int64_t>(
+          1, static_cast<int64_t>(options.clip_cov_ratio * mask.sum().item<double>()));
+      if (left_out.numel() > count) {
+        const at::Tensor draw =
+            at::randperm(left_out.numel(), options.generator, at::TensorOptions().dtype(at::kLong));
+        left_out = left_out.index_select(0, draw.narrow(0, 0, count).to(left_out.device()));
+      }
+      const at::Tensor kept =
+          at::ones_like(advantages).reshape({-1}).index_fill_(0, left_out, 0).view_as(advantages);
+      per_token = terms.loss * kept;
+      out.clip_fraction = fraction(kept.eq(0));
+      out.approx_kl = MaskedMean(-delta, mask).detach();
+      break;
+    }
+    case v1::POLICY_LOSS_KL_COV: {
+      const at::Tensor delta = log_prob - old_log_prob;  // unclamped, as verl's
+      per_token = -advantages * delta.exp();
+      const at::Tensor valid = mask.gt(0).reshape({-1}).nonzero().squeeze(1);
+      if (valid.numel() > 0) {
+        const at::Tensor covariance =
+            Covariance(advantages, log_prob.detach(), mask).reshape({-1}).index_select(0, valid);
+        const int64_t count = std::max<int64_t>(
+            1, static_cast<int64_t>(static_cast<double>(valid.numel()) * options.kl_cov_ratio));
+        const at::Tensor largest = valid.index_select(0, std::get<1>(covariance.topk(count)));
+        const at::Tensor penalised = at::zeros_like(mask, at::kBool)
+                                         .reshape({-1})
+                                         .index_fill_(0, largest, true)
+                                         .view_as(mask);
+        per_token = at::where(penalised, per_token + options.ppo_kl_coef * delta.abs(), per_token);
+      }
+      out.approx_kl = MaskedMean(delta.abs(), mask).detach();
+      break;
     }
     case v1::POLICY_LOSS_VANILLA:
     default: {

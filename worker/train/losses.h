@@ -10,6 +10,7 @@
 #pragma once
 
 #include <ATen/Tensor.h>
+#include <ATen/core/Generator.h>
 
 #include <optional>
 
@@ -49,7 +50,15 @@ struct PolicyLossOptions {
   double clip_ratio_c = 3.0;  // Dual clip for negative advantages (vanilla); 0 turns it off.
   double tau_pos = 1.0;       // SAPO's gate temperatures (A > 0, A <= 0)
   double tau_neg = 1.05;
+  double clip_cov_ratio = 0.0002;  // Clip-Cov: share of tokens left out, their covariance bounds
+  double clip_cov_lb = 1.0;
+  double clip_cov_ub = 5.0;
+  double kl_cov_ratio = 0.0002;  // KL-Cov: share of tokens penalised, the penalty's coefficient
+  double ppo_kl_coef = 0.1;
   v1::LossAggregation aggregation = v1::LOSS_AGGREGATION_TOKEN_MEAN;
+  // Clip-Cov's random draw of the tokens it leaves out (a CPU generator); ATen's default when
+  // unset.
+  std::optional<at::Generator> generator;
 };
 
 struct PolicyLoss {
@@ -73,6 +82,16 @@ struct PolicyLoss {
 //            -low, high))) (δ not clamped), times the row's mean A: -Ā·r per sequence, a mean
 //            over the mini-batch's sequences (scale.sequences) whatever options.aggregation
 //            says; clip_fraction counts clipped tokens with A > 0, clip_fraction_low with A < 0.
+//   clip_cov PPO's clipped surrogate, r = exp(δ) unclamped, no dual clip; of the tokens the clip
+//            leaves alone whose cov = (A - mean A)·(sg[log_prob] - mean sg[log_prob]) (means over
+//            the micro-batch's tokens) lies in (clip_cov_lb, clip_cov_ub), max(1, ⌊clip_cov_ratio ·
+//            tokens⌋) drawn at random (options.generator) lose their loss and gradient;
+//            clip_fraction is their share.
+//   kl_cov   -A·r, r = exp(δ) unclamped, no clip; the max(1, ⌊kl_cov_ratio · tokens⌋) tokens of
+//            the largest cov add ppo_kl_coef·|δ|; approx_kl is the mean of |δ| (verl's ppo_kl
+//            for it).
+//   Both choose their tokens within the micro-batch, as verl's, whose micro-batches rlhfd's
+//   need not match (rlhfd packs them by tokens).
 // `loss` is aggregated with `scale` (see AggregateLoss); the fractions and the KL are this
 // micro-batch's token means (the fractions 0 where a loss clips nothing). `is_weights` (defined:
 // the rollout correction's importance weights, rollout_correction.h) multiply each token's loss

@@ -26,7 +26,9 @@ data: {train_files: [unused.jsonl], max_prompt_length: 32, max_response_length: 
 algorithm: {adv_estimator: gae, gamma: 0.95, lam: 0.9,
             kl: {mode: loss, coef: 0.02, estimator: k2},
             clip_ratio_low: 0.1, clip_ratio_high: 0.28, clip_ratio_c: 5.0, entropy_coeff: 0.001,
-            loss_agg_mode: seq-mean-token-sum-norm, policy_loss: sapo, tau_pos: 1.5, tau_neg: 2.5}
+            loss_agg_mode: seq-mean-token-sum-norm, policy_loss: sapo, tau_pos: 1.5, tau_neg: 2.5,
+            clip_cov_ratio: 0.01, clip_cov_lb: 0.5, clip_cov_ub: 4.0, kl_cov_ratio: 0.02,
+            ppo_kl_coef: 0.2}
 roles:
   actor:
     gpus: 2
@@ -72,6 +74,16 @@ void CheckPolicy(const train::PolicyUpdateOptions& got,
   CHECK(got.policy.clip_ratio_low == expected.policy.clip_ratio_low);
   CHECK(got.policy.clip_ratio_high == expected.policy.clip_ratio_high);
   CHECK(got.policy.clip_ratio_c == expected.policy.clip_ratio_c);
+  CHECK(got.policy.clip_cov_ratio == expected.policy.clip_cov_ratio);
+  CHECK(got.policy.clip_cov_lb == expected.policy.clip_cov_lb);
+  CHECK(got.policy.clip_cov_ub == expected.policy.clip_cov_ub);
+  CHECK(got.policy.kl_cov_ratio == expected.policy.kl_cov_ratio);
+  CHECK(got.policy.ppo_kl_coef == expected.policy.ppo_kl_coef);
+  // Only Clip-Cov draws at random: its generator seeded with the step's seed.
+  REQUIRE(got.policy.generator.has_value() == (got.policy.mode == v1::POLICY_LOSS_CLIP_COV));
+  if (got.policy.generator) {
+    CHECK(got.policy.generator->current_seed() == static_cast<uint64_t>(got.loop.seed));
+  }
   CHECK(got.policy.aggregation == expected.policy.aggregation);
   CHECK(got.entropy_coeff == expected.entropy_coeff);
   CHECK(got.kl_coef == expected.kl_coef);
@@ -198,11 +210,21 @@ TEST_CASE("every option set: actor and critic update options", "[update_options]
                   .clip_ratio_c = 5.0,
                   .tau_pos = 1.5,
                   .tau_neg = 2.5,
+                  .clip_cov_ratio = 0.01,
+                  .clip_cov_lb = 0.5,
+                  .clip_cov_ub = 4.0,
+                  .kl_cov_ratio = 0.02,
+                  .ppo_kl_coef = 0.2,
                   .aggregation = v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM_NORM};
   actor.entropy_coeff = 0.001;
   actor.kl_coef = 0.02;
   actor.kl_estimator = v1::KL_ESTIMATOR_K2;
   CheckPolicy(PolicyUpdateOptionsOf(spec, 2, 5, &schedule, 16, 3), actor);
+  // The same job with Clip-Cov: its draws seeded like the loop's shuffles.
+  v1::JobSpec clip_cov = spec;
+  clip_cov.mutable_algorithm()->set_policy_loss(v1::POLICY_LOSS_CLIP_COV);
+  actor.policy.mode = v1::POLICY_LOSS_CLIP_COV;
+  CheckPolicy(PolicyUpdateOptionsOf(clip_cov, 2, 5, &schedule, 16, 3), actor);
 
   train::CriticUpdateOptions critic;
   critic.loop = {.mini_batch = 8,  // 4 x 2 / 1

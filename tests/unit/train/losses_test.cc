@@ -1,14 +1,18 @@
 // The PPO policy loss (clip, clip-higher, dual clip) hand-worked and against a float64 reference
-// in every aggregation mode; every policy loss (vanilla, GSPO, SAPO, CISPO, GPG) against verl's
-// own functions, value and gradient; the clipped value loss, and the KL estimators k1, k2, k3.
+// in every aggregation mode; every policy loss (vanilla, GSPO, SAPO, CISPO, GPG, GMPO, Clip-Cov,
+// KL-Cov) against verl's own functions, value and gradient; Clip-Cov's random draw; the clipped
+// value loss, and the KL estimators k1, k2, k3.
 #include "worker/train/losses.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
+#include <set>
+#include <utility>
 
 #include "tests/unit/train/train_test_support.h"
 
@@ -237,7 +241,53 @@ TEST_CASE("every policy loss equals verl's, value and gradient", "[train][loss]"
         {-0.007715451528022298, -0.007715451528022298, 0.0, 0.0, -0.0}},
        0.5384615380473372,
        0.23076923059171597,
-       -0.07307692302071005}};
+       -0.07307692302071005},
+      // Clip-Cov leaves out all six tokens it may draw from (its ratio 1; the script's
+      // PolicyLossConfig), so no random choice is left to match; KL-Cov penalises two.
+      {v1::POLICY_LOSS_CLIP_COV,
+       v1::LOSS_AGGREGATION_TOKEN_MEAN,
+       -0.22627862676018204,
+       {{0.0, 0.0, -0.056596837103298825, 0.0, 0.0},
+        {0.0, 0.0, -0.0, -0.0, -0.0},
+        {0.0, -0.0, -0.0, -0.0, -0.0},
+        {-0.0, 0.06801051803542447, 0.0, 0.0, -0.0}},
+       0.46153846118343195,
+       0.0,
+       -0.07307692302071005},
+      {v1::POLICY_LOSS_CLIP_COV,
+       v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_MEAN,
+       -0.17290439778257818,
+       {{0.0, 0.0, -0.036787944043568346, 0.0, 0.0},
+        {0.0, 0.0, -0.0, -0.0, -0.0},
+        {0.0, -0.0, -0.0, -0.0, -0.0},
+        {-0.0, 0.055258545765636026, 0.0, 0.0, -0.0}},
+       0.46153846118343195,
+       0.0,
+       -0.07307692302071005},
+      {v1::POLICY_LOSS_KL_COV,
+       v1::LOSS_AGGREGATION_TOKEN_MEAN,
+       0.0953119196992523,
+       {{-0.09395405832001306, 0.03480143915522922, -0.056596837103298825, 0.11538461538461539,
+         -0.03804741393923373},
+        {0.13920575662091686, -0.08877729919154535, -0.006960287831045843, 0.0, 0.0},
+        {0.19890074302429586, 0.0, 0.0, 0.0, 0.0},
+        {-0.027841151324183373, 0.07570282572773217, -0.16050327388220084, 0.013996861377983848,
+         0.0}},
+       0.0,
+       0.0,
+       0.36538461510355036},
+      {v1::POLICY_LOSS_KL_COV,
+       v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_MEAN,
+       0.5802761102016439,
+       {{-0.06107013778586822, 0.02262093540565712, -0.036787944043568346, 0.07499999985,
+         -0.024730819011040284},
+        {0.15080623583663913, -0.09617540713692277, -0.007540311791831958, 0.0, 0.0},
+        {0.6464274083646875, 0.0, 0.0, 0.0, 0.0},
+        {-0.02262093539434665, 0.06150854575001102, -0.1304089097032659, 0.011372449841180752,
+         0.0}},
+       0.0,
+       0.0,
+       0.36538461510355036}};
   const Matrix log_prob = {{-1.0, -0.5, -2.0, -0.1, -3.0},
                            {-0.2, -0.9, -1.1, 0, 0},
                            {-0.05, 0, 0, 0, 0},
@@ -259,6 +309,11 @@ TEST_CASE("every policy loss equals verl's, value and gradient", "[train][loss]"
                                     .clip_ratio_c = 3.0,
                                     .tau_pos = 1.5,
                                     .tau_neg = 2.5,
+                                    .clip_cov_ratio = 1.0,
+                                    .clip_cov_lb = -1.6,
+                                    .clip_cov_ub = 0.1,
+                                    .kl_cov_ratio = 0.2,
+                                    .ppo_kl_coef = 0.1,
                                     .aggregation = expected.aggregation};
     const at::Tensor current = ToTensor(log_prob).requires_grad_(true);
     const PolicyLoss loss =
@@ -275,6 +330,70 @@ TEST_CASE("every policy loss equals verl's, value and gradient", "[train][loss]"
         expected.mode == v1::POLICY_LOSS_GPG ? verl.front().approx_kl : expected.approx_kl;
     CHECK(loss.approx_kl.item<double>() == Approx(kl).epsilon(1e-7));
   }
+}
+
+// Clip-Cov's random draw: of the six tokens it may leave out on the verl case's batch (unclipped,
+// covariance in (-1.6, 0.1)), a ratio of 0.2 leaves out ⌊0.2 · 13⌋ = 2, chosen by the generator:
+// the same two for the same seed, and the loss is the PPO loss of the other tokens.
+TEST_CASE("clip_cov leaves out a random draw of its candidate tokens", "[train][loss]") {
+  const at::Tensor log_prob = ToTensor({{-1.0, -0.5, -2.0, -0.1, -3.0},
+                                        {-0.2, -0.9, -1.1, 0, 0},
+                                        {-0.05, 0, 0, 0, 0},
+                                        {-1.5, -1.2, -0.3, -0.7, 0}});
+  const at::Tensor old = ToTensor({{-1.2, -0.4, -1.0, -0.1, -3.5},
+                                   {-0.1, -1.4, -1.0, 0, 0},
+                                   {-1.0, 0, 0, 0, 0},
+                                   {-1.4, -1.3, -0.9, -0.2, 0}});
+  const at::Tensor advantages = ToTensor({{1.0, -0.5, 2.0, -1.5, 0.3},
+                                          {-2.0, 0.7, 0.1, 5, 5},
+                                          {-1.0, 5, 5, 5, 5},
+                                          {0.4, -0.8, 1.2, -0.3, 5}});
+  const at::Tensor mask = ToTensor(kMask);
+  // (row, column) of the six candidates, from the script's covariances.
+  const std::set<std::pair<int64_t, int64_t>> candidates = {{0, 1}, {0, 3}, {1, 0},
+                                                            {1, 2}, {2, 0}, {3, 0}};
+  const auto left_out = [&](uint64_t seed) {
+    PolicyLossOptions options{.mode = v1::POLICY_LOSS_CLIP_COV,
+                              .clip_ratio_low = 0.1,
+                              .clip_ratio_high = 0.05,
+                              .clip_cov_ratio = 0.2,
+                              .clip_cov_lb = -1.6,
+                              .clip_cov_ub = 0.1};
+    options.generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+    const at::Tensor current = log_prob.clone().requires_grad_(true);
+    const PolicyLoss loss = ComputePolicyLoss(current, old, advantages, mask, options);
+    CHECK(loss.clip_fraction.item<double>() == Approx(2.0 / 13));
+    // The loss is vanilla's per-token loss without dual clip over the tokens kept, / 13.
+    const at::Tensor ratio = (log_prob - old).exp();
+    const at::Tensor per_token =
+        at::maximum(-advantages * ratio, -advantages * ratio.clamp(0.9, 1.05)) * mask;
+    loss.loss.backward();
+    std::set<std::pair<int64_t, int64_t>> out;
+    double kept_sum = 0;
+    for (int64_t i = 0; i < 4; ++i) {
+      for (int64_t j = 0; j < 5; ++j) {
+        if (kMask[i][j] == 0) continue;
+        // A left-out token has no gradient and no loss; only candidates can be left out, and
+        // the candidates are unclipped, so a candidate kept has a gradient of -A·r / 13.
+        const double grad = current.grad()[i][j].item<double>();
+        const bool candidate = candidates.count({i, j}) > 0;
+        if (candidate && grad == 0) {
+          out.insert({i, j});
+        } else {
+          kept_sum += per_token[i][j].item<double>();
+        }
+      }
+    }
+    CHECK(loss.loss.item<double>() == Approx(kept_sum / 13).epsilon(1e-12));
+    return out;
+  };
+  const auto first = left_out(7);
+  CHECK(first.size() == 2);
+  CHECK(left_out(7) == first);
+  // Another seed draws other tokens for at least one of these seeds (15 pairs to draw from).
+  bool another = false;
+  for (uint64_t seed : {8, 9, 10, 11}) another = another || left_out(seed) != first;
+  CHECK(another);
 }
 
 // The update loop adds micro-batches' losses up to the mini-batch's: geo_mean's mean over the
