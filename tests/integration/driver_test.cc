@@ -498,6 +498,18 @@ TEST_CASE("The tiny GRPO config with GSPO's loss runs to its end and equals one 
                             "data.train_files=[" + parquet + "]", "algorithm.policy_loss=gspo"});
 }
 
+// KL-Cov's loss (losses_test holds it against verl's) through the daemons: the loss and its
+// parameters reach the workers' update as the one-process replay's, which chooses the same
+// tokens of the largest covariance in each micro-batch. Two data-parallel workers and lr 1e-5,
+// as the GSPO case above, for the same reason.
+TEST_CASE("The tiny GRPO config with KL-Cov's loss runs to its end and equals one process",
+          "[driver][runs]") {
+  CheckRunEqualsOneProcess(
+      "tiny-cpu-demo.yaml", 2,
+      {"roles.actor.train.lr=1e-5", "roles.actor.train.zero_stage=2",
+       "algorithm.policy_loss=kl_cov", "algorithm.kl_cov_ratio=0.05", "algorithm.ppo_kl_coef=0.5"});
+}
+
 // trainer.mode one_step_off through the controller and worker processes: step k + 1's rollout
 // is generated before step k trains (with the weights step k started from), the actor trains
 // with ZeRO-3 over two workers and decodes at tp 2 from slices resharded out of its shards, every
