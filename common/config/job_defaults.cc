@@ -27,7 +27,7 @@ constexpr const char* kDefaultsJson = R"json({
     "loss_agg_mode": "LOSS_AGGREGATION_TOKEN_MEAN", "norm_adv_by_std_in_grpo": true,
     "policy_loss": "POLICY_LOSS_VANILLA", "tau_pos": 1.0, "tau_neg": 1.05,
     "clip_cov_ratio": 0.0002, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0, "kl_cov_ratio": 0.0002,
-    "ppo_kl_coef": 0.1,
+    "ppo_kl_coef": 0.1, "dro_beta": 0.0,
     "rollout_correction": {"rollout_is": "", "rollout_is_threshold": 2.0,
                            "rollout_is_batch_normalize": false, "bypass_mode": false}
   },

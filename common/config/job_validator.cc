@@ -290,6 +290,10 @@ void CompleteAndValidateJobSpec(JobSpec* spec, ConfigErrors* errors,
                             Number(algorithm->clip_cov_lb()), ")"));
   }
   check.AtLeast("algorithm.ppo_kl_coef", algorithm->ppo_kl_coef(), 0);
+  if (algorithm->policy_loss() == v1::POLICY_LOSS_DRO && !(algorithm->dro_beta() > 0)) {
+    check.Fail("algorithm.dro_beta",
+               absl::StrCat(Number(algorithm->dro_beta()), " must be > 0 with policy_loss dro"));
+  }
   const v1::RolloutCorrectionSpec& correction = algorithm->rollout_correction();
   if (!correction.rollout_is().empty() && correction.rollout_is() != "token" &&
       correction.rollout_is() != "sequence") {

@@ -40,6 +40,7 @@ const std::vector<std::pair<std::string, std::string>>& DirectTable() {
       {"actor_rollout_ref.actor.policy_loss.clip_cov_ub", "algorithm.clip_cov_ub"},
       {"actor_rollout_ref.actor.policy_loss.kl_cov_ratio", "algorithm.kl_cov_ratio"},
       {"actor_rollout_ref.actor.policy_loss.ppo_kl_coef", "algorithm.ppo_kl_coef"},
+      {"actor_rollout_ref.actor.policy_loss.dro_beta", "algorithm.dro_beta"},
       {"actor_rollout_ref.actor.loss_agg_mode", "algorithm.loss_agg_mode"},
       {"actor_rollout_ref.actor.entropy_coeff", "algorithm.entropy_coeff"},
       {"actor_rollout_ref.actor.optim.lr", "roles.actor.train.lr"},

@@ -417,6 +417,9 @@ TEST_CASE("out-of-range values say the allowed range", "[config][errors]") {
   CHECK_THAT(
       ErrorOf(Replace(yaml, "adv_estimator: grpo,", "adv_estimator: grpo, ppo_kl_coef: -1,")),
       Catch::Contains("algorithm.ppo_kl_coef: -1 must be >= 0"));
+  CHECK_THAT(
+      ErrorOf(Replace(yaml, "adv_estimator: grpo,", "adv_estimator: grpo, policy_loss: dro,")),
+      Catch::Contains("algorithm.dro_beta: 0 must be > 0 with policy_loss dro"));
   CHECK_THAT(ErrorOf(Replace(yaml, "name: unit-test-job", "name: \"has spaces\"")),
              Catch::Contains("name: use 1-128 letters"));
 }

@@ -681,19 +681,19 @@ TEST_CASE("verl's LoRA keys map to model.lora_*; target_modules becomes a list",
   CHECK(Contains(critic.errors, "critic.model.lora_rank: not supported (LoRA critics"));
 }
 
-TEST_CASE(
-    "verl's GSPO, SAPO, CISPO, GPG, GMPO, Clip-Cov and KL-Cov losses map to algorithm.policy_loss",
-    "[verl]") {
-  for (const std::string mode :
-       {"vanilla", "gspo", "sapo", "cispo", "gpg", "geo_mean", "clip_cov", "kl_cov"}) {
+TEST_CASE("verl's policy losses map to algorithm.policy_loss", "[verl]") {
+  for (const std::string mode : {"vanilla", "gspo", "sapo", "cispo", "gpg", "geo_mean", "clip_cov",
+                                 "kl_cov", "dppo_tv", "dppo_kl", "dro"}) {
     INFO(mode);
     const VerlConversion converted =
         Convert("", {"actor_rollout_ref.actor.policy_loss.loss_mode=" + mode,
-                     "actor_rollout_ref.actor.tau_pos=1.5", "actor_rollout_ref.actor.tau_neg=2.5"});
+                     "actor_rollout_ref.actor.tau_pos=1.5", "actor_rollout_ref.actor.tau_neg=2.5",
+                     "actor_rollout_ref.actor.policy_loss.dro_beta=0.5"});
     CHECK(converted.errors.empty());
     CHECK(converted.config["algorithm"]["policy_loss"] == mode);
     CHECK(converted.config["algorithm"]["tau_pos"] == 1.5);
     CHECK(converted.config["algorithm"]["tau_neg"] == 2.5);
+    CHECK(converted.config["algorithm"]["dro_beta"] == 0.5);
   }
   // verl's defaults: vanilla, tau 1.0 and 1.05 (update_options_test parses such a job), and
   // the covariance losses' parameters of its PolicyLossConfig.
@@ -724,9 +724,11 @@ TEST_CASE("every verl setting rlhfd cannot honour is named, with why", "[verl]")
   const std::vector<std::pair<std::string, std::string>> refused = {
       {"actor_rollout_ref.model.exclude_modules=[o_proj]", "name the layers in target_modules"},
       {"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "sequence parallelism"},
-      {"actor_rollout_ref.actor.policy_loss.loss_mode=dro",
-       "'dro': rlhfd computes the policy losses vanilla, gspo, sapo, cispo, gpg, geo_mean, "
-       "clip_cov, kl_cov"},
+      {"actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode",
+       "set that (rlhfd maps it) and leave loss_mode at the loss to compute"},
+      {"actor_rollout_ref.actor.policy_loss.loss_mode=my_loss",
+       "'my_loss': rlhfd computes the policy losses vanilla, gspo, sapo, cispo, gpg, geo_mean, "
+       "clip_cov, kl_cov, dppo_tv, dppo_kl, dro"},
       {"actor_rollout_ref.rollout.multi_turn.function_tool_path=/code/tools.py",
        "Python function tools"},
       {"actor_rollout_ref.actor.strategy=megatron", "Megatron"},

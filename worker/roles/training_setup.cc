@@ -124,6 +124,7 @@ train::PolicyUpdateOptions PolicyUpdateOptionsOf(const v1::JobSpec& spec, int re
                     .clip_cov_ub = algorithm.clip_cov_ub(),
                     .kl_cov_ratio = algorithm.kl_cov_ratio(),
                     .ppo_kl_coef = algorithm.ppo_kl_coef(),
+                    .dro_beta = algorithm.dro_beta(),
                     .aggregation = algorithm.loss_agg_mode()};
   if (algorithm.policy_loss() == v1::POLICY_LOSS_CLIP_COV) {
     // Clip-Cov's draws, from the step's seed as the loop's shuffles: the same again after a

@@ -177,6 +177,36 @@ PolicyLoss ComputePolicyLoss(const at::Tensor& log_prob, const at::Tensor& old_l
       out.approx_kl = MaskedMean(delta.abs(), mask).detach();
       break;
     }
+    case v1::POLICY_LOSS_DPPO_TV:
+    case v1::POLICY_LOSS_DPPO_KL: {
+      const at::Tensor ratio = log_ratio.exp();
+      const double c = options.clip_ratio_c;
+      const at::Tensor truncated = (c > 0 ? ratio.clamp_max(c) : ratio).detach();
+      const at::Tensor prob = log_prob.detach().exp(), old_prob = old_log_prob.exp();
+      at::Tensor kept_if_positive, kept_if_other;
+      if (options.mode == v1::POLICY_LOSS_DPPO_TV) {
+        kept_if_positive = (prob - old_prob).le(options.clip_ratio_high);
+        kept_if_other = (prob - old_prob).ge(-options.clip_ratio_low);
+      } else {
+        const at::Tensor binary_kl =
+            old_prob * (old_log_prob - log_prob.detach()) +
+            (1 - old_prob) * ((1.0 - old_prob + 1e-8) / (1.0 - prob + 1e-8)).log();
+        kept_if_positive = binary_kl.le(options.clip_ratio_high).logical_or(prob.le(old_prob));
+        kept_if_other = binary_kl.le(options.clip_ratio_low).logical_or(prob.ge(old_prob));
+      }
+      const at::Tensor kept =
+          at::where(advantages.gt(0), kept_if_positive, kept_if_other).to(log_prob.scalar_type());
+      per_token = -advantages * truncated * log_prob * kept;
+      out.clip_fraction = fraction(kept.eq(0));
+      if (c > 0) out.clip_fraction_low = fraction(ratio.gt(c).logical_and(kept.gt(0)));
+      break;
+    }
+    case v1::POLICY_LOSS_DRO: {
+      const at::Tensor delta = log_prob - old_log_prob;  // unclamped, as verl's
+      per_token = -(log_prob * advantages - 0.5 * options.dro_beta * delta.square());
+      out.approx_kl = MaskedMean(-delta, mask).detach();
+      break;
+    }
     case v1::POLICY_LOSS_VANILLA:
     default: {
       const ClippedTerms terms = Clipped(log_ratio.exp(), advantages, options);

@@ -55,6 +55,7 @@ struct PolicyLossOptions {
   double clip_cov_ub = 5.0;
   double kl_cov_ratio = 0.0002;  // KL-Cov: share of tokens penalised, the penalty's coefficient
   double ppo_kl_coef = 0.1;
+  double dro_beta = 0;  // DRO's quadratic penalty
   v1::LossAggregation aggregation = v1::LOSS_AGGREGATION_TOKEN_MEAN;
   // Clip-Cov's random draw of the tokens it leaves out (a CPU generator); ATen's default when
   // unset.
@@ -92,6 +93,12 @@ struct PolicyLoss {
 //            for it).
 //   Both choose their tokens within the micro-batch, as verl's, whose micro-batches rlhfd's
 //   need not match (rlhfd packs them by tokens).
+//   dppo_tv, dppo_kl  -A·sg[min(r, c)]·log_prob (c = clip_ratio_c; 0: no truncation) on the tokens
+//            whose probability moved less than the bound in the advantage's direction: p - p_old
+//            ≤ high where A > 0, ≥ -low elsewhere (tv); the binary KL of p_old to p ≤ high
+//            where A > 0 or p fell, ≤ low elsewhere or p rose (kl); no gradient from the rest.
+//            clip_fraction is the share left out, clip_fraction_low the kept with r > c.
+//   dro      -(A·log_prob - ½·dro_beta·δ²), δ unclamped.
 // `loss` is aggregated with `scale` (see AggregateLoss); the fractions and the KL are this
 // micro-batch's token means (the fractions 0 where a loss clips nothing). `is_weights` (defined:
 // the rollout correction's importance weights, rollout_correction.h) multiply each token's loss

@@ -28,7 +28,7 @@ algorithm: {adv_estimator: gae, gamma: 0.95, lam: 0.9,
             clip_ratio_low: 0.1, clip_ratio_high: 0.28, clip_ratio_c: 5.0, entropy_coeff: 0.001,
             loss_agg_mode: seq-mean-token-sum-norm, policy_loss: sapo, tau_pos: 1.5, tau_neg: 2.5,
             clip_cov_ratio: 0.01, clip_cov_lb: 0.5, clip_cov_ub: 4.0, kl_cov_ratio: 0.02,
-            ppo_kl_coef: 0.2}
+            ppo_kl_coef: 0.2, dro_beta: 0.3}
 roles:
   actor:
     gpus: 2
@@ -79,6 +79,7 @@ void CheckPolicy(const train::PolicyUpdateOptions& got,
   CHECK(got.policy.clip_cov_ub == expected.policy.clip_cov_ub);
   CHECK(got.policy.kl_cov_ratio == expected.policy.kl_cov_ratio);
   CHECK(got.policy.ppo_kl_coef == expected.policy.ppo_kl_coef);
+  CHECK(got.policy.dro_beta == expected.policy.dro_beta);
   // Only Clip-Cov draws at random: its generator seeded with the step's seed.
   REQUIRE(got.policy.generator.has_value() == (got.policy.mode == v1::POLICY_LOSS_CLIP_COV));
   if (got.policy.generator) {
@@ -215,6 +216,7 @@ TEST_CASE("every option set: actor and critic update options", "[update_options]
                   .clip_cov_ub = 4.0,
                   .kl_cov_ratio = 0.02,
                   .ppo_kl_coef = 0.2,
+                  .dro_beta = 0.3,
                   .aggregation = v1::LOSS_AGGREGATION_SEQ_MEAN_TOKEN_SUM_NORM};
   actor.entropy_coeff = 0.001;
   actor.kl_coef = 0.02;
