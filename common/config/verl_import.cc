@@ -259,11 +259,6 @@ void Converter::PolicyLoss() {
   const std::string mode = Text(*value);
   if (std::find(implemented.begin(), implemented.end(), mode) != implemented.end()) {
     Map(key, "algorithm.policy_loss", mode);
-  } else if (mode == "bypass_mode") {
-    // verl's trainer sets it itself for the rollout correction's bypass mode.
-    Error(key,
-          "'bypass_mode' is verl's own setting for algorithm.rollout_correction.bypass_mode: "
-          "set that (rlhfd maps it) and leave loss_mode at the loss to compute");
   } else {
     Error(key, absl::StrCat("'", mode, "': rlhfd computes the policy losses ",
                             absl::StrJoin(implemented, ", ")));

@@ -724,8 +724,6 @@ TEST_CASE("every verl setting rlhfd cannot honour is named, with why", "[verl]")
   const std::vector<std::pair<std::string, std::string>> refused = {
       {"actor_rollout_ref.model.exclude_modules=[o_proj]", "name the layers in target_modules"},
       {"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "sequence parallelism"},
-      {"actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode",
-       "set that (rlhfd maps it) and leave loss_mode at the loss to compute"},
       {"actor_rollout_ref.actor.policy_loss.loss_mode=my_loss",
        "'my_loss': rlhfd computes the policy losses vanilla, gspo, sapo, cispo, gpg, geo_mean, "
        "clip_cov, kl_cov, dppo_tv, dppo_kl, dro"},
