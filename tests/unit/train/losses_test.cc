@@ -23,6 +23,21 @@ using testing::kMask;
 using testing::Matrix;
 using testing::ToTensor;
 
+// The padded batch of the reference and verl cases (tests/fixtures/losses/verl_policy_losses.py
+// has the same numbers), with train_test_support.h's kMask.
+const Matrix kLogProb = {{-1.0, -0.5, -2.0, -0.1, -3.0},
+                         {-0.2, -0.9, -1.1, 0, 0},
+                         {-0.05, 0, 0, 0, 0},
+                         {-1.5, -1.2, -0.3, -0.7, 0}};
+const Matrix kOldLogProb = {{-1.2, -0.4, -1.0, -0.1, -3.5},
+                            {-0.1, -1.4, -1.0, 0, 0},
+                            {-1.0, 0, 0, 0, 0},
+                            {-1.4, -1.3, -0.9, -0.2, 0}};
+const Matrix kAdvantages = {{1.0, -0.5, 2.0, -1.5, 0.3},
+                            {-2.0, 0.7, 0.1, 5, 5},
+                            {-1.0, 5, 5, 5, 5},
+                            {0.4, -0.8, 1.2, -0.3, 5}};
+
 TEST_CASE("PPO policy loss: clip, clip-higher and dual clip, hand-worked", "[train][loss]") {
   PolicyLossOptions options;
   options.clip_ratio_low = 0.2;
@@ -49,18 +64,9 @@ TEST_CASE("PPO policy loss: clip, clip-higher and dual clip, hand-worked", "[tra
 }
 
 TEST_CASE("PPO policy loss against a float64 reference on a padded batch", "[train][loss]") {
-  const Matrix log_prob = {{-1.0, -0.5, -2.0, -0.1, -3.0},
-                           {-0.2, -0.9, -1.1, 0, 0},
-                           {-0.05, 0, 0, 0, 0},
-                           {-1.5, -1.2, -0.3, -0.7, 0}};
-  const Matrix old = {{-1.2, -0.4, -1.0, -0.1, -3.5},
-                      {-0.1, -1.4, -1.0, 0, 0},
-                      {-1.0, 0, 0, 0, 0},
-                      {-1.4, -1.3, -0.9, -0.2, 0}};
-  const Matrix advantages = {{1.0, -0.5, 2.0, -1.5, 0.3},
-                             {-2.0, 0.7, 0.1, 5, 5},
-                             {-1.0, 5, 5, 5, 5},
-                             {0.4, -0.8, 1.2, -0.3, 5}};
+  const Matrix& log_prob = kLogProb;
+  const Matrix& old = kOldLogProb;
+  const Matrix& advantages = kAdvantages;
   const double low = 0.2, high = 0.28, c = 3.0;
   Matrix per_token = kMask;
   for (size_t i = 0; i < kMask.size(); ++i) {
@@ -357,18 +363,9 @@ TEST_CASE("every policy loss equals verl's, value and gradient", "[train][loss]"
        0.0,
        0.0,
        -0.07307692302071005}};
-  const Matrix log_prob = {{-1.0, -0.5, -2.0, -0.1, -3.0},
-                           {-0.2, -0.9, -1.1, 0, 0},
-                           {-0.05, 0, 0, 0, 0},
-                           {-1.5, -1.2, -0.3, -0.7, 0}};
-  const Matrix old = {{-1.2, -0.4, -1.0, -0.1, -3.5},
-                      {-0.1, -1.4, -1.0, 0, 0},
-                      {-1.0, 0, 0, 0, 0},
-                      {-1.4, -1.3, -0.9, -0.2, 0}};
-  const Matrix advantages = {{1.0, -0.5, 2.0, -1.5, 0.3},
-                             {-2.0, 0.7, 0.1, 5, 5},
-                             {-1.0, 5, 5, 5, 5},
-                             {0.4, -0.8, 1.2, -0.3, 5}};
+  const Matrix& log_prob = kLogProb;
+  const Matrix& old = kOldLogProb;
+  const Matrix& advantages = kAdvantages;
   for (const Expected& expected : verl) {
     INFO(v1::PolicyLoss_Name(expected.mode)
          << " " << v1::LossAggregation_Name(expected.aggregation));
@@ -406,18 +403,9 @@ TEST_CASE("every policy loss equals verl's, value and gradient", "[train][loss]"
 // covariance in (-1.6, 0.1)), a ratio of 0.2 leaves out ⌊0.2 · 13⌋ = 2, chosen by the generator:
 // the same two for the same seed, and the loss is the PPO loss of the other tokens.
 TEST_CASE("clip_cov leaves out a random draw of its candidate tokens", "[train][loss]") {
-  const at::Tensor log_prob = ToTensor({{-1.0, -0.5, -2.0, -0.1, -3.0},
-                                        {-0.2, -0.9, -1.1, 0, 0},
-                                        {-0.05, 0, 0, 0, 0},
-                                        {-1.5, -1.2, -0.3, -0.7, 0}});
-  const at::Tensor old = ToTensor({{-1.2, -0.4, -1.0, -0.1, -3.5},
-                                   {-0.1, -1.4, -1.0, 0, 0},
-                                   {-1.0, 0, 0, 0, 0},
-                                   {-1.4, -1.3, -0.9, -0.2, 0}});
-  const at::Tensor advantages = ToTensor({{1.0, -0.5, 2.0, -1.5, 0.3},
-                                          {-2.0, 0.7, 0.1, 5, 5},
-                                          {-1.0, 5, 5, 5, 5},
-                                          {0.4, -0.8, 1.2, -0.3, 5}});
+  const at::Tensor log_prob = ToTensor(kLogProb);
+  const at::Tensor old = ToTensor(kOldLogProb);
+  const at::Tensor advantages = ToTensor(kAdvantages);
   const at::Tensor mask = ToTensor(kMask);
   // (row, column) of the six candidates, from the script's covariances.
   const std::set<std::pair<int64_t, int64_t>> candidates = {{0, 1}, {0, 3}, {1, 0},
