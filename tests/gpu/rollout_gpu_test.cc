@@ -1,12 +1,15 @@
 // [gpu] The rollout engine's CUDA path: the decode-attention kernel (paged, shuffled blocks)
-// against ATen's attention, the sampling kernel against its CPU twin, greedy bf16 generation
+// against ATen's attention, the decode step's norm and SiLU·up kernels against float64, the
+// sampling kernel against its CPU twin, greedy bf16 generation
 // (with CUDA graphs, with and without preemption, after cached prefixes) against the model's own
 // full forward, graphs against eager decoding, a GRPO group's shared prefill, and memory
 // returned on release.
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
 #include <torch/types.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <iostream>
 #include <limits>
 #include <tuple>
@@ -19,6 +22,7 @@
 #include "worker/rollout/device_support.h"
 #include "worker/rollout/engine.h"
 #include "worker/rollout/fused_decoder.h"
+#include "worker/rollout/kernels.h"
 #include "worker/rollout/sampler.h"
 
 namespace rlhfd::rollout {
@@ -171,6 +175,87 @@ TEST_CASE("decode-attention kernel matches ATen's attention", "[gpu][rollout]") 
       // bf16 rounding of the output (values of magnitude ~1) and of the softmax weights.
       CHECK(max_diff < 2e-2);
       CHECK(max_relative < 0.05);
+    }
+  }
+}
+
+// The decode step's residual add + RMSNorm and SiLU·up against float64: hidden sizes that fill a
+// thread's four-column groups once (896, 100: a block of one warp), several times (3584, 16384)
+// and partly (5120: five groups where eight are held), rows from one to more than a wave; MLP
+// widths that take 16-byte vectors (4864, 8) and only pairs (10), and rows that are not 16-byte
+// aligned (pairs again). What the norm cannot take it refuses rather than computes wrongly.
+TEST_CASE("the decode step's norm and SiLU-up kernels equal float64 up to bf16 rounding",
+          "[gpu][rollout]") {
+  torch::NoGradGuard no_grad;
+  const auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(kGpu);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(0);
+  constexpr int64_t kGuard = 64;  // Elements past each output, which must stay untouched.
+  // The first `count` elements of a buffer with a guard region after them.
+  const auto guarded = [&](at::Tensor storage, int64_t rows, int64_t columns) {
+    return storage.narrow(0, 0, rows * columns).view({rows, columns});
+  };
+  const auto guard_intact = [&](const at::Tensor& storage, double value) {
+    return storage.narrow(0, storage.size(0) - kGuard, kGuard).eq(value).all().item<bool>();
+  };
+  for (int hidden : {896, 100, 3584, 16384, 5120}) {
+    for (int rows : {1, 7, 300}) {
+      for (bool assign : {false, true}) {
+        INFO("hidden " << hidden << " rows " << rows << " assign " << assign);
+        at::Tensor residual_storage = at::full({rows * hidden + kGuard}, 5, bf16.dtype(at::kFloat));
+        at::Tensor residual = guarded(residual_storage, rows, hidden);
+        residual.copy_(at::randn({rows, hidden}, bf16.dtype(at::kFloat)) * 3);
+        const at::Tensor delta = at::randn({rows, hidden}, bf16);
+        const at::Tensor weight = at::randn({hidden}, bf16);
+        at::Tensor out_storage = at::full({rows * hidden + kGuard}, 5, bf16);
+        const at::Tensor out = guarded(out_storage, rows, hidden);
+        const at::Tensor sum =
+            (assign ? at::zeros_like(residual) : residual).to(at::kDouble) + delta.to(at::kDouble);
+        const at::Tensor expected =
+            weight.to(at::kDouble) * sum * at::rsqrt(sum.pow(2).mean(-1, true) + 1e-6);
+        REQUIRE(kernels::AddRmsNorm(residual.data_ptr<float>(), delta.data_ptr(), assign,
+                                    weight.data_ptr(), out.data_ptr(), rows, hidden, 1e-6f,
+                                    stream));
+        // float32 sums of values below ~25: within a float32 rounding (2^-20 there).
+        CHECK((residual.to(at::kDouble) - sum).abs().max().item<double>() <= 1e-5);
+        // One bf16 rounding of the output (2^-8 relative) and float32 arithmetic before it.
+        const at::Tensor got = out.to(at::kDouble);
+        CHECK(((got - expected).abs() / (expected.abs() + 1e-3)).max().item<double>() <= 4.1e-3);
+        // The scale, over every row: the output's rounding averages out (each row's estimate has a
+        // spread of about 4.8e-3 / sqrt(hidden): relative errors of ~1.6e-3, weighted by values
+        // whose fourth moment is 9), a column group missing from the sum of squares does not
+        // (+2 / hidden in every row: 1.2e-4 at 16,384, nine times the bound there at 300 rows).
+        const at::Tensor row_scale = (got * expected).sum(-1) / expected.pow(2).sum(-1) - 1;
+        CHECK(std::abs(row_scale.mean().item<double>()) <= 3e-2 / std::sqrt(hidden * rows));
+        CHECK(guard_intact(residual_storage, 5));
+        CHECK(guard_intact(out_storage, 5));
+      }
+    }
+  }
+  at::Tensor residual = at::zeros({4, 98}, bf16.dtype(at::kFloat));
+  const at::Tensor delta = at::zeros({4, 98}, bf16), out = at::empty({4, 98}, bf16);
+  CHECK_FALSE(kernels::AddRmsNorm(residual.data_ptr<float>(), delta.data_ptr(), false,
+                                  delta.data_ptr(), out.data_ptr(), 4, 98, 1e-6f, stream));
+  CHECK_FALSE(kernels::AddRmsNorm(residual.data_ptr<float>() + 1, delta.data_ptr(), false,
+                                  delta.data_ptr(), out.data_ptr(), 1, 96, 1e-6f, stream));
+
+  for (auto [width, offset] :
+       {std::pair{4864, 0}, std::pair{8, 0}, std::pair{10, 0}, std::pair{4864, 2}}) {
+    for (int rows : {1, 300}) {
+      INFO("width " << width << " rows " << rows << " offset " << offset);
+      const at::Tensor storage = at::randn({rows * 2 * width + offset}, bf16) * 4;
+      const at::Tensor gate_up =
+          storage.narrow(0, offset, rows * 2 * width).view({rows, 2 * width});
+      at::Tensor out_storage = at::full({rows * width + offset + kGuard}, 7, bf16);
+      const at::Tensor out = out_storage.narrow(0, offset, rows * width).view({rows, width});
+      kernels::SiluMul(gate_up.data_ptr(), out.data_ptr(), rows, width, stream);
+      const at::Tensor gate = gate_up.narrow(1, 0, width).to(at::kDouble);
+      const at::Tensor up = gate_up.narrow(1, width, width).to(at::kDouble);
+      const at::Tensor expected = gate * at::sigmoid(gate) * up;
+      const double error =
+          ((out.to(at::kDouble) - expected).abs() / (expected.abs() + 1e-3)).max().item<double>();
+      CHECK(error <= 4.1e-3);
+      CHECK(out_storage.narrow(0, 0, offset).eq(7).all().item<bool>());
+      CHECK(guard_intact(out_storage, 7));
     }
   }
 }

@@ -257,24 +257,67 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 1)
   }
 }
 
-// Merges the spans: one block per (sequence, query head), one thread per output element.
-__global__ void MergeSplitsKernel(const float* __restrict__ partial_m,
-                                  const float* __restrict__ partial_l,
-                                  const float* __restrict__ partial_acc,
-                                  __nv_bfloat16* __restrict__ out, int heads, int splits, int d) {
-  const int row = blockIdx.x, head = blockIdx.y, i = threadIdx.x;
-  const size_t first = static_cast<size_t>(row) * splits * heads + head;  // State of split 0.
-  float m_max = -INFINITY;
-  for (int s = 0; s < splits; ++s) m_max = fmaxf(m_max, partial_m[first + s * heads]);
-  float l_total = 0.f, o = 0.f;
-  for (int s = 0; s < splits; ++s) {
-    const size_t state = first + static_cast<size_t>(s) * heads;
-    if (partial_m[state] == -INFINITY) continue;  // Past the sequence's length: never written.
-    const float f = exp2f(partial_m[state] - m_max);
-    l_total += partial_l[state] * f;
-    o += partial_acc[state * d + i] * f;
+// Merges the spans: one warp per (sequence, query head), kMergeWarps warps a block. Lane s reads
+// span s's max and sum, and every lane reads its D / 32 consecutive outputs of every span that
+// holds keys, all loads issued before any is used: the merge waits on one memory round trip after
+// the sequence's length, not on one per span as a loop over the spans does. The spans' outputs are
+// summed in span order (the sum of their weights by a shuffle tree), the same order whatever the
+// batch.
+constexpr int kMergeWarps = 4;
+
+template <int D>
+__global__ void __launch_bounds__(kMergeWarps * 32)
+    MergeSplitsKernel(const float* __restrict__ partial_m, const float* __restrict__ partial_l,
+                      const float* __restrict__ partial_acc, const int64_t* __restrict__ positions,
+                      __nv_bfloat16* __restrict__ out, int batch, int heads, int splits,
+                      int keys_per_split) {
+  constexpr int kPer = D / 32;  // Output columns per lane: 2 or 4.
+  const int item = blockIdx.x * kMergeWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (item >= batch * heads) return;  // A whole warp: item is per warp.
+  const int row = item / heads, head = item % heads;
+  const size_t first = static_cast<size_t>(row) * splits * heads + head;  // State of span 0.
+  // The spans that hold keys (span 0 always does); the attention kernel wrote no state past them.
+  const int used = min(splits, static_cast<int>(positions[row]) / keys_per_split + 1);
+  const bool mine = lane < used;
+  const float m = mine ? partial_m[first + static_cast<size_t>(lane) * heads] : -INFINITY;
+  const float l = mine ? partial_l[first + static_cast<size_t>(lane) * heads] : 0.f;
+  float acc[kMaxSplits][kPer];
+#pragma unroll
+  for (int s = 0; s < kMaxSplits; ++s) {
+    if (s >= used) break;
+    const float* piece = partial_acc + (first + static_cast<size_t>(s) * heads) * D + kPer * lane;
+    if constexpr (kPer == 4) {
+      const float4 v = *reinterpret_cast<const float4*>(piece);
+      acc[s][0] = v.x, acc[s][1] = v.y, acc[s][2] = v.z, acc[s][3] = v.w;
+    } else {
+      const float2 v = *reinterpret_cast<const float2*>(piece);
+      acc[s][0] = v.x, acc[s][1] = v.y;
+    }
   }
-  out[(static_cast<size_t>(row) * heads + head) * d + i] = __float2bfloat16(o / l_total);
+  float m_max = m;
+  for (int offset = 16; offset > 0; offset /= 2) {
+    m_max = fmaxf(m_max, __shfl_xor_sync(0xffffffff, m_max, offset));
+  }
+  // Span 0 always holds the sequence's first key, so m_max is finite.
+  const float f = mine ? exp2f(m - m_max) : 0.f;
+  float l_total = l * f;
+  for (int offset = 16; offset > 0; offset /= 2) {
+    l_total += __shfl_xor_sync(0xffffffff, l_total, offset);
+  }
+  float o[kPer] = {};
+#pragma unroll
+  for (int s = 0; s < kMaxSplits; ++s) {
+    if (s >= used) break;
+    const float weight = __shfl_sync(0xffffffff, f, s);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) o[i] += acc[s][i] * weight;
+  }
+  __nv_bfloat16* target = out + (static_cast<size_t>(row) * heads + head) * D + kPer * lane;
+#pragma unroll
+  for (int i = 0; i < kPer; i += 2) {
+    *reinterpret_cast<__nv_bfloat162*>(target + i) =
+        __floats2bfloat162_rn(o[i] / l_total, o[i + 1] / l_total);
+  }
 }
 
 }  // namespace
@@ -314,8 +357,17 @@ bool DecodeAttention(const void* q, const void* k_cache, const void* v_cache,
         qb, kb, vb, block_tables, positions, partial_m, partial_l, partial_acc, batch, heads,
         kv_heads, max_blocks, block_size, splits, keys_per_split, scale_log2);
   }
-  MergeSplitsKernel<<<dim3(batch, heads), head_dim, 0, stream>>>(
-      partial_m, partial_l, partial_acc, static_cast<__nv_bfloat16*>(out), heads, splits, head_dim);
+  const int merge_blocks = CeilDiv(batch * heads, kMergeWarps);
+  auto* attention = static_cast<__nv_bfloat16*>(out);
+  if (head_dim == 64) {
+    MergeSplitsKernel<64><<<merge_blocks, kMergeWarps * 32, 0, stream>>>(
+        partial_m, partial_l, partial_acc, positions, attention, batch, heads, splits,
+        keys_per_split);
+  } else {
+    MergeSplitsKernel<128><<<merge_blocks, kMergeWarps * 32, 0, stream>>>(
+        partial_m, partial_l, partial_acc, positions, attention, batch, heads, splits,
+        keys_per_split);
+  }
   return true;
 }
 

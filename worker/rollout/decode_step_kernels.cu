@@ -13,34 +13,73 @@ namespace rlhfd::rollout::kernels {
 namespace {
 
 constexpr int kNormThreads = 256;
+constexpr int kMaxNormHidden = 4 * kNormThreads * 16;  // Four columns, 16 times, a thread.
 
 __device__ __forceinline__ float WarpSum(float x) {
   for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffff, x, offset);
   return x;
 }
 
+// One block per row, each thread holding kVectors groups of four consecutive columns in registers:
+// the row is read once, with 16-byte loads of the float32 residual and 8-byte loads of the bf16
+// delta (the norm's weight, which may be a view at any even offset, element by element), all
+// issued before the first is used (a loop over columns waits on memory once per iteration, which
+// is what a decode step's few hundred rows cost: latency, not bandwidth).
+template <int kVectors>
 __global__ void __launch_bounds__(kNormThreads)
     AddRmsNormKernel(float* __restrict__ residual, const __nv_bfloat16* __restrict__ delta,
                      bool assign, const __nv_bfloat16* __restrict__ weight,
                      __nv_bfloat16* __restrict__ out, int hidden, float eps) {
   const size_t row = blockIdx.x;
-  float* x = residual + row * hidden;
-  const __nv_bfloat16* d = delta + row * hidden;
+  const int vectors = hidden / 4;
+  float4* x = reinterpret_cast<float4*>(residual + row * hidden);
+  const uint2* d = reinterpret_cast<const uint2*>(delta + row * hidden);
+  uint2* y = reinterpret_cast<uint2*>(out + row * hidden);
+  float4 sums[kVectors];
+  uint2 deltas[kVectors];
+  __nv_bfloat16 weights[kVectors][4];
+#pragma unroll
+  for (int v = 0; v < kVectors; ++v) {
+    const int i = threadIdx.x + v * blockDim.x;
+    if (i >= vectors) break;
+    sums[v] = assign ? make_float4(0.f, 0.f, 0.f, 0.f) : x[i];
+    deltas[v] = d[i];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) weights[v][j] = weight[4 * i + j];
+  }
   float sum_squares = 0.f;
-  for (int i = threadIdx.x; i < hidden; i += kNormThreads) {
-    const float v = (assign ? 0.f : x[i]) + __bfloat162float(d[i]);
-    x[i] = v;
-    sum_squares += v * v;
+#pragma unroll
+  for (int v = 0; v < kVectors; ++v) {
+    const int i = threadIdx.x + v * blockDim.x;
+    if (i >= vectors) break;
+    const float2 low = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&deltas[v].x));
+    const float2 high = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&deltas[v].y));
+    float4& s = sums[v];
+    s.x += low.x, s.y += low.y, s.z += high.x, s.w += high.y;
+    x[i] = s;
+    sum_squares += s.x * s.x + s.y * s.y + s.z * s.z + s.w * s.w;
   }
   __shared__ float partial[kNormThreads / 32];
   sum_squares = WarpSum(sum_squares);
   if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum_squares;
   __syncthreads();
   float total = 0.f;
-  for (int w = 0; w < kNormThreads / 32; ++w) total += partial[w];
+  for (int warp = 0; warp < static_cast<int>(blockDim.x / 32); ++warp) total += partial[warp];
   const float scale = rsqrtf(total / hidden + eps);
-  for (int i = threadIdx.x; i < hidden; i += kNormThreads) {
-    out[row * hidden + i] = __float2bfloat16(__bfloat162float(weight[i]) * (x[i] * scale));
+#pragma unroll
+  for (int v = 0; v < kVectors; ++v) {
+    const int i = threadIdx.x + v * blockDim.x;
+    if (i >= vectors) break;
+    const __nv_bfloat16(&w)[4] = weights[v];
+    const float4& s = sums[v];
+    const __nv_bfloat162 low = __floats2bfloat162_rn(__bfloat162float(w[0]) * (s.x * scale),
+                                                     __bfloat162float(w[1]) * (s.y * scale));
+    const __nv_bfloat162 high = __floats2bfloat162_rn(__bfloat162float(w[2]) * (s.z * scale),
+                                                      __bfloat162float(w[3]) * (s.w * scale));
+    uint2 packed;
+    packed.x = *reinterpret_cast<const uint32_t*>(&low);
+    packed.y = *reinterpret_cast<const uint32_t*>(&high);
+    y[i] = packed;
   }
 }
 
@@ -120,29 +159,64 @@ __global__ void __launch_bounds__(kRopeWarps * 32)
   }
 }
 
-// Grid (column blocks, rows); each thread takes two adjacent columns.
+// Grid (column blocks, rows); each thread takes the adjacent columns of one Vector (uint4: 8, where
+// the width allows, as every MLP width of a real model does; uint32_t: 2), read and written whole.
+template <typename Vector>
+union Bf16Vector {
+  Vector whole;
+  __nv_bfloat162 pair[sizeof(Vector) / 4];
+};
+
+template <typename Vector>
 __global__ void SiluMulKernel(const __nv_bfloat16* __restrict__ gate_up,
                               __nv_bfloat16* __restrict__ out, int width) {
-  const int row = blockIdx.y, column = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
+  constexpr int kPairs = sizeof(Vector) / 4;
+  const int row = blockIdx.y, column = 2 * kPairs * (blockIdx.x * blockDim.x + threadIdx.x);
   if (column >= width) return;
   const __nv_bfloat16* in = gate_up + static_cast<size_t>(row) * 2 * width;
-  const float2 gate = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(in + column));
-  const float2 up =
-      __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(in + width + column));
-  const float a = gate.x / (1.f + __expf(-gate.x)) * up.x;
-  const float b = gate.y / (1.f + __expf(-gate.y)) * up.y;
-  *reinterpret_cast<__nv_bfloat162*>(out + static_cast<size_t>(row) * width + column) =
-      __floats2bfloat162_rn(a, b);
+  Bf16Vector<Vector> gate, up, result;
+  gate.whole = *reinterpret_cast<const Vector*>(in + column);
+  up.whole = *reinterpret_cast<const Vector*>(in + width + column);
+#pragma unroll
+  for (int i = 0; i < kPairs; ++i) {
+    const float2 g = __bfloat1622float2(gate.pair[i]), u = __bfloat1622float2(up.pair[i]);
+    result.pair[i] =
+        __floats2bfloat162_rn(g.x / (1.f + __expf(-g.x)) * u.x, g.y / (1.f + __expf(-g.y)) * u.y);
+  }
+  *reinterpret_cast<Vector*>(out + static_cast<size_t>(row) * width + column) = result.whole;
 }
 
 }  // namespace
 
-void AddRmsNorm(float* residual, const void* delta, bool assign, const void* weight, void* out,
+bool AddRmsNorm(float* residual, const void* delta, bool assign, const void* weight, void* out,
                 int rows, int hidden, float eps, cudaStream_t stream) {
-  if (rows == 0) return;
-  AddRmsNormKernel<<<rows, kNormThreads, 0, stream>>>(
-      residual, static_cast<const __nv_bfloat16*>(delta), assign,
-      static_cast<const __nv_bfloat16*>(weight), static_cast<__nv_bfloat16*>(out), hidden, eps);
+  const auto aligned = [](const void* p, uintptr_t bytes) {
+    return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+  };
+  if (hidden % 4 != 0 || hidden > kMaxNormHidden || !aligned(residual, 16) || !aligned(delta, 8) ||
+      !aligned(out, 8)) {
+    return false;
+  }
+  if (rows == 0) return true;
+  const int vectors = hidden / 4;
+  // Groups a thread holds: the kernel is instantiated for 1, 2, 4, 8 and 16.
+  const int per_thread = (vectors + kNormThreads - 1) / kNormThreads;
+  const int threads = ((vectors + per_thread - 1) / per_thread + 31) / 32 * 32;
+  const auto* d = static_cast<const __nv_bfloat16*>(delta);
+  const auto* w = static_cast<const __nv_bfloat16*>(weight);
+  auto* y = static_cast<__nv_bfloat16*>(out);
+  if (per_thread == 1) {
+    AddRmsNormKernel<1><<<rows, threads, 0, stream>>>(residual, d, assign, w, y, hidden, eps);
+  } else if (per_thread == 2) {
+    AddRmsNormKernel<2><<<rows, threads, 0, stream>>>(residual, d, assign, w, y, hidden, eps);
+  } else if (per_thread <= 4) {
+    AddRmsNormKernel<4><<<rows, threads, 0, stream>>>(residual, d, assign, w, y, hidden, eps);
+  } else if (per_thread <= 8) {
+    AddRmsNormKernel<8><<<rows, threads, 0, stream>>>(residual, d, assign, w, y, hidden, eps);
+  } else {
+    AddRmsNormKernel<16><<<rows, threads, 0, stream>>>(residual, d, assign, w, y, hidden, eps);
+  }
+  return true;
 }
 
 bool RopeAppend(const void* qkv, const int64_t* positions, const int64_t* cache_rows,
@@ -175,11 +249,19 @@ bool RopeAppend(const void* qkv, const int64_t* positions, const int64_t* cache_
 
 void SiluMul(const void* gate_up, void* out, int64_t rows, int width, cudaStream_t stream) {
   if (rows == 0 || width == 0) return;
-  // Two columns per thread: the width is even for every model we load (checked by the caller).
-  const int threads = 256;
-  const dim3 grid((width / 2 + threads - 1) / threads, static_cast<unsigned>(rows));
-  SiluMulKernel<<<grid, threads, 0, stream>>>(static_cast<const __nv_bfloat16*>(gate_up),
-                                              static_cast<__nv_bfloat16*>(out), width);
+  // The width is even for every model we load (checked by the caller); a multiple of 8 and
+  // 16-byte aligned rows take 16-byte vectors.
+  const auto* in = static_cast<const __nv_bfloat16*>(gate_up);
+  auto* result = static_cast<__nv_bfloat16*>(out);
+  const bool wide = width % 8 == 0 && reinterpret_cast<uintptr_t>(gate_up) % 16 == 0 &&
+                    reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  const int threads = 256, columns = wide ? 8 : 2;
+  const dim3 grid((width / columns + threads - 1) / threads, static_cast<unsigned>(rows));
+  if (wide) {
+    SiluMulKernel<uint4><<<grid, threads, 0, stream>>>(in, result, width);
+  } else {
+    SiluMulKernel<uint32_t><<<grid, threads, 0, stream>>>(in, result, width);
+  }
 }
 
 }  // namespace rlhfd::rollout::kernels

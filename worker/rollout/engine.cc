@@ -52,8 +52,8 @@ absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::CreateTensor
   if (!FusedDecoder::Supports(config, embed, group.size())) {
     return absl::FailedPreconditionError(
         "tensor-parallel generation runs the fused GPU decode: bf16 weights on a CUDA device, "
-        "head_dim 64 or 128, an even MLP width per rank, at most 16 query heads per key/value "
-        "head");
+        "head_dim 64 or 128, a hidden size that is a multiple of 4 up to 16384, an even MLP "
+        "width per rank, at most 16 query heads per key/value head");
   }
   auto engine = std::unique_ptr<GenerationEngine>(
       new GenerationEngine(model::Transformer(nullptr), config, embed, std::move(options)));

@@ -33,10 +33,12 @@ bool FusedDecoder::Supports(const model::ModelConfig& c, const at::Tensor& weigh
 #if !RLHFD_HAVE_CUDA
   return false;  // The kernels are CUDA's.
 #endif
-  // A rank's part: SiLU·up reads its MLP columns in pairs.
-  return weight.is_cuda() && weight.scalar_type() == at::kBFloat16 &&
-         (c.head_dim == 64 || c.head_dim == 128) && tp >= 1 && c.intermediate_size % tp == 0 &&
-         (c.intermediate_size / tp) % 2 == 0 && c.num_heads % c.num_kv_heads == 0 &&
+  // A rank's part: SiLU·up reads its MLP columns in pairs; the norm, the hidden size in fours
+  // (kernels::AddRmsNorm).
+  return weight.is_cuda() && weight.scalar_type() == at::kBFloat16 && c.hidden_size % 4 == 0 &&
+         c.hidden_size <= 16384 && (c.head_dim == 64 || c.head_dim == 128) && tp >= 1 &&
+         c.intermediate_size % tp == 0 && (c.intermediate_size / tp) % 2 == 0 &&
+         c.num_heads % c.num_kv_heads == 0 &&
          c.num_heads / c.num_kv_heads <= 16;  // The decode attention serves groups of 16.
 }
 
@@ -157,8 +159,15 @@ at::Tensor FusedDecoder::Layers(const at::Tensor& tokens, const at::Tensor& posi
   at::Tensor q = at::empty({rows, heads, d}, bf16);
   at::Tensor k = keep_keys ? at::empty({rows, kv_heads, d}, bf16) : at::Tensor();
   const at::Tensor embedded = Embed(tokens);  // (N, C) bf16
-  kernels::AddRmsNorm(residual.data_ptr<float>(), embedded.data_ptr(), /*assign=*/true,
-                      layers_[0].input_norm.data_ptr(), h.data_ptr(), rows, hidden, eps, stream);
+  // residual (+)= delta; h = norm(residual).
+  const auto add_norm = [&](const at::Tensor& delta, bool assign, const at::Tensor& norm) {
+    TORCH_CHECK(kernels::AddRmsNorm(residual.data_ptr<float>(), delta.data_ptr(), assign,
+                                    norm.data_ptr(), h.data_ptr(), static_cast<int>(rows),
+                                    static_cast<int>(hidden), eps, stream),
+                "the fused norm kernel cannot take hidden size ", hidden,
+                " or its inputs' alignment");
+  };
+  add_norm(embedded, /*assign=*/true, layers_[0].input_norm);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = layers_[i];
     const at::Tensor qkv = Linear(h, layer.qkv_weight, layer.qkv_bias);  // (N, (H + 2K) D)
@@ -172,15 +181,13 @@ at::Tensor FusedDecoder::Layers(const at::Tensor& tokens, const at::Tensor& posi
                 "the fused rotary kernel cannot take head dimension ", d, " or ", rows, " rows");
     const at::Tensor attention = attend(i, q, k, qkv);  // (N, H D)
     const at::Tensor o = RowParallel(attention, layer.o_weight, layer.o_bias);
-    kernels::AddRmsNorm(residual.data_ptr<float>(), o.data_ptr(), /*assign=*/false,
-                        layer.post_norm.data_ptr(), h.data_ptr(), rows, hidden, eps, stream);
+    add_norm(o, /*assign=*/false, layer.post_norm);
     const at::Tensor gate_up = Linear(h, layer.gate_up_weight, layer.gate_up_bias);
     at::Tensor activated = at::empty({rows, gate_up.size(1) / 2}, bf16);
     kernels::SiluMul(gate_up.data_ptr(), activated.data_ptr(), rows, activated.size(1), stream);
     const at::Tensor down = RowParallel(activated, layer.down_weight, layer.down_bias);
     const at::Tensor& next_norm = i + 1 < layers_.size() ? layers_[i + 1].input_norm : final_norm_;
-    kernels::AddRmsNorm(residual.data_ptr<float>(), down.data_ptr(), /*assign=*/false,
-                        next_norm.data_ptr(), h.data_ptr(), rows, hidden, eps, stream);
+    add_norm(down, /*assign=*/false, next_norm);
   }
   return h;  // (N, C) bf16, after the final norm.
 }

@@ -38,8 +38,9 @@ void SampleRows(const float* logits, int64_t row_stride, int batch, int vocab,
 // The fused decode step's elementwise kernels (bf16 activations, float32 residual stream):
 
 // residual (rows, hidden) float32 += delta (or = delta when `assign`); out (rows, hidden) bf16 =
-// weight * residual / rms(residual).
-void AddRmsNorm(float* residual, const void* delta, bool assign, const void* weight, void* out,
+// weight * residual / rms(residual). Supports hidden a multiple of 4 up to 16,384, residual
+// 16-byte and delta and out 8-byte aligned; returns false (and launches nothing) otherwise.
+bool AddRmsNorm(float* residual, const void* delta, bool assign, const void* weight, void* out,
                 int rows, int hidden, float eps, cudaStream_t stream);
 
 // qkv (rows, (H + 2K) * D) bf16, the fused projection's output (q heads, k heads, v heads).
@@ -53,7 +54,8 @@ bool RopeAppend(const void* qkv, const int64_t* positions, const int64_t* cache_
                 void* q_out, void* k_out, void* k_cache, void* v_cache, int rows, int heads,
                 int kv_heads, int head_dim, int block_size, cudaStream_t stream);
 
-// gate_up (rows, 2 * width) bf16 → out (rows, width) bf16 = silu(gate) * up. `width` even.
+// gate_up (rows, 2 * width) bf16 → out (rows, width) bf16 = silu(gate) * up. `width` even;
+// 16-byte vectors where it is a multiple of 8 and both pointers are 16-byte aligned.
 void SiluMul(const void* gate_up, void* out, int64_t rows, int width, cudaStream_t stream);
 
 }  // namespace rlhfd::rollout::kernels
