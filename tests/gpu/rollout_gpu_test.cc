@@ -1,6 +1,6 @@
 // [gpu] The rollout engine's CUDA path: the decode-attention kernel (paged, shuffled blocks)
 // against ATen's attention, the decode step's norm and SiLU·up kernels against float64, the
-// sampling kernel against its CPU twin, greedy bf16 generation
+// sampling kernel against its CPU twin (NaN logits too), greedy bf16 generation
 // (with CUDA graphs, with and without preemption, after cached prefixes) against the model's own
 // full forward, graphs against eager decoding, a GRPO group's shared prefill, and memory
 // returned on release.
@@ -304,6 +304,37 @@ TEST_CASE("sampling kernel draws what the CPU sampler draws", "[gpu][rollout]") 
   std::cout << "rollout_gpu: sampling " << rows << " x " << vocab << ", spread " << spread
             << ": worst log-prob error " << error.max().item<double>() << "\n";
   CHECK((error <= allowed).all().item<bool>());
+}
+
+// A NaN logit makes the drawn token's log-prob NaN on the GPU as on the CPU, wherever it lies:
+// among finite logits, in a split of the kernel whose other logits are all -inf (top-k filtered:
+// NaN is never a split's max, so that split's sum once dropped out of the row's), and in a row of
+// NaN alone; the token is the draw over the other logits either way.
+TEST_CASE("a NaN logit makes the sampled log-prob NaN on the GPU as on the CPU", "[gpu][rollout]") {
+  constexpr int64_t kVocab = 5000;  // 32 splits of 160 logits in the kernel.
+  constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+  at::manual_seed(23);
+  at::Tensor logits = at::full({4, kVocab}, -INFINITY);
+  logits[0].narrow(0, 0, 10).copy_(at::randn({10}));  // Top-k kept ten logits in split 0,
+  logits[0][4000] = kNan;                             // and a NaN in split 25.
+  logits[1].copy_(at::randn({kVocab}));
+  logits[1][2500] = kNan;                             // Among finite logits.
+  logits[2].fill_(kNan);                              // Nothing to draw from.
+  logits[3].narrow(0, 0, 10).copy_(at::randn({10}));  // The control: no NaN.
+  for (float temperature : {0.f, 1.f}) {
+    INFO("temperature " << temperature);
+    SamplingRows cpu_rows{at::full({4}, temperature), at::arange(4, at::kLong) + 7,
+                          at::zeros({4}, at::kLong)};
+    const SampledTokens cpu = SampleTokens(logits, cpu_rows);
+    const SampledTokens gpu = SampleTokens(
+        logits.to(kGpu),
+        {cpu_rows.temperature.to(kGpu), cpu_rows.seeds.to(kGpu), cpu_rows.counters.to(kGpu)});
+    CHECK(at::equal(gpu.tokens.cpu(), cpu.tokens));
+    const at::Tensor gpu_logprobs = gpu.logprobs.cpu();
+    CHECK(at::equal(at::isnan(gpu_logprobs), at::isnan(cpu.logprobs)));
+    CHECK(at::isnan(gpu_logprobs).narrow(0, 0, 3).all().item<bool>());
+    CHECK(std::abs(gpu_logprobs[3].item<float>() - cpu.logprobs[3].item<float>()) < 1e-5);
+  }
 }
 
 // Prompts of 5-44 tokens and 24 new ones cross blocks of 32 positions mid-decode (table entries

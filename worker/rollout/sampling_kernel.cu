@@ -33,9 +33,12 @@ struct LogSumExp {
   float sum = 0.f;
 };
 
+// A part with max -inf adds nothing, unless its sum is NaN: a split whose only logits besides
+// -inf are NaN (NaN never becomes the max) must still make the row's log-sum-exp NaN, as the CPU
+// twin's does.
 __device__ __forceinline__ LogSumExp Merge(LogSumExp a, LogSumExp b) {
-  if (b.max == -INFINITY) return a;
-  if (a.max == -INFINITY) return b;
+  if (b.max == -INFINITY && !isnan(b.sum)) return a;
+  if (a.max == -INFINITY && !isnan(a.sum)) return b;
   const float m = fmaxf(a.max, b.max);
   return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
 }
