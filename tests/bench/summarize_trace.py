@@ -5,15 +5,22 @@ how busy the GPU was between the first and the last kernel, and where it was idl
 between kernels longer than 100 µs, summed by what the host was doing over them (the innermost
 host operation or runtime call covering most of the gap), and the longest gaps.
 
-    python3 tests/bench/summarize_trace.py trace.json [steps=2] [top=25]
+    python3 tests/bench/summarize_trace.py trace.json [steps=2] [top=25] [from_kernel]
+
+from_kernel: count only the kernels from the first whose name contains it on (a decode step's
+kernels alone: `rollout_bench --profile --max_prefill_tokens=B*P` runs the whole prefill first,
+then `DecodeAttentionKernel` marks the first decode step), and print each kernel's time a call.
 """
 import collections
 import json
 import sys
 
 
-def main(path, steps=2, top=25):
+def main(path, steps=2, top=25, from_kernel=None):
     events = json.load(open(path))["traceEvents"]
+    if from_kernel:
+        start = min(e["ts"] for e in events if e.get("cat") == "kernel" and from_kernel in e["name"])
+        events = [e for e in events if e.get("ts", 0) >= start]
     totals = collections.Counter()
     counts = collections.Counter()
     intervals = sorted((e["ts"], e["ts"] + e.get("dur", 0)) for e in events if e.get("cat") == "kernel")
@@ -31,7 +38,8 @@ def main(path, steps=2, top=25):
     print(f"GPU kernel time per step: {all_us / steps / 1e3:.3f} ms; GPU busy {100 * busy / max(span, 1):.1f}% "
           f"of the {span / 1e3:.1f} ms from first to last kernel")
     for name, us in totals.most_common(int(top)):
-        print(f"{us / steps / 1e3:8.2f} ms {100 * us / all_us:5.1f}% x{counts[name] // steps:<5} {name}")
+        print(f"{us / steps / 1e3:8.2f} ms {100 * us / all_us:5.1f}% x{counts[name] // steps:<5} "
+              f"{us / counts[name]:7.2f} us/call {name}")
     idle_gaps(events, intervals, steps)
 
 
@@ -85,4 +93,4 @@ def idle_gaps(events, intervals, steps, shortest_us=100, shown=8):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], *(int(a) for a in sys.argv[2:]))
+    main(sys.argv[1], *(int(a) for a in sys.argv[2:4]), *sys.argv[4:5])

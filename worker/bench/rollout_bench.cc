@@ -34,13 +34,17 @@ ABSL_FLAG(double, temperature, 1.0, "0 = greedy");
 ABSL_FLAG(bool, cuda_graphs, true, "Replay decode steps as CUDA graphs");
 ABSL_FLAG(double, gpu_memory_utilization, 0.6, "Share of free GPU memory for the KV cache");
 ABSL_FLAG(int64_t, kv_block_size, 32, "Positions per KV cache block, a multiple of 32");
+ABSL_FLAG(int64_t, max_prefill_tokens, 16384,
+          "Prompt tokens per prefill forward (the engine's default); B x P in one forward makes "
+          "a --profile's decode steps follow all of the prefill rather than interleave with it");
 ABSL_FLAG(int64_t, repeat, 2, "Timed runs; the best is reported");
 ABSL_FLAG(std::string, write_hf_config, "",
           "Write the preset's Hugging Face config.json into this directory and exit (the same "
           "shape for a peer: tests/bench/vllm_generate_baseline.py)");
 ABSL_FLAG(std::string, profile, "",
           "Also write Chrome traces of one more run per batch with 32 new tokens to PREFIX.bB.json "
-          "(summarise with tests/bench/summarize_trace.py FILE 32)");
+          "(summarise with tests/bench/summarize_trace.py FILE 32; the decode steps alone, with "
+          "--max_prefill_tokens=B*P: FILE 31 25 DecodeAttention)");
 
 namespace {
 
@@ -57,6 +61,7 @@ bool RunBatch(rlhfd::model::Transformer& model, const rlhfd::model::ModelConfig&
   options.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   options.gpu_memory_utilization = absl::GetFlag(FLAGS_gpu_memory_utilization);
   options.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
+  options.max_prefill_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);
   auto engine = rlhfd::rollout::GenerationEngine::Create(model, options);
   if (!engine.ok()) {
     std::cerr << engine.status().message() << "\n";
