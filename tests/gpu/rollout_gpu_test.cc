@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/support/random_decoder.h"
+#include "worker/device/device_memory.h"
 #include "worker/model/model_loader.h"
 #include "worker/model/transformer.h"
 #include "worker/rollout/decode_attention.h"
@@ -100,14 +101,15 @@ void CheckAgainstFullForward(model::Transformer& model,
 TEST_CASE("device memory figures of 'cuda' without an index are the current device's",
           "[gpu][rollout]") {
   const at::Device any_cuda(at::kCUDA);
-  CHECK(BytesInUse(any_cuda) == 0);
-  ResetPeakMemory(any_cuda);
+  CHECK(worker::BytesInUse(any_cuda) == 0);
+  worker::ResetPeakMemory(any_cuda);
   const at::Tensor held = at::empty({64 << 20}, at::TensorOptions().dtype(at::kByte).device(kGpu));
-  const DeviceMemory memory = QueryDeviceMemory(any_cuda);
+  const worker::DeviceMemory memory = worker::QueryDeviceMemory(any_cuda);
   CHECK(memory.allocated_bytes >= static_cast<int64_t>(held.nbytes()));
   CHECK(memory.peak_allocated_bytes >= memory.allocated_bytes);
-  CHECK(memory.allocated_bytes == QueryDeviceMemory(kGpu).allocated_bytes);
-  CHECK(BytesInUse(any_cuda) == memory.allocated_bytes);
+  CHECK(memory.total_bytes >= memory.free_bytes);
+  CHECK(memory.allocated_bytes == worker::QueryDeviceMemory(kGpu).allocated_bytes);
+  CHECK(worker::BytesInUse(any_cuda) == memory.allocated_bytes);
   CHECK(DeviceName(any_cuda) == DeviceName(kGpu));
 }
 
@@ -469,8 +471,8 @@ TEST_CASE("after release the engine holds no GPU memory beyond the weights", "[g
     model->Hidden({at::ones({1, 4}, at::TensorOptions().dtype(at::kLong).device(kGpu))});
   }
   Synchronize(kGpu);
-  ReleaseCachedMemory(kGpu);
-  const DeviceMemory weights = QueryDeviceMemory(kGpu);
+  worker::ReleaseCachedMemory(kGpu);
+  const worker::DeviceMemory weights = worker::QueryDeviceMemory(kGpu);
   EngineOptions options;
   options.gpu_memory_utilization = 0.05;
   options.max_model_len = 512;
@@ -481,9 +483,9 @@ TEST_CASE("after release the engine holds no GPU memory beyond the weights", "[g
     INFO(results.status().ToString());
     REQUIRE(results.ok());
   }
-  const DeviceMemory during = QueryDeviceMemory(kGpu);
+  const worker::DeviceMemory during = worker::QueryDeviceMemory(kGpu);
   (*engine)->Release();
-  const DeviceMemory released = QueryDeviceMemory(kGpu);
+  const worker::DeviceMemory released = worker::QueryDeviceMemory(kGpu);
   std::cout << "rollout_gpu: allocated MiB: weights " << (weights.allocated_bytes >> 20)
             << ", engine holding cache+graphs " << (during.allocated_bytes >> 20) << " (peak "
             << ((*engine)->stats().peak_memory_bytes >> 20) << ", cache "

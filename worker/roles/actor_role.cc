@@ -13,6 +13,7 @@
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 #include "common/util/stopwatch.h"
+#include "worker/device/device_memory.h"
 #include "worker/model/model_loader.h"
 #include "worker/roles/forward_passes.h"
 #include "worker/roles/generated_rows.h"
@@ -28,7 +29,7 @@
 namespace rlhfd::roles {
 namespace {
 
-void KeepPeaks(const rollout::DeviceMemory& memory, rollout::DeviceMemory& peaks) {
+void KeepPeaks(const worker::DeviceMemory& memory, worker::DeviceMemory& peaks) {
   peaks.peak_allocated_bytes = std::max(peaks.peak_allocated_bytes, memory.peak_allocated_bytes);
   peaks.peak_reserved_bytes = std::max(peaks.peak_reserved_bytes, memory.peak_reserved_bytes);
 }
@@ -223,8 +224,8 @@ absl::StatusOr<v1::UpdateReply> ActorRole::RunUpdate(
   // The peak so far (the rollout's cache included) is kept, then the allocator's peak restarts,
   // so that the update's own peak can be told apart from it.
   if (device_.is_cuda()) {
-    KeepPeaks(rollout::QueryDeviceMemory(device_), peaks_);
-    rollout::ResetPeakMemory(device_);
+    KeepPeaks(worker::QueryDeviceMemory(device_), peaks_);
+    worker::ResetPeakMemory(device_);
   }
   const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(const train::UpdateMetrics metrics,
@@ -248,7 +249,7 @@ absl::StatusOr<v1::UpdateReply> ActorRole::RunUpdate(
                    : train::TrainingFlops(trained_->module()->config(), tokens) *
                          std::max(1, train.ppo_epochs()) / std::max(seconds, 1e-9) / promised;
   if (device_.is_cuda()) {
-    const rollout::DeviceMemory update_memory = rollout::QueryDeviceMemory(device_);
+    const worker::DeviceMemory update_memory = worker::QueryDeviceMemory(device_);
     KeepPeaks(update_memory, peaks_);
     constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
     out["max_memory_allocated_gb"] = static_cast<double>(peaks_.peak_allocated_bytes) / kGiB;

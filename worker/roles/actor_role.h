@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "rlhfd/v1/job_spec.pb.h"
 #include "rlhfd/v1/worker_service.pb.h"
+#include "worker/device/device_memory.h"
 #include "worker/model/tokenizer.h"
 #include "worker/parallel/communicator.h"
 #include "worker/roles/agent_rollout.h"
@@ -17,7 +18,6 @@
 #include "worker/roles/hybrid_engine.h"
 #include "worker/roles/job_layout.h"
 #include "worker/roles/step_batch.h"
-#include "worker/rollout/device_support.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/policy_update.h"
 #include "worker/train/trained_model.h"
@@ -94,7 +94,7 @@ class ActorRole final : public TrainedRole {
   int64_t nonfinite_skips_ = 0;
   // The device's peaks over the role's life: each update restarts the allocator's peak to
   // measure its own, so the earlier ones are kept here.
-  rollout::DeviceMemory peaks_;
+  worker::DeviceMemory peaks_;
   std::unique_ptr<HybridEngine> hybrid_;
   std::optional<model::LoraOptions> lora_;
   std::unique_ptr<AgentRollout> agent_;  // multi_turn.enable only

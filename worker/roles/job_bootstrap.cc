@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "common/logging/logging.h"
 #include "common/status/status_macros.h"
+#include "worker/device/device_memory.h"
 #include "worker/parallel/host_staged_communicator.h"
 #include "worker/parallel/socket_communicator.h"
 #include "worker/rollout/device_support.h"
@@ -76,9 +77,9 @@ absl::Status CreateRoles(HostedJob& job, int64_t total_steps, const RoleHostOpti
   const at::Device& device = options.device;
   const int64_t rl_steps = std::max<int64_t>(1, total_steps);
   const v1::JobSpec& spec = job.spec;
-  int64_t in_use = rollout::BytesInUse(device);
+  int64_t in_use = worker::BytesInUse(device);
   const auto log_memory = [&](const char* role, absl::string_view note) {
-    const int64_t now = rollout::BytesInUse(device);
+    const int64_t now = worker::BytesInUse(device);
     RLOG(INFO) << "the " << role << " holds "
                << absl::StrFormat("%.3f", static_cast<double>(now - in_use) / (1 << 20)) << " MiB"
                << note;

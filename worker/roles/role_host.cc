@@ -6,12 +6,12 @@
 #include "common/rpc/pending_unary.h"
 #include "common/status/status_macros.h"
 #include "common/util/text.h"
+#include "worker/device/device_memory.h"
 #include "worker/roles/batch_stages.h"
 #include "worker/roles/checkpoint_stages.h"
 #include "worker/roles/hosted_job.h"
 #include "worker/roles/job_bootstrap.h"
 #include "worker/roles/stage_profile.h"
-#include "worker/rollout/device_support.h"
 
 namespace rlhfd::roles {
 
@@ -420,6 +420,6 @@ void RoleHost::EndMovedOn(std::vector<v1::JobAttempt> moved_on,
   });
 }
 
-int64_t RoleHost::MemoryInUse() const { return rollout::BytesInUse(options_.device); }
+int64_t RoleHost::MemoryInUse() const { return worker::BytesInUse(options_.device); }
 
 }  // namespace rlhfd::roles

@@ -1,7 +1,6 @@
 #include "worker/rollout/device_support.h"
 
 #include <ATen/ATen.h>
-#include <malloc.h>
 
 #include <algorithm>
 #include <optional>
@@ -12,7 +11,6 @@
 #include <ATen/cuda/CUDAContextLight.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
@@ -24,37 +22,14 @@ namespace rlhfd::rollout {
 
 namespace {
 
-// The caching allocator's statistics need CUDA initialised (a worker asks before its first
-// allocation: the allocator then has no devices yet and refuses every index) and take an index:
-// "cuda" without one is the current device.
+// CUDA initialised (a worker asks before anything has touched the GPU) and an index: "cuda"
+// without one is the current device.
 c10::DeviceIndex IndexOf(const at::Device& device) {
   at::globalContext().lazyInitDevice(at::kCUDA);
   return device.has_index() ? device.index() : c10::cuda::current_device();
 }
 
 }  // namespace
-
-DeviceMemory QueryDeviceMemory(const at::Device& device) {
-  if (!device.is_cuda()) return {};
-  c10::cuda::CUDAGuard guard(device);
-  size_t free = 0, total = 0;
-  C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(IndexOf(device));
-  constexpr auto kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-  DeviceMemory memory;
-  memory.allocated_bytes = stats.allocated_bytes[kAll].current;
-  memory.peak_allocated_bytes = stats.allocated_bytes[kAll].peak;
-  memory.reserved_bytes = stats.reserved_bytes[kAll].current;
-  memory.peak_reserved_bytes = stats.reserved_bytes[kAll].peak;
-  memory.free_bytes = static_cast<int64_t>(free) + memory.reserved_bytes - memory.allocated_bytes;
-  return memory;
-}
-
-int64_t BytesInUse(const at::Device& device) {
-  if (device.is_cuda()) return QueryDeviceMemory(device).allocated_bytes;
-  const struct mallinfo2 heap = ::mallinfo2();
-  return static_cast<int64_t>(heap.uordblks + heap.hblkhd);
-}
 
 std::string DeviceName(const at::Device& device) {
   if (!device.is_cuda()) return "CPU";
@@ -69,17 +44,6 @@ int64_t DeviceIdentity(const at::Device& device) {
     hash = (hash ^ static_cast<uint8_t>(byte)) * 1099511628211ull;
   }
   return static_cast<int64_t>(hash >> 1);
-}
-
-void ResetPeakMemory(const at::Device& device) {
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(IndexOf(device));
-}
-
-void ReleaseCachedMemory(const at::Device& device) {
-  if (!device.is_cuda()) return;
-  // cuBLAS keeps a workspace per (handle, stream), ours among them; they come back on next use.
-  at::cuda::clearCublasWorkspaces();
-  c10::cuda::CUDACachingAllocator::emptyCache();
 }
 
 void Synchronize(const at::Device& device) {
@@ -223,15 +187,8 @@ bool DecodeGraphs::empty() const { return !graphs_ || graphs_->planned.empty(); 
 
 #else  // No CUDA: CPU devices only.
 
-DeviceMemory QueryDeviceMemory(const at::Device&) { return {}; }
-int64_t BytesInUse(const at::Device&) {
-  const struct mallinfo2 heap = ::mallinfo2();
-  return static_cast<int64_t>(heap.uordblks + heap.hblkhd);
-}
 std::string DeviceName(const at::Device&) { return "CPU"; }
 int64_t DeviceIdentity(const at::Device&) { return -1; }
-void ResetPeakMemory(const at::Device&) {}
-void ReleaseCachedMemory(const at::Device&) {}
 void Synchronize(const at::Device&) {}
 
 struct StreamMarker::Event {};

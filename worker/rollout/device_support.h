@@ -1,6 +1,7 @@
 // The CUDA pieces the generation engine needs, behind an interface that also builds and runs
-// without CUDA (where they report nothing and capture nothing): device memory figures and CUDA
-// graphs of the decode step.
+// without CUDA (where they report nothing and capture nothing): the device's name and identity,
+// stream markers and CUDA graphs of the decode step (memory figures:
+// worker/device/device_memory.h).
 #pragma once
 
 #include <ATen/Tensor.h>
@@ -18,19 +19,6 @@
 
 namespace rlhfd::rollout {
 
-struct DeviceMemory {
-  int64_t free_bytes = 0;       // Free on the device plus what our allocator caches unused.
-  int64_t allocated_bytes = 0;  // Held by live tensors.
-  int64_t peak_allocated_bytes = 0;
-  int64_t reserved_bytes = 0;  // Allocated plus cached.
-  int64_t peak_reserved_bytes = 0;
-};
-
-// All zero for a CPU device.
-DeviceMemory QueryDeviceMemory(const at::Device& device);
-// Bytes the process's tensors on `device` hold now: the CUDA caching allocator's allocated bytes
-// on a GPU, the heap's bytes in use (glibc's mallinfo2, mapped blocks included) on the CPU.
-int64_t BytesInUse(const at::Device& device);
 // The name the device reports ("NVIDIA H200"); "CPU" for the host.
 std::string DeviceName(const at::Device& device);
 // The same number in every process that uses the same GPU (a hash of its UUID), whatever index
@@ -40,9 +28,6 @@ int64_t DeviceIdentity(const at::Device& device);
 // GPU): each sees the same free memory, so each takes that share of it. 1 on the host. Every
 // rank of the group calls it together (an all-gather).
 absl::StatusOr<int64_t> RanksOnThisDevice(parallel::Communicator& group, const at::Device& device);
-void ResetPeakMemory(const at::Device& device);
-// Returns the allocator's cached blocks to the driver.
-void ReleaseCachedMemory(const at::Device& device);
 void Synchronize(const at::Device& device);
 
 // A point in the current stream's work, recorded on construction; Wait() blocks the host until

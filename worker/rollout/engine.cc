@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "worker/device/device_memory.h"
 #include "worker/parallel/tensor_parallel.h"
 #include "worker/rollout/request_check.h"
 
@@ -39,7 +40,7 @@ absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::Create(model
   const at::Tensor head = model->HeadWeight();
   auto engine = std::unique_ptr<GenerationEngine>(
       new GenerationEngine(std::move(model), config, head, std::move(options)));
-  ResetPeakMemory(engine->device_);
+  worker::ResetPeakMemory(engine->device_);
   return engine;
 }
 
@@ -68,7 +69,7 @@ absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::CreateTensor
     return absl::ResourceExhaustedError(
         absl::StrCat("the fused decode's weights: ", error.what_without_backtrace()));
   }
-  ResetPeakMemory(engine->device_);
+  worker::ResetPeakMemory(engine->device_);
   return engine;
 }
 
@@ -155,8 +156,9 @@ absl::Status GenerationEngine::Prepare() {
   max_blocks_ = (options_.max_model_len + block_size - 1) / block_size;
   int64_t budget = options_.cpu_cache_bytes;
   if (device_.is_cuda()) {
-    budget = static_cast<int64_t>(options_.gpu_memory_utilization *
-                                  static_cast<double>(QueryDeviceMemory(device_).free_bytes));
+    budget =
+        static_cast<int64_t>(options_.gpu_memory_utilization *
+                             static_cast<double>(worker::QueryDeviceMemory(device_).free_bytes));
   }
   // Ranks sharing a device (workers on one GPU) each saw the same free memory: each takes its
   // share of the budget, not all of it.
@@ -265,7 +267,7 @@ absl::StatusOr<std::vector<GenerationResult>> GenerationEngine::Generate(
   try {
     std::vector<GenerationResult> results = Execute(requests, turns, interrupt);
     stats_.graph_batch_sizes = graphs_.CapturedSizes();
-    stats_.peak_memory_bytes = QueryDeviceMemory(device_).peak_allocated_bytes;
+    stats_.peak_memory_bytes = worker::QueryDeviceMemory(device_).peak_allocated_bytes;
     return results;
   } catch (const c10::OutOfMemoryError& error) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -289,7 +291,7 @@ void GenerationEngine::Release() {
     *buffer = at::Tensor();
   }
   Synchronize(device_);
-  ReleaseCachedMemory(device_);
+  worker::ReleaseCachedMemory(device_);
 }
 
 }  // namespace rlhfd::rollout

@@ -18,10 +18,10 @@
 
 #if RLHFD_HAVE_CUDA
 #include <c10/core/DeviceGuard.h>
-#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
+#include "worker/device/device_memory.h"
 #include "worker/train/log_prob_kernels.h"
 #endif
 
@@ -67,18 +67,11 @@ at::Tensor ChunkLogits(const at::Tensor& hidden, const at::Tensor& weight, int64
 
 #if RLHFD_HAVE_CUDA
 // Whether `bytes` more may stay allocated on the current device until the backward: what the
-// device and the caching allocator have free (rollout::QueryDeviceMemory's free_bytes) less
-// `bytes` still leaves a quarter of the device for the rest of the forward and the backward.
+// device and the caching allocator have free less `bytes` still leaves a quarter of the device
+// for the rest of the forward and the backward.
 bool KeepsLogits(int64_t bytes) {
-  size_t free = 0, total = 0;
-  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear it: the recompute path needs no answer
-    return false;
-  }
-  constexpr auto kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
-  const int64_t cached = stats.reserved_bytes[kAll].current - stats.allocated_bytes[kAll].current;
-  return static_cast<int64_t>(free) + cached - bytes >= static_cast<int64_t>(total) / 4;
+  const worker::DeviceMemory memory = worker::QueryDeviceMemory(at::Device(at::kCUDA));
+  return memory.free_bytes - bytes >= memory.total_bytes / 4;
 }
 
 model::kernels::ElementType GradientTypeOf(at::ScalarType compute) {
