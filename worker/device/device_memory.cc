@@ -22,21 +22,16 @@ int64_t HostHeapInUse() {
 
 #if RLHFD_HAVE_CUDA
 
-namespace {
-
 // The caching allocator's statistics need CUDA initialised (a worker asks before its first
-// allocation: the allocator then has no devices yet and refuses every index) and take an index:
-// "cuda" without one is the current device.
-c10::DeviceIndex IndexOf(const at::Device& device) {
+// allocation: the allocator then has no devices yet and refuses every index).
+c10::DeviceIndex CudaIndexOf(const at::Device& device) {
   at::globalContext().lazyInitDevice(at::kCUDA);
   return device.has_index() ? device.index() : c10::cuda::current_device();
 }
 
-}  // namespace
-
 DeviceMemory QueryDeviceMemory(const at::Device& device) {
   if (!device.is_cuda()) return {};
-  const c10::DeviceIndex index = IndexOf(device);
+  const c10::DeviceIndex index = CudaIndexOf(device);
   c10::cuda::CUDAGuard guard(index);
   size_t free = 0, total = 0;
   C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
@@ -57,7 +52,7 @@ int64_t BytesInUse(const at::Device& device) {
 }
 
 void ResetPeakMemory(const at::Device& device) {
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(IndexOf(device));
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(CudaIndexOf(device));
 }
 
 void ReleaseCachedMemory(const at::Device& device) {

@@ -25,6 +25,9 @@ DeviceMemory QueryDeviceMemory(const at::Device& device);
 // on a GPU, the heap's bytes in use (glibc's mallinfo2, mapped blocks included) on the CPU.
 int64_t BytesInUse(const at::Device& device);
 void ResetPeakMemory(const at::Device& device);
+// The CUDA device's index with CUDA initialised (a worker may ask before anything has touched the
+// GPU): "cuda" without an index is the current device. CUDA builds only.
+c10::DeviceIndex CudaIndexOf(const at::Device& device);
 // Returns the allocator's cached blocks (and cuBLAS's workspaces) to the driver.
 void ReleaseCachedMemory(const at::Device& device);
 

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "worker/device/device_memory.h"
 #if RLHFD_HAVE_CUDA
 #include <ATen/cuda/CUDAContextLight.h>
 #include <ATen/cuda/CUDAEvent.h>
@@ -20,17 +21,6 @@ namespace rlhfd::rollout {
 
 #if RLHFD_HAVE_CUDA
 
-namespace {
-
-// CUDA initialised (a worker asks before anything has touched the GPU) and an index: "cuda"
-// without one is the current device.
-c10::DeviceIndex IndexOf(const at::Device& device) {
-  at::globalContext().lazyInitDevice(at::kCUDA);
-  return device.has_index() ? device.index() : c10::cuda::current_device();
-}
-
-}  // namespace
-
 std::string DeviceName(const at::Device& device) {
   if (!device.is_cuda()) return "CPU";
   return at::cuda::getDeviceProperties(device.index())->name;
@@ -38,7 +28,7 @@ std::string DeviceName(const at::Device& device) {
 
 int64_t DeviceIdentity(const at::Device& device) {
   if (!device.is_cuda()) return -1;
-  const cudaUUID_t& uuid = at::cuda::getDeviceProperties(IndexOf(device))->uuid;
+  const cudaUUID_t& uuid = at::cuda::getDeviceProperties(worker::CudaIndexOf(device))->uuid;
   uint64_t hash = 1469598103934665603ull;  // FNV-1a over the 16 bytes
   for (const char byte : uuid.bytes) {
     hash = (hash ^ static_cast<uint8_t>(byte)) * 1099511628211ull;
