@@ -185,7 +185,8 @@ TEST_CASE("decode-attention kernel matches ATen's attention", "[gpu][rollout]") 
 // thread's four-column groups once (896, 100: a block of one warp), several times (3584, 16384)
 // and partly (5120: five groups where eight are held), rows from one to more than a wave; MLP
 // widths that take 16-byte vectors (4864, 8) and only pairs (10), and rows that are not 16-byte
-// aligned (pairs again). What the norm cannot take it refuses rather than computes wrongly.
+// aligned (pairs again), and 70,000 rows (more than a grid has rows of blocks). What the norm
+// cannot take it refuses rather than computes wrongly.
 TEST_CASE("the decode step's norm and SiLU-up kernels equal float64 up to bf16 rounding",
           "[gpu][rollout]") {
   torch::NoGradGuard no_grad;
@@ -242,14 +243,16 @@ TEST_CASE("the decode step's norm and SiLU-up kernels equal float64 up to bf16 r
 
   for (auto [width, offset] :
        {std::pair{4864, 0}, std::pair{8, 0}, std::pair{10, 0}, std::pair{4864, 2}}) {
-    for (int rows : {1, 300}) {
+    // 70,000 rows: more than a grid's 65,535 rows of blocks (a long prefill).
+    for (int rows : {1, 300, 70000}) {
+      if (rows > 300 && width > 16) continue;
       INFO("width " << width << " rows " << rows << " offset " << offset);
       const at::Tensor storage = at::randn({rows * 2 * width + offset}, bf16) * 4;
       const at::Tensor gate_up =
           storage.narrow(0, offset, rows * 2 * width).view({rows, 2 * width});
       at::Tensor out_storage = at::full({rows * width + offset + kGuard}, 7, bf16);
       const at::Tensor out = out_storage.narrow(0, offset, rows * width).view({rows, width});
-      kernels::SiluMul(gate_up.data_ptr(), out.data_ptr(), rows, width, stream);
+      REQUIRE(kernels::SiluMul(gate_up.data_ptr(), out.data_ptr(), rows, width, stream));
       const at::Tensor gate = gate_up.narrow(1, 0, width).to(at::kDouble);
       const at::Tensor up = gate_up.narrow(1, width, width).to(at::kDouble);
       const at::Tensor expected = gate * at::sigmoid(gate) * up;

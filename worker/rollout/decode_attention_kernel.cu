@@ -6,34 +6,40 @@
 //
 // The warp computes S = Q·Kᵀ and O = P·V with mma.sync m16n8k16 (bf16 in, float32 accumulate):
 // the query group fills the 16 rows of the A operand (groups of up to 16 query heads per
-// key/value head; rows past the group are zeros), 32 keys at a time. No shared memory: each lane
-// loads its fragments straight from the cache in 16-byte pieces, which works because a dot product
-// does not care in which order its terms are summed, nor a sum of P·V rows in which order its keys
-// come:
+// key/value head; rows past the group are zeros), 32 keys at a time. Each chunk of 32 keys and
+// their values is copied into the warp's ring of shared-memory stages with cp.async, kStages - 1
+// chunks ahead of the one being computed, so that a warp keeps that many chunks of memory reads in
+// flight without holding them in registers (the chunk's reads no longer wait behind its
+// arithmetic). Each lane then reads its fragments from shared memory in 16-byte pieces, which
+// works because a dot product does not care in which order its terms are summed, nor a sum of P·V
+// rows in which order its keys come:
 //   - Q·Kᵀ: the 16 head dimensions of one k-step are not d0 … d0+15 but the ones the lanes read
 //     with one 16-byte load each (lane t of a key row reads dims 32c + 8t … 32c + 8t + 7, which
 //     serve k-steps 2c and 2c + 1); Q's fragments use the same order, so S is exact.
 //   - P·V: the output columns of n-tile j are not j·8 … j·8+7 but j + (D/8)·n for n = 0 … 7, so
 //     lane g reads D/8 consecutive values of each of its value rows; a byte permute pairs two keys'
 //     values into one fragment register.
+// A stage's rows keep their 16-byte pieces in an order permuted by the row (Swizzle below), so
+// that the eight lanes of each quarter-warp read eight different banks in both patterns.
 // The softmax weights P are rounded to bf16 for their MMA, as FlashAttention does; the row sums
 // that normalise them are the float32 values.
 #include <cuda_bf16.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 
+#include "worker/rollout/dependent_launch.cuh"
 #include "worker/rollout/kernels.h"
 
 namespace rlhfd::rollout::kernels {
 namespace {
 
-constexpr int kWarpsPerBlock = 4;  // Independent spans, one per warp.
-constexpr int kChunkKeys = 32;     // Keys per warp iteration: four n-tiles of S.
-constexpr int kMaxGroup = 16;      // The A operand's rows.
-constexpr int kMaxSplits = 16;     // Spans per sequence at most (the merge reads them all).
+constexpr int kChunkKeys = 32;  // Keys per warp iteration: four n-tiles of S.
+constexpr int kMaxGroup = 16;   // The A operand's rows.
+constexpr int kMaxSplits = 16;  // Spans per sequence at most (the merge reads them all).
 
-int CeilDiv(int a, int b) { return (a + b - 1) / b; }
+__host__ __device__ constexpr int CeilDiv(int a, int b) { return (a + b - 1) / b; }
 
 // Keys per span: 128, or more when the cache is long, so that the merge reads at most kMaxSplits
 // spans; a multiple of kChunkKeys. It depends on the cache alone, never on the batch: a
@@ -48,6 +54,10 @@ int KeysPerSplit(int capacity) {
 // for the kernel's vector stores) their outputs.
 int64_t AccOffset(int64_t states) { return (2 * states + 3) / 4 * 4; }
 
+// The shared memory of a block: per warp, kStages chunks of keys and of values.
+constexpr int StageBytes(int d) { return 2 * kChunkKeys * d * 2; }
+constexpr int SharedBytes(int d, int stages, int warps) { return warps * stages * StageBytes(d); }
+
 __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                     uint32_t b1) {
   asm volatile(
@@ -55,6 +65,31 @@ __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint3
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 16 bytes from global to shared memory without passing through registers; zeros where !valid
+// (nothing is read then).
+__device__ __forceinline__ void CopyAsync(uint4* shared, const uint4* global, bool valid) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void CommitCopies() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void WaitCopies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// The place of 16-byte piece `unit` of a stage's row `row` is unit ^ Swizzle(row). A quarter-warp
+// reads, for Q·Kᵀ, pieces 4c … 4c + 3 of rows 2m and 2m + 1 (the swizzle's bit 2 follows the row's
+// parity), and for P·V two pieces of four rows of one parity spaced by two (bits 1-2 at D 64, bits
+// 0 and 2 at D 128 follow the row / 2): eight different banks in each case; each copy instruction
+// writes eight pieces of one row, which the swizzle only permutes.
+template <int D>
+__device__ __forceinline__ int Swizzle(int row) {
+  const int pair = (row >> 1) & 3;
+  const int spread = D == 64 ? pair << 1 : (pair & 1) | ((pair & 2) << 1);
+  return ((row & 1) << 2) ^ spread;
 }
 
 __device__ __forceinline__ uint32_t PackBf16(float low, float high) {
@@ -66,12 +101,10 @@ __device__ __forceinline__ uint4 LoadOrZero(const __nv_bfloat16* p, bool valid) 
   return valid ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
 }
 
-// A minimum of one block per SM lets the compiler give a lane more registers (sm_90: 228 at D 128
-// and 152 at D 64, against 178 and 114 under the default bound), so more of a chunk's loads are in
-// flight: on an H100, 110 -> 102 us per layer at 7B B 256 and 15.2 -> 11.6 at 0.5B B 64
-// (docs/PERFORMANCE.md, "Against vLLM in the same call").
-template <int D>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, 1)
+// kWarps independent spans a block, one per warp, each with its own kStages-deep ring; a minimum
+// of one block per SM lets the compiler give a lane the registers it asks for.
+template <int D, int kStages, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32, 1)
     DecodeAttentionKernel(const __nv_bfloat16* __restrict__ q,
                           const __nv_bfloat16* __restrict__ k_cache,
                           const __nv_bfloat16* __restrict__ v_cache,
@@ -80,12 +113,19 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 1)
                           float* __restrict__ partial_l, float* __restrict__ partial_acc, int batch,
                           int heads, int kv_heads, int max_blocks, int block_size, int splits,
                           int keys_per_split, float scale_log2) {
-  constexpr int kPieces = D / 32;  // 16-byte pieces a lane reads of a key row.
-  constexpr int kTiles = D / 8;    // n-tiles of P·V; also the values a lane reads of a value row.
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  static_assert(kStages >= 2, "a ring of one stage cannot read ahead");
+  AwaitPrerequisites();
+  AllowDependents();
+  constexpr int kPieces = D / 32;   // 16-byte pieces a lane reads of a key row.
+  constexpr int kTiles = D / 8;     // n-tiles of P·V; also the values a lane reads of a value row.
+  constexpr int kRowUnits = D / 8;  // 16-byte pieces of a key or value row.
+  constexpr int kTileUnits = kChunkKeys * kRowUnits;  // Of a chunk's keys (or values).
+  extern __shared__ uint4 shared_units[];
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, warp = threadIdx.x / 32;
+  uint4* const ring = shared_units + static_cast<size_t>(warp) * kStages * 2 * kTileUnits;
   // Spans in split-major order, so that a block's warps have like amounts of work (the same span
   // of sequences of like lengths) rather than one sequence's long and empty spans.
-  const int item = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  const int item = blockIdx.x * kWarps + warp;
   if (item >= batch * kv_heads * splits) return;
   const int split = item / (batch * kv_heads), kv_head = item % kv_heads;
   const int row = (item / kv_heads) % batch;
@@ -102,8 +142,24 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 1)
   // A chunk of 32 keys lies in one block (spans and blocks are multiples of 32 keys): the chunk's
   // keys are consecutive rows of that block's part for this key/value head.
   const int64_t* table = block_tables + static_cast<size_t>(row) * max_blocks;
-  const auto chunk_offset = [&](int base, int64_t block) {
-    return ((static_cast<size_t>(block) * kv_heads + kv_head) * block_size + base % block_size) * D;
+  const int chunks = CeilDiv(end - begin, kChunkKeys);
+  const auto block_of = [&](int chunk) { return table[(begin + chunk * kChunkKeys) / block_size]; };
+  // Copies chunk `chunk` (in `block`) into its stage; rows past the span's end become zeros (the
+  // cache there may hold anything, and a value's NaN times a weight of 0 would be NaN).
+  const auto issue = [&](int chunk, int64_t block) {
+    const int base = begin + chunk * kChunkKeys;
+    const size_t offset =
+        ((static_cast<size_t>(block) * kv_heads + kv_head) * block_size + base % block_size) * D;
+    const auto* keys = reinterpret_cast<const uint4*>(k_cache + offset);
+    const auto* values = reinterpret_cast<const uint4*>(v_cache + offset);
+    uint4* const stage = ring + (chunk % kStages) * 2 * kTileUnits;
+#pragma unroll
+    for (int n = 0; n < kRowUnits; ++n) {  // kTileUnits / 32 pieces a lane.
+      const int unit = 32 * n + lane, key = unit / kRowUnits;
+      const int at = key * kRowUnits + ((unit % kRowUnits) ^ Swizzle<D>(key));
+      CopyAsync(stage + at, keys + unit, base + key < end);
+      CopyAsync(stage + kTileUnits + at, values + unit, base + key < end);
+    }
   };
 
   // Q's A fragments: rows g and g + 8 of the group, in the lanes' order of head dimensions. At
@@ -119,6 +175,16 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 1)
     even[0] = low.x, even[1] = high.x, even[2] = low.y, even[3] = high.y;  // k-step 2c
     odd[0] = low.z, odd[1] = high.z, odd[2] = low.w, odd[3] = high.w;      // k-step 2c + 1
   };
+  // The ring's first kStages - 1 chunks; one group of copies per chunk (empty ones too, so that
+  // group n always holds chunk n).
+#pragma unroll
+  for (int c = 0; c < kStages - 1; ++c) {
+    if (c < chunks) issue(c, block_of(c));
+    CommitCopies();
+  }
+  // The block of the next chunk to copy, read one iteration ahead of its copy.
+  int64_t ahead = kStages - 1 < chunks ? block_of(kStages - 1) : 0;
+
   uint32_t held[kHoldQuery ? 2 * kPieces : 1][4];
   if constexpr (kHoldQuery) {
 #pragma unroll
@@ -132,20 +198,26 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 1)
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
 
-  int64_t block = table[begin / block_size];
-  for (int base = begin; base < end; base += kChunkKeys) {
-    // The next chunk's block, read ahead so that its latency hides behind this chunk.
-    const int next = base + kChunkKeys;
-    const int64_t next_block = next < end ? table[next / block_size] : 0;
-    const __nv_bfloat16* keys = k_cache + chunk_offset(base, block);
-    const __nv_bfloat16* values = v_cache + chunk_offset(base, block);
-    block = next_block;
-    // S for keys base + 8i + 2t + {0, 1} (n-tile i) of rows g, g + 8. Keys past the span are
-    // read as zeros (the cache there may hold anything) and masked below.
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    // This lane's copies of `chunk` are done; the warp's, after the __syncwarp, which also ends
+    // every lane's reads of the stage the next copy overwrites (the previous chunk's).
+    WaitCopies<kStages - 2>();
+    __syncwarp();
+    const int later = chunk + kStages - 1;
+    if (later < chunks) {
+      issue(later, ahead);
+      ahead = later + 1 < chunks ? block_of(later + 1) : 0;
+    }
+    CommitCopies();
+    const uint4* key_units = ring + (chunk % kStages) * 2 * kTileUnits;
+    const uint4* value_units = key_units + kTileUnits;
+    const int base = begin + chunk * kChunkKeys;
+    // S for keys base + 8i + 2t + {0, 1} (n-tile i) of rows g, g + 8. Keys past the span were
+    // copied as zeros and are masked below.
     float s[4][4] = {};
     const auto key_piece = [&](int i, int c) {
       const int key = 8 * i + g;  // Within the chunk.
-      return LoadOrZero(keys + static_cast<size_t>(key) * D + 32 * c + 8 * t, base + key < end);
+      return key_units[key * kRowUnits + ((4 * c + t) ^ Swizzle<D>(key))];
     };
     if constexpr (kHoldQuery) {
 #pragma unroll
@@ -219,10 +291,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 1)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int key = 16 * h + 2 * t + (r & 1) + 8 * (r / 2);  // Within the chunk.
-        const __nv_bfloat16* value_row = values + static_cast<size_t>(key) * D + g * kTiles;
 #pragma unroll
         for (int p = 0; p < kTiles / 8; ++p) {
-          const uint4 piece = LoadOrZero(value_row + 8 * p, base + key < end);
+          const int unit = g * (kTiles / 8) + p;
+          const uint4 piece = value_units[key * kRowUnits + (unit ^ Swizzle<D>(key))];
           v[r][4 * p] = piece.x, v[r][4 * p + 1] = piece.y;
           v[r][4 * p + 2] = piece.z, v[r][4 * p + 3] = piece.w;
         }
@@ -271,6 +343,8 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
                       const float* __restrict__ partial_acc, const int64_t* __restrict__ positions,
                       __nv_bfloat16* __restrict__ out, int batch, int heads, int splits,
                       int keys_per_split) {
+  AwaitPrerequisites();
+  AllowDependents();
   constexpr int kPer = D / 32;  // Output columns per lane: 2 or 4.
   const int item = blockIdx.x * kMergeWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (item >= batch * heads) return;  // A whole warp: item is per warp.
@@ -320,6 +394,102 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
   }
 }
 
+// What a launch of the span kernel takes besides its template arguments.
+struct SpanArgs {
+  const __nv_bfloat16 *q, *k_cache, *v_cache;
+  const int64_t *block_tables, *positions;
+  float *partial_m, *partial_l, *partial_acc;
+  int batch, heads, kv_heads, max_blocks, block_size, splits, keys_per_split;
+  float scale_log2;
+};
+
+// The largest dynamic shared memory a block of `device` may opt into (0 when unknown).
+int SharedMemoryLimit(int device) {
+  int bytes = 0;
+  if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+      cudaSuccess) {
+    return 0;
+  }
+  return bytes;
+}
+
+// Launches the span kernel with a ring of kStages chunks for each of kWarps warps a block; false
+// when it cannot (the device allows less shared memory, or the launch failed).
+template <int D, int kStages, int kWarps>
+bool LaunchSpans(const SpanArgs& a, int device, cudaStream_t stream) {
+  constexpr int kBytes = SharedBytes(D, kStages, kWarps);
+  const auto kernel = DecodeAttentionKernel<D, kStages, kWarps>;
+  if (kBytes > 48 * 1024) {
+    // Beyond 48 KiB a kernel's shared memory must be allowed on each device, once (a CUDA graph's
+    // capture may call this too: it enqueues nothing).
+    static std::atomic<uint64_t> allowed{0};
+    const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+    if (bit == 0 || (allowed.load(std::memory_order_acquire) & bit) == 0) {
+      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes) !=
+          cudaSuccess) {
+        cudaGetLastError();  // Not sticky: clear it, the caller hears false.
+        return false;
+      }
+      allowed.fetch_or(bit, std::memory_order_release);
+    }
+  }
+  return LaunchDependent(kernel, CeilDiv(a.batch * a.kv_heads * a.splits, kWarps), kWarps * 32,
+                         kBytes, stream, a.q, a.k_cache, a.v_cache, a.block_tables, a.positions,
+                         a.partial_m, a.partial_l, a.partial_acc, a.batch, a.heads, a.kv_heads,
+                         a.max_blocks, a.block_size, a.splits, a.keys_per_split,
+                         a.scale_log2) == cudaSuccess;
+}
+
+// The ring: three stages of four warps where the device's shared memory holds them (measured
+// within 3 % of the fastest shape at each size: docs/PERFORMANCE.md, "… decode attention from
+// shared memory"), else two stages of one warp (32 KiB at D 128), which every GPU since Volta
+// holds.
+template <int D>
+bool LaunchSpansFor(const SpanArgs& a, cudaStream_t stream) {
+  constexpr int kStages = 3, kWarps = 4;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (SharedBytes(D, kStages, kWarps) <= SharedMemoryLimit(device)) {
+    return LaunchSpans<D, kStages, kWarps>(a, device, stream);
+  }
+  return LaunchSpans<D, 2, 1>(a, device, stream);
+}
+
+template <int D>
+bool LaunchMerge(const SpanArgs& a, __nv_bfloat16* out, cudaStream_t stream) {
+  return LaunchDependent(MergeSplitsKernel<D>, CeilDiv(a.batch * a.heads, kMergeWarps),
+                         kMergeWarps * 32, 0, stream, a.partial_m, a.partial_l, a.partial_acc,
+                         a.positions, out, a.batch, a.heads, a.splits,
+                         a.keys_per_split) == cudaSuccess;
+}
+
+SpanArgs SpanArgsFor(const void* q, const void* k_cache, const void* v_cache,
+                     const int64_t* block_tables, const int64_t* positions, void* workspace,
+                     int batch, int heads, int kv_heads, int max_blocks, int block_size,
+                     float scale) {
+  const int capacity = max_blocks * block_size;
+  const int keys_per_split = KeysPerSplit(capacity);
+  const int splits = CeilDiv(capacity, keys_per_split);
+  const size_t states = static_cast<size_t>(batch) * splits * heads;
+  auto* partial_m = static_cast<float*>(workspace);
+  return {.q = static_cast<const __nv_bfloat16*>(q),
+          .k_cache = static_cast<const __nv_bfloat16*>(k_cache),
+          .v_cache = static_cast<const __nv_bfloat16*>(v_cache),
+          .block_tables = block_tables,
+          .positions = positions,
+          .partial_m = partial_m,
+          .partial_l = partial_m + states,
+          .partial_acc = partial_m + AccOffset(static_cast<int64_t>(states)),
+          .batch = batch,
+          .heads = heads,
+          .kv_heads = kv_heads,
+          .max_blocks = max_blocks,
+          .block_size = block_size,
+          .splits = splits,
+          .keys_per_split = keys_per_split,
+          .scale_log2 = scale * 1.4426950408889634f};
+}
+
 }  // namespace
 
 int64_t DecodeAttentionWorkspaceBytes(int batch, int heads, int head_dim, int capacity) {
@@ -336,39 +506,13 @@ bool DecodeAttention(const void* q, const void* k_cache, const void* v_cache,
   if (head_dim != 64 && head_dim != 128) return false;
   if (block_size <= 0 || block_size % kChunkKeys != 0 || max_blocks <= 0) return false;
   if (batch == 0) return true;
-  const int capacity = max_blocks * block_size;
-  const int keys_per_split = KeysPerSplit(capacity);
-  const int splits = CeilDiv(capacity, keys_per_split);
-  const size_t states = static_cast<size_t>(batch) * splits * heads;
-  float* partial_m = static_cast<float*>(workspace);
-  float* partial_l = partial_m + states;
-  float* partial_acc = partial_m + AccOffset(static_cast<int64_t>(states));
-  const int blocks = CeilDiv(batch * kv_heads * splits, kWarpsPerBlock);
-  const float scale_log2 = scale * 1.4426950408889634f;
-  const auto* qb = static_cast<const __nv_bfloat16*>(q);
-  const auto* kb = static_cast<const __nv_bfloat16*>(k_cache);
-  const auto* vb = static_cast<const __nv_bfloat16*>(v_cache);
-  if (head_dim == 64) {
-    DecodeAttentionKernel<64><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
-        qb, kb, vb, block_tables, positions, partial_m, partial_l, partial_acc, batch, heads,
-        kv_heads, max_blocks, block_size, splits, keys_per_split, scale_log2);
-  } else {
-    DecodeAttentionKernel<128><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
-        qb, kb, vb, block_tables, positions, partial_m, partial_l, partial_acc, batch, heads,
-        kv_heads, max_blocks, block_size, splits, keys_per_split, scale_log2);
-  }
-  const int merge_blocks = CeilDiv(batch * heads, kMergeWarps);
+  const SpanArgs args = SpanArgsFor(q, k_cache, v_cache, block_tables, positions, workspace, batch,
+                                    heads, kv_heads, max_blocks, block_size, scale);
   auto* attention = static_cast<__nv_bfloat16*>(out);
   if (head_dim == 64) {
-    MergeSplitsKernel<64><<<merge_blocks, kMergeWarps * 32, 0, stream>>>(
-        partial_m, partial_l, partial_acc, positions, attention, batch, heads, splits,
-        keys_per_split);
-  } else {
-    MergeSplitsKernel<128><<<merge_blocks, kMergeWarps * 32, 0, stream>>>(
-        partial_m, partial_l, partial_acc, positions, attention, batch, heads, splits,
-        keys_per_split);
+    return LaunchSpansFor<64>(args, stream) && LaunchMerge<64>(args, attention, stream);
   }
-  return true;
+  return LaunchSpansFor<128>(args, stream) && LaunchMerge<128>(args, attention, stream);
 }
 
 }  // namespace rlhfd::rollout::kernels

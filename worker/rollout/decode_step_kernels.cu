@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "worker/rollout/dependent_launch.cuh"
 #include "worker/rollout/kernels.h"
 
 namespace rlhfd::rollout::kernels {
@@ -30,6 +31,8 @@ __global__ void __launch_bounds__(kNormThreads)
     AddRmsNormKernel(float* __restrict__ residual, const __nv_bfloat16* __restrict__ delta,
                      bool assign, const __nv_bfloat16* __restrict__ weight,
                      __nv_bfloat16* __restrict__ out, int hidden, float eps) {
+  AwaitPrerequisites();
+  AllowDependents();
   const size_t row = blockIdx.x;
   const int vectors = hidden / 4;
   float4* x = reinterpret_cast<float4*>(residual + row * hidden);
@@ -98,6 +101,8 @@ __global__ void __launch_bounds__(kRopeWarps * 32)
                      __nv_bfloat16* __restrict__ q_out, __nv_bfloat16* __restrict__ k_out,
                      __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                      int rows, int heads, int kv_heads, int block_size) {
+  AwaitPrerequisites();
+  AllowDependents();
   constexpr int kPairs = D / 64;
   const int all_heads = heads + 2 * kv_heads, lane = threadIdx.x % 32;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kRopeWarps + threadIdx.x / 32;
@@ -159,8 +164,10 @@ __global__ void __launch_bounds__(kRopeWarps * 32)
   }
 }
 
-// Grid (column blocks, rows); each thread takes the adjacent columns of one Vector (uint4: 8, where
-// the width allows, as every MLP width of a real model does; uint32_t: 2), read and written whole.
+// Grid (column blocks, row blocks); each thread takes the adjacent columns of one Vector (uint4: 8,
+// where the width allows, as every MLP width of a real model does; uint32_t: 2), read and written
+// whole, in rows blockIdx.y, blockIdx.y + gridDim.y, … (a grid has at most 65,535 rows of blocks;
+// a prefill's rows can be more).
 template <typename Vector>
 union Bf16Vector {
   Vector whole;
@@ -169,21 +176,25 @@ union Bf16Vector {
 
 template <typename Vector>
 __global__ void SiluMulKernel(const __nv_bfloat16* __restrict__ gate_up,
-                              __nv_bfloat16* __restrict__ out, int width) {
+                              __nv_bfloat16* __restrict__ out, int64_t rows, int width) {
+  AwaitPrerequisites();
+  AllowDependents();
   constexpr int kPairs = sizeof(Vector) / 4;
-  const int row = blockIdx.y, column = 2 * kPairs * (blockIdx.x * blockDim.x + threadIdx.x);
+  const int column = 2 * kPairs * (blockIdx.x * blockDim.x + threadIdx.x);
   if (column >= width) return;
-  const __nv_bfloat16* in = gate_up + static_cast<size_t>(row) * 2 * width;
-  Bf16Vector<Vector> gate, up, result;
-  gate.whole = *reinterpret_cast<const Vector*>(in + column);
-  up.whole = *reinterpret_cast<const Vector*>(in + width + column);
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    const __nv_bfloat16* in = gate_up + row * 2 * width;
+    Bf16Vector<Vector> gate, up, result;
+    gate.whole = *reinterpret_cast<const Vector*>(in + column);
+    up.whole = *reinterpret_cast<const Vector*>(in + width + column);
 #pragma unroll
-  for (int i = 0; i < kPairs; ++i) {
-    const float2 g = __bfloat1622float2(gate.pair[i]), u = __bfloat1622float2(up.pair[i]);
-    result.pair[i] =
-        __floats2bfloat162_rn(g.x / (1.f + __expf(-g.x)) * u.x, g.y / (1.f + __expf(-g.y)) * u.y);
+    for (int i = 0; i < kPairs; ++i) {
+      const float2 g = __bfloat1622float2(gate.pair[i]), u = __bfloat1622float2(up.pair[i]);
+      result.pair[i] =
+          __floats2bfloat162_rn(g.x / (1.f + __expf(-g.x)) * u.x, g.y / (1.f + __expf(-g.y)) * u.y);
+    }
+    *reinterpret_cast<Vector*>(out + row * width + column) = result.whole;
   }
-  *reinterpret_cast<Vector*>(out + static_cast<size_t>(row) * width + column) = result.whole;
 }
 
 }  // namespace
@@ -205,18 +216,13 @@ bool AddRmsNorm(float* residual, const void* delta, bool assign, const void* wei
   const auto* d = static_cast<const __nv_bfloat16*>(delta);
   const auto* w = static_cast<const __nv_bfloat16*>(weight);
   auto* y = static_cast<__nv_bfloat16*>(out);
-  if (per_thread == 1) {
-    AddRmsNormKernel<1><<<rows, threads, 0, stream>>>(residual, d, assign, w, y, hidden, eps);
-  } else if (per_thread == 2) {
-    AddRmsNormKernel<2><<<rows, threads, 0, stream>>>(residual, d, assign, w, y, hidden, eps);
-  } else if (per_thread <= 4) {
-    AddRmsNormKernel<4><<<rows, threads, 0, stream>>>(residual, d, assign, w, y, hidden, eps);
-  } else if (per_thread <= 8) {
-    AddRmsNormKernel<8><<<rows, threads, 0, stream>>>(residual, d, assign, w, y, hidden, eps);
-  } else {
-    AddRmsNormKernel<16><<<rows, threads, 0, stream>>>(residual, d, assign, w, y, hidden, eps);
-  }
-  return true;
+  const auto kernel = per_thread == 1   ? AddRmsNormKernel<1>
+                      : per_thread == 2 ? AddRmsNormKernel<2>
+                      : per_thread <= 4 ? AddRmsNormKernel<4>
+                      : per_thread <= 8 ? AddRmsNormKernel<8>
+                                        : AddRmsNormKernel<16>;
+  return LaunchDependent(kernel, rows, threads, 0, stream, residual, d, assign, w, y, hidden,
+                         eps) == cudaSuccess;
 }
 
 bool RopeAppend(const void* qkv, const int64_t* positions, const int64_t* cache_rows,
@@ -235,20 +241,14 @@ bool RopeAppend(const void* qkv, const int64_t* positions, const int64_t* cache_
   auto* k_copy = static_cast<__nv_bfloat16*>(k_out);
   auto* k = static_cast<__nv_bfloat16*>(k_cache);
   auto* v = static_cast<__nv_bfloat16*>(v_cache);
-  if (head_dim == 64) {
-    RopeAppendKernel<64><<<static_cast<unsigned>(grid), kRopeWarps * 32, 0, stream>>>(
-        in, positions, cache_rows, inv_freq, qn, kn, eps, q, k_copy, k, v, rows, heads, kv_heads,
-        block_size);
-  } else {
-    RopeAppendKernel<128><<<static_cast<unsigned>(grid), kRopeWarps * 32, 0, stream>>>(
-        in, positions, cache_rows, inv_freq, qn, kn, eps, q, k_copy, k, v, rows, heads, kv_heads,
-        block_size);
-  }
-  return true;
+  const auto kernel = head_dim == 64 ? RopeAppendKernel<64> : RopeAppendKernel<128>;
+  return LaunchDependent(kernel, static_cast<unsigned>(grid), kRopeWarps * 32, 0, stream, in,
+                         positions, cache_rows, inv_freq, qn, kn, eps, q, k_copy, k, v, rows, heads,
+                         kv_heads, block_size) == cudaSuccess;
 }
 
-void SiluMul(const void* gate_up, void* out, int64_t rows, int width, cudaStream_t stream) {
-  if (rows == 0 || width == 0) return;
+bool SiluMul(const void* gate_up, void* out, int64_t rows, int width, cudaStream_t stream) {
+  if (rows == 0 || width == 0) return true;
   // The width is even for every model we load (checked by the caller); a multiple of 8 and
   // 16-byte aligned rows take 16-byte vectors.
   const auto* in = static_cast<const __nv_bfloat16*>(gate_up);
@@ -256,12 +256,10 @@ void SiluMul(const void* gate_up, void* out, int64_t rows, int width, cudaStream
   const bool wide = width % 8 == 0 && reinterpret_cast<uintptr_t>(gate_up) % 16 == 0 &&
                     reinterpret_cast<uintptr_t>(out) % 16 == 0;
   const int threads = 256, columns = wide ? 8 : 2;
-  const dim3 grid((width / columns + threads - 1) / threads, static_cast<unsigned>(rows));
-  if (wide) {
-    SiluMulKernel<uint4><<<grid, threads, 0, stream>>>(in, result, width);
-  } else {
-    SiluMulKernel<uint32_t><<<grid, threads, 0, stream>>>(in, result, width);
-  }
+  const dim3 grid((width / columns + threads - 1) / threads,
+                  static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
+  const auto kernel = wide ? SiluMulKernel<uint4> : SiluMulKernel<uint32_t>;
+  return LaunchDependent(kernel, grid, threads, 0, stream, in, result, rows, width) == cudaSuccess;
 }
 
 }  // namespace rlhfd::rollout::kernels

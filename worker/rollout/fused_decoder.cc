@@ -165,7 +165,7 @@ at::Tensor FusedDecoder::Layers(const at::Tensor& tokens, const at::Tensor& posi
                                     norm.data_ptr(), h.data_ptr(), static_cast<int>(rows),
                                     static_cast<int>(hidden), eps, stream),
                 "the fused norm kernel cannot take hidden size ", hidden,
-                " or its inputs' alignment");
+                " or its inputs' alignment, or did not launch");
   };
   add_norm(embedded, /*assign=*/true, layers_[0].input_norm);
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -178,13 +178,16 @@ at::Tensor FusedDecoder::Layers(const at::Tensor& tokens, const at::Tensor& posi
                                     q.data_ptr(), keep_keys ? k.data_ptr() : nullptr,
                                     cache.key(i).data_ptr(), cache.value(i).data_ptr(), rows, heads,
                                     kv_heads, d, static_cast<int>(cache.block_size()), stream),
-                "the fused rotary kernel cannot take head dimension ", d, " or ", rows, " rows");
+                "the fused rotary kernel cannot take head dimension ", d, " or ", rows,
+                " rows, or did not launch");
     const at::Tensor attention = attend(i, q, k, qkv);  // (N, H D)
     const at::Tensor o = RowParallel(attention, layer.o_weight, layer.o_bias);
     add_norm(o, /*assign=*/false, layer.post_norm);
     const at::Tensor gate_up = Linear(h, layer.gate_up_weight, layer.gate_up_bias);
     at::Tensor activated = at::empty({rows, gate_up.size(1) / 2}, bf16);
-    kernels::SiluMul(gate_up.data_ptr(), activated.data_ptr(), rows, activated.size(1), stream);
+    TORCH_CHECK(
+        kernels::SiluMul(gate_up.data_ptr(), activated.data_ptr(), rows, activated.size(1), stream),
+        "the SiLU-up kernel did not launch for ", rows, " rows");
     const at::Tensor down = RowParallel(activated, layer.down_weight, layer.down_bias);
     const at::Tensor& next_norm = i + 1 < layers_.size() ? layers_[i + 1].input_norm : final_norm_;
     add_norm(down, /*assign=*/false, next_norm);
@@ -210,9 +213,11 @@ at::Tensor FusedDecoder::Decode(const at::Tensor& tokens, const at::Tensor& posi
         block_tables.data_ptr<int64_t>(), positions.data_ptr<int64_t>(), attention.data_ptr(),
         workspace.data_ptr(), rows, heads, config_.num_kv_heads, d, max_blocks, block_size, scale,
         stream);
-    // Supports() admits only shapes the kernel serves; a mismatch must not decode garbage.
-    TORCH_CHECK(served, "the decode-attention kernel does not serve ", heads, " heads over ",
-                config_.num_kv_heads, " key/value heads of size ", d);
+    // Supports() admits only shapes the kernel serves; a mismatch or a failed launch must not
+    // decode garbage.
+    TORCH_CHECK(served, "the decode-attention kernel did not run for ", heads, " heads over ",
+                config_.num_kv_heads, " key/value heads of size ", d, " (", rows,
+                " rows): the shape is not served or its launch failed");
     return attention;
   };
   const at::Tensor cache_rows = PagedKvCache::CacheRows(block_tables, positions, block_size);

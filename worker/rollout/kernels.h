@@ -18,7 +18,8 @@ namespace rlhfd::rollout::kernels {
 //   out      (B, H, D) bf16
 //   workspace DecodeAttentionWorkspaceBytes(...) bytes of device memory (16-byte aligned)
 // Supports D in {64, 128}, H / K <= 16 and block_size a multiple of 32; returns false (and
-// launches nothing) otherwise. `capacity` below is max_blocks * block_size.
+// launches nothing) otherwise, and false when a launch fails (the out tensor is then not written).
+// `capacity` below is max_blocks * block_size.
 int64_t DecodeAttentionWorkspaceBytes(int batch, int heads, int head_dim, int capacity);
 bool DecodeAttention(const void* q, const void* k_cache, const void* v_cache,
                      const int64_t* block_tables, const int64_t* positions, void* out,
@@ -29,9 +30,9 @@ bool DecodeAttention(const void* q, const void* k_cache, const void* v_cache,
 // temperature is 0, else a Gumbel-max draw from softmax(logits / temperature) keyed by
 // (seed, counter, vocabulary id). `logprobs` gets the drawn token's log-probability under the
 // distribution it was drawn from (softmax(logits) for greedy rows). `workspace`:
-// SampleRowsWorkspaceBytes(B) bytes of device memory.
+// SampleRowsWorkspaceBytes(B) bytes of device memory. False when a launch fails.
 int64_t SampleRowsWorkspaceBytes(int batch);
-void SampleRows(const float* logits, int64_t row_stride, int batch, int vocab,
+bool SampleRows(const float* logits, int64_t row_stride, int batch, int vocab,
                 const float* temperature, const int64_t* seeds, const int64_t* counters,
                 int64_t* tokens, float* logprobs, void* workspace, cudaStream_t stream);
 
@@ -39,7 +40,8 @@ void SampleRows(const float* logits, int64_t row_stride, int batch, int vocab,
 
 // residual (rows, hidden) float32 += delta (or = delta when `assign`); out (rows, hidden) bf16 =
 // weight * residual / rms(residual). Supports hidden a multiple of 4 up to 16,384, residual
-// 16-byte and delta and out 8-byte aligned; returns false (and launches nothing) otherwise.
+// 16-byte and delta and out 8-byte aligned; returns false (and launches nothing) otherwise, and
+// false when the launch fails.
 bool AddRmsNorm(float* residual, const void* delta, bool assign, const void* weight, void* out,
                 int rows, int hidden, float eps, cudaStream_t stream);
 
@@ -48,14 +50,18 @@ bool AddRmsNorm(float* residual, const void* delta, bool assign, const void* wei
 // k_norm) rotated and values written to the paged caches (blocks, K, block_size, D) at cache row
 // cache_rows[r] (block · block_size + offset), the rotated keys also to k_out (rows, K, D) unless
 // it is null. inv_freq (D / 2) float32. Supports D in {64, 128} and rows · (H + 2K) below 2^33;
-// returns false (and launches nothing) otherwise.
+// returns false (and launches nothing) otherwise, and false when the launch fails.
 bool RopeAppend(const void* qkv, const int64_t* positions, const int64_t* cache_rows,
                 const float* inv_freq, const void* q_norm, const void* k_norm, float eps,
                 void* q_out, void* k_out, void* k_cache, void* v_cache, int rows, int heads,
                 int kv_heads, int head_dim, int block_size, cudaStream_t stream);
 
 // gate_up (rows, 2 * width) bf16 → out (rows, width) bf16 = silu(gate) * up. `width` even;
-// 16-byte vectors where it is a multiple of 8 and both pointers are 16-byte aligned.
-void SiluMul(const void* gate_up, void* out, int64_t rows, int width, cudaStream_t stream);
+// 16-byte vectors where it is a multiple of 8 and both pointers are 16-byte aligned. False when
+// the launch fails.
+//
+// These three and the decode attention (both kernels) are launched as programmatic
+// dependents of the stream's previous kernel (dependent_launch.cuh).
+bool SiluMul(const void* gate_up, void* out, int64_t rows, int width, cudaStream_t stream);
 
 }  // namespace rlhfd::rollout::kernels

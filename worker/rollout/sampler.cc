@@ -99,11 +99,13 @@ SampledTokens SampleTokens(const at::Tensor& logits, const SamplingRows& rows) {
   if (x.is_cuda()) {
     const at::Tensor workspace = at::empty(
         {kernels::SampleRowsWorkspaceBytes(static_cast<int>(batch))}, x.options().dtype(at::kByte));
-    kernels::SampleRows(x.data_ptr<float>(), x.stride(0), static_cast<int>(batch),
-                        static_cast<int>(x.size(1)), temperature.data_ptr<float>(),
-                        seeds.data_ptr<int64_t>(), counters.data_ptr<int64_t>(),
-                        out.tokens.data_ptr<int64_t>(), out.logprobs.data_ptr<float>(),
-                        workspace.data_ptr(), c10::cuda::getCurrentCUDAStream(x.device().index()));
+    TORCH_CHECK(
+        kernels::SampleRows(
+            x.data_ptr<float>(), x.stride(0), static_cast<int>(batch), static_cast<int>(x.size(1)),
+            temperature.data_ptr<float>(), seeds.data_ptr<int64_t>(), counters.data_ptr<int64_t>(),
+            out.tokens.data_ptr<int64_t>(), out.logprobs.data_ptr<float>(), workspace.data_ptr(),
+            c10::cuda::getCurrentCUDAStream(x.device().index())),
+        "the sampling kernels did not launch for ", batch, " rows of ", x.size(1), " logits");
     return out;
   }
 #endif

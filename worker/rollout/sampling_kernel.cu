@@ -199,15 +199,17 @@ int64_t SampleRowsWorkspaceBytes(int batch) {
   return static_cast<int64_t>(batch) * kSplits * sizeof(Partial);
 }
 
-void SampleRows(const float* logits, int64_t row_stride, int batch, int vocab,
+bool SampleRows(const float* logits, int64_t row_stride, int batch, int vocab,
                 const float* temperature, const int64_t* seeds, const int64_t* counters,
                 int64_t* tokens, float* logprobs, void* workspace, cudaStream_t stream) {
-  if (batch == 0) return;
+  if (batch == 0) return true;
   auto* partials = static_cast<Partial*>(workspace);
   SampleSplitKernel<<<dim3(batch, kSplits), kThreads, 0, stream>>>(
       logits, row_stride, vocab, temperature, seeds, counters, partials);
+  if (cudaGetLastError() != cudaSuccess) return false;
   SampleMergeKernel<<<batch, 32, 0, stream>>>(logits, row_stride, vocab, temperature, partials,
                                               tokens, logprobs);
+  return cudaGetLastError() == cudaSuccess;
 }
 
 }  // namespace rlhfd::rollout::kernels

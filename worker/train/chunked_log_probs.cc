@@ -113,11 +113,13 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
 #if RLHFD_HAVE_CUDA
       if (fused) {
         kept.push_back(differentiated && KeepsLogits(z.nbytes()) ? z : at::Tensor());
-        kernels::LogProbRows(z.contiguous().data_ptr<float>(), static_cast<int>(size),
-                             static_cast<int>(z.size(1)), targets_here.data_ptr<int64_t>() + begin,
-                             log_prob.data_ptr<float>() + begin, entropy.data_ptr<float>() + begin,
-                             lse.data_ptr<float>() + begin,
-                             c10::cuda::getCurrentCUDAStream(hidden.device().index()));
+        TORCH_CHECK(kernels::LogProbRows(
+                        z.contiguous().data_ptr<float>(), static_cast<int>(size),
+                        static_cast<int>(z.size(1)), targets_here.data_ptr<int64_t>() + begin,
+                        log_prob.data_ptr<float>() + begin, entropy.data_ptr<float>() + begin,
+                        lse.data_ptr<float>() + begin,
+                        c10::cuda::getCurrentCUDAStream(hidden.device().index())),
+                    "the log-prob kernel did not launch for ", size, " rows");
         continue;
       }
 #endif
@@ -176,12 +178,14 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
       if (fused) {
         // Written in the GEMMs' dtype, so neither product below casts it again.
         grad_z = at::empty(z.sizes(), z.options().dtype(compute));
-        kernels::LogProbGradient(z.contiguous().data_ptr<float>(), static_cast<int>(size),
-                                 static_cast<int>(z.size(1)), targets.data_ptr<int64_t>() + begin,
-                                 lse.data_ptr<float>() + begin, entropy.data_ptr<float>() + begin,
-                                 g_lp.data_ptr<float>() + begin, g_h.data_ptr<float>() + begin,
-                                 grad_z.data_ptr(), GradientTypeOf(compute),
-                                 c10::cuda::getCurrentCUDAStream(hidden.device().index()));
+        TORCH_CHECK(
+            kernels::LogProbGradient(
+                z.contiguous().data_ptr<float>(), static_cast<int>(size),
+                static_cast<int>(z.size(1)), targets.data_ptr<int64_t>() + begin,
+                lse.data_ptr<float>() + begin, entropy.data_ptr<float>() + begin,
+                g_lp.data_ptr<float>() + begin, g_h.data_ptr<float>() + begin, grad_z.data_ptr(),
+                GradientTypeOf(compute), c10::cuda::getCurrentCUDAStream(hidden.device().index())),
+            "the log-prob gradient kernel did not launch for ", size, " rows");
       }
 #endif
       if (!grad_z.defined()) {

@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kGradientThreads)
 }
 
 template <typename T>
-void LaunchGradient(const float* logits, int rows, int vocab, const int64_t* targets,
+bool LaunchGradient(const float* logits, int rows, int vocab, const int64_t* targets,
                     const float* lse, const float* entropy, const float* g_log_prob,
                     const float* g_entropy, void* grad, cudaStream_t stream) {
   const int per_block = kGradientThreads * 4;
@@ -135,27 +135,32 @@ void LaunchGradient(const float* logits, int rows, int vocab, const int64_t* tar
     LogProbGradientKernel<T><<<grid, kGradientThreads, 0, stream>>>(
         logits + offset, vocab, targets + begin, lse + begin, entropy + begin, g_log_prob + begin,
         g_entropy + begin, static_cast<T*>(grad) + offset);
+    if (cudaGetLastError() != cudaSuccess) return false;
   }
+  return true;
 }
 
 }  // namespace
 
-void LogProbRows(const float* logits, int rows, int vocab, const int64_t* targets, float* log_prob,
+bool LogProbRows(const float* logits, int rows, int vocab, const int64_t* targets, float* log_prob,
                  float* entropy, float* lse, cudaStream_t stream) {
-  if (rows == 0 || vocab == 0) return;
+  if (rows == 0 || vocab == 0) return true;
   LogProbRowsKernel<<<rows, kRowThreads, 0, stream>>>(logits, vocab, targets, log_prob, entropy,
                                                       lse);
+  return cudaGetLastError() == cudaSuccess;
 }
 
-void LogProbGradient(const float* logits, int rows, int vocab, const int64_t* targets,
+bool LogProbGradient(const float* logits, int rows, int vocab, const int64_t* targets,
                      const float* lse, const float* entropy, const float* g_log_prob,
                      const float* g_entropy, void* grad, model::kernels::ElementType type,
                      cudaStream_t stream) {
-  if (rows == 0 || vocab == 0) return;
+  if (rows == 0 || vocab == 0) return true;
+  bool launched = false;
   model::kernels::Dispatch(type, [&](auto tag) {
-    LaunchGradient<decltype(tag)>(logits, rows, vocab, targets, lse, entropy, g_log_prob, g_entropy,
-                                  grad, stream);
+    launched = LaunchGradient<decltype(tag)>(logits, rows, vocab, targets, lse, entropy, g_log_prob,
+                                             g_entropy, grad, stream);
   });
+  return launched;
 }
 
 }  // namespace rlhfd::train::kernels

@@ -18,14 +18,15 @@ namespace rlhfd::train::kernels {
 // logits (rows, vocab) float32, contiguous; targets (rows) int64.
 // Writes, per row: log_prob = logits[target] - lse, entropy = lse - Σ p·logits (p the softmax)
 // and lse = log Σ exp(logits), all float32; a target outside [0, vocab) gets a NaN log_prob.
-void LogProbRows(const float* logits, int rows, int vocab, const int64_t* targets, float* log_prob,
+// This and LogProbGradient return false when a launch fails.
+bool LogProbRows(const float* logits, int rows, int vocab, const int64_t* targets, float* log_prob,
                  float* entropy, float* lse, cudaStream_t stream);
 
 // The gradient of Σ g_log_prob·log_prob + g_entropy·entropy with respect to the logits:
 //   grad = -p · (g_log_prob + g_entropy · (log p + entropy)) + onehot(target) · g_log_prob
 // with p = exp(logits - lse). logits (rows, vocab) float32 contiguous; targets, lse, entropy,
 // g_log_prob, g_entropy per row (float32 but targets); grad (rows, vocab) contiguous of `type`.
-void LogProbGradient(const float* logits, int rows, int vocab, const int64_t* targets,
+bool LogProbGradient(const float* logits, int rows, int vocab, const int64_t* targets,
                      const float* lse, const float* entropy, const float* g_log_prob,
                      const float* g_entropy, void* grad, model::kernels::ElementType type,
                      cudaStream_t stream);
