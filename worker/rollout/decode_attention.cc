@@ -64,9 +64,12 @@ at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,
                          q.size(2) == 1 && block_tables.scalar_type() == at::kLong &&
                          positions.scalar_type() == at::kLong;
   const at::Tensor query = supported ? q.contiguous() : q;
-  if (supported && aligned(query)) {
+  const int64_t block_size = k_cache.size(2), max_blocks = block_tables.size(1);
+  if (supported && aligned(query) &&
+      kernels::DecodeAttentionServes(static_cast<int>(heads), static_cast<int>(k_cache.size(1)),
+                                     static_cast<int>(head_dim), static_cast<int>(max_blocks),
+                                     static_cast<int>(block_size))) {
     const at::Tensor tables = block_tables.contiguous(), new_positions = positions.contiguous();
-    const int64_t block_size = k_cache.size(2), max_blocks = tables.size(1);
     at::Tensor out = at::empty_like(query);
     const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
     const at::Tensor workspace =
@@ -74,14 +77,16 @@ at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,
                       static_cast<int>(batch), static_cast<int>(heads), static_cast<int>(head_dim),
                       static_cast<int>(max_blocks * block_size))},
                   q.options().dtype(at::kByte));
-    if (kernels::DecodeAttention(
+    // A shape the kernel serves whose launch fails is an error, not a reason to fall back.
+    TORCH_CHECK(
+        kernels::DecodeAttention(
             query.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), tables.data_ptr<int64_t>(),
             new_positions.data_ptr<int64_t>(), out.data_ptr(), workspace.data_ptr(),
             static_cast<int>(batch), static_cast<int>(heads), static_cast<int>(k_cache.size(1)),
             static_cast<int>(head_dim), static_cast<int>(max_blocks), static_cast<int>(block_size),
-            scale, c10::cuda::getCurrentCUDAStream(q.device().index()))) {
-      return out;
-    }
+            scale, c10::cuda::getCurrentCUDAStream(q.device().index())),
+        "the decode-attention kernel did not launch for ", batch, " rows of ", heads, " heads");
+    return out;
   }
 #endif
   return DecodeAttentionReference(q, k_cache, v_cache, block_tables, positions);

@@ -9,7 +9,8 @@ namespace rlhfd::rollout {
 // int64, row b naming sequence b's blocks in order; positions (B) int64, where positions[b] is
 // the new token's position (keys 0..positions[b] are attended). Returns (B, H, 1, D). On CUDA
 // with bf16, head dim 64 or 128, at most 16 query heads per key/value head, a block size that is
-// a multiple of 32 and 16-byte aligned data, our kernel runs; otherwise DecodeAttentionReference.
+// a multiple of 32 and 16-byte aligned data, our kernel runs (a failed launch throws); otherwise
+// DecodeAttentionReference.
 at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,
                            const at::Tensor& v_cache, const at::Tensor& block_tables,
                            const at::Tensor& positions);

@@ -414,7 +414,7 @@ int SharedMemoryLimit(int device) {
 }
 
 // Launches the span kernel with a ring of kStages chunks for each of kWarps warps a block; false
-// when it cannot (the device allows less shared memory, or the launch failed).
+// when the device does not allow it that much shared memory or the launch failed.
 template <int D, int kStages, int kWarps>
 bool LaunchSpans(const SpanArgs& a, int device, cudaStream_t stream) {
   constexpr int kBytes = SharedBytes(D, kStages, kWarps);
@@ -442,15 +442,17 @@ bool LaunchSpans(const SpanArgs& a, int device, cudaStream_t stream) {
 
 // The ring: three stages of four warps where the device's shared memory holds them (measured
 // within 3 % of the fastest shape at each size: docs/PERFORMANCE.md, "… decode attention from
-// shared memory"), else two stages of one warp (32 KiB at D 128), which every GPU since Volta
-// holds.
+// shared memory"), else, or if that launch fails, two stages of one warp (32 KiB at D 128, within
+// every sm_80-and-later GPU's 48 KiB; its output is bitwise the same, checked on an H100 in the
+// same harness).
 template <int D>
 bool LaunchSpansFor(const SpanArgs& a, cudaStream_t stream) {
   constexpr int kStages = 3, kWarps = 4;
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return false;
-  if (SharedBytes(D, kStages, kWarps) <= SharedMemoryLimit(device)) {
-    return LaunchSpans<D, kStages, kWarps>(a, device, stream);
+  if (SharedBytes(D, kStages, kWarps) <= SharedMemoryLimit(device) &&
+      LaunchSpans<D, kStages, kWarps>(a, device, stream)) {
+    return true;
   }
   return LaunchSpans<D, 2, 1>(a, device, stream);
 }
@@ -498,13 +500,17 @@ int64_t DecodeAttentionWorkspaceBytes(int batch, int heads, int head_dim, int ca
   return (AccOffset(states) + states * head_dim) * static_cast<int64_t>(sizeof(float));
 }
 
+bool DecodeAttentionServes(int heads, int kv_heads, int head_dim, int max_blocks, int block_size) {
+  return kv_heads > 0 && heads % kv_heads == 0 && heads / kv_heads <= kMaxGroup &&
+         (head_dim == 64 || head_dim == 128) && block_size > 0 && block_size % kChunkKeys == 0 &&
+         max_blocks > 0;
+}
+
 bool DecodeAttention(const void* q, const void* k_cache, const void* v_cache,
                      const int64_t* block_tables, const int64_t* positions, void* out,
                      void* workspace, int batch, int heads, int kv_heads, int head_dim,
                      int max_blocks, int block_size, float scale, cudaStream_t stream) {
-  if (kv_heads <= 0 || heads % kv_heads != 0 || heads / kv_heads > kMaxGroup) return false;
-  if (head_dim != 64 && head_dim != 128) return false;
-  if (block_size <= 0 || block_size % kChunkKeys != 0 || max_blocks <= 0) return false;
+  if (!DecodeAttentionServes(heads, kv_heads, head_dim, max_blocks, block_size)) return false;
   if (batch == 0) return true;
   const SpanArgs args = SpanArgsFor(q, k_cache, v_cache, block_tables, positions, workspace, batch,
                                     heads, kv_heads, max_blocks, block_size, scale);

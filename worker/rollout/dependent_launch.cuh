@@ -14,6 +14,20 @@
 
 namespace rlhfd::rollout::kernels {
 
+// Whether every architecture this file is compiled for has griddepcontrol (sm_90 on). Built for
+// an older one too (and run on a Hopper through its PTX), a kernel's AwaitPrerequisites would be
+// empty, so the launch must then not let it start early.
+constexpr bool DependentLaunchCompiled() {
+#ifdef __CUDA_ARCH_LIST__
+  for (const int arch : {__CUDA_ARCH_LIST__}) {
+    if (arch < 900) return false;
+  }
+  return true;
+#else
+  return false;
+#endif
+}
+
 __device__ __forceinline__ void AwaitPrerequisites() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -28,12 +42,14 @@ __device__ __forceinline__ void AllowDependents() {
 #endif
 }
 
+// A failed launch's error is returned and cleared (launch errors are not sticky), so that it is
+// not reported again by whichever CUDA call comes next.
 template <typename... Params, typename... Args>
 cudaError_t LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
                             cudaStream_t stream, Args... args) {
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
+  attribute.val.programmaticStreamSerializationAllowed = DependentLaunchCompiled() ? 1 : 0;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
@@ -41,7 +57,9 @@ cudaError_t LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, si
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+  const cudaError_t error = cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+  if (error != cudaSuccess) cudaGetLastError();
+  return error;
 }
 
 }  // namespace rlhfd::rollout::kernels

@@ -32,14 +32,18 @@ bool FusedDecoder::Supports(const model::Transformer& model) {
 bool FusedDecoder::Supports(const model::ModelConfig& c, const at::Tensor& weight, int tp) {
 #if !RLHFD_HAVE_CUDA
   return false;  // The kernels are CUDA's.
-#endif
+#else
   // A rank's part: SiLU·up reads its MLP columns in pairs; the norm, the hidden size in fours
-  // (kernels::AddRmsNorm).
+  // (kernels::AddRmsNorm); the decode attention its head shapes (a rank's heads have the same
+  // group; the cache's blocks are multiples of 32 positions, PagedKvCache checks).
   return weight.is_cuda() && weight.scalar_type() == at::kBFloat16 && c.hidden_size % 4 == 0 &&
-         c.hidden_size <= 16384 && (c.head_dim == 64 || c.head_dim == 128) && tp >= 1 &&
-         c.intermediate_size % tp == 0 && (c.intermediate_size / tp) % 2 == 0 &&
-         c.num_heads % c.num_kv_heads == 0 &&
-         c.num_heads / c.num_kv_heads <= 16;  // The decode attention serves groups of 16.
+         c.hidden_size <= 16384 && tp >= 1 && c.intermediate_size % tp == 0 &&
+         (c.intermediate_size / tp) % 2 == 0 &&
+         kernels::DecodeAttentionServes(static_cast<int>(c.num_heads),
+                                        static_cast<int>(c.num_kv_heads),
+                                        static_cast<int>(c.head_dim), /*max_blocks=*/1,
+                                        /*block_size=*/32);
+#endif
 }
 
 FusedDecoder::FusedDecoder(model::Transformer& model)

@@ -17,9 +17,10 @@ namespace rlhfd::rollout::kernels {
 //   positions (B) int64: each row's new-token position; keys [0, position] are attended
 //   out      (B, H, D) bf16
 //   workspace DecodeAttentionWorkspaceBytes(...) bytes of device memory (16-byte aligned)
-// Supports D in {64, 128}, H / K <= 16 and block_size a multiple of 32; returns false (and
-// launches nothing) otherwise, and false when a launch fails (the out tensor is then not written).
-// `capacity` below is max_blocks * block_size.
+// Serves D in {64, 128}, H / K <= 16 and block_size a multiple of 32 (DecodeAttentionServes);
+// returns false (and launches nothing) otherwise, and false when a launch fails (out is then not
+// written). `capacity` below is max_blocks * block_size.
+bool DecodeAttentionServes(int heads, int kv_heads, int head_dim, int max_blocks, int block_size);
 int64_t DecodeAttentionWorkspaceBytes(int batch, int heads, int head_dim, int capacity);
 bool DecodeAttention(const void* q, const void* k_cache, const void* v_cache,
                      const int64_t* block_tables, const int64_t* positions, void* out,
