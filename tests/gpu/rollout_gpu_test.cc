@@ -12,7 +12,9 @@
 #include <cmath>
 #include <iostream>
 #include <limits>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "tests/support/random_decoder.h"
@@ -502,6 +504,37 @@ TEST_CASE("after release the engine holds no GPU memory beyond the weights", "[g
   auto again = (*engine)->Generate(Prompts(4, 4));
   INFO(again.status().ToString());
   CHECK(again.ok());
+}
+
+// A decode-graph capture that fails is ended (the capture stream does not stay in capture mode:
+// the next capture on it succeeds) and rethrows what it failed with, its batch size added to the
+// message; an out-of-memory error stays one, which the engine reports as out of memory.
+TEST_CASE("a failed decode-graph capture is ended and rethrown with its batch", "[gpu][rollout]") {
+  DecodeGraphs graphs(kGpu);
+  graphs.Plan({8});
+  const at::Tensor input = at::ones({8, 4}, kGpu);
+  int calls = 0;
+  const auto fails_in_capture = [&]() -> at::Tensor {
+    const at::Tensor doubled = input * 2;
+    // The first call is the warm-up; the second runs inside the capture.
+    TORCH_CHECK_WITH(OutOfMemoryError, ++calls < 2, "this test's failure");
+    return doubled;
+  };
+  bool out_of_memory = false;
+  std::string message;
+  try {
+    graphs.Replay(8, fails_in_capture);
+  } catch (const c10::OutOfMemoryError& error) {
+    out_of_memory = true;
+    message = error.what_without_backtrace();
+  }
+  CHECK(out_of_memory);
+  CHECK(message.find("this test's failure") != std::string::npos);
+  CHECK(message.find("capturing the decode step for batch 8") != std::string::npos);
+  CHECK(graphs.CapturedSizes().empty());
+  const at::Tensor tripled = graphs.Replay(8, [&] { return input * 3; });
+  CHECK(at::equal(tripled.cpu(), at::full({8, 4}, 3.f)));
+  CHECK(graphs.CapturedSizes() == std::vector<int64_t>{8});
 }
 
 }  // namespace rlhfd::rollout

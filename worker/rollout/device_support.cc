@@ -91,7 +91,7 @@ void DecodeGraphs::Plan(std::vector<int64_t> sizes) {
   graphs_->planned = std::move(sizes);
 }
 
-absl::Status DecodeGraphs::Capture(int64_t batch, const std::function<at::Tensor()>& step) {
+void DecodeGraphs::Capture(int64_t batch, const std::function<at::Tensor()>& step) {
   c10::cuda::CUDAGuard device_guard(device_);
   // Capture runs on a side stream; the warm-up there first initialises cuBLAS workspaces and
   // anything else lazy, which capture would not allow. The steps before it must be done: the
@@ -104,6 +104,15 @@ absl::Status DecodeGraphs::Capture(int64_t batch, const std::function<at::Tensor
   c10::cuda::CUDAStreamGuard stream_guard(side);
   auto graph = std::make_unique<at::cuda::CUDAGraph>();
   bool capturing = false;
+  // A graph's destructor does not end its capture: a failed one is ended here, or the side
+  // stream stays in capture mode and the next Generate fails on it too.
+  const auto end_failed_capture = [&] {
+    if (!capturing) return;
+    try {
+      graph->capture_end();
+    } catch (const c10::Error&) {  // An invalidated capture ends with an error; it has ended.
+    }
+  };
   try {
     step();
     side.synchronize();
@@ -115,24 +124,14 @@ absl::Status DecodeGraphs::Capture(int64_t batch, const std::function<at::Tensor
     if (!graphs_->pool) graphs_->pool = graph->pool();
     side.synchronize();
     graphs_->by_batch[batch] = {std::move(graph), std::move(output)};
-  } catch (const c10::Error& error) {
-    // A graph's destructor does not end its capture: end it here, or the side stream stays in
-    // capture mode and the next Generate fails on it too.
-    if (capturing) {
-      try {
-        graph->capture_end();
-      } catch (const c10::Error&) {  // An invalidated capture ends with an error; it has ended.
-      }
-    }
-    if (dynamic_cast<const c10::OutOfMemoryError*>(&error) != nullptr) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("out of device memory capturing the decode step for batch ", batch, ": ",
-                       error.what_without_backtrace()));
-    }
-    return absl::InternalError(absl::StrCat("capturing the decode step for batch ", batch, ": ",
-                                            error.what_without_backtrace()));
+  } catch (c10::Error& error) {  // Rethrown as it came (an out-of-memory error stays one).
+    end_failed_capture();
+    error.add_context(absl::StrCat("capturing the decode step for batch ", batch));
+    throw;
+  } catch (...) {
+    end_failed_capture();
+    throw;
   }
-  return absl::OkStatus();
 }
 
 int64_t DecodeGraphs::BucketFor(int64_t rows) const {
@@ -147,10 +146,7 @@ at::Tensor DecodeGraphs::Replay(int64_t batch, const std::function<at::Tensor()>
       "no CUDA graph is planned for batch ", batch);
   auto captured = graphs_->by_batch.find(batch);
   if (captured == graphs_->by_batch.end()) {
-    const absl::Status status = Capture(batch, step);
-    if (absl::IsResourceExhausted(status))
-      TORCH_CHECK_WITH(OutOfMemoryError, false, status.message());
-    TORCH_CHECK(status.ok(), status.message());
+    Capture(batch, step);
     captured = graphs_->by_batch.find(batch);
   }
   auto& [graph, output] = captured->second;

@@ -71,7 +71,9 @@ class DecodeGraphs {
 
  private:
   struct Graphs;
-  absl::Status Capture(int64_t batch, const std::function<at::Tensor()>& step);
+  // Warms `step` up and captures it for `batch` rows; throws what it failed with (c10::Error
+  // with the batch size added to its context), the capture ended.
+  void Capture(int64_t batch, const std::function<at::Tensor()>& step);
 
   at::Device device_;
   std::unique_ptr<Graphs> graphs_;
