@@ -130,6 +130,19 @@ absl::StatusOr<ValidationResult> JobStages::Validate(int64_t step,
     if (tokens > 0) result.metrics["val/loss"] = loss / tokens;
     return result;
   }
+  // Scores come n a prompt in prompt order (the driver reads a score's prompt from its index):
+  // a rank that answers more than its share has (a worker of another version, or a defect)
+  // fails the validation by name rather than make the driver read rows past the data.
+  const int64_t n = std::max(1, spec_.roles().actor().rollout().val_kwargs().n());
+  for (size_t position = 0; position < replies.size(); ++position) {
+    const RowRange share = ContiguousPart(count, static_cast<int>(position), dp);
+    if (replies[position].scores_size() > (share.end - share.begin) * n) {
+      return absl::InternalError(absl::StrCat("validation: actor rank ", actors[position],
+                                              " answered ", replies[position].scores_size(),
+                                              " scores for ", share.end - share.begin,
+                                              " prompts of n = ", n, " samples each"));
+    }
+  }
   double tokens = 0;
   std::map<std::string, double> rule_totals;  // roles.reward.val_rules
   for (const v1::ValidateReply& reply : replies) {

@@ -1,6 +1,7 @@
 #include "controller/driver/step_metrics.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <string>
@@ -72,7 +73,10 @@ void AddStragglerMetrics(const std::vector<v1::GenerateReply>& generated, Metric
     const auto seconds = reply.find("rollout_s");
     const auto tokens = reply.find("response_tokens");
     if (seconds == reply.end() || tokens == reply.end()) return;
-    rates.emplace_back(tokens->second / std::max(seconds->second, 1e-9), i);
+    const double rate = tokens->second / std::max(seconds->second, 1e-9);
+    // A figure that is not a number would break the sort's ordering (undefined behaviour).
+    if (!std::isfinite(rate)) return;
+    rates.emplace_back(rate, i);
   }
   if (rates.size() < 2) return;
   std::sort(rates.begin(), rates.end());

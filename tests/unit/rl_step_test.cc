@@ -7,6 +7,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <limits>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -16,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "controller/driver/job_stages.h"
+#include "controller/driver/step_metrics.h"
 #include "tests/bench/empty_stages.h"
 #include "tests/bench/simulated_job.h"
 
@@ -181,6 +184,75 @@ TEST_CASE("A failed forward on split pools cancels the others and ends the step 
   REQUIRE_FALSE(step.ok());
   CHECK(step.status().code() == absl::StatusCode::kUnavailable);
   CHECK_THAT(std::string(step.status().message()), Catch::Contains("this rank was lost"));
+}
+
+// The slowest rollout rank against the median (perf/straggler/gen/*), from the ranks' replies;
+// a rank's figure that is not a number (a worker's defect) leaves the pair out rather than
+// sorting NaN, which breaks the sort's ordering (undefined behaviour, a crash of the driver).
+TEST_CASE("the straggler metrics leave out replies whose figures are not numbers", "[rl_step]") {
+  std::vector<v1::GenerateReply> replies(40);
+  for (size_t i = 0; i < replies.size(); ++i) {
+    (*replies[i].mutable_metrics())["rollout_s"] = 2.0;
+    (*replies[i].mutable_metrics())["response_tokens"] = 200.0 + 2.0 * ((i + 13) % 40);
+  }
+  Metrics metrics;
+  AddGenerationMetrics(replies, 40, metrics);
+  CHECK(metrics.at("perf/straggler/gen/rank") == 27);  // (27 + 13) % 40 = 0: 100 tokens/s.
+  CHECK(metrics.at("perf/straggler/gen/ratio") == Approx(120.0 / 100.0));
+  for (const double bad :
+       {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    (*replies[7].mutable_metrics())["response_tokens"] = bad;
+    Metrics with_bad;
+    AddGenerationMetrics(replies, 40, with_bad);
+    CHECK(with_bad.count("perf/straggler/gen/rank") == 0);
+    CHECK(with_bad.count("perf/straggler/gen/ratio") == 0);
+  }
+}
+
+// A rank whose Validate answers one score per prompt it was sent, plus `extra`.
+class ScoringStages final : public bench::EmptyStages {
+ public:
+  explicit ScoringStages(int extra) : extra_(extra) {}
+  void Validate(const v1::ValidateRequest& request, absl::Duration,
+                stages::StageDone<v1::ValidateReply> done) override {
+    v1::ValidateReply reply;
+    for (int i = 0; i < request.prompts_size() + extra_; ++i) reply.add_scores(1.0);
+    done(reply);
+  }
+
+ private:
+  int extra_;
+};
+
+// The driver reads each validation score's prompt from its index; a rank that answers more
+// scores than its share of prompts has would make it read past the data: the validation fails,
+// naming the rank.
+TEST_CASE("validation refuses a rank that answers more scores than it was sent prompts",
+          "[rl_step]") {
+  const v1::JobSpec spec = bench::SimulatedPpoJob("rl-step-validate", 8);  // Actors: ranks 0-3.
+  std::vector<v1::PromptRow> prompts(8);
+  for (int extra : {0, 3}) {
+    INFO("rank 2 answers " << extra << " scores more");
+    std::vector<std::unique_ptr<ScoringStages>> fakes;
+    std::vector<stages::StageService*> ranks;
+    for (int i = 0; i < 8; ++i) {
+      fakes.push_back(std::make_unique<ScoringStages>(i == 2 ? extra : 0));
+      ranks.push_back(fakes.back().get());
+    }
+    JobStages job("job-rl-step-validate", spec, ranks, {.stage_deadline = absl::Minutes(1)});
+    REQUIRE(job.Start(1).ok());
+    const absl::StatusOr<ValidationResult> validated = job.Validate(1, prompts, 7);
+    job.End();
+    if (extra == 0) {
+      REQUIRE(validated.ok());
+      CHECK(validated->scores.size() == 8);
+    } else {
+      REQUIRE_FALSE(validated.ok());
+      CHECK(validated.status().code() == absl::StatusCode::kInternal);
+      CHECK_THAT(std::string(validated.status().message()),
+                 Catch::Contains("actor rank 2 answered 5 scores for 2 prompts"));
+    }
+  }
 }
 
 }  // namespace

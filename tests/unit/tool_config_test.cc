@@ -101,6 +101,15 @@ TEST_CASE("a wrong tool config is refused naming the tool and the key", "[tool_c
        "    tool_schema: {function: {name: c}}\n",
        "tools[0].config.default_language is \"cpp\": the code interpreter runs python"},
       {"tools: [\n", "t.yaml"},
+      // class_name left empty (null), a list, a mapping, or missing: named, not thrown.
+      {"tools:\n  - class_name:\n    tool_schema: {function: {name: c}}\n",
+       "tools[0].class_name must be the text naming the tool's class"},
+      {"tools:\n  - class_name: [calculator]\n    tool_schema: {function: {name: c}}\n",
+       "tools[0].class_name must be the text naming the tool's class"},
+      {"tools:\n  - {class_name: {calculator: 1}, tool_schema: {function: {name: c}}}\n",
+       "tools[0].class_name must be the text naming the tool's class"},
+      {"tools:\n  - tool_schema: {function: {name: c}}\n",
+       "tools[0].class_name must be the text naming the tool's class"},
   };
   for (const auto& [text, expected] : cases) {
     absl::StatusOr<std::vector<ToolSpec>> specs = ReadToolConfig(text, "t.yaml");

@@ -56,7 +56,12 @@ absl::StatusOr<std::vector<ToolSpec>> ReadToolConfig(absl::string_view text,
     const nlohmann::json& tool = (*tools)[i];
     const std::string where = absl::StrCat(source, ": tools[", i, "]");
     if (!tool.is_object()) return absl::InvalidArgumentError(where + " is not a mapping");
-    const std::string class_name = tool.value("class_name", "");
+    const auto class_entry = tool.find("class_name");
+    if (class_entry == tool.end() || !class_entry->is_string()) {
+      return absl::InvalidArgumentError(
+          where + ".class_name must be the text naming the tool's class (e.g. calculator)");
+    }
+    const std::string class_name = class_entry->get<std::string>();
     const auto known = std::find_if(std::begin(kClasses), std::end(kClasses),
                                     [&](const auto& entry) { return class_name == entry.first; });
     if (known == std::end(kClasses)) {

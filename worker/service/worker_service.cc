@@ -3,6 +3,7 @@
 
 #include <chrono>
 
+#include "common/rpc/grpc_status.h"
 #include "common/rpc/pending_unary.h"
 
 namespace rlhfd::worker {
@@ -20,19 +21,32 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::GetWorkerStatus(grpc::CallbackServe
                                                              const v1::GetWorkerStatusRequest*,
                                                              v1::GetWorkerStatusReply* reply) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  grpc::Status auth = CheckStageToken(*context);
-  if (auth.ok()) {
-    const ControllerLink::State state = link_->state();
-    reply->set_worker_id(state.worker_id);
-    *reply->mutable_capacity() = link_->capacity();
-    reply->set_registered(state.registered);
-    reply->set_incarnation(state.incarnation);
-    reply->set_start_time_ms(start_time_ms_);
-    const HostedStatus hosted = hosted_();
-    reply->set_jobs_hosted(hosted.jobs);
-    reply->set_memory_in_use_bytes(hosted.memory_in_use_bytes);
+  grpc::Status status = CheckStageToken(*context);
+  if (status.ok()) {
+    // What the role host reports can throw (a CUDA context in an error state, asked for its
+    // memory): answered as INTERNAL with the reason, not left to gRPC, which would answer
+    // UNIMPLEMENTED and never finish the reactor taken above.
+    absl::StatusOr<v1::GetWorkerStatusReply> filled =
+        CatchAll<v1::GetWorkerStatusReply>("GetWorkerStatus", [&] {
+          v1::GetWorkerStatusReply out;
+          const ControllerLink::State state = link_->state();
+          out.set_worker_id(state.worker_id);
+          *out.mutable_capacity() = link_->capacity();
+          out.set_registered(state.registered);
+          out.set_incarnation(state.incarnation);
+          out.set_start_time_ms(start_time_ms_);
+          const HostedStatus hosted = hosted_();
+          out.set_jobs_hosted(hosted.jobs);
+          out.set_memory_in_use_bytes(hosted.memory_in_use_bytes);
+          return out;
+        });
+    if (filled.ok()) {
+      *reply = *std::move(filled);
+    } else {
+      status = ToGrpcStatus(filled.status());
+    }
   }
-  reactor->Finish(auth);
+  reactor->Finish(status);
   return reactor;
 }
 
