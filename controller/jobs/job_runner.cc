@@ -234,7 +234,9 @@ void JobRunner::Start(const v1::Job& job, const Placement& placement) {
 }
 
 bool JobRunner::MovedOn(const std::string& worker_id, const v1::JobAttempt& attempt) const {
-  if (!jobs_.Contains(attempt.job_id())) return false;  // not ours to judge
+  // A job this controller does not know was deleted after its end (or its state directory was
+  // lost): nothing drives it any more, and its worker would hold its memory for good.
+  if (!jobs_.Contains(attempt.job_id())) return true;
   const auto run = running_.find(attempt.job_id());
   return run == running_.end() || run->second.attempt != attempt.attempt() ||
          std::find(run->second.workers.begin(), run->second.workers.end(), worker_id) ==

@@ -66,8 +66,9 @@ class JobRunner {
   // Controller shutdown: drivers stop, jobs keep their states (the next controller recovers
   // them).
   void Shutdown();
-  // Whether `attempt`, which `worker_id` hosts, belongs to a job this controller knows and no
-  // longer runs there (its run moved on: a later attempt, other workers, or the job's end).
+  // Whether `attempt`, which `worker_id` hosts, is one this controller no longer runs there: its
+  // job's run moved on (a later attempt, other workers, or the job's end), or the job is not
+  // known here (deleted after its end, or the controller's state directory was lost).
   bool MovedOn(const std::string& worker_id, const v1::JobAttempt& attempt) const;
   // The job each busy worker runs (worker id -> job id), as placement counts them busy.
   std::map<std::string, std::string> WorkerJobs() const;

@@ -430,6 +430,47 @@ TEST_CASE("a drain survives a controller restart until it is lifted", "[jobs]") 
   CHECK(controller->ListWorkers({})->workers(0).state() == v1::WORKER_STATE_ALIVE);
 }
 
+// A worker cut off while its job moved on keeps the attempt until a heartbeat's reply names it;
+// a job deleted meanwhile (after its end) is named too: else the worker would hold its memory
+// for good, and count as free to the scheduler.
+TEST_CASE("a heartbeat's reply ends attempts of jobs ended, deleted or never known", "[jobs]") {
+  testing::TempDir dir;
+  int64_t now = 0;
+  auto controller = MakeController(dir.path(), &now);
+  controller->StartRunner([](std::function<void()> task) { task(); }, RunnerOptions{});
+  v1::RegisterWorkerRequest worker;
+  worker.set_worker_id("w0");
+  worker.set_address("h:1");
+  worker.set_instance_id("i0");
+  worker.mutable_capacity()->set_device_kind(v1::DEVICE_KIND_CPU);
+  worker.mutable_capacity()->set_device_index(-1);
+  const auto registered = controller->RegisterWorker(worker);
+  REQUIRE(registered.ok());
+  // Needs GPUs: stays queued beside a CPU worker, so nothing contacts the worker's address.
+  REQUIRE(controller->SubmitJob(FromFile("grpo-gsm8k-qwen05b.yaml")).ok());
+  const auto ended = [&](const std::string& job_id) {
+    v1::HeartbeatRequest beat;
+    beat.set_worker_id("w0");
+    beat.set_incarnation(registered->incarnation());
+    v1::JobAttempt& attempt = *beat.add_hosted();
+    attempt.set_job_id(job_id);
+    attempt.set_attempt(1);
+    const auto reply = controller->Heartbeat(beat);
+    REQUIRE(reply.ok());
+    return reply->end_size() == 1 && reply->end(0).job_id() == job_id;
+  };
+  CHECK(ended("job-1"));  // Known, not running there (queued).
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id("job-1");
+  REQUIRE(controller->CancelJob(cancel).ok());
+  CHECK(ended("job-1"));  // Ended.
+  v1::DeleteJobRequest remove;
+  remove.set_job_id("job-1");
+  REQUIRE(controller->DeleteJob(remove).ok());
+  CHECK(ended("job-1"));   // Deleted after its end.
+  CHECK(ended("job-99"));  // Never known here.
+}
+
 TEST_CASE("watchers get the current state and every transition", "[jobs]") {
   testing::TempDir dir;
   int64_t now = 0;
