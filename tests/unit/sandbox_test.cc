@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -489,6 +490,37 @@ TEST_CASE("a root worker's TMPDIR or read-only path that nobody can reach is ref
           "[]\n");
   }
   ::rmdir(hidden_dir.c_str());
+}
+
+// A sandbox refused for want of a descriptor for its plan's memfd says so and leaves no scratch
+// root in TMPDIR (it left one: the root was removed only once the plan was held). The soft
+// descriptor limit is lowered to the launcher's descriptors, so that the memfd cannot be moved
+// above them, and put back before anything else runs.
+TEST_CASE("a sandbox refused for want of a descriptor leaves no scratch root", "[sandbox]") {
+  TempDir tmpdir;
+  ::chmod(tmpdir.path().c_str(), 0711);  // A root worker's sandbox (nobody) must reach it.
+  const char* previous_tmpdir = std::getenv("TMPDIR");
+  const std::optional<std::string> saved_tmpdir =
+      previous_tmpdir != nullptr ? std::optional<std::string>(previous_tmpdir) : std::nullopt;
+  ::setenv("TMPDIR", tmpdir.path().c_str(), 1);
+  absl::Cleanup restore_tmpdir = [&] {
+    if (saved_tmpdir) {
+      ::setenv("TMPDIR", saved_tmpdir->c_str(), 1);
+    } else {
+      ::unsetenv("TMPDIR");
+    }
+  };
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  rlimit few = saved;
+  few.rlim_cur = kFirstFreeFd;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &few) == 0);
+  absl::StatusOr<std::unique_ptr<Sandbox>> made = Sandbox::Create(Options());
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
+  INFO(made.status());
+  CHECK(made.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(absl::StrContains(made.status().message(), "cannot hold the plan in a memfd"));
+  CHECK(std::filesystem::is_empty(tmpdir.path()));
 }
 
 TEST_CASE("the plan survives its encoding, and damaged bytes are refused", "[sandbox]") {

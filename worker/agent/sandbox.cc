@@ -262,8 +262,9 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(SandboxOptions options)
   };
 
   std::unique_ptr<Sandbox> sandbox(new Sandbox(std::move(options)));
-  ASSIGN_OR_RETURN(sandbox->plan_fd_, PlanMemfd(EncodeSandboxPlan(*plan)));
-  sandbox->plan_ = std::move(plan);
+  const std::string encoded = EncodeSandboxPlan(*plan);
+  sandbox->plan_ = std::move(plan);  // From here on the destructor removes the scratch root.
+  ASSIGN_OR_RETURN(sandbox->plan_fd_, PlanMemfd(encoded));
   if (::pipe2(sandbox->life_pipe_, O_CLOEXEC) != 0 ||
       !MoveAboveLauncherFds(sandbox->life_pipe_[0])) {
     return absl::FailedPreconditionError(
