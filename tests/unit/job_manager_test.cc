@@ -36,6 +36,17 @@ v1::SubmitJobRequest FromFile(const std::string& name) {
   return request;
 }
 
+// A CPU worker's registration, at a made-up address.
+v1::RegisterWorkerRequest CpuWorker(const std::string& id) {
+  v1::RegisterWorkerRequest worker;
+  worker.set_worker_id(id);
+  worker.set_address("h:1");
+  worker.set_instance_id("i0");
+  worker.mutable_capacity()->set_device_kind(v1::DEVICE_KIND_CPU);
+  worker.mutable_capacity()->set_device_index(-1);
+  return worker;
+}
+
 std::unique_ptr<Controller> MakeController(const std::string& state_dir, int64_t* now) {
   ControllerOptions options;
   options.state_dir = state_dir;
@@ -401,12 +412,7 @@ TEST_CASE("the state directory is private", "[jobs]") {
 TEST_CASE("a drain survives a controller restart until it is lifted", "[jobs]") {
   testing::TempDir dir;
   int64_t now = 0;
-  v1::RegisterWorkerRequest worker;
-  worker.set_worker_id("w0");
-  worker.set_address("h:1");
-  worker.set_instance_id("i0");
-  worker.mutable_capacity()->set_device_kind(v1::DEVICE_KIND_CPU);
-  worker.mutable_capacity()->set_device_index(-1);
+  const v1::RegisterWorkerRequest worker = CpuWorker("w0");
   v1::DrainWorkerRequest drain;
   drain.set_worker_id("w0");
   v1::UndrainWorkerRequest undrain;
@@ -438,12 +444,7 @@ TEST_CASE("a heartbeat's reply ends attempts of jobs ended, deleted or never kno
   int64_t now = 0;
   auto controller = MakeController(dir.path(), &now);
   controller->StartRunner([](std::function<void()> task) { task(); }, RunnerOptions{});
-  v1::RegisterWorkerRequest worker;
-  worker.set_worker_id("w0");
-  worker.set_address("h:1");
-  worker.set_instance_id("i0");
-  worker.mutable_capacity()->set_device_kind(v1::DEVICE_KIND_CPU);
-  worker.mutable_capacity()->set_device_index(-1);
+  const v1::RegisterWorkerRequest worker = CpuWorker("w0");
   const auto registered = controller->RegisterWorker(worker);
   REQUIRE(registered.ok());
   // Needs GPUs: stays queued beside a CPU worker, so nothing contacts the worker's address.
