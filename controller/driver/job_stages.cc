@@ -135,7 +135,7 @@ absl::StatusOr<ValidationResult> JobStages::Validate(int64_t step,
   // fails the validation by name rather than make the driver read rows past the data.
   const int64_t n = std::max(1, spec_.roles().actor().rollout().val_kwargs().n());
   for (size_t position = 0; position < replies.size(); ++position) {
-    const RowRange share = ContiguousPart(count, static_cast<int>(position), dp);
+    const RowRange share = ContiguousPart(count, static_cast<int64_t>(position), dp);
     if (replies[position].scores_size() > (share.end - share.begin) * n) {
       return absl::InternalError(absl::StrCat("validation: actor rank ", actors[position],
                                               " answered ", replies[position].scores_size(),

@@ -497,19 +497,8 @@ TEST_CASE("a root worker's TMPDIR or read-only path that nobody can reach is ref
 // descriptor limit is lowered to the launcher's descriptors, so that the memfd cannot be moved
 // above them, and put back before anything else runs.
 TEST_CASE("a sandbox refused for want of a descriptor leaves no scratch root", "[sandbox]") {
-  TempDir tmpdir;
+  PrivateTmpdir tmpdir;
   ::chmod(tmpdir.path().c_str(), 0711);  // A root worker's sandbox (nobody) must reach it.
-  const char* previous_tmpdir = std::getenv("TMPDIR");
-  const std::optional<std::string> saved_tmpdir =
-      previous_tmpdir != nullptr ? std::optional<std::string>(previous_tmpdir) : std::nullopt;
-  ::setenv("TMPDIR", tmpdir.path().c_str(), 1);
-  absl::Cleanup restore_tmpdir = [&] {
-    if (saved_tmpdir) {
-      ::setenv("TMPDIR", saved_tmpdir->c_str(), 1);
-    } else {
-      ::unsetenv("TMPDIR");
-    }
-  };
   rlimit saved{};
   REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
   rlimit few = saved;
