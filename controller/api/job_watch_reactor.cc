@@ -68,24 +68,23 @@ JobWatchReactor::JobWatchReactor(ServiceContext service, std::shared_ptr<Registr
 void JobWatchReactor::Enqueue(const std::shared_ptr<Stream>& stream, const v1::JobEvent& event) {
   std::lock_guard<std::recursive_mutex> lock(stream->mutex);
   if (stream->reactor == nullptr || stream->finished) return;
-  stream->pending.push_back(event);
+  stream->pending.Push(event);
   if (IsTerminal(event.state())) stream->end_after_pending = true;
   if (!stream->writing) {
-    stream->writing = true;
-    stream->reactor->StartWrite(&stream->pending.front());
+    stream->writing = stream->pending.Pop();
+    stream->reactor->StartWrite(&*stream->writing);
   }
 }
 
 void JobWatchReactor::OnWriteDone(bool ok) {
   std::shared_ptr<Stream> stream = stream_;  // `this` may be deleted inside Finish.
   std::lock_guard<std::recursive_mutex> lock(stream->mutex);
-  stream->pending.pop_front();
-  stream->writing = false;
+  stream->writing.reset();
   if (!ok) {
     FinishLocked(*stream, grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream broken"));
   } else if (!stream->pending.empty() && !stream->finished) {
-    stream->writing = true;
-    StartWrite(&stream->pending.front());
+    stream->writing = stream->pending.Pop();
+    StartWrite(&*stream->writing);
   } else if (stream->end_after_pending) {
     FinishLocked(*stream, grpc::Status::OK);
   }

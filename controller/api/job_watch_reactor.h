@@ -2,14 +2,15 @@
 // the event loop and writes them one at a time until the job ends or the client goes away.
 #pragma once
 
-#include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include <grpcpp/support/server_callback.h>
 
 #include "controller/api/service_context.h"
+#include "controller/api/watch_event_queue.h"
 #include "rlhfd/v1/job_service.pb.h"
 
 namespace rlhfd::controller {
@@ -45,8 +46,8 @@ class JobWatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
   struct Stream {
     std::recursive_mutex mutex;
     JobWatchReactor* reactor = nullptr;  // Null once the call is done.
-    std::deque<v1::JobEvent> pending;    // Front is being written while `writing`.
-    bool writing = false;
+    std::optional<v1::JobEvent> writing;  // Handed to StartWrite, until OnWriteDone.
+    WatchEventQueue pending;
     bool end_after_pending = false;  // The job ended: finish once its last event is written.
     bool finished = false;
     int64_t subscription = 0;
