@@ -626,6 +626,40 @@ TEST_CASE("bad stage input gets a clear error naming what to fix", "[roles]") {
     CHECK(reply.status().code() == absl::StatusCode::kUnavailable);
     CHECK_THAT(message(reply.status()), Catch::Contains("job-nope is not running"));
   }
+  SECTION("calls naming jobs not hosted here, and starts that fail, leave no bookkeeping") {
+    // Late calls for ended or deleted jobs name ids the host will never Forget: each such call
+    // once left a pool-call count (or a cancel flag) behind for good.
+    const size_t before = host.CallBookkeepingEntries();
+    for (int i = 0; i < 20; ++i) {
+      const std::string id = absl::StrCat("job-gone-", i);
+      v1::GenerateRequest generate;
+      *generate.mutable_key() = Key(id, 1, "generate");
+      CHECK(Call(host, &StageService::Generate, generate).status().code() ==
+            absl::StatusCode::kUnavailable);
+      v1::SyncWeightsRequest sync;
+      *sync.mutable_key() = Key(id, 1, "sync");
+      CHECK(Call(host, &StageService::SyncWeights, sync).status().code() ==
+            absl::StatusCode::kUnavailable);
+      v1::MoveTensorsRequest move;
+      *move.mutable_key() = Key(id, 1, "move");
+      move.set_from_role(v1::ROLE_ROLLOUT);
+      CHECK(Call(host, &StageService::MoveTensors, move).status().code() ==
+            absl::StatusCode::kUnavailable);
+      v1::StartJobRequest start;  // No attempt: refused.
+      start.set_job_id(absl::StrCat("job-unstarted-", i));
+      CHECK(Call(host, &StageService::StartJob, start).status().code() ==
+            absl::StatusCode::kInvalidArgument);
+    }
+    v1::JobSpec broken = spec;
+    broken.mutable_model()->set_path("/nonexistent/model");
+    v1::StartJobRequest start;
+    start.set_job_id("job-unloadable");
+    start.set_attempt(1);
+    start.set_world_size(1);
+    *start.mutable_spec() = broken;
+    CHECK_FALSE(Call(host, &StageService::StartJob, start).ok());
+    CHECK(host.CallBookkeepingEntries() == before);
+  }
   SECTION("a model directory that does not load") {
     v1::JobSpec broken = spec;
     broken.mutable_model()->set_path("/nonexistent/model");

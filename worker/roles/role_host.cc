@@ -1,6 +1,5 @@
 #include "worker/roles/role_host.h"
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging/logging.h"
 #include "common/rpc/pending_unary.h"
@@ -53,6 +52,10 @@ bool RoleHost::StopWithin(absl::Duration grace) {
 
 std::shared_ptr<std::atomic<int64_t>> RoleHost::QueuedPoolCalls(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(cancel_mutex_);
+  // A job not hosted here gets a count of its own: its call fails in FindJob, and an entry kept
+  // for it would never go (Forget runs for jobs that were hosted). A hosted job's entry made
+  // here while Forget runs goes with it: Forget unpublishes the job before it takes this mutex.
+  if (!IsHosted(job_id)) return std::make_shared<std::atomic<int64_t>>(0);
   auto& count = queued_pool_calls_[job_id];
   if (!count) count = std::make_shared<std::atomic<int64_t>>(0);
   return count;
@@ -63,6 +66,19 @@ std::shared_ptr<std::atomic<bool>> RoleHost::CancelFlag(const std::string& key) 
   auto& flag = cancel_flags_[key];
   if (!flag) flag = std::make_shared<std::atomic<bool>>(false);
   return flag;
+}
+
+bool RoleHost::IsHosted(const std::string& job_id) const {
+  std::lock_guard<std::mutex> lock(hosted_mutex_);
+  for (const v1::JobAttempt& hosted : hosted_attempts_) {
+    if (hosted.job_id() == job_id) return true;
+  }
+  return false;
+}
+
+size_t RoleHost::CallBookkeepingEntries() {
+  std::lock_guard<std::mutex> lock(cancel_mutex_);
+  return cancel_flags_.size() + queued_pool_calls_.size();
 }
 
 absl::StatusOr<HostedJob*> RoleHost::FindJob(const std::string& job_id, int64_t attempt) {
@@ -132,51 +148,56 @@ void RoleHost::PrepareJob(const v1::PrepareJobRequest& request, absl::Duration,
                           StageDone<v1::PrepareJobReply> done) {
   const auto arrived = std::chrono::steady_clock::now();
   executor_.Post([this, request, arrived, done = std::move(done)] {
-    const absl::Cleanup publish = [this] { PublishHosted(); };
-    done(CatchAll<v1::PrepareJobReply>("PrepareJob", [&]() -> absl::StatusOr<v1::PrepareJobReply> {
-      if (request.job_id().empty() || request.job_id().size() > 128) {
-        return absl::InvalidArgumentError("PrepareJob: job_id must be 1-128 characters");
-      }
-      RETURN_IF_ERROR(CheckAttempt(request.attempt()));
-      if (const auto running = jobs_.find(request.job_id()); running != jobs_.end()) {
-        if (running->second->attempt == request.attempt()) {
-          return absl::AlreadyExistsError(absl::StrCat(
-              "job ", request.job_id(), " attempt ", request.attempt(), " is already running here"));
-        }
-        RLOG(INFO) << "job " << request.job_id() << ": attempt " << request.attempt()
-                   << " replaces attempt " << running->second->attempt;
-        jobs_.erase(running);
-        prepared_.erase(request.job_id());
-      }
-      if (const auto stale = prepared_.find(request.job_id());
-          stale != prepared_.end() && stale->second->attempt != request.attempt()) {
-        prepared_.erase(stale);
-      }
-      auto& prepared = prepared_[request.job_id()];
-      if (!prepared) {
-        absl::StatusOr<std::unique_ptr<PreparedJob>> made =
-            PrepareRendezvous(request, options_, arrived);
-        if (!made.ok()) {
-          prepared_.erase(request.job_id());
-          return made.status();
-        }
-        prepared = *std::move(made);
-      }
-      v1::PrepareJobReply reply;
-      *reply.mutable_bootstrap() = prepared->bootstrap;
-      return reply;
-    }));
+    absl::StatusOr<v1::PrepareJobReply> result =
+        CatchAll<v1::PrepareJobReply>("PrepareJob", [&]() -> absl::StatusOr<v1::PrepareJobReply> {
+          if (request.job_id().empty() || request.job_id().size() > 128) {
+            return absl::InvalidArgumentError("PrepareJob: job_id must be 1-128 characters");
+          }
+          RETURN_IF_ERROR(CheckAttempt(request.attempt()));
+          if (const auto running = jobs_.find(request.job_id()); running != jobs_.end()) {
+            if (running->second->attempt == request.attempt()) {
+              return absl::AlreadyExistsError(absl::StrCat("job ", request.job_id(), " attempt ",
+                                                           request.attempt(),
+                                                           " is already running here"));
+            }
+            RLOG(INFO) << "job " << request.job_id() << ": attempt " << request.attempt()
+                       << " replaces attempt " << running->second->attempt;
+            jobs_.erase(running);
+            prepared_.erase(request.job_id());
+          }
+          if (const auto stale = prepared_.find(request.job_id());
+              stale != prepared_.end() && stale->second->attempt != request.attempt()) {
+            prepared_.erase(stale);
+          }
+          auto& prepared = prepared_[request.job_id()];
+          if (!prepared) {
+            absl::StatusOr<std::unique_ptr<PreparedJob>> made =
+                PrepareRendezvous(request, options_, arrived);
+            if (!made.ok()) {
+              prepared_.erase(request.job_id());
+              return made.status();
+            }
+            prepared = *std::move(made);
+          }
+          v1::PrepareJobReply reply;
+          *reply.mutable_bootstrap() = prepared->bootstrap;
+          return reply;
+        });
+    // Published before the reply: the calls it lets the driver make find the job hosted.
+    PublishHosted();
+    done(std::move(result));
   });
 }
 
 void RoleHost::StartJob(const v1::StartJobRequest& request, absl::Duration,
                         StageDone<v1::StartJobReply> done) {
-  const auto cancelled = CancelFlag(absl::StrCat(request.job_id(), "#", request.attempt()));
+  const std::string attempt_key = absl::StrCat(request.job_id(), "#", request.attempt());
+  const auto cancelled = CancelFlag(attempt_key);
   const auto arrived = std::chrono::steady_clock::now();
-  executor_.Post([this, request, cancelled, arrived, done = std::move(done)] {
+  executor_.Post([this, request, attempt_key, cancelled, arrived, done = std::move(done)] {
     logging::ScopedLogContext context({.job = request.job_id(), .rank = request.rank()});
-    const absl::Cleanup publish = [this] { PublishHosted(); };
-    done(CatchAll<v1::StartJobReply>("StartJob", [&]() -> absl::StatusOr<v1::StartJobReply> {
+    absl::StatusOr<v1::StartJobReply> result = CatchAll<
+        v1::StartJobReply>("StartJob", [&]() -> absl::StatusOr<v1::StartJobReply> {
       const auto start = std::chrono::steady_clock::now();
       RETURN_IF_ERROR(CheckAttempt(request.attempt()));
       if (const auto running = jobs_.find(request.job_id()); running != jobs_.end()) {
@@ -196,7 +217,20 @@ void RoleHost::StartJob(const v1::StartJobRequest& request, absl::Duration,
                  << " hosting " << reply.roles_size() << " role(s) in " << reply.load_ms() << " ms";
       jobs_[request.job_id()] = std::move(job);
       return reply;
-    }));
+    });
+    if (!result.ok()) {
+      // The attempt does not run here (a running one would have answered): its cancel flag
+      // goes, and so does all of the job's bookkeeping when nothing of it is left here.
+      if (!jobs_.count(request.job_id()) && !prepared_.count(request.job_id())) {
+        Forget(request.job_id());
+      } else {
+        std::lock_guard<std::mutex> lock(cancel_mutex_);
+        cancel_flags_.erase(attempt_key);
+      }
+    }
+    // Published before the reply: the calls it lets the driver make find the job hosted.
+    PublishHosted();
+    done(std::move(result));
   });
 }
 

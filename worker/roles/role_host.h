@@ -78,6 +78,9 @@ class RoleHost final : public stages::StageService {
   // hung, the job's end), so their roles and memory go. Any thread.
   void EndMovedOn(std::vector<v1::JobAttempt> moved_on,
                   std::chrono::steady_clock::time_point asked_at);
+  // Entries of the per-job call bookkeeping (cancel flags, queued pool-call counts): tests check
+  // that calls naming jobs not hosted here, and starts that fail, leave none behind. Any thread.
+  size_t CallBookkeepingEntries();
 
  private:
   // What a stage does to the job's weights, for the poisoned-job rule: a failed update poisons
@@ -92,6 +95,8 @@ class RoleHost final : public stages::StageService {
                 Body body, std::shared_ptr<std::atomic<int64_t>> queued = nullptr);
   // The job `job_id` when it runs `attempt` (0: any).
   absl::StatusOr<HostedJob*> FindJob(const std::string& job_id, int64_t attempt);
+  // Whether HostedAttempts() lists the job. Any thread.
+  bool IsHosted(const std::string& job_id) const;
   // The cancel flag of "<job>#<attempt>".
   std::shared_ptr<std::atomic<bool>> CancelFlag(const std::string& key);
   // How many calls that need the job's rollout rank between two generations (a weight update, a
