@@ -288,6 +288,13 @@ TEST_CASE("python reward: what cannot start fails at creation, saying why", "[re
                                              Catch::Contains("this_module_does_not_exist") &&
                                              Catch::Contains("fails_on_import.py"));
   }
+  SECTION("the file's import writes a setup reply of its own to the runner's socket") {
+    const auto made = PythonReward::Create(
+        Options("compute_score",
+                std::string(RLHFD_FIXTURES_DIR) + "/python_rewards/answers_setup_itself.py"));
+    REQUIRE(made.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(MessageOf(made.status()), Catch::Contains("something else than the runner's reply"));
+  }
   SECTION("no such file, no such function, not a function") {
     const auto missing = PythonReward::Create(Options("compute_score", "/nonexistent/reward.py"));
     CHECK_THAT(MessageOf(missing.status()),

@@ -297,7 +297,10 @@ absl::Status PythonReward::Start(Process& process) {
   bool closed = false;
   for (;;) {
     if (std::optional<nlohmann::json> message = TakeFrame(process.received)) {
-      if (message->is_object() && message->value("ready", false)) return absl::OkStatus();
+      // Only the runner's own {"ready": true}: user code may write to the socket too.
+      if (message->is_object() && message->value("ready", nlohmann::json()) == true) {
+        return absl::OkStatus();
+      }
       if (message->is_object() && message->contains("error")) {
         RLOG(WARNING) << "loading " << options_.name << " from " << options_.path
                       << " failed: " << message->dump();
