@@ -4,29 +4,33 @@
 #include <algorithm>
 
 namespace rlhfd::controller {
-namespace {
-
-// JobManager::PublishStep's events carry their step's metrics (step 0: the validation before
-// training); state events carry neither.
-bool IsStepEvent(const v1::JobEvent& event) { return event.step() > 0 || !event.metrics().empty(); }
-
-}  // namespace
 
 void WatchEventQueue::Push(const v1::JobEvent& event) {
-  waiting_.push_back(event);
-  if (!IsStepEvent(event)) return;
-  if (++step_events_ <= kMaxStepEvents) return;
-  waiting_.erase(std::find_if(waiting_.begin(), waiting_.end(), IsStepEvent));
-  --step_events_;
+  // JobManager::PublishStep's events carry their step's metrics (step 0: the validation before
+  // training); state events carry neither.
+  Kind kind = Kind::kChange;
+  if (event.step() > 0 || !event.metrics().empty()) {
+    kind = Kind::kStep;
+  } else {
+    if (last_state_ == event.state()) kind = Kind::kNotice;
+    last_state_ = event.state();
+  }
+  waiting_.push_back({event, kind});
+  if (kind == Kind::kChange) return;
+  const size_t limit = kind == Kind::kStep ? kMaxStepEvents : kMaxNotices;
+  if (++CountOf(kind) <= limit) return;
+  waiting_.erase(std::find_if(waiting_.begin(), waiting_.end(),
+                              [kind](const Waiting& waiting) { return waiting.kind == kind; }));
+  --CountOf(kind);
   ++dropped_;
 }
 
 std::optional<v1::JobEvent> WatchEventQueue::Pop() {
   if (waiting_.empty()) return std::nullopt;
-  v1::JobEvent event = std::move(waiting_.front());
+  Waiting oldest = std::move(waiting_.front());
   waiting_.pop_front();
-  if (IsStepEvent(event)) --step_events_;
-  return event;
+  if (oldest.kind != Kind::kChange) --CountOf(oldest.kind);
+  return std::move(oldest.event);
 }
 
 }  // namespace rlhfd::controller

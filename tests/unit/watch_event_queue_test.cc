@@ -1,9 +1,13 @@
 // WatchEventQueue: what a WatchJob stream keeps for a client that reads slower than the job
-// steps — every state event, and the newest kMaxStepEvents step events in order.
+// steps — every change of state, the newest kMaxStepEvents step events and the newest
+// kMaxNotices notices, in order.
 #include "controller/api/watch_event_queue.h"
 
 #include <catch2/catch.hpp>
+#include <string>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
 
 namespace rlhfd::controller {
 namespace {
@@ -12,6 +16,12 @@ v1::JobEvent StateEvent(v1::JobState state) {
   v1::JobEvent event;
   event.set_job_id("job-1");
   event.set_state(state);
+  return event;
+}
+
+v1::JobEvent Notice(v1::JobState state, const std::string& message) {
+  v1::JobEvent event = StateEvent(state);
+  event.set_message(message);
   return event;
 }
 
@@ -81,6 +91,38 @@ TEST_CASE("a stalled watcher's queue stays bounded: the newest steps and every s
   }
   // The end comes last, after the steps it followed.
   CHECK(events.back().second == v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST_CASE("a stalled watcher's notices stay bounded; the changes of state around them stay",
+          "[watch]") {
+  // A disk-full wait repeats its notice (the state unchanged, a new message) every few seconds
+  // for as long as the disk stays full.
+  WatchEventQueue queue;
+  queue.Push(StateEvent(v1::JOB_STATE_RUNNING));
+  for (int i = 0; i < 1'000; ++i) {
+    queue.Push(Notice(v1::JOB_STATE_RUNNING, absl::StrCat("disk full; retrying (", i, ")")));
+    if (i % 100 == 0) queue.Push(StepEvent(i / 100 + 1));
+  }
+  queue.Push(StateEvent(v1::JOB_STATE_FAILED));
+  CHECK(queue.size() == 1 + WatchEventQueue::kMaxNotices + 10 + 1);
+  std::vector<std::string> notices;
+  std::vector<v1::JobState> changes;
+  int steps = 0;
+  while (std::optional<v1::JobEvent> event = queue.Pop()) {
+    if (event->step() > 0) {
+      ++steps;
+    } else if (event->message().empty()) {
+      changes.push_back(event->state());
+    } else {
+      notices.push_back(event->message());
+    }
+  }
+  CHECK(steps == 10);
+  CHECK(changes == std::vector<v1::JobState>{v1::JOB_STATE_RUNNING, v1::JOB_STATE_FAILED});
+  REQUIRE(notices.size() == WatchEventQueue::kMaxNotices);
+  CHECK(notices.back() == "disk full; retrying (999)");
+  CHECK(notices.front() ==
+        absl::StrCat("disk full; retrying (", 1'000 - WatchEventQueue::kMaxNotices, ")"));
 }
 
 TEST_CASE("a watch queue drained part-way keeps counting only the step events it holds",
