@@ -219,14 +219,11 @@ void RoleHost::StartJob(const v1::StartJobRequest& request, absl::Duration,
       return reply;
     });
     if (!result.ok()) {
-      // The attempt does not run here (a running one would have answered): its cancel flag
-      // goes, and so does all of the job's bookkeeping when nothing of it is left here.
-      if (!jobs_.count(request.job_id()) && !prepared_.count(request.job_id())) {
-        Forget(request.job_id());
-      } else {
-        std::lock_guard<std::mutex> lock(cancel_mutex_);
-        cancel_flags_.erase(attempt_key);
-      }
+      // The attempt does not run here (a running one would have answered): its cancel flag goes,
+      // unless another call for it holds the flag too (a retry queued behind this one).
+      std::lock_guard<std::mutex> lock(cancel_mutex_);
+      const auto flag = cancel_flags_.find(attempt_key);
+      if (flag != cancel_flags_.end() && flag->second.use_count() <= 2) cancel_flags_.erase(flag);
     }
     // Published before the reply: the calls it lets the driver make find the job hosted.
     PublishHosted();
