@@ -192,9 +192,12 @@ void RoleHost::PrepareJob(const v1::PrepareJobRequest& request, absl::Duration,
 void RoleHost::StartJob(const v1::StartJobRequest& request, absl::Duration,
                         StageDone<v1::StartJobReply> done) {
   const std::string attempt_key = absl::StrCat(request.job_id(), "#", request.attempt());
-  const auto cancelled = CancelFlag(attempt_key);
+  // Moved into the task, so that the flag's holders are the map, this task and any other call
+  // for the attempt (the failure path below counts them).
+  std::shared_ptr<std::atomic<bool>> cancelled = CancelFlag(attempt_key);
   const auto arrived = std::chrono::steady_clock::now();
-  executor_.Post([this, request, attempt_key, cancelled, arrived, done = std::move(done)] {
+  executor_.Post([this, request, attempt_key, cancelled = std::move(cancelled), arrived,
+                  done = std::move(done)] {
     logging::ScopedLogContext context({.job = request.job_id(), .rank = request.rank()});
     absl::StatusOr<v1::StartJobReply> result = CatchAll<
         v1::StartJobReply>("StartJob", [&]() -> absl::StatusOr<v1::StartJobReply> {
