@@ -110,11 +110,18 @@ absl::StatusOr<Placement> PlaceJobAfterFault(const PlacementNeed& need,
         "the workers apart from those that left the last run unanswered have not heartbeat "
         "since the fault yet");
   }
-  // The others first, so that only the shortfall is made up of avoided workers.
-  std::vector<v1::Worker> others_first = workers;
-  std::stable_partition(others_first.begin(), others_first.end(), [&](const v1::Worker& worker) {
-    return !avoided.count(worker.worker_id());
-  });
+  // The others first, so that only the shortfall is made up of avoided workers, and of those only
+  // the ones heard well after the fault.
+  std::vector<v1::Worker> others_first;
+  for (const v1::Worker& worker : workers) {
+    if (!avoided.count(worker.worker_id())) others_first.push_back(worker);
+  }
+  for (const v1::Worker& worker : workers) {
+    if (avoided.count(worker.worker_id()) &&
+        worker.last_heartbeat_time_ms() > heard_after_ms + kAvoidedProofOfLifeMs) {
+      others_first.push_back(worker);
+    }
+  }
   return PlaceJob(need, others_first, used, heard_after_ms);
 }
 

@@ -53,7 +53,10 @@ absl::StatusOr<Placement> PlaceJob(const PlacementNeed& need,
 // UNAVAILABLE, to be tried again at the next pass, where enough others are alive but some have
 // not heartbeat since yet (on a loaded host a heartbeat lags); with the avoided ones where too
 // few others are alive at all (better slow than not at all; the others first, the avoided ones
-// making up the shortfall). Otherwise as PlaceJob.
+// making up the shortfall), an avoided one only once heard kAvoidedProofOfLifeMs after the fault:
+// a heartbeat that a worker sent just before it was killed can be processed after the fault was
+// recorded, and must not make the dead worker look alive. Otherwise as PlaceJob.
+inline constexpr int64_t kAvoidedProofOfLifeMs = 500;
 absl::StatusOr<Placement> PlaceJobAfterFault(const PlacementNeed& need,
                                              const std::vector<v1::Worker>& workers,
                                              const std::map<std::string, std::string>& used,

@@ -101,15 +101,26 @@ TEST_CASE("after a fault, a job goes apart from the workers that left it unanswe
   SECTION("too few others at all: with the avoided ones, better slow than not at all") {
     // d runs another job: only c is free apart from a and b.
     const absl::StatusOr<Placement> placement = PlaceJobAfterFault(
-        need, workers_heard_at(1200, 1200, 1200, 1200), {{"d", "job-2"}}, avoided, 1000);
+        need, workers_heard_at(1600, 1600, 1200, 1200), {{"d", "job-2"}}, avoided, 1000);
     REQUIRE(placement.ok());
     CHECK(placement->worker_ids == std::vector<std::string>{"c", "a"});  // c, then the shortfall
   }
   SECTION("an avoided worker not heard since the fault is not taken either") {
     const absl::StatusOr<Placement> placement = PlaceJobAfterFault(
-        need, workers_heard_at(900, 1200, 1200, 1200), {{"d", "job-2"}}, avoided, 1000);
+        need, workers_heard_at(900, 1600, 1200, 1200), {{"d", "job-2"}}, avoided, 1000);
     REQUIRE(placement.ok());
     CHECK(placement->worker_ids == std::vector<std::string>{"c", "b"});
+  }
+  SECTION("an avoided worker heard only just after the fault is not taken: it may be dead") {
+    // a's last heartbeat, sent before it was killed, was processed 20 ms after the fault; b's
+    // came well after it.
+    const absl::StatusOr<Placement> placement = PlaceJobAfterFault(
+        need, workers_heard_at(1020, 1600, 1200, 1200), {{"d", "job-2"}}, avoided, 1000);
+    REQUIRE(placement.ok());
+    CHECK(placement->worker_ids == std::vector<std::string>{"c", "b"});
+    const absl::StatusOr<Placement> none = PlaceJobAfterFault(
+        need, workers_heard_at(1020, 1020, 1200, 1200), {{"d", "job-2"}}, avoided, 1000);
+    CHECK_FALSE(none.ok());
   }
   SECTION("nothing avoided: as PlaceJob, its reason when the job does not fit") {
     const absl::StatusOr<Placement> placement =
