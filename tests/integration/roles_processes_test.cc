@@ -46,7 +46,10 @@ using stages::StageService;
 using testing::TestPrompts;
 using testing::TestSpec;
 
-// A controller and `count` CPU workers, and a stage client per worker.
+// `count` CPU workers, and a stage client per worker. A controller runs only while workers
+// register (they get the stage token from it): this test drives the jobs itself, and a
+// controller's heartbeat reply would end them as jobs it does not know (deleted ones, for it)
+// at the workers' next heartbeat, a second after the job starts.
 class Workers {
  public:
   explicit Workers(int count)
@@ -54,10 +57,10 @@ class Workers {
                  absl::Seconds(10)) {
     // One thread per worker: their arithmetic is then the same from run to run (bitwise).
     setenv("OMP_NUM_THREADS", "1", 1);
-    std::string error;
-    REQUIRE(cluster_.StartController(&error));
+    StartController();
     for (int i = 0; i < count; ++i) cluster_.StartWorker();
     for (int i = 0; i < count; ++i) Connect(i);
+    cluster_.StopController(SIGTERM);
   }
 
   std::vector<StageService*> services() {
@@ -71,13 +74,21 @@ class Workers {
     for (size_t i = 0; i < services_.size(); ++i) cluster_.worker(i).Stop(SIGKILL, absl::Seconds(5));
   }
   void RestartAll() {
+    StartController();
     for (size_t i = 0; i < services_.size(); ++i) {
       cluster_.RestartWorker(i);
       Connect(static_cast<int>(i));
     }
+    cluster_.StopController(SIGTERM);
   }
 
  private:
+  void StartController() {
+    std::string error;
+    const bool started = cluster_.StartController(&error);
+    INFO(error);
+    REQUIRE(started);
+  }
   void Connect(int index) {
     const int port = cluster_.WorkerPort(index);
     REQUIRE(port > 0);
