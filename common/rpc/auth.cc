@@ -102,11 +102,12 @@ constexpr char kMissingToken[] =
     "missing bearer token: pass --token_file=<controller state dir>/token (or read_token to "
     "read only) or set RLHFD_TOKEN (HTTP: an 'Authorization: Bearer <token>' header)";
 
-// The token of a "Bearer <token>" header value; UNAUTHENTICATED if there is none.
+// The token of a "Bearer <token>" header value; UNAUTHENTICATED if there is none. The scheme's
+// name is case-insensitive (RFC 9110 11.1): "bearer" and "BEARER" are the same scheme.
 absl::StatusOr<absl::string_view> BearerOf(const std::string* authorization) {
   if (authorization == nullptr) return absl::UnauthenticatedError(kMissingToken);
   const absl::string_view value(*authorization);
-  if (!absl::StartsWith(value, kBearerPrefix)) {
+  if (!absl::StartsWithIgnoreCase(value, kBearerPrefix)) {
     return absl::UnauthenticatedError("the authorization header is not 'Bearer <token>'");
   }
   return value.substr(sizeof(kBearerPrefix) - 1);
@@ -115,7 +116,7 @@ absl::StatusOr<absl::string_view> BearerOf(const std::string* authorization) {
 // The token of a bearer header, or the password of HTTP Basic credentials.
 absl::StatusOr<std::string> HttpTokenOf(const std::string* authorization) {
   constexpr absl::string_view kBasicPrefix = "Basic ";
-  if (authorization == nullptr || !absl::StartsWith(*authorization, kBasicPrefix)) {
+  if (authorization == nullptr || !absl::StartsWithIgnoreCase(*authorization, kBasicPrefix)) {
     ASSIGN_OR_RETURN(absl::string_view bearer, BearerOf(authorization));
     return std::string(bearer);
   }
@@ -179,7 +180,7 @@ absl::Status CheckHttpAccess(const std::string* authorization, const ClientToken
                              Access needed) {
   ASSIGN_OR_RETURN(const std::string presented, HttpTokenOf(authorization));
   absl::Status granted = Grant(presented, tokens, needed);
-  if (absl::IsUnauthenticated(granted) && absl::StartsWith(*authorization, "Basic ")) {
+  if (absl::IsUnauthenticated(granted) && absl::StartsWithIgnoreCase(*authorization, "Basic ")) {
     return absl::UnauthenticatedError(
         "wrong token: give the token (or read_token) in the controller's state dir as the "
         "password");

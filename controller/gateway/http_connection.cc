@@ -22,6 +22,8 @@ const char* Reason(int status) {
       return "Continue";
     case 200:
       return "OK";
+    case 204:
+      return "No Content";
     case 400:
       return "Bad Request";
     case 401:
@@ -30,6 +32,8 @@ const char* Reason(int status) {
       return "Forbidden";
     case 404:
       return "Not Found";
+    case 405:
+      return "Method Not Allowed";
     case 408:
       return "Request Timeout";
     case 409:
@@ -55,15 +59,16 @@ const char* Reason(int status) {
 
 }  // namespace
 
-std::string Serialize(const HttpResponse& response, bool keep_alive) {
+std::string Serialize(const HttpResponse& response, bool keep_alive, bool head_request) {
   std::string out = absl::StrCat("HTTP/1.1 ", response.status, " ", Reason(response.status),
                                  "\r\nContent-Type: ", response.content_type,
                                  "\r\nContent-Length: ", response.body.size(), "\r\n");
   for (const auto& [name, value] : response.headers) {
     absl::StrAppend(&out, name, ": ", value, "\r\n");
   }
-  absl::StrAppend(&out, keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n",
-                  response.body);
+  absl::StrAppend(&out,
+                  keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n");
+  if (!head_request) out += response.body;
   return out;
 }
 

@@ -35,6 +35,7 @@ struct HttpConnection {
   size_t out_sent = 0;
   bool sent_continue = false;
   bool keep_alive = true;
+  bool head_request = false;  // the request being answered is a HEAD: its reply has no body
   bool drain_after_write = false;
   size_t drained = 0;
   size_t body_held = 0;  // of bodies_held_
@@ -60,7 +61,8 @@ Io Flush(HttpConnection& c);
 // Shuts TLS down (best effort) and closes the socket.
 void CloseSocket(HttpConnection& c);
 
-// The status line, Content-Type, Content-Length, the headers and the body.
-std::string Serialize(const HttpResponse& response, bool keep_alive);
+// The status line, Content-Type, Content-Length, the headers and the body (none for a HEAD
+// request, whose Content-Length is still the body's, RFC 9110 9.3.2).
+std::string Serialize(const HttpResponse& response, bool keep_alive, bool head_request);
 
 }  // namespace rlhfd::controller

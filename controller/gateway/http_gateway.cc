@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/jobs/job_states.h"
 #include "common/logging/logging.h"
@@ -105,8 +106,28 @@ void Reply(HttpResponse& response, const google::protobuf::Message& message) {
   response.body = std::move(json);
 }
 
-// The {placeholders} a path fills in `pattern`, each one or more characters other than '/' and
-// ':'; nullopt when the path does not match. Linear, unlike a regex on a 32 KiB path.
+// Refuses a request a browser sent from another site's page (a form posted to this address,
+// with the Basic credentials the browser holds for it), as Go's CrossOriginProtection does:
+// Sec-Fetch-Site where the browser sends it, else Origin against Host. A request with neither
+// comes from a script or an old browser, and the token decides.
+absl::Status CheckSameOrigin(const HttpRequest& request) {
+  if (const std::string* site = request.Header("Sec-Fetch-Site")) {
+    if (*site == "same-origin" || *site == "none") return absl::OkStatus();
+  } else if (const std::string* origin = request.Header("Origin")) {
+    const std::string* host = request.Header("Host");
+    const size_t scheme = origin->find("://");
+    if (host != nullptr && scheme != std::string::npos &&
+        absl::EqualsIgnoreCase(absl::string_view(*origin).substr(scheme + 3), *host)) {
+      return absl::OkStatus();
+    }
+  } else {
+    return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(
+      "a browser sent this change from another site's page (Sec-Fetch-Site or Origin is not "
+      "this gateway): submit and cancel from rlhfctl, or a script with 'Authorization: Bearer'");
+}
+
 // The reply, or the error, of a StatusOr.
 template <typename Result>
 void Answer(HttpResponse& response, const Result& result) {
@@ -117,6 +138,9 @@ void Answer(HttpResponse& response, const Result& result) {
   }
 }
 
+// The {placeholders} a path (as sent, %-escapes kept) fills in `pattern`, each one or more
+// characters other than '/' and ':', decoded; nullopt when the path does not match. Linear,
+// unlike a regex on a 32 KiB path.
 std::optional<std::vector<std::string>> MatchPath(absl::string_view pattern,
                                                   absl::string_view path) {
   std::vector<std::string> ids;
@@ -131,7 +155,9 @@ std::optional<std::vector<std::string>> MatchPath(absl::string_view pattern,
     const size_t from = at;
     while (at < path.size() && path[at] != '/' && path[at] != ':') ++at;
     if (at == from) return std::nullopt;
-    ids.emplace_back(path.substr(from, at - from));
+    std::optional<std::string> id = UrlDecode(path.substr(from, at - from), false);
+    if (!id) return std::nullopt;
+    ids.push_back(*std::move(id));
   }
   if (at != path.size()) return std::nullopt;
   return ids;
@@ -340,6 +366,14 @@ void HttpGateway::Add(const std::string& method, const std::string& pattern, Han
     const absl::Cleanup record = [&] {
       call_metrics_->Record("rest/" + name, std::to_string(response.status), absl::Now() - arrived);
     };
+    if (access == Access::kAdmin) {
+      // A browser sends the Basic credentials its user gave the dashboard with any page's form
+      // to this address too: a change comes only from this origin or from a non-browser client.
+      if (const absl::Status same_origin = CheckSameOrigin(request); !same_origin.ok()) {
+        Reply(response, same_origin);
+        return;
+      }
+    }
     const absl::Status allowed =
         CheckHttpAccess(request.Header("Authorization"), options_.tokens, access);
     if (!allowed.ok()) {
@@ -360,6 +394,10 @@ void HttpGateway::Add(const std::string& method, const std::string& pattern, Han
       RLOG(ERROR) << "REST " << name << ": " << error.what();
       response = HttpResponse();
       Reply(response, absl::InternalError("the controller failed this request; see its log"));
+    } catch (...) {
+      RLOG(ERROR) << "REST " << name << ": a non-standard exception";
+      response = HttpResponse();
+      Reply(response, absl::InternalError("the controller failed this request; see its log"));
     }
   };
   routes_.push_back({.method = method, .pattern = pattern, .handler = std::move(authorized)});
@@ -367,11 +405,31 @@ void HttpGateway::Add(const std::string& method, const std::string& pattern, Han
 
 HttpResponse HttpGateway::Handle(const HttpRequest& request) const {
   HttpResponse response;
+  // HEAD is answered as GET; the server leaves the body off.
+  const std::string method = request.method == "HEAD" ? "GET" : request.method;
+  std::vector<std::string> allowed;  // the methods of the routes this path matches
   for (const Route& route : routes_) {
-    if (route.method != request.method) continue;
     const std::optional<std::vector<std::string>> ids = MatchPath(route.pattern, request.path);
     if (!ids) continue;
-    route.handler(request, *ids, response);
+    if (route.method == method) {
+      route.handler(request, *ids, response);
+      return response;
+    }
+    allowed.push_back(route.method);
+    if (route.method == "GET") allowed.push_back("HEAD");
+  }
+  if (!allowed.empty()) {
+    allowed.push_back("OPTIONS");
+    const std::string allow = absl::StrJoin(allowed, ", ");
+    if (request.method == "OPTIONS") {
+      response.status = 204;
+    } else {
+      Reply(response, absl::InvalidArgumentError(
+                          absl::StrCat(SanitizeForDisplay(request.method, 20), " is not served at ",
+                                       SanitizeForDisplay(request.path, 200), "; use ", allow)));
+      response.status = 405;
+    }
+    response.headers.emplace_back("Allow", allow);
     return response;
   }
   Reply(response, absl::NotFoundError(absl::StrCat(
@@ -518,9 +576,15 @@ void HttpGateway::JobRoutes() {
                                                                                  : "rest.yaml");
     for (const std::string& item : request.Params("override")) submit.add_overrides(item);
     // The Controller decides what of it runs on the loop, as for the gRPC adapter.
-    Answer(response, Await<v1::SubmitJobReply>([&](auto done) {
-             controller->SubmitJobAsync(*loop_, submit, std::move(done));
-           }));
+    absl::StatusOr<v1::SubmitJobReply> submitted = Await<v1::SubmitJobReply>(
+        [&](auto done) { controller->SubmitJobAsync(*loop_, submit, std::move(done)); });
+    if (absl::IsDeadlineExceeded(submitted.status())) {
+      // The submission waits on the loop and is still made: a blind retry would add a twin.
+      submitted = absl::DeadlineExceededError(
+          "the controller did not answer in time, and may still take the job: list the jobs "
+          "(GET /v1/jobs) before submitting it again");
+    }
+    Answer(response, submitted);
   });
   Post("/v1/jobs/{id}:cancel",
        [=, this](const HttpRequest&, const Ids& ids, HttpResponse& response) {

@@ -143,9 +143,10 @@ absl::Status RequestParser::ParseHead() {
   keep_alive_ = first[2] == "HTTP/1.1";
   const absl::string_view target = first[1];
   const size_t question = target.find('?');
-  std::optional<std::string> path = UrlDecode(target.substr(0, question), false);
-  if (!path) return absl::InvalidArgumentError("the path has a malformed %-escape");
-  request_.path = *std::move(path);
+  const absl::string_view path = target.substr(0, question);
+  if (!UrlDecode(path, false))
+    return absl::InvalidArgumentError("the path has a malformed %-escape");
+  request_.path = std::string(path);
   if (question != absl::string_view::npos) {
     for (absl::string_view item :
          absl::StrSplit(target.substr(question + 1), '&', absl::SkipEmpty())) {

@@ -16,7 +16,9 @@ namespace rlhfd::controller {
 
 struct HttpRequest {
   std::string method;                                        // as sent: "GET", "POST"
-  std::string path;                                          // percent-decoded, without the query
+  // As sent, %-escapes kept (checked well-formed), without the query: a route matches the path's
+  // segments first and decodes the ids it takes, so that an escaped '/' or ':' stays in its id.
+  std::string path;
   std::vector<std::pair<std::string, std::string>> params;   // the query, decoded, in order
   std::vector<std::pair<std::string, std::string>> headers;  // names in lower case
   std::string body;                                          // de-chunked

@@ -30,6 +30,11 @@ namespace rlhfd::controller {
 namespace {
 
 constexpr size_t kReadChunk = 16 << 10;
+// Socket reads one connection gets each time the I/O thread turns to it: a client that keeps
+// its socket full (pipelined requests the thread answers itself, a stream of blank lines)
+// then waits its turn like the others instead of holding the thread, and with it every other
+// client, the handlers' replies, new connections and shutdown.
+constexpr int kReadsPerTurn = 4;
 
 }  // namespace
 
@@ -102,6 +107,9 @@ class HttpServer::Impl {
         response = handler_(work.second);
       } catch (const std::exception& error) {
         RLOG(ERROR) << "REST " << work.second.path.substr(0, 200) << ": " << error.what();
+        response = error_reply_(500, absl::InternalError("the request failed; see the log"));
+      } catch (...) {
+        RLOG(ERROR) << "REST " << work.second.path.substr(0, 200) << ": a non-standard exception";
         response = error_reply_(500, absl::InternalError("the request failed; see the log"));
       }
       {
@@ -262,8 +270,9 @@ class HttpServer::Impl {
   void Refuse(int fd, const std::string& why) {
     RLOG_EVERY_N_SEC(WARNING, 10) << "REST gateway: refused a connection: " << why;
     if (tls_ == nullptr) {  // a plain client is told why; a TLS one cannot be before a handshake
-      const std::string reply = Serialize(
-          error_reply_(503, absl::UnavailableError(absl::StrCat(why, "; retry later"))), false);
+      const std::string reply =
+          Serialize(error_reply_(503, absl::UnavailableError(absl::StrCat(why, "; retry later"))),
+                    false, false);
       (void)!send(fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     }
     close(fd);
@@ -303,7 +312,8 @@ class HttpServer::Impl {
     Hold(c, 0);                  // the request, if any, is answered
     c.out.erase(0, c.out_sent);  // an interim "100 Continue" may still be on its way
     c.out_sent = 0;
-    c.out += Serialize(response, keep_alive);
+    c.out += Serialize(response, keep_alive, c.head_request);
+    c.head_request = false;
     c.keep_alive = keep_alive;
     c.phase = Phase::kWriting;
     c.deadline = absl::Now() + options_.limits.write_timeout;
@@ -358,6 +368,7 @@ class HttpServer::Impl {
       if (shaken == Io::kAgain) return;
       c.phase = Phase::kReading;
     }
+    int reads_left = kReadsPerTurn;
     while (true) {
       if (!c.out.empty()) {
         const Io flushed = Flush(c);
@@ -371,6 +382,9 @@ class HttpServer::Impl {
       std::string input = std::move(c.pending);
       c.pending.clear();
       if (input.empty()) {
+        // Unread bytes stay in the socket (or in TLS's buffer, which poll does not see: read on).
+        if (reads_left <= 0 && (c.ssl == nullptr || SSL_has_pending(c.ssl) == 0)) return;
+        --reads_left;
         char buffer[kReadChunk];
         size_t got = 0;
         const Io read = Read(c, buffer, sizeof(buffer), &got);
@@ -434,7 +448,8 @@ class HttpServer::Impl {
     const bool keep_alive = c.parser.keep_alive();
     HttpRequest request = c.parser.Take();
     c.keep_alive = keep_alive;
-    if (request.method == "GET" && request.path == options_.health_path) {
+    c.head_request = request.method == "HEAD";
+    if ((request.method == "GET" || c.head_request) && request.path == options_.health_path) {
       HttpResponse ok;
       ok.body = "ok\n";
       return Send(c, ok, keep_alive);

@@ -213,6 +213,68 @@ TEST_CASE("No route answers without the token but /healthz", "[gateway]") {
              "missing bearer token");
 }
 
+TEST_CASE(
+    "HEAD is GET without its body, a wrong method gets 405 with Allow, a change a browser "
+    "sends from another site is refused, and an escaped '/' stays in its id",
+    "[gateway]") {
+  Gateway gateway;
+  // HEAD: the GET's status and Content-Length, no body (so the next reply on the connection
+  // is not read as this one's body).
+  for (const std::string path : {"/healthz", "/v1/cluster"}) {
+    INFO(path);
+    const httplib::Result got = gateway.Get(path);
+    const httplib::Result head = gateway.http().Head(path, gateway.Auth(gateway.token()));
+    REQUIRE(got);
+    REQUIRE(head);
+    CHECK(head->status == 200);
+    CHECK(head->body.empty());
+    CHECK(head->get_header_value("Content-Length") == std::to_string(got->body.size()));
+  }
+  const httplib::Result after = gateway.Get("/v1/workers");  // the same kept-alive connection
+  REQUIRE(after);
+  CHECK(after->status == 200);
+  const httplib::Result deleted =
+      gateway.http().Delete("/v1/jobs/job-1", gateway.Auth(gateway.token()));
+  CheckError(deleted, 405, "INVALID_ARGUMENT", "DELETE is not served at /v1/jobs/job-1");
+  CHECK(deleted->get_header_value("Allow") == "GET, HEAD, OPTIONS");
+  const httplib::Result options = gateway.http().Options("/v1/jobs", gateway.Auth(gateway.token()));
+  REQUIRE(options);
+  CHECK(options->status == 204);
+  CHECK(options->get_header_value("Allow") == "GET, HEAD, POST, OPTIONS");
+  // The scheme's name in any case (RFC 9110).
+  const httplib::Result lower =
+      gateway.http().Get("/v1/cluster", {{"Authorization", "bearer " + gateway.token()}});
+  REQUIRE(lower);
+  CHECK(lower->status == 200);
+  // A form on another site's page, posted with the credentials the browser holds for the
+  // dashboard, is refused before the token is looked at; the same origin's, and a script's
+  // (neither header), reach the route (here: no such job).
+  const std::string cancel = "/v1/jobs/job-none:cancel";
+  const std::string self = absl::StrCat("http://127.0.0.1:", gateway.port());
+  for (const httplib::Headers& foreign :
+       {httplib::Headers{{"Origin", "http://evil.example"}}, httplib::Headers{{"Origin", "null"}},
+        httplib::Headers{{"Sec-Fetch-Site", "cross-site"}, {"Origin", self}},
+        httplib::Headers{{"Sec-Fetch-Site", "same-site"}}}) {
+    httplib::Headers headers = gateway.Auth(gateway.token());
+    headers.insert(foreign.begin(), foreign.end());
+    CheckError(gateway.http().Post(cancel, headers, "", "text/plain"), 403, "PERMISSION_DENIED",
+               "another site's page");
+  }
+  for (const httplib::Headers& own :
+       {httplib::Headers{{"Origin", self}}, httplib::Headers{{"Sec-Fetch-Site", "same-origin"}},
+        httplib::Headers{}}) {
+    httplib::Headers headers = gateway.Auth(gateway.token());
+    headers.insert(own.begin(), own.end());
+    CheckError(gateway.http().Post(cancel, headers, "", "text/plain"), 404, "NOT_FOUND",
+               "job-none");
+  }
+  // %2F is a '/' inside the id, not a path separator: no route reads job-1's metrics from it.
+  const httplib::Result escaped = gateway.Get("/v1/jobs/job-1%2Fmetrics");
+  REQUIRE(escaped);
+  CHECK(escaped->status != 200);
+  CHECK_THAT(escaped->body, Catch::Contains("job-1/metrics"));
+}
+
 TEST_CASE("The read-only token reads every route and changes nothing, over REST and gRPC",
           "[gateway][auth]") {
   Gateway gateway;
@@ -529,6 +591,8 @@ TEST_CASE("The dashboard shows a job's curves in a real browser", "[gateway][das
   CHECK(absl::StrContains(dom.out, "data-metric=\"critic/score/mean\""));
   CHECK(absl::StrContains(dom.out, "data-selected=\"job-1\""));
   CHECK(absl::StrContains(dom.out, "data-job=\"job-1\" data-steps=\"1,2,3,4\""));
+  // After the first refresh only the steps after the last held are asked for.
+  CHECK(absl::StrContains(dom.out, "data-metrics-fetched=\"after step 4\""));
   // The samples panel: the latest step's 4 responses (trainer.log_samples' default).
   CHECK(absl::StrContains(dom.out, "id=\"samples\" data-job=\"job-1\" data-step=\"4\""));
   size_t sample_rows = 0;

@@ -10,10 +10,12 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 
 namespace rlhfd::controller {
@@ -62,7 +64,7 @@ TEST_CASE("The parser reads method, path, query, headers and body", "[http_serve
   CHECK(parsed.used == first.size());  // the rest is the next request's
   const HttpRequest& request = parsed.request;
   CHECK(request.method == "POST");
-  CHECK(request.path == "/v1/jobs/x");
+  CHECK(request.path == "/v1/jobs%2Fx");  // as sent: the gateway decodes a route's ids
   REQUIRE(request.Param("name") != nullptr);
   CHECK(*request.Param("name") == "a b.yaml");
   CHECK(request.Params("override") == std::vector<std::string>{"k=v", "x=1"});
@@ -339,6 +341,63 @@ TEST_CASE("Bodies over the server-wide budget are refused with 503", "[http_serv
   Send(third, head + std::string(80 << 10, 'c'));
   CHECK_THAT(Replies(third).Next(), Catch::EndsWith("POST /upload 81920"));
   for (int fd : {first, second, third}) close(fd);
+}
+
+TEST_CASE("HEAD gets the GET's head without the body, and the next reply stays in step",
+          "[http_server]") {
+  TestServer test({});
+  const int fd = Connect(test.server->port());
+  Send(fd,
+       "HEAD /healthz HTTP/1.1\r\n\r\nHEAD /a HTTP/1.1\r\n\r\n"
+       "GET /a HTTP/1.1\r\nConnection: close\r\n\r\n");
+  const std::string all = ReadAll(fd);
+  close(fd);
+  // Three replies back to back: the two heads end where the next status line starts.
+  const std::vector<std::string> replies = absl::StrSplit(all, "HTTP/1.1 200 OK");
+  REQUIRE(replies.size() == 4);
+  CHECK_THAT(replies[1], Catch::Contains("Content-Length: 3\r\n") &&
+                             Catch::EndsWith("Connection: keep-alive\r\n\r\n"));
+  CHECK_THAT(replies[2], Catch::Contains("Content-Length: 9\r\n") &&  // "HEAD /a 0"
+                             Catch::EndsWith("Connection: keep-alive\r\n\r\n"));
+  CHECK_THAT(replies[3], Catch::EndsWith("\r\n\r\nGET /a 0"));
+}
+
+// A client that keeps its socket full of requests the I/O thread answers itself: before the
+// I/O thread took turns, it answered that client until its socket ran dry, which it never did,
+// and no other client was served (nor new connections accepted) while the flood lasted.
+TEST_CASE("A client flooding the health path does not hold other clients up", "[http_server]") {
+  TestServer test({});
+  const int port = test.server->port();
+  const int flood = Connect(port);
+  std::atomic<bool> stop = false;
+  std::thread reader([&] {
+    char sink[1 << 16];
+    while (!stop && recv(flood, sink, sizeof(sink), 0) > 0) {
+    }
+  });
+  std::thread writer([&] {
+    std::string requests;
+    while (requests.size() < (1 << 16)) requests += "GET /healthz HTTP/1.1\r\n\r\n";
+    const absl::Time until = absl::Now() + absl::Seconds(20);
+    while (!stop && absl::Now() < until) {
+      if (send(flood, requests.data(), requests.size(), MSG_NOSIGNAL) < 0) break;
+    }
+  });
+  absl::SleepFor(absl::Milliseconds(300));  // the flood is on
+  const absl::Time start = absl::Now();
+  const int other = Connect(port);
+  Send(other, "GET /a HTTP/1.1\r\nConnection: close\r\n\r\n");
+  const std::string reply = ReadAll(other);  // at most 10 s (the socket's receive timeout)
+  const absl::Duration waited = absl::Now() - start;
+  stop = true;
+  shutdown(flood, SHUT_RDWR);
+  writer.join();
+  reader.join();
+  close(flood);
+  close(other);
+  INFO("answered after " << absl::FormatDuration(waited));
+  CHECK_THAT(reply, Catch::EndsWith("GET /a 0"));
+  CHECK(waited < absl::Seconds(5));
 }
 
 }  // namespace
