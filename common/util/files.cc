@@ -120,6 +120,46 @@ absl::StatusOr<int64_t> ReadFileInPieces(const std::string& path, size_t piece_b
   return total;
 }
 
+absl::Status ReadFileLines(const std::string& path, size_t max_line_bytes,
+                           const std::function<absl::Status(int64_t, absl::string_view)>& visit) {
+  ASSIGN_OR_RETURN(FileDescriptor fd, OpenForReading(path));
+  std::string line;  // the part of a line that an earlier read ended in
+  int64_t number = 1;
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd.get(), buffer, sizeof(buffer));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "cannot read", path);
+    }
+    if (n == 0) break;
+    absl::string_view piece(buffer, static_cast<size_t>(n));
+    while (!piece.empty()) {
+      const size_t newline = piece.find('\n');
+      const absl::string_view part = piece.substr(0, newline);
+      if (line.size() + part.size() > max_line_bytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ":", number, ": the line is longer than ", max_line_bytes, " bytes"));
+      }
+      if (newline == absl::string_view::npos) {
+        line.append(part.data(), part.size());
+        break;
+      }
+      if (line.empty()) {
+        RETURN_IF_ERROR(visit(number, part));
+      } else {
+        line.append(part.data(), part.size());
+        RETURN_IF_ERROR(visit(number, line));
+        line.clear();
+      }
+      ++number;
+      piece.remove_prefix(newline + 1);
+    }
+  }
+  if (!line.empty()) RETURN_IF_ERROR(visit(number, line));
+  return absl::OkStatus();
+}
+
 absl::Status WriteFileAtomicallyWith(const std::string& path,
                                      const std::function<absl::Status(int fd)>& write, int mode) {
   const size_t slash = path.rfind('/');

@@ -23,6 +23,13 @@ absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, size_t max_b
 absl::StatusOr<int64_t> ReadFileInPieces(const std::string& path, size_t piece_bytes,
                                          const std::function<void(absl::string_view)>& consume);
 
+// Each line of a file (without its '\n'), numbered from 1, in order. A line longer than
+// `max_line_bytes` is INVALID_ARGUMENT naming the path and line, refused before more of it is
+// held; a read error (EIO) or a directory is an error naming the path, never an early end. A
+// status `visit` returns that is not OK stops the read and is returned.
+absl::Status ReadFileLines(const std::string& path, size_t max_line_bytes,
+                           const std::function<absl::Status(int64_t, absl::string_view)>& visit);
+
 // Writes `contents` to `path` atomically: a temporary file in the same directory, fsync, rename,
 // fsync of the directory. `mode` is applied to the new file before data is written. A full disk
 // or quota (ENOSPC, EDQUOT) here and in the other writers is RESOURCE_EXHAUSTED naming the path;

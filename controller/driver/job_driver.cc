@@ -238,11 +238,15 @@ absl::StatusOr<JobDriver::RunData> JobDriver::LoadData(JobStages& job) {
   const v1::DataSpec& data = setup_.spec.data();
   RunData run;
   const std::vector<std::string> train_files(data.train_files().begin(), data.train_files().end());
-  ASSIGN_OR_RETURN(run.train, PromptData::Load(train_files, data, TrainingRows(setup_.spec)));
+  const RowKind training_rows = TrainingRows(setup_.spec);
+  ASSIGN_OR_RETURN(run.train, PromptData::Load(train_files, data, training_rows,
+                                               ScoringRule(setup_.spec, training_rows)));
   run.validates = data.val_files_size() > 0;
   if (run.validates) {
     const std::vector<std::string> files(data.val_files().begin(), data.val_files().end());
-    ASSIGN_OR_RETURN(run.validation, PromptData::Load(files, data, ValidationRows(setup_.spec)));
+    const RowKind validation_rows = ValidationRows(setup_.spec);
+    ASSIGN_OR_RETURN(run.validation, PromptData::Load(files, data, validation_rows,
+                                                      ScoringRule(setup_.spec, validation_rows)));
   }
   int64_t train_filtered = 0;
   // Measured by the actor's first worker, which holds the tokenizer.
@@ -275,6 +279,17 @@ absl::StatusOr<JobDriver::RunData> JobDriver::LoadData(JobStages& job) {
                    << " tokens";
       }
     }
+  }
+  if (run.validates && run.validation.size() == 0) {
+    // A validation of no rows would report a score of 0 every time.
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.val_files hold no rows",
+                     data.filter_overlong_prompts()
+                         ? absl::StrCat(" after data.filter_overlong_prompts left out those over "
+                                        "data.max_prompt_length ",
+                                        data.max_prompt_length(), " tokens")
+                         : "",
+                     ": give rows to validate on, or leave val_files out"));
   }
   const int64_t batch_size = data.train_batch_size();
   const int64_t per_epoch = run.train.size() / batch_size;

@@ -10,6 +10,8 @@
 #include <parquet/properties.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <exception>
 #include <filesystem>
 #include <set>
@@ -57,10 +59,37 @@ Json NumberAt(const arrow::Array& array, int64_t i) {
   return static_cast<const arrow::NumericArray<ArrowType>&>(array).Value(i);
 }
 
+// A float cell as the decimal it was written from: its shortest text read as a double (2.7f
+// is 2.7, as pyarrow's to_pylist gives it, where the float's own double is 2.700000047683716,
+// which a ground truth compared as text would not match).
+Json FloatAt(const arrow::Array& array, int64_t i) {
+  const float value = static_cast<const arrow::FloatArray&>(array).Value(i);
+  if (!std::isfinite(value)) return value;
+  char text[32];
+  const std::to_chars_result written = std::to_chars(text, text + sizeof(text), value);
+  double decimal = value;
+  std::from_chars(text, written.ptr, decimal);
+  return decimal;
+}
+
+// What is left of one row's bounds (ParquetReadLimits::max_row_values, max_row_bytes).
+struct RowBudget {
+  int64_t values;
+  int64_t bytes;
+};
+
+absl::Status OverRow(const std::string& column, const ParquetReadLimits& limits) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("the row holds more than ", limits.max_row_values, " values or ",
+                   limits.max_row_bytes, " bytes of text (reached in column '", column,
+                   "'), over what one row may: shorten it, or leave the row out"));
+}
+
 // A string cell's text, refused when over the limit: it is not copied (a 100 MB cell would be,
 // twice over, before the row check could refuse it).
 absl::StatusOr<Json> Text(std::string_view view, const std::string& column,
-                          int64_t max_cell_bytes) {
+                          const ParquetReadLimits& limits, RowBudget& budget) {
+  const int64_t max_cell_bytes = limits.max_cell_bytes;
   if (static_cast<int64_t>(view.size()) > max_cell_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("column '", column, "' holds a string of ", view.size(), " bytes, over the ",
@@ -76,12 +105,15 @@ absl::StatusOr<Json> Text(std::string_view view, const std::string& column,
                                                    "' holds a string that is not UTF-8 (byte ", bad,
                                                    "): write the file's text as UTF-8"));
   }
+  budget.bytes -= static_cast<int64_t>(view.size());
+  if (budget.bytes < 0) return OverRow(column, limits);
   return Json(std::string(view));
 }
 
 // The JSON value of `array`'s element `i`; `column` (the top-level column) names it in errors.
 absl::StatusOr<Json> Cell(const arrow::Array& array, int64_t i, const std::string& column,
-                          int64_t max_cell_bytes) {
+                          const ParquetReadLimits& limits, RowBudget& budget) {
+  if (--budget.values < 0) return OverRow(column, limits);
   if (array.IsNull(i)) return Json(nullptr);
   switch (array.type_id()) {
     case arrow::Type::NA:
@@ -105,17 +137,17 @@ absl::StatusOr<Json> Cell(const arrow::Array& array, int64_t i, const std::strin
     case arrow::Type::UINT64:
       return NumberAt<arrow::UInt64Type>(array, i);
     case arrow::Type::FLOAT:
-      return NumberAt<arrow::FloatType>(array, i);
+      return FloatAt(array, i);
     case arrow::Type::DOUBLE:
       return NumberAt<arrow::DoubleType>(array, i);
     case arrow::Type::STRING:
-      return Text(static_cast<const arrow::StringArray&>(array).GetView(i), column, max_cell_bytes);
+      return Text(static_cast<const arrow::StringArray&>(array).GetView(i), column, limits, budget);
     case arrow::Type::LARGE_STRING:
-      return Text(static_cast<const arrow::LargeStringArray&>(array).GetView(i), column,
-                  max_cell_bytes);
+      return Text(static_cast<const arrow::LargeStringArray&>(array).GetView(i), column, limits,
+                  budget);
     case arrow::Type::STRING_VIEW:
-      return Text(static_cast<const arrow::StringViewArray&>(array).GetView(i), column,
-                  max_cell_bytes);
+      return Text(static_cast<const arrow::StringViewArray&>(array).GetView(i), column, limits,
+                  budget);
     case arrow::Type::LIST:
     case arrow::Type::LARGE_LIST:
     case arrow::Type::FIXED_SIZE_LIST: {
@@ -139,7 +171,7 @@ absl::StatusOr<Json> Cell(const arrow::Array& array, int64_t i, const std::strin
       }
       Json items = Json::array();
       for (int64_t k = 0; k < length; ++k) {
-        absl::StatusOr<Json> item = Cell(*values, begin + k, column, max_cell_bytes);
+        absl::StatusOr<Json> item = Cell(*values, begin + k, column, limits, budget);
         if (!item.ok()) return item.status();
         items.push_back(*std::move(item));
       }
@@ -149,7 +181,7 @@ absl::StatusOr<Json> Cell(const arrow::Array& array, int64_t i, const std::strin
       const auto& record = static_cast<const arrow::StructArray&>(array);
       OrderedObject object;
       for (int k = 0; k < record.num_fields(); ++k) {
-        absl::StatusOr<Json> value = Cell(*record.field(k), i, column, max_cell_bytes);
+        absl::StatusOr<Json> value = Cell(*record.field(k), i, column, limits, budget);
         if (!value.ok()) return value.status();
         object.Set(record.struct_type()->field(k)->name(), *std::move(value));
       }
@@ -159,13 +191,13 @@ absl::StatusOr<Json> Cell(const arrow::Array& array, int64_t i, const std::strin
       const auto& map = static_cast<const arrow::MapArray&>(array);
       OrderedObject object;
       for (int64_t k = map.value_offset(i); k < map.value_offset(i) + map.value_length(i); ++k) {
-        absl::StatusOr<Json> key = Cell(*map.keys(), k, column, max_cell_bytes);
+        absl::StatusOr<Json> key = Cell(*map.keys(), k, column, limits, budget);
         if (!key.ok()) return key.status();
         if (!key->is_string()) {
           return absl::InvalidArgumentError(
               absl::StrCat("column '", column, "' holds a map whose keys are not strings"));
         }
-        absl::StatusOr<Json> value = Cell(*map.items(), k, column, max_cell_bytes);
+        absl::StatusOr<Json> value = Cell(*map.items(), k, column, limits, budget);
         if (!value.ok()) return value.status();
         object.Set(key->get<std::string>(), *std::move(value));
       }
@@ -173,7 +205,7 @@ absl::StatusOr<Json> Cell(const arrow::Array& array, int64_t i, const std::strin
     }
     case arrow::Type::DICTIONARY: {
       const auto& encoded = static_cast<const arrow::DictionaryArray&>(array);
-      return Cell(*encoded.dictionary(), encoded.GetValueIndex(i), column, max_cell_bytes);
+      return Cell(*encoded.dictionary(), encoded.GetValueIndex(i), column, limits, budget);
     }
     default:
       return absl::InvalidArgumentError(absl::StrCat(
@@ -208,9 +240,11 @@ absl::Status CheckChunksInFile(const std::string& file, const parquet::FileMetaD
   for (int group = 0; group < metadata.num_row_groups(); ++group) {
     const std::unique_ptr<parquet::RowGroupMetaData> row_group = metadata.RowGroup(group);
     const int64_t rows = row_group->num_rows();
-    if (rows < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(file, ": row group ", group, " claims ", rows,
-                                                     " rows; the file is corrupt"));
+    // The groups' counts add up to the file's (and so none overflows the row numbers).
+    if (rows < 0 || rows > metadata.num_rows() - (first_row - 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file, ": row group ", group, " claims ", rows, " rows, which with the groups before it ",
+          "is not within the file's ", metadata.num_rows(), "; the file is corrupt"));
     }
     for (const RowColumn& column : columns) {
       for (int leaf : column.leaves) {
@@ -228,6 +262,11 @@ absl::Status CheckChunksInFile(const std::string& file, const parquet::FileMetaD
       }
     }
     first_row += rows;
+  }
+  if (first_row - 1 != metadata.num_rows()) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": its row groups hold ", first_row - 1,
+                                                   " rows, its footer says ", metadata.num_rows(),
+                                                   "; the file is corrupt"));
   }
   return absl::OkStatus();
 }
@@ -329,9 +368,10 @@ absl::Status ReadRows(const std::string& file, const std::vector<std::string>& c
       for (int64_t i = 0; row < last; ++i) {
         ++row;
         Json object = Json::object();
+        RowBudget budget{.values = limits.max_row_values, .bytes = limits.max_row_bytes};
         for (size_t c = 0; c < row_columns.size(); ++c) {
           const std::string& name = row_columns[c].name;
-          absl::StatusOr<Json> value = Cell(*batches[c]->column(0), i, name, limits.max_cell_bytes);
+          absl::StatusOr<Json> value = Cell(*batches[c]->column(0), i, name, limits, budget);
           if (!value.ok()) {
             return absl::InvalidArgumentError(
                 absl::StrCat(file, ":", row, ": ", value.status().message()));
@@ -350,7 +390,7 @@ absl::Status ReadRows(const std::string& file, const std::vector<std::string>& c
 }  // namespace rlhfd::controller
 
 // The plugin's entry point (kEntryPoint in parquet_rows.cc); nothing it throws leaves it.
-extern "C" absl::Status rlhfd_read_parquet_rows_v3(
+extern "C" absl::Status rlhfd_read_parquet_rows_v4(
     const std::string& file, const std::vector<std::string>& columns,
     const rlhfd::controller::ParquetReadLimits& limits,
     const rlhfd::controller::ParquetRowVisitor& visit) {

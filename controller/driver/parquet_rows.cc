@@ -18,7 +18,7 @@ namespace {
 using ReadFn = absl::Status (*)(const std::string&, const std::vector<std::string>&,
                                 const ParquetReadLimits&, const ParquetRowVisitor&);
 constexpr char kPluginFile[] = "librlhfd_parquet.so";
-constexpr char kEntryPoint[] = "rlhfd_read_parquet_rows_v3";
+constexpr char kEntryPoint[] = "rlhfd_read_parquet_rows_v4";
 
 std::string ExecutableDirectory() {
   char path[PATH_MAX] = {};

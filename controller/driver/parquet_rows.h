@@ -30,6 +30,11 @@ struct ParquetReadLimits {
   int64_t max_decode_bytes = 256 << 20;
   // Rows decoded at a time: a page that does not decode is named by these rows.
   int64_t batch_rows = 64;
+  // One row's values (each scalar, list, struct and map entry counts) and string bytes, in all
+  // its columns: a row of millions of tiny values, which a few KB of Parquet can say, is refused
+  // naming its row and column before it is built. A JSONL line's bounds.
+  int64_t max_row_values = 1'000'000;
+  int64_t max_row_bytes = 16 << 20;
 };
 
 // Given each row (numbered from 1) as an object of the columns the file has.
@@ -40,8 +45,9 @@ using ParquetRowVisitor = std::function<absl::Status(int64_t row, nlohmann::orde
 // are checked (each column chunk inside the file), so a truncated or cut file is refused at once
 // whatever row a caller stops at. A status `visit` returns that is not OK stops the read and is
 // returned. NOT_FOUND: the file cannot be opened; INVALID_ARGUMENT: it is not Parquet, its
-// metadata points outside it, a page does not decode or is over `limits`, a cell is over
-// `limits`, or a column's type is not one a row can hold — each naming the file, the row (or rows
+// metadata points outside it or its row groups' row counts do not add up to its own, a page
+// does not decode or is over `limits`, a cell or a row is over `limits`, or a column's type is
+// not one a row can hold — each naming the file, the row (or rows
 // and row group) and the column; FAILED_PRECONDITION: no Parquet reader plugin could be loaded
 // (naming where it was looked for).
 absl::Status ReadParquetRows(const std::string& file, const std::vector<std::string>& columns,

@@ -1,7 +1,9 @@
 #include "controller/driver/prompt_data.h"
 
+#include <unistd.h>
+
 #include <algorithm>
-#include <fstream>
+#include <filesystem>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -9,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/algorithms/supervised.h"
 #include "common/config/config_document.h"
 #include "common/config/job_defaults.h"
@@ -339,9 +342,11 @@ absl::StatusOr<v1::PromptRow> PromptOf(const Json& row, const std::string& where
   if (const Json* source = Find(row, "data_source"); source != nullptr && source->is_string()) {
     prompt.set_data_source(source->get<std::string>());
   }
-  // verl's extra_info column, for Python reward functions and remote rewards.
-  if (const Json* extra = Find(row, "extra_info"); extra != nullptr && extra->is_object()) {
-    prompt.set_extra_info_json(extra->dump(-1, ' ', false, Json::error_handler_t::replace));
+  // verl's extra_info column, for Python reward functions and remote rewards: an object, or
+  // JSON text holding one (a column of mixed dicts is often written so).
+  if (const Json* extra = Find(row, "extra_info"); extra != nullptr && !extra->is_null()) {
+    ASSIGN_OR_RETURN(const Json object, ObjectOf(*extra, absl::StrCat(where, ": extra_info")));
+    prompt.set_extra_info_json(object.dump(-1, ' ', false, Json::error_handler_t::replace));
   }
   if (const int64_t bytes = static_cast<int64_t>(prompt.ByteSizeLong()); bytes > kMaxRowBytes) {
     const int64_t truth_bytes = static_cast<int64_t>(prompt.ground_truth_json().size());
@@ -362,30 +367,28 @@ absl::StatusOr<v1::PromptRow> PromptOf(const Json& row, const std::string& where
   return prompt;
 }
 
+// A UTF-8 byte order mark, which some editors start a file with (JSON's parser skips it).
+constexpr absl::string_view kByteOrderMark = "\xEF\xBB\xBF";
+
 // Each non-blank line of a JSONL file, numbered from 1.
 absl::Status ReadJsonlRows(const std::string& file,
                            const std::function<absl::Status(int64_t, Json)>& visit) {
-  std::ifstream in(file);
-  if (!in) {
+  const config::DocumentLimits limits = JsonlLimits();
+  const absl::Status read =
+      ReadFileLines(file, kMaxLineBytes, [&](int64_t line, absl::string_view text) -> absl::Status {
+        if (text.find_first_not_of(" \t\r") == absl::string_view::npos) return absl::OkStatus();
+        if (line == 1) absl::ConsumePrefix(&text, kByteOrderMark);
+        ASSIGN_OR_RETURN(Json row, config::ParseBoundedJson(std::string(text),
+                                                            absl::StrCat(file, ":", line), limits));
+        return visit(line, std::move(row));
+      });
+  if (absl::IsNotFound(read)) {
     return absl::NotFoundError(
         absl::StrCat("data file ", file,
                      " cannot be read (data.train_files / val_files): it must exist on "
                      "the controller's machine"));
   }
-  const config::DocumentLimits limits = JsonlLimits();
-  std::string text;
-  for (int64_t line = 1; std::getline(in, text); ++line) {
-    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = absl::StrCat(file, ":", line);
-    if (text.size() > kMaxLineBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": the line is longer than ", kMaxLineBytes, " bytes"));
-    }
-    absl::StatusOr<Json> row = config::ParseBoundedJson(text, where, limits);
-    if (!row.ok()) return row.status();
-    RETURN_IF_ERROR(visit(line, *std::move(row)));
-  }
-  return absl::OkStatus();
+  return read;
 }
 
 }  // namespace
@@ -422,12 +425,22 @@ absl::Status CheckRowReward(const v1::PromptRow& prompt, const std::string& wher
 
 }  // namespace
 
+std::string ScoringRule(const v1::JobSpec& spec, RowKind kind) {
+  const v1::RewardSpec& reward = spec.roles().reward();
+  // A rule the config check refused is not checked against.
+  const bool rule_scores =
+      reward.model().empty() && reward.remote().empty() && config::IsRewardRule(reward.rule());
+  return kind == RowKind::kPrompt && rule_scores ? reward.rule() : std::string();
+}
+
 absl::Status CheckDataHead(const std::string& file, const v1::DataSpec& data,
                            const std::string& reward_rule, RowKind kind) {
   const RowKeys keys(data, kind);
+  int64_t rows = 0;
   const auto check_row = [&](int64_t row, const Json& object) -> absl::Status {
     const std::string where = absl::StrCat(file, ":", row);
     ASSIGN_OR_RETURN(v1::PromptRow prompt, PromptOf(object, where, keys));
+    ++rows;
     return CheckRowReward(prompt, where, keys.answer, reward_rule);
   };
   if (IsParquetFile(file)) {
@@ -441,49 +454,82 @@ absl::Status CheckDataHead(const std::string& file, const v1::DataSpec& data,
           return row < kHeadRows ? absl::OkStatus()
                                  : absl::CancelledError("the first rows are enough");
         });
-    return absl::IsCancelled(read) ? absl::OkStatus() : read;
+    if (!read.ok() && !absl::IsCancelled(read)) return read;
+  } else {
+    // The first row whatever its length (up to a line's bound), then those within the first
+    // MiB: a JSON document on one line (not JSONL) is refused here, not at the job's start.
+    int64_t bytes = 0;
+    absl::Status refused;  // a row's, as against the file's read
+    const absl::Status read = ReadFileLines(
+        file, kMaxLineBytes, [&](int64_t line, absl::string_view text) -> absl::Status {
+          if (line == 1) absl::ConsumePrefix(&text, kByteOrderMark);
+          const size_t start = text.find_first_not_of(" \t\r");
+          if (start == absl::string_view::npos) return absl::OkStatus();
+          if (rows == 0 && text[start] != '{') {
+            refused = absl::InvalidArgumentError(absl::StrCat(
+                "'", file, "' is not JSONL: its first row (line ", line,
+                ") does not start with a JSON object ({\"prompt\": ...}; docs/data.md)"));
+            return refused;
+          }
+          absl::StatusOr<Json> object = config::ParseBoundedJson(
+              std::string(text), absl::StrCat(file, ":", line), JsonlLimits());
+          refused = object.ok() ? check_row(line, *object) : object.status();
+          RETURN_IF_ERROR(refused);
+          bytes += static_cast<int64_t>(text.size());
+          return rows < kHeadRows && bytes < kMaxRowBytes
+                     ? absl::OkStatus()
+                     : absl::CancelledError("the first rows are enough");
+        });
+    if (!refused.ok()) return refused;
+    if (!read.ok() && !absl::IsCancelled(read)) {
+      return absl::Status(read.code(), absl::StrCat("cannot read data file: ", read.message()));
+    }
   }
-  auto head = ReadFilePrefix(file, kMaxRowBytes);
-  if (!head.ok()) {
-    return absl::Status(head.status().code(),
-                        absl::StrCat("cannot read data file: ", head.status().message()));
-  }
-  const size_t start = head->find_first_not_of(" \t\r\n");
-  if (start == std::string::npos)
-    return absl::InvalidArgumentError(absl::StrCat("'", file, "' is empty"));
-  if ((*head)[start] != '{') {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", file,
-                     "' is not JSONL: its first line does not start with a JSON object "
-                     "({\"prompt\": ...}; docs/data.md)"));
-  }
-  // Whole lines only: a line cut by the prefix is read when the job starts.
-  const bool whole_file = head->size() < static_cast<size_t>(kMaxRowBytes);
-  int64_t rows = 0;
-  size_t begin = 0;
-  for (int64_t line = 1; begin < head->size() && rows < kHeadRows; ++line) {
-    const size_t end = head->find('\n', begin);
-    if (end == std::string::npos && !whole_file) break;
-    const std::string text =
-        head->substr(begin, end == std::string::npos ? std::string::npos : end - begin);
-    begin = end == std::string::npos ? head->size() : end + 1;
-    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = absl::StrCat(file, ":", line);
-    ASSIGN_OR_RETURN(const Json object, config::ParseBoundedJson(text, where, JsonlLimits()));
-    RETURN_IF_ERROR(check_row(line, object));
-    ++rows;
-  }
+  if (rows == 0) return absl::InvalidArgumentError(absl::StrCat("'", file, "' holds no rows"));
   return absl::OkStatus();
 }
 
+int64_t DefaultMaxDataBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page_bytes = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page_bytes > 0 ? static_cast<int64_t>(pages) * page_bytes / 4
+                                     : int64_t{4} << 30;
+}
+
 absl::StatusOr<PromptData> PromptData::Load(const std::vector<std::string>& files,
-                                            const v1::DataSpec& data, RowKind kind) {
+                                            const v1::DataSpec& data, RowKind kind,
+                                            const std::string& reward_rule,
+                                            const DataBounds& bounds) {
   PromptData loaded;
   const RowKeys keys(data, kind);
+  int64_t bytes = 0;  // of every file's rows
   for (const std::string& file : files) {
+    std::error_code unknown;
+    const std::uintmax_t file_bytes = std::filesystem::file_size(file, unknown);
+    int64_t file_rows_bytes = 0;
     // `line` is a JSONL file's line, or a Parquet file's row (both from 1).
     const auto add = [&](int64_t line, Json row) -> absl::Status {
-      ASSIGN_OR_RETURN(v1::PromptRow prompt, PromptOf(row, absl::StrCat(file, ":", line), keys));
+      const std::string where = absl::StrCat(file, ":", line);
+      ASSIGN_OR_RETURN(v1::PromptRow prompt, PromptOf(row, where, keys));
+      // Every row, not only the head submission read: a bad one would fail the step reaching it.
+      RETURN_IF_ERROR(CheckRowReward(prompt, where, keys.answer, reward_rule));
+      const int64_t row_bytes = static_cast<int64_t>(prompt.ByteSizeLong());
+      file_rows_bytes += row_bytes;
+      bytes += row_bytes;
+      if (!unknown && file_rows_bytes > bounds.expansion_floor_bytes &&
+          file_rows_bytes / bounds.max_expansion > static_cast<int64_t>(file_bytes)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": the file's ", file_bytes, " bytes have decoded to ", file_rows_bytes,
+            " bytes of rows so far, over ", bounds.max_expansion,
+            " times their size: refused as a decompression bomb (a data set's rows are not one "
+            "row repeated)"));
+      }
+      if (bytes > bounds.max_bytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": the data files read so far hold ", bytes, " bytes of rows, over the ",
+            bounds.max_bytes,
+            " the controller holds a data set in (a quarter of its machine's memory): use fewer "
+            "or smaller files, or a controller with more memory"));
+      }
       loaded.rows_.push_back(std::move(prompt));
       loaded.origins_.push_back({file, line});
       if (loaded.size() > kMaxRows) {

@@ -43,19 +43,39 @@ RowKind TrainingRows(const v1::JobSpec& spec);
 // (algorithms::ValidatesByLoss), else prompts.
 RowKind ValidationRows(const v1::JobSpec& spec);
 
+// The reward rule that scores rows of `kind` for `spec`: roles.reward.rule where a rule (not a
+// reward model or service) scores them and they are prompts (conversations are not scored);
+// "" when none does.
+std::string ScoringRule(const v1::JobSpec& spec, RowKind kind);
+
 // The rows of a data file submission reads (Parquet: the first rows decoded together).
 inline constexpr int64_t kHeadRows = 16;
 
 // What submission checks of a data file, in well under a second whatever its size: a Parquet
 // file opens, every row group's metadata is whole (its column chunks lie inside the file) and its
 // first kHeadRows rows decode (a page over the reader's memory cap is refused, not read); a JSONL
-// file's first kHeadRows lines within its first MiB are JSON objects. Each of those rows makes a
+// file's first row (a line of at most 16 MiB) and those after it within its first MiB, up to
+// kHeadRows, are JSON objects. A file without rows is refused. Each of those rows makes a
 // prompt under `data`'s keys, and, when `reward_rule` (roles.reward.rule) is set, picks a rule
 // (auto: by its data_source) whose ground truth it holds (config::ReadGroundTruth, as the worker
 // reads it). Every row is read when the job starts. Errors as PromptData::Load's, naming the
 // file and row (line).
 absl::Status CheckDataHead(const std::string& file, const v1::DataSpec& data,
                            const std::string& reward_rule, RowKind kind = RowKind::kPrompt);
+
+// A quarter of the machine's memory: the controller holds every row of a data set (and, while
+// it measures them, a copy).
+int64_t DefaultMaxDataBytes();
+
+// What a data set may decode to (PromptData::Load).
+struct DataBounds {
+  int64_t max_bytes = DefaultMaxDataBytes();  // its rows, in all
+  // A file's rows, past their first `expansion_floor_bytes`, may decode to at most
+  // `max_expansion` times the file's size: a few KB of dictionary-encoded Parquet can say 20 GB
+  // of rows.
+  int64_t expansion_floor_bytes = int64_t{1} << 30;
+  int64_t max_expansion = 1000;
+};
 
 class PromptData {
  public:
@@ -67,9 +87,14 @@ class PromptData {
   // another turn, has two in a row, or has turns after its first assistant turn other than
   // assistant, user and tool turns; for tool_calls on another turn than an assistant's, or not
   // in OpenAI's layout (a name and an arguments object, or JSON text holding one); for tools
-  // (data.tools_key) that are not a list of objects (or JSON text holding one).
+  // (data.tools_key) that are not a list of objects (or JSON text holding one); for an
+  // extra_info that is not an object (or JSON text holding one). With `reward_rule` (a
+  // ScoringRule), every row must pick a rule whose ground truth it holds, as CheckDataHead's
+  // rows must. Rows over `bounds` are refused naming the file and row where they were crossed.
   static absl::StatusOr<PromptData> Load(const std::vector<std::string>& files,
-                                         const v1::DataSpec& data, RowKind kind = RowKind::kPrompt);
+                                         const v1::DataSpec& data, RowKind kind = RowKind::kPrompt,
+                                         const std::string& reward_rule = "",
+                                         const DataBounds& bounds = DataBounds());
 
   int64_t size() const { return static_cast<int64_t>(rows_.size()); }
   const v1::PromptRow& row(int64_t index) const { return rows_[index]; }

@@ -12,7 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/config/config_errors.h"
-#include "common/config/reward_rules.h"
 #include "common/models/architectures.h"
 #include "common/util/files.h"
 #include "common/util/text.h"
@@ -223,25 +222,15 @@ void ResolveAndCheckFiles(const std::string& base_dir, v1::JobSpec* spec,
   }
   check.AdapterDirectory("model.lora_adapter_path", model->mutable_lora_adapter_path());
   auto* data = spec->mutable_data();
-  // The rule the rows are scored with, when a rule scores them (not a reward model or service).
-  // (A rule the config check refused is not checked against.)
-  const std::string& rule = spec->roles().reward().rule();
-  const std::string roles_rule = spec->roles().reward().model().empty() &&
-                                         spec->roles().reward().remote().empty() &&
-                                         config::IsRewardRule(rule)
-                                     ? rule
-                                     : std::string();
+  const RowKind training_rows = TrainingRows(*spec);
   for (int i = 0; i < data->train_files_size(); ++i) {
-    // Conversations are not scored: their rows need no ground truth.
-    const RowKind kind = TrainingRows(*spec);
     check.DataFile(absl::StrCat("data.train_files[", i, "]"), data->mutable_train_files(i), *data,
-                   kind == RowKind::kPrompt ? roles_rule : std::string(), kind);
+                   ScoringRule(*spec, training_rows), training_rows);
   }
   const RowKind validation_rows = ValidationRows(*spec);
   for (int i = 0; i < data->val_files_size(); ++i) {
     check.DataFile(absl::StrCat("data.val_files[", i, "]"), data->mutable_val_files(i), *data,
-                   validation_rows == RowKind::kPrompt ? roles_rule : std::string(),
-                   validation_rows);
+                   ScoringRule(*spec, validation_rows), validation_rows);
   }
   auto* roles = spec->mutable_roles();
   if (roles->has_critic() && !roles->critic().model_path().empty()) {

@@ -2387,10 +2387,10 @@ TEST_CASE("Bad input fails the job naming what to fix; the daemons keep serving"
   const std::string ahead =
       cluster.Submit(config, with({"data.train_files=[" + ahead_file + "]", "data.shuffle=false",
                                    "trainer.total_steps=2", "trainer.mode=one_step_off"}));
-  // A 10 MB ground truth: over the limit of a row, refused naming its file, line and key.
+  // A 10 MB ground truth past the rows submission reads: over the limit of a row, refused
+  // naming its file, line and key.
   const std::string huge_file = dir.path() + "/huge.jsonl";
-  write(huge_file, rows.substr(0, rows.find('\n') + 1) +
-                       R"({"prompt": "What is 3 + 4?", "ground_truth": ")" +
+  write(huge_file, first_rows + R"({"prompt": "What is 3 + 4?", "ground_truth": ")" +
                        std::string(10'000'000, '7') + "\"}\n" + rows);
   const std::string huge = cluster.Submit(config, with({"data.train_files=[" + huge_file + "]"}));
   // Rows each under that limit, but four of them (a rank's share: 8 prompts over 2 actor ranks)
@@ -2403,6 +2403,18 @@ TEST_CASE("Bad input fails the job naming what to fix; the daemons keep serving"
   }
   write(heavy_file, heavy_rows + rows);
   const std::string heavy = cluster.Submit(config, with({"data.train_files=[" + heavy_file + "]"}));
+  // A row past those submission reads that the reward rule cannot score (no ground truth): the
+  // job's start refuses it, not the step that samples it.
+  const std::string unscored_file = dir.path() + "/unscored.jsonl";
+  write(unscored_file, first_rows + "{\"prompt\": \"What is 3 + 4?\"}\n" + rows);
+  const std::string unscored =
+      cluster.Submit(config, with({"data.train_files=[" + unscored_file + "]"}));
+  // Validation files emptied after submission: a validation of no rows would score 0 each time.
+  const std::string empty_val_file = dir.path() + "/val.jsonl";
+  write(empty_val_file, rows);
+  const std::string empty_val =
+      cluster.Submit(config, with({"data.val_files=[" + empty_val_file + "]"}));
+  write(empty_val_file, "");
   const std::string model_dir = dir.path() + "/model";
   fs::copy(kSource + "/tests/fixtures/models/tiny-qwen2", model_dir, fs::copy_options::recursive);
   const std::string bad_model = cluster.Submit(config, with({"model.path=" + model_dir}));
@@ -2421,8 +2433,10 @@ TEST_CASE("Bad input fails the job naming what to fix; the daemons keep serving"
   failed_with(overlong, {long_file + ":2", "max_prompt_length"});
   failed_with(ahead, {ahead_file + ":9", "max_prompt_length", "step 2 generate"});
   failed_with(bad_model, {model_dir + "/model.safetensors"});
-  failed_with(huge, {huge_file + ":2", "'ground_truth'"});
+  failed_with(huge, {huge_file + ":17", "'ground_truth'"});
   failed_with(heavy, {"data.train_files", heavy_file + ":4", "data.train_batch_size"});
+  failed_with(unscored, {unscored_file + ":17", "ground_truth"});
+  failed_with(empty_val, {"data.val_files hold no rows"});
   // With data.filter_overlong_prompts the over-long prompt is left out instead (verl's filter).
   const v1::Job filtered = cluster.WaitEnded(
       cluster.Submit(config, with({"data.train_files=[" + long_file + "]", "data.shuffle=false",

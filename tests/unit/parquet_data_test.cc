@@ -157,6 +157,59 @@ TEST_CASE("Submission checks the first rows against the reward rule, as the work
   }
 }
 
+TEST_CASE("Rows a few KB of Parquet can say and no reader should hold are refused by name",
+          "[parquet]") {
+  const ParquetFiles files;
+  // Row 17's chat of 400,000 turns: past the rows submission reads, refused at the job's start
+  // by the row's bound on values, before the row is built.
+  const std::string many = files.path("many_values.parquet");
+  CHECK(CheckDataHead(many, v1::DataSpec(), "").ok());
+  const absl::Status flooded = PromptData::Load({many}, v1::DataSpec()).status();
+  INFO(flooded);
+  CHECK(flooded.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(flooded.message()),
+             Catch::Contains(many + ":17: the row holds more than 1000000 values") &&
+                 Catch::Contains("column 'prompt'"));
+  // One 100 KB prompt in 300 rows (30 MB from 5 KB): within the default bounds it loads; past a
+  // floor of 1 MiB its expansion is refused, and a data set over its bytes is refused.
+  const std::string repeated = files.path("repeated.parquet");
+  const auto loaded = PromptData::Load({repeated}, v1::DataSpec());
+  REQUIRE(loaded.ok());
+  CHECK(loaded->size() == 300);
+  const absl::Status bomb = PromptData::Load({repeated}, v1::DataSpec(), RowKind::kPrompt, "",
+                                             DataBounds{.expansion_floor_bytes = 1 << 20})
+                                .status();
+  CHECK(bomb.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(bomb.message()), Catch::Contains(repeated + ":") &&
+                                              Catch::Contains(": the file's 5") &&
+                                              Catch::Contains("refused as a decompression bomb"));
+  const absl::Status over = PromptData::Load({repeated}, v1::DataSpec(), RowKind::kPrompt, "",
+                                             DataBounds{.max_bytes = 5 << 20})
+                                .status();
+  CHECK_THAT(std::string(over.message()),
+             Catch::Contains(repeated + ":") &&
+                 Catch::Contains(": the data files read so far hold") &&
+                 Catch::Contains("the controller holds a data set in"));
+  // A file of no rows is refused at submission (as an empty JSONL file is).
+  const absl::Status empty = CheckDataHead(files.path("empty.parquet"), v1::DataSpec(), "");
+  CHECK(empty.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(empty.message()), Catch::Contains("empty.parquet' holds no rows"));
+  // Row groups whose counts do not add up to the footer's (one says 2^63 - 1): refused, where
+  // the count's overflow used to skip the group's rows without a word.
+  const std::string counts = files.path("row_counts.parquet");
+  for (const absl::Status& read : {PromptData::Load({counts}, v1::DataSpec()).status(),
+                                   CheckDataHead(counts, v1::DataSpec(), "")}) {
+    CHECK(read.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(read.message()),
+               Catch::Contains("row group 1 claims 9223372036854775807 rows") &&
+                   Catch::Contains("the file is corrupt"));
+  }
+  // A float32 ground truth reads as the decimal written, as pyarrow's to_pylist gives it.
+  const auto floats = PromptData::Load({files.path("float_truth.parquet")}, v1::DataSpec());
+  REQUIRE(floats.ok());
+  CHECK(floats->row(0).ground_truth_json() == "2.7");
+}
+
 // Peak resident memory of this process, in bytes.
 int64_t PeakResidentBytes() {
   struct rusage usage = {};

@@ -62,7 +62,7 @@ TEST_CASE("A row over the limit is refused where it is read, naming file, line a
 
   // Just under the limit loads; what a line holds beside the row (unread columns) is not counted.
   const std::string under =
-      absl::StrCat(R"({"prompt": "q", "extra_info": ")", std::string(2 * kMaxRowBytes, 'x'),
+      absl::StrCat(R"({"prompt": "q", "notes": ")", std::string(2 * kMaxRowBytes, 'x'),
                    R"(", "ground_truth": ")", std::string(kMaxRowBytes - 64, '1'), "\"}\n");
   auto loaded = LoadText(path, under);
   INFO(loaded.status());
@@ -374,6 +374,72 @@ TEST_CASE("Submission refuses verl's sources no rule scores and reads Search-R1'
              Catch::Contains(path + ":1: data_source 'hiyouga/geometry3k' has no native reward "
                                     "rule") &&
                  Catch::Contains("mathruler") && Catch::Contains("custom_reward_function"));
+}
+
+TEST_CASE("The job's start reads every row as submission reads the first, and reads whole files",
+          "[prompt_data]") {
+  TempDir dir;
+  const std::string path = dir.path() + "/train.jsonl";
+  std::string rows;
+  for (int i = 0; i < 16; ++i) rows += Row("What is 2 + 2?", "4");
+  // Row 17 has no ground truth: past the rows submission reads, refused at the start.
+  REQUIRE(WriteFileAtomically(path, rows + R"({"prompt": "What is 3 + 4?"})"
+                                           "\n")
+              .ok());
+  CHECK(CheckDataHead(path, v1::DataSpec(), "exact_match").ok());
+  const std::string unscored = RefusalOf(
+      PromptData::Load({path}, v1::DataSpec(), RowKind::kPrompt, "exact_match"), path + ":17");
+  CHECK_THAT(unscored, Catch::Contains("under 'ground_truth' (data.answer_key)"));
+  CHECK(PromptData::Load({path}, v1::DataSpec()).ok());  // no rule scores them
+
+  // A directory, or a line over 16 MiB, is an error, never the end of the rows.
+  const absl::Status directory = PromptData::Load({dir.path()}, v1::DataSpec()).status();
+  CHECK(directory.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(directory.message()), Catch::Contains("is a directory"));
+  const std::string long_line = Row("q", "4") + Row(std::string(17 << 20, 'p'), "4");
+  CHECK_THAT(RefusalOf(LoadText(path, long_line), path + ":2"),
+             Catch::Contains("the line is longer than 16777216 bytes"));
+
+  // A JSON document on one line of 2 MiB (SQuAD's layout, not JSONL): refused at submission,
+  // which used to find no whole line in the first MiB and pass it.
+  std::string document = R"({"version": "1.1", "data": [)";
+  while (document.size() < (2 << 20)) document += R"({"title": "a paragraph of text"}, )";
+  REQUIRE(WriteFileAtomically(path, document + "{}]}\n").ok());
+  const absl::Status squad = CheckDataHead(path, v1::DataSpec(), "");
+  CHECK(squad.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(squad.message()), Catch::Contains(path + ":1: no prompt under 'prompt'"));
+
+  // A byte order mark before the first row reads as JSON's parser reads it; no rows is refused.
+  REQUIRE(WriteFileAtomically(path, "\xEF\xBB\xBF" + Row("What is 2 + 2?", "4")).ok());
+  CHECK(CheckDataHead(path, v1::DataSpec(), "exact_match").ok());
+  CHECK(PromptData::Load({path}, v1::DataSpec())->size() == 1);
+  REQUIRE(WriteFileAtomically(path, "\n  \n").ok());
+  CHECK_THAT(std::string(CheckDataHead(path, v1::DataSpec(), "").message()),
+             Catch::Contains("holds no rows"));
+}
+
+TEST_CASE("extra_info is an object, or JSON text holding one; anything else is refused by name",
+          "[prompt_data]") {
+  TempDir dir;
+  const std::string path = dir.path() + "/train.jsonl";
+  auto object = LoadText(path, R"({"prompt": "q", "extra_info": {"index": 3, "split": "train"}})"
+                               "\n"
+                               R"({"prompt": "q", "extra_info": "{\"index\": 4}"})"
+                               "\n"
+                               R"({"prompt": "q", "extra_info": null})"
+                               "\n");
+  REQUIRE(object.ok());
+  CHECK(object->row(0).extra_info_json() == R"({"index":3,"split":"train"})");
+  CHECK(object->row(1).extra_info_json() == R"({"index":4})");
+  CHECK(object->row(2).extra_info_json().empty());
+  CHECK_THAT(RefusalOf(LoadText(path, R"({"prompt": "q", "extra_info": "train"})"
+                                      "\n"),
+                       path + ":1: extra_info"),
+             Catch::Contains("must be a JSON object (or JSON text holding one)"));
+  CHECK_THAT(RefusalOf(LoadText(path, R"({"prompt": "q", "extra_info": [1, 2]})"
+                                      "\n"),
+                       path + ":1: extra_info"),
+             Catch::Contains("not array"));
 }
 
 }  // namespace
