@@ -175,6 +175,9 @@ class BoundedYamlBuilder final : public YAML::EventHandler {
     if (frame.expecting_key) {
       if (!value.is_string()) Refuse(mark, "keys must be plain names");
       std::string key = value.template get<std::string>();
+      // YAML 1.1's merge key: read as a key of its own it would quietly drop what it merges.
+      if (key == "<<")
+        Refuse(mark, "merge keys (<<: *anchor) are not supported: write the keys out");
       if (!frame.keys.insert(key).second) {
         Refuse(mark, absl::StrCat("key '", SanitizeForDisplay(key, 80), "' appears twice"));
       }

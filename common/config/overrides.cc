@@ -2,6 +2,7 @@
 #include "common/config/overrides.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/config/config_document.h"
@@ -12,6 +13,9 @@ namespace {
 
 constexpr size_t kMaxOverrides = 256;
 constexpr size_t kMaxOverrideBytes = 64 << 10;
+// Parts of a key: a document no deeper than the parser allows (a.a.a...=1 in 64 KiB would
+// nest 32,767 levels, which every later walk of the document recurses through).
+constexpr size_t kMaxKeyParts = 32;
 
 absl::Status Bad(absl::string_view override_text, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat("override '", SanitizeForDisplay(override_text, 80),
@@ -24,6 +28,9 @@ absl::StatusOr<std::vector<std::string>> SplitKey(absl::string_view override_tex
   for (const std::string& part : parts) {
     if (part.empty()) return Bad(override_text, "the key has an empty part; write a.b.c=value");
   }
+  if (parts.size() > kMaxKeyParts) {
+    return Bad(override_text, absl::StrCat("the key has more than ", kMaxKeyParts, " parts"));
+  }
   return parts;
 }
 
@@ -33,30 +40,54 @@ absl::Status ApplyOverride(const std::string& override_text, nlohmann::json* doc
     return Bad(override_text, "must be UTF-8 text of at most 64 KiB");
   }
   absl::string_view text = override_text;
-  if (absl::ConsumePrefix(&text, "~")) {
-    auto parts = SplitKey(override_text, absl::StripAsciiWhitespace(text));
-    if (!parts.ok()) return parts.status();
-    nlohmann::json* node = document;
-    for (size_t i = 0; i + 1 < parts->size(); ++i) {
-      if (!node->is_object() || !node->contains((*parts)[i])) break;
-      node = &(*node)[(*parts)[i]];
-    }
-    if (node->is_object()) node->erase(parts->back());
-    return absl::OkStatus();
-  }
-  if (!absl::ConsumePrefix(&text, "++")) absl::ConsumePrefix(&text, "+");
+  const bool remove = absl::ConsumePrefix(&text, "~");
+  if (!remove && !absl::ConsumePrefix(&text, "++")) absl::ConsumePrefix(&text, "+");
   const size_t equals = text.find('=');
-  if (equals == absl::string_view::npos) {
+  if (equals == absl::string_view::npos && !remove) {
     return Bad(override_text, "expected key.path=value (or ~key.path to remove a key)");
   }
   auto parts = SplitKey(override_text, absl::StripAsciiWhitespace(text.substr(0, equals)));
   if (!parts.ok()) return parts.status();
-  // The value, as YAML, through the config parser's bounds.
-  auto parsed = ParseConfigDocument(absl::StrCat("v: ", text.substr(equals + 1), "\n"), "override");
-  if (!parsed.ok()) {
-    return Bad(override_text,
-               absl::StrCat("the value is not YAML (",
-                            SanitizeForDisplay(parsed.status().message(), 120), ")"));
+  // The value, as YAML, through the config parser's bounds. Nothing after '=' (a shell variable
+  // that was not set) is refused: read as null it would quietly mean the default.
+  absl::StatusOr<nlohmann::json> parsed;
+  if (equals != absl::string_view::npos) {
+    const absl::string_view value = text.substr(equals + 1);
+    if (absl::StripAsciiWhitespace(value).empty()) {
+      return Bad(override_text,
+                 "no value after '=' (a shell variable that is not set?): write key=null for "
+                 "none, or key='' for empty text");
+    }
+    parsed = ParseConfigDocument(absl::StrCat("v: ", value, "\n"), "override");
+    if (!parsed.ok()) {
+      return Bad(override_text,
+                 absl::StrCat("the value is not YAML (",
+                              SanitizeForDisplay(parsed.status().message(), 120), ")"));
+    }
+  }
+  if (remove) {
+    // As Hydra: the key must be there, and with ~key=value hold that value.
+    nlohmann::json* node = document;
+    for (size_t i = 0; i < parts->size(); ++i) {
+      if (!node->is_object() || !node->contains((*parts)[i])) {
+        return Bad(override_text,
+                   absl::StrCat("there is no key '",
+                                absl::StrJoin(parts->begin(), parts->begin() + i + 1, "."),
+                                "' to remove"));
+      }
+      if (i + 1 < parts->size()) node = &(*node)[(*parts)[i]];
+    }
+    // Compared as text: a document's scalars may still be the parser's text (typed later).
+    const auto text_of = [](const nlohmann::json& value) {
+      return value.is_string() ? value.get<std::string>() : value.dump();
+    };
+    if (parsed.ok() && text_of((*node)[parts->back()]) != text_of((*parsed)["v"])) {
+      return Bad(override_text, absl::StrCat("the key holds ",
+                                             SanitizeForDisplay((*node)[parts->back()].dump(), 80),
+                                             ", not the value given"));
+    }
+    node->erase(parts->back());
+    return absl::OkStatus();
   }
   nlohmann::json* node = document;
   for (size_t i = 0; i + 1 < parts->size(); ++i) {

@@ -1,5 +1,6 @@
 #include "common/config/verl_compose.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/config/config_document.h"
 #include "common/config/hydra_compose.h"
@@ -11,6 +12,35 @@
 namespace rlhfd::config {
 
 using Json = nlohmann::json;
+
+namespace {
+
+// A file's Hydra `defaults` list may name only what rlhfd composes under it: verl's own trainer
+// config and _self_. Another entry (a base config of the user's, Megatron's trainer) would be
+// left out without a word.
+absl::Status CheckDefaultsList(const Json& file, absl::string_view source, VerlTrainer trainer) {
+  const auto list = file.find("defaults");
+  if (list == file.end()) return absl::OkStatus();
+  const std::string own = trainer == VerlTrainer::kSft ? "sft_trainer" : "ppo_trainer";
+  if (!list->is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": defaults must be a list such as [", own, ", _self_]"));
+  }
+  for (const Json& entry : *list) {
+    const std::string name = entry.is_string() ? entry.get<std::string>() : entry.dump();
+    if (name == own || name == "_self_") continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": defaults: '", name.substr(0, 80), "' composes ",
+        absl::StrContains(name, "megatron") ? "Megatron's trainer, which rlhfd does not run"
+                                            : "another config, which rlhfd does not read",
+        ": rlhfd composes verl's ", own,
+        " and this file (_self_); write that config's keys "
+        "into this file"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<ComposedVerlRun> ComposeVerlRun(VerlTrainer trainer, absl::string_view text,
                                                absl::string_view source,
@@ -26,6 +56,7 @@ absl::StatusOr<ComposedVerlRun> ComposeVerlRun(VerlTrainer trainer, absl::string
     if (!file.is_object()) {
       return absl::InvalidArgumentError(absl::StrCat(source, ": a verl config is a mapping"));
     }
+    RETURN_IF_ERROR(CheckDefaultsList(file, source, trainer));
     hydra::TypeAll(&file);
     std::map<std::string, Json> leaves;
     hydra::Flatten(file, "", &leaves);

@@ -61,8 +61,12 @@ class Converter {
   // verl's paths are often ~/...: expanded here, on the submitting machine, where ~ means what
   // the user meant. Parquet data files are kept as they are: the controller reads them.
   Json Paths(const std::string& key, Json value);
-  // `key`'s whole number, or `fallback` where it is unset or not a number.
+  // `key`'s whole number, or `fallback` where it is unset or not one from 1 to kMaxCount.
+  static constexpr int64_t kMaxCount = 1 << 20;
   int64_t Number(const char* key, int64_t fallback) const;
+  // A switch of verl's that the conversion reads itself: its value, false where unset, and an
+  // error naming it where it is not true or false.
+  bool Switch(const std::string& key);
   // trainer.n_gpus_per_node x trainer.nnodes, at verl's defaults (8, 1) where unset.
   int64_t ActorGpus() const;
 

@@ -221,7 +221,8 @@ void Converter::Schedule(const std::string& prefix, const std::string& train) {
     Map(optim + "lr_warmup_steps", train + ".lr_warmup_steps", *steps);
   } else if (ratio != nullptr && ratio->is_number() && ratio->get<double>() > 0) {
     const auto total = flat_.find("trainer.total_training_steps");
-    if (total != flat_.end() && total->second.is_number()) {
+    if (total != flat_.end() && total->second.is_number() && total->second.get<double>() >= 0 &&
+        total->second.get<double>() < 1e15) {
       Map(optim + "lr_warmup_steps_ratio", train + ".lr_warmup_steps",
           static_cast<int64_t>(std::floor(ratio->get<double>() * total->second.get<double>())));
     } else {
@@ -265,11 +266,20 @@ void Converter::PolicyLoss() {
   }
 }
 
+bool Converter::Switch(const std::string& key) {
+  const Json* value = Take(key);
+  if (value == nullptr) return false;
+  if (!value->is_boolean()) {
+    // Read as off, a 'yes' (YAML 1.1's true) or 1 would quietly change the run.
+    Error(key, absl::StrCat("'", Text(*value), "': expected true or false"));
+    return false;
+  }
+  return value->get<bool>();
+}
+
 void Converter::Kl() {
-  const Json* loss = Take(std::string(kActor) + "use_kl_loss");
-  const Json* reward = Take("algorithm.use_kl_in_reward");
-  const bool use_loss = loss != nullptr && loss->is_boolean() && loss->get<bool>();
-  const bool use_reward = reward != nullptr && reward->is_boolean() && reward->get<bool>();
+  const bool use_loss = Switch(std::string(kActor) + "use_kl_loss");
+  const bool use_reward = Switch("algorithm.use_kl_in_reward");
   const Json* loss_coef = Take(std::string(kActor) + "kl_loss_coef");
   const Json* loss_type = Take(std::string(kActor) + "kl_loss_type");
   const Json* penalty = Take("algorithm.kl_penalty");
@@ -346,8 +356,12 @@ void Converter::Rollout() {
 }
 
 int64_t Converter::Number(const char* key, int64_t fallback) const {
+  // Placement refuses what is not a whole number from 1 to kMaxCount.
   const auto it = flat_.find(key);
-  return it != flat_.end() && it->second.is_number() ? it->second.get<int64_t>() : fallback;
+  return it != flat_.end() && it->second.is_number_integer() && it->second.get<int64_t>() >= 1 &&
+                 it->second.get<int64_t>() <= kMaxCount
+             ? it->second.get<int64_t>()
+             : fallback;
 }
 
 int64_t Converter::ActorGpus() const {
@@ -355,8 +369,15 @@ int64_t Converter::ActorGpus() const {
 }
 
 void Converter::Placement() {
-  Take("trainer.n_gpus_per_node");  // Read by ActorGpus(); consumed here, where they land.
-  Take("trainer.nnodes");
+  // Read by ActorGpus(); consumed here, where they land.
+  for (const char* key : {"trainer.n_gpus_per_node", "trainer.nnodes"}) {
+    const Json* count = Take(key);
+    if (count != nullptr && !(count->is_number_integer() && count->get<int64_t>() >= 1 &&
+                              count->get<int64_t>() <= kMaxCount)) {
+      Error(key,
+            absl::StrCat("'", Text(*count), "': expected a whole number from 1 to ", kMaxCount));
+    }
+  }
   const Json* hybrid = Take("actor_rollout_ref.hybrid_engine");
   if (hybrid != nullptr && hybrid->is_boolean() && !hybrid->get<bool>()) {
     Error("actor_rollout_ref.hybrid_engine",
@@ -416,10 +437,27 @@ std::string Converter::CustomRewardFunction() {
 
 void Converter::Reward() {
   const std::string custom = CustomRewardFunction();
-  const Json* enable = Take("reward_model.enable");
+  const bool enable = Switch("reward_model.enable");
   const Json* path = Take("reward_model.model.path");
   Take("reward_model.model.input_tokenizer");
-  if (enable != nullptr && enable->is_boolean() && enable->get<bool>()) {
+  // The reward managers that score each row by itself with its function, as rlhfd does; dapo
+  // shapes the reward by length, batch calls the function with lists.
+  if (const Json* manager = Take("reward_model.reward_manager");
+      manager != nullptr && manager->is_string() && manager->get<std::string>() != "naive" &&
+      manager->get<std::string>() != "prime") {
+    Error("reward_model.reward_manager",
+          absl::StrCat("'", Text(*manager),
+                       "': rlhfd scores each row by itself with its rule or function, as verl's "
+                       "naive and prime managers do (dapo's overlong penalty and batch's calls "
+                       "with lists are not)"));
+  }
+  if (const Json* overlong = Take("reward_model.reward_kwargs.overlong_buffer_cfg.enable");
+      overlong != nullptr && !(overlong->is_boolean() && !overlong->get<bool>()) &&
+      !overlong->is_null()) {
+    Error("reward_model.reward_kwargs.overlong_buffer_cfg.enable",
+          "DAPO's overlong penalty shapes the reward by length, which rlhfd does not");
+  }
+  if (enable) {
     if (!custom.empty()) {
       Error(custom,
             "with reward_model.enable verl scores with the reward model and leaves the "

@@ -29,6 +29,27 @@ constexpr int kMaxDepth = 32;
 // Text one value may resolve to: keys that repeat each other (k1: ${k0}${k0}, k2: ${k1}${k1})
 // would otherwise double it per key.
 constexpr size_t kMaxResolvedBytes = size_t{1} << 20;
+// What all interpolations of a document may copy in, in all: 40,000 references to a list of
+// 40,000 items, or 100,000 to a 1 MiB text (a few hundred KB of YAML), would otherwise copy
+// billions of values or 100 GB.
+constexpr size_t kMaxCopiedValues = 1'000'000;
+constexpr size_t kMaxCopiedBytes = size_t{64} << 20;
+
+// What copying a value costs: its values (itself, and each item and field below it) and the
+// bytes of its texts, counted until `values` passes kMaxCopiedValues.
+struct CopyCost {
+  size_t values = 0;
+  size_t bytes = 0;
+  void Add(const Json& value) {
+    ++values;
+    if (value.is_string()) bytes += value.get_ref<const std::string&>().size();
+    if (!value.is_object() && !value.is_array()) return;
+    for (const Json& child : value) {
+      if (values > kMaxCopiedValues) return;
+      Add(child);
+    }
+  }
+};
 
 // The end of the interpolation opening at `open` ("${"): the index of its "}", or npos.
 size_t ClosingBrace(absl::string_view text, size_t open) {
@@ -98,21 +119,24 @@ class Resolver {
  public:
   explicit Resolver(Json* root) : root_(root) {}
 
-  void ResolveAll(Json* node, Path* path, std::map<std::string, std::string>* problems) {
+  // `depth`: the interpolations being resolved that led here (a mapping or list one names is
+  // resolved before it is copied).
+  void ResolveAll(Json* node, Path* path, std::map<std::string, std::string>* problems,
+                  int depth = 0) {
     if (node->is_object()) {
       for (auto& [key, child] : node->items()) {
         path->push_back(key);
-        ResolveAll(&child, path, problems);
+        ResolveAll(&child, path, problems, depth);
         path->pop_back();
       }
     } else if (node->is_array()) {
       for (size_t i = 0; i < node->size(); ++i) {
         path->push_back(std::to_string(i));
-        ResolveAll(&(*node)[i], path, problems);
+        ResolveAll(&(*node)[i], path, problems, depth);
         path->pop_back();
       }
     } else if (HasInterpolation(*node)) {
-      if (absl::StatusOr<std::optional<Json>> value = Value(*path, 0); !value.ok()) {
+      if (absl::StatusOr<std::optional<Json>> value = Value(*path, depth); !value.ok()) {
         (*problems)[absl::StrJoin(*path, ".")] = std::string(value.status().message());
       }
     }
@@ -141,26 +165,48 @@ class Resolver {
   absl::StatusOr<std::optional<Json>> Value(const Path& path, int depth) {
     Json* node = Find(path);
     if (node == nullptr) return std::optional<Json>();
+    const std::string key = absl::StrJoin(path, ".");
+    if (depth > kMaxDepth) {
+      return absl::InvalidArgumentError(absl::StrCat("`", key, "` is reached through more than ",
+                                                     kMaxDepth, " interpolations in a row"));
+    }
     if (node->is_object() || node->is_array()) {
       std::map<std::string, std::string> problems;
       Path walk = path;
-      ResolveAll(node, &walk, &problems);
+      ResolveAll(node, &walk, &problems, depth + 1);
       if (!problems.empty()) {
         return absl::InvalidArgumentError(
             absl::StrCat(problems.begin()->first, ": ", problems.begin()->second));
       }
+      RETURN_IF_ERROR(Copying(*node, key));
       return std::optional<Json>(*node);
     }
-    if (!HasInterpolation(*node)) return std::optional<Json>(*node);
-    const std::string key = absl::StrJoin(path, ".");
-    if (depth > kMaxDepth || !in_progress_.insert(key).second) {
+    if (!HasInterpolation(*node)) {
+      RETURN_IF_ERROR(Copying(*node, key));
+      return std::optional<Json>(*node);
+    }
+    if (!in_progress_.insert(key).second) {
       return absl::InvalidArgumentError(absl::StrCat("`", key, "` refers to itself"));
     }
     absl::StatusOr<Json> resolved = Text(node->get<std::string>(), path, depth + 1);
     in_progress_.erase(key);
     if (!resolved.ok()) return resolved.status();
     *node = *resolved;
+    RETURN_IF_ERROR(Copying(*node, key));
     return std::optional<Json>(*std::move(resolved));
+  }
+
+  // Charges a copy of `value` (the value at `key`) to the document's bounds.
+  absl::Status Copying(const Json& value, const std::string& key) {
+    copied_.Add(value);
+    if (copied_.values <= kMaxCopiedValues && copied_.bytes <= kMaxCopiedBytes) {
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("interpolations copy more than ", kMaxCopiedValues, " values or ",
+                     kMaxCopiedBytes >> 20, " MiB in all (reached at `", key,
+                     "`): refer to large mappings, lists and texts fewer "
+                     "times"));
   }
 
   // `text`, the value at `where`, with its interpolations replaced.
@@ -273,6 +319,7 @@ class Resolver {
 
   Json* root_;
   std::set<std::string> in_progress_;
+  CopyCost copied_;
 };
 
 }  // namespace

@@ -214,7 +214,6 @@ const std::map<std::string, std::string>& HarmlessTable() {
       {"trainer.esi_redundant_time", "jobs recover from checkpoints by themselves"},
       {"trainer.validation_data_dir", "validation rollouts are not dumped"},
       {"trainer.default_hdfs_dir", "checkpoints go to trainer.checkpoint_dir"},
-      {"reward_model.reward_manager", "rule rewards score each row by itself (naive)"},
       {"reward_model.launch_reward_fn_async", "rewards are computed by the reward role"},
       {"reward_model.strategy", "reward models run on the reward role"},
       {"actor_rollout_ref.actor.calculate_entropy", "a metric switch of verl's"},
@@ -447,6 +446,11 @@ const std::map<std::string, std::string>& DerivedTable() {
        "with reward_model.model.path: `roles.reward.model`; else "
        "`roles.reward.rule: auto` (by data_source, verl's default reward)"},
       {"reward_model.model.path", "`roles.reward.model` with reward_model.enable"},
+      {"reward_model.reward_manager",
+       "naive and prime score each row by itself with its rule or function, as rlhfd does; "
+       "dapo (its overlong penalty) and batch (calls with lists) are refused"},
+      {"reward_model.reward_kwargs.overlong_buffer_cfg.enable",
+       "refused when true: DAPO's overlong penalty shapes the reward by length"},
       {"reward_model.model.input_tokenizer",
        "the actor's tokenizer renders the reward model's "
        "input"},

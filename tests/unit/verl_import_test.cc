@@ -874,6 +874,70 @@ trainer:
                              "interpolation"));
 }
 
+// What a script's overrides and a verl YAML can say that must not be misread or exhaust the
+// submitting (or the controller's) process: each is refused naming what to fix.
+TEST_CASE("verl input that would be misread, or cost without bound, is refused by name", "[verl]") {
+  const auto refused = [](const std::string& text, const std::vector<std::string>& overrides) {
+    auto converted = ConvertVerlConfig(text, "verl.yaml", overrides, VerlTrainer::kPpo);
+    REQUIRE_FALSE(converted.ok());
+    return std::string(converted.status().message());
+  };
+  // An override whose key nests 40 levels (one of 64 KiB could nest 32,767).
+  std::string deep_key = "a";
+  for (int i = 0; i < 40; ++i) deep_key += ".a";
+  CHECK_THAT(refused("", {deep_key + "=1"}), Catch::Contains("the key has more than 32 parts"));
+  // Nothing after '=' (an unset shell variable) would have meant verl's default.
+  CHECK_THAT(refused("", {"data.train_batch_size="}),
+             Catch::Contains("no value after '='") && Catch::Contains("key=null"));
+  // ~ removes the key named, or says it is not there; ~key=value only where it holds value.
+  CHECK_THAT(refused("", {"~actor_rollout_ref.actor.optim.foo.lr"}),
+             Catch::Contains("there is no key 'actor_rollout_ref.actor.optim.foo' to remove"));
+  CHECK_THAT(refused("", {"~trainer.nnodes=2"}), Catch::Contains("the key holds 1"));
+  CHECK(Convert("", {"~trainer.nnodes=1"}).errors.empty());
+  // Hydra's composition from another config, and YAML merge keys, would drop what they bring.
+  CHECK_THAT(refused("defaults: [my_base, _self_]\n", {}),
+             Catch::Contains("defaults: 'my_base' composes another config"));
+  CHECK_THAT(refused("defaults: [ppo_megatron_trainer, _self_]\n", {}),
+             Catch::Contains("Megatron's trainer"));
+  CHECK(Convert("defaults: [ppo_trainer, _self_]\n").errors.empty());
+  CHECK_THAT(refused("o: &o {lr: 3e-6}\nactor_rollout_ref: {actor: {optim: {<<: *o}}}\n", {}),
+             Catch::Contains("merge keys (<<: *anchor) are not supported"));
+  // Interpolations chained through 100 mappings, and 2,000 references to a list of 1,000
+  // items: an error naming a key, not a stack overflow or 2 million copied values.
+  std::string chain = "trainer:\n";
+  for (int i = 0; i < 100; ++i)
+    chain += absl::StrCat("  a", i, ": {x: '${trainer.a", i + 1, "}'}\n");
+  chain += "  a100: {x: 1}\n  experiment_name: '${trainer.a0}'\n";
+  const VerlConversion chained = Convert(chain);
+  INFO(absl::StrJoin(chained.errors, "\n") << absl::StrJoin(chained.warnings, "\n"));
+  CHECK(Contains(chained.errors, "interpolations in a row"));
+  std::string copies = "trainer:\n  b: [";
+  for (int i = 0; i < 1000; ++i) copies += "x, ";
+  copies += "x]\n  r: [";
+  for (int i = 0; i < 2000; ++i) copies += "'${trainer.b}', ";
+  copies += "'${trainer.b}']\n  experiment_name: '${trainer.r}'\n";
+  const VerlConversion copied = Convert(copies);
+  INFO(absl::StrJoin(copied.errors, "\n") << absl::StrJoin(copied.warnings, "\n"));
+  CHECK(Contains(copied.errors, "interpolations copy more than 1000000 values"));
+  // The switches the conversion reads itself: not true or false is an error, not "off".
+  CHECK(Contains(Convert("", {"actor_rollout_ref.actor.use_kl_loss=yes"}).errors,
+                 "actor_rollout_ref.actor.use_kl_loss: not supported ('yes': expected true or "
+                 "false)"));
+  CHECK(Contains(Convert("", {"reward_model.enable=1"}).errors, "reward_model.enable"));
+  // DAPO's reward manager and overlong penalty shape the reward; naive and prime score each
+  // row by itself, as rlhfd does.
+  CHECK(Contains(Convert("", {"reward_model.reward_manager=dapo"}).errors,
+                 "reward_model.reward_manager: not supported ('dapo'"));
+  CHECK(
+      Contains(Convert("", {"+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True"}).errors,
+               "overlong_buffer_cfg.enable: not supported"));
+  CHECK(Convert("", {"reward_model.reward_manager=prime"}).errors.empty());
+  // Counts past what a cluster has, or not whole, are refused naming verl's key.
+  CHECK(Contains(Convert("", {"trainer.n_gpus_per_node=1e300"}).errors,
+                 "trainer.n_gpus_per_node: not supported ('1e+300': expected a whole number"));
+  CHECK(Contains(Convert("", {"trainer.nnodes=2.5"}).errors, "trainer.nnodes: not supported"));
+}
+
 // verl keeps max_actor_ckpt_to_keep actor and max_critic_ckpt_to_keep critic checkpoints; an
 // rlhfd step directory holds both, so the larger count is kept. null or <= 0 keeps all.
 TEST_CASE("verl's max_*_ckpt_to_keep become trainer.max_ckpt_to_keep", "[verl]") {
