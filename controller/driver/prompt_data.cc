@@ -376,8 +376,8 @@ absl::Status ReadJsonlRows(const std::string& file,
   const config::DocumentLimits limits = JsonlLimits();
   const absl::Status read =
       ReadFileLines(file, kMaxLineBytes, [&](int64_t line, absl::string_view text) -> absl::Status {
-        if (text.find_first_not_of(" \t\r") == absl::string_view::npos) return absl::OkStatus();
         if (line == 1) absl::ConsumePrefix(&text, kByteOrderMark);
+        if (text.find_first_not_of(" \t\r") == absl::string_view::npos) return absl::OkStatus();
         ASSIGN_OR_RETURN(Json row, config::ParseBoundedJson(std::string(text),
                                                             absl::StrCat(file, ":", line), limits));
         return visit(line, std::move(row));
@@ -463,8 +463,18 @@ absl::Status CheckDataHead(const std::string& file, const v1::DataSpec& data,
     const absl::Status read = ReadFileLines(
         file, kMaxLineBytes, [&](int64_t line, absl::string_view text) -> absl::Status {
           if (line == 1) absl::ConsumePrefix(&text, kByteOrderMark);
+          bytes += static_cast<int64_t>(text.size()) + 1;
           const size_t start = text.find_first_not_of(" \t\r");
-          if (start == absl::string_view::npos) return absl::OkStatus();
+          if (start == absl::string_view::npos) {
+            // Blank lines count too: a file of them is not read to its end.
+            if (rows > 0 && bytes >= kMaxRowBytes) {
+              return absl::CancelledError("the first rows are enough");
+            }
+            if (rows > 0 || bytes <= kMaxLineBytes) return absl::OkStatus();
+            refused = absl::InvalidArgumentError(
+                absl::StrCat("'", file, "' holds no row in its first ", kMaxLineBytes, " bytes"));
+            return refused;
+          }
           if (rows == 0 && text[start] != '{') {
             refused = absl::InvalidArgumentError(absl::StrCat(
                 "'", file, "' is not JSONL: its first row (line ", line,
@@ -475,7 +485,6 @@ absl::Status CheckDataHead(const std::string& file, const v1::DataSpec& data,
               std::string(text), absl::StrCat(file, ":", line), JsonlLimits());
           refused = object.ok() ? check_row(line, *object) : object.status();
           RETURN_IF_ERROR(refused);
-          bytes += static_cast<int64_t>(text.size());
           return rows < kHeadRows && bytes < kMaxRowBytes
                      ? absl::OkStatus()
                      : absl::CancelledError("the first rows are enough");

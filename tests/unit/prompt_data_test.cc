@@ -413,9 +413,16 @@ TEST_CASE("The job's start reads every row as submission reads the first, and re
   REQUIRE(WriteFileAtomically(path, "\xEF\xBB\xBF" + Row("What is 2 + 2?", "4")).ok());
   CHECK(CheckDataHead(path, v1::DataSpec(), "exact_match").ok());
   CHECK(PromptData::Load({path}, v1::DataSpec())->size() == 1);
+  REQUIRE(WriteFileAtomically(path, "\xEF\xBB\xBF\n" + Row("What is 2 + 2?", "4")).ok());
+  CHECK(CheckDataHead(path, v1::DataSpec(), "exact_match").ok());
+  CHECK(PromptData::Load({path}, v1::DataSpec())->size() == 1);
   REQUIRE(WriteFileAtomically(path, "\n  \n").ok());
   CHECK_THAT(std::string(CheckDataHead(path, v1::DataSpec(), "").message()),
              Catch::Contains("holds no rows"));
+  // Blank lines count toward what submission reads: 17 MiB of them is not read to its end.
+  REQUIRE(WriteFileAtomically(path, std::string(17 << 20, '\n') + Row("q", "4")).ok());
+  CHECK_THAT(std::string(CheckDataHead(path, v1::DataSpec(), "").message()),
+             Catch::Contains("holds no row in its first 16777216 bytes"));
 }
 
 TEST_CASE("extra_info is an object, or JSON text holding one; anything else is refused by name",
