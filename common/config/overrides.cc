@@ -6,6 +6,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/config/config_document.h"
+#include "common/config/hydra_compose.h"
 #include "common/util/text.h"
 
 namespace rlhfd::config {
@@ -77,11 +78,9 @@ absl::Status ApplyOverride(const std::string& override_text, nlohmann::json* doc
       }
       if (i + 1 < parts->size()) node = &(*node)[(*parts)[i]];
     }
-    // Compared as text: a document's scalars may still be the parser's text (typed later).
-    const auto text_of = [](const nlohmann::json& value) {
-      return value.is_string() ? value.get<std::string>() : value.dump();
-    };
-    if (parsed.ok() && text_of((*node)[parts->back()]) != text_of((*parsed)["v"])) {
+    // Compared typed, as Hydra compares (True is true, 1e-6 is 1e-06); a document's scalars
+    // may still be the parser's text.
+    if (parsed.ok() && hydra::Typed((*node)[parts->back()]) != hydra::Typed((*parsed)["v"])) {
       return Bad(override_text, absl::StrCat("the key holds ",
                                              SanitizeForDisplay((*node)[parts->back()].dump(), 80),
                                              ", not the value given"));

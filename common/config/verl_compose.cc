@@ -1,5 +1,7 @@
 #include "common/config/verl_compose.h"
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/config/config_document.h"
@@ -16,26 +18,35 @@ using Json = nlohmann::json;
 namespace {
 
 // A file's Hydra `defaults` list may name only what rlhfd composes under it: verl's own trainer
-// config and _self_. Another entry (a base config of the user's, Megatron's trainer) would be
-// left out without a word.
+// config, _self_, and the choices of its parts verl's own list makes (`model_engine: dp`,
+// `actor@actor_rollout_ref.actor: dp_actor`...). A config of the user's, or Megatron's parts,
+// would be left out without a word.
 absl::Status CheckDefaultsList(const Json& file, absl::string_view source, VerlTrainer trainer) {
   const auto list = file.find("defaults");
   if (list == file.end()) return absl::OkStatus();
-  const std::string own = trainer == VerlTrainer::kSft ? "sft_trainer" : "ppo_trainer";
+  const std::vector<std::string> own =
+      trainer == VerlTrainer::kSft
+          ? std::vector<std::string>{"sft_trainer_engine", "sft_trainer", "_self_"}
+          : std::vector<std::string>{"ppo_trainer", "_self_"};
   if (!list->is_array()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(source, ": defaults must be a list such as [", own, ", _self_]"));
+        absl::StrCat(source, ": defaults must be a list such as [", own[0], ", _self_]"));
   }
   for (const Json& entry : *list) {
-    const std::string name = entry.is_string() ? entry.get<std::string>() : entry.dump();
-    if (name == own || name == "_self_") continue;
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": defaults: '", name.substr(0, 80), "' composes ",
-        absl::StrContains(name, "megatron") ? "Megatron's trainer, which rlhfd does not run"
-                                            : "another config, which rlhfd does not read",
-        ": rlhfd composes verl's ", own,
-        " and this file (_self_); write that config's keys "
-        "into this file"));
+    const std::string text = entry.is_string() ? entry.get<std::string>() : entry.dump();
+    const bool megatron = absl::StrContains(absl::AsciiStrToLower(text), "megatron");
+    const bool part_choice = entry.is_object() && entry.size() == 1 &&
+                             !absl::StartsWith(entry.begin().key(), "override ");
+    if (!megatron && ((entry.is_string() && absl::c_linear_search(own, text)) || part_choice)) {
+      continue;
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": defaults: '", text.substr(0, 80), "' composes ",
+                     megatron ? "Megatron's parts, which rlhfd does not run"
+                              : "another config, which rlhfd does not read",
+                     ": rlhfd composes verl's ", own[0],
+                     " and this file (_self_); write that config's keys "
+                     "into this file"));
   }
   return absl::OkStatus();
 }

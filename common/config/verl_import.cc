@@ -440,22 +440,25 @@ void Converter::Reward() {
   const bool enable = Switch("reward_model.enable");
   const Json* path = Take("reward_model.model.path");
   Take("reward_model.model.input_tokenizer");
-  // The reward managers that score each row by itself with its function, as rlhfd does; dapo
-  // shapes the reward by length, batch calls the function with lists.
-  if (const Json* manager = Take("reward_model.reward_manager");
-      manager != nullptr && manager->is_string() && manager->get<std::string>() != "naive" &&
-      manager->get<std::string>() != "prime") {
-    Error("reward_model.reward_manager",
-          absl::StrCat("'", Text(*manager),
-                       "': rlhfd scores each row by itself with its rule or function, as verl's "
-                       "naive and prime managers do (dapo's overlong penalty and batch's calls "
-                       "with lists are not)"));
+  // The reward managers that score each row by itself with its function, as rlhfd does (dapo's
+  // too, without its overlong penalty); batch calls the function with lists. In verl's older
+  // layout and in 0.9's reward section alike.
+  for (const char* key : {"reward_model.reward_manager", "reward.reward_manager.name"}) {
+    const Json* manager = Take(key);
+    const std::string name = manager != nullptr && manager->is_string() ? Text(*manager) : "";
+    if (manager != nullptr && name != "naive" && name != "prime" && name != "dapo") {
+      Error(key, absl::StrCat("'", Text(*manager),
+                              "': rlhfd scores each row by itself with its rule or function, as "
+                              "verl's naive, prime and dapo managers do (batch's calls with lists "
+                              "are not)"));
+    }
   }
-  if (const Json* overlong = Take("reward_model.reward_kwargs.overlong_buffer_cfg.enable");
-      overlong != nullptr && !(overlong->is_boolean() && !overlong->get<bool>()) &&
-      !overlong->is_null()) {
-    Error("reward_model.reward_kwargs.overlong_buffer_cfg.enable",
-          "DAPO's overlong penalty shapes the reward by length, which rlhfd does not");
+  for (const char* key : {"reward_model.reward_kwargs.overlong_buffer_cfg.enable",
+                          "reward.reward_kwargs.overlong_buffer_cfg.enable"}) {
+    if (const Json* overlong = Take(key);
+        overlong != nullptr && !(overlong->is_boolean() && !overlong->get<bool>())) {
+      Error(key, "DAPO's overlong penalty shapes the reward by length, which rlhfd does not");
+    }
   }
   if (enable) {
     if (!custom.empty()) {

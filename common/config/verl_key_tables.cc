@@ -447,10 +447,13 @@ const std::map<std::string, std::string>& DerivedTable() {
        "`roles.reward.rule: auto` (by data_source, verl's default reward)"},
       {"reward_model.model.path", "`roles.reward.model` with reward_model.enable"},
       {"reward_model.reward_manager",
-       "naive and prime score each row by itself with its rule or function, as rlhfd does; "
-       "dapo (its overlong penalty) and batch (calls with lists) are refused"},
+       "naive, prime and dapo score each row by itself with its rule or function, as rlhfd "
+       "does; batch (calls with lists) and others are refused"},
+      {"reward.reward_manager.name", "as reward_model.reward_manager"},
       {"reward_model.reward_kwargs.overlong_buffer_cfg.enable",
        "refused when true: DAPO's overlong penalty shapes the reward by length"},
+      {"reward.reward_kwargs.overlong_buffer_cfg.enable",
+       "as reward_model.reward_kwargs.overlong_buffer_cfg.enable"},
       {"reward_model.model.input_tokenizer",
        "the actor's tokenizer renders the reward model's "
        "input"},

@@ -894,12 +894,27 @@ TEST_CASE("verl input that would be misread, or cost without bound, is refused b
              Catch::Contains("there is no key 'actor_rollout_ref.actor.optim.foo' to remove"));
   CHECK_THAT(refused("", {"~trainer.nnodes=2"}), Catch::Contains("the key holds 1"));
   CHECK(Convert("", {"~trainer.nnodes=1"}).errors.empty());
+  // Compared typed, as Hydra compares: True is verl's true, 1e-6 its 1e-06.
+  CHECK(Convert("", {"trainer.val_before_train=true", "~trainer.val_before_train=True",
+                     "actor_rollout_ref.actor.optim.lr=1e-06",
+                     "~actor_rollout_ref.actor.optim.lr=1e-6"})
+            .errors.empty());
   // Hydra's composition from another config, and YAML merge keys, would drop what they bring.
   CHECK_THAT(refused("defaults: [my_base, _self_]\n", {}),
              Catch::Contains("defaults: 'my_base' composes another config"));
   CHECK_THAT(refused("defaults: [ppo_megatron_trainer, _self_]\n", {}),
-             Catch::Contains("Megatron's trainer"));
+             Catch::Contains("Megatron's parts"));
   CHECK(Convert("defaults: [ppo_trainer, _self_]\n").errors.empty());
+  // verl's own list's choices of its parts (a copy of ppo_trainer.yaml's head), and the SFT
+  // trainer's config by its verl 0.9 name.
+  CHECK(Convert("defaults:\n  - model_engine: dp\n  - actor@actor_rollout_ref.actor: dp_actor\n"
+                "  - data@data: legacy_data\n  - _self_\n")
+            .errors.empty());
+  CHECK_THAT(refused("defaults:\n  - actor@actor_rollout_ref.actor: megatron_actor\n", {}),
+             Catch::Contains("Megatron's parts"));
+  CHECK(ConvertVerlConfig("defaults: [sft_trainer_engine, _self_]\n", "sft.yaml", {},
+                          VerlTrainer::kSft)
+            .ok());
   CHECK_THAT(refused("o: &o {lr: 3e-6}\nactor_rollout_ref: {actor: {optim: {<<: *o}}}\n", {}),
              Catch::Contains("merge keys (<<: *anchor) are not supported"));
   // Interpolations chained through 100 mappings, and 2,000 references to a list of 1,000
@@ -924,14 +939,22 @@ TEST_CASE("verl input that would be misread, or cost without bound, is refused b
                  "actor_rollout_ref.actor.use_kl_loss: not supported ('yes': expected true or "
                  "false)"));
   CHECK(Contains(Convert("", {"reward_model.enable=1"}).errors, "reward_model.enable"));
-  // DAPO's reward manager and overlong penalty shape the reward; naive and prime score each
-  // row by itself, as rlhfd does.
-  CHECK(Contains(Convert("", {"reward_model.reward_manager=dapo"}).errors,
-                 "reward_model.reward_manager: not supported ('dapo'"));
-  CHECK(
-      Contains(Convert("", {"+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True"}).errors,
-               "overlong_buffer_cfg.enable: not supported"));
-  CHECK(Convert("", {"reward_model.reward_manager=prime"}).errors.empty());
+  // DAPO's overlong penalty shapes the reward, batch calls with lists: refused in both of
+  // verl's spellings; naive, prime and dapo without the penalty score each row by itself.
+  CHECK(Contains(Convert("", {"reward_model.reward_manager=batch"}).errors,
+                 "reward_model.reward_manager: not supported ('batch'"));
+  CHECK(Contains(Convert("", {"reward.reward_manager.name=batch"}).errors,
+                 "reward.reward_manager.name: not supported ('batch'"));
+  for (const std::string prefix : {"reward_model", "reward"}) {
+    CHECK(Contains(
+        Convert("", {"+" + prefix + ".reward_kwargs.overlong_buffer_cfg.enable=True"}).errors,
+        prefix + ".reward_kwargs.overlong_buffer_cfg.enable: not supported"));
+  }
+  for (const std::string manager : {"naive", "prime", "dapo"}) {
+    CHECK(Convert("", {"reward_model.reward_manager=" + manager,
+                       "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=False"})
+              .errors.empty());
+  }
   // Counts past what a cluster has, or not whole, are refused naming verl's key.
   CHECK(Contains(Convert("", {"trainer.n_gpus_per_node=1e300"}).errors,
                  "trainer.n_gpus_per_node: not supported ('1e+300': expected a whole number"));
