@@ -141,6 +141,39 @@ TEST_CASE("the code interpreter's output and verl's error observations go back t
   CHECK(turns.tool_time > absl::ZeroDuration());
 }
 
+// The responses carry no call id: a malformed block's error answered after the calls that
+// followed it would read as the first call's result.
+TEST_CASE("a turn's blocks are answered in the order written, malformed ones in their place",
+          "[agent_loop]") {
+  Fixture f;
+  MultiTurnOptions options;
+  options.max_parallel_calls = 2;
+  std::unique_ptr<AgentLoop> loop = f.Loop(options);
+  loop->Begin({4000});
+  const std::string text =
+      "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\n</tool_call>\n<tool_call>\n"
+      "{\"name\": \"calculator\", \"arguments\": {\"expression\": \"6 * 7\"}}\n</tool_call>"
+      "<|im_end|>";
+  const rollout::TurnOutcome outcome = loop->OnStop(0, 0, Sampled(f.tokenizer, text)).get();
+  REQUIRE_FALSE(outcome.finish);
+  const std::string inserted = Text(f.tokenizer, outcome.inserted);
+  const size_t error = inserted.find("<tool_response>\nError when executing tool: ");
+  const size_t answer = inserted.find("<tool_response>\n42");
+  INFO(inserted);
+  REQUIRE(error != std::string::npos);
+  REQUIRE(answer != std::string::npos);
+  CHECK(error < answer);
+  CHECK(loop->turns(0, 0).tool_errors == 1);
+  // With one slot (verl's default), the well-formed call takes it, not the malformed block.
+  options.max_parallel_calls = 1;
+  std::unique_ptr<AgentLoop> one = f.Loop(options);
+  one->Begin({4000});
+  const std::string only =
+      Text(f.tokenizer, one->OnStop(0, 0, Sampled(f.tokenizer, text)).get().inserted);
+  CHECK(absl::StrContains(only, "<tool_response>\n42"));
+  CHECK_FALSE(absl::StrContains(only, "Error when executing tool"));
+}
+
 TEST_CASE("a sample ends without a call, at the turn limits, and before the budget",
           "[agent_loop]") {
   Fixture f;

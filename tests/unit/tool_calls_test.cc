@@ -53,6 +53,19 @@ TEST_CASE("malformed blocks are set apart with what is wrong, and leave the cont
   // Arguments of any JSON type pass the parser, as in verl: the tool checks them.
   REQUIRE(parsed.calls.size() == 1);
   CHECK(parsed.calls[0].arguments == "not an object");
+  // Where each block stood among the five; of three slots, the call takes one, the first two
+  // malformed blocks the others (verl drops malformed blocks before it cuts).
+  CHECK(parsed.malformed[0].block == 0);
+  CHECK(parsed.malformed[3].block == 3);
+  CHECK(parsed.calls[0].block == 4);
+  ParsedResponse kept = parsed;
+  kept.KeepBlocks(3);
+  CHECK(kept.calls.size() == 1);
+  REQUIRE(kept.malformed.size() == 2);
+  CHECK(kept.malformed[1].block == 1);
+  kept.KeepBlocks(1);
+  CHECK(kept.calls.size() == 1);
+  CHECK(kept.malformed.empty());
 }
 
 TEST_CASE("the shortest span between the tags, as verl's non-greedy regex", "[tool_calls]") {

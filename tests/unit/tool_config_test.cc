@@ -93,7 +93,14 @@ TEST_CASE("a wrong tool config is refused naming the tool and the key", "[tool_c
        "tools[1]: a second tool named 'c'"},
       {"tools:\n  - class_name: code_interpreter\n    config: {default_timeout: -1}\n"
        "    tool_schema: {function: {name: c}}\n",
-       "tools[0].config.default_timeout must be a positive number (got \"-1\")"},
+       "tools[0].config.default_timeout must be a positive number up to 86400 (got \"-1\")"},
+      // Past a day (1e300 seconds was cast to an integer: undefined), past a TiB.
+      {"tools:\n  - class_name: code_interpreter\n    config: {default_timeout: 1e300}\n"
+       "    tool_schema: {function: {name: c}}\n",
+       "tools[0].config.default_timeout must be a positive number up to 86400"},
+      {"tools:\n  - class_name: code_interpreter\n    config: {memory_limit_mb: 1e9}\n"
+       "    tool_schema: {function: {name: c}}\n",
+       "tools[0].config.memory_limit_mb must be a positive number up to 1048576"},
       {"tools:\n  - class_name: code_interpreter\n    config: {memory_limit_mb: lots}\n"
        "    tool_schema: {function: {name: c}}\n",
        "tools[0].config.memory_limit_mb must be a positive number"},

@@ -134,9 +134,7 @@ std::future<rollout::TurnOutcome> AgentLoop::OnStop(size_t request, int64_t samp
                                  completion.token_ids.end());
   ParsedResponse parsed = ParseHermesToolCalls(tokenizer_.Decode(ids));
   if (parsed.calls.empty() && parsed.malformed.empty()) return Finished();
-  const size_t limit = static_cast<size_t>(options_.max_parallel_calls);
-  if (parsed.calls.size() > limit) parsed.calls.resize(limit);
-  parsed.malformed.resize(std::min(parsed.malformed.size(), limit - parsed.calls.size()));
+  parsed.KeepBlocks(static_cast<size_t>(options_.max_parallel_calls));
   const bool after_turn_end = completion.token_ids.back() == turn_end_id_;
   std::packaged_task<rollout::TurnOutcome()> task(
       [this, key, calls = std::move(parsed.calls), malformed = std::move(parsed.malformed),
@@ -157,12 +155,21 @@ rollout::TurnOutcome AgentLoop::NextTurn(std::pair<size_t, int64_t> key,
                                          std::vector<MalformedToolCall> malformed,
                                          bool after_turn_end, int64_t room) {
   const absl::Time start = absl::Now();
+  // The responses in the order the blocks were written: they carry no call id, so a malformed
+  // block's error out of place would read as another call's result.
   std::vector<std::string> responses;
   int64_t errors = 0;
-  for (const ToolCall& call : calls) {
+  size_t next_call = 0, next_malformed = 0;
+  while (next_call < calls.size() || next_malformed < malformed.size()) {
+    if (next_malformed < malformed.size() &&
+        (next_call == calls.size() || malformed[next_malformed].block < calls[next_call].block)) {
+      errors += 1;
+      responses.push_back(ToolErrorObservation(malformed[next_malformed++].error));
+      continue;
+    }
     ToolObservation observation;
     try {
-      observation = tools_.Call(call);
+      observation = tools_.Call(calls[next_call++]);
     } catch (const std::exception& error) {
       observation = {.text = ToolErrorObservation(error.what()), .error = true};
     }
@@ -170,10 +177,6 @@ rollout::TurnOutcome AgentLoop::NextTurn(std::pair<size_t, int64_t> key,
     responses.push_back(TruncateToolResponse(ReplaceInvalidUtf8(observation.text),
                                              options_.max_tool_response_length,
                                              options_.truncate_side));
-  }
-  for (const MalformedToolCall& block : malformed) {
-    errors += 1;
-    responses.push_back(ToolErrorObservation(block.error));
   }
   const absl::Duration took = absl::Now() - start;
   rollout::TurnOutcome outcome;  // finish, unless the tool turn fits

@@ -7,8 +7,9 @@
 //
 // Tool responses are cut to max_tool_response_length (verl's truncate side); a malformed call
 // block is answered with verl's error observation (verl drops the block silently; the issue asks
-// that the model be told). The blocks of a turn run in the order the parser gives: the
-// well-formed calls, then the malformed, max_parallel_calls of them in all.
+// that the model be told). Of a turn's blocks, max_parallel_calls are answered: the first
+// well-formed calls, malformed ones in the slots left; each in the order written (the responses
+// carry no call id).
 #pragma once
 
 #include <condition_variable>

@@ -51,13 +51,22 @@ ParsedResponse ParseHermesToolCalls(absl::string_view text) {
       error = "the tool call's \"name\" is not a string";
     }
     if (error.empty()) {
-      parsed.calls.push_back(
-          ToolCall{.name = call["name"].get<std::string>(), .arguments = call["arguments"]});
+      parsed.calls.push_back(ToolCall{.name = call["name"].get<std::string>(),
+                                      .arguments = call["arguments"],
+                                      .block = parsed.calls.size() + parsed.malformed.size()});
     } else {
-      parsed.malformed.push_back(MalformedToolCall{.text = std::string(body), .error = error});
+      parsed.malformed.push_back(
+          MalformedToolCall{.text = std::string(body),
+                            .error = error,
+                            .block = parsed.calls.size() + parsed.malformed.size()});
     }
   }
   return parsed;
+}
+
+void ParsedResponse::KeepBlocks(size_t count) {
+  calls.resize(std::min(calls.size(), count));
+  malformed.resize(std::min(malformed.size(), count - calls.size()));
 }
 
 absl::StatusOr<TruncateSide> ParseTruncateSide(absl::string_view name) {

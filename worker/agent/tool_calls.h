@@ -15,6 +15,7 @@ namespace rlhfd::agent {
 struct ToolCall {
   std::string name;
   nlohmann::json arguments;  // as the model wrote them: verl checks their type at execution
+  size_t block = 0;          // its place among the response's blocks, well-formed or not
 };
 
 // A <tool_call> block that is not a JSON object with "name" and "arguments": verl logs and
@@ -22,13 +23,20 @@ struct ToolCall {
 struct MalformedToolCall {
   std::string text;   // between the tags
   std::string error;  // what is wrong, for the observation
+  size_t block = 0;   // its place among the response's blocks, well-formed or not (from 0)
 };
 
 struct ParsedResponse {
   // The response without its <tool_call>...</tool_call> blocks.
   std::string content;
+  // Each in the order written (`block` says where among them all).
   std::vector<ToolCall> calls;
   std::vector<MalformedToolCall> malformed;
+
+  // Keeps `count` blocks: the first well-formed calls, and the first malformed blocks in the
+  // slots they leave (as verl, which drops malformed blocks before it cuts to
+  // max_parallel_calls, a malformed block never takes a call's place).
+  void KeepBlocks(size_t count);
 };
 
 // format: hermes (Qwen2.5's): <tool_call>{"name": ..., "arguments": {...}}</tool_call>, the

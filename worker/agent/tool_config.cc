@@ -24,17 +24,23 @@ const std::pair<const char*, ToolSpec::Kind> kClasses[] = {
 };
 
 // A positive number from a config value (YAML scalars arrive as strings).
-absl::StatusOr<double> PositiveNumber(const nlohmann::json& value, const std::string& where) {
+// A number above 0 and at most `most` (a day of seconds, a TiB of megabytes: past them a limit
+// is none, and a cast of 1e300 to an integer undefined).
+absl::StatusOr<double> PositiveNumber(const nlohmann::json& value, const std::string& where,
+                                      double most) {
   double number = 0;
   const bool read = value.is_number()   ? (number = value.get<double>(), true)
                     : value.is_string() ? absl::SimpleAtod(value.get<std::string>(), &number)
                                         : false;
-  if (!read || !(number > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, " must be a positive number (got ", value.dump(), ")"));
+  if (!read || !(number > 0) || !(number <= most)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " must be a positive number up to ",
+                                                   static_cast<int64_t>(most), " (got ",
+                                                   value.dump(), ")"));
   }
   return number;
 }
+
+constexpr double kMostSeconds = 86400, kMostMegabytes = 1 << 20;
 
 }  // namespace
 
@@ -94,12 +100,12 @@ absl::StatusOr<std::vector<ToolSpec>> ReadToolConfig(absl::string_view text,
       for (const auto& [key, value] : config.items()) {
         const std::string at = absl::StrCat(where, ".config.", key);
         if (key == "default_timeout") {
-          absl::StatusOr<double> seconds = PositiveNumber(value, at);
+          absl::StatusOr<double> seconds = PositiveNumber(value, at, kMostSeconds);
           if (!seconds.ok()) return seconds.status();
           spec.limits.wall_time = absl::Seconds(*seconds);
           spec.limits.cpu_seconds = static_cast<int64_t>(std::ceil(*seconds));
         } else if (key == "memory_limit_mb") {
-          absl::StatusOr<double> megabytes = PositiveNumber(value, at);
+          absl::StatusOr<double> megabytes = PositiveNumber(value, at, kMostMegabytes);
           if (!megabytes.ok()) return megabytes.status();
           spec.limits.memory_mb = static_cast<int64_t>(*megabytes);
         } else if (key == "default_language") {
@@ -123,7 +129,7 @@ absl::StatusOr<std::vector<ToolSpec>> ReadToolConfig(absl::string_view text,
           }
           spec.url = url;
         } else if (key == "timeout") {
-          absl::StatusOr<double> seconds = PositiveNumber(value, at);
+          absl::StatusOr<double> seconds = PositiveNumber(value, at, kMostSeconds);
           if (!seconds.ok()) return seconds.status();
           spec.timeout = absl::Seconds(*seconds);
         } else {

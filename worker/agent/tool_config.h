@@ -31,8 +31,8 @@ struct ToolSpec {
   SandboxLimits limits;   // kCodeInterpreter: default_timeout, memory_limit_mb
   std::string url;        // kHttp: config.url, the service the calls go to
   absl::Duration timeout = absl::Seconds(30);  // kHttp: config.timeout (seconds)
-  // config keys read but not honoured here (sandbox_fusion_url: the sandbox is local), to tell
-  // the user.
+  // config keys read but not honoured here (sandbox_fusion_url: the sandbox is local); the
+  // worker's log names them when the job's rollout is made.
   std::vector<std::string> ignored;
 };
 

@@ -5,6 +5,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging/logging.h"
 #include "common/status/status_macros.h"
 #include "common/util/files.h"
 #include "worker/agent/tool_config.h"
@@ -48,6 +50,13 @@ absl::StatusOr<std::unique_ptr<AgentRollout>> AgentRollout::Create(
   ASSIGN_OR_RETURN(const std::vector<agent::ToolSpec> specs, ToolSpecs(spec));
   auto made = std::unique_ptr<AgentRollout>(new AgentRollout());
   for (const agent::ToolSpec& tool : specs) {
+    if (!tool.ignored.empty()) {
+      RLOG(WARNING) << "multi_turn.tool_config_path: tool '" << tool.name << "': config "
+                    << absl::StrJoin(tool.ignored, ", ")
+                    << " not read (the code interpreter is a local sandbox; verl's service "
+                       "settings such as sandbox_fusion_url, num_workers and rate limits have "
+                       "no effect here)";
+    }
     agent::Sandbox* sandbox = nullptr;
     if (tool.kind == agent::ToolSpec::Kind::kCodeInterpreter) {
       agent::SandboxOptions options;
