@@ -27,4 +27,16 @@ std::string SupportedArchitectures() {
   return text;
 }
 
+std::string QuantizedRefusal(const nlohmann::json& config) {
+  if (!config.is_object()) return "";
+  const auto quantized = config.find("quantization_config");
+  if (quantized == config.end() || quantized->is_null()) return "";
+  const auto method = quantized->is_object() ? quantized->find("quant_method") : quantized->end();
+  const std::string name = method != quantized->end() && method->is_string()
+                               ? method->get<std::string>().substr(0, 40)
+                               : std::string("quantization_config");
+  return "the checkpoint is quantized (" + name +
+         "): give the unquantized model (bf16, fp16 or fp32 weights)";
+}
+
 }  // namespace rlhfd::models

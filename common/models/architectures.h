@@ -3,6 +3,7 @@
 // submission refuses an unsupported model (config.json) before anything is queued.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,5 +40,9 @@ std::optional<Architecture> FindArchitecture(std::string_view name);
 // "Llama, Mistral, Qwen2, Qwen3 with ForCausalLM, ForSequenceClassification or
 // ForTokenClassification", for errors.
 std::string SupportedArchitectures();
+
+// Why a config.json's checkpoint cannot be loaded for its quantization (AWQ, GPTQ, FP8: packed
+// weights and scales, not the weights), or "" when it names none.
+std::string QuantizedRefusal(const nlohmann::json& config);
 
 }  // namespace rlhfd::models

@@ -104,6 +104,9 @@ class FileChecker {
           key, absl::StrCat(config_path, ": architecture '", SanitizeForDisplay(name, 80),
                             "' is not supported; supported: ", models::SupportedArchitectures()));
     }
+    if (const std::string quantized = models::QuantizedRefusal(config); !quantized.empty()) {
+      errors_->Add(key, absl::StrCat(config_path, ": ", SanitizeForDisplay(quantized, 200)));
+    }
   }
 
   // A data file: present, and its first rows make prompts the reward rule can score

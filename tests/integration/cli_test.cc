@@ -302,6 +302,16 @@ TEST_CASE("the controller checks a job's files and layout at submission", "[inte
                              "'Gemma2ForCausalLM' is not supported; supported: Llama, Mistral, "
                              "Qwen2, Qwen3 with ForCausalLM") &&
                  Catch::Contains("data.train_files[0]: cannot read data file"));
+  // A quantized checkpoint of a family it runs (Qwen2.5-7B-Instruct-AWQ's config): refused at
+  // submission by its quantization, not at the job's start by a list of packed tensors.
+  REQUIRE(WriteFileAtomically(gemma + "/config.json",
+                              R"({"architectures": ["Qwen2ForCausalLM"], "quantization_config": )"
+                              R"({"bits": 4, "quant_method": "awq", "version": "gemm"}})")
+              .ok());
+  CommandResult quantized = submit(Config("awq", gemma, kData));
+  CHECK(quantized.exit_code == 1);
+  CHECK_THAT(quantized.err, Catch::Contains("model.path: " + gemma +
+                                            "/config.json: the checkpoint is quantized (awq)"));
   // Data files.
   CommandResult missing = submit(Config("missing", kModel, dir.path() + "/absent.jsonl"));
   CHECK(missing.exit_code == 1);

@@ -11,6 +11,7 @@
 #include "tests/support/subprocess.h"
 #include "worker/model/model_export.h"
 #include "worker/model/model_loader.h"
+#include "worker/model/safetensors_writer.h"
 #include "worker/model/state_dict.h"
 
 namespace rlhfd::model {
@@ -203,6 +204,26 @@ TEST_CASE("loading is strict and names the tensors that do not fit", "[model]") 
   const std::string message(status.message());
   CHECK_THAT(message, Catch::Contains("missing: lm_head.weight"));
   CHECK_THAT(message, Catch::Contains("unexpected: model.layers.0.self_attn.k_proj.bias"));
+
+  // A Llama-2-era checkpoint's rotary frequencies (a buffer, computed here from rope_theta) are
+  // no mismatch, as transformers drops them too; a stray tensor of any other name is.
+  testing::TempDir dir;
+  const auto with = [&](const std::string& extra) {
+    auto llama = StateDict::Load(kModels + "tiny-llama");
+    REQUIRE(llama.ok());
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (const std::string& name : llama->names()) tensors.emplace_back(name, *llama->Get(name));
+    tensors.emplace_back(extra, at::ones({4}));
+    const std::string path = dir.path() + "/model.safetensors";
+    REQUIRE(WriteSafetensors(path, tensors).ok());
+    auto loaded = StateDict::Load(path);
+    REQUIRE(loaded.ok());
+    Transformer fresh(*config);
+    return LoadWeights(fresh, *loaded);
+  };
+  CHECK(with("model.layers.0.self_attn.rotary_emb.inv_freq").ok());
+  CHECK_THAT(std::string(with("model.layers.0.self_attn.rotary_emb.scale").message()),
+             Catch::Contains("unexpected: model.layers.0.self_attn.rotary_emb.scale"));
 
   ModelConfig wide = *config;
   wide.intermediate_size = 64;

@@ -114,6 +114,12 @@ TEST_CASE("config.json: unsupported architectures and options are refused by nam
              Catch::Contains("'vocab_size' must be a whole number in [1, 16777216]"));
   CHECK_THAT(error(R"({"architectures": ["LlamaForCausalLM"], "num_local_experts": 8, )" + base + "}"),
              Catch::Contains("mixture-of-experts"));
+  // AWQ / GPTQ / FP8 checkpoints (Qwen2.5-7B-Instruct-AWQ's config): named, not a list of
+  // missing and unexpected tensors.
+  CHECK_THAT(error(R"({"architectures": ["Qwen2ForCausalLM"], "quantization_config": {"bits": 4,
+    "quant_method": "awq", "version": "gemm"}, )" +
+                   base + "}"),
+             Catch::Contains("the checkpoint is quantized (awq): give the unquantized model"));
   CHECK_THAT(error(R"({"architectures": ["LlamaForCausalLM"], "hidden_act": "gelu", )" + base + "}"),
              Catch::Contains("hidden_act 'gelu' is not supported"));
   CHECK_THAT(error(R"({"architectures": ["LlamaForCausalLM"], "rope_scaling": {"rope_type": "yarn"}, )" + base + "}"),

@@ -74,6 +74,9 @@ absl::StatusOr<ModelConfig> Parse(const nlohmann::json& config, absl::string_vie
   if (config.contains("num_experts") || config.contains("num_local_experts")) {
     return Invalid(source, "mixture-of-experts models are not supported");
   }
+  if (const std::string quantized = models::QuantizedRefusal(config); !quantized.empty()) {
+    return Invalid(source, SanitizeForDisplay(quantized, 200));
+  }
   std::string act;
   RETURN_IF_ERROR(fields.String("hidden_act", "silu", &act));
   if (act != "silu") {

@@ -12,6 +12,7 @@
 #endif
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "worker/model/fused_ops.h"
@@ -565,6 +566,9 @@ absl::Status LoadWeights(Transformer& model, const StateDict& weights,
   for (const std::string& name : weights.names()) {
     // Tied checkpoints sometimes still carry the head; the embeddings are the weight used.
     if (name == "lm_head.weight" && model->config().tie_word_embeddings) continue;
+    // Llama-2-era checkpoints carry the rotary frequencies as a buffer; they are computed here
+    // (from rope_theta), as transformers drops them too.
+    if (absl::EndsWith(name, ".rotary_emb.inv_freq")) continue;
     if (ignored.count(name)) continue;
     if (!expected.count(name)) unexpected.push_back(name);
   }
