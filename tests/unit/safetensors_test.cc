@@ -171,6 +171,16 @@ TEST_CASE("sliding windows are accepted when every sequence fits inside them",
                                "config.json");
   REQUIRE(full.ok());
   CHECK(full->sliding_window == 0);
+  // Without the key, transformers' MistralConfig slides over 4096 tokens, and so does this.
+  auto unsaid =
+      ParseModelConfig(R"({"architectures": ["MistralForCausalLM"], )" + base + "}", "config.json");
+  REQUIRE(unsaid.ok());
+  CHECK(unsaid->sliding_window == 4096);
+  // Qwen3Config's head_dim default is 128, not hidden_size / heads (8 here).
+  auto qwen3 =
+      ParseModelConfig(R"({"architectures": ["Qwen3ForCausalLM"], )" + base + "}", "config.json");
+  REQUIRE(qwen3.ok());
+  CHECK(qwen3->head_dim == 128);
 }
 
 }  // namespace rlhfd::model

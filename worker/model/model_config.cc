@@ -83,8 +83,10 @@ absl::StatusOr<ModelConfig> Parse(const nlohmann::json& config, absl::string_vie
     return Invalid(source, absl::StrCat("hidden_act '", SanitizeForDisplay(act, 40),
                                         "' is not supported (only silu)"));
   }
-  // Mistral slides whenever sliding_window is set; Qwen2 / Qwen3 only with use_sliding_window.
-  bool use_sliding = out.family == ModelFamily::kMistral && fields.Has("sliding_window");
+  // Mistral slides unless sliding_window is null (absent: transformers' MistralConfig default,
+  // 4096); Qwen2 / Qwen3 only with use_sliding_window.
+  bool use_sliding = out.family == ModelFamily::kMistral &&
+                     (!config.contains("sliding_window") || fields.Has("sliding_window"));
   if (out.family == ModelFamily::kQwen2 || out.family == ModelFamily::kQwen3) {
     RETURN_IF_ERROR(fields.Bool("use_sliding_window", false, &use_sliding));
   }
@@ -104,7 +106,10 @@ absl::StatusOr<ModelConfig> Parse(const nlohmann::json& config, absl::string_vie
                                         ") must be a multiple of num_key_value_heads (",
                                         out.num_kv_heads, ")"));
   }
-  RETURN_IF_ERROR(fields.Int("head_dim", out.hidden_size / out.num_heads, 0, 4096, &out.head_dim));
+  // Absent: hidden_size / heads, but Qwen3Config's own default is 128 (its configs say so).
+  RETURN_IF_ERROR(fields.Int(
+      "head_dim", out.family == ModelFamily::kQwen3 ? 128 : out.hidden_size / out.num_heads, 0,
+      4096, &out.head_dim));
   if (out.head_dim < 2 || out.head_dim % 2 != 0) {
     return Invalid(source, absl::StrCat("head_dim ", out.head_dim, " must be even and >= 2 for RoPE"));
   }
