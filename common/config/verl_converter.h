@@ -61,8 +61,10 @@ class Converter {
   // verl's paths are often ~/...: expanded here, on the submitting machine, where ~ means what
   // the user meant. Parquet data files are kept as they are: the controller reads them.
   Json Paths(const std::string& key, Json value);
-  // `key`'s whole number, or `fallback` where it is unset or not one from 1 to kMaxCount.
+  // A whole number from 1 to kMaxCount (GPUs a node, nodes).
   static constexpr int64_t kMaxCount = 1 << 20;
+  static bool IsCount(const Json& value);
+  // `key`'s count, or `fallback` where it is unset or not a count.
   int64_t Number(const char* key, int64_t fallback) const;
   // A switch of verl's that the conversion reads itself: its value, false where unset, and an
   // error naming it where it is not true or false.

@@ -356,13 +356,15 @@ void Converter::Rollout() {
   }
 }
 
+bool Converter::IsCount(const Json& value) {
+  return value.is_number_integer() && value.get<int64_t>() >= 1 &&
+         value.get<int64_t>() <= kMaxCount;
+}
+
 int64_t Converter::Number(const char* key, int64_t fallback) const {
-  // Placement refuses what is not a whole number from 1 to kMaxCount.
+  // Placement refuses what is not a count.
   const auto it = flat_.find(key);
-  return it != flat_.end() && it->second.is_number_integer() && it->second.get<int64_t>() >= 1 &&
-                 it->second.get<int64_t>() <= kMaxCount
-             ? it->second.get<int64_t>()
-             : fallback;
+  return it != flat_.end() && IsCount(it->second) ? it->second.get<int64_t>() : fallback;
 }
 
 int64_t Converter::ActorGpus() const {
@@ -373,8 +375,7 @@ void Converter::Placement() {
   // Read by ActorGpus(); consumed here, where they land.
   for (const char* key : {"trainer.n_gpus_per_node", "trainer.nnodes"}) {
     const Json* count = Take(key);
-    if (count != nullptr && !(count->is_number_integer() && count->get<int64_t>() >= 1 &&
-                              count->get<int64_t>() <= kMaxCount)) {
+    if (count != nullptr && !IsCount(*count)) {
       Error(key,
             absl::StrCat("'", Text(*count), "': expected a whole number from 1 to ", kMaxCount));
     }
